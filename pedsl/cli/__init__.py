@@ -1,0 +1,106 @@
+"""The `pedsl` command line.
+
+Each subcommand lives in its own module under ``pedsl.cli`` and is imported only
+when it runs, so ``pedsl check`` never pays for importing torch.
+
+Exit codes: 0 success, 1 an error in the input (a diagnostic was printed),
+2 a usage error, 3 an internal error (a bug in pedsl: reported in one
+paragraph, never as a traceback unless ``PEDSL_DEBUG=1``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import click
+
+from pedsl.errors import PedslError
+
+# name -> (module, attribute, one-line help). Keep sorted by workflow, not alphabet.
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "check": ("pedsl.cli.frontend", "check", "Check .pe files: errors and lint warnings."),
+    "fmt": ("pedsl.cli.frontend", "fmt", "Print .pe files in canonical form."),
+    "show": ("pedsl.cli.frontend", "show", "Show a resolved scheme (after extends and parameters)."),
+    "schema": ("pedsl.cli.frontend", "schema", "Print the JSON Schema of the IR."),
+    "list": ("pedsl.cli.frontend", "list_schemes", "List the schemes in a folder."),
+    "graph": ("pedsl.cli.compiler", "graph", "Print the lowered dataflow graph after the passes."),
+    "compile": ("pedsl.cli.compiler", "compile_cmd", "Write a standalone PyTorch module and train/eval configs."),
+    "train": ("pedsl.cli.train", "train", "Train a small language model with a scheme."),
+    "eval": ("pedsl.cli.evaluate", "eval_cmd", "Evaluate a trained run past its training length."),
+    "analyze": ("pedsl.cli.evaluate", "analyze", "Measure the papers' instruments on a trained run."),
+    "compare": ("pedsl.cli.evaluate", "compare", "Train, evaluate and report several schemes side by side."),
+    "diff": ("pedsl.cli.diff", "diff", "Show what two scheme variants change."),
+    "explain": ("pedsl.cli.diff", "explain", "Summarise what one scheme does."),
+    "bench": ("pedsl.cli.bench", "bench", "Benchmark compiled schemes against the floor and hand-written code."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (mod, _, _) in COMMANDS.items() if _module_exists(mod)]
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in COMMANDS:
+            return None
+        mod, attr, _ = COMMANDS[name]
+        try:
+            module = importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name == mod:
+                return None
+            raise
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][2]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(mod: str) -> bool:
+    return importlib.util.find_spec(mod) is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pedsl")
+def cli() -> None:
+    """pedsl: declare a positional-encoding scheme, compile it, train and compare."""
+
+
+def report(err: PedslError) -> None:
+    click.echo(err.render(), err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the CLI and map every failure to a diagnostic and exit code."""
+    try:
+        rv = cli.main(args=argv, prog_name="pedsl", standalone_mode=False)
+    except PedslError as err:
+        report(err)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo("pedsl: aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code if err.exit_code else 2)
+    except KeyboardInterrupt:
+        click.echo("pedsl: interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as err:  # a bug in pedsl: one paragraph, no traceback
+        if os.environ.get("PEDSL_DEBUG"):
+            raise
+        click.echo(
+            f"pedsl: internal error: {type(err).__name__}: {err}. This is a bug in pedsl, "
+            "not in your input; rerun with PEDSL_DEBUG=1 to see the traceback and report it.",
+            err=True,
+        )
+        sys.exit(3)
+    sys.exit(rv if isinstance(rv, int) else 0)
