@@ -1,0 +1,312 @@
+"""PaTH attention: softmax attention with accumulated Householder-like transports.
+
+Paper: "PaTH Attention: Position Encoding via Accumulating Householder
+Transformations" (arXiv 2505.16381, sec. 2-3); reference kernels in
+fla-org/flash-linear-attention ``fla/ops/path_attn/``. SEMANTICS 2b, 5.3, 6.
+
+Shapes: q, k, v, w ``(B, H, L, D)``; beta, log_forget ``(B, H, L)``;
+q_scale ``(B|1, H|1, L)``. For a causal pair ``j <= i``::
+
+    H_t      = I - beta_t w_t w_t^T            (w_t unit-norm by the caller; not renormalised)
+    P(j->i)  = H_i H_(i-1) ... H_(j+1)         (identity when j = i)
+    s(i, j)  = scale * q_scale_i * q_i^T P(j->i) k_j + G_i - G_j,   G_t = sum_{s<=t} log_forget_s
+    o_i      = sum_j softmax_j(s(i, .)) v_j
+
+Blockwise algorithm (steps grouped in blocks of C; local indices inside a block):
+
+* UT / WY form of a block's product (checked against explicit products in tests)::
+
+      A   = (I + strictLower(diag(beta) W W^T))^-1 diag(beta)     (C, C), lower triangular
+      H_C ... H_1 = I - W^T A W ,   any contiguous sub-range [b..a] uses the sub-block A[b:a, b:a]
+
+  (the diagonal blocks of the inverse of a triangular matrix are the inverses of its diagonal blocks).
+* Queries moved to the start of their block, keys moved to the end of theirs (U = A W)::
+
+      Qt = Q - tril(Q W^T) U                      q_i^T (H_i ... H_1)
+      Kt = K - (A tril(W K^T, -1))^T W            (H_C ... H_(j+1)) k_j
+      S_diag = Q K^T - tril(Q W^T) A tril(W K^T, -1)   (exact intra-block transports, j <= i)
+
+* Off-diagonal key block m < n: ``s = R K_m~^T`` with ``R = Qt_n P_(n-1) ... P_(m+1)`` (row form);
+  the scan runs over offsets ``d = n - m = 1, 2, ...`` with all query blocks in parallel and moves
+  ``R <- R - (R W_m^T) U_m`` after scoring key block m. One matmul per offset gives both
+  ``R [Kt_m; W_m]^T = [scores | X]``. Softmax is online (flash-style running max / sum).
+
+Cost O(L^2 D + L C D) time. No (L, L, D) or (L, D, D) tensor is formed. A custom autograd
+function with a hand-written backward (flash-style recomputation of the probabilities) keeps,
+per head, O(L D) plus the moved queries R of every offset (L^2 D / (2C) numbers, about L^2 / 2
+for C = D) for the backward. Double backward is not supported.
+
+The forget-gate bias uses per-block offsets: a local cumulative sum inside each block (input
+dtype) plus float64 block offsets, so G_i - G_j never cancels two large float32 numbers. log_forget
+must be finite (a log-sigmoid is). On CPUs, sharply peaked attention makes denormals; callers
+own ``torch.set_flush_denormal(True)`` (SEMANTICS 6).
+
+Baselines for tests and benchmarks: :func:`path_attention_naive` (float64 loops over explicit
+products, O(L^2 D^2)) and :func:`path_attention_materialized` (all L x L transported keys,
+O(L^2 D) memory).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from pedsl.errors import ShapeError
+
+__all__ = [
+    "path_attention",
+    "path_attention_naive",
+    "path_attention_materialized",
+    "householder_product",
+    "ut_block_product",
+]
+
+
+# --------------------------------------------------------------------------- checks and helpers
+def _check(q, k, v, w, beta, log_forget, q_scale) -> None:
+    if q.dim() != 4:
+        raise ShapeError(f"path_attention: q must be (B, H, L, D), got shape {tuple(q.shape)}; "
+                         "reshape the projections to (batch, heads, length, head_dim).")
+    for name, t in (("k", k), ("v", v), ("w", w)):
+        if tuple(t.shape) != tuple(q.shape):
+            raise ShapeError(f"path_attention: {name} has shape {tuple(t.shape)} but q has "
+                             f"{tuple(q.shape)}; q, k, v and w must all be (B, H, L, D).")
+    for name, t in (("beta", beta), ("log_forget", log_forget)):
+        if t is not None and tuple(t.shape) != tuple(q.shape[:3]):
+            raise ShapeError(f"path_attention: {name} has shape {tuple(t.shape)}; it must be "
+                             f"(B, H, L) = {tuple(q.shape[:3])}, one value per head and position.")
+    if q_scale is not None:
+        B, H, L, _ = q.shape
+        ok = q_scale.dim() == 3 and q_scale.shape[0] in (1, B) and q_scale.shape[1] in (1, H) \
+            and q_scale.shape[2] == L
+        if not ok:
+            raise ShapeError(f"path_attention: q_scale has shape {tuple(q_scale.shape)}; it must "
+                             f"be (B|1, H|1, L) with L = {L}, a per-query temperature.")
+
+
+def _ut_A(W: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """A = (I + strictLower(diag(beta) W W^T))^-1 diag(beta); W (..., C, D), beta (..., C)."""
+    C = W.shape[-2]
+    eye = torch.eye(C, dtype=W.dtype, device=W.device)
+    low = torch.tril(W @ W.transpose(-1, -2), -1) * beta.unsqueeze(-1)  # (..., C, C)
+    X = torch.linalg.solve_triangular(low + eye, eye.expand_as(low), upper=False,
+                                      unitriangular=True)
+    return X * beta.unsqueeze(-2)
+
+
+def ut_block_product(w: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """H_n ... H_1 = I - W^T A W via the UT representation; w (..., n, D) -> (..., D, D)."""
+    A = _ut_A(w, beta)
+    eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
+    return eye - w.transpose(-1, -2) @ A @ w
+
+
+def householder_product(w: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """Explicit H_n ... H_1 (step 1 = row 0 applied first); w (..., n, D) -> (..., D, D)."""
+    D = w.shape[-1]
+    P = torch.eye(D, dtype=w.dtype, device=w.device).expand(*w.shape[:-2], D, D)
+    for t in range(w.shape[-2]):
+        wt = w[..., t, :]
+        Hm = torch.eye(D, dtype=w.dtype, device=w.device) \
+            - beta[..., t, None, None] * wt.unsqueeze(-1) * wt.unsqueeze(-2)
+        P = Hm @ P
+    return P
+
+
+def _scaled_q(q, scale, q_scale):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    qs = q * scale
+    if q_scale is not None:
+        qs = qs * q_scale.to(q.dtype).unsqueeze(-1)
+    return qs
+
+
+# --------------------------------------------------------------------------- the blockwise core
+class _PathCore(torch.autograd.Function):
+    """Off-diagonal scan + online softmax. Tensors are (Z, N, C, D) / (Z, N, C, C), Z = B * H."""
+
+    @staticmethod
+    def forward(ctx, Qt, Kt, V, W, U, Sd, gl, gb):
+        Z, N, C, D = Qt.shape
+        stat = torch.float32 if Qt.dtype in (torch.float16, torch.bfloat16) else Qt.dtype
+        use_bias = gl is not None
+        m = Sd.amax(-1).to(stat)  # (Z, N, C): the diagonal is never masked
+        p = torch.exp(Sd - m.unsqueeze(-1).to(Sd.dtype))
+        l = p.sum(-1, dtype=stat)
+        acc = (p @ V).to(stat)  # (Z, N, C, D)
+        KW = torch.cat([Kt, W], dim=-2)  # (Z, N, 2C, D)
+        Rs = []
+        R = Qt[:, 1:]
+        for d in range(1, N):
+            n, mm = slice(d, N), slice(0, N - d)
+            Rs.append(R)
+            SX = R @ KW[:, mm].transpose(-1, -2)  # (Z, N-d, C, 2C) = [scores | X]
+            s = SX[..., :C]
+            if use_bias:
+                s = s + _bias(gl, gb, d, N)
+            mn = torch.maximum(m[:, n], s.amax(-1).to(stat))
+            alpha = torch.exp(m[:, n] - mn)
+            p = torch.exp(s - mn.unsqueeze(-1).to(s.dtype))
+            l[:, n] = l[:, n] * alpha + p.sum(-1, dtype=stat)
+            acc[:, n] = acc[:, n] * alpha.unsqueeze(-1) + (p @ V[:, mm]).to(stat)
+            m[:, n] = mn
+            if d < N - 1:  # move queries n >= d+1 through block m = n - d >= 1
+                R = R[:, 1:] - SX[:, 1:, :, C:] @ U[:, 1:N - d]
+        O = (acc / l.unsqueeze(-1)).to(Qt.dtype)
+        lse = m + torch.log(l)
+        ctx.save_for_backward(Kt, V, W, U, Sd, gl, gb, O, lse, *Rs)
+        ctx.use_bias = use_bias
+        return O
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dO):
+        Kt, V, W, U, Sd, gl, gb, O, lse, *Rs = ctx.saved_tensors
+        Z, N, C, D = V.shape
+        dO = dO.contiguous()
+        Dl = (dO.to(lse.dtype) * O.to(lse.dtype)).sum(-1)  # (Z, N, C)
+        p = torch.exp(Sd - lse.unsqueeze(-1).to(Sd.dtype))
+        dV = p.transpose(-1, -2) @ dO
+        dSd = p * (dO @ V.transpose(-1, -2) - Dl.unsqueeze(-1).to(p.dtype))
+        KW = torch.cat([Kt, W], dim=-2)
+        dKW = torch.zeros_like(KW)
+        dU = torch.zeros_like(U)
+        dgl = torch.zeros_like(gl) if ctx.use_bias else None
+        dgb = torch.zeros_like(gb) if ctx.use_bias else None
+        carry = None  # gradient of R at offset d + 1, for query blocks n >= d + 1
+        for d in range(N - 1, 0, -1):
+            n, mm = slice(d, N), slice(0, N - d)
+            R = Rs[d - 1]
+            SX = R @ KW[:, mm].transpose(-1, -2)
+            s = SX[..., :C]
+            if ctx.use_bias:
+                s = s + _bias(gl, gb, d, N)
+            p = torch.exp(s - lse[:, n].unsqueeze(-1).to(s.dtype))
+            dV[:, mm] += p.transpose(-1, -2) @ dO[:, n]
+            ds = p * (dO[:, n] @ V[:, mm].transpose(-1, -2) - Dl[:, n].unsqueeze(-1).to(p.dtype))
+            if ctx.use_bias:
+                rs, cs = ds.sum(-1), ds.sum(-2)
+                dgl[:, n] += rs
+                dgl[:, mm] -= cs
+                tot = rs.sum(-1).to(dgb.dtype)
+                dgb[:, n] += tot
+                dgb[:, mm] -= tot
+            if carry is None:
+                G = torch.cat([ds, torch.zeros_like(ds)], dim=-1)
+            else:  # R_{d+1} = R_d - X U_m with X = R_d W_m^T, for n >= d + 1
+                X = SX[:, 1:, :, C:]
+                dX = -(carry @ U[:, 1:N - d].transpose(-1, -2))
+                dU[:, 1:N - d] -= X.transpose(-1, -2) @ carry
+                dXp = torch.cat([torch.zeros_like(dX[:, :1]), dX], dim=1)
+                G = torch.cat([ds, dXp], dim=-1)  # (Z, N-d, C, 2C)
+            gR = G @ KW[:, mm]
+            if carry is not None:
+                gR[:, 1:] += carry
+            dKW[:, mm] += G.transpose(-1, -2) @ R
+            carry = gR
+        dQt = torch.zeros_like(V)
+        if carry is not None:
+            dQt[:, 1:] = carry
+        return dQt, dKW[..., :C, :], dV, dKW[..., C:, :], dU, dSd, dgl, dgb
+
+
+def _bias(gl, gb, d, N):
+    """G_i - G_j for query block n and key block n - d: (Z, N-d, C, C)."""
+    off = (gb[:, d:] - gb[:, :N - d]).to(gl.dtype)  # float64 block offsets, cast after the difference
+    return gl[:, d:].unsqueeze(-1) - gl[:, :N - d].unsqueeze(-2) + off[..., None, None]
+
+
+# --------------------------------------------------------------------------- public API
+def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None):
+    """PaTH attention (causal), blockwise UT/WY algorithm; returns (B, H, L, D) in q's dtype."""
+    _check(q, k, v, w, beta, log_forget, q_scale)
+    B, H, L, D = q.shape
+    if L == 0:
+        return torch.zeros_like(v)
+    C = max(1, min(int(block_size), L))
+    N = -(-L // C)
+    pad = N * C - L  # padded steps sit after every real token: H = I, bias 0, never attended to
+    qs = _scaled_q(q, scale, q_scale)
+
+    def blocks(x):  # (B, H, L, D) -> (Z, N, C, D)
+        return F.pad(x, (0, 0, 0, pad)).reshape(B * H, N, C, x.shape[-1])
+
+    Q, K, Vb, W = blocks(qs), blocks(k), blocks(v), blocks(w)
+    bt = F.pad(beta.to(q.dtype), (0, pad)).reshape(B * H, N, C)
+    A = _ut_A(W, bt)  # (Z, N, C, C)
+    U = A @ W
+    QW = torch.tril(Q @ W.transpose(-1, -2))  # [i, a], a <= i
+    Zm = A @ torch.tril(W @ K.transpose(-1, -2), -1)  # A [b, j], b > j
+    Qt = Q - QW @ U
+    Kt = K - Zm.transpose(-1, -2) @ W
+    Sd = Q @ K.transpose(-1, -2) - QW @ Zm
+    gl = gb = None
+    if log_forget is not None:
+        lf = F.pad(log_forget.to(torch.float64), (0, pad)).reshape(B * H, N, C)
+        loc = lf.cumsum(-1)  # local cumulative sums, float64
+        gb = F.pad(loc[..., -1].cumsum(-1)[..., :-1], (1, 0))  # (Z, N) exclusive block offsets
+        gl = loc.to(q.dtype)
+        Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
+    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
+    Sd = Sd.masked_fill(~causal, float("-inf"))
+    O = _PathCore.apply(Qt, Kt, Vb, W, U, Sd, gl, gb)
+    return O.reshape(B, H, N * C, D)[:, :, :L]
+
+
+def path_attention_naive(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64,
+                         q_scale=None):
+    """Reference: explicit products H_i ... H_(j+1) in float64, loops over i and j, O(L^2 D^2).
+
+    ``block_size`` is accepted for signature compatibility and ignored.
+    """
+    _check(q, k, v, w, beta, log_forget, q_scale)
+    dt = q.dtype
+    q, k, v, w, beta = (t.to(torch.float64) for t in (q, k, v, w, beta))
+    qs = _scaled_q(q, scale, None if q_scale is None else q_scale.to(torch.float64))
+    B, H, L, D = q.shape
+    G = None if log_forget is None else log_forget.to(torch.float64).cumsum(-1)
+    eye = torch.eye(D, dtype=torch.float64, device=q.device)
+    outs = []
+    for i in range(L):
+        P = eye.expand(B, H, D, D)  # P(j -> i), starting at j = i
+        scores = []
+        for j in range(i, -1, -1):
+            if j < i:  # P(j -> i) = P(j+1 -> i) H_(j+1)
+                wt = w[:, :, j + 1]
+                P = P - beta[:, :, j + 1, None, None] * (P @ wt.unsqueeze(-1)) * wt.unsqueeze(-2)
+            s = (qs[:, :, i].unsqueeze(-2) @ P @ k[:, :, j].unsqueeze(-1))[..., 0, 0]
+            if G is not None:
+                s = s + G[:, :, i] - G[:, :, j]
+            scores.append(s)
+        a = torch.softmax(torch.stack(scores[::-1], -1), -1)  # (B, H, i + 1)
+        outs.append(a.unsqueeze(-2) @ v[:, :, : i + 1])
+    return torch.cat(outs, -2).to(dt)
+
+
+def path_attention_materialized(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64,
+                                q_scale=None):
+    """Hand-written baseline: every transported key P(j->i) k_j, a (B, H, L, L, D) tensor.
+
+    ``block_size`` is ignored. Time O(L^2 D), memory O(L^2 D) per head (that is the point).
+    """
+    _check(q, k, v, w, beta, log_forget, q_scale)
+    B, H, L, D = q.shape
+    qs = _scaled_q(q, scale, q_scale)
+    rows, cur = [], k[:, :, :0]
+    for i in range(L):  # row i: keys j <= i carried through H_i
+        if i > 0:
+            wt = w[:, :, i]
+            cur = cur - beta[:, :, i, None, None] * (cur @ wt.unsqueeze(-1)) * wt.unsqueeze(-2)
+        cur = torch.cat([cur, k[:, :, i : i + 1]], -2)
+        rows.append(F.pad(cur, (0, 0, 0, L - i - 1)))
+    KT = torch.stack(rows, 2)  # (B, H, L, L, D): KT[i, j] = P(j->i) k_j
+    s = (KT @ qs.unsqueeze(-1)).squeeze(-1)  # (B, H, L, L)
+    if log_forget is not None:
+        G = log_forget.to(torch.float64).cumsum(-1)
+        s = s + (G.unsqueeze(-1) - G.unsqueeze(-2)).to(s.dtype)
+    mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
+    s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, -1) @ v
