@@ -1,0 +1,55 @@
+"""Functional attention kernels for positional encodings (layout ``(B, H, L, D)``).
+
+- :mod:`rotary`: RoPE-family pair rotations (SEMANTICS 2a);
+- :mod:`accumulate`: accumulated SO(2) transports (SEMANTICS 2b, 5.1, 5.2);
+- :mod:`alibi`: ALiBi slopes (SEMANTICS 3);
+- :mod:`bias`: separable / materialised / FlexAttention biased causal attention (SEMANTICS 5.6, 5.7);
+- :mod:`path`: PaTH Householder transports (SEMANTICS 2b, 5.3);
+- :mod:`reference`: the naive float64 oracle of SEMANTICS 1 (tests only).
+"""
+
+import importlib.util
+
+from pedsl.ops.accumulate import cumulative_angles, so2_accumulated_attention
+from pedsl.ops.alibi import alibi_slopes
+from pedsl.ops.bias import (
+    alibi_bias,
+    alibi_key_term,
+    alibi_score_mod,
+    flex_bias_attention,
+    forget_key_term,
+    materialized_bias_attention,
+    separable_bias_attention,
+)
+from pedsl.ops.rotary import (
+    apply_rotary,
+    apply_rotary_channels,
+    geometric_freqs,
+    rotary_cos_sin,
+    rotate_by_angles,
+)
+
+if importlib.util.find_spec("pedsl.ops.path") is not None:  # written by the PaTH helper
+    from pedsl.ops.path import path_attention, path_attention_naive
+else:  # pragma: no cover - until pedsl/ops/path.py lands
+    path_attention = path_attention_naive = None
+
+__all__ = [
+    "alibi_bias",
+    "alibi_key_term",
+    "alibi_score_mod",
+    "alibi_slopes",
+    "apply_rotary",
+    "apply_rotary_channels",
+    "cumulative_angles",
+    "flex_bias_attention",
+    "forget_key_term",
+    "geometric_freqs",
+    "materialized_bias_attention",
+    "path_attention",
+    "path_attention_naive",
+    "rotary_cos_sin",
+    "rotate_by_angles",
+    "separable_bias_attention",
+    "so2_accumulated_attention",
+]
