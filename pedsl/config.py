@@ -1,0 +1,343 @@
+"""Configuration models for training and evaluation (pydantic v2, ``extra="forbid"``).
+
+Resolution order for a training run (later wins)::
+
+    field defaults  <-  preset (tiny/small/base)  <-  the scheme's `train { ... }` block  <-  CLI overrides
+
+Keys in a scheme's ``train {}`` block and in CLI/YAML overrides are *flat*: any field of
+:class:`TrainConfig` (``steps``, ``context``, ``lr`` ...), any field of :class:`ModelConfig`
+(``n_layers``, ``d_model`` ...), any field of :class:`DataConfig` that does not collide with a
+train field (``source``, ``val_fraction`` ...), or a dotted path (``model.d_model``,
+``data.seed``). ``data = "passkey"`` is short for ``data.source = "passkey"``.
+:func:`train_block_keys` / :func:`eval_block_keys` list what the checker should accept.
+
+The same models are what ``pedsl compile`` writes as ``train.yaml`` / ``eval.yaml`` and what
+``pedsl train train.yaml`` reads back (:meth:`TrainConfig.from_yaml`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from pedsl.errors import ConfigError, did_you_mean
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelConfig(_Frozen):
+    """A decoder-only pre-norm transformer (see :mod:`pedsl.model`)."""
+
+    vocab_size: int = Field(256, ge=2)
+    n_layers: int = Field(2, ge=1)
+    d_model: int = Field(128, ge=2)
+    n_heads: int = Field(4, ge=1)
+    head_dim: int | None = Field(None, ge=2, description="per-head width; default d_model // n_heads")
+    mlp_ratio: float = Field(4.0, gt=0)
+    tie_embeddings: bool = True
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    norm_eps: float = Field(1e-5, gt=0)
+    init_std: float = Field(0.02, gt=0)
+
+    @model_validator(mode="after")
+    def _derive_head_dim(self) -> "ModelConfig":
+        if self.head_dim is None:
+            if self.d_model % self.n_heads:
+                raise ValueError(
+                    f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
+                    "set head_dim explicitly or change one of them"
+                )
+            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even (rotary schemes pair channels)")
+        return self
+
+
+DataSource = str  # "stdlib" | "passkey" | "blocks" | a local file or folder path
+
+
+class DataConfig(_Frozen):
+    """Where the bytes come from (see :mod:`pedsl.data`)."""
+
+    source: DataSource = "stdlib"
+    seed: int = 0
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    max_bytes: int = Field(8_000_000, ge=1024, description="read at most this many bytes of text")
+    passkey_digits: int = Field(5, ge=1, le=32)
+    block_len: int = Field(16, ge=2, description="latent block length B of the block task")
+    block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
+
+    @model_validator(mode="after")
+    def _offset_inside(self) -> "DataConfig":
+        if self.block_offset >= self.block_len - 1:
+            raise ValueError(f"block_offset {self.block_offset} must be < block_len - 1 = {self.block_len - 1}")
+        return self
+
+
+class TrainConfig(_Frozen):
+    """Everything a training run depends on; saved as ``RUN/config.yaml``."""
+
+    scheme: str = Field("", description="path of the .pe file")
+    params: dict[str, Any] = Field(default_factory=dict, description="scheme parameter overrides")
+    preset: str = "tiny"
+    backend: str = "auto"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    context: int = Field(128, ge=2)
+    steps: int = Field(600, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    min_lr: float = Field(3e-4, ge=0)
+    warmup: int = Field(50, ge=0)
+    weight_decay: float = Field(0.1, ge=0)
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.99, ge=0, lt=1)
+    grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
+    seed: int = 0
+    log_every: int = Field(10, ge=1)
+    eval_every: int = Field(200, ge=1)
+    eval_batches: int = Field(8, ge=1)
+    checkpoint_every: int = Field(200, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    device: str = "auto"
+    threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
+    compile: bool = False
+    flush_denormal: bool = True
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "TrainConfig":
+        return cls.model_validate_yaml_file(path)
+
+    @classmethod
+    def model_validate_yaml_file(cls, path: str | Path) -> Any:
+        data = _read_yaml(path)
+        return _validate(cls, data, where=str(path))
+
+    def digest(self) -> str:
+        """sha256 of the fields that change the math (used to match checkpoints)."""
+        d = self.model_dump(mode="json")
+        for k in RESUMABLE_FIELDS:
+            d.pop(k, None)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
+
+
+# Changing these between a run and its --resume is allowed.
+RESUMABLE_FIELDS = (
+    "scheme", "steps", "log_every", "eval_every", "eval_batches", "checkpoint_every",
+    "keep_checkpoints", "device", "threads", "compile", "backend",
+)
+
+
+EvalTask = Literal["ppl", "passkey", "blocks"]
+
+
+class EvalConfig(_Frozen):
+    """Evaluation past the training length (read by :mod:`pedsl.evaluate`)."""
+
+    context: int = Field(128, ge=2, description="training length the defaults scale from")
+    lengths: list[int] | None = Field(None, description="default: context * [1, 2, 4, 8, 16, 32]")
+    tasks: list[EvalTask] = Field(default_factory=lambda: ["ppl", "passkey", "blocks"])
+    windows: int = Field(4, ge=1, description="windows (perplexity) or samples (tasks) per length")
+    batch_size: int = Field(2, ge=1)
+    far_window: int = Field(32, ge=1, description="W of the far-mass instrument")
+    analyze_lengths: list[int] | None = Field(None, description="default: context * [1, 4, 16]")
+    seed: int = 1234
+
+    @model_validator(mode="after")
+    def _derive_lengths(self) -> "EvalConfig":
+        if self.lengths is None:
+            object.__setattr__(self, "lengths", [self.context * m for m in (1, 2, 4, 8, 16, 32)])
+        if self.analyze_lengths is None:
+            object.__setattr__(self, "analyze_lengths", [self.context * m for m in (1, 4, 16)])
+        return self
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "EvalConfig":
+        return _validate(cls, _read_yaml(path), where=str(path))
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # ~1 minute for 600 steps at context 128, batch 16 on a 2-core CPU.
+    "tiny": {"model": {"n_layers": 2, "d_model": 128, "n_heads": 4, "head_dim": 32},
+             "context": 128, "steps": 600, "batch_size": 16, "lr": 3e-3, "min_lr": 3e-4, "warmup": 50},
+    "small": {"model": {"n_layers": 4, "d_model": 256, "n_heads": 8, "head_dim": 32},
+              "context": 256, "steps": 2000, "batch_size": 16, "lr": 2e-3, "min_lr": 2e-4, "warmup": 100},
+    # The papers' scale (GPU): 16 layers, width 768, 12 heads of 64.
+    "base": {"model": {"n_layers": 16, "d_model": 768, "n_heads": 12, "head_dim": 64},
+             "context": 1024, "steps": 20000, "batch_size": 32, "lr": 6e-4, "min_lr": 6e-5,
+             "warmup": 1000, "data": {"max_bytes": 64_000_000}},
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Flat-key overrides
+
+
+def train_block_keys() -> set[str]:
+    """Every key a scheme's ``train {}`` block (or an override) may use."""
+    keys = set(TrainConfig.model_fields)
+    keys |= set(ModelConfig.model_fields)
+    keys |= set(DataConfig.model_fields) - set(TrainConfig.model_fields)
+    keys |= {f"model.{k}" for k in ModelConfig.model_fields}
+    keys |= {f"data.{k}" for k in DataConfig.model_fields}
+    return keys
+
+
+def eval_block_keys() -> set[str]:
+    return set(EvalConfig.model_fields)
+
+
+def _set_flat(d: dict[str, Any], key: str, value: Any, *, where: str) -> None:
+    train_fields = set(TrainConfig.model_fields)
+    if key in ("model", "data") and isinstance(value, Mapping):
+        for k, v in value.items():
+            _set_flat(d, f"{key}.{k}", v, where=where)
+    elif key == "data" and isinstance(value, str):
+        d.setdefault("data", {})["source"] = value
+    elif key == "params" and isinstance(value, Mapping):
+        d.setdefault("params", {}).update(value)
+    elif key in train_fields:
+        d[key] = value
+    elif key in ModelConfig.model_fields:
+        d.setdefault("model", {})[key] = value
+    elif key in DataConfig.model_fields:
+        d.setdefault("data", {})[key] = value
+    elif "." in key and key.split(".", 1)[0] in ("model", "data"):
+        head, tail = key.split(".", 1)
+        fields = (ModelConfig if head == "model" else DataConfig).model_fields
+        if tail not in fields:
+            raise ConfigError(f"{where}: unknown {head} setting '{tail}'",
+                              hint=did_you_mean(tail, fields) or f"known: {', '.join(fields)}")
+        d.setdefault(head, {})[tail] = value
+    else:
+        raise ConfigError(f"{where}: unknown training setting '{key}'",
+                          hint=did_you_mean(key, train_block_keys()) or "see `pedsl.config.train_block_keys()`")
+
+
+def resolve_train_config(
+    *,
+    scheme: str = "",
+    params: Mapping[str, Any] | None = None,
+    block: Mapping[str, Any] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> TrainConfig:
+    """defaults <- preset <- scheme ``train {}`` block <- overrides, validated."""
+    block = dict(block or {})
+    overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+    preset = overrides.get("preset", block.get("preset", "tiny"))
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset '{preset}'",
+                          hint=did_you_mean(str(preset), PRESETS) or f"presets: {', '.join(PRESETS)}")
+    d: dict[str, Any] = {"scheme": scheme, "preset": preset}
+    for k, v in PRESETS[preset].items():
+        _set_flat(d, k, v, where=f"preset {preset}")
+    for k, v in block.items():
+        _set_flat(d, k, v, where="train block")
+    for k, v in overrides.items():
+        _set_flat(d, k, v, where="override")
+    if params:
+        d.setdefault("params", {}).update(params)
+    # A preset's head_dim only holds with its own d_model / n_heads.
+    m = d.get("model", {})
+    if "head_dim" not in {**_flat_model(block), **_flat_model(overrides)} and \
+            ("d_model" in _flat_model(block) or "n_heads" in _flat_model(block)
+             or "d_model" in _flat_model(overrides) or "n_heads" in _flat_model(overrides)):
+        m.pop("head_dim", None)
+    return _validate(TrainConfig, d, where="training config")
+
+
+def _flat_model(d: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in d.items() if k in ModelConfig.model_fields}
+    out.update({k.split(".", 1)[1]: v for k, v in d.items() if k.startswith("model.")})
+    if isinstance(d.get("model"), Mapping):
+        out.update(d["model"])
+    return out
+
+
+def train_config_from_scheme(scheme_path: str | Path, params: Mapping[str, Any] | None = None,
+                             overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    from pedsl.lang.api import load
+
+    scheme = load(str(scheme_path), params=dict(params) if params else None)
+    return resolve_train_config(scheme=str(scheme_path), params=params, block=scheme.train,
+                                overrides=overrides)
+
+
+def eval_config_from_scheme(scheme_path: str | Path, params: Mapping[str, Any] | None = None,
+                            overrides: Mapping[str, Any] | None = None,
+                            context: int | None = None) -> EvalConfig:
+    """defaults <- scheme ``eval {}`` block <- overrides; ``context`` from the train config."""
+    from pedsl.lang.api import load
+
+    scheme = load(str(scheme_path), params=dict(params) if params else None)
+    if context is None:
+        context = resolve_train_config(scheme=str(scheme_path), block=scheme.train).context
+    return resolve_eval_config(block=scheme.eval, overrides=overrides, context=context)
+
+
+def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
+                        overrides: Mapping[str, Any] | None = None, context: int = 128) -> EvalConfig:
+    d: dict[str, Any] = {"context": context}
+    for src, where in ((block or {}, "eval block"), (overrides or {}, "override")):
+        for k, v in src.items():
+            if v is None:
+                continue
+            if k not in EvalConfig.model_fields:
+                raise ConfigError(f"{where}: unknown evaluation setting '{k}'",
+                                  hint=did_you_mean(k, EvalConfig.model_fields)
+                                  or f"known: {', '.join(EvalConfig.model_fields)}")
+            d[k] = v
+    return _validate(EvalConfig, d, where="evaluation config")
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML and validation with readable errors
+
+
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file '{p}' does not exist", file=str(p)) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise ConfigError(f"'{p}' is not valid YAML: {getattr(exc, 'problem', exc)}", file=str(p),
+                          line=mark.line + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"'{p}' must hold a mapping of settings, not {type(data).__name__}", file=str(p))
+    return data
+
+
+def _validate(cls: type[BaseModel], data: Mapping[str, Any], *, where: str) -> Any:
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        if err["type"] == "extra_forbidden":
+            name = str(err["loc"][-1])
+            owner: type[BaseModel] = cls
+            for part in err["loc"][:-1]:
+                f = owner.model_fields.get(str(part))
+                ann = getattr(f, "annotation", None) if f else None
+                if isinstance(ann, type) and issubclass(ann, BaseModel):
+                    owner = ann
+            raise ConfigError(f"{where}: unknown setting '{loc}'",
+                              hint=did_you_mean(name, owner.model_fields)
+                              or f"known: {', '.join(owner.model_fields)}") from None
+        raise ConfigError(f"{where}: invalid value for '{loc or cls.__name__}': {err['msg']} "
+                          f"(got {err.get('input')!r})") from None

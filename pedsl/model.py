@@ -1,0 +1,155 @@
+"""A small decoder-only transformer whose only positional signal is the compiled scheme.
+
+Pre-norm GPT (nanoGPT layout): byte embedding -> n_layers x [norm -> attention -> residual,
+norm -> MLP(GELU) -> residual] -> final norm -> logits through the (tied) embedding.
+There are no absolute position embeddings: every layer's attention is a module built by
+``attention_factory(layer_index)`` (normally :func:`pedsl.compiler.compile_scheme`) with
+
+    forward(q, k, v, *, x=None, tokens=None) -> (B, H, L, D)
+
+where q, k, v are (B, H, L, D), ``x`` is the normalised layer input (B, L, d_model) that
+data-dependent steps and gates read, and ``tokens`` are the byte ids (B, L).
+
+Shapes: B batch, L length, C = d_model, H heads, D head_dim, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pedsl.config import ModelConfig
+
+AttentionFactory = Callable[[int], nn.Module]
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm (Zhang & Sennrich 2019) with a learned gain."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(cfg: ModelConfig) -> nn.Module:
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+    return RMSNorm(cfg.d_model, cfg.norm_eps)
+
+
+class Attention(nn.Module):
+    """qkv projection -> (B, H, L, D) -> the scheme module -> output projection."""
+
+    def __init__(self, cfg: ModelConfig, pe: nn.Module) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
+        inner = cfg.n_heads * cfg.head_dim
+        self.qkv = nn.Linear(cfg.d_model, 3 * inner, bias=False)
+        self.proj = nn.Linear(inner, cfg.d_model, bias=False)
+        self.pe = pe
+        self.captured: list[dict[str, torch.Tensor]] | None = None
+
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        B, L, _ = x.shape                                                   # x: (B, L, C), normalised
+        qkv = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim)        # (B, L, 3, H, D)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)                      # 3 x (B, H, L, D)
+        kwargs = {}
+        if getattr(self.pe, "needs_x", True):
+            kwargs["x"] = x
+        if getattr(self.pe, "needs_tokens", True):
+            kwargs["tokens"] = tokens
+        if self.captured is not None:
+            self.captured.append({"q": q.detach(), "k": k.detach(), "v": v.detach(),
+                                  "x": x.detach(), "tokens": tokens})
+        o = self.pe(q, k, v, **kwargs)                                      # (B, H, L, D)
+        o = o.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)   # (B, L, H*D)
+        return self.proj(o)                                                 # (B, L, C)
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        hidden = int(cfg.mlp_ratio * cfg.d_model)
+        self.fc = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.proj = nn.Linear(hidden, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))                                # (B, L, C)
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig, pe: nn.Module) -> None:
+        super().__init__()
+        self.norm1, self.attn = make_norm(cfg), Attention(cfg, pe)
+        self.norm2, self.mlp = make_norm(cfg), MLP(cfg)
+
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), tokens)
+        return x + self.mlp(self.norm2(x))
+
+
+class TransformerLM(nn.Module):
+    """Byte-level language model: ``forward(tokens (B, L)) -> logits (B, L, V)``."""
+
+    def __init__(self, cfg: ModelConfig, attention_factory: AttentionFactory) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, attention_factory(i)) for i in range(cfg.n_layers))
+        self.norm = make_norm(cfg)
+        self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers).
+
+        Only the model's own layers are touched: the scheme modules keep their own init.
+        """
+        std = self.cfg.init_std
+        own = [self.embed, *([self.head] if self.head is not None else [])]
+        for blk in self.blocks:
+            own += [blk.attn.qkv, blk.attn.proj, blk.mlp.fc, blk.mlp.proj]
+        for m in own:
+            nn.init.normal_(m.weight, mean=0.0, std=std)
+        for blk in self.blocks:
+            for m in (blk.attn.proj, blk.mlp.proj):
+                nn.init.normal_(m.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        x = self.embed(tokens)                                              # (B, L, C)
+        for blk in self.blocks:
+            x = blk(x, tokens)                                              # (B, L, C)
+        x = self.norm(x)
+        weight = self.embed.weight if self.head is None else self.head.weight
+        return F.linear(x, weight)                                          # (B, L, V)
+
+    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Mean next-byte cross-entropy (nats) of a (B, L + 1) window."""
+        logits = self(tokens[:, :-1])                                       # (B, L, V)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                               tokens[:, 1:].reshape(-1))
+
+    @torch.no_grad()
+    def capture(self, tokens: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        """Per layer, the inputs of its scheme module: ``q, k, v`` (B, H, L, D), ``x`` (B, L, C),
+        ``tokens`` (B, L). For the analysis instruments (runs the model once, no grad)."""
+        out: list[dict[str, torch.Tensor]] = []
+        for blk in self.blocks:
+            blk.attn.captured = out
+        try:
+            self(tokens)
+        finally:
+            for blk in self.blocks:
+                blk.attn.captured = None
+        return out
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

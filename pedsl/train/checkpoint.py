@@ -1,0 +1,249 @@
+"""Checkpoints that survive faults: safetensors tensors, a JSON state, atomic directories.
+
+Layout of one checkpoint (``RUN/checkpoints/step_0000600/``)::
+
+    model.safetensors   the model's state_dict (float tensors, shared storage broken)
+    optim.safetensors   AdamW state flattened: ``state.{param_index}.{exp_avg|exp_avg_sq|step}``
+    state.json          step, RNG states, data position, config/scheme hashes, model shapes,
+                        optimizer param_groups, sha256 of both tensor files
+
+A checkpoint is written into ``step_XXXXXXX.tmp-<pid>/`` (every file fsynced), then renamed to
+its final name with ``os.replace`` and the parent directory fsynced, so a crash leaves either a
+complete checkpoint or an ignored temporary directory. Loading verifies the sha256 of both
+tensor files and every mismatch raises :class:`CheckpointError` naming the file and what differs.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from pedsl.errors import CheckpointError
+
+PREFIX = "step_"
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    """Atomically replace ``path`` with ``data`` (temp file in the same dir, fsync, rename)."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_text(path: Path, text: str) -> None:
+    write_bytes(path, text.encode())
+
+
+# ---------------------------------------------------------------------------------------------
+# RNG states as JSON
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {
+        "torch": base64.b64encode(torch.get_rng_state().numpy().tobytes()).decode(),
+        "python": _to_json(random.getstate()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = [base64.b64encode(s.numpy().tobytes()).decode() for s in torch.cuda.get_rng_state_all()]
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
+    random.setstate(_from_json(state["python"]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(
+            [torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8) for s in state["cuda"]])
+
+
+def _to_json(x: Any) -> Any:
+    return [_to_json(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _from_json(x: Any) -> Any:
+    return tuple(_from_json(v) for v in x) if isinstance(x, list) else x
+
+
+# ---------------------------------------------------------------------------------------------
+# Save
+
+
+def _tensors(sd: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu").contiguous().clone() for k, v in sd.items()}
+
+
+def flatten_optimizer(optim: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list[dict]]:
+    sd = optim.state_dict()
+    flat = {}
+    for idx, st in sd["state"].items():
+        for name, value in st.items():
+            t = value if torch.is_tensor(value) else torch.tensor(value)
+            flat[f"state.{idx}.{name}"] = t.detach().to("cpu").contiguous().clone()
+    return flat, sd["param_groups"]
+
+
+def unflatten_optimizer(flat: dict[str, torch.Tensor], groups: list[dict]) -> dict[str, Any]:
+    state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, t in flat.items():
+        _, idx, name = key.split(".", 2)
+        state.setdefault(int(idx), {})[name] = t
+    return {"state": state, "param_groups": groups}
+
+
+def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optim: torch.optim.Optimizer,
+                    meta: dict[str, Any], keep: int) -> Path:
+    """Write ``ckpt_root/step_XXXXXXX`` atomically and delete all but the newest ``keep``."""
+    ckpt_root.mkdir(parents=True, exist_ok=True)
+    final = ckpt_root / f"{PREFIX}{step:07d}"
+    tmp = ckpt_root / f"{final.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    sd = model.state_dict()
+    model_bytes = st_save(_tensors(sd))
+    flat, groups = flatten_optimizer(optim)
+    optim_bytes = st_save(flat) if flat else st_save({"__empty__": torch.zeros(0)})
+    state = {
+        **meta,
+        "step": step,
+        "rng": rng_state(),
+        "shapes": {k: list(v.shape) for k, v in sd.items()},
+        "param_groups": groups,
+        "files": {"model.safetensors": hashlib.sha256(model_bytes).hexdigest(),
+                  "optim.safetensors": hashlib.sha256(optim_bytes).hexdigest()},
+    }
+    for name, data in (("model.safetensors", model_bytes), ("optim.safetensors", optim_bytes),
+                       ("state.json", json.dumps(state, indent=1).encode())):
+        with open(tmp / name, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    fsync_dir(tmp)
+    if final.exists():  # the same step written again after a resume
+        trash = ckpt_root / f"{final.name}.old-{os.getpid()}"
+        os.replace(final, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+    os.replace(tmp, final)
+    fsync_dir(ckpt_root)
+    for old in list_checkpoints(ckpt_root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+# ---------------------------------------------------------------------------------------------
+# Load
+
+
+def list_checkpoints(ckpt_root: Path) -> list[Path]:
+    """Complete checkpoint directories, oldest first (temporary ones are ignored)."""
+    if not ckpt_root.is_dir():
+        return []
+    out = []
+    for p in ckpt_root.iterdir():
+        name = p.name
+        if p.is_dir() and name.startswith(PREFIX) and name[len(PREFIX):].isdigit():
+            out.append(p)
+    return sorted(out, key=lambda p: int(p.name[len(PREFIX):]))
+
+
+def latest_checkpoint(ckpt_root: Path) -> Path:
+    ckpts = list_checkpoints(ckpt_root)
+    if not ckpts:
+        raise CheckpointError(f"no checkpoint found in '{ckpt_root}'",
+                              hint="run without --resume to start a new run, or check the --out directory")
+    return ckpts[-1]
+
+
+def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
+    """(model tensors, optimizer tensors, state) of one checkpoint, verified against its hashes."""
+    state_file = path / "state.json"
+    try:
+        state = json.loads(state_file.read_text())
+        files = state["files"]
+        int(state["step"])
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint '{path}' has no state.json", file=str(state_file),
+                              hint=f"the checkpoint is incomplete; delete '{path}' to resume from an older one") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"'{state_file}' is corrupt ({type(exc).__name__}: {exc})", file=str(state_file),
+                              hint=f"delete '{path}' to resume from an older checkpoint") from None
+    tensors = []
+    for name in ("model.safetensors", "optim.safetensors"):
+        f = path / name
+        try:
+            data = f.read_bytes()
+        except FileNotFoundError:
+            raise CheckpointError(f"checkpoint file '{f}' is missing", file=str(f),
+                                  hint=f"delete '{path}' to resume from an older checkpoint") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != files.get(name):
+            raise CheckpointError(
+                f"checkpoint file '{f}' is corrupt or truncated ({len(data)} bytes; its sha256 "
+                f"{digest[:12]}... differs from the {files.get(name, '?')[:12]}... recorded in state.json)",
+                file=str(f), hint=f"delete '{path}' to resume from an older checkpoint")
+        try:
+            tensors.append(st_load(data))
+        except (SafetensorError, Exception) as exc:  # noqa: BLE001 - any decoding failure
+            raise CheckpointError(f"checkpoint file '{f}' cannot be read: {exc}", file=str(f)) from None
+    return tensors[0], tensors[1], state
+
+
+def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, config_hash: str,
+                     model: torch.nn.Module) -> None:
+    """Raise CheckpointError when a checkpoint belongs to another scheme, config or shape."""
+    f = str(path / "state.json")
+    if state.get("scheme_hash") != scheme_hash:
+        raise CheckpointError(
+            f"checkpoint '{path}' was trained with another scheme (sha256 {str(state.get('scheme_hash'))[:12]}..., "
+            f"this scheme is {scheme_hash[:12]}...)", file=f,
+            hint="resume with the run's own scheme (RUN/scheme.pe) or use another --out")
+    if state.get("config_hash") != config_hash:
+        diff = state.get("config_diff_hint", "")
+        raise CheckpointError(
+            f"checkpoint '{path}' was trained with another configuration{diff}", file=f,
+            hint="resume with the same settings as the run (see RUN/config.yaml) or use another --out")
+    own = {k: list(v.shape) for k, v in model.state_dict().items()}
+    saved = state.get("shapes", {})
+    for k in sorted(set(own) | set(saved)):
+        if own.get(k) != saved.get(k):
+            raise CheckpointError(
+                f"checkpoint '{path}' does not fit the model: tensor '{k}' has shape {saved.get(k)} "
+                f"in the checkpoint and {own.get(k)} in the model", file=f,
+                hint="use the same model settings as the run (see RUN/config.yaml)")
+
+
+def load_into(model: torch.nn.Module, optim: torch.optim.Optimizer | None, model_t: dict, optim_t: dict,
+              state: dict[str, Any]) -> None:
+    device = next(iter(model.state_dict().values())).device if model.state_dict() else "cpu"
+    model.load_state_dict({k: v.to(device) for k, v in model_t.items()}, strict=True)
+    if optim is not None:
+        optim_t = {k: v for k, v in optim_t.items() if k != "__empty__"}
+        sd = unflatten_optimizer(optim_t, state["param_groups"])
+        optim.load_state_dict(sd)  # AdamW moves state to the params' device

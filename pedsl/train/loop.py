@@ -1,0 +1,256 @@
+"""The training loop: AdamW, warm-up + cosine decay, clipping, validation, checkpoints.
+
+Deterministic on CPU: the model is initialised from ``cfg.seed``, every training batch is a pure
+function of ``(seed, step)`` and a checkpoint restores parameters, AdamW moments and RNG states
+bit for bit, so ``--resume`` after a crash logs exactly the losses of an uninterrupted run.
+A non-finite loss stops the run with :class:`TrainError` before the optimizer touches the
+weights; the last checkpoint written is the last good one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from pedsl.config import RESUMABLE_FIELDS, TrainConfig
+from pedsl.data import TrainData
+from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
+from pedsl.model import TransformerLM
+from pedsl.train import checkpoint as ck
+from pedsl.train import distributed
+from pedsl.train.attention import SchemeAttention, from_scheme
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then cosine decay to ``min_lr`` at ``steps``."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    progress = min(1.0, (step - cfg.warmup) / max(1, cfg.steps - cfg.warmup))
+    return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices only (not on norms, gains or scheme scalars)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), foreach=False)
+
+
+@torch.no_grad()
+def validate(model: TransformerLM, batches: list[torch.Tensor], device: torch.device) -> float:
+    was = model.training
+    model.eval()
+    total = sum(float(model.loss(b.to(device))) for b in batches) / len(batches)
+    model.train(was)
+    return total
+
+
+def _config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if not prefix and k in RESUMABLE_FIELDS:
+            continue
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict) and k != "params":
+            out += _config_diff(a, b, f"{prefix}{k}.")
+        elif a != b:
+            out.append(f"{prefix}{k}: {a!r} in the run, {b!r} now")
+    return out
+
+
+def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume: bool) -> None:
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+        probe = run / f".write-test-{id(run)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise OutputError(f"cannot write the run directory '{run}': {exc.strerror or exc}",
+                          hint="choose another --out") from None
+    ckpts = ck.list_checkpoints(run / "checkpoints")
+    if not resume:
+        if ckpts:
+            raise OutputError(f"'{run}' already holds checkpoints of a run (latest: {ckpts[-1].name})",
+                              hint="pass --resume to continue it, or choose another --out")
+        ck.write_text(run / "config.yaml", cfg.to_yaml())
+        ck.write_text(run / "scheme.pe", attn.source)
+        ck.write_text(run / "scheme.sha256", attn.source_hash + "\n")
+        ck.write_text(run / "metrics.jsonl", "")
+        (run / "DONE.json").unlink(missing_ok=True)
+        return
+    saved = run / "config.yaml"
+    if saved.exists():
+        old = TrainConfig.from_yaml(saved).model_dump(mode="json")
+        diff = _config_diff(old, cfg.model_dump(mode="json"))
+        if diff:
+            raise CheckpointError(f"cannot resume '{run}': the configuration differs from the run's: "
+                                  + "; ".join(diff[:5]), file=str(saved),
+                                  hint=f"resume with the same settings (e.g. `pedsl train {saved} --out {run} --resume`)")
+    ck.write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
+
+
+def _truncate_metrics(path: Path, step: int) -> None:
+    """Keep the metrics of steps <= ``step`` (lines written after the checkpoint are redone)."""
+    keep = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:  # a half-written last line after a crash
+                continue
+            if rec.get("step", 0) <= step:
+                keep.append(json.dumps(rec))
+    ck.write_text(path, "".join(x + "\n" for x in keep))
+
+
+def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeAttention | None = None,
+          resume: bool = False, quiet: bool = False) -> dict[str, Any]:
+    """Train ``cfg`` into ``out_dir`` (see :mod:`pedsl.train` for the files); returns DONE.json."""
+    d = distributed.setup(cfg.device)
+    try:
+        return _train(cfg, Path(out_dir), d, attention, resume, quiet)
+    finally:
+        distributed.teardown(d)
+
+
+def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttention | None,
+           resume: bool, quiet: bool) -> dict[str, Any]:
+    t_start = time.perf_counter()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.flush_denormal:
+        torch.set_flush_denormal(True)  # SEMANTICS 6: the application owns this process-wide setting
+    if cfg.batch_size % d.world:
+        raise ConfigError(f"batch size {cfg.batch_size} does not split over {d.world} processes",
+                          hint=f"use a multiple of {d.world}")
+    attn = attn or from_scheme(cfg)
+    if d.is_main:
+        _prepare_run_dir(run, cfg, attn, resume)
+    d.barrier()
+    data = TrainData(cfg.data, cfg.context, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    model = TransformerLM(cfg.model, attn.factory(cfg.model)).to(d.device)
+    optim = make_optimizer(model, cfg)
+    meta = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
+    start = 0
+    if resume:
+        path = ck.latest_checkpoint(run / "checkpoints")
+        model_t, optim_t, state = ck.read_checkpoint(path)
+        ck.check_compatible(path, state, scheme_hash=attn.source_hash, config_hash=cfg.digest(), model=model)
+        ck.load_into(model, optim, model_t, optim_t, state)
+        ck.set_rng_state(state["rng"])
+        start = int(state["step"])
+        if d.is_main:
+            _truncate_metrics(run / "metrics.jsonl", start)
+        d.barrier()
+    ddp = distributed.wrap(model, d)
+    val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
+    baseline = data.unigram_baseline()
+    tokens_per_step = cfg.batch_size * cfg.context
+    metrics = open(run / "metrics.jsonl", "a") if d.is_main else None
+    show_bar = d.is_main and not quiet and sys.stderr.isatty()
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if d.is_main and not quiet and not show_bar \
+        else (lambda msg: None)
+    bar = None
+    if show_bar:
+        from tqdm import tqdm
+        bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True, leave=False)
+    say(f"pedsl train: scheme {attn.name}, {model.num_params():,} parameters, {data.describe()}, "
+        f"{d.world} process(es) on {d.device}, steps {start}..{cfg.steps}")
+
+    def checkpoint(step: int) -> None:
+        if d.is_main:
+            ck.save_checkpoint(run / "checkpoints", step, model, optim,
+                               {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
+        d.barrier()
+
+    val_loss = None
+    t_log, steps_since = time.perf_counter(), 0
+    t_train, trained = 0.0, 0
+    model.train()
+    try:
+        for step in range(start, cfg.steps):
+            t0 = time.perf_counter()
+            lr = lr_at(step, cfg)
+            for group in optim.param_groups:
+                group["lr"] = lr
+            batch = data.train_batch(step, cfg.batch_size, d.rank, d.world).to(d.device)
+            loss = _loss(ddp, batch)                                       # this rank's rows
+            loss_value = float(d.mean(loss.detach()))
+            if not math.isfinite(loss_value):
+                last = ck.list_checkpoints(run / "checkpoints")
+                raise TrainError(
+                    f"the training loss became {loss_value} at step {step + 1}; stopped before updating "
+                    f"the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
+                    hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl bench / check)")
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            optim.step()
+            done = step + 1
+            t_train += time.perf_counter() - t0
+            trained += 1
+            steps_since += 1
+            evaluate = done % cfg.eval_every == 0 or done == cfg.steps
+            if evaluate:
+                val_loss = validate(model, val_batches, d.device)
+            if done % cfg.log_every == 0 or evaluate:
+                now = time.perf_counter()
+                rec = {"step": done, "loss": loss_value, "lr": lr,
+                       "tokens_per_s": tokens_per_step * steps_since / max(now - t_log, 1e-9)}
+                if evaluate:
+                    rec["val_loss"] = val_loss
+                t_log, steps_since = now, 0
+                if metrics is not None:
+                    metrics.write(json.dumps(rec) + "\n")
+                    metrics.flush()
+                if evaluate:
+                    say(f"step {done}/{cfg.steps}  loss {loss_value:.4f}  val {val_loss:.4f}  "
+                        f"{rec['tokens_per_s']:.0f} tok/s")
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_step / max(time.perf_counter() - t0, 1e-9):.0f}")
+            if done % cfg.checkpoint_every == 0 or done == cfg.steps:
+                checkpoint(done)
+    finally:
+        if bar is not None:
+            bar.close()
+        if metrics is not None:
+            metrics.close()
+    if val_loss is None:  # resumed a finished run
+        val_loss = validate(model, val_batches, d.device)
+    result = {
+        "steps": cfg.steps,
+        "val_loss": val_loss,
+        "unigram_baseline": baseline,
+        "wall_time_s": time.perf_counter() - t_start,
+        "tokens_per_s": tokens_per_step * trained / t_train if trained else None,
+        "n_params": model.num_params(),
+        "scheme": attn.name,
+        "scheme_hash": attn.source_hash,
+        "data": data.describe(),
+        "world_size": d.world,
+    }
+    if d.is_main:
+        ck.write_text(run / "DONE.json", json.dumps(result, indent=1) + "\n")
+        say(f"done: val loss {val_loss:.4f} nats/byte"
+            + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
+    return result
+
+
+def _loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
+    """Next-byte loss through the (possibly DDP-wrapped) model's forward, so DDP syncs gradients."""
+    logits = model(batch[:, :-1])                                          # (B, L, V)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                                             batch[:, 1:].reshape(-1))
