@@ -1,0 +1,211 @@
+"""The syntax IR: frozen Pydantic models for what a `.pe` file says, with source spans.
+
+This is the parser's output and the formatter's input: one model per construct,
+discriminated unions on ``kind`` for expressions and statements. Spans are kept
+for diagnostics but excluded from comparison helpers (:func:`canonical`), so a
+reformatted file compares equal to its original.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Span(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    span: Span | None = Field(default=None, repr=False)
+
+
+# ---------------------------------------------------------------- expressions
+
+
+class Num(Node):
+    kind: Literal["num"] = "num"
+    value: float | int
+
+
+class Str(Node):
+    kind: Literal["str"] = "str"
+    value: str
+
+
+class Bool(Node):
+    kind: Literal["bool"] = "bool"
+    value: bool
+
+
+class Name(Node):
+    kind: Literal["name"] = "name"
+    id: str
+
+
+class Unary(Node):
+    kind: Literal["unary"] = "unary"
+    op: Literal["-"]
+    operand: "Expr"
+
+
+class Binary(Node):
+    kind: Literal["binary"] = "binary"
+    op: Literal["+", "-", "*", "/", "**"]
+    left: "Expr"
+    right: "Expr"
+
+
+class Kwarg(Node):
+    kind: Literal["kwarg"] = "kwarg"
+    name: str
+    value: "Expr"
+
+
+class Call(Node):
+    kind: Literal["call"] = "call"
+    func: str
+    args: tuple["Expr", ...] = ()
+    kwargs: tuple[Kwarg, ...] = ()
+
+
+class ListExpr(Node):
+    kind: Literal["list"] = "list"
+    items: tuple["Expr", ...] = ()
+
+
+Expr = Annotated[Union[Num, Str, Bool, Name, Unary, Binary, Call, ListExpr], Field(discriminator="kind")]
+
+for _m in (Unary, Binary, Kwarg, Call, ListExpr):
+    _m.model_rebuild()
+
+
+# ---------------------------------------------------------------- statements
+
+
+class Constraint(Node):
+    op: Literal[">", ">=", "<", "<=", "!="]
+    value: Expr
+
+
+class Param(Node):
+    kind: Literal["param"] = "param"
+    name: str
+    type: Literal["int", "float", "bool", "str"]
+    constraints: tuple[Constraint, ...] = ()
+    default: Expr
+
+
+class Let(Node):
+    kind: Literal["let"] = "let"
+    name: str
+    value: Expr
+
+
+class Layout(Node):
+    kind: Literal["layout"] = "layout"
+    value: Literal["halves", "interleaved"]
+
+
+class Group(Node):
+    name: str
+    spec: Expr
+
+
+class Channels(Node):
+    kind: Literal["channels"] = "channels"
+    groups: tuple[Group, ...] = ()
+
+
+class Transport(Node):
+    kind: Literal["transport"] = "transport"
+    targets: Literal["qk", "qkv"]
+    group: str | None = None
+    value: Expr
+
+
+class BiasStmt(Node):
+    kind: Literal["bias"] = "bias"
+    value: Expr
+
+
+class TemperatureStmt(Node):
+    kind: Literal["temperature"] = "temperature"
+    value: Expr
+
+
+class Entry(Node):
+    name: str
+    value: Expr
+
+
+class Section(Node):
+    kind: Literal["section"] = "section"
+    section: Literal["train", "eval"]
+    entries: tuple[Entry, ...] = ()
+
+
+class Allow(Node):
+    kind: Literal["allow"] = "allow"
+    names: tuple[str, ...]
+
+
+Stmt = Annotated[
+    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, Section, Allow],
+    Field(discriminator="kind"),
+]
+
+
+class SchemeDecl(Node):
+    kind: Literal["scheme"] = "scheme"
+    name: str
+    base: str | None = None
+    doc: str | None = None
+    body: tuple[Stmt, ...] = ()
+
+
+class Import(Node):
+    kind: Literal["import"] = "import"
+    path: str
+
+
+class Comment(Node):
+    """A `#` comment, kept so the formatter can put it back."""
+
+    text: str
+
+
+class Module(Node):
+    """One parsed `.pe` file."""
+
+    file: str | None = None
+    imports: tuple[Import, ...] = ()
+    schemes: tuple[SchemeDecl, ...] = ()
+    comments: tuple[Comment, ...] = Field(default=(), repr=False)
+
+
+def canonical(obj: Any) -> Any:
+    """A plain-data view of a node without spans, file names or comments.
+
+    Two files that differ only in layout or comments have equal canonical forms.
+    """
+    if isinstance(obj, BaseModel):
+        out = {}
+        for name in type(obj).model_fields:
+            if name in ("span", "file", "comments"):
+                continue
+            out[name] = canonical(getattr(obj, name))
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [canonical(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: canonical(v) for k, v in obj.items()}
+    if isinstance(obj, float) and obj.is_integer() and abs(obj) < 2**53:
+        return obj  # keep float-ness: 2.0 and 2 are different literals
+    return obj

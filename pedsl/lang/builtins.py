@@ -1,0 +1,325 @@
+"""The fixed registry of builtin names and functions, with the signatures the checker knows.
+
+Each function has named parameters (positional or keyword), defaults, a typing
+rule and a one-line doc. Nothing outside this registry can be called from a
+`.pe` file. The static (compile-time) values of grids and slopes are computed
+in :mod:`pedsl.lang.evaluate`; the run-time parts in :mod:`pedsl.compiler`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Ty, join, num
+
+REQUIRED = object()
+
+
+class TypeIssue(Exception):
+    """Raised by a typing rule; ``arg`` names the offending argument (or None)."""
+
+    def __init__(self, message: str, arg: str | None = None, hint: str | None = None):
+        super().__init__(message)
+        self.arg = arg
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class Builtin:
+    name: str
+    params: tuple[tuple[str, object], ...]  # (name, default or REQUIRED)
+    doc: str
+    rule: Callable[[dict[str, Ty]], Ty]
+    category: str = "math"
+
+    def signature(self) -> str:
+        parts = []
+        for p, d in self.params:
+            parts.append(p if d is REQUIRED else f"{p} = {d!r}".replace("'", ""))
+        return f"{self.name}({', '.join(parts)})"
+
+
+# ------------------------------------------------------------------ typing helpers
+
+
+def _need_num(t: Ty, arg: str, allowed: set[str] | None = None, what: str = "") -> None:
+    if t.kind != "num":
+        raise TypeIssue(f"'{arg}' must be a number{what}, not {t.show()}", arg)
+    if allowed is not None and not t.axes <= allowed:
+        extra = sorted(t.axes - allowed)
+        raise TypeIssue(
+            f"'{arg}' varies along {', '.join(extra)}, but must be {_axes_words(allowed)}{what}",
+            arg,
+        )
+
+
+def _axes_words(allowed: set[str]) -> str:
+    if not allowed:
+        return "a scalar"
+    return "per " + " / ".join(sorted(allowed)) + " at most"
+
+
+def _static(t: Ty, arg: str) -> None:
+    if t.data or t.learned:
+        raise TypeIssue(f"'{arg}' must be known at compile time, not depend on the data", arg)
+
+
+def _scalar(args: dict[str, Ty], *names: str, integer: bool = False) -> None:
+    for n in names:
+        t = args[n]
+        _need_num(t, n, set())
+        _static(t, n)
+        if integer and not t.integer:
+            raise TypeIssue(f"'{n}' must be an integer", n)
+
+
+def _grid(*scalars: str, runtime: bool = False):
+    def rule(a: dict[str, Ty]) -> Ty:
+        _scalar(a, *scalars)
+        return num("pair", runtime=runtime or any(a[s].runtime for s in scalars))
+
+    return rule
+
+
+def _elementwise(a: dict[str, Ty]) -> Ty:
+    _need_num(a["x"], "x")
+    return join(a["x"]).with_(integer=False)
+
+
+def _binary_math(a: dict[str, Ty]) -> Ty:
+    for k, t in a.items():
+        _need_num(t, k)
+    return join(*a.values()).with_(integer=all(t.integer for t in a.values()))
+
+
+def _slopes(a: dict[str, Ty]) -> Ty:
+    _scalar(a, "heads", integer=True)
+    return num("head")
+
+
+def _log_length(a: dict[str, Ty]) -> Ty:
+    _scalar(a, "length")
+    return num("pos")
+
+
+def _group_spec(a: dict[str, Ty]) -> Ty:
+    for k, t in a.items():
+        _scalar(a, k)
+    return GROUP
+
+
+def _quarters(a: dict[str, Ty]) -> Ty:
+    for k in a:
+        _scalar(a, k, integer=True)
+    return GROUP
+
+
+def _rotate(a: dict[str, Ty]) -> Ty:
+    t = a["phase"]
+    _need_num(t, "phase", {"pos", "pair"}, " (a phase per position and rotary pair)")
+    if t.data or t.learned:
+        raise TypeIssue(
+            "a position-indexed rotation cannot depend on the data",
+            "phase",
+            hint="use accumulate(rotation(...)) for data-dependent angles",
+        )
+    return Ty("transport", detail="rotate", runtime=t.runtime)
+
+
+def _rotation(a: dict[str, Ty]) -> Ty:
+    t = a["angle"]
+    _need_num(t, "angle", {"pos", "pair", "head"}, " (a step angle per position, head and rotary pair)")
+    return Ty("step", detail="rotation", data=t.data, learned=t.learned, runtime=t.runtime)
+
+
+def _householder(a: dict[str, Ty]) -> Ty:
+    w, beta = a["w"], a["beta"]
+    _need_num(w, "w", {"pos", "head", "chan"}, " (a direction per position, head and channel)")
+    if "chan" not in w.axes:
+        raise TypeIssue(
+            "'w' must be a vector over the channels of a head (num[..., chan])",
+            "w",
+            hint="make it with linear(x, to = channel)",
+        )
+    _need_num(beta, "beta", {"pos", "head"}, " (a scalar per position and head)")
+    return Ty("step", detail="householder", data=w.data or beta.data, learned=w.learned or beta.learned)
+
+
+def _accumulate(a: dict[str, Ty]) -> Ty:
+    t = a["step"]
+    if t.kind == "step":
+        return Ty("transport", detail="accumulate " + t.detail, data=t.data, learned=t.learned)
+    if t.kind == "num":
+        _need_num(t, "step", {"pos", "head"}, " (a log-gate per position and head)")
+        return Ty("bias", detail="gate", data=t.data, learned=t.learned)
+    raise TypeIssue(
+        f"accumulate() takes a step (rotation(...), householder(...)) or a log-gate, not {t.show()}",
+        "step",
+    )
+
+
+def _index(t: Ty, arg: str) -> None:
+    if t.kind not in ("token",) and not (t.kind == "num" and t.axes == frozenset({"pos"}) and t.integer):
+        raise TypeIssue(f"'{arg}' must be 'token' or 'position'", arg)
+
+
+def _frozen_random(a: dict[str, Ty]) -> Ty:
+    _index(a["index"], "index")
+    _scalar(a, "seed", integer=True)
+    return num("pos", "pair", data=a["index"].kind == "token")
+
+
+def _axis(t: Ty, arg: str) -> str:
+    if t.kind != "axis" or t.detail not in ("head", "pair", "channel"):
+        raise TypeIssue(f"'{arg}' must be one of head, pair, channel", arg)
+    return {"channel": "chan"}.get(t.detail, t.detail)
+
+
+def _embedding(a: dict[str, Ty]) -> Ty:
+    if a["index"].kind != "token":
+        raise TypeIssue("embedding() is indexed by 'token'", "index")
+    to = _axis(a["to"], "to")
+    _scalar(a, "init")
+    axes = {"pos", "head"} | ({to} if to != "head" else set())
+    return num(*axes, data=True, learned=True)
+
+
+def _linear(a: dict[str, Ty]) -> Ty:
+    if a["input"].kind != "hidden":
+        raise TypeIssue("linear() reads the hidden state 'x'", "input")
+    to = _axis(a["to"], "to")
+    _scalar(a, "rank", integer=True)
+    _scalar(a, "init_bias")
+    axes = {"pos", "head"} | ({to} if to != "head" else set())
+    return num(*axes, data=True, learned=True)
+
+
+def _shortconv(a: dict[str, Ty]) -> Ty:
+    _need_num(a["v"], "v")
+    _scalar(a, "width", integer=True)
+    if "pos" not in a["v"].axes:
+        raise TypeIssue("shortconv() convolves along positions; its input must vary with position", "v")
+    return a["v"].with_(learned=True)
+
+
+def _normalize(a: dict[str, Ty]) -> Ty:
+    _need_num(a["v"], "v")
+    if "chan" not in a["v"].axes:
+        raise TypeIssue("normalize() works on vectors over channels (num[..., chan])", "v")
+    return a["v"].with_(integer=False)
+
+
+def _per_pair(a: dict[str, Ty]) -> Ty:
+    if a["values"].kind != "list":
+        raise TypeIssue("per_pair() takes a list of numbers, one per rotary pair", "values")
+    return num("pair")
+
+
+B = Builtin
+_BUILTINS = [
+    # math
+    B("log", (("x", REQUIRED),), "natural logarithm", _elementwise),
+    B("exp", (("x", REQUIRED),), "exponential", _elementwise),
+    B("sqrt", (("x", REQUIRED),), "square root", _elementwise),
+    B("sin", (("x", REQUIRED),), "sine", _elementwise),
+    B("cos", (("x", REQUIRED),), "cosine", _elementwise),
+    B("tanh", (("x", REQUIRED),), "hyperbolic tangent", _elementwise),
+    B("abs", (("x", REQUIRED),), "absolute value", _elementwise),
+    B("sigmoid", (("x", REQUIRED),), "logistic function 1 / (1 + exp(-x))", _elementwise),
+    B("log_sigmoid", (("x", REQUIRED),), "log(sigmoid(x)), computed stably", _elementwise),
+    B("min", (("a", REQUIRED), ("b", REQUIRED)), "elementwise minimum", _binary_math),
+    B("max", (("a", REQUIRED), ("b", REQUIRED)), "elementwise maximum", _binary_math),
+    B("clamp", (("x", REQUIRED), ("lo", REQUIRED), ("hi", REQUIRED)), "clamp x into [lo, hi]", _binary_math),
+    B("ramp", (("x", REQUIRED), ("lo", REQUIRED), ("hi", REQUIRED)), "clamp((x - lo) / (hi - lo), 0, 1)", _binary_math),
+    # frequency grids (num[pair]); rot_dim is the channel group's size
+    B("geometric", (("base", 10000.0),), "RoPE grid w_k = base^(-2k / rot_dim)", _grid("base"), "grid"),
+    B("ntk", (("base", REQUIRED), ("factor", REQUIRED)),
+      "NTK-aware grid: base * factor^(rot_dim / (rot_dim - 2))", _grid("base", "factor"), "grid"),
+    B("dynamic_ntk", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED)),
+      "dynamic NTK: the NTK grid with factor (factor * n / original) - (factor - 1) when n > original",
+      _grid("base", "factor", "original", runtime=True), "grid"),
+    B("yarn", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("alpha", 1.0), ("beta", 32.0)),
+      "YaRN NTK-by-parts blend of w / factor and w by the ramp of r = original * w / (2 pi)",
+      _grid("base", "factor", "original", "alpha", "beta"), "grid"),
+    B("llama3", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED),
+                 ("low_freq_factor", 1.0), ("high_freq_factor", 4.0)),
+      "Llama 3 wavelength rule: keep high frequencies, divide low ones by factor, smooth between",
+      _grid("base", "factor", "original", "low_freq_factor", "high_freq_factor"), "grid"),
+    B("span", (("length", REQUIRED), ("cycles", 2.0), ("period", 32.0)),
+      "RoPE-ID grid: geometric from 2 pi cycles / length (>= cycles turns in length) to 2 pi / period",
+      _grid("length", "cycles", "period"), "grid"),
+    B("logspace", (("first", REQUIRED), ("last", REQUIRED)),
+      "one value per pair, geometrically spaced from first to last", _grid("first", "last"), "grid"),
+    B("per_pair", (("values", REQUIRED),), "a list with one number per rotary pair", _per_pair, "grid"),
+    # biases and temperatures
+    B("slopes", (("heads", REQUIRED),), "ALiBi slopes 2^(-8h/H) (interleaved rule for other head counts)",
+      _slopes, "bias"),
+    B("log_length", (("length", REQUIRED),), "max(1, ln(i + 1) / ln(length)) per query position",
+      _log_length, "temperature"),
+    # channel groups
+    B("fraction", (("f", REQUIRED),), "the first f * head_dim channels", _group_spec, "channels"),
+    B("quarters", (("a", REQUIRED), ("b", None), ("c", None), ("d", None)),
+      "the listed quarters (1-4) of the head's channels", _quarters, "channels"),
+    B("range", (("start", REQUIRED), ("stop", REQUIRED)), "channels start .. stop - 1", _group_spec, "channels"),
+    # transports
+    B("rotate", (("phase", REQUIRED),), "position-indexed rotation of each pair by its phase", _rotate, "transport"),
+    B("accumulate", (("step", REQUIRED),),
+      "ordered product of per-token steps from j+1 to i (or sum of log-gates: a bias)", _accumulate, "transport"),
+    B("rotation", (("angle", REQUIRED),), "SO(2) step: rotate each pair by -angle", _rotation, "transport"),
+    B("householder", (("w", REQUIRED), ("beta", REQUIRED)), "Householder-like step I - beta w w^T",
+      _householder, "transport"),
+    # step sources
+    B("frozen_random", (("index", REQUIRED), ("seed", 0)),
+      "standard normal values per (token or position, pair), frozen from a seed", _frozen_random, "source"),
+    B("embedding", (("index", REQUIRED), ("to", "pair"), ("init", 1.0)),
+      "a learned table indexed by token, one value per head and pair (init: std of the start values)",
+      _embedding, "source"),
+    B("linear", (("input", REQUIRED), ("to", "pair"), ("rank", 0), ("init_bias", 0.0)),
+      "a learned linear map of the hidden state x to a value per head (and pair or channel)", _linear, "source"),
+    B("shortconv", (("v", REQUIRED), ("width", 3)), "a learned causal depthwise convolution over positions",
+      _shortconv, "source"),
+    B("normalize", (("v", REQUIRED),), "l2-normalise each vector over channels", _normalize, "source"),
+]
+del B
+
+FUNCTIONS: dict[str, Builtin] = {b.name: b for b in _BUILTINS}
+
+# Names with a fixed meaning. Structural ones (heads, head_dim) come from the model.
+CONSTANTS: dict[str, Ty] = {
+    "pi": NUM,
+    "e": NUM,
+    "position": num("pos", integer=True),
+    "distance": num("dist", integer=True),
+    "n": INT.with_(runtime=True),
+    "heads": INT,
+    "head_dim": INT,
+    "x": Ty("hidden", data=True),
+    "token": Ty("token", data=True),
+    "none": NONE,
+    "all": GROUP,
+    "rest": GROUP,
+    "head": Ty("axis", detail="head"),
+    "pair": Ty("axis", detail="pair"),
+    "channel": Ty("axis", detail="channel"),
+}
+
+# Structural names the model fixes; schemes may override them with a param of the same name.
+STRUCTURAL_DEFAULTS = {"heads": 4, "head_dim": 32}
+
+# Lint warnings that `allow NAME` may silence.
+WARNINGS = {
+    "frayed_frequencies": "W101",
+    "temperature_without_length": "W102",
+    "nonorthogonal_value": "W103",
+    "no_spectral_gap": "W104",
+    "unused": "W105",
+}
+
+KEYWORDS = {
+    "scheme", "extends", "import", "param", "let", "layout", "channels", "on", "bias",
+    "temperature", "train", "eval", "allow", "qk", "qkv", "true", "false",
+    "int", "float", "bool", "str", "halves", "interleaved",
+}
+
+__all__ = ["FUNCTIONS", "CONSTANTS", "WARNINGS", "REQUIRED", "Builtin", "TypeIssue", "BOOL", "KEYWORDS"]

@@ -1,0 +1,160 @@
+"""Small pure functions over expression trees: walk, print, inline, analyse."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Iterator
+
+from pedsl.lang import ast
+
+# Binding strength for printing with the fewest parentheses.
+_PREC = {"+": 1, "-": 1, "*": 2, "/": 2, "neg": 3, "**": 4}
+
+
+def walk(e: ast.Expr) -> Iterator[ast.Expr]:
+    yield e
+    if e.kind == "unary":
+        yield from walk(e.operand)
+    elif e.kind == "binary":
+        yield from walk(e.left)
+        yield from walk(e.right)
+    elif e.kind == "call":
+        for a in e.args:
+            yield from walk(a)
+        for k in e.kwargs:
+            yield from walk(k.value)
+    elif e.kind == "list":
+        for i in e.items:
+            yield from walk(i)
+
+
+def uses_name(e: ast.Expr, name: str) -> bool:
+    return any(n.kind == "name" and n.id == name for n in walk(e))
+
+
+def names_in(e: ast.Expr) -> set[str]:
+    return {n.id for n in walk(e) if n.kind == "name"}
+
+
+def calls_in(e: ast.Expr) -> set[str]:
+    return {n.func for n in walk(e) if n.kind == "call"}
+
+
+def format_number(v: int | float) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    text = repr(float(v))
+    if "e" in text or "E" in text:
+        mant, exp = text.split("e")
+        if "." not in mant:
+            mant += ".0"
+        return f"{mant}e{int(exp)}"
+    return text
+
+
+def to_source(e: ast.Expr, parent: int = 0, right: bool = False) -> str:
+    """Canonical text of an expression (used by fmt, show and diff)."""
+    k = e.kind
+    if k == "num":
+        return format_number(e.value)
+    if k == "str":
+        return json.dumps(e.value, ensure_ascii=False)
+    if k == "bool":
+        return "true" if e.value else "false"
+    if k == "name":
+        return e.id
+    if k == "list":
+        return "[" + ", ".join(to_source(i) for i in e.items) + "]"
+    if k == "call":
+        parts = [to_source(a) for a in e.args] + [f"{kw.name} = {to_source(kw.value)}" for kw in e.kwargs]
+        return f"{e.func}(" + ", ".join(parts) + ")"
+    if k == "unary":
+        p = _PREC["neg"]
+        text = "-" + to_source(e.operand, p)
+        return f"({text})" if p < parent else text
+    if k == "binary":
+        p = _PREC[e.op]
+        if e.op == "**":  # right-associative
+            text = f"{to_source(e.left, p + 1)} ** {to_source(e.right, p)}"
+        else:
+            text = f"{to_source(e.left, p)} {e.op} {to_source(e.right, p + 1)}"
+        return f"({text})" if p < parent else text
+    raise ValueError(k)  # pragma: no cover
+
+
+def transform(e: ast.Expr, fn: Callable[[ast.Expr], ast.Expr | None]) -> ast.Expr:
+    """Rebuild e bottom-up; fn returns a replacement for a node or None to keep it."""
+    k = e.kind
+    if k == "unary":
+        e = e.model_copy(update={"operand": transform(e.operand, fn)})
+    elif k == "binary":
+        e = e.model_copy(update={"left": transform(e.left, fn), "right": transform(e.right, fn)})
+    elif k == "call":
+        e = e.model_copy(
+            update={
+                "args": tuple(transform(a, fn) for a in e.args),
+                "kwargs": tuple(kw.model_copy(update={"value": transform(kw.value, fn)}) for kw in e.kwargs),
+            }
+        )
+    elif k == "list":
+        e = e.model_copy(update={"items": tuple(transform(i, fn) for i in e.items)})
+    out = fn(e)
+    return e if out is None else out
+
+
+def inline_lets(e: ast.Expr, lets: dict[str, ast.Expr], depth: int = 0) -> ast.Expr:
+    """Replace names bound by `let` with their (recursively inlined) definitions."""
+    if depth > 50:
+        return e
+
+    def sub(node: ast.Expr) -> ast.Expr | None:
+        if node.kind == "name" and node.id in lets:
+            return inline_lets(lets[node.id], lets, depth + 1)
+        return None
+
+    return transform(e, sub)
+
+
+def neg(e: ast.Expr) -> ast.Expr:
+    if e.kind == "unary":
+        return e.operand
+    if e.kind == "num":
+        return ast.Num(value=-e.value)
+    return ast.Unary(op="-", operand=e)
+
+
+def split_terms(e: ast.Expr) -> list[ast.Expr]:
+    """Top-level summands of e, with subtraction turned into negated terms."""
+    if e.kind == "binary" and e.op == "+":
+        return split_terms(e.left) + split_terms(e.right)
+    if e.kind == "binary" and e.op == "-":
+        return split_terms(e.left) + [neg(t) for t in split_terms(e.right)]
+    return [e]
+
+
+def distance_coefficient(e: ast.Expr) -> ast.Expr | None:
+    """c when e == c * distance with c free of distance (a linear distance bias), else None."""
+    if e.kind == "name" and e.id == "distance":
+        return ast.Num(value=1)
+    if not uses_name(e, "distance"):
+        return None
+    if e.kind == "unary":
+        c = distance_coefficient(e.operand)
+        return None if c is None else neg(c)
+    if e.kind == "binary" and e.op == "*":
+        for a, b in ((e.left, e.right), (e.right, e.left)):
+            if not uses_name(a, "distance"):
+                c = distance_coefficient(b)
+                if c is not None:
+                    return a if (c.kind == "num" and c.value == 1) else ast.Binary(op="*", left=a, right=c)
+        return None
+    if e.kind == "binary" and e.op == "/" and not uses_name(e.right, "distance"):
+        c = distance_coefficient(e.left)
+        return None if c is None else ast.Binary(op="/", left=c, right=e.right)
+    return None
+
+
+def strip_spans(e: ast.Expr) -> ast.Expr:
+    return transform(e, lambda n: n.model_copy(update={"span": None}) if n.span is not None else None)

@@ -1,0 +1,149 @@
+"""The canonical form of a `.pe` file: ``parse(format(x)) == parse(x)``, and format is idempotent.
+
+Layout: two-space indentation, one statement per line, blocks (``channels``,
+``train``, ``eval``) one entry per line, a blank line between top-level items,
+expressions printed with the fewest parentheses and numbers in their shortest
+round-trip form. Comments are kept: a comment on its own line stays before the
+construct that follows it; a comment after code stays at the end of that line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pedsl.lang import ast
+from pedsl.lang.exprs import to_source
+
+INDENT = "  "
+
+
+@dataclass
+class _Comments:
+    own: dict[int, str]  # line -> text, comments alone on their line
+    trailing: dict[int, str]  # line -> text, comments after code
+
+    def leading(self, before_line: int, after_line: int) -> list[str]:
+        lines = sorted(ln for ln in self.own if after_line < ln < before_line)
+        return [self.own.pop(ln) for ln in lines]
+
+    def trail(self, first: int, last: int) -> str:
+        for ln in range(first, last + 1):
+            if ln in self.trailing:
+                return "  " + self.trailing.pop(ln)
+        return ""
+
+    def rest(self) -> list[str]:
+        out = [self.own[ln] for ln in sorted(self.own)] + [self.trailing[ln] for ln in sorted(self.trailing)]
+        self.own.clear()
+        self.trailing.clear()
+        return out
+
+
+def _split_comments(module: ast.Module, text: str | None) -> _Comments:
+    own, trailing = {}, {}
+    lines = text.split("\n") if text is not None else None
+    for c in module.comments:
+        ln = c.span.line if c.span else 0
+        before = lines[ln - 1][: c.span.col - 1] if lines and 0 < ln <= len(lines) and c.span else ""
+        (trailing if before.strip() else own)[ln] = c.text
+    return _Comments(own, trailing)
+
+
+def _line(node) -> int:
+    return node.span.line if node is not None and node.span else 0
+
+
+def _end(node) -> int:
+    return node.span.end_line if node is not None and node.span else 0
+
+
+class _Writer:
+    def __init__(self, comments: _Comments):
+        self.c = comments
+        self.out: list[str] = []
+        self.cursor = 0  # last source line consumed
+
+    def lead(self, node, depth: int) -> None:
+        for text in self.c.leading(_line(node), self.cursor):
+            self.out.append(INDENT * depth + text)
+
+    def emit(self, depth: int, text: str, node=None, first: int | None = None, last: int | None = None) -> None:
+        trail = ""
+        if node is not None and node.span:
+            trail = self.c.trail(first or node.span.line, last or node.span.line)
+            self.cursor = max(self.cursor, last or node.span.line)
+        self.out.append(INDENT * depth + text + trail)
+
+    def close(self, depth: int, text: str, node) -> None:
+        end = _end(node)
+        for t in self.c.leading(end + 1 if end else 10**9, self.cursor):
+            self.out.append(INDENT * (depth + 1) + t)
+        trail = self.c.trail(end, end) if end else ""
+        self.cursor = max(self.cursor, end)
+        self.out.append(INDENT * depth + text + trail)
+
+
+def _stmt(w: _Writer, st, depth: int) -> None:
+    w.lead(st, depth)
+    k = st.kind
+    if k == "param":
+        cons = ""
+        if st.constraints:
+            cons = " (" + ", ".join(f"{c.op} {to_source(c.value)}" for c in st.constraints) + ")"
+        w.emit(depth, f"param {st.name}: {st.type}{cons} = {to_source(st.default)}", st, last=_end(st))
+    elif k == "let":
+        w.emit(depth, f"let {st.name} = {to_source(st.value)}", st, last=_end(st))
+    elif k == "layout":
+        w.emit(depth, f"layout {st.value}", st)
+    elif k == "transport":
+        on = f" on {st.group}" if st.group else ""
+        w.emit(depth, f"{st.targets}{on}: {to_source(st.value)}", st, last=_end(st))
+    elif k == "bias":
+        w.emit(depth, f"bias = {to_source(st.value)}", st, last=_end(st))
+    elif k == "temperature":
+        w.emit(depth, f"temperature = {to_source(st.value)}", st, last=_end(st))
+    elif k == "allow":
+        w.emit(depth, "allow " + ", ".join(st.names), st)
+    elif k in ("channels", "section"):
+        head = "channels" if k == "channels" else st.section
+        items = st.groups if k == "channels" else st.entries
+        first_item = _line(items[0]) if items else _end(st)
+        w.emit(depth, head + " {", st, last=max(_line(st), first_item - 1))
+        for it in items:
+            w.lead(it, depth + 1)
+            value = it.spec if k == "channels" else it.value
+            w.emit(depth + 1, f"{it.name} = {to_source(value)}", it, last=_end(it))
+        w.close(depth, "}", st)
+    else:  # pragma: no cover
+        raise ValueError(k)
+
+
+def format_module(module: ast.Module, text: str | None = None) -> str:
+    """Canonical text of a parsed module. ``text`` (the original) places the comments."""
+    w = _Writer(_split_comments(module, text))
+    items = sorted([*module.imports, *module.schemes], key=_line)
+    prev_kind = None
+    for item in items:
+        if w.out and not (prev_kind == "import" and item.kind == "import"):
+            w.out.append("")
+        w.lead(item, 0)
+        if item.kind == "import":
+            w.emit(0, f"import {to_source(ast.Str(value=item.path))}", item)
+        else:
+            header = f"scheme {item.name}"
+            if item.base:
+                header += f" extends {item.base}"
+            if item.doc is not None:
+                header += f" {to_source(ast.Str(value=item.doc))}"
+            body_first = _line(item.body[0]) if item.body else _end(item)
+            w.emit(0, header + " {", item, last=max(_line(item), body_first - 1))
+            for st in item.body:
+                _stmt(w, st, 1)
+            w.close(0, "}", item)
+        prev_kind = item.kind
+    rest = w.c.rest()
+    if rest:
+        if w.out:
+            w.out.append("")
+        w.out.extend(rest)
+    return "\n".join(w.out) + "\n" if w.out else ""

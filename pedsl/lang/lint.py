@@ -1,0 +1,174 @@
+"""Warnings for legal but suspicious schemes. Each can be silenced with `allow NAME`.
+
+- W101 frayed_frequencies: rotated frequencies whose period exceeds the training
+  length never complete a cycle in training, so their phases leave the training
+  distribution when the model runs longer (the "Frayed RoPE" criterion).
+- W102 temperature_without_length: a temperature but no ``train { context = ... }``.
+- W103 nonorthogonal_value: value transport (``qkv``) on Householder steps whose
+  beta is not the constant 2: the value transport is then not a rotation.
+- W104 no_spectral_gap: accumulated random steps whose pairs drift with a mean
+  and mix too slowly to forget within the training length (SEMANTICS 2b).
+- W105 unused: a ``let`` or ``param`` that nothing uses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from pedsl.errors import Diagnostic, DiagnosticSink
+from pedsl.lang import ast
+from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, Vec, evaluate
+from pedsl.lang.exprs import names_in, transform
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pedsl.lang.resolve import Resolver
+    from pedsl.lang.scheme import Scheme
+
+
+def frequencies(expr: ast.Expr, env: StaticEnv, pairs: int, var: str = "position") -> tuple[float, ...] | None:
+    """d(expr)/d(var) per pair for an expression linear in ``var`` (None if not static)."""
+    try:
+        at1 = evaluate(expr, StaticEnv(values={**env.values, var: 1}, lets=env.lets, pairs=pairs, n=env.n))
+        at0 = evaluate(expr, StaticEnv(values={**env.values, var: 0}, lets=env.lets, pairs=pairs, n=env.n))
+    except EvalIssue:
+        return None
+    if at1 is DYNAMIC or at0 is DYNAMIC:
+        return None
+    if isinstance(at1, (int, float)):
+        return (float(at1 - at0),) * pairs
+    if isinstance(at1, Vec) and at1.axis == "pair":
+        return tuple(a - b for a, b in zip(at1.values, at0.values))
+    return None
+
+
+def scheme_env(scheme: "Scheme") -> StaticEnv:
+    return StaticEnv(values={**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim})
+
+
+def rotary_frequencies(scheme: "Scheme") -> dict[str, tuple[float, ...]]:
+    """Per group: the angular frequency per pair of position-indexed (or constant-step) rotations."""
+    env = scheme_env(scheme)
+    out = {}
+    for t in scheme.transports:
+        pairs = len(scheme.group(t.group).channels) // 2
+        if t.kind == "rotate":
+            f = frequencies(t.phase, env, pairs)
+        elif t.kind == "accumulate_rotation" and not (names_in(t.angle) & {"token", "x", "position"}):
+            try:
+                v = evaluate(t.angle, env.child(pairs=pairs))
+            except EvalIssue:
+                v = None
+            f = v.values if isinstance(v, Vec) else ((float(v),) * pairs if isinstance(v, (int, float)) else None)
+        else:
+            f = None
+        if f is not None:
+            out[t.group] = tuple(abs(x) for x in f)
+    return out
+
+
+def lint(scheme: "Scheme", resolver: "Resolver") -> list[Diagnostic]:
+    out: list[Diagnostic] = []
+    allowed = set(scheme.allow)
+    src = resolver.src
+    sink = DiagnosticSink(file=src.file, source=src.text)
+
+    def where(node) -> dict:
+        span = getattr(node, "span", None)
+        return {"line": span.line, "col": span.col} if span else {"line": None, "col": None}
+
+    decl = next((d for d in src.module.schemes if d.name == scheme.name), None)
+    anchor = decl
+    train_length = scheme.train.get("context")
+
+    if "frayed_frequencies" not in allowed and isinstance(train_length, (int, float)):
+        for group, freqs in rotary_frequencies(scheme).items():
+            slow = [2 * math.pi / w for w in freqs if w > 0 and 2 * math.pi / w > train_length]
+            if slow:
+                sink.add(
+                    "W101",
+                    f"{len(slow)} of {len(freqs)} rotary pairs in group '{group}' have periods longer than the "
+                    f"training length ({max(slow):.4g} > {train_length} tokens): they never complete a cycle in "
+                    "training and rotate out of distribution past it",
+                    severity="warning",
+                    hint="use span(train_length) for a grid that completes >= 2 cycles, rotate fewer channels, "
+                    "or 'allow frayed_frequencies' for a baseline",
+                    **where(anchor),
+                )
+    if scheme.temperature is not None and train_length is None and "temperature_without_length" not in allowed:
+        sink.add("W102", "a temperature is set but the scheme has no training length (train { context = ... })",
+                 severity="warning", hint="length-dependent temperatures are calibrated to the training length",
+                 **where(anchor))
+    if "nonorthogonal_value" not in allowed:
+        for t in scheme.transports:
+            if t.kind == "accumulate_householder" and t.targets == "qkv" and not t.orthogonal:
+                sink.add("W103", f"value transport on non-orthogonal Householder steps (group '{t.group}'): "
+                         "U(j->i) then scales values as well as turning them", severity="warning",
+                         hint="use beta = 2 for reflections, or say 'allow nonorthogonal_value'", **where(anchor))
+    if "no_spectral_gap" not in allowed and isinstance(train_length, (int, float)):
+        env = scheme_env(scheme)
+        for t in scheme.transports:
+            if t.kind != "accumulate_rotation" or "frozen_random" not in _calls(t.angle):
+                continue
+            pairs = len(scheme.group(t.group).channels) // 2
+            spread = _random_part(t.angle, env, pairs, 1.0)
+            mean = _random_part(t.angle, env, pairs, 0.0)
+            if spread is None or mean is None:
+                continue
+            sigma = [abs(a - b) for a, b in zip(spread, mean)]
+            slow = [k for k, (s, mu) in enumerate(zip(sigma, mean))
+                    if mu != 0 and (s == 0 or 2 / s**2 > train_length)]
+            if slow:
+                sink.add("W104", f"{len(slow)} of {pairs} pairs in group '{t.group}' drift with a mean step but "
+                         f"mix more slowly than the training length: they extrapolate no better than RoPE",
+                         severity="warning", hint="use zero-mean random angles with a per-pair spread "
+                         "(sigma * frozen_random(token))", **where(anchor))
+    if "unused" not in allowed and decl is not None:
+        used: set[str] = set()
+        for st in decl.body:
+            for e in _exprs(st):
+                used |= names_in(e)
+        for st in decl.body:
+            if st.kind == "let" and st.name not in used and decl.base is None:
+                sink.add("W105", f"'{st.name}' is defined but never used", severity="warning",
+                         hint="remove it or 'allow unused'", **where(st))
+    out.extend(sink.items)
+    return out
+
+
+def _calls(e: ast.Expr) -> set[str]:
+    from pedsl.lang.exprs import calls_in
+
+    return calls_in(e)
+
+
+def _random_part(angle: ast.Expr, env: StaticEnv, pairs: int, value: float):
+    """Evaluate the angle with every frozen_random(...) replaced by ``value``."""
+
+    def sub(node):
+        if node.kind == "call" and node.func == "frozen_random":
+            return ast.Num(value=value)
+        return None
+
+    try:
+        v = evaluate(transform(angle, sub), env.child(pairs=pairs))
+    except EvalIssue:
+        return None
+    if isinstance(v, Vec):
+        return v.values
+    if isinstance(v, (int, float)):
+        return (float(v),) * pairs
+    return None
+
+
+def _exprs(st) -> list[ast.Expr]:
+    k = st.kind
+    if k == "param":
+        return [st.default] + [c.value for c in st.constraints]
+    if k in ("let", "transport", "bias", "temperature"):
+        return [st.value]
+    if k == "channels":
+        return [g.spec for g in st.groups]
+    if k == "section":
+        return [e.value for e in st.entries]
+    return []

@@ -1,0 +1,147 @@
+"""Type inference for expressions: names, builtin signatures, axes (see :mod:`pedsl.lang.types`)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from pedsl.errors import did_you_mean
+from pedsl.lang import ast
+from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, REQUIRED, TypeIssue
+from pedsl.lang.types import BOOL, NUM, STR, Ty, join
+
+Report = Callable[..., None]  # report(code, message, node, hint=None)
+
+
+class Checker:
+    """Infers the type of expressions in one scheme; reports problems through ``report``.
+
+    ``names`` maps parameter and let names to a thunk giving their type, so lets can be
+    typed lazily (and cycles found).
+    """
+
+    def __init__(self, names: dict[str, Callable[[], Ty]], report: Report):
+        self.names = names
+        self.report = report
+
+    def infer(self, e: ast.Expr) -> Ty | None:
+        """The type of e, or None when an error was reported inside it."""
+        k = e.kind
+        if k == "num":
+            return NUM.with_(integer=isinstance(e.value, int))
+        if k == "str":
+            return STR
+        if k == "bool":
+            return BOOL
+        if k == "list":
+            items = [self.infer(i) for i in e.items]
+            if any(t is None for t in items):
+                return None
+            for item, t in zip(e.items, items):
+                if t.kind != "num" or t.axes:
+                    self.report("E204", f"a list holds plain numbers, not {t.show()}", item)
+                    return None
+            return Ty("list")
+        if k == "name":
+            return self._name(e)
+        if k == "unary":
+            t = self.infer(e.operand)
+            if t is None:
+                return None
+            if t.kind == "bias":
+                return t
+            if t.kind not in ("num", "list"):
+                self.report("E204", f"cannot negate {t.show()}", e)
+                return None
+            return t
+        if k == "binary":
+            return self._binary(e)
+        if k == "call":
+            return self._call(e)
+        raise AssertionError(k)  # pragma: no cover
+
+    def _name(self, e: ast.Name) -> Ty | None:
+        if e.id in self.names:
+            return self.names[e.id]()
+        if e.id in CONSTANTS:
+            return CONSTANTS[e.id]
+        if e.id in FUNCTIONS:
+            self.report("E204", f"'{e.id}' is a function: call it as {FUNCTIONS[e.id].signature()}", e)
+            return None
+        hint = did_you_mean(e.id, list(self.names) + list(CONSTANTS))
+        self.report("E201", f"unknown name '{e.id}'", e, hint=hint or "declare it with 'param' or 'let'")
+        return None
+
+    def _binary(self, e: ast.Binary) -> Ty | None:
+        a, b = self.infer(e.left), self.infer(e.right)
+        if a is None or b is None:
+            return None
+        if e.op in ("+", "-") and "bias" in (a.kind, b.kind):
+            for side, t in ((e.left, a), (e.right, b)):
+                if t.kind not in ("bias", "num"):
+                    self.report("E204", f"cannot add {t.show()} to a bias", side)
+                    return None
+            return Ty("bias", data=a.data or b.data, learned=a.learned or b.learned)
+        if a.kind == "list" or b.kind == "list":
+            other = b if a.kind == "list" else a
+            if other.kind == "list" or (other.kind == "num" and not other.axes):
+                return Ty("list")
+            if other.kind == "num" and other.axes == frozenset({"pair"}):
+                return other  # a list literal read as one value per pair
+            self.report("E204", f"cannot combine a list with {other.show()}", e)
+            return None
+        for side, t in ((e.left, a), (e.right, b)):
+            if t.kind != "num":
+                self.report("E204", f"arithmetic '{e.op}' needs numbers, not {t.show()}", side)
+                return None
+        return join(a, b).with_(integer=a.integer and b.integer and e.op in "+-*")
+
+    def _call(self, e: ast.Call) -> Ty | None:
+        spec = FUNCTIONS.get(e.func)
+        if spec is None:
+            if e.func in self.names or e.func in CONSTANTS:
+                self.report("E202", f"'{e.func}' is not a function", e)
+                return None
+            hint = did_you_mean(e.func, FUNCTIONS)
+            self.report("E202", f"unknown function '{e.func}'", e, hint=hint or "see `pedsl explain --builtins`")
+            return None
+        pnames = [p for p, _ in spec.params]
+        if len(e.args) > len(pnames):
+            self.report(
+                "E203", f"{e.func}() takes at most {len(pnames)} arguments, got {len(e.args)}", e,
+                hint=f"the signature is {spec.signature()}",
+            )
+            return None
+        bound: dict[str, ast.Expr] = dict(zip(pnames, e.args))
+        for kw in e.kwargs:
+            if kw.name not in pnames:
+                hint = did_you_mean(kw.name, pnames) or f"the signature is {spec.signature()}"
+                self.report("E203", f"{e.func}() has no parameter '{kw.name}'", kw, hint=hint)
+                return None
+            if kw.name in bound:
+                self.report("E203", f"{e.func}() got '{kw.name}' twice", kw)
+                return None
+            bound[kw.name] = kw.value
+        types: dict[str, Ty] = {}
+        for p, default in spec.params:
+            if p in bound:
+                t = self.infer(bound[p])
+                if t is None:
+                    return None
+                types[p] = t
+            elif default is REQUIRED:
+                self.report(
+                    "E203", f"{e.func}() is missing its argument '{p}'", e, hint=f"the signature is {spec.signature()}"
+                )
+                return None
+            elif default is None:
+                continue
+            elif isinstance(default, str):
+                types[p] = CONSTANTS[default] if default in CONSTANTS else STR
+            else:
+                types[p] = NUM.with_(integer=isinstance(default, int))
+        try:
+            return spec.rule(types)
+        except TypeIssue as issue:
+            node = bound.get(issue.arg, e) if issue.arg else e
+            self.report("E204", f"{e.func}(): {issue}", node, hint=issue.hint)
+            return None
