@@ -94,59 +94,58 @@ def accumulated_transport(step_mats: Tensor) -> Tensor:
     """``P(j->i) = M_i M_(i-1) ... M_(j+1)`` by explicit products (identity for j = i).
 
     ``step_mats (B, H, L, D, D) -> (B, H, L, L, D, D)`` (zeros where ``j > i``).
+    Built row by row with the recursion ``P(j->i) = M_i P(j->i-1)``.
     """
     Bp, Hp, L, D, _ = step_mats.shape
     eye = torch.eye(D, dtype=step_mats.dtype).expand(Bp, Hp, D, D)
     zero = torch.zeros(Bp, Hp, D, D, dtype=step_mats.dtype)
-    rows = []
+    M = step_mats.unbind(2)
+    rows, prev = [], []
     for i in range(L):
-        row = []
-        for j in range(L):
-            if j > i:
-                row.append(zero)
-                continue
-            p = eye
-            for t in range(j + 1, i + 1):  # P = M_i ... M_{j+1}: left-multiply later steps
-                p = step_mats[:, :, t] @ p
-            row.append(p)
-        rows.append(torch.stack(row, dim=2))
+        cur = [M[i] @ p for p in prev] + [eye]  # P(j->i) for j < i, then P(i->i) = I
+        rows.append(torch.stack(cur + [zero] * (L - 1 - i), dim=2))
+        prev = cur
     return torch.stack(rows, dim=2)
 
 
-def _transport_at(tr, b, h, i, j, dim):
-    if tr is None:
-        return None
-    if callable(tr) and not isinstance(tr, Tensor):
-        return tr(b, h, i, j).to(F64)
-    return tr[min(b, tr.shape[0] - 1), min(h, tr.shape[1] - 1), i, j].to(F64)
+def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
+    """A transport given as a callable (b, h, i, j) -> (D, D) turned into (B, H, L, L, D, D)."""
+    if tr is None or isinstance(tr, Tensor):
+        return tr
+    zero = torch.zeros(D, D, dtype=F64)
+    return torch.stack([torch.stack([torch.stack([torch.stack(
+        [tr(b, h, i, j).to(F64) if j <= i else zero for j in range(L)]) for i in range(L)])
+        for h in range(H)]) for b in range(B)])
 
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None) -> Tensor:
-    """Naive causal attention of SEMANTICS 1 in float64; returns ``(B, H, L, D)`` float64."""
+    """Naive causal attention of SEMANTICS 1 in float64; returns ``(B, H, L, D)`` float64.
+
+    Explicit loops over ``(i, j)``; each step is vectorised over batch and head.
+    """
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     B, H, L, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else scale
-    out_b = []
-    for b in range(B):
-        out_h = []
-        for h in range(H):
-            out_i = []
-            for i in range(L):
-                scores, vals = [], []
-                for j in range(i + 1):
-                    T = _transport_at(transport, b, h, i, j, D)
-                    kj = k[b, h, j] if T is None else T @ k[b, h, j]
-                    s = torch.dot(q[b, h, i], kj) * scale
-                    if tau is not None:
-                        s = s * tau[min(b, tau.shape[0] - 1), min(h, tau.shape[1] - 1), i].to(F64)
-                    if bias is not None:
-                        s = s + bias[min(b, bias.shape[0] - 1), min(h, bias.shape[1] - 1), i, j].to(F64)
-                    U = _transport_at(value_transport, b, h, i, j, D)
-                    scores.append(s)
-                    vals.append(v[b, h, j] if U is None else U @ v[b, h, j])
-                a = torch.softmax(torch.stack(scores), dim=0)
-                out_i.append((a[:, None] * torch.stack(vals)).sum(0))
-            out_h.append(torch.stack(out_i))
-        out_b.append(torch.stack(out_h))
-    return torch.stack(out_b)
+    T = _as_tensor(transport, B, H, L, D)
+    U = _as_tensor(value_transport, B, H, L, D)
+    T_rows = [r.unbind(2) for r in T.to(F64).unbind(2)] if T is not None else None  # T_rows[i][j]: (B|1, H|1, D, D)
+    U_rows = [r.unbind(2) for r in U.to(F64).unbind(2)] if U is not None else None
+    qs, ks, vs = q.unbind(2), k.unbind(2), v.unbind(2)  # each (B, H, D)
+    tau_s = tau.to(F64).unbind(-1) if tau is not None else None  # each (B|1, H|1)
+    bias_rows = [r.unbind(-1) for r in bias.to(F64).unbind(-2)] if bias is not None else None
+    outs = []
+    for i in range(L):
+        scores, vals = [], []
+        for j in range(i + 1):
+            kj = ks[j] if T_rows is None else (T_rows[i][j] @ ks[j].unsqueeze(-1)).squeeze(-1)
+            s = (qs[i] * kj).sum(-1) * scale  # (B, H)
+            if tau_s is not None:
+                s = s * tau_s[i]
+            if bias_rows is not None:
+                s = s + bias_rows[i][j]
+            scores.append(s.expand(B, H))
+            vals.append(vs[j] if U_rows is None else (U_rows[i][j] @ vs[j].unsqueeze(-1)).squeeze(-1))
+        a = torch.softmax(torch.stack(scores, dim=-1), dim=-1)  # (B, H, i+1)
+        outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))  # (B, H, D)
+    return torch.stack(outs, dim=2)
