@@ -1,0 +1,102 @@
+"""The training loop on local stand-in attention modules (no compiler needed):
+loss decreases, the run directory holds what pedsl.train documents, a NaN stops the run
+keeping the last good checkpoint, load_run rebuilds the model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from pedsl.config import TrainConfig, resolve_train_config
+from pedsl.errors import OutputError, TrainError
+from pedsl.train import load_run
+from pedsl.train.attention import SchemeAttention
+from pedsl.train.loop import lr_at, train
+
+HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
+_spec = importlib.util.spec_from_file_location("train_helper", HELPER)
+helper = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helper)
+
+SMALL = dict(steps=40, threads=1, context=32, batch_size=8, n_layers=1, d_model=32, n_heads=2, log_every=5,
+             eval_every=20, checkpoint_every=10, eval_batches=2, lr=1e-2, warmup=5, max_bytes=200_000)
+
+
+def small_cfg(**kw) -> TrainConfig:
+    return resolve_train_config(overrides={**SMALL, **kw})
+
+
+def read_metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("kind", ["nope", "alibi"])
+def test_tiny_run_learns_and_writes_the_run_directory(tmp_path, kind):
+    run = tmp_path / "run"
+    done = train(small_cfg(), run, attention=helper.spec(kind), quiet=True)
+    m = read_metrics(run)
+    assert [r["step"] for r in m] == list(range(5, 41, 5))
+    assert m[-1]["loss"] < m[0]["loss"] - 1.0
+    assert done["val_loss"] < done["unigram_baseline"]
+    assert {"step", "loss", "lr", "tokens_per_s"} <= set(m[0]) and "val_loss" in m[3]
+    assert (run / "scheme.pe").read_text() == f"# test attention: {kind}\n"
+    assert (run / "scheme.sha256").read_text().strip() == helper.spec(kind).source_hash
+    assert TrainConfig.from_yaml(run / "config.yaml") == small_cfg()
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert ckpts == ["step_0000030", "step_0000040"]  # keep_checkpoints = 2
+    for name in ("model.safetensors", "optim.safetensors", "state.json"):
+        assert (run / "checkpoints" / "step_0000040" / name).is_file()
+    state = json.loads((run / "checkpoints" / "step_0000040" / "state.json").read_text())
+    assert state["step"] == 40 and state["data"] == {"next_step": 40}
+    assert json.loads((run / "DONE.json").read_text())["val_loss"] == pytest.approx(done["val_loss"])
+
+
+def test_lr_schedule_warms_up_then_decays_to_min_lr():
+    cfg = small_cfg(steps=100, warmup=10, lr=1e-2, min_lr=1e-3)
+    lrs = [lr_at(s, cfg) for s in range(100)]
+    assert lrs[0] == pytest.approx(1e-3) and lrs[9] == pytest.approx(1e-2)
+    assert all(a >= b - 1e-12 for a, b in zip(lrs[9:], lrs[10:]))
+    assert lr_at(100, cfg) == pytest.approx(1e-3)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    cfg = small_cfg(steps=30, checkpoint_every=10)
+    src = "# poison\n"
+    poison = SchemeAttention("poison", src, "0" * 64, build=lambda m: (lambda i: helper.Poison(after=15)))
+    with pytest.raises(TrainError, match=r"became nan at step 16.*step_0000010") as exc:
+        train(cfg, run, attention=poison, quiet=True)
+    assert "lower --lr" in exc.value.render()
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000010"]
+    assert not (run / "DONE.json").exists()
+
+
+def test_load_run_rebuilds_the_trained_model(tmp_path):
+    run = tmp_path / "run"
+    train(small_cfg(steps=10), run, attention=helper.spec("alibi"), quiet=True)
+    model, cfg, meta = load_run(run, attention=helper.spec("alibi"))
+    assert meta["step"] == 10 and cfg.steps == 10 and not model.training
+    batch = torch.randint(0, 256, (2, 33))
+    with torch.no_grad():
+        loss = float(model.loss(batch))
+    assert math.isfinite(loss)
+
+
+def test_fresh_run_refuses_a_directory_with_checkpoints(tmp_path):
+    run = tmp_path / "run"
+    train(small_cfg(steps=10), run, attention=helper.spec(), quiet=True)
+    with pytest.raises(OutputError, match="already holds checkpoints") as exc:
+        train(small_cfg(steps=10), run, attention=helper.spec(), quiet=True)
+    assert "--resume" in exc.value.hint
+
+
+def test_unwritable_out_is_an_output_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(OutputError, match="cannot write the run directory"):
+        train(small_cfg(steps=2), blocker / "run", attention=helper.spec(), quiet=True)
