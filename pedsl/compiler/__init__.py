@@ -1,0 +1,60 @@
+"""The compiler: a checked scheme -> dataflow graph -> passes -> torch attention module.
+
+    module = compile_scheme("schemes/rope.pe", head_dim=64, num_heads=8)
+    out = module(q, k, v)                     # (B, H, L, D) -> (B, H, L, D)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from pedsl.compiler.graph import lower
+from pedsl.compiler.passes import BACKENDS, PASSES, Options, optimize
+from pedsl.errors import CompileError
+from pedsl.lang.api import load
+from pedsl.lang.scheme import Scheme
+
+__all__ = ["compile_scheme", "compile_graph", "BACKENDS", "PASSES"]
+
+
+def compile_graph(scheme: Scheme, *, backend: str = "auto", requires_grad: bool = True,
+                  device: str = "cpu") -> nx.DiGraph:
+    """The scheme's dataflow graph after every pass (what ``pedsl graph`` prints)."""
+    return optimize(lower(scheme), Options(backend=backend, requires_grad=requires_grad, device=device))
+
+
+def compile_scheme(
+    source: str | Path | Scheme,
+    *,
+    params: dict[str, Any] | None = None,
+    scheme: str | None = None,
+    backend: str = "auto",
+    compile: bool = False,
+    head_dim: int | None = None,
+    num_heads: int | None = None,
+    d_model: int | None = None,
+    vocab_size: int = 256,
+    requires_grad: bool = True,
+    device: str = "cpu",
+):
+    """Compile a scheme (path, text or resolved Scheme) into an attention module.
+
+    ``forward(q, k, v, *, x=None, tokens=None)`` takes q, k, v of shape (B, H, L, D);
+    ``x`` (B, L, d_model) feeds data-dependent steps and gates, ``tokens`` (B, L)
+    token-indexed steps. ``compile=True`` wraps the module in ``torch.compile``.
+    """
+    if backend not in BACKENDS:
+        raise CompileError(f"unknown backend '{backend}'", code="E401", hint="choose one of: " + ", ".join(BACKENDS))
+    sch = load(source, params=params, scheme=scheme, heads=num_heads, head_dim=head_dim)
+    graph = compile_graph(sch, backend=backend, requires_grad=requires_grad, device=str(device).split(":")[0])
+    from pedsl.compiler.module import SchemeAttention
+
+    module = SchemeAttention(sch, graph, d_model=d_model, vocab_size=vocab_size)
+    if compile:
+        import torch
+
+        module.forward = torch.compile(module.forward, dynamic=True)
+    return module

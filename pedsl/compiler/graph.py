@@ -1,0 +1,129 @@
+"""Lower a resolved scheme to its dataflow graph (a networkx DAG).
+
+Nodes are the stages of SEMANTICS section 1 - inputs (q, k, v, positions, x,
+tokens), frequency tables, phases, step sources, per-group transforms, biases,
+temperature, scores, softmax, value transport, output - each with a ``op``
+attribute and the expression it computes. The passes in
+:mod:`pedsl.compiler.passes` rewrite node attributes (what is folded, which
+identity applies, which kernel runs); the module builder reads the final graph,
+and ``pedsl graph`` prints it.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from pedsl.lang.exprs import calls_in, names_in, to_source
+from pedsl.lang.scheme import Scheme
+
+
+def _sources(expr) -> list[str]:
+    names = names_in(expr)
+    calls = calls_in(expr)
+    out = []
+    if "position" in names:
+        out.append("positions")
+    if "x" in names:
+        out.append("x")
+    if "token" in names:
+        out.append("tokens")
+    if "n" in names:
+        out.append("length n")
+    if calls & {"linear", "embedding", "shortconv"}:
+        out.append("learned")
+    return out
+
+
+def lower(scheme: Scheme) -> nx.DiGraph:
+    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim)
+    for name in ("q", "k", "v"):
+        g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
+    g.add_node("positions", op="input", label="positions 0..L-1")
+    g.add_node("scores", op="scores", label="scores <q_i, T(j->i) k_j> / sqrt(D)")
+    g.add_node("softmax", op="softmax", label="causal softmax over j")
+    g.add_node("output", op="output", label="o (B, H, L, D)")
+    g.add_edge("softmax", "output")
+    g.add_edge("v", "softmax")
+    g.add_edge("scores", "softmax")
+
+    def ensure(src: str) -> str:
+        if src not in g:
+            labels = {"x": "x (B, L, d_model)", "tokens": "tokens (B, L)", "length n": "run-time length n",
+                      "learned": "learned parameters"}
+            g.add_node(src, op="input", label=labels.get(src, src))
+        return src
+
+    for idx, t in enumerate(scheme.transports):
+        grp = scheme.group(t.group)
+        node = f"transport[{t.group}]"
+        attrs = dict(group=t.group, channels=grp.channels, targets=t.targets, index=idx)
+        if t.kind == "rotate":
+            table = f"phase[{t.group}]"
+            g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
+                       dynamic=t.dynamic, folded=False)
+            for s in _sources(t.phase):
+                g.add_edge(ensure(s), table)
+            g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}", phase=table, **attrs)
+            g.add_edge(table, node)
+        elif t.kind == "accumulate_rotation":
+            steps = f"steps[{t.group}]"
+            g.add_node(steps, op="step_angles", expr=t.angle, label=f"step angle = {to_source(t.angle)}",
+                       data=t.data, learned=t.learned)
+            for s in _sources(t.angle):
+                g.add_edge(ensure(s), steps)
+            g.add_node(node, op="accumulate_so2", label=f"accumulate SO(2) {t.targets} on {t.group}",
+                       steps=steps, **attrs)
+            g.add_edge(steps, node)
+        else:
+            w, beta = f"w[{t.group}]", f"beta[{t.group}]"
+            g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}")
+            g.add_node(beta, op="householder_beta", expr=t.beta, label=f"beta = {to_source(t.beta)}")
+            for s in set(_sources(t.w) + _sources(t.beta)):
+                g.add_edge(ensure(s), w if s in _sources(t.w) else beta)
+            g.add_node(node, op="accumulate_householder", label=f"accumulate Householder {t.targets} on {t.group}",
+                       w=w, beta=beta, orthogonal=t.orthogonal, **attrs)
+            g.add_edge(w, node)
+            g.add_edge(beta, node)
+        g.add_edge("q", node)
+        g.add_edge("k", node)
+        g.add_edge(node, "scores")
+        if t.targets == "qkv":
+            vt = f"value_transport[{t.group}]"
+            g.add_node(vt, op="value_transport", label=f"U = T on {t.group}", group=t.group)
+            g.add_edge(node, vt)
+            g.add_edge("softmax", vt)
+            g.add_edge(vt, "output")
+    if not scheme.transports:
+        g.add_edge("q", "scores")
+        g.add_edge("k", "scores")
+
+    for idx, b in enumerate(scheme.biases):
+        node = f"bias[{idx}]"
+        if b.kind == "distance":
+            g.add_node(node, op="distance_bias", expr=b.term, slope=b.slope,
+                       label=f"bias = {to_source(b.term)}", linear=b.slope is not None)
+            g.add_edge("positions", node)
+        else:
+            g.add_node(node, op="gate_bias", expr=b.log_gate, label=f"bias = accumulate({to_source(b.log_gate)})",
+                       data=b.data)
+            for s in _sources(b.log_gate):
+                g.add_edge(ensure(s), node)
+        g.add_edge(node, "scores")
+    if scheme.temperature is not None:
+        g.add_node("temperature", op="temperature", expr=scheme.temperature,
+                   label=f"tau = {to_source(scheme.temperature)}")
+        for s in _sources(scheme.temperature):
+            g.add_edge(ensure(s), "temperature")
+        g.add_edge("temperature", "scores")
+    assert nx.is_directed_acyclic_graph(g)
+    return g
+
+
+def transform_nodes(g: nx.DiGraph) -> list[str]:
+    """The per-group transform nodes, in the scheme's order."""
+    nodes = [n for n, d in g.nodes(data=True) if d.get("op") in ("rotate", "accumulate_so2", "accumulate_householder")]
+    return sorted(nodes, key=lambda n: g.nodes[n]["index"])
+
+
+def bias_nodes(g: nx.DiGraph) -> list[str]:
+    return sorted(n for n, d in g.nodes(data=True) if d.get("op") in ("distance_bias", "gate_bias"))

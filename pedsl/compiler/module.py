@@ -1,0 +1,336 @@
+"""The compiled attention module: a scheme's graph turned into ``forward(q, k, v, *, x, tokens)``.
+
+Shapes: q, k, v ``(B, H, L, D)``; x ``(B, L, d_model)`` for data-dependent steps
+and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, H, L, D)``.
+
+The forward pass follows the graph after the passes: every transform node
+pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
+angles), biases become one extra key channel (or a table), the temperature
+scales q, then the chosen backend runs causal attention; value transports are
+undone on the output. Static tables are non-persistent buffers, grown on demand
+for longer inputs; float64 phases are cast at the end (SEMANTICS 6).
+"""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import torch
+from torch import Tensor, nn
+
+from pedsl.compiler.evaluator import LT, Context, Evaluator, Learned
+from pedsl.compiler.graph import bias_nodes, transform_nodes
+from pedsl.errors import CompileError, ShapeError
+from pedsl.lang.scheme import Scheme
+from pedsl.ops import rotary
+from pedsl.ops.accumulate import cumulative_angles
+from pedsl.ops.bias import materialized_bias_attention, separable_bias_attention
+
+F64 = torch.float64
+LONG = 8192  # beyond this length the key channel is applied per query chunk with an offset (precision)
+
+
+class SchemeAttention(nn.Module):
+    """Causal attention with the positional encoding of one scheme (see module docstring)."""
+
+    def __init__(self, scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None, vocab_size: int = 256):
+        super().__init__()
+        self.scheme = scheme
+        self.graph = graph
+        self.backend = graph.graph["backend"]
+        self.heads, self.head_dim = scheme.heads, scheme.head_dim
+        self.layout = scheme.layout
+        self.d_model = d_model
+        self.values = {**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}
+        self.learned = Learned()
+        self._tables: dict = {}
+        self.evaluator = Evaluator(self.learned, d_model, vocab_size, self._tables)
+        self.transforms = [dict(graph.nodes[n], node=n) for n in transform_nodes(graph)]
+        self.biases = [dict(graph.nodes[n], node=n) for n in bias_nodes(graph)]
+        self.temperature = graph.nodes["temperature"]["expr"] if "temperature" in graph else None
+        self.needs_x = scheme.needs_x
+        self.needs_tokens = scheme.needs_tokens
+        self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
+        self._build_learned()
+
+    # ------------------------------------------------------------------ construction
+    def _ctx(self, L: int, x=None, tokens=None, device=None, dtype=torch.float32, group=None) -> Context:
+        pairs = chans = None
+        if group is not None:
+            chans = len(group["channels"])
+            pairs = chans // 2
+        return Context(values=self.values, heads=self.heads, pairs=pairs, chans=chans, L=L, n=L, x=x,
+                       tokens=tokens, device=device, dtype=dtype)
+
+    def _build_learned(self) -> None:
+        """Create every learned call site once, by evaluating on a dummy input of length 2."""
+        if not (self.needs_x or self.needs_tokens):
+            return
+        if self.needs_x and self.d_model is None:
+            raise CompileError(f"scheme '{self.scheme.name}' reads the hidden state x: give d_model when compiling",
+                               code="E405", hint="compile_scheme(..., d_model=<model width>) or --d-model")
+        x = torch.zeros(1, 2, self.d_model) if self.needs_x else None
+        tokens = torch.zeros(1, 2, dtype=torch.long) if self.needs_tokens else None
+        for t in self.transforms:
+            for key, expr in self._exprs(t):
+                self.evaluator.run(expr, self._ctx(2, x, tokens, group=t), key, build=True)
+        for b in self.biases:
+            self.evaluator.run(b["expr"], self._ctx(2, x, tokens), b["node"], build=True)
+
+    def _exprs(self, t: dict) -> list[tuple[str, object]]:
+        g = self.graph
+        if t["op"] == "rotate":
+            return [(t["phase"], g.nodes[t["phase"]]["expr"])]
+        if t["op"] == "accumulate_so2":
+            return [(t["steps"], g.nodes[t["steps"]]["expr"])]
+        return [(t["w"], g.nodes[t["w"]]["expr"]), (t["beta"], g.nodes[t["beta"]]["expr"])]
+
+    def extra_repr(self) -> str:
+        return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
+
+    # ------------------------------------------------------------------ pieces
+    def _check(self, q: Tensor, k: Tensor, v: Tensor, x, tokens) -> None:
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.dim() != 4:
+                raise ShapeError(f"{name} must be a (B, H, L, D) tensor, got "
+                                 f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
+        if q.shape != k.shape or q.shape != v.shape:
+            raise ShapeError(f"q, k and v must have one shape (B, H, L, D); got {tuple(q.shape)}, "
+                             f"{tuple(k.shape)}, {tuple(v.shape)}")
+        B, H, L, D = q.shape
+        if D != self.head_dim or H != self.heads:
+            raise ShapeError(
+                f"scheme '{self.scheme.name}' was compiled for {self.heads} heads of dimension {self.head_dim}, "
+                f"got H={H}, D={D}", hint=f"compile it with num_heads={H}, head_dim={D}")
+        if self.needs_x:
+            if x is None:
+                raise ShapeError(f"scheme '{self.scheme.name}' reads the hidden state: pass x=(B, L, d_model)")
+            if x.dim() != 3 or x.shape[0] != B or x.shape[1] != L or x.shape[2] != self.d_model:
+                raise ShapeError(f"x must be (B={B}, L={L}, d_model={self.d_model}), got {tuple(x.shape)}")
+        if self.needs_tokens:
+            if tokens is None:
+                raise ShapeError(f"scheme '{self.scheme.name}' reads the tokens: pass tokens=(B, L)")
+            if tokens.shape != (B, L):
+                raise ShapeError(f"tokens must be (B={B}, L={L}), got {tuple(tokens.shape)}")
+
+    def _rope_tables(self, t: dict, L: int, device, dtype) -> tuple[Tensor, Tensor]:
+        node = self.graph.nodes[t["phase"]]
+        key = t["phase"]
+        cached = self._rope_cache.get(key)
+        dynamic = node.get("dynamic")
+        if cached is not None and cached[1].device == device and cached[1].dtype == dtype and (
+            cached[0] == L if dynamic else cached[0] >= L
+        ):
+            return cached[1][:L], cached[2][:L]
+        size = L if dynamic else max(L, 2 ** math.ceil(math.log2(max(L, 1))))
+        phase = self.evaluator.run(node["expr"], self._ctx(size, device=device, group=t), key)
+        ph = _as_table(phase, size, len(t["channels"]) // 2)  # (L, P) float64
+        ph = torch.remainder(ph, 2 * math.pi)
+        cos, sin = torch.cos(ph).to(dtype), torch.sin(ph).to(dtype)
+        self._rope_cache[key] = (size, cos, sin)
+        return cos[:L], sin[:L]
+
+    def _angles(self, t: dict, L: int, x, tokens, device, dtype) -> Tensor:
+        expr = self.graph.nodes[t["steps"]]["expr"]
+        a = self.evaluator.run(expr, self._ctx(L, x, tokens, device, dtype, group=t), t["steps"])
+        return _as_bhlp(a, L, len(t["channels"]) // 2)
+
+    def _cos_sin(self, t: dict, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
+        if t["op"] == "rotate":
+            return self._rope_tables(t, L, device, dtype)
+        A = cumulative_angles(self._angles(t, L, x, tokens, device, dtype).to(F64))
+        return torch.cos(A).to(dtype), torch.sin(A).to(dtype)
+
+    def _key_term(self, L: int, x, tokens, device) -> Tensor | None:
+        """g(j) of the separable biases, (B|1, H, L) in float64."""
+        total = None
+        pos = torch.arange(L, dtype=F64, device=device)
+        for b in self.biases:
+            if b.get("kernel") != "key channel":
+                continue
+            if b["op"] == "distance_bias":
+                slope = self.evaluator.run(b["slope"], self._ctx(L, x, tokens, device), b["node"])
+                s = _per_head(slope, self.heads).to(F64)  # (H,)
+                g = -s[:, None] * pos[None, :]  # (H, L): b = s (i - j) -> g(j) = -s j
+                g = g.unsqueeze(0)
+            else:
+                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
+                G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
+                g = -G  # b = G_i - G_j -> g(j) = -G_j
+            total = g if total is None else total + g
+        return total
+
+    def _bias_table(self, L: int, x, tokens, device) -> Tensor | None:
+        """The full (B|1, H, L, L) bias, for the masked/reference backends."""
+        total = None
+        i = torch.arange(L, device=device)
+        dist = (i[:, None] - i[None, :]).clamp(min=0)
+        for b in self.biases:
+            if b["op"] == "distance_bias":
+                term = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
+                tab = _as_hd(term, L, self.heads).to(F64)  # (H, L) over distance
+                full = tab[:, dist].unsqueeze(0)
+            else:
+                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
+                G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
+                full = G.unsqueeze(-1) - G.unsqueeze(-2)
+            total = full if total is None else total + full
+        return total
+
+    def _q_scale(self, L: int, device) -> Tensor | None:
+        if self.temperature is None:
+            return None
+        tau = self.evaluator.run(self.temperature, self._ctx(L, device=device), "temperature")
+        axes = ("head", "pos")
+        t = tau.align(axes) if tau.axes else tau.t.reshape(1, 1)
+        return t.expand(t.shape[0], L).unsqueeze(0).to(F64)  # (1, H|1, L)
+
+    # ------------------------------------------------------------------ forward
+    def transform_qkv(self, q, k, v, x=None, tokens=None):
+        """Absolute pre-transforms of q, k, v; returns (q', k', v', undo) where undo(o) restores values."""
+        B, H, L, D = q.shape
+        undo = []
+        for t in self.transforms:
+            if t["op"] == "accumulate_householder":
+                continue
+            cos, sin = self._cos_sin(t, L, x, tokens, q.device, q.dtype)
+            ch = t["channels"] if len(t["channels"]) != D else None
+            q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
+            k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
+            if t["targets"] == "qkv":
+                v = rotary.apply_rotary_channels(v, cos, sin, ch, self.layout)
+                undo.append((cos, sin, ch))
+
+        def restore(o):
+            for cos, sin, ch in reversed(undo):
+                o = rotary.apply_rotary_channels(o, cos, -sin, ch, self.layout)  # R(A_i)^T = R(-A_i)
+            return o
+
+        return q, k, v, restore
+
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, x: Tensor | None = None, tokens: Tensor | None = None):
+        self._check(q, k, v, x, tokens)
+        if self.backend == "reference":
+            from pedsl.compiler.reference import reference_forward
+
+            return reference_forward(self, q, k, v, x=x, tokens=tokens).to(q.dtype)
+        L = q.shape[2]
+        qt, kt, vt, restore = self.transform_qkv(q, k, v, x, tokens)
+        q_scale = self._q_scale(L, q.device)
+        if self.backend == "blockwise":
+            o = self._blockwise(qt, kt, vt, x, tokens, q_scale)
+        elif self.backend in ("masked", "flex"):
+            bias = self._bias_table(L, x, tokens, q.device)
+            if self.backend == "flex":
+                o = self._flex(qt, kt, vt, bias, q_scale)
+            else:
+                if bias is None:
+                    bias = torch.zeros(1, 1, L, L, dtype=q.dtype, device=q.device)
+                o = materialized_bias_attention(qt, kt, vt, bias, q_scale=q_scale)
+        else:
+            g = self._key_term(L, x, tokens, q.device)
+            o = separable_bias_attention(qt, kt, vt, None if g is None else g.to(q.dtype) if L <= LONG else g,
+                                         q_scale=q_scale, chunk_size=2048 if L > LONG else None)
+        return restore(o)
+
+    def _flex(self, q, k, v, bias, q_scale):
+        from pedsl.ops.bias import flex_bias_attention
+
+        if q_scale is not None:
+            q = q * q_scale.to(q.dtype).unsqueeze(-1)
+        if bias is None:
+            return flex_bias_attention(q, k, v, None)
+        table = bias.to(q.dtype)
+        tb = table.shape[0]
+
+        def score_mod(score, b, h, q_idx, kv_idx):
+            return score + table[b if tb > 1 else 0, h, q_idx, kv_idx]
+
+        return flex_bias_attention(q, k, v, score_mod)
+
+    def _blockwise(self, q, k, v, x, tokens, q_scale):
+        from pedsl.ops.path import path_attention
+
+        B, H, L, D = q.shape
+        w = torch.zeros(B, H, L, D, dtype=q.dtype, device=q.device)
+        beta = torch.zeros(B, H, L, dtype=q.dtype, device=q.device)
+        for t in self.transforms:
+            if t["op"] != "accumulate_householder":
+                continue
+            ctx = self._ctx(L, x, tokens, q.device, q.dtype, group=t)
+            wt = self.evaluator.run(self.graph.nodes[t["w"]]["expr"], ctx, t["w"])
+            bt = self.evaluator.run(self.graph.nodes[t["beta"]]["expr"], ctx, t["beta"])
+            wv = wt.align(("batch", "head", "pos", "chan")).expand(B, H, L, len(t["channels"])).to(q.dtype)
+            if len(t["channels"]) == D:
+                w = wv
+            else:
+                w = w.index_copy(-1, torch.tensor(t["channels"], device=q.device), wv)
+            beta = _as_bhl(bt, L, H).expand(B, H, L).to(q.dtype)
+        log_forget = None
+        for b in self.biases:
+            if b["op"] == "distance_bias":
+                slope = self.evaluator.run(b["slope"], self._ctx(L, x, tokens, q.device), b["node"])
+                lf = _per_head(slope, H).to(q.dtype)[None, :, None].expand(B, H, L)
+            else:
+                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, q.device), b["node"])
+                lf = _as_bhl(lg, L, H).expand(B, H, L).to(q.dtype)
+            log_forget = lf if log_forget is None else log_forget + lf
+        return path_attention(q, k, v, w, beta, log_forget, q_scale=q_scale)
+
+    # ------------------------------------------------------------------ analysis
+    def raw_scores(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
+        """<q_i, T(j->i) k_j> for j <= i (no scale, temperature or bias), (B, H, L, L); -inf above the diagonal."""
+        from pedsl.compiler.reference import transported_scores
+
+        self._check(q, k, k, x, tokens)
+        return transported_scores(self, q, k, x=x, tokens=tokens)
+
+    def probs(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
+        """The attention matrix a(i, j), (B, H, L, L) (materialised: for analysis at moderate L)."""
+        L, D = q.shape[2], q.shape[3]
+        s = self.raw_scores(q, k, x=x, tokens=tokens) / math.sqrt(D)
+        tau = self._q_scale(L, q.device)
+        if tau is not None:
+            s = s * tau.to(s.dtype).unsqueeze(-1)
+        bias = self._bias_table(L, x, tokens, q.device)
+        if bias is not None:
+            s = s + bias.to(s.dtype)
+        return torch.softmax(s, dim=-1)
+
+    def rotary_groups(self) -> list[dict]:
+        """Position-indexed rotary groups: channels, layout and angular frequency per pair (for frequency energy)."""
+        from pedsl.lang.lint import rotary_frequencies
+
+        freqs = rotary_frequencies(self.scheme)
+        return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)
+                for g, f in freqs.items()]
+
+
+# ---------------------------------------------------------------------- shape helpers
+
+
+def _as_table(v: LT, L: int, P: int) -> Tensor:
+    if not set(v.axes) <= {"pos", "pair"}:
+        raise CompileError(f"a rotation phase must vary only with position and pair, got axes {v.axes}")
+    return v.align(("pos", "pair")).expand(L, P).to(F64)
+
+
+def _as_bhlp(v: LT, L: int, P: int) -> Tensor:
+    t = v.align(("batch", "head", "pos", "pair"))
+    return t.expand(t.shape[0], t.shape[1], L, P)
+
+
+def _as_bhl(v: LT, L: int, H: int) -> Tensor:
+    t = v.align(("batch", "head", "pos"))
+    return t.expand(t.shape[0], H, L)
+
+
+def _as_hd(v: LT, L: int, H: int) -> Tensor:
+    t = v.align(("head", "dist"))
+    return t.expand(H, L)
+
+
+def _per_head(v: LT, H: int) -> Tensor:
+    t = v.align(("head",)) if v.axes else v.t.reshape(1)
+    return t.expand(H)
