@@ -21,9 +21,12 @@ def _text_of(path_or_text: str | Path) -> tuple[str, str | None]:
         try:
             return decode(p.read_bytes(), str(p)), str(p)
         except FileNotFoundError:
-            raise CheckError(f"no such file: {p}", code="E209", hint="check the path") from None
+            raise CheckError(f"no such file: {p}", code="E209", file=str(p), line=1, col=1,
+                             hint="check the path") from None
         except IsADirectoryError:
-            raise CheckError(f"{p} is a folder, not a .pe file", code="E209") from None
+            raise CheckError(f"{p} is a folder, not a .pe file", code="E209", file=str(p), line=1, col=1) from None
+        except OSError as exc:
+            raise CheckError(f"cannot read {p}: {exc.strerror}", code="E209", file=str(p), line=1, col=1) from None
     return path_or_text, None
 
 

@@ -139,6 +139,8 @@ def _op(op: str, a: float, b: float, node) -> float:
             r = a / b
             return int(r) if isinstance(a, int) and isinstance(b, int) and r.is_integer() else r
         if op == "**":
+            if isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b * math.log2(abs(a)) > 1024:
+                a = float(a)  # an exact int power this large takes unbounded time and memory: overflow instead
             r = a**b
             if isinstance(r, complex):
                 raise EvalIssue("a negative number to a fractional power", node)

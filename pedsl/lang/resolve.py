@@ -65,11 +65,14 @@ class Loader:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise CheckError(f"no such file: {path}", code="E209", hint="check the path") from None
+            raise CheckError(f"no such file: {path}", code="E209", file=str(path), line=1, col=1,
+                             hint="check the path") from None
         except IsADirectoryError:
-            raise CheckError(f"{path} is a folder, not a .pe file", code="E209") from None
+            raise CheckError(f"{path} is a folder, not a .pe file", code="E209", file=str(path), line=1, col=1,
+                             hint="give the .pe files inside it, e.g. folder/*.pe") from None
         except OSError as exc:
-            raise CheckError(f"cannot read {path}: {exc.strerror}", code="E209") from None
+            raise CheckError(f"cannot read {path}: {exc.strerror}", code="E209", file=str(path), line=1,
+                             col=1) from None
         text = decode(data, str(path))
         return self._load(text, str(path), path.parent, stack + (key,), key)
 
@@ -777,6 +780,11 @@ def check_all(src: Source, params: dict[str, Any] | None = None) -> list[Diagnos
     out: list[Diagnostic] = []
     seen: set[tuple] = set()
     names: dict[str, ast.SchemeDecl] = {}
+    if not src.module.schemes:
+        sink = _sink(src)
+        sink.add("E215", f"{src.file or 'the input'} declares no scheme", line=1, col=1,
+                 hint='write one: scheme name "description" { ... }')
+        return sink.items
     for decl in src.module.schemes:
         if decl.name in names:
             sink = _sink(src)
