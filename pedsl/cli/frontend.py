@@ -1,0 +1,399 @@
+"""Front-end commands: ``check``, ``fmt``, ``show``, ``schema`` and ``list``.
+
+They read `.pe` files through :mod:`pedsl.lang.api` and never import torch.
+Every problem with an input becomes a positioned diagnostic (``file:line:col:
+error[CODE]: ...``) and exit code 1; a wrong command line is exit code 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import click
+
+from pedsl.errors import Diagnostic, OutputError, PedslError, UsageError
+
+# ------------------------------------------------------------------ helpers
+
+
+def parse_params(items: Iterable[str]) -> dict[str, str]:
+    """``-P name=value`` options -> {name: raw value}; the resolver coerces and checks them."""
+    out: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name.isidentifier():
+            raise UsageError(
+                f"-P expects name=value, got {item!r}", code="E991",
+                hint="e.g. -P factor=8 or -P train_length=256",
+            )
+        out[name] = value
+    return out
+
+
+def _with_file(diags: Iterable[Diagnostic], file: str) -> list[Diagnostic]:
+    """Diagnostics that name no file (parameter overrides, missing files) get the file they concern."""
+    return [d if d.file else dataclasses.replace(d, file=file) for d in diags]
+
+
+def _diagnostics_of(path: str, params: dict[str, str]) -> list[Diagnostic]:
+    """Every diagnostic for one file; errors that stop checking early are diagnostics too."""
+    from pedsl.lang.api import check as check_file
+
+    try:
+        diags = check_file(Path(path), params or None)
+    except PedslError as err:
+        diags = err.diagnostics
+    return _with_file(diags, path)
+
+
+def _echo_diag(d: Diagnostic) -> None:
+    click.echo(d.render())
+
+
+def _exit(code: int) -> None:
+    """End the command with an exit code (returned by ``main`` in non-standalone mode)."""
+    click.get_current_context().exit(code)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+# ------------------------------------------------------------------ check
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--strict", is_flag=True, help="Treat warnings as errors (exit 1 on any warning).")
+@click.option("--json", "as_json", is_flag=True, help="Print the diagnostics as a JSON list.")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Override a scheme parameter (repeatable).")
+@click.option("-q", "--quiet", is_flag=True, help="Print errors only: no warnings, no summary.")
+def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str, ...], quiet: bool) -> None:
+    """Check .pe FILES: syntax, names, types, layouts, parameters, then lint warnings.
+
+    Exit code 0 when every file is valid, 1 when a file has an error (or a
+    warning with --strict).
+    """
+    overrides = parse_params(params)
+    all_diags: list[Diagnostic] = []
+    for path in files:
+        all_diags.extend(_diagnostics_of(path, overrides))
+    if strict:
+        all_diags = [dataclasses.replace(d, severity="error") if d.severity == "warning" else d for d in all_diags]
+    errors = sum(d.severity == "error" for d in all_diags)
+    warnings = len(all_diags) - errors
+    if as_json:
+        click.echo(json.dumps([d.to_json() for d in all_diags], indent=2))
+    else:
+        for d in all_diags:
+            if quiet and d.severity != "error":
+                continue
+            _echo_diag(d)
+        if not quiet:
+            status = "ok" if not errors else "failed"
+            click.echo(
+                f"pedsl check: {_plural(len(files), 'file')}, {_plural(errors, 'error')}, "
+                f"{_plural(warnings, 'warning')}: {status}",
+                err=True,
+            )
+    _exit(1 if errors else 0)
+
+
+# ------------------------------------------------------------------ fmt
+
+
+def _format_text(text: str, file: str) -> str:
+    from pedsl.lang.formatter import format_module
+    from pedsl.lang.parser import parse_module
+
+    return format_module(parse_module(text, file), text)
+
+
+def _read(path: str) -> str:
+    from pedsl.errors import CheckError
+    from pedsl.lang.parser import decode
+
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise CheckError(f"no such file: {path}", code="E209", file=path, hint="check the path") from None
+    except IsADirectoryError:
+        raise CheckError(f"{path} is a folder, not a .pe file", code="E209", file=path) from None
+    except OSError as exc:
+        raise CheckError(f"cannot read {path}: {exc.strerror}", code="E209", file=path) from None
+    return decode(data, path)
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Replace ``path`` with ``text`` atomically: a temporary file in the same folder, then os.replace."""
+    target = Path(path)
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except OSError:
+        mode = None
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}", file=path,
+                          hint="check the folder's permissions and free space") from None
+
+
+def _diff(old: str, new: str, path: str) -> str:
+    return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"{path}", f"{path} (formatted)"))
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True)
+@click.option("--check", "check_only", is_flag=True, help="Change nothing; exit 1 listing the files that would change.")
+@click.option("--diff", "show_diff", is_flag=True, help="Change nothing; print a unified diff of the changes.")
+def fmt(files: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
+    """Rewrite .pe FILES in canonical form (in place, only when they change).
+
+    `-` reads standard input and writes the canonical text to standard output.
+    Comments are kept; the meaning never changes (parse(fmt(x)) == parse(x)).
+    """
+    failed = False
+    changed: list[str] = []
+    for path in files:
+        try:
+            text = click.get_text_stream("stdin").read() if path == "-" else _read(path)
+            name = "<stdin>" if path == "-" else path
+            new = _format_text(text, name)
+        except PedslError as err:
+            for d in _with_file(err.diagnostics, path):
+                _echo_diag(d)
+            failed = True
+            continue
+        if new == text:
+            if path == "-" and not (check_only or show_diff):
+                click.echo(new, nl=False)
+            continue
+        changed.append(path)
+        if show_diff:
+            click.echo(_diff(text, new, path), nl=False)
+        if check_only or show_diff:
+            continue
+        if path == "-":
+            click.echo(new, nl=False)
+        else:
+            try:
+                write_atomic(path, new)
+            except PedslError as err:
+                _echo_diag(err.diagnostics[0])
+                failed = True
+    if check_only or show_diff:
+        for path in changed:
+            if check_only:
+                click.echo(f"would reformat {path}", err=True)
+        if changed and check_only:
+            click.echo(f"pedsl fmt: {_plural(len(changed), 'file')} would be reformatted", err=True)
+            _exit(1)
+    elif changed and not (len(files) == 1 and files[0] == "-"):
+        click.echo(f"pedsl fmt: reformatted {_plural(len(changed), 'file')}", err=True)
+    _exit(1 if failed else 0)
+
+
+# ------------------------------------------------------------------ show
+
+
+def _ranges(chans: Iterable[int]) -> str:
+    chans = sorted(chans)
+    if not chans:
+        return "none"
+    out, start, prev = [], chans[0], chans[0]
+    for c in chans[1:] + [None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if c is not None:
+            start = prev = c
+    return ", ".join(out)
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    return str(v)
+
+
+def render_scheme(scheme) -> str:
+    """A human-readable, YAML-like view of a resolved scheme."""
+    from pedsl.lang.exprs import to_source
+    from pedsl.lang.lint import rotary_frequencies
+
+    lines = [f"scheme: {scheme.name}"]
+    if scheme.doc:
+        lines.append(f"doc: {json.dumps(scheme.doc)}")
+    if scheme.file:
+        lines.append(f"file: {scheme.file}")
+    if scheme.bases:
+        lines.append("extends: " + " -> ".join(scheme.bases))
+    lines.append(f"heads: {scheme.heads}")
+    lines.append(f"head_dim: {scheme.head_dim}")
+    lines.append(f"layout: {scheme.layout}")
+    if scheme.params:
+        lines.append("params:")
+        lines += [f"  {k}: {_scalar(v)}" for k, v in scheme.params.items()]
+    lines.append("groups:")
+    for g in scheme.groups:
+        lines.append(f"  {g.name}: channels {_ranges(g.channels)} ({len(g.channels)}; {g.spec})")
+    try:
+        freqs = rotary_frequencies(scheme)
+    except Exception:  # pragma: no cover - a display nicety must never break show
+        freqs = {}
+    if scheme.transports:
+        lines.append("transports:")
+        for t in scheme.transports:
+            lines.append(f"  - kind: {t.kind}")
+            lines.append(f"    targets: {t.targets}")
+            lines.append(f"    group: {t.group}")
+            if t.kind == "rotate":
+                lines.append(f"    phase: {to_source(t.phase)}")
+                if t.dynamic:
+                    lines.append("    dynamic: true  # the table depends on the run-time length n")
+            elif t.kind == "accumulate_rotation":
+                lines.append(f"    angle: {to_source(t.angle)}")
+                lines.append(f"    data: {_scalar(t.data)}")
+                lines.append(f"    learned: {_scalar(t.learned)}")
+            else:
+                lines.append(f"    w: {to_source(t.w)}")
+                lines.append(f"    beta: {to_source(t.beta)}")
+                lines.append(f"    orthogonal: {_scalar(t.orthogonal)}")
+            if t.group in freqs and t.kind == "rotate" and not t.dynamic:
+                import math
+
+                periods = [2 * math.pi / w if w > 0 else float("inf") for w in freqs[t.group]]
+                lines.append("    periods: " + _scalar([round(p, 1) for p in periods]))
+    else:
+        lines.append("transports: []  # no positional transport (NoPE)")
+    if scheme.biases:
+        lines.append("biases:")
+        for b in scheme.biases:
+            if b.kind == "distance":
+                lines.append("  - kind: distance")
+                lines.append(f"    term: {to_source(b.term)}")
+                if b.slope is not None:
+                    lines.append(f"    slope: {to_source(b.slope)}")
+            else:
+                lines.append("  - kind: gate")
+                lines.append(f"    log_gate: {to_source(b.log_gate)}")
+    if scheme.temperature is not None:
+        lines.append(f"temperature: {to_source(scheme.temperature)}")
+    for name in ("train", "eval"):
+        table = getattr(scheme, name)
+        if table:
+            lines.append(f"{name}:")
+            lines += [f"  {k}: {_scalar(v)}" for k, v in table.items()]
+    if scheme.allow:
+        lines.append("allow: [" + ", ".join(scheme.allow) + "]")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.argument("file")
+@click.option("--scheme", "scheme_name", metavar="NAME", help="The scheme to show (default: the one named like the file).")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Override a scheme parameter.")
+@click.option("--json", "as_json", is_flag=True, help="Print the resolved IR as JSON.")
+def show(file: str, scheme_name: str | None, params: tuple[str, ...], as_json: bool) -> None:
+    """Show the resolved scheme of FILE: after imports, extends and parameters."""
+    from pedsl.lang.api import load_with_warnings
+
+    overrides = parse_params(params)
+    try:
+        scheme, warnings = load_with_warnings(Path(file), overrides or None, scheme_name)
+    except PedslError as err:
+        err.diagnostics = _with_file(err.diagnostics, file)
+        raise
+    for d in _with_file(warnings, file):
+        if d.severity == "warning":
+            click.echo(d.render(), err=True)
+    if as_json:
+        click.echo(json.dumps(scheme.model_dump(mode="json", exclude={"source"}), indent=2))
+    else:
+        click.echo(render_scheme(scheme))
+
+
+# ------------------------------------------------------------------ schema
+
+
+@click.command()
+def schema() -> None:
+    """Print the JSON Schema of the resolved IR (pedsl.lang.scheme.Scheme)."""
+    from pedsl.lang.scheme import Scheme
+
+    click.echo(json.dumps(Scheme.model_json_schema(), indent=2))
+
+
+# ------------------------------------------------------------------ list
+
+
+def library_dir() -> Path:
+    """The scheme library: the installed copy (pedsl/schemes) or the source tree's schemes/."""
+    import pedsl
+
+    pkg = Path(pedsl.__file__).resolve().parent
+    installed = pkg / "schemes"
+    if installed.is_dir():
+        return installed
+    return pkg.parent / "schemes"
+
+
+@click.command("list")
+@click.argument("directory", required=False)
+def list_schemes(directory: str | None) -> None:
+    """List the schemes declared in DIR (default: the scheme library) with one-line descriptions."""
+    from pedsl.lang.api import parse
+
+    folder = Path(directory) if directory else library_dir()
+    if not folder.is_dir():
+        raise UsageError(f"{folder} is not a folder", hint="give a folder of .pe files, or no argument for the library")
+    files = sorted(folder.glob("*.pe"))
+    if not files:
+        click.echo(f"no .pe files in {folder}", err=True)
+        return
+    rows: list[tuple[str, str, str]] = []
+    failed = False
+    for path in files:
+        try:
+            module = parse(path)
+        except PedslError as err:
+            for d in _with_file(err.diagnostics, str(path)):
+                click.echo(d.render(), err=True)
+            failed = True
+            continue
+        for decl in module.schemes:
+            doc = decl.doc or (f"(extends {decl.base})" if decl.base else "")
+            rows.append((decl.name, doc.splitlines()[0] if doc else "", path.name))
+    width = max((len(r[0]) for r in rows), default=0)
+    for name, doc, fname in rows:
+        click.echo(f"{name.ljust(width)}  {doc}  [{fname}]" if doc else f"{name.ljust(width)}  [{fname}]")
+    _exit(1 if failed else 0)
+
+
+__all__ = ["check", "fmt", "show", "schema", "list_schemes", "parse_params", "render_scheme", "write_atomic"]
