@@ -5,6 +5,8 @@ Run directory format (``pedsl train ... --out RUN``; read by :func:`load_run` an
     RUN/config.yaml       the resolved TrainConfig (pedsl.config), YAML
     RUN/scheme.pe         the scheme's source text
     RUN/scheme.sha256     its sha256 (Scheme.source_hash), one line
+    RUN/<name>.pe         copies of the .pe files scheme.pe imports (relative paths inside its
+                          folder), so ``load(RUN/scheme.pe, scheme=<scheme_name>)`` works alone
     RUN/metrics.jsonl     one JSON object per log step:
                           {"step", "loss", "lr", "tokens_per_s"} (+ "val_loss" when evaluated)
                           losses are mean next-byte cross-entropy in nats/byte
@@ -65,6 +67,13 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     except ConfigError as err:
         raise EvalError(f"the run's config '{cfg_file}' is invalid: {err}", file=str(cfg_file)) from None
     src_file, hash_file = run / "scheme.pe", run / "scheme.sha256"
+    ckpts = ck.list_checkpoints(run / "checkpoints")
+    name = None
+    if ckpts:
+        try:
+            name = json.loads((ckpts[-1] / "state.json").read_text()).get("scheme_name")
+        except (OSError, ValueError):
+            pass
     recorded = hash_file.read_text().strip() if hash_file.exists() else None
     scheme, first_err = None, None
     candidates = () if attention is not None else (src_file, Path(cfg.scheme) if cfg.scheme else None)
@@ -72,7 +81,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
         if candidate is None or not candidate.exists():
             continue
         try:
-            s = load_scheme(candidate, cfg.params)
+            s = load_scheme(candidate, cfg.params, name)
         except PedslError as err:  # e.g. RUN/scheme.pe extends a file next to the original
             first_err = first_err or err
             continue
@@ -84,7 +93,6 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
             raise EvalError(f"the scheme of run '{run}' cannot be loaded: {first_err}", file=str(src_file)) from None
         raise EvalError(f"run '{run}' has no scheme.pe matching its scheme.sha256", file=str(src_file),
                         hint="the run directory is incomplete or was edited")
-    ckpts = ck.list_checkpoints(run / "checkpoints")
     if not ckpts:
         raise CheckpointError(f"run '{run}' has no checkpoint", file=str(run / "checkpoints"),
                               hint="train it first (or resume it with --resume)")

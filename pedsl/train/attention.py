@@ -31,17 +31,47 @@ class SchemeAttention:
     source_hash: str
     build: Callable[[ModelConfig], Factory]
     scheme: Any = field(default=None, repr=False)
+    imports: dict[str, str] = field(default_factory=dict)  # relative path -> text, copied into the run
 
     def factory(self, model_cfg: ModelConfig) -> Factory:
         return self.build(model_cfg)
 
 
-def load_scheme(path_or_text: str | Path, params: dict[str, Any] | None = None):
+def load_scheme(path_or_text: str | Path, params: dict[str, Any] | None = None, name: str | None = None):
     try:
         from pedsl.lang.api import load
     except ImportError as exc:
         raise CompileError(f"the pedsl language front end is not available ({exc})") from None
-    return load(str(path_or_text), params=dict(params) if params else None)
+    return load(str(path_or_text), params=dict(params) if params else None, scheme=name)
+
+
+def imported_files(path: str | Path | None) -> dict[str, str]:
+    """The files a scheme file imports (recursively), as relative path -> text, so the run
+    directory can hold a self-contained copy. Imports that leave the folder are skipped (the run
+    then falls back to the original path)."""
+    if not path or not Path(path).is_file():
+        return {}
+    from pedsl.lang.api import parse
+
+    root = Path(path).resolve().parent
+    out: dict[str, str] = {}
+    todo = [Path(path).resolve()]
+    while todo:
+        f = todo.pop()
+        try:
+            module = parse(f)
+        except Exception:  # noqa: BLE001 - the loader already reported real errors
+            continue
+        for imp in module.imports:
+            target = (f.parent / imp.path).resolve()
+            try:
+                rel = target.relative_to(root).as_posix()
+            except ValueError:
+                continue
+            if rel not in out and target.is_file():
+                out[rel] = target.read_text()
+                todo.append(target)
+    return out
 
 
 def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
@@ -55,13 +85,17 @@ def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
         raise CompileError(f"the pedsl compiler is not available ({exc})") from None
 
     def build(m: ModelConfig) -> Factory:
+        from pedsl.lang.api import load
+
+        fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)  # the structural names the model fixes
+
         def make(layer: int) -> nn.Module:
-            return compile_scheme(scheme, backend=cfg.backend, compile=cfg.compile, head_dim=m.head_dim,
+            return compile_scheme(fixed, backend=cfg.backend, compile=cfg.compile, head_dim=m.head_dim,
                                   num_heads=m.n_heads, d_model=m.d_model, vocab_size=m.vocab_size)
         return make
 
     return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=scheme.source_hash,
-                           build=build, scheme=scheme)
+                           build=build, scheme=scheme, imports=imported_files(getattr(scheme, "file", None)))
 
 
 class CausalSDPA(nn.Module):

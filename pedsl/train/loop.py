@@ -84,6 +84,10 @@ def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume:
         ck.write_text(run / "config.yaml", cfg.to_yaml())
         ck.write_text(run / "scheme.pe", attn.source)
         ck.write_text(run / "scheme.sha256", attn.source_hash + "\n")
+        for rel, text in attn.imports.items():  # imported .pe files, so RUN/scheme.pe loads alone
+            if rel != "scheme.pe":
+                (run / rel).parent.mkdir(parents=True, exist_ok=True)
+                ck.write_text(run / rel, text)
         ck.write_text(run / "metrics.jsonl", "")
         (run / "DONE.json").unlink(missing_ok=True)
         return
