@@ -353,6 +353,12 @@ class Resolver:
     _current: Source
 
     # parameters --------------------------------------------------------
+    def _param_error(self, code: str, message: str, node: Any, src: Source, *, hint: str | None) -> None:
+        """A bad -P override stops resolution; the diagnostic points at the declaration it concerns."""
+        sink = _sink(src)
+        sink.add(code, message, hint=hint, **_pos(node))
+        raise ParamError(message, diagnostics=sink.items)
+
     def bind_params(self) -> None:
         for name, struct in self.structural.items():
             if name not in self.m.params:
@@ -361,10 +367,9 @@ class Resolver:
             if name not in self.m.params and name not in self.structural:
                 hint = did_you_mean(name, list(self.m.params) + list(self.structural))
                 known = ", ".join(sorted(self.m.params)) or "none"
-                raise ParamError(
-                    f"unknown parameter '{name}' for scheme '{self.m.name}'", code="E301",
-                    hint=hint or f"its parameters are: {known}",
-                )
+                decl = next((d for d in self.src.module.schemes if d.name == self.m.name), None)
+                self._param_error("E301", f"unknown parameter '{name}' (-P {name}=...) for scheme '{self.m.name}'",
+                                  decl, self.src, hint=hint or f"its parameters are: {known}")
         for name, loc in self.m.params.items():
             p: ast.Param = loc.stmt
             self._current = loc.src
@@ -378,10 +383,8 @@ class Resolver:
                 try:
                     value = _coerce(raw, p.type)
                 except TypeError:
-                    raise ParamError(
-                        f"parameter '{name}' of scheme '{self.m.name}' is {p.type}, got {raw!r}", code="E302",
-                        hint=f"give -P {name}=<{p.type}>",
-                    ) from None
+                    self._param_error("E302", f"parameter '{name}' of scheme '{self.m.name}' is {p.type}, "
+                                      f"got {raw!r} (-P {name}=...)", p, loc.src, hint=f"give -P {name}=<{p.type}>")
                 origin = "override"
             else:
                 try:
@@ -411,7 +414,8 @@ class Resolver:
                     if not _CMP[c.op](value, bound):
                         msg = f"parameter '{name}' = {value!r} violates its constraint ({c.op} {bound!r})"
                         if origin == "override":
-                            raise ParamError(msg, code="E303", hint=f"choose {name} {c.op} {bound!r}")
+                            self._param_error("E303", msg + f" (-P {name}=...)", c, loc.src,
+                                              hint=f"choose {name} {c.op} {bound!r}")
                         self.report("E212", msg, p, hint=f"choose a default {c.op} {bound!r}")
                         ok = False
                 else:
