@@ -372,6 +372,10 @@ def _report_syntax(errors: list[UnexpectedInput], sink: DiagnosticSink) -> None:
         last_line = line
         if isinstance(e, UnexpectedCharacters):
             ch = (sink.source or "")[e.pos_in_stream] if e.pos_in_stream < len(sink.source or "") else "?"
+            if ch == '"':
+                sink.add("E110", "unterminated string", line=line, col=col, end_col=col + 1,
+                         hint='close the string with " on the same line')
+                continue
             sink.add(
                 "E110",
                 f"unexpected character {ch!r}",

@@ -179,7 +179,7 @@ def chain(decl: ast.SchemeDecl, src: Source, diags: list[Diagnostic]) -> list[tu
     while cur.base is not None:
         sink = _sink(cur_src)
         if cur.base in seen:
-            path = " -> ".join([d.name for d, _ in reversed(out)] + [cur.base])
+            path = " -> ".join([d.name for d, _ in out] + [cur.base])
             sink.add("E207", f"extends cycle: {path}", hint="a scheme cannot extend itself, directly or not",
                      **_pos(cur))
             diags.extend(sink.items)
@@ -622,6 +622,10 @@ class Resolver:
         """Evaluate the static parts (grids) once so their errors show up at check time."""
         try:
             evaluate(e, env.child(pairs=pairs))
+            # Probe once at position 1 so math errors in static parts mixed with the position
+            # (e.g. "position / factor" with factor = 0) surface at check time too.
+            probe = StaticEnv(values={**env.values, "position": 1}, lets=env.lets, pairs=pairs, n=env.n)
+            evaluate(e, probe)
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or e, hint=issue.hint)
 
