@@ -746,14 +746,12 @@ def _ranges(chans: list[int]) -> str:
 
 
 def _config_fields(which: str) -> set[str] | None:
+    """The keys a train/eval block may use: the fields of the config models the commands read."""
     try:
         from pedsl import config
-    except ImportError:
+    except ImportError:  # pragma: no cover - the config module ships with pedsl
         return None
-    model = getattr(config, "TrainConfig" if which == "train" else "EvalConfig", None)
-    if model is None:
-        return None
-    return set(model.model_fields)
+    return config.train_block_keys() if which == "train" else config.eval_block_keys()
 
 
 # ------------------------------------------------------------------ entry points
