@@ -312,6 +312,8 @@ def parse_module(text: str, file: str | None = None) -> ast.Module:
 
     def on_error(e: UnexpectedInput) -> bool:
         errors.append(e)
+        if isinstance(e, UnexpectedToken):
+            _repair(e)
         return len(errors) < 5  # resume and look for more, up to a few
 
     parser = _parser()
@@ -347,6 +349,34 @@ def parse_module(text: str, file: str | None = None) -> ast.Module:
     imports = tuple(x for x in items if isinstance(x, ast.Import))
     schemes = tuple(x for x in items if isinstance(x, ast.SchemeDecl))
     return ast.Module(file=file, imports=imports, schemes=schemes, comments=tuple(comments))
+
+
+# Tokens the recovery may pretend were there (the first that lets the parse go on wins).
+_REPAIRS = (("COLON", ":"), ("EQUAL", "="), ("RPAR", ")"), ("RSQB", "]"), ("SEMICOLON", ";"),
+            ("NAME", "_"), ("NUMBER", "0"), ("RBRACE", "}"), ("LBRACE", "{"), ("COMMA", ","))
+
+
+def _repair(e: UnexpectedToken) -> None:
+    """Error recovery: insert one expected token before the bad one when that lets parsing go on.
+
+    Without it the LALR parser drops tokens until one fits, and reports a cascade of errors
+    for a single missing ':'. Only used to find further errors; the tree is discarded.
+    """
+    ip = e.interactive_parser
+    if ip is None or e.token.type == "$END":
+        return
+    for typ, value in _REPAIRS:
+        if typ not in e.expected:
+            continue
+        trial = ip.copy()
+        try:
+            trial.feed_token(Token.new_borrow_pos(typ, value, e.token))
+            trial.feed_token(e.token)
+        except UnexpectedInput:
+            continue
+        ip.feed_token(Token.new_borrow_pos(typ, value, e.token))
+        ip.feed_token(e.token)
+        return
 
 
 def _comment_start(line: str) -> int | None:

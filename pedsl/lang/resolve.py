@@ -137,6 +137,14 @@ def visible_schemes(src: Source) -> dict[str, tuple[ast.SchemeDecl, Source]]:
 
 def select_scheme(src: Source, name: str | None) -> ast.SchemeDecl:
     decls = src.module.schemes
+    first: dict[str, ast.SchemeDecl] = {}
+    for d in decls:
+        if d.name in first:
+            sink = _sink(src)
+            sink.add("E205", f"scheme '{d.name}' is declared twice", **_pos(d),
+                     hint=f"the first is on line {first[d.name].span.line}" if first[d.name].span else None)
+            sink.raise_if_errors()
+        first[d.name] = d
     if name is not None:
         for d in decls:
             if d.name == name:
