@@ -1,0 +1,114 @@
+"""Every checker rule has a bad-input fixture (compiler_tests/fixtures/bad/*.pe) whose header
+`# expect: CODE LINE:COL (hint: ...)` names the first error; load() and check() must both agree."""
+
+from __future__ import annotations
+
+import pytest
+
+from lang_helpers import BAD_FILES, expectation
+from pedsl.errors import CheckError, ParamError, ParseError, PedslError
+from pedsl.lang.api import check, load
+
+
+def first_error(path, params=None):
+    try:
+        diags = check(path, params)
+    except PedslError as err:
+        diags = err.diagnostics
+    errors = [d for d in diags if d.severity == "error"]
+    assert errors, f"{path.name}: expected an error, got {[d.render() for d in diags]}"
+    return errors[0]
+
+
+@pytest.mark.parametrize("path", BAD_FILES, ids=lambda p: p.stem)
+def test_bad_fixture_check(path):
+    exp = expectation(path)
+    d = first_error(path, exp["params"])
+    assert (d.code, d.line, d.col) == (exp["code"], exp["line"], exp["col"]), d.render()
+    if exp["hint"]:
+        assert d.hint == exp["hint"]
+    assert d.file is not None
+    rendered = d.render()
+    assert f":{d.line}:{d.col}: error[{d.code}]" in rendered
+
+
+@pytest.mark.parametrize("path", BAD_FILES, ids=lambda p: p.stem)
+def test_bad_fixture_load_raises_positioned(path):
+    exp = expectation(path)
+    with pytest.raises(PedslError) as info:
+        load(path, exp["params"])
+    err = info.value
+    assert err.line is not None and err.col is not None
+    assert isinstance(err, (ParseError, CheckError))
+    if exp["code"].startswith("E3"):
+        assert isinstance(err, ParamError)
+        assert (err.code, err.line, err.col) == (exp["code"], exp["line"], exp["col"])
+    elif exp["code"].startswith("E1"):
+        assert isinstance(err, ParseError)
+
+
+def test_every_rule_has_a_fixture():
+    codes = {expectation(p)["code"] for p in BAD_FILES}
+    wanted = {"E101", "E103", "E110", "E111", "E112", "E201", "E202", "E203", "E204", "E205", "E206", "E207",
+              "E208", "E209", "E210", "E211", "E212", "E213", "E214", "E215", "E216", "E217", "E301", "E302",
+              "E303"}
+    assert wanted <= codes, sorted(wanted - codes)
+
+
+def test_several_errors_reported_in_one_run():
+    text = """scheme s {
+  param base: float = 10000.0
+  let a = bsae
+  let b = geometirc(2)
+  train { contxt = 128 }
+}
+"""
+    diags = check(text)
+    codes = [(d.code, d.line) for d in diags if d.severity == "error"]
+    assert ("E201", 3) in codes and ("E202", 4) in codes and ("E213", 5) in codes
+
+
+def test_several_syntax_errors_reported():
+    text = "scheme a {\n  param x int = 1\n}\nscheme b {\n  let = 2\n}\n"
+    with pytest.raises(ParseError) as info:
+        load(text)
+    assert len(info.value.diagnostics) >= 2
+    assert [d.line for d in info.value.diagnostics][:2] == [2, 5]
+
+
+def test_diagnostic_renders_source_line_and_caret():
+    text = "scheme s {\n  param base: float = 10000.0\n  qk: rotate(geometric(bsae) * position)\n}\n"
+    with pytest.raises(CheckError) as info:
+        load(text)
+    out = info.value.render()
+    lines = out.splitlines()
+    assert lines[0] == "<text>:3:24: error[E201]: unknown name 'bsae'"
+    assert lines[1].strip() == "qk: rotate(geometric(bsae) * position)"
+    assert lines[2].index("^") == lines[1].index("bsae") and lines[2].count("^") == 4
+    assert lines[3] == "  hint: did you mean 'base'?"
+
+
+def test_unknown_scheme_name_selected():
+    with pytest.raises(CheckError) as info:
+        load("scheme rope { qk: none }\n", scheme="rpoe")
+    assert info.value.code == "E215" and info.value.hint == "did you mean 'rope'?"
+
+
+def test_param_overrides_apply_and_coerce():
+    text = "scheme s {\n  param f: float (>= 1) = 4.0\n  param n: int = 3\n  qk: none\n}\n"
+    s = load(text, {"f": "8", "n": "5"})
+    assert s.params == {"f": 8.0, "n": 5}
+    assert isinstance(s.params["f"], float)
+    assert load(text, {"f": 2}).params["f"] == 2.0
+    with pytest.raises(ParamError) as info:
+        load(text, {"n": "2.5"})
+    assert info.value.code == "E302" and info.value.line == 3
+
+
+def test_structural_overrides():
+    s = load("scheme s { qk: rotate(geometric(10000) * position) }\n", heads=8, head_dim=64)
+    assert (s.heads, s.head_dim) == (8, 64)
+    assert s.groups[0].channels == tuple(range(64))
+    with pytest.raises(CheckError) as info:
+        load("scheme s { channels { a = quarters(1) } qk on a: rotate(geometric(10000) * position) }\n", head_dim=36)
+    assert info.value.code == "E210"
