@@ -95,13 +95,13 @@ def test_unknown_scheme_name_selected():
 
 
 def test_param_overrides_apply_and_coerce():
-    text = "scheme s {\n  param f: float (>= 1) = 4.0\n  param n: int = 3\n  qk: none\n}\n"
-    s = load(text, {"f": "8", "n": "5"})
-    assert s.params == {"f": 8.0, "n": 5}
+    text = "scheme s {\n  param f: float (>= 1) = 4.0\n  param k: int = 3\n  qk: none\n}\n"
+    s = load(text, {"f": "8", "k": "5"})
+    assert s.params == {"f": 8.0, "k": 5}
     assert isinstance(s.params["f"], float)
     assert load(text, {"f": 2}).params["f"] == 2.0
     with pytest.raises(ParamError) as info:
-        load(text, {"n": "2.5"})
+        load(text, {"k": "2.5"})
     assert info.value.code == "E302" and info.value.line == 3
 
 
