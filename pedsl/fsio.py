@@ -1,0 +1,76 @@
+"""Atomic file output: every file pedsl writes goes through here.
+
+A temporary file in the target's folder, written, flushed and fsynced, then
+``os.replace``d over the target and the folder fsynced: a crash leaves either
+the old file or the new one, never a torn mix. Failures become
+:class:`~pedsl.errors.OutputError` with the path and what to change.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from pedsl.errors import OutputError
+
+
+def fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(path: str | Path) -> Path:
+    p = Path(path)
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputError(f"cannot create folder {p}: a file of that name exists",
+                          hint="choose another output path") from None
+    except OSError as exc:
+        raise OutputError(f"cannot create folder {p}: {exc.strerror or exc}",
+                          hint="check the permissions of its parent, or choose another output path") from None
+    if not os.access(p, os.W_OK):
+        raise OutputError(f"folder {p} is not writable", hint="check its permissions, or choose another output path")
+    return p
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    target = Path(path)
+    try:
+        mode = target.stat().st_mode & 0o7777
+    except OSError:
+        mode = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+    except OSError as exc:
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}",
+                          hint="check that the folder exists and is writable") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+        fsync_dir(target.parent)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise OutputError(f"cannot write {target}: {exc.strerror or exc}",
+                          hint="check the folder's permissions and free space") from None
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
