@@ -79,13 +79,14 @@ def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
     one attention module per layer."""
     if scheme is None:
         scheme = load_scheme(cfg.scheme, cfg.params)
-    try:
-        from pedsl.compiler import compile_scheme
-    except ImportError as exc:
-        raise CompileError(f"the pedsl compiler is not available ({exc})") from None
 
     def build(m: ModelConfig) -> Factory:
         from pedsl.lang.api import load
+
+        try:
+            from pedsl.compiler import compile_scheme
+        except ImportError as exc:
+            raise CompileError(f"the pedsl compiler is not available ({exc})") from None
 
         fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)  # the structural names the model fixes
 

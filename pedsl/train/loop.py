@@ -137,10 +137,10 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         raise ConfigError(f"batch size {cfg.batch_size} does not split over {d.world} processes",
                           hint=f"use a multiple of {d.world}")
     attn = attn or from_scheme(cfg)
+    data = TrainData(cfg.data, cfg.context, cfg.seed)  # bad data fails before the run dir is touched
     if d.is_main:
         _prepare_run_dir(run, cfg, attn, resume)
     d.barrier()
-    data = TrainData(cfg.data, cfg.context, cfg.seed)
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = TransformerLM(cfg.model, attn.factory(cfg.model)).to(d.device)
