@@ -32,6 +32,11 @@ class _Comments:
                 return "  " + self.trailing.pop(ln)
         return ""
 
+    def inside(self, first: int, last: int) -> list[str]:
+        """Every other comment on lines first .. last (a construct spanning several lines), in order."""
+        found = sorted((ln, d) for d in (self.own, self.trailing) for ln in d if first <= ln <= last)
+        return [d.pop(ln) for ln, d in found]
+
     def rest(self) -> list[str]:
         out = [self.own[ln] for ln in sorted(self.own)] + [self.trailing[ln] for ln in sorted(self.trailing)]
         self.own.clear()
@@ -67,12 +72,22 @@ class _Writer:
         for text in self.c.leading(_line(node), self.cursor):
             self.out.append(INDENT * depth + text)
 
-    def emit(self, depth: int, text: str, node=None, first: int | None = None, last: int | None = None) -> None:
-        trail = ""
+    def emit(self, depth: int, text: str, node=None, first: int | None = None, last: int | None = None,
+             inner: int | None = None) -> None:
+        """One output line for the construct on source lines first .. last.
+
+        The first trailing comment in that range stays at the end of the line; any other
+        comment in the range (inside a construct written over several lines) follows on its
+        own line, at depth ``inner`` (the block's depth for an opening line).
+        """
+        trail, more = "", []
         if node is not None and node.span:
-            trail = self.c.trail(first or node.span.line, last or node.span.line)
-            self.cursor = max(self.cursor, last or node.span.line)
+            lo, hi = first or node.span.line, node.span.line if last is None else last
+            trail = self.c.trail(lo, hi)
+            more = self.c.inside(lo, hi)
+            self.cursor = max(self.cursor, hi)
         self.out.append(INDENT * depth + text + trail)
+        self.out.extend(INDENT * (depth if inner is None else inner) + t for t in more)
 
     def close(self, depth: int, text: str, node) -> None:
         end = _end(node)
@@ -108,7 +123,7 @@ def _stmt(w: _Writer, st, depth: int) -> None:
         head = "channels" if k == "channels" else st.section
         items = st.groups if k == "channels" else st.entries
         first_item = _line(items[0]) if items else _end(st)
-        w.emit(depth, head + " {", st, last=max(_line(st), first_item - 1))
+        w.emit(depth, head + " {", st, last=first_item - 1, inner=depth + 1)
         for it in items:
             w.lead(it, depth + 1)
             value = it.spec if k == "channels" else it.value
@@ -136,7 +151,7 @@ def format_module(module: ast.Module, text: str | None = None) -> str:
             if item.doc is not None:
                 header += f" {to_source(ast.Str(value=item.doc))}"
             body_first = _line(item.body[0]) if item.body else _end(item)
-            w.emit(0, header + " {", item, last=max(_line(item), body_first - 1))
+            w.emit(0, header + " {", item, last=body_first - 1, inner=1)
             for st in item.body:
                 _stmt(w, st, 1)
             w.close(0, "}", item)
