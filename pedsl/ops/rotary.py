@@ -68,24 +68,111 @@ def rotary_cos_sin(freqs: Tensor, positions: Tensor, dtype: torch.dtype = torch.
     return torch.cos(phase).to(dtype), torch.sin(phase).to(dtype)
 
 
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """Raw pair rotation into a fresh tensor (uses ``out=``: not for autograd, see the Functions below).
+
+    ``halves``: four fused kernels over half-size tensors, no concatenation.
+    ``interleaved``: one complex multiplication when ``x`` can be viewed as complex.
+    """
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    pair_shape = x.shape[:-1] + (x.shape[-1] // 2,)
+    full = torch.broadcast_shapes(pair_shape, cos.shape, sin.shape)
+    if full != pair_shape:  # tables with more leading dims than x: expand x
+        x = x.expand(full[:-1] + (x.shape[-1],))
+    if layout == "halves":
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+        x1, x2 = x.chunk(2, dim=-1)
+        o1, o2 = out.chunk(2, dim=-1)
+        torch.mul(x1, cos, out=o1)
+        o1.addcmul_(x2, sin, value=-1.0)
+        torch.mul(x2, cos, out=o2)
+        o2.addcmul_(x1, sin)
+        return out
+    xp = x.unflatten(-1, (-1, 2))  # (..., L, P, 2)
+    if x.dtype in (torch.float32, torch.float64) and xp.stride(-1) == 1 and x.is_contiguous():
+        z = torch.view_as_complex(xp) * torch.complex(cos, sin)
+        return torch.view_as_real(z).flatten(-2)
+    x1, x2 = xp[..., 0], xp[..., 1]
+    return torch.stack([torch.addcmul(x1 * cos, x2, sin, value=-1.0), torch.addcmul(x2 * cos, x1, sin)], -1).flatten(-2)
+
+
+class _RotateByTable(torch.autograd.Function):
+    """``R(theta) x`` with constant cos/sin tables; backward is ``R(-theta) g``."""
+
+    @staticmethod
+    def forward(ctx, x, cos, sin, layout):
+        ctx.save_for_backward(cos, sin)
+        ctx.layout, ctx.x_shape = layout, x.shape
+        return _rotate(x, cos, sin, layout)
+
+    @staticmethod
+    def backward(ctx, g):
+        cos, sin = ctx.saved_tensors
+        return _rotate(g, cos, -sin, ctx.layout).sum_to_size(ctx.x_shape), None, None, None
+
+
+def _pair_halves(t: Tensor, layout: str) -> tuple[Tensor, Tensor]:
+    if layout == "halves":
+        return t.chunk(2, dim=-1)
+    tp = t.unflatten(-1, (-1, 2))
+    return tp[..., 0], tp[..., 1]
+
+
+class _RotateByAngles(torch.autograd.Function):
+    """Rotate several tensors ``(B, H, L, 2P)`` by the same angles ``(B|1, H|1, L, P)``.
+
+    cos/sin are computed once. Backward: ``grad_x = R(-theta) g`` and, with
+    ``o = R(theta) x`` (so ``d o / d theta = (-o2, o1)``), ``grad_theta = sum over
+    tensors of g2 o1 - g1 o2``, reduced to the angles' broadcast shape.
+    """
+
+    @staticmethod
+    def forward(ctx, angles, layout, *xs):
+        dtype = xs[0].dtype
+        cos, sin = torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+        outs = tuple(_rotate(x, cos, sin, layout) for x in xs)
+        ctx.layout, ctx.angle_shape, ctx.angle_dtype = layout, angles.shape, angles.dtype
+        ctx.x_shapes = [x.shape for x in xs]
+        ctx.save_for_backward(cos, sin, *outs)
+        return outs
+
+    @staticmethod
+    def backward(ctx, *gs):
+        cos, sin, *outs = ctx.saved_tensors
+        layout = ctx.layout
+        grads, g_theta = [], None
+        for g, o, shape in zip(gs, outs, ctx.x_shapes):
+            if g is None:
+                grads.append(None)
+                continue
+            grads.append(_rotate(g, cos, -sin, layout).sum_to_size(shape))
+            if ctx.needs_input_grad[0]:
+                g1, g2 = _pair_halves(g, layout)
+                o1, o2 = _pair_halves(o, layout)
+                term = torch.addcmul(g2 * o1, g1, o2, value=-1.0)
+                g_theta = term if g_theta is None else g_theta.add_(term)
+        if g_theta is not None:
+            g_theta = g_theta.sum_to_size(ctx.angle_shape).to(ctx.angle_dtype)
+        return (g_theta, None, *grads)
+
+
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "halves") -> Tensor:
     """Rotate every pair of ``x (..., L, 2P)`` by the angles whose cos/sin are given.
 
     ``cos``/``sin``: ``(L, P)`` or broadcastable to ``(..., L, P)``. Returns a new
     tensor of the shape of ``x``. Standard RoPE sign (see module docstring).
+    Constant tables take a custom autograd Function (backward = inverse rotation,
+    nothing but the tables saved); tables that require grad take plain autograd.
     """
     _check_layout(layout)
-    if layout == "halves":
-        x1, x2 = x.chunk(2, dim=-1)  # views, (..., L, P) each
-        # torch.addcmul(a, b, c, value=v) = a + v*b*c: 2 kernels per half instead of 3.
+    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
+        x1, x2 = _pair_halves(x, layout)
         o1 = torch.addcmul(x1 * cos, x2, sin, value=-1.0)
         o2 = torch.addcmul(x2 * cos, x1, sin)
-        return torch.cat([o1, o2], dim=-1)
-    xp = x.unflatten(-1, (-1, 2))  # (..., L, P, 2) view
-    x1, x2 = xp[..., 0], xp[..., 1]
-    o1 = torch.addcmul(x1 * cos, x2, sin, value=-1.0)
-    o2 = torch.addcmul(x2 * cos, x1, sin)
-    return torch.stack([o1, o2], dim=-1).flatten(-2)
+        if layout == "halves":
+            return torch.cat([o1, o2], dim=-1)
+        return torch.stack([o1, o2], dim=-1).flatten(-2)
+    return _RotateByTable.apply(x, cos, sin, layout)
 
 
 def _normalize_channels(channels: Channels, dim: int) -> tuple[int, ...] | None:
@@ -128,42 +215,57 @@ def _plan(chans: tuple[int, ...], dim: int, layout: str):
     return ("gather", chans)
 
 
+def _on_group(xs, params, pads, channels, layout, core):
+    """Apply ``core(xs, params)`` (a full-head rotation) to the channel group of each x.
+
+    ``params``: per-pair tensors ``(..., L, P_group)`` (cos/sin tables or angles);
+    ``pads``: their identity values (1/0 for cos/sin, 0 for angles) used when the
+    group is embedded into the full layout.
+    """
+    _check_layout(layout)
+    dim = xs[0].shape[-1]
+    chans = _normalize_channels(channels, dim)
+    if chans is None:
+        return core(xs, params)
+    if params[0].shape[-1] != len(chans) // 2:
+        raise ShapeError(f"rotary tables/angles have {params[0].shape[-1]} pairs but the channel group has {len(chans) // 2}")
+    kind, arg = _plan(chans, dim, layout)
+    if kind == "prefix":
+        outs = core([x[..., :arg] for x in xs], params)
+        return [torch.cat([o, x[..., arg:]], dim=-1) for o, x in zip(outs, xs)]
+    idx = torch.tensor(arg, device=xs[0].device)
+    if kind == "embed":
+        full = [torch.full(p.shape[:-1] + (dim // 2,), pad, dtype=p.dtype, device=p.device).index_copy(-1, idx, p)
+                for p, pad in zip(params, pads)]
+        return core(xs, full)
+    outs = core([x.index_select(-1, idx) for x in xs], params)
+    return [x.index_copy(-1, idx, o) for o, x in zip(outs, xs)]
+
+
 def apply_rotary_channels(x: Tensor, cos: Tensor, sin: Tensor, channels: Channels = None, layout: str = "halves") -> Tensor:
     """Rotate only the channel group ``channels`` of ``x (B, H, L, D)``; others unchanged.
 
     ``cos``/``sin``: ``(L, P)`` or broadcastable ``(..., L, P)`` with ``P = len(channels) / 2``.
     Fast paths: a contiguous prefix group (slice + cat) and groups whose pairs are
-    pairs of the full layout (identity-padded tables); otherwise index_select /
-    index_copy.
+    pairs of the full layout, e.g. halves quarters ``{0..D/4-1} u {D/2..3D/4-1}``
+    (identity-padded tables, no gather); otherwise index_select / index_copy.
     """
-    _check_layout(layout)
-    dim = x.shape[-1]
-    chans = _normalize_channels(channels, dim)
-    if chans is None:
-        return apply_rotary(x, cos, sin, layout)
-    if cos.shape[-1] != len(chans) // 2:
-        raise ShapeError(f"rotary tables have {cos.shape[-1]} pairs but the channel group has {len(chans) // 2}")
-    kind, arg = _plan(chans, dim, layout)
-    if kind == "prefix":
-        return torch.cat([apply_rotary(x[..., :arg], cos, sin, layout), x[..., arg:]], dim=-1)
-    if kind == "embed":
-        idx = torch.tensor(arg, device=x.device)
-        shape = cos.shape[:-1] + (dim // 2,)
-        cos_f = torch.ones(shape, dtype=cos.dtype, device=cos.device).index_copy(-1, idx, cos)
-        sin_f = torch.zeros(shape, dtype=sin.dtype, device=sin.device).index_copy(-1, idx, sin)
-        return apply_rotary(x, cos_f, sin_f, layout)
-    idx = torch.tensor(arg, device=x.device)
-    g = apply_rotary(x.index_select(-1, idx), cos, sin, layout)
-    return x.index_copy(-1, idx, g)
+    core = lambda xs, p: [apply_rotary(xs[0], p[0], p[1], layout)]  # noqa: E731
+    return _on_group([x], [cos, sin], [1.0, 0.0], channels, layout, core)[0]
 
 
 def rotate_by_angles(x: Tensor, angles: Tensor, layout: str = "halves", channels: Channels = None) -> Tensor:
     """Rotate pairs of ``x (B, H, L, D)`` by per-position angles ``(B|1, H|1, L, P)``.
 
     For accumulated or data-dependent angles. cos/sin are taken in the angles'
-    dtype (pass float64 angles for long contexts) and cast to ``x.dtype``;
-    gradients flow to ``angles``.
+    dtype (pass float64 angles, reduced mod 2 pi, for long contexts) and cast to
+    ``x.dtype``; gradients flow to ``angles`` and ``x``.
     """
-    cos = torch.cos(angles).to(x.dtype)
-    sin = torch.sin(angles).to(x.dtype)
-    return apply_rotary_channels(x, cos, sin, channels, layout)
+    return rotate_many_by_angles([x], angles, layout, channels)[0]
+
+
+def rotate_many_by_angles(xs: Sequence[Tensor], angles: Tensor, layout: str = "halves",
+                          channels: Channels = None) -> list[Tensor]:
+    """:func:`rotate_by_angles` for several tensors sharing the angles (cos/sin computed once)."""
+    core = lambda ys, p: list(_RotateByAngles.apply(p[0], layout, *ys))  # noqa: E731
+    return _on_group(list(xs), [angles], [0.0], channels, layout, core)
