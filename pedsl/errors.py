@@ -36,7 +36,7 @@ class Diagnostic:
     source_line: str | None = None
 
     def render(self) -> str:
-        where = self.file or "<input>"
+        where = self.file or ("<input>" if self.line is not None else "pedsl")
         if self.line is not None:
             where += f":{self.line}"
             if self.col is not None:

@@ -78,8 +78,10 @@ def lower(scheme: Scheme) -> nx.DiGraph:
             w, beta = f"w[{t.group}]", f"beta[{t.group}]"
             g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}")
             g.add_node(beta, op="householder_beta", expr=t.beta, label=f"beta = {to_source(t.beta)}")
-            for s in set(_sources(t.w) + _sources(t.beta)):
-                g.add_edge(ensure(s), w if s in _sources(t.w) else beta)
+            for s in _sources(t.w):
+                g.add_edge(ensure(s), w)
+            for s in _sources(t.beta):
+                g.add_edge(ensure(s), beta)
             g.add_node(node, op="accumulate_householder", label=f"accumulate Householder {t.targets} on {t.group}",
                        w=w, beta=beta, orthogonal=t.orthogonal, **attrs)
             g.add_edge(w, node)

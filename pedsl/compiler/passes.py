@@ -172,6 +172,15 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     else:
         backend = "sdpa"
     g.graph["backend"] = backend
+    if backend == "blockwise":
+        for _, d in g.nodes(data=True):
+            if d["op"] in ("distance_bias", "gate_bias"):
+                d["kernel"] = "step log term"
+                d["note"] = "enters the blockwise scan as a per-step log term: b(i, j) = sum_{s=j+1..i} log f_s"
+    elif backend in ("masked", "flex", "reference"):
+        for _, d in g.nodes(data=True):
+            if d["op"] in ("distance_bias", "gate_bias"):
+                d["note"] = "materialised as a (B, H, L, L) bias" if backend != "flex" else "score_mod on (h, i - j)"
     g.graph["backend_note"] = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor",
         "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",

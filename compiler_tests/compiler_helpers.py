@@ -1,0 +1,25 @@
+"""Helpers for the compiler tests: random inputs and the differential comparison."""
+
+from __future__ import annotations
+
+import torch
+
+D_MODEL = 24
+
+
+def inputs(mod, B=2, L=7, dtype=torch.float64, grad=True, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    H, D = mod.heads, mod.head_dim
+    q, k, v = (torch.randn(B, H, L, D, generator=g, dtype=dtype).requires_grad_(grad) for _ in range(3))
+    x = torch.randn(B, L, D_MODEL, generator=g, dtype=dtype) if mod.needs_x else None
+    tokens = torch.randint(0, 256, (B, L), generator=g) if mod.needs_tokens else None
+    return q, k, v, x, tokens
+
+
+def forward_and_grads(mod, q, k, v, x, tokens):
+    """Output and gradients of a fixed random functional w.r.t. q, k, v and every learned parameter."""
+    out = mod(q, k, v, x=x, tokens=tokens)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    params = [p for p in mod.parameters()]
+    grads = torch.autograd.grad((out * weight).sum(), [q, k, v, *params], allow_unused=True)
+    return out.detach(), [g if g is not None else torch.zeros_like(t) for g, t in zip(grads, [q, k, v, *params])]

@@ -1,0 +1,151 @@
+"""`pedsl graph` and `pedsl compile`: what the compiler decided, and its output files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pedsl.errors import CompileError, UsageError
+
+BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
+
+
+def _params(pairs: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for p in pairs:
+        if "=" not in p:
+            raise UsageError(f"-P expects name=value, got '{p}'", hint="e.g. -P factor=8")
+        k, v = p.split("=", 1)
+        out[k.strip()] = v
+    return out
+
+
+def _scheme_and_shapes(file: str, scheme: str | None, params: dict, heads, head_dim, d_model):
+    """The resolved scheme with the model shapes of its training config (so compile matches train)."""
+    from pedsl.config import resolve_train_config
+    from pedsl.lang.api import load
+
+    sch = load(file, params=params or None, scheme=scheme)
+    cfg = resolve_train_config(scheme=file, params=params or None, block=sch.train)
+    heads = heads or cfg.model.n_heads
+    head_dim = head_dim or cfg.model.head_dim
+    d_model = d_model or cfg.model.d_model
+    sch = load(file, params=params or None, scheme=scheme, heads=heads, head_dim=head_dim)
+    return sch, cfg, d_model
+
+
+def graph_to_json(g) -> dict:
+    def clean(v):
+        if hasattr(v, "model_dump"):
+            from pedsl.lang.exprs import to_source
+
+            return to_source(v)
+        if isinstance(v, tuple):
+            return list(v)
+        return v
+
+    return {
+        "scheme": g.graph.get("scheme"),
+        "backend": g.graph.get("backend"),
+        "backend_note": g.graph.get("backend_note"),
+        "nodes": [{"id": n, **{k: clean(v) for k, v in d.items()}} for n, d in g.nodes(data=True)],
+        "edges": [[a, b] for a, b in g.edges()],
+    }
+
+
+def graph_to_dot(g) -> str:
+    lines = [f'digraph "{g.graph.get("scheme")}" {{', "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
+    for n, d in g.nodes(data=True):
+        label = d.get("label", n)
+        if d.get("note"):
+            label += "\\n" + d["note"]
+        label = label.replace('"', '\\"')
+        shape = ' shape=ellipse' if d.get("op") == "input" else ""
+        lines.append(f'  "{n}" [label="{label}"{shape}];')
+    for a, b in g.edges():
+        lines.append(f'  "{a}" -> "{b}";')
+    lines.append(f'  label="backend: {g.graph.get("backend")}";')
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def graph_to_text(g) -> str:
+    import networkx as nx
+
+    out = [f"scheme {g.graph.get('scheme')}: backend {g.graph.get('backend')} ({g.graph.get('backend_note')})"]
+    for n in nx.topological_sort(g):
+        d = g.nodes[n]
+        preds = ", ".join(g.predecessors(n))
+        line = f"  {n:28s} {d.get('label', '')}"
+        if preds:
+            line += f"   <- {preds}"
+        out.append(line)
+        if d.get("note"):
+            out.append(f"  {'':28s}   = {d['note']}")
+    return "\n".join(out)
+
+
+@click.command("graph")
+@click.argument("file", type=str)
+@click.option("--scheme", "scheme", default=None, help="Which scheme of the file (default: the one named like it).")
+@click.option("-P", "params", multiple=True, help="Override a parameter: -P name=value.")
+@click.option("--format", "fmt", type=click.Choice(["text", "dot", "json"]), default="text", show_default=True)
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True)
+@click.option("--no-grad", is_flag=True, help="Lower for inference (FlexAttention allowed on CPU).")
+def graph(file, scheme, params, fmt, backend, no_grad):
+    """Print the lowered dataflow graph after the passes: what the compiler decided and why."""
+    from pedsl.compiler.graph import lower
+    from pedsl.compiler.passes import Options, optimize
+    from pedsl.lang.api import load
+
+    sch = load(file, params=_params(params) or None, scheme=scheme)
+    g = optimize(lower(sch), Options(backend=backend, requires_grad=not no_grad))
+    if fmt == "json":
+        click.echo(json.dumps(graph_to_json(g), indent=2))
+    elif fmt == "dot":
+        click.echo(graph_to_dot(g))
+    else:
+        click.echo(graph_to_text(g))
+
+
+@click.command("compile")
+@click.argument("file", type=str)
+@click.option("-o", "--out", "out", required=True, type=str, help="Output folder.")
+@click.option("--scheme", "scheme", default=None, help="Which scheme of the file.")
+@click.option("-P", "params", multiple=True, help="Override a parameter: -P name=value.")
+@click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True)
+@click.option("--heads", type=int, default=None, help="Attention heads (default: the training preset's).")
+@click.option("--head-dim", type=int, default=None, help="Head dimension (default: the training preset's).")
+@click.option("--d-model", type=int, default=None, help="Model width, for schemes that read x.")
+def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
+    """Write OUT/<scheme>.py (a standalone torch module) and OUT/train.yaml, OUT/eval.yaml."""
+    from pedsl.compiler import compile_graph
+    from pedsl.compiler.codegen import generate
+    from pedsl.config import resolve_eval_config
+    from pedsl.fsio import atomic_write_text, ensure_dir
+
+    p = _params(params)
+    sch, cfg, d_model = _scheme_and_shapes(file, scheme, p, heads, head_dim, d_model)
+    g = compile_graph(sch, backend=backend)
+    if g.graph["backend"] == "reference" and backend != "reference":  # pragma: no cover - defensive
+        raise CompileError("no fast backend can run this scheme")
+    code = generate(sch, g, d_model=d_model if sch.needs_x else None)
+    model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim})
+    train_cfg = cfg.model_copy(update={"scheme": str(Path(file)), "backend": backend, "model": model})
+    eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)
+    out_dir = ensure_dir(out)
+    files = {
+        out_dir / f"{sch.name}.py": code,
+        out_dir / "train.yaml": _yaml_header(sch, "training") + train_cfg.to_yaml(),
+        out_dir / "eval.yaml": _yaml_header(sch, "evaluation") + eval_cfg.to_yaml(),
+    }
+    for path, text in files.items():
+        atomic_write_text(path, text)
+    click.echo(f"compiled {sch.name} (backend {g.graph['backend']}) -> " + ", ".join(str(p) for p in files))
+
+
+def _yaml_header(sch, what: str) -> str:
+    return (f"# {what} config for scheme {sch.name} (sha256 {sch.source_hash[:16]}), written by `pedsl compile`;\n"
+            f"# read by `pedsl {'train' if what == 'training' else 'eval'}`.\n")
