@@ -126,35 +126,39 @@ def _scaled_q(q, scale, q_scale):
 
 # --------------------------------------------------------------------------- the blockwise core
 class _PathCore(torch.autograd.Function):
-    """Off-diagonal scan + online softmax. Tensors are (Z, N, C, D) / (Z, N, C, C), Z = B * H."""
+    """Off-diagonal scan + online softmax, block-major layout: (N, Z, C, D) / (N, Z, C, C), Z = B*H.
+
+    Block-major so that the slices over query / key blocks at a given offset are contiguous and
+    every batched matmul runs on views (no copies).
+    """
 
     @staticmethod
     def forward(ctx, Qt, Kt, V, W, U, Sd, gl, gb):
-        Z, N, C, D = Qt.shape
+        N, Z, C, D = Qt.shape
         stat = torch.float32 if Qt.dtype in (torch.float16, torch.bfloat16) else Qt.dtype
         use_bias = gl is not None
-        m = Sd.amax(-1).to(stat)  # (Z, N, C): the diagonal is never masked
+        m = Sd.amax(-1).to(stat)  # (N, Z, C): the diagonal is never masked
         p = torch.exp(Sd - m.unsqueeze(-1).to(Sd.dtype))
         l = p.sum(-1, dtype=stat)
-        acc = (p @ V).to(stat)  # (Z, N, C, D)
-        KW = torch.cat([Kt, W], dim=-2)  # (Z, N, 2C, D)
+        acc = (p @ V).to(stat)  # (N, Z, C, D)
+        KW = torch.cat([Kt, W], dim=-2)  # (N, Z, 2C, D)
         Rs = []
-        R = Qt[:, 1:]
+        R = Qt[1:]
         for d in range(1, N):
             n, mm = slice(d, N), slice(0, N - d)
             Rs.append(R)
-            SX = R @ KW[:, mm].transpose(-1, -2)  # (Z, N-d, C, 2C) = [scores | X]
+            SX = R @ KW[mm].transpose(-1, -2)  # (N-d, Z, C, 2C) = [scores | X]
             s = SX[..., :C]
             if use_bias:
                 s = s + _bias(gl, gb, d, N)
-            mn = torch.maximum(m[:, n], s.amax(-1).to(stat))
-            alpha = torch.exp(m[:, n] - mn)
+            mn = torch.maximum(m[n], s.amax(-1).to(stat))
+            alpha = torch.exp(m[n] - mn)
             p = torch.exp(s - mn.unsqueeze(-1).to(s.dtype))
-            l[:, n] = l[:, n] * alpha + p.sum(-1, dtype=stat)
-            acc[:, n] = acc[:, n] * alpha.unsqueeze(-1) + (p @ V[:, mm]).to(stat)
-            m[:, n] = mn
+            l[n] = l[n] * alpha + p.sum(-1, dtype=stat)
+            acc[n] = acc[n] * alpha.unsqueeze(-1) + (p @ V[mm]).to(stat)
+            m[n] = mn
             if d < N - 1:  # move queries n >= d+1 through block m = n - d >= 1
-                R = R[:, 1:] - SX[:, 1:, :, C:] @ U[:, 1:N - d]
+                R = R[1:] - SX[1:, ..., C:] @ U[1:N - d]
         O = (acc / l.unsqueeze(-1)).to(Qt.dtype)
         lse = m + torch.log(l)
         ctx.save_for_backward(Kt, V, W, U, Sd, gl, gb, O, lse, *Rs)
@@ -165,9 +169,9 @@ class _PathCore(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, dO):
         Kt, V, W, U, Sd, gl, gb, O, lse, *Rs = ctx.saved_tensors
-        Z, N, C, D = V.shape
+        N, Z, C, D = V.shape
         dO = dO.contiguous()
-        Dl = (dO.to(lse.dtype) * O.to(lse.dtype)).sum(-1)  # (Z, N, C)
+        Dl = (dO.to(lse.dtype) * O.to(lse.dtype)).sum(-1)  # (N, Z, C)
         p = torch.exp(Sd - lse.unsqueeze(-1).to(Sd.dtype))
         dV = p.transpose(-1, -2) @ dO
         dSd = p * (dO @ V.transpose(-1, -2) - Dl.unsqueeze(-1).to(p.dtype))
@@ -180,43 +184,43 @@ class _PathCore(torch.autograd.Function):
         for d in range(N - 1, 0, -1):
             n, mm = slice(d, N), slice(0, N - d)
             R = Rs[d - 1]
-            SX = R @ KW[:, mm].transpose(-1, -2)
+            SX = R @ KW[mm].transpose(-1, -2)
             s = SX[..., :C]
             if ctx.use_bias:
                 s = s + _bias(gl, gb, d, N)
-            p = torch.exp(s - lse[:, n].unsqueeze(-1).to(s.dtype))
-            dV[:, mm] += p.transpose(-1, -2) @ dO[:, n]
-            ds = p * (dO[:, n] @ V[:, mm].transpose(-1, -2) - Dl[:, n].unsqueeze(-1).to(p.dtype))
+            p = torch.exp(s - lse[n].unsqueeze(-1).to(s.dtype))
+            dV[mm] += p.transpose(-1, -2) @ dO[n]
+            ds = p * (dO[n] @ V[mm].transpose(-1, -2) - Dl[n].unsqueeze(-1).to(p.dtype))
             if ctx.use_bias:
                 rs, cs = ds.sum(-1), ds.sum(-2)
-                dgl[:, n] += rs
-                dgl[:, mm] -= cs
+                dgl[n] += rs
+                dgl[mm] -= cs
                 tot = rs.sum(-1).to(dgb.dtype)
-                dgb[:, n] += tot
-                dgb[:, mm] -= tot
+                dgb[n] += tot
+                dgb[mm] -= tot
+            G = torch.empty(N - d, Z, C, 2 * C, dtype=ds.dtype, device=ds.device)
+            G[..., :C] = ds
             if carry is None:
-                G = torch.cat([ds, torch.zeros_like(ds)], dim=-1)
+                G[..., C:] = 0
             else:  # R_{d+1} = R_d - X U_m with X = R_d W_m^T, for n >= d + 1
-                X = SX[:, 1:, :, C:]
-                dX = -(carry @ U[:, 1:N - d].transpose(-1, -2))
-                dU[:, 1:N - d] -= X.transpose(-1, -2) @ carry
-                dXp = torch.cat([torch.zeros_like(dX[:, :1]), dX], dim=1)
-                G = torch.cat([ds, dXp], dim=-1)  # (Z, N-d, C, 2C)
-            gR = G @ KW[:, mm]
+                G[0, ..., C:] = 0
+                G[1:, ..., C:] = (carry @ U[1:N - d].transpose(-1, -2)).neg_()  # dX
+                dU[1:N - d] -= SX[1:, ..., C:].transpose(-1, -2) @ carry
+            gR = G @ KW[mm]
             if carry is not None:
-                gR[:, 1:] += carry
-            dKW[:, mm] += G.transpose(-1, -2) @ R
+                gR[1:] += carry
+            dKW[mm] += G.transpose(-1, -2) @ R
             carry = gR
         dQt = torch.zeros_like(V)
         if carry is not None:
-            dQt[:, 1:] = carry
+            dQt[1:] = carry
         return dQt, dKW[..., :C, :], dV, dKW[..., C:, :], dU, dSd, dgl, dgb
 
 
 def _bias(gl, gb, d, N):
-    """G_i - G_j for query block n and key block n - d: (Z, N-d, C, C)."""
-    off = (gb[:, d:] - gb[:, :N - d]).to(gl.dtype)  # float64 block offsets, cast after the difference
-    return gl[:, d:].unsqueeze(-1) - gl[:, :N - d].unsqueeze(-2) + off[..., None, None]
+    """G_i - G_j for query blocks n >= d and key blocks n - d: (N-d, Z, C, C)."""
+    off = (gb[d:] - gb[:N - d]).to(gl.dtype)  # float64 block offsets, cast after the difference
+    return gl[d:].unsqueeze(-1) - gl[:N - d].unsqueeze(-2) + off[..., None, None]
 
 
 # --------------------------------------------------------------------------- public API
@@ -231,12 +235,13 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     pad = N * C - L  # padded steps sit after every real token: H = I, bias 0, never attended to
     qs = _scaled_q(q, scale, q_scale)
 
-    def blocks(x):  # (B, H, L, D) -> (Z, N, C, D)
-        return F.pad(x, (0, 0, 0, pad)).reshape(B * H, N, C, x.shape[-1])
+    def blocks(x):  # (B, H, L, E) -> (N, Z, C, E), block-major
+        x = F.pad(x, (0, 0, 0, pad)).reshape(B * H, N, C, x.shape[-1])
+        return x.transpose(0, 1).contiguous()
 
     Q, K, Vb, W = blocks(qs), blocks(k), blocks(v), blocks(w)
-    bt = F.pad(beta.to(q.dtype), (0, pad)).reshape(B * H, N, C)
-    A = _ut_A(W, bt)  # (Z, N, C, C)
+    bt = blocks(beta.to(q.dtype).unsqueeze(-1)).squeeze(-1)  # (N, Z, C)
+    A = _ut_A(W, bt)  # (N, Z, C, C)
     U = A @ W
     QW = torch.tril(Q @ W.transpose(-1, -2))  # [i, a], a <= i
     Zm = A @ torch.tril(W @ K.transpose(-1, -2), -1)  # A [b, j], b > j
@@ -245,15 +250,15 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     Sd = Q @ K.transpose(-1, -2) - QW @ Zm
     gl = gb = None
     if log_forget is not None:
-        lf = F.pad(log_forget.to(torch.float64), (0, pad)).reshape(B * H, N, C)
+        lf = blocks(log_forget.to(torch.float64).unsqueeze(-1)).squeeze(-1)  # (N, Z, C)
         loc = lf.cumsum(-1)  # local cumulative sums, float64
-        gb = F.pad(loc[..., -1].cumsum(-1)[..., :-1], (1, 0))  # (Z, N) exclusive block offsets
+        gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
         gl = loc.to(q.dtype)
         Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     Sd = Sd.masked_fill(~causal, float("-inf"))
     O = _PathCore.apply(Qt, Kt, Vb, W, U, Sd, gl, gb)
-    return O.reshape(B, H, N * C, D)[:, :, :L]
+    return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L]
 
 
 def path_attention_naive(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64,
