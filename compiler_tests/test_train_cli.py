@@ -152,3 +152,38 @@ def test_torchrun_module_entry_point(tmp_path):
     res = pedsl(str(SCHEMES / "rope.pe"), "--out", str(tmp_path / "ddp"), "--steps", "6", *TINY, launcher=launcher)
     assert res.returncode == 0, res.stderr[-3000:]
     assert json.loads((tmp_path / "ddp" / "DONE.json").read_text())["world_size"] == 2
+
+
+@needs_compiler
+@pytest.mark.slow
+def test_sigkill_then_resume_via_the_cli_reproduces_the_losses(tmp_path):
+    import signal
+    import time
+
+    args = ["--steps", "100", *TINY, "--context", "64", "--set", "d_model=64", "--set", "checkpoint_every=10",
+            "--set", "eval_every=25"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("WORLD_SIZE", None)
+
+    def start(out: Path) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "pedsl", "train", str(SCHEMES / "rope.pe"), "--out", str(out),
+                                 *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    ref, victim = start(tmp_path / "ref"), start(tmp_path / "victim")
+    log = tmp_path / "victim" / "metrics.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and victim.poll() is None:
+        lines = log.read_text().splitlines() if log.exists() else []
+        if lines and lines[-1].endswith("}") and json.loads(lines[-1])["step"] >= 25:
+            break
+        time.sleep(0.005)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert victim.returncode == -signal.SIGKILL, "the run finished before it was killed"
+    assert ref.wait(300) == 0, ref.stderr.read()
+    resumed = subprocess.run([sys.executable, "-m", "pedsl", "train", str(SCHEMES / "rope.pe"), "--out",
+                              str(tmp_path / "victim"), *args, "--resume"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    strip = lambda run: [(r["step"], r["loss"], r["lr"], r.get("val_loss")) for r in _metrics(run)]  # noqa: E731
+    assert strip(tmp_path / "victim") == strip(tmp_path / "ref")

@@ -76,6 +76,14 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert not (run / "DONE.json").exists()
 
 
+def test_nan_gradient_stops_before_the_update(tmp_path):
+    run = tmp_path / "run"
+    poison = SchemeAttention("poison", "# p\n", "1" * 64, build=lambda m: (lambda i: helper.PoisonGrad(after=12)))
+    with pytest.raises(TrainError, match=r"gradient norm became nan at step 13.*step_0000010"):
+        train(small_cfg(steps=30, checkpoint_every=10), run, attention=poison, quiet=True)
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000010"]
+
+
 def test_load_run_rebuilds_the_trained_model(tmp_path):
     run = tmp_path / "run"
     train(small_cfg(steps=10), run, attention=helper.spec("alibi"), quiet=True)

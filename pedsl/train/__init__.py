@@ -8,7 +8,8 @@ Run directory format (``pedsl train ... --out RUN``; read by :func:`load_run` an
     RUN/<name>.pe         copies of the .pe files scheme.pe imports (relative paths inside its
                           folder), so ``load(RUN/scheme.pe, scheme=<scheme_name>)`` works alone
     RUN/metrics.jsonl     one JSON object per log step:
-                          {"step", "loss", "lr", "tokens_per_s"} (+ "val_loss" when evaluated)
+                          {"step", "loss", "lr", "grad_norm", "tokens_per_s"}
+                          (+ "val_loss" when evaluated)
                           losses are mean next-byte cross-entropy in nats/byte
     RUN/checkpoints/step_XXXXXXX/   (7-digit step; the newest ``keep_checkpoints`` are kept)
         model.safetensors           model state_dict

@@ -199,8 +199,14 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                     hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl bench / check)")
             optim.zero_grad(set_to_none=True)
             loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(
+                model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
+            if not math.isfinite(grad_norm):  # a finite loss with a non-finite gradient
+                last = ck.list_checkpoints(run / "checkpoints")
+                raise TrainError(
+                    f"the gradient norm became {grad_norm} at step {step + 1} (loss {loss_value:.4f}); stopped "
+                    f"before updating the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
+                    hint="lower --lr, or check the scheme's backward numerics (pedsl bench / check)")
             optim.step()
             done = step + 1
             t_train += time.perf_counter() - t0
@@ -211,7 +217,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 val_loss = validate(model, val_batches, d.device)
             if done % cfg.log_every == 0 or evaluate:
                 now = time.perf_counter()
-                rec = {"step": done, "loss": loss_value, "lr": lr,
+                rec = {"step": done, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
                        "tokens_per_s": tokens_per_step * steps_since / max(now - t_log, 1e-9)}
                 if evaluate:
                     rec["val_loss"] = val_loss
