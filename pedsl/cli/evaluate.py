@@ -1,0 +1,138 @@
+"""``pedsl eval``, ``pedsl analyze`` and ``pedsl compare`` (see :mod:`pedsl.evaluate`).
+
+All three set ``torch.set_flush_denormal(True)`` (SEMANTICS 6: the application owns it), run
+under ``torch.no_grad`` and use the run's compiled backend. Errors (a missing or corrupt run
+directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pedsl.errors import UsageError
+
+TASKS = ("ppl", "passkey", "blocks")
+
+
+def _tasks(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in out if t not in TASKS]
+    if bad:
+        raise UsageError(f"unknown task '{bad[0]}'", hint=f"--tasks takes a comma list of: {', '.join(TASKS)}")
+    return out
+
+
+def _sets(items: tuple[str, ...]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--set expects KEY=VALUE, got '{item}'", hint="e.g. --set batch_size=8")
+        k, v = item.split("=", 1)
+        out[k.strip()] = yaml.safe_load(v)
+    return out
+
+
+@click.command("eval")
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("--lengths", default=None, help="Comma list of lengths in tokens (default: the scheme's eval "
+              "block, or training length x 1..32).")
+@click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks (default: all).")
+@click.option("--windows", type=int, default=None, help="Windows (ppl) or samples (tasks) per length.")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
+@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
+    """Perplexity (and its ratio to the training length) and retrieval accuracy vs length."""
+    from pedsl.evaluate.common import parse_lengths, progress, setup_torch
+    from pedsl.evaluate.eval_run import eval_table, evaluate_run
+
+    if windows is not None and windows < 1:
+        raise UsageError("--windows must be at least 1")
+    setup_torch(threads)
+    res = evaluate_run(run_dir, lengths=parse_lengths(lengths), tasks=_tasks(tasks), windows=windows, out=out,
+                       say=progress(quiet))
+    if as_json:
+        import json
+
+        click.echo(json.dumps(res, indent=1))
+    else:
+        click.echo(eval_table(res))
+
+
+@click.command("analyze")
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("--lengths", default=None, help="Comma list of lengths (default: training length x 1, 2, 4 ... up "
+              "to --max-length).")
+@click.option("--window", "window", type=int, default=None, help="W of the far-mass instrument (default: eval config, 32).")
+@click.option("--samples", type=int, default=1, show_default=True, help="Windows per length.")
+@click.option("--max-length", type=int, default=1024, show_default=True,
+              help="Longest default length ((B, H, L, L) matrices are materialised).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Output JSON (default RUN_DIR/analysis.json).")
+@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
+    """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
+    from pedsl.evaluate.analyze import analysis_table, analyze_run
+    from pedsl.evaluate.common import parse_lengths, progress, setup_torch
+
+    if samples < 1 or max_length < 2 or (window is not None and window < 1):
+        raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
+    setup_torch(threads)
+    res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
+                      max_length=max_length, out=out, say=progress(quiet))
+    click.echo(analysis_table(res))
+
+
+@click.command("compare")
+@click.argument("schemes", nargs=-1, metavar="[SCHEMES...]")
+@click.option("--preset", default="tiny", show_default=True, help="Model size: tiny, small or base.")
+@click.option("--steps", type=int, default=None, help="Training steps per scheme (default: the preset's; "
+              "150 with --quick).")
+@click.option("--out", "out", type=click.Path(file_okay=False), default="compare", show_default=True,
+              help="Study directory (runs, report.md, report.html, plots).")
+@click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32).")
+@click.option("--windows", type=int, default=None, help="Windows / samples per length (default 4; 2 with --quick).")
+@click.option("--seed", type=int, default=None, help="Seed of every run (default: the preset's, 0).")
+@click.option("--data", default=None, help="stdlib (default), or a local file/folder.")
+@click.option("--analyze-max", type=int, default=None, help="Longest analysis length (default 1024; 512 with --quick).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
+@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, quiet):
+    """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
+
+    SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
+    study: rope, rope_id, alibi, acc_random_qk, acc_random_qkv, path. Finished runs in --out are
+    reused, so rerunning an interrupted study continues it.
+    """
+    from pathlib import Path
+
+    from pedsl.evaluate.common import parse_lengths, progress, setup_torch
+    from pedsl.evaluate.compare import command_line, run_compare
+
+    if steps is not None and steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if windows is not None and windows < 1:
+        raise UsageError("--windows must be at least 1")
+    setup_torch(threads)
+    say = progress(quiet)
+    res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
+                      lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
+                      sets=_sets(sets), command=command_line(), quiet=quiet, say=say)
+    from pedsl.evaluate.report import tables
+
+    for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
+        click.echo(title)
+        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+        click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+        for r in rows:
+            click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
+               f"({res['meta']['wall_time_s']:.0f} s)")

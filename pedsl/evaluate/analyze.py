@@ -1,0 +1,151 @@
+"""``pedsl analyze RUN``: the papers' instruments per layer and head -> RUN/analysis.json.
+
+For each analysis length L the model reads validation windows of L bytes once
+(:meth:`TransformerLM.capture` gives every layer's q, k, v, x, tokens); each layer's compiled
+scheme module then gives the attention matrix (``probs``), the raw scores (``raw_scores``), the
+post-transport q and k (``transform_qkv``) and its rotary groups. The (B, H, L, L) matrices are
+materialised, so lengths are capped (``max_length``, default 1024) and the batch is small.
+Definitions: :mod:`pedsl.evaluate.instruments`. PaTH's Householder steps are not absolute
+transforms: its "post-transport" q and k are the pre-transforms only (none), noted in the output.
+
+analysis.json::
+
+    {"run", "scheme", "step", "context", "far_window", "lengths", "settings",
+     "layers": [{"layer", "far_mass": {"<L>": [H]}, "sink_mass": {"<L>": [H]},
+                 "decoherence": {"<L>": {"bins", "mean": [H][bins], "std": [H][bins], "count"}},
+                 "geometry": {"<L>": {"k_sigma1": [H], "k_stable_rank": [H], "q_sigma1", "q_stable_rank"}},
+                 "frequency_energy": [{"group", "freqs": [P], "energy": [H][P], "log_mean_freq": [H]}]}],
+     "summary": {"far_mass" | "sink_mass" | "k_stable_rank" | "q_stable_rank": {"<L>": mean over layers, heads},
+                 "frequency_energy": [{"group", "freqs", "energy": [P] (mean), "log_mean_freq"}]},
+     "notes": [...], "wall_time_s"}
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from pedsl.evaluate import instruments as ins
+from pedsl.evaluate.common import eval_config, open_run, write_json
+from pedsl.evaluate.eval_run import validation_data
+from pedsl.evaluate.perplexity import window_ends, windows_at
+
+MAX_LENGTH = 1024
+
+
+def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
+    lens = [context * m for m in (1, 2, 4, 8, 16, 32) if context * m <= max_length]
+    return lens or [min(context, max_length)]
+
+
+def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
+    if data is None:
+        from pedsl.data import _generator, block_batch, passkey_batch
+
+        g = _generator(seed, L)
+        if cfg.data.source == "passkey":
+            return passkey_batch(n, L, digits=cfg.data.passkey_digits, g=g)["tokens"]
+        return block_batch(n, L, block_len=cfg.data.block_len, offset=cfg.data.block_offset, g=g)["tokens"]
+    ends = window_ends(int(data.numel()), L, n, seed)
+    return windows_at(data, ends, L - 1)  # (n, L)
+
+
+@torch.no_grad()
+def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window: int | None = None,
+                samples: int = 1, max_length: int = MAX_LENGTH, out: str | Path | None = None,
+                say: Callable[[str], None] = lambda m: None, loaded=None) -> dict:
+    t0 = time.perf_counter()
+    model, cfg, meta = loaded or open_run(run_dir)
+    ecfg = eval_config(cfg, meta["scheme"], {"far_window": window})
+    W = ecfg.far_window
+    lens = sorted(set(lengths)) if lengths else default_lengths(cfg.context, max_length)
+    data = validation_data(cfg)
+    notes = []
+    if any(t["op"] == "accumulate_householder" for blk in model.blocks for t in getattr(blk.attn.pe, "transforms", [])):
+        notes.append("Householder (PaTH) steps are not absolute transforms: the geometry uses q and k before "
+                     "them; far mass, sink mass and scores include them.")
+    say(f"analyze {meta['scheme'].name}: lengths {lens}, far window W = {W}")
+    layers: list[dict[str, Any]] = [{"layer": i, "far_mass": {}, "sink_mass": {}, "decoherence": {}, "geometry": {},
+                                     "frequency_energy": []} for i in range(len(model.blocks))]
+    for L in lens:
+        tokens = _inputs(cfg, data, L, samples, ecfg.seed)
+        captured = model.capture(tokens)
+        for li, (blk, cap) in enumerate(zip(model.blocks, captured)):
+            mod = blk.attn.pe
+            kw = {}
+            if getattr(mod, "needs_x", False):
+                kw["x"] = cap["x"]
+            if getattr(mod, "needs_tokens", False):
+                kw["tokens"] = cap["tokens"]
+            q, k, v = cap["q"], cap["k"], cap["v"]
+            a = mod.probs(q, k, **kw)  # (B, H, L, L)
+            rec = layers[li]
+            rec["far_mass"][str(L)] = ins.far_mass(a, W).tolist()
+            rec["sink_mass"][str(L)] = ins.sink_mass(a).tolist()
+            del a
+            rec["decoherence"][str(L)] = ins.score_decoherence(mod.raw_scores(q, k, **kw))
+            qt, kt, _, _ = mod.transform_qkv(q, k, v, kw.get("x"), kw.get("tokens"))
+            gk, gq = ins.geometry(kt), ins.geometry(qt)
+            rec["geometry"][str(L)] = {"k_sigma1": gk["sigma1"], "k_stable_rank": gk["stable_rank"],
+                                       "q_sigma1": gq["sigma1"], "q_stable_rank": gq["stable_rank"]}
+            if L == lens[0] and hasattr(mod, "rotary_groups"):
+                for g in mod.rotary_groups():
+                    pairs = ins.pair_channels(g["channels"], g["layout"])
+                    e = ins.frequency_energy(q, k, pairs)  # (H, P)
+                    rec["frequency_energy"].append({
+                        "group": g["group"], "freqs": list(g["freqs"]), "energy": e.tolist(),
+                        "log_mean_freq": ins.log_mean_frequency(e, g["freqs"]).tolist(), "length": L})
+        say(f"  L = {L:>5}: far mass {_mean([r['far_mass'][str(L)] for r in layers]):.3f}, "
+            f"sink {_mean([r['sink_mass'][str(L)] for r in layers]):.3f}")
+    result = {"run": str(run_dir), "scheme": meta["scheme"].name, "scheme_hash": meta["scheme_hash"],
+              "step": meta["step"], "context": cfg.context, "far_window": W, "lengths": lens,
+              "settings": {"lengths": lens, "far_window": W, "samples": samples, "seed": ecfg.seed},
+              "layers": layers, "summary": summarize(layers, lens), "notes": notes,
+              "wall_time_s": time.perf_counter() - t0}
+    write_json(out or Path(run_dir) / "analysis.json", result)
+    return result
+
+
+def _mean(rows: list[list[float]]) -> float:
+    vals = [x for r in rows for x in r]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def summarize(layers: list[dict], lens: list[int]) -> dict:
+    out: dict[str, Any] = {}
+    for key in ("far_mass", "sink_mass"):
+        out[key] = {str(L): _mean([r[key][str(L)] for r in layers]) for L in lens}
+    for key in ("k_stable_rank", "q_stable_rank", "k_sigma1", "q_sigma1"):
+        out[key] = {str(L): _mean([r["geometry"][str(L)][key] for r in layers]) for L in lens}
+    groups: dict[str, list[dict]] = {}
+    for r in layers:
+        for fe in r["frequency_energy"]:
+            groups.setdefault(fe["group"], []).append(fe)
+    out["frequency_energy"] = []
+    for g, recs in groups.items():
+        P = len(recs[0]["freqs"])
+        energy = [_mean([[row[p] for row in fe["energy"]] for fe in recs]) for p in range(P)]
+        out["frequency_energy"].append({"group": g, "freqs": recs[0]["freqs"], "energy": energy,
+                                        "log_mean_freq": _mean([fe["log_mean_freq"] for fe in recs])})
+    return out
+
+
+def analysis_table(result: dict) -> str:
+    s = result["summary"]
+    head = f"{'length':>8} {'far mass':>9} {'sink':>7} {'k srank':>8} {'q srank':>8}"
+    rows = [f"{result['scheme']} (far window W = {result['far_window']}; mean over layers and heads)", head,
+            "-" * len(head)]
+    for L in result["lengths"]:
+        k = str(L)
+        rows.append(f"{L:>8} {s['far_mass'][k]:>9.3f} {s['sink_mass'][k]:>7.3f} {s['k_stable_rank'][k]:>8.2f} "
+                    f"{s['q_stable_rank'][k]:>8.2f}")
+    for fe in s["frequency_energy"]:
+        import math
+
+        rows.append(f"frequency energy, group {fe['group']}: log-mean frequency {fe['log_mean_freq']:.3f} "
+                    f"(period {2 * math.pi / math.exp(fe['log_mean_freq']):.1f} tokens)")
+    rows += result.get("notes", [])
+    return "\n".join(rows)

@@ -1,0 +1,179 @@
+"""What eval, analyze and compare share: opening a run, its eval settings, atomic JSON, progress.
+
+Opening a run compiles its scheme with ``requires_grad=False`` (evaluation never needs a
+backward, and that lets the compiler pick forward-only kernels such as FlexAttention on CPU)
+and the compiled backend of the run (never the float64 reference). The process-wide setting
+``torch.set_flush_denormal(True)`` is the application's choice (SEMANTICS 6): :func:`setup_torch`
+makes it for ``pedsl eval / analyze / compare``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
+
+
+def setup_torch(threads: int = 0) -> None:
+    import torch
+
+    torch.set_flush_denormal(True)  # SEMANTICS 6: peaked softmax rows go denormal on CPU
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def progress(quiet: bool) -> Callable[[str], None]:
+    """A printer to stderr with a wall-clock stamp, or a no-op."""
+    if quiet:
+        return lambda msg: None
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def open_run(run_dir: str | Path):
+    """``(model, cfg, meta)`` of a finished or checkpointed run, ready for evaluation.
+
+    Every failure (missing directory, no config, corrupt checkpoint, unloadable scheme) is an
+    :class:`EvalError` / :class:`CheckpointError` with a hint, never a traceback.
+    """
+    from pedsl.train import load_run
+
+    run = Path(run_dir)
+    if not run.exists():
+        raise EvalError(f"run directory '{run}' does not exist",
+                        hint="pass the --out directory of `pedsl train` (or of `pedsl compare`: DIR/runs/<scheme>)")
+    if not run.is_dir():
+        raise EvalError(f"'{run}' is a file, not a run directory", hint="pass the --out directory of `pedsl train`")
+    attention = _eval_attention(run)
+    try:
+        if attention is not None:
+            model, cfg, meta = load_run(run, attention=attention[0])
+            meta["scheme"] = attention[1]
+        else:
+            model, cfg, meta = load_run(run)
+    except PedslError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. a truncated config.yaml that still parses oddly
+        raise EvalError(f"run '{run}' cannot be opened: {type(exc).__name__}: {exc}",
+                        hint="the run directory is incomplete or corrupt; train it again") from None
+    if meta.get("scheme") is None:
+        raise EvalError(f"run '{run}' has no loadable scheme", file=str(run / "scheme.pe"))
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, cfg, meta
+
+
+def _eval_attention(run: Path):
+    """The run's scheme compiled for evaluation (requires_grad=False), or None to let
+    :func:`load_run` report what is wrong with the directory."""
+    try:
+        from pedsl.config import TrainConfig
+        from pedsl.train import checkpoint as ck
+        from pedsl.train.attention import SchemeAttention, imported_files, load_scheme
+
+        cfg = TrainConfig.from_yaml(run / "config.yaml")
+        ckpts = ck.list_checkpoints(run / "checkpoints")
+        name = json.loads((ckpts[-1] / "state.json").read_text()).get("scheme_name") if ckpts else None
+        scheme = load_scheme(run / "scheme.pe", cfg.params, name)
+        recorded = (run / "scheme.sha256").read_text().strip()
+        if scheme.source_hash != recorded:
+            return None
+    except Exception:  # noqa: BLE001 - load_run produces the precise diagnostic
+        return None
+
+    def build(m):
+        from pedsl.compiler import compile_scheme
+        from pedsl.lang.api import load
+
+        fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)
+
+        def make(layer: int):
+            return compile_scheme(fixed, backend=cfg.backend, head_dim=m.head_dim, num_heads=m.n_heads,
+                                  d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
+        return make
+
+    attn = SchemeAttention(name=scheme.name, source=scheme.source, source_hash=scheme.source_hash, build=build,
+                           scheme=scheme, imports=imported_files(getattr(scheme, "file", None)))
+    return attn, scheme
+
+
+def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):
+    """The run's EvalConfig: defaults <- the scheme's ``eval {}`` block <- overrides."""
+    from pedsl.config import resolve_eval_config
+
+    block = dict(getattr(scheme, "eval", None) or {})
+    return resolve_eval_config(block=block, overrides=overrides or {}, context=cfg.context)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Write JSON atomically (temp file + rename); NaN/inf become null."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        text = json.dumps(_clean(data), indent=1) + "\n"
+        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, p)
+    except OSError as exc:
+        raise OutputError(f"cannot write '{p}': {exc.strerror or exc}", hint="choose another --out") from None
+
+
+def write_text(path: str | Path, text: str) -> None:
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, p)
+    except OSError as exc:
+        raise OutputError(f"cannot write '{p}': {exc.strerror or exc}", hint="choose another --out") from None
+
+
+def read_json(path: str | Path) -> Any | None:
+    """Parsed JSON, or None when the file is missing or unreadable (a half-written study)."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def parse_lengths(text: str | None) -> list[int] | None:
+    """``"128,256,512"`` (or spaces) -> [128, 256, 512]; multipliers like ``"1x,2x"`` are not accepted."""
+    if text is None or not str(text).strip():
+        return None
+    out = []
+    for part in str(text).replace(",", " ").split():
+        try:
+            v = int(part)
+        except ValueError:
+            raise EvalError(f"--lengths expects whole numbers of tokens, got '{part}'",
+                            hint="e.g. --lengths 128,256,512,1024") from None
+        if v < 2:
+            raise EvalError(f"--lengths: {v} is too short (at least 2 tokens)")
+        out.append(v)
+    return sorted(set(out))
+
+
+__all__ = ["CheckpointError", "eval_config", "open_run", "parse_lengths", "progress", "read_json", "setup_torch",
+           "write_json", "write_text"]

@@ -1,0 +1,224 @@
+"""``pedsl compare``: train, evaluate and analyze several schemes alike, then write the report.
+
+Layout of the study directory::
+
+    DIR/runs/<scheme>/      a training run (pedsl.train format) + eval.json + analysis.json
+    DIR/results.json        every run's train/eval/analysis results and the study's metadata
+    DIR/report.md, DIR/report.html, DIR/<plot>.png|svg
+
+Every scheme is trained with the same preset, steps, seed and data (in this process, through
+:func:`pedsl.train.train`). A run whose DONE.json exists and whose config matches is reused; a
+run with checkpoints but no DONE.json is resumed; eval.json and analysis.json are reused when
+their settings match. So rerunning the same command after an interruption continues the study.
+
+The default study (no schemes named): rope, rope_id, alibi, acc_random_qk, acc_random_qkv and
+path from the scheme library, tiny preset, on the embedded corpus (the Python stdlib).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pedsl.errors import ConfigError, OutputError, PedslError
+from pedsl.evaluate.common import read_json, write_json, write_text
+
+DEFAULT_SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path")
+QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
+
+
+def library_dir() -> Path:
+    """The scheme library: ``schemes/`` next to the package (a checkout), or ``pedsl/schemes``."""
+    import pedsl
+
+    pkg = Path(pedsl.__file__).resolve().parent
+    for cand in (pkg.parent / "schemes", pkg / "schemes"):
+        if cand.is_dir():
+            return cand
+    raise ConfigError("the scheme library folder was not found (schemes/ next to the pedsl package)",
+                      hint="name the .pe files to compare explicitly")
+
+
+def resolve_schemes(names: list[str]) -> list[tuple[str, Path]]:
+    """Scheme names (from the library) or .pe paths -> [(run name, path)]."""
+    items = list(names) or list(DEFAULT_SCHEMES)
+    out: list[tuple[str, Path]] = []
+    lib = None
+    for item in items:
+        p = Path(item)
+        if p.suffix == ".pe" or os.sep in item or p.exists():
+            if not p.is_file():
+                raise ConfigError(f"scheme file '{item}' does not exist", file=item)
+            out.append((p.stem, p))
+            continue
+        lib = lib or library_dir()
+        cand = lib / f"{item}.pe"
+        if not cand.is_file():
+            from pedsl.errors import did_you_mean
+
+            known = [f.stem for f in lib.glob("*.pe")]
+            raise ConfigError(f"no scheme '{item}' in the library {lib}",
+                              hint=did_you_mean(item, known) or f"known: {', '.join(sorted(known))}")
+        out.append((item, cand))
+    names_seen: set[str] = set()
+    for name, _ in out:
+        if name in names_seen:
+            raise ConfigError(f"scheme '{name}' is named twice", hint="compare each scheme once")
+        names_seen.add(name)
+    return out
+
+
+def _git_commit() -> str | None:
+    try:
+        import pedsl
+
+        root = Path(pedsl.__file__).resolve().parent.parent
+        res = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        if res.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _versions() -> dict[str, Any]:
+    import torch
+
+    import pedsl
+
+    return {"pedsl": getattr(pedsl, "__version__", "?"), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(terse=True),
+            "cpus": os.cpu_count(), "threads": torch.get_num_threads()}
+
+
+def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[[str], None], quiet: bool) -> dict:
+    """Train (or reuse / resume) one scheme's run; returns its DONE.json."""
+    from pedsl.config import TrainConfig, resolve_train_config
+    from pedsl.train import checkpoint as ck
+    from pedsl.train import train
+    from pedsl.train.attention import from_scheme, load_scheme
+
+    scheme = load_scheme(path)
+    cfg = resolve_train_config(scheme=str(path), block=scheme.train, overrides=overrides)
+    done = read_json(run / "DONE.json")
+    saved = None
+    if (run / "config.yaml").exists():
+        try:
+            saved = TrainConfig.from_yaml(run / "config.yaml")
+        except PedslError:
+            saved = None
+    same = saved is not None and saved.digest() == cfg.digest()
+    sha = (run / "scheme.sha256").read_text().strip() if (run / "scheme.sha256").exists() else None
+    same = same and sha == scheme.source_hash
+    if done and same and done.get("steps") == cfg.steps:
+        say(f"{name}: reusing the finished run {run}")
+        return done
+    has_ckpt = bool(ck.list_checkpoints(run / "checkpoints"))
+    if run.exists() and any(run.iterdir()) and not same and (has_ckpt or done):
+        raise OutputError(f"'{run}' holds a run of '{name}' with other settings (scheme, preset, seed or data)",
+                          hint="use another --out for a different study, or delete that run directory")
+    if done and same and done.get("steps") != cfg.steps:
+        raise OutputError(f"'{run}' was trained for {done.get('steps')} steps, this study asks for {cfg.steps}",
+                          hint="use another --out (the learning-rate schedule depends on the step budget)")
+    resume = same and has_ckpt
+    say(f"{name}: {'resuming' if resume else 'training'} {cfg.steps} steps "
+        f"(preset {cfg.preset}, context {cfg.context}, seed {cfg.seed}) -> {run}")
+    return train(cfg, run, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet)
+
+
+def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", steps: int | None = None,
+                seed: int | None = None, data: str | None = None, lengths: list[int] | None = None,
+                windows: int | None = None, quick: bool = False, analyze_max: int | None = None,
+                sets: dict | None = None, command: str | None = None, quiet: bool = False,
+                say: Callable[[str], None] = lambda m: None) -> dict:
+    """The whole study; returns ``{"results": ..., "meta": ..., "files": [...]}``."""
+    from pedsl.evaluate.analyze import analyze_run, default_lengths
+    from pedsl.evaluate.common import open_run
+    from pedsl.evaluate.eval_run import evaluate_run, settings_of
+    from pedsl.evaluate.plots import all_plots
+    from pedsl.evaluate.report import markdown, to_html
+
+    t0 = time.perf_counter()
+    out = Path(out)
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the study directory '{out}': {exc.strerror or exc}",
+                          hint="choose another --out") from None
+    items = resolve_schemes(schemes)
+    if quick and steps is None:
+        steps = QUICK["steps"]
+    overrides = {"preset": preset, "steps": steps, "seed": seed, "data": data, **(sets or {})}
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    results: dict[str, dict[str, Any]] = {}
+    contexts = set()
+    cfg_seen = None
+    for n, (name, path) in enumerate(items, 1):
+        run = out / "runs" / name
+        say(f"[{n}/{len(items)}] {name}")
+        done = _train_one(name, path, run, overrides, say, quiet)
+        loaded = None
+        model_cfg = None
+        from pedsl.config import TrainConfig
+
+        model_cfg = TrainConfig.from_yaml(run / "config.yaml")
+        cfg_seen = cfg_seen or model_cfg
+        contexts.add(model_cfg.context)
+        L0 = model_cfg.context
+        mults = QUICK["multipliers"] if quick else (1, 2, 4, 8, 16, 32)
+        lens = lengths or [L0 * m for m in mults]
+        win = windows or (QUICK["windows"] if quick else None)
+        amax = analyze_max or (QUICK["analyze_max"] if quick else None)
+        ev = read_json(run / "eval.json")
+        want_tasks = ["ppl", "passkey", "blocks"]
+        if not (ev and ev.get("step") == done.get("steps") and ev.get("scheme_hash") == done.get("scheme_hash")
+                and ev.get("settings", {}).get("lengths") == sorted(set(lens))
+                and ev.get("settings", {}).get("windows") == (win or ev.get("settings", {}).get("windows"))
+                and ev.get("settings", {}).get("tasks") == want_tasks):
+            loaded = loaded or open_run(run)
+            say(f"{name}: evaluating at lengths {sorted(set(lens))}")
+            ev = evaluate_run(run, lengths=lens, tasks=want_tasks, windows=win, say=say, loaded=loaded)
+        else:
+            say(f"{name}: reusing eval.json")
+        alens = [L for L in lens if L <= (amax or 1024)] or default_lengths(L0, amax or 1024)
+        an = read_json(run / "analysis.json")
+        if not (an and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash")
+                and an.get("lengths") == sorted(set(alens))):
+            loaded = loaded or open_run(run)
+            say(f"{name}: analyzing at lengths {sorted(set(alens))}")
+            an = analyze_run(run, lengths=alens, say=say, loaded=loaded)
+        else:
+            say(f"{name}: reusing analysis.json")
+        results[name] = {"train": done, "eval": ev, "analysis": an, "run_dir": str(run.relative_to(out)),
+                         "scheme_file": str(path)}
+        del loaded
+    context = min(contexts) if contexts else 0
+    meta = {"command": command or "pedsl compare", "git": _git_commit(), **_versions(),
+            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "preset": preset, "steps": cfg_seen.steps if cfg_seen else steps,
+            "seed": cfg_seen.seed if cfg_seen else seed, "data": (results and next(iter(results.values()))["train"].get("data"))
+            or (cfg_seen.data.source if cfg_seen else data), "context": context,
+            "wall_time_s": time.perf_counter() - t0,
+            "compute_time_s": sum((r["train"] or {}).get("wall_time_s") or 0 for r in results.values())
+            + sum((r[k] or {}).get("wall_time_s") or 0 for r in results.values() for k in ("eval", "analysis"))}
+    say("writing the report")
+    plots = all_plots(results, out, context)
+    write_json(out / "results.json", {"meta": meta, "results": results})
+    write_text(out / "report.md", markdown(results, meta, plots))
+    write_text(out / "report.html", to_html(results, meta, plots))
+    files = ["report.md", "report.html", "results.json"] + [f for v in plots.values() for f in v]
+    return {"results": results, "meta": meta, "files": files}
+
+
+def command_line() -> str:
+    return " ".join(shlex.quote(a) for a in ["pedsl", *sys.argv[1:]])

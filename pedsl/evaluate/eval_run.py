@@ -1,0 +1,102 @@
+"""``pedsl eval RUN``: perplexity and retrieval vs length for one trained run -> RUN/eval.json.
+
+eval.json::
+
+    {"run", "scheme", "scheme_hash", "step", "context", "settings": {lengths, tasks, windows, seed},
+     "ppl":     {"<L>": {"nll", "ppl", "bits_per_byte", "ratio", "tokens", "windows"}},
+     "passkey": {"<L>": {"accuracy", "digit_accuracy", "answer_nll", "samples", "chance"}},
+     "blocks":  {"<L>": {"accuracy", "answer_nll", "answers", "samples", "chance"}},
+     "wall_time_s"}
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from pedsl.evaluate.common import eval_config, open_run, write_json
+from pedsl.evaluate.perplexity import perplexity
+from pedsl.evaluate.retrieval import blocks, passkey
+
+_CORPORA: dict[str, Any] = {}
+
+
+def validation_data(cfg) -> torch.Tensor | None:
+    """The run's validation bytes (cached per data config), or None for a generated task."""
+    if cfg.data.source in ("passkey", "blocks"):
+        return None
+    from pedsl.data import load_corpus
+
+    key = cfg.data.model_dump_json()
+    if key not in _CORPORA:
+        _CORPORA[key] = load_corpus(cfg.data)
+    return _CORPORA[key].val
+
+
+def settings_of(ecfg, tasks: list[str]) -> dict:
+    return {"lengths": sorted(set(ecfg.lengths)), "tasks": list(tasks), "windows": ecfg.windows, "seed": ecfg.seed}
+
+
+@torch.no_grad()
+def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks: list[str] | None = None,
+                 windows: int | None = None, out: str | Path | None = None,
+                 say: Callable[[str], None] = lambda m: None, loaded=None) -> dict:
+    """Evaluate one run; writes ``out`` (default RUN/eval.json) atomically and returns the dict."""
+    t0 = time.perf_counter()
+    model, cfg, meta = loaded or open_run(run_dir)
+    ecfg = eval_config(cfg, meta["scheme"], {"lengths": lengths, "tasks": tasks, "windows": windows})
+    L0 = cfg.context
+    lens = sorted(set(ecfg.lengths))
+    say(f"eval {meta['scheme'].name} (step {meta['step']}): lengths {lens}, tasks {', '.join(ecfg.tasks)}")
+    result: dict[str, Any] = {"run": str(run_dir), "scheme": meta["scheme"].name, "scheme_hash": meta["scheme_hash"],
+                              "step": meta["step"], "context": L0, "settings": settings_of(ecfg, ecfg.tasks)}
+    if "ppl" in ecfg.tasks:
+        data = validation_data(cfg)
+        gen = None
+        if data is None:
+            from pedsl.data import TrainData
+
+            td = TrainData(cfg.data, L0, cfg.seed)
+            gen = lambda n, length: _task_windows(td, n, length, ecfg.seed)  # noqa: E731
+        result["ppl"] = perplexity(model, data, lens, L0, windows=ecfg.windows, seed=ecfg.seed, say=say,
+                                   generate=gen)
+    if "passkey" in ecfg.tasks:
+        result["passkey"] = passkey(model, lens, samples=ecfg.windows, digits=cfg.data.passkey_digits,
+                                    seed=ecfg.seed, say=say)
+    if "blocks" in ecfg.tasks:
+        result["blocks"] = blocks(model, lens, L0, samples=ecfg.windows, block_len=cfg.data.block_len,
+                                  offset=cfg.data.block_offset, seed=ecfg.seed, say=say)
+    result["wall_time_s"] = time.perf_counter() - t0
+    write_json(out or Path(run_dir) / "eval.json", result)
+    return result
+
+
+def _task_windows(td, n: int, length: int, seed: int) -> torch.Tensor:
+    from pedsl.data import _generator, block_batch, passkey_batch
+
+    g = _generator(seed, length)
+    if td.cfg.source == "passkey":
+        return passkey_batch(n, length, digits=td.cfg.passkey_digits, g=g)["tokens"]
+    return block_batch(n, length, block_len=td.cfg.block_len, offset=td.cfg.block_offset, g=g)["tokens"]
+
+
+def eval_table(result: dict) -> str:
+    """A plain-text table: one row per length."""
+    ppl, pk, bl = result.get("ppl", {}), result.get("passkey", {}), result.get("blocks", {})
+    lens = sorted({int(k) for part in (ppl, pk, bl) for k in part})
+    L0 = result["context"]
+    head = f"{'length':>8} {'x train':>8} {'ppl':>9} {'ratio':>8} {'passkey':>8} {'blocks':>8}"
+    rows = [f"{result['scheme']} (step {result['step']}, training length {L0})", head, "-" * len(head)]
+
+    def f(d: dict, key: str, fmt: str) -> str:
+        return format(d[key], fmt) if d and d.get(key) is not None else "-"
+
+    for L in lens:
+        k = str(L)
+        rows.append(f"{L:>8} {L / L0:>7.3g}x {f(ppl.get(k), 'ppl', '.3f'):>9} {f(ppl.get(k), 'ratio', '.3f'):>8} "
+                    f"{f(pk.get(k), 'digit_accuracy', '.2f'):>8} {f(bl.get(k), 'accuracy', '.2f'):>8}")
+    rows.append("passkey: fraction of answer digits right (chance 0.10); blocks: block ends right (chance 0.04)")
+    return "\n".join(rows)
