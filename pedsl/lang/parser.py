@@ -20,6 +20,8 @@ from pedsl.lang import ast
 
 MAX_BYTES = 1_000_000  # a scheme file is a few lines; this bound keeps every input fast
 MAX_NESTING = 64
+MAX_TOKENS = 20_000  # ~100 schemes' worth; the LALR parser takes ~1 s per 20k tokens on a busy CPU
+_PUNCTUATION = "()[]{}=,;:+-*/<>"
 
 # How terminals read in a message.
 _TOKEN_WORDS = {
@@ -244,6 +246,17 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
             hint="a .pe file declares schemes in a few lines; is this the right file?",
         )
         return
+    # A cheap over-estimate of the token count (C-speed string methods): words plus punctuation.
+    estimate = len(text.split()) + sum(text.count(c) for c in _PUNCTUATION)
+    if estimate > MAX_TOKENS:
+        sink.add(
+            "E102",
+            f"file too long (about {estimate} tokens; the limit is {MAX_TOKENS})",
+            line=1,
+            col=1,
+            hint="a .pe file declares schemes in a few lines; split it into several files",
+        )
+        return
     line, col, depth = 1, 1, 0
     in_str = in_comment = False
     for ch in text:
@@ -333,6 +346,9 @@ def parse_module(text: str, file: str | None = None) -> ast.Module:
         inner = e.orig_exc
         if isinstance(inner, PedslError):
             raise inner from None
+        if isinstance(inner, RecursionError):
+            raise ParseError("expression nested too deeply", code="E103", file=file, line=1, col=1,
+                             hint="split the expression with 'let' definitions") from None
         raise ParseError(f"cannot build the syntax tree: {inner}", file=file, line=1, col=1) from None
     except RecursionError:
         raise ParseError("expression nested too deeply", code="E103", file=file, line=1, col=1) from None

@@ -434,13 +434,16 @@ class Resolver:
 
     # types --------------------------------------------------------------
     def checker(self) -> Checker:
-        names: dict[str, Any] = {}
-        for name, loc in self.m.params.items():
-            typ = loc.stmt.type
-            t = {"int": Ty("num", integer=True), "float": Ty("num"), "bool": Ty("bool"), "str": Ty("str")}[typ]
-            names[name] = (lambda t=t: t)
-        for name, loc in self.m.lets.items():
-            names[name] = (lambda name=name: self.let_type(name))
+        names = getattr(self, "_names", None)
+        if names is None:  # built once: rebuilding it per let made checking quadratic in the lets
+            names = {}
+            for name, loc in self.m.params.items():
+                typ = loc.stmt.type
+                t = {"int": Ty("num", integer=True), "float": Ty("num"), "bool": Ty("bool"), "str": Ty("str")}[typ]
+                names[name] = (lambda t=t: t)
+            for name, loc in self.m.lets.items():
+                names[name] = (lambda name=name: self.let_type(name))
+            self._names = names
         return Checker(names, lambda code, msg, node, hint=None: self.report(code, msg, node, hint=hint))
 
     def let_type(self, name: str) -> Ty | None:
