@@ -89,46 +89,54 @@ class _Writer:
         self.out.append(INDENT * depth + text + trail)
         self.out.extend(INDENT * (depth if inner is None else inner) + t for t in more)
 
-    def close(self, depth: int, text: str, node) -> None:
+    def close(self, depth: int, text: str, node, shared: bool = False) -> None:
         end = _end(node)
         for t in self.c.leading(end + 1 if end else 10**9, self.cursor):
             self.out.append(INDENT * (depth + 1) + t)
-        trail = self.c.trail(end, end) if end else ""
+        trail = self.c.trail(end, end) if end and not shared else ""
         self.cursor = max(self.cursor, end)
         self.out.append(INDENT * depth + text + trail)
 
 
-def _stmt(w: _Writer, st, depth: int) -> None:
+def _claim(node, nxt) -> int:
+    """The last source line whose comments belong to ``node``: a comment on a line shared with
+    the next construct belongs to that one (``let a = 1; let b = 2  # about b``)."""
+    end = _end(node)
+    return end - 1 if nxt is not None and _line(nxt) == end else end
+
+
+def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
     w.lead(st, depth)
     k = st.kind
     if k == "param":
         cons = ""
         if st.constraints:
             cons = " (" + ", ".join(f"{c.op} {to_source(c.value)}" for c in st.constraints) + ")"
-        w.emit(depth, f"param {st.name}: {st.type}{cons} = {to_source(st.default)}", st, last=_end(st))
+        w.emit(depth, f"param {st.name}: {st.type}{cons} = {to_source(st.default)}", st, last=_claim(st, nxt))
     elif k == "let":
-        w.emit(depth, f"let {st.name} = {to_source(st.value)}", st, last=_end(st))
+        w.emit(depth, f"let {st.name} = {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "layout":
-        w.emit(depth, f"layout {st.value}", st)
+        w.emit(depth, f"layout {st.value}", st, last=_claim(st, nxt))
     elif k == "transport":
         on = f" on {st.group}" if st.group else ""
-        w.emit(depth, f"{st.targets}{on}: {to_source(st.value)}", st, last=_end(st))
+        w.emit(depth, f"{st.targets}{on}: {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "bias":
-        w.emit(depth, f"bias = {to_source(st.value)}", st, last=_end(st))
+        w.emit(depth, f"bias = {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "temperature":
-        w.emit(depth, f"temperature = {to_source(st.value)}", st, last=_end(st))
+        w.emit(depth, f"temperature = {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "allow":
-        w.emit(depth, "allow " + ", ".join(st.names), st)
+        w.emit(depth, "allow " + ", ".join(st.names), st, last=_claim(st, nxt))
     elif k in ("channels", "section"):
         head = "channels" if k == "channels" else st.section
         items = st.groups if k == "channels" else st.entries
         first_item = _line(items[0]) if items else _end(st)
         w.emit(depth, head + " {", st, last=first_item - 1, inner=depth + 1)
-        for it in items:
+        for i, it in enumerate(items):
             w.lead(it, depth + 1)
             value = it.spec if k == "channels" else it.value
-            w.emit(depth + 1, f"{it.name} = {to_source(value)}", it, last=_end(it))
-        w.close(depth, "}", st)
+            nxt_item = items[i + 1] if i + 1 < len(items) else None
+            w.emit(depth + 1, f"{it.name} = {to_source(value)}", it, last=_claim(it, nxt_item))
+        w.close(depth, "}", st, shared=nxt is not None and _line(nxt) == _end(st))
     else:  # pragma: no cover
         raise ValueError(k)
 
@@ -152,8 +160,8 @@ def format_module(module: ast.Module, text: str | None = None) -> str:
                 header += f" {to_source(ast.Str(value=item.doc))}"
             body_first = _line(item.body[0]) if item.body else _end(item)
             w.emit(0, header + " {", item, last=body_first - 1, inner=1)
-            for st in item.body:
-                _stmt(w, st, 1)
+            for i, st in enumerate(item.body):
+                _stmt(w, st, 1, item.body[i + 1] if i + 1 < len(item.body) else None)
             w.close(0, "}", item)
         prev_kind = item.kind
     rest = w.c.rest()
