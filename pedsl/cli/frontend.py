@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -124,12 +125,21 @@ def _read(path: str) -> str:
     try:
         data = Path(path).read_bytes()
     except FileNotFoundError:
-        raise CheckError(f"no such file: {path}", code="E209", file=path, hint="check the path") from None
+        raise CheckError(f"no such file: {path}", code="E209", file=path, line=1, col=1,
+                         hint="check the path") from None
     except IsADirectoryError:
-        raise CheckError(f"{path} is a folder, not a .pe file", code="E209", file=path) from None
+        raise CheckError(f"{path} is a folder, not a .pe file", code="E209", file=path, line=1, col=1) from None
     except OSError as exc:
-        raise CheckError(f"cannot read {path}: {exc.strerror}", code="E209", file=path) from None
+        raise CheckError(f"cannot read {path}: {exc.strerror}", code="E209", file=path, line=1, col=1) from None
     return decode(data, path)
+
+
+def _read_stdin() -> str:
+    from pedsl.lang.parser import decode
+
+    stream = sys.stdin
+    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode("utf-8")
+    return decode(data, "<stdin>")
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -175,8 +185,8 @@ def fmt(files: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     changed: list[str] = []
     for path in files:
         try:
-            text = click.get_text_stream("stdin").read() if path == "-" else _read(path)
             name = "<stdin>" if path == "-" else path
+            text = _read_stdin() if path == "-" else _read(path)
             new = _format_text(text, name)
         except PedslError as err:
             for d in _with_file(err.diagnostics, path):
