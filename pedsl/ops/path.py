@@ -125,72 +125,78 @@ def _scaled_q(q, scale, q_scale):
 
 
 # --------------------------------------------------------------------------- the blockwise core
+def _b3(t):
+    """(n, Z, r, c) -> (n * Z, r, c): a view for the block-major slices used below."""
+    return t.reshape(-1, t.shape[-2], t.shape[-1])
+
+
 class _PathCore(torch.autograd.Function):
     """Off-diagonal scan + online softmax, block-major layout: (N, Z, C, D) / (N, Z, C, C), Z = B*H.
 
     Block-major so that the slices over query / key blocks at a given offset are contiguous and
-    every batched matmul runs on views (no copies).
+    every batched matmul runs on views; accumulations are fused into ``baddbmm_``.
+    Float32 or float64 only (the wrapper upcasts half precision).
     """
 
     @staticmethod
     def forward(ctx, Qt, Kt, V, W, U, Sd, gl, gb):
         N, Z, C, D = Qt.shape
-        stat = torch.float32 if Qt.dtype in (torch.float16, torch.bfloat16) else Qt.dtype
         use_bias = gl is not None
-        m = Sd.amax(-1).to(stat)  # (N, Z, C): the diagonal is never masked
-        p = torch.exp(Sd - m.unsqueeze(-1).to(Sd.dtype))
-        l = p.sum(-1, dtype=stat)
-        acc = (p @ V).to(stat)  # (N, Z, C, D)
-        KW = torch.cat([Kt, W], dim=-2)  # (N, Z, 2C, D)
+        m = Sd.amax(-1)  # (N, Z, C): the diagonal is never masked
+        p = (Sd - m.unsqueeze(-1)).exp_()
+        l = p.sum(-1)
+        acc = p @ V  # (N, Z, C, D)
+        KWt = torch.cat([Kt, W], dim=-2).transpose(-1, -2).contiguous()  # (N, Z, D, 2C)
         Rs = []
         R = Qt[1:]
         for d in range(1, N):
             n, mm = slice(d, N), slice(0, N - d)
             Rs.append(R)
-            SX = R @ KW[mm].transpose(-1, -2)  # (N-d, Z, C, 2C) = [scores | X]
+            SX = R @ KWt[mm]  # (N-d, Z, C, 2C) = [scores | X]
             s = SX[..., :C]
             if use_bias:
                 s = s + _bias(gl, gb, d, N)
-            mn = torch.maximum(m[n], s.amax(-1).to(stat))
-            alpha = torch.exp(m[n] - mn)
-            p = torch.exp(s - mn.unsqueeze(-1).to(s.dtype))
-            l[n] = l[n] * alpha + p.sum(-1, dtype=stat)
-            acc[n] = acc[n] * alpha.unsqueeze(-1) + (p @ V[mm]).to(stat)
+            mn = torch.maximum(m[n], s.amax(-1))
+            alpha = (m[n] - mn).exp_()
+            p = (s - mn.unsqueeze(-1)).exp_()
+            l[n] = l[n] * alpha + p.sum(-1)
+            a = acc[n]
+            a.mul_(alpha.unsqueeze(-1))
+            _b3(a).baddbmm_(_b3(p), _b3(V[mm]))
             m[n] = mn
-            if d < N - 1:  # move queries n >= d+1 through block m = n - d >= 1
-                R = R[1:] - SX[1:, ..., C:] @ U[1:N - d]
-        O = (acc / l.unsqueeze(-1)).to(Qt.dtype)
+            if d < N - 1:  # move queries n >= d+1 through block m = n - d >= 1: R - X U
+                R = torch.baddbmm(_b3(R[1:]), _b3(SX[1:, ..., C:]), _b3(U[1:N - d]),
+                                  alpha=-1).view(N - d - 1, Z, C, D)
+        O = acc.div_(l.unsqueeze(-1))
         lse = m + torch.log(l)
-        ctx.save_for_backward(Kt, V, W, U, Sd, gl, gb, O, lse, *Rs)
+        ctx.save_for_backward(Kt, V, W, U, Sd, gl, gb, O, lse, KWt, *Rs)
         ctx.use_bias = use_bias
         return O
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dO):
-        Kt, V, W, U, Sd, gl, gb, O, lse, *Rs = ctx.saved_tensors
+        Kt, V, W, U, Sd, gl, gb, O, lse, KWt, *Rs = ctx.saved_tensors
         N, Z, C, D = V.shape
         dO = dO.contiguous()
-        Dl = (dO.to(lse.dtype) * O.to(lse.dtype)).sum(-1)  # (N, Z, C)
-        p = torch.exp(Sd - lse.unsqueeze(-1).to(Sd.dtype))
+        Dl = (dO * O).sum(-1).unsqueeze(-1)  # (N, Z, C, 1)
+        lse = lse.unsqueeze(-1)
+        p = (Sd - lse).exp_()
         dV = p.transpose(-1, -2) @ dO
-        dSd = p * (dO @ V.transpose(-1, -2) - Dl.unsqueeze(-1).to(p.dtype))
-        KW = torch.cat([Kt, W], dim=-2)
-        dKW = torch.zeros_like(KW)
-        dU = torch.zeros_like(U)
+        dSd = (dO @ V.transpose(-1, -2)).sub_(Dl).mul_(p)
+        dK, dW, dU = torch.zeros_like(Kt), torch.zeros_like(W), torch.zeros_like(U)
         dgl = torch.zeros_like(gl) if ctx.use_bias else None
         dgb = torch.zeros_like(gb) if ctx.use_bias else None
         carry = None  # gradient of R at offset d + 1, for query blocks n >= d + 1
         for d in range(N - 1, 0, -1):
-            n, mm = slice(d, N), slice(0, N - d)
+            n, mm, m1 = slice(d, N), slice(0, N - d), slice(1, N - d)
             R = Rs[d - 1]
-            SX = R @ KW[mm].transpose(-1, -2)
+            SX = R @ KWt[mm]
             s = SX[..., :C]
-            if ctx.use_bias:
-                s = s + _bias(gl, gb, d, N)
-            p = torch.exp(s - lse[n].unsqueeze(-1).to(s.dtype))
-            dV[mm] += p.transpose(-1, -2) @ dO[n]
-            ds = p * (dO[n] @ V[mm].transpose(-1, -2) - Dl[n].unsqueeze(-1).to(p.dtype))
+            p = s + _bias(gl, gb, d, N) if ctx.use_bias else s.clone()
+            p.sub_(lse[n]).exp_()
+            _b3(dV[mm]).baddbmm_(_b3(p).transpose(-1, -2), _b3(dO[n]))
+            ds = (dO[n] @ V[mm].transpose(-1, -2)).sub_(Dl[n]).mul_(p)
             if ctx.use_bias:
                 rs, cs = ds.sum(-1), ds.sum(-2)
                 dgl[n] += rs
@@ -198,23 +204,20 @@ class _PathCore(torch.autograd.Function):
                 tot = rs.sum(-1).to(dgb.dtype)
                 dgb[n] += tot
                 dgb[mm] -= tot
-            G = torch.empty(N - d, Z, C, 2 * C, dtype=ds.dtype, device=ds.device)
-            G[..., :C] = ds
-            if carry is None:
-                G[..., C:] = 0
-            else:  # R_{d+1} = R_d - X U_m with X = R_d W_m^T, for n >= d + 1
-                G[0, ..., C:] = 0
-                G[1:, ..., C:] = (carry @ U[1:N - d].transpose(-1, -2)).neg_()  # dX
-                dU[1:N - d] -= SX[1:, ..., C:].transpose(-1, -2) @ carry
-            gR = G @ KW[mm]
-            if carry is not None:
-                gR[1:] += carry
-            dKW[mm] += G.transpose(-1, -2) @ R
+            gR = ds @ Kt[mm]  # gradient of R_d through the scores
+            _b3(dK[mm]).baddbmm_(_b3(ds).transpose(-1, -2), _b3(R))
+            if carry is not None:  # R_{d+1} = R_d - X U_m, X = R_d W_m^T, for n >= d + 1
+                nX = _b3(carry) @ _b3(U[m1]).transpose(-1, -2)  # -dX
+                _b3(dU[m1]).baddbmm_(_b3(SX[1:, ..., C:]).transpose(-1, -2), _b3(carry),
+                                     alpha=-1)
+                g1 = _b3(gR[1:])
+                g1.baddbmm_(nX, _b3(W[m1]), alpha=-1).add_(_b3(carry))
+                _b3(dW[m1]).baddbmm_(nX.transpose(-1, -2), _b3(R[1:]), alpha=-1)
             carry = gR
         dQt = torch.zeros_like(V)
         if carry is not None:
             dQt[1:] = carry
-        return dQt, dKW[..., :C, :], dV, dKW[..., C:, :], dU, dSd, dgl, dgb
+        return dQt, dK, dV, dW, dU, dSd, dgl, dgb
 
 
 def _bias(gl, gb, d, N):
@@ -230,6 +233,9 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     B, H, L, D = q.shape
     if L == 0:
         return torch.zeros_like(v)
+    out_dtype = q.dtype
+    if q.dtype in (torch.float16, torch.bfloat16):  # the scan runs in float32 (softmax statistics)
+        q, k, v, w = (t.float() for t in (q, k, v, w))
     C = max(1, min(int(block_size), L))
     N = -(-L // C)
     pad = N * C - L  # padded steps sit after every real token: H = I, bias 0, never attended to
@@ -258,7 +264,7 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     Sd = Sd.masked_fill(~causal, float("-inf"))
     O = _PathCore.apply(Qt, Kt, Vb, W, U, Sd, gl, gb)
-    return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L]
+    return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
 
 def path_attention_naive(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64,
