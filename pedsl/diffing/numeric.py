@@ -1,21 +1,23 @@
-"""Score kernels vs distance on the same random inputs: the numbers behind ``pedsl diff --numeric``.
+"""Score kernels vs distance on the same inputs: the numbers behind ``pedsl diff --numeric``.
 
 Three curves per scheme, over distance ``d = i - j = 0 .. Lmax`` (and query position for tau):
 
-- **transport**: ``c(d) = mean over unit u and over i of <u, T(i-d -> i) u>`` - the logit
-  contribution (before 1/sqrt(D), temperature and bias) of a key whose content equals the
-  query's, d tokens back. For orthogonal transports ``c(0) = 1``; RoPE gives
-  ``sum_k e_k cos(w_k d)`` with ``e_k`` the energy of pair k; accumulated random steps decay
-  towards 0 as pairs mix; NoPE stays at 1.
+- **transport**: ``c(d) = E_u <u, T(i-d -> i) u>`` for u uniform on the unit sphere, averaged
+  over i (and the data) - the logit contribution (before 1/sqrt(D), temperature and bias) of a
+  key whose content equals the query's, d tokens back; equivalently ``tr T / D``. Rotations
+  use the exact expectation (each channel carries energy 1/D): RoPE gives
+  ``(2/D) sum_k cos(w_k d) + (plain channels)/D``, so the pairing layout, a channel
+  permutation, does not change it; Householder steps (not rotations) use the Hutchinson
+  estimate with seeded random unit vectors. NoPE stays at 1; accumulated random steps decay
+  towards 0 as their pairs mix.
 - **bias[h]**: ``b(i, i - d)`` per head, averaged over i (and the data).
 - **temperature**: ``tau(i)`` at query position i.
 
 Static schemes (rotations with fixed tables, static biases and temperatures) are computed
 in float64 with numpy (no torch: ``pedsl diff --numeric`` stays fast); data-dependent ones
-through the compiled module's ``raw_scores`` / bias table / q scale, with learned parameters,
-``x`` and ``tokens`` drawn from the same seed for both schemes. The unit vectors ``u``
-(samples, heads, head_dim) come from ``numpy.random.default_rng(seed)``, so equal schemes
-give exactly equal curves.
+through the compiled module (its step angles, Householder vectors, bias table and q scale),
+with learned parameters, ``x``, ``tokens`` and the unit vectors drawn from the same seed for
+both schemes, so equal schemes give exactly equal curves.
 """
 
 from __future__ import annotations
@@ -116,19 +118,17 @@ def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = S
     tau = _static_temperature(s, lmax)
     if freqs is None or bias is None or tau is None:
         return _torch_curves(s, lmax=lmax, samples=samples, seed=seed)
-    u = unit_vectors(s.heads, s.head_dim, samples, seed)  # (S, H, D)
-    energy = u**2
+    D = s.head_dim
     d = np.arange(L, dtype=np.float64)
     c = np.zeros(L)
     rotated: set[int] = set()
     for t in s.transports:
         ch = tuple(s.group(t.group).channels)
         for (a, b), w in zip(_pairs(ch, s.layout), freqs[t.group]):
-            e = (energy[..., a] + energy[..., b]).mean()
-            c += e * np.cos(np.remainder(w * d, 2 * math.pi))
+            c += (2.0 / D) * np.cos(np.remainder(w * d, 2 * math.pi))
             rotated |= {a, b}
     plain = [i for i in range(s.head_dim) if i not in rotated]
-    c += energy[..., plain].sum(-1).mean() if plain else 0.0
+    c += len(plain) / D
     return Curves(transport=c, bias=bias, temperature=tau, method="static tables (float64, numpy)")
 
 
@@ -143,6 +143,7 @@ def _torch_curves(s: Scheme, *, lmax: int, samples: int, seed: int) -> Curves:
     channels, so c is a sum over groups: SO(2) groups give sum_k e_k cos(A(j+d, k) - A(j, k))
     from the module's (cumulative) angles; Householder groups move each key through the
     steps, H_i ... H_(j+1) u, O(L D) per key; untouched channels add their energy.
+    Rotations use the exact expectation over u; Householder groups the seeded unit vectors.
     """
     import torch
 
@@ -157,8 +158,7 @@ def _torch_curves(s: Scheme, *, lmax: int, samples: int, seed: int) -> Curves:
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(samples, L, d_model, generator=gen) if s.needs_x else None
     tokens = torch.randint(0, 256, (samples, L), generator=gen) if s.needs_tokens else None
-    u = torch.from_numpy(unit_vectors(H, D, samples, seed))  # (S, H, D) float64
-    energy = u**2
+    u = torch.from_numpy(unit_vectors(H, D, samples, seed))  # (S, H, D) float64, for Householder groups
     c = np.zeros(lmax + 1)
     covered: set[int] = set()
     f32 = torch.float32
@@ -177,14 +177,12 @@ def _torch_curves(s: Scheme, *, lmax: int, samples: int, seed: int) -> Curves:
                 A = A[None, None]  # (1, 1, L, P)
             else:
                 A = torch.cumsum(mod._angles(t, L, x, tokens, None, f32).to(torch.float64), dim=-2)  # (B|1, H|1, L, P)
-            pairs = _pairs(ch, s.layout)
-            E = torch.stack([energy[..., a] + energy[..., b] for a, b in pairs], dim=-1)  # (S, H, P)
-            for j in range(STARTS):
+            for j in range(STARTS):  # E_u: every pair carries energy 2 / D
                 dA = A[:, :, j : j + lmax + 1] - A[:, :, j : j + 1]  # (., ., Lmax+1, P)
-                c += (E[:, :, None, :] * torch.cos(dA)).sum(-1).mean(dim=(0, 1)).numpy() / STARTS
+                c += (2.0 / D) * torch.cos(dA).sum(-1).mean(dim=(0, 1)).numpy() / STARTS
         plain = [i for i in range(D) if i not in covered]
         if plain:
-            c += float(energy[..., plain].sum(-1).mean())
+            c += len(plain) / D
         table = mod._bias_table(L, x, tokens, None)  # (S|1, H, L, L) or None
         qs = mod._q_scale(lmax + 1, None)  # (1, H|1, L) or None
     bias = np.zeros((H, lmax + 1))
