@@ -23,6 +23,15 @@ from pedsl.ops.path import (
 F64 = torch.float64
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: threads only add contention on a shared machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def make(B=2, H=2, L=16, D=8, beta="rand", seed=0, dtype=F64):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, L, D, generator=g, dtype=dtype) for _ in range(3))
