@@ -79,6 +79,13 @@ def load_side(target: str, scheme: str | None, shared: dict, own: dict, label: s
 def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, numeric, plot, lmax, samples, seed):
     """Show what scheme B changes relative to scheme A: edits, meaning, numbers.
 
+    A and B are resolved first (imports, extends, -P), so layout, comments and
+    let-names never show. --numeric compares, for d = 0..LMAX, the mean over
+    unit vectors u of <u, T(j -> j+d) u> (the logit contribution of a key whose
+    content matches the query, d tokens back), the bias per head and the
+    temperature; data-dependent schemes run through the compiled module with
+    the same seeded x, tokens and learned parameters on both sides.
+
     Exit code 0 when the schemes are equivalent (at most the name, doc or lint
     allowances differ), 1 when they differ, 2 on an error.
     """
