@@ -43,12 +43,16 @@ def _with_file(diags: Iterable[Diagnostic], file: str) -> list[Diagnostic]:
     return [d if d.file else dataclasses.replace(d, file=file) for d in diags]
 
 
-def _diagnostics_of(path: str, params: dict[str, str]) -> list[Diagnostic]:
-    """Every diagnostic for one file; errors that stop checking early are diagnostics too."""
-    from pedsl.lang.api import check as check_file
+def _diagnostics_of(path: str, params: dict[str, str], loader=None) -> list[Diagnostic]:
+    """Every diagnostic for one file; errors that stop checking early are diagnostics too.
+
+    ``loader`` (a :class:`pedsl.lang.resolve.Loader`) is shared across the files of one run,
+    so a file imported by several others is parsed once.
+    """
+    from pedsl.lang.resolve import check_all, load_source
 
     try:
-        diags = check_file(Path(path), params or None)
+        diags = check_all(load_source(Path(path), loader), params or None)
     except PedslError as err:
         diags = err.diagnostics
     return _with_file(diags, path)
@@ -83,10 +87,13 @@ def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str
     Exit code 0 when every file is valid, 1 when a file has an error (or a
     warning with --strict).
     """
+    from pedsl.lang.resolve import Loader
+
     overrides = parse_params(params)
+    loader = Loader()
     all_diags: list[Diagnostic] = []
     for path in files:
-        all_diags.extend(_diagnostics_of(path, overrides))
+        all_diags.extend(_diagnostics_of(path, overrides, loader))
     if strict:
         all_diags = [dataclasses.replace(d, severity="error") if d.severity == "warning" else d for d in all_diags]
     errors = sum(d.severity == "error" for d in all_diags)
