@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from pedsl.lang import ast
-from pedsl.lang.exprs import names_in, to_source, transform
+from pedsl.diffing.match import (bias_expr, bias_source, match_groups, match_params, pair_up, ranges, rename,
+                                 rename_text, transport_fields, transport_source)
+from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 
 # Edits on these paths change no meaning: two schemes differing only there are equivalent.
@@ -128,145 +129,6 @@ def as_scheme(x: Scheme | str | Path, params: dict | None = None, scheme: str | 
     return load(x, params=params, scheme=scheme)
 
 
-def ranges(chans) -> str:
-    """Channel indices as compact ranges: (0, 1, 2, 3, 8, 9) -> '0-3, 8-9'."""
-    chans = sorted(chans)
-    out, i = [], 0
-    while i < len(chans):
-        j = i
-        while j + 1 < len(chans) and chans[j + 1] == chans[j] + 1:
-            j += 1
-        out.append(str(chans[i]) if i == j else f"{chans[i]}-{chans[j]}")
-        i = j + 1
-    return ", ".join(out) or "none"
-
-
-def transport_fields(t) -> dict[str, ast.Expr]:
-    if t.kind == "rotate":
-        return {"phase": t.phase}
-    if t.kind == "accumulate_rotation":
-        return {"angle": t.angle}
-    return {"w": t.w, "beta": t.beta}
-
-
-def transport_source(t) -> str:
-    """The transport as one would write it in a `.pe` file (without the targets)."""
-    f = {k: to_source(v) for k, v in transport_fields(t).items()}
-    if t.kind == "rotate":
-        return f"rotate({f['phase']})"
-    if t.kind == "accumulate_rotation":
-        return f"accumulate(rotation({f['angle']}))"
-    return f"accumulate(householder(w = {f['w']}, beta = {f['beta']}))"
-
-
-def bias_source(b) -> str:
-    return to_source(b.term) if b.kind == "distance" else f"accumulate({to_source(b.log_gate)})"
-
-
-def _bias_expr(b) -> ast.Expr:
-    return b.term if b.kind == "distance" else b.log_gate
-
-
-def _rename(e: ast.Expr, mapping: dict[str, str]) -> ast.Expr:
-    if not mapping:
-        return e
-    return transform(e, lambda n: ast.Name(id=mapping[n.id]) if n.kind == "name" and n.id in mapping else None)
-
-
-def _rename_text(text: str, mapping: dict[str, str]) -> str:
-    if not mapping:
-        return text
-    return re.sub(r"\b[A-Za-z_]\w*\b", lambda m: mapping.get(m.group(0), m.group(0)), text)
-
-
-def _all_exprs(s: Scheme) -> list[ast.Expr]:
-    out = [e for t in s.transports for e in transport_fields(t).values()]
-    out += [_bias_expr(b) for b in s.biases]
-    if s.temperature is not None:
-        out.append(s.temperature)
-    return out
-
-
-def _uses(s: Scheme, name: str) -> set[str]:
-    """Where ``name`` occurs: the texts of the expressions (and group specs) using it, with it blanked."""
-    out = {to_source(_rename(e, {name: "\u00a7"})) for e in _all_exprs(s) if name in names_in(e)}
-    out |= {_rename_text(g.spec, {name: "\u00a7"}) for g in s.groups if re.search(rf"\b{name}\b", g.spec)}
-    return out
-
-
-def _same_kind(a: Any, b: Any) -> bool:
-    num = (int, float)
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool)
-    return (isinstance(a, num) and isinstance(b, num)) or type(a) is type(b)
-
-
-# ---------------------------------------------------------------------- matching
-
-
-def match_params(a: Scheme, b: Scheme) -> dict[str, str]:
-    """A's parameter names -> B's: same names, then renames (same uses in expressions, or same value and uses)."""
-    mapping = {n: n for n in a.params if n in b.params}
-    only_a = [n for n in a.params if n not in b.params]
-    only_b = [n for n in b.params if n not in a.params]
-    scored = []
-    for x in only_a:
-        ua = _uses(a, x)
-        for y in only_b:
-            va, vb = a.params[x], b.params[y]
-            if not _same_kind(va, vb):
-                continue
-            ub = _uses(b, y)
-            overlap = len(ua & ub) / len(ua | ub) if (ua | ub) else 0.0
-            if overlap > 0 or (va == vb and ua == ub):
-                scored.append((overlap + (0.5 if va == vb else 0.0), only_a.index(x), only_b.index(y), x, y))
-    for _, _, _, x, y in sorted(scored, key=lambda r: (-r[0], r[1], r[2])):
-        if x not in mapping and y not in mapping.values():
-            mapping[x] = y
-    return mapping
-
-
-def match_groups(a: Scheme, b: Scheme, pmap: dict[str, str]) -> dict[str, str]:
-    """A's channel groups -> B's: same names, then same channels, same spec, or mostly shared channels."""
-    bnames = {g.name for g in b.groups}
-    mapping = {g.name: g.name for g in a.groups if g.name in bnames}
-    only_a = [g for g in a.groups if g.name not in mapping]
-    only_b = [g for g in b.groups if g.name not in mapping.values()]
-    carries_a = {t.group for t in a.transports}
-    carries_b = {t.group for t in b.transports}
-    scored = []
-    for i, ga in enumerate(only_a):
-        for j, gb in enumerate(only_b):
-            sa, sb = set(ga.channels), set(gb.channels)
-            jac = len(sa & sb) / len(sa | sb) if sa | sb else 1.0
-            same_spec = _rename_text(ga.spec, pmap) == gb.spec
-            same_role = (ga.name in carries_a) == (gb.name in carries_b)  # both transported, or both plain
-            if ga.channels == gb.channels or same_spec or (same_role and jac > 0.6):
-                scored.append((2.0 * (ga.channels == gb.channels) + same_spec + jac, i, j, ga.name, gb.name))
-    for _, _, _, x, y in sorted(scored, key=lambda r: (-r[0], r[1], r[2])):
-        if x not in mapping and y not in mapping.values():
-            mapping[x] = y
-    return mapping
-
-
-def _pair(items_a: list, items_b: list, keys) -> list[tuple[int, int]]:
-    """Greedy pairing of two lists: for each key function in turn, pair unpaired items with equal keys."""
-    pairs: list[tuple[int, int]] = []
-    used_a: set[int] = set()
-    used_b: set[int] = set()
-    for key in keys:
-        for i, x in enumerate(items_a):
-            if i in used_a:
-                continue
-            for j, y in enumerate(items_b):
-                if j not in used_b and key(x) == key(y, True):
-                    pairs.append((i, j))
-                    used_a.add(i)
-                    used_b.add(j)
-                    break
-    return pairs
-
-
 # ---------------------------------------------------------------------- the edit script
 
 
@@ -308,7 +170,7 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
         gb = gb_by_name[gmap[ga.name]]
         if ga.name != gb.name:
             out.append(Move(f"channels.{ga.name}", f"channels.{gb.name}"))
-        value(f"channels.{gb.name}.spec", _rename_text(ga.spec, renamed), gb.spec)
+        value(f"channels.{gb.name}.spec", rename_text(ga.spec, renamed), gb.spec)
         value(f"channels.{gb.name}.channels", ranges(ga.channels), ranges(gb.channels))
     out += [Insert(f"channels.{g.name}", f"{g.spec}: channels {ranges(g.channels)}")
             for g in b.groups if g.name not in gmap.values()]
@@ -316,7 +178,7 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     _transports(a, b, gmap, renamed, out, value)
     _biases(a, b, renamed, out, value)
 
-    ta = None if a.temperature is None else to_source(_rename(a.temperature, renamed))
+    ta = None if a.temperature is None else to_source(rename(a.temperature, renamed))
     tb = None if b.temperature is None else to_source(b.temperature)
     if ta is None and tb is not None:
         out.append(Insert("temperature", tb))
@@ -343,7 +205,7 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
 
 def _transports(a: Scheme, b: Scheme, gmap: dict, renamed: dict, out: list, value) -> None:
     ta, tb = list(a.transports), list(b.transports)
-    pairs = _pair(ta, tb, (
+    pairs = pair_up(ta, tb, (
         lambda t, is_b=False: t.group if is_b else gmap.get(t.group, "\0"),
         lambda t, is_b=False: t.kind,
     ))
@@ -359,7 +221,7 @@ def _transports(a: Scheme, b: Scheme, gmap: dict, renamed: dict, out: list, valu
             out.append(Move(f"transport[{x.group}]", path))
         value(f"{path}.targets", x.targets, y.targets)
         value(f"{path}.kind", x.kind, y.kind)
-        fx = {k: to_source(_rename(e, renamed)) for k, e in transport_fields(x).items()}
+        fx = {k: to_source(rename(e, renamed)) for k, e in transport_fields(x).items()}
         fy = {k: to_source(e) for k, e in transport_fields(y).items()}
         out += [Remove(f"{path}.{k}", v) for k, v in fx.items() if k not in fy]
         for k, v in fy.items():
@@ -384,9 +246,9 @@ def _bias_paths(biases) -> list[str]:
 def _biases(a: Scheme, b: Scheme, renamed: dict, out: list, value) -> None:
     ba, bb = list(a.biases), list(b.biases)
     pa, pb = _bias_paths(ba), _bias_paths(bb)
-    src_a = [to_source(_rename(_bias_expr(x), renamed)) for x in ba]
-    src_b = [to_source(_bias_expr(y)) for y in bb]
-    pairs = _pair(list(range(len(ba))), list(range(len(bb))), (
+    src_a = [to_source(rename(bias_expr(x), renamed)) for x in ba]
+    src_b = [to_source(bias_expr(y)) for y in bb]
+    pairs = pair_up(list(range(len(ba))), list(range(len(bb))), (
         lambda i, is_b=False: ("", bb[i].kind, src_b[i]) if is_b else ("", ba[i].kind, src_a[i]),
         lambda i, is_b=False: bb[i].kind if is_b else ba[i].kind,
     ))

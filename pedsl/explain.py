@@ -20,7 +20,7 @@ PATH_BLOCK = 64  # the blockwise PaTH kernel's block size C (pedsl.ops.path.path
 
 
 def _ranges(ch) -> str:
-    from pedsl.diff import ranges
+    from pedsl.diffing.match import ranges
 
     return ranges(ch)
 

@@ -173,7 +173,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         gf = GroupFacts(name=g.name, spec=g.spec, channels=tuple(g.channels))
         t = by_group.get(g.name)
         if t is not None:
-            from pedsl.diff import transport_source
+            from pedsl.diffing.match import transport_source
 
             gf.kind, gf.targets, gf.source = t.kind, t.targets, transport_source(t)
             gf.freqs = freqs.get(g.name)
@@ -188,7 +188,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         groups.append(gf)
     biases = []
     for b in s.biases:
-        from pedsl.diff import bias_source
+        from pedsl.diffing.match import bias_source
 
         if b.kind == "distance":
             slopes = _per(_static(b.slope, env), s.heads) if b.slope is not None else None
@@ -244,7 +244,7 @@ def fmt_num(v: float) -> str:
 
 def describe_rotation(g: GroupFacts, head_dim: int, layout: str) -> str:
     """One phrase for what a group's transport does."""
-    from pedsl.diff import ranges
+    from pedsl.diffing.match import ranges
 
     who = {"qk": "q, k", "qkv": "q, k, v"}.get(g.targets or "", "")
     where = (f"all {head_dim} channels" if len(g.channels) == head_dim
