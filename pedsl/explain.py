@@ -35,7 +35,7 @@ def channel_lines(f: SchemeFacts) -> list[str]:
     out = []
     width = max(len(g.name) for g in f.groups) if f.groups else 4
     for g in f.groups:
-        what = describe_rotation(g, f.head_dim, f.layout) if g.kind else "no transport (NoPE channels)"
+        what = describe_rotation(g, f.head_dim, f.layout, where=False) if g.kind else "no transport (NoPE channels)"
         out.append(f"  {g.name.ljust(width)}  {g.spec}: {len(g.channels)} channels ({_ranges(g.channels)}): {what}")
         if g.kind in ("rotate", "accumulate_rotation"):
             pairs = _pairs(g, f.layout)

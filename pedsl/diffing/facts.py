@@ -242,12 +242,12 @@ def fmt_num(v: float) -> str:
     return f"{v:.4g}"
 
 
-def describe_rotation(g: GroupFacts, head_dim: int, layout: str) -> str:
+def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = True) -> str:
     """One phrase for what a group's transport does."""
     from pedsl.diffing.match import ranges
 
     who = {"qk": "q, k", "qkv": "q, k, v"}.get(g.targets or "", "")
-    where = (f"all {head_dim} channels" if len(g.channels) == head_dim
+    where_ = (f"all {head_dim} channels" if len(g.channels) == head_dim
              else f"{len(g.channels)} of {head_dim} channels ({ranges(g.channels)})")
     if g.kind == "rotate":
         how = "rotated by position (RoPE form" + (", table recomputed for each length n)" if g.dynamic else ")")
@@ -260,7 +260,7 @@ def describe_rotation(g: GroupFacts, head_dim: int, layout: str) -> str:
             how = f"rotated by accumulated {src} steps"
     else:
         how = "transported by accumulated Householder steps (PaTH" + (", orthogonal)" if g.orthogonal else ")")
-    return f"{who} {how} on {where}, {layout} pairing"
+    return f"{who} {how} on {where_}, {layout} pairing" if where else f"{who} {how}"
 
 
 def describe_freqs(g: GroupFacts, train_length: int | None) -> str | None:
