@@ -349,6 +349,7 @@ class Resolver:
         self.values: dict[str, Any] = {}
         self.types: dict[str, Ty | None] = {}
         self._typing: set[str] = set()
+        self._failed_groups: set[str] = set()
 
     # reporting ---------------------------------------------------------
     def report(self, code: str, message: str, node: Any = None, *, hint: str | None = None, src: Source | None = None,
@@ -368,9 +369,20 @@ class Resolver:
         raise ParamError(message, diagnostics=sink.items)
 
     def bind_params(self) -> None:
+        decl = next((d for d in self.src.module.schemes if d.name == self.m.name), None)
         for name, struct in self.structural.items():
             if name not in self.m.params:
                 self.values[name] = struct
+                if name in self.overrides:  # -P heads=8 sets the model's structure too
+                    try:
+                        value = _coerce(self.overrides[name], "int")
+                    except TypeError:
+                        self._param_error("E302", f"'{name}' is an int, got {self.overrides[name]!r} (-P {name}=...)",
+                                          decl, self.src, hint=f"give -P {name}=<int>")
+                    if value < 1:
+                        self._param_error("E303", f"'{name}' must be >= 1, got {value} (-P {name}=...)", decl,
+                                          self.src, hint=f"choose {name} >= 1")
+                    self.values[name] = value
         for name in self.overrides:
             if name not in self.m.params and name not in self.structural:
                 hint = did_you_mean(name, list(self.m.params) + list(self.structural))
@@ -527,6 +539,7 @@ class Resolver:
         rest_groups = []
         chk = self.checker()
         for g in loc.stmt.groups:
+            self._failed_groups.add(g.name)  # until it resolves; its transports then stay quiet
             if g.name in groups or g.name in [r.name for r in rest_groups]:
                 self.report("E205", f"channel group '{g.name}' is declared twice", g)
                 continue
@@ -544,6 +557,7 @@ class Resolver:
                 continue
             if isinstance(spec, GroupSpec) and spec.kind == "rest":
                 rest_groups.append(g)
+                self._failed_groups.discard(g.name)
                 continue
             try:
                 chans = group_channels(spec, head_dim, taken)
@@ -557,6 +571,7 @@ class Resolver:
                 continue
             taken |= set(chans)
             groups[g.name] = ChannelGroup(name=g.name, channels=tuple(chans), spec=to_source(g.spec))
+            self._failed_groups.discard(g.name)
         for g in rest_groups:
             chans = [c for c in range(head_dim) if c not in taken]
             taken |= set(chans)
@@ -575,6 +590,8 @@ class Resolver:
                 group = ChannelGroup(name="all", channels=tuple(range(int(self.values.get("head_dim", head_dim)))),
                                      spec="all")
             elif gname not in groups:
+                if gname in self._failed_groups:
+                    continue  # its declaration was reported already
                 hint = did_you_mean(gname, groups) or ("declare it in a channels { ... } block" if groups else None)
                 self.report("E211", f"unknown channel group '{gname}'", st, hint=hint)
                 continue
