@@ -25,3 +25,41 @@ def expectation(path: Path) -> dict:
     p = _PARAMS.search(text)
     params = dict(kv.split("=", 1) for kv in p.group(1).split()) if p else None
     return {"code": m["code"], "line": int(m["line"]), "col": int(m["col"]), "hint": m["hint"], "params": params}
+
+
+# ------------------------------------------------------------------ docs/language.md builtin tables
+
+DOC = ROOT / "docs" / "language.md"
+BEGIN, END = "<!-- builtins:begin (generated: python compiler_tests/lang_helpers.py) -->", "<!-- builtins:end -->"
+CATEGORIES = [
+    ("math", "Math (elementwise; broadcast by axis)"),
+    ("grid", "Frequency grids (num[pair]; rot_dim = the group's channel count)"),
+    ("bias", "Biases"),
+    ("temperature", "Temperatures"),
+    ("channels", "Channel groups (inside `channels { ... }`)"),
+    ("transport", "Transports and steps"),
+    ("source", "Step sources (data-dependent or learned)"),
+]
+
+
+def builtin_tables() -> str:
+    """The builtin-function tables of docs/language.md, from pedsl.lang.builtins.FUNCTIONS."""
+    from pedsl.lang.builtins import FUNCTIONS
+
+    out = []
+    for cat, title in CATEGORIES:
+        out += [f"#### {title}", "", "| signature | meaning |", "|---|---|"]
+        out += [f"| `{b.signature()}` | {b.doc} |" for b in FUNCTIONS.values() if b.category == cat]
+        out.append("")
+    return "\n".join(out)
+
+
+def doc_with_tables(text: str) -> str:
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    return head + BEGIN + "\n\n" + builtin_tables() + "\n" + END + tail
+
+
+if __name__ == "__main__":  # regenerate the tables in docs/language.md
+    DOC.write_text(doc_with_tables(DOC.read_text()))
+    print(f"updated {DOC}")

@@ -112,3 +112,24 @@ def test_structural_overrides():
     with pytest.raises(CheckError) as info:
         load("scheme s { channels { a = quarters(1) } qk on a: rotate(geometric(10000) * position) }\n", head_dim=36)
     assert info.value.code == "E210"
+
+
+def test_structural_names_from_param_overrides():
+    from lang_helpers import SCHEMES
+
+    assert load(SCHEMES / "alibi.pe", {"heads": "8"}).heads == 8
+    assert load(SCHEMES / "rope_id.pe", {"head_dim": 64}).group("rot").channels == tuple(range(16)) + tuple(
+        range(32, 48))
+    with pytest.raises(ParamError) as info:
+        load(SCHEMES / "alibi.pe", {"heads": "x"})
+    assert info.value.code == "E302" and info.value.line == 5
+    with pytest.raises(ParamError) as info:
+        load(SCHEMES / "alibi.pe", {"heads": 0})
+    assert info.value.code == "E303"
+
+
+def test_a_bad_group_does_not_cascade():
+    from lang_helpers import SCHEMES
+
+    diags = check(SCHEMES / "rope_id.pe", {"head_dim": 36})
+    assert [(d.code, d.line, d.col) for d in diags] == [("E210", 10, 11)]
