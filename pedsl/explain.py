@@ -28,7 +28,9 @@ def _ranges(ch) -> str:
 def _pairs(g: GroupFacts, layout: str) -> list[tuple[int, int]]:
     P = g.pairs
     ch = g.channels
-    return [(ch[2 * k], ch[2 * k + 1]) for k in range(P)] if layout == "interleaved" else [(ch[k], ch[k + P]) for k in range(P)]
+    if layout == "interleaved":
+        return [(ch[2 * k], ch[2 * k + 1]) for k in range(P)]
+    return [(ch[k], ch[k + P]) for k in range(P)]
 
 
 def channel_lines(f: SchemeFacts) -> list[str]:

@@ -64,7 +64,8 @@ def load_side(target: str, scheme: str | None, shared: dict, own: dict, label: s
 @click.command()
 @click.argument("a", required=False)
 @click.argument("b", required=False)
-@click.option("--scheme", "scheme_name", metavar="NAME", help="The scheme in both files (or write A.pe:NAME B.pe:NAME).")
+@click.option("--scheme", "scheme_name", metavar="NAME",
+              help="The scheme in both files (or write A.pe:NAME B.pe:NAME).")
 @click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
               help="Override a parameter on each side that declares it (repeatable).")
 @click.option("-A", "params_a", multiple=True, metavar="NAME=VALUE", help="Override a parameter of A only.")

@@ -289,7 +289,8 @@ def describe_bias(b: BiasFacts) -> str:
     text = f"data-dependent forget gate (FoX form) {b.source}"
     if b.init_log_gate is not None and b.init_log_gate < 0:
         half = math.log(0.5) / b.init_log_gate
-        text += f"; at init log f = {fmt_num(b.init_log_gate)} per token (half the mass forgotten in ~{half:.0f} tokens)"
+        text += (f"; at init log f = {fmt_num(b.init_log_gate)} per token "
+                 f"(half the mass forgotten in ~{half:.0f} tokens)")
     return text
 
 

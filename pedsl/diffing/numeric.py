@@ -57,7 +57,10 @@ def _pairs(channels: tuple[int, ...], layout: str) -> list[tuple[int, int]]:
 
 
 def _static_freqs(s: Scheme, L: int) -> dict[str, tuple[float, ...]] | None:
-    """Per transported group, the per-pair frequency of a fixed rotation table at run length L (None if data-dependent)."""
+    """Per transported group, the per-pair frequency of a fixed rotation table at run length L.
+
+    None when any transport is data-dependent.
+    """
     from pedsl.lang.lint import frequencies, rotary_frequencies
 
     static = rotary_frequencies(s)
@@ -93,7 +96,8 @@ def _static_bias(s: Scheme, lmax: int) -> np.ndarray | None:
                 out += slope[:, None] * d[None, :]
                 continue
             for i in range(lmax + 1):
-                e = transform(b.term, lambda n, i=i: ast.Num(value=i) if n.kind == "name" and n.id == "distance" else None)
+                e = transform(b.term, lambda n, i=i: ast.Num(value=i)
+                              if n.kind == "name" and n.id == "distance" else None)
                 v = evaluate(e, env)
                 out[:, i] += np.array(v.values if isinstance(v, Vec) else [float(v)] * s.heads, dtype=np.float64)
         except (EvalIssue, TypeError, ValueError, AttributeError):
@@ -173,7 +177,8 @@ def _torch_curves(s: Scheme, *, lmax: int, samples: int, seed: int) -> Curves:
                 w = _static_freqs(s, L)
                 if w is None or t["group"] not in w:  # pragma: no cover - rotate phases are static tables
                     raise ValueError("a rotation table that is not static")
-                A = torch.tensor(w[t["group"]], dtype=torch.float64)[None, :] * torch.arange(L, dtype=torch.float64)[:, None]
+                pos = torch.arange(L, dtype=torch.float64)[:, None]
+                A = torch.tensor(w[t["group"]], dtype=torch.float64)[None, :] * pos
                 A = A[None, None]  # (1, 1, L, P)
             else:
                 A = torch.cumsum(mod._angles(t, L, x, tokens, None, f32).to(torch.float64), dim=-2)  # (B|1, H|1, L, P)

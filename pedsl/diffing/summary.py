@@ -57,7 +57,9 @@ def _bias(f: SchemeFacts) -> str:
 
 def _value(f: SchemeFacts) -> str:
     vg = f.value_groups
-    return ("U = T on " + ", ".join(vg) + " (values transported like keys; the output is moved back)") if vg else "none (U = identity)"
+    if not vg:
+        return "none (U = identity)"
+    return "U = T on " + ", ".join(vg) + " (values transported like keys; the output is moved back)"
 
 
 def _backend(f: SchemeFacts) -> str:
