@@ -147,8 +147,9 @@ def load_corpus(cfg: DataConfig) -> Corpus:
     return Corpus(as_t(train), as_t(val), desc, len(train_files), len(val_files))
 
 
-def _generator(*key: int) -> torch.Generator:
-    """A CPU generator seeded from a tuple of ints (stable across runs and platforms)."""
+def make_generator(*key: int) -> torch.Generator:
+    """A CPU generator seeded from a tuple of ints (stable across runs and platforms); use it to
+    draw evaluation samples, e.g. ``passkey_batch(n, L, g=make_generator(seed, L))``."""
     h = hashlib.sha256(",".join(str(k) for k in key).encode()).digest()
     return torch.Generator().manual_seed(int.from_bytes(h[:8], "big") & (2**63 - 1))
 
@@ -215,6 +216,8 @@ def block_batch(n: int, length: int, *, block_len: int = 16, offset: int = 0,
 # ---------------------------------------------------------------------------------------------
 # The training stream
 
+_generator = make_generator  # old name
+
 
 class TrainData:
     """Windows of ``context + 1`` bytes for training and validation, a pure function of the step."""
@@ -240,7 +243,7 @@ class TrainData:
         return self.corpus.description if self.corpus is not None else f"generated task '{self.cfg.source}'"
 
     def _batch(self, split: int, index: int, n: int) -> torch.Tensor:
-        g = _generator(self.seed, self.cfg.seed, split, index)
+        g = make_generator(self.seed, self.cfg.seed, split, index)
         length = self.context + 1
         if self.cfg.source == "passkey":
             return passkey_batch(n, length, digits=self.cfg.passkey_digits, g=g)["tokens"]

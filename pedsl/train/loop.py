@@ -163,9 +163,16 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
     tokens_per_step = cfg.batch_size * cfg.context
     metrics = open(run / "metrics.jsonl", "a") if d.is_main else None
     show_bar = d.is_main and not quiet and sys.stderr.isatty()
-    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if d.is_main and not quiet and not show_bar \
-        else (lambda msg: None)
     bar = None
+
+    def say(msg: str) -> None:
+        if not d.is_main or quiet:
+            return
+        if bar is not None:
+            bar.write(msg, file=sys.stderr)
+        else:
+            print(msg, file=sys.stderr, flush=True)
+
     if show_bar:
         from tqdm import tqdm
         bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True, leave=False)
