@@ -133,50 +133,51 @@ def _b3(t):
 class _PathCore(torch.autograd.Function):
     """Off-diagonal scan + online softmax, block-major layout: (N, Z, C, D) / (N, Z, C, C), Z = B*H.
 
+    ``P`` (N, Z, D, D) holds each block's explicit product in row form (``R <- R P``); moving a
+    query block through a key block then costs C D^2 instead of 2 C^2 D, and its backward is
+    one ``carry P^T`` plus one D x D accumulation ``dP += R^T carry`` per pair.
     Block-major so that the slices over query / key blocks at a given offset are contiguous and
     every batched matmul runs on views; accumulations are fused into ``baddbmm_``.
     Float32 or float64 only (the wrapper upcasts half precision).
     """
 
     @staticmethod
-    def forward(ctx, Qt, Kt, V, W, U, Sd, gl, gb):
+    def forward(ctx, Qt, Kt, V, P, Sd, gl, gb):
         N, Z, C, D = Qt.shape
         use_bias = gl is not None
         m = Sd.amax(-1)  # (N, Z, C): the diagonal is never masked
         p = (Sd - m.unsqueeze(-1)).exp_()
         l = p.sum(-1)
         acc = p @ V  # (N, Z, C, D)
-        KWt = torch.cat([Kt, W], dim=-2).transpose(-1, -2).contiguous()  # (N, Z, D, 2C)
+        KtT = Kt.transpose(-1, -2).contiguous()  # (N, Z, D, C)
         Rs = []
         R = Qt[1:]
         for d in range(1, N):
             n, mm = slice(d, N), slice(0, N - d)
             Rs.append(R)
-            SX = R @ KWt[mm]  # (N-d, Z, C, 2C) = [scores | X]
-            s = SX[..., :C]
+            s = R @ KtT[mm]  # (N-d, Z, C, C)
             if use_bias:
-                s = s + _bias(gl, gb, d, N)
+                s += _bias(gl, gb, d, N)
             mn = torch.maximum(m[n], s.amax(-1))
             alpha = (m[n] - mn).exp_()
-            p = (s - mn.unsqueeze(-1)).exp_()
+            p = s.sub_(mn.unsqueeze(-1)).exp_()
             l[n] = l[n] * alpha + p.sum(-1)
             a = acc[n]
             a.mul_(alpha.unsqueeze(-1))
             _b3(a).baddbmm_(_b3(p), _b3(V[mm]))
             m[n] = mn
-            if d < N - 1:  # move queries n >= d+1 through block m = n - d >= 1: R - X U
-                R = torch.baddbmm(_b3(R[1:]), _b3(SX[1:, ..., C:]), _b3(U[1:N - d]),
-                                  alpha=-1).view(N - d - 1, Z, C, D)
+            if d < N - 1:  # move queries n >= d+1 through block m = n - d >= 1
+                R = R[1:] @ P[1:N - d]
         O = acc.div_(l.unsqueeze(-1))
         lse = m + torch.log(l)
-        ctx.save_for_backward(Kt, V, W, U, Sd, gl, gb, O, lse, KWt, *Rs)
+        ctx.save_for_backward(Kt, V, P, Sd, gl, gb, O, lse, KtT, *Rs)
         ctx.use_bias = use_bias
         return O
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dO):
-        Kt, V, W, U, Sd, gl, gb, O, lse, KWt, *Rs = ctx.saved_tensors
+        Kt, V, P, Sd, gl, gb, O, lse, KtT, *Rs = ctx.saved_tensors
         N, Z, C, D = V.shape
         dO = dO.contiguous()
         Dl = (dO * O).sum(-1).unsqueeze(-1)  # (N, Z, C, 1)
@@ -184,16 +185,16 @@ class _PathCore(torch.autograd.Function):
         p = (Sd - lse).exp_()
         dV = p.transpose(-1, -2) @ dO
         dSd = (dO @ V.transpose(-1, -2)).sub_(Dl).mul_(p)
-        dK, dW, dU = torch.zeros_like(Kt), torch.zeros_like(W), torch.zeros_like(U)
+        dK, dP = torch.zeros_like(Kt), torch.zeros_like(P)
         dgl = torch.zeros_like(gl) if ctx.use_bias else None
         dgb = torch.zeros_like(gb) if ctx.use_bias else None
         carry = None  # gradient of R at offset d + 1, for query blocks n >= d + 1
         for d in range(N - 1, 0, -1):
             n, mm, m1 = slice(d, N), slice(0, N - d), slice(1, N - d)
             R = Rs[d - 1]
-            SX = R @ KWt[mm]
-            s = SX[..., :C]
-            p = s + _bias(gl, gb, d, N) if ctx.use_bias else s.clone()
+            p = R @ KtT[mm]
+            if ctx.use_bias:
+                p += _bias(gl, gb, d, N)
             p.sub_(lse[n]).exp_()
             _b3(dV[mm]).baddbmm_(_b3(p).transpose(-1, -2), _b3(dO[n]))
             ds = (dO[n] @ V[mm].transpose(-1, -2)).sub_(Dl[n]).mul_(p)
@@ -206,18 +207,14 @@ class _PathCore(torch.autograd.Function):
                 dgb[mm] -= tot
             gR = ds @ Kt[mm]  # gradient of R_d through the scores
             _b3(dK[mm]).baddbmm_(_b3(ds).transpose(-1, -2), _b3(R))
-            if carry is not None:  # R_{d+1} = R_d - X U_m, X = R_d W_m^T, for n >= d + 1
-                nX = _b3(carry) @ _b3(U[m1]).transpose(-1, -2)  # -dX
-                _b3(dU[m1]).baddbmm_(_b3(SX[1:, ..., C:]).transpose(-1, -2), _b3(carry),
-                                     alpha=-1)
-                g1 = _b3(gR[1:])
-                g1.baddbmm_(nX, _b3(W[m1]), alpha=-1).add_(_b3(carry))
-                _b3(dW[m1]).baddbmm_(nX.transpose(-1, -2), _b3(R[1:]), alpha=-1)
+            if carry is not None:  # R_{d+1} = R_d P_m for n >= d + 1
+                _b3(gR[1:]).baddbmm_(_b3(carry), _b3(P[m1]).transpose(-1, -2))
+                _b3(dP[m1]).baddbmm_(_b3(R[1:]).transpose(-1, -2), _b3(carry))
             carry = gR
         dQt = torch.zeros_like(V)
         if carry is not None:
             dQt[1:] = carry
-        return dQt, dK, dV, dW, dU, dSd, dgl, dgb
+        return dQt, dK, dV, dP, dSd, dgl, dgb
 
 
 def _bias(gl, gb, d, N):
@@ -263,7 +260,8 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
         Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
     Sd = Sd.masked_fill(~causal, float("-inf"))
-    O = _PathCore.apply(Qt, Kt, Vb, W, U, Sd, gl, gb)
+    P = torch.eye(D, dtype=Q.dtype, device=Q.device) - W.transpose(-1, -2) @ U  # (N, Z, D, D)
+    O = _PathCore.apply(Qt, Kt, Vb, P, Sd, gl, gb)
     return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
 
