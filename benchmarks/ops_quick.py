@@ -40,8 +40,11 @@ def main() -> None:
     ap.add_argument("--D", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", default="")
+    ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     B, H, L, D = args.B, args.H, args.L, args.D
     P = D // 2
