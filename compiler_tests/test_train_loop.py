@@ -108,3 +108,19 @@ def test_unwritable_out_is_an_output_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(OutputError, match="cannot write the run directory"):
         train(small_cfg(steps=2), blocker / "run", attention=helper.spec(), quiet=True)
+
+
+def test_load_run_errors_name_what_is_missing(tmp_path):
+    from pedsl.errors import CheckpointError, EvalError
+
+    with pytest.raises(EvalError, match="does not exist"):
+        load_run(tmp_path / "nothing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(EvalError, match="has no config.yaml"):
+        load_run(tmp_path / "empty")
+    run = tmp_path / "run"
+    with pytest.raises(TrainError):
+        train(small_cfg(steps=30, checkpoint_every=25), run, quiet=True,
+              attention=SchemeAttention("p", "# p\n", "2" * 64, build=lambda m: (lambda i: helper.Poison(after=3))))
+    with pytest.raises(CheckpointError, match="has no checkpoint"):
+        load_run(run, attention=helper.spec())
