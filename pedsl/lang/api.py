@@ -8,7 +8,7 @@ from typing import Any
 from pedsl.errors import Diagnostic
 from pedsl.lang import ast
 from pedsl.lang.formatter import format_module
-from pedsl.lang.parser import decode, parse_module
+from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.resolve import Loader, check_all, load_source, looks_like_text, resolve
 from pedsl.lang.scheme import Scheme
 
@@ -19,7 +19,7 @@ def _text_of(path_or_text: str | Path) -> tuple[str, str | None]:
         from pedsl.errors import CheckError
 
         try:
-            return decode(p.read_bytes(), str(p)), str(p)
+            return decode(read_bytes(p), str(p)), str(p)
         except FileNotFoundError:
             raise CheckError(f"no such file: {p}", code="E209", file=str(p), line=1, col=1,
                              hint="check the path") from None

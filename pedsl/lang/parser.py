@@ -322,6 +322,32 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
         col += 1
 
 
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a source file, reading at most a little over the size limit.
+
+    A huge file (or an endless one such as /dev/zero) is refused with E102 after reading
+    MAX_BYTES + 1 bytes, so every input is answered quickly; OSError propagates to the caller.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            try:
+                size = f"{os.fstat(fh.fileno()).st_size / 1e6:.1f} MB"
+            except OSError:  # pragma: no cover
+                size = "unknown size"
+            if size.startswith("0.0"):
+                size = "an endless stream"
+            raise ParseError(
+                f"file too large ({size}; the limit is {MAX_BYTES / 1e6:.0f} MB)",
+                code="E102",
+                file=str(path),
+                line=1,
+                col=1,
+                hint="a .pe file declares schemes in a few lines; is this the right file?",
+            )
+    return data
+
+
 def decode(data: bytes, file: str | None = None) -> str:
     """Bytes -> text, or a positioned E101 diagnostic for bytes that are not UTF-8."""
     try:

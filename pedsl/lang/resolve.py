@@ -28,7 +28,7 @@ from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
 from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source
-from pedsl.lang.parser import decode, parse_module
+from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.scheme import (
     ChannelGroup,
     DistanceBias,
@@ -63,7 +63,7 @@ class Loader:
         if key in self.cache:
             return self.cache[key]
         try:
-            data = path.read_bytes()
+            data = read_bytes(path)
         except FileNotFoundError:
             raise CheckError(f"no such file: {path}", code="E209", file=str(path), line=1, col=1,
                              hint="check the path") from None
