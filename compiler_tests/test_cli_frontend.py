@@ -143,6 +143,19 @@ def test_check_bad_inputs_positioned_and_fast(tmp_path, kind):
     assert elapsed < 3.0, f"{kind}: {elapsed:.2f}s"
 
 
+def test_endless_and_escape_inputs(tmp_path):
+    if Path("/dev/zero").exists():
+        code, out, _ = run("check", "/dev/zero")
+        assert code == 1 and out.startswith("/dev/zero:1:1: error[E102]")
+    code, out, _ = run("fmt", "-", input=b"\0" * 2_000_000)
+    assert code == 1 and out.startswith("<stdin>:1:1: error[E102]")
+    f = tmp_path / "esc.pe"
+    f.write_bytes(b"scheme a {\x1b[31m}\n")
+    code, out, _ = run("check", f)
+    assert code == 1 and ":1:11: error[E101]" in out
+    assert "\x1b" not in out and "    scheme a {?[31m}" in out  # no raw escape sequence reaches the terminal
+
+
 def test_huge_file_is_refused_quickly(tmp_path):
     path = _bad_inputs(tmp_path)["huge"]
     assert path.stat().st_size >= 10_000_000

@@ -38,9 +38,17 @@ def parse_params(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _printable(line: str | None) -> str | None:
+    """A source line safe to print: control characters (escape sequences, NUL) become '?', one
+    character each so the caret stays under the right column."""
+    if line is None or line.isprintable():
+        return line
+    return "".join(c if c.isprintable() or c == "\t" else "?" for c in line)
+
+
 def _with_file(diags: Iterable[Diagnostic], file: str) -> list[Diagnostic]:
     """Diagnostics that name no file (parameter overrides, missing files) get the file they concern."""
-    return [d if d.file else dataclasses.replace(d, file=file) for d in diags]
+    return [dataclasses.replace(d, file=d.file or file, source_line=_printable(d.source_line)) for d in diags]
 
 
 def _diagnostics_of(path: str, params: dict[str, str], loader=None) -> list[Diagnostic]:
@@ -127,10 +135,10 @@ def _format_text(text: str, file: str) -> str:
 
 def _read(path: str) -> str:
     from pedsl.errors import CheckError
-    from pedsl.lang.parser import decode
+    from pedsl.lang.parser import decode, read_bytes
 
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes(Path(path))
     except FileNotFoundError:
         raise CheckError(f"no such file: {path}", code="E209", file=path, line=1, col=1,
                          hint="check the path") from None
@@ -144,8 +152,15 @@ def _read(path: str) -> str:
 def _read_stdin() -> str:
     from pedsl.lang.parser import decode
 
+    from pedsl.lang.parser import MAX_BYTES
+
     stream = sys.stdin
-    data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode("utf-8")
+    data = stream.buffer.read(MAX_BYTES + 1) if hasattr(stream, "buffer") else stream.read().encode("utf-8")
+    if len(data) > MAX_BYTES:
+        from pedsl.errors import ParseError
+
+        raise ParseError(f"input too large (over {MAX_BYTES / 1e6:.0f} MB)", code="E102", file="<stdin>", line=1,
+                         col=1, hint="a .pe file declares schemes in a few lines")
     return decode(data, "<stdin>")
 
 
