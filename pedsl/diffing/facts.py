@@ -298,6 +298,9 @@ def describe_temperature(f: SchemeFacts) -> str:
     if f.temperature is None:
         return "none (tau = 1)"
     vals = []
+    distinct = {repr(v) for _, v in f.temperature_at}
+    if len(distinct) == 1 and f.temperature_at and not isinstance(f.temperature_at[0][1], tuple):
+        return f"{f.temperature}: tau = {fmt_num(f.temperature_at[0][1])} at every length (constant)"
     for i, v in f.temperature_at:
         if isinstance(v, tuple):
             v = "[" + ", ".join(fmt_num(x) for x in v) + "]"
