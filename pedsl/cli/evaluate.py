@@ -115,7 +115,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
     from pathlib import Path
 
     from pedsl.evaluate.common import parse_lengths, progress, setup_torch
-    from pedsl.evaluate.compare import command_line, run_compare
+    from pedsl.evaluate.compare import run_compare
 
     if steps is not None and steps < 1:
         raise UsageError("--steps must be at least 1")
@@ -125,7 +125,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
     say = progress(quiet)
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
-                      sets=_sets(sets), command=command_line(), quiet=quiet, say=say)
+                      sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
     from pedsl.evaluate.report import tables
 
     for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
@@ -136,3 +136,25 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
             click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The exact command, rebuilt from the options given on the command line (not the defaults)."""
+    import shlex
+
+    from click.core import ParameterSource
+
+    words = ["pedsl", ctx.info_name or "compare"]
+    for p in ctx.command.params:
+        if ctx.get_parameter_source(p.name) != ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[p.name]
+        if isinstance(p, click.Argument):
+            words += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        elif p.is_flag:
+            if value:
+                words.append(p.opts[0])
+        else:
+            for v in value if p.multiple else [value]:
+                words += [p.opts[0], str(v)]
+    return " ".join(shlex.quote(w) for w in words)

@@ -20,9 +20,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import platform
-import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -219,6 +217,3 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     files = ["report.md", "report.html", "results.json"] + [f for v in plots.values() for f in v]
     return {"results": results, "meta": meta, "files": files}
 
-
-def command_line() -> str:
-    return " ".join(shlex.quote(a) for a in ["pedsl", *sys.argv[1:]])
