@@ -8,7 +8,8 @@ Compares, at B=4, H=8, D=64, float32, causal:
   naive         path_attention_naive (float64 loops over explicit products), only at small L,
                 extrapolated to larger L by the L^2 scaling of its loop count (D is fixed, so
                 the L^2 D^2 cost scales as L^2)
-Timings: median of --reps after a warm-up, methods interleaved round by round so that load
+Timings: median of --reps after a warm-up, wall and process CPU time (the CPU time ratio is
+the robust one on a shared machine), methods interleaved round by round so that load
 from other processes hits all of them alike. Also reports the bytes autograd saves for the
 backward (unique storages, via saved_tensors_hooks).
 
@@ -47,9 +48,10 @@ def step(fn, args):
 
 
 def timed(fn, args):
-    t0 = time.perf_counter()
+    """(wall seconds, process CPU seconds); CPU time is robust to other processes' load."""
+    t0, c0 = time.perf_counter(), time.process_time()
     step(fn, args)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.process_time() - c0
 
 
 def saved_bytes(fn, args):
@@ -70,7 +72,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[512, 2048])
     ap.add_argument("--blocks", type=int, nargs="+", default=[32, 64, 128])
-    ap.add_argument("--naive-lengths", type=int, nargs="+", default=[32, 64])
+    ap.add_argument("--naive-lengths", type=int, nargs="*", default=[32, 64])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (0: torch default; 1 keeps timings stable on a shared machine)")
@@ -87,8 +89,10 @@ def main():
     for L in a.naive_lengths:
         args = make(B, H, L, D)
         step(path_attention_naive, args)
-        naive_t[L] = statistics.median(timed(path_attention_naive, args) for _ in range(a.reps))
-        print(f"  naive L={L}: {naive_t[L]:.3f} s")
+        ts = [timed(path_attention_naive, args) for _ in range(a.reps)]
+        naive_t[L] = statistics.median(c for _, c in ts)
+        print(f"  naive L={L}: {statistics.median(w for w, _ in ts):.3f} s wall, "
+              f"{naive_t[L]:.3f} s cpu")
     L0 = max(naive_t) if naive_t else None
 
     for L in a.lengths:
@@ -106,19 +110,20 @@ def main():
         for _ in range(a.reps):
             for name, fn in methods.items():
                 times[name].append(timed(fn, args))
-        med = {name: statistics.median(ts) for name, ts in times.items()}
-        floor = med["floor"]
-        print(f"\nL={L}")
+        wall = {name: statistics.median(w for w, _ in ts) for name, ts in times.items()}
+        med = {name: statistics.median(c for _, c in ts) for name, ts in times.items()}
+        print(f"\nL={L}   (wall s, cpu s, ratios to the floor; autograd-saved memory)")
         for name, t in med.items():
             mem = saved_bytes(methods[name], args) / 2**20 if name != "floor" else float("nan")
-            print(f"  {name:14s} {t:8.3f} s   x{t / floor:6.2f} floor   saved {mem:8.1f} MiB")
+            print(f"  {name:14s} wall {wall[name]:8.3f} s x{wall[name] / wall['floor']:6.2f}   "
+                  f"cpu {t:8.3f} s x{t / med['floor']:6.2f}   saved {mem:8.1f} MiB")
         if mat_gb > a.mat_gb:
             print(f"  materialized   skipped: estimated {mat_gb:.1f} GB > {a.mat_gb} GB")
         if L0:
             est = naive_t[L0] * (L / L0) ** 2
             best = min(t for n, t in med.items() if n.startswith("path"))
-            print(f"  naive (extrapolated from L={L0} by L^2): {est:.1f} s   "
-                  f"x{est / best:.0f} slower than best path")
+            print(f"  naive (cpu, extrapolated from L={L0} by L^2): {est:.1f} s   "
+                  f"x{est / best:.0f} slower than best path (cpu)")
 
 
 if __name__ == "__main__":

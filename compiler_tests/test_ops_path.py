@@ -152,3 +152,11 @@ def test_bad_shapes_raise_shape_error():
         path_attention(q, k, v, w, b[..., :3])
     with pytest.raises(ShapeError, match="w has shape"):
         path_attention(q, k, v, w[..., :4], b)
+
+
+def test_bfloat16_inputs_run_in_float32_and_keep_dtype():
+    q, k, v, w, b, lf, _ = make(L=21, D=8, seed=12)
+    ref = path_attention(q, k, v, w, b, lf, block_size=8)
+    out = path_attention(*(t.bfloat16() for t in (q, k, v, w, b, lf)), block_size=8)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), ref, rtol=0.05, atol=0.05)

@@ -26,15 +26,20 @@ Blockwise algorithm (steps grouped in blocks of C; local indices inside a block)
       Kt = K - (A tril(W K^T, -1))^T W            (H_C ... H_(j+1)) k_j
       S_diag = Q K^T - tril(Q W^T) A tril(W K^T, -1)   (exact intra-block transports, j <= i)
 
-* Off-diagonal key block m < n: ``s = R K_m~^T`` with ``R = Qt_n P_(n-1) ... P_(m+1)`` (row form);
-  the scan runs over offsets ``d = n - m = 1, 2, ...`` with all query blocks in parallel and moves
-  ``R <- R - (R W_m^T) U_m`` after scoring key block m. One matmul per offset gives both
-  ``R [Kt_m; W_m]^T = [scores | X]``. Softmax is online (flash-style running max / sum).
+* Off-diagonal key block m < n: ``s = R Kt_m^T`` with ``R = Qt_n P_(n-1) ... P_(m+1)`` in row
+  form, ``P_m = I - W_m^T U_m`` (D, D) = (H_C ... H_1)^T of block m (one D x D matrix per
+  block: (L/C) D^2 numbers per head, never (L, D, D)). The scan runs over offsets
+  ``d = n - m = 1, 2, ...`` with all query blocks in parallel: score key block m, then
+  ``R <- R P_m`` (C D^2 per block pair instead of the 2 C^2 D of ``R - (R W^T) U``).
+  Softmax is online (flash-style running max / sum).
 
-Cost O(L^2 D + L C D) time. No (L, L, D) or (L, D, D) tensor is formed. A custom autograd
-function with a hand-written backward (flash-style recomputation of the probabilities) keeps,
-per head, O(L D) plus the moved queries R of every offset (L^2 D / (2C) numbers, about L^2 / 2
-for C = D) for the backward. Double backward is not supported.
+Cost O(L^2 D + L^2 D^2 / C + L C D + L D^2) time: per block pair 2 C^2 D + C D^2 forward and
+5 C^2 D + 2 C D^2 backward (flash attention: 2 + 5 C^2 D), so C = 64..128 at D = 64. No
+(L, L, D) or (L, D, D) tensor is formed. A custom autograd function with a hand-written backward
+(flash-style recomputation of the probabilities; the transport's backward is ``carry P^T`` plus a
+D x D accumulation ``dP += R^T carry``) keeps, per head, O(L D + L C + L D^2 / C) plus the moved
+queries R of every offset (L^2 D / (2C) numbers, about L^2 / 2 for C = D). Double backward is
+not supported. Half-precision inputs run the scan in float32.
 
 The forget-gate bias uses per-block offsets: a local cumulative sum inside each block (input
 dtype) plus float64 block offsets, so G_i - G_j never cancels two large float32 numbers. log_forget
