@@ -116,12 +116,8 @@ class TrainConfig(_Frozen):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "TrainConfig":
-        return cls.model_validate_yaml_file(path)
-
-    @classmethod
-    def model_validate_yaml_file(cls, path: str | Path) -> Any:
-        data = _read_yaml(path)
-        return _validate(cls, data, where=str(path))
+        """Read a train.yaml (as ``pedsl compile`` writes it); ConfigError with a did-you-mean hint."""
+        return _validate(cls, _read_yaml(path), where=str(path))
 
     def digest(self) -> str:
         """sha256 of the fields that change the math (used to match checkpoints)."""

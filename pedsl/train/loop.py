@@ -99,7 +99,6 @@ def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume:
             raise CheckpointError(f"cannot resume '{run}': the configuration differs from the run's: "
                                   + "; ".join(diff[:5]), file=str(saved),
                                   hint=f"resume with the same settings (e.g. `pedsl train {saved} --out {run} --resume`)")
-    ck.write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
 
 
 def _truncate_metrics(path: Path, step: int) -> None:
@@ -156,6 +155,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         start = int(state["step"])
         if d.is_main:
             _truncate_metrics(run / "metrics.jsonl", start)
+            ck.write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
         d.barrier()
     ddp = distributed.wrap(model, d)
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
@@ -181,8 +181,12 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
 
     def checkpoint(step: int) -> None:
         if d.is_main:
-            ck.save_checkpoint(run / "checkpoints", step, model, optim,
-                               {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
+            try:
+                ck.save_checkpoint(run / "checkpoints", step, model, optim,
+                                   {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
+            except OSError as exc:
+                raise OutputError(f"cannot write the checkpoint of step {step} in '{run / 'checkpoints'}': "
+                                  f"{exc.strerror or exc}", hint="free disk space or choose another --out") from None
         d.barrier()
 
     val_loss = None
