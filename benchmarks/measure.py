@@ -7,7 +7,11 @@ leaves (q, k, v, learned parameters) are cleared between calls, outside the time
 
 Interleaving: in every repeat each variant of a group runs once, in a rotated order
 (repeat r starts at variant r mod n), so load from other processes on a shared machine
-hits every variant alike. Warm-up rounds are not recorded. Besides the median time,
+hits every variant alike. Warm-up rounds are not recorded. The clock is wall time
+(``perf_counter``) or, with one torch thread on a shared machine, the process CPU time
+(``process_time``): a single-threaded process is charged only for its own work, so time
+stolen by other processes does not enter the measurement (with several threads it would
+count OpenMP spin-waits, so wall time is used there). Besides the median time,
 the runner keeps the median of the per-repeat ratios to the floor measured in the same
 repeat (robust to slow drifts of the machine's load).
 
@@ -44,50 +48,64 @@ def _clear(leaves: Sequence[Tensor]) -> None:
         t.grad = None
 
 
-def call(v: Variant, backward: bool, grad_out: Tensor | None) -> float:
-    """One timed call (seconds)."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def call(v: Variant, backward: bool, grad_out: Tensor | None, clock: str = "wall") -> tuple[float, float]:
+    """One timed call: (forward seconds, forward + backward seconds) of the chosen clock.
+
+    With ``backward`` the forward runs with autograd recording (as in training) and the
+    backward follows at once; otherwise the forward runs under ``no_grad`` and both numbers
+    are the forward time.
+    """
+    now = CLOCKS[clock]
     _clear(v.leaves)
     if backward:
-        t0 = time.perf_counter()
+        t0 = now()
         out = v.run()
+        t1 = now()
         torch.autograd.backward(out, grad_out if grad_out is not None else torch.ones_like(out))
-        t = time.perf_counter() - t0
+        t2 = now()
     else:
         with torch.no_grad():
-            t0 = time.perf_counter()
+            t0 = now()
             v.run()
-            t = time.perf_counter() - t0
+            t1 = t2 = now()
     _clear(v.leaves)
-    return t
+    return t1 - t0, t2 - t0
 
 
 def interleaved(variants: Sequence[Variant], *, repeats: int, warmup: int = 1, backward: bool = True,
-                grad_out: Tensor | None = None, floor: str = "floor",
+                grad_out: Tensor | None = None, floor: str = "floor", clock: str = "wall",
                 on_round: Callable[[int], None] | None = None) -> dict[str, dict]:
     """Times every variant ``repeats`` times, round-robin; returns per-variant stats.
 
-    Each entry: ``times`` (s), ``median`` (s), ``ratio`` (median over repeats of the time
-    divided by the floor's time in the same repeat; None when no floor is in the group).
+    Each entry has ``fwd`` and ``total`` (forward + backward; equal to fwd without
+    ``backward``), each with ``times`` (s), ``median`` (s) and ``ratio`` (median over repeats
+    of the time divided by the floor's time in the same repeat; None without a floor).
     """
     names = [v.name for v in variants]
-    times: dict[str, list[float]] = {n: [] for n in names}
+    times: dict[str, dict[str, list[float]]] = {n: {"fwd": [], "total": []} for n in names}
     n = len(variants)
     for r in range(warmup + repeats):
         order = [variants[(i + r) % n] for i in range(n)]
         for v in order:
-            t = call(v, backward, grad_out)
+            tf, tt = call(v, backward, grad_out, clock)
             if r >= warmup:
-                times[v.name].append(t)
+                times[v.name]["fwd"].append(tf)
+                times[v.name]["total"].append(tt)
         gc.collect()
         if on_round is not None:
             on_round(r)
-    out = {}
+    out: dict[str, dict] = {}
     for name in names:
-        ts = times[name]
-        ratio = None
-        if floor in times and times[floor]:
-            ratio = statistics.median(t / f for t, f in zip(ts, times[floor]))
-        out[name] = {"times": ts, "median": statistics.median(ts), "ratio": ratio}
+        out[name] = {}
+        for key in ("fwd", "total"):
+            ts = times[name][key]
+            ratio = None
+            if floor in times:
+                ratio = statistics.median(t / f for t, f in zip(ts, times[floor][key]))
+            out[name][key] = {"times": ts, "median": statistics.median(ts), "ratio": ratio}
     return out
 
 
@@ -120,7 +138,7 @@ def profile_table(v: Variant, backward: bool, grad_out: Tensor | None = None, ro
     """torch.profiler key_averages table (self CPU time) of one call, for the README's notes."""
     from torch.profiler import ProfilerActivity, profile
 
-    call(v, backward, grad_out)  # warm
+    call(v, backward, grad_out)  # warm-up
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         call(v, backward, grad_out)
     return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=row_limit)

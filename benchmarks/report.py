@@ -26,7 +26,7 @@ def markdown(res: dict) -> str:
     out = [f"### pedsl bench, {m['date']}", "",
            f"`{m['command']}`  ", f"torch {m['torch']}, {m['cores']} cores ({m['cpu']}), {m['threads']} threads, "
            f"B={m['shape']['B']} H={m['shape']['H']} D={m['shape']['D']} float32, medians of {m['repeats']} "
-           f"interleaved repeats, flush denormals: {m['flush_denormal']}, load average at start / end: "
+           f"interleaved repeats, clock: {m.get('clock', 'wall')}, flush denormals: {m['flush_denormal']}, load average at start / end: "
            f"{m['loadavg_start'][0]:.1f} / {m.get('loadavg_end', [float('nan')])[0]:.1f}, "
            f"total {m.get('total_s', 0) / 60:.1f} min.", ""]
     if TARGET_L in res["cases"]:

@@ -47,6 +47,7 @@ class Config:
     compile_time_schemes: tuple[str, ...] = ("rope",)
     flush_denormal: bool = True
     threads: int = 0
+    clock: str = "auto"  # wall | cpu | auto (cpu when running one torch thread, else wall)
     mem_cap_gb: float = 4.0
     naive_lengths: tuple[int, ...] = (32, 64)
     memory: bool = True
@@ -86,14 +87,13 @@ def time_case(case, cfg: Config) -> dict:
 
     reps = _reps(cfg, case.L)
     res: dict = {"family": case.family, "skipped": case.skipped, "variants": {}}
-    fwd = interleaved(case.variants, repeats=reps, backward=False)
-    bwd = interleaved(case.variants, repeats=reps, backward=True, grad_out=case.grad_out) if cfg.backward else {}
+    st = interleaved(case.variants, repeats=reps, backward=cfg.backward, grad_out=case.grad_out, clock=cfg.clock)
     for v in case.variants:
-        r = {"fwd_ms": 1e3 * fwd[v.name]["median"], "fwd_ratio": fwd[v.name]["ratio"],
-             "fwd_times_ms": [1e3 * t for t in fwd[v.name]["times"]]}
-        if bwd:
-            r.update(fwdbwd_ms=1e3 * bwd[v.name]["median"], fwdbwd_ratio=bwd[v.name]["ratio"],
-                     fwdbwd_times_ms=[1e3 * t for t in bwd[v.name]["times"]])
+        f, t = st[v.name]["fwd"], st[v.name]["total"]
+        r = {"fwd_ms": 1e3 * f["median"], "fwd_ratio": f["ratio"], "fwd_times_ms": [1e3 * x for x in f["times"]]}
+        if cfg.backward:
+            r.update(fwdbwd_ms=1e3 * t["median"], fwdbwd_ratio=t["ratio"],
+                     fwdbwd_times_ms=[1e3 * x for x in t["times"]])
         if cfg.memory:
             r["peak_extra_mib"] = peak_extra_bytes(v, cfg.backward, case.grad_out) / 2**20
         res["variants"][v.name] = r
@@ -111,8 +111,9 @@ def naive_path(cfg: Config) -> dict:
     for L in cfg.naive_lengths:
         q, k, v, x, tokens, go = make_inputs(cfg.B, cfg.H, L, cfg.D, cfg.H * cfg.D)
         fn = lambda: path_attention_naive(q, k, v, *path_inputs(mod, L, x, tokens, q))  # noqa: E731
-        st = interleaved([Variant("naive", fn, [q, k, v])], repeats=2, backward=cfg.backward, grad_out=go)
-        out[L] = 1e3 * st["naive"]["median"]
+        st = interleaved([Variant("naive", fn, [q, k, v])], repeats=2, backward=cfg.backward, grad_out=go,
+                         clock=cfg.clock)
+        out[L] = 1e3 * st["naive"]["total"]["median"]
     return out
 
 
@@ -173,8 +174,8 @@ def scaling(cfg: Config) -> dict:
             variants.append(Variant(s, pv.run, pv.leaves, "pedsl"))
         log(cfg, f"  scaling L={L} ({'fwd+bwd' if cfg.scaling_backward else 'fwd'})")
         st = interleaved(variants, repeats=_reps(cfg, L) if L < 8192 else 2, backward=cfg.scaling_backward,
-                         grad_out=go)
-        out[L] = {n: {"ms": 1e3 * r["median"], "ratio": r["ratio"]} for n, r in st.items()}
+                         grad_out=go, clock=cfg.clock)
+        out[L] = {n: {"ms": 1e3 * r["total"]["median"], "ratio": r["total"]["ratio"]} for n, r in st.items()}
     return out
 
 
@@ -190,6 +191,7 @@ def meta(cfg: Config) -> dict:
         "shape": {"B": cfg.B, "H": cfg.H, "D": cfg.D, "dtype": "float32"},
         "repeats": cfg.repeats,
         "flush_denormal": cfg.flush_denormal,
+        "clock": cfg.clock,
         "loadavg_start": os.getloadavg(),
     }
 
@@ -200,6 +202,8 @@ def run(cfg: Config) -> dict:
     torch.set_flush_denormal(cfg.flush_denormal)  # the application owns this (SEMANTICS 6)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    if cfg.clock == "auto":
+        cfg.clock = "cpu" if torch.get_num_threads() == 1 else "wall"
     torch.manual_seed(0)
     results: dict = {"meta": meta(cfg), "cases": {}, "agreement": {}}
     t_start = time.perf_counter()

@@ -58,6 +58,9 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 @click.option("-H", "--heads", "H", type=int, default=8, show_default=True)
 @click.option("-D", "--head-dim", "D", type=int, default=64, show_default=True)
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("--clock", type=click.Choice(["auto", "wall", "cpu"]), default="auto", show_default=True,
+              help="wall: perf_counter; cpu: process CPU time (robust on a shared machine with --threads 1); "
+              "auto: cpu with one thread, else wall.")
 @click.option("--mem-cap-gb", type=float, default=4.0, show_default=True,
               help="Skip a hand-written baseline whose estimated memory exceeds this.")
 @click.option("--no-memory", is_flag=True, help="Skip the peak-memory measurement.")
@@ -65,7 +68,7 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 @click.option("--md", "md_path", type=click.Path(dir_okay=False), default=None, help="Write the Markdown tables.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress lines on stderr.")
 def bench(schemes, lengths, scaling_lengths, scaling_backward, backward, repeats, compile_, compile_time,
-          flush_denormal, B, H, D, threads, mem_cap_gb, no_memory, json_path, md_path, quiet):
+          flush_denormal, B, H, D, threads, clock, mem_cap_gb, no_memory, json_path, md_path, quiet):
     """Benchmark schemes (names in schemes/ or .pe paths; default: the RoPE family, accumulated
     rotations, ALiBi, FoX, PaTH) against the floor (causal SDPA, no PE) and hand-written code."""
     runner = _runner()
@@ -78,7 +81,7 @@ def bench(schemes, lengths, scaling_lengths, scaling_backward, backward, repeats
         scaling_lengths=_ints(scaling_lengths, "--scaling-lengths"), scaling_backward=scaling_backward,
         B=B, H=H, D=D, repeats=repeats, backward=backward, compile=compile_,
         compile_time_schemes=tuple(t for t in compile_time.split(",") if t), flush_denormal=flush_denormal,
-        threads=threads, mem_cap_gb=mem_cap_gb, memory=not no_memory, json_path=json_path, md_path=md_path,
+        threads=threads, clock=clock, mem_cap_gb=mem_cap_gb, memory=not no_memory, json_path=json_path, md_path=md_path,
         command=" ".join(["pedsl bench", *sys.argv[2:]]) if Path(sys.argv[0]).name == "pedsl"
         else " ".join(["python -m benchmarks", *sys.argv[1:]]), verbose=not quiet)
     runner.main(cfg)
