@@ -11,6 +11,7 @@ paragraph, never as a traceback unless ``PEDSL_DEBUG=1``).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 

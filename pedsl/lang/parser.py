@@ -368,7 +368,16 @@ def decode(data: bytes, file: str | None = None) -> str:
 
 
 def parse_module(text: str, file: str | None = None) -> ast.Module:
-    """Parse `.pe` text into a :class:`~pedsl.lang.ast.Module`, or raise ParseError."""
+    """Parse `.pe` text into a :class:`~pedsl.lang.ast.Module`, or raise ParseError.
+
+    Results are cached by (text, file): modules are frozen, and a file imported by
+    several others (``rope.pe``) is parsed once per process.
+    """
+    return _parse_cached(text, file)
+
+
+@functools.lru_cache(maxsize=128)
+def _parse_cached(text: str, file: str | None) -> ast.Module:
     sink = DiagnosticSink(file=file, source=text)
     _check_text(text, sink)
     sink.raise_if_errors(ParseError)
