@@ -50,6 +50,7 @@ class StaticEnv:
     lets: dict[str, ast.Expr] = field(default_factory=dict)
     pairs: int | None = None  # rotary pairs of the group being evaluated
     n: int | None = None  # run-time sequence length, when known
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # let name -> value
 
     def child(self, **kw) -> "StaticEnv":
         return StaticEnv(values=self.values, lets=self.lets, pairs=kw.get("pairs", self.pairs), n=kw.get("n", self.n))
@@ -91,7 +92,10 @@ def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
     if name in env.values:
         return env.values[name]
     if name in env.lets:
-        return evaluate(env.lets[name], env, depth + 1)
+        # Memoised per environment: lets that use each other twice would otherwise cost 2^depth.
+        if name not in env.memo:
+            env.memo[name] = evaluate(env.lets[name], env, depth + 1)
+        return env.memo[name]
     if name == "pi":
         return math.pi
     if name == "e":

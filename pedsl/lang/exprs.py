@@ -104,14 +104,21 @@ def transform(e: ast.Expr, fn: Callable[[ast.Expr], ast.Expr | None]) -> ast.Exp
     return e if out is None else out
 
 
-def inline_lets(e: ast.Expr, lets: dict[str, ast.Expr], depth: int = 0) -> ast.Expr:
-    """Replace names bound by `let` with their (recursively inlined) definitions."""
-    if depth > 50:
-        return e
+def inline_lets(
+    e: ast.Expr, lets: dict[str, ast.Expr], _memo: dict[str, ast.Expr] | None = None, _stack: tuple[str, ...] = ()
+) -> ast.Expr:
+    """Replace names bound by `let` with their (recursively inlined) definitions.
+
+    Each let is inlined once (memoised) however deep the chain; a let that refers to itself
+    (reported by the checker) is left as a name instead of recursing forever.
+    """
+    memo = {} if _memo is None else _memo
 
     def sub(node: ast.Expr) -> ast.Expr | None:
-        if node.kind == "name" and node.id in lets:
-            return inline_lets(lets[node.id], lets, depth + 1)
+        if node.kind == "name" and node.id in lets and node.id not in _stack:
+            if node.id not in memo:
+                memo[node.id] = inline_lets(lets[node.id], lets, memo, _stack + (node.id,))
+            return memo[node.id]
         return None
 
     return transform(e, sub)

@@ -27,7 +27,7 @@ from pedsl.errors import CheckError, Diagnostic, DiagnosticSink, ParamError, Par
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
 from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
-from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source
+from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source, walk
 from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.scheme import (
     ChannelGroup,
@@ -40,6 +40,8 @@ from pedsl.lang.scheme import (
 )
 from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
+
+MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
 # ------------------------------------------------------------------ loading files
 
@@ -475,6 +477,31 @@ class Resolver:
         self.types[name] = t
         return t
 
+    def check_let_sizes(self, lets: dict[str, ast.Expr]) -> bool:
+        """Report lets whose inlined expression would be huge (``let b = a + a`` chains double it)."""
+        sizes: dict[str, int] = {}
+
+        def size(name: str, stack: frozenset) -> int:
+            if name not in sizes:
+                if name in stack:
+                    return 1  # a cycle: reported by the type checker
+                total = 0
+                for node in walk(lets[name]):
+                    total += size(node.id, stack | {name}) if node.kind == "name" and node.id in lets else 1
+                sizes[name] = total
+            return sizes[name]
+
+        too_big = False
+        for name, loc in self.m.lets.items():
+            n = size(name, frozenset())
+            if n > MAX_INLINED:
+                self.report("E217", f"'{name}' expands to {n:,} nodes once the lets it uses are inlined "
+                            f"(the limit is {MAX_INLINED:,})", loc.stmt, src=loc.src,
+                            hint="write it with fewer repeated uses of other lets, or as a param")
+                too_big = True
+                break  # the lets built on it are too big as well: one report is enough
+        return too_big
+
     # main ---------------------------------------------------------------
     def resolve(self) -> tuple[Scheme | None, list[Diagnostic]]:
         m = self.m
@@ -489,6 +516,8 @@ class Resolver:
                 self.report("E205", f"'{n}' shadows a builtin name", loc.stmt, src=loc.src)
         for n in m.lets:
             self.let_type(n)
+        if self.check_let_sizes(lets):
+            return None, self.diags
         heads = int(self.values.get("heads", self.structural["heads"]))
         head_dim = int(self.values.get("head_dim", self.structural["head_dim"]))
         env = StaticEnv(values=dict(self.values), lets=lets)
@@ -797,7 +826,14 @@ def resolve(
     struct = dict(STRUCTURAL_DEFAULTS)
     struct.update({k: int(v) for k, v in (structural or {}).items() if v is not None})
     overrides = {k: (parse_override(v) if isinstance(v, str) else v) for k, v in (params or {}).items()}
-    result, more = Resolver(merged, overrides, struct, src).resolve() if not _errors(diags) else (None, [])
+    try:
+        result, more = Resolver(merged, overrides, struct, src).resolve() if not _errors(diags) else (None, [])
+    except RecursionError:  # a safety net: every input must end in a diagnostic
+        decl_pos = _pos(decl)
+        sink = _sink(src)
+        sink.add("E103", f"definitions in scheme '{decl.name}' are nested too deeply to check", **decl_pos,
+                 hint="shorten chains of lets that refer to each other")
+        result, more = None, sink.items
     diags.extend(more)
     if result is None or _errors(diags):
         errs = sorted(diags, key=lambda d: (d.severity != "error", d.file or "", d.line or 0, d.col or 0))
