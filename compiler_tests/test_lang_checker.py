@@ -133,3 +133,32 @@ def test_a_bad_group_does_not_cascade():
 
     diags = check(SCHEMES / "rope_id.pe", {"head_dim": 36})
     assert [(d.code, d.line, d.col) for d in diags] == [("E210", 10, 11)]
+
+
+def _chain(k: int, body: str, reverse: bool = False) -> str:
+    lets = [f"  let a{i} = {body.format(p=f'a{i - 1}')}\n" for i in range(1, k + 1)]
+    if reverse:
+        lets.reverse()
+    return "scheme a {\n  let a0 = 1\n" + "".join(lets) + f"  qk: rotate(geometric(a{k} + 2) * position)\n}}\n"
+
+
+def test_doubling_lets_are_refused_quickly():
+    import time
+
+    t0 = time.perf_counter()
+    diags = check(_chain(40, "{p} + {p}"))
+    assert time.perf_counter() - t0 < 2.0
+    assert [(d.code, d.line) for d in diags] == [("E217", 14)]  # a12 (8,191 nodes) is the first over 5,000
+    assert "expands to" in diags[0].message
+
+
+def test_long_let_chains_are_fully_inlined():
+    from pedsl.lang.exprs import names_in
+
+    s = load(_chain(80, "{p} + 1"))
+    assert names_in(s.transports[0].phase) == {"position"}
+
+
+def test_very_deep_definitions_end_in_a_diagnostic():
+    diags = check(_chain(2000, "{p} + 1", reverse=True))
+    assert diags and diags[0].code in ("E103", "E217") and diags[0].line is not None
