@@ -20,7 +20,7 @@ _LAZY = {
     "parse": ("pedsl.lang.api", "parse"),
     "format": ("pedsl.lang.api", "format"),
     "compile_scheme": ("pedsl.compiler", "compile_scheme"),
-    "diff": ("pedsl.diff", "diff"),
+    "diff": ("pedsl.diffing.edits", "diff"),
 }
 
 __all__ = ["PedslError", "__version__", *_LAZY]

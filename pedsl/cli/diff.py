@@ -113,7 +113,7 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:
-        from pedsl.diff import Insert, Keep, Move, Remove, Update
+        from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update
 
         kinds = {"insert": Insert, "remove": Remove, "move": Move, "update": Update, "keep": Keep}
         edits = []
@@ -137,7 +137,7 @@ def _label(path: str, s) -> str:
 
 def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256, samples=8, seed=0) -> dict:
     """The JSON document of a diff (what --json prints; the text report renders it)."""
-    from pedsl.diff import diff as diff_schemes
+    from pedsl.diffing.edits import diff as diff_schemes
     from pedsl.diffing import report
     from pedsl.diffing.facts import scheme_facts
     from pedsl.diffing.summary import same_meaning_note, summarize

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pedsl.diff import Edit, Insert, Keep, Move, Remove, Update, edit_kind, equivalent, is_semantic
+from pedsl.diffing.edits import Edit, Insert, Keep, Move, Remove, Update, edit_kind, equivalent, is_semantic
 
 # ---------------------------------------------------------------------- JSON
 

@@ -74,7 +74,7 @@ def _params(f: SchemeFacts) -> str:
 
 def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, str, str]]:
     """[(topic, before, after)] for the topics a reviewer cares about, in a fixed order."""
-    from pedsl.diff import Insert, Move, Remove, Update
+    from pedsl.diffing.edits import Insert, Move, Remove, Update
 
     items = [
         ("shape", f"{a.heads} heads x {a.head_dim} channels", f"{b.heads} heads x {b.head_dim} channels"),

@@ -28,8 +28,6 @@ canonical source text), so tests compare exact edit lists::
 from __future__ import annotations
 
 import re
-import sys
-import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -260,14 +258,5 @@ def _biases(a: Scheme, b: Scheme, renamed: dict, out: list, value) -> None:
         value(f"{pb[j]}.{field}", src_a[i], src_b[j])
     out += [Insert(pb[j], bias_source(y)) for j, y in enumerate(bb) if j not in paired_b]
 
-
-# `import pedsl.diff` binds the module as the package attribute `pedsl.diff`, which would
-# shadow the lazy function: make the module itself callable, so pedsl.diff(a, b) always works.
-class _CallableModule(types.ModuleType):
-    def __call__(self, a, b, **kw):
-        return diff(a, b, **kw)
-
-
-sys.modules[__name__].__class__ = _CallableModule
 
 __all__ = ["Edit", "Insert", "Remove", "Move", "Update", "Keep", "diff", "equivalent", "is_semantic", "edit_kind"]
