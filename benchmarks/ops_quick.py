@@ -41,6 +41,8 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", default="")
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave the default)")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: process CPU time (steadier on a shared machine; use with --threads 1)")
     args = ap.parse_args()
     torch.set_flush_denormal(True)
     if args.threads:
@@ -81,11 +83,13 @@ def main() -> None:
         keep = {"floor", *args.only.split(",")}
         variants = {n: f for n, f in variants.items() if n in keep}
 
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+
     def run(fn, inputs):
-        t0 = time.perf_counter()
+        t0 = clock()
         out = fn()
         torch.autograd.grad(out, inputs, go)
-        return time.perf_counter() - t0
+        return clock() - t0
 
     times: dict[str, list[float]] = {n: [] for n in variants}
     names = list(variants)
@@ -96,7 +100,8 @@ def main() -> None:
             if r > 0:
                 times[n].append(t)
     floor = statistics.median(times["floor"])
-    print(f"L={L} B={B} H={H} D={D} fp32 fwd+bwd, median of {args.reps}, threads={torch.get_num_threads()}")
+    print(f"L={L} B={B} H={H} D={D} fp32 fwd+bwd, median of {args.reps}, threads={torch.get_num_threads()}, "
+          f"clock={args.clock}")
     for n in names:
         m = statistics.median(times[n])
         print(f"{n:20s} {m * 1e3:9.1f} ms   {m / floor:5.2f}x")

@@ -64,15 +64,19 @@ def check_fwd_bwd(out, ref, inputs):
 
 
 @pytest.mark.parametrize("L", [1, 5, 17])
-def test_alibi_separable_and_materialised_match_reference(L):
+@pytest.mark.parametrize("key_grad", [False, True])  # CPU row-mask path / extra-channel path
+def test_alibi_separable_and_materialised_match_reference(L, key_grad):
     B, H, D = 2, 3, 8
     q, k, v = (rnd(B, H, L, D, seed=s).requires_grad_() for s in (1, 2, 3))
-    slopes = alibi_slopes(H) * 4  # steeper than usual, so the bias matters at small L
-    bias = alibi_bias_by_hand(slopes, L)
+    slopes = (alibi_slopes(H) * 4).requires_grad_(key_grad)  # steeper than usual: the bias matters at small L
+    bias = alibi_bias_by_hand(slopes.detach(), L)
     torch.testing.assert_close(alibi_bias(slopes, L, F64), bias)
-    ref = reference_attention(q, k, v, bias=bias)
-    check_fwd_bwd(separable_bias_attention(q, k, v, alibi_key_term(slopes, L, F64)), ref, (q, k, v))
-    check_fwd_bwd(materialized_bias_attention(q, k, v, alibi_bias(slopes, L, F64)), ref, (q, k, v))
+    inputs = (q, k, v, slopes) if key_grad else (q, k, v)
+    ref = reference_attention(q, k, v, bias=alibi_bias(slopes, L, F64))
+    out = separable_bias_attention(q, k, v, alibi_key_term(slopes, L, F64))
+    assert out.is_contiguous() != key_grad  # row-mask path: (B,H,L,D); channel path: a view of (B,H,L,D+1)
+    check_fwd_bwd(out, ref, inputs)
+    check_fwd_bwd(materialized_bias_attention(q, k, v, alibi_bias(slopes, L, F64)), ref, inputs)
 
 
 @pytest.mark.parametrize("L", [1, 5, 17])
@@ -86,6 +90,9 @@ def test_forget_gate_separable_matches_reference(L):
     check_fwd_bwd(out, ref, (q, k, v, log_f, tau))
     out_c = separable_bias_attention(q, k, v, forget_key_term(log_f), q_scale=tau, chunk_size=4)
     check_fwd_bwd(out_c, ref, (q, k, v, log_f, tau))
+    # a frozen gate (no grad to the key term) takes the CPU row-mask path; per-batch key terms
+    out_m = separable_bias_attention(q, k, v, forget_key_term(log_f).detach(), q_scale=tau)
+    check_fwd_bwd(out_m, ref, (q, k, v, tau))
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 8, 16])
