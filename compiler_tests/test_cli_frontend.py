@@ -214,6 +214,15 @@ def test_fmt_in_place_atomic(tmp_path):
     assert f.stat().st_mtime_ns == before  # unchanged files are not rewritten
 
 
+def test_fmt_through_a_symlink(tmp_path):
+    real = tmp_path / "real.pe"
+    real.write_text(UGLY)
+    link = tmp_path / "link.pe"
+    link.symlink_to(real)
+    assert run("fmt", link)[0] == 0
+    assert link.is_symlink() and real.read_text() == PRETTY
+
+
 def test_fmt_check_and_diff(tmp_path):
     f = tmp_path / "u.pe"
     f.write_text(UGLY)

@@ -166,7 +166,7 @@ def _read_stdin() -> str:
 
 def write_atomic(path: str, text: str) -> None:
     """Replace ``path`` with ``text`` atomically: a temporary file in the same folder, then os.replace."""
-    target = Path(path)
+    target = Path(os.path.realpath(path))  # through a symlink: rewrite the file it points to
     try:
         mode = target.stat().st_mode & 0o7777
     except OSError:
