@@ -57,7 +57,7 @@ def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
 def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window: int | None = None,
                 samples: int = 1, max_length: int = MAX_LENGTH, out: str | Path | None = None,
                 say: Callable[[str], None] = lambda m: None, loaded=None) -> dict:
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model, cfg, meta = loaded or open_run(run_dir)
     ecfg = eval_config(cfg, meta["scheme"], {"far_window": window})
     W = ecfg.far_window
@@ -104,7 +104,7 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
               "step": meta["step"], "context": cfg.context, "far_window": W, "lengths": lens,
               "settings": {"lengths": lens, "far_window": W, "samples": samples, "seed": ecfg.seed},
               "layers": layers, "summary": summarize(layers, lens), "notes": notes,
-              "wall_time_s": time.perf_counter() - t0}
+              "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0}
     write_json(out or Path(run_dir) / "analysis.json", result)
     return result
 

@@ -45,7 +45,7 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
                  windows: int | None = None, out: str | Path | None = None,
                  say: Callable[[str], None] = lambda m: None, loaded=None) -> dict:
     """Evaluate one run; writes ``out`` (default RUN/eval.json) atomically and returns the dict."""
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model, cfg, meta = loaded or open_run(run_dir)
     ecfg = eval_config(cfg, meta["scheme"], {"lengths": lengths, "tasks": tasks, "windows": windows})
     L0 = cfg.context
@@ -70,6 +70,7 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
         result["blocks"] = blocks(model, lens, L0, samples=ecfg.windows, block_len=cfg.data.block_len,
                                   offset=cfg.data.block_offset, seed=ecfg.seed, say=say)
     result["wall_time_s"] = time.perf_counter() - t0
+    result["cpu_time_s"] = time.process_time() - c0
     write_json(out or Path(run_dir) / "eval.json", result)
     return result
 

@@ -4,6 +4,7 @@
   length marked, ratio 1 marked.
 - ``far_mass``: far attention mass beyond W vs length, training length marked.
 - ``freq_energy``: frequency energy per rotary pair vs the pair's angular frequency (log x).
+- ``decoherence``: mean +/- spread of raw scores vs distance at the longest analysis length.
 - ``retrieval``: passkey digit accuracy and block accuracy vs length, chance marked.
 
 Every function takes the per-scheme results ``{scheme: {"eval": ..., "analysis": ...}}`` and an
@@ -152,7 +153,43 @@ def retrieval(results: dict, out_dir: Path, context: int) -> list[str]:
     return _save(fig, out_dir, "retrieval")
 
 
+def decoherence(results: dict, out_dir: Path) -> list[str]:
+    """Mean and spread of raw scores vs distance at the longest analysis length (layer-, head-mean)."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    any_ = False
+    L = None
+    for n, (name, r) in enumerate(results.items()):
+        an = r.get("analysis") or {}
+        if not an.get("lengths"):
+            continue
+        L = str(max(an["lengths"]))
+        recs = [layer["decoherence"][L] for layer in an.get("layers", []) if L in layer.get("decoherence", {})]
+        if not recs:
+            continue
+        bins = recs[0]["bins"]
+        x = [max(0.5, (lo + hi) / 2) for lo, hi in bins]
+        mean = [sum(sum(h[b] for h in rec["mean"]) / len(rec["mean"]) for rec in recs) / len(recs)
+                for b in range(len(bins))]
+        std = [sum(sum(h[b] for h in rec["std"]) / len(rec["std"]) for rec in recs) / len(recs)
+               for b in range(len(bins))]
+        line, = ax.plot(x, mean, marker=MARKERS[n % len(MARKERS)], label=name)
+        ax.fill_between(x, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                        color=line.get_color(), alpha=0.12)
+        any_ = True
+    if not any_:
+        plt.close(fig)
+        return []
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("distance i - j (tokens, log scale; bin centres, 0 plotted at 0.5)")
+    ax.set_ylabel("raw score <q_i, T(j->i) k_j> (mean, band: +/- 1 std)")
+    ax.set_title(f"Score decoherence at L = {L} (mean over layers and heads)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out_dir, "decoherence")
+
+
 def all_plots(results: dict, out_dir: Path, context: int) -> dict[str, list[str]]:
     out_dir = Path(out_dir)
     return {"ppl_ratio": ppl_ratio(results, out_dir, context), "far_mass": far_mass(results, out_dir, context),
-            "freq_energy": freq_energy(results, out_dir), "retrieval": retrieval(results, out_dir, context)}
+            "freq_energy": freq_energy(results, out_dir), "decoherence": decoherence(results, out_dir),
+            "retrieval": retrieval(results, out_dir, context)}

@@ -116,7 +116,7 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
     ctx = meta["context"]
     md = [f"# pedsl compare: {len(results)} schemes past the training length", "",
           f"Preset `{meta.get('preset')}`, {meta.get('steps')} steps, training length {ctx} bytes, data: "
-          f"{meta.get('data')}, seed {meta.get('seed')}. This invocation took {meta.get('wall_time_s', 0):.0f} s; training + evaluation + analysis of all runs "
+          f"{meta.get('data')}, seed {meta.get('seed')}. This invocation took {meta.get('wall_time_s', 0):.0f} s ({meta.get('cpu_time_s', 0):.0f} s CPU); training + evaluation + analysis of all runs "
           f"took {meta.get('compute_time_s', 0):.0f} s in total (runs reused from an earlier invocation count too).", ""]
     for title, header, rows, note in tables(results, ctx):
         md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -128,7 +128,8 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
         md += [f"- {line}" for line in f] + [""]
     md += ["## Plots", ""]
     captions = {"ppl_ratio": "Perplexity ratio vs length", "far_mass": "Far attention mass vs length",
-                "freq_energy": "Frequency energy spectra", "retrieval": "Retrieval accuracy vs length"}
+                "freq_energy": "Frequency energy spectra",
+                "decoherence": "Score decoherence (raw scores vs distance)", "retrieval": "Retrieval accuracy vs length"}
     for key, files in plots.items():
         png = [x for x in files if x.endswith(".png")]
         svg = [x for x in files if x.endswith(".svg")]
@@ -157,7 +158,7 @@ def to_html(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
              f"<h1>pedsl compare: {len(results)} schemes past the training length</h1>",
              f"<p>Preset <code>{e(str(meta.get('preset')))}</code>, {e(str(meta.get('steps')))} steps, training "
              f"length {ctx} bytes, data: {e(str(meta.get('data')))}, seed {e(str(meta.get('seed')))}. "
-             f"This invocation took {meta.get('wall_time_s', 0):.0f} s; training + evaluation + analysis of all runs took "
+             f"This invocation took {meta.get('wall_time_s', 0):.0f} s ({meta.get('cpu_time_s', 0):.0f} s CPU); training + evaluation + analysis of all runs took "
              f"{meta.get('compute_time_s', 0):.0f} s in total.</p>"]
     for title, header, rows, note in tables(results, ctx):
         parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
