@@ -249,33 +249,40 @@ class SchemeAttention(nn.Module):
 
         return flex_bias_attention(q, k, v, score_mod)
 
-    def _blockwise(self, q, k, v, x, tokens, q_scale):
-        from pedsl.ops.path import path_attention
-
-        B, H, L, D = q.shape
-        w = torch.zeros(B, H, L, D, dtype=q.dtype, device=q.device)
-        beta = torch.zeros(B, H, L, dtype=q.dtype, device=q.device)
+    def householder_inputs(self, B: int, L: int, x, tokens, device, dtype):
+        """(w, beta, log_forget) for the blockwise kernel: w (B, H, L, D) with zeros outside the
+        Householder groups, beta (B, H, L), log_forget (B, H, L) or None (gates and linear
+        distance biases as per-step log terms: b(i, j) = sum_{s=j+1..i} log_forget_s)."""
+        H, D = self.heads, self.head_dim
+        w = torch.zeros(B, H, L, D, dtype=dtype, device=device)
+        beta = torch.zeros(B, H, L, dtype=dtype, device=device)
         for t in self.transforms:
             if t["op"] != "accumulate_householder":
                 continue
-            ctx = self._ctx(L, x, tokens, q.device, q.dtype, group=t)
+            ctx = self._ctx(L, x, tokens, device, dtype, group=t)
             wt = self.evaluator.run(self.graph.nodes[t["w"]]["expr"], ctx, t["w"])
             bt = self.evaluator.run(self.graph.nodes[t["beta"]]["expr"], ctx, t["beta"])
-            wv = wt.align(("batch", "head", "pos", "chan")).expand(B, H, L, len(t["channels"])).to(q.dtype)
+            wv = wt.align(("batch", "head", "pos", "chan")).expand(B, H, L, len(t["channels"])).to(dtype)
             if len(t["channels"]) == D:
                 w = wv
             else:
-                w = w.index_copy(-1, torch.tensor(t["channels"], device=q.device), wv)
-            beta = _as_bhl(bt, L, H).expand(B, H, L).to(q.dtype)
+                w = w.index_copy(-1, torch.tensor(t["channels"], device=device), wv)
+            beta = _as_bhl(bt, L, H).expand(B, H, L).to(dtype)
         log_forget = None
         for b in self.biases:
             if b["op"] == "distance_bias":
-                slope = self.evaluator.run(b["slope"], self._ctx(L, x, tokens, q.device), b["node"])
-                lf = _per_head(slope, H).to(q.dtype)[None, :, None].expand(B, H, L)
+                slope = self.evaluator.run(b["slope"], self._ctx(L, x, tokens, device), b["node"])
+                lf = _per_head(slope, H).to(dtype)[None, :, None].expand(B, H, L)
             else:
-                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, q.device), b["node"])
-                lf = _as_bhl(lg, L, H).expand(B, H, L).to(q.dtype)
+                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
+                lf = _as_bhl(lg, L, H).expand(B, H, L).to(dtype)
             log_forget = lf if log_forget is None else log_forget + lf
+        return w, beta, log_forget
+
+    def _blockwise(self, q, k, v, x, tokens, q_scale):
+        from pedsl.ops.path import path_attention
+
+        w, beta, log_forget = self.householder_inputs(q.shape[0], q.shape[2], x, tokens, q.device, q.dtype)
         return path_attention(q, k, v, w, beta, log_forget, q_scale=q_scale)
 
     # ------------------------------------------------------------------ analysis

@@ -81,17 +81,7 @@ def transported_scores(mod, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Ten
     if not hh:
         s = qt @ kt.transpose(-1, -2)
     else:
-        from pedsl.compiler.module import _as_bhl
-
-        w = torch.zeros(B, H, L, D, dtype=q.dtype, device=q.device)
-        beta = torch.zeros(B, H, L, dtype=q.dtype, device=q.device)
-        for t in hh:
-            ctx = mod._ctx(L, x, tokens, q.device, q.dtype, group=t)
-            wt = mod.evaluator.run(mod.graph.nodes[t["w"]]["expr"], ctx, t["w"])
-            bt = mod.evaluator.run(mod.graph.nodes[t["beta"]]["expr"], ctx, t["beta"])
-            w[..., list(t["channels"])] = wt.align(("batch", "head", "pos", "chan")).expand(
-                B, H, L, len(t["channels"])).to(q.dtype)
-            beta = _as_bhl(bt, L, H).expand(B, H, L).to(q.dtype)
+        w, beta, _ = mod.householder_inputs(B, L, x, tokens, q.device, q.dtype)
         cur = qt.clone()  # cur[i] = transported query of i for the current key position
         cols = [None] * L
         for j in range(L - 1, -1, -1):
