@@ -40,6 +40,13 @@ def test_unknown_keys_get_did_you_mean(key, hint):
     assert f"'{hint}'" in exc.value.hint
 
 
+def test_lr_override_brings_its_floor():
+    assert resolve_train_config(overrides={"lr": 1e-4}).min_lr == pytest.approx(1e-5)
+    assert resolve_train_config(overrides={"lr": 1e-4, "min_lr": 0}).min_lr == 0
+    with pytest.raises(ConfigError, match="min_lr"):
+        resolve_train_config(overrides={"lr": 1e-4, "min_lr": 1e-3})
+
+
 def test_unknown_preset_and_bad_value():
     with pytest.raises(ConfigError, match="unknown preset 'tinny'") as exc:
         resolve_train_config(overrides={"preset": "tinny"})

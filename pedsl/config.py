@@ -111,6 +111,12 @@ class TrainConfig(_Frozen):
     compile: bool = False
     flush_denormal: bool = True
 
+    @model_validator(mode="after")
+    def _check_schedule(self) -> "TrainConfig":
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
+        return self
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
@@ -246,6 +252,9 @@ def resolve_train_config(
         _set_flat(d, k, v, where="override")
     if params:
         d.setdefault("params", {}).update(params)
+    # A new peak lr without a floor: decay to a tenth of it (the presets' ratio).
+    if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides):
+        d["min_lr"] = d["lr"] / 10
     # A preset's head_dim only holds with its own d_model / n_heads.
     m = d.get("model", {})
     if "head_dim" not in {**_flat_model(block), **_flat_model(overrides)} and \
