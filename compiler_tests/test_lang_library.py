@@ -168,3 +168,15 @@ def test_language_reference_is_up_to_date():
     assert not missing, f"undocumented diagnostics: {missing}"
     for name in WARNINGS:
         assert f"`{name}`" in text
+
+
+def test_allowed_fraying_is_real_and_rope_id_does_not_fray():
+    """Every scheme that allows frayed_frequencies does fray (the allow hides a true W101),
+    and RoPE-ID, which does not allow it, has no pair slower than the training length."""
+    for path in LIBRARY:
+        s = load(path)
+        slow = sum(2 * math.pi / w > s.train["context"] for f in rotary_frequencies(s).values() for w in f if w > 0)
+        if "frayed_frequencies" in s.allow:
+            assert slow > 0, path.stem
+        elif path.stem.startswith("rope"):
+            assert slow == 0, path.stem
