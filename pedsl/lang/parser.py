@@ -50,7 +50,6 @@ _TOKEN_WORDS = {
     "MINUS": "'-'",
     "STAR": "'*'",
     "SLASH": "'/'",
-    "__ANON_0": "'**'",
     "$END": "the end of the file",
 }
 
@@ -245,10 +244,27 @@ class ToAst(Transformer):
         return list(c)
 
 
+@functools.lru_cache(maxsize=1)
+def _literal_terminals() -> dict[str, str]:
+    """Terminal name -> its text, for the grammar's fixed strings (Lark names some __ANON_n)."""
+    from lark.lexer import PatternStr
+
+    return {t.name: t.pattern.value for t in _parser().terminals if isinstance(t.pattern, PatternStr)}
+
+
+def _word(t: str) -> str:
+    if t in _TOKEN_WORDS:
+        return _TOKEN_WORDS[t]
+    literal = _literal_terminals().get(t)
+    if literal is not None:
+        return f"'{literal}'"
+    return f"'{t.lower()}'" if t.isupper() else t
+
+
 def _expected_words(expected) -> str:
-    words = sorted({_TOKEN_WORDS.get(t, f"'{t.lower()}'" if t.isupper() else t) for t in expected})
-    if len(words) > 8:
-        words = words[:8] + ["..."]
+    words = sorted({_word(t) for t in expected})
+    if len(words) > 12:
+        words = words[:12] + ["..."]
     return ", ".join(words)
 
 

@@ -421,7 +421,7 @@ class Resolver:
                     value = _coerce(value, p.type)
                 except TypeError:
                     self.report("E204", f"'{name}' is declared {p.type} but its default is {_type_name(value)}",
-                                p.default, hint=f"write a {p.type} literal")
+                                p.default, hint=f"write {'an' if p.type == 'int' else 'a'} {p.type} literal")
                     continue
                 origin = "default"
             ok = True

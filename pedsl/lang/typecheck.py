@@ -107,7 +107,8 @@ class Checker:
         pnames = [p for p, _ in spec.params]
         if len(e.args) > len(pnames):
             self.report(
-                "E203", f"{e.func}() takes at most {len(pnames)} arguments, got {len(e.args)}", e,
+                "E203", f"{e.func}() takes at most {len(pnames)} argument{'s' if len(pnames) != 1 else ''}, "
+                f"got {len(e.args)}", e,
                 hint=f"the signature is {spec.signature()}",
             )
             return None
