@@ -268,7 +268,9 @@ def _scalar(v: Any) -> str:
     if isinstance(v, str):
         return json.dumps(v)
     if isinstance(v, float):
-        return f"{v:.6g}"
+        from pedsl.lang.exprs import format_number
+
+        return format_number(v)  # shortest round trip; a float keeps its '.0
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_scalar(x) for x in v) + "]"
     return str(v)
