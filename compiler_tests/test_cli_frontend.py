@@ -262,6 +262,15 @@ def test_fmt_bad_inputs(tmp_path):
 # ------------------------------------------------------------------ show, schema, list
 
 
+def test_show_bad_inputs(tmp_path):
+    bad = _bad_inputs(tmp_path)
+    for kind, path in bad.items():
+        code, out, err = run("show", path)
+        assert code == 1 and out == "", kind
+        first = err.splitlines()[0]
+        assert first.startswith(f"{path}:") and ": error[E" in first, (kind, first)
+
+
 def test_show_human():
     code, out, _ = run("show", SCHEMES / "rope_id.pe")
     assert code == 0
