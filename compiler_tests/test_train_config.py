@@ -31,6 +31,10 @@ def test_order_defaults_preset_block_overrides():
     assert cfg.model.d_model == 64 and cfg.model.n_heads == 4 and cfg.model.head_dim == 16  # head_dim re-derived
     assert cfg.model.n_layers == 3 and cfg.data.source == "passkey" and cfg.data.seed == 5
     assert cfg.context == PRESETS["tiny"]["context"]
+    # an override that resizes re-derives head_dim even when the block (a full train.yaml) gave one
+    full = resolve_train_config().model_dump(mode="json")
+    assert resolve_train_config(block=full, overrides={"d_model": 64}).model.head_dim == 16
+    assert resolve_train_config(block=full, overrides={"d_model": 64, "head_dim": 32}).model.head_dim == 32
 
 
 @pytest.mark.parametrize("key,hint", [("setps", "steps"), ("d_modle", "d_model"), ("model.n_layer", "n_layers")])

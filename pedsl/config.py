@@ -256,11 +256,12 @@ def resolve_train_config(
     if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides):
         d["min_lr"] = d["lr"] / 10
     # A preset's head_dim only holds with its own d_model / n_heads.
-    m = d.get("model", {})
-    if "head_dim" not in {**_flat_model(block), **_flat_model(overrides)} and \
-            ("d_model" in _flat_model(block) or "n_heads" in _flat_model(block)
-             or "d_model" in _flat_model(overrides) or "n_heads" in _flat_model(overrides)):
-        m.pop("head_dim", None)
+    # (a head_dim is re-derived when a later layer changes d_model or n_heads without giving one).
+    bl, ov = _flat_model(block), _flat_model(overrides)
+    resized_by_ov = "head_dim" not in ov and bool({"d_model", "n_heads"} & set(ov))
+    resized_by_bl = "head_dim" not in ov and "head_dim" not in bl and bool({"d_model", "n_heads"} & set(bl))
+    if resized_by_ov or resized_by_bl:
+        d.get("model", {}).pop("head_dim", None)
     return _validate(TrainConfig, d, where="training config")
 
 
