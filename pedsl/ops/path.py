@@ -28,7 +28,7 @@ Blockwise algorithm (steps grouped in blocks of C; local indices inside a block)
 
 * Off-diagonal key block m < n: ``s = R Kt_m^T`` with ``R = Qt_n P_(n-1) ... P_(m+1)`` in row
   form, ``P_m = I - W_m^T U_m`` (D, D) = (H_C ... H_1)^T of block m (one D x D matrix per
-  block: (L/C) D^2 numbers per head, never (L, D, D)). The scan runs over offsets
+  block: (L/C) D^2 numbers per head, never (L, D, D)). The scan takes one
   query block n at a time (batched over B*H), key blocks m = n-1 .. 0: score key block m,
   then ``R <- R P_m`` (C D^2 per block pair instead of the 2 C^2 D of ``R - (R W^T) U``).
   Softmax is online (flash-style running max / sum).
