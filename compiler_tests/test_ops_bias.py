@@ -104,8 +104,8 @@ def test_query_chunked_variant_matches_single_call(chunk):
 
 
 def test_query_chunked_variant_is_more_precise_at_long_context():
-    # float32, L = 8192, steep slopes: g(j) reaches ~8e3; the per-chunk offset keeps logits small
-    B, H, L, D = 1, 2, 8192, 16
+    # float32, L = 4096, steep slopes: g(j) reaches ~4e3; the per-chunk offset keeps logits small
+    B, H, L, D = 1, 2, 4096, 16
     q, k, v = (rnd(B, H, L, D, seed=s, dtype=torch.float32) for s in (1, 2, 3))
     slopes = torch.tensor([1.0, 0.05], dtype=F64)
     exact = separable_bias_attention(q.double(), k.double(), v.double(), alibi_key_term(slopes, L, F64))
@@ -113,7 +113,7 @@ def test_query_chunked_variant_is_more_precise_at_long_context():
     chunked = separable_bias_attention(q, k, v, alibi_key_term(slopes, L, F64), chunk_size=256)
     err_single = (single.double() - exact).abs().max().item()
     err_chunked = (chunked.double() - exact).abs().max().item()
-    assert err_chunked < 1e-5  # measured ~8e-6 (single call: ~4e-4)
+    assert err_chunked < 1e-5  # measured ~7.5e-6 (single call: ~2e-4)
     assert err_chunked < err_single / 4
 
 

@@ -27,6 +27,7 @@ from pedsl.ops.rotary import (
     geometric_freqs,
     rotary_cos_sin,
     rotate_by_angles,
+    rotate_many_by_angles,
 )
 
 if importlib.util.find_spec("pedsl.ops.path") is not None:  # written by the PaTH helper
@@ -50,6 +51,7 @@ __all__ = [
     "path_attention_naive",
     "rotary_cos_sin",
     "rotate_by_angles",
+    "rotate_many_by_angles",
     "separable_bias_attention",
     "so2_accumulated_attention",
 ]
