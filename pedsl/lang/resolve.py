@@ -42,6 +42,7 @@ from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
+MAX_CHAIN = 64  # schemes in one extends chain
 
 # ------------------------------------------------------------------ loading files
 
@@ -54,6 +55,8 @@ class Source:
     text: str
     module: ast.Module
     imports: list["Source"] = field(default_factory=list)
+    scope: dict | None = field(default=None, repr=False)  # visible_schemes(), once loading is done
+    by_name: dict | None = field(default=None, repr=False)  # scheme name -> its declarations here
 
 
 class Loader:
@@ -129,24 +132,35 @@ class Located:
 
 
 def visible_schemes(src: Source) -> dict[str, tuple[ast.SchemeDecl, Source]]:
+    """Schemes declared in src or in the files it imports (cached: chains ask for it per link)."""
+    if src.scope is not None:
+        return src.scope
     out: dict[str, tuple[ast.SchemeDecl, Source]] = {}
     for imp in src.imports:
         out.update(visible_schemes(imp))
     for decl in src.module.schemes:
         out[decl.name] = (decl, src)
+    src.scope = out
     return out
 
 
 def select_scheme(src: Source, name: str | None) -> ast.SchemeDecl:
+    decl = _select(src, name)
+    if src.by_name is None:
+        src.by_name = {}
+        for d in src.module.schemes:
+            src.by_name.setdefault(d.name, []).append(d)
+    same = src.by_name[decl.name]
+    if len(same) > 1:
+        sink = _sink(src)
+        sink.add("E205", f"scheme '{decl.name}' is declared twice", **_pos(same[1]),
+                 hint=f"the first is on line {same[0].span.line}" if same[0].span else None)
+        sink.raise_if_errors()
+    return decl
+
+
+def _select(src: Source, name: str | None) -> ast.SchemeDecl:
     decls = src.module.schemes
-    first: dict[str, ast.SchemeDecl] = {}
-    for d in decls:
-        if d.name in first:
-            sink = _sink(src)
-            sink.add("E205", f"scheme '{d.name}' is declared twice", **_pos(d),
-                     hint=f"the first is on line {first[d.name].span.line}" if first[d.name].span else None)
-            sink.raise_if_errors()
-        first[d.name] = d
     if name is not None:
         for d in decls:
             if d.name == name:
@@ -187,8 +201,8 @@ def chain(decl: ast.SchemeDecl, src: Source, diags: list[Diagnostic]) -> list[tu
     seen = {decl.name}
     cur, cur_src = decl, src
     while cur.base is not None:
-        sink = _sink(cur_src)
         if cur.base in seen:
+            sink = _sink(cur_src)
             path = " -> ".join([d.name for d, _ in out] + [cur.base])
             sink.add("E207", f"extends cycle: {path}", hint="a scheme cannot extend itself, directly or not",
                      **_pos(cur))
@@ -196,9 +210,16 @@ def chain(decl: ast.SchemeDecl, src: Source, diags: list[Diagnostic]) -> list[tu
             break
         found = visible_schemes(cur_src).get(cur.base) or scope.get(cur.base)
         if found is None:
+            sink = _sink(cur_src)
             hint = did_you_mean(cur.base, scope)
             sink.add("E206", f"'{cur.name}' extends unknown scheme '{cur.base}'",
                      hint=hint or "declare it above or import the file that declares it", **_pos(cur))
+            diags.extend(sink.items)
+            break
+        if len(out) >= MAX_CHAIN:
+            sink = _sink(cur_src)
+            sink.add("E207", f"extends chain of '{decl.name}' is longer than {MAX_CHAIN} schemes",
+                     hint="extend a scheme nearer the root", **_pos(decl if cur_src is src else cur))
             diags.extend(sink.items)
             break
         seen.add(cur.base)
