@@ -162,3 +162,14 @@ def test_long_let_chains_are_fully_inlined():
 def test_very_deep_definitions_end_in_a_diagnostic():
     diags = check(_chain(2000, "{p} + 1", reverse=True))
     assert diags and diags[0].code in ("E103", "E217") and diags[0].line is not None
+
+
+def test_long_extends_chains_are_cut_and_fast():
+    import time
+
+    text = "scheme s0 { qk: none }\n" + "".join(f"scheme s{i} extends s{i - 1} {{ qk: none }}\n" for i in range(1, 300))
+    t0 = time.perf_counter()
+    diags = check(text)
+    assert time.perf_counter() - t0 < 3.0
+    assert diags[0].code == "E207" and diags[0].line == 65 and "longer than 64" in diags[0].message
+    assert check(text.split("scheme s64")[0]) == []  # 64 schemes in a chain are fine
