@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
 from importlib import resources
 from pathlib import Path
@@ -136,9 +137,20 @@ def _number(text: str) -> int | float:
 class ToAst(Transformer):
     """Lark tree -> syntax IR. Method names match the grammar's rule aliases."""
 
+    def __init__(self, file: str | None = None, source: str | None = None):
+        super().__init__()
+        self.file, self.source = file, source
+
     # expressions
     def number(self, meta, c):
-        return ast.Num(value=_number(str(c[0])), span=_tok_span(c[0]))
+        tok = c[0]
+        value = _number(str(tok))
+        if isinstance(value, float) and math.isinf(value):
+            sink = DiagnosticSink(file=self.file, source=self.source)
+            sink.add("E113", f"number {str(tok)} is too large for a float", line=tok.line, col=tok.column,
+                     end_col=tok.end_column, hint="numbers must be below about 1.8e308")
+            sink.raise_if_errors(ParseError)
+        return ast.Num(value=value, span=_tok_span(tok))
 
     def string(self, meta, c):
         return ast.Str(value=_unquote(c[0]), span=_tok_span(c[0]))
@@ -419,7 +431,7 @@ def _parse_cached(text: str, file: str | None) -> ast.Module:
         _report_syntax(errors, sink)
         sink.raise_if_errors(ParseError)
     try:
-        items = ToAst().transform(tree)
+        items = ToAst(file, text).transform(tree)
     except VisitError as e:  # an error raised inside a transformer method
         inner = e.orig_exc
         if isinstance(inner, PedslError):
