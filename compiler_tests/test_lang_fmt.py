@@ -107,3 +107,17 @@ def commented(draw):
 @given(commented())
 def test_comments_anywhere_round_trip(text):
     assert_canonical_properties(text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutants_that_parse_round_trip(data):
+    """Any token-level mutant of a library file that still parses formats canonically."""
+    from test_lang_fuzz import token_mutant
+
+    text = data.draw(token_mutant())
+    try:
+        parse_module(text)
+    except PedslError:
+        return
+    assert_canonical_properties(text)
