@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hypothesis import strategies as st
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ROOT / "schemes"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -12,6 +14,43 @@ BAD = FIXTURES / "bad"
 
 LIBRARY = sorted(SCHEMES.glob("*.pe"))
 BAD_FILES = sorted(BAD.glob("*.pe"))
+
+
+# ------------------------------------------------------------------ token-level mutants (hypothesis)
+
+TEXTS = {p.stem: p.read_text() for p in LIBRARY}
+_TOKEN = re.compile(r"\s+|[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\*\*|>=|<=|!=|\"[^\"\n]*\"|#[^\n]*|.",
+                    re.S)
+
+
+def tokens(text: str) -> list[str]:
+    return _TOKEN.findall(text)
+
+
+@st.composite
+def token_mutant(draw):
+    toks = tokens(TEXTS[draw(st.sampled_from(sorted(TEXTS)))])
+    for _ in range(draw(st.integers(1, 3))):
+        if not toks:
+            break
+        i = draw(st.integers(0, len(toks) - 1))
+        op = draw(st.sampled_from(["delete", "duplicate", "swap", "replace"]))
+        if op == "delete":
+            del toks[i]
+        elif op == "duplicate":
+            toks.insert(i, toks[i])
+        elif op == "swap":
+            j = draw(st.integers(0, len(toks) - 1))
+            toks[i], toks[j] = toks[j], toks[i]
+        else:
+            toks[i] = draw(st.sampled_from(["(", ")", "{", "}", "[", "]", ",", ";", "=", ":", "**", "-", "0",
+                                            "1e999", "x", "token", "position", "rest", "none", "qk", "qkv",
+                                            "scheme", "extends", "import", '"rope.pe"', "param", "let", "heads",
+                                            "fraction(0.3)", "quarters(5)", "slopes(heads)", "#"]))
+    return "".join(toks)
+
+
+# ------------------------------------------------------------------ bad fixtures
 
 _EXPECT = re.compile(r"^# expect: (?P<code>[EW]\d{3}) (?P<line>\d+):(?P<col>\d+)(?: \(hint: (?P<hint>.*)\))?\s*$", re.M)
 _PARAMS = re.compile(r"^# params: (.*)$", re.M)

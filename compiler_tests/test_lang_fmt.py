@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lang_helpers import BAD_FILES, FIXTURES, LIBRARY
+from lang_helpers import BAD_FILES, FIXTURES, LIBRARY, token_mutant
 from pedsl.errors import PedslError
 from pedsl.lang.api import format, parse
 from pedsl.lang.ast import canonical
@@ -113,8 +113,6 @@ def test_comments_anywhere_round_trip(text):
 @given(st.data())
 def test_mutants_that_parse_round_trip(data):
     """Any token-level mutant of a library file that still parses formats canonically."""
-    from test_lang_fuzz import token_mutant
-
     text = data.draw(token_mutant())
     try:
         parse_module(text)

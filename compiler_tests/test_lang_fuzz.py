@@ -5,25 +5,17 @@ line and a column - never any other exception."""
 from __future__ import annotations
 
 import os
-import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lang_helpers import LIBRARY, SCHEMES
+from lang_helpers import SCHEMES, TEXTS, token_mutant
 from pedsl.errors import PedslError
 from pedsl.lang.parser import decode
 from pedsl.lang.resolve import Loader, check_all, resolve
 
-TEXTS = {p.stem: p.read_text() for p in LIBRARY}
-_TOKEN = re.compile(r"\s+|[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\*\*|>=|<=|!=|\"[^\"\n]*\"|#[^\n]*|.",
-                    re.S)
 N = int(os.environ.get("PEDSL_FUZZ_EXAMPLES", "150"))  # raise it for a longer hunt
 SETTINGS = settings(max_examples=N, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def tokens(text: str) -> list[str]:
-    return _TOKEN.findall(text)
 
 
 def attempt(data: bytes | str) -> None:
@@ -38,29 +30,6 @@ def attempt(data: bytes | str) -> None:
         assert d.line is not None and d.col is not None, d.render()
         assert d.line >= 1 and d.col >= 1
         assert err.render()  # renders without failing
-
-
-@st.composite
-def token_mutant(draw):
-    toks = tokens(TEXTS[draw(st.sampled_from(sorted(TEXTS)))])
-    for _ in range(draw(st.integers(1, 3))):
-        if not toks:
-            break
-        i = draw(st.integers(0, len(toks) - 1))
-        op = draw(st.sampled_from(["delete", "duplicate", "swap", "replace"]))
-        if op == "delete":
-            del toks[i]
-        elif op == "duplicate":
-            toks.insert(i, toks[i])
-        elif op == "swap":
-            j = draw(st.integers(0, len(toks) - 1))
-            toks[i], toks[j] = toks[j], toks[i]
-        else:
-            toks[i] = draw(st.sampled_from(["(", ")", "{", "}", "[", "]", ",", ";", "=", ":", "**", "-", "0",
-                                            "1e999", "x", "token", "position", "rest", "none", "qk", "qkv",
-                                            "scheme", "extends", "import", '"rope.pe"', "param", "let", "heads",
-                                            "fraction(0.3)", "quarters(5)", "slopes(heads)", "#"]))
-    return "".join(toks)
 
 
 @SETTINGS
