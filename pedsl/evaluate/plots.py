@@ -5,7 +5,8 @@
 - ``far_mass``: far attention mass beyond W vs length, training length marked.
 - ``freq_energy``: frequency energy per rotary pair vs the pair's angular frequency (log x).
 - ``decoherence``: mean +/- spread of raw scores vs distance at the longest analysis length.
-- ``retrieval``: passkey digit accuracy and block accuracy vs length, chance marked.
+- ``retrieval``: passkey digit accuracy and block accuracy vs length, chance marked, and the loss on
+  the answer bytes.
 
 Every function takes the per-scheme results ``{scheme: {"eval": ..., "analysis": ...}}`` and an
 output stem; returns the file names written (relative), or [] when there is nothing to plot.
@@ -126,27 +127,33 @@ def freq_energy(results: dict, out_dir: Path) -> list[str]:
 
 
 def retrieval(results: dict, out_dir: Path, context: int) -> list[str]:
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    """Top row: accuracy vs length (chance marked); bottom row: answer loss (nats per answer byte)."""
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), sharex="col")
     any_ = False
-    for ax, task, key, chance, title in ((axes[0], "passkey", "digit_accuracy", 0.1, "Passkey: answer digits right"),
-                                         (axes[1], "blocks", "accuracy", 1 / 26, "Blocks: block ends right")):
+    tasks = (("passkey", "digit_accuracy", 0.1, "Passkey: answer digits right"),
+             ("blocks", "accuracy", 1 / 26, "Blocks: block ends right"))
+    for col, (task, key, chance, title) in enumerate(tasks):
         lengths: set[int] = set()
-        for n, (name, r) in enumerate(results.items()):
-            d = (r.get("eval") or {}).get(task) or {}
-            pts = sorted((int(k), v[key]) for k, v in d.items() if v.get(key) is not None)
-            if not pts:
-                continue
-            any_ = True
-            lengths |= {p[0] for p in pts}
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[n % len(MARKERS)], label=name)
-        if lengths:
-            _length_axis(ax, sorted(lengths))
-            _mark_train(ax, context)
-        ax.axhline(chance, color="red", linestyle=":", linewidth=1, label=f"chance ({chance:.2f})")
-        ax.set_ylim(-0.02, 1.02)
-        ax.set_ylabel("accuracy (fraction)")
-        ax.set_title(title)
-        ax.legend(fontsize=7)
+        for row, (field, ylabel) in enumerate(((key, "accuracy (fraction)"),
+                                               ("answer_nll", "answer loss (nats per answer byte)"))):
+            ax = axes[row][col]
+            for n, (name, r) in enumerate(results.items()):
+                d = (r.get("eval") or {}).get(task) or {}
+                pts = sorted((int(k), v[field]) for k, v in d.items() if v.get(field) is not None)
+                if not pts:
+                    continue
+                any_ = True
+                lengths |= {p[0] for p in pts}
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[n % len(MARKERS)], label=name)
+            if row == 0:
+                ax.axhline(chance, color="red", linestyle=":", linewidth=1, label=f"chance ({chance:.2f})")
+                ax.set_ylim(-0.02, 1.02)
+                ax.set_title(title)
+            ax.set_ylabel(ylabel)
+            if lengths:
+                _length_axis(ax, sorted(lengths))
+                _mark_train(ax, context)
+            ax.legend(fontsize=7)
     if not any_:
         plt.close(fig)
         return []
