@@ -134,3 +134,12 @@ def test_bad_layout_and_group_are_shape_errors():
         apply_rotary_channels(x, c[:, :1], c[:, :1], [0, 1, 2], "halves")
     with pytest.raises(ShapeError):
         apply_rotary_channels(x, c[:, :1], c[:, :1], [0, 1, 2, 3], "halves")
+
+
+@pytest.mark.parametrize("layout", ["halves", "interleaved"])
+def test_apply_rotary_gradcheck_constant_and_learned_tables(layout):
+    x = rnd(2, 1, 3, 8, seed=1).requires_grad_()
+    c, s = rnd(3, 4, seed=2), rnd(3, 4, seed=3)
+    assert torch.autograd.gradcheck(lambda t: apply_rotary(t, c, s, layout), (x,))  # custom Function
+    c.requires_grad_(), s.requires_grad_()
+    assert torch.autograd.gradcheck(lambda t, a, b: apply_rotary(t, a, b, layout), (x, c, s))  # plain autograd
