@@ -533,8 +533,8 @@ class Resolver:
             raise
         lets = {n: loc.stmt.value for n, loc in m.lets.items()}
         for n, loc in m.lets.items():
-            if n in CONSTANTS or n in FUNCTIONS:
-                self.report("E205", f"'{n}' shadows a builtin name", loc.stmt, src=loc.src)
+            if n in CONSTANTS or n in FUNCTIONS or n in KEYWORDS:
+                self.report("E205", f"'{n}' shadows a builtin name or keyword", loc.stmt, src=loc.src)
         for n in m.lets:
             self.let_type(n)
         if self.check_let_sizes(lets):
