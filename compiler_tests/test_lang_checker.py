@@ -173,3 +173,10 @@ def test_long_extends_chains_are_cut_and_fast():
     assert time.perf_counter() - t0 < 3.0
     assert diags[0].code == "E207" and diags[0].line == 65 and "longer than 64" in diags[0].message
     assert check(text.split("scheme s64")[0]) == []  # 64 schemes in a chain are fine
+
+
+def test_keywords_cannot_name_lets_or_params():
+    for name in ("true", "train", "on"):
+        for decl in (f"let {name} = 1", f"param {name}: int = 1"):
+            diags = check("scheme s {\n  " + decl + "\n  qk: none\n  allow unused\n}\n")
+            assert [(d.code, d.line) for d in diags] == [("E205", 2)], (decl, diags)
