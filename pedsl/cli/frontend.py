@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import click
 
@@ -247,108 +247,6 @@ def fmt(files: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
 # ------------------------------------------------------------------ show
 
 
-def _ranges(chans: Iterable[int]) -> str:
-    chans = sorted(chans)
-    if not chans:
-        return "none"
-    out, start, prev = [], chans[0], chans[0]
-    for c in chans[1:] + [None]:
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if c is not None:
-            start = prev = c
-    return ", ".join(out)
-
-
-def _scalar(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, float):
-        from pedsl.lang.exprs import format_number
-
-        return format_number(v)  # shortest round trip; a float keeps its '.0
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_scalar(x) for x in v) + "]"
-    return str(v)
-
-
-def render_scheme(scheme) -> str:
-    """A human-readable, YAML-like view of a resolved scheme."""
-    from pedsl.lang.exprs import to_source
-    from pedsl.lang.lint import rotary_frequencies
-
-    lines = [f"scheme: {scheme.name}"]
-    if scheme.doc:
-        lines.append(f"doc: {json.dumps(scheme.doc)}")
-    if scheme.file:
-        lines.append(f"file: {scheme.file}")
-    if scheme.bases:
-        lines.append("extends: " + " -> ".join(scheme.bases))
-    lines.append(f"heads: {scheme.heads}")
-    lines.append(f"head_dim: {scheme.head_dim}")
-    lines.append(f"layout: {scheme.layout}")
-    if scheme.params:
-        lines.append("params:")
-        lines += [f"  {k}: {_scalar(v)}" for k, v in scheme.params.items()]
-    lines.append("groups:")
-    for g in scheme.groups:
-        lines.append(f"  {g.name}: channels {_ranges(g.channels)} ({len(g.channels)}; {g.spec})")
-    try:
-        freqs = rotary_frequencies(scheme)
-    except Exception:  # pragma: no cover - a display nicety must never break show
-        freqs = {}
-    if scheme.transports:
-        lines.append("transports:")
-        for t in scheme.transports:
-            lines.append(f"  - kind: {t.kind}")
-            lines.append(f"    targets: {t.targets}")
-            lines.append(f"    group: {t.group}")
-            if t.kind == "rotate":
-                lines.append(f"    phase: {to_source(t.phase)}")
-                if t.dynamic:
-                    lines.append("    dynamic: true  # the table depends on the run-time length n")
-            elif t.kind == "accumulate_rotation":
-                lines.append(f"    angle: {to_source(t.angle)}")
-                lines.append(f"    data: {_scalar(t.data)}")
-                lines.append(f"    learned: {_scalar(t.learned)}")
-            else:
-                lines.append(f"    w: {to_source(t.w)}")
-                lines.append(f"    beta: {to_source(t.beta)}")
-                lines.append(f"    orthogonal: {_scalar(t.orthogonal)}")
-            if t.group in freqs and t.kind == "rotate" and not t.dynamic:
-                import math
-
-                periods = [2 * math.pi / w if w > 0 else float("inf") for w in freqs[t.group]]
-                lines.append("    periods: " + _scalar([round(p, 1) for p in periods]))
-    else:
-        lines.append("transports: []  # no positional transport (NoPE)")
-    if scheme.biases:
-        lines.append("biases:")
-        for b in scheme.biases:
-            if b.kind == "distance":
-                lines.append("  - kind: distance")
-                lines.append(f"    term: {to_source(b.term)}")
-                if b.slope is not None:
-                    lines.append(f"    slope: {to_source(b.slope)}")
-            else:
-                lines.append("  - kind: gate")
-                lines.append(f"    log_gate: {to_source(b.log_gate)}")
-    if scheme.temperature is not None:
-        lines.append(f"temperature: {to_source(scheme.temperature)}")
-    for name in ("train", "eval"):
-        table = getattr(scheme, name)
-        if table:
-            lines.append(f"{name}:")
-            lines += [f"  {k}: {_scalar(v)}" for k, v in table.items()]
-    if scheme.allow:
-        lines.append("allow: [" + ", ".join(scheme.allow) + "]")
-    return "\n".join(lines)
-
-
 @click.command()
 @click.argument("file")
 @click.option("--scheme", "scheme_name", metavar="NAME", help="The scheme to show (default: the one named like the file).")
@@ -370,6 +268,8 @@ def show(file: str, scheme_name: str | None, params: tuple[str, ...], as_json: b
     if as_json:
         click.echo(json.dumps(scheme.model_dump(mode="json", exclude={"source"}), indent=2))
     else:
+        from pedsl.cli.render import render_scheme
+
         click.echo(render_scheme(scheme))
 
 
@@ -430,4 +330,4 @@ def list_schemes(directory: str | None) -> None:
     _exit(1 if failed else 0)
 
 
-__all__ = ["check", "fmt", "show", "schema", "list_schemes", "parse_params", "render_scheme", "write_atomic"]
+__all__ = ["check", "fmt", "show", "schema", "list_schemes", "parse_params", "write_atomic"]

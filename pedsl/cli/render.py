@@ -1,0 +1,107 @@
+"""Human-readable, YAML-like rendering of a resolved scheme for `pedsl show`."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterable
+
+
+def _ranges(chans: Iterable[int]) -> str:
+    chans = sorted(chans)
+    if not chans:
+        return "none"
+    out, start, prev = [], chans[0], chans[0]
+    for c in chans[1:] + [None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        out.append(str(start) if start == prev else f"{start}-{prev}")
+        if c is not None:
+            start = prev = c
+    return ", ".join(out)
+
+
+def _scalar(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, float):
+        from pedsl.lang.exprs import format_number
+
+        return format_number(v)  # shortest round trip; a float keeps its '.0
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_scalar(x) for x in v) + "]"
+    return str(v)
+
+
+def render_scheme(scheme) -> str:
+    """A human-readable, YAML-like view of a resolved scheme."""
+    from pedsl.lang.exprs import to_source
+    from pedsl.lang.lint import rotary_frequencies
+
+    lines = [f"scheme: {scheme.name}"]
+    if scheme.doc:
+        lines.append(f"doc: {json.dumps(scheme.doc)}")
+    if scheme.file:
+        lines.append(f"file: {scheme.file}")
+    if scheme.bases:
+        lines.append("extends: " + " -> ".join(scheme.bases))
+    lines.append(f"heads: {scheme.heads}")
+    lines.append(f"head_dim: {scheme.head_dim}")
+    lines.append(f"layout: {scheme.layout}")
+    if scheme.params:
+        lines.append("params:")
+        lines += [f"  {k}: {_scalar(v)}" for k, v in scheme.params.items()]
+    lines.append("groups:")
+    for g in scheme.groups:
+        lines.append(f"  {g.name}: channels {_ranges(g.channels)} ({len(g.channels)}; {g.spec})")
+    try:
+        freqs = rotary_frequencies(scheme)
+    except Exception:  # pragma: no cover - a display nicety must never break show
+        freqs = {}
+    if scheme.transports:
+        lines.append("transports:")
+        for t in scheme.transports:
+            lines.append(f"  - kind: {t.kind}")
+            lines.append(f"    targets: {t.targets}")
+            lines.append(f"    group: {t.group}")
+            if t.kind == "rotate":
+                lines.append(f"    phase: {to_source(t.phase)}")
+                if t.dynamic:
+                    lines.append("    dynamic: true  # the table depends on the run-time length n")
+            elif t.kind == "accumulate_rotation":
+                lines.append(f"    angle: {to_source(t.angle)}")
+                lines.append(f"    data: {_scalar(t.data)}")
+                lines.append(f"    learned: {_scalar(t.learned)}")
+            else:
+                lines.append(f"    w: {to_source(t.w)}")
+                lines.append(f"    beta: {to_source(t.beta)}")
+                lines.append(f"    orthogonal: {_scalar(t.orthogonal)}")
+            if t.group in freqs and t.kind == "rotate" and not t.dynamic:
+                periods = [2 * math.pi / w if w > 0 else float("inf") for w in freqs[t.group]]
+                lines.append("    periods: " + _scalar([round(p, 1) for p in periods]))
+    else:
+        lines.append("transports: []  # no positional transport (NoPE)")
+    if scheme.biases:
+        lines.append("biases:")
+        for b in scheme.biases:
+            if b.kind == "distance":
+                lines.append("  - kind: distance")
+                lines.append(f"    term: {to_source(b.term)}")
+                if b.slope is not None:
+                    lines.append(f"    slope: {to_source(b.slope)}")
+            else:
+                lines.append("  - kind: gate")
+                lines.append(f"    log_gate: {to_source(b.log_gate)}")
+    if scheme.temperature is not None:
+        lines.append(f"temperature: {to_source(scheme.temperature)}")
+    for name in ("train", "eval"):
+        table = getattr(scheme, name)
+        if table:
+            lines.append(f"{name}:")
+            lines += [f"  {k}: {_scalar(v)}" for k, v in table.items()]
+    if scheme.allow:
+        lines.append("allow: [" + ", ".join(scheme.allow) + "]")
+    return "\n".join(lines)
