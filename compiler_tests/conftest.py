@@ -11,6 +11,16 @@ ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ROOT / "schemes"
 
 os.environ.setdefault("PEDSL_TEST", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Two workers on two cores: one thread each (and in every subprocess they start), or the
+    # workers oversubscribe the cores and torch's thread pools slow each other down many-fold.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        import torch
+
+        torch.set_num_threads(1)
+    except ImportError:  # pragma: no cover
+        pass
 
 
 def library() -> list[Path]:
