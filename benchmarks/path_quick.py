@@ -13,6 +13,13 @@ the robust one on a shared machine), methods interleaved round by round so that 
 from other processes hits all of them alike. Also reports the bytes autograd saves for the
 backward (unique storages, via saved_tensors_hooks).
 
+Measured 2026-11-29 on the shared 2-core AMD EPYC (load ~9-13 from other jobs; 1 thread;
+CPU-time ratios to the floor, wall in brackets), fwd+bwd:
+    L=512:  path C=32 3.8x (3.0x), C=64 3.1x (3.1x), C=128 3.6x (3.8x); materialized 76x (71x),
+            3.1 GiB saved for backward vs 72 MiB for path
+    L=2048: path C=32 3.9x (3.9x), C=64 2.7x (2.0x), C=128 2.8x (2.1x); materialized skipped
+            (~112 GB); naive extrapolated from L=64: ~4800 s cpu, ~1800x slower than path C=64
+
     python benchmarks/path_quick.py                 # L = 512, 2048; C = 32, 64, 128
     python benchmarks/path_quick.py --lengths 512 --blocks 64 --threads 1
 """

@@ -160,3 +160,17 @@ def test_bfloat16_inputs_run_in_float32_and_keep_dtype():
     out = path_attention(*(t.bfloat16() for t in (q, k, v, w, b, lf)), block_size=8)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.double(), ref, rtol=0.05, atol=0.05)
+
+
+def test_hard_forget_reset_masks_the_past_without_nan():
+    """log_forget = -inf at t (f_t = 0): queries i >= t see only keys j >= t."""
+    q, k, v, w, b, lf, _ = make(L=20, D=4, seed=13)
+    lf[..., 9] = float("-inf")
+    out = path_attention(q, k, v, w, b, lf, block_size=4)
+    assert torch.isfinite(out).all()
+    lf_late = lf[:, :, 9:].clone()
+    lf_late[..., 0] = 0.0  # the first step of a sequence never enters a bias
+    ref_late = path_attention_naive(*(t[:, :, 9:] for t in (q, k, v, w, b)), lf_late)
+    torch.testing.assert_close(out[:, :, 9:], ref_late, rtol=1e-10, atol=1e-11)
+    ref_early = path_attention_naive(*(t[:, :, :9] for t in (q, k, v, w, b, lf)))
+    torch.testing.assert_close(out[:, :, :9], ref_early, rtol=1e-10, atol=1e-11)

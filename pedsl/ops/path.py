@@ -45,7 +45,8 @@ Double backward is not supported. Half-precision inputs run the scan in float32.
 
 The forget-gate bias uses per-block offsets: a local cumulative sum inside each block (input
 dtype) plus float64 block offsets, so G_i - G_j never cancels two large float32 numbers. log_forget
-must be finite (a log-sigmoid is). On CPUs, sharply peaked attention makes denormals; callers
+is clamped below at -1e4 (exp of that is 0 in every float format), so a hard reset (-inf, f = 0)
+masks everything before it instead of producing NaN. On CPUs, sharply peaked attention makes denormals; callers
 own ``torch.set_flush_denormal(True)`` (SEMANTICS 6).
 
 Baselines for tests and benchmarks: :func:`path_attention_naive` (float64 loops over explicit
@@ -226,6 +227,7 @@ def _bias(gl, gb, n, j):
 
 
 # --------------------------------------------------------------------------- public API
+_LOG_FORGET_MIN = -1e4  # exp(-1e4) is 0 in every float format: "forget everything before"
 def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None):
     """PaTH attention (causal), blockwise UT/WY algorithm; returns (B, H, L, D) in q's dtype."""
     _check(q, k, v, w, beta, log_forget, q_scale)
@@ -255,7 +257,8 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     Sd = Q @ K.transpose(-1, -2) - QW @ Zm
     gl = gb = None
     if log_forget is not None:
-        lf = blocks(log_forget.to(torch.float64).unsqueeze(-1)).squeeze(-1)  # (N, Z, C)
+        lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # -inf would make -inf - -inf
+        lf = blocks(lf.unsqueeze(-1)).squeeze(-1)  # (N, Z, C)
         loc = lf.cumsum(-1)  # local cumulative sums, float64
         gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
         gl = loc.to(q.dtype)
