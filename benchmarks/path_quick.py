@@ -82,7 +82,7 @@ def main():
     ap.add_argument("--naive-lengths", type=int, nargs="*", default=[32, 64])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads (0: torch default; 1 keeps timings stable on a shared machine)")
+                    help="torch threads (0: torch default; 1: stable timings on a shared machine)")
     ap.add_argument("--mat-gb", type=float, default=8.0, help="skip materialized above this")
     a = ap.parse_args()
     torch.set_flush_denormal(True)  # the benchmark owns this process-wide choice (SEMANTICS 6)

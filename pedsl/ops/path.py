@@ -19,7 +19,8 @@ Blockwise algorithm (steps grouped in blocks of C; local indices inside a block)
       A   = (I + strictLower(diag(beta) W W^T))^-1 diag(beta)     (C, C), lower triangular
       H_C ... H_1 = I - W^T A W ,   any contiguous sub-range [b..a] uses the sub-block A[b:a, b:a]
 
-  (the diagonal blocks of the inverse of a triangular matrix are the inverses of its diagonal blocks).
+  (the diagonal blocks of the inverse of a block-triangular matrix are the inverses of its
+  diagonal blocks).
 * Queries moved to the start of their block, keys moved to the end of theirs (U = A W)::
 
       Qt = Q - tril(Q W^T) U                      q_i^T (H_i ... H_1)
@@ -46,8 +47,8 @@ Double backward is not supported. Half-precision inputs run the scan in float32.
 The forget-gate bias uses per-block offsets: a local cumulative sum inside each block (input
 dtype) plus float64 block offsets, so G_i - G_j never cancels two large float32 numbers. log_forget
 is clamped below at -1e4 (exp of that is 0 in every float format), so a hard reset (-inf, f = 0)
-masks everything before it instead of producing NaN. On CPUs, sharply peaked attention makes denormals; callers
-own ``torch.set_flush_denormal(True)`` (SEMANTICS 6).
+masks everything before it instead of producing NaN. On CPUs, sharply peaked attention makes
+denormals; callers own ``torch.set_flush_denormal(True)`` (SEMANTICS 6).
 
 Baselines for tests and benchmarks: :func:`path_attention_naive` (float64 loops over explicit
 products, O(L^2 D^2)) and :func:`path_attention_materialized` (all L x L transported keys,
@@ -55,8 +56,6 @@ O(L^2 D) memory).
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 import torch.nn.functional as F
