@@ -256,7 +256,7 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     Sd = Q @ K.transpose(-1, -2) - QW @ Zm
     gl = gb = None
     if log_forget is not None:
-        lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # -inf would make -inf - -inf
+        lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # no -inf - -inf = NaN
         lf = blocks(lf.unsqueeze(-1)).squeeze(-1)  # (N, Z, C)
         loc = lf.cumsum(-1)  # local cumulative sums, float64
         gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
