@@ -28,6 +28,7 @@ from pedsl.ops.accumulate import cumulative_angles
 from pedsl.ops.bias import materialized_bias_attention, separable_bias_attention
 
 F64 = torch.float64
+TABLE0 = 4096  # static cos/sin tables are prebuilt for this many positions (grown on demand)
 LONG = 8192  # beyond this length the key channel is applied per query chunk with an offset (precision)
 
 
@@ -38,6 +39,9 @@ class SchemeAttention(nn.Module):
         super().__init__()
         self.scheme = scheme
         self.graph = graph
+        # plain-dict copy of the node attributes read in forward: networkx views are opaque to
+        # torch.compile (each lookup was a graph break, 5 graphs for RoPE)
+        self._nodes = {n: dict(d) for n, d in graph.nodes(data=True)}
         self.backend = graph.graph["backend"]
         self.heads, self.head_dim = scheme.heads, scheme.head_dim
         self.layout = scheme.layout
@@ -53,6 +57,11 @@ class SchemeAttention(nn.Module):
         self.needs_tokens = scheme.needs_tokens
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
         self._build_learned()
+        # static RoPE tables up to TABLE0 positions, built now: under torch.compile the first trace
+        # then reads a filled cache instead of filling it (which made the second call recompile)
+        for t in self.transforms:
+            if t["op"] == "rotate" and not self._nodes[t["phase"]].get("dynamic"):
+                self._rope_tables(t, TABLE0, torch.device("cpu"), torch.float32)
 
     # ------------------------------------------------------------------ construction
     def _ctx(self, L: int, x=None, tokens=None, device=None, dtype=torch.float32, group=None) -> Context:
@@ -115,7 +124,7 @@ class SchemeAttention(nn.Module):
                 raise ShapeError(f"tokens must be (B={B}, L={L}), got {tuple(tokens.shape)}")
 
     def _rope_tables(self, t: dict, L: int, device, dtype) -> tuple[Tensor, Tensor]:
-        node = self.graph.nodes[t["phase"]]
+        node = self._nodes[t["phase"]]
         key = t["phase"]
         cached = self._rope_cache.get(key)
         dynamic = node.get("dynamic")
@@ -132,7 +141,7 @@ class SchemeAttention(nn.Module):
         return cos[:L], sin[:L]
 
     def _angles(self, t: dict, L: int, x, tokens, device, dtype) -> Tensor:
-        expr = self.graph.nodes[t["steps"]]["expr"]
+        expr = self._nodes[t["steps"]]["expr"]
         a = self.evaluator.run(expr, self._ctx(L, x, tokens, device, dtype, group=t), t["steps"])
         return _as_bhlp(a, L, len(t["channels"]) // 2)
 
@@ -260,8 +269,8 @@ class SchemeAttention(nn.Module):
             if t["op"] != "accumulate_householder":
                 continue
             ctx = self._ctx(L, x, tokens, device, dtype, group=t)
-            wt = self.evaluator.run(self.graph.nodes[t["w"]]["expr"], ctx, t["w"])
-            bt = self.evaluator.run(self.graph.nodes[t["beta"]]["expr"], ctx, t["beta"])
+            wt = self.evaluator.run(self._nodes[t["w"]]["expr"], ctx, t["w"])
+            bt = self.evaluator.run(self._nodes[t["beta"]]["expr"], ctx, t["beta"])
             wv = wt.align(("batch", "head", "pos", "chan")).expand(B, H, L, len(t["channels"])).to(dtype)
             if len(t["channels"]) == D:
                 w = wv
