@@ -35,10 +35,13 @@ def circ_err(x, y):
     return (torch.remainder(x - y + math.pi, 2 * math.pi) - math.pi).abs().max().item()
 
 
-@pytest.mark.parametrize("L", [1, 5, 17])
+# every group at L = 17; the edge lengths 1 and 5 on a halves and an interleaved group
+CASES = [(17, *g) for g in GROUPS] + [(L, *g) for L in (1, 5) for g in (GROUPS[3], GROUPS[4])]
+
+
 @pytest.mark.parametrize("value_rotation", [False, True])
-@pytest.mark.parametrize("layout,channels,D", GROUPS)
-def test_matches_ordered_product_definition(L, value_rotation, layout, channels, D):
+@pytest.mark.parametrize("L,layout,channels,D", CASES)
+def test_matches_ordered_product_definition(L, layout, channels, D, value_rotation):
     B, H = 2, 3
     q, k, v = (rnd(B, H, L, D, seed=s).requires_grad_() for s in (1, 2, 3))
     steps = rnd(B, 1, L, n_pairs(channels, D), seed=4).requires_grad_()  # broadcast over heads

@@ -80,8 +80,11 @@ def test_channel_groups_leave_other_channels_and_norm_unchanged(layout, channels
     torch.testing.assert_close(y.norm(dim=-1), x.norm(dim=-1))
 
 
-@pytest.mark.parametrize("L", [1, 5, 17])
-@pytest.mark.parametrize("layout,channels,D", GROUPS)
+# every group at L = 17; the edge lengths 1 and 5 on a halves and an interleaved group
+CASES = [(17, *g) for g in GROUPS] + [(L, *g) for L in (1, 5) for g in (GROUPS[2], GROUPS[7])]
+
+
+@pytest.mark.parametrize("L,layout,channels,D", CASES)
 def test_rope_attention_matches_reference(L, layout, channels, D):
     B, H = 2, 3
     q, k, v = (rnd(B, H, L, D, seed=s).requires_grad_() for s in (1, 2, 3))
