@@ -21,6 +21,10 @@ def _f(x, fmt="{:.2f}") -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
 
+def _x(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
 def markdown(res: dict) -> str:
     m = res["meta"]
     out = [f"### pedsl bench, {m['date']}", "",
@@ -31,7 +35,7 @@ def markdown(res: dict) -> str:
            f"total {m.get('total_s', 0) / 60:.1f} min.", ""]
     if TARGET_L in res["cases"]:
         out += ["#### Targets (L = 2048, forward + backward, ratio to the floor)", "",
-                "| scheme | pedsl eager | pedsl compiled | target | met | usual code | pedsl vs usual | "
+                "| scheme | pedsl eager | pedsl compiled | target | met | usual code | usual / pedsl time | "
                 "peak extra MiB: floor / usual / pedsl |", "|---|---|---|---|---|---|---|---|"]
         for s, r in res["cases"][TARGET_L].items():
             v = r["variants"]
@@ -45,9 +49,9 @@ def markdown(res: dict) -> str:
             hname = hand[0] if hand else (next(iter(r["skipped"]), "-") + " (skipped)" if r["skipped"] else "-")
             speed = (h["fwdbwd_ms"] / p["fwdbwd_ms"]) if h and p.get("fwdbwd_ms") else None
             mem = " / ".join(_f(x.get("peak_extra_mib") if x else None, "{:.0f}") for x in (v["floor"], h, p))
-            out.append(f"| {s} | {_f(p.get('fwdbwd_ratio'))}x | {_f(c.get('fwdbwd_ratio'))}x | "
-                       f"{_f(tgt)}x | {met} | {hname} {_f(h['fwdbwd_ratio'] if h else None)}x | "
-                       f"{_f(speed)}x faster | {mem} |")
+            out.append(f"| {s} | {_x(p.get('fwdbwd_ratio'))} | {_x(c.get('fwdbwd_ratio'))} | "
+                       f"{_x(tgt)} | {met} | {hname} {_x(h['fwdbwd_ratio'] if h else None)} | "
+                       f"{_x(speed)} | {mem} |")
         out.append("")
     for L, cases in res["cases"].items():
         out += [f"#### L = {L}", "", "| scheme | variant | fwd ms | fwd ratio | fwd+bwd ms | fwd+bwd ratio | "
@@ -97,10 +101,12 @@ def markdown(res: dict) -> str:
                 " ".join(f"{s} {t:.1f}," for s, t in fe.items()).rstrip(",") + f"  (max {max(fe.values()):.1f} ms)", ""]
     if res.get("compile_s"):
         out += ["#### torch.compile (fwd + bwd at L = 512, fresh process; cached = second process, same inductor "
-                "cache)", "", "| scheme | first compile s | cached compile s | steady call s |", "|---|---|---|---|"]
+                "cache; wall s, and CPU s of the process + compile workers)", "",
+                "| scheme | first compile s (CPU s) | cached compile s (CPU s) | steady call s |", "|---|---|---|---|"]
         for s, r in res["compile_s"].items():
             f, c = r["first"], r.get("cached") or {}
-            out.append(f"| {s} | {_f(f.get('compile_s'), '{:.1f}')} | {_f(c.get('compile_s'), '{:.1f}')} | "
+            out.append(f"| {s} | {_f(f.get('compile_s'), '{:.1f}')} ({_f(f.get('compile_cpu_s'), '{:.1f}')}) | "
+                       f"{_f(c.get('compile_s'), '{:.1f}')} ({_f(c.get('compile_cpu_s'), '{:.1f}')}) | "
                        f"{_f(f.get('steady_s'), '{:.3f}')} |")
         out.append("")
     if res.get("agreement"):
