@@ -84,6 +84,8 @@ def separable_bias_attention(
     q = _scaled_q(q, q_scale)
     if key_term is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+    while key_term.dim() < 3:  # (L,) or (H, L) -> (1, H|1, L)
+        key_term = key_term.unsqueeze(0)
     L = k.shape[-2]
     if chunk_size is not None and chunk_size < L:
         return _chunked(q, k, v, key_term, scale, int(chunk_size))
