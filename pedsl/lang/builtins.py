@@ -314,6 +314,7 @@ WARNINGS = {
     "nonorthogonal_value": "W103",
     "no_spectral_gap": "W104",
     "unused": "W105",
+    "constant_bias": "W106",
 }
 
 KEYWORDS = {

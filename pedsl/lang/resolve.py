@@ -735,10 +735,10 @@ class Resolver:
                 out.append(GateBias(log_gate=neg(_arg(term.operand, "step")), data="x" in names_in(term)))
             elif "distance" in names_in(term):
                 out.append(DistanceBias(term=term, slope=distance_coefficient(term)))
-            else:
+            elif "constant_bias" not in {n for loc in self.m.allow for n in loc.stmt.names}:
                 # a term that depends on neither i - j nor the route cancels in the softmax
                 self.report("W106", "this bias term does not depend on the distance: it cancels in the softmax",
-                            term, severity="warning")
+                            term, severity="warning", hint="remove it, or 'allow constant_bias'")
         return out
 
     def resolve_temperature(self, lets) -> ast.Expr | None:

@@ -102,7 +102,7 @@ class Checker:
                 self.report("E202", f"'{e.func}' is not a function", e)
                 return None
             hint = did_you_mean(e.func, FUNCTIONS)
-            self.report("E202", f"unknown function '{e.func}'", e, hint=hint or "see `pedsl explain --builtins`")
+            self.report("E202", f"unknown function '{e.func}'", e, hint=hint or "the builtins are listed in docs/language.md")
             return None
         pnames = [p for p, _ in spec.params]
         if len(e.args) > len(pnames):
