@@ -20,8 +20,14 @@ float32 it carries an absolute error of about ``6e-8 |g(j)|`` in the logit
 (~6e-5 at L = 2048, ~2e-3 at L = 65,536). ``chunk_size`` runs the queries in
 chunks and subtracts a per-chunk offset ``g(mid)`` (in the key term's own dtype,
 so pass a float64 key term) before the cast: the keys that matter keep small
-logits (error ~ 6e-8 * m * chunk_size / 2 instead of 6e-8 * m * L). Chunks use an explicit bottom-right boolean causal mask (SDPA's
-``is_causal`` with ``Lq != Lk`` is top-left aligned).
+logits (error ~ 6e-8 * m * chunk_size / 2 instead of 6e-8 * m * L). Chunks
+use an explicit bottom-right boolean causal mask (SDPA's ``is_causal`` with
+``Lq != Lk`` is top-left aligned).
+
+CPU fast path: when the key term needs no gradient (ALiBi, a frozen gate) the
+channel is replaced by a ``(B|1, H|1, 1, L)`` float mask broadcast (stride 0)
+over the queries and passed *with* ``is_causal`` to the CPU flash kernel: head
+dim stays D (about +4% over plain causal SDPA instead of ~+15% for D+1).
 
 Temperature per query (SEMANTICS 5.4) is ``q_scale (B|1, H|1, L)`` multiplying
 the rows of q before the kernel.
