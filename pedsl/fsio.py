@@ -44,7 +44,9 @@ def ensure_dir(path: str | Path) -> Path:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    target = Path(path)
+    """Replace ``path`` with ``data`` atomically, keeping its permissions; through a symlink,
+    the file it points to is rewritten (the link stays)."""
+    target = Path(os.path.realpath(path))
     try:
         mode = target.stat().st_mode & 0o7777
     except OSError:

@@ -10,15 +10,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterable
 
 import click
 
-from pedsl.errors import Diagnostic, OutputError, PedslError, UsageError
+from pedsl.errors import Diagnostic, PedslError, UsageError
+from pedsl.fsio import atomic_write_text
 
 # ------------------------------------------------------------------ helpers
 
@@ -165,28 +164,8 @@ def _read_stdin() -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically: a temporary file in the same folder, then os.replace."""
-    target = Path(os.path.realpath(path))  # through a symlink: rewrite the file it points to
-    try:
-        mode = target.stat().st_mode & 0o7777
-    except OSError:
-        mode = None
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except OSError as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise OutputError(f"cannot write {path}: {exc.strerror or exc}", file=path,
-                          hint="check the folder's permissions and free space") from None
+    """Replace ``path`` with ``text`` atomically, keeping its permissions (see :mod:`pedsl.fsio`)."""
+    atomic_write_text(path, text)
 
 
 def _diff(old: str, new: str, path: str) -> str:

@@ -30,36 +30,11 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from pedsl.errors import CheckpointError
+from pedsl.fsio import atomic_write_bytes as write_bytes  # noqa: F401 - re-exported for the loop
+from pedsl.fsio import atomic_write_text as write_text  # noqa: F401
+from pedsl.fsio import fsync_dir
 
 PREFIX = "step_"
-
-
-def fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def write_bytes(path: Path, data: bytes) -> None:
-    """Atomically replace ``path`` with ``data`` (temp file in the same dir, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def write_text(path: Path, text: str) -> None:
-    write_bytes(path, text.encode())
 
 
 # ---------------------------------------------------------------------------------------------
