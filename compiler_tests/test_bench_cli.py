@@ -1,0 +1,38 @@
+"""Smoke test of the benchmark runner (`pedsl bench`): tiny sizes, structure of the JSON, agreement."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from click.testing import CliRunner
+
+from pedsl.cli.bench import bench
+
+
+def test_bench_tiny_run_writes_json_and_markdown(tmp_path):
+    out, md = tmp_path / "r.json", tmp_path / "r.md"
+    threads = torch.get_num_threads()
+    try:
+        res = CliRunner().invoke(bench, ["rope", "alibi", "acc_random_qkv", "--lengths", "16", "--scaling-lengths",
+                                         "16", "--repeats", "1", "-B", "1", "-H", "2", "-D", "8", "--no-memory",
+                                         "--threads", "1", "--json", str(out), "--md", str(md), "-q"])
+    finally:  # the runner sets process-wide state: put it back for the other tests
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    case = data["cases"]["16"]
+    assert set(case) == {"rope", "alibi", "acc_random_qkv"}
+    assert set(case["rope"]["variants"]) == {"floor", "hf", "pedsl"}
+    assert set(case["alibi"]["variants"]) == {"floor", "materialised", "pedsl"}
+    assert case["rope"]["variants"]["floor"]["fwdbwd_ratio"] == 1.0
+    assert data["meta"]["clock"] == "cpu"
+    assert all(err < 1e-4 for a in data["agreement"].values() for err in a.values())
+    assert "| L | floor | rope | alibi | path |" in md.read_text()
+
+
+def test_bench_unknown_scheme_is_a_usage_error():
+    res = CliRunner().invoke(bench, ["no_such_scheme"])
+    assert res.exit_code != 0
+    assert "no scheme 'no_such_scheme'" in str(res.exception or res.output)
