@@ -97,7 +97,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
 @click.option("--out", "out", type=click.Path(file_okay=False), default="compare", show_default=True,
               help="Study directory (runs, report.md, report.html, plots).")
 @click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32).")
-@click.option("--windows", type=int, default=None, help="Windows / samples per length (default 4; 2 with --quick).")
+@click.option("--windows", type=int, default=None, help="Windows / samples per length (default 8; 2 with --quick).")
 @click.option("--seed", type=int, default=None, help="Seed of every run (default: the preset's, 0).")
 @click.option("--data", default=None, help="stdlib (default), or a local file/folder.")
 @click.option("--analyze-max", type=int, default=None, help="Longest analysis length (default 1024; 512 with --quick).")

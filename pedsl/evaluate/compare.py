@@ -30,6 +30,7 @@ from pedsl.evaluate.common import read_json, write_json, write_text
 
 DEFAULT_SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path")
 QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
+WINDOWS = 8  # windows (ppl) and samples (tasks) per length: 8 x L_train scored bytes per length
 
 
 def library_dir() -> Path:
@@ -175,7 +176,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
         L0 = model_cfg.context
         mults = QUICK["multipliers"] if quick else (1, 2, 4, 8, 16, 32)
         lens = lengths or [L0 * m for m in mults]
-        win = windows or (QUICK["windows"] if quick else None)
+        win = windows or (QUICK["windows"] if quick else WINDOWS)
         amax = analyze_max or (QUICK["analyze_max"] if quick else None)
         ev = read_json(run / "eval.json")
         want_tasks = ["ppl", "passkey", "blocks"]

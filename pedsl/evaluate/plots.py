@@ -67,6 +67,7 @@ def ppl_ratio(results: dict, out_dir: Path, context: int) -> list[str]:
     if logy:
         ax.set_yscale("log")
         fmt = matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
         ax.yaxis.set_major_formatter(fmt)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.axhline(1.0, color="black", linewidth=0.8)
