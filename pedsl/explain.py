@@ -14,15 +14,10 @@ import math
 
 from pedsl.diffing.facts import (GroupFacts, SchemeFacts, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num, scheme_facts)
+from pedsl.lang.evaluate import channel_ranges
 from pedsl.lang.scheme import Scheme
 
 PATH_BLOCK = 64  # the blockwise PaTH kernel's block size C (pedsl.ops.path.path_attention)
-
-
-def _ranges(ch) -> str:
-    from pedsl.diffing.match import ranges
-
-    return ranges(ch)
 
 
 def _pairs(g: GroupFacts, layout: str) -> list[tuple[int, int]]:
@@ -38,7 +33,7 @@ def channel_lines(f: SchemeFacts) -> list[str]:
     width = max(len(g.name) for g in f.groups) if f.groups else 4
     for g in f.groups:
         what = describe_rotation(g, f.head_dim, f.layout, where=False) if g.kind else "no transport (NoPE channels)"
-        out.append(f"  {g.name.ljust(width)}  {g.spec}: {len(g.channels)} channels ({_ranges(g.channels)}): {what}")
+        out.append(f"  {g.name.ljust(width)}  {g.spec}: {len(g.channels)} channels ({channel_ranges(g.channels)}): {what}")
         if g.kind in ("rotate", "accumulate_rotation"):
             pairs = _pairs(g, f.layout)
             shown = ", ".join(f"({a}, {b})" for a, b in pairs[:4]) + (", ..." if len(pairs) > 4 else "")

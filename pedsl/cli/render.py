@@ -4,22 +4,9 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable
+from typing import Any
 
-
-def _ranges(chans: Iterable[int]) -> str:
-    chans = sorted(chans)
-    if not chans:
-        return "none"
-    out, start, prev = [], chans[0], chans[0]
-    for c in chans[1:] + [None]:
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if c is not None:
-            start = prev = c
-    return ", ".join(out)
+from pedsl.lang.evaluate import channel_ranges
 
 
 def _scalar(v: Any) -> str:
@@ -56,7 +43,7 @@ def render_scheme(scheme) -> str:
         lines += [f"  {k}: {_scalar(v)}" for k, v in scheme.params.items()]
     lines.append("groups:")
     for g in scheme.groups:
-        lines.append(f"  {g.name}: channels {_ranges(g.channels)} ({len(g.channels)}; {g.spec})")
+        lines.append(f"  {g.name}: channels {channel_ranges(g.channels)} ({len(g.channels)}; {g.spec})")
     try:
         freqs = rotary_frequencies(scheme)
     except Exception:  # pragma: no cover - a display nicety must never break show

@@ -40,7 +40,7 @@ def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
     w = mod.evaluator.run(g.nodes[t["w"]]["expr"], ctx, t["w"])
     beta = mod.evaluator.run(g.nodes[t["beta"]]["expr"], ctx, t["beta"])
     wt = w.align(("batch", "head", "pos", "chan")).to(F64)
-    Bw, Hw = wt.shape[0], wt.shape[1]
+    Bw = wt.shape[0]
     wt = wt.expand(Bw, mod.heads, L, len(ch))
     full = torch.zeros(Bw, mod.heads, L, D, dtype=F64, device=device)
     full[..., ch] = wt

@@ -22,19 +22,6 @@ from pedsl.lang.exprs import names_in, to_source, transform
 from pedsl.lang.scheme import Scheme
 
 
-def ranges(chans) -> str:
-    """Channel indices as compact ranges: (0, 1, 2, 3, 8, 9) -> '0-3, 8-9'."""
-    chans = sorted(chans)
-    out, i = [], 0
-    while i < len(chans):
-        j = i
-        while j + 1 < len(chans) and chans[j + 1] == chans[j] + 1:
-            j += 1
-        out.append(str(chans[i]) if i == j else f"{chans[i]}-{chans[j]}")
-        i = j + 1
-    return ", ".join(out) or "none"
-
-
 def transport_fields(t) -> dict[str, ast.Expr]:
     if t.kind == "rotate":
         return {"phase": t.phase}

@@ -2,3 +2,5 @@
 
 from pedsl.lang.api import check, format, load, parse  # noqa: F401
 from pedsl.lang.scheme import Scheme  # noqa: F401
+
+__all__ = ["check", "format", "load", "parse", "Scheme"]

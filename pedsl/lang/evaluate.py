@@ -505,6 +505,19 @@ def group_channels(spec: GroupSpec, head_dim: int, taken: set[int]) -> list[int]
     raise EvalIssue(f"unknown channel group '{spec.kind}'")  # pragma: no cover
 
 
+def channel_ranges(chans) -> str:
+    """Channel indices as compact ranges: (0, 1, 2, 3, 8, 9) -> '0-3, 8-9' ('none' when empty)."""
+    chans = sorted(chans)
+    out, i = [], 0
+    while i < len(chans):
+        j = i
+        while j + 1 < len(chans) and chans[j + 1] == chans[j] + 1:
+            j += 1
+        out.append(str(chans[i]) if i == j else f"{chans[i]}-{chans[j]}")
+        i = j + 1
+    return ", ".join(out) or "none"
+
+
 def _nice_fractions(head_dim: int) -> str:
     fr = [f for f in (0.25, 0.5, 0.75, 1.0) if (f * head_dim) % 2 == 0]
     return ", ".join(f"{f:g}" for f in fr) or "1"

@@ -26,7 +26,7 @@ from typing import Any
 from pedsl.errors import CheckError, Diagnostic, DiagnosticSink, ParamError, ParseError, PedslError, did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
+from pedsl.lang.evaluate import DYNAMIC, channel_ranges, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source, walk
 from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.scheme import (
@@ -617,7 +617,7 @@ class Resolver:
             overlap = taken & set(chans)
             if overlap:
                 self.report("E211", f"channel group '{g.name}' overlaps another group (channels "
-                            f"{_ranges(sorted(overlap))})", g.spec)
+                            f"{channel_ranges(sorted(overlap))})", g.spec)
                 continue
             taken |= set(chans)
             groups[g.name] = ChannelGroup(name=g.name, channels=tuple(chans), spec=to_source(g.spec))
@@ -658,7 +658,7 @@ class Resolver:
                 continue
             clash = sorted(c for c in group.channels if c in used)
             if clash:
-                self.report("E214", f"two transports act on channels {_ranges(clash)} (groups '{used[clash[0]]}' "
+                self.report("E214", f"two transports act on channels {channel_ranges(clash)} (groups '{used[clash[0]]}' "
                             f"and '{gname}')", st, hint="give each transport its own channel group")
                 continue
             for c in group.channels:
@@ -807,20 +807,6 @@ def _arg(call: ast.Call, name: str) -> ast.Expr:
         if kw.name == name:
             return kw.value
     raise KeyError(name)  # pragma: no cover - the checker guarantees required args
-
-
-def _ranges(chans: list[int]) -> str:
-    if not chans:
-        return ""
-    out, start, prev = [], chans[0], chans[0]
-    for c in chans[1:] + [None]:
-        if c is not None and c == prev + 1:
-            prev = c
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if c is not None:
-            start = prev = c
-    return ", ".join(out)
 
 
 def _config_fields(which: str) -> set[str] | None:

@@ -21,7 +21,7 @@ tau ``(B|1, H|1, L)``.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Sequence
 
 import torch
 from torch import Tensor
