@@ -154,7 +154,8 @@ def retrieval(results: dict, out_dir: Path, context: int) -> list[str]:
             if lengths:
                 _length_axis(ax, sorted(lengths))
                 _mark_train(ax, context)
-            ax.legend(fontsize=7)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=7)
     if not any_:
         plt.close(fig)
         return []
