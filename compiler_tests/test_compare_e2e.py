@@ -1,6 +1,7 @@
 """`pedsl compare` end to end on two schemes with a tiny budget: report.md / report.html, the
-tables and the plot files exist and carry the runs' numbers; a rerun reuses everything; eval
-of a run whose checkpoint was corrupted fails with a diagnostic (exit 1, no traceback)."""
+tables and the plot files exist and carry the runs' numbers; a rerun reuses everything, an
+interrupted run is resumed; eval of a run whose checkpoint was corrupted fails with a
+diagnostic (exit 1, no traceback)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ def test_compare_two_schemes_end_to_end(tmp_path, monkeypatch):
     code, _, err = _cli("compare", "rope", "alibi", "--out", str(out), *TINY[:-1])
     assert code == 0, err
     assert err.count("reusing the finished run") == 2 and "reusing eval.json" in err
+
+    # an interrupted run (checkpoints, no DONE.json) is resumed, not retrained
+    (out / "runs" / "alibi" / "DONE.json").unlink()
+    code, _, err = _cli("compare", "rope", "alibi", "--out", str(out), *TINY[:-1])
+    assert code == 0, err
+    assert "alibi: resuming" in err and (out / "runs" / "alibi" / "DONE.json").is_file()
 
     # eval of a run whose checkpoint is corrupt: a diagnostic, exit 1, no traceback
     ckpt = sorted((out / "runs" / "rope" / "checkpoints").iterdir())[-1]
