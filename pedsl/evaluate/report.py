@@ -103,6 +103,9 @@ def findings(results: Results, context: int) -> list[str]:
             continue
         parts = [f"At {mult}x ({context * mult} tokens): RoPE {rope:.2f}, ALiBi {alibi:.2f}"]
         parts += [f"{n} {ratio(n, mult):.2f}" for n in acc if ratio(n, mult) is not None]
+        others = [n for n in results if n not in acc and n not in ("rope", "alibi") and ratio(n, mult) is not None]
+        if others:
+            parts.append("not part of the check: " + ", ".join(f"{n} {ratio(n, mult):.2f}" for n in others))
         checks = [("RoPE far above ALiBi", rope > 2 * alibi), ("ALiBi near 1", abs(alibi - 1) < 0.15)]
         between = [n for n in acc if ratio(n, mult) is not None and alibi - 0.05 <= ratio(n, mult) <= rope]
         if acc:
