@@ -92,6 +92,27 @@ def test_retrieval_scores_the_logits_before_each_answer():
     assert not ok.any()
 
 
+def test_blocks_score_the_same_letters_at_every_length():
+    from pedsl.evaluate.retrieval import blocks
+
+    def oracle(t):  # copies the letter 15 back at block ends: exactly the task (offset 0, block 16)
+        b, L = t.shape
+        logits = torch.zeros(b, L, 256)
+        prev = torch.roll(t, 14, dims=1)  # position p - 1 predicts t[p] = t[p - 15] = t[(p - 1) - 14]
+        logits.scatter_(2, prev[..., None], 30.0)
+        return logits
+
+    res = blocks(oracle, [128, 256, 1024], 128, samples=3, block_len=16)
+    assert all(r["accuracy"] == 1.0 for r in res.values())
+
+    def by_letter(t):  # context-free: the loss depends only on which letters are scored
+        return torch.nn.functional.one_hot(t, 256).float() * (t[..., None] % 7).float()
+
+    res = blocks(by_letter, [128, 256, 1024], 128, samples=3, block_len=16)
+    nll = {r["answer_nll"] for r in res.values()}
+    assert len(nll) == 1 and all(r["answers"] == 3 * 8 for r in res.values())
+
+
 def _cli(*args: str) -> tuple[int, str, str]:
     from pedsl.cli import main
 

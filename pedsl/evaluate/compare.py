@@ -143,7 +143,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     """The whole study; returns ``{"results": ..., "meta": ..., "files": [...]}``."""
     from pedsl.evaluate.analyze import analyze_run, default_lengths
     from pedsl.evaluate.common import open_run
-    from pedsl.evaluate.eval_run import evaluate_run, settings_of
+    from pedsl.evaluate.eval_run import EVAL_VERSION, evaluate_run
     from pedsl.evaluate.plots import all_plots
     from pedsl.evaluate.report import markdown, to_html
 
@@ -180,7 +180,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
         amax = analyze_max or (QUICK["analyze_max"] if quick else None)
         ev = read_json(run / "eval.json")
         want_tasks = ["ppl", "passkey", "blocks"]
-        if not (ev and ev.get("step") == done.get("steps") and ev.get("scheme_hash") == done.get("scheme_hash")
+        if not (ev and ev.get("settings", {}).get("version") == EVAL_VERSION and ev.get("step") == done.get("steps") and ev.get("scheme_hash") == done.get("scheme_hash")
                 and ev.get("settings", {}).get("lengths") == sorted(set(lens))
                 and ev.get("settings", {}).get("windows") == (win or ev.get("settings", {}).get("windows"))
                 and ev.get("settings", {}).get("tasks") == want_tasks):

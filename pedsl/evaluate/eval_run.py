@@ -22,6 +22,7 @@ from pedsl.evaluate.perplexity import perplexity
 from pedsl.evaluate.retrieval import blocks, passkey
 
 _CORPORA: dict[str, Any] = {}
+EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older eval.json files
 
 
 def validation_data(cfg) -> torch.Tensor | None:
@@ -37,7 +38,7 @@ def validation_data(cfg) -> torch.Tensor | None:
 
 
 def settings_of(ecfg, tasks: list[str]) -> dict:
-    return {"lengths": sorted(set(ecfg.lengths)), "tasks": list(tasks), "windows": ecfg.windows, "seed": ecfg.seed}
+    return {"version": EVAL_VERSION, "lengths": sorted(set(ecfg.lengths)), "tasks": list(tasks), "windows": ecfg.windows, "seed": ecfg.seed}
 
 
 @torch.no_grad()

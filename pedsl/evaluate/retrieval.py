@@ -6,7 +6,9 @@
 - blocks (:func:`pedsl.data.block_batch`): latent blocks of ``block_len`` random letters whose last
   letter repeats the one at ``offset``; scored at the block ends inside the last ``L_train``
   positions (the same positions relative to the end at every length, like perplexity):
-  ``accuracy`` (chance 1/26) and ``answer_nll``.
+  ``accuracy`` (chance 1/26) and ``answer_nll``. The sequences of every length are suffixes of
+  the same long ones (when the length difference is a multiple of ``block_len``, which keeps the
+  block alignment), so every length scores the same letters and differs only in context.
 
 A model trained on the text corpus never saw these tasks: accuracy near chance is an honest
 result; the answer loss still shows whether longer context hurts.
@@ -70,15 +72,22 @@ def blocks(model: Callable, lengths: list[int], context: int, *, samples: int = 
            offset: int = 0, seed: int = 1234, token_budget: int = 8192,
            say: Callable[[str], None] = lambda m: None) -> dict[str, dict]:
     out = {}
+    longest = max(lengths, default=0)
+    full = block_batch(samples, longest, block_len=block_len, offset=offset, g=_gen(seed, "blocks", longest)) \
+        if longest >= 2 * block_len else None
     for L in lengths:
         if L < 2 * block_len:
             continue
-        batch = block_batch(samples, L, block_len=block_len, offset=offset, g=_gen(seed, "blocks", L))
-        pos = batch["answer_positions"]
-        pos = pos[:, pos[0] >= L - context]  # the block ends inside the last L_train positions
-        if pos.shape[1] == 0:
+        if (longest - L) % block_len == 0:  # a suffix keeps the block alignment: the same scored letters
+            tokens = full["tokens"][:, longest - L:]
+        else:
+            tokens = block_batch(samples, L, block_len=block_len, offset=offset, g=_gen(seed, "blocks", L))["tokens"]
+        last = torch.arange(block_len - 1, L, block_len)
+        last = last[last >= L - context]  # the block ends inside the last L_train positions
+        if last.numel() == 0:
             continue
-        ok, nll = score_answers(model, batch["tokens"], pos, token_budget)
+        pos = last.expand(samples, -1)
+        ok, nll = score_answers(model, tokens, pos, token_budget)
         out[str(L)] = {"accuracy": float(ok.float().mean()), "answer_nll": float(nll.mean()),
                        "answers": int(ok.numel()), "samples": samples, "chance": CHANCE["blocks"]}
         say(f"  blocks  @ {L:>6}: {out[str(L)]['accuracy']:.2f}")
