@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
+from pedsl.errors import CheckpointError, EvalError, PedslError
 
 
 def setup_torch(threads: int = 0) -> None:
@@ -117,27 +116,15 @@ def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    """Write JSON atomically (temp file + rename); NaN/inf become null."""
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        text = json.dumps(_clean(data), indent=1) + "\n"
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, p)
-    except OSError as exc:
-        raise OutputError(f"cannot write '{p}': {exc.strerror or exc}", hint="choose another --out") from None
+    """Write JSON atomically (pedsl.fsio); NaN/inf become null."""
+    write_text(path, json.dumps(_clean(data), indent=1) + "\n")
 
 
 def write_text(path: str | Path, text: str) -> None:
-    p = Path(path)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, p)
-    except OSError as exc:
-        raise OutputError(f"cannot write '{p}': {exc.strerror or exc}", hint="choose another --out") from None
+    from pedsl.fsio import atomic_write_text, ensure_dir
+
+    ensure_dir(Path(path).parent)
+    atomic_write_text(path, text)
 
 
 def read_json(path: str | Path) -> Any | None:

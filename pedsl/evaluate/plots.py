@@ -14,9 +14,12 @@ output stem; returns the file names written (relative), or [] when there is noth
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import matplotlib
+
+from pedsl.fsio import atomic_write_bytes
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -29,7 +32,9 @@ def _save(fig, out_dir: Path, stem: str) -> list[str]:
     names = []
     for ext in ("png", "svg"):
         name = f"{stem}.{ext}"
-        fig.savefig(out_dir / name, dpi=130 if ext == "png" else None, bbox_inches="tight")
+        buf = io.BytesIO()
+        fig.savefig(buf, format=ext, dpi=130 if ext == "png" else None, bbox_inches="tight")
+        atomic_write_bytes(out_dir / name, buf.getvalue())
         names.append(name)
     plt.close(fig)
     return names
