@@ -203,8 +203,18 @@ class SchemeAttention(nn.Module):
         for t in self.transforms:
             if t["op"] == "accumulate_householder":
                 continue
-            cos, sin = self._cos_sin(t, L, x, tokens, q.device, q.dtype)
             ch = t["channels"] if len(t["channels"]) != D else None
+            if t["op"] == "accumulate_so2":
+                # float64 cumulative sum reduced mod 2 pi, then cast (|A| < 2 pi keeps ~1e-7 rad in float32);
+                # one fused rotation for q, k (and v) whose backward gives the angle gradient directly
+                A = cumulative_angles(self._angles(t, L, x, tokens, q.device, q.dtype)).to(q.dtype)
+                if t["targets"] == "qkv":
+                    q, k, v = rotary.rotate_many_by_angles([q, k, v], A, self.layout, ch)
+                    undo.append((None, A, ch))
+                else:
+                    q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
+                continue
+            cos, sin = self._cos_sin(t, L, x, tokens, q.device, q.dtype)
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
             if t["targets"] == "qkv":
@@ -213,7 +223,10 @@ class SchemeAttention(nn.Module):
 
         def restore(o):
             for cos, sin, ch in reversed(undo):
-                o = rotary.apply_rotary_channels(o, cos, -sin, ch, self.layout)  # R(A_i)^T = R(-A_i)
+                if cos is None:  # accumulated angles A: R(A_i)^T = R(-A_i)
+                    o = rotary.rotate_many_by_angles([o], -sin, self.layout, ch)[0]
+                else:
+                    o = rotary.apply_rotary_channels(o, cos, -sin, ch, self.layout)  # R(A_i)^T = R(-A_i)
             return o
 
         return q, k, v, restore
