@@ -43,7 +43,7 @@ def _sets(items: tuple[str, ...]) -> dict:
 @click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks (default: all).")
 @click.option("--windows", type=int, default=None, help="Windows (ppl) or samples (tasks) per length.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
@@ -74,7 +74,7 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
               help="Longest default length ((B, H, L, L) matrices are materialised).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Output JSON (default RUN_DIR/analysis.json).")
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
@@ -102,7 +102,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
 @click.option("--data", default=None, help="stdlib (default), or a local file/folder.")
 @click.option("--analyze-max", type=int, default=None, help="Longest analysis length (default 1024; 512 with --quick).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, quiet):
@@ -121,8 +121,8 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
         raise UsageError("--steps must be at least 1")
     if windows is not None and windows < 1:
         raise UsageError("--windows must be at least 1")
-    setup_torch(threads)
     say = progress(quiet)
+    say(f"torch threads: {setup_torch(threads)}")
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
                       sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
