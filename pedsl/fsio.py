@@ -28,6 +28,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def ensure_dir(path: str | Path) -> Path:
     p = Path(path)
     try:
@@ -50,7 +56,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     try:
         mode = target.stat().st_mode & 0o7777
     except OSError:
-        mode = None
+        mode = 0o666 & ~_umask()  # a new file gets the usual permissions, not mkstemp's 0600
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
     except OSError as exc:
@@ -61,8 +67,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
         fsync_dir(target.parent)
     except OSError as exc:
