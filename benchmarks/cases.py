@@ -93,7 +93,7 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
     for t in mod.transforms:
         full = len(t["channels"]) == D
         if t["op"] == "rotate":
-            cos, sin = mod._rope_tables(t, L, q.device, q.dtype)
+            cos, sin = mod.rope_tables(t, L, q.device, q.dtype)
             plan = None if full else rotary._plan(tuple(t["channels"]), D, mod.layout)
             if plan is not None and plan[0] == "prefix":  # GPT-NeoX rotary_pct: rotate a slice, cat the rest
                 m = plan[1]
@@ -120,7 +120,7 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
                 return
 
             def acc(q, k, v, t=t):
-                ang = mod._angles(t, L, x, tokens, q.device, q.dtype).to(q.dtype)  # (B|1, H|1, L, P)
+                ang = mod.step_angles(t, L, x, tokens, q.device, q.dtype).to(q.dtype)  # (B|1, H|1, L, P)
                 A = bl.scan_rotations(bl.rotation_blocks(ang))  # (B|1, H|1, L, P, 2, 2)
                 qr, kr = bl.apply_blocks(q, A, mod.layout), bl.apply_blocks(k, A, mod.layout)
                 if t["targets"] == "qkv":
@@ -131,7 +131,7 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
         else:  # pragma: no cover
             yield "hand", None, f"no baseline for {t['op']}"
             return
-    tau = mod._q_scale(L, q.device)
+    tau = mod.query_scale(L, q.device)
     tau = None if tau is None else tau.to(q.dtype).unsqueeze(-1)
     static_bias, gates = None, []
     for b in mod.biases:
@@ -179,32 +179,6 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
     yield label, run, ""
 
 
-def path_inputs(mod, L, x, tokens, q):
-    """w (B, H, L, D), beta (B, H, L), log_forget (B, H, L) | None as the module computes them."""
-    from pedsl.compiler.module import _as_bhl, _per_head
-
-    B, H, _, D = q.shape
-    w = beta = None
-    for t in mod.transforms:
-        if t["op"] != "accumulate_householder":
-            continue
-        ctx = mod._ctx(L, x, tokens, q.device, q.dtype, group=t)
-        wt = mod.evaluator.run(mod.graph.nodes[t["w"]]["expr"], ctx, t["w"])
-        bt = mod.evaluator.run(mod.graph.nodes[t["beta"]]["expr"], ctx, t["beta"])
-        w = wt.align(("batch", "head", "pos", "chan")).expand(B, H, L, D).to(q.dtype)
-        beta = _as_bhl(bt, L, H).expand(B, H, L).to(q.dtype)
-    lf = None
-    for b in mod.biases:
-        if b["op"] == "distance_bias":
-            slope = mod.evaluator.run(b["slope"], mod._ctx(L, x, tokens, q.device), b["node"])
-            t = _per_head(slope, H).to(q.dtype)[None, :, None].expand(B, H, L)
-        else:
-            lg = mod.evaluator.run(b["expr"], mod._ctx(L, x, tokens, q.device), b["node"])
-            t = _as_bhl(lg, L, H).expand(B, H, L).to(q.dtype)
-        lf = t if lf is None else lf + t
-    return w, beta, lf
-
-
 def _path_variants(mod, q, k, v, x, tokens, cap_gb):
     from pedsl.ops.path import path_attention_materialized
 
@@ -218,7 +192,7 @@ def _path_variants(mod, q, k, v, x, tokens, cap_gb):
         return
 
     def run():
-        w, beta, lf = path_inputs(mod, L, x, tokens, q)
+        w, beta, lf = mod.householder_inputs(B, L, x, tokens, q.device, q.dtype)
         return path_attention_materialized(q, k, v, w, beta, lf)
 
     yield "materialized", run, ""

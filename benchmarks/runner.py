@@ -102,7 +102,7 @@ def time_case(case, cfg: Config) -> dict:
 
 def naive_path(cfg: Config) -> dict:
     """path_attention_naive fwd+bwd at small L (median of 2), for the L^2 extrapolation."""
-    from benchmarks.cases import make_inputs, path_inputs
+    from benchmarks.cases import make_inputs
     from benchmarks.measure import Variant, interleaved
     from pedsl.ops.path import path_attention_naive
 
@@ -110,7 +110,8 @@ def naive_path(cfg: Config) -> dict:
     out = {}
     for L in cfg.naive_lengths:
         q, k, v, x, tokens, go = make_inputs(cfg.B, cfg.H, L, cfg.D, cfg.H * cfg.D)
-        fn = lambda: path_attention_naive(q, k, v, *path_inputs(mod, L, x, tokens, q))  # noqa: E731
+        fn = lambda: path_attention_naive(  # noqa: E731
+            q, k, v, *mod.householder_inputs(q.shape[0], L, x, tokens, q.device, q.dtype))
         st = interleaved([Variant("naive", fn, [q, k, v])], repeats=2, backward=cfg.backward, grad_out=go,
                          clock=cfg.clock)
         out[L] = 1e3 * st["naive"]["total"]["median"]

@@ -66,7 +66,7 @@ def test_value_rotation_equals_its_definition():
     """o_i = sum_j a_ij P(j->i) v_j with explicit products, against the fast qkv path."""
     mod = compile_scheme(SCHEMES / "acc_random_qkv.pe", num_heads=2).double()
     q, k, v, _, tok = inputs(mod, L=9, grad=False)
-    angles = mod._angles(mod.transforms[0], 9, None, tok, q.device, torch.float64)
+    angles = mod.step_angles(mod.transforms[0], 9, None, tok, q.device, torch.float64)
     steps = ref.so2_step_matrices(angles.to(torch.float64), "halves", list(mod.transforms[0]["channels"]), 32)
     P = ref.accumulated_transport(steps.expand(2, 2, 9, 32, 32))
     expected = ref.reference_attention(q, k, v, transport=P, value_transport=P)
@@ -77,7 +77,7 @@ def test_temperature_is_a_scale_of_q():
     mod = compile_scheme(SCHEMES / "rope_id.pe", num_heads=2).double()
     assert mod.graph.nodes["temperature"]["kernel"] == "q scale"
     L = 300  # past train_length 128: tau > 1 for late queries
-    tau = mod._q_scale(L, None)[0, 0]
+    tau = mod.query_scale(L, None)[0, 0]
     i = torch.arange(L, dtype=torch.float64)
     torch.testing.assert_close(tau, torch.clamp(torch.log(i + 1) / math.log(128), min=1.0))
 
@@ -109,7 +109,7 @@ def test_long_context_phases_stay_accurate():
     """At L = 65,536 the float64 phase tables are exact to 1e-9 rad; float32 phases are off by ~1e-2."""
     mod = compile_scheme(SCHEMES / "rope.pe")
     L = 65536
-    cos, sin = mod._rope_tables(mod.transforms[0], L, torch.device("cpu"), torch.float64)
+    cos, sin = mod.rope_tables(mod.transforms[0], L, torch.device("cpu"), torch.float64)
     w = torch.tensor(load(SCHEMES / "rope.pe").params["base"], dtype=torch.float64) ** (
         -2 * torch.arange(16, dtype=torch.float64) / 32)
     t = torch.arange(L, dtype=torch.float64)

@@ -61,7 +61,7 @@ class SchemeAttention(nn.Module):
         # then reads a filled cache instead of filling it (which made the second call recompile)
         for t in self.transforms:
             if t["op"] == "rotate" and not self._nodes[t["phase"]].get("dynamic"):
-                self._rope_tables(t, TABLE0, torch.device("cpu"), torch.float32)
+                self.rope_tables(t, TABLE0, torch.device("cpu"), torch.float32)
 
     # ------------------------------------------------------------------ construction
     def _ctx(self, L: int, x=None, tokens=None, device=None, dtype=torch.float32, group=None) -> Context:
@@ -123,7 +123,7 @@ class SchemeAttention(nn.Module):
             if tokens.shape != (B, L):
                 raise ShapeError(f"tokens must be (B={B}, L={L}), got {tuple(tokens.shape)}")
 
-    def _rope_tables(self, t: dict, L: int, device, dtype) -> tuple[Tensor, Tensor]:
+    def rope_tables(self, t: dict, L: int, device, dtype) -> tuple[Tensor, Tensor]:
         node = self._nodes[t["phase"]]
         key = t["phase"]
         cached = self._rope_cache.get(key)
@@ -140,15 +140,15 @@ class SchemeAttention(nn.Module):
         self._rope_cache[key] = (size, cos, sin)
         return cos[:L], sin[:L]
 
-    def _angles(self, t: dict, L: int, x, tokens, device, dtype) -> Tensor:
+    def step_angles(self, t: dict, L: int, x, tokens, device, dtype) -> Tensor:
         expr = self._nodes[t["steps"]]["expr"]
         a = self.evaluator.run(expr, self._ctx(L, x, tokens, device, dtype, group=t), t["steps"])
         return _as_bhlp(a, L, len(t["channels"]) // 2)
 
     def _cos_sin(self, t: dict, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
         if t["op"] == "rotate":
-            return self._rope_tables(t, L, device, dtype)
-        A = cumulative_angles(self._angles(t, L, x, tokens, device, dtype).to(F64))
+            return self.rope_tables(t, L, device, dtype)
+        A = cumulative_angles(self.step_angles(t, L, x, tokens, device, dtype).to(F64))
         return torch.cos(A).to(dtype), torch.sin(A).to(dtype)
 
     def _key_term(self, L: int, x, tokens, device) -> Tensor | None:
@@ -170,7 +170,7 @@ class SchemeAttention(nn.Module):
             total = g if total is None else total + g
         return total
 
-    def _bias_table(self, L: int, x, tokens, device) -> Tensor | None:
+    def bias_table(self, L: int, x, tokens, device) -> Tensor | None:
         """The full (B|1, H, L, L) bias, for the masked/reference backends."""
         total = None
         i = torch.arange(L, device=device)
@@ -187,7 +187,7 @@ class SchemeAttention(nn.Module):
             total = full if total is None else total + full
         return total
 
-    def _q_scale(self, L: int, device) -> Tensor | None:
+    def query_scale(self, L: int, device) -> Tensor | None:
         if self.temperature is None:
             return None
         tau = self.evaluator.run(self.temperature, self._ctx(L, device=device), "temperature")
@@ -207,7 +207,7 @@ class SchemeAttention(nn.Module):
             if t["op"] == "accumulate_so2":
                 # float64 cumulative sum reduced mod 2 pi, then cast (|A| < 2 pi keeps ~1e-7 rad in float32);
                 # one fused rotation for q, k (and v) whose backward gives the angle gradient directly
-                A = cumulative_angles(self._angles(t, L, x, tokens, q.device, q.dtype)).to(q.dtype)
+                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(q.dtype)
                 if t["targets"] == "qkv":
                     q, k, v = rotary.rotate_many_by_angles([q, k, v], A, self.layout, ch)
                     undo.append((None, A, ch))
@@ -239,11 +239,11 @@ class SchemeAttention(nn.Module):
             return reference_forward(self, q, k, v, x=x, tokens=tokens).to(q.dtype)
         L = q.shape[2]
         qt, kt, vt, restore = self.transform_qkv(q, k, v, x, tokens)
-        q_scale = self._q_scale(L, q.device)
+        q_scale = self.query_scale(L, q.device)
         if self.backend == "blockwise":
             o = self._blockwise(qt, kt, vt, x, tokens, q_scale)
         elif self.backend in ("masked", "flex"):
-            bias = self._bias_table(L, x, tokens, q.device)
+            bias = self.bias_table(L, x, tokens, q.device)
             if self.backend == "flex":
                 o = self._flex(qt, kt, vt, bias, q_scale)
             else:
@@ -319,10 +319,10 @@ class SchemeAttention(nn.Module):
         """The attention matrix a(i, j), (B, H, L, L) (materialised: for analysis at moderate L)."""
         L, D = q.shape[2], q.shape[3]
         s = self.raw_scores(q, k, x=x, tokens=tokens) / math.sqrt(D)
-        tau = self._q_scale(L, q.device)
+        tau = self.query_scale(L, q.device)
         if tau is not None:
             s = s * tau.to(s.dtype).unsqueeze(-1)
-        bias = self._bias_table(L, x, tokens, q.device)
+        bias = self.bias_table(L, x, tokens, q.device)
         if bias is not None:
             s = s + bias.to(s.dtype)
         return torch.softmax(s, dim=-1)

@@ -131,18 +131,20 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     householder = "accumulate_householder" in ops
     table_bias = "table" in kernels
     hh_value = any(d["op"] == "accumulate_householder" and d["targets"] == "qkv" for _, d in g.nodes(data=True))
+    hh_groups = sum(d["op"] == "accumulate_householder" for _, d in g.nodes(data=True))
     can = {
         "reference": True,
         "sdpa": not householder and not table_bias,
         "masked": not householder,
         "flex": not householder and opt.device != "meta",
-        "blockwise": not table_bias and not hh_value,
+        "blockwise": not table_bias and not hh_value and hh_groups <= 1,
     }
     why = {
         "sdpa": "it has Householder steps (not orthogonal: no pre-transform) or a bias that is not separable",
         "masked": "it has Householder steps",
         "flex": "it has Householder steps",
-        "blockwise": "it has a non-linear distance bias or value transport on Householder steps",
+        "blockwise": "it has a non-linear distance bias, value transport on Householder steps, or Householder "
+                     "steps in more than one channel group",
     }
     if opt.backend not in BACKENDS:
         raise CompileError(f"unknown backend '{opt.backend}'", code="E401",
@@ -160,6 +162,12 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
             )
         backend = opt.backend
     elif householder:
+        if hh_groups > 1:
+            raise CompileError(
+                f"scheme '{g.graph['scheme']}' has Householder steps in {hh_groups} channel groups; the blockwise "
+                "kernel takes one step per token", code="E404",
+                hint="use one Householder group (other groups may rotate), or --backend reference (slow)",
+            )
         if hh_value:
             raise CompileError(
                 f"scheme '{g.graph['scheme']}' transports values with non-orthogonal Householder steps; only the "

@@ -62,8 +62,8 @@ def reference_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=No
         T = _compose(T, tr)
         if t["targets"] == "qkv":
             U = _compose(U, tr)
-    bias = mod._bias_table(L, x, tokens, q.device)
-    tau = mod._q_scale(L, q.device)
+    bias = mod.bias_table(L, x, tokens, q.device)
+    tau = mod.query_scale(L, q.device)
     return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias,
                                    tau=None if tau is None else tau.to(F64))
 

@@ -181,15 +181,15 @@ def _torch_curves(s: Scheme, *, lmax: int, samples: int, seed: int) -> Curves:
                 A = torch.tensor(w[t["group"]], dtype=torch.float64)[None, :] * pos
                 A = A[None, None]  # (1, 1, L, P)
             else:
-                A = torch.cumsum(mod._angles(t, L, x, tokens, None, f32).to(torch.float64), dim=-2)  # (B|1, H|1, L, P)
+                A = torch.cumsum(mod.step_angles(t, L, x, tokens, None, f32).to(torch.float64), dim=-2)  # (B|1, H|1, L, P)
             for j in range(STARTS):  # E_u: every pair carries energy 2 / D
                 dA = A[:, :, j : j + lmax + 1] - A[:, :, j : j + 1]  # (., ., Lmax+1, P)
                 c += (2.0 / D) * torch.cos(dA).sum(-1).mean(dim=(0, 1)).numpy() / STARTS
         plain = [i for i in range(D) if i not in covered]
         if plain:
             c += len(plain) / D
-        table = mod._bias_table(L, x, tokens, None)  # (S|1, H, L, L) or None
-        qs = mod._q_scale(lmax + 1, None)  # (1, H|1, L) or None
+        table = mod.bias_table(L, x, tokens, None)  # (S|1, H, L, L) or None
+        qs = mod.query_scale(lmax + 1, None)  # (1, H|1, L) or None
     bias = np.zeros((H, lmax + 1))
     if table is not None:
         tb = table.to(torch.float64).expand(-1, H, L, L)
@@ -206,15 +206,11 @@ def _householder_part(mod, t: dict, L: int, lmax: int, x, tokens, u) -> np.ndarr
     """sum over j < STARTS of <u_g, H_(j+d) ... H_(j+1) u_g> / STARTS on the group's channels g."""
     import torch
 
-    from pedsl.compiler.module import _as_bhl
-
     S, H, D = u.shape
     ch = list(t["channels"])
-    ctx = mod._ctx(L, x, tokens, None, torch.float32, group=t)
-    wt = mod.evaluator.run(mod.graph.nodes[t["w"]]["expr"], ctx, t["w"])
-    bt = mod.evaluator.run(mod.graph.nodes[t["beta"]]["expr"], ctx, t["beta"])
-    w = wt.align(("batch", "head", "pos", "chan")).expand(S, H, L, len(ch)).to(torch.float64)  # (S, H, L, Dg)
-    beta = _as_bhl(bt, L, H).expand(S, H, L).to(torch.float64)
+    w_full, beta, _ = mod.householder_inputs(S, L, x, tokens, None, torch.float32)
+    w = w_full[..., ch].to(torch.float64)  # (S, H, L, Dg)
+    beta = beta.to(torch.float64)
     ug = u[..., ch]  # (S, H, Dg)
     V = ug[:, :, None, :].expand(S, H, STARTS, len(ch)).clone()  # P(j -> t) u for keys j < STARTS
     js = torch.arange(STARTS)
