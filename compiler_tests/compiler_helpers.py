@@ -7,6 +7,28 @@ import torch
 D_MODEL = 24
 
 
+def run_cli(*args, input: str | bytes | None = None) -> tuple[int, str, str]:
+    """Run `pedsl ARGS` in-process through the real entry point; (exit code, stdout, stderr).
+
+    Asserts what every command promises: no traceback and no internal error, whatever the input.
+    """
+    from click.testing import CliRunner
+
+    from pedsl.cli import main
+
+    runner = CliRunner()
+    with runner.isolation(input=input) as streams:
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = streams[0].getvalue().decode(), streams[1].getvalue().decode()
+    assert "Traceback" not in out + err
+    assert "internal error" not in out + err
+    return code, out, err
+
+
 def inputs(mod, B=2, L=7, dtype=torch.float64, grad=True, seed=0):
     g = torch.Generator().manual_seed(seed)
     H, D = mod.heads, mod.head_dim

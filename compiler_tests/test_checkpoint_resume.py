@@ -5,7 +5,6 @@ CheckpointError that names the file and what differs (never a silent restart).""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

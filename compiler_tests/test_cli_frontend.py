@@ -12,28 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from lang_helpers import BAD_FILES, FIXTURES, LIBRARY, ROOT, SCHEMES, expectation
-from pedsl.cli import main
-
-
-def run(*args: str, input: str | bytes | None = None) -> tuple[int, str, str]:
-    """Run `pedsl ARGS` in-process; (exit code, stdout, stderr)."""
-    runner = CliRunner()
-    with runner.isolation(input=input) as streams:
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        out, err = streams[0].getvalue().decode(), streams[1].getvalue().decode()
-    assert "Traceback" not in out + err
-    assert "internal error" not in out + err
-    return code, out, err
-
-
-# ------------------------------------------------------------------ check
+from compiler_helpers import run_cli as run
 
 
 def test_check_library_clean():

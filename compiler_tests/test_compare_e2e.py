@@ -5,30 +5,16 @@ diagnostic (exit 1, no traceback)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-from pathlib import Path
 
 import pytest
+
+from compiler_helpers import run_cli as _cli
 
 TINY = ["--steps", "12", "--lengths", "32,64,128", "--windows", "2", "--analyze-max", "64", "--threads", "1",
         "--set", "context=32", "--set", "batch_size=4", "--set", "n_layers=1", "--set", "d_model=32",
         "--set", "n_heads=2", "--set", "data.max_bytes=100000", "--set", "eval_every=12",
         "--set", "eval_batches=1", "--set", "warmup=2", "-q"]
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    from pedsl.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.slow

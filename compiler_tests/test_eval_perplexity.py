@@ -4,13 +4,12 @@ fail with a diagnostic (exit 1, no traceback)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import math
 
 import pytest
 import torch
 
+from compiler_helpers import run_cli as _cli
 from pedsl.evaluate.perplexity import perplexity, score_last, window_ends, windows_at
 from pedsl.evaluate.retrieval import score_answers
 
@@ -111,19 +110,6 @@ def test_blocks_score_the_same_letters_at_every_length():
     res = blocks(by_letter, [128, 256, 1024], 128, samples=3, block_len=16)
     nll = {r["answer_nll"] for r in res.values()}
     assert len(nll) == 1 and all(r["answers"] == 3 * 8 for r in res.values())
-
-
-def _cli(*args: str) -> tuple[int, str, str]:
-    from pedsl.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("cmd", ["eval", "analyze"])

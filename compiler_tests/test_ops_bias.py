@@ -1,7 +1,5 @@
 """Biased causal attention (ALiBi, forget gates, temperature) vs the naive oracle (SEMANTICS 3, 5.4, 5.6, 5.7)."""
 
-import math
-
 import pytest
 import torch
 

@@ -1,7 +1,5 @@
 """pedsl.ops.rotary against HF-style / complex-number rotations and the naive oracle."""
 
-import math
-
 import pytest
 import torch
 import torch.nn.functional as F

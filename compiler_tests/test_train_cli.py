@@ -4,7 +4,6 @@ diagnostic, never a traceback). Tests that need the compiler skip until it exist
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -17,15 +16,6 @@ ROOT = Path(__file__).parent.parent
 SCHEMES = ROOT / "schemes"
 
 
-def _has_compiler() -> bool:
-    try:
-        from pedsl.compiler import compile_scheme  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_compiler = pytest.mark.skipif(not _has_compiler(), reason="pedsl.compiler.compile_scheme not available yet")
 TINY = ["--context", "32", "--batch-size", "8", "--threads", "1", "--set", "n_layers=1", "--set", "d_model=32",
         "--set", "n_heads=2", "--set", "eval_every=15", "--set", "eval_batches=2", "--set", "log_every=5",
         "--set", "checkpoint_every=15", "--set", "data.max_bytes=200000", "--set", "warmup=5", "--lr", "1e-2", "-q"]
@@ -87,7 +77,6 @@ def test_bad_override_is_a_config_error(tmp_path):
     assert_user_error(res, "unknown training setting 'd_modle'", "did you mean 'd_model'")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pedsl.lang.api") is None, reason="needs the language front end")
 def test_empty_data_folder_and_context_longer_than_data(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -106,7 +95,6 @@ def _metrics(run: Path) -> list[dict]:
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
-@needs_compiler
 @pytest.mark.slow
 @pytest.mark.parametrize("scheme", ["rope", "acc_random_qk", "alibi"])
 def test_tiny_run_on_a_real_scheme(tmp_path, scheme):
@@ -130,7 +118,6 @@ def test_tiny_run_on_a_real_scheme(tmp_path, scheme):
     assert meta["step"] == 30 and cfg2 == cfg
 
 
-@needs_compiler
 @pytest.mark.slow
 def test_corrupt_and_mismatched_checkpoints_via_the_cli(tmp_path):
     run = tmp_path / "run"
@@ -145,7 +132,6 @@ def test_corrupt_and_mismatched_checkpoints_via_the_cli(tmp_path):
     assert_user_error(res, "already holds checkpoints", "--resume")
 
 
-@needs_compiler
 @pytest.mark.slow
 def test_torchrun_module_entry_point(tmp_path):
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
@@ -154,7 +140,6 @@ def test_torchrun_module_entry_point(tmp_path):
     assert json.loads((tmp_path / "ddp" / "DONE.json").read_text())["world_size"] == 2
 
 
-@needs_compiler
 @pytest.mark.slow
 def test_sigkill_then_resume_via_the_cli_reproduces_the_losses(tmp_path):
     import signal

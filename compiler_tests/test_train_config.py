@@ -109,9 +109,7 @@ def test_data_config_checks_block_offset():
         DataConfig(block_len=4, block_offset=3)
 
 
-@pytest.mark.skipif(not (SCHEMES / "rope.pe").exists(), reason="needs schemes/rope.pe")
 def test_from_real_scheme_train_and_eval_blocks():
-    pytest.importorskip("pedsl.lang.api")
     from pedsl.config import eval_config_from_scheme, train_config_from_scheme
 
     cfg = train_config_from_scheme(SCHEMES / "rope.pe", params={"train_length": 64}, overrides={"steps": 5})

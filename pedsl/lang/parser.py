@@ -520,7 +520,7 @@ def _report_syntax(errors: list[UnexpectedInput], sink: DiagnosticSink) -> None:
                 end_col=col + 1,
                 hint=f"expected {_expected_words(e.allowed)}" if e.allowed else None,
             )
-        elif isinstance(e, UnexpectedEOF):
+        elif isinstance(e, UnexpectedEOF) or (isinstance(e, UnexpectedToken) and e.token.type == "$END"):
             sink.add(
                 "E112",
                 "unexpected end of file",
@@ -530,15 +530,6 @@ def _report_syntax(errors: list[UnexpectedInput], sink: DiagnosticSink) -> None:
             )
         elif isinstance(e, UnexpectedToken):
             tok = e.token
-            if tok.type == "$END":
-                sink.add(
-                    "E112",
-                    "unexpected end of file",
-                    line=line,
-                    col=col,
-                    hint=f"expected {_expected_words(e.expected)}; is a '}}' missing?",
-                )
-                continue
             text = str(tok)
             sink.add(
                 "E111",

@@ -30,8 +30,6 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from pedsl.errors import CheckpointError
-from pedsl.fsio import atomic_write_bytes as write_bytes  # noqa: F401 - re-exported for the loop
-from pedsl.fsio import atomic_write_text as write_text  # noqa: F401
 from pedsl.fsio import fsync_dir
 
 PREFIX = "step_"

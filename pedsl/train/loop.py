@@ -22,6 +22,7 @@ import torch
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
+from pedsl.fsio import atomic_write_text
 from pedsl.model import TransformerLM
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed
@@ -81,14 +82,14 @@ def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume:
         if ckpts:
             raise OutputError(f"'{run}' already holds checkpoints of a run (latest: {ckpts[-1].name})",
                               hint="pass --resume to continue it, or choose another --out")
-        ck.write_text(run / "config.yaml", cfg.to_yaml())
-        ck.write_text(run / "scheme.pe", attn.source)
-        ck.write_text(run / "scheme.sha256", attn.source_hash + "\n")
+        atomic_write_text(run / "config.yaml", cfg.to_yaml())
+        atomic_write_text(run / "scheme.pe", attn.source)
+        atomic_write_text(run / "scheme.sha256", attn.source_hash + "\n")
         for rel, text in attn.imports.items():  # imported .pe files, so RUN/scheme.pe loads alone
             if rel != "scheme.pe":
                 (run / rel).parent.mkdir(parents=True, exist_ok=True)
-                ck.write_text(run / rel, text)
-        ck.write_text(run / "metrics.jsonl", "")
+                atomic_write_text(run / rel, text)
+        atomic_write_text(run / "metrics.jsonl", "")
         (run / "DONE.json").unlink(missing_ok=True)
         return
     saved = run / "config.yaml"
@@ -112,7 +113,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
                 continue
             if rec.get("step", 0) <= step:
                 keep.append(json.dumps(rec))
-    ck.write_text(path, "".join(x + "\n" for x in keep))
+    atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeAttention | None = None,
@@ -155,7 +156,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         start = int(state["step"])
         if d.is_main:
             _truncate_metrics(run / "metrics.jsonl", start)
-            ck.write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
+            atomic_write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
         d.barrier()
     ddp = distributed.wrap(model, d)
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
@@ -264,7 +265,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         "world_size": d.world,
     }
     if d.is_main:
-        ck.write_text(run / "DONE.json", json.dumps(result, indent=1) + "\n")
+        atomic_write_text(run / "DONE.json", json.dumps(result, indent=1) + "\n")
         say(f"done: val loss {val_loss:.4f} nats/byte"
             + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
     return result
