@@ -7,6 +7,12 @@ import torch
 D_MODEL = 24
 
 
+def rnd(*shape, seed=0, dtype=torch.float64):
+    """A seeded standard-normal tensor (drawn in float64, then cast)."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
+
+
 def run_cli(*args, input: str | bytes | None = None) -> tuple[int, str, str]:
     """Run `pedsl ARGS` in-process through the real entry point; (exit code, stdout, stderr).
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from compiler_helpers import rnd
 from pedsl.ops.accumulate import cumulative_angles, so2_accumulated_attention
 from pedsl.ops.reference import accumulated_transport, reference_attention, so2_step_matrices
 from pedsl.ops.rotary import apply_rotary_channels, geometric_freqs, rotary_cos_sin, rotate_by_angles
@@ -18,11 +19,6 @@ GROUPS = [
     ("halves", list(range(0, 4)) + list(range(8, 12)), 16),
     ("interleaved", [15, 2, 7, 9], 16),
 ]
-
-
-def rnd(*shape, seed=0, dtype=F64):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=F64).to(dtype)
 
 
 def n_pairs(channels, D):

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from compiler_helpers import rnd
 from pedsl.errors import CompileError
 from pedsl.ops.alibi import alibi_slopes
 from pedsl.ops.bias import (
@@ -17,11 +18,6 @@ from pedsl.ops.bias import (
 from pedsl.ops.reference import reference_attention
 
 F64 = torch.float64
-
-
-def rnd(*shape, seed=0, dtype=F64):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=F64).to(dtype)
 
 
 def test_alibi_slopes_8_and_12_heads():

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from compiler_helpers import rnd
 from pedsl.ops.reference import (
     accumulated_transport,
     reference_attention,
@@ -14,11 +15,6 @@ from pedsl.ops.reference import (
 )
 
 F64 = torch.float64
-
-
-def rnd(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=F64)
 
 
 def R(t):

@@ -4,6 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from compiler_helpers import rnd
 from pedsl.errors import ShapeError
 from pedsl.ops.reference import reference_attention, rotation_transport
 from pedsl.ops.rotary import (
@@ -26,11 +27,6 @@ GROUPS = [
     ("halves", [3, 1, 12, 6], 16),
     ("interleaved", [15, 2, 7, 9], 16),
 ]
-
-
-def rnd(*shape, seed=0, dtype=F64):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=F64).to(dtype)
 
 
 def chans(channels, D):
