@@ -286,7 +286,6 @@ class Evaluator:
         width = int(self._static(width, ctx)) if not isinstance(width, int) else width
         axes = _union(v.axes, ("batch", "head", "pos"))
         t = v.align(axes)  # (B|1, H|1, L, W?)
-        feat_axes = [a for a in axes if a not in ("batch", "pos")]
         t = t.movedim(axes.index("pos"), -1)  # (..., L)
         lead = t.shape[:-1]
         feats = int(torch.tensor(lead[1:]).prod().item()) if len(lead) > 1 else 1
@@ -300,7 +299,6 @@ class Evaluator:
         L = t.shape[-1]
         flat = t.reshape(lead[0], feats, L).to(conv.weight.dtype)
         out = conv(flat)[..., :L].reshape(*lead, L).movedim(-1, axes.index("pos"))
-        del feat_axes
         return LT(out, axes)
 
 
