@@ -130,9 +130,11 @@ def test_plot_writes_a_png(capsys, tmp_path):
     assert code == 1 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"plot: {png}" in out
 
 
-def test_static_numeric_diff_does_not_import_torch():
+@pytest.mark.parametrize("pair", [("rope", "pi"), ("path", "path_fox"), ("acc_random_qk", "acc_learned_qkv")])
+def test_numeric_diff_does_not_import_torch(pair):
+    """import torch alone takes most of the 2 s a diff may use: static and data-dependent curves are numpy."""
     code = ("import sys\nfrom pedsl.cli import main\n"
             "try:\n    main(['diff', %r, %r, '--numeric'])\nexcept SystemExit as e:\n    rc = e.code\n"
-            "assert rc == 1, rc\nassert 'torch' not in sys.modules\n") % (s("rope"), s("pi"))
+            "assert rc == 1, rc\nassert 'torch' not in sys.modules\n") % (s(pair[0]), s(pair[1]))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr

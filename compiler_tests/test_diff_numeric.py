@@ -1,9 +1,12 @@
-"""pedsl diff --numeric: curves vs distance, checked against the compiled module's raw_scores.
+"""pedsl diff --numeric: curves vs distance, checked against the compiled module.
 
-The static path (numpy, float64) and the data-dependent path (torch, the module's angles
-and Householder steps moved one key at a time) are both compared with an independent
-reference: ``compile_scheme(...).raw_scores(q, k)`` with q = k = the same unit vector at
-every position, averaged over the diagonals i - j = d.
+The static path (float64 tables) is compared with an independent reference:
+``compile_scheme(...).raw_scores(q, k)`` with q = k = the same unit vector at every
+position, averaged over the diagonals i - j = d. The data-dependent path samples the scheme
+at initialisation in numpy (:mod:`pedsl.diffing.sample`); loaded with a compiled module's
+parameters, frozen tables, x and tokens it must reproduce the module: its pieces (step
+angles, Householder vectors, gates, temperature) to float32 precision, and its curves
+against the same raw_scores reference.
 """
 
 from __future__ import annotations
@@ -23,24 +26,51 @@ def load(name: str, **params):
     return pedsl.load(SCHEMES / f"{name}.pe", params=params or None)
 
 
+def _module(s, seed: int = N.SEED):
+    import torch
+
+    from pedsl.compiler import compile_scheme
+
+    torch.manual_seed(seed)
+    return compile_scheme(s, backend="reference", d_model=s.heads * s.head_dim, requires_grad=False)
+
+
+def _inputs(s, samples: int, L: int, seed: int = N.SEED):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(samples, L, s.heads * s.head_dim, generator=gen) if s.needs_x else None
+    tokens = torch.randint(0, 256, (samples, L), generator=gen) if s.needs_tokens else None
+    return x, tokens
+
+
+def _draws(mod, x, tokens, L: int) -> N.Draws:
+    """The module's learned parameters, frozen tables and inputs, for the numpy sampler."""
+    import torch
+
+    B = x.shape[0] if x is not None else tokens.shape[0] if tokens is not None else 1
+    q = torch.zeros(B, mod.heads, L, mod.head_dim, dtype=torch.float32 if x is not None else torch.float64)
+    with torch.no_grad():
+        mod(q, q, q, x=x, tokens=tokens)  # fills the frozen tables (made on first use) for this length
+    weights = {site: {k: v.double().numpy() for k, v in m.state_dict().items()}
+               for site, m in mod.learned.sites.items()}
+    return N.Draws(x=None if x is None else x.double().numpy(), tokens=None if tokens is None else tokens.numpy(),
+                   weights=weights, tables={k: v.numpy() for k, v in mod._tables.items()})
+
+
 def _reference(s, lmax: int, samples: int = N.SAMPLES, seed: int = N.SEED, starts: int | None = None,
-               basis: bool = True) -> np.ndarray:
-    """mean <u, T(j -> j + d) u> from raw_scores, over all j (starts=None) or j < starts, with the curves' inputs.
+               basis: bool = True, mod=None, inputs=None) -> np.ndarray:
+    """mean <u, T(j -> j + d) u> from raw_scores, over all j (starts=None) or j < starts.
 
     basis=True averages over the one-hot vectors e_c (the exact mean over the unit sphere, tr T / D);
     basis=False uses the curves' seeded random unit vectors (Householder groups).
     """
     import torch
 
-    from pedsl.compiler import compile_scheme
-
     L = lmax + (starts or 1)
     H, D = s.heads, s.head_dim
-    torch.manual_seed(seed)
-    mod = compile_scheme(s, backend="reference", d_model=H * D, requires_grad=False)
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, L, H * D, generator=gen) if s.needs_x else None
-    tokens = torch.randint(0, 256, (samples, L), generator=gen) if s.needs_tokens else None
+    mod = mod or _module(s, seed)
+    x, tokens = inputs or _inputs(s, samples, L, seed)
     dtype = torch.float64 if x is None else torch.float32
     if basis:
         vecs = [torch.eye(D, dtype=torch.float64)[c].expand(samples, H, D) for c in range(D)]
@@ -68,13 +98,98 @@ def test_static_curves_match_the_compiled_kernel(name):
     assert c.transport[0] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize("name", ["acc_random_qk", "acc_learned_qkv", "path", "acc_random_position"])
-def test_data_dependent_curves_match_raw_scores(name):
+DATA = ["acc_random_qk", "acc_random_qkv", "acc_learned_qk", "acc_learned_qkv", "acc_random_position",
+        "acc_random_alibi", "path", "path_fox", "fox"]
+
+
+@pytest.mark.parametrize("name", DATA)
+def test_sampler_reproduces_the_compiled_module(name):
+    """Loaded with the module's parameters and inputs, the numpy sampler computes the module's pieces."""
+    import torch
+
+    from pedsl.diffing.sample import Sampler
+
     s = load(name)
-    c = N.curves(s, lmax=24)
-    assert "torch" in c.method
-    ref = _reference(s, 24, starts=N.STARTS, basis=name != "path")
+    L, S = 13, 2
+    mod = _module(s)
+    x, tokens = _inputs(s, S, L)
+    dr = _draws(mod, x, tokens, L)
+    sm = Sampler(s, d_model=s.heads * s.head_dim, weights=dr.weights, tables=dr.tables)
+    seen = 0
+    with torch.no_grad():
+        for t, node in zip(s.transports, mod.transforms):
+            if t.kind == "accumulate_rotation" and node["op"] == "accumulate_so2":
+                want = mod.step_angles(node, L, x, tokens, None, torch.float32).double().numpy()
+                np.testing.assert_allclose(sm.step_angles(t, L, dr.x, dr.tokens), np.broadcast_to(want, want.shape),
+                                           rtol=1e-5, atol=1e-6)
+                seen += 1
+            if t.kind == "accumulate_householder":
+                w, beta, _ = mod.householder_inputs(S, L, x, tokens, None, torch.float32)
+                gw, gb = sm.householder(t, L, dr.x, dr.tokens)
+                np.testing.assert_allclose(gw, w[..., list(s.group(t.group).channels)].double().numpy(), atol=2e-6)
+                np.testing.assert_allclose(gb, beta.double().numpy(), atol=2e-6)
+                seen += 1
+        for idx, b in enumerate(s.biases):
+            if b.kind == "gate":
+                lg = sm.log_gate(idx, L, dr.x, dr.tokens)
+                G = np.cumsum(lg, axis=-1)
+                want = mod.bias_table(L, x, tokens, None).numpy()
+                np.testing.assert_allclose(G[..., :, None] - G[..., None, :], want, atol=2e-5)
+                seen += 1
+    assert seen >= 1
+    # every learned site of the module exists in the sampler under the same name with the same shapes
+    assert {k: {n: v.shape for n, v in p.items()} for k, p in dr.weights.items()} == \
+        {k: {n: v.shape for n, v in p.items()} for k, p in sm.weights.items()}
+
+
+@pytest.mark.parametrize("name", ["acc_random_qk", "acc_learned_qkv", "path", "acc_random_position"])
+def test_sampled_curves_match_raw_scores(name):
+    """The curves of the module's own draws equal the raw_scores reference on the same inputs."""
+    s = load(name)
+    lmax = 24
+    mod = _module(s)
+    inputs = _inputs(s, N.SAMPLES, lmax + N.STARTS)
+    c = N.curves(s, lmax=lmax, draws=_draws(mod, *inputs, lmax + N.STARTS))
+    assert c.method.startswith("sampled")
+    ref = _reference(s, lmax, starts=N.STARTS, basis=name != "path", mod=mod, inputs=inputs)
     np.testing.assert_allclose(c.transport, ref, atol=2e-5)
+
+
+@pytest.mark.parametrize("name", ["acc_learned_qk", "path", "fox"])
+def test_fresh_draws_follow_the_modules_initialisation(name):
+    """Without loaded draws the sampler uses its own generator: a different sample of the same
+    initial distribution, so its curves stay close to the module's (and are exactly reproducible)."""
+    s = load(name)
+    lmax = 24
+    mod = _module(s)
+    inputs = _inputs(s, N.SAMPLES, lmax + N.STARTS)
+    own = N.curves(s, lmax=lmax, draws=_draws(mod, *inputs, lmax + N.STARTS))
+    fresh = N.curves(s, lmax=lmax)
+    assert not np.array_equal(own.transport, fresh.transport) or not np.array_equal(own.bias, fresh.bias)
+    assert N.largest(N.compare(own, fresh)).max_abs < 0.1 * max(1.0, np.abs(own.bias).max())
+    from pedsl.diffing.sample import Sampler
+
+    dr = _draws(mod, *inputs, lmax + N.STARTS)
+    sm = Sampler(s, d_model=s.heads * s.head_dim)
+    for t in s.transports:  # draw every site
+        (sm.householder if t.kind == "accumulate_householder" else sm.step_angles)(t, lmax + N.STARTS, dr.x,
+                                                                                  dr.tokens)
+    for idx, b in enumerate(s.biases):
+        sm.log_gate(idx, lmax + N.STARTS, dr.x, dr.tokens)
+    for site, params in dr.weights.items():
+        for k, v in params.items():
+            mine = sm.weights[site][k]
+            assert mine.shape == v.shape, (site, k)
+            if v.size >= 256:  # same spread and shape (uniform: kurtosis 1.8, normal: 3) as torch's draws
+                assert mine.std() == pytest.approx(v.std(), rel=0.15), (site, k)
+                assert _kurtosis(mine) == pytest.approx(_kurtosis(v), abs=0.4), (site, k)
+            else:
+                np.testing.assert_array_equal(mine, v)  # biases: the constant init_bias
+
+
+def _kurtosis(a: np.ndarray) -> float:
+    z = (a - a.mean()) / a.std()
+    return float((z ** 4).mean())
 
 
 def test_rope_with_another_base_differs():

@@ -4,7 +4,7 @@
 [--json] [--numeric] [--plot FILE]``: the edits between the two resolved schemes, what
 they mean, and (``--numeric``) their score kernels compared on the same random inputs.
 Exit code 0 when the schemes are equivalent, 1 when they differ, 2 on any error (like
-``diff``). torch is imported only by ``--numeric`` on data-dependent schemes.
+``diff``). Nothing here imports torch (``--numeric`` included: see pedsl.diffing.sample).
 
 ``pedsl explain FILE [--scheme NAME] [-P n=v]``: a readable summary of one scheme.
 """

@@ -14,10 +14,13 @@ Three curves per scheme, over distance ``d = i - j = 0 .. Lmax`` (and query posi
 - **temperature**: ``tau(i)`` at query position i.
 
 Static schemes (rotations with fixed tables, static biases and temperatures) are computed
-in float64 with numpy (no torch: ``pedsl diff --numeric`` stays fast); data-dependent ones
-through the compiled module (its step angles, Householder vectors, bias table and q scale),
-with learned parameters, ``x``, ``tokens`` and the unit vectors drawn from the same seed for
-both schemes, so equal schemes give exactly equal curves.
+exactly in float64. Data-dependent ones (steps, gates or temperatures that read the tokens,
+the hidden state or learned parameters) are sampled at initialisation by
+:mod:`pedsl.diffing.sample`, which evaluates the scheme's expressions as the compiled module
+does; ``x``, ``tokens``, learned parameters (per call site) and the unit vectors are drawn
+from the same seed for both schemes, so equal schemes give exactly equal curves and a part
+the two schemes share gives equal curves too. Everything is numpy: ``import torch`` alone
+would take most of the two seconds a diff may use.
 """
 
 from __future__ import annotations
@@ -56,52 +59,39 @@ def _pairs(channels: tuple[int, ...], layout: str) -> list[tuple[int, int]]:
     return [(channels[k], channels[k + P]) for k in range(P)]
 
 
-def _static_freqs(s: Scheme, L: int) -> dict[str, tuple[float, ...]] | None:
-    """Per transported group, the per-pair frequency of a fixed rotation table at run length L.
+def _group_freqs(s: Scheme, t, L: int, static: dict) -> tuple[float, ...] | None:
+    """|frequency| per pair of a fixed rotation table (a rotation, or constant steps) at run length L."""
+    from pedsl.lang.lint import frequencies
 
-    None when any transport is data-dependent.
-    """
-    from pedsl.lang.lint import frequencies, rotary_frequencies
-
-    static = rotary_frequencies(s)
-    out = {}
-    for t in s.transports:
-        pairs = len(s.group(t.group).channels) // 2
-        if t.kind == "rotate" and t.dynamic:
-            env = StaticEnv(values={**s.params, "heads": s.heads, "head_dim": s.head_dim}, n=L)
-            f = frequencies(t.phase, env, pairs)
-        else:
-            f = static.get(t.group)
-        if f is None:
-            return None
-        out[t.group] = tuple(abs(x) for x in f)
-    return out
+    if t.kind == "rotate" and t.dynamic:
+        env = StaticEnv(values={**s.params, "heads": s.heads, "head_dim": s.head_dim}, n=L)
+        f = frequencies(t.phase, env, len(s.group(t.group).channels) // 2)
+    else:
+        f = static.get(t.group)
+    return None if f is None else tuple(abs(x) for x in f)
 
 
-def _static_bias(s: Scheme, lmax: int) -> np.ndarray | None:
+def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
+    """b(d) per head of one static distance bias, (H, lmax + 1) float64; None if it is not static."""
     from pedsl.lang import ast
     from pedsl.lang.evaluate import EvalIssue, Vec, evaluate
     from pedsl.lang.exprs import transform
 
     env = StaticEnv(values={**s.params, "heads": s.heads, "head_dim": s.head_dim})
     out = np.zeros((s.heads, lmax + 1))
-    d = np.arange(lmax + 1, dtype=np.float64)
-    for b in s.biases:
-        if b.kind != "distance":
-            return None
-        try:
-            if b.slope is not None:
-                v = evaluate(b.slope, env)
-                slope = np.array(v.values if isinstance(v, Vec) else [float(v)] * s.heads, dtype=np.float64)
-                out += slope[:, None] * d[None, :]
-                continue
-            for i in range(lmax + 1):
-                e = transform(b.term, lambda n, i=i: ast.Num(value=i)
-                              if n.kind == "name" and n.id == "distance" else None)
-                v = evaluate(e, env)
-                out[:, i] += np.array(v.values if isinstance(v, Vec) else [float(v)] * s.heads, dtype=np.float64)
-        except (EvalIssue, TypeError, ValueError, AttributeError):
-            return None
+
+    def per_head(v) -> np.ndarray:
+        return np.array(v.values if isinstance(v, Vec) else [float(v)] * s.heads, dtype=np.float64)
+
+    try:
+        if b.slope is not None:
+            return per_head(evaluate(b.slope, env))[:, None] * np.arange(lmax + 1, dtype=np.float64)[None, :]
+        for i in range(lmax + 1):
+            e = transform(b.term, lambda n, i=i: ast.Num(value=i)
+                          if n.kind == "name" and n.id == "distance" else None)
+            out[:, i] = per_head(evaluate(e, env))
+    except (EvalIssue, TypeError, ValueError, AttributeError):
+        return None
     return out
 
 
@@ -114,116 +104,117 @@ def _static_temperature(s: Scheme, lmax: int) -> np.ndarray | None:
     return np.array([np.mean(v) if isinstance(v, tuple) else v for _, v in vals], dtype=np.float64)
 
 
-def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = SEED) -> Curves:
-    """The three curves of one scheme (static float64 when possible, else the compiled module)."""
-    L = lmax + 1
-    freqs = _static_freqs(s, L)
-    bias = _static_bias(s, lmax)
-    tau = _static_temperature(s, lmax)
-    if freqs is None or bias is None or tau is None:
-        return _torch_curves(s, lmax=lmax, samples=samples, seed=seed)
-    D = s.head_dim
-    d = np.arange(L, dtype=np.float64)
-    c = np.zeros(L)
-    rotated: set[int] = set()
-    for t in s.transports:
-        ch = tuple(s.group(t.group).channels)
-        for (a, b), w in zip(_pairs(ch, s.layout), freqs[t.group]):
-            c += (2.0 / D) * np.cos(np.remainder(w * d, 2 * math.pi))
-            rotated |= {a, b}
-    plain = [i for i in range(s.head_dim) if i not in rotated]
-    c += len(plain) / D
-    return Curves(transport=c, bias=bias, temperature=tau, method="static tables (float64, numpy)")
+@dataclass
+class Draws:
+    """Fixed inputs for the sampled curves instead of fresh draws from the seed (the tests load a
+    compiled module's parameters and frozen tables here, with its x and tokens)."""
+
+    x: np.ndarray | None = None  # (samples, Lmax + STARTS, H * D)
+    tokens: np.ndarray | None = None  # (samples, Lmax + STARTS)
+    weights: dict | None = None  # learned site -> {state_dict name: array}
+    tables: dict | None = None  # frozen_random key -> array
 
 
 STARTS = 8  # key positions j = 0 .. STARTS-1 per sample for data-dependent transports
 
 
-def _torch_curves(s: Scheme, *, lmax: int, samples: int, seed: int) -> Curves:
-    """Data-dependent schemes through the compiled module, on a sequence of length Lmax + STARTS.
+def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = SEED,
+           draws: Draws | None = None) -> Curves:
+    """The three curves of one scheme: exact float64 tables when everything is static, else
+    sampled at initialisation (:mod:`pedsl.diffing.sample`); numpy only, no torch."""
+    from pedsl.lang.lint import rotary_frequencies
+
+    L = lmax + 1
+    static = rotary_frequencies(s)
+    freqs = {t.group: _group_freqs(s, t, L, static) for t in s.transports}
+    biases = [_distance_bias(s, b, lmax) if b.kind == "distance" else None for b in s.biases]
+    tau = _static_temperature(s, lmax)
+    if any(f is None for f in freqs.values()) or any(b is None for b in biases) or tau is None:
+        return _sampled_curves(s, freqs, biases, tau, lmax=lmax, samples=samples, seed=seed, draws=draws or Draws())
+    bias = sum(biases, np.zeros((s.heads, L)))
+    return Curves(transport=_rotation_part(s, freqs, L), bias=bias, temperature=tau,
+                  method="static tables (float64, numpy)")
+
+
+def _rotation_part(s: Scheme, freqs: dict, L: int) -> np.ndarray:
+    """E_u <u, T(j -> j + d) u> over the groups with fixed tables, plus the untouched channels
+    (each pair carries energy 2 / D: (2 / D) cos(w d) per pair; pairing layout does not matter)."""
+    D = s.head_dim
+    d = np.arange(L, dtype=np.float64)
+    c = np.zeros(L)
+    moved: set[int] = set()
+    for t in s.transports:
+        moved |= set(s.group(t.group).channels)
+        if freqs[t.group] is not None:
+            for w in freqs[t.group]:
+                c += (2.0 / D) * np.cos(np.remainder(w * d, 2 * math.pi))
+    return c + (D - len(moved)) / D
+
+
+def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, samples: int, seed: int,
+                    draws: Draws) -> Curves:
+    """Data-dependent schemes at initialisation, on a sequence of length Lmax + STARTS.
 
     c(d) averages <u, T(j -> j + d) u> over samples, heads and the first STARTS key
     positions j, so every distance has the same number of terms. Groups act on disjoint
-    channels, so c is a sum over groups: SO(2) groups give sum_k e_k cos(A(j+d, k) - A(j, k))
-    from the module's (cumulative) angles; Householder groups move each key through the
-    steps, H_i ... H_(j+1) u, O(L D) per key; untouched channels add their energy.
-    Rotations use the exact expectation over u; Householder groups the seeded unit vectors.
+    channels, so c is a sum over groups: fixed tables give their exact expectation; SO(2)
+    steps give sum_k (2 / D) cos(A(j+d, k) - A(j, k)) from the cumulative angles;
+    Householder groups move each seeded unit key through the steps, H_i ... H_(j+1) u,
+    O(L D) per key. A gate bias is G(j + d) - G(j) with G the cumulative log gate.
     """
-    import torch
-
-    from pedsl.compiler import compile_scheme
+    from pedsl.diffing.sample import Sampler
 
     L = lmax + STARTS
     H, D = s.heads, s.head_dim
-    d_model = H * D
-    torch.manual_seed(seed)  # learned parameters: the same initialisation for both schemes
-    mod = compile_scheme(s, backend="reference", d_model=d_model, requires_grad=False)
-    mod.eval()
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(samples, L, d_model, generator=gen) if s.needs_x else None
-    tokens = torch.randint(0, 256, (samples, L), generator=gen) if s.needs_tokens else None
-    u = torch.from_numpy(unit_vectors(H, D, samples, seed))  # (S, H, D) float64, for Householder groups
-    c = np.zeros(lmax + 1)
-    covered: set[int] = set()
-    f32 = torch.float32
-    with torch.no_grad():
-        for t in mod.transforms:
-            ch = tuple(t["channels"])
-            covered |= set(ch)
-            if t["op"] == "accumulate_householder":
-                c += _householder_part(mod, t, L, lmax, x, tokens, u)
-                continue
-            if t["op"] == "rotate":
-                w = _static_freqs(s, L)
-                if w is None or t["group"] not in w:  # pragma: no cover - rotate phases are static tables
-                    raise ValueError("a rotation table that is not static")
-                pos = torch.arange(L, dtype=torch.float64)[:, None]
-                A = torch.tensor(w[t["group"]], dtype=torch.float64)[None, :] * pos
-                A = A[None, None]  # (1, 1, L, P)
-            else:
-                A = torch.cumsum(mod.step_angles(t, L, x, tokens, None, f32).to(torch.float64), dim=-2)  # (B|1, H|1, L, P)
-            for j in range(STARTS):  # E_u: every pair carries energy 2 / D
-                dA = A[:, :, j : j + lmax + 1] - A[:, :, j : j + 1]  # (., ., Lmax+1, P)
-                c += (2.0 / D) * torch.cos(dA).sum(-1).mean(dim=(0, 1)).numpy() / STARTS
-        plain = [i for i in range(D) if i not in covered]
-        if plain:
-            c += len(plain) / D
-        table = mod.bias_table(L, x, tokens, None)  # (S|1, H, L, L) or None
-        qs = mod.query_scale(lmax + 1, None)  # (1, H|1, L) or None
-    bias = np.zeros((H, lmax + 1))
-    if table is not None:
-        tb = table.to(torch.float64).expand(-1, H, L, L)
+    rng = np.random.default_rng(seed)
+    x = draws.x if draws.x is not None else rng.standard_normal((samples, L, H * D)) if s.needs_x else None
+    tokens = draws.tokens if draws.tokens is not None else rng.integers(0, 256, (samples, L)) if s.needs_tokens \
+        else None
+    sm = Sampler(s, d_model=H * D, seed=seed, weights=draws.weights, tables=draws.tables)
+    c = _rotation_part(s, freqs, lmax + 1)
+    for t in s.transports:
+        if freqs[t.group] is not None:
+            continue
+        if t.kind == "accumulate_householder":
+            c += _householder_part(s, sm, t, L, lmax, x, tokens, unit_vectors(H, D, samples, seed))
+            continue
+        A = np.cumsum(sm.step_angles(t, L, x, tokens), axis=-2)  # (B|1, H|1, L, P)
         for j in range(STARTS):
-            rows = torch.arange(j, j + lmax + 1)
-            bias += tb[:, :, rows, j].mean(dim=0).numpy()
-        bias /= STARTS
-    tau = np.ones(lmax + 1) if qs is None else qs.to(torch.float64).mean(dim=(0, 1)).numpy()
-    return Curves(transport=c, bias=bias, temperature=tau,
-                  method=f"compiled module (torch; {samples} samples x {STARTS} key positions, seed {seed})")
+            dA = A[:, :, j: j + lmax + 1] - A[:, :, j: j + 1]
+            c += (2.0 / D) * np.cos(dA).sum(-1).mean(axis=(0, 1)) / STARTS
+    bias = np.zeros((H, lmax + 1))
+    for idx, b in enumerate(biases):
+        if b is not None:
+            bias += b
+            continue
+        G = np.cumsum(sm.log_gate(idx, L, x, tokens), axis=-1)  # (B|1, H, L)
+        for j in range(STARTS):
+            bias += (G[:, :, j: j + lmax + 1] - G[:, :, j: j + 1]).mean(axis=0) / STARTS
+    if tau is None:
+        tau = sm.temperature(lmax + 1).mean(axis=0)
+    return Curves(transport=c, bias=bias, temperature=np.asarray(tau, dtype=np.float64),
+                  method=f"sampled at initialisation (numpy float64; {samples} samples x {STARTS} key positions, "
+                         f"seed {seed})")
 
 
-def _householder_part(mod, t: dict, L: int, lmax: int, x, tokens, u) -> np.ndarray:
+def _householder_part(s: Scheme, sm, t, L: int, lmax: int, x, tokens, u: np.ndarray) -> np.ndarray:
     """sum over j < STARTS of <u_g, H_(j+d) ... H_(j+1) u_g> / STARTS on the group's channels g."""
-    import torch
-
-    S, H, D = u.shape
-    ch = list(t["channels"])
-    w_full, beta, _ = mod.householder_inputs(S, L, x, tokens, None, torch.float32)
-    w = w_full[..., ch].to(torch.float64)  # (S, H, L, Dg)
-    beta = beta.to(torch.float64)
+    S, H, _ = u.shape
+    ch = list(s.group(t.group).channels)
+    w, beta = sm.householder(t, L, x, tokens)  # (B|1, H, L, Dg), (B|1, H, L)
     ug = u[..., ch]  # (S, H, Dg)
-    V = ug[:, :, None, :].expand(S, H, STARTS, len(ch)).clone()  # P(j -> t) u for keys j < STARTS
-    js = torch.arange(STARTS)
+    V = np.repeat(ug[:, :, None, :], STARTS, axis=2)  # P(j -> i) u for keys j < STARTS
+    js = np.arange(STARTS)
     c = np.zeros(lmax + 1)
     for i in range(L):
         if i > 0:  # apply H_i to the keys that started before i
-            wi, bi = w[:, :, i], beta[:, :, i]  # (S, H, Dg), (S, H)
-            upd = V - bi[..., None, None] * (V * wi[:, :, None]).sum(-1, keepdim=True) * wi[:, :, None]
-            V = torch.where((js < i)[None, None, :, None], upd, V)
+            wi, bi = w[:, :, i, None, :], beta[:, :, i, None, None]  # (B|1, H, 1, Dg), (B|1, H, 1, 1)
+            upd = V - bi * (V * wi).sum(-1, keepdims=True) * wi
+            V = np.where((js < i)[None, None, :, None], upd, V)
         dist = i - js
         ok = (dist >= 0) & (dist <= lmax)
-        sc = (ug[:, :, None, :] * V).sum(-1).mean(dim=(0, 1))  # (J,)
-        np.add.at(c, dist[ok].numpy(), sc[ok].numpy())
+        sc = (ug[:, :, None, :] * V).sum(-1).mean(axis=(0, 1))  # (J,)
+        np.add.at(c, dist[ok], sc[ok])
     return c / STARTS
 
 

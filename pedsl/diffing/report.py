@@ -236,7 +236,8 @@ def render_text(label_a: str, label_b: str, edits: list[Edit], summary: list, no
 def numeric_lines(n: dict) -> list[str]:
     big = n["largest"]
     where = "query position" if big["curve"] == "temperature" else "distance"
-    out = [f"Numeric (distances 0..{n['lmax']}, seed {n['seed']}; A: {n['method_a']}; B: {n['method_b']})"]
+    how = n["method_a"] if n["method_a"] == n["method_b"] else f"A: {n['method_a']}; B: {n['method_b']}"
+    out = [f"Numeric (distances 0..{n['lmax']}; {how})"]
     if big["max_abs"] == 0:
         out.append("  identical: every curve (transport correlation, bias per head, temperature) matches exactly")
     else:
