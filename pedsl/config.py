@@ -107,7 +107,7 @@ class TrainConfig(_Frozen):
     checkpoint_every: int = Field(200, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
     device: str = "auto"
-    threads: int = Field(0, ge=0, description="torch CPU threads; 0 keeps torch's default")
+    threads: int = Field(0, ge=0, description="torch CPU threads per process; 0: the idle cores (load average)")
     compile: bool = False
     flush_denormal: bool = True
 

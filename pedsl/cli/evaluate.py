@@ -48,7 +48,8 @@ def _sets(items: tuple[str, ...]) -> dict:
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
     """Perplexity (and its ratio to the training length) and retrieval accuracy vs length."""
-    from pedsl.evaluate.common import parse_lengths, progress, setup_torch
+    from pedsl.evaluate.common import parse_lengths, progress
+    from pedsl.runtime import setup_torch
     from pedsl.evaluate.eval_run import eval_table, evaluate_run
 
     if windows is not None and windows < 1:
@@ -79,7 +80,8 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
 def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
     from pedsl.evaluate.analyze import analysis_table, analyze_run
-    from pedsl.evaluate.common import parse_lengths, progress, setup_torch
+    from pedsl.evaluate.common import parse_lengths, progress
+    from pedsl.runtime import setup_torch
 
     if samples < 1 or max_length < 2 or (window is not None and window < 1):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
@@ -114,7 +116,8 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
     """
     from pathlib import Path
 
-    from pedsl.evaluate.common import parse_lengths, progress, setup_torch
+    from pedsl.evaluate.common import parse_lengths, progress
+    from pedsl.runtime import setup_torch
     from pedsl.evaluate.compare import run_compare
 
     if steps is not None and steps < 1:

@@ -41,7 +41,7 @@ def _parse_params(items: tuple[str, ...]) -> dict:
 @click.option("--seed", type=int, default=None, help="Seed of init and data order.")
 @click.option("--data", default=None, help="stdlib, passkey, blocks, or a local file/folder.")
 @click.option("--device", default=None, help="auto, cpu, cuda.")
-@click.option("--threads", type=int, default=None, help="torch CPU threads (0: torch default).")
+@click.option("--threads", type=int, default=None, help="torch CPU threads per process (default: the idle cores, from the load average).")
 @click.option("--backend", default=None, help="Force a compiler backend (default auto).")
 @click.option("--compile/--no-compile", "compile_", default=None, help="Use torch.compile.")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",

@@ -3,46 +3,20 @@
 Opening a run compiles its scheme with ``requires_grad=False`` (evaluation never needs a
 backward, and that lets the compiler pick forward-only kernels such as FlexAttention on CPU)
 and the compiled backend of the run (never the float64 reference). The process-wide setting
-``torch.set_flush_denormal(True)`` is the application's choice (SEMANTICS 6): :func:`setup_torch`
-makes it for ``pedsl eval / analyze / compare``.
+``torch.set_flush_denormal(True)`` is the application's choice (SEMANTICS 6):
+:func:`pedsl.runtime.setup_torch` makes it for ``pedsl eval / analyze / compare`` (and train).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 from pedsl.errors import CheckpointError, EvalError, PedslError
-
-
-def auto_threads() -> int:
-    """CPU threads for torch: the cores not already busy (1-minute load average), at least 1.
-
-    On a small shared CPU this matters more than anything else: measured on the 2-core machine
-    with one other busy process, 2 torch threads trained the tiny model at ~1,200 tokens/s (the
-    OpenMP threads wait on each other) and 1 thread at ~17,000 tokens/s; alone, 2 threads reach
-    ~34,000 tokens/s.
-    """
-    cpus = os.cpu_count() or 1
-    try:
-        busy = os.getloadavg()[0]
-    except (OSError, AttributeError):
-        return cpus
-    return max(1, min(cpus, int(cpus - busy + 0.5)))
-
-
-def setup_torch(threads: int = 0) -> int:
-    """Flush denormals and set the thread count (0: :func:`auto_threads`); returns the count."""
-    import torch
-
-    torch.set_flush_denormal(True)  # SEMANTICS 6: peaked softmax rows go denormal on CPU
-    torch.set_num_threads(threads or auto_threads())
-    return torch.get_num_threads()
 
 
 def progress(quiet: bool) -> Callable[[str], None]:
@@ -180,5 +154,5 @@ def parse_lengths(text: str | None) -> list[int] | None:
     return sorted(set(out))
 
 
-__all__ = ["CheckpointError", "eval_config", "open_run", "parse_lengths", "progress", "read_json", "setup_torch",
+__all__ = ["CheckpointError", "eval_config", "open_run", "parse_lengths", "progress", "read_json",
            "write_json", "write_text"]

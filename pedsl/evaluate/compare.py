@@ -109,6 +109,10 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
 
     scheme = load_scheme(path)
     cfg = resolve_train_config(scheme=str(path), block=scheme.train, overrides=overrides)
+    if not cfg.threads:  # keep the study's thread count (set once, from the load before anything ran)
+        import torch
+
+        cfg = cfg.model_copy(update={"threads": torch.get_num_threads()})
     done = read_json(run / "DONE.json")
     saved = None
     if (run / "config.yaml").exists():

@@ -24,6 +24,7 @@ from pedsl.data import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
 from pedsl.fsio import atomic_write_text
 from pedsl.model import TransformerLM
+from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed
 from pedsl.train.attention import SchemeAttention, from_scheme
@@ -129,10 +130,9 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeAttention |
 def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttention | None,
            resume: bool, quiet: bool) -> dict[str, Any]:
     t_start = time.perf_counter()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    if cfg.flush_denormal:
-        torch.set_flush_denormal(True)  # SEMANTICS 6: the application owns this process-wide setting
+    # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
+    # flush_denormal (SEMANTICS 6) is the application's process-wide choice
+    threads = setup_torch(cfg.threads, processes=d.world, flush_denormal=cfg.flush_denormal)
     if cfg.batch_size % d.world:
         raise ConfigError(f"batch size {cfg.batch_size} does not split over {d.world} processes",
                           hint=f"use a multiple of {d.world}")
@@ -178,7 +178,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         from tqdm import tqdm
         bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True, leave=False)
     say(f"pedsl train: scheme {attn.name}, {model.num_params():,} parameters, {data.describe()}, "
-        f"{d.world} process(es) on {d.device}, steps {start}..{cfg.steps}")
+        f"{d.world} process(es) on {d.device} ({threads} CPU thread(s) each), steps {start}..{cfg.steps}")
 
     def checkpoint(step: int) -> None:
         if d.is_main:
