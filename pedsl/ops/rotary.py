@@ -234,7 +234,8 @@ def _on_group(xs, params, pads, channels, layout, core):
         return core(xs, params)
     if params[0].shape[-1] != len(chans) // 2:
         raise ShapeError(f"rotary tables/angles have {params[0].shape[-1]} pairs but the channel group has {len(chans) // 2}")
-    kind, arg = _plan(chans, dim, layout)
+    # eager: the memoised plan; under torch.compile the plain function (dynamo traces through, and warns on, lru_cache)
+    kind, arg = (_plan.__wrapped__ if torch.compiler.is_compiling() else _plan)(chans, dim, layout)
     if kind == "prefix":
         outs = core([x[..., :arg] for x in xs], params)
         return [torch.cat([o, x[..., arg:]], dim=-1) for o, x in zip(outs, xs)]
