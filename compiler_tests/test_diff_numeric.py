@@ -102,14 +102,33 @@ DATA = ["acc_random_qk", "acc_random_qkv", "acc_learned_qk", "acc_learned_qkv", 
         "acc_random_alibi", "path", "path_fox", "fox"]
 
 
-@pytest.mark.parametrize("name", DATA)
+# every run-time builtin at least once, in every kind of place (steps, Householder w and beta, gate, temperature)
+KITCHEN = """
+scheme kitchen "every run-time builtin once" {
+  param train_length: int (>= 64) = 128
+  channels {
+    a = quarters(1, 3)
+    b = rest
+  }
+  qk on a: accumulate(rotation(0.1 * tanh(linear(x, to = pair, rank = 4)) + min(abs(sin(frozen_random(token, seed = 3))),
+    0.5) * max(cos(embedding(token, to = pair, init = 0.5)), 0.2) - frozen_random(position, seed = 1) / 8))
+  qk on b: accumulate(householder(w = normalize(shortconv(linear(x, to = channel), width = 4)),
+    beta = 2 * sigmoid(exp(-abs(linear(x, to = head))))))
+  bias = accumulate(log_sigmoid(sqrt(1 + ramp(linear(x, to = head, init_bias = 2), 0, 4)) + 1))
+  temperature = clamp(log_length(train_length) * (1 + 0.01 * sqrt(position)), 1, 1.3)
+  allow temperature_without_length
+}
+"""
+
+
+@pytest.mark.parametrize("name", DATA + ["kitchen"])
 def test_sampler_reproduces_the_compiled_module(name):
     """Loaded with the module's parameters and inputs, the numpy sampler computes the module's pieces."""
     import torch
 
     from pedsl.diffing.sample import Sampler
 
-    s = load(name)
+    s = pedsl.load(KITCHEN) if name == "kitchen" else load(name)
     L, S = 13, 2
     mod = _module(s)
     x, tokens = _inputs(s, S, L)
@@ -136,10 +155,23 @@ def test_sampler_reproduces_the_compiled_module(name):
                 want = mod.bias_table(L, x, tokens, None).numpy()
                 np.testing.assert_allclose(G[..., :, None] - G[..., None, :], want, atol=2e-5)
                 seen += 1
-    assert seen >= 1
+        qs = mod.query_scale(L, None)
+        tau = sm.temperature(L)
+        np.testing.assert_allclose(tau, np.ones((1, L)) if qs is None else qs[0].numpy(), rtol=1e-12)
+    assert seen >= (3 if name == "kitchen" else 1)
     # every learned site of the module exists in the sampler under the same name with the same shapes
     assert {k: {n: v.shape for n, v in p.items()} for k, p in dr.weights.items()} == \
         {k: {n: v.shape for n, v in p.items()} for k, p in sm.weights.items()}
+
+
+def test_sampled_curves_of_every_builtin():
+    c = N.curves(pedsl.load(KITCHEN), lmax=32)
+    assert c.method.startswith("sampled")
+    assert c.transport[0] == pytest.approx(1.0) and np.all(np.abs(c.transport) <= 1 + 1e-9)
+    assert np.all(c.bias[:, 0] == 0) and np.all(np.diff(c.bias, axis=1) < 0)  # log-sigmoid gates forget
+    i = np.arange(33)
+    want = np.clip(np.maximum(1, np.log(i + 1) / np.log(128)) * (1 + 0.01 * np.sqrt(i)), 1, 1.3)
+    np.testing.assert_allclose(c.temperature, want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["acc_random_qk", "acc_learned_qkv", "path", "acc_random_position"])

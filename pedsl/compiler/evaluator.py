@@ -5,10 +5,12 @@ axes it varies along, in the canonical order ``batch, head, pos, dist, pair,
 chan``. Arithmetic aligns operands by axis name, so ``w * position`` is the
 outer product ``(L, P)`` and ``-slopes(heads) * distance`` is ``(H, L)``.
 
-Static sub-expressions (frequency grids, slopes, constants) are folded by
-:mod:`pedsl.lang.evaluate` in float64 and enter as constants. The dynamic
-builtins - ``position``, ``distance``, ``log_length``, ``frozen_random``, and the
-learned ``linear``/``embedding``/``shortconv`` - are computed here. Learned
+The walk over an expression (folding static sub-expressions - frequency grids,
+slopes, constants - in float64 through :mod:`pedsl.lang.evaluate`, dispatch, call
+site names) is :class:`pedsl.lang.dynamic.DynamicEvaluator`, shared with the numpy
+sampler of ``pedsl diff --numeric``; this module gives it torch operations. The
+dynamic builtins - ``position``, ``distance``, ``log_length``, ``frozen_random``,
+and the learned ``linear``/``embedding``/``shortconv`` - are computed here. Learned
 builtins own parameters in :class:`Learned`, created once per call site when the
 module is built.
 """
@@ -23,11 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pedsl.errors import CompileError
-from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, evaluate
+from pedsl.lang.dynamic import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
+from pedsl.lang.evaluate import Vec
 
-ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
 F64 = torch.float64
 
 
@@ -38,24 +38,8 @@ class LT:
 
     def align(self, axes: tuple[str, ...]) -> Tensor:
         """View of t with a dimension (size 1 where absent) for every axis in ``axes``."""
-        t = self.t
-        shape = []
-        src = list(self.axes)
-        for a in axes:
-            shape.append(t.shape[src.index(a)] if a in src else 1)
-        return t.reshape(shape) if src == [a for a in axes if a in src] else _permute(t, src, axes).reshape(shape)
-
-
-def _permute(t: Tensor, src: list[str], axes: tuple[str, ...]) -> Tensor:
-    order = [src.index(a) for a in axes if a in src]
-    return t.permute(order)
-
-
-def _union(*axes_lists) -> tuple[str, ...]:
-    s = set()
-    for a in axes_lists:
-        s |= set(a)
-    return tuple(a for a in ORDER if a in s)
+        perm, shape = permuted_shape(self.axes, self.t.shape, axes)
+        return (self.t if perm == sorted(perm) else self.t.permute(perm)).reshape(shape)
 
 
 def lift(v, device=None) -> LT:
@@ -93,202 +77,112 @@ class Learned(nn.Module):
         self.sites = nn.ModuleDict()
 
 
-class Evaluator:
-    """Evaluates expressions; ``build=True`` creates the learned call sites instead of reading them."""
+class Evaluator(DynamicEvaluator):
+    """Evaluates run-time expressions as torch tensors; ``build=True`` creates the learned call
+    sites instead of reading them (the walk itself is :class:`pedsl.lang.dynamic.DynamicEvaluator`)."""
 
     def __init__(self, learned: Learned, d_model: int | None, vocab_size: int, tables: dict):
         self.learned = learned
         self.d_model = d_model
         self.vocab_size = vocab_size
         self.tables = tables  # cache for frozen random tables: key -> tensor
+        self._build = False
 
-    def run(self, e: ast.Expr, ctx: Context, site: str, build: bool = False) -> LT:
-        self._site, self._count, self._build = site, 0, build
-        return self._eval(e, ctx)
+    def run(self, e, ctx: Context, site: str, build: bool = False) -> LT:
+        self._build = build
+        return super().run(e, ctx, site)
 
-    # ------------------------------------------------------------------ core
-    def _static(self, e: ast.Expr, ctx: Context):
-        try:
-            return evaluate(e, StaticEnv(values=ctx.values, pairs=ctx.pairs, n=ctx.n))
-        except EvalIssue as issue:
-            raise CompileError(str(issue), hint=issue.hint) from None
+    # ------------------------------------------------------------------ arithmetic
+    def constant(self, value, ctx: Context) -> LT:
+        return lift(value, ctx.device)
 
-    def _eval(self, e: ast.Expr, ctx: Context) -> LT:
-        static = self._static(e, ctx) if not self._has_site(e) else DYNAMIC
-        if static is not DYNAMIC:
-            if isinstance(static, (GroupSpec, str, list)) or static is None:
-                raise CompileError(f"expected a number, got {static!r}")
-            return lift(static, ctx.device)
-        k = e.kind
-        if k == "name":
-            return self._name(e, ctx)
-        if k == "unary":
-            v = self._eval(e.operand, ctx)
-            return LT(-v.t, v.axes)
-        if k == "binary":
-            a, b = self._eval(e.left, ctx), self._eval(e.right, ctx)
-            axes = _union(a.axes, b.axes)
-            ta, tb = a.align(axes), b.align(axes)
-            ta, tb = _common_dtype(ta, tb)
-            op = e.op
-            t = ta + tb if op == "+" else ta - tb if op == "-" else ta * tb if op == "*" else ta / tb if op == "/" \
-                else torch.pow(ta, tb)
-            return LT(t, axes)
-        if k == "call":
-            return self._call(e, ctx)
-        raise CompileError(f"cannot evaluate {to_text(e)} at run time")
+    def arange(self, ctx: Context, axis: str) -> LT:
+        return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), (axis,))
 
-    def _has_site(self, e: ast.Expr) -> bool:
-        """Whether e contains a learned call site (which must be visited to keep site numbering stable)."""
-        from pedsl.lang.exprs import calls_in
+    def negate(self, v: LT) -> LT:
+        return LT(-v.t, v.axes)
 
-        return bool(calls_in(e) & {"linear", "embedding", "shortconv"})
+    def binary(self, op: str, a: LT, b: LT) -> LT:
+        axes = union_axes(a.axes, b.axes)
+        ta, tb = _common_dtype(a.align(axes), b.align(axes))
+        t = ta + tb if op == "+" else ta - tb if op == "-" else ta * tb if op == "*" else ta / tb if op == "/" \
+            else torch.pow(ta, tb)
+        return LT(t, axes)
 
-    def _name(self, e: ast.Name, ctx: Context) -> LT:
-        if e.id == "position":
-            return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), ("pos",))
-        if e.id == "distance":
-            return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), ("dist",))
-        if e.id == "n":
-            return lift(float(ctx.n if ctx.n is not None else ctx.L), ctx.device)
-        raise CompileError(f"'{e.id}' cannot be used as a number here")
+    def elementwise(self, f: str, v: LT) -> LT:
+        return LT(_ELEMENTWISE[f](v.t), v.axes)
 
-    # ------------------------------------------------------------------ builtins
-    def _call(self, e: ast.Call, ctx: Context) -> LT:
-        spec = FUNCTIONS[e.func]
-        args = bind_args(e, spec.params)
-        f = e.func
-        if f in _ELEMENTWISE:
-            v = self._eval(args["x"], ctx)
-            return LT(_ELEMENTWISE[f](v.t), v.axes)
-        if f in ("min", "max", "clamp", "ramp"):
-            names = ("a", "b") if f in ("min", "max") else ("x", "lo", "hi")
-            vals = [self._eval(args[n], ctx) for n in names]
-            axes = _union(*[v.axes for v in vals])
-            ts = [v.align(axes) for v in vals]
-            if f == "min":
-                return LT(torch.minimum(*_common_dtype(*ts)), axes)
-            if f == "max":
-                return LT(torch.maximum(*_common_dtype(*ts)), axes)
-            x, lo, hi = _common_dtype(*ts)
-            if f == "clamp":
-                return LT(torch.minimum(torch.maximum(x, lo), hi), axes)
-            return LT(((x - lo) / (hi - lo)).clamp(0, 1), axes)
-        if f == "log_length":
-            length = float(self._static(args["length"], ctx))
-            i = torch.arange(ctx.L, dtype=F64, device=ctx.device)
-            return LT(torch.clamp(torch.log(i + 1) / math.log(length), min=1.0), ("pos",))
-        if f == "frozen_random":
-            return self._frozen_random(args, ctx)
-        if f == "embedding":
-            return self._embedding(args, ctx)
-        if f == "linear":
-            return self._linear(args, ctx)
-        if f == "shortconv":
-            return self._shortconv(args, ctx)
-        if f == "normalize":
-            v = self._eval(args["v"], ctx)
-            return LT(F.normalize(v.t, dim=v.axes.index("chan"), eps=1e-6), v.axes)
-        raise CompileError(f"{f}() has no run-time value here")
+    def bounded(self, f: str, vals: list[LT]) -> LT:
+        axes = union_axes(*[v.axes for v in vals])
+        ts = _common_dtype(*[v.align(axes) for v in vals])
+        if f == "min":
+            return LT(torch.minimum(*ts), axes)
+        if f == "max":
+            return LT(torch.maximum(*ts), axes)
+        x, lo, hi = ts
+        return LT(torch.minimum(torch.maximum(x, lo), hi) if f == "clamp" else ((x - lo) / (hi - lo)).clamp(0, 1), axes)
 
-    def _axis_of(self, arg, ctx: Context) -> str:
-        name = arg.id if isinstance(arg, ast.Name) else str(arg)
-        return {"channel": "chan"}.get(name, name)
+    def log_length(self, length: float, ctx: Context) -> LT:
+        i = torch.arange(ctx.L, dtype=F64, device=ctx.device)
+        return LT(torch.clamp(torch.log(i + 1) / math.log(length), min=1.0), ("pos",))
 
-    def _width(self, axis: str, ctx: Context) -> int:
-        if axis == "pair":
-            if ctx.pairs is None:
-                raise CompileError("a per-pair value is only defined inside a rotation")
-            return ctx.pairs
-        if axis == "chan":
-            return ctx.chans
-        return 1
+    def normalize(self, v: LT) -> LT:
+        return LT(F.normalize(v.t, dim=v.axes.index("chan"), eps=1e-6), v.axes)
 
-    def _next_site(self, kind: str) -> str:
-        key = f"{self._site}__{kind}{self._count}"
-        self._count += 1
-        return key
-
-    def _frozen_random(self, args, ctx: Context) -> LT:
-        seed = int(self._static(args["seed"], ctx)) if not isinstance(args["seed"], int) else args["seed"]
-        index = args["index"]
+    # ------------------------------------------------------------------ sources
+    def frozen_random(self, seed: int, by_token: bool, ctx: Context) -> LT:
         P = ctx.pairs
-        if isinstance(index, ast.Name) and index.id == "token":
+        if by_token:
             key = ("token", seed, P, self.vocab_size)
             if key not in self.tables:
                 g = torch.Generator().manual_seed(seed)
                 self.tables[key] = torch.randn(self.vocab_size, P, generator=g, dtype=F64)
-            table = self.tables[key].to(ctx.device)
-            if ctx.tokens is None:
-                raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
-            return LT(table[ctx.tokens.long()], ("batch", "pos", "pair"))
-        # per position: generated in chunks of 1024 positions so any prefix is stable
-        chunk = 1024
+            return LT(self.tables[key].to(ctx.device)[ctx.tokens.long()], ("batch", "pos", "pair"))
         parts = []
-        for c in range(0, max(ctx.L, 1), chunk):
+        for c in range(0, max(ctx.L, 1), FROZEN_CHUNK):
             key = ("position", seed, P, c)
             if key not in self.tables:
-                g = torch.Generator().manual_seed(seed * 1_000_003 + c // chunk)
-                self.tables[key] = torch.randn(chunk, P, generator=g, dtype=F64)
+                g = torch.Generator().manual_seed(seed * 1_000_003 + c // FROZEN_CHUNK)
+                self.tables[key] = torch.randn(FROZEN_CHUNK, P, generator=g, dtype=F64)
             parts.append(self.tables[key])
-        table = torch.cat(parts)[: ctx.L].to(ctx.device)
-        return LT(table, ("pos", "pair"))
+        return LT(torch.cat(parts)[: ctx.L].to(ctx.device), ("pos", "pair"))
 
-    def _embedding(self, args, ctx: Context) -> LT:
-        axis = self._axis_of(args["to"], ctx)
-        width = self._width(axis, ctx)
-        site = self._next_site("embedding")
+    def _per_head(self, out: Tensor, axis: str, width: int) -> LT:
+        B, L = out.shape[:2]
+        out = out.view(B, L, -1, width).transpose(1, 2)  # (B, H, L, W)
+        if axis == "head":
+            return LT(out[..., 0], ("batch", "head", "pos"))
+        return LT(out, ("batch", "head", "pos", axis))
+
+    def embedding(self, site: str, axis: str, width: int, init: float, ctx: Context) -> LT:
         if self._build:
-            init = float(self._static(args["init"], ctx)) if not isinstance(args["init"], float) else args["init"]
             emb = nn.Embedding(self.vocab_size, ctx.heads * width)
             nn.init.normal_(emb.weight, std=init)
             self.learned.sites[site] = emb
-        if ctx.tokens is None:
-            raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
-        out = self.learned.sites[site](ctx.tokens.long())  # (B, L, H*W)
-        B, L = ctx.tokens.shape
-        out = out.view(B, L, ctx.heads, width).transpose(1, 2)  # (B, H, L, W)
-        axes = ("batch", "head", "pos") + ((axis,) if axis != "head" else ())
-        return LT(out if axis != "head" else out[..., 0], axes)
+        return self._per_head(self.learned.sites[site](ctx.tokens.long()), axis, width)
 
-    def _linear(self, args, ctx: Context) -> LT:
-        axis = self._axis_of(args["to"], ctx)
-        width = self._width(axis, ctx)
-        site = self._next_site("linear")
+    def linear(self, site: str, axis: str, width: int, rank: int, init_bias: float, ctx: Context) -> LT:
         if self._build:
             if self.d_model is None:
                 raise CompileError("this scheme reads the hidden state x: give d_model when compiling it",
                                    hint="compile_scheme(..., d_model=...)")
-            rank = int(self._static(args["rank"], ctx)) if not isinstance(args["rank"], int) else args["rank"]
-            bias0 = args["init_bias"]
-            bias0 = float(self._static(bias0, ctx)) if not isinstance(bias0, (int, float)) else float(bias0)
             out_f = ctx.heads * width
-            if rank and rank > 0:
+            if rank > 0:
                 lin = nn.Sequential(nn.Linear(self.d_model, rank, bias=False), nn.Linear(rank, out_f))
                 last = lin[1]
             else:
-                lin = nn.Linear(self.d_model, out_f)
-                last = lin
-            nn.init.constant_(last.bias, bias0)
+                lin = last = nn.Linear(self.d_model, out_f)
+            nn.init.constant_(last.bias, init_bias)
             self.learned.sites[site] = lin
         if ctx.x is None:
             raise CompileError("this scheme reads the hidden state: pass x=(B, L, d_model)")
-        out = self.learned.sites[site](ctx.x)  # (B, L, H*W)
-        B, L = ctx.x.shape[:2]
-        out = out.view(B, L, ctx.heads, width).transpose(1, 2)
-        axes = ("batch", "head", "pos") + ((axis,) if axis != "head" else ())
-        return LT(out if axis != "head" else out[..., 0], axes)
+        return self._per_head(self.learned.sites[site](ctx.x), axis, width)
 
-    def _shortconv(self, args, ctx: Context) -> LT:
-        v = self._eval(args["v"], ctx)
-        site = self._next_site("shortconv")
-        width = args["width"]
-        width = int(self._static(width, ctx)) if not isinstance(width, int) else width
-        axes = _union(v.axes, ("batch", "head", "pos"))
-        t = v.align(axes)  # (B|1, H|1, L, W?)
-        t = t.movedim(axes.index("pos"), -1)  # (..., L)
+    def shortconv(self, site: str, v: LT, width: int, ctx: Context) -> LT:
+        axes = union_axes(v.axes, ("batch", "head", "pos"))
+        t = v.align(axes).movedim(axes.index("pos"), -1)  # (B|1, H|1, W?, L)
         lead = t.shape[:-1]
-        feats = int(torch.tensor(lead[1:]).prod().item()) if len(lead) > 1 else 1
+        feats = math.prod(lead[1:])
         if self._build:
             conv = nn.Conv1d(feats, feats, width, groups=feats, padding=width - 1, bias=False)
             with torch.no_grad():  # start near the identity: the newest token dominates
@@ -324,8 +218,3 @@ def _common_dtype(*ts: Tensor) -> list[Tensor]:
     target = low[0] if low and any(t.requires_grad for t in ts) else torch.promote_types(*dts) if len(dts) == 2 else F64
     return [t.to(target) for t in ts]
 
-
-def to_text(e: ast.Expr) -> str:
-    from pedsl.lang.exprs import to_source
-
-    return to_source(e)

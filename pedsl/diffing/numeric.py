@@ -198,11 +198,13 @@ def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, sam
 
 
 def _householder_part(s: Scheme, sm, t, L: int, lmax: int, x, tokens, u: np.ndarray) -> np.ndarray:
-    """sum over j < STARTS of <u_g, H_(j+d) ... H_(j+1) u_g> / STARTS on the group's channels g."""
+    """(Dg / D) mean over j < STARTS of <u_g, H_(j+d) ... H_(j+1) u_g> for unit vectors u_g in the group's
+    Dg channels (the Hutchinson estimate of the group's share of tr T / D; exact at d = 0)."""
     S, H, _ = u.shape
     ch = list(s.group(t.group).channels)
     w, beta = sm.householder(t, L, x, tokens)  # (B|1, H, L, Dg), (B|1, H, L)
-    ug = u[..., ch]  # (S, H, Dg)
+    ug = u[..., ch]  # (S, H, Dg): unit vectors within the group, which carries energy Dg / D of a unit u
+    ug = ug / np.linalg.norm(ug, axis=-1, keepdims=True)
     V = np.repeat(ug[:, :, None, :], STARTS, axis=2)  # P(j -> i) u for keys j < STARTS
     js = np.arange(STARTS)
     c = np.zeros(lmax + 1)
@@ -215,7 +217,7 @@ def _householder_part(s: Scheme, sm, t, L: int, lmax: int, x, tokens, u: np.ndar
         ok = (dist >= 0) & (dist <= lmax)
         sc = (ug[:, :, None, :] * V).sum(-1).mean(axis=(0, 1))  # (J,)
         np.add.at(c, dist[ok], sc[ok])
-    return c / STARTS
+    return c * len(ch) / (s.head_dim * STARTS)
 
 
 @dataclass

@@ -1,0 +1,181 @@
+"""The walk of run-time expressions, shared by the compiler's torch evaluator and the diff's numpy sampler.
+
+A run-time value is a labelled array: an array whose dimensions are the named axes it varies
+along, in the canonical order ``batch, head, pos, dist, pair, chan`` (:data:`ORDER`); arithmetic
+aligns operands by axis name. :class:`DynamicEvaluator` does everything that does not depend on
+the array library - folding static sub-expressions through :func:`pedsl.lang.evaluate.evaluate`
+(float64), dispatching on the expression and builtin, binding and folding call arguments, and
+naming the learned call sites - and leaves the array operations to a subclass:
+:class:`pedsl.compiler.evaluator.Evaluator` (torch, trainable) and
+:class:`pedsl.diffing.sample.NumpyEvaluator` (numpy, at initialisation).
+
+Sharing the walk keeps the two in step: a site is ``"{site}__{kind}{count}"``, numbered in the
+order the walk visits the learned calls of one expression, so a compiled module's parameters can
+be loaded into the numpy evaluator by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pedsl.errors import CompileError
+from pedsl.lang import ast
+from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, bind_args, evaluate
+from pedsl.lang.exprs import calls_in
+
+ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
+LEARNED = frozenset({"linear", "embedding", "shortconv"})
+ELEMENTWISE = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid")
+FROZEN_CHUNK = 1024  # frozen_random(position) is drawn in chunks of positions, so any prefix is stable
+
+
+def union_axes(*axes_lists) -> tuple[str, ...]:
+    """The axes of a result: every operand's axes, in canonical order."""
+    s = set().union(*axes_lists)
+    return tuple(a for a in ORDER if a in s)
+
+
+def permuted_shape(axes: tuple[str, ...], shape, want: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """(permutation, shape) that view an array over ``axes`` with a dimension for every axis of
+    ``want`` (size 1 where absent)."""
+    src = list(axes)
+    return [src.index(a) for a in want if a in src], [shape[src.index(a)] if a in src else 1 for a in want]
+
+
+class DynamicEvaluator:
+    """Evaluates an expression at run time; subclasses implement the array operations.
+
+    The context ``ctx`` must provide ``values`` (params, heads, head_dim), ``heads``, ``pairs`` and
+    ``chans`` of the current channel group (or None), ``L`` (sequence length), ``n`` (run-time
+    length or None), ``x`` (B, L, d_model) and ``tokens`` (B, L), either possibly None.
+    """
+
+    def run(self, e: ast.Expr, ctx, site: str):
+        self._site, self._count = site, 0
+        return self._eval(e, ctx)
+
+    # ------------------------------------------------------------------ the walk
+    def static(self, e: ast.Expr, ctx) -> Any:
+        try:
+            return evaluate(e, StaticEnv(values=ctx.values, pairs=ctx.pairs, n=ctx.n if ctx.n is not None else ctx.L))
+        except EvalIssue as issue:
+            raise CompileError(str(issue), hint=issue.hint) from None
+
+    def static_number(self, arg, ctx) -> float:
+        """A call argument that must be a static number (a literal default, or an expression)."""
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return arg
+        v = self.static(arg, ctx)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise CompileError(f"expected a static number, got {v!r}")
+        return v
+
+    def _eval(self, e: ast.Expr, ctx):
+        static = DYNAMIC if calls_in(e) & LEARNED else self.static(e, ctx)  # learned sites must be visited
+        if static is not DYNAMIC:
+            if isinstance(static, (GroupSpec, str, list, bool)) or static is None:
+                raise CompileError(f"expected a number, got {static!r}")
+            return self.constant(static, ctx)
+        k = e.kind
+        if k == "name":
+            if e.id in ("position", "distance"):
+                return self.arange(ctx, "pos" if e.id == "position" else "dist")
+            if e.id == "n":
+                return self.constant(float(ctx.n if ctx.n is not None else ctx.L), ctx)
+            raise CompileError(f"'{e.id}' cannot be used as a number here")
+        if k == "unary":
+            return self.negate(self._eval(e.operand, ctx))
+        if k == "binary":
+            return self.binary(e.op, self._eval(e.left, ctx), self._eval(e.right, ctx))
+        if k == "call":
+            return self._call(e, ctx)
+        from pedsl.lang.exprs import to_source
+
+        raise CompileError(f"cannot evaluate {to_source(e)} at run time")
+
+    def _call(self, e: ast.Call, ctx):
+        args = bind_args(e, FUNCTIONS[e.func].params)
+        f = e.func
+        if f in ELEMENTWISE:
+            return self.elementwise(f, self._eval(args["x"], ctx))
+        if f in ("min", "max", "clamp", "ramp"):
+            names = ("a", "b") if f in ("min", "max") else ("x", "lo", "hi")
+            return self.bounded(f, [self._eval(args[n], ctx) for n in names])
+        if f == "log_length":
+            return self.log_length(float(self.static_number(args["length"], ctx)), ctx)
+        if f == "frozen_random":
+            index = args["index"]
+            by_token = isinstance(index, ast.Name) and index.id == "token"
+            if by_token and ctx.tokens is None:
+                raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
+            return self.frozen_random(int(self.static_number(args["seed"], ctx)), by_token, ctx)
+        if f == "normalize":
+            return self.normalize(self._eval(args["v"], ctx))
+        if f == "embedding":
+            axis, width = self._width(args["to"], ctx)
+            site = self._next_site("embedding")
+            if ctx.tokens is None:
+                raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
+            return self.embedding(site, axis, width, float(self.static_number(args["init"], ctx)), ctx)
+        if f == "linear":
+            axis, width = self._width(args["to"], ctx)
+            site = self._next_site("linear")
+            return self.linear(site, axis, width, int(self.static_number(args["rank"], ctx)),
+                               float(self.static_number(args["init_bias"], ctx)), ctx)
+        if f == "shortconv":
+            v = self._eval(args["v"], ctx)
+            return self.shortconv(self._next_site("shortconv"), v, int(self.static_number(args["width"], ctx)), ctx)
+        raise CompileError(f"{f}() has no run-time value here")
+
+    def _width(self, arg, ctx) -> tuple[str, int]:
+        """The axis and per-head width of a learned output (``to = pair | channel | head``)."""
+        name = arg.id if isinstance(arg, ast.Name) else str(arg)
+        axis = {"channel": "chan"}.get(name, name)
+        if axis == "pair":
+            if ctx.pairs is None:
+                raise CompileError("a per-pair value is only defined inside a rotation")
+            return axis, ctx.pairs
+        return axis, ctx.chans if axis == "chan" else 1
+
+    def _next_site(self, kind: str) -> str:
+        key = f"{self._site}__{kind}{self._count}"
+        self._count += 1
+        return key
+
+    # ------------------------------------------------------------------ array operations (subclasses)
+    def constant(self, value, ctx):  # a number or a pedsl.lang.evaluate.Vec
+        raise NotImplementedError
+
+    def arange(self, ctx, axis: str):
+        raise NotImplementedError
+
+    def negate(self, v):
+        raise NotImplementedError
+
+    def binary(self, op: str, a, b):
+        raise NotImplementedError
+
+    def elementwise(self, f: str, v):
+        raise NotImplementedError
+
+    def bounded(self, f: str, vals: list):  # min(a, b), max(a, b), clamp(x, lo, hi), ramp(x, lo, hi)
+        raise NotImplementedError
+
+    def log_length(self, length: float, ctx):
+        raise NotImplementedError
+
+    def frozen_random(self, seed: int, by_token: bool, ctx):
+        raise NotImplementedError
+
+    def normalize(self, v):
+        raise NotImplementedError
+
+    def embedding(self, site: str, axis: str, width: int, init: float, ctx):
+        raise NotImplementedError
+
+    def linear(self, site: str, axis: str, width: int, rank: int, init_bias: float, ctx):
+        raise NotImplementedError
+
+    def shortconv(self, site: str, v, width: int, ctx):
+        raise NotImplementedError
