@@ -229,6 +229,22 @@ def test_fmt_stdin():
     assert code == 1 and out.startswith("<stdin>:2:1: error[E101]")
 
 
+def test_check_stdin(tmp_path, monkeypatch):
+    rope = Path(LIBRARY[0]).parent / "rope.pe"
+    code, out, err = run("check", "-", input=rope.read_text())
+    assert code == 0 and "1 file, 0 errors" in err
+    code, out, err = run("check", "-", input="scheme x {\n  qk: rotate(w * positon)\n}\n")
+    assert code == 1 and "<stdin>:2:18: error[E201]: unknown name 'positon'" in out and "'position'?" in out
+    code, out, err = run("check", "-", input=b"\0" * 2_000_000)
+    assert code == 1 and out.startswith("<stdin>:1:1: error[E102]")
+    monkeypatch.chdir(rope.parent)  # imports on standard input resolve from the working directory
+    variant = 'import "rope.pe"\nscheme r500 extends rope {\n  param base: float (> 1) = 500\n}\n'
+    assert run("check", "-", input=variant)[0] == 0
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run("check", "-", input=variant)
+    assert code == 1 and out.startswith("<stdin>:1:") and "rope.pe" in out
+
+
 def test_fmt_bad_inputs(tmp_path):
     bad = _bad_inputs(tmp_path)
     for kind in ("binary", "huge", "nested", "folder", "missing"):

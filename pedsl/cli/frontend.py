@@ -56,13 +56,17 @@ def _diagnostics_of(path: str, params: dict[str, str], loader=None) -> list[Diag
     ``loader`` (a :class:`pedsl.lang.resolve.Loader`) is shared across the files of one run,
     so a file imported by several others is parsed once.
     """
-    from pedsl.lang.resolve import check_all, load_source
+    from pedsl.lang.resolve import Loader, check_all, load_source
 
     try:
-        diags = check_all(load_source(Path(path), loader), params or None)
+        if path == "-":  # standard input: imports resolve from the current directory
+            src = (loader or Loader()).load_text(_read_stdin(), "<stdin>", Path.cwd())
+        else:
+            src = load_source(Path(path), loader)
+        diags = check_all(src, params or None)
     except PedslError as err:
         diags = err.diagnostics
-    return _with_file(diags, path)
+    return _with_file(diags, "<stdin>" if path == "-" else path)
 
 
 def _echo_diag(d: Diagnostic) -> None:
@@ -89,7 +93,7 @@ def _plural(n: int, word: str) -> str:
               help="Override a scheme parameter (repeatable).")
 @click.option("-q", "--quiet", is_flag=True, help="Print errors only: no warnings, no summary.")
 def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str, ...], quiet: bool) -> None:
-    """Check .pe FILES: syntax, names, types, layouts, parameters, then lint warnings.
+    """Check .pe FILES (- reads standard input): syntax, names, types, layouts, parameters, then lint warnings.
 
     Exit code 0 when every file is valid, 1 when a file has an error (or a
     warning with --strict).

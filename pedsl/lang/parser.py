@@ -404,6 +404,25 @@ def parse_module(text: str, file: str | None = None) -> ast.Module:
     return _parse_cached(text, file)
 
 
+def _too_deep(tree, file: str | None, text: str) -> ParseError:
+    """E103 at the deepest node of the parse tree (found without recursion; the leftmost if several):
+    for a long operator chain that is its first operand, inside the expression to split."""
+    best = (-1, 1, 1)  # (depth, line, col)
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        meta = getattr(node, "meta", None)
+        if meta is not None and not getattr(meta, "empty", True):
+            if depth > best[0] or (depth == best[0] and (meta.line, meta.column) < best[1:]):
+                best = (depth, meta.line, meta.column)
+        stack.extend((child, depth + 1) for child in getattr(node, "children", ()) if hasattr(child, "children"))
+    _, line, col = best
+    lines = text.split("\n")
+    return ParseError("expression nested too deeply", code="E103", file=file, line=line, col=col,
+                      source_line=lines[line - 1] if line <= len(lines) else None,
+                      hint="split the expression with 'let' definitions")
+
+
 @functools.lru_cache(maxsize=128)
 def _parse_cached(text: str, file: str | None) -> ast.Module:
     sink = DiagnosticSink(file=file, source=text)
@@ -437,11 +456,10 @@ def _parse_cached(text: str, file: str | None) -> ast.Module:
         if isinstance(inner, PedslError):
             raise inner from None
         if isinstance(inner, RecursionError):
-            raise ParseError("expression nested too deeply", code="E103", file=file, line=1, col=1,
-                             hint="split the expression with 'let' definitions") from None
+            raise _too_deep(tree, file, text) from None
         raise ParseError(f"cannot build the syntax tree: {inner}", file=file, line=1, col=1) from None
     except RecursionError:
-        raise ParseError("expression nested too deeply", code="E103", file=file, line=1, col=1) from None
+        raise _too_deep(tree, file, text) from None
     # Comments: re-lex cheaply (the grammar ignores them).
     for i, raw in enumerate(text.split("\n"), start=1):
         idx = _comment_start(raw)
