@@ -93,6 +93,23 @@ def test_json_edits_and_params(capsys):
     assert doc["numeric"]["largest"]["curve"] == "transport" and doc["numeric"]["largest"]["max_abs"] > 0.1
 
 
+def test_sampling_noise_is_measured_and_named(capsys):
+    """Sampled curves are one draw: the diff measures seed-to-seed noise and says when a difference is within it."""
+    _, out, _ = run(s("rope"), s("pi"), "--json", "--numeric", capsys=capsys)
+    assert json.loads(out)["numeric"]["noise"] is None  # exact tables: no noise
+    _, out, _ = run(s("path"), s("path_fox"), "--json", "--numeric", capsys=capsys)
+    n = json.loads(out)["numeric"]
+    assert n["noise"]["transport"] > 0 and n["largest"]["curve"].startswith("bias")
+    assert n["largest"]["max_abs"] > 10 * n["noise"][n["largest"]["curve"]]  # the gate: far above the noise
+    # same initial distribution (N(0, 1) table vs N(0, 1) embedding): the difference is noise, and says so
+    code, out, _ = run(s("acc_random_qk"), s("acc_learned_qk"), "--numeric", capsys=capsys)
+    largest = next(line for line in out.splitlines() if "largest difference" in line)
+    assert code == 1 and largest.endswith("within sampling noise") and "sampling noise (" in out
+    code, out, _ = run(s("path"), s("path_fox"), "--numeric", capsys=capsys)
+    largest = next(line for line in out.splitlines() if "largest difference" in line)
+    assert "within sampling noise" not in largest
+
+
 def test_shared_params_apply_where_declared(capsys):
     code, out, _ = run(s("rope"), s("pi"), "-P", "factor=8", "--json", capsys=capsys)
     doc = json.loads(out)

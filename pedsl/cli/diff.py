@@ -167,6 +167,7 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
     out = {
         "lmax": lmax, "samples": samples, "seed": seed, "method_a": ca.method, "method_b": cb.method,
         "largest": vars(N.largest(rows)), "curves": [vars(r) for r in rows],
+        "noise": N.seed_noise([(sa, ca), (sb, cb)], lmax=lmax, samples=samples, seed=seed),
         "transport_a": [float(v) for v in ca.transport], "transport_b": [float(v) for v in cb.transport],
         "plot": None,
     }

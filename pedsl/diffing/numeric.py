@@ -249,6 +249,19 @@ def _cmp(name: str, a: np.ndarray, b: np.ndarray) -> CurveDiff:
     return CurveDiff(name, float(diff[i]) if n else 0.0, i, float(a[i]), float(b[i]))
 
 
+def seed_noise(sides: list[tuple[Scheme, Curves]], *, lmax: int, samples: int, seed: int) -> dict[str, float] | None:
+    """Per curve, the largest difference between two seeds of the same scheme (over the sampled
+    sides): a data-dependent scheme's curves are one draw of its initialisation, and a difference
+    between A and B below this is not evidence of a change. None when both sides are exact."""
+    noise: dict[str, float] = {}
+    for s, c in sides:
+        if not c.method.startswith("sampled"):
+            continue
+        for r in compare(c, curves(s, lmax=lmax, samples=samples, seed=seed + 1)):
+            noise[r.curve] = max(noise.get(r.curve, 0.0), r.max_abs)
+    return noise or None
+
+
 def largest(rows: list[CurveDiff]) -> CurveDiff:
     return max(rows, key=lambda r: r.max_abs)
 

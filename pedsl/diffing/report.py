@@ -79,6 +79,8 @@ JSON_SCHEMA: dict = {
                         "transport_a": {"type": "array", "items": {"type": "number"}},
                         "transport_b": {"type": "array", "items": {"type": "number"}},
                         "plot": {"type": ["string", "null"]},
+                        "noise": {"oneOf": [{"type": "null"},
+                                            {"type": "object", "additionalProperties": {"type": "number"}}]},
                     },
                 },
             ]
@@ -233,8 +235,14 @@ def render_text(label_a: str, label_b: str, edits: list[Edit], summary: list, no
     return "\n".join(lines)
 
 
+def _within_noise(c: dict, noise: dict | None) -> str:
+    if noise and c["max_abs"] <= noise.get(c["curve"], 0.0):
+        return " - within sampling noise"
+    return ""
+
+
 def numeric_lines(n: dict) -> list[str]:
-    big = n["largest"]
+    big, noise = n["largest"], n.get("noise")
     where = "query position" if big["curve"] == "temperature" else "distance"
     how = n["method_a"] if n["method_a"] == n["method_b"] else f"A: {n['method_a']}; B: {n['method_b']}"
     out = [f"Numeric (distances 0..{n['lmax']}; {how})"]
@@ -242,7 +250,7 @@ def numeric_lines(n: dict) -> list[str]:
         out.append("  identical: every curve (transport correlation, bias per head, temperature) matches exactly")
     else:
         out.append(f"  largest difference: {big['curve']} {big['max_abs']:.4g} at {where} {big['at']} "
-                   f"(A {big['a']:.4g}, B {big['b']:.4g})")
+                   f"(A {big['a']:.4g}, B {big['b']:.4g}){_within_noise(big, noise)}")
     ta, tb = n.get("transport_a"), n.get("transport_b")
     if ta and tb:
         ds = [d for d in (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if d < min(len(ta), len(tb))]
@@ -251,7 +259,11 @@ def numeric_lines(n: dict) -> list[str]:
         out.append("                    B = " + " ".join(f"{tb[d]:>7.3f}" for d in ds))
     rows = [c for c in n["curves"] if c["max_abs"] > 0]
     if rows and big["max_abs"] > 0:
-        out.append("  per curve: " + "; ".join(f"{c['curve']} {c['max_abs']:.3g} at {c['at']}" for c in rows))
+        out.append("  per curve: " + "; ".join(f"{c['curve']} {c['max_abs']:.3g} at {c['at']}{_within_noise(c, noise)}"
+                                               for c in rows))
+    if noise:
+        out.append(f"  sampling noise (a data-dependent side drawn at seeds {n['seed']} and {n['seed'] + 1}): "
+                   + "; ".join(f"{k} {v:.3g}" for k, v in noise.items() if v > 0))
     if n.get("plot"):
         out.append(f"  plot: {n['plot']}")
     return out
