@@ -240,9 +240,10 @@ def test_check_stdin(tmp_path, monkeypatch):
     monkeypatch.chdir(rope.parent)  # imports on standard input resolve from the working directory
     variant = 'import "rope.pe"\nscheme r500 extends rope {\n  param base: float (> 1) = 500\n}\n'
     assert run("check", "-", input=variant)[0] == 0
-    monkeypatch.chdir(tmp_path)
-    code, out, _ = run("check", "-", input=variant)
-    assert code == 1 and out.startswith("<stdin>:1:") and "rope.pe" in out
+    monkeypatch.chdir(tmp_path)  # elsewhere: the library's rope.pe
+    assert run("check", "-", input=variant)[0] == 0
+    code, out, _ = run("check", "-", input=variant.replace("rope.pe", "no_such.pe"))
+    assert code == 1 and out.startswith("<stdin>:1:1: error[E209]") and "no_such.pe" in out
 
 
 def test_fmt_bad_inputs(tmp_path):

@@ -180,3 +180,14 @@ def test_keywords_cannot_name_lets_or_params():
         for decl in (f"let {name} = 1", f"param {name}: int = 1"):
             diags = check("scheme s {\n  " + decl + "\n  qk: none\n  allow unused\n}\n")
             assert [(d.code, d.line) for d in diags] == [("E205", 2)], (decl, diags)
+
+
+def test_library_schemes_import_from_any_folder(tmp_path):
+    variant = tmp_path / "rope_id_512.pe"
+    variant.write_text('import "rope_id.pe"\n\nscheme rope_id_512 extends rope_id {\n'
+                       '  param train_length: int (>= 64) = 512\n}\n')
+    s = load(variant)
+    assert s.bases == ("rope_id",) and s.params["train_length"] == 512 and s.train["context"] == 512
+    # a file next to the importer wins over the library's
+    (tmp_path / "rope_id.pe").write_text('scheme rope_id "local" {\n  param train_length: int = 64\n  qk: none\n}\n')
+    assert load(variant).transports == ()

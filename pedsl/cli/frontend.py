@@ -270,22 +270,13 @@ def schema() -> None:
 # ------------------------------------------------------------------ list
 
 
-def library_dir() -> Path:
-    """The scheme library: the installed copy (pedsl/schemes) or the source tree's schemes/."""
-    import pedsl
-
-    pkg = Path(pedsl.__file__).resolve().parent
-    installed = pkg / "schemes"
-    if installed.is_dir():
-        return installed
-    return pkg.parent / "schemes"
-
-
 @click.command("list")
 @click.argument("directory", required=False)
 def list_schemes(directory: str | None) -> None:
     """List the schemes declared in DIR (default: the scheme library) with one-line descriptions."""
     from pedsl.lang.api import parse
+
+    from pedsl.lang.resolve import library_dir
 
     folder = Path(directory) if directory else library_dir()
     if not folder.is_dir():

@@ -33,20 +33,10 @@ QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_m
 WINDOWS = 8  # windows (ppl) and samples (tasks) per length: 8 x L_train scored bytes per length
 
 
-def library_dir() -> Path:
-    """The scheme library: ``schemes/`` next to the package (a checkout), or ``pedsl/schemes``."""
-    import pedsl
-
-    pkg = Path(pedsl.__file__).resolve().parent
-    for cand in (pkg.parent / "schemes", pkg / "schemes"):
-        if cand.is_dir():
-            return cand
-    raise ConfigError("the scheme library folder was not found (schemes/ next to the pedsl package)",
-                      hint="name the .pe files to compare explicitly")
-
-
 def resolve_schemes(names: list[str]) -> list[tuple[str, Path]]:
     """Scheme names (from the library) or .pe paths -> [(run name, path)]."""
+    from pedsl.lang.resolve import library_dir
+
     items = list(names) or list(DEFAULT_SCHEMES)
     out: list[tuple[str, Path]] = []
     lib = None
@@ -58,6 +48,9 @@ def resolve_schemes(names: list[str]) -> list[tuple[str, Path]]:
             out.append((p.stem, p))
             continue
         lib = lib or library_dir()
+        if not lib.is_dir():
+            raise ConfigError("the scheme library folder was not found (schemes/ next to the pedsl package)",
+                              hint="name the .pe files to compare explicitly")
         cand = lib / f"{item}.pe"
         if not cand.is_file():
             from pedsl.errors import did_you_mean

@@ -92,6 +92,8 @@ class Loader:
         sink = DiagnosticSink(file=file, source=text)
         for imp in module.imports:
             target = (base_dir / imp.path).resolve()
+            if not target.is_file() and (library_dir() / imp.path).is_file():
+                target = (library_dir() / imp.path).resolve()  # a library scheme, from any folder
             line, col = (imp.span.line, imp.span.col) if imp.span else (None, None)
             if str(target) in stack:
                 sink.add("E208", f"import cycle: {imp.path} imports this file again", line=line, col=col,
@@ -99,7 +101,8 @@ class Loader:
                 continue
             if not target.is_file():
                 sink.add("E209", f"cannot import '{imp.path}': no such file", line=line, col=col,
-                         hint=f"paths are relative to {base_dir}")
+                         hint=f"paths are relative to {base_dir}, or name a file of the scheme library "
+                              f"({library_dir()})")
                 continue
             try:
                 src.imports.append(self.load_path(target, stack))
@@ -107,6 +110,13 @@ class Loader:
                 sink.items.extend(err.diagnostics)
         sink.raise_if_errors()
         return src
+
+
+def library_dir() -> Path:
+    """The scheme library: the installed copy (pedsl/schemes) or the checkout's schemes/."""
+    pkg = Path(__file__).resolve().parent.parent
+    installed = pkg / "schemes"
+    return installed if installed.is_dir() else pkg.parent / "schemes"
 
 
 def looks_like_text(x: str) -> bool:
