@@ -56,5 +56,8 @@ def compile_scheme(
     if compile:
         import torch
 
-        module.forward = torch.compile(module.forward, dynamic=True)
+        # dynamic=True: one graph for every sequence length. specialize_float: the Python floats
+        # the forward reads (2 pi, folded constants) are constants; left symbolic, dynamo traced
+        # them, failed to turn them into tensors and restarted its whole analysis (~1.5 s per compile)
+        module.forward = torch._dynamo.config.patch(specialize_float=True)(torch.compile(module.forward, dynamic=True))
     return module

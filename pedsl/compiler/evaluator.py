@@ -27,6 +27,8 @@ from torch import Tensor, nn
 from pedsl.errors import CompileError
 from pedsl.lang.dynamic import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
 from pedsl.lang.evaluate import Vec
+from pedsl.lang.builtins import READS_LENGTH
+from pedsl.lang.exprs import calls_in, names_in
 
 F64 = torch.float64
 
@@ -87,10 +89,33 @@ class Evaluator(DynamicEvaluator):
         self.vocab_size = vocab_size
         self.tables = tables  # cache for frozen random tables: key -> tensor
         self._build = False
+        # static sub-expressions folded in eager calls (the module folds them all when it is built),
+        # found by node identity, pair count and device: under torch.compile the trace then reads a
+        # float64 constant instead of re-running pedsl.lang.evaluate on symbolic Python floats, which
+        # made dynamo restart its analysis (acc_learned_qk: 2.3 s of a 6 s cached compile). The values
+        # sit in a list in build order, so the traced graph names them by position, the same in every
+        # process (an id() in the name made the AOT autograd cache key differ per process).
+        self._fold_index: dict[tuple, int] = {}
+        self._fold_values: list[tuple] = []  # (node, LT); the node kept alive so its id stays unique
 
     def run(self, e, ctx: Context, site: str, build: bool = False) -> LT:
         self._build = build
         return super().run(e, ctx, site)
+
+    # ------------------------------------------------------------------ folding
+    @staticmethod
+    def _fold_key(e, ctx: Context) -> tuple:
+        return id(e), ctx.pairs, "cpu" if ctx.device is None else str(ctx.device)
+
+    def folded(self, e, ctx: Context) -> LT | None:
+        i = self._fold_index.get(self._fold_key(e, ctx))
+        return None if i is None else self._fold_values[i][1]
+
+    def remember(self, e, ctx: Context, value: LT) -> None:
+        if torch.compiler.is_compiling() or "n" in names_in(e) or calls_in(e) & READS_LENGTH:
+            return  # never cache a traced value, nor one of the run-time length n (it varies)
+        self._fold_index[self._fold_key(e, ctx)] = len(self._fold_values)
+        self._fold_values.append((e, value))
 
     # ------------------------------------------------------------------ arithmetic
     def constant(self, value, ctx: Context) -> LT:

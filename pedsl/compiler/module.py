@@ -73,9 +73,9 @@ class SchemeAttention(nn.Module):
                        tokens=tokens, device=device, dtype=dtype)
 
     def _build_learned(self) -> None:
-        """Create every learned call site once, by evaluating on a dummy input of length 2."""
-        if not (self.needs_x or self.needs_tokens):
-            return
+        """Create every learned call site and fold every static sub-expression once, eagerly, by
+        evaluating all expressions on a dummy input of length 2 (a torch.compile trace then reads
+        the parameters and the folded float64 constants)."""
         if self.needs_x and self.d_model is None:
             raise CompileError(f"scheme '{self.scheme.name}' reads the hidden state x: give d_model when compiling",
                                code="E405", hint="compile_scheme(..., d_model=<model width>) or --d-model")
@@ -85,7 +85,11 @@ class SchemeAttention(nn.Module):
             for key, expr in self._exprs(t):
                 self.evaluator.run(expr, self._ctx(2, x, tokens, group=t), key, build=True)
         for b in self.biases:
-            self.evaluator.run(b["expr"], self._ctx(2, x, tokens), b["node"], build=True)
+            for expr in (b["expr"], b.get("slope")):
+                if expr is not None:
+                    self.evaluator.run(expr, self._ctx(2, x, tokens), b["node"], build=True)
+        if self.temperature is not None:
+            self.evaluator.run(self.temperature, self._ctx(2), "temperature", build=True)
 
     def _exprs(self, t: dict) -> list[tuple[str, object]]:
         g = self.graph

@@ -71,12 +71,24 @@ class DynamicEvaluator:
             raise CompileError(f"expected a static number, got {v!r}")
         return v
 
+    def folded(self, e: ast.Expr, ctx):
+        """A static value folded earlier (subclasses may cache them), or None."""
+        return None
+
+    def remember(self, e: ast.Expr, ctx, value) -> None:
+        """Called with every static value folded (subclasses may cache it)."""
+
     def _eval(self, e: ast.Expr, ctx):
+        hit = self.folded(e, ctx)
+        if hit is not None:
+            return hit
         static = DYNAMIC if calls_in(e) & LEARNED else self.static(e, ctx)  # learned sites must be visited
         if static is not DYNAMIC:
             if isinstance(static, (GroupSpec, str, list, bool)) or static is None:
                 raise CompileError(f"expected a number, got {static!r}")
-            return self.constant(static, ctx)
+            value = self.constant(static, ctx)
+            self.remember(e, ctx, value)
+            return value
         k = e.kind
         if k == "name":
             if e.id in ("position", "distance"):

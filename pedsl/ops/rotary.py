@@ -170,14 +170,22 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "halves") ->
     nothing but the tables saved); tables that require grad take plain autograd.
     """
     _check_layout(layout)
-    if torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad):
-        x1, x2 = _pair_halves(x, layout)
-        o1 = torch.addcmul(x1 * cos, x2, sin, value=-1.0)
-        o2 = torch.addcmul(x2 * cos, x1, sin)
-        if layout == "halves":
-            return torch.cat([o1, o2], dim=-1)
-        return torch.stack([o1, o2], dim=-1).flatten(-2)
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
+        return _rotate_autograd(x, cos, sin, layout)
     return _RotateByTable.apply(x, cos, sin, layout)
+
+
+def _rotate_autograd(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """The pair rotation in plain differentiable ops: for tables that require grad, and under
+    torch.compile, where inductor fuses it anyway and a custom autograd Function would keep AOT
+    autograd from caching the compiled graph (every cached compile re-ran it)."""
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x1, x2 = _pair_halves(x, layout)
+    o1 = torch.addcmul(x1 * cos, x2, sin, value=-1.0)
+    o2 = torch.addcmul(x2 * cos, x1, sin)
+    if layout == "halves":
+        return torch.cat([o1, o2], dim=-1)
+    return torch.stack([o1, o2], dim=-1).flatten(-2)
 
 
 def _normalize_channels(channels: Channels, dim: int) -> tuple[int, ...] | None:
@@ -273,5 +281,10 @@ def rotate_by_angles(x: Tensor, angles: Tensor, layout: str = "halves", channels
 def rotate_many_by_angles(xs: Sequence[Tensor], angles: Tensor, layout: str = "halves",
                           channels: Channels = None) -> list[Tensor]:
     """:func:`rotate_by_angles` for several tensors sharing the angles (cos/sin computed once)."""
-    core = lambda ys, p: list(_RotateByAngles.apply(p[0], layout, *ys))  # noqa: E731
+    if torch.compiler.is_compiling():  # plain ops: inductor fuses them, and AOT autograd can cache the graph
+        def core(ys, p):
+            cos, sin = torch.cos(p[0]), torch.sin(p[0])
+            return [_rotate_autograd(y, cos, sin, layout) for y in ys]
+    else:
+        core = lambda ys, p: list(_RotateByAngles.apply(p[0], layout, *ys))  # noqa: E731
     return _on_group(list(xs), [angles], [0.0], channels, layout, core)
