@@ -217,6 +217,8 @@ def run(cfg: Config) -> dict:
     results["frontend_ms"] = frontend_times(cfg)
     mods = {s: compile_module(s, cfg) for s in cfg.schemes}
     cmods = {s: compile_module(s, cfg, compile_=True) for s in cfg.schemes} if cfg.compile else {}
+    for s, cm in cmods.items():  # the same learned parameters: both compute one function
+        cm.load_state_dict(mods[s].state_dict())
     for s, mod in mods.items():  # all variants compute the same function (small L, forward)
         case = build_case(s, mod, cmods.get(s), B=2, H=cfg.H, L=64, D=cfg.D, d_model=cfg.H * cfg.D)
         results["agreement"][s] = agreement(case)
