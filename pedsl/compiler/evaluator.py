@@ -124,28 +124,18 @@ class Evaluator(DynamicEvaluator):
     def arange(self, ctx: Context, axis: str) -> LT:
         return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), (axis,))
 
-    def negate(self, v: LT) -> LT:
-        return LT(-v.t, v.axes)
+    ELEMENTWISE = {
+        "log": torch.log, "exp": torch.exp, "sqrt": torch.sqrt, "sin": torch.sin, "cos": torch.cos,
+        "tanh": torch.tanh, "abs": torch.abs, "sigmoid": torch.sigmoid, "log_sigmoid": F.logsigmoid,
+    }
+    minimum = staticmethod(torch.minimum)
+    maximum = staticmethod(torch.maximum)
 
-    def binary(self, op: str, a: LT, b: LT) -> LT:
-        axes = union_axes(a.axes, b.axes)
-        ta, tb = _common_dtype(a.align(axes), b.align(axes))
-        t = ta + tb if op == "+" else ta - tb if op == "-" else ta * tb if op == "*" else ta / tb if op == "/" \
-            else torch.pow(ta, tb)
+    def wrap(self, t: Tensor, axes: tuple[str, ...]) -> LT:
         return LT(t, axes)
 
-    def elementwise(self, f: str, v: LT) -> LT:
-        return LT(_ELEMENTWISE[f](v.t), v.axes)
-
-    def bounded(self, f: str, vals: list[LT]) -> LT:
-        axes = union_axes(*[v.axes for v in vals])
-        ts = _common_dtype(*[v.align(axes) for v in vals])
-        if f == "min":
-            return LT(torch.minimum(*ts), axes)
-        if f == "max":
-            return LT(torch.maximum(*ts), axes)
-        x, lo, hi = ts
-        return LT(torch.minimum(torch.maximum(x, lo), hi) if f == "clamp" else ((x - lo) / (hi - lo)).clamp(0, 1), axes)
+    def aligned(self, values: list[LT], axes: tuple[str, ...]) -> list[Tensor]:
+        return _common_dtype(*[v.align(axes) for v in values])
 
     def log_length(self, length: float, ctx: Context) -> LT:
         i = torch.arange(ctx.L, dtype=F64, device=ctx.device)
@@ -219,19 +209,6 @@ class Evaluator(DynamicEvaluator):
         flat = t.reshape(lead[0], feats, L).to(conv.weight.dtype)
         out = conv(flat)[..., :L].reshape(*lead, L).movedim(-1, axes.index("pos"))
         return LT(out, axes)
-
-
-_ELEMENTWISE = {
-    "log": torch.log,
-    "exp": torch.exp,
-    "sqrt": torch.sqrt,
-    "sin": torch.sin,
-    "cos": torch.cos,
-    "tanh": torch.tanh,
-    "abs": torch.abs,
-    "sigmoid": torch.sigmoid,
-    "log_sigmoid": F.logsigmoid,
-}
 
 
 def _common_dtype(*ts: Tensor) -> list[Tensor]:

@@ -42,19 +42,13 @@ from pedsl.lang.scheme import Scheme
 class NL:
     """A numpy array whose dimensions are the named axes it varies along (canonical order)."""
 
-    a: np.ndarray
+    t: np.ndarray
     axes: tuple[str, ...]
 
     def align(self, axes: tuple[str, ...]) -> np.ndarray:
         """View with a dimension (size 1 where absent) for every axis in ``axes``."""
-        perm, shape = permuted_shape(self.axes, self.a.shape, axes)
-        return np.transpose(self.a, perm).reshape(shape)
-
-
-_ELEMENTWISE = {
-    "log": np.log, "exp": np.exp, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-    "abs": np.abs, "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)), "log_sigmoid": lambda x: -np.logaddexp(0.0, -x),
-}
+        perm, shape = permuted_shape(self.axes, self.t.shape, axes)
+        return np.transpose(self.t, perm).reshape(shape)
 
 
 @dataclass
@@ -85,33 +79,26 @@ class NumpyEvaluator(DynamicEvaluator):
     def arange(self, ctx: Ctx, axis: str) -> NL:
         return NL(np.arange(ctx.L, dtype=np.float64), (axis,))
 
-    def negate(self, v: NL) -> NL:
-        return NL(-v.a, v.axes)
+    ELEMENTWISE = {
+        "log": np.log, "exp": np.exp, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
+        "abs": np.abs, "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
+        "log_sigmoid": lambda x: -np.logaddexp(0.0, -x),
+    }
+    minimum = staticmethod(np.minimum)
+    maximum = staticmethod(np.maximum)
 
-    def binary(self, op: str, a: NL, b: NL) -> NL:
-        axes = union_axes(a.axes, b.axes)
-        x, y = a.align(axes), b.align(axes)
-        out = x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x / y if op == "/" \
-            else np.power(x, y)
-        return NL(out, axes)
+    def wrap(self, t: np.ndarray, axes: tuple[str, ...]) -> NL:
+        return NL(t, axes)
 
-    def elementwise(self, f: str, v: NL) -> NL:
-        return NL(_ELEMENTWISE[f](v.a), v.axes)
-
-    def bounded(self, f: str, vals: list[NL]) -> NL:
-        axes = union_axes(*[v.axes for v in vals])
-        ts = [v.align(axes) for v in vals]
-        if f in ("min", "max"):
-            return NL((np.minimum if f == "min" else np.maximum)(*ts), axes)
-        x, lo, hi = ts
-        return NL(np.minimum(np.maximum(x, lo), hi) if f == "clamp" else np.clip((x - lo) / (hi - lo), 0, 1), axes)
+    def aligned(self, values: list[NL], axes: tuple[str, ...]) -> list[np.ndarray]:
+        return [v.align(axes) for v in values]
 
     def log_length(self, length: float, ctx: Ctx) -> NL:
         return NL(np.maximum(np.log(np.arange(ctx.L, dtype=np.float64) + 1) / math.log(length), 1.0), ("pos",))
 
     def normalize(self, v: NL) -> NL:
-        norm = np.linalg.norm(v.a, axis=v.axes.index("chan"), keepdims=True)
-        return NL(v.a / np.maximum(norm, 1e-6), v.axes)
+        norm = np.linalg.norm(v.t, axis=v.axes.index("chan"), keepdims=True)
+        return NL(v.t / np.maximum(norm, 1e-6), v.axes)
 
     def frozen_random(self, seed: int, by_token: bool, ctx: Ctx) -> NL:
         P = ctx.pairs

@@ -155,23 +155,52 @@ class DynamicEvaluator:
         self._count += 1
         return key
 
-    # ------------------------------------------------------------------ array operations (subclasses)
+    # ------------------------------------------------------------------ arithmetic, for any array library
+    # A value is a labelled array with ``.t`` (the array) and ``.axes``. Subclasses give ``wrap``,
+    # ``aligned``, ``minimum``/``maximum`` and the ``ELEMENTWISE`` functions; Python's operators and
+    # ``.clip`` mean the same on numpy arrays and torch tensors.
+    ELEMENTWISE: dict = {}
+
+    def wrap(self, array, axes: tuple[str, ...]):
+        raise NotImplementedError
+
+    def aligned(self, values: list, axes: tuple[str, ...]) -> list:
+        """The arrays of ``values`` with one dimension per axis of ``axes`` (size 1 where absent)."""
+        raise NotImplementedError
+
+    def minimum(self, a, b):
+        raise NotImplementedError
+
+    def maximum(self, a, b):
+        raise NotImplementedError
+
+    def negate(self, v):
+        return self.wrap(-v.t, v.axes)
+
+    def binary(self, op: str, a, b):
+        axes = union_axes(a.axes, b.axes)
+        x, y = self.aligned([a, b], axes)
+        return self.wrap(x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x / y if op == "/"
+                         else x ** y, axes)
+
+    def elementwise(self, f: str, v):
+        return self.wrap(self.ELEMENTWISE[f](v.t), v.axes)
+
+    def bounded(self, f: str, vals: list):
+        """min(a, b), max(a, b), clamp(x, lo, hi) and ramp(x, lo, hi) = clip((x - lo) / (hi - lo), 0, 1)."""
+        axes = union_axes(*[v.axes for v in vals])
+        ts = self.aligned(vals, axes)
+        if f in ("min", "max"):
+            return self.wrap((self.minimum if f == "min" else self.maximum)(*ts), axes)
+        x, lo, hi = ts
+        return self.wrap(self.minimum(self.maximum(x, lo), hi) if f == "clamp" else ((x - lo) / (hi - lo)).clip(0, 1),
+                         axes)
+
+    # ------------------------------------------------------------------ run-time sources (subclasses)
     def constant(self, value, ctx):  # a number or a pedsl.lang.evaluate.Vec
         raise NotImplementedError
 
     def arange(self, ctx, axis: str):
-        raise NotImplementedError
-
-    def negate(self, v):
-        raise NotImplementedError
-
-    def binary(self, op: str, a, b):
-        raise NotImplementedError
-
-    def elementwise(self, f: str, v):
-        raise NotImplementedError
-
-    def bounded(self, f: str, vals: list):  # min(a, b), max(a, b), clamp(x, lo, hi), ramp(x, lo, hi)
         raise NotImplementedError
 
     def log_length(self, length: float, ctx):
