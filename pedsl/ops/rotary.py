@@ -134,7 +134,8 @@ class _RotateByAngles(torch.autograd.Function):
         outs = tuple(_rotate(x, cos, sin, layout) for x in xs)
         ctx.layout, ctx.angle_shape, ctx.angle_dtype = layout, angles.shape, angles.dtype
         ctx.x_shapes = [x.shape for x in xs]
-        ctx.save_for_backward(cos, sin, *outs)
+        # the outputs are needed only for the angle gradient: frozen angles save just cos/sin
+        ctx.save_for_backward(cos, sin, *(outs if ctx.needs_input_grad[0] else ()))
         return outs
 
     @staticmethod
@@ -143,6 +144,7 @@ class _RotateByAngles(torch.autograd.Function):
         layout = ctx.layout
         neg_sin = -sin
         grads, g_theta = [], None
+        outs = outs or [None] * len(gs)
         for g, o, shape in zip(gs, outs, ctx.x_shapes):
             if g is None:
                 grads.append(None)
