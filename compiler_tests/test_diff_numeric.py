@@ -272,3 +272,18 @@ def test_fox_bias_decays_with_distance():
     assert np.all(c.bias[:, 0] == 0)
     assert np.all(np.diff(c.bias, axis=1) < 0)
     np.testing.assert_allclose(c.transport, 1.0, atol=1e-12)  # no transport: <u, u> = 1
+
+
+def test_both_evaluators_implement_every_elementwise_builtin_alike():
+    import torch
+
+    from pedsl.compiler.evaluator import Evaluator
+    from pedsl.diffing.sample import NumpyEvaluator
+    from pedsl.lang.dynamic import ELEMENTWISE_NAMES
+
+    assert set(Evaluator.ELEMENTWISE) == set(NumpyEvaluator.ELEMENTWISE) == set(ELEMENTWISE_NAMES)
+    x = np.linspace(0.05, 30.0, 301)
+    for name in ELEMENTWISE_NAMES:
+        for v in (x, -x) if name not in ("log", "sqrt") else (x,):
+            want = Evaluator.ELEMENTWISE[name](torch.from_numpy(v)).numpy()
+            np.testing.assert_allclose(NumpyEvaluator.ELEMENTWISE[name](v), want, rtol=1e-12, atol=1e-14, err_msg=name)

@@ -26,7 +26,7 @@ from pedsl.lang.exprs import calls_in
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
 LEARNED = frozenset({"linear", "embedding", "shortconv"})
-ELEMENTWISE = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid")
+ELEMENTWISE_NAMES = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid")
 FROZEN_CHUNK = 1024  # frozen_random(position) is drawn in chunks of positions, so any prefix is stable
 
 
@@ -109,7 +109,7 @@ class DynamicEvaluator:
     def _call(self, e: ast.Call, ctx):
         args = bind_args(e, FUNCTIONS[e.func].params)
         f = e.func
-        if f in ELEMENTWISE:
+        if f in ELEMENTWISE_NAMES:
             return self.elementwise(f, self._eval(args["x"], ctx))
         if f in ("min", "max", "clamp", "ramp"):
             names = ("a", "b") if f in ("min", "max") else ("x", "lo", "hi")
