@@ -8,7 +8,7 @@ Three curves per scheme, over distance ``d = i - j = 0 .. Lmax`` (and query posi
   use the exact expectation (each channel carries energy 1/D): RoPE gives
   ``(2/D) sum_k cos(w_k d) + (plain channels)/D``, so the pairing layout, a channel
   permutation, does not change it; Householder steps (not rotations) use the Hutchinson
-  estimate with seeded random unit vectors. NoPE stays at 1; accumulated random steps decay
+  estimate with seeded random unit vectors within their channel group. NoPE stays at 1; accumulated random steps decay
   towards 0 as their pairs mix.
 - **bias[h]**: ``b(i, i - d)`` per head, averaged over i (and the data).
 - **temperature**: ``tau(i)`` at query position i.
@@ -19,14 +19,15 @@ the hidden state or learned parameters) are sampled at initialisation by
 :mod:`pedsl.diffing.sample`, which evaluates the scheme's expressions as the compiled module
 does; ``x``, ``tokens``, learned parameters (per call site) and the unit vectors are drawn
 from the same seed for both schemes, so equal schemes give exactly equal curves and a part
-the two schemes share gives equal curves too. Everything is numpy: ``import torch`` alone
-would take most of the two seconds a diff may use.
+the two schemes share gives equal curves too. A sampled curve is one draw, so
+:func:`seed_noise` measures how much a second seed moves it. Everything is numpy:
+``import torch`` alone would take most of the two seconds a diff may use.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,19 +45,11 @@ class Curves:
     bias: np.ndarray  # (H, Lmax + 1)
     temperature: np.ndarray  # (Lmax + 1,) over query positions
     method: str
-    notes: list[str] = field(default_factory=list)
 
 
 def unit_vectors(heads: int, head_dim: int, samples: int = SAMPLES, seed: int = SEED) -> np.ndarray:
     u = np.random.default_rng(seed).standard_normal((samples, heads, head_dim))
     return u / np.linalg.norm(u, axis=-1, keepdims=True)
-
-
-def _pairs(channels: tuple[int, ...], layout: str) -> list[tuple[int, int]]:
-    P = len(channels) // 2
-    if layout == "interleaved":
-        return [(channels[2 * k], channels[2 * k + 1]) for k in range(P)]
-    return [(channels[k], channels[k + P]) for k in range(P)]
 
 
 def _group_freqs(s: Scheme, t, L: int, static: dict) -> tuple[float, ...] | None:
