@@ -84,8 +84,10 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     let-names never show. --numeric compares, for d = 0..LMAX, the mean over
     unit vectors u of <u, T(j -> j+d) u> (the logit contribution of a key whose
     content matches the query, d tokens back), the bias per head and the
-    temperature; data-dependent schemes run through the compiled module with
-    the same seeded x, tokens and learned parameters on both sides.
+    temperature. Data-dependent schemes are sampled at initialisation (the
+    compiled module's expressions and initial distributions, in numpy) with the
+    same seeded x, tokens and per-site learned parameters on both sides; a second
+    seed measures the sampling noise, and differences within it are marked.
 
     Exit code 0 when the schemes are equivalent (at most the name, doc or lint
     allowances differ), 1 when they differ, 2 on an error.
