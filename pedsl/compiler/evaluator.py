@@ -44,17 +44,6 @@ class LT:
         return (self.t if perm == sorted(perm) else self.t.permute(perm)).reshape(shape)
 
 
-def lift(v, device=None) -> LT:
-    """A static value (number, Vec) as an LT in float64."""
-    if isinstance(v, LT):
-        return v
-    if isinstance(v, Vec):
-        return LT(torch.tensor(v.values, dtype=F64, device=device), (v.axis,))
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise CompileError(f"expected a number, got {v!r}")
-    return LT(torch.tensor(float(v), dtype=F64, device=device), ())
-
-
 @dataclass
 class Context:
     """What an evaluation may read: static values, sizes, inputs."""
@@ -118,8 +107,10 @@ class Evaluator(DynamicEvaluator):
         self._fold_values.append((e, value))
 
     # ------------------------------------------------------------------ arithmetic
-    def constant(self, value, ctx: Context) -> LT:
-        return lift(value, ctx.device)
+    def constant(self, value, ctx: Context) -> LT:  # static values enter in float64
+        if isinstance(value, Vec):
+            return LT(torch.tensor(value.values, dtype=F64, device=ctx.device), (value.axis,))
+        return LT(torch.tensor(float(value), dtype=F64, device=ctx.device), ())
 
     def arange(self, ctx: Context, axis: str) -> LT:
         return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), (axis,))

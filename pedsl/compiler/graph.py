@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from pedsl.lang.builtins import LEARNED
 from pedsl.lang.exprs import calls_in, names_in, to_source
 from pedsl.lang.scheme import Scheme
 
@@ -29,7 +30,7 @@ def _sources(expr) -> list[str]:
         out.append("tokens")
     if "n" in names:
         out.append("length n")
-    if calls & {"linear", "embedding", "shortconv"}:
+    if calls & LEARNED:
         out.append("learned")
     return out
 

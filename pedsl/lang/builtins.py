@@ -286,6 +286,9 @@ del B
 FUNCTIONS: dict[str, Builtin] = {b.name: b for b in _BUILTINS}
 
 # Names with a fixed meaning. Structural ones (heads, head_dim) come from the model.
+# Builtins that own trainable parameters (one call site each, named by the run-time walk).
+LEARNED = frozenset({"linear", "embedding", "shortconv"})
+
 # Builtins whose static value reads the run-time length n without naming it (their type is
 # ``runtime``): a value folded once must not be reused at another length.
 READS_LENGTH = frozenset({"dynamic_ntk"})

@@ -20,12 +20,11 @@ from typing import Any
 
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.builtins import FUNCTIONS, LEARNED
 from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, bind_args, evaluate
 from pedsl.lang.exprs import calls_in
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
-LEARNED = frozenset({"linear", "embedding", "shortconv"})
 ELEMENTWISE_NAMES = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid")
 FROZEN_CHUNK = 1024  # frozen_random(position) is drawn in chunks of positions, so any prefix is stable
 
