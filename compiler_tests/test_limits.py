@@ -112,7 +112,8 @@ def test_valid_values_next_to_the_caps_pass():
     ({"n_layers": 1000, "d_model": 8192}, "parameters"),
     ({"vocab_size": 10**9}, "vocab_size"),
     ({"batch_size": 10**6}, "batch_size"),
-    ({"batch_size": 65536, "context": 65536}, "tokens per step"),
+    ({"batch_size": 65536, "context": 65536}, "GiB"),
+    ({"batch_size": 4096, "context": 4096}, "training step"),
     ({"context": 10**8}, "context"),
     ({"steps": 10**12}, "steps"),
     ({"seed": 10**23}, "seed"),
@@ -178,3 +179,63 @@ def test_compile_shape_options_are_checked(tmp_path, flag, value):
     code, _, err = run_cli("compile", "schemes/rope.pe", "-o", tmp_path / "out", flag, value)
     assert code == 2, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("limits") / "run"
+    code, _, err = run_cli("train", "schemes/rope.pe", "--out", out, "--steps", "2", "--threads", "1",
+                           "--context", "32", "--batch-size", "2", "--set", "n_layers=1", "--set", "d_model=32",
+                           "--set", "n_heads=2", "--set", "head_dim=16", "--set", "data.max_bytes=20000", "-q")
+    assert code == 0, err
+    return out
+
+
+@pytest.mark.parametrize("args,code,fragment", [
+    (("eval", "{run}", "--windows", "1000000000"), 2, "--windows"),
+    (("eval", "{run}", "--windows", "60000", "--lengths", "1048576"), 1, "GiB"),
+    (("eval", "{run}", "--lengths", "2000000000"), 1, "limit"),
+    (("eval", "{run}", "--threads", "100000"), 2, "--threads"),
+    (("analyze", "{run}", "--samples", "1000000000"), 2, "--samples"),
+    (("analyze", "{run}", "--samples", "1000", "--lengths", "4096"), 1, "GiB"),
+    (("analyze", "{run}", "--threads", "5000"), 2, "--threads"),
+])
+def test_eval_and_analyze_sizes_are_capped(tiny_run, args, code, fragment):
+    got, out, err = run_cli(*[a.format(run=tiny_run) for a in args])
+    assert got == code, out + err
+    assert fragment in out + err
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (("--seed", str(10**23)), "seed"),
+    (("--threads", "5000"), "threads"),
+    (("--threads", "100000"), "threads"),
+    (("--batch-size", str(10**8)), "batch_size"),
+    (("--set", "n_layers=100000"), "n_layers"),
+    (("--device", "cuda:9"), "cuda:9"),
+    (("--device", "meta"), "meta"),
+])
+def test_train_options_are_capped(tmp_path, args, fragment):
+    code, out, err = run_cli("train", "schemes/rope.pe", "--out", tmp_path / "run", "--steps", "1", *args, "-q")
+    assert code == 1, out + err
+    assert fragment in out + err
+
+
+def test_compare_seed_is_capped(tmp_path):
+    code, _, err = run_cli("compare", "rope", "--out", tmp_path / "c", "--seed", str(10**23))
+    assert code == 2 and "--seed" in err
+
+
+def test_diff_numeric_size_is_capped():
+    code, out, err = run_cli("diff", "schemes/rope.pe", "schemes/path.pe", "--numeric", "--lmax", "8192",
+                             "--samples", "1024")
+    assert code == 2 and "GiB" in out + err
+    code, out, err = run_cli("diff", "schemes/rope.pe", "schemes/path.pe", "--numeric", "--seed", str(10**23))
+    assert code == 2 and "--seed" in out + err
+
+
+def test_setup_torch_refuses_thousands_of_threads():
+    from pedsl.runtime import setup_torch
+
+    with pytest.raises(PedslError):
+        setup_torch(5000)

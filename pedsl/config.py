@@ -125,9 +125,12 @@ class TrainConfig(_Frozen):
     def _check_schedule(self) -> "TrainConfig":
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
-        if self.batch_size * self.context > L.MAX_STEP_TOKENS:
-            raise ValueError(f"batch_size x context = {self.batch_size * self.context:,} tokens per step; the limit is "
-                             f"{L.MAX_STEP_TOKENS:,} (a smaller batch or context)")
+        m = self.model  # the widest activation of a step: logits, the MLP's hidden layer or q, k, v
+        width = max(m.vocab_size, int(m.mlp_ratio * m.d_model), 3 * m.n_heads * m.head_dim)
+        too_big = L.check_tensor("a training step", self.batch_size * self.context * width, 4,
+                                 f"batch {self.batch_size} x context {self.context} x width {width}, float32")
+        if too_big:
+            raise ValueError(too_big + ": a smaller batch_size or context")
         return self
 
     def to_yaml(self) -> str:
@@ -366,7 +369,8 @@ def _validate(cls: type[BaseModel], data: Mapping[str, Any], *, where: str) -> A
                               hint=did_you_mean(name, owner.model_fields)
                               or f"known: {', '.join(owner.model_fields)}") from None
         got = f" (got {err.get('input')!r})" if loc else ""
-        error = ConfigError(f"{where}: invalid value for '{loc or cls.__name__}': {err['msg']}{got}",
+        msg = err["msg"].removeprefix("Value error, ")
+        error = ConfigError(f"{where}: invalid value for '{loc or cls.__name__}': {msg}{got}",
                             hint=_LIMIT_HINT if "less than or equal" in err["msg"] else None)
         error.field = loc  # the setting at fault, for a positioned diagnostic in `pedsl check`
         raise error from None

@@ -19,11 +19,12 @@ cap                        value               what it bounds
 ``MAX_BATCH``              65,536              sequences per step (training, evaluation)
 ``MAX_STEPS``              1,000,000,000       optimizer steps (and every ``*_every`` period)
 ``MAX_PARAMETERS``         2,000,000,000       estimated model parameters (8 GB of float32 weights)
-``MAX_STEP_TOKENS``        16,777,216          batch x context of one training step
 ``MAX_RANK``               4,096               ``linear(rank = r)``, ``shortconv(width = w)``
 ``MAX_THREADS``            256                 ``--threads`` (torch crashes or hangs at thousands)
 ``MAX_SEED``               2**63 - 1           seeds (0 .. MAX_SEED: what a torch generator takes)
-``MAX_TENSOR_BYTES``       4 GiB               the largest tensor of ``eval`` (windows x length),
+``MAX_TENSOR_BYTES``       2 GiB               the largest tensor of a training step (batch x context
+                                               x the widest activation: logits, MLP, q/k/v),
+                                               of ``eval`` (windows x length),
                                                ``analyze`` (samples x heads x L x L) and
                                                ``diff --numeric`` (samples x lmax x width)
 ``MAX_IMPORTS``            256                 ``.pe`` files loaded for one input (imports, transitively)
@@ -46,11 +47,10 @@ MAX_VOCAB = 1 << 20
 MAX_BATCH = 65536
 MAX_STEPS = 10**9
 MAX_PARAMETERS = 2 * 10**9
-MAX_STEP_TOKENS = 1 << 24
 MAX_RANK = 4096
 MAX_THREADS = 256
 MAX_SEED = 2**63 - 1
-MAX_TENSOR_BYTES = 4 << 30
+MAX_TENSOR_BYTES = 2 << 30
 MAX_IMPORTS = 256
 MAX_IMPORT_DEPTH = 64
 

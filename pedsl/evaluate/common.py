@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pedsl.errors import CheckpointError, EvalError, PedslError
+from pedsl.limits import MAX_LENGTH, MAX_LIST
 
 
 def progress(quiet: bool) -> Callable[[str], None]:
@@ -150,7 +151,12 @@ def parse_lengths(text: str | None) -> list[int] | None:
                             hint="e.g. --lengths 128,256,512,1024") from None
         if v < 2:
             raise EvalError(f"--lengths: {v} is too short (at least 2 tokens)")
+        if v > MAX_LENGTH:
+            raise EvalError(f"--lengths: {v:,} is above the limit of {MAX_LENGTH:,} tokens",
+                            hint="see pedsl/limits.py (the README's Safety section)")
         out.append(v)
+    if len(set(out)) > MAX_LIST:
+        raise EvalError(f"--lengths: {len(set(out)):,} lengths; the limit is {MAX_LIST:,}")
     return sorted(set(out))
 
 
