@@ -336,12 +336,26 @@ def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
 # YAML and validation with readable errors
 
 
+MAX_YAML_BYTES = 1 << 20  # a config is a screenful of settings: more is the wrong file
+
+
 def _read_yaml(path: str | Path) -> dict[str, Any]:
+    from pedsl.fsio import read_bytes
+
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        raw = read_bytes(p, MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise ConfigError(f"config file '{p}' is larger than {MAX_YAML_BYTES:,} bytes", file=str(p),
+                              hint="a config is a screenful of settings: is this the right file?")
+        data = yaml.safe_load(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file '{p}' does not exist", file=str(p)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file '{p}': {exc.strerror or exc}", file=str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file '{p}' is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          file=str(p)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ConfigError(f"'{p}' is not valid YAML: {getattr(exc, 'problem', exc)}", file=str(p),

@@ -18,6 +18,7 @@ import sys
 import click
 
 from pedsl.errors import PedslError
+from pedsl.fsio import NotRegularFile
 
 # name -> (module, attribute, one-line help). Keep sorted by workflow, not alphabet.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("pedsl: interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:
+        sys.exit(1)
+    except NotRegularFile as err:  # a FIFO or device where a file belongs, met by a reader without its own message
+        report(PedslError(f"cannot read '{err.filename}': {err.strerror}", code="E960",
+                          hint="pedsl reads regular files only; give the path of a file"))
         sys.exit(1)
     except Exception as err:  # a bug in pedsl: one paragraph, no traceback
         if os.environ.get("PEDSL_DEBUG"):
