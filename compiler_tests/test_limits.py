@@ -239,3 +239,45 @@ def test_setup_torch_refuses_thousands_of_threads():
 
     with pytest.raises(PedslError):
         setup_torch(5000)
+
+
+# ------------------------------------------------------------------ files: import chains, loops, names
+
+def test_a_long_import_chain_is_a_diagnostic(tmp_path):
+    for i in range(500):
+        imp = f'import "f{i + 1}.pe"\n' if i < 499 else ""
+        (tmp_path / f"f{i}.pe").write_text(imp + f"scheme s{i} {{}}\n")
+    code, out, err = run_cli("check", tmp_path / "f0.pe")
+    assert code == 1
+    assert "E208" in out + err and f"more than {limits.MAX_IMPORT_DEPTH}" in out + err
+
+
+def test_too_many_imported_files_is_a_diagnostic(tmp_path):
+    n = limits.MAX_IMPORTS + 5
+    for i in range(n):
+        (tmp_path / f"f{i}.pe").write_text(f"scheme s{i} {{}}\n")
+    (tmp_path / "main.pe").write_text("".join(f'import "f{i}.pe"\n' for i in range(n)) + "scheme main {}\n")
+    code, out, err = run_cli("check", tmp_path / "main.pe")
+    assert code == 1 and "E208" in out + err and str(limits.MAX_IMPORTS) in out + err
+
+
+@pytest.mark.parametrize("cmd", ["check", "show", "explain", "graph"])
+def test_a_symlink_loop_is_a_diagnostic(tmp_path, cmd):
+    (tmp_path / "a.pe").symlink_to(tmp_path / "b.pe")
+    (tmp_path / "b.pe").symlink_to(tmp_path / "a.pe")
+    (tmp_path / "main.pe").write_text('import "a.pe"\nscheme s {}\n')
+    for target in ("a.pe", "main.pe"):
+        code, out, err = run_cli(cmd, tmp_path / target)
+        assert code == 1, out + err
+        assert "symlink loop" in out + err or "symbolic links" in out + err
+
+
+def test_a_file_name_that_is_not_utf8_is_never_an_internal_error(tmp_path):
+    import os
+
+    name = os.fsdecode(b"bad\xff.pe")
+    src = tmp_path / name
+    src.write_text("scheme alibi { bias = -slopes(heads) * distance }\n")
+    for args in (("check", src), ("show", src), ("compile", src, "-o", tmp_path / "out")):
+        code, out, err = run_cli(*args)  # asserts no traceback and no internal error
+        assert code in (0, 1), out + err

@@ -80,7 +80,13 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a surrogate from a file name that is not UTF-8
+        raise OutputError(f"cannot write {path}: its text holds {text[exc.start:exc.end]!r}, which is not UTF-8 "
+                          "(from a file or folder name that is not UTF-8?)",
+                          hint="rename the input file with UTF-8 characters") from None
+    atomic_write_bytes(path, data)
 
 
 # ------------------------------------------------------------------ reading user paths

@@ -80,6 +80,12 @@ def report(err: PedslError) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI and map every failure to a diagnostic and exit code."""
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed escaped, never a crash
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - a stream that cannot be reconfigured
+                pass
     try:
         rv = cli.main(args=argv, prog_name="pedsl", standalone_mode=False)
     except PedslError as err:

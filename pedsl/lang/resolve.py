@@ -25,6 +25,7 @@ from typing import Any
 
 from pedsl.errors import CheckError, Diagnostic, DiagnosticSink, ParamError, ParseError, PedslError, did_you_mean
 from pedsl.lang import ast, bounds
+from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
 from pedsl.lang.evaluate import DYNAMIC, channel_ranges, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source, walk
@@ -64,9 +65,12 @@ class Loader:
         self.cache: dict[str, Source] = {}
 
     def load_path(self, path: Path, stack: tuple[str, ...] = ()) -> Source:
-        key = str(path.resolve())
+        key = str(real_path(path))
         if key in self.cache:
             return self.cache[key]
+        if len(self.cache) >= MAX_IMPORTS:
+            raise CheckError(f"more than {MAX_IMPORTS} .pe files are imported (loading {path})", code="E208",
+                             file=str(path), line=1, col=1, hint="import fewer files (see pedsl/limits.py)")
         try:
             data = read_bytes(path)
         except FileNotFoundError:
@@ -91,7 +95,17 @@ class Loader:
             self.cache[key] = src
         sink = DiagnosticSink(file=file, source=text)
         for imp in module.imports:
-            target = (base_dir / imp.path).resolve()
+            if len(stack) >= MAX_IMPORT_DEPTH:
+                line, col = (imp.span.line, imp.span.col) if imp.span else (None, None)
+                sink.add("E208", f"imports nested more than {MAX_IMPORT_DEPTH} files deep", line=line, col=col,
+                         hint="import the base schemes directly instead of through a long chain of files")
+                break
+            try:
+                target = real_path(base_dir / imp.path)
+            except CheckError as err:
+                line, col = (imp.span.line, imp.span.col) if imp.span else (None, None)
+                sink.add("E209", f"cannot import '{imp.path}': {err}", line=line, col=col, hint=err.hint)
+                continue
             if not target.is_file() and (library_dir() / imp.path).is_file():
                 target = (library_dir() / imp.path).resolve()  # a library scheme, from any folder
             line, col = (imp.span.line, imp.span.col) if imp.span else (None, None)
@@ -110,6 +124,17 @@ class Loader:
                 sink.items.extend(err.diagnostics)
         sink.raise_if_errors()
         return src
+
+
+def real_path(path: Path) -> Path:
+    """``path.resolve()``, or a CheckError for a symlink loop (or a name the OS refuses)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        what = "a symlink loop" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40 else \
+            (getattr(exc, "strerror", None) or str(exc))
+        raise CheckError(f"cannot resolve {path}: {what}", code="E209", file=str(path), line=1, col=1,
+                         hint="fix or remove the symlink") from None
 
 
 def library_dir() -> Path:
