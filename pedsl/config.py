@@ -234,6 +234,10 @@ def _set_flat(d: dict[str, Any], key: str, value: Any, *, where: str) -> None:
         d.setdefault("data", {})["source"] = value
     elif key == "params" and isinstance(value, Mapping):
         d.setdefault("params", {}).update(value)
+    elif key in ("model", "data", "params"):
+        raise ConfigError(f"{where}: '{key}' must be a mapping of settings"
+                          + (" (or the name of a data source)" if key == "data" else "")
+                          + f", not {type(value).__name__}")
     elif key in train_fields:
         d[key] = value
     elif key in ModelConfig.model_fields:
@@ -263,7 +267,7 @@ def resolve_train_config(
     block = dict(block or {})
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     preset = overrides.get("preset", block.get("preset", "tiny"))
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise ConfigError(f"unknown preset '{preset}'",
                           hint=did_you_mean(str(preset), PRESETS) or f"presets: {', '.join(PRESETS)}")
     d: dict[str, Any] = {"scheme": scheme, "preset": preset}
@@ -276,8 +280,10 @@ def resolve_train_config(
     if params:
         d.setdefault("params", {}).update(params)
     # A new peak lr without a floor: decay to a tenth of it (the presets' ratio).
-    if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides):
-        d["min_lr"] = d["lr"] / 10
+    lr = d.get("lr")
+    if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides) \
+            and isinstance(lr, (int, float)) and not isinstance(lr, bool):  # else validation reports it
+        d["min_lr"] = lr / 10
     # A preset's head_dim only holds with its own d_model / n_heads.
     # (a head_dim is re-derived when a later layer changes d_model or n_heads without giving one).
     bl, ov = _flat_model(block), _flat_model(overrides)

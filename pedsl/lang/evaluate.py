@@ -251,10 +251,11 @@ def _finite(v: Any, node, what: str = "this gives") -> Any:
 # transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
 _ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
     "log_length": {"length": (1, math.inf, True, "ln(length) divides: it must be > 1")},
-    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap")},
+    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap"),
+               "init_bias": (-limits.MAX_INIT, limits.MAX_INIT, False, "the start value of the bias")},
     "shortconv": {"width": (1, limits.MAX_RANK, False, "taps of the convolution")},
     "frozen_random": {"seed": (0, limits.MAX_SEED, False, "a torch seed")},
-    "embedding": {"init": (0, limits.FLOAT32_MAX, False, "a standard deviation")},
+    "embedding": {"init": (0, limits.MAX_INIT, False, "a standard deviation")},
 }
 
 
@@ -432,6 +433,10 @@ def _slopes(env, node, heads):
     if not 1 <= h <= limits.MAX_HEADS:
         raise EvalIssue(f"slopes(): {h:g} heads is out of range (1 .. {limits.MAX_HEADS})", node,
                         hint="slopes(heads) gives one slope per attention head")
+    model_heads = env.values.get("heads")
+    if isinstance(model_heads, int) and not isinstance(model_heads, bool) and h != model_heads:
+        raise EvalIssue(f"slopes({h:g}) gives {h:g} slopes, but the model has {model_heads} heads", node,
+                        hint="write slopes(heads): one slope per attention head")
     return Vec("head", alibi_slopes(int(h)))
 
 
