@@ -281,3 +281,18 @@ def test_a_file_name_that_is_not_utf8_is_never_an_internal_error(tmp_path):
     for args in (("check", src), ("show", src), ("compile", src, "-o", tmp_path / "out")):
         code, out, err = run_cli(*args)  # asserts no traceback and no internal error
         assert code in (0, 1), out + err
+
+
+def test_explain_context_and_bench_lengths_are_capped():
+    code, _, err = run_cli("explain", "schemes/rope.pe", "--context", str(10**23))
+    assert code == 2 and "--context" in err
+    from pedsl.cli.bench import _ints
+
+    with pytest.raises(PedslError, match="at most"):
+        _ints("512,1000000000", "--lengths")
+
+
+def test_a_list_literal_is_capped():
+    items = ", ".join(["1"] * (limits.MAX_LIST + 1))
+    d = first_error(f"scheme s {{ {ROPE}\n eval {{ lengths = [{items}] }} }}\n")
+    assert d.code == "E217" and "limit" in d.message

@@ -36,6 +36,9 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
         raise UsageError(f"{what} expects comma-separated integers, got '{text}'", hint="e.g. 512,2048") from None
     if any(v < 8 for v in vals):
         raise UsageError(f"{what}: lengths must be >= 8, got '{text}'")
+    if any(v > L.MAX_LENGTH for v in vals) or len(vals) > L.MAX_LIST:
+        raise UsageError(f"{what}: at most {L.MAX_LIST} lengths of at most {L.MAX_LENGTH:,} tokens, got '{text[:80]}'",
+                         code="E994", hint="see pedsl/limits.py")
     return vals
 
 

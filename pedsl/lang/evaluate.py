@@ -71,6 +71,8 @@ def evaluate(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
     if k in ("str", "bool"):
         return node.value
     if k == "list":
+        if len(node.items) > limits.MAX_LIST:
+            raise EvalIssue(f"a list of {len(node.items):,} items; the limit is {limits.MAX_LIST:,}", node)
         items = [ev(i) for i in node.items]
         return DYNAMIC if any(i is DYNAMIC for i in items) else items
     if k == "name":
