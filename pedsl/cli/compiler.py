@@ -122,7 +122,7 @@ def graph(file, scheme, params, fmt, backend, no_grad):
 def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     """Write OUT/<scheme>.py (a standalone torch module) and OUT/train.yaml, OUT/eval.yaml."""
     from pedsl.compiler import compile_graph
-    from pedsl.compiler.codegen import generate
+    from pedsl.compiler.codegen import generate, module_file_name
     from pedsl.config import resolve_eval_config
     from pedsl.fsio import atomic_write_text, ensure_dir
 
@@ -137,7 +137,7 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)
     out_dir = ensure_dir(out)
     files = {
-        out_dir / f"{sch.name}.py": code,
+        out_dir / module_file_name(sch): code,
         out_dir / "train.yaml": _yaml_header(sch, "training") + train_cfg.to_yaml(),
         out_dir / "eval.yaml": _yaml_header(sch, "evaluation") + eval_cfg.to_yaml(),
     }
