@@ -35,7 +35,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compare": ("pedsl.cli.evaluate", "compare", "Train, evaluate and report several schemes side by side."),
     "diff": ("pedsl.cli.diff", "diff", "Show what two scheme variants change."),
     "explain": ("pedsl.cli.diff", "explain", "Summarise what one scheme does."),
-    "bench": ("pedsl.cli.bench", "bench", "Benchmark compiled schemes against the floor and hand-written code."),
 }
 
 

@@ -29,6 +29,7 @@ from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
 from pedsl.lang.evaluate import DYNAMIC, channel_ranges, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source, walk
+from pedsl.lang.library import library_dir, scheme_file
 from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.scheme import (
     ChannelGroup,
@@ -137,12 +138,6 @@ def real_path(path: Path) -> Path:
                          hint="fix or remove the symlink") from None
 
 
-def library_dir() -> Path:
-    """The scheme library: the installed copy (pedsl/schemes) or the checkout's schemes/."""
-    pkg = Path(__file__).resolve().parent.parent
-    installed = pkg / "schemes"
-    return installed if installed.is_dir() else pkg.parent / "schemes"
-
 
 def looks_like_text(x: str) -> bool:
     return "\n" in x or "{" in x or x.strip() == ""
@@ -151,7 +146,7 @@ def looks_like_text(x: str) -> bool:
 def load_source(path_or_text: str | Path, loader: Loader | None = None) -> Source:
     loader = loader or Loader()
     if isinstance(path_or_text, Path) or not looks_like_text(path_or_text):
-        return loader.load_path(Path(path_or_text))
+        return loader.load_path(scheme_file(path_or_text))  # a path, or the name of a library scheme
     return loader.load_text(path_or_text, "<text>")
 
 

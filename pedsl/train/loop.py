@@ -208,7 +208,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 raise TrainError(
                     f"the training loss became {loss_value} at step {step + 1}; stopped before updating "
                     f"the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
-                    hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl bench / check)")
+                    hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl check)")
             optim.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(
@@ -218,7 +218,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 raise TrainError(
                     f"the gradient norm became {grad_norm} at step {step + 1} (loss {loss_value:.4f}); stopped "
                     f"before updating the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
-                    hint="lower --lr, or check the scheme's backward numerics (pedsl bench / check)")
+                    hint="lower --lr, or check the scheme's backward numerics (pedsl check)")
             optim.step()
             done = step + 1
             t_train += time.perf_counter() - t0
