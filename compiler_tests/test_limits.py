@@ -6,6 +6,8 @@ and fail (or train to NaN) later; now each is a positioned diagnostic or a one-p
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from compiler_helpers import run_cli
@@ -298,3 +300,9 @@ def test_a_list_literal_is_capped():
     items = ", ".join(["1"] * (limits.MAX_LIST + 1))
     d = first_error(f"scheme s {{ {ROPE}\n eval {{ lengths = [{items}] }} }}\n")
     assert d.code == "E217" and "limit" in d.message
+
+
+@pytest.mark.parametrize("key", ["lr", "grad_clip", "weight_decay", "mlp_ratio", "init_std"])
+def test_config_floats_must_be_finite(key):
+    with pytest.raises(ConfigError, match=key):
+        resolve_train_config(overrides={key: math.inf})
