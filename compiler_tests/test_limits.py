@@ -306,3 +306,15 @@ def test_a_list_literal_is_capped():
 def test_config_floats_must_be_finite(key):
     with pytest.raises(ConfigError, match=key):
         resolve_train_config(overrides={key: math.inf})
+
+
+def test_train_yaml_with_huge_sizes_is_a_config_error(tmp_path):
+    from pedsl.config import TrainConfig
+
+    path = tmp_path / "train.yaml"
+    path.write_text("model:\n  n_layers: 100000\n")
+    with pytest.raises(ConfigError, match="n_layers"):
+        TrainConfig.from_yaml(path)
+    path.write_bytes(b"x" * (2 << 20))
+    with pytest.raises(ConfigError, match="larger than"):
+        TrainConfig.from_yaml(path)

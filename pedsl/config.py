@@ -342,7 +342,7 @@ def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
 # YAML and validation with readable errors
 
 
-MAX_YAML_BYTES = 1 << 20  # a config is a screenful of settings: more is the wrong file
+MAX_YAML_BYTES = L.MAX_CONFIG_BYTES  # a config is a screenful of settings: more is the wrong file
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:

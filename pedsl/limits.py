@@ -27,7 +27,11 @@ cap                        value               what it bounds
                                                x the widest activation: logits, MLP, q/k/v),
                                                of ``eval`` (windows x length),
                                                ``analyze`` (samples x heads x L x L) and
-                                               ``diff --numeric`` (samples x lmax x width)
+                                               ``diff --numeric`` (samples x lmax x width);
+                                               and ``data.max_bytes``
+``MAX_TEMPERATURE``        10,000              a temperature's magnitude (probed at positions 0, 1 and
+                                               MAX_LENGTH - 1): it scales every attention score
+``MAX_CONFIG_BYTES``       1 MB                a ``train.yaml`` / ``eval.yaml`` file
 ``MAX_IMPORTS``            256                 ``.pe`` files loaded for one input (imports, transitively)
 ``MAX_IMPORT_DEPTH``       64                  nested imports (a imports b imports c ...)
 =========================  ==================  ==================================================
@@ -53,6 +57,8 @@ MAX_THREADS = 256
 MAX_INIT = 1e4
 MAX_SEED = 2**63 - 1
 MAX_TENSOR_BYTES = 2 << 30
+MAX_TEMPERATURE = 1e4
+MAX_CONFIG_BYTES = 1 << 20
 MAX_IMPORTS = 256
 MAX_IMPORT_DEPTH = 64
 

@@ -20,7 +20,7 @@ from pedsl.lang.exprs import walk
 
 # A temperature multiplies every attention score: past this the float32 scores of ordinary
 # queries and keys overflow or the softmax collapses to one key.
-MAX_TEMPERATURE = 1e4
+MAX_TEMPERATURE = limits.MAX_TEMPERATURE
 
 # Query positions the temperature and biases are probed at (the first, an early, a far one).
 PROBES = (0, 1, limits.MAX_LENGTH - 1)
