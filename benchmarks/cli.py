@@ -11,6 +11,7 @@ import sys
 import click
 
 from benchmarks import runner
+from pedsl import limits as L
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -39,10 +40,10 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
               help="Schemes whose first/cached torch.compile time is measured (with --compile).")
 @click.option("--flush-denormal/--no-flush-denormal", default=True, show_default=True,
               help="torch.set_flush_denormal for the whole run (SEMANTICS 6).")
-@click.option("-B", "--batch", "B", type=int, default=4, show_default=True)
-@click.option("-H", "--heads", "H", type=int, default=8, show_default=True)
-@click.option("-D", "--head-dim", "D", type=int, default=64, show_default=True)
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("-B", "--batch", "B", type=click.IntRange(1, L.MAX_BATCH), default=4, show_default=True)
+@click.option("-H", "--heads", "H", type=click.IntRange(1, L.MAX_HEADS), default=8, show_default=True)
+@click.option("-D", "--head-dim", "D", type=click.IntRange(2, L.MAX_HEAD_DIM), default=64, show_default=True)
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: torch default).")
 @click.option("--clock", type=click.Choice(["auto", "wall", "cpu"]), default="auto", show_default=True,
               help="wall: perf_counter; cpu: process CPU time (robust on a shared machine with --threads 1); "
               "auto: cpu with one thread, else wall.")

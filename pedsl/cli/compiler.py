@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pedsl.errors import CompileError, UsageError
+from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
 
 BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
 
@@ -116,9 +117,12 @@ def graph(file, scheme, params, fmt, backend, no_grad):
 @click.option("--scheme", "scheme", default=None, help="Which scheme of the file.")
 @click.option("-P", "params", multiple=True, help="Override a parameter: -P name=value.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True)
-@click.option("--heads", type=int, default=None, help="Attention heads (default: the training preset's).")
-@click.option("--head-dim", type=int, default=None, help="Head dimension (default: the training preset's).")
-@click.option("--d-model", type=int, default=None, help="Model width, for schemes that read x.")
+@click.option("--heads", type=click.IntRange(1, MAX_HEADS), default=None,
+              help="Attention heads (default: the training preset's).")
+@click.option("--head-dim", type=click.IntRange(2, MAX_HEAD_DIM), default=None,
+              help="Head dimension (default: the training preset's).")
+@click.option("--d-model", type=click.IntRange(2, MAX_D_MODEL), default=None,
+              help="Model width, for schemes that read x.")
 def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     """Write OUT/<scheme>.py (a standalone torch module) and OUT/train.yaml, OUT/eval.yaml."""
     from pedsl.compiler import compile_graph

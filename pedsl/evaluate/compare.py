@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from pedsl.errors import ConfigError, OutputError, PedslError
 from pedsl.evaluate.common import read_json, write_json, write_text
+from pedsl.fsio import read_text
 
 DEFAULT_SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path")
 QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
@@ -99,7 +100,7 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
         except PedslError:
             saved = None
     same = saved is not None and saved.digest() == cfg.digest()
-    sha = (run / "scheme.sha256").read_text().strip() if (run / "scheme.sha256").exists() else None
+    sha = read_text(run / "scheme.sha256").strip() if (run / "scheme.sha256").exists() else None
     same = same and sha == scheme.source_hash
     if done and same and done.get("steps") == cfg.steps:
         say(f"{name}: reusing the finished run {run}")

@@ -22,7 +22,7 @@ import torch
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
-from pedsl.fsio import atomic_write_text
+from pedsl.fsio import atomic_write_text, read_text
 from pedsl.model import TransformerLM
 from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
@@ -107,7 +107,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """Keep the metrics of steps <= ``step`` (lines written after the checkpoint are redone)."""
     keep = []
     if path.exists():
-        for line in path.read_text().splitlines():
+        for line in read_text(path).splitlines():
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:  # a half-written last line after a crash
