@@ -318,3 +318,12 @@ def test_train_yaml_with_huge_sizes_is_a_config_error(tmp_path):
     path.write_bytes(b"x" * (2 << 20))
     with pytest.raises(ConfigError, match="larger than"):
         TrainConfig.from_yaml(path)
+
+
+def test_compare_set_value_that_is_not_yaml():
+    from pedsl.cli.evaluate import _sets
+
+    values = _sets(("context=[",))  # was: a yaml ParserError, exit 3
+    assert values == {"context": "["}
+    with pytest.raises(ConfigError, match="context"):
+        resolve_train_config(overrides=values)

@@ -33,7 +33,10 @@ def _sets(items: tuple[str, ...]) -> dict:
         if "=" not in item:
             raise UsageError(f"--set expects KEY=VALUE, got '{item}'", hint="e.g. --set batch_size=8")
         k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError:  # not a YAML value: the text itself (validation says what is wrong)
+            out[k.strip()] = v
     return out
 
 
