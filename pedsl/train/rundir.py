@@ -231,12 +231,15 @@ def verify_scheme(run: Path, files: SchemeFiles, *, what: str) -> None:
     recorded = recorded_hash(run)
     if recorded is None or recorded == files.digest:
         return
-    detail = describe_change(recorded_manifest(run), files)
+    manifest = recorded_manifest(run)
+    detail = describe_change(manifest, files)
+    main = (manifest or {}).get("main")
+    own = (f"to continue the run as it was, train its own copy: `pedsl train {run / SCHEME_DIR / main} --out {run} "
+           f"--resume`; " if isinstance(main, str) and (run / SCHEME_DIR / main).is_file() else "")
     raise CheckpointError(
         f"cannot {what} '{run}': it was trained with another scheme ({detail}; sha256 {recorded[:12]}... in "
         f"the run, {files.digest[:12]}... now)", file=str(run / "scheme.sha256"),
-        hint=f"to keep the run, use its own copy of the scheme ({run / SCHEME_DIR}); for the changed scheme "
-             f"choose a new --out (or `pedsl train ... --force-new` to discard this run and start over)")
+        hint=own + "for the changed scheme choose a new --out, or pass --force-new to discard this run and start over")
 
 
 # ---------------------------------------------------------------------------------------------
