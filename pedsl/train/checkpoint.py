@@ -270,7 +270,7 @@ def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, con
         raise CheckpointError(
             f"checkpoint '{path}' was trained with another scheme (sha256 {str(state.get('scheme_hash'))[:12]}..., "
             f"this scheme is {scheme_hash[:12]}...)", file=f,
-            hint="resume with the run's own scheme (RUN/scheme.pe) or use another --out")
+            hint="resume with the run's own copy of its scheme (RUN/scheme/) or use another --out")
     if state.get("config_hash") != config_hash:
         diff = state.get("config_diff_hint", "")
         raise CheckpointError(
