@@ -163,8 +163,8 @@ def is_run(run: Path) -> bool:
             return re.fullmatch(r"[0-9a-f]{64}\s*", sha.read_text()[:100]) is not None
         except (OSError, UnicodeDecodeError):
             return False
-    try:
-        return {p.name for p in run.iterdir()} <= {LOCK_NAME}
+    try:  # a run that stopped before writing anything (its lock file, a write probe)
+        return all(p.name == LOCK_NAME or p.name.startswith(".write-test-") for p in run.iterdir())
     except OSError:
         return False
 
