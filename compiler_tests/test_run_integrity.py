@@ -104,6 +104,18 @@ def test_a_folder_that_is_not_a_run_is_never_written(tmp_path):
           resume=True)
 
 
+def test_compare_never_writes_into_a_folder_that_is_not_a_study(tmp_path, monkeypatch):
+    from compiler_helpers import run_cli
+
+    monkeypatch.delenv("PEDSL_DEBUG", raising=False)
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "report.md").write_text("my report\n")
+    code, _, err = run_cli("compare", "rope", "--out", str(out), "--steps", "1")
+    assert code == 1 and "is not empty and is not a pedsl compare study" in err, err
+    assert [p.name for p in out.iterdir()] == ["report.md"] and (out / "report.md").read_text() == "my report\n"
+
+
 @pytest.mark.parametrize("name", ["metrics.jsonl", "config.yaml", "DONE.json", "checkpoints"])
 def test_planted_symlinks_are_not_written_through(tmp_path, name):
     run = tmp_path / "run"

@@ -152,6 +152,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
 
     t0, c0 = time.perf_counter(), time.process_time()
     out = Path(out)
+    if out.is_dir() and not (out / "runs").is_dir() and any(out.iterdir()):  # not a study: never overwrite
+        shown = ", ".join(sorted(p.name for p in out.iterdir())[:5])
+        raise OutputError(f"'{out}' is not empty and is not a pedsl compare study (it holds {shown})",
+                          file=str(out), hint="choose a new or empty --out")
     try:
         (out / "runs").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
