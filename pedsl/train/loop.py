@@ -159,8 +159,7 @@ def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, 
 
 
 def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttention | None,
-           resume: bool, quiet: bool, held: contextlib.ExitStack | None = None,
-           force_new: bool = False) -> dict[str, Any]:
+           resume: bool, quiet: bool, held: contextlib.ExitStack, force_new: bool = False) -> dict[str, Any]:
     t_start = time.perf_counter()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
     # flush_denormal (SEMANTICS 6) is the application's process-wide choice
@@ -171,12 +170,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
     attn = attn or from_scheme(cfg)
     data = TrainData(cfg.data, cfg.context, cfg.seed)  # bad data fails before the run dir is touched
     if d.is_main:
-        lock = rundir.open_for_training(run, quiet=quiet)
-        if held is not None:
-            held.callback(lock.release)
-        else:  # pragma: no cover - train() always passes one
-            import atexit
-            atexit.register(lock.release)
+        held.callback(rundir.open_for_training(run, quiet=quiet).release)  # locked until train() returns
         _prepare_run_dir(run, cfg, attn, resume, force_new)
     d.barrier()
     torch.manual_seed(cfg.seed)
