@@ -35,30 +35,15 @@ WINDOWS = 8  # windows (ppl) and samples (tasks) per length: 8 x L_train scored 
 
 def resolve_schemes(names: list[str]) -> list[tuple[str, Path]]:
     """Scheme names (from the library) or .pe paths -> [(run name, path)]."""
-    from pedsl.lang.resolve import library_dir
+    from pedsl.lang.library import looks_like_path, scheme_file
 
     items = list(names) or list(DEFAULT_SCHEMES)
     out: list[tuple[str, Path]] = []
-    lib = None
     for item in items:
-        p = Path(item)
-        if p.suffix == ".pe" or os.sep in item or p.exists():
-            if not p.is_file():
-                raise ConfigError(f"scheme file '{item}' does not exist", file=item)
-            out.append((p.stem, p))
-            continue
-        lib = lib or library_dir()
-        if not lib.is_dir():
-            raise ConfigError("the scheme library folder was not found (schemes/ next to the pedsl package)",
-                              hint="name the .pe files to compare explicitly")
-        cand = lib / f"{item}.pe"
-        if not cand.is_file():
-            from pedsl.errors import did_you_mean
-
-            known = [f.stem for f in lib.glob("*.pe")]
-            raise ConfigError(f"no scheme '{item}' in the library {lib}",
-                              hint=did_you_mean(item, known) or f"known: {', '.join(sorted(known))}")
-        out.append((item, cand))
+        p = scheme_file(item)  # a path as given, or the library's <item>.pe (did-you-mean otherwise)
+        if not p.is_file():
+            raise ConfigError(f"scheme file '{item}' does not exist", file=item)
+        out.append((p.stem if looks_like_path(item) else item, p))
     names_seen: set[str] = set()
     for name, _ in out:
         if name in names_seen:

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pedsl.errors import CheckpointError
+from pedsl.fsio import read_text
 
 __all__ = ["load_run", "train"]
 
@@ -84,7 +85,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     model.to(device).eval()
     done_file = run / "DONE.json"
     try:
-        done = json.loads(done_file.read_text()) if done_file.exists() else None
+        done = json.loads(read_text(done_file)) if done_file.exists() else None
     except (OSError, ValueError):
         done = None  # a damaged DONE.json: the checkpoint is what counts
     meta: dict[str, Any] = {"step": int(state["step"]), "checkpoint": path, "scheme": scheme,

@@ -31,7 +31,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from pedsl.errors import CheckpointError
-from pedsl.fsio import fsync_dir
+from pedsl.fsio import fsync_dir, read_bytes
 
 PREFIX = "step_"
 
@@ -232,11 +232,14 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     """(model tensors, optimizer tensors, state) of one checkpoint, verified against its hashes."""
     state_file = path / "state.json"
     try:
-        state = json.loads(state_file.read_bytes()[:MAX_STATE_BYTES + 1].decode("utf-8"))
+        state = json.loads(read_bytes(state_file, MAX_STATE_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint '{path}' has no state.json", file=str(state_file),
                               hint=f"the checkpoint is incomplete; delete '{path}' to resume from an older one") from None
-    except (OSError, ValueError, RecursionError) as exc:
+    except OSError as exc:  # a FIFO or a device in its place (refused unread), permissions, ...
+        raise CheckpointError(f"'{state_file}' cannot be read: {exc.strerror or exc}", file=str(state_file),
+                              hint=f"delete '{path}' to resume from an older checkpoint") from None
+    except (ValueError, RecursionError) as exc:
         raise CheckpointError(f"'{state_file}' is corrupt (not JSON: {exc})", file=str(state_file),
                               hint=f"delete '{path}' to resume from an older checkpoint") from None
     validate_state(path, state)
@@ -245,7 +248,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     for name in ("model.safetensors", "optim.safetensors"):
         f = path / name
         try:
-            data = f.read_bytes()
+            data = read_bytes(f)
         except FileNotFoundError:
             raise CheckpointError(f"checkpoint file '{f}' is missing", file=str(f),
                                   hint=f"delete '{path}' to resume from an older checkpoint") from None

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
-from pedsl.fsio import atomic_write_bytes, atomic_write_text, refuse_symlink
+from pedsl.fsio import atomic_write_bytes, atomic_write_text, read_text, refuse_symlink
 
 LOCK_NAME = ".pedsl.lock"
 SCHEME_DIR = "scheme"
@@ -160,7 +160,7 @@ def is_run(run: Path) -> bool:
     sha = run / "scheme.sha256"
     if sha.is_file() and not sha.is_symlink():
         try:
-            return re.fullmatch(r"[0-9a-f]{64}\s*", sha.read_text()[:100]) is not None
+            return re.fullmatch(r"[0-9a-f]{64}\s*", read_text(sha, 100)) is not None
         except (OSError, UnicodeDecodeError):
             return False
     try:  # a run that stopped before writing anything (its lock file, a write probe)
@@ -213,7 +213,7 @@ def write_scheme(run: Path, files: SchemeFiles, source: str) -> None:
 
 def recorded_manifest(run: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads((run / MANIFEST).read_text())
+        data = json.loads(read_text(run / MANIFEST, 1 << 20))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -221,7 +221,7 @@ def recorded_manifest(run: Path) -> dict[str, Any] | None:
 
 def recorded_hash(run: Path) -> str | None:
     try:
-        return (run / "scheme.sha256").read_text().strip() or None
+        return read_text(run / "scheme.sha256", 100).strip() or None
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -406,7 +406,7 @@ class Run:
             return self.manifest["name"]
         if self.checkpoints:
             try:
-                return json.loads((self.checkpoints[-1] / "state.json").read_text()).get("scheme_name")
+                return json.loads(read_text(self.checkpoints[-1] / "state.json")).get("scheme_name")
             except (OSError, ValueError, AttributeError):
                 return None
         return None
