@@ -97,6 +97,10 @@ def scheme_files(scheme: Any) -> SchemeFiles:
     while todo:
         virt, real, base = todo.pop()
         if virt in entries:
+            if entries[virt] != read_bytes(real):
+                raise OutputError(f"two different files of the scheme {path} would be copied to one name "
+                                  f"'{virt.name}' ({real} and another)", file=str(real),
+                                  hint="import each file under one path (symbolic links make two paths meet)")
             continue
         if len(entries) >= MAX_FILES:
             raise OutputError(f"the scheme {path} imports more than {MAX_FILES} files",
@@ -115,12 +119,7 @@ def scheme_files(scheme: Any) -> SchemeFiles:
             target, refused = import_target(base, imp.path, roots)
             if refused:  # the loader accepted it a moment ago: the files are changing
                 raise OutputError(f"{refused} (in {real})", file=str(real), hint="run the command again")
-            where = Path(os.path.normpath(virt.parent / imp.path))
-            if where in entries and entries[where] != read_bytes(target):
-                raise OutputError(f"two different files of the scheme {path} would be copied to one name "
-                                  f"'{imp.path}'", file=str(real),
-                                  hint="import each file under one path (symbolic links make two paths meet)")
-            todo.append((where, target, target.parent))
+            todo.append((Path(os.path.normpath(virt.parent / imp.path)), target, target.parent))
     common = Path(os.path.commonpath([str(v.parent) for v in entries]))
     files = {v.relative_to(common).as_posix(): data for v, data in entries.items()}
     return SchemeFiles(main.relative_to(common).as_posix(), files, name=name)
