@@ -73,10 +73,20 @@ def test_in_process_resume_matches_and_extends(tmp_path):
     assert [r["step"] for r in read_metrics(part)] == [r["step"] for r in read_metrics(full)]
 
 
-@pytest.fixture()
-def trained(tmp_path):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory):
+    run = tmp_path_factory.mktemp("trained") / "run"
     train(small_cfg(steps=20), run, attention=helper.spec(), quiet=True)
+    return run
+
+
+@pytest.fixture()
+def trained(tmp_path, trained_once):
+    """A finished 20-step run (checkpoints 10 and 20), a fresh copy per test."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_once, run, symlinks=True)
     return run
 
 
