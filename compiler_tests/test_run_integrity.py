@@ -240,6 +240,27 @@ def test_resume_refuses_a_changed_import_and_eval_uses_the_runs_copy(tmp_path, m
     assert code == 1 and "changed: sub/base.pe" in err, err
 
 
+def test_a_copy_with_imports_from_an_allowed_root_loads_alone(tmp_path, monkeypatch):
+    from compiler_helpers import run_cli
+
+    monkeypatch.delenv("PEDSL_DEBUG", raising=False)
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "base.pe").write_text('import "rope.pe"\nscheme base extends rope {}\n')
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "child.pe").write_text('import "../lib/base.pe"\nscheme child extends base {}\n')
+    run = tmp_path / "run"
+    code, _, err = run_cli("train", str(tmp_path / "x" / "child.pe"), "--out", str(run), "--steps", "2", *TINY)
+    assert code == 1 and "outside the folders imports may come from" in err  # not allowed by default
+    code, _, err = run_cli("--allow-import-root", str(tmp_path / "lib"), "train", str(tmp_path / "x" / "child.pe"),
+                           "--out", str(run), "--steps", "2", *TINY)
+    assert code == 0, err
+    assert json.loads((run / "scheme.json").read_text())["main"] == "x/child.pe"
+    assert {p.relative_to(run / "scheme").as_posix() for p in (run / "scheme").rglob("*.pe")} == {
+        "x/child.pe", "lib/base.pe", "lib/rope.pe"}
+    code, _, err = run_cli("eval", str(run), "--lengths", "32", "-q")  # no root allowed: the run's copy loads
+    assert code == 0, err
+
+
 @pytest.mark.slow
 def test_compare_does_not_reuse_a_run_whose_import_changed(tmp_path, monkeypatch):
     from compiler_helpers import run_cli
