@@ -83,6 +83,10 @@ def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
             rundir.RunLock(run).acquire()
     with rundir.RunLock(run):  # released, so free again
         pass
+    (run / rundir.LOCK_NAME).unlink()
+    os.mkfifo(run / rundir.LOCK_NAME)  # a planted FIFO: refused, never blocks
+    with pytest.raises(OutputError, match="is not a regular file"):
+        rundir.RunLock(run).acquire()
 
 
 def test_a_folder_that_is_not_a_run_is_never_written(tmp_path):

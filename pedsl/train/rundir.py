@@ -302,6 +302,12 @@ class RunLock:
         except OSError as exc:
             raise OutputError(f"cannot create the lock file '{path}': {exc.strerror or exc}", file=str(path),
                               hint="check the folder's permissions, or choose another --out") from None
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OutputError(f"the lock file '{path}' is not a regular file", file=str(path),
+                              hint="remove it (pedsl creates it), or choose another --out")
         owner = _read_owner(fd)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -320,8 +326,8 @@ class RunLock:
         if owner and owner.get("pid") is not None and owner.get("pid") != os.getpid():
             self.stale = owner  # its process ended without releasing the file: a killed run
         os.ftruncate(fd, 0)
-        os.write(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n").encode())
+        os.pwrite(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                   "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n").encode(), 0)
         os.fsync(fd)
         self.fd = fd
         return self
