@@ -250,8 +250,9 @@ CODES: dict[str, tuple[str, str]] = {
     "E206": ("check", "`extends` an unknown scheme"),
     "E207": ("check", "`extends` cycle (or a chain longer than 64 schemes)"),
     "E208": ("check", "import cycle"),
-    "E209": ("check", "missing file (an import, or the file given; also a folder), or a name that is neither "
-                      "a file nor a library scheme"),
+    "E209": ("check", "missing file (an import, or the file given; also a folder), a name that is neither "
+                      "a file nor a library scheme, or an import refused (outside the allowed folders, not a "
+                      "`.pe` file, not a regular file, or not parseable)"),
     "E210": ("check", "a channel group does not fit `head_dim` (fraction, quarters, range, odd size)"),
     "E211": ("check", "overlapping channel groups, or an unknown group in `on`"),
     "E212": ("check", "a parameter default violates its constraint"),
