@@ -13,8 +13,11 @@ PEDSL_FUZZ_EXAMPLES raises the example counts for a longer hunt.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
+import shutil
 
 import pytest
 import torch
@@ -190,3 +193,91 @@ def test_yaml_aliases_do_not_explode(tmp_path):
     code, out = run_capped(["-c", "from pedsl.config import TrainConfig; import sys;"
                             f"TrainConfig.from_yaml({str(path)!r})"], timeout=60, mem_gb=1.5)
     assert code == 0 or "ConfigError" in out, out[-2000:]
+# ------------------------------------------------------------------ state.json
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from compiler_helpers import run_cli
+
+    out = tmp_path_factory.mktemp("fuzz") / "run"
+    code, _, err = run_cli("train", "schemes/rope.pe", "--out", out, "--steps", "2", "--threads", "1",
+                           "--context", "16", "--batch-size", "2", "--set", "n_layers=1", "--set", "d_model=16",
+                           "--set", "n_heads=2", "--set", "head_dim=8", "--set", "data.max_bytes=20000",
+                           "--set", "eval_batches=1", "-q")
+    assert code == 0, err
+    return out
+
+
+def _state_path(run):
+    return next((run / "checkpoints").iterdir()) / "state.json"
+
+
+JSON_VALUES = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False, allow_subnormal=False), st.text(max_size=10),
+              st.sampled_from([-5, 0, 2**63, 10**23, -(10**30), 1e300])),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6)
+
+
+@st.composite
+def state_mutant(draw, original: dict) -> bytes:
+    kind = draw(st.sampled_from(["bytes", "value", "drop", "truncate"]))
+    text = json.dumps(original)
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    if kind == "truncate":
+        return text.encode()[: draw(st.integers(0, len(text)))]
+    state = json.loads(text)
+    keys = sorted(state)
+    key = draw(st.sampled_from(keys))
+    if kind == "drop":
+        del state[key]
+    else:
+        if isinstance(state[key], dict) and state[key] and draw(st.booleans()):
+            sub = draw(st.sampled_from(sorted(state[key])))
+            state[key][sub] = draw(JSON_VALUES)
+        else:
+            state[key] = draw(JSON_VALUES)
+    return json.dumps(state).encode()
+
+
+def _load_mutant(run, data: bytes) -> None:
+    from pedsl.train import checkpoint as ck
+    from pedsl.train import load_run
+
+    state = _state_path(run)
+    state.write_bytes(data)
+    for load in (lambda: ck.read_checkpoint(state.parent), lambda: load_run(run)):
+        try:
+            load()
+        except PedslError as err:
+            assert err.render()
+
+
+def test_state_json_mutations(tiny_run, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    original = json.loads(_state_path(run).read_text())
+
+    @settings(max_examples=N, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                   HealthCheck.function_scoped_fixture],
+              derandomize=True)
+    @given(state_mutant(original))
+    def inner(data):
+        _load_mutant(run, data)
+
+    inner()
+
+
+@pytest.mark.parametrize("value", [-5, 10**23, "2", 2.5, None, math.inf])
+def test_state_json_step_through_resume(tiny_run, tmp_path, value):
+    """`train --resume` on a hand-edited step: a diagnostic (or a run that resumes correctly), never exit 3."""
+    from compiler_helpers import run_cli
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    state = json.loads(_state_path(run).read_text())
+    state["step"] = value
+    _state_path(run).write_text(json.dumps(state))
+    code, out, err = run_cli("train", run / "config.yaml", "--out", run, "--resume", "--threads", "1", "-q")
+    assert code in (0, 1), out + err
