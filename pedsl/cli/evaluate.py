@@ -36,6 +36,16 @@ def _sets(items: tuple[str, ...]) -> dict:
     return out
 
 
+def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
+    """The run opened under ``--scheme`` / ``-P`` (pedsl.train.swap), or None for its own scheme."""
+    if scheme is None and not params:
+        return None
+    from pedsl.cli.train import _parse_params
+    from pedsl.evaluate.common import open_run
+
+    return open_run(run_dir, scheme=scheme, params=_parse_params(params))
+
+
 @click.command("eval")
 @click.argument("run_dir", metavar="RUN_DIR")
 @click.option("--lengths", default=None, help="Comma list of lengths in tokens (default: the scheme's eval "
@@ -43,10 +53,15 @@ def _sets(items: tuple[str, ...]) -> dict:
 @click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks (default: all).")
 @click.option("--windows", type=int, default=None, help="Windows (ppl) or samples (tasks) per length.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
+@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
+              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
+              "positional tensors must match). Writes RUN_DIR/eval.<scheme>.json unless --out.")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
+def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_json, quiet):
     """Perplexity (and its ratio to the training length) and retrieval accuracy vs length."""
     from pedsl.evaluate.common import parse_lengths, progress
     from pedsl.runtime import setup_torch
@@ -56,7 +71,7 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
         raise UsageError("--windows must be at least 1")
     setup_torch(threads)
     res = evaluate_run(run_dir, lengths=parse_lengths(lengths), tasks=_tasks(tasks), windows=windows, out=out,
-                       say=progress(quiet))
+                       say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
     if as_json:
         import json
 
@@ -75,9 +90,14 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
               help="Longest default length ((B, H, L, L) matrices are materialised).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Output JSON (default RUN_DIR/analysis.json).")
+@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
+              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
+              "positional tensors must match). Writes RUN_DIR/analysis.<scheme>.json unless --out.")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
+def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
     from pedsl.evaluate.analyze import analysis_table, analyze_run
     from pedsl.evaluate.common import parse_lengths, progress
@@ -87,7 +107,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
     setup_torch(threads)
     res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
-                      max_length=max_length, out=out, say=progress(quiet))
+                      max_length=max_length, out=out, say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
     click.echo(analysis_table(res))
 
 

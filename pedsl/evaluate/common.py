@@ -31,12 +31,18 @@ def progress(quiet: bool) -> Callable[[str], None]:
     return say
 
 
-def open_run(run_dir: str | Path):
+def open_run(run_dir: str | Path, scheme: str | Path | None = None, params: dict | None = None):
     """``(model, cfg, meta)`` of a finished or checkpointed run, ready for evaluation.
+
+    With ``scheme`` (a library name or .pe file) and/or ``params`` the trained weights are loaded
+    under that scheme instead of the run's own (:mod:`pedsl.train.swap`); ``meta["scheme"]`` and
+    ``meta["scheme_hash"]`` are then the new scheme's and ``meta["swap"]`` describes it.
 
     Every failure (missing directory, no config, corrupt checkpoint, unloadable scheme) is an
     :class:`EvalError` / :class:`CheckpointError` with a hint, never a traceback.
     """
+    if scheme is not None or params:
+        return _open_swapped(Path(run_dir), scheme, params or {})
     from pedsl.train import load_run
 
     run = Path(run_dir)
@@ -65,13 +71,34 @@ def open_run(run_dir: str | Path):
     return model, cfg, meta
 
 
+def _open_swapped(run: Path, other, params: dict):
+    import torch
+
+    from pedsl.model import TransformerLM
+    from pedsl.train.swap import check_swap, swapped_scheme
+
+    model0, cfg, meta = open_run(run)
+    new, record = swapped_scheme(run, cfg.params, other, params)
+    torch.manual_seed(cfg.seed)
+    model = TransformerLM(cfg.model, eval_attention(cfg, new).factory(cfg.model))
+    src = model0.state_dict()
+    check_swap(src, model.state_dict(), run=str(run), run_scheme=meta["scheme"].name, new_scheme=new.name)
+    model.load_state_dict(src, strict=True)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    record["run_scheme"] = {"name": meta["scheme"].name, "source_hash": meta["scheme_hash"],
+                            "params": dict(meta["scheme"].params)}
+    return model, cfg, {**meta, "scheme": new, "scheme_hash": new.source_hash, "swap": record}
+
+
 def _eval_attention(run: Path):
     """The run's scheme compiled for evaluation (requires_grad=False), or None to let
     :func:`load_run` report what is wrong with the directory."""
     try:
         from pedsl.config import TrainConfig
         from pedsl.train import checkpoint as ck
-        from pedsl.train.attention import SchemeAttention, imported_files, load_scheme
+        from pedsl.train.attention import load_scheme
 
         cfg = TrainConfig.from_yaml(run / "config.yaml")
         ckpts = ck.list_checkpoints(run / "checkpoints")
@@ -82,6 +109,13 @@ def _eval_attention(run: Path):
             return None
     except Exception:  # noqa: BLE001 - load_run produces the precise diagnostic
         return None
+    return eval_attention(cfg, scheme), scheme
+
+
+def eval_attention(cfg, scheme):
+    """``scheme`` compiled for evaluation (requires_grad=False, the run's backend), as a
+    :class:`~pedsl.train.attention.SchemeAttention`."""
+    from pedsl.train.attention import SchemeAttention, imported_files
 
     def build(m):
         from pedsl.compiler import compile_scheme
@@ -94,9 +128,8 @@ def _eval_attention(run: Path):
                                   d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
         return make
 
-    attn = SchemeAttention(name=scheme.name, source=scheme.source, source_hash=scheme.source_hash, build=build,
+    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=scheme.source_hash, build=build,
                            scheme=scheme, imports=imported_files(getattr(scheme, "file", None)))
-    return attn, scheme
 
 
 def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):

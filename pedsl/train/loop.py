@@ -158,6 +158,10 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
             _truncate_metrics(run / "metrics.jsonl", start)
             atomic_write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
         d.barrier()
+    elif cfg.init_from is not None:  # a fine-tune: the source run's weights, a fresh optimizer, step 0
+        from pedsl.train.swap import load_init
+
+        load_init(model, cfg, attn.name)
     ddp = distributed.wrap(model, d)
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
     baseline = data.unigram_baseline()
