@@ -126,8 +126,11 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
+@click.option("--study", type=click.Choice(["default", "extension"]), default="default", show_default=True,
+              help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
+              "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, quiet):
+def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, study, quiet):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -146,6 +149,8 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
         raise UsageError("--windows must be at least 1")
     say = progress(quiet)
     say(f"torch threads: {setup_torch(threads)}")
+    if study == "extension":
+        return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say)
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
                       sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
@@ -159,6 +164,33 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
             click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say):
+    from pathlib import Path
+
+    from pedsl.evaluate.common import parse_lengths
+    from pedsl.evaluate.study_extension import METHODS, run_extension
+
+    if analyze_max is not None:
+        raise UsageError("--analyze-max does not apply to --study extension (it runs no analysis)")
+    bad = [s for s in schemes if s not in METHODS]
+    if bad:
+        raise UsageError(f"--study extension compares the RoPE scaling methods; '{bad[0]}' is not one of them",
+                         hint=f"name a subset of: {', '.join(METHODS)} (or none for all)")
+    res = run_extension(out, methods=list(schemes) or None, preset=preset, steps=steps, seed=seed, data=data,
+                        lengths=parse_lengths(lengths), windows=windows, quick=quick, sets=_sets(sets),
+                        command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+    from pedsl.evaluate.report_extension import summary
+
+    header, rows = summary(res["results"])
+    click.echo("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    ext = Path(out) / "extension"
+    click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
 def _command_line(ctx: click.Context) -> str:
