@@ -7,6 +7,11 @@ eval.json::
      "passkey": {"<L>": {"accuracy", "digit_accuracy", "answer_nll", "samples", "chance"}},
      "blocks":  {"<L>": {"accuracy", "answer_nll", "answers", "samples", "chance"}},
      "wall_time_s"}
+
+Under another scheme (``pedsl eval RUN --scheme OTHER -P name=value``, :mod:`pedsl.train.swap`)
+``scheme`` / ``scheme_hash`` are the new scheme's, ``swap`` holds its name, source hash, file,
+parameters (resolved, given, carried from the run) and the run's own scheme, and the default
+output is ``RUN/eval.<scheme>[.<name>=<value>...].json``.
 """
 
 from __future__ import annotations

@@ -193,9 +193,10 @@ def _intro(results: dict, meta: dict) -> str:
             f"(`{b['run']}`, val loss {_fmt(b['train'].get('val_loss'))}). Methods: {', '.join(meta['methods'])}; "
             f"factors set for {', '.join(f'{t}x' for t in meta['targets'])} the training length; fine-tunes: "
             f"{text['ft_steps']} steps at the target length, the base's tokens per step, peak lr {meta.get('ft_lr')}. "
-            f"This invocation took {meta.get('wall_time_s', 0):.0f} s wall, {meta.get('cpu_time_s', 0):.0f} s CPU "
-            f"(all runs and evaluations, including reused ones: {ct.get('train_wall_s', 0):.0f} s training wall "
-            f"time, {ct.get('eval_cpu_s', 0):.0f} s evaluation CPU).")
+            f"This invocation took {meta.get('wall_time_s', 0):.0f} s wall, {meta.get('cpu_time_s', 0):.0f} s CPU. "
+            f"All runs and evaluations, reused ones included, took {ct.get('base_train_cpu_s', 0):.0f} s CPU to train "
+            f"the base models, {ct.get('fine_tune_cpu_s', 0):.0f} s CPU to fine-tune and {ct.get('eval_cpu_s', 0):.0f} s "
+            "CPU to evaluate.")
 
 
 def markdown(results: dict, meta: dict, files: list[str]) -> str:

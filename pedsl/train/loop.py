@@ -129,7 +129,7 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeAttention |
 
 def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttention | None,
            resume: bool, quiet: bool) -> dict[str, Any]:
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), time.process_time()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
     # flush_denormal (SEMANTICS 6) is the application's process-wide choice
     threads = setup_torch(cfg.threads, processes=d.world, flush_denormal=cfg.flush_denormal)
@@ -261,6 +261,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         "val_loss": val_loss,
         "unigram_baseline": baseline,
         "wall_time_s": time.perf_counter() - t_start,
+        "cpu_time_s": time.process_time() - c_start,  # this process's CPU seconds (all threads)
         "tokens_per_s": tokens_per_step * trained / t_train if trained else None,
         "n_params": model.num_params(),
         "scheme": attn.name,
