@@ -78,6 +78,12 @@ def test_rope_to_pi_with_factor_1_gives_the_same_numbers(rope_run):
     assert code == 0 and "scheme swapped: pi" in out and "factor=1" in out
 
 
+def test_params_alone_reparameterise_the_runs_own_scheme(rope_run):
+    res = _eval(str(rope_run), "-P", "base=500")
+    assert res["scheme"] == "rope" and res["swap"]["params"]["base"] == 500.0
+    assert json.loads((rope_run / "eval.rope.base=500.json").read_text())["swap"]["overrides"] == {"base": 500}
+
+
 def test_swap_to_learned_scheme_is_refused(rope_run):
     code, _, err = run_cli("eval", str(rope_run), "--scheme", "acc_learned_qk", *EVAL)
     assert code == 1

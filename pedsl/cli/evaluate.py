@@ -157,13 +157,17 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
     from pedsl.evaluate.report import tables
 
     for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
-        click.echo(title)
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-        for r in rows:
-            click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        _echo_table(title, header, rows)
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    click.echo(title)
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
 
 
 def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say):
@@ -183,12 +187,8 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
                         command=_command_line(click.get_current_context()), quiet=quiet, say=say)
     from pedsl.evaluate.report_extension import summary
 
-    header, rows = summary(res["results"])
-    click.echo("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
-    click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-    for r in rows:
-        click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+    _echo_table("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)",
+                *summary(res["results"]))
     ext = Path(out) / "extension"
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
