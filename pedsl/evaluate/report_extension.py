@@ -146,13 +146,16 @@ def findings(results: dict) -> list[str]:
 
 
 def plots(results: dict, out_dir: Path) -> list[str]:
+    import matplotlib.ticker
+
     from pedsl.evaluate.plots import MARKERS, _length_axis, _mark_train, _save, plt
 
     files: list[str] = []
     for task, rec in results.items():
         L0, lens = rec["base"]["context"], rec["lengths"]
         targets = sorted({int(t) for per in rec["zero_shot"].values() for t in per})
-        fig, axes = plt.subplots(len(targets), 2, figsize=(12, 4.2 * len(targets)), squeeze=False)
+        fig, axes = plt.subplots(len(targets), 2, figsize=(12, 4.6 * len(targets)), squeeze=False,
+                                 constrained_layout=True)
         for i, T in enumerate(targets):
             for j, part in enumerate(("zero_shot", "fine_tuned")):
                 ax = axes[i][j]
@@ -167,6 +170,8 @@ def plots(results: dict, out_dir: Path) -> list[str]:
                 ax.axvline(L0 * T, color="tab:red", linestyle=":", linewidth=1)
                 if task == "text":
                     ax.set_yscale("log")
+                    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+                    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
                     ax.axhline(1.0, color="grey", linewidth=0.8)
                     ax.set_ylabel(f"ppl(L) / ppl_base({L0})")
                 else:
