@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pedsl.evaluate.report import _fmt
+from pedsl.evaluate.report import STYLE, _fmt, reproduce_html, reproduce_md
 
 
 def _base_nll(rec: dict) -> float | None:
@@ -218,11 +218,7 @@ def markdown(results: dict, meta: dict, files: list[str]) -> str:
         md += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         md += ["| " + " | ".join(r) + " |" for r in trows] + ["", note, ""]
     md += ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
-    md += ["## Reproduce", "", "```", meta.get("command", ""), "```", "",
-           f"- git commit: {meta.get('git') or 'unknown'}",
-           f"- pedsl {meta.get('pedsl')}, torch {meta.get('torch')}, python {meta.get('python')}, "
-           f"{meta.get('platform')}, {meta.get('cpus')} CPUs, torch threads {meta.get('threads')}",
-           f"- date: {meta.get('date')}", ""]
+    md += reproduce_md(meta)
     return "\n".join(md)
 
 
@@ -234,12 +230,7 @@ def html_page(results: dict, meta: dict, files: list[str]) -> str:
                 + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
     parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>pedsl extension study</title>",
-             "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
-             "line-height:1.45;color:#222}table{border-collapse:collapse;margin:.5em 0 1em}"
-             "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;font-variant-numeric:tabular-nums}"
-             "th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
-             "img{max-width:100%;border:1px solid #eee}.note{color:#555;font-size:.92em}"
-             "pre{background:#f6f6f6;padding:.6em}</style></head><body>",
+             STYLE + "</head><body>",
              "<h1>pedsl compare --study extension: RoPE scaling applied to a trained RoPE model</h1>",
              f"<p>{e(_intro(results, meta))}</p>", "<h2>Summary</h2>", table(*summary(results))]
     f = findings(results)
@@ -250,11 +241,7 @@ def html_page(results: dict, meta: dict, files: list[str]) -> str:
         parts += [f"<h2>{e(title)}</h2>", table(head, rows), f"<p class='note'>{e(note)}</p>"]
     parts += ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
                                    if x.endswith(".png")]
-    parts += ["<h2>Reproduce</h2>", f"<pre>{e(meta.get('command', ''))}</pre><ul>",
-              f"<li>git commit: {e(str(meta.get('git') or 'unknown'))}</li>",
-              f"<li>pedsl {e(str(meta.get('pedsl')))}, torch {e(str(meta.get('torch')))}, "
-              f"{e(str(meta.get('cpus')))} CPUs, torch threads {e(str(meta.get('threads')))}</li>",
-              f"<li>date: {e(str(meta.get('date')))}</li></ul></body></html>"]
+    parts += reproduce_html(meta)
     return "\n".join(parts)
 
 
