@@ -276,7 +276,7 @@ def list_schemes(directory: str | None) -> None:
     """List the schemes declared in DIR (default: the scheme library) with one-line descriptions."""
     from pedsl.lang.api import parse
 
-    from pedsl.lang.resolve import library_dir
+    from pedsl.lang.library import library_dir
 
     folder = Path(directory) if directory else library_dir()
     if not folder.is_dir():
