@@ -327,3 +327,15 @@ def test_compare_set_value_that_is_not_yaml():
     assert values == {"context": "["}
     with pytest.raises(ConfigError, match="context"):
         resolve_train_config(overrides=values)
+
+
+def test_dynamic_ntk_is_checked_at_the_longest_length():
+    # fine up to its original length, an overflow past it: the checker probes the longest sequence too
+    d = first_error("scheme s { qk: rotate(dynamic_ntk(10000, 1e300, original = 128) * position) }\n")
+    assert d.code == "E217" and "dynamic_ntk" in d.message and (d.line, d.col) == (1, 23)
+
+
+def test_a_number_beyond_float32_next_to_a_runtime_value():
+    d = first_error("scheme s { qk: accumulate(householder(w = normalize(linear(x, to = channel)),"
+                    " beta = 1e300 * sigmoid(linear(x, to = head)))) }\n")
+    assert d.code == "E217" and "float32" in d.message and (d.line, d.col) == (1, 86)

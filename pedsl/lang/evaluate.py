@@ -231,7 +231,9 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:
         out = fn(env, node, **vals)
-    except (ValueError, ZeroDivisionError, OverflowError) as exc:
+    except OverflowError:
+        raise EvalIssue(f"{node.func}(): a number too large (overflow)", node) from None
+    except (ValueError, ZeroDivisionError) as exc:
         raise EvalIssue(f"{node.func}(): {exc}", node) from None
     if isinstance(out, Vec):
         for v in out.values:
