@@ -25,7 +25,7 @@ from pedsl import __version__
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.builtins import FUNCTIONS, READS_LENGTH
 from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, evaluate
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
@@ -33,6 +33,7 @@ from pedsl.lang.scheme import Scheme
 _ELEMENTWISE = {
     "log": "torch.log", "exp": "torch.exp", "sqrt": "torch.sqrt", "sin": "torch.sin", "cos": "torch.cos",
     "tanh": "torch.tanh", "abs": "torch.abs", "sigmoid": "torch.sigmoid", "log_sigmoid": "F.logsigmoid",
+    "floor": "torch.floor", "ceil": "torch.ceil",
 }
 
 
@@ -71,7 +72,7 @@ class _Gen:
     def _e(self, e: ast.Expr) -> str:
         from pedsl.lang.exprs import calls_in, names_in
 
-        runtime = "n" in names_in(e) or "dynamic_ntk" in calls_in(e)
+        runtime = "n" in names_in(e) or bool(calls_in(e) & READS_LENGTH)
         v = DYNAMIC if runtime else self._static(e)
         if v is not DYNAMIC:
             if isinstance(v, Vec):
@@ -129,6 +130,11 @@ class _Gen:
         if f == "dynamic_ntk":
             base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
             return f"_dynamic_ntk({base!r}, {factor!r}, {orig!r}, {self._pairs}, L, dev)"
+        if f == "longrope":  # the short factors up to the original length, the long ones past it
+            orig = self._float(args["original"])
+            short, long = (evaluate(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
+            return (f"({self.const(long.values, 'pair', 'longrope long')} if L > {orig!r} "
+                    f"else {self.const(short.values, 'pair', 'longrope short')})")
         if f == "log_length":
             return f"_log_length(L, {self._float(args['length'])!r}, dev)"
         if f == "frozen_random":
@@ -223,7 +229,11 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
             fwd(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=q.dtype))[:, :, :, 0, 0]")
             fwd("beta = beta.to(q.dtype)")
             continue
-        fwd("cos, sin = torch.cos(phase).to(q.dtype), torch.sin(phase).to(q.dtype)")
+        if t.get("scale", 1.0) != 1:
+            fwd(f"phase_scale = {t['scale']!r}  # q and k of the group scaled (HF's attention factor)")
+            fwd("cos, sin = (phase_scale * torch.cos(phase)).to(q.dtype), (phase_scale * torch.sin(phase)).to(q.dtype)")
+        else:
+            fwd("cos, sin = torch.cos(phase).to(q.dtype), torch.sin(phase).to(q.dtype)")
         fwd(f"q = _rotate(q, cos, sin, {tag}_FIRST, {tag}_SECOND)")
         fwd(f"k = _rotate(k, cos, sin, {tag}_FIRST, {tag}_SECOND)")
         if t["targets"] == "qkv":

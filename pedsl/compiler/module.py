@@ -140,7 +140,11 @@ class SchemeAttention(nn.Module):
         phase = self.evaluator.run(node["expr"], self._ctx(size, device=device, group=t), key)
         ph = _as_table(phase, size, len(t["channels"]) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
-        cos, sin = torch.cos(ph).to(dtype), torch.sin(ph).to(dtype)
+        cos, sin = torch.cos(ph), torch.sin(ph)
+        scale = t.get("scale", 1.0)
+        if scale != 1:  # HF's attention factor: q and k of the group scaled by multiplying cos and sin
+            cos, sin = cos * scale, sin * scale
+        cos, sin = cos.to(dtype), sin.to(dtype)
         self._rope_cache[key] = (size, cos, sin)
         return cos[:L], sin[:L]
 

@@ -28,7 +28,13 @@ def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
         from pedsl.compiler.module import _as_table
 
         phase = mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx, t["phase"])
-        return ref.rotation_transport(_as_table(phase, L, len(ch) // 2), mod.layout, ch, D)
+        T = ref.rotation_transport(_as_table(phase, L, len(ch) // 2), mod.layout, ch, D)
+        scale = t.get("scale", 1.0)
+        if scale != 1:  # q and k of the group each scaled: the group's block of T by scale^2
+            s = torch.ones(D, dtype=F64, device=T.device)
+            s[ch] = scale
+            T = T * (s[:, None] * s[None, :])
+        return T
     if t["op"] == "accumulate_so2":
         from pedsl.compiler.module import _as_bhlp
 
