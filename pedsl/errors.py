@@ -217,6 +217,13 @@ class OutputError(PedslError):
     default_code = "E950"
 
 
+class InteropError(PedslError):
+    """A Hugging Face config or rope scheme has no exact counterpart on the other side (pedsl.hf)."""
+
+    stage = "hf"
+    default_code = "E960"
+
+
 class UsageError(PedslError):
     """The command line itself is wrong (exit code 2, like click)."""
 

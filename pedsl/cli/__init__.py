@@ -35,6 +35,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "diff": ("pedsl.cli.diff", "diff", "Show what two scheme variants change."),
     "explain": ("pedsl.cli.diff", "explain", "Summarise what one scheme does."),
     "bench": ("pedsl.cli.bench", "bench", "Benchmark compiled schemes against the floor and hand-written code."),
+    "import-hf": ("pedsl.cli.hf", "import_hf", "Write the .pe scheme of a Hugging Face model's rope config."),
+    "export-hf": ("pedsl.cli.hf", "export_hf", "Print a scheme's Hugging Face rope_parameters."),
+    "export": ("pedsl.cli.hf", "export_cmd", "Export a trained run as a Hugging Face Llama model."),
 }
 
 

@@ -687,10 +687,13 @@ class Resolver:
         if fn.kind == "call" and fn.func == "rotate":
             phase = _arg(fn, "phase")
             self._check_static(phase, env, len(group.channels) // 2)
-            scale = self._rotate_scale(fn, st, env)
+            scale_expr = next((kw.value for kw in fn.kwargs if kw.name == "scale"),
+                              fn.args[1] if len(fn.args) > 1 else None)
+            scale = self._rotate_scale(scale_expr, st, env)
             if scale is None:
                 return None
-            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime, scale=scale)
+            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime, scale=scale,
+                                   scale_expr=scale_expr)
         if fn.kind == "call" and fn.func == "accumulate":
             step = _arg(fn, "step")
             if step.kind == "call" and step.func == "rotation":
@@ -709,9 +712,8 @@ class Resolver:
                     "accumulate(householder(w = ..., beta = ...))", st.value)
         return None
 
-    def _rotate_scale(self, fn: ast.Call, st: ast.Transport, env: StaticEnv) -> float | None:
+    def _rotate_scale(self, expr: ast.Expr | None, st: ast.Transport, env: StaticEnv) -> float | None:
         """The static value of rotate(..., scale = S) (1 when absent); None after reporting an error."""
-        expr = next((kw.value for kw in fn.kwargs if kw.name == "scale"), fn.args[1] if len(fn.args) > 1 else None)
         if expr is None:
             return 1.0
         try:

@@ -37,6 +37,7 @@ class RotateTransport(_Frozen):
     # q and k of the group are multiplied by scale (HF's attention factor on cos and sin): the
     # group's share of the logit scales by scale^2, the other channels' does not
     scale: float = 1.0
+    scale_expr: Expr | None = None  # the scale as written (lets inlined), None when absent
 
 
 class RotationSteps(_Frozen):
