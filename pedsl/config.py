@@ -42,6 +42,8 @@ class ModelConfig(_Frozen):
     head_dim: int | None = Field(None, ge=2, description="per-head width; default d_model // n_heads")
     mlp_ratio: float = Field(4.0, gt=0)
     tie_embeddings: bool = True
+    arch: Literal["gpt", "llama"] = Field(
+        "gpt", description="gpt: GELU MLP; llama: SwiGLU MLP and RMSNorm, exportable with `pedsl export --hf`")
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_eps: float = Field(1e-5, gt=0)
     init_std: float = Field(0.02, gt=0)
@@ -57,6 +59,8 @@ class ModelConfig(_Frozen):
             object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even (rotary schemes pair channels)")
+        if self.arch == "llama" and self.norm != "rmsnorm":
+            raise ValueError("arch 'llama' uses RMSNorm: set norm: rmsnorm (or arch: gpt)")
         return self
 
 

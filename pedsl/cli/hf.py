@@ -54,10 +54,10 @@ def export_hf(file: str, scheme_name: str | None, params: tuple[str, ...], as_co
 @click.argument("run", type=click.Path())
 @click.option("--hf", "hf_dir", type=click.Path(), required=True,
               help="Write a LlamaForCausalLM folder here (config.json + model.safetensors).")
-@click.option("--checkpoint", default=None, help="Checkpoint file in the run (default: the best or last one).")
-def export_cmd(run: str, hf_dir: str, checkpoint: str | None) -> None:
-    """Export a trained run (model arch 'llama', a scheme in HF's RoPE family) as a Hugging Face model."""
+def export_cmd(run: str, hf_dir: str) -> None:
+    """Export a trained run's latest checkpoint (model arch 'llama', a scheme in HF's RoPE family) as a
+    Hugging Face LlamaForCausalLM folder."""
     from pedsl.hf.export import export_run
 
-    path = export_run(run, hf_dir, checkpoint=checkpoint)
+    path = export_run(run, hf_dir)
     click.echo(f"wrote {path}/config.json and {path}/model.safetensors")

@@ -270,9 +270,10 @@ def _call_args(call: ast.Call) -> dict:
     return bind_args(call, FUNCTIONS[call.func].params)
 
 
-def export_rope(scheme: Scheme) -> dict:
+def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
     """``{"head_dim", "num_attention_heads", "max_position_embeddings"?, "rope_parameters"}`` of a scheme
-    in HF's rope family; :class:`InteropError` naming the part that has no HF equivalent otherwise."""
+    in HF's rope family; :class:`InteropError` naming the part that has no HF equivalent otherwise.
+    ``allow_interleaved``: accept the interleaved layout (the caller permutes q/k weights to halves)."""
     if scheme.biases:
         raise _refuse(scheme, f"a logit bias ({scheme.biases[0].kind}); HF rope has none")
     if scheme.temperature is not None:
@@ -287,7 +288,7 @@ def export_rope(scheme: Scheme) -> dict:
         raise _refuse(scheme, f"a {t.kind} transport; HF applies a position-indexed rotation")
     if t.targets != "qk":
         raise _refuse(scheme, "value rotation (qkv); HF rotates q and k only")
-    if scheme.layout != "halves":
+    if scheme.layout != "halves" and not allow_interleaved:
         raise _refuse(scheme, "the interleaved layout; HF's rotate_half pairs channel k with k + rot/2",
                       "use layout halves (pedsl export --hf permutes trained weights for you)")
     chans = scheme.group(t.group).channels
