@@ -6,9 +6,10 @@ YaRN at the Qwen-style shape of the issue (head_dim 128, rope_theta 1e6, factor 
 
 - per frequency: max |w_pedsl - w_HF| / w_HF over the 64 pairs, HF's inv_freq from its own
   ``_compute_yarn_parameters`` (float32);
-- end to end: one causal attention (2 heads, L = 2048, q, k, v ~ N(0, 1) scaled like a trained
-  model.s logits) through HF's rotary embedding and SDPA against pedsl's compiled module; the max
-  over query positions of ||o_pedsl - o_HF|| / ||o_HF||.
+- end to end: one causal attention (2 heads, L = 2048, q, k, v ~ N(0, 1), float64) through HF's
+  rotary embedding and SDPA against pedsl's compiled module; the max over query positions of
+  ||o_pedsl - o_HF|| / ||o_HF||. HF computes its phases in float32 (position x ~6e-8 rad of
+  rounding), which is what remains after the fix.
 
 "Before" is the paper's wavelength-ratio ramp with the attention factor as a temperature on the
 whole logit (the old yarn.pe, now yarn_wavelength.pe); "after" is yarn.pe, imported from the same
