@@ -209,7 +209,7 @@ class Evaluator(DynamicEvaluator):
         conv = self.learned.sites[site]
         L = t.shape[-1]
         flat = t.reshape(lead[0], feats, L).to(conv.weight.dtype)
-        if ctx.docs is None and ctx.valid is None:
+        if ctx.docs is None and ctx.valid is None and flat.dtype != F64:
             out = conv(flat)[..., :L]
         else:
             out = _segmented_conv(flat, conv.weight, ctx.docs, ctx.valid)
@@ -224,12 +224,13 @@ def _replace_L(ctx: Context, L: int) -> Context:
 
 
 def _segmented_conv(flat: Tensor, weight: Tensor, docs: Tensor | None, valid: Tensor | None) -> Tensor:
-    """The causal depthwise convolution with taps that stay inside the query token's document and read
+    """The causal depthwise convolution as a sum of shifted taps (also the float64 path: torch's
+    float64 depthwise conv1d on CPU is ~100x slower), with taps that stay inside the token's document and read
     zeros at padding: ``out_t = sum_s weight[W-1-s] * in_{t-s} [doc(t-s) = doc(t), valid(t-s)]``.
 
     ``flat (B|1, F, L)``, ``weight (F, 1, W)``, docs / valid ``(B, L)``."""
     W, L = weight.shape[-1], flat.shape[-1]
-    B = (docs if docs is not None else valid).shape[0]
+    B = (docs if docs is not None else valid).shape[0] if docs is not None or valid is not None else flat.shape[0]
     flat = flat.expand(B, *flat.shape[1:])
     out = None
     for s in range(min(W, L)):
