@@ -1,7 +1,10 @@
-"""The compiled attention module: a scheme's graph turned into ``forward(q, k, v, *, x, tokens)``.
+"""The compiled attention module: a scheme's graph turned into
+``forward(q, k, v, *, x, tokens, positions, document_ids, cache, attn_mask)``.
 
-Shapes: q, k, v ``(B, H, L, D)``; x ``(B, L, d_model)`` for data-dependent steps
-and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, H, L, D)``.
+Shapes: q ``(B, Hq, Lq, D)``, k, v ``(B, Hkv, L, D)``; x ``(B, L, d_model)`` for data-dependent
+steps and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, Hq, Lq, D)``. A call with
+positions, documents, masks, a cache, fewer key/value heads or fewer queries than keys takes the
+general path of :mod:`pedsl.compiler.stream`; one full causal sequence takes the fused path below.
 
 The forward pass follows the graph after the passes: every transform node
 pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
@@ -57,6 +60,9 @@ class SchemeAttention(nn.Module):
         self.needs_tokens = scheme.needs_tokens
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
         self._build_learned()
+        # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
+        self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
+                                  if isinstance(m, nn.Conv1d)], default=0)
         # static RoPE tables up to TABLE0 positions, built now: under torch.compile the first trace
         # then reads a filled cache instead of filling it (which made the second call recompile)
         for t in self.transforms:
@@ -103,29 +109,64 @@ class SchemeAttention(nn.Module):
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
 
     # ------------------------------------------------------------------ pieces
-    def _check(self, q: Tensor, k: Tensor, v: Tensor, x, tokens) -> None:
+    def _check(self, q: Tensor, k: Tensor, v: Tensor, x, tokens, cache=None) -> None:
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not isinstance(t, Tensor) or t.dim() != 4:
                 raise ShapeError(f"{name} must be a (B, H, L, D) tensor, got "
                                  f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
-        if q.shape != k.shape or q.shape != v.shape:
-            raise ShapeError(f"q, k and v must have one shape (B, H, L, D); got {tuple(q.shape)}, "
-                             f"{tuple(k.shape)}, {tuple(v.shape)}")
-        B, H, L, D = q.shape
+        B, H, Lq, D = q.shape
         if D != self.head_dim or H != self.heads:
             raise ShapeError(
-                f"scheme '{self.scheme.name}' was compiled for {self.heads} heads of dimension {self.head_dim}, "
-                f"got H={H}, D={D}", hint=f"compile it with num_heads={H}, head_dim={D}")
+                f"scheme '{self.scheme.name}' was compiled for {self.heads} query heads of dimension "
+                f"{self.head_dim}, but q is {tuple(q.shape)} (H={H}, D={D})",
+                hint=f"compile it with num_heads={H}, head_dim={D}")
+        if k.shape != v.shape:
+            raise ShapeError(f"k and v must have one shape (B, Hkv, L, D); got k {tuple(k.shape)}, v {tuple(v.shape)}")
+        Bk, Hkv, L, Dk = k.shape
+        if Bk != B or Dk != D:
+            raise ShapeError(f"k {tuple(k.shape)} does not fit q {tuple(q.shape)}: batch and head dimension must agree")
+        if Hkv < 1 or H % Hkv:
+            raise ShapeError(
+                f"k and v have {Hkv} heads, which does not divide q's {H} heads (grouped-query attention needs "
+                f"Hq to be a multiple of Hkv)", hint="give k and v 1 (MQA), a divisor of Hq (GQA), or Hq heads")
+        if Lq > L:
+            raise ShapeError(
+                f"q has {Lq} positions but k and v only {L}: queries are the last Lq of this call's tokens",
+                hint="pass every new token's k and v (earlier tokens go in cache=module.new_cache(B))")
         if self.needs_x:
             if x is None:
                 raise ShapeError(f"scheme '{self.scheme.name}' reads the hidden state: pass x=(B, L, d_model)")
             if x.dim() != 3 or x.shape[0] != B or x.shape[1] != L or x.shape[2] != self.d_model:
-                raise ShapeError(f"x must be (B={B}, L={L}, d_model={self.d_model}), got {tuple(x.shape)}")
+                raise ShapeError(f"x must be (B={B}, L={L}, d_model={self.d_model}) for the L tokens of k and v, "
+                                 f"got {tuple(x.shape)}")
         if self.needs_tokens:
             if tokens is None:
                 raise ShapeError(f"scheme '{self.scheme.name}' reads the tokens: pass tokens=(B, L)")
             if tokens.shape != (B, L):
-                raise ShapeError(f"tokens must be (B={B}, L={L}), got {tuple(tokens.shape)}")
+                raise ShapeError(f"tokens must be (B={B}, L={L}) for the L tokens of k and v, got {tuple(tokens.shape)}")
+        if cache is not None:
+            from pedsl.compiler.stream import AttentionCache
+
+            if not isinstance(cache, AttentionCache):
+                raise ShapeError(f"cache must come from module.new_cache(batch_size), got {type(cache).__name__}")
+            if cache.scheme != self.scheme.name or cache.owner != id(self):
+                raise ShapeError(
+                    f"cache was made by another module (scheme '{cache.scheme}'), not this one (scheme "
+                    f"'{self.scheme.name}')", hint="every attention layer needs its own cache: layer.new_cache(B)")
+            if cache.batch_size != B:
+                raise ShapeError(f"cache was made for batch size {cache.batch_size}, this call has {B}",
+                                 hint="make the cache with module.new_cache(batch_size) for this batch")
+
+    def new_cache(self, batch_size: int):
+        """An empty decoding cache for ``batch_size`` sequences (see :mod:`pedsl.compiler.stream`).
+
+        Pass it as ``cache=`` to every call: a prefill of any length, then one token or a chunk at a
+        time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
+        they were cached, as Hugging Face does). One cache per layer and batch of sequences.
+        """
+        from pedsl.compiler.stream import AttentionCache
+
+        return AttentionCache(self, batch_size)
 
     def rope_tables(self, t: dict, L: int, device, dtype) -> tuple[Tensor, Tensor]:
         node = self._nodes[t["phase"]]
@@ -239,8 +280,18 @@ class SchemeAttention(nn.Module):
 
         return q, k, v, restore
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, x: Tensor | None = None, tokens: Tensor | None = None):
-        self._check(q, k, v, x, tokens)
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, x: Tensor | None = None, tokens: Tensor | None = None,
+                positions: Tensor | None = None, document_ids: Tensor | None = None, cache=None,
+                attn_mask: Tensor | None = None):
+        """q (B, Hq, Lq, D), k and v (B, Hkv, L, D) -> (B, Hq, Lq, D); see the module docstring and
+        :mod:`pedsl.compiler.stream` for positions, document_ids, cache and attn_mask."""
+        self._check(q, k, v, x, tokens, cache)
+        if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
+                or q.shape != k.shape):
+            from pedsl.compiler.stream import stream_forward
+
+            return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
+                                  document_ids=document_ids, cache=cache, attn_mask=attn_mask)
         if self.backend == "reference":
             from pedsl.compiler.reference import reference_forward
 
@@ -321,6 +372,8 @@ class SchemeAttention(nn.Module):
         from pedsl.compiler.reference import transported_scores
 
         self._check(q, k, k, x, tokens)
+        if q.shape != k.shape:
+            raise ShapeError(f"raw_scores needs q and k of one shape (B, H, L, D), got {tuple(q.shape)}, {tuple(k.shape)}")
         return transported_scores(self, q, k, x=x, tokens=tokens)
 
     def probs(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
