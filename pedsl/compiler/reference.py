@@ -18,6 +18,16 @@ from pedsl.ops import reference as ref
 F64 = torch.float64
 
 
+def _scaled(T: Tensor, t: dict, ch: list, D: int) -> Tensor:
+    """rotate(..., scale = m) multiplies q and k of the group by m: the group's block of T by m^2."""
+    scale = t.get("scale", 1.0)
+    if scale == 1:
+        return T
+    s = torch.ones(D, dtype=F64, device=T.device)
+    s[ch] = scale
+    return T * (s[:, None] * s[None, :])
+
+
 def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
     """T(j->i) of one group, (B|1, H|1, L, L, D, D) float64."""
     D = mod.head_dim
@@ -28,13 +38,7 @@ def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
         from pedsl.compiler.module import _as_table
 
         phase = mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx, t["phase"])
-        T = ref.rotation_transport(_as_table(phase, L, len(ch) // 2), mod.layout, ch, D)
-        scale = t.get("scale", 1.0)
-        if scale != 1:  # q and k of the group each scaled: the group's block of T by scale^2
-            s = torch.ones(D, dtype=F64, device=T.device)
-            s[ch] = scale
-            T = T * (s[:, None] * s[None, :])
-        return T
+        return _scaled(ref.rotation_transport(_as_table(phase, L, len(ch) // 2), mod.layout, ch, D), t, ch, D)
     if t["op"] == "accumulate_so2":
         from pedsl.compiler.module import _as_bhlp
 
@@ -138,7 +142,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         P = len(ch) // 2
         if t["op"] == "rotate":
             ph = _as_bhlp(mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx(t), t["phase"]), L, P).to(F64)
-            tr = ref.rotation_transport(ph, mod.layout, ch, D)
+            tr = _scaled(ref.rotation_transport(ph, mod.layout, ch, D), t, ch, D)
         elif t["op"] == "accumulate_so2":
             a = _as_bhlp(mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx(t), t["steps"]), L, P).to(F64)
             a = a * stepv[:, None, :, None]

@@ -351,8 +351,9 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
         ch = t["channels"] if len(t["channels"]) != D else None
         aq = _last(ang, Lq)
         if t["op"] == "rotate":
-            cq, sq = torch.cos(aq).to(dt), torch.sin(aq).to(dt)
-            ck, sk = torch.cos(ang).to(dt), torch.sin(ang).to(dt)
+            s = t.get("scale", 1.0)  # rotate(..., scale = m): q and k of the group times m (HF's attention factor)
+            cq, sq = (s * torch.cos(aq)).to(dt), (s * torch.sin(aq)).to(dt)
+            ck, sk = (s * torch.cos(ang)).to(dt), (s * torch.sin(ang)).to(dt)
             q = rotary.apply_rotary_channels(q, cq, sq, ch, mod.layout)
             k = rotary.apply_rotary_channels(k, ck, sk, ch, mod.layout)
             if t["targets"] == "qkv":
