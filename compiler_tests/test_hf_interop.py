@@ -39,16 +39,18 @@ ORIG, MAX_POS = 64, 256
 SHORT = [1.0, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 1.7]
 LONG = [1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 5.5, 8.0]
 
-# id -> (model family, rope_parameters, config extras, sequence lengths to check, greedy generate checked)
+# id -> (model family, rope_parameters, config extras, prefill lengths, greedy generate of 16 tokens checked)
 CASES = {
     "default": ("llama", {"rope_type": "default", "rope_theta": 10000.0}, {}, (40,), True),
     "default_mistral": ("mistral", {"rope_type": "default", "rope_theta": 1e6}, {}, (40,), True),
     "linear": ("qwen2", {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, {}, (40,), True),
     "dynamic_below": ("llama", {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
                       {"max_position_embeddings": ORIG}, (40,), True),
-    # past the original, HF re-rotates only new keys as the table grows: prefill is compared, not generate
     "dynamic_above": ("llama", {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
-                      {"max_position_embeddings": ORIG}, (100,), False),
+                      {"max_position_embeddings": ORIG}, (100,), True),
+    # generate crosses the original length: keys keep the table they were rotated with, as in HF
+    "dynamic_cross": ("llama", {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
+                      {"max_position_embeddings": ORIG}, (56,), True),
     "yarn": ("qwen2", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG,
                        "rope_theta": 1e6}, {}, (40, 100), True),
     "yarn_no_truncate": ("llama", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG,
@@ -62,6 +64,8 @@ CASES = {
                                 "rope_theta": 10000.0}, {"original_max_position_embeddings": ORIG}, (40,), True),
     "longrope_above": ("phi3", {"rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG,
                                 "rope_theta": 10000.0}, {"original_max_position_embeddings": ORIG}, (80,), True),
+    "longrope_cross": ("phi3", {"rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG,
+                                "rope_theta": 10000.0}, {"original_max_position_embeddings": ORIG}, (56,), True),
     "llama3": ("llama", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": ORIG, "rope_theta": 500000.0}, {}, (40,), True),
     "partial": ("phi3", {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}, {}, (40,), True),
@@ -217,9 +221,11 @@ def test_pedsl_attention_gives_the_native_logits(case):
         torch.testing.assert_close(b[real], a[real], atol=1e-5, rtol=0)
         assert (a[real].std(0) > 0.1).any()  # the comparison is not between two constant outputs
         if check_generate:
-            ga = native.generate(tok, attention_mask=mask, max_new_tokens=16, do_sample=False)
-            gb = ours.generate(tok, attention_mask=mask, max_new_tokens=16, do_sample=False)
-            assert torch.equal(ga, gb)
+            kw = dict(attention_mask=mask, max_new_tokens=16, do_sample=False, output_logits=True,
+                      return_dict_in_generate=True)
+            ga, gb = native.generate(tok, **kw), ours.generate(tok, **kw)
+            assert torch.equal(ga.sequences, gb.sequences)
+            torch.testing.assert_close(torch.stack(gb.logits), torch.stack(ga.logits), atol=1e-5, rtol=0)
 
 
 def _normalised(rp: dict, max_pos: int, orig_top=None) -> dict:
@@ -386,3 +392,63 @@ def test_cli_export_of_a_trained_run(tmp_path):
     tok = torch.randint(0, 256, (1, 40))
     with torch.no_grad():
         torch.testing.assert_close(hf(tok).logits, model.double()(tok), atol=1e-5, rtol=0)
+
+
+# ---------------------------------------------------------------------- other schemes through the adapter
+
+
+@pytest.mark.parametrize("name", ["alibi", "rope_id"])
+def test_any_position_scheme_runs_in_an_hf_model(name):
+    """A scheme outside HF's family (a distance bias; a span grid on half the channels with a
+    temperature) drives the model: generate's per-step logits equal one forward over the whole
+    sequence (the cache and the positions of left-padded rows are consistent), and differ from RoPE's."""
+    native = model_for("default")
+    ours = use_pedsl_attention(copy.deepcopy(native), _lib(name))
+    tok, mask = _padded_batch(24)
+    out = ours.generate(tok, attention_mask=mask, max_new_tokens=6, do_sample=False, output_logits=True,
+                        return_dict_in_generate=True)
+    full_mask = torch.cat([mask, torch.ones(3, 6, dtype=mask.dtype)], dim=1)
+    with torch.no_grad():
+        full = ours(out.sequences, attention_mask=full_mask).logits
+        rope = native(out.sequences, attention_mask=full_mask).logits
+    steps = torch.stack(out.logits, dim=1)  # (B, 6, V): the logits that chose tokens 24..29
+    torch.testing.assert_close(steps.double(), full[:, 23:29], atol=1e-5, rtol=0)  # generate returns float32
+    assert (full[:, 23:29] - rope[:, 23:29]).abs().max() > 1e-3
+
+
+def test_adapter_refuses_data_dependent_schemes():
+    with pytest.raises(InteropError, match="hidden state or the tokens") as err:
+        use_pedsl_attention(model_for("default"), _lib("acc_random_qk"))
+    assert err.value.code == "E964"
+
+
+def test_scale_acts_on_its_group_only():
+    """rotate(..., scale = m) on half the channels: every backend and the general (positions) path give
+    softmax((m^2 <R q_rot, R k_rot> + <q_plain, k_plain>) / sqrt(D)) v, computed here naively in float64."""
+    from pedsl.compiler import compile_scheme
+
+    text = """scheme s { channels { rot = fraction(0.5); plain = rest }
+                         qk on rot: rotate(geometric(100.0) * position, scale = 1.3) }"""
+    D, H, L = 8, 2, 7
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, H, L, D, generator=g, dtype=torch.float64) for _ in range(3))
+    w = [100.0 ** (-2 * j / 4) for j in range(2)]
+    want = torch.zeros(1, H, L, D, dtype=torch.float64)
+    for h in range(H):
+        for i in range(L):
+            s = []
+            for j in range(i + 1):
+                dot = 0.0
+                for p in range(2):  # halves pairs inside the rotated group: (p, p + 2)
+                    a = w[p] * (i - j)  # <R(w i) q, R(w j) k> = q^T R(w (j - i)) k
+                    qi, qj, ki, kj = q[0, h, i, p], q[0, h, i, p + 2], k[0, h, j, p], k[0, h, j, p + 2]
+                    dot += 1.69 * ((qi * ki + qj * kj) * math.cos(a) + (qi * kj - qj * ki) * math.sin(a))
+                dot += float(q[0, h, i, 4:] @ k[0, h, j, 4:])
+                s.append(dot / math.sqrt(D))
+            p_ = torch.softmax(torch.tensor(s, dtype=torch.float64), 0)
+            want[0, h, i] = p_ @ v[0, h, : i + 1]
+    for backend in ("sdpa", "masked", "reference"):
+        mod = compile_scheme(text, num_heads=H, head_dim=D, backend=backend).double()
+        torch.testing.assert_close(mod(q, k, v), want, atol=1e-12, rtol=0)
+        got = mod(q, k, v, positions=torch.arange(L)[None] + 5)  # the general path, shifted positions
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

@@ -6,24 +6,23 @@ module) attend with a compiled pedsl scheme:
 
 - HF's own rotary application is turned off: every ``rotary_emb`` returns cos = 1, sin = 0, so
   q and k reach the attention (and HF's KV cache) un-rotated;
-- the attention is registered as ``attn_implementation="pedsl"``: it rotates q and the full
-  cached keys by the scheme's tables at their positions (the table is HF's cos/sin with the
-  attention factor, ``rotate(..., scale = m)``), repeats the key/value heads for GQA, and runs
-  ``scaled_dot_product_attention`` with HF's boolean mask (padding, causality, sliding window).
+- the attention is registered as ``attn_implementation="pedsl"`` and calls the compiled module's
+  general forward (:mod:`pedsl.compiler.stream`) with the keys' positions, HF's boolean mask
+  (padding, causality, sliding window) and grouped-query heads.
 
-Positions: the cache holds keys in slot order; the last query of a call is always a real token,
+Positions: the cache holds keys in slot order and the last query of a call is always a real token,
 so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position ``j - offset`` (left
-padding in ``generate`` gives each row its own offset; padded slots are masked). Schemes whose
-table reads the run-time length (``dynamic_ntk``, ``longrope``) use HF's length
-``max(position_ids) + 1``, with HF's grow-only state for dynamic NTK (the table of the longest
-length seen, reset when a call is shorter than ``max_position_embeddings``). HF rotates each key
-once, when it enters the cache; pedsl rotates every key with the current table, so the two differ
-in ``generate`` when a dynamic table changes between steps (dynamic NTK past the original length,
-LongRoPE crossing it); prefill and everything else agree.
+padding in ``generate`` gives each row its own offset; padded slots are masked). The run-time
+length of ``dynamic_ntk`` and ``longrope`` tables is HF's ``max(position_ids) + 1``. HF rotates
+each key once, when it enters its cache, with the table of that call; for schemes whose table reads
+the length the adapter keeps a pedsl cache per layer (``module.new_cache``) so keys keep their
+table the same way, and greedy ``generate`` matches HF past the original length too. (HF also keeps
+the longest dynamic-NTK table across separate calls until a call is shorter than
+``max_position_embeddings``; pedsl uses each call's own length.) Other schemes are stateless: every
+call rotates the full cached keys, which is what HF's cached rotated keys hold.
 
-The adapter handles schemes made of position-indexed rotations (any ``rotate`` grid, any channel
-groups, interleaved or halves) and a static temperature; data-dependent transports and biases are
-refused with a clear error.
+Schemes that read the hidden state or the tokens (data-dependent transports and gates) cannot run
+here: the attention interface receives q, k, v only.
 """
 
 from __future__ import annotations
@@ -31,10 +30,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from pedsl.errors import InteropError
+from pedsl.lang.builtins import READS_LENGTH
 from pedsl.lang.exprs import calls_in, names_in
 
 NAME = "pedsl"
@@ -54,80 +53,51 @@ class _NoRotary(nn.Module):
 
 
 class _State:
-    """What the attention of one model reads: the compiled scheme and HF's dynamic-length state."""
+    """What the attention layers of one model share: the compiled scheme, and per layer the pedsl
+    cache with a fingerprint of the last key it saw (schemes whose table reads the length)."""
 
-    def __init__(self, module, original: int | None) -> None:
+    def __init__(self, module) -> None:
         self.module = module
-        self.original = original  # HF's config.max_position_embeddings (the dynamic reset length)
-        self.cached = original
         exprs = [module.graph.nodes[t["phase"]]["expr"] for t in module.transforms if t["op"] == "rotate"]
-        # HF keeps a grow-only table for dynamic NTK; LongRoPE picks its list from the length of each call
-        self.grow_only = any("n" in names_in(e) or "dynamic_ntk" in calls_in(e) for e in exprs)
-
-    def table_length(self, n: int) -> int:
-        """The length the tables are built for: n, or HF's grow-only dynamic NTK state
-        (``dynamic_rope_update``: grow past the cached length, reset below max_position_embeddings)."""
-        if not self.grow_only or self.original is None:
-            return n
-        if n > self.cached:
-            self.cached = n
-        if n < self.original and self.cached > self.original:
-            self.cached = self.original
-        return self.cached
+        self.keep_cache = any("n" in names_in(e) or calls_in(e) & READS_LENGTH for e in exprs)
+        self.caches: dict[int, tuple] = {}
 
 
 def _supported(scheme) -> None:
-    bad = [t.kind for t in scheme.transports if t.kind != "rotate"]
-    if bad or scheme.biases:
-        what = f"a {bad[0]} transport" if bad else f"a {scheme.biases[0].kind} bias"
-        raise InteropError(f"scheme '{scheme.name}' has {what}; the Hugging Face attention adapter runs "
-                           "position-indexed rotations and temperatures", code="E964",
-                           hint="use a rotate(...) scheme (RoPE, PI, NTK, YaRN, Llama 3, LongRoPE, RoPE-ID, ...)")
-    if scheme.temperature is not None and "position" in names_in(scheme.temperature):
-        raise InteropError(f"scheme '{scheme.name}' has a per-position temperature; the adapter takes a constant one",
-                           code="E964")
+    if scheme.needs_x or scheme.needs_tokens:
+        raise InteropError(f"scheme '{scheme.name}' reads the hidden state or the tokens, which transformers' "
+                           "attention interface does not pass", code="E964",
+                           hint="use a scheme of position-indexed rotations, biases and temperatures")
 
 
 def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """The ``AttentionInterface`` function: (B, H, Lq, D) q, (B, Hkv, Lk, D) un-rotated k, v."""
-    from pedsl.ops import rotary
-
+    """The ``AttentionInterface`` function: q (B, H, Lq, D), un-rotated k, v (B, Hkv, Lk, D) from
+    HF's cache -> (B, Lq, H, D)."""
     state: _State = getattr(module, _ATTR)
     mod = state.module
     B, H, Lq, D = query.shape
     Lk = key.shape[2]
     dev = query.device
     pos_ids = kwargs.get("position_ids")
-    if pos_ids is None:
-        last = torch.full((B,), Lk - 1, device=dev, dtype=torch.long)
-    else:
-        last = pos_ids[:, -1].to(dev).long().expand(B)
-    kpos = torch.arange(Lk, device=dev)[None, :] - ((Lk - 1) - last)[:, None]  # (B, Lk)
-    kpos = kpos.clamp(min=0)  # left-padding slots (masked)
-    qpos = kpos[:, Lk - Lq:]
-    n = int(last.max()) + 1  # HF's seq_len = max(position_ids) + 1
-    L = state.table_length(n)
-    q, k = query, key
-    for t in mod.transforms:
-        cos, sin = mod.rope_tables(t, L, dev, torch.float64)  # (L, P), HF's attention factor included
-        ch = t["channels"] if len(t["channels"]) != D else None
-        cq, sq = cos[qpos].to(q.dtype)[:, None], sin[qpos].to(q.dtype)[:, None]  # (B, 1, Lq, P)
-        ck, sk = cos[kpos].to(k.dtype)[:, None], sin[kpos].to(k.dtype)[:, None]
-        q = rotary.apply_rotary_channels(q, cq, sq, ch, mod.layout)
-        k = rotary.apply_rotary_channels(k, ck, sk, ch, mod.layout)
-    if mod.temperature is not None:
-        tau = mod.query_scale(1, dev)  # (1, H|1, 1): constant over positions
-        q = q * tau.to(q.dtype)[..., None]
-    rep = H // key.shape[1]
-    if rep > 1:  # GQA: kv head h serves query heads h * rep .. h * rep + rep - 1 (HF's repeat_kv)
-        k, value = k.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
-    mask = None if attention_mask is None else attention_mask[:, :, :, :Lk]  # bool (B, 1, Lq, Lk): True attends
-    causal = mask is None and Lq > 1
-    if causal and Lq != Lk:  # bottom-right aligned causal mask
-        mask = torch.ones(Lq, Lk, dtype=torch.bool, device=dev).tril(Lk - Lq)
-        causal = False
-    o = F.scaled_dot_product_attention(q, k, value, attn_mask=mask, dropout_p=dropout if module.training else 0.0,
-                                       is_causal=causal, scale=scaling)
+    last = (torch.full((B,), Lk - 1, device=dev, dtype=torch.long) if pos_ids is None
+            else pos_ids[:, -1].to(dev).long().expand(B))
+    kpos = (torch.arange(Lk, device=dev)[None, :] - ((Lk - 1) - last)[:, None]).clamp(min=0)  # (B, Lk)
+    mask = None if attention_mask is None else attention_mask[:, :, :, :Lk]
+    if scaling is not None and abs(scaling * D ** 0.5 - 1) > 1e-12:  # pedsl scales scores by 1 / sqrt(D)
+        query = query * (scaling * D ** 0.5)
+    cache = None
+    if state.keep_cache:
+        past = Lk - Lq
+        layer = getattr(module, "layer_idx", 0)
+        cache, seen = state.caches.get(layer, (None, None))
+        fresh = not (cache is not None and past > 0 and len(cache) == past and seen is not None
+                     and seen.shape == key[:, :, past - 1].shape and torch.equal(key[:, :, past - 1], seen))
+        if fresh:  # a new sequence (or HF's cache was cropped / reordered): start from all the keys
+            cache = mod.new_cache(B)
+        else:
+            key, value, kpos = key[:, :, past:], value[:, :, past:], kpos[:, past:]
+        state.caches[layer] = (cache, key[:, :, -1].clone())
+    o = mod(query, key, value, positions=kpos, attn_mask=mask, cache=cache)  # (B, H, Lq, D)
     return o.transpose(1, 2).contiguous(), None
 
 
@@ -183,7 +153,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
         raise InteropError(f"scheme '{sch.name}' is for {sch.heads} heads of {sch.head_dim}; the model has {heads} "
                            f"of {head_dim}", code="E964", hint="drop heads/head_dim params from the scheme")
     mod = compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend, requires_grad=False)
-    state = _State(mod, getattr(cfg, "max_position_embeddings", None))
+    state = _State(mod)
     layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
     if not layers:
         raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
