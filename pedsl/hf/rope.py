@@ -19,7 +19,6 @@ bias, no temperature), or an error naming the part with no HF equivalent.
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 from typing import Any
@@ -105,7 +104,8 @@ def rope_spec(cfg: dict) -> dict:
     if rope_type not in ROPE_TYPES:
         problems.append(f"rope_type '{rope_type}' (pedsl imports {', '.join(ROPE_TYPES)})")
     else:
-        extra = sorted(set(raw) - COMMON - KEYS[rope_type])
+        # HF reads original_max_position_embeddings only for yarn/longrope/llama3: elsewhere it has no effect
+        extra = sorted(set(raw) - COMMON - KEYS[rope_type] - {"original_max_position_embeddings"})
         problems += [f"'{k}' in rope_parameters (not read by rope_type '{rope_type}')" for k in extra
                      if raw[k] is not None]
     if problems:
@@ -359,7 +359,7 @@ def _export_scale(scheme: Scheme, t, rp: dict) -> None:
             raise _refuse(scheme, f"a scale on the rotated channels ({t.scale:g}) with rope_type '{kind}', which has "
                           "no attention factor in HF")
         return
-    from pedsl.lang.evaluate import longrope_mscale_value, yarn_mscale_value
+    from pedsl.lang.evaluate import yarn_mscale_value
 
     if e is not None and e.kind == "call" and e.func == ("yarn_mscale" if kind == "yarn" else "longrope_mscale"):
         a = {k: (_static(scheme, v, 1) if isinstance(v, ast.Node) else v) for k, v in _call_args(e).items()}
