@@ -452,3 +452,33 @@ def test_scale_acts_on_its_group_only():
         torch.testing.assert_close(mod(q, k, v), want, atol=1e-12, rtol=0)
         got = mod(q, k, v, positions=torch.arange(L)[None] + 5)  # the general path, shifted positions
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("name", ["rope", "pi", "dynamic_ntk", "yarn", "llama3", "longrope", "rope_partial"])
+def test_library_schemes_in_hf_family_compute_what_hf_computes(name):
+    """export-hf of each library scheme, given to transformers: HF's inv_freq and attention factor
+    (at a length past the scheme's original, where dynamic and LongRoPE tables switch) are pedsl's."""
+    from pedsl.compiler import compile_scheme
+
+    s = pedsl.load(_lib(name))
+    out = export_rope(s)
+    rp = out["rope_parameters"]
+    cls = transformers.Phi3Config if "partial_rotary_factor" in rp else transformers.LlamaConfig
+    kw = dict(hidden_size=s.heads * s.head_dim, num_attention_heads=s.heads, head_dim=s.head_dim,
+              max_position_embeddings=out.get("max_position_embeddings", 1024))
+    if cls is transformers.Phi3Config:
+        kw.update(rope_scaling=dict(rp), partial_rotary_factor=rp["partial_rotary_factor"])
+    else:
+        kw.update(rope_parameters=dict(rp))
+    cfg = cls(**kw)
+    rot_cls = (transformers.models.phi3.modeling_phi3.Phi3RotaryEmbedding if cls is transformers.Phi3Config
+               else transformers.models.llama.modeling_llama.LlamaRotaryEmbedding)
+    rot = rot_cls(cfg)
+    L = 300  # past original = 128
+    rot(torch.zeros(1, L, s.head_dim), torch.arange(L)[None])
+    mod = compile_scheme(s, num_heads=s.heads, head_dim=s.head_dim)
+    (t,) = mod.transforms
+    ph = mod.evaluator.run(mod.graph.nodes[t["phase"]]["expr"], mod._ctx(L, group=t), t["phase"])
+    w = ph.align(("pos", "pair")).expand(L, len(t["channels"]) // 2)[1]
+    torch.testing.assert_close(w, rot.inv_freq.double(), rtol=2e-6, atol=0)
+    assert s.transports[0].scale == pytest.approx(rot.attention_scaling, rel=1e-15)
