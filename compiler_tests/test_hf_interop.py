@@ -488,7 +488,7 @@ def test_diff_and_explain_show_the_group_scale(tmp_path):
     (tmp_path / "y2.pe").write_text('import "yarn.pe"\nscheme y2 extends yarn {\n'
                                     '  param attention_factor: float (>= 0) = 1.5\n}\n')
     code, out, err = _cli("diff", str(_lib("yarn")), str(tmp_path / "y2.pe"))
-    assert code == 0, err
+    assert code == 1 and err == ""  # like diff(1): 1 when the schemes differ
     assert "scaled by 1.139 (the group's logits x 1.296)" in out and "scaled by 1.5 (the group's logits x 2.25)" in out
     code, out, err = _cli("diff", str(_lib("rope")), str(_lib("yarn")))
     assert "+ transport[all].scale = yarn_mscale(factor, mscale, mscale_all_dim, attention_factor)" in out
