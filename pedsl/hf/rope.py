@@ -45,6 +45,7 @@ KEYS = {
 UNSUPPORTED_TOP = ("mrope_section", "rope_interleaved", "mrope_interleaved", "position_embedding_type",
                    "rotary_emb_base", "use_alibi", "alibi")
 DEFAULT_THETA = 10000.0
+MAX_CONFIG_BYTES = 10_000_000  # config.json files are a few kB
 
 
 # ---------------------------------------------------------------------- reading a config
@@ -52,16 +53,23 @@ DEFAULT_THETA = 10000.0
 
 def read_config(path: str | Path) -> dict:
     """The dict of a config.json, or of the config.json inside a folder."""
+    from pedsl.fsio import read_text
+
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, limit=MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise InteropError(f"no such file: {p}", code="E963", file=str(p),
                            hint="give a model's config.json or the folder holding it") from None
     except OSError as exc:
         raise InteropError(f"cannot read {p}: {exc.strerror}", code="E963", file=str(p)) from None
+    except ValueError:
+        raise InteropError(f"{p} is not UTF-8 text", code="E963", file=str(p)) from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise InteropError(f"{p} is over {MAX_CONFIG_BYTES // 1_000_000} MB: not a model config", code="E963",
+                           file=str(p))
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as exc:
