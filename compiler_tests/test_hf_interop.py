@@ -492,3 +492,12 @@ def test_diff_and_explain_show_the_group_scale(tmp_path):
     assert "scaled by 1.139 (the group's logits x 1.296)" in out and "scaled by 1.5 (the group's logits x 2.25)" in out
     code, out, err = _cli("diff", str(_lib("rope")), str(_lib("yarn")))
     assert "+ transport[all].scale = yarn_mscale(factor, mscale, mscale_all_dim, attention_factor)" in out
+
+
+@pytest.mark.parametrize("key, value", [("qk_rope_head_dim", 64), ("rope_interleave", True), ("rotary_dim", 8),
+                                        ("no_rope_layers", [1, 0])])
+def test_import_refuses_other_rotary_layouts(key, value):
+    """DeepSeek's MLA rope dimension and interleaving, GPT-J's rotary_dim, Llama 4's NoPE layers."""
+    cfg = {**hf_config("yarn").to_dict(), key: value}
+    with pytest.raises(InteropError, match=key):
+        import_config(cfg)

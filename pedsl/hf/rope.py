@@ -41,9 +41,11 @@ KEYS = {
     "longrope": {"factor", "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"},
     "llama3": {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
 }
-# Top-level config keys that change positions or the rotary application in ways pedsl does not model.
-UNSUPPORTED_TOP = ("mrope_section", "rope_interleaved", "mrope_interleaved", "position_embedding_type",
-                   "rotary_emb_base", "use_alibi", "alibi")
+# Top-level config keys that change positions or the rotary application in ways import-hf does not read
+# (multimodal sections, other rotary dimensions or pairings, per-layer NoPE or bases, biases): refused.
+UNSUPPORTED_TOP = ("mrope_section", "use_mrope", "rope_interleaved", "rope_interleave", "mrope_interleaved",
+                   "position_embedding_type", "rotary_emb_base", "rotary_pct", "rotary_dim", "qk_rope_head_dim",
+                   "no_rope_layers", "nope_layer_interval", "rope_local_base_freq", "use_alibi", "alibi")
 DEFAULT_THETA = 10000.0
 MAX_CONFIG_BYTES = 10_000_000  # config.json files are a few kB
 
