@@ -501,3 +501,19 @@ def test_import_refuses_other_rotary_layouts(key, value):
     cfg = {**hf_config("yarn").to_dict(), key: value}
     with pytest.raises(InteropError, match=key):
         import_config(cfg)
+
+
+def test_llama_arch_config():
+    from pedsl.config import ModelConfig
+    from pedsl.errors import ConfigError
+    from pedsl.model import TransformerLM
+
+    with pytest.raises((ValueError, ConfigError), match="RMSNorm"):
+        ModelConfig(arch="llama", norm="layernorm")
+    m = TransformerLM(ModelConfig(vocab_size=64, d_model=32, n_heads=2, arch="llama", mlp_ratio=2),
+                      lambda i: torch.nn.Identity())
+    mlp = m.blocks[0].mlp
+    assert [n for n, _ in mlp.named_parameters()] == ["gate.weight", "fc.weight", "proj.weight"]
+    x = torch.randn(2, 3, 32)
+    torch.testing.assert_close(mlp(x), mlp.proj(torch.nn.functional.silu(mlp.gate(x)) * mlp.fc(x)))
+    assert all(b is None for mod in m.modules() if isinstance(mod, torch.nn.Linear) for b in [mod.bias])
