@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pedsl.compiler.module import _angle_dtype
 from pedsl.errors import ShapeError
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
@@ -359,7 +360,7 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
                 v = rotary.apply_rotary_channels(v, ck, sk, ch, mod.layout)
                 undo.append((aq, ch))
         else:
-            ang_d = ang.to(dt)
+            ang_d = ang.to(_angle_dtype(dt))
             q = rotary.rotate_many_by_angles([q], _last(ang_d, Lq), mod.layout, ch)[0]
             if t["targets"] == "qkv":
                 k, v = rotary.rotate_many_by_angles([k, v], ang_d, mod.layout, ch)
@@ -373,7 +374,7 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
     else:
         o = _sdpa(mod, q, k, v, coord, tables, lay, cache, Lq)
     for aq, ch in reversed(undo):  # R(A_i)^T = R(-A_i) at the query's angle
-        o = rotary.rotate_many_by_angles([o], (-aq).to(o.dtype), mod.layout, ch)[0]
+        o = rotary.rotate_many_by_angles([o], (-aq).to(_angle_dtype(o.dtype)), mod.layout, ch)[0]
     if cache is not None:
         _commit(cache, lay, state, win, mod)
     return o
