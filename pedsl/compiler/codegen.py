@@ -12,9 +12,11 @@ per module, and the result is parsed before it is returned (see :mod:`pedsl.comp
 
 Expressions become code over 5-d tensors laid out ``(batch, head, position,
 distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template`.
-The generated attention favours clarity: rotations and key-channel biases use
-fused SDPA like the in-process module, while Householder (PaTH) steps use a
-simple O(L^2 D) scan rather than the blockwise kernel.
+The generated attention favours clarity: a generated ``_values`` method gives the
+per-token quantities (phases, step angles, w and beta, gates, temperature) and one
+engine in the kernels does the rest - positions, documents, masks, GQA and the
+decoding cache as in :mod:`pedsl.compiler.stream` - with explicit masks per block
+of queries, and PaTH steps by the decode rule (O(L^2 D)) rather than the blockwise kernel.
 """
 
 from __future__ import annotations
