@@ -422,9 +422,10 @@ def test_adapter_refuses_data_dependent_schemes():
     assert err.value.code == "E964"
 
 
-def test_scale_acts_on_its_group_only():
+def test_scale_acts_on_its_group_only(tmp_path):
     """rotate(..., scale = m) on half the channels: every backend and the general (positions) path give
-    softmax((m^2 <R q_rot, R k_rot> + <q_plain, k_plain>) / sqrt(D)) v, computed here naively in float64."""
+    softmax((m^2 <R q_rot, R k_rot> + <q_plain, k_plain>) / sqrt(D)) v, computed here naively in float64;
+    so does the standalone module of `pedsl compile`."""
     from pedsl.compiler import compile_scheme
 
     text = """scheme s { channels { rot = fraction(0.5); plain = rest }
@@ -447,8 +448,20 @@ def test_scale_acts_on_its_group_only():
                 s.append(dot / math.sqrt(D))
             p_ = torch.softmax(torch.tensor(s, dtype=torch.float64), 0)
             want[0, h, i] = p_ @ v[0, h, : i + 1]
-    for backend in ("sdpa", "masked", "reference"):
-        mod = compile_scheme(text, num_heads=H, head_dim=D, backend=backend).double()
+    import importlib.util
+
+    from pedsl.compiler.codegen import generate
+
+    for backend in ("sdpa", "masked", "reference", "codegen"):
+        mod = compile_scheme(text, num_heads=H, head_dim=D, backend="sdpa" if backend == "codegen" else backend)
+        if backend == "codegen":  # the standalone module of `pedsl compile`
+            file = tmp_path / "s.py"
+            file.write_text(generate(mod.scheme, mod.graph))
+            spec = importlib.util.spec_from_file_location("gen_scaled", file)
+            gen = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(gen)
+            mod = gen.Module()
+        mod = mod.double()
         torch.testing.assert_close(mod(q, k, v), want, atol=1e-12, rtol=0)
         got = mod(q, k, v, positions=torch.arange(L)[None] + 5)  # the general path, shifted positions
         torch.testing.assert_close(got, want, atol=1e-12, rtol=0)

@@ -31,6 +31,7 @@ from pedsl.ops.accumulate import cumulative_angles
 from pedsl.ops.bias import materialized_bias_attention, separable_bias_attention
 
 F64 = torch.float64
+HALF = (torch.float16, torch.bfloat16)
 TABLE0 = 4096  # static cos/sin tables are prebuilt for this many positions (grown on demand)
 LONG = 8192  # beyond this length the key channel is applied per query chunk with an offset (precision)
 
@@ -56,6 +57,7 @@ class SchemeAttention(nn.Module):
         self.transforms = [dict(graph.nodes[n], node=n) for n in transform_nodes(graph)]
         self.biases = [dict(graph.nodes[n], node=n) for n in bias_nodes(graph)]
         self.temperature = graph.nodes["temperature"]["expr"] if "temperature" in graph else None
+        self._key_channel = any(b.get("kernel") == "key channel" for b in self.biases)
         self.needs_x = scheme.needs_x
         self.needs_tokens = scheme.needs_tokens
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
@@ -256,7 +258,7 @@ class SchemeAttention(nn.Module):
             if t["op"] == "accumulate_so2":
                 # float64 cumulative sum reduced mod 2 pi, then cast (|A| < 2 pi keeps ~1e-7 rad in float32);
                 # one fused rotation for q, k (and v) whose backward gives the angle gradient directly
-                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(q.dtype)
+                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(_angle_dtype(q.dtype))
                 if t["targets"] == "qkv":
                     q, k, v = rotary.rotate_many_by_angles([q, k, v], A, self.layout, ch)
                     undo.append((None, A, ch))
@@ -287,7 +289,9 @@ class SchemeAttention(nn.Module):
         :mod:`pedsl.compiler.stream` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape):
+                or q.shape != k.shape or (q.dtype in HALF and self._key_channel and self.backend != "blockwise")):
+            # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
+            # forms c_i - c_j per query block in float64 and casts only the difference)
             from pedsl.compiler.stream import stream_forward
 
             return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
@@ -398,6 +402,11 @@ class SchemeAttention(nn.Module):
 
 
 # ---------------------------------------------------------------------- shape helpers
+
+
+def _angle_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Rotation angles (|A| < 2 pi) stay in float32 for half-precision inputs (bfloat16 keeps ~0.03 rad)."""
+    return torch.float32 if dtype in HALF else dtype
 
 
 def _as_table(v: LT, L: int, P: int) -> Tensor:

@@ -43,6 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pedsl.compiler.module import _angle_dtype
 from pedsl.errors import ShapeError
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
@@ -50,6 +51,7 @@ from pedsl.ops.accumulate import cumulative_angles
 F64 = torch.float64
 TWO_PI = 2.0 * math.pi
 QUERY_CHUNK = 256  # queries per block of explicit masks (memory: B * H * 256 * L_keys)
+TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
 
 
@@ -77,6 +79,9 @@ class AttentionCache:
         self.last_pos: Tensor | None = None  # (B,) position of the last unpadded token (-1: none yet)
         self.last_doc: Tensor | None = None  # (B,) its document
         self.raw: dict[str, Tensor | None] | None = None  # reference backend: every input so far
+        self._doc_view = None  # the document ids layout() gave a continuing decoding call
+        self.one_doc = True  # every cached token of a row is in the row's current document
+        self.all_valid = True  # no cached token is padding
 
     def __len__(self) -> int:
         return self.length
@@ -141,6 +146,12 @@ def _bool_mask(m: Tensor) -> Tensor:
 def layout(mod, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device) -> Layout:
     Lc = cache.length if cache is not None else 0
     total = Lc + L
+    if (positions is None and document_ids is None and attn_mask is None and cache is not None
+            and cache.last_pos is not None):  # decoding: the row's document and positions continue
+        pos = (cache.last_pos + 1)[:, None] + torch.arange(L, device=device)
+        cache._doc_view = cache.last_doc[:, None].expand(B, L)
+        return Layout(pos, cache._doc_view, torch.ones(B, L, dtype=torch.bool, device=device),
+                      False, None, None, int(pos.max()) + 1)
     valid = torch.ones(B, L, dtype=torch.bool, device=device)
     kv_cached = mask4 = None
     if attn_mask is not None:
@@ -245,6 +256,8 @@ class Window:
         if cache is None:
             return
         keep = mod._conv_history
+        if not keep:
+            return
         cache.window = {k: (None if v is None else v[:, v.shape[1] - min(keep, v.shape[1]):].detach())
                         for k, v in self.parts.items()}
 
@@ -270,10 +283,17 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
     for idx, t in enumerate(mod.transforms):
         P = len(t["channels"]) // 2
         ctx = win.ctx(mod, dtype, group=t)
-        if t["op"] == "rotate":
+        if t["op"] == "rotate" and not mod._nodes[t["phase"]].get("dynamic") and lay.n <= TABLE_MAX:
+            # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions
+            cos, sin = mod.rope_tables(t, lay.n, win.device, _angle_dtype(dtype))  # rotate's scale included
+            pos = lay.positions.clamp(min=0)
+            rots.append((t, (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1))))  # (B, 1, L, P)
+        elif t["op"] == "rotate":
             ph = mod.evaluator.run(mod._nodes[t["phase"]]["expr"], ctx, t["phase"])
             ph = _last(_as_bhlp(ph, win.Lw, P).to(F64), L)  # (B|1, H|1, L, P)
-            rots.append((t, torch.remainder(ph, TWO_PI)))
+            ph = torch.remainder(ph, TWO_PI)
+            s = t.get("scale", 1.0)  # rotate(..., scale = m): q and k of the group times m (HF's attention factor)
+            rots.append((t, ((s * torch.cos(ph)).to(_angle_dtype(dtype)), (s * torch.sin(ph)).to(_angle_dtype(dtype)))))
         elif t["op"] == "accumulate_so2":
             a = _last(_as_bhlp(mod.evaluator.run(mod._nodes[t["steps"]]["expr"], ctx, t["steps"]), win.Lw, P), L)
             a = a.to(F64) * valid[:, None, :, None]
@@ -341,7 +361,7 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
     dt = q.dtype
     rots, coord, tables, hh, state = token_values(mod, win, lay, dt, cache)
     tau = query_scale(mod, win, dt, Lq)
-    per_head = hh is not None or any(A.shape[1] > 1 for _, A in rots)
+    per_head = hh is not None or any((A[0] if isinstance(A, tuple) else A).shape[1] > 1 for _, A in rots)
     if per_head and Hkv != Hq:  # transports differ per query head: one transported key per query head
         k = k.repeat_interleave(Hq // Hkv, dim=1)
         v = v.repeat_interleave(Hq // Hkv, dim=1)
@@ -349,18 +369,17 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
     undo = []
     for t, ang in rots:
         ch = t["channels"] if len(t["channels"]) != D else None
-        aq = _last(ang, Lq)
         if t["op"] == "rotate":
-            s = t.get("scale", 1.0)  # rotate(..., scale = m): q and k of the group times m (HF's attention factor)
-            cq, sq = (s * torch.cos(aq)).to(dt), (s * torch.sin(aq)).to(dt)
-            ck, sk = (s * torch.cos(ang)).to(dt), (s * torch.sin(ang)).to(dt)
+            ck, sk = ang
+            cq, sq = _last(ck, Lq), _last(sk, Lq)
             q = rotary.apply_rotary_channels(q, cq, sq, ch, mod.layout)
             k = rotary.apply_rotary_channels(k, ck, sk, ch, mod.layout)
             if t["targets"] == "qkv":
                 v = rotary.apply_rotary_channels(v, ck, sk, ch, mod.layout)
-                undo.append((aq, ch))
+                undo.append(((cq, sq), ch))
         else:
-            ang_d = ang.to(dt)
+            aq = _last(ang, Lq)
+            ang_d = ang.to(_angle_dtype(dt))
             q = rotary.rotate_many_by_angles([q], _last(ang_d, Lq), mod.layout, ch)[0]
             if t["targets"] == "qkv":
                 k, v = rotary.rotate_many_by_angles([k, v], ang_d, mod.layout, ch)
@@ -374,7 +393,10 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
     else:
         o = _sdpa(mod, q, k, v, coord, tables, lay, cache, Lq)
     for aq, ch in reversed(undo):  # R(A_i)^T = R(-A_i) at the query's angle
-        o = rotary.rotate_many_by_angles([o], (-aq).to(o.dtype), mod.layout, ch)[0]
+        if isinstance(aq, tuple):
+            o = rotary.apply_rotary_channels(o, aq[0], -aq[1], ch, mod.layout)
+        else:
+            o = rotary.rotate_many_by_angles([o], (-aq).to(_angle_dtype(o.dtype)), mod.layout, ch)[0]
     if cache is not None:
         _commit(cache, lay, state, win, mod)
     return o
@@ -386,6 +408,14 @@ def _commit(cache: AttentionCache, lay: Layout, state, win: Window, mod) -> None
     cache.gates.update({i: g.detach() for i, g in new_gates.items()})
     win.keep(mod, cache)
     B, L = lay.valid.shape
+    if not lay.padded and cache.last_pos is not None and cache.one_doc and cache.all_valid and (
+            lay.docs is cache._doc_view):  # decoding: the row's document continues, nothing padded
+        cache.last_pos = lay.positions[:, -1]
+        cache.length += L
+        return
+    cache.all_valid = cache.all_valid and not lay.padded
+    first = cache.last_doc if cache.last_pos is not None else lay.docs[:, 0]
+    cache.one_doc = cache.one_doc and bool((lay.docs == first[:, None]).all())
     if cache.last_pos is None:
         cache.last_pos = torch.full((B,), -1, dtype=torch.long, device=lay.valid.device)
         cache.last_doc = torch.zeros(B, dtype=torch.long, device=lay.valid.device)
@@ -428,9 +458,11 @@ def _keys(cache, lay, k, v, coord, Lc: int):
     if Lc == 0:
         _append_tokens(cache, lay, k, v, coord)
         return k, v, lay.positions, lay.docs, lay.valid, coord
-    old = [_cached(cache, n, Lc) for n in ("k", "v", "pos", "doc", "valid", "coord")]
+    grad = torch.is_grad_enabled() and (k.requires_grad or v.requires_grad or
+                                         (coord is not None and coord.requires_grad))
+    old = [_cached(cache, n, Lc) for n in ("k", "v", "pos", "doc", "valid", "coord")] if grad else None
     _append_tokens(cache, lay, k, v, coord)
-    if not torch.is_grad_enabled() or not (k.requires_grad or v.requires_grad):
+    if not grad:
         # the appended buffers already hold every key: no copy
         full = [_cached(cache, n, Lc + k.shape[2]) for n in ("k", "v", "pos", "doc", "valid", "coord")]
         return tuple(full)
@@ -454,8 +486,10 @@ def _allowed(lay: Layout, Lc: int, L: int, r0: int, r1: int, Lq: int, kpos, kdoc
         m = d if m is None else m & d
     kv = kvalid
     if lay.key_valid_cached is not None:
-        kv = torch.cat([kvalid[:, :Lc] & lay.key_valid_cached, kvalid[:, Lc:]], dim=1)
-    if not bool(kv.all()):
+        if kv is None:
+            kv = torch.ones(B, Lk, dtype=torch.bool, device=kpos.device)
+        kv = torch.cat([kv[:, :Lc] & lay.key_valid_cached, kv[:, Lc:]], dim=1)
+    if kv is not None and not bool(kv.all()):
         m = kv[:, None, None, :] if m is None else m & kv[:, None, None, :]
     if lay.mask4 is not None:
         m4 = lay.mask4[:, :, r0:r1]
@@ -506,7 +540,12 @@ def _sdpa(mod, q, k, v, coord, tables, lay: Layout, cache, Lq):
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
     K, V, kpos, kdoc, kvalid, kcoord = _keys(cache, lay, k, v, coord, Lc)
-    multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
+    if cache is not None and Lc and cache.one_doc and lay.docs is cache._doc_view:
+        multi_doc = False  # decoding inside the cached document
+    else:
+        multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
+    if cache is not None and Lc and cache.all_valid and not lay.padded:
+        kvalid = None
     qpos_all = _last(lay.positions, Lq, 1)
     cq_all = None if coord is None else _last(coord, Lq, -1)
     outs = []
@@ -559,6 +598,8 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
     val_c = _cached(cache, "valid", Lc) if Lc else lay.valid[:, :0]
     co_c = (_cached(cache, "coord", Lc) if Lc else coord[..., :0]) if coord is not None else None
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, w, beta))
+    if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == k.dtype):
+        return _path_decode_inplace(q, k, v, w, beta, coord, lay, cache, Lq)
     if grad or Kt.dtype != k.dtype:
         Kt = Kt.to(k.dtype).clone()
     kpos = torch.cat([pos_c, lay.positions], 1)
@@ -594,6 +635,61 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
         cache.put("valid", lay.valid, Lc)
         if coord is not None:
             cache.put("coord", coord.detach(), Lc)
+    return torch.cat(outs, dim=2)
+
+
+def _path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache, Lq):
+    """The decode rule without autograd, on the cache's own buffers: per new token, one pass
+    ``[Kt w, Kt q]`` over the cached keys gives the step's projections and the query's scores
+    (``q . H_t Kt_j = q . Kt_j - beta (Kt_j . w)(w . q)``), a second pass applies the step in place
+    (``Kt <- Kt - beta (Kt w) w^T``), then the softmax reads the values: four passes over the
+    cache per token and head against SDPA's two."""
+    B, H, L, D = k.shape
+    Lc = cache.length
+    cache.heads_kv = H
+    cache.put("v", v, Lc)
+    cache.put("pos", lay.positions, Lc)
+    cache.put("doc", lay.docs, Lc)
+    cache.put("valid", lay.valid, Lc)
+    if coord is not None:
+        cache.put("coord", coord, Lc)
+    total = Lc + L
+    kpos, kdoc, kvalid = (_cached(cache, n, total) for n in ("pos", "doc", "valid"))
+    kco = _cached(cache, "coord", total) if coord is not None else None
+    multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
+    scale = D ** -0.5
+    outs = []
+    for t in range(L):
+        n = Lc + t  # keys before token t
+        wt, bt = w[:, :, t].reshape(B * H, D, 1), beta[:, :, t].reshape(B * H, 1, 1)
+        r = t - (L - Lq)
+        qt = q[:, :, r].reshape(B * H, D, 1) if r >= 0 else None
+        if n:
+            Kf = _cached(cache, "k", n).flatten(0, 1)  # (B*H, n, D) view of the buffer
+            M = torch.bmm(Kf, wt if qt is None else torch.cat([wt, qt], -1))  # (B*H, n, 1|2)
+            pw = M[..., :1] * bt  # beta (Kt_j . w)
+            if qt is not None:
+                sc = M[..., 1:] - pw * (wt * qt).sum(1, keepdim=True)  # q . H_t Kt_j
+            Kf.baddbmm_(pw, wt.transpose(1, 2), alpha=-1.0)  # Kt <- H_t Kt
+        cache.put("k", k[:, :, t: t + 1], n)
+        if qt is None:
+            continue
+        s_new = torch.bmm(k[:, :, t].reshape(B * H, 1, D), qt)  # (B*H, 1, 1)
+        s = (torch.cat([sc, s_new], 1) if n else s_new).view(B, H, 1, n + 1) * scale
+        if kco is not None:
+            s = s + (kco[..., n: n + 1].unsqueeze(-1) - kco[..., : n + 1].unsqueeze(-2)).to(s.dtype)
+        mask = _allowed(lay, Lc, L, r, r + 1, Lq, kpos, kdoc, kvalid, multi_doc)
+        ok = None
+        if mask is not None:
+            mask = mask[..., : n + 1]
+            s = s.masked_fill(~mask, float("-inf"))
+            ok = mask.any(-1, keepdim=True)
+            s = s.masked_fill(~ok, 0.0)
+        p = torch.softmax(s, dim=-1)
+        if ok is not None:
+            p = p * ok
+        o = torch.bmm(p.reshape(B * H, 1, n + 1), _cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
+        outs.append(o.view(B, H, 1, D))
     return torch.cat(outs, dim=2)
 
 
