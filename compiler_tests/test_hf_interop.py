@@ -530,3 +530,18 @@ def test_llama_arch_config():
     x = torch.randn(2, 3, 32)
     torch.testing.assert_close(mlp(x), mlp.proj(torch.nn.functional.silu(mlp.gate(x)) * mlp.fc(x)))
     assert all(b is None for mod in m.modules() if isinstance(mod, torch.nn.Linear) for b in [mod.bias])
+
+
+def test_parameter_estimate_counts_swiglu():
+    from pedsl import limits
+    from pedsl.compiler import compile_scheme
+    from pedsl.config import ModelConfig
+    from pedsl.model import TransformerLM
+
+    for arch in ("gpt", "llama"):
+        c = ModelConfig(vocab_size=64, d_model=32, n_heads=2, n_layers=2, arch=arch, tie_embeddings=False)
+        m = TransformerLM(c, lambda i: compile_scheme(_lib("rope"), num_heads=2, head_dim=16))
+        norms = sum(p.numel() for n, p in m.named_parameters() if "norm" in n)
+        est = limits.model_parameters(vocab_size=64, n_layers=2, d_model=32, n_heads=2, head_dim=16, mlp_ratio=4.0,
+                                      tie_embeddings=False, mlp_matrices=3 if arch == "llama" else 2)
+        assert est == m.num_params() - norms

@@ -67,7 +67,7 @@ class ModelConfig(_Frozen):
             raise ValueError(f"head_dim {self.head_dim} (d_model // n_heads) is above the limit of {L.MAX_HEAD_DIM}")
         n = L.model_parameters(vocab_size=self.vocab_size, n_layers=self.n_layers, d_model=self.d_model,
                                n_heads=self.n_heads, head_dim=self.head_dim, mlp_ratio=self.mlp_ratio,
-                               tie_embeddings=self.tie_embeddings)
+                               tie_embeddings=self.tie_embeddings, mlp_matrices=3 if self.arch == "llama" else 2)
         if n > L.MAX_PARAMETERS:
             raise ValueError(f"the model would have about {n:,} parameters; the limit is {L.MAX_PARAMETERS:,} "
                              "(fewer layers, a smaller d_model or mlp_ratio)")
