@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("pedsl.cli.evaluate", "eval_cmd", "Evaluate a trained run past its training length."),
     "analyze": ("pedsl.cli.evaluate", "analyze", "Measure the papers' instruments on a trained run."),
     "compare": ("pedsl.cli.evaluate", "compare", "Train, evaluate and report several schemes side by side."),
+    "profile": ("pedsl.cli.profile", "profile", "Profile data: MI vs distance, dependency width, a fitted grid."),
     "diff": ("pedsl.cli.diff", "diff", "Show what two scheme variants change."),
     "explain": ("pedsl.cli.diff", "explain", "Summarise what one scheme does."),
     "bench": ("pedsl.cli.bench", "bench", "Benchmark compiled schemes against the floor and hand-written code."),
