@@ -13,6 +13,9 @@ Sources (``DataConfig.source``):
 - ``"blocks"`` - the block-structured task of the frequency-usage paper: latent blocks of length
   ``B``; the last token of every block copies the token at a fixed offset inside it
   (:func:`block_batch`). The dependency width ``B - 1 - offset`` is set by the data.
+- ``"lag"`` - every token repeats the token ``block_len`` positions back with probability 1/2
+  (else a fresh random letter) (:func:`lag_batch`): a dependency at one distance that every
+  position can use, with no block phase to infer (the frequency study's task).
 
 Training windows are a pure function of ``(seed, step)``: the same global batch on every rank
 (rank ``r`` keeps rows ``r::world``), nothing to save but the step to resume exactly.
@@ -33,6 +36,7 @@ from pedsl.errors import DataError
 
 FILLER = (b"The grass is green. The sky is blue. The sun is yellow. "
           b"Here we go. There and back again. ")
+GENERATED = ("passkey", "blocks", "lag")  # sources generated on the fly (no corpus to read)
 BLOCK_ALPHABET = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz"), dtype=torch.long)
 
 
@@ -213,6 +217,16 @@ def block_batch(n: int, length: int, *, block_len: int = 16, offset: int = 0,
     return {"tokens": tokens, "answer_positions": answers.expand(n, -1).clone()}
 
 
+def lag_batch(n: int, length: int, *, lag: int = 16, p: float = 0.5, g: torch.Generator) -> torch.Tensor:
+    """Copying at a fixed distance: ``tokens[t] = tokens[t - lag]`` with probability ``p`` (independently
+    per position, so copies chain), else a random letter. Returns tokens (n, length) long."""
+    tokens = BLOCK_ALPHABET[torch.randint(0, len(BLOCK_ALPHABET), (n, length), generator=g)]
+    copy = torch.rand(n, length, generator=g) < p
+    for t in range(lag, length):  # sequential: a copy may copy a copy
+        tokens[:, t] = torch.where(copy[:, t], tokens[:, t - lag], tokens[:, t])
+    return tokens
+
+
 # ---------------------------------------------------------------------------------------------
 # The training stream
 
@@ -224,7 +238,7 @@ class TrainData:
 
     def __init__(self, cfg: DataConfig, context: int, seed: int) -> None:
         self.cfg, self.context, self.seed = cfg, context, seed
-        self.corpus = None if cfg.source in ("passkey", "blocks") else load_corpus(cfg)
+        self.corpus = None if cfg.source in GENERATED else load_corpus(cfg)
         if self.corpus is not None:
             for name, part in (("training", self.corpus.train), ("validation", self.corpus.val)):
                 if part.numel() < context + 1:
@@ -232,7 +246,7 @@ class TrainData:
                         f"the {name} split of {self.corpus.description} holds {part.numel()} bytes, "
                         f"fewer than one window of context + 1 = {context + 1}",
                         hint="lower --context, raise data.max_bytes, or use more data")
-        if cfg.source == "blocks" and context + 1 < 2 * cfg.block_len:
+        if cfg.source in ("blocks", "lag") and context + 1 < 2 * cfg.block_len:
             raise DataError(f"context {context} holds less than two blocks of {cfg.block_len}",
                             hint="raise --context or lower data.block_len")
 
@@ -250,6 +264,8 @@ class TrainData:
         if self.cfg.source == "blocks":
             return block_batch(n, length, block_len=self.cfg.block_len, offset=self.cfg.block_offset,
                                g=g)["tokens"]
+        if self.cfg.source == "lag":
+            return lag_batch(n, length, lag=self.cfg.block_len, g=g)
         data = self.corpus.train if split == 0 else self.corpus.val
         return sample_windows(data, n, length, g)
 

@@ -106,8 +106,11 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
+@click.option("--study", type=click.Choice(["frequency"]), default=None,
+              help="A named study instead of SCHEMES: frequency = RoPE frequency use vs the block task's width "
+              "(--set widths=[8,16] seeds=[0,1] ...; see pedsl.evaluate.study_frequency).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, quiet):
+def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, study, quiet):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -126,6 +129,11 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
         raise UsageError("--windows must be at least 1")
     say = progress(quiet)
     say(f"torch threads: {setup_torch(threads)}")
+    if study == "frequency":
+        from pedsl.evaluate.study_frequency import run_study_cli
+
+        return run_study_cli(click.echo, schemes, out, steps=steps, quick=quick, sets=_sets(sets),
+                             command=_command_line(click.get_current_context()), say=say)
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
                       sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
