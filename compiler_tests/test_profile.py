@@ -110,7 +110,8 @@ def test_cli_json_and_text_data(tmp_path, capsys):
     assert res["width_bytes"] is not None and [p["name"] for p in res["profiles"]][0] == "bytes"
 
 
-@pytest.mark.parametrize("case", ["missing", "empty", "short", "out_is_file", "suggest_dir", "bad_gran"])
+@pytest.mark.parametrize("case", ["missing", "empty", "short", "out_is_file", "suggest_dir", "bad_gran",
+                                  "compare_untrainable", "compare_without_suggest"])
 def test_bad_inputs_are_diagnostics(case, tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_bytes(b"")
@@ -121,8 +122,11 @@ def test_bad_inputs_are_diagnostics(case, tmp_path, capsys):
     args = {"missing": [tmp_path / "nope.txt"], "empty": [empty], "short": [short],
             "out_is_file": ["iid", "--out", blocker / "sub"],
             "suggest_dir": ["iid", "--out", tmp_path / "o", "--suggest", tmp_path / "no" / "s.pe"],
-            "bad_gran": ["iid", "--granularities", "1,x"]}[case]
+            "bad_gran": ["iid", "--granularities", "1,x"],
+            "compare_untrainable": ["iid", "--out", tmp_path / "o", "--suggest", tmp_path / "s.pe",
+                                    "--compare", tmp_path / "c"],
+            "compare_without_suggest": ["iid", "--out", tmp_path / "o", "--compare", tmp_path / "c"]}[case]
     code, out, err = cli("profile", *args, "--max-bytes", "5000", capsys=capsys)
     assert code in (1, 2) and "Traceback" not in err and "internal error" not in err
-    assert code == (2 if case == "bad_gran" else 1)
+    assert code == (2 if case in ("bad_gran", "compare_untrainable", "compare_without_suggest") else 1)
     assert "error" in err

@@ -29,10 +29,14 @@ import click
 @click.option("--block-len", type=int, default=16, show_default=True, help="B of the synthetic 'blocks' data.")
 @click.option("--block-offset", type=int, default=0, show_default=True, help="Offset of the 'blocks' data.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the null and of synthetic data.")
+@click.option("--compare", "compare", type=click.Path(file_okay=False), default=None, metavar="DIR",
+              help="Also train RoPE and the --suggest scheme on DATA with one budget (pedsl compare --quick) in DIR.")
+@click.option("--steps", type=int, default=None, help="Training steps of --compare (default: 150, compare --quick).")
+@click.option("--threads", type=int, default=0, help="torch CPU threads for --compare (0: the idle cores).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON summary instead of the table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, granularities, vocab, width_fraction,
-            block_len, block_offset, seed, as_json, quiet):
+            block_len, block_offset, seed, compare, steps, threads, as_json, quiet):
     """Measure how far the dependencies in DATA reach, and whether they are self-similar.
 
     DATA is stdlib, a file or a folder (its training split, as `pedsl train --data` reads it), or a
@@ -45,10 +49,14 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     from pedsl.evaluate.common import progress
     from pedsl.profile.run import run_profile, summary_text
 
+    if compare is not None:
+        from pedsl.runtime import setup_torch
+
+        setup_torch(threads)
     res = run_profile(data, out=out, max_bytes=max_bytes, max_distance=max_distance, granularities=granularities,
                       vocab=vocab, width_fraction=width_fraction, seed=seed, block_len=block_len,
                       block_offset=block_offset, train_length=train_length, law_c=law_c, suggest=suggest,
-                      say=progress(quiet))
+                      compare=compare, compare_steps=steps, say=progress(quiet))
     if as_json:
         import json
 

@@ -52,7 +52,8 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
                 max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
                 width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
                 block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
-                suggest: str | Path | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
+                suggest: str | Path | None = None, compare: str | Path | None = None,
+                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
     """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
     t0 = time.perf_counter()
     if max_bytes < MIN_SYMBOLS:
@@ -60,6 +61,11 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
     if max_distance < 1 or not 0 < width_fraction < 1 or vocab < 2 or train_length < 8 or law_c <= 0:
         raise UsageError("--max-distance must be >= 1, --width-fraction in (0, 1), --vocab >= 2, "
                          "--train-length >= 8 and --law-c > 0")
+    if compare is not None and suggest is None:
+        raise UsageError("--compare trains the suggested scheme: it needs --suggest FILE.pe")
+    if compare is not None and data in S.SYNTHETIC and data != "blocks":
+        raise UsageError(f"--compare trains on the profiled data, and '{data}' is not a training source",
+                         hint="profile stdlib, a file or folder, or blocks to compare the suggestion with RoPE")
     if out is not None:  # fail on an unwritable folder before the work
         from pedsl.fsio import ensure_dir
 
@@ -113,6 +119,10 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
         atomic_write_text(suggest, text)
         result["suggestion"] = {"file": str(suggest), "period": law["grid_period"], "train_length": train_length}
         say(f"suggested scheme -> {suggest}")
+        if compare is not None:
+            say(f"training RoPE and {Path(suggest).name} on {data} -> {compare}")
+            result["loop"] = close_loop(data, suggest, compare, steps=compare_steps, block_len=block_len,
+                                        block_offset=block_offset, say=say)
     result["wall_time_s"] = time.perf_counter() - t0
     if out is not None:
         from pedsl.evaluate.common import write_json
@@ -121,6 +131,27 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
         result["files"] = ["profile.json"] + files
         write_json(Path(out) / "profile.json", result)
     return result
+
+
+def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int | None = None,
+               block_len: int = 16, block_offset: int = 0, say: Callable[[str], None] = lambda m: None) -> dict:
+    """Train RoPE and the suggested scheme with one budget on the profiled data (``pedsl compare``,
+    quick settings: lengths to 16x, 2 windows) and return each one's validation loss and perplexity
+    ratios."""
+    from pedsl.evaluate.compare import run_compare
+
+    sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
+    res = run_compare(["rope", str(suggested)], out, data=data, steps=steps, quick=True, sets=sets,
+                      command=f"pedsl profile {data} --compare {out}", quiet=True, say=say)
+    rows = {}
+    for name, r in res["results"].items():
+        ppl = (r.get("eval") or {}).get("ppl", {})
+        rows[name] = {"val_loss": r["train"].get("val_loss"), "steps": r["train"].get("steps"),
+                      "ppl": {L: v.get("ppl") for L, v in ppl.items()},
+                      "ppl_ratio": {L: v.get("ratio") for L, v in ppl.items()},
+                      "blocks_accuracy": {L: v.get("accuracy") for L, v in (r.get("eval") or {}).get("blocks", {}).items()}}
+    return {"dir": str(out), "wall_time_s": res["meta"]["wall_time_s"], "schemes": rows,
+            "report": str(Path(out) / "report.md")}
 
 
 def pi_verdict(sim: dict, W: int | None) -> dict:
@@ -182,7 +213,9 @@ def suggest_scheme(law: dict, W: int | None, verdict: dict, *, data: str, name: 
         f"# Suggested by `pedsl profile {data}`: {why}.",
         f"# Grid: span(train_length, cycles = 1, period = {P}) = geometric from 2 pi / train_length",
         f"# (one cycle in training, nothing frays) to 2 pi / {P}, theta* at its geometric centre.",
-        f"# PI verdict ({verdict['pi']}): set -P factor=F at evaluation to interpolate positions by F.",
+        "# PI verdict: " + {"works": "PI should work here: -P factor=F at evaluation interpolates positions by F.",
+                            "fails": "PI is not expected to work here: keep factor = 1.",
+                            "undetermined": "undetermined: factor = 1 is plain rotation."}[verdict["pi"]],
         f'scheme {ident} "RoPE with a frequency grid fitted to the data\'s dependency width" {{',
         f"  param train_length: int (>= {min_len}) = {L}",
         "  param factor: float (>= 1) = 1.0",
@@ -263,4 +296,11 @@ def summary_text(res: dict) -> str:
                     f"grid {law['w_low']:.4g} .. {law['w_high']:.4g} (periods {law['train_length']} .. {law['grid_period']})")
     if "suggestion" in res:
         rows.append(f"suggested scheme: {res['suggestion']['file']}")
+    if "loop" in res:
+        rows.append(f"suggested scheme vs RoPE, one budget ({res['loop']['wall_time_s']:.0f} s; {res['loop']['report']}):")
+        for name, r in res["loop"]["schemes"].items():
+            ratios = ", ".join(f"{L}: {v:.2f}" for L, v in r["ppl_ratio"].items() if v is not None)
+            acc = ", ".join(f"{L}: {v:.2f}" for L, v in r["blocks_accuracy"].items() if v is not None)
+            rows.append(f"  {name}: val loss {r['val_loss']:.4f} nats/byte after {r['steps']} steps; "
+                        f"ppl ratio {ratios or '-'}; block-task accuracy {acc or '-'}")
     return "\n".join(rows)
