@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 
 from pedsl.errors import DataError, UsageError
 from pedsl.profile import mi as M
@@ -149,7 +148,8 @@ def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int 
         rows[name] = {"val_loss": r["train"].get("val_loss"), "steps": r["train"].get("steps"),
                       "ppl": {L: v.get("ppl") for L, v in ppl.items()},
                       "ppl_ratio": {L: v.get("ratio") for L, v in ppl.items()},
-                      "blocks_accuracy": {L: v.get("accuracy") for L, v in (r.get("eval") or {}).get("blocks", {}).items()}}
+                      "blocks_accuracy": {L: v.get("accuracy")
+                                          for L, v in (r.get("eval") or {}).get("blocks", {}).items()}}
     return {"dir": str(out), "wall_time_s": res["meta"]["wall_time_s"], "schemes": rows,
             "report": str(Path(out) / "report.md")}
 
@@ -273,7 +273,8 @@ def plot_profile(profiles: list[M.Profile], sim: dict, W: int | None, out: Path)
 def summary_text(res: dict) -> str:
     """The terminal report."""
     rows = [f"{res['description']}: {res['bytes']:,} bytes ({res['wall_time_s']:.1f} s)"]
-    head = f"{'granularity':>12} {'symbols':>10} {'alphabet':>8} {'MI(r=1)':>9} {'null sd':>9} {'signif.':>8} {'W':>7} {'W bytes':>8}"
+    head = (f"{'granularity':>12} {'symbols':>10} {'alphabet':>8} {'MI(r=1)':>9} {'null sd':>9} {'signif.':>8} "
+            f"{'W':>7} {'W bytes':>8}")
     rows += [head, "-" * len(head)]
     for p in res["profiles"]:
         w = p["width_symbols"]
@@ -293,11 +294,13 @@ def summary_text(res: dict) -> str:
     law = res["law"]
     if law["theta_star"] is not None:
         rows.append(f"law: theta* = c / W = {law['theta_star']:.4g} rad/token (period {law['theta_star_period']:.4g}); "
-                    f"grid {law['w_low']:.4g} .. {law['w_high']:.4g} (periods {law['train_length']} .. {law['grid_period']})")
+                    f"grid {law['w_low']:.4g} .. {law['w_high']:.4g} "
+                    f"(periods {law['train_length']} .. {law['grid_period']})")
     if "suggestion" in res:
         rows.append(f"suggested scheme: {res['suggestion']['file']}")
     if "loop" in res:
-        rows.append(f"suggested scheme vs RoPE, one budget ({res['loop']['wall_time_s']:.0f} s; {res['loop']['report']}):")
+        rows.append(f"suggested scheme vs RoPE, one budget ({res['loop']['wall_time_s']:.0f} s; "
+                    f"{res['loop']['report']}):")
         for name, r in res["loop"]["schemes"].items():
             ratios = ", ".join(f"{L}: {v:.2f}" for L, v in r["ppl_ratio"].items() if v is not None)
             acc = ", ".join(f"{L}: {v:.2f}" for L, v in r["blocks_accuracy"].items() if v is not None)

@@ -105,7 +105,7 @@ def words(x: np.ndarray, vocab: int) -> tuple[np.ndarray, int, float]:
     toks = WORD.findall(x.tobytes())
     if not toks:
         return np.zeros(0, dtype=np.int64), 1, float("nan")
-    uniq, inv = np.unique(np.array(toks, dtype=object).astype(bytes), return_inverse=True)
+    _, inv = np.unique(np.array(toks, dtype=object).astype(bytes), return_inverse=True)
     codes, K = _lump(inv.astype(np.int64), vocab)
     return codes, K, len(x) / len(toks)
 
