@@ -305,5 +305,5 @@ def summary_text(res: dict) -> str:
             ratios = ", ".join(f"{L}: {v:.2f}" for L, v in r["ppl_ratio"].items() if v is not None)
             acc = ", ".join(f"{L}: {v:.2f}" for L, v in r["blocks_accuracy"].items() if v is not None)
             rows.append(f"  {name}: val loss {r['val_loss']:.4f} nats/byte after {r['steps']} steps; "
-                        f"ppl ratio {ratios or '-'}; block-task accuracy {acc or '-'}")
+                        + (f"block-task accuracy {acc or '-'}" if res["data"] == "blocks" else f"ppl ratio {ratios}"))
     return "\n".join(rows)
