@@ -216,7 +216,7 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     """Train RoPE over widths x seeds, measure, fit, plot and write the report."""
     from pedsl.evaluate.common import read_json, write_json, write_text
     from pedsl.evaluate.compare import _git_commit, _train_one, _versions
-    from pedsl.lang.resolve import library_dir
+    from pedsl.lang.library import library_dir
 
     t0 = time.perf_counter()
     sets = dict(sets or {})
