@@ -57,6 +57,7 @@ DEFAULTS: dict[str, Any] = {"n_layers": 1, "d_model": 64, "n_heads": 2, "head_di
                             "eval_every": 100, "checkpoint_every": 500}
 QUICK = {"widths": (4, 16, 64), "seeds": (0,), "steps": 300}
 PROBE_SAMPLES = 8
+MEASURE_VERSION = 2  # bump when measure_run changes: the study then re-measures (not retrains) its runs
 
 
 # ------------------------------------------------------------------ the measure
@@ -203,6 +204,7 @@ def measure_run(run: Path, width: int, task: str = "lag", *, samples: int = PROB
             "positional_energy": (pe_tot / pe_tot.sum()).tolist(),
             "all_channel_energy": (all_tot / all_tot.sum()).tolist(),
             "log_freq": log_mean_frequency(pe_tot, freqs),
+            "peak_log_freq": float(np.log(freqs[int(np.argmax(pe_tot))])),
             "all_channel_log_freq": log_mean_frequency(all_tot, freqs),
             "copy_accuracy": acc, "answer_nll": nll, "chance_nll": math.log(26)}
 
@@ -245,9 +247,11 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
         done = _train_one(name, rope, run, ov, say, quiet)
         m = read_json(run / "frequency.json")
         if not (m and m.get("step") == done.get("steps") and m.get("samples") == samples
-                and m.get("scheme_hash") == done.get("scheme_hash") and m.get("task") == task):
+                and m.get("scheme_hash") == done.get("scheme_hash") and m.get("task") == task
+                and m.get("version") == MEASURE_VERSION):
             m = {**measure_run(run, B, task, samples=samples), "step": done.get("steps"), "samples": samples,
-                 "scheme_hash": done.get("scheme_hash"), "seed": s, "val_loss": done.get("val_loss")}
+                 "scheme_hash": done.get("scheme_hash"), "seed": s, "val_loss": done.get("val_loss"),
+                 "version": MEASURE_VERSION}
             write_json(run / "frequency.json", m)
         say(f"  theta = {math.exp(m['log_freq']):.4g} (period {2 * math.pi / math.exp(m['log_freq']):.1f}; "
             f"pi / W = {math.pi / Wd:.4g}), all-channel {math.exp(m['all_channel_log_freq']):.4g}, "
@@ -256,6 +260,7 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     W = np.array([r["W"] for r in runs], float)
     fit = fit_law(W, np.exp([r["log_freq"] for r in runs]))
     fit_all = fit_law(W, np.exp([r["all_channel_log_freq"] for r in runs]))
+    fit_peak = fit_law(W, np.exp([r["peak_log_freq"] for r in runs]))
     learned = [r for r in runs if r["copy_accuracy"] >= 0.5]
     fit_learned = None
     if len(learned) >= 3 and len({r["W"] for r in learned}) >= 2:
@@ -263,7 +268,8 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     meta = {"command": command or "pedsl compare --study frequency", "git": _git_commit(), **_versions(),
             "task": task, "widths": list(widths), "seeds": list(seeds), "training": dict(overrides),
             "wall_time_s": time.perf_counter() - t0}
-    result = {"meta": meta, "runs": runs, "fit": fit, "fit_all_channel": fit_all, "fit_learned": fit_learned}
+    result = {"meta": meta, "runs": runs, "fit": fit, "fit_all_channel": fit_all, "fit_peak": fit_peak,
+              "fit_learned": fit_learned}
     files = plot_law(runs, fit, out) + ["frequency.json", "frequency.md"]
     write_json(out / "frequency.json", result)
     write_text(out / "frequency.md", report(result))
@@ -280,7 +286,7 @@ def run_study_cli(echo, schemes, out, **kw) -> None:
                          hint="drop the scheme names, or drop --study")
     res = run_frequency_study(out, **kw)
     text = report(res).split("\n")
-    echo("\n".join(text[5:10 if res["fit_learned"] else 9]))
+    echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))
     echo(f"report: {Path(out) / 'frequency.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
@@ -305,6 +311,10 @@ def plot_law(runs: list[dict], fit: dict, out: Path) -> list[str]:
         y = np.exp(mean)
         ax.errorbar(Ws, y, yerr=[y - np.exp(np.subtract(mean, sd)), np.exp(np.add(mean, sd)) - y], fmt=mk,
                     color=col, capsize=3, label=f"{label} (mean +- sd over seeds)")
+    bad = [r for r in runs if r["copy_accuracy"] < 0.5]
+    if bad:
+        ax.plot([r["W"] for r in bad], [math.exp(r["log_freq"]) for r in bad], "x", color="C3", ms=8,
+                label="run that did not learn the copy (accuracy < 0.5)")
     x = np.array([min(Ws) * 0.8, max(Ws) * 1.25])
     ax.plot(x, math.exp(fit["intercept"]) * x ** fit["slope"], "-", color="C0",
             label=f"fit: slope {fit['slope']:.2f} +- {fit['slope_se']:.2f}")
@@ -318,6 +328,7 @@ def plot_law(runs: list[dict], fit: dict, out: Path) -> list[str]:
 
 def report(res: dict) -> str:
     f, fa, fl, meta = res["fit"], res["fit_all_channel"], res["fit_learned"], res["meta"]
+    fp = res.get("fit_peak")
 
     def line(name, fit):
         return (f"| {name} | {fit['slope']:.3f} +- {fit['slope_se']:.3f} | [{fit['slope_ci95'][0]:.3f}, "
@@ -331,6 +342,8 @@ def report(res: dict) -> str:
             + ", ".join(f"{k} {v}" for k, v in meta["training"].items() if k != "params") + ".", "",
             "| measure | slope (+- s.e.) | slope 95% (bootstrap) | c = geo-mean(theta W) [95%] | R^2 | runs |",
             "|---|---|---|---|---|---|", line("positional energy", f), line("all-channel energy", fa)]
+    if fp:
+        rows.append(line("peak of the positional energy", fp))
     if fl:
         rows.append(line("positional, runs with copy accuracy >= 0.5", fl))
     rows += ["", "The law predicts slope -1 and c near pi (3.14).", "",
