@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pedsl.data import lag_batch, make_generator
+from pedsl.data import lag_batch, make_generator, topic_batch
 from pedsl.evaluate import study_frequency as sf
 
 
@@ -68,6 +68,15 @@ def test_lag_task_copies_at_its_distance():
     same = (t[:, 9:] == t[:, :-9]).float().mean().item()
     assert 0.5 < same < 0.56  # p = 1/2 plus the 1/26 chance match
     assert abs((t[:, 1:] == t[:, :-1]).float().mean().item() - 1 / 26) < 0.01
+
+
+def test_topic_task_blocks_share_four_letters():
+    t = topic_batch(8, 100, block_len=16, g=make_generator(1))
+    for row in t:
+        for b in range(0, 100, 16):
+            assert 2 <= len(set(row[b:b + 16].tolist())) <= 4
+    # neighbouring blocks draw their sets independently: they rarely coincide
+    assert sum(set(r[:16].tolist()) == set(r[16:32].tolist()) for r in t) <= 1
 
 
 @pytest.mark.slow

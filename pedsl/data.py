@@ -16,6 +16,9 @@ Sources (``DataConfig.source``):
 - ``"lag"`` - every token repeats the token ``block_len`` positions back with probability 1/2
   (else a fresh random letter) (:func:`lag_batch`): a dependency at one distance that every
   position can use, with no block phase to infer (the frequency study's task).
+- ``"topic"`` - latent blocks of ``block_len`` positions, each with its own random set of 4
+  letters that all its tokens are drawn from (:func:`topic_batch`): a box-shaped dependency
+  kernel of width ``block_len`` (the frequency study's smooth-kernel task).
 
 Training windows are a pure function of ``(seed, step)``: the same global batch on every rank
 (rank ``r`` keeps rows ``r::world``), nothing to save but the step to resume exactly.
@@ -38,7 +41,7 @@ from pedsl.fsio import open_regular, read_bytes
 
 FILLER = (b"The grass is green. The sky is blue. The sun is yellow. "
           b"Here we go. There and back again. ")
-GENERATED = ("passkey", "blocks", "lag")  # sources generated on the fly (no corpus to read)
+GENERATED = ("passkey", "blocks", "lag", "topic")  # sources generated on the fly (no corpus to read)
 BLOCK_ALPHABET = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz"), dtype=torch.long)
 
 
@@ -254,6 +257,16 @@ def lag_batch(n: int, length: int, *, lag: int = 16, p: float = 0.5, g: torch.Ge
     return tokens
 
 
+def topic_batch(n: int, length: int, *, block_len: int = 16, letters: int = 4, g: torch.Generator) -> torch.Tensor:
+    """Latent blocks: positions ``[b * block_len, (b + 1) * block_len)`` share a random set of
+    ``letters`` distinct letters, and each token is one of them, uniformly. Returns (n, length) long."""
+    nb = -(-length // block_len)
+    sets = torch.rand(n, nb, len(BLOCK_ALPHABET), generator=g).argsort(-1)[..., :letters]  # (n, nb, letters)
+    pick = torch.randint(0, letters, (n, length), generator=g)
+    block = (torch.arange(length) // block_len).expand(n, -1)
+    return BLOCK_ALPHABET[sets.gather(1, block[..., None].expand(-1, -1, letters)).gather(2, pick[..., None])[..., 0]]
+
+
 # ---------------------------------------------------------------------------------------------
 # The training stream
 
@@ -273,7 +286,7 @@ class TrainData:
                         f"the {name} split of {self.corpus.description} holds {part.numel()} bytes, "
                         f"fewer than one window of context + 1 = {context + 1}",
                         hint="lower --context, raise data.max_bytes, or use more data")
-        if cfg.source in ("blocks", "lag") and context + 1 < 2 * cfg.block_len:
+        if cfg.source in ("blocks", "lag", "topic") and context + 1 < 2 * cfg.block_len:
             raise DataError(f"context {context} holds less than two blocks of {cfg.block_len}",
                             hint="raise --context or lower data.block_len")
 
@@ -293,6 +306,8 @@ class TrainData:
                                g=g)["tokens"]
         if self.cfg.source == "lag":
             return lag_batch(n, length, lag=self.cfg.block_len, g=g)
+        if self.cfg.source == "topic":
+            return topic_batch(n, length, block_len=self.cfg.block_len, g=g)
         data = self.corpus.train if split == 0 else self.corpus.val
         return sample_windows(data, n, length, g)
 
