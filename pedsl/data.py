@@ -13,6 +13,12 @@ Sources (``DataConfig.source``):
 - ``"blocks"`` - the block-structured task of the frequency-usage paper: latent blocks of length
   ``B``; the last token of every block copies the token at a fixed offset inside it
   (:func:`block_batch`). The dependency width ``B - 1 - offset`` is set by the data.
+- ``"lag"`` - every token repeats the token ``block_len`` positions back with probability 1/2
+  (else a fresh random letter) (:func:`lag_batch`): a dependency at one distance that every
+  position can use, with no block phase to infer (the frequency study's task).
+- ``"topic"`` - latent blocks of ``block_len`` positions, each with its own random set of 4
+  letters that all its tokens are drawn from (:func:`topic_batch`): a box-shaped dependency
+  kernel of width ``block_len`` (the frequency study's smooth-kernel task).
 
 Training windows are a pure function of ``(seed, step)``: the same global batch on every rank
 (rank ``r`` keeps rows ``r::world``), nothing to save but the step to resume exactly.
@@ -35,6 +41,7 @@ from pedsl.fsio import open_regular, read_bytes
 
 FILLER = (b"The grass is green. The sky is blue. The sun is yellow. "
           b"Here we go. There and back again. ")
+GENERATED = ("passkey", "blocks", "lag", "topic")  # sources generated on the fly (no corpus to read)
 BLOCK_ALPHABET = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz"), dtype=torch.long)
 
 
@@ -240,6 +247,26 @@ def block_batch(n: int, length: int, *, block_len: int = 16, offset: int = 0,
     return {"tokens": tokens, "answer_positions": answers.expand(n, -1).clone()}
 
 
+def lag_batch(n: int, length: int, *, lag: int = 16, p: float = 0.5, g: torch.Generator) -> torch.Tensor:
+    """Copying at a fixed distance: ``tokens[t] = tokens[t - lag]`` with probability ``p`` (independently
+    per position, so copies chain), else a random letter. Returns tokens (n, length) long."""
+    tokens = BLOCK_ALPHABET[torch.randint(0, len(BLOCK_ALPHABET), (n, length), generator=g)]
+    copy = torch.rand(n, length, generator=g) < p
+    for t in range(lag, length):  # sequential: a copy may copy a copy
+        tokens[:, t] = torch.where(copy[:, t], tokens[:, t - lag], tokens[:, t])
+    return tokens
+
+
+def topic_batch(n: int, length: int, *, block_len: int = 16, letters: int = 4, g: torch.Generator) -> torch.Tensor:
+    """Latent blocks: positions ``[b * block_len, (b + 1) * block_len)`` share a random set of
+    ``letters`` distinct letters, and each token is one of them, uniformly. Returns (n, length) long."""
+    nb = -(-length // block_len)
+    sets = torch.rand(n, nb, len(BLOCK_ALPHABET), generator=g).argsort(-1)[..., :letters]  # (n, nb, letters)
+    pick = torch.randint(0, letters, (n, length), generator=g)
+    block = (torch.arange(length) // block_len).expand(n, -1)
+    return BLOCK_ALPHABET[sets.gather(1, block[..., None].expand(-1, -1, letters)).gather(2, pick[..., None])[..., 0]]
+
+
 # ---------------------------------------------------------------------------------------------
 # The training stream
 
@@ -251,7 +278,7 @@ class TrainData:
 
     def __init__(self, cfg: DataConfig, context: int, seed: int) -> None:
         self.cfg, self.context, self.seed = cfg, context, seed
-        self.corpus = None if cfg.source in ("passkey", "blocks") else load_corpus(cfg)
+        self.corpus = None if cfg.source in GENERATED else load_corpus(cfg)
         if self.corpus is not None:
             for name, part in (("training", self.corpus.train), ("validation", self.corpus.val)):
                 if part.numel() < context + 1:
@@ -259,7 +286,7 @@ class TrainData:
                         f"the {name} split of {self.corpus.description} holds {part.numel()} bytes, "
                         f"fewer than one window of context + 1 = {context + 1}",
                         hint="lower --context, raise data.max_bytes, or use more data")
-        if cfg.source == "blocks" and context + 1 < 2 * cfg.block_len:
+        if cfg.source in ("blocks", "lag", "topic") and context + 1 < 2 * cfg.block_len:
             raise DataError(f"context {context} holds less than two blocks of {cfg.block_len}",
                             hint="raise --context or lower data.block_len")
 
@@ -277,6 +304,10 @@ class TrainData:
         if self.cfg.source == "blocks":
             return block_batch(n, length, block_len=self.cfg.block_len, offset=self.cfg.block_offset,
                                g=g)["tokens"]
+        if self.cfg.source == "lag":
+            return lag_batch(n, length, lag=self.cfg.block_len, g=g)
+        if self.cfg.source == "topic":
+            return topic_batch(n, length, block_len=self.cfg.block_len, g=g)
         data = self.corpus.train if split == 0 else self.corpus.val
         return sample_windows(data, n, length, g)
 

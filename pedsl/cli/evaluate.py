@@ -136,9 +136,11 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
-@click.option("--study", type=click.Choice(["default", "extension"]), default="default", show_default=True,
+@click.option("--study", type=click.Choice(["default", "extension", "frequency"]), default="default", show_default=True,
               help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
-              "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods).")
+              "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). frequency: RoPE frequency "
+              "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
+              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.evaluate.study_frequency).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, study, quiet):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
@@ -161,6 +163,11 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
     say(f"torch threads: {setup_torch(threads)}")
     if study == "extension":
         return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say)
+    if study == "frequency":
+        from pedsl.evaluate.study_frequency import run_study_cli
+
+        return run_study_cli(click.echo, schemes, out, steps=steps, quick=quick, sets=_sets(sets),
+                             command=_command_line(click.get_current_context()), say=say)
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
                       sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)

@@ -45,11 +45,15 @@ def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
 
 def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
     if data is None:
-        from pedsl.data import _generator, block_batch, passkey_batch
+        from pedsl.data import _generator, block_batch, lag_batch, passkey_batch, topic_batch
 
         g = _generator(seed, L)
         if cfg.data.source == "passkey":
             return passkey_batch(n, L, digits=cfg.data.passkey_digits, g=g)["tokens"]
+        if cfg.data.source == "lag":
+            return lag_batch(n, L, lag=cfg.data.block_len, g=g)
+        if cfg.data.source == "topic":
+            return topic_batch(n, L, block_len=cfg.data.block_len, g=g)
         return block_batch(n, L, block_len=cfg.data.block_len, offset=cfg.data.block_offset, g=g)["tokens"]
     ends = window_ends(int(data.numel()), L, n, seed)
     return windows_at(data, ends, L - 1)  # (n, L)

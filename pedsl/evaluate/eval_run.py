@@ -32,7 +32,9 @@ EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older
 
 def validation_data(cfg) -> torch.Tensor | None:
     """The run's validation bytes (cached per data config), or None for a generated task."""
-    if cfg.data.source in ("passkey", "blocks"):
+    from pedsl.data import GENERATED
+
+    if cfg.data.source in GENERATED:
         return None
     from pedsl.data import load_corpus
 
