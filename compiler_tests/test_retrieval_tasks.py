@@ -79,7 +79,7 @@ def _copier(batch):
     def model(tokens):
         logits = torch.zeros(*tokens.shape, 256)
         rows = torch.arange(tokens.shape[0])[:, None]
-        logits[rows, batch["answer_positions"] - 1, tokens[rows, batch["source_positions"]]] = 10.0
+        logits[rows, batch["answer_positions"] - 1, tokens[rows, batch["source_positions"]]] = 30.0
         return logits
     return model
 
