@@ -26,14 +26,17 @@ EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older
 
 
 def validation_data(cfg) -> torch.Tensor | None:
-    """The run's validation bytes (cached per data config), or None for a generated task."""
-    if cfg.data.source in ("passkey", "blocks"):
-        return None
-    from pedsl.data import load_corpus
+    """The run's validation bytes (cached per data config; a mixture's text corpus), or None for
+    a generated task."""
+    from pedsl.data import load_corpus, text_source
 
-    key = cfg.data.model_dump_json()
+    text = text_source(cfg.data)
+    if text is None:
+        return None
+    data_cfg = cfg.data.model_copy(update={"source": text})
+    key = data_cfg.model_dump_json()
     if key not in _CORPORA:
-        _CORPORA[key] = load_corpus(cfg.data)
+        _CORPORA[key] = load_corpus(data_cfg)
     return _CORPORA[key].val
 
 
