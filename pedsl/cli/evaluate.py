@@ -101,13 +101,20 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
 @click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32).")
 @click.option("--windows", type=int, default=None, help="Windows / samples per length (default 8; 2 with --quick).")
 @click.option("--seed", type=int, default=None, help="Seed of every run (default: the preset's, 0).")
-@click.option("--data", default=None, help="stdlib (default), or a local file/folder.")
+@click.option("--seeds", default=None, help="Comma list of seeds, e.g. 0,1,2: every scheme is trained once per "
+              "seed and every number is reported as mean [min, max] (overrides --seed).")
+@click.option("--study", type=click.Choice(["retrieval"]), default=None,
+              help="A named study instead of the default one: retrieval (learned retrieval vs length and depth, "
+              "on a text + retrieval-task mixture; see README).")
+@click.option("--data", default=None, help="stdlib (default), a local file/folder, or a weighted mixture such as "
+              "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1.")
 @click.option("--analyze-max", type=int, default=None, help="Longest analysis length (default 1024; 512 with --quick).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, quiet):
+def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, study, data, analyze_max, sets, threads, quick,
+            quiet):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -126,19 +133,50 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
         raise UsageError("--windows must be at least 1")
     say = progress(quiet)
     say(f"torch threads: {setup_torch(threads)}")
+    seed_list = _seeds(seeds)
+    if study or (seed_list and len(seed_list) > 1):
+        from pedsl.evaluate.compare_seeds import run_seeded
+
+        res = run_seeded(study, list(schemes), out, seeds=seed_list or ([seed] if seed is not None else None),
+                         preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths), windows=windows,
+                         quick=quick, analyze_max=analyze_max, sets=_sets(sets),
+                         command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+        for title, header, rows in res["summary"][:1]:
+            _echo_table(title, header, rows)
+        click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
+                   f"({res['meta']['wall_time_s']:.0f} s)")
+        return
+    if seed_list:
+        seed = seed_list[0]
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
                       sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
     from pedsl.evaluate.report import tables
 
     for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
-        click.echo(title)
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-        for r in rows:
-            click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        _echo_table(title, header, rows)
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    click.echo(title)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        out = [int(p) for p in text.replace(",", " ").split()]
+    except ValueError:
+        raise UsageError(f"--seeds expects a comma list of whole numbers, got '{text}'", hint="e.g. --seeds 0,1,2") from None
+    if not out or len(set(out)) != len(out):
+        raise UsageError(f"--seeds '{text}' is empty or names a seed twice", hint="e.g. --seeds 0,1,2")
+    return out
 
 
 def _command_line(ctx: click.Context) -> str:

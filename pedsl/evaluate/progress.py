@@ -1,0 +1,54 @@
+"""An overall progress line with an estimate of the time left (compare, eval, analyze).
+
+Work is counted in weighted units (a training run, one evaluation length weighted by its
+length ...). After each finished unit :meth:`Eta.done` prints ``"<label> 40% (what) - 3 min
+elapsed, about 4 min left"``: the time left is the elapsed time per unit of weight done so far
+times the weight still to do. Units that cost nothing (a reused run) are removed from the total
+with :meth:`Eta.skip`, so they do not make the estimate optimistic.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+def duration(seconds: float) -> str:
+    """``"45 s"``, ``"3 min"``, ``"1 h 05 min"``."""
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+class Eta:
+    def __init__(self, total: float, say: Callable[[str], None], label: str = "progress",
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.total, self.say, self.label, self.clock = float(total), say, label, clock
+        self.t0 = clock()
+        self.finished = 0.0
+        self.skipped = 0.0
+
+    def skip(self, weight: float) -> None:
+        """A unit that took no time (reused): drop it from the work to do."""
+        self.total -= weight
+        self.skipped += weight
+
+    def left(self) -> float | None:
+        """Seconds still to go, or None before the first unit."""
+        if self.finished <= 0:
+            return None
+        return (self.clock() - self.t0) / self.finished * max(0.0, self.total - self.finished)
+
+    def line(self, what: str = "") -> str:
+        frac = self.finished / self.total if self.total > 0 else 1.0
+        left = self.left()
+        return (f"{self.label} {100 * min(frac, 1.0):.0f}%" + (f" ({what})" if what else "")
+                + f" - {duration(self.clock() - self.t0)} elapsed"
+                + (f", about {duration(left)} left" if left is not None and frac < 1 else ""))
+
+    def done(self, weight: float, what: str = "") -> None:
+        self.finished += weight
+        self.say(self.line(what))
