@@ -23,7 +23,7 @@ from pedsl.evaluate.curves import band_plot, loss_curves
 from pedsl.evaluate.plots import MARKERS, _length_axis, _mark_train, _save, plt
 from pedsl.tasks import TASKS
 
-TASK_TITLES = {"passkey": "passkey (single needle)", "multikey": "multi-key needle (3 keys, 2 distractors)",
+TASK_TITLES = {"passkey": "passkey (single needle)", "multikey": "multi-key needle with distractors",
                "kv": "key-value lookup", "all": "mean over the three tasks"}
 
 
@@ -128,7 +128,8 @@ def heatmap(results: dict, out_dir: Path, task: str, ctx: int) -> list[str]:
     n = len(grids)
     cols = min(4, n)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, 2.9 * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 3.0 * rows), squeeze=False)
+    fig.subplots_adjust(wspace=0.45, hspace=0.55)
     im = None
     for ax, (name, g) in zip(axes.flat, grids.items()):
         z = [[g.get((L, d), float("nan")) for L in lengths] for d in depths]
