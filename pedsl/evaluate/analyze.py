@@ -68,6 +68,9 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
         notes.append("Householder (PaTH) steps are not absolute transforms: the geometry uses q and k before "
                      "them; far mass, sink mass and scores include them.")
     say(f"analyze {meta['scheme'].name}: lengths {lens}, far window W = {W}")
+    from pedsl.evaluate.progress import Eta
+
+    eta = Eta(sum(L * L for L in lens), say, "analyze")  # the (B, H, L, L) matrices dominate
     layers: list[dict[str, Any]] = [{"layer": i, "far_mass": {}, "sink_mass": {}, "decoherence": {}, "geometry": {},
                                      "frequency_energy": []} for i in range(len(model.blocks))]
     for L in lens:
@@ -100,6 +103,7 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
                         "log_mean_freq": ins.log_mean_frequency(e, g["freqs"]).tolist(), "length": L})
         say(f"  L = {L:>5}: far mass {_mean([r['far_mass'][str(L)] for r in layers]):.3f}, "
             f"sink {_mean([r['sink_mass'][str(L)] for r in layers]):.3f}")
+        eta.done(L * L, f"{L} tokens")
     result = {"run": str(run_dir), "scheme": meta["scheme"].name, "scheme_hash": meta["scheme_hash"],
               "step": meta["step"], "context": cfg.context, "far_window": W, "lengths": lens,
               "settings": {"lengths": lens, "far_window": W, "samples": samples, "seed": ecfg.seed},

@@ -159,10 +159,19 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     results: dict[str, dict[str, Any]] = {}
     contexts = set()
     cfg_seen = None
+    from pedsl.evaluate.compare_seeds import WEIGHTS
+    from pedsl.evaluate.progress import Eta
+
+    eta = Eta((WEIGHTS["train"] + WEIGHTS["eval"] + WEIGHTS["analysis"]) * len(items), say, "compare")
     for n, (name, path) in enumerate(items, 1):
         run = out / "runs" / name
         say(f"[{n}/{len(items)}] {name}")
+        reused = (run / "DONE.json").exists()  # then _train_one reuses it or refuses (other settings)
         done = _train_one(name, path, run, overrides, say, quiet)
+        if reused:
+            eta.skip(WEIGHTS["train"])
+        else:
+            eta.done(WEIGHTS["train"], f"trained {name}")
         loaded = None
         model_cfg = None
         from pedsl.config import TrainConfig
@@ -184,8 +193,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
             loaded = loaded or open_run(run)
             say(f"{name}: evaluating at lengths {sorted(set(lens))}")
             ev = evaluate_run(run, lengths=lens, tasks=want_tasks, windows=win, say=say, loaded=loaded)
+            eta.done(WEIGHTS["eval"], f"evaluated {name}")
         else:
             say(f"{name}: reusing eval.json")
+            eta.skip(WEIGHTS["eval"])
         alens = [L for L in lens if L <= (amax or 1024)] or default_lengths(L0, amax or 1024)
         an = read_json(run / "analysis.json")
         if not (an and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash")
@@ -193,8 +204,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
             loaded = loaded or open_run(run)
             say(f"{name}: analyzing at lengths {sorted(set(alens))}")
             an = analyze_run(run, lengths=alens, say=say, loaded=loaded)
+            eta.done(WEIGHTS["analysis"], f"analyzed {name}")
         else:
             say(f"{name}: reusing analysis.json")
+            eta.skip(WEIGHTS["analysis"])
         results[name] = {"train": done, "eval": ev, "analysis": an, "run_dir": str(run.relative_to(out)),
                          "scheme_file": str(path)}
         del loaded

@@ -55,6 +55,10 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
     L0 = cfg.context
     lens = sorted(set(ecfg.lengths))
     say(f"eval {meta['scheme'].name} (step {meta['step']}): lengths {lens}, tasks {', '.join(ecfg.tasks)}")
+    from pedsl.evaluate.progress import Eta, length_cost
+
+    eta = Eta(sum(length_cost(L) for L in lens) * len(ecfg.tasks), say, "eval")
+    tick = lambda L: eta.done(length_cost(L), f"{L} tokens")  # noqa: E731
     result: dict[str, Any] = {"run": str(run_dir), "scheme": meta["scheme"].name, "scheme_hash": meta["scheme_hash"],
                               "step": meta["step"], "context": L0, "settings": settings_of(ecfg, ecfg.tasks)}
     if "ppl" in ecfg.tasks:
@@ -66,13 +70,13 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
             td = TrainData(cfg.data, L0, cfg.seed)
             gen = lambda n, length: _task_windows(td, n, length, ecfg.seed)  # noqa: E731
         result["ppl"] = perplexity(model, data, lens, L0, windows=ecfg.windows, seed=ecfg.seed, say=say,
-                                   generate=gen)
+                                   generate=gen, tick=tick)
     if "passkey" in ecfg.tasks:
         result["passkey"] = passkey(model, lens, samples=ecfg.windows, digits=cfg.data.passkey_digits,
-                                    seed=ecfg.seed, say=say)
+                                    seed=ecfg.seed, say=say, tick=tick)
     if "blocks" in ecfg.tasks:
         result["blocks"] = blocks(model, lens, L0, samples=ecfg.windows, block_len=cfg.data.block_len,
-                                  offset=cfg.data.block_offset, seed=ecfg.seed, say=say)
+                                  offset=cfg.data.block_offset, seed=ecfg.seed, say=say, tick=tick)
     result["wall_time_s"] = time.perf_counter() - t0
     result["cpu_time_s"] = time.process_time() - c0
     write_json(out or Path(run_dir) / "eval.json", result)

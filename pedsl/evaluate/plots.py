@@ -206,4 +206,11 @@ def all_plots(results: dict, out_dir: Path, context: int) -> dict[str, list[str]
     out_dir = Path(out_dir)
     return {"ppl_ratio": ppl_ratio(results, out_dir, context), "far_mass": far_mass(results, out_dir, context),
             "freq_energy": freq_energy(results, out_dir), "decoherence": decoherence(results, out_dir),
-            "retrieval": retrieval(results, out_dir, context)}
+            "retrieval": retrieval(results, out_dir, context), "loss_curves": _loss_curves(results, out_dir)}
+
+
+def _loss_curves(results: dict, out_dir: Path) -> list[str]:
+    from pedsl.evaluate.curves import loss_curves
+
+    return loss_curves({name: {"run": out_dir / r["run_dir"]} for name, r in results.items() if r.get("run_dir")},
+                       out_dir)

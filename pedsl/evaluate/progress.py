@@ -23,6 +23,12 @@ def duration(seconds: float) -> str:
     return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
 
 
+def length_cost(L: int) -> float:
+    """Rough relative cost of scoring a fixed number of windows of length ``L``: the linear
+    layers grow with L, attention with L^2 (equal at 2048 tokens for the tiny preset)."""
+    return L * (1.0 + L / 2048)
+
+
 class Eta:
     def __init__(self, total: float, say: Callable[[str], None], label: str = "progress",
                  clock: Callable[[], float] = time.perf_counter) -> None:
