@@ -4,7 +4,10 @@ For each analysis length L the model reads validation windows of L bytes once
 (:meth:`TransformerLM.capture` gives every layer's q, k, v, x, tokens); each layer's compiled
 scheme module then gives the attention matrix (``probs``), the raw scores (``raw_scores``), the
 post-transport q and k (``transform_qkv``) and its rotary groups. The (B, H, L, L) matrices are
-materialised, so lengths are capped (``max_length``, default 1024) and the batch is small.
+materialised, so default lengths are capped (``max_length``, default 1024) and the batch is small;
+past ``DENSE_MAX`` (2048) tokens far mass and sink mass are streamed over key blocks instead
+(:mod:`pedsl.evaluate.streaming`, the same numbers without the L x L matrix) and the score
+decoherence (which needs every pair) is skipped, so 128x the training length can be analyzed.
 Definitions: :mod:`pedsl.evaluate.instruments`. PaTH's Householder steps are not absolute
 transforms: its "post-transport" q and k are the pre-transforms only (none), noted in the output.
 
@@ -34,6 +37,7 @@ from pedsl.evaluate.eval_run import validation_data
 from pedsl.evaluate.perplexity import window_ends, windows_at
 
 MAX_LENGTH = 1024
+DENSE_MAX = 2048  # longer analysis lengths stream far / sink mass over key blocks
 
 
 def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
@@ -84,12 +88,20 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
             if getattr(mod, "needs_tokens", False):
                 kw["tokens"] = cap["tokens"]
             q, k, v = cap["q"], cap["k"], cap["v"]
-            a = mod.probs(q, k, **kw)  # (B, H, L, L)
             rec = layers[li]
-            rec["far_mass"][str(L)] = ins.far_mass(a, W).tolist()
-            rec["sink_mass"][str(L)] = ins.sink_mass(a).tolist()
-            del a
-            rec["decoherence"][str(L)] = ins.score_decoherence(mod.raw_scores(q, k, **kw))
+            if L > DENSE_MAX:
+                from pedsl.evaluate.streaming import streamed_far_sink
+
+                block = max(32, 2**23 // (q.shape[0] * q.shape[1] * L))
+                fs = streamed_far_sink(mod, q, k, W, block=block, **kw)
+                rec["far_mass"][str(L)] = fs["far_mass"].tolist()
+                rec["sink_mass"][str(L)] = fs["sink_mass"].tolist()
+            else:
+                a = mod.probs(q, k, **kw)  # (B, H, L, L)
+                rec["far_mass"][str(L)] = ins.far_mass(a, W).tolist()
+                rec["sink_mass"][str(L)] = ins.sink_mass(a).tolist()
+                del a
+                rec["decoherence"][str(L)] = ins.score_decoherence(mod.raw_scores(q, k, **kw))
             qt, kt, _, _ = mod.transform_qkv(q, k, v, kw.get("x"), kw.get("tokens"))
             gk, gq = ins.geometry(kt), ins.geometry(qt)
             rec["geometry"][str(L)] = {"k_sigma1": gk["sigma1"], "k_stable_rank": gk["stable_rank"],

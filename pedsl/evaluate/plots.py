@@ -176,7 +176,10 @@ def decoherence(results: dict, out_dir: Path) -> list[str]:
         an = r.get("analysis") or {}
         if not an.get("lengths"):
             continue
-        L = str(max(an["lengths"]))
+        dec = [int(x) for layer in an.get("layers", []) for x in layer.get("decoherence", {})]
+        if not dec:  # streamed lengths (past analyze.DENSE_MAX) have no decoherence
+            continue
+        L = str(max(dec))
         recs = [layer["decoherence"][L] for layer in an.get("layers", []) if L in layer.get("decoherence", {})]
         if not recs:
             continue
