@@ -45,3 +45,28 @@ def test_aggregate_keeps_the_tree_shape_and_averages_the_leaves():
     assert means["far"] == pytest.approx([0.2, 0.4]) and spreads["far"][1]["max"] == 0.5
     assert seeds.spread_at(spreads, "ppl", "256", "ratio")["min"] == 2.0
     assert seeds.spread_at(spreads, "ppl", "512", "ratio") is None
+
+
+def test_the_report_marks_differences_within_the_spread_and_only_those():
+    from pedsl.evaluate.compare_seeds import aggregate_runs
+    from pedsl.evaluate.study_retrieval_report import tables
+
+    def run(seed, r256, r512):
+        return {"train": {"steps": 10, "val_loss": 1.0 + seed, "wall_time_s": 1.0},
+                "eval": {"ppl": {"128": {"ppl": 4.0, "ratio": 1.0}, "256": {"ppl": 5.0, "ratio": r256},
+                                 "512": {"ppl": 6.0, "ratio": r512}}},
+                "retrieval": None, "analysis": None, "run_dir": f"runs/x/seed{seed}"}
+
+    # rope: 256 -> [2.0, 2.2], 512 -> [3.0, 3.4]; alibi: 256 overlaps rope's range, 512 is far below it
+    results = {"rope": aggregate_runs({0: run(0, 2.0, 3.0), 1: run(1, 2.2, 3.4)}),
+               "alibi": aggregate_runs({0: run(0, 2.1, 1.0), 1: run(1, 2.5, 1.1)})}
+    meta = {"context": 128, "seeds": [0, 1], "data": "stdlib"}
+    (title, header, rows, note), *_ = tables(results, meta)
+    assert header == ["scheme", "ppl @ 128", "256 (2x)", "512 (4x)"]
+    alibi = dict(zip(header, rows[1]))
+    assert alibi["256 (2x)"] == "2.30 [2.10, 2.50] (n.s.)"
+    assert alibi["512 (4x)"] == "1.05 [1.00, 1.10]"
+    assert "n.s." not in " ".join(rows[0]) and "not significant" in note
+    one = {"rope": aggregate_runs({0: run(0, 2.0, 3.0)}), "alibi": aggregate_runs({0: run(0, 2.1, 1.0)})}
+    (_, _, rows, note), *_ = tables(one, {**meta, "seeds": [0]})
+    assert "n.s." not in " ".join(rows[1]) and "no significance claimed" in note

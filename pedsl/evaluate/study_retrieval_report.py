@@ -92,6 +92,7 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
     for task in panels:
         files[f"niah_{task}"] = heatmap(results, out_dir, task, ctx)
     files["ppl_ratio"] = ppl_ratio(results, out_dir, ctx)
+    files["far_mass"] = far_mass(results, out_dir, ctx)
     files["loss_curves"] = loss_curves({name: {s: Path(out_dir) / r["run_dir"] for s, r in runs.items()}
                                         for name, runs in per_seed.items()}, out_dir)
     return {k: v for k, v in files.items() if v}
@@ -174,6 +175,29 @@ def ppl_ratio(results: dict, out_dir: Path, ctx: int) -> list[str]:
     return _save(fig, out_dir, "ppl_ratio")
 
 
+def far_mass(results: dict, out_dir: Path, ctx: int) -> list[str]:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    lengths: set[int] = set()
+    W = None
+    for n, (name, r) in enumerate(results.items()):
+        an = (r.get("spread") or {}).get("analysis") or {}
+        fm = (an.get("summary") or {}).get("far_mass") or {}
+        pts = sorted((int(L), v) for L, v in fm.items() if isinstance(v, dict))
+        if pts:
+            band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=name, marker=MARKERS[n % len(MARKERS)])
+            lengths |= {p[0] for p in pts}
+            W = ((r.get("mean") or {}).get("analysis") or {}).get("far_window", W)
+    if not lengths:
+        return _close(fig)
+    _length_axis(ax, sorted(lengths))
+    _mark_train(ax, ctx)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel(f"far mass (attention beyond {W:g} tokens,\nmean over queries, layers, heads)")
+    ax.set_title("Far attention mass vs length (band: min-max over seeds)")
+    _legend(ax)
+    return _save(fig, out_dir, "far_mass")
+
+
 # ---------------------------------------------------------------------------------------------
 # Tables
 
@@ -244,17 +268,19 @@ def tables(results: dict, meta: dict) -> list[tuple[str, list[str], list[list[st
                            for key, spec in (("sink_mass", ".3f"), ("k_sigma1", ".1f"), ("k_stable_rank", ".2f"))])
         W = next((((r.get("mean") or {}).get("analysis") or {}).get("far_window") for r in results.values()), None)
         out.append(("Instruments on the same runs (mean over layers and heads)", header, rows,
-                    f"Far mass: attention beyond W = {W} tokens; sink: attention on the first token; sigma_1 and "
+                    f"Far mass: attention beyond W = {W:g} tokens; sink: attention on the first token; sigma_1 and "
                     "stable rank ||K||_F^2 / sigma_1^2 of the post-transport keys."))
     header = ["scheme", "seeds", "steps", "val loss (nats/byte)", "train time (s)", "eval + retrieval + analysis (s)"]
     rows = []
     for name, r in results.items():
         t = (r.get("mean") or {}).get("train") or {}
         other = sum(((r.get("mean") or {}).get(k) or {}).get("wall_time_s") or 0 for k in ("eval", "retrieval", "analysis"))
-        rows.append([name, ",".join(str(s) for s in r.get("seeds", [])), str(t.get("steps", "-")),
+        steps = t.get("steps")
+        rows.append([name, ",".join(str(s) for s in r.get("seeds", [])), f"{steps:.0f}" if steps else "-",
                      sd.fmt(_cell(r, "train", "val_loss"), ".3f"), f"{t.get('wall_time_s') or 0:.0f}", f"{other:.0f}"])
+    mixed = ":" in str(meta.get("data") or "")
     out.append(("Training runs (times: mean per seed)", header, rows,
-                f"Data: {meta.get('data')} (val loss is on the mixture)."))
+                f"Data: {meta.get('data')}" + (" (the validation loss is on the mixture)." if mixed else ".")))
     return out
 
 
@@ -262,7 +288,7 @@ CAPTIONS = {"acc_vs_length": "Accuracy vs length (band: min-max over seeds)",
             "acc_vs_depth": "Accuracy vs needle depth at the training length",
             "niah_all": "Needle in a haystack, mean over tasks", "niah_passkey": "Needle in a haystack: passkey",
             "niah_multikey": "Needle in a haystack: multi-key", "niah_kv": "Needle in a haystack: key-value",
-            "ppl_ratio": "Perplexity ratio vs length", "loss_curves": "Loss curves, one panel per scheme, a line per run"}
+            "ppl_ratio": "Perplexity ratio vs length", "far_mass": "Far attention mass vs length", "loss_curves": "Loss curves, one panel per scheme, a line per run"}
 
 
 def _title(meta: dict, n: int) -> str:
