@@ -164,3 +164,14 @@ def test_mixture_resumes_exactly(tmp_path):
 def test_task_context_too_short_is_a_data_error():
     with pytest.raises(DataError, match="too short for the 'multikey' task"):
         TrainData(DataConfig(source="stdlib:0.5,multikey:0.5", max_bytes=50_000), context=64, seed=0)
+
+
+def test_runs_without_text_are_evaluated_on_their_generated_source():
+    from pedsl.data import make_generator, task_windows
+
+    kv = task_windows(DataConfig(source="kv:1,passkey:1"), 3, 150, make_generator(0))
+    assert kv.shape == (3, 150) and all(b"| " in bytes(r.tolist())[-20:] for r in kv)
+    legacy = task_windows(DataConfig(source="passkey"), 2, 150, make_generator(0))
+    assert all(b"Remember it." in bytes(r.tolist()) for r in legacy)
+    blocks = task_windows(DataConfig(source="blocks"), 2, 64, make_generator(0))
+    assert bool((blocks >= ord("a")).all())

@@ -272,6 +272,18 @@ def text_source(cfg: DataConfig) -> str | None:
     return next((n for n, _ in mix if n not in TASK_SOURCES), None)
 
 
+def task_windows(cfg: DataConfig, n: int, length: int, g: torch.Generator) -> torch.Tensor:
+    """``n`` sequences of ``length`` bytes of a run's generated source (a mixture's first task):
+    what perplexity and the instruments read for a run trained without text."""
+    mix = parse_mixture(cfg.source)
+    src = cfg.source if mix is None else next(n for n, _ in mix if n in TASK_SOURCES)
+    if src in _tasks.TASKS and (src != "passkey" or mix is not None):
+        return _tasks.generate(src, n, length, digits=cfg.passkey_digits, keys=cfg.multikey_keys, g=g)["tokens"]
+    if src == "passkey":
+        return passkey_batch(n, length, digits=cfg.passkey_digits, g=g)["tokens"]
+    return block_batch(n, length, block_len=cfg.block_len, offset=cfg.block_offset, g=g)["tokens"]
+
+
 # ---------------------------------------------------------------------------------------------
 # The training stream
 

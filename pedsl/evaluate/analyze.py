@@ -47,12 +47,9 @@ def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
 
 def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
     if data is None:
-        from pedsl.data import _generator, block_batch, passkey_batch
+        from pedsl.data import make_generator, task_windows
 
-        g = _generator(seed, L)
-        if cfg.data.source == "passkey":
-            return passkey_batch(n, L, digits=cfg.data.passkey_digits, g=g)["tokens"]
-        return block_batch(n, L, block_len=cfg.data.block_len, offset=cfg.data.block_offset, g=g)["tokens"]
+        return task_windows(cfg.data, n, L, make_generator(seed, L))
     ends = window_ends(int(data.numel()), L, n, seed)
     return windows_at(data, ends, L - 1)  # (n, L)
 

@@ -84,12 +84,9 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
 
 
 def _task_windows(td, n: int, length: int, seed: int) -> torch.Tensor:
-    from pedsl.data import _generator, block_batch, passkey_batch
+    from pedsl.data import make_generator, task_windows
 
-    g = _generator(seed, length)
-    if td.cfg.source == "passkey":
-        return passkey_batch(n, length, digits=td.cfg.passkey_digits, g=g)["tokens"]
-    return block_batch(n, length, block_len=td.cfg.block_len, offset=td.cfg.block_offset, g=g)["tokens"]
+    return task_windows(td.cfg, n, length, make_generator(seed, length))
 
 
 def eval_table(result: dict) -> str:
