@@ -98,7 +98,8 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
               "150 with --quick).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default="compare", show_default=True,
               help="Study directory (runs, report.md, report.html, plots).")
-@click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32).")
+@click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32; "
+              "any length works, e.g. up to 128x: perplexity runs one window at a time).")
 @click.option("--windows", type=int, default=None, help="Windows / samples per length (default 8; 2 with --quick).")
 @click.option("--seed", type=int, default=None, help="Seed of every run (default: the preset's, 0).")
 @click.option("--seeds", default=None, help="Comma list of seeds, e.g. 0,1,2: every scheme is trained once per "
@@ -108,7 +109,8 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
               "on a text + retrieval-task mixture; see README).")
 @click.option("--data", default=None, help="stdlib (default), a local file/folder, or a weighted mixture such as "
               "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1.")
-@click.option("--analyze-max", type=int, default=None, help="Longest analysis length (default 1024; 512 with --quick).")
+@click.option("--analyze-max", type=int, default=None, help="Longest analysis length (default 1024; 512 with --quick); "
+              "past 2048 tokens far and sink mass are streamed over key blocks (no L x L matrix).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
