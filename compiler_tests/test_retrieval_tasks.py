@@ -37,8 +37,8 @@ def _answer_by_search(task: str, text: str) -> tuple[int, str]:
 
 
 @pytest.mark.parametrize("task", tasks.TASKS)
-@pytest.mark.parametrize("length", [tasks.min_length("multikey"), 200, 517])
-@pytest.mark.parametrize("depth", [0.0, 0.3, 0.5, 1.0])
+@pytest.mark.parametrize("length", [tasks.min_length("multikey"), 517])
+@pytest.mark.parametrize("depth", [0.0, 0.3, 1.0])
 def test_answer_is_where_it_says_at_the_exact_depth_and_length(task, length, depth):
     b = tasks.generate(task, 6, length, depth=depth, g=make_generator(7, length))
     assert b["tokens"].shape == (6, length) and b["tokens"].dtype == torch.long

@@ -21,7 +21,6 @@ one panel per scheme), accuracy vs length and vs depth, and a loss curve per run
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -29,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from pedsl.evaluate.common import write_json
-from pedsl.tasks import DIGIT_CHANCE, TASKS, generate, min_length
+from pedsl.tasks import TASKS, generate, min_length
 
 SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path", "fox", "path_fox")
 MIXTURE = "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"
@@ -100,7 +99,3 @@ def retrieval_run(run: Path, lengths: list[int], *, depths, samples: int, say, l
                 "step": meta["step"], "context": cfg.context, "wall_time_s": time.perf_counter() - t0})
     write_json(run / "retrieval.json", res)
     return res
-
-
-def chance(metric: str, digits: int = 5) -> float:
-    return DIGIT_CHANCE if metric == "digit_accuracy" else math.pow(DIGIT_CHANCE, digits)

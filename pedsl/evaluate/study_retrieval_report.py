@@ -16,7 +16,6 @@ from __future__ import annotations
 import html as _html
 import math
 from pathlib import Path
-from typing import Any
 
 from pedsl.evaluate import seeds as sd
 from pedsl.evaluate.curves import band_plot, loss_curves
@@ -202,7 +201,7 @@ def far_mass(results: dict, out_dir: Path, ctx: int) -> list[str]:
 # Tables
 
 
-def _cell(r: dict, part: str, *path: str, spec: str = ".2f") -> dict | None:
+def _cell(r: dict, part: str, *path: str) -> dict | None:
     return sd.spread_at((r.get("spread") or {}).get(part), *path)
 
 
