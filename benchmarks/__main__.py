@@ -1,6 +1,6 @@
-"""``python -m benchmarks [SCHEMES...] [options]``: the same command as ``pedsl bench``."""
+"""``python -m benchmarks [SCHEMES...] [options]`` (see benchmarks/cli.py)."""
 
-from pedsl.cli.bench import bench
+from benchmarks.cli import bench
 
 if __name__ == "__main__":
     bench(prog_name="python -m benchmarks")

@@ -2,7 +2,7 @@
 
     python -m benchmarks                              # default schemes, L = 512, 2048; scaling to 8192
     python -m benchmarks rope alibi --lengths 512,2048 --repeats 5 --json out.json
-    pedsl bench rope alibi --lengths 2048 --forward-only
+    python -m benchmarks rope alibi --lengths 2048 --forward-only
 
 For every length and scheme the variants (floor, hand-written, pedsl eager, pedsl compiled with
 ``--compile``) are timed interleaved (see :mod:`benchmarks.measure`), forward and forward +

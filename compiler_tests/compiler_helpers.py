@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 D_MODEL = 24
@@ -51,3 +53,24 @@ def forward_and_grads(mod, q, k, v, x, tokens):
     params = [p for p in mod.parameters()]
     grads = torch.autograd.grad((out * weight).sum(), [q, k, v, *params], allow_unused=True)
     return out.detach(), [g if g is not None else torch.zeros_like(t) for g, t in zip(grads, [q, k, v, *params])]
+
+
+def run_capped(args: list[str], *, timeout: float = 60, mem_gb: float = 2.0, cwd=None,
+               stdin: bytes | None = None) -> tuple[int, str]:
+    """Run ``python ARGS`` in a subprocess with an address-space cap (RLIMIT_AS) and a timeout;
+    (exit code, stdout + stderr). A hang raises subprocess.TimeoutExpired; memory over the cap
+    shows as a MemoryError inside (exit 3 from the CLI, or a traceback)."""
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    def cap() -> None:
+        limit = int(mem_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    env.pop("PEDSL_DEBUG", None)
+    proc = subprocess.run([sys.executable, *args], capture_output=True, timeout=timeout, preexec_fn=cap,
+                          cwd=cwd, env=env, input=stdin)
+    return proc.returncode, proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")

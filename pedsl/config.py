@@ -20,11 +20,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pedsl import limits as L
 from pedsl.errors import ConfigError, did_you_mean
 
 
@@ -35,12 +36,13 @@ class _Frozen(BaseModel):
 class ModelConfig(_Frozen):
     """A decoder-only pre-norm transformer (see :mod:`pedsl.model`)."""
 
-    vocab_size: int = Field(256, ge=2)
-    n_layers: int = Field(2, ge=1)
-    d_model: int = Field(128, ge=2)
-    n_heads: int = Field(4, ge=1)
-    head_dim: int | None = Field(None, ge=2, description="per-head width; default d_model // n_heads")
-    mlp_ratio: float = Field(4.0, gt=0)
+    vocab_size: int = Field(256, ge=2, le=L.MAX_VOCAB)
+    n_layers: int = Field(2, ge=1, le=L.MAX_LAYERS)
+    d_model: int = Field(128, ge=2, le=L.MAX_D_MODEL)
+    n_heads: int = Field(4, ge=1, le=L.MAX_HEADS)
+    head_dim: int | None = Field(None, ge=2, le=L.MAX_HEAD_DIM,
+                                 description="per-head width; default d_model // n_heads")
+    mlp_ratio: float = Field(4.0, gt=0, le=64)
     tie_embeddings: bool = True
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_eps: float = Field(1e-5, gt=0)
@@ -57,6 +59,14 @@ class ModelConfig(_Frozen):
             object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even (rotary schemes pair channels)")
+        if self.head_dim > L.MAX_HEAD_DIM:
+            raise ValueError(f"head_dim {self.head_dim} (d_model // n_heads) is above the limit of {L.MAX_HEAD_DIM}")
+        n = L.model_parameters(vocab_size=self.vocab_size, n_layers=self.n_layers, d_model=self.d_model,
+                               n_heads=self.n_heads, head_dim=self.head_dim, mlp_ratio=self.mlp_ratio,
+                               tie_embeddings=self.tie_embeddings)
+        if n > L.MAX_PARAMETERS:
+            raise ValueError(f"the model would have about {n:,} parameters; the limit is {L.MAX_PARAMETERS:,} "
+                             "(fewer layers, a smaller d_model or mlp_ratio)")
         return self
 
 
@@ -67,12 +77,12 @@ class DataConfig(_Frozen):
     """Where the bytes come from (see :mod:`pedsl.data`)."""
 
     source: DataSource = "stdlib"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=L.MAX_SEED)
     val_fraction: float = Field(0.1, gt=0, lt=1)
-    max_bytes: int = Field(8_000_000, ge=1024, description="read at most this many bytes of text")
+    max_bytes: int = Field(8_000_000, ge=1024, le=L.MAX_TENSOR_BYTES, description="read at most this many bytes of text")
     passkey_digits: int = Field(5, ge=1, le=32, description="answer digits of passkey, multikey and kv")
     multikey_keys: int = Field(3, ge=1, le=64, description="needles of the multikey task (one asked)")
-    block_len: int = Field(16, ge=2, description="latent block length B of the block task")
+    block_len: int = Field(16, ge=2, le=L.MAX_LENGTH, description="latent block length B of the block task")
     block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
 
     @model_validator(mode="after")
@@ -91,24 +101,24 @@ class TrainConfig(_Frozen):
     backend: str = "auto"
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
-    context: int = Field(128, ge=2)
-    steps: int = Field(600, ge=1)
-    batch_size: int = Field(16, ge=1)
+    context: int = Field(128, ge=2, le=L.MAX_LENGTH)
+    steps: int = Field(600, ge=1, le=L.MAX_STEPS)
+    batch_size: int = Field(16, ge=1, le=L.MAX_BATCH)
     lr: float = Field(3e-3, gt=0)
     min_lr: float = Field(3e-4, ge=0)
-    warmup: int = Field(50, ge=0)
+    warmup: int = Field(50, ge=0, le=L.MAX_STEPS)
     weight_decay: float = Field(0.1, ge=0)
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.99, ge=0, lt=1)
     grad_clip: float = Field(1.0, ge=0, description="0 disables clipping")
-    seed: int = 0
-    log_every: int = Field(10, ge=1)
-    eval_every: int = Field(200, ge=1)
-    eval_batches: int = Field(8, ge=1)
-    checkpoint_every: int = Field(200, ge=1)
-    keep_checkpoints: int = Field(2, ge=1)
+    seed: int = Field(0, ge=0, le=L.MAX_SEED)
+    log_every: int = Field(10, ge=1, le=L.MAX_STEPS)
+    eval_every: int = Field(200, ge=1, le=L.MAX_STEPS)
+    eval_batches: int = Field(8, ge=1, le=L.MAX_BATCH)
+    checkpoint_every: int = Field(200, ge=1, le=L.MAX_STEPS)
+    keep_checkpoints: int = Field(2, ge=1, le=1000)
     device: str = "auto"
-    threads: int = Field(0, ge=0, description="torch CPU threads per process; 0: the idle cores (load average)")
+    threads: int = Field(0, ge=0, le=L.MAX_THREADS, description="torch CPU threads per process; 0: the idle cores (load average)")
     compile: bool = False
     flush_denormal: bool = True
 
@@ -116,6 +126,12 @@ class TrainConfig(_Frozen):
     def _check_schedule(self) -> "TrainConfig":
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
+        m = self.model  # the widest activation of a step: logits, the MLP's hidden layer or q, k, v
+        width = max(m.vocab_size, int(m.mlp_ratio * m.d_model), 3 * m.n_heads * m.head_dim)
+        too_big = L.check_tensor("a training step", self.batch_size * self.context * width, 4,
+                                 f"batch {self.batch_size} x context {self.context} x width {width}, float32")
+        if too_big:
+            raise ValueError(too_big + ": a smaller batch_size or context")
         return self
 
     def to_yaml(self) -> str:
@@ -147,14 +163,16 @@ EvalTask = Literal["ppl", "passkey", "blocks"]
 class EvalConfig(_Frozen):
     """Evaluation past the training length (read by :mod:`pedsl.evaluate`)."""
 
-    context: int = Field(128, ge=2, description="training length the defaults scale from")
-    lengths: list[int] | None = Field(None, description="default: context * [1, 2, 4, 8, 16, 32]")
+    context: int = Field(128, ge=2, le=L.MAX_LENGTH, description="training length the defaults scale from")
+    lengths: list[Annotated[int, Field(ge=1, le=L.MAX_LENGTH)]] | None = Field(
+        None, min_length=1, max_length=L.MAX_LIST, description="default: context * [1, 2, 4, 8, 16, 32]")
     tasks: list[EvalTask] = Field(default_factory=lambda: ["ppl", "passkey", "blocks"])
-    windows: int = Field(4, ge=1, description="windows (perplexity) or samples (tasks) per length")
-    batch_size: int = Field(2, ge=1)
-    far_window: int = Field(32, ge=1, description="W of the far-mass instrument")
-    analyze_lengths: list[int] | None = Field(None, description="default: context * [1, 4, 16]")
-    seed: int = 1234
+    windows: int = Field(4, ge=1, le=L.MAX_BATCH, description="windows (perplexity) or samples (tasks) per length")
+    batch_size: int = Field(2, ge=1, le=L.MAX_BATCH)
+    far_window: int = Field(32, ge=1, le=L.MAX_LENGTH, description="W of the far-mass instrument")
+    analyze_lengths: list[Annotated[int, Field(ge=2, le=L.MAX_LENGTH)]] | None = Field(
+        None, min_length=1, max_length=L.MAX_LIST, description="default: context * [1, 4, 16]")
+    seed: int = Field(1234, ge=0, le=L.MAX_SEED)
 
     @model_validator(mode="after")
     def _derive_lengths(self) -> "EvalConfig":
@@ -162,6 +180,11 @@ class EvalConfig(_Frozen):
             object.__setattr__(self, "lengths", [self.context * m for m in (1, 2, 4, 8, 16, 32)])
         if self.analyze_lengths is None:
             object.__setattr__(self, "analyze_lengths", [self.context * m for m in (1, 4, 16)])
+        longest = max(self.lengths)
+        too_big = L.check_tensor("evaluating", self.windows * (longest + 1), 8,
+                                 f"{self.windows} windows of {longest + 1} tokens, int64")
+        if too_big:
+            raise ValueError(too_big + ": fewer windows or shorter lengths")
         return self
 
     def to_yaml(self) -> str:
@@ -314,12 +337,26 @@ def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
 # YAML and validation with readable errors
 
 
+MAX_YAML_BYTES = 1 << 20  # a config is a screenful of settings: more is the wrong file
+
+
 def _read_yaml(path: str | Path) -> dict[str, Any]:
+    from pedsl.fsio import read_bytes
+
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        raw = read_bytes(p, MAX_YAML_BYTES + 1)
+        if len(raw) > MAX_YAML_BYTES:
+            raise ConfigError(f"config file '{p}' is larger than {MAX_YAML_BYTES:,} bytes", file=str(p),
+                              hint="a config is a screenful of settings: is this the right file?")
+        data = yaml.safe_load(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file '{p}' does not exist", file=str(p)) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file '{p}': {exc.strerror or exc}", file=str(p)) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file '{p}' is not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          file=str(p)) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise ConfigError(f"'{p}' is not valid YAML: {getattr(exc, 'problem', exc)}", file=str(p),
@@ -346,5 +383,12 @@ def _validate(cls: type[BaseModel], data: Mapping[str, Any], *, where: str) -> A
             raise ConfigError(f"{where}: unknown setting '{loc}'",
                               hint=did_you_mean(name, owner.model_fields)
                               or f"known: {', '.join(owner.model_fields)}") from None
-        raise ConfigError(f"{where}: invalid value for '{loc or cls.__name__}': {err['msg']} "
-                          f"(got {err.get('input')!r})") from None
+        got = f" (got {err.get('input')!r})" if loc else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        error = ConfigError(f"{where}: invalid value for '{loc or cls.__name__}': {msg}{got}",
+                            hint=_LIMIT_HINT if "less than or equal" in err["msg"] else None)
+        error.field = loc  # the setting at fault, for a positioned diagnostic in `pedsl check`
+        raise error from None
+
+
+_LIMIT_HINT = "pedsl caps the values that size memory or time: see pedsl/limits.py or the README's Safety section"

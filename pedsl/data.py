@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,7 @@ import torch
 
 from pedsl.config import DataConfig
 from pedsl.errors import DataError
+from pedsl.fsio import open_regular, read_bytes
 from pedsl import tasks as _tasks
 
 FILLER = (b"The grass is green. The sky is blue. The sun is yellow. "
@@ -63,10 +65,27 @@ def stdlib_files() -> tuple[Path, list[str]]:
 
 
 def folder_files(root: Path) -> list[str]:
+    """The regular files of a data folder (relative POSIX paths, sorted); FIFOs, devices and sockets
+    are skipped (reading them could block or never end), and a symlink that leaves the folder is
+    refused with a DataError (``/dev/zero`` or a secret file planted in a data folder)."""
+    real_root = os.path.realpath(root)
     files = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, dirnames, filenames in os.walk(root):  # does not follow symlinked folders
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
-        files += [Path(dirpath, f).relative_to(root).as_posix() for f in filenames if not f.startswith(".")]
+        for f in filenames:
+            if f.startswith("."):
+                continue
+            p = os.path.join(dirpath, f)
+            target = os.path.realpath(p)
+            if os.path.commonpath([real_root, target]) != real_root:
+                raise DataError(f"'{p}' is a symlink that leaves the data folder '{root}' (to '{target}')",
+                                hint="copy the file into the folder, or remove the link")
+            try:
+                if not stat.S_ISREG(os.stat(p).st_mode):
+                    continue
+            except OSError:
+                continue
+            files.append(Path(dirpath, f).relative_to(root).as_posix())
     return sorted(files)
 
 
@@ -86,7 +105,8 @@ def _read(root: Path, files: list[str], cap: int) -> bytes:
         if total >= cap:
             break
         try:
-            b = (root / f).read_bytes()
+            with open_regular(root / f) as fh:  # streamed: never more than the bytes still wanted
+                b = fh.read(cap - total)
         except OSError:
             continue
         if b"\0" in b[:4096]:  # binary file
@@ -129,12 +149,19 @@ def load_corpus(cfg: DataConfig) -> Corpus:
             raise DataError(f"data path '{path}' does not exist",
                             hint="use --data stdlib, passkey, blocks, or an existing file or folder")
         if path.is_file():
-            data = path.read_bytes()[: cfg.max_bytes]
+            try:
+                data = read_bytes(path, cfg.max_bytes)  # streamed: a huge file is never read whole
+            except OSError as exc:
+                raise DataError(f"cannot read data file '{path}': {exc.strerror or exc}",
+                                hint="point --data at a readable text file or folder") from None
             if not data:
                 raise DataError(f"data file '{path}' is empty", hint="point --data at a file with text in it")
             cut = len(data) - max(1, int(len(data) * cfg.val_fraction))
             t = torch.frombuffer(bytearray(data), dtype=torch.uint8)
             return Corpus(t[:cut].clone(), t[cut:].clone(), f"file {path}", 1, 1)
+        if not path.is_dir():
+            raise DataError(f"data path '{path}' is neither a regular file nor a folder (a FIFO or a device?)",
+                            hint="point --data at a text file or a folder of them")
         root, files = path, folder_files(path)
         desc = f"folder {path}"
     if not files:

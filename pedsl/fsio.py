@@ -80,4 +80,60 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a surrogate from a file name that is not UTF-8
+        raise OutputError(f"cannot write {path}: its text holds {text[exc.start:exc.end]!r}, which is not UTF-8 "
+                          "(from a file or folder name that is not UTF-8?)",
+                          hint="rename the input file with UTF-8 characters") from None
+    atomic_write_bytes(path, data)
+
+
+# ------------------------------------------------------------------ reading user paths
+
+
+class NotRegularFile(OSError):
+    """A path that is not a regular file (a FIFO, a device, a socket): reading it could block
+    forever or never end, so pedsl refuses it. An OSError, so callers that report OSErrors
+    (with ``exc.strerror``) report this one too."""
+
+
+def open_regular(path: str | Path):
+    """Open ``path`` for binary reading, refusing anything but a regular file.
+
+    Opened non-blocking (a FIFO with no writer would block ``open`` itself), checked with
+    ``fstat`` on the open descriptor (no race with a swapped path), then switched back to
+    blocking reads. Raises FileNotFoundError, IsADirectoryError, :class:`NotRegularFile` or
+    another OSError; every place pedsl reads a user's path goes through here.
+    """
+    import errno
+    import stat
+
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "is a folder, not a file", str(path))
+        if not stat.S_ISREG(mode):
+            kind = "a FIFO" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) \
+                else "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+            raise NotRegularFile(errno.EINVAL, f"not a regular file ({kind})", str(path))
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: str | Path, limit: int | None = None) -> bytes:
+    """The bytes of a regular file, at most ``limit`` of them (streamed: a larger file is never
+    read whole). Raises what :func:`open_regular` raises."""
+    with open_regular(path) as fh:
+        return fh.read() if limit is None else fh.read(limit)
+
+
+def read_text(path: str | Path, limit: int | None = None) -> str:
+    """The UTF-8 text of a regular file (see :func:`read_bytes`); UnicodeDecodeError is a ValueError."""
+    return read_bytes(path, limit).decode("utf-8")

@@ -52,6 +52,11 @@ def setup_torch(threads: int = 0, *, processes: int = 1, flush_denormal: bool = 
     count (0: :func:`auto_threads`); returns the count torch now uses."""
     import torch
 
+    from pedsl.errors import UsageError
+    from pedsl.limits import MAX_THREADS
+
+    if not 0 <= threads <= MAX_THREADS:  # thousands of threads crash or hang torch's pool
+        raise UsageError(f"--threads {threads} is out of range (0 .. {MAX_THREADS}; 0: the idle cores)", code="E994")
     if flush_denormal:
         torch.set_flush_denormal(True)
     torch.set_num_threads(threads or auto_threads(processes))

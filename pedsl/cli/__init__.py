@@ -18,6 +18,7 @@ import sys
 import click
 
 from pedsl.errors import PedslError
+from pedsl.fsio import NotRegularFile
 
 # name -> (module, attribute, one-line help). Keep sorted by workflow, not alphabet.
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -34,7 +35,6 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "compare": ("pedsl.cli.evaluate", "compare", "Train, evaluate and report several schemes side by side."),
     "diff": ("pedsl.cli.diff", "diff", "Show what two scheme variants change."),
     "explain": ("pedsl.cli.diff", "explain", "Summarise what one scheme does."),
-    "bench": ("pedsl.cli.bench", "bench", "Benchmark compiled schemes against the floor and hand-written code."),
 }
 
 
@@ -79,6 +79,12 @@ def report(err: PedslError) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI and map every failure to a diagnostic and exit code."""
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed escaped, never a crash
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):  # pragma: no cover - a stream that cannot be reconfigured
+                pass
     try:
         rv = cli.main(args=argv, prog_name="pedsl", standalone_mode=False)
     except PedslError as err:
@@ -94,6 +100,10 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("pedsl: interrupted", err=True)
         sys.exit(130)
     except BrokenPipeError:
+        sys.exit(1)
+    except NotRegularFile as err:  # a FIFO or device where a file belongs, met by a reader without its own message
+        report(PedslError(f"cannot read '{err.filename}': {err.strerror}", code="E960",
+                          hint="pedsl reads regular files only; give the path of a file"))
         sys.exit(1)
     except Exception as err:  # a bug in pedsl: one paragraph, no traceback
         if os.environ.get("PEDSL_DEBUG"):

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pedsl.errors import CompileError, UsageError
+from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
 
 BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
 
@@ -116,13 +117,16 @@ def graph(file, scheme, params, fmt, backend, no_grad):
 @click.option("--scheme", "scheme", default=None, help="Which scheme of the file.")
 @click.option("-P", "params", multiple=True, help="Override a parameter: -P name=value.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True)
-@click.option("--heads", type=int, default=None, help="Attention heads (default: the training preset's).")
-@click.option("--head-dim", type=int, default=None, help="Head dimension (default: the training preset's).")
-@click.option("--d-model", type=int, default=None, help="Model width, for schemes that read x.")
+@click.option("--heads", type=click.IntRange(1, MAX_HEADS), default=None,
+              help="Attention heads (default: the training preset's).")
+@click.option("--head-dim", type=click.IntRange(2, MAX_HEAD_DIM), default=None,
+              help="Head dimension (default: the training preset's).")
+@click.option("--d-model", type=click.IntRange(2, MAX_D_MODEL), default=None,
+              help="Model width, for schemes that read x.")
 def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     """Write OUT/<scheme>.py (a standalone torch module) and OUT/train.yaml, OUT/eval.yaml."""
     from pedsl.compiler import compile_graph
-    from pedsl.compiler.codegen import generate
+    from pedsl.compiler.codegen import generate, module_file_name
     from pedsl.config import resolve_eval_config
     from pedsl.fsio import atomic_write_text, ensure_dir
 
@@ -133,17 +137,29 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
         raise CompileError("no fast backend can run this scheme")
     code = generate(sch, g, d_model=d_model if sch.needs_x else None)
     model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim})
-    train_cfg = cfg.model_copy(update={"scheme": str(Path(file)), "backend": backend, "model": model})
+    train_cfg = cfg.model_copy(update={"scheme": _scheme_reference(file, out), "backend": backend, "model": model})
     eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)
     out_dir = ensure_dir(out)
     files = {
-        out_dir / f"{sch.name}.py": code,
+        out_dir / module_file_name(sch): code,
         out_dir / "train.yaml": _yaml_header(sch, "training") + train_cfg.to_yaml(),
         out_dir / "eval.yaml": _yaml_header(sch, "evaluation") + eval_cfg.to_yaml(),
     }
     for path, text in files.items():
         atomic_write_text(path, text)
     click.echo(f"compiled {sch.name} (backend {g.graph['backend']}) -> " + ", ".join(str(p) for p in files))
+
+
+def _scheme_reference(file: str, out: str) -> str:
+    """How train.yaml names the scheme so it works from any folder: a library name as given, a path
+    relative to the YAML's folder (``pedsl train`` resolves it against that folder)."""
+    import os
+
+    from pedsl.lang.library import is_library_name
+
+    if is_library_name(file):
+        return file
+    return Path(os.path.relpath(os.path.abspath(file), os.path.abspath(out))).as_posix()
 
 
 def _yaml_header(sch, what: str) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from pedsl.errors import PedslError, UsageError
+from pedsl.limits import MAX_SEED
 
 
 def _fail(err: PedslError) -> None:
@@ -76,7 +77,7 @@ def load_side(target: str, scheme: str | None, shared: dict, own: dict, label: s
 @click.option("--plot", metavar="FILE", help="Draw both schemes' curves to FILE (implies --numeric).")
 @click.option("--lmax", default=256, show_default=True, type=click.IntRange(1, 8192), help="Largest distance.")
 @click.option("--samples", default=8, show_default=True, type=click.IntRange(1, 1024), help="Random unit vectors.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for vectors, data and learned parameters.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Seed for vectors, data and learned parameters.")
 def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, numeric, plot, lmax, samples, seed):
     """Show what scheme B changes relative to scheme A: edits, meaning, numbers.
 
@@ -156,7 +157,14 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
 def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None) -> dict:
     from pedsl.diffing import numeric as N
     from pedsl.errors import EvalError, OutputError
+    from pedsl.limits import check_tensor
 
+    for s in (sa, sb):  # the sampled inputs: (samples, lmax + STARTS, heads * head_dim) float64
+        too_big = check_tensor("diff --numeric", samples * (lmax + N.STARTS) * s.heads * s.head_dim, 8,
+                               f"{samples} samples x {lmax + N.STARTS} positions x {s.heads * s.head_dim} "
+                               f"channels of {s.name}, float64")
+        if too_big:
+            raise UsageError(too_big, code="E994", hint="lower --samples or --lmax")
     try:
         ca = N.curves(sa, lmax=lmax, samples=samples, seed=seed)
         cb = N.curves(sb, lmax=lmax, samples=samples, seed=seed)

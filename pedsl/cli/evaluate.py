@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from pedsl import limits as L
 from pedsl.errors import UsageError
 
 TASKS = ("ppl", "passkey", "blocks")
@@ -41,9 +42,10 @@ def _sets(items: tuple[str, ...]) -> dict:
 @click.option("--lengths", default=None, help="Comma list of lengths in tokens (default: the scheme's eval "
               "block, or training length x 1..32).")
 @click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks (default: all).")
-@click.option("--windows", type=int, default=None, help="Windows (ppl) or samples (tasks) per length.")
+@click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
+              help="Windows (ppl) or samples (tasks) per length.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
@@ -69,13 +71,15 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
 @click.argument("run_dir", metavar="RUN_DIR")
 @click.option("--lengths", default=None, help="Comma list of lengths (default: training length x 1, 2, 4 ... up "
               "to --max-length).")
-@click.option("--window", "window", type=int, default=None, help="W of the far-mass instrument (default: eval config, 32).")
-@click.option("--samples", type=int, default=1, show_default=True, help="Windows per length.")
-@click.option("--max-length", type=int, default=1024, show_default=True,
+@click.option("--window", "window", type=click.IntRange(1, L.MAX_LENGTH), default=None,
+              help="W of the far-mass instrument (default: eval config, 32).")
+@click.option("--samples", type=click.IntRange(1, L.MAX_BATCH), default=1, show_default=True,
+              help="Windows per length.")
+@click.option("--max-length", type=click.IntRange(2, L.MAX_LENGTH), default=1024, show_default=True,
               help="Longest default length ((B, H, L, L) matrices are materialised).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Output JSON (default RUN_DIR/analysis.json).")
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
@@ -94,14 +98,17 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
 @click.command("compare")
 @click.argument("schemes", nargs=-1, metavar="[SCHEMES...]")
 @click.option("--preset", default="tiny", show_default=True, help="Model size: tiny, small or base.")
-@click.option("--steps", type=int, default=None, help="Training steps per scheme (default: the preset's; "
+@click.option("--steps", type=click.IntRange(1, L.MAX_STEPS), default=None,
+              help="Training steps per scheme (default: the preset's; "
               "150 with --quick).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default="compare", show_default=True,
               help="Study directory (runs, report.md, report.html, plots).")
 @click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32; "
               "any length works, e.g. up to 128x: perplexity runs one window at a time).")
-@click.option("--windows", type=int, default=None, help="Windows / samples per length (default 8; 2 with --quick).")
-@click.option("--seed", type=int, default=None, help="Seed of every run (default: the preset's, 0).")
+@click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
+              help="Windows / samples per length (default 8; 2 with --quick).")
+@click.option("--seed", type=click.IntRange(0, L.MAX_SEED), default=None,
+              help="Seed of every run (default: the preset's, 0).")
 @click.option("--seeds", default=None, help="Comma list of seeds, e.g. 0,1,2: every scheme is trained once per "
               "seed and every number is reported as mean [min, max] (overrides --seed).")
 @click.option("--study", type=click.Choice(["retrieval"]), default=None,
@@ -109,10 +116,11 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
               "on a text + retrieval-task mixture; see README).")
 @click.option("--data", default=None, help="stdlib (default), a local file/folder, or a weighted mixture such as "
               "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1.")
-@click.option("--analyze-max", type=int, default=None, help="Longest analysis length (default 1024; 512 with --quick); "
-              "past 2048 tokens far and sink mass are streamed over key blocks (no L x L matrix).")
+@click.option("--analyze-max", type=click.IntRange(2, L.MAX_LENGTH), default=None,
+              help="Longest analysis length (default 1024; 512 with --quick); past 2048 tokens far and sink mass "
+              "are streamed over key blocks (no L x L matrix).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, study, data, analyze_max, sets, threads, quick,

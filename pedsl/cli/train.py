@@ -53,6 +53,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
           compile_, sets, params, resume, quiet):
     """Train a small byte-level language model whose attention is the scheme."""
     from pedsl.config import TrainConfig, resolve_train_config
+    from pedsl.lang.library import scheme_file
     from pedsl.train.attention import load_scheme
 
     overrides = {"steps": steps, "context": context, "preset": preset, "batch_size": batch_size, "lr": lr,
@@ -64,8 +65,10 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     if src.suffix in (".yaml", ".yml"):
         base = TrainConfig.from_yaml(src)
         scheme_path = Path(base.scheme)
-        if not scheme_path.is_absolute() and not scheme_path.exists() and (src.parent / scheme_path).exists():
-            scheme_path = src.parent / scheme_path
+        if not scheme_path.is_absolute() and (src.parent / scheme_path).is_file():
+            scheme_path = src.parent / scheme_path  # relative to the YAML's folder (as `pedsl compile` writes it)
+        else:
+            scheme_path = scheme_file(base.scheme)  # as given (from the current folder), or a library name
         merged_params = {**base.params, **cli_params}
         scheme = load_scheme(scheme_path, merged_params)
         block = base.model_dump(mode="json")
@@ -74,6 +77,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         cfg = resolve_train_config(scheme=str(scheme_path), params=merged_params, block=block,
                                    overrides={**{k: v for k, v in overrides.items() if v is not None}})
     else:
+        src = scheme_file(source)  # a path, or the name of a library scheme
         if not src.exists():
             from pedsl.errors import ConfigError
 

@@ -31,10 +31,12 @@ from typing import Any, Callable
 
 import torch
 
+from pedsl.errors import EvalError
 from pedsl.evaluate import instruments as ins
 from pedsl.evaluate.common import eval_config, open_run, write_json
 from pedsl.evaluate.eval_run import validation_data
 from pedsl.evaluate.perplexity import window_ends, windows_at
+from pedsl.limits import check_tensor
 
 MAX_LENGTH = 1024
 DENSE_MAX = 2048  # longer analysis lengths stream far / sink mass over key blocks
@@ -63,6 +65,11 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
     ecfg = eval_config(cfg, meta["scheme"], {"far_window": window})
     W = ecfg.far_window
     lens = sorted(set(lengths)) if lengths else default_lengths(cfg.context, max_length)
+    longest = max(lens)  # attention probabilities are materialised: (samples, heads, L, L) float32
+    too_big = check_tensor("analyze", samples * cfg.model.n_heads * longest * longest, 4,
+                           f"{samples} samples x {cfg.model.n_heads} heads x {longest} x {longest}, float32")
+    if too_big:
+        raise EvalError(too_big, hint="lower --samples or the lengths (--lengths, --max-length)")
     data = validation_data(cfg)
     notes = []
     if any(t["op"] == "accumulate_householder" for blk in model.blocks for t in getattr(blk.attn.pe, "transforms", [])):

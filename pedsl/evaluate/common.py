@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pedsl.errors import CheckpointError, EvalError, PedslError
+from pedsl.fsio import read_text
+from pedsl.limits import MAX_LENGTH, MAX_LIST
 
 
 def progress(quiet: bool) -> Callable[[str], None]:
@@ -75,9 +77,9 @@ def _eval_attention(run: Path):
 
         cfg = TrainConfig.from_yaml(run / "config.yaml")
         ckpts = ck.list_checkpoints(run / "checkpoints")
-        name = json.loads((ckpts[-1] / "state.json").read_text()).get("scheme_name") if ckpts else None
+        name = json.loads(read_text(ckpts[-1] / "state.json")).get("scheme_name") if ckpts else None
         scheme = load_scheme(run / "scheme.pe", cfg.params, name)
-        recorded = (run / "scheme.sha256").read_text().strip()
+        recorded = read_text(run / "scheme.sha256").strip()
         if scheme.source_hash != recorded:
             return None
     except Exception:  # noqa: BLE001 - load_run produces the precise diagnostic
@@ -122,7 +124,7 @@ def write_text(path: str | Path, text: str) -> None:
 def read_json(path: str | Path) -> Any | None:
     """Parsed JSON, or None when the file is missing or unreadable (a half-written study)."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(read_text(path))
     except (OSError, ValueError):
         return None
 
@@ -150,7 +152,12 @@ def parse_lengths(text: str | None) -> list[int] | None:
                             hint="e.g. --lengths 128,256,512,1024") from None
         if v < 2:
             raise EvalError(f"--lengths: {v} is too short (at least 2 tokens)")
+        if v > MAX_LENGTH:
+            raise EvalError(f"--lengths: {v:,} is above the limit of {MAX_LENGTH:,} tokens",
+                            hint="see pedsl/limits.py (the README's Safety section)")
         out.append(v)
+    if len(set(out)) > MAX_LIST:
+        raise EvalError(f"--lengths: {len(set(out)):,} lengths; the limit is {MAX_LIST:,}")
     return sorted(set(out))
 
 

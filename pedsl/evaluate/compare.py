@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from pedsl.errors import ConfigError, OutputError, PedslError
 from pedsl.evaluate.common import read_json, write_json, write_text
+from pedsl.fsio import read_text
 
 DEFAULT_SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path")
 QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
@@ -35,30 +36,15 @@ WINDOWS = 8  # windows (ppl) and samples (tasks) per length: 8 x L_train scored 
 
 def resolve_schemes(names: list[str]) -> list[tuple[str, Path]]:
     """Scheme names (from the library) or .pe paths -> [(run name, path)]."""
-    from pedsl.lang.resolve import library_dir
+    from pedsl.lang.library import looks_like_path, scheme_file
 
     items = list(names) or list(DEFAULT_SCHEMES)
     out: list[tuple[str, Path]] = []
-    lib = None
     for item in items:
-        p = Path(item)
-        if p.suffix == ".pe" or os.sep in item or p.exists():
-            if not p.is_file():
-                raise ConfigError(f"scheme file '{item}' does not exist", file=item)
-            out.append((p.stem, p))
-            continue
-        lib = lib or library_dir()
-        if not lib.is_dir():
-            raise ConfigError("the scheme library folder was not found (schemes/ next to the pedsl package)",
-                              hint="name the .pe files to compare explicitly")
-        cand = lib / f"{item}.pe"
-        if not cand.is_file():
-            from pedsl.errors import did_you_mean
-
-            known = [f.stem for f in lib.glob("*.pe")]
-            raise ConfigError(f"no scheme '{item}' in the library {lib}",
-                              hint=did_you_mean(item, known) or f"known: {', '.join(sorted(known))}")
-        out.append((item, cand))
+        p = scheme_file(item)  # a path as given, or the library's <item>.pe (did-you-mean otherwise)
+        if not p.is_file():
+            raise ConfigError(f"scheme file '{item}' does not exist", file=item)
+        out.append((p.stem if looks_like_path(item) else item, p))
     names_seen: set[str] = set()
     for name, _ in out:
         if name in names_seen:
@@ -114,7 +100,7 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
         except PedslError:
             saved = None
     same = saved is not None and saved.digest() == cfg.digest()
-    sha = (run / "scheme.sha256").read_text().strip() if (run / "scheme.sha256").exists() else None
+    sha = read_text(run / "scheme.sha256").strip() if (run / "scheme.sha256").exists() else None
     same = same and sha == scheme.source_hash
     if done and same and done.get("steps") == cfg.steps:
         say(f"{name}: reusing the finished run {run}")

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from pedsl import limits
 from pedsl.lang import ast
 
 
@@ -132,15 +133,15 @@ def _show(v: Any) -> str:
 def _op(op: str, a: float, b: float, node) -> float:
     try:
         if op == "+":
-            return a + b
+            return _finite(a + b, node)
         if op == "-":
-            return a - b
+            return _finite(a - b, node)
         if op == "*":
-            return a * b
+            return _finite(a * b, node)
         if op == "/":
             if b == 0:
                 raise EvalIssue("division by zero", node)
-            r = a / b
+            r = _finite(a / b, node)
             return int(r) if isinstance(a, int) and isinstance(b, int) and r.is_integer() else r
         if op == "**":
             if isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b * math.log2(abs(a)) > 1024:
@@ -148,7 +149,7 @@ def _op(op: str, a: float, b: float, node) -> float:
             r = a**b
             if isinstance(r, complex):
                 raise EvalIssue("a negative number to a fractional power", node)
-            return r
+            return _finite(r, node)
     except OverflowError:
         raise EvalIssue("number too large", node) from None
     raise EvalIssue(f"unknown operator {op}", node)  # pragma: no cover
@@ -206,9 +207,13 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     if spec is None:
         raise EvalIssue(f"unknown function '{node.func}'", node)
     bound = bind_args(node, spec.params)
-    if node.func == "linear" or node.func in ("embedding", "shortconv", "normalize", "frozen_random"):
+    if node.func in _ARG_RULES:  # the static arguments of a run-time builtin: checked now, not at run time
+        checked = _check_args(node, bound, env, depth)
+        if node.func == "log_length" and isinstance(env.values.get("position"), int) and "length" in checked:
+            i = env.values["position"]  # a probe at one query position (the checker's)
+            return max(1.0, math.log(i + 1) / math.log(checked["length"]))
         return DYNAMIC
-    if node.func in ("rotate", "accumulate", "rotation", "householder", "log_length"):
+    if node.func in ("normalize", "rotate", "accumulate", "rotation", "householder"):
         return DYNAMIC
     vals = {}
     for k, v in bound.items():
@@ -222,9 +227,51 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     if fn is None:  # pragma: no cover - every static builtin has an implementation
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:
-        return fn(env, node, **vals)
+        out = fn(env, node, **vals)
     except (ValueError, ZeroDivisionError, OverflowError) as exc:
         raise EvalIssue(f"{node.func}(): {exc}", node) from None
+    if isinstance(out, Vec):
+        for v in out.values:
+            _finite(v, node, f"{node.func}() gives")
+    elif isinstance(out, float):
+        _finite(out, node, f"{node.func}() gives")
+    return out
+
+
+def _finite(v: Any, node, what: str = "this gives") -> Any:
+    """v, or an EvalIssue when it is infinite, NaN or beyond float32 (it would overflow in a tensor)."""
+    if isinstance(v, float) and not (math.isfinite(v) and abs(v) <= limits.FLOAT32_MAX):
+        shown = "NaN" if math.isnan(v) else f"{v:g}"
+        raise EvalIssue(f"{what} {shown}: not a finite number in float32 (overflow)", node,
+                        hint="static values must stay within +-3.4e38; rescale the constants")
+    return v
+
+
+# Static arguments of builtins, checked wherever the call is evaluated (the checker evaluates every
+# transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
+_ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
+    "log_length": {"length": (1, math.inf, True, "ln(length) divides: it must be > 1")},
+    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap")},
+    "shortconv": {"width": (1, limits.MAX_RANK, False, "taps of the convolution")},
+    "frozen_random": {"seed": (0, limits.MAX_SEED, False, "a torch seed")},
+    "embedding": {"init": (0, limits.FLOAT32_MAX, False, "a standard deviation")},
+}
+
+
+def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict[str, float]:
+    out = {}
+    for name, (lo, hi, open_lo, meaning) in _ARG_RULES[node.func].items():
+        arg = bound.get(name)
+        if not isinstance(arg, ast.Node):
+            continue  # the default
+        v = evaluate(arg, env, depth + 1)
+        if v is DYNAMIC or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue  # the type checker reports non-numbers
+        if v < lo or (open_lo and v == lo) or v > hi:
+            rng = f"> {lo:g}" if open_lo and hi == math.inf else f"{lo:g} .. {hi:g}" if hi < 1e30 else f">= {lo:g}"
+            raise EvalIssue(f"{node.func}(): {name} = {v:g} is out of range ({rng}; {meaning})", arg)
+        out[name] = v
+    return out
 
 
 # ------------------------------------------------------------------ implementations
@@ -260,14 +307,28 @@ def _ntk_base(base: float, factor: float, rot_dim: int) -> float:
     return base * factor ** (rot_dim / (rot_dim - 2))
 
 
+def _scaling(node, base, factor, original=1.0) -> tuple[float, float, float]:
+    """The shared arguments of the context-extension grids: base > 1, factor > 0, original > 0."""
+    base, factor, original = (_num(v, node, w) for v, w in ((base, "base"), (factor, "factor"), (original, "original")))
+    if base <= 1:
+        raise EvalIssue(f"{node.func}(): the base must be > 1, got {base:g}", node)
+    if factor <= 0:
+        raise EvalIssue(f"{node.func}(): the factor must be > 0, got {factor:g}", node)
+    if original <= 0:
+        raise EvalIssue(f"{node.func}(): the original length must be > 0, got {original:g}", node,
+                        hint="original is the training length the grid was made for")
+    return base, factor, original
+
+
 def _ntk(env, node, base, factor):
     p = _pairs(env, node)
-    return Vec("pair", geometric_values(_ntk_base(_num(base, node, "base"), _num(factor, node, "factor"), 2 * p), p))
+    base, factor, _ = _scaling(node, base, factor)
+    return Vec("pair", geometric_values(_ntk_base(base, factor, 2 * p), p))
 
 
 def _dynamic_ntk(env, node, base, factor, original):
     p = _pairs(env, node)
-    base, factor, original = (_num(v, node, w) for v, w in ((base, "base"), (factor, "factor"), (original, "original")))
+    base, factor, original = _scaling(node, base, factor, original)
     n = env.n if env.n is not None else original
     if n > original:
         s = factor * n / original - (factor - 1)
@@ -277,7 +338,8 @@ def _dynamic_ntk(env, node, base, factor, original):
 
 def _yarn(env, node, base, factor, original, alpha, beta):
     p = _pairs(env, node)
-    base, s, orig, alpha, beta = (float(v) for v in (base, factor, original, alpha, beta))
+    base, s, orig = _scaling(node, base, factor, original)
+    alpha, beta = _num(alpha, node, "alpha"), _num(beta, node, "beta")
     if beta <= alpha:
         raise EvalIssue(f"yarn(): beta ({beta:g}) must exceed alpha ({alpha:g})", node)
     out = []
@@ -290,7 +352,10 @@ def _yarn(env, node, base, factor, original, alpha, beta):
 
 def _llama3(env, node, base, factor, original, low_freq_factor, high_freq_factor):
     p = _pairs(env, node)
-    base, factor, orig, lo, hi = (float(v) for v in (base, factor, original, low_freq_factor, high_freq_factor))
+    base, factor, orig = _scaling(node, base, factor, original)
+    lo, hi = _num(low_freq_factor, node, "low_freq_factor"), _num(high_freq_factor, node, "high_freq_factor")
+    if lo <= 0:
+        raise EvalIssue(f"llama3(): low_freq_factor must be > 0, got {lo:g}", node)
     if hi <= lo:
         raise EvalIssue("llama3(): high_freq_factor must exceed low_freq_factor", node)
     low_wavelen, high_wavelen = orig / lo, orig / hi
@@ -363,8 +428,11 @@ def alibi_slopes(heads: int) -> tuple[float, ...]:
 
 
 def _slopes(env, node, heads):
-    h = int(_num(heads, node, "heads"))
-    return Vec("head", alibi_slopes(h))
+    h = _num(heads, node, "heads")
+    if not 1 <= h <= limits.MAX_HEADS:
+        raise EvalIssue(f"slopes(): {h:g} heads is out of range (1 .. {limits.MAX_HEADS})", node,
+                        hint="slopes(heads) gives one slope per attention head")
+    return Vec("head", alibi_slopes(int(h)))
 
 
 def _unary(fn):

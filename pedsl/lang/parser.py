@@ -356,7 +356,9 @@ def read_bytes(path: Path) -> bytes:
     A huge file (or an endless one such as /dev/zero) is refused with E102 after reading
     MAX_BYTES + 1 bytes, so every input is answered quickly; OSError propagates to the caller.
     """
-    with open(path, "rb") as fh:
+    from pedsl.fsio import open_regular
+
+    with open_regular(path) as fh:  # a FIFO or a device is refused (it could block or never end)
         data = fh.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:
             try:

@@ -24,10 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from pedsl.errors import CheckError, Diagnostic, DiagnosticSink, ParamError, ParseError, PedslError, did_you_mean
-from pedsl.lang import ast
+from pedsl.lang import ast, bounds
+from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
 from pedsl.lang.evaluate import DYNAMIC, channel_ranges, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source, walk
+from pedsl.lang.library import library_dir, scheme_file
 from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.scheme import (
     ChannelGroup,
@@ -64,9 +66,12 @@ class Loader:
         self.cache: dict[str, Source] = {}
 
     def load_path(self, path: Path, stack: tuple[str, ...] = ()) -> Source:
-        key = str(path.resolve())
+        key = str(real_path(path))
         if key in self.cache:
             return self.cache[key]
+        if len(self.cache) >= MAX_IMPORTS:
+            raise CheckError(f"more than {MAX_IMPORTS} .pe files are imported (loading {path})", code="E208",
+                             file=str(path), line=1, col=1, hint="import fewer files (see pedsl/limits.py)")
         try:
             data = read_bytes(path)
         except FileNotFoundError:
@@ -91,7 +96,17 @@ class Loader:
             self.cache[key] = src
         sink = DiagnosticSink(file=file, source=text)
         for imp in module.imports:
-            target = (base_dir / imp.path).resolve()
+            if len(stack) >= MAX_IMPORT_DEPTH:
+                line, col = (imp.span.line, imp.span.col) if imp.span else (None, None)
+                sink.add("E208", f"imports nested more than {MAX_IMPORT_DEPTH} files deep", line=line, col=col,
+                         hint="import the base schemes directly instead of through a long chain of files")
+                break
+            try:
+                target = real_path(base_dir / imp.path)
+            except CheckError as err:
+                line, col = (imp.span.line, imp.span.col) if imp.span else (None, None)
+                sink.add("E209", f"cannot import '{imp.path}': {err}", line=line, col=col, hint=err.hint)
+                continue
             if not target.is_file() and (library_dir() / imp.path).is_file():
                 target = (library_dir() / imp.path).resolve()  # a library scheme, from any folder
             line, col = (imp.span.line, imp.span.col) if imp.span else (None, None)
@@ -112,11 +127,16 @@ class Loader:
         return src
 
 
-def library_dir() -> Path:
-    """The scheme library: the installed copy (pedsl/schemes) or the checkout's schemes/."""
-    pkg = Path(__file__).resolve().parent.parent
-    installed = pkg / "schemes"
-    return installed if installed.is_dir() else pkg.parent / "schemes"
+def real_path(path: Path) -> Path:
+    """``path.resolve()``, or a CheckError for a symlink loop (or a name the OS refuses)."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        what = "a symlink loop" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40 else \
+            (getattr(exc, "strerror", None) or str(exc))
+        raise CheckError(f"cannot resolve {path}: {what}", code="E209", file=str(path), line=1, col=1,
+                         hint="fix or remove the symlink") from None
+
 
 
 def looks_like_text(x: str) -> bool:
@@ -126,7 +146,7 @@ def looks_like_text(x: str) -> bool:
 def load_source(path_or_text: str | Path, loader: Loader | None = None) -> Source:
     loader = loader or Loader()
     if isinstance(path_or_text, Path) or not looks_like_text(path_or_text):
-        return loader.load_path(Path(path_or_text))
+        return loader.load_path(scheme_file(path_or_text))  # a path, or the name of a library scheme
     return loader.load_text(path_or_text, "<text>")
 
 
@@ -547,7 +567,7 @@ class Resolver:
                 self.report("E205", f"'{n}' shadows a builtin name or keyword", loc.stmt, src=loc.src)
         for n in m.lets:
             self.let_type(n)
-        if self.check_let_sizes(lets):
+        if self.check_let_sizes(lets) or self.check_structure():
             return None, self.diags
         heads = int(self.values.get("heads", self.structural["heads"]))
         head_dim = int(self.values.get("head_dim", self.structural["head_dim"]))
@@ -558,8 +578,11 @@ class Resolver:
         transports = self.resolve_transports(env, lets, groups)
         biases = self.resolve_bias(lets)
         temperature = self.resolve_temperature(lets)
+        self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
         evals = self.resolve_section(m.eval, env, "eval")
+        self.check_block("train", m.train, train, train)
+        self.check_block("eval", m.eval, evals, train)
         allow = self.resolve_allow()
         if any(d.severity == "error" for d in self.diags):
             return None, self.diags
@@ -587,6 +610,55 @@ class Resolver:
         for d in lint(scheme, self):
             self.diags.append(d)
         return scheme, self.diags
+
+    # limits (pedsl/limits.py) and values that would fail later -------------
+    def check_structure(self) -> bool:
+        """heads / head_dim within their caps, before anything is sized by them."""
+        bad = False
+        for name in ("heads", "head_dim"):
+            msg = bounds.structural_issue(name, self.values.get(name, self.structural[name]))
+            if msg is None:
+                continue
+            bad = True
+            if name in self.m.params:
+                loc = self.m.params[name]
+                self.report("E212", msg, loc.stmt, src=loc.src, hint=f"choose a smaller {name}")
+            else:
+                decl = next((d for d in self.src.module.schemes if d.name == self.m.name), None)
+                how = "-P" if name in self.overrides else "the model's shape (--heads / --head-dim)"
+                self.report("E303", msg + f" (from {how})", decl, src=self.src, hint=f"choose a smaller {name}")
+        return bad
+
+    def check_values(self, env: StaticEnv, lets, temperature) -> None:
+        """Static builtin arguments, biases and the temperature, probed where they are used."""
+        seen: set = set()
+        for loc in self.m.transports:
+            self._current = loc.src
+            bounds.check_calls(inline_lets(loc.stmt.value, lets), env, self.report, seen)
+        if self.m.bias is not None:
+            self._current = self.m.bias.src
+            value = inline_lets(self.m.bias.stmt.value, lets)
+            bounds.check_calls(value, env, self.report, seen)
+            if not _errors(self.diags):
+                bounds.probe(value, env, self.report, "the bias")
+        if temperature is not None:
+            self._current = self.m.temperature.src
+            bounds.check_calls(temperature, env, self.report, seen)
+            if not _errors(self.diags):
+                bounds.probe(temperature, env, self.report, "the temperature", bound=bounds.MAX_TEMPERATURE)
+
+    def check_block(self, which: str, table: dict[str, Located], values: dict[str, Any], train: dict[str, Any]) -> None:
+        """A train/eval block through the config models the commands use (caps, ranges)."""
+        if not table or _errors(self.diags):
+            return
+        msg, fld, hint = bounds.config_issue(which, values, train)
+        if not msg:
+            return
+        parts = (fld or "").split(".")
+        at = next((loc for key, loc in table.items() if key in (fld, parts[0], parts[-1], ".".join(parts[:2]))),
+                  next(iter(table.values())))
+        self._current = at.src
+        self.report("E213", msg, at.stmt, hint=hint)
 
     def resolve_groups(self, env: StaticEnv, head_dim: int) -> dict[str, ChannelGroup]:
         groups: dict[str, ChannelGroup] = {}

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pedsl.errors import CheckpointError, ConfigError, EvalError, PedslError
+from pedsl.fsio import read_text
 
 __all__ = ["load_run", "train"]
 
@@ -72,10 +73,10 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     name = None
     if ckpts:
         try:
-            name = json.loads((ckpts[-1] / "state.json").read_text()).get("scheme_name")
+            name = json.loads(read_text(ckpts[-1] / "state.json")).get("scheme_name")
         except (OSError, ValueError):
             pass
-    recorded = hash_file.read_text().strip() if hash_file.exists() else None
+    recorded = read_text(hash_file).strip() if hash_file.exists() else None
     scheme, first_err = None, None
     candidates = () if attention is not None else (src_file, Path(cfg.scheme) if cfg.scheme else None)
     for candidate in candidates:
@@ -110,7 +111,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     ck.load_into(model, None, model_t, {}, state)
     model.to(device).eval()
     done_file = run / "DONE.json"
-    done = json.loads(done_file.read_text()) if done_file.exists() else None
+    done = json.loads(read_text(done_file)) if done_file.exists() else None
     meta: dict[str, Any] = {"step": int(state["step"]), "checkpoint": path, "scheme": scheme,
                             "scheme_hash": attn.source_hash, "done": done, "run_dir": run}
     return model, cfg, meta

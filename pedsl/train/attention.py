@@ -20,6 +20,7 @@ from torch import nn
 
 from pedsl.config import ModelConfig, TrainConfig
 from pedsl.errors import CompileError
+from pedsl.fsio import read_text
 
 Factory = Callable[[int], nn.Module]
 
@@ -69,7 +70,7 @@ def imported_files(path: str | Path | None) -> dict[str, str]:
             except ValueError:
                 continue
             if rel not in out and target.is_file():
-                out[rel] = target.read_text()
+                out[rel] = read_text(target)
                 todo.append(target)
     return out
 

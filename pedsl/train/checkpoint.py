@@ -30,7 +30,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from pedsl.errors import CheckpointError
-from pedsl.fsio import fsync_dir
+from pedsl.fsio import fsync_dir, read_bytes, read_text
 
 PREFIX = "step_"
 
@@ -158,7 +158,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     """(model tensors, optimizer tensors, state) of one checkpoint, verified against its hashes."""
     state_file = path / "state.json"
     try:
-        state = json.loads(state_file.read_text())
+        state = json.loads(read_text(state_file))
         files = state["files"]
         int(state["step"])
     except FileNotFoundError:
@@ -171,7 +171,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     for name in ("model.safetensors", "optim.safetensors"):
         f = path / name
         try:
-            data = f.read_bytes()
+            data = read_bytes(f)
         except FileNotFoundError:
             raise CheckpointError(f"checkpoint file '{f}' is missing", file=str(f),
                                   hint=f"delete '{path}' to resume from an older checkpoint") from None

@@ -62,9 +62,22 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
                               hint="use --device cpu (or auto)")
         return torch.device("cuda", local_rank)
     try:
-        return torch.device(name)
+        dev = torch.device(name)
     except RuntimeError:
         raise ConfigError(f"unknown device '{name}'", hint="use auto, cpu, cuda or cuda:N") from None
+    if dev.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"device '{name}' was asked for but CUDA is not available", hint="use --device cpu (or auto)")
+        if dev.index is not None and dev.index >= count:
+            raise ConfigError(f"device '{name}' does not exist: this machine has {count} CUDA device(s), "
+                              f"cuda:0 .. cuda:{count - 1}", hint="use --device cuda (or auto)")
+    elif dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"device '{name}' was asked for but MPS is not available", hint="use --device cpu (or auto)")
+    elif dev.type != "cpu":
+        raise ConfigError(f"device '{name}' cannot train a model", hint="use auto, cpu, cuda, cuda:N or mps")
+    return dev
 
 
 def setup(device: str = "auto") -> Dist:

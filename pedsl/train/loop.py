@@ -22,7 +22,7 @@ import torch
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
-from pedsl.fsio import atomic_write_text
+from pedsl.fsio import atomic_write_text, read_text
 from pedsl.model import TransformerLM
 from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
@@ -107,7 +107,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """Keep the metrics of steps <= ``step`` (lines written after the checkpoint are redone)."""
     keep = []
     if path.exists():
-        for line in path.read_text().splitlines():
+        for line in read_text(path).splitlines():
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:  # a half-written last line after a crash
@@ -208,7 +208,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 raise TrainError(
                     f"the training loss became {loss_value} at step {step + 1}; stopped before updating "
                     f"the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
-                    hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl bench / check)")
+                    hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl check)")
             optim.zero_grad(set_to_none=True)
             loss.backward()
             grad_norm = float(torch.nn.utils.clip_grad_norm_(
@@ -218,7 +218,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 raise TrainError(
                     f"the gradient norm became {grad_norm} at step {step + 1} (loss {loss_value:.4f}); stopped "
                     f"before updating the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
-                    hint="lower --lr, or check the scheme's backward numerics (pedsl bench / check)")
+                    hint="lower --lr, or check the scheme's backward numerics (pedsl check)")
             optim.step()
             done = step + 1
             t_train += time.perf_counter() - t0

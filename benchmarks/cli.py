@@ -1,40 +1,26 @@
-"""``pedsl bench [SCHEMES...]``: time compiled schemes against the attention floor and the usual code.
+"""``python -m benchmarks [SCHEMES...]``: time compiled schemes against the attention floor and the usual code.
 
-The runner lives in the ``benchmarks`` package of the source tree (``python -m benchmarks`` runs
-this same command); an installed wheel without it reports how to get it. See benchmarks/README.md.
+A development tool of the source tree (its hand-written baselines are not part of the pedsl
+package): run it from a checkout. See benchmarks/README.md.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from pedsl.errors import UsageError
-
-
-def _runner():
-    try:
-        import benchmarks.runner as runner
-    except ModuleNotFoundError:
-        root = Path(__file__).resolve().parents[2]  # the source tree holding pedsl/ and benchmarks/
-        if not (root / "benchmarks" / "runner.py").exists():
-            raise UsageError("the benchmark runner is not installed: it lives in the benchmarks/ folder of the "
-                             "pedsl source tree", hint="run `pedsl bench` from a source checkout "
-                             "(pip install -e <checkout>)") from None
-        sys.path.insert(0, str(root))
-        import benchmarks.runner as runner
-    return runner
+from benchmarks import runner
+from pedsl import limits as L
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
     try:
         vals = tuple(int(t) for t in text.split(",") if t.strip())
     except ValueError:
-        raise UsageError(f"{what} expects comma-separated integers, got '{text}'", hint="e.g. 512,2048") from None
+        raise click.UsageError(f"{what} expects comma-separated integers (e.g. 512,2048), got '{text}'") from None
     if any(v < 8 for v in vals):
-        raise UsageError(f"{what}: lengths must be >= 8, got '{text}'")
+        raise click.UsageError(f"{what}: lengths must be >= 8, got '{text}'")
     return vals
 
 
@@ -54,10 +40,10 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
               help="Schemes whose first/cached torch.compile time is measured (with --compile).")
 @click.option("--flush-denormal/--no-flush-denormal", default=True, show_default=True,
               help="torch.set_flush_denormal for the whole run (SEMANTICS 6).")
-@click.option("-B", "--batch", "B", type=int, default=4, show_default=True)
-@click.option("-H", "--heads", "H", type=int, default=8, show_default=True)
-@click.option("-D", "--head-dim", "D", type=int, default=64, show_default=True)
-@click.option("--threads", type=int, default=0, help="torch CPU threads (0: torch default).")
+@click.option("-B", "--batch", "B", type=click.IntRange(1, L.MAX_BATCH), default=4, show_default=True)
+@click.option("-H", "--heads", "H", type=click.IntRange(1, L.MAX_HEADS), default=8, show_default=True)
+@click.option("-D", "--head-dim", "D", type=click.IntRange(2, L.MAX_HEAD_DIM), default=64, show_default=True)
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: torch default).")
 @click.option("--clock", type=click.Choice(["auto", "wall", "cpu"]), default="auto", show_default=True,
               help="wall: perf_counter; cpu: process CPU time (robust on a shared machine with --threads 1); "
               "auto: cpu with one thread, else wall.")
@@ -71,17 +57,15 @@ def bench(schemes, lengths, scaling_lengths, scaling_backward, backward, repeats
           flush_denormal, B, H, D, threads, clock, mem_cap_gb, no_memory, json_path, md_path, quiet):
     """Benchmark schemes (names in schemes/ or .pe paths; default: the RoPE family, accumulated
     rotations, ALiBi, FoX, PaTH) against the floor (causal SDPA, no PE) and hand-written code."""
-    runner = _runner()
     for s in schemes:
         if not runner.scheme_path(s).exists():
-            raise UsageError(f"no scheme '{s}': give a name from schemes/ or a path to a .pe file",
-                             hint="`pedsl list schemes` shows the library")
+            raise click.UsageError(f"no scheme '{s}': give a name from schemes/ or a path to a .pe file "
+                                   "(`pedsl list` shows the library)")
     cfg = runner.Config(
         schemes=tuple(schemes) or runner.DEFAULT_SCHEMES, lengths=_ints(lengths, "--lengths"),
         scaling_lengths=_ints(scaling_lengths, "--scaling-lengths"), scaling_backward=scaling_backward,
         B=B, H=H, D=D, repeats=repeats, backward=backward, compile=compile_,
         compile_time_schemes=tuple(t for t in compile_time.split(",") if t), flush_denormal=flush_denormal,
         threads=threads, clock=clock, mem_cap_gb=mem_cap_gb, memory=not no_memory, json_path=json_path, md_path=md_path,
-        command=" ".join(["pedsl bench", *sys.argv[2:]]) if Path(sys.argv[0]).name == "pedsl"
-        else " ".join(["python -m benchmarks", *sys.argv[1:]]), verbose=not quiet)
+        command=" ".join(["python -m benchmarks", *sys.argv[1:]]), verbose=not quiet)
     runner.main(cfg)

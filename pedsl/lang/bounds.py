@@ -1,0 +1,95 @@
+"""Checks that a scheme's values stay within :mod:`pedsl.limits` and cannot fail later.
+
+Run by the resolver once types are known: the model sizes a scheme fixes (``heads``,
+``head_dim``), the static arguments of every builtin call a transport, bias or temperature
+reaches (``slopes(0)``, ``log_length(1)``, ``linear(rank = -5)``), the temperature and the
+biases probed at a few query positions (``sqrt(-1)``, ``1e300``), and the ``train {}`` /
+``eval {}`` blocks validated by the same configuration models the commands use. Every finding
+is a positioned diagnostic, found before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from pedsl import limits
+from pedsl.lang import ast
+from pedsl.lang.evaluate import _ARG_RULES, DYNAMIC, EvalIssue, StaticEnv, Vec, evaluate
+from pedsl.lang.exprs import walk
+
+# A temperature multiplies every attention score: past this the float32 scores of ordinary
+# queries and keys overflow or the softmax collapses to one key.
+MAX_TEMPERATURE = 1e4
+
+# Query positions the temperature and biases are probed at (the first, an early, a far one).
+PROBES = (0, 1, limits.MAX_LENGTH - 1)
+
+Report = Callable[..., None]
+
+
+def structural_issue(name: str, value: Any) -> str | None:
+    """Why a value of ``heads`` / ``head_dim`` cannot be used, or None."""
+    cap = limits.MAX_HEADS if name == "heads" else limits.MAX_HEAD_DIM
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None  # typing reports it
+    if not 1 <= value <= cap:
+        return f"'{name}' = {value:,} is out of range (1 .. {cap:,}; see pedsl/limits.py)"
+    return None
+
+
+def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set) -> None:
+    """Evaluate the static arguments of every run-time builtin and slopes() call in ``expr``."""
+    for node in walk(expr):
+        if node.kind != "call" or (node.func not in _ARG_RULES and node.func != "slopes"):
+            continue
+        key = (node.span.line, node.span.col) if node.span else id(node)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            evaluate(node, env)
+        except EvalIssue as issue:
+            report("E217", str(issue), issue.node or node, hint=issue.hint)
+
+
+def probe(expr: ast.Expr, env: StaticEnv, report: Report, what: str, *, bound: float | None = None) -> None:
+    """Evaluate ``expr`` at a few query positions (and equal distances); report math errors and values
+    that are not finite (or exceed ``bound`` in magnitude)."""
+    for i in PROBES:
+        penv = StaticEnv(values={**env.values, "position": i, "distance": i}, lets=env.lets, n=i + 1)
+        try:
+            v = evaluate(expr, penv)
+        except EvalIssue as issue:
+            report("E217", f"{what}: {issue}", issue.node or expr, hint=issue.hint)
+            return
+        if v is DYNAMIC:
+            continue
+        values = v.values if isinstance(v, Vec) else (v,) if isinstance(v, (int, float)) else ()
+        for x in values:
+            if not math.isfinite(x) or (bound is not None and abs(x) > bound):
+                report("E217", f"{what} is {x:g} at query position {i}: "
+                       + (f"beyond +-{bound:g}" if bound is not None and math.isfinite(x) else "not a finite number"),
+                       expr, hint="a temperature scales every attention score: keep it moderate (see pedsl/limits.py)"
+                       if bound is not None else "keep static values finite")
+                return
+
+
+def config_issue(section: str, values: dict[str, Any], train: dict[str, Any]) -> tuple[str, str | None, str | None]:
+    """Validate a ``train {}`` / ``eval {}`` block with the config models:
+    (message, the setting at fault or None, hint) or ('', None, None) when it is valid."""
+    from pedsl import config
+    from pedsl.errors import ConfigError
+
+    try:
+        if section == "train":
+            config.resolve_train_config(block=values)
+        else:
+            try:
+                context = config.resolve_train_config(block=train).context
+            except ConfigError:
+                context = 128
+            config.resolve_eval_config(block=values, context=context)
+    except ConfigError as err:
+        return str(err), getattr(err, "field", None), err.hint
+    return "", None, None
