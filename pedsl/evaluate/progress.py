@@ -16,7 +16,7 @@ from typing import Callable
 def duration(seconds: float) -> str:
     """``"45 s"``, ``"3 min"``, ``"1 h 05 min"``."""
     s = max(0.0, seconds)
-    if s < 90:
+    if s < 120:
         return f"{s:.0f} s"
     if s < 5400:
         return f"{s / 60:.0f} min"
