@@ -14,13 +14,16 @@ def test_time_left_is_the_rate_so_far_times_the_work_left_and_skips_do_not_count
     eta = Eta(10, lines.append, "study", clock=lambda: now[0])
     assert eta.left() is None
     eta.skip(2)            # reused work: 8 units left to do, at no cost
-    now[0] = 30.0
-    eta.done(2, "a")       # 2 units in 30 s: 6 units left -> 90 s
-    assert eta.left() == 90.0
-    assert lines[-1] == "study 25% (a) - 30 s elapsed, about 90 s left"
-    now[0] = 120.0
-    eta.done(6)
-    assert lines[-1] == "study 100% - 2 min elapsed"
+    now[0] = 50.0
+    eta.done(1, "a")       # the first unit carries the start-up: no estimate yet
+    assert eta.left() is None and lines[-1] == "study 12% (a) - 50 s elapsed"
+    now[0] = 80.0
+    eta.done(2, "b")       # 2 units in the 30 s since: 5 units left -> 75 s
+    assert eta.left() == 75.0
+    assert lines[-1] == "study 38% (b) - 80 s elapsed, about 75 s left"
+    now[0] = 180.0
+    eta.done(5)
+    assert lines[-1] == "study 100% - 3 min elapsed"
     assert duration(45) == "45 s" and duration(600) == "10 min" and duration(3 * 3600 + 300) == "3 h 05 min"
 
 

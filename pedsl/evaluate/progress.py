@@ -2,8 +2,9 @@
 
 Work is counted in weighted units (a training run, one evaluation length weighted by its
 length ...). After each finished unit :meth:`Eta.done` prints ``"<label> 40% (what) - 3 min
-elapsed, about 4 min left"``: the time left is the elapsed time per unit of weight done so far
-times the weight still to do. Units that cost nothing (a reused run) are removed from the total
+elapsed, about 4 min left"``: the time left is the time per unit of weight measured since the
+first unit finished (so start-up costs - loading, compiling, the first tables - do not inflate
+it) times the weight still to do; no estimate before the second unit. Units that cost nothing (a reused run) are removed from the total
 with :meth:`Eta.skip`, so they do not make the estimate optimistic.
 """
 
@@ -36,6 +37,7 @@ class Eta:
         self.t0 = clock()
         self.finished = 0.0
         self.skipped = 0.0
+        self.first: tuple[float, float] | None = None  # (time, weight done) when the first unit finished
 
     def skip(self, weight: float) -> None:
         """A unit that took no time (reused): drop it from the work to do."""
@@ -43,10 +45,11 @@ class Eta:
         self.skipped += weight
 
     def left(self) -> float | None:
-        """Seconds still to go, or None before the first unit."""
-        if self.finished <= 0:
+        """Seconds still to go, or None before the second unit."""
+        if self.first is None or self.finished <= self.first[1]:
             return None
-        return (self.clock() - self.t0) / self.finished * max(0.0, self.total - self.finished)
+        rate = (self.clock() - self.first[0]) / (self.finished - self.first[1])
+        return rate * max(0.0, self.total - self.finished)
 
     def line(self, what: str = "") -> str:
         frac = self.finished / self.total if self.total > 0 else 1.0
@@ -57,4 +60,6 @@ class Eta:
 
     def done(self, weight: float, what: str = "") -> None:
         self.finished += weight
+        if self.first is None:
+            self.first = (self.clock(), self.finished)
         self.say(self.line(what))
