@@ -118,6 +118,17 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
     return train(cfg, run, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet)
 
 
+def study_dir(out: str | Path) -> Path:
+    """The study directory with its runs/ folder created (OutputError when that fails)."""
+    out = Path(out)
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the study directory '{out}': {exc.strerror or exc}",
+                          hint="choose another --out") from None
+    return out
+
+
 def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", steps: int | None = None,
                 seed: int | None = None, data: str | None = None, lengths: list[int] | None = None,
                 windows: int | None = None, quick: bool = False, analyze_max: int | None = None,
@@ -131,12 +142,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     from pedsl.evaluate.report import markdown, to_html
 
     t0, c0 = time.perf_counter(), time.process_time()
-    out = Path(out)
-    try:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the study directory '{out}': {exc.strerror or exc}",
-                          hint="choose another --out") from None
+    out = study_dir(out)
     items = resolve_schemes(schemes)
     if quick and steps is None:
         steps = QUICK["steps"]

@@ -65,7 +65,6 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
                quiet: bool = False, say: Callable[[str], None] = lambda m: None) -> dict:
     """The whole study; returns ``{"results", "meta", "files", "per_seed", "summary"}``."""
     from pedsl.config import TrainConfig
-    from pedsl.errors import OutputError
     from pedsl.evaluate import compare as cmp
     from pedsl.evaluate import study_retrieval_report as rep
     from pedsl.evaluate.analyze import analyze_run
@@ -74,12 +73,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     from pedsl.evaluate.progress import Eta
 
     t0, c0 = time.perf_counter(), time.process_time()
-    out = Path(out)
-    try:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the study directory '{out}': {exc.strerror or exc}",
-                          hint="choose another --out") from None
+    out = cmp.study_dir(out)
     st = study_settings(study, quick=quick, windows=windows, analyze_max=analyze_max)
     items = cmp.resolve_schemes(list(schemes) or list(st["schemes"]))
     seed_list = list(seeds) if seeds else [0]
