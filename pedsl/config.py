@@ -297,27 +297,6 @@ def _flat_model(d: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def train_config_from_scheme(scheme_path: str | Path, params: Mapping[str, Any] | None = None,
-                             overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    from pedsl.lang.api import load
-
-    scheme = load(str(scheme_path), params=dict(params) if params else None)
-    return resolve_train_config(scheme=str(scheme_path), params=params, block=scheme.train,
-                                overrides=overrides)
-
-
-def eval_config_from_scheme(scheme_path: str | Path, params: Mapping[str, Any] | None = None,
-                            overrides: Mapping[str, Any] | None = None,
-                            context: int | None = None) -> EvalConfig:
-    """defaults <- scheme ``eval {}`` block <- overrides; ``context`` from the train config."""
-    from pedsl.lang.api import load
-
-    scheme = load(str(scheme_path), params=dict(params) if params else None)
-    if context is None:
-        context = resolve_train_config(scheme=str(scheme_path), block=scheme.train).context
-    return resolve_eval_config(block=scheme.eval, overrides=overrides, context=context)
-
-
 def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
                         overrides: Mapping[str, Any] | None = None, context: int = 128) -> EvalConfig:
     d: dict[str, Any] = {"context": context}

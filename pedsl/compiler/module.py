@@ -19,8 +19,10 @@ import networkx as nx
 import torch
 from torch import Tensor, nn
 
-from pedsl.compiler.evaluator import LT, Context, Evaluator, Learned
+from pedsl.compiler.evaluator import Context, Evaluator, Learned
 from pedsl.compiler.graph import bias_nodes, transform_nodes
+from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
+from pedsl.compiler.shapes import per_head as _per_head
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -340,32 +342,3 @@ class SchemeAttention(nn.Module):
         freqs = rotary_frequencies(self.scheme)
         return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)
                 for g, f in freqs.items()]
-
-
-# ---------------------------------------------------------------------- shape helpers
-
-
-def _as_table(v: LT, L: int, P: int) -> Tensor:
-    if not set(v.axes) <= {"pos", "pair"}:
-        raise CompileError(f"a rotation phase must vary only with position and pair, got axes {v.axes}")
-    return v.align(("pos", "pair")).expand(L, P).to(F64)
-
-
-def _as_bhlp(v: LT, L: int, P: int) -> Tensor:
-    t = v.align(("batch", "head", "pos", "pair"))
-    return t.expand(t.shape[0], t.shape[1], L, P)
-
-
-def _as_bhl(v: LT, L: int, H: int) -> Tensor:
-    t = v.align(("batch", "head", "pos"))
-    return t.expand(t.shape[0], H, L)
-
-
-def _as_hd(v: LT, L: int, H: int) -> Tensor:
-    t = v.align(("head", "dist"))
-    return t.expand(H, L)
-
-
-def _per_head(v: LT, H: int) -> Tensor:
-    t = v.align(("head",)) if v.axes else v.t.reshape(1)
-    return t.expand(H)

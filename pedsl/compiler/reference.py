@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pedsl.compiler.shapes import as_bhl, as_bhlp, as_table
 from pedsl.ops import reference as ref
 
 F64 = torch.float64
@@ -25,18 +26,12 @@ def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
     g = mod.graph
     ctx = mod._ctx(L, x, tokens, device, F64, group=t)
     if t["op"] == "rotate":
-        from pedsl.compiler.module import _as_table
-
         phase = mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx, t["phase"])
-        return ref.rotation_transport(_as_table(phase, L, len(ch) // 2), mod.layout, ch, D)
+        return ref.rotation_transport(as_table(phase, L, len(ch) // 2), mod.layout, ch, D)
     if t["op"] == "accumulate_so2":
-        from pedsl.compiler.module import _as_bhlp
-
         a = mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx, t["steps"])
-        steps = ref.so2_step_matrices(_as_bhlp(a, L, len(ch) // 2).to(F64), mod.layout, ch, D)
+        steps = ref.so2_step_matrices(as_bhlp(a, L, len(ch) // 2).to(F64), mod.layout, ch, D)
         return ref.accumulated_transport(steps)
-    from pedsl.compiler.module import _as_bhl
-
     w = mod.evaluator.run(g.nodes[t["w"]]["expr"], ctx, t["w"])
     beta = mod.evaluator.run(g.nodes[t["beta"]]["expr"], ctx, t["beta"])
     wt = w.align(("batch", "head", "pos", "chan")).to(F64)
@@ -44,7 +39,7 @@ def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
     wt = wt.expand(Bw, mod.heads, L, len(ch))
     full = torch.zeros(Bw, mod.heads, L, D, dtype=F64, device=device)
     full[..., ch] = wt
-    bt = _as_bhl(beta, L, mod.heads).to(F64)
+    bt = as_bhl(beta, L, mod.heads).to(F64)
     eye = torch.eye(D, dtype=F64, device=device)
     steps = eye - bt[..., None, None] * full[..., :, None] * full[..., None, :]  # (B, H, L, D, D)
     return ref.accumulated_transport(steps)

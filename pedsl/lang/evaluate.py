@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pedsl import limits
+from pedsl.formulas import alibi_slopes
 from pedsl.lang import ast
 
 
@@ -410,21 +411,6 @@ def _per_pair(env, node, values):
             hint=f"the channel group rotates {2 * p} channels: give {p} numbers",
         )
     return Vec("pair", tuple(_num(v, node, "each value") for v in values))
-
-
-def alibi_slopes(heads: int) -> tuple[float, ...]:
-    """ALiBi slopes (Press et al.; ofirpress/attention_with_linear_biases get_slopes)."""
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if heads <= 0:
-        raise ValueError("the number of heads must be positive")
-    if math.log2(heads).is_integer():
-        return tuple(power_of_two(heads))
-    closest = 2 ** math.floor(math.log2(heads))
-    return tuple(power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest])
 
 
 def _slopes(env, node, heads):
