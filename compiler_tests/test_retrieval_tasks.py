@@ -110,3 +110,32 @@ def test_too_short_or_bad_depth_is_a_data_error(task):
         tasks.generate(task, 1, 400, depth=1.5, g=make_generator(0))
     with pytest.raises(DataError, match="unknown retrieval task"):
         tasks.generate("passkee", 1, 400, g=make_generator(0))
+
+
+def _reader(tokens):
+    """A 'model' that reads each row like a person (regex search) and predicts the asked value."""
+    logits = torch.zeros(*tokens.shape, 256)
+    for r, row in enumerate(tokens):
+        text = _text(row)
+        task = "passkey" if "What is the pass key?" in text else "kv" if "| " in text[-15:] else "multikey"
+        _, value = _answer_by_search(task, text)
+        L = len(text)
+        for n, ch in enumerate(value):
+            logits[r, L - len(value) + n - 1, ord(ch)] = 30.0
+    return logits
+
+
+def test_evaluate_retrieval_aggregates_by_task_length_and_depth():
+    from pedsl.evaluate.study_retrieval import evaluate_retrieval
+
+    lengths = [100, tasks.min_length("multikey"), 300]
+    r = evaluate_retrieval(_reader, lengths, depths=(0.0, 0.5, 1.0), samples=3)
+    assert set(r["tasks"]) == set(tasks.TASKS)
+    assert "100" not in r["tasks"]["multikey"] and "100" in r["tasks"]["kv"]  # too short for 3 keys: skipped
+    for task, per_len in r["tasks"].items():
+        for rec in per_len.values():
+            assert rec["accuracy"] == 1.0 and set(rec["depths"]) == {"0", "0.5", "1"}
+    assert r["overall"]["300"]["accuracy"] == 1.0
+    const = evaluate_retrieval(_constant, [300], depths=(0.5,), samples=40)
+    assert const["overall"]["300"]["accuracy"] == 0.0
+    assert abs(const["overall"]["300"]["digit_accuracy"] - tasks.DIGIT_CHANCE) < 0.06

@@ -47,3 +47,10 @@ def test_retrieval_study_two_seeds_end_to_end(tmp_path):
     code, _, err = _cli(*args)
     assert code == 0, err
     assert err.count("reusing the finished run") == 4 and "study 100%" not in err
+    # the tasks on one run through `pedsl eval --tasks retrieval`
+    run = out / "runs" / "rope" / "seed0"
+    code, stdout, err = _cli("eval", run, "--tasks", "retrieval", "--lengths", "72", "--windows", "1",
+                             "--out", tmp_path / "e.json", "--threads", "1")
+    assert code == 0, err
+    ev = json.loads((tmp_path / "e.json").read_text())
+    assert set(ev["retrieval"]["tasks"]) == {"passkey", "multikey", "kv"} and "retrieval" in stdout

@@ -157,7 +157,7 @@ RESUMABLE_FIELDS = (
 )
 
 
-EvalTask = Literal["ppl", "passkey", "blocks"]
+EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.tasks by length and depth
 
 
 class EvalConfig(_Frozen):

@@ -12,7 +12,7 @@ import click
 from pedsl import limits as L
 from pedsl.errors import UsageError
 
-TASKS = ("ppl", "passkey", "blocks")
+TASKS = ("ppl", "passkey", "blocks", "retrieval")
 
 
 def _tasks(text: str | None) -> list[str] | None:
@@ -41,7 +41,8 @@ def _sets(items: tuple[str, ...]) -> dict:
 @click.argument("run_dir", metavar="RUN_DIR")
 @click.option("--lengths", default=None, help="Comma list of lengths in tokens (default: the scheme's eval "
               "block, or training length x 1..32).")
-@click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks (default: all).")
+@click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks, retrieval (default: ppl, passkey, "
+              "blocks; retrieval = the passkey, multikey and kv tasks of pedsl.tasks at 5 needle depths).")
 @click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
               help="Windows (ppl) or samples (tasks) per length.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")

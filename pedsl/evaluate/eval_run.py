@@ -77,6 +77,13 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
     if "blocks" in ecfg.tasks:
         result["blocks"] = blocks(model, lens, L0, samples=ecfg.windows, block_len=cfg.data.block_len,
                                   offset=cfg.data.block_offset, seed=ecfg.seed, say=say, tick=tick)
+    if "retrieval" in ecfg.tasks:
+        from pedsl.evaluate.study_retrieval import evaluate_retrieval
+
+        result["retrieval"] = evaluate_retrieval(model, lens, samples=ecfg.windows, digits=cfg.data.passkey_digits,
+                                                 keys=cfg.data.multikey_keys, seed=ecfg.seed, say=say)
+        for L in lens:
+            tick(L)
     result["wall_time_s"] = time.perf_counter() - t0
     result["cpu_time_s"] = time.process_time() - c0
     write_json(out or Path(run_dir) / "eval.json", result)
@@ -92,9 +99,11 @@ def _task_windows(td, n: int, length: int, seed: int) -> torch.Tensor:
 def eval_table(result: dict) -> str:
     """A plain-text table: one row per length."""
     ppl, pk, bl = result.get("ppl", {}), result.get("passkey", {}), result.get("blocks", {})
-    lens = sorted({int(k) for part in (ppl, pk, bl) for k in part})
+    rt = (result.get("retrieval") or {}).get("overall", {})
+    lens = sorted({int(k) for part in (ppl, pk, bl, rt) for k in part})
     L0 = result["context"]
-    head = f"{'length':>8} {'x train':>8} {'ppl':>9} {'ratio':>8} {'passkey':>8} {'blocks':>8}"
+    head = f"{'length':>8} {'x train':>8} {'ppl':>9} {'ratio':>8} {'passkey':>8} {'blocks':>8}" + (
+        f" {'retrieval':>9}" if rt else "")
     rows = [f"{result['scheme']} (step {result['step']}, training length {L0})", head, "-" * len(head)]
 
     def f(d: dict, key: str, fmt: str) -> str:
@@ -103,6 +112,9 @@ def eval_table(result: dict) -> str:
     for L in lens:
         k = str(L)
         rows.append(f"{L:>8} {L / L0:>7.3g}x {f(ppl.get(k), 'ppl', '.3f'):>9} {f(ppl.get(k), 'ratio', '.3f'):>8} "
-                    f"{f(pk.get(k), 'digit_accuracy', '.2f'):>8} {f(bl.get(k), 'accuracy', '.2f'):>8}")
-    rows.append("passkey: fraction of answer digits right (chance 0.10); blocks: block ends right (chance 0.04)")
+                    f"{f(pk.get(k), 'digit_accuracy', '.2f'):>8} {f(bl.get(k), 'accuracy', '.2f'):>8}"
+                    + (f" {f(rt.get(k), 'accuracy', '.2f'):>9}" if rt else ""))
+    rows.append("passkey: fraction of answer digits right (chance 0.10); blocks: block ends right (chance 0.04)"
+                + ("; retrieval: whole answers right, mean over passkey, multikey, kv and 5 depths (chance 1e-5)"
+                   if rt else ""))
     return "\n".join(rows)
