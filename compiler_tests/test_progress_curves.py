@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from pedsl.evaluate.curves import loss_curves, read_metrics
+from pedsl.evaluate.plots import loss_curves, read_metrics
 from pedsl.evaluate.progress import Eta, duration
 
 

@@ -161,7 +161,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     results: dict[str, dict[str, Any]] = {}
     contexts = set()
     cfg_seen = None
-    from pedsl.evaluate.compare_seeds import WEIGHTS
+    from pedsl.evaluate.progress import STUDY_WEIGHTS as WEIGHTS
     from pedsl.evaluate.progress import Eta
 
     eta = Eta((WEIGHTS["train"] + WEIGHTS["eval"] + WEIGHTS["analysis"]) * len(items), say, "compare")

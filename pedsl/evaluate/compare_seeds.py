@@ -26,7 +26,7 @@ from typing import Any, Callable
 from pedsl.evaluate import seeds as sd
 from pedsl.evaluate.common import read_json, write_json, write_text
 
-WEIGHTS = {"train": 6.0, "eval": 1.0, "retrieval": 2.0, "analysis": 0.5}  # rough relative costs (for the ETA)
+from pedsl.evaluate.progress import STUDY_WEIGHTS as WEIGHTS
 
 
 def _reusable(old: dict | None, done: dict, **settings: Any) -> bool:

@@ -14,6 +14,9 @@ import time
 from typing import Callable
 
 
+STUDY_WEIGHTS = {"train": 6.0, "eval": 1.0, "retrieval": 2.0, "analysis": 0.5}  # rough relative costs in a study
+
+
 def duration(seconds: float) -> str:
     """``"45 s"``, ``"3 min"``, ``"1 h 05 min"``."""
     s = max(0.0, seconds)

@@ -18,8 +18,7 @@ import math
 from pathlib import Path
 
 from pedsl.evaluate import seeds as sd
-from pedsl.evaluate.curves import band_plot, loss_curves
-from pedsl.evaluate.plots import MARKERS, _length_axis, _mark_train, _save, plt
+from pedsl.evaluate.plots import MARKERS, _length_axis, _mark_train, _save, band_plot, loss_curves, plt
 from pedsl.tasks import TASKS
 
 TASK_TITLES = {"passkey": "passkey (single needle)", "multikey": "multi-key needle with distractors",
