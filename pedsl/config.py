@@ -44,6 +44,8 @@ class ModelConfig(_Frozen):
                                  description="per-head width; default d_model // n_heads")
     mlp_ratio: float = Field(4.0, gt=0, le=64)
     tie_embeddings: bool = True
+    arch: Literal["gpt", "llama"] = Field(
+        "gpt", description="gpt: GELU MLP; llama: SwiGLU MLP and RMSNorm, exportable with `pedsl export --hf`")
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_eps: float = Field(1e-5, gt=0)
     init_std: float = Field(0.02, gt=0)
@@ -59,11 +61,13 @@ class ModelConfig(_Frozen):
             object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even (rotary schemes pair channels)")
+        if self.arch == "llama" and self.norm != "rmsnorm":
+            raise ValueError("arch 'llama' uses RMSNorm: set norm: rmsnorm (or arch: gpt)")
         if self.head_dim > L.MAX_HEAD_DIM:
             raise ValueError(f"head_dim {self.head_dim} (d_model // n_heads) is above the limit of {L.MAX_HEAD_DIM}")
         n = L.model_parameters(vocab_size=self.vocab_size, n_layers=self.n_layers, d_model=self.d_model,
                                n_heads=self.n_heads, head_dim=self.head_dim, mlp_ratio=self.mlp_ratio,
-                               tie_embeddings=self.tie_embeddings)
+                               tie_embeddings=self.tie_embeddings, mlp_matrices=3 if self.arch == "llama" else 2)
         if n > L.MAX_PARAMETERS:
             raise ValueError(f"the model would have about {n:,} parameters; the limit is {L.MAX_PARAMETERS:,} "
                              "(fewer layers, a smaller d_model or mlp_ratio)")

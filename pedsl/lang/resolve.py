@@ -835,7 +835,13 @@ class Resolver:
         if fn.kind == "call" and fn.func == "rotate":
             phase = _arg(fn, "phase")
             self._check_static(phase, env, len(group.channels) // 2)
-            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime)
+            scale_expr = next((kw.value for kw in fn.kwargs if kw.name == "scale"),
+                              fn.args[1] if len(fn.args) > 1 else None)
+            scale = self._rotate_scale(scale_expr, st, env)
+            if scale is None:
+                return None
+            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime, scale=scale,
+                                   scale_expr=scale_expr)
         if fn.kind == "call" and fn.func == "accumulate":
             step = _arg(fn, "step")
             if step.kind == "call" and step.func == "rotation":
@@ -853,6 +859,24 @@ class Resolver:
         self.report("E204", "write a transport as rotate(PHASE), accumulate(rotation(ANGLE)) or "
                     "accumulate(householder(w = ..., beta = ...))", st.value)
         return None
+
+    def _rotate_scale(self, expr: ast.Expr | None, st: ast.Transport, env: StaticEnv) -> float | None:
+        """The static value of rotate(..., scale = S) (1 when absent); None after reporting an error."""
+        if expr is None:
+            return 1.0
+        try:
+            value = evaluate(expr, env)
+        except EvalIssue as issue:
+            self.report("E217", str(issue), issue.node or expr, hint=issue.hint)
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            self.report("E217", f"rotate(): scale must be a positive number, got {value!r}", expr)
+            return None
+        if st.targets == "qkv" and value != 1:
+            self.report("E204", "rotate(): a scale applies to q and k only; it cannot go with value rotation (qkv)",
+                        expr, hint="write 'qk:' or drop the scale")
+            return None
+        return float(value)
 
     def _check_static(self, e: ast.Expr, env: StaticEnv, pairs: int) -> None:
         """Evaluate the static parts (grids) once so their errors show up at check time."""

@@ -29,26 +29,21 @@ PE_MARK = ".attn.pe."
 
 
 def scheme_path(name_or_path: str | Path) -> Path:
-    """A library scheme name (``pi``) or a ``.pe`` file -> its path (ConfigError if unknown)."""
-    from pedsl.evaluate.compare import resolve_schemes
+    """A library scheme name (``pi``) or a ``.pe`` file -> its path (E209 for an unknown name)."""
+    from pedsl.lang.library import scheme_file
 
-    return resolve_schemes([str(name_or_path)])[0][1]
+    return scheme_file(name_or_path)
 
 
 def run_scheme_file(run: Path) -> tuple[Path, str | None]:
-    """``RUN/scheme.pe`` and the scheme name recorded in the run's newest checkpoint."""
-    import json
+    """The run's own copy of its scheme (``RUN/scheme/<main>``, older runs ``RUN/scheme.pe``) and
+    the scheme name the run records."""
+    from pedsl.train import rundir
 
-    from pedsl.train import checkpoint as ck
-
-    ckpts = ck.list_checkpoints(run / "checkpoints")
-    name = None
-    if ckpts:
-        try:
-            name = json.loads((ckpts[-1] / "state.json").read_text()).get("scheme_name")
-        except (OSError, ValueError):
-            name = None
-    return run / "scheme.pe", name
+    r = rundir.read(run)
+    main = (r.manifest or {}).get("main")
+    copy = r.copy_root() / main if isinstance(main, str) and main else None
+    return (copy if copy is not None and copy.is_file() else Path(run) / "scheme.pe"), r.scheme_name()
 
 
 def swapped_scheme(run: Path, run_params: Mapping[str, Any], other: str | Path | None,
