@@ -74,7 +74,7 @@ class ModelConfig(_Frozen):
         return self
 
 
-DataSource = str  # "stdlib" | "passkey" | "blocks" | a local file or folder path
+DataSource = str  # "stdlib" | "passkey" | "blocks" | "multikey" | "kv" | a path | a mixture "stdlib:0.7,kv:0.3"
 
 
 class DataConfig(_Frozen):
@@ -84,7 +84,8 @@ class DataConfig(_Frozen):
     seed: int = Field(0, ge=0, le=L.MAX_SEED)
     val_fraction: float = Field(0.1, gt=0, lt=1)
     max_bytes: int = Field(8_000_000, ge=1024, le=L.MAX_TENSOR_BYTES, description="read at most this many bytes of text")
-    passkey_digits: int = Field(5, ge=1, le=32)
+    passkey_digits: int = Field(5, ge=1, le=32, description="answer digits of passkey, multikey and kv")
+    multikey_keys: int = Field(3, ge=1, le=64, description="needles of the multikey task (one asked)")
     block_len: int = Field(16, ge=2, le=L.MAX_LENGTH, description="latent block length B of the block task")
     block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
 
@@ -176,7 +177,7 @@ RESUMABLE_FIELDS = (
 )
 
 
-EvalTask = Literal["ppl", "passkey", "blocks"]
+EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.tasks by length and depth
 
 
 class EvalConfig(_Frozen):
