@@ -82,7 +82,7 @@ def scheme_files(scheme: Any) -> SchemeFiles:
     file that imports it, so the copy resolves alone; a library file imported by name sits next
     to its importer. A scheme given as text is that text alone."""
     from pedsl.lang.parser import decode, parse_module, read_bytes
-    from pedsl.lang.resolve import import_roots, import_target
+    from pedsl.lang.imports import import_roots, import_target
 
     name = getattr(scheme, "name", None)
     file = getattr(scheme, "file", None)
@@ -422,7 +422,7 @@ class Run:
     def load_scheme(self):
         """``(scheme, files)``: the run's scheme from its own copy (``RUN/scheme/``; older runs:
         ``RUN/scheme.pe``, then the original path), verified against ``RUN/scheme.sha256``."""
-        from pedsl.lang.resolve import allow_import_roots
+        from pedsl.lang.imports import allow_import_roots
         from pedsl.lang.api import load
 
         candidates = []
