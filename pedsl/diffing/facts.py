@@ -16,9 +16,10 @@ from typing import Any
 
 from pedsl.errors import PedslError
 from pedsl.lang import ast
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, Vec, evaluate
+from pedsl.lang.evaluate import evaluate
 from pedsl.lang.exprs import names_in, to_source, transform
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 TAU = 2 * math.pi
 
@@ -245,7 +246,7 @@ def fmt_num(v: float) -> str:
 
 def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = True) -> str:
     """One phrase for what a group's transport does."""
-    from pedsl.lang.evaluate import channel_ranges as ranges
+    from pedsl.lang.channels import channel_ranges as ranges
 
     who = {"qk": "q, k", "qkv": "q, k, v"}.get(g.targets or "", "")
     where_ = (f"all {head_dim} channels" if len(g.channels) == head_dim

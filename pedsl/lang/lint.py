@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from pedsl.errors import Diagnostic, DiagnosticSink
 from pedsl.lang import ast
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, Vec, evaluate
+from pedsl.lang.evaluate import evaluate
 from pedsl.lang.exprs import names_in, transform
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 if TYPE_CHECKING:  # pragma: no cover
     from pedsl.lang.resolve import Resolver

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 from pedsl.errors import Diagnostic, ParamError, did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, evaluate
+from pedsl.lang.evaluate import evaluate
 from pedsl.lang.imports import Source
 from pedsl.lang.inherit import Merged
 from pedsl.lang.report import node_pos, sink_for
 from pedsl.lang.typecheck import Checker
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv
 
 
 def parse_override(text: str) -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 from pedsl.errors import CheckError, Diagnostic, ParamError, ParseError
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
-from pedsl.lang.evaluate import StaticEnv
+from pedsl.lang.values import StaticEnv
 from pedsl.lang.exprs import inline_lets, walk
 from pedsl.lang.imports import Source
 from pedsl.lang.inherit import Merged, chain, merge, select_scheme

@@ -7,11 +7,12 @@ from typing import TYPE_CHECKING, Any
 from pedsl.errors import Diagnostic, did_you_mean
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import WARNINGS
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate
+from pedsl.lang.evaluate import evaluate
 from pedsl.lang.imports import Source
 from pedsl.lang.inherit import Located, Merged
 from pedsl.lang.report import has_errors
 from pedsl.lang.typecheck import Checker
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec
 
 
 class SectionResolution:

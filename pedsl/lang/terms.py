@@ -7,13 +7,15 @@ from typing import TYPE_CHECKING, Any
 from pedsl.errors import Diagnostic, did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, channel_ranges, evaluate, group_channels
+from pedsl.lang.channels import channel_ranges, group_channels
+from pedsl.lang.evaluate import evaluate
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source
 from pedsl.lang.imports import Source
 from pedsl.lang.inherit import Merged
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
 from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 from pedsl.limits import MAX_LENGTH
 
 
