@@ -30,6 +30,8 @@ from pedsl.model import TransformerLM
 from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed, rundir
+from pedsl.train.runlock import temporary_folders
+from pedsl.train.schemefiles import attention_files
 from pedsl.train.attention import SchemeAttention, from_scheme
 
 
@@ -91,12 +93,12 @@ def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume:
             raise OutputError(f"'{run}' already holds checkpoints of a run (latest: {ckpts[-1].name})",
                               hint="pass --resume to continue it, --force-new to discard it and start over, "
                                    "or choose another --out")
-        rundir.write_scheme(run, rundir.attention_files(attn), attn.source)
+        rundir.write_scheme(run, attention_files(attn), attn.source)
         atomic_write_text(run / "config.yaml", cfg.to_yaml())
         atomic_write_text(run / "metrics.jsonl", "")
         (run / "DONE.json").unlink(missing_ok=True)
         return
-    rundir.verify_scheme(run, rundir.attention_files(attn), what="resume")
+    rundir.verify_scheme(run, attention_files(attn), what="resume")
     saved = run / "config.yaml"
     if saved.exists():
         old = TrainConfig.from_yaml(saved).model_dump(mode="json")
@@ -228,7 +230,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 ck.save_checkpoint(run / "checkpoints", step, model, optim,
                                    {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
             except OSError as exc:
-                leftovers = [p.name for p in rundir.temporary_folders(run / "checkpoints")]
+                leftovers = [p.name for p in temporary_folders(run / "checkpoints")]
                 raise OutputError(f"cannot write the checkpoint of step {step} in '{run / 'checkpoints'}': "
                                   f"{exc.strerror or exc}",
                                   hint="free disk space or choose another --out"
