@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from pedsl.data import lag_batch, make_generator, topic_batch
+from pedsl.data import make_generator
+from pedsl.synthetic import lag_batch, topic_batch
 from pedsl.evaluate import study_frequency as sf
 
 
