@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pedsl.errors import Diagnostic, ParamError, did_you_mean
+from pedsl.errors import ParamError, did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
 from pedsl.lang.evaluate import evaluate
 from pedsl.lang.imports import Source
-from pedsl.lang.inherit import Merged
-from pedsl.lang.report import node_pos, sink_for
-from pedsl.lang.typecheck import Checker
+from pedsl.lang.report import ResolverStage, node_pos, sink_for
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv
 
 
@@ -75,23 +73,8 @@ def _type_name(v: Any) -> str:
     return {bool: "bool", int: "int", float: "float", str: "str"}.get(type(v), type(v).__name__)
 
 
-class ParamBinding:
+class ParamBinding(ResolverStage):
     """The Resolver's parameter stage: binds ``values`` from structure, overrides and defaults."""
-
-    # provided by the Resolver this is mixed into
-    m: Merged
-    src: Source
-    overrides: dict[str, Any]
-    structural: dict[str, int]
-    values: dict[str, Any]
-    diags: list[Diagnostic]
-    _current: Source
-
-    if TYPE_CHECKING:
-        def report(self, code: str, message: str, node: Any = None, *, hint: str | None = None,
-                   src: Source | None = None, severity: str = "error") -> None: ...
-
-        def checker(self) -> Checker: ...
 
     def _param_error(self, code: str, message: str, node: Any, src: Source, *, hint: str | None) -> None:
         """A bad -P override stops resolution; the diagnostic points at the declaration it concerns."""

@@ -1,4 +1,5 @@
-"""Diagnostic helpers shared by the resolver's stages (imports, extends, parameters, terms)."""
+"""Diagnostic helpers shared by the resolver's stages (imports, extends, parameters, terms), and the
+state those stages read from the :class:`~pedsl.lang.resolve.Resolver` they are mixed into."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pedsl.errors import Diagnostic, DiagnosticSink
 
 if TYPE_CHECKING:
     from pedsl.lang.imports import Source
+    from pedsl.lang.inherit import Merged
+    from pedsl.lang.typecheck import Checker
 
 
 def sink_for(src: "Source") -> DiagnosticSink:
@@ -26,3 +29,21 @@ def node_pos(node: Any) -> dict:
 
 def has_errors(diags: list[Diagnostic]) -> bool:
     return any(d.severity == "error" for d in diags)
+
+
+class ResolverStage:
+    """What the Resolver's stage mixins (params, terms, sections) read and call; the Resolver provides it."""
+
+    m: Merged
+    src: Source
+    overrides: dict[str, Any]
+    structural: dict[str, int]
+    values: dict[str, Any]
+    diags: list[Diagnostic]
+    _current: Source
+
+    if TYPE_CHECKING:
+        def report(self, code: str, message: str, node: Any = None, *, hint: str | None = None,
+                   src: Source | None = None, severity: str = "error") -> None: ...
+
+        def checker(self) -> Checker: ...

@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pedsl.errors import Diagnostic, did_you_mean
+from pedsl.errors import did_you_mean
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import WARNINGS
 from pedsl.lang.evaluate import evaluate
-from pedsl.lang.imports import Source
-from pedsl.lang.inherit import Located, Merged
-from pedsl.lang.report import has_errors
-from pedsl.lang.typecheck import Checker
+from pedsl.lang.inherit import Located
+from pedsl.lang.report import ResolverStage, has_errors
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec
 
 
-class SectionResolution:
+class SectionResolution(ResolverStage):
     """The Resolver's train/eval/allow stage."""
-
-    # provided by the Resolver this is mixed into
-    m: Merged
-    src: Source
-    overrides: dict[str, Any]
-    structural: dict[str, int]
-    values: dict[str, Any]
-    diags: list[Diagnostic]
-    _current: Source
-
-    if TYPE_CHECKING:
-        def report(self, code: str, message: str, node: Any = None, *, hint: str | None = None,
-                   src: Source | None = None, severity: str = "error") -> None: ...
-
-        def checker(self) -> Checker: ...
 
     def check_block(self, which: str, table: dict[str, Located], values: dict[str, Any], train: dict[str, Any]) -> None:
         """A train/eval block through the config models the commands use (caps, ranges)."""

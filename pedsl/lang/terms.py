@@ -2,41 +2,23 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from pedsl.errors import Diagnostic, did_you_mean
+from pedsl.errors import did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.channels import channel_ranges, group_channels
 from pedsl.lang.evaluate import evaluate
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source
-from pedsl.lang.imports import Source
-from pedsl.lang.inherit import Merged
+from pedsl.lang.report import ResolverStage
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
-from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 from pedsl.limits import MAX_LENGTH
 
 
-class TermResolution:
+class TermResolution(ResolverStage):
     """The Resolver's layout stage: channel groups, then the transports, biases and temperature over them."""
 
-    # provided by the Resolver this is mixed into
-    m: Merged
-    src: Source
-    overrides: dict[str, Any]
-    structural: dict[str, int]
-    values: dict[str, Any]
-    diags: list[Diagnostic]
-    _current: Source
-
-    if TYPE_CHECKING:
-        def report(self, code: str, message: str, node: Any = None, *, hint: str | None = None,
-                   src: Source | None = None, severity: str = "error") -> None: ...
-
-        def checker(self) -> Checker: ...
-    _failed_groups: set[str]
+    _failed_groups: set[str]  # set by the Resolver
 
     def resolve_groups(self, env: StaticEnv, head_dim: int) -> dict[str, ChannelGroup]:
         groups: dict[str, ChannelGroup] = {}
