@@ -95,6 +95,16 @@ class DataConfig(_Frozen):
         return self
 
 
+class InitFrom(_Frozen):
+    """The run a fine-tune starts from (``pedsl train --init-from RUN``): its newest checkpoint."""
+
+    run: str = Field(description="the source run directory (absolute)")
+    step: int = Field(ge=0, description="the checkpoint's step")
+    scheme: str | None = Field(None, description="the source run's scheme name")
+    scheme_hash: str = Field(description="sha256 of the source run's scheme")
+    model_sha256: str = Field(description="sha256 of the checkpoint's model.safetensors")
+
+
 class TrainConfig(_Frozen):
     """Everything a training run depends on; saved as ``RUN/config.yaml``."""
 
@@ -124,6 +134,7 @@ class TrainConfig(_Frozen):
     threads: int = Field(0, ge=0, le=L.MAX_THREADS, description="torch CPU threads per process; 0: the idle cores (load average)")
     compile: bool = False
     flush_denormal: bool = True
+    init_from: InitFrom | None = Field(None, description="start from a trained run's weights (a fine-tune)")
 
     @model_validator(mode="after")
     def _check_schedule(self) -> "TrainConfig":
@@ -138,7 +149,10 @@ class TrainConfig(_Frozen):
         return self
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        d = self.model_dump(mode="json")
+        if d.get("init_from") is None:
+            d.pop("init_from", None)
+        return yaml.safe_dump(d, sort_keys=False)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "TrainConfig":
@@ -150,6 +164,8 @@ class TrainConfig(_Frozen):
         d = self.model_dump(mode="json")
         for k in RESUMABLE_FIELDS:
             d.pop(k, None)
+        if d.get("init_from") is None:  # runs from before the field keep their digest
+            d.pop("init_from", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 

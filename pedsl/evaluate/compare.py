@@ -80,13 +80,21 @@ def _versions() -> dict[str, Any]:
 
 def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[[str], None], quiet: bool) -> dict:
     """Train (or reuse / resume) one scheme's run; returns its DONE.json."""
-    from pedsl.config import TrainConfig, resolve_train_config
-    from pedsl.train import checkpoint as ck
-    from pedsl.train import rundir, train
-    from pedsl.train.attention import from_scheme, load_scheme
+    from pedsl.config import resolve_train_config
+    from pedsl.train.attention import load_scheme
 
     scheme = load_scheme(path)
     cfg = resolve_train_config(scheme=str(path), block=scheme.train, overrides=overrides)
+    return train_or_reuse(name, cfg, scheme, run, say, quiet)
+
+
+def train_or_reuse(name: str, cfg, scheme, run: Path, say: Callable[[str], None], quiet: bool) -> dict:
+    """Train ``cfg`` into ``run``, resume it, or reuse it when finished with the same settings."""
+    from pedsl.config import TrainConfig
+    from pedsl.train import checkpoint as ck
+    from pedsl.train import rundir, train
+    from pedsl.train.attention import from_scheme
+
     if not cfg.threads:  # keep the study's thread count (set once, from the load before anything ran)
         import torch
 
