@@ -163,7 +163,9 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
     if study == "frequency":
         from pedsl.evaluate.study_frequency import run_study_cli
 
-        return run_study_cli(click.echo, schemes, out, steps=steps, quick=quick, sets=_sets(sets),
+        unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
+                  "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
+        return run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
                              command=_command_line(click.get_current_context()), say=say)
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
