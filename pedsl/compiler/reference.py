@@ -113,7 +113,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     ``j+1..i``; a gate bias is the explicit sum of the log-gates of tokens ``j+1..i``; a distance
     bias is read at ``positions[i] - positions[j]``; a query with no visible key gives zeros.
     """
-    from pedsl.compiler.module import _as_bhl, _as_bhlp, _as_hd, _per_head
+    from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, per_head as _per_head
 
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
