@@ -229,3 +229,23 @@ def test_errors_name_the_argument():
         m(q[:, :, :1], k[:, :, :1], v[:, :, :1], cache=c, positions=torch.tensor([[2], [5]]))
     with pytest.raises(ShapeError, match="new_cache: batch_size"):
         m.new_cache(0)
+
+
+def test_path_decoding_applies_pending_steps_lazily(monkeypatch):
+    """Decoding keeps PaTH steps as one pending product and applies it every PATH_FLUSH tokens (here 2);
+    a call with gradients after pending steps first brings the cached keys up to date."""
+    from pedsl.compiler import stream
+
+    monkeypatch.setattr(stream, "PATH_FLUSH", 3)
+    m = _mod(SCHEMES / "path_fox.pe", heads=2)
+    q, k, v, x, _ = _data(m, 2, 12, 2)
+    full = m(q, k, v, x=x)
+    c = m.new_cache(2)
+    outs = [m(q[:, :, :2], k[:, :, :2], v[:, :, :2], x=x[:, :2], cache=c)]
+    with torch.no_grad():
+        for s in range(2, 10):
+            outs.append(m(q[:, :, s:s + 1], k[:, :, s:s + 1], v[:, :, s:s + 1], x=x[:, s:s + 1], cache=c))
+    assert c.path_pending is not None  # steps waiting for the next flush
+    kg = k[:, :, 10:].clone().requires_grad_()  # the autograd path
+    outs.append(m(q[:, :, 10:], kg, v[:, :, 10:], x=x[:, 10:], cache=c))
+    torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-9, atol=1e-10)
