@@ -27,7 +27,11 @@ of ``module.py``). What a call means:
   accumulated SO(2): rotated by their cumulative angles; PaTH: moved through every later
   Householder step), the values (rotated when values are transported), the bias coordinates
   (ALiBi ``slope * position``, forget gates ``G_j = sum log f``, float64) and the running state
-  (cumulative angles, gate sums, the last tokens' inputs for short convolutions).
+  (cumulative angles, gate sums, the last tokens' inputs for short convolutions). Prefill plus
+  decoding equals one full forward, with one documented exception: a table that depends on the
+  run-time length n (dynamic NTK; n = the largest position of the call + 1) rotates each key with
+  the table in force when it was cached, as Hugging Face does, so past the original length a
+  decoded sequence differs from one full forward of it (tested in test_compiler_stream.py).
 
 Biases are differences of per-token float64 coordinates ``b(i, j) = c_i - c_j`` (the ALiBi and
 forget-gate forms), formed per block of queries in float64 and only then cast to the compute dtype,
