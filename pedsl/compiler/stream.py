@@ -278,7 +278,7 @@ def _last(t: Tensor, L: int, dim: int = -2) -> Tensor:
 
 def token_values(mod, win: Window, lay: Layout, dtype, cache):
     """Per-token quantities of the L new tokens: rotations per transform, bias coordinates, Householder
-    inputs, and the state to carry. Returns (rots, coord, hh, state)."""
+    inputs, and the state to carry. Returns (rots, coord, tables, hh, state)."""
     from pedsl.compiler.module import _as_bhl, _as_bhlp, _per_head
 
     L = win.L
@@ -292,7 +292,7 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
         if t["op"] == "rotate" and not mod._nodes[t["phase"]].get("dynamic") and lay.n <= TABLE_MAX:
             # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions
             cos, sin = mod.rope_tables(t, lay.n, win.device, _angle_dtype(dtype))
-            pos = lay.positions.clamp(min=0)
+            pos = lay.positions.clamp(0, cos.shape[0] - 1)  # (padding may sit at any position)
             rots.append((t, (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1))))  # (B, 1, L, P)
         elif t["op"] == "rotate":
             ph = mod.evaluator.run(mod._nodes[t["phase"]]["expr"], ctx, t["phase"])
