@@ -151,7 +151,7 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
         if est > cap_gb * GB:
             yield "materialised", None, f"est. {est / GB:.1f} GB (B|1, H, L, L) bias > cap {cap_gb} GB"
             return
-    from pedsl.compiler.module import _as_bhl
+    from pedsl.compiler.shapes import as_bhl
 
     def run():
         qq, kk, vv = q, k, v
@@ -168,7 +168,7 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
             bias = static_bias
             for b in gates:
                 lg = mod.evaluator.run(b["expr"], mod._ctx(L, x, tokens, q.device), b["node"])
-                fb = bl.forget_bias(_as_bhl(lg, L, H).to(q.dtype))
+                fb = bl.forget_bias(as_bhl(lg, L, H).to(q.dtype))
                 bias = fb if bias is None else bias + fb
             o = bl.bias_attention(qq, kk, vv, bias)
         for A in reversed(undo):

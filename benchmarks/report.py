@@ -29,7 +29,7 @@ def _x(x) -> str:
 
 def markdown(res: dict) -> str:
     m = res["meta"]
-    out = [f"### pedsl bench, {m['date']}", "",
+    out = [f"### pedsl benchmarks, {m['date']}", "",
            f"`{m['command']}`  ", f"torch {m['torch']}, {m['cores']} cores ({m['cpu']}), {m['threads']} threads, "
            f"B={m['shape']['B']} H={m['shape']['H']} D={m['shape']['D']} float32, medians of {m['repeats']} "
            f"interleaved repeats, clock: {m.get('clock', 'wall')}, flush denormals: {m['flush_denormal']}, load average at start / end: "

@@ -64,10 +64,14 @@ def log(cfg: Config, msg: str) -> None:
 
 
 def scheme_path(name: str) -> Path:
-    p = Path(name)
-    if p.suffix == ".pe" and p.exists():
-        return p
-    return SCHEMES_DIR / f"{name}.pe"
+    """A .pe path or a library name (pedsl's one rule); an unknown name gives a path that does not exist."""
+    from pedsl.errors import CheckError
+    from pedsl.lang.library import scheme_file
+
+    try:
+        return scheme_file(name)
+    except CheckError:
+        return SCHEMES_DIR / f"{name}.pe"
 
 
 def compile_module(name: str, cfg: Config, compile_: bool = False):

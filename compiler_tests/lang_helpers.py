@@ -93,10 +93,27 @@ def builtin_tables() -> str:
     return "\n".join(out)
 
 
+CODES_BEGIN = "<!-- codes:begin (generated from pedsl.errors.CODES: python compiler_tests/lang_helpers.py) -->"
+CODES_END = "<!-- codes:end -->"
+
+
+def codes_table() -> str:
+    """Every error code of pedsl.errors.CODES (warnings have their own table, with their allow names)."""
+    from pedsl.errors import CODES
+
+    rows = [f"| {code} | {stage} | {meaning} |" for code, (stage, meaning) in CODES.items() if code[0] == "E"]
+    return "\n".join(["| code | stage | meaning |", "|---|---|---|", *rows])
+
+
+def _replace_block(text: str, begin: str, end: str, body: str) -> str:
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return head + begin + body + end + tail
+
+
 def doc_with_tables(text: str) -> str:
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    return head + BEGIN + "\n\n" + builtin_tables() + "\n" + END + tail
+    text = _replace_block(text, BEGIN, END, "\n\n" + builtin_tables() + "\n")
+    return _replace_block(text, CODES_BEGIN, CODES_END, "\n" + codes_table() + "\n")
 
 
 if __name__ == "__main__":  # regenerate the tables in docs/language.md

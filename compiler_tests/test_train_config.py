@@ -110,7 +110,7 @@ def test_data_config_checks_block_offset():
 
 
 def test_from_real_scheme_train_and_eval_blocks():
-    from pedsl.config import eval_config_from_scheme, train_config_from_scheme
+    from pedsl.scheme_config import eval_config_from_scheme, train_config_from_scheme
 
     cfg = train_config_from_scheme(SCHEMES / "rope.pe", params={"train_length": 64}, overrides={"steps": 5})
     assert cfg.context == 64 and cfg.steps == 5 and cfg.params == {"train_length": 64}

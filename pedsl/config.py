@@ -44,6 +44,8 @@ class ModelConfig(_Frozen):
                                  description="per-head width; default d_model // n_heads")
     mlp_ratio: float = Field(4.0, gt=0, le=64)
     tie_embeddings: bool = True
+    arch: Literal["gpt", "llama"] = Field(
+        "gpt", description="gpt: GELU MLP; llama: SwiGLU MLP and RMSNorm, exportable with `pedsl export --hf`")
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_eps: float = Field(1e-5, gt=0)
     init_std: float = Field(0.02, gt=0)
@@ -59,11 +61,13 @@ class ModelConfig(_Frozen):
             object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even (rotary schemes pair channels)")
+        if self.arch == "llama" and self.norm != "rmsnorm":
+            raise ValueError("arch 'llama' uses RMSNorm: set norm: rmsnorm (or arch: gpt)")
         if self.head_dim > L.MAX_HEAD_DIM:
             raise ValueError(f"head_dim {self.head_dim} (d_model // n_heads) is above the limit of {L.MAX_HEAD_DIM}")
         n = L.model_parameters(vocab_size=self.vocab_size, n_layers=self.n_layers, d_model=self.d_model,
                                n_heads=self.n_heads, head_dim=self.head_dim, mlp_ratio=self.mlp_ratio,
-                               tie_embeddings=self.tie_embeddings)
+                               tie_embeddings=self.tie_embeddings, mlp_matrices=3 if self.arch == "llama" else 2)
         if n > L.MAX_PARAMETERS:
             raise ValueError(f"the model would have about {n:,} parameters; the limit is {L.MAX_PARAMETERS:,} "
                              "(fewer layers, a smaller d_model or mlp_ratio)")
@@ -89,6 +93,16 @@ class DataConfig(_Frozen):
         if self.block_offset >= self.block_len - 1:
             raise ValueError(f"block_offset {self.block_offset} must be < block_len - 1 = {self.block_len - 1}")
         return self
+
+
+class InitFrom(_Frozen):
+    """The run a fine-tune starts from (``pedsl train --init-from RUN``): its newest checkpoint."""
+
+    run: str = Field(description="the source run directory (absolute)")
+    step: int = Field(ge=0, description="the checkpoint's step")
+    scheme: str | None = Field(None, description="the source run's scheme name")
+    scheme_hash: str = Field(description="sha256 of the source run's scheme")
+    model_sha256: str = Field(description="sha256 of the checkpoint's model.safetensors")
 
 
 class TrainConfig(_Frozen):
@@ -120,6 +134,7 @@ class TrainConfig(_Frozen):
     threads: int = Field(0, ge=0, le=L.MAX_THREADS, description="torch CPU threads per process; 0: the idle cores (load average)")
     compile: bool = False
     flush_denormal: bool = True
+    init_from: InitFrom | None = Field(None, description="start from a trained run's weights (a fine-tune)")
 
     @model_validator(mode="after")
     def _check_schedule(self) -> "TrainConfig":
@@ -134,7 +149,10 @@ class TrainConfig(_Frozen):
         return self
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        d = self.model_dump(mode="json")
+        if d.get("init_from") is None:
+            d.pop("init_from", None)
+        return yaml.safe_dump(d, sort_keys=False)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "TrainConfig":
@@ -146,6 +164,8 @@ class TrainConfig(_Frozen):
         d = self.model_dump(mode="json")
         for k in RESUMABLE_FIELDS:
             d.pop(k, None)
+        if d.get("init_from") is None:  # runs from before the field keep their digest
+            d.pop("init_from", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
@@ -294,27 +314,6 @@ def _flat_model(d: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(d.get("model"), Mapping):
         out.update(d["model"])
     return out
-
-
-def train_config_from_scheme(scheme_path: str | Path, params: Mapping[str, Any] | None = None,
-                             overrides: Mapping[str, Any] | None = None) -> TrainConfig:
-    from pedsl.lang.api import load
-
-    scheme = load(str(scheme_path), params=dict(params) if params else None)
-    return resolve_train_config(scheme=str(scheme_path), params=params, block=scheme.train,
-                                overrides=overrides)
-
-
-def eval_config_from_scheme(scheme_path: str | Path, params: Mapping[str, Any] | None = None,
-                            overrides: Mapping[str, Any] | None = None,
-                            context: int | None = None) -> EvalConfig:
-    """defaults <- scheme ``eval {}`` block <- overrides; ``context`` from the train config."""
-    from pedsl.lang.api import load
-
-    scheme = load(str(scheme_path), params=dict(params) if params else None)
-    if context is None:
-        context = resolve_train_config(scheme=str(scheme_path), block=scheme.train).context
-    return resolve_eval_config(block=scheme.eval, overrides=overrides, context=context)
 
 
 def resolve_eval_config(*, block: Mapping[str, Any] | None = None,

@@ -64,11 +64,11 @@ def gib(n: float) -> str:
 
 
 def model_parameters(*, vocab_size: int, n_layers: int, d_model: int, n_heads: int, head_dim: int,
-                     mlp_ratio: float, tie_embeddings: bool = True) -> int:
+                     mlp_ratio: float, tie_embeddings: bool = True, mlp_matrices: int = 2) -> int:
     """Parameters of the transformer of :mod:`pedsl.model`, estimated without building it
-    (attention q, k, v, o; the MLP; the embeddings; norms are negligible)."""
+    (attention q, k, v, o; the MLP, 3 matrices for arch llama's SwiGLU; the embeddings; norms are negligible)."""
     inner = n_heads * head_dim
-    per_layer = 4 * d_model * inner + 2 * int(mlp_ratio * d_model) * d_model
+    per_layer = 4 * d_model * inner + mlp_matrices * int(mlp_ratio * d_model) * d_model
     emb = vocab_size * d_model * (1 if tie_embeddings else 2)
     return n_layers * per_layer + emb
 

@@ -140,6 +140,11 @@ class _Gen:
         if f == "dynamic_ntk":
             base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
             return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"
+        if f == "longrope":  # the short factors up to the original length, the long ones past it
+            orig = self._float(args["original"])
+            short, long = (evaluate(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
+            return (f"({self.const(long.values, 'pair', 'longrope long')} if n_run > {literal(orig)} "
+                    f"else {self.const(short.values, 'pair', 'longrope short')})")
         if f == "log_length":
             return f"_log_length_at(pos5, {literal(self._float(args['length']))})"
         if f == "frozen_random":
@@ -235,7 +240,8 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
         P = len(ch) // 2
         first, second = _pairs_of(ch, scheme.layout)
         transforms.append(f"({literal(t['op'])}, {literal(t['targets'])}, {literal(first)}, {literal(second)}, "
-                          f"{literal(list(ch))}),  " + comment(f"group {t['group']!r}: {t['label']}"))
+                          f"{literal(list(ch))}, {literal(float(t.get('scale', 1.0)))}),  "
+                          + comment(f"group {t['group']!r}: {t['label']}"))
         if t["op"] in ("rotate", "accumulate_so2"):
             key = "phase" if t["op"] == "rotate" else "steps"
             expr = graph.nodes[t[key]]["expr"]

@@ -124,6 +124,7 @@ class Evaluator(DynamicEvaluator):
     ELEMENTWISE = {
         "log": torch.log, "exp": torch.exp, "sqrt": torch.sqrt, "sin": torch.sin, "cos": torch.cos,
         "tanh": torch.tanh, "abs": torch.abs, "sigmoid": torch.sigmoid, "log_sigmoid": F.logsigmoid,
+        "floor": torch.floor, "ceil": torch.ceil,
     }
     minimum = staticmethod(torch.minimum)
     maximum = staticmethod(torch.maximum)

@@ -226,8 +226,11 @@ def _forward(mod, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)
     valid = lay["valid"]
     # rotations (absolute angles) of q (its last Lq tokens), k and v
     rots, hh = [], None
-    for i, (op, targets, first, second, chans) in enumerate(TRANSFORMS):
+    scales = []  # rotate(..., scale = m): q and k of the group times m (HF's attention factor)
+    for i, (op, targets, first, second, chans, scale) in enumerate(TRANSFORMS):
         val = vals[f"t{i}"]
+        if scale != 1:
+            scales.append((chans, scale))
         if op == "rotate":
             rots.append((targets, first, second, torch.remainder(_last(val[:, :, :, 0, :], L), TWO_PI)))
         elif op == "accumulate_so2":
@@ -269,6 +272,10 @@ def _forward(mod, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)
         if targets == "qkv":
             v = _rot(v, a, first, second, dt)
             undo.append((first, second, _last(a, Lq)))
+    for chans, scale in scales:
+        s = torch.ones(D, dtype=dt, device=dev)
+        s[chans] = scale
+        q, k = q * s, k * s
     if "tau" in vals:
         q = (q * _last(vals["tau"], Lq, -1).to(dt).unsqueeze(-1)).to(dt)
     # every key of the call: the cache's, then this call's

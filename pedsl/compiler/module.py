@@ -22,8 +22,10 @@ import networkx as nx
 import torch
 from torch import Tensor, nn
 
-from pedsl.compiler.evaluator import LT, Context, Evaluator, Learned
+from pedsl.compiler.evaluator import Context, Evaluator, Learned
 from pedsl.compiler.graph import bias_nodes, transform_nodes
+from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
+from pedsl.compiler.shapes import per_head as _per_head
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -183,7 +185,11 @@ class SchemeAttention(nn.Module):
         phase = self.evaluator.run(node["expr"], self._ctx(size, device=device, group=t), key)
         ph = _as_table(phase, size, len(t["channels"]) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
-        cos, sin = torch.cos(ph).to(dtype), torch.sin(ph).to(dtype)
+        cos, sin = torch.cos(ph), torch.sin(ph)
+        scale = t.get("scale", 1.0)
+        if scale != 1:  # HF's attention factor: q and k of the group scaled by multiplying cos and sin
+            cos, sin = cos * scale, sin * scale
+        cos, sin = cos.to(dtype), sin.to(dtype)
         self._rope_cache[key] = (size, cos, sin)
         return cos[:L], sin[:L]
 
@@ -397,35 +403,6 @@ class SchemeAttention(nn.Module):
                 for g, f in freqs.items()]
 
 
-# ---------------------------------------------------------------------- shape helpers
-
-
 def _angle_dtype(dtype: torch.dtype) -> torch.dtype:
     """Rotation angles (|A| < 2 pi) stay in float32 for half-precision inputs (bfloat16 keeps ~0.03 rad)."""
     return torch.float32 if dtype in HALF else dtype
-
-
-def _as_table(v: LT, L: int, P: int) -> Tensor:
-    if not set(v.axes) <= {"pos", "pair"}:
-        raise CompileError(f"a rotation phase must vary only with position and pair, got axes {v.axes}")
-    return v.align(("pos", "pair")).expand(L, P).to(F64)
-
-
-def _as_bhlp(v: LT, L: int, P: int) -> Tensor:
-    t = v.align(("batch", "head", "pos", "pair"))
-    return t.expand(t.shape[0], t.shape[1], L, P)
-
-
-def _as_bhl(v: LT, L: int, H: int) -> Tensor:
-    t = v.align(("batch", "head", "pos"))
-    return t.expand(t.shape[0], H, L)
-
-
-def _as_hd(v: LT, L: int, H: int) -> Tensor:
-    t = v.align(("head", "dist"))
-    return t.expand(H, L)
-
-
-def _per_head(v: LT, H: int) -> Tensor:
-    t = v.align(("head",)) if v.axes else v.t.reshape(1)
-    return t.expand(H)

@@ -13,9 +13,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from pedsl.compiler.shapes import as_bhl, as_bhlp, as_table
 from pedsl.ops import reference as ref
 
 F64 = torch.float64
+
+
+def _scaled(T: Tensor, t: dict, ch: list, D: int) -> Tensor:
+    """rotate(..., scale = m) multiplies q and k of the group by m: the group's block of T by m^2."""
+    scale = t.get("scale", 1.0)
+    if scale == 1:
+        return T
+    s = torch.ones(D, dtype=F64, device=T.device)
+    s[ch] = scale
+    return T * (s[:, None] * s[None, :])
 
 
 def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
@@ -25,18 +36,12 @@ def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
     g = mod.graph
     ctx = mod._ctx(L, x, tokens, device, F64, group=t)
     if t["op"] == "rotate":
-        from pedsl.compiler.module import _as_table
-
         phase = mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx, t["phase"])
-        return ref.rotation_transport(_as_table(phase, L, len(ch) // 2), mod.layout, ch, D)
+        return _scaled(ref.rotation_transport(as_table(phase, L, len(ch) // 2), mod.layout, ch, D), t, ch, D)
     if t["op"] == "accumulate_so2":
-        from pedsl.compiler.module import _as_bhlp
-
         a = mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx, t["steps"])
-        steps = ref.so2_step_matrices(_as_bhlp(a, L, len(ch) // 2).to(F64), mod.layout, ch, D)
+        steps = ref.so2_step_matrices(as_bhlp(a, L, len(ch) // 2).to(F64), mod.layout, ch, D)
         return ref.accumulated_transport(steps)
-    from pedsl.compiler.module import _as_bhl
-
     w = mod.evaluator.run(g.nodes[t["w"]]["expr"], ctx, t["w"])
     beta = mod.evaluator.run(g.nodes[t["beta"]]["expr"], ctx, t["beta"])
     wt = w.align(("batch", "head", "pos", "chan")).to(F64)
@@ -44,7 +49,7 @@ def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
     wt = wt.expand(Bw, mod.heads, L, len(ch))
     full = torch.zeros(Bw, mod.heads, L, D, dtype=F64, device=device)
     full[..., ch] = wt
-    bt = _as_bhl(beta, L, mod.heads).to(F64)
+    bt = as_bhl(beta, L, mod.heads).to(F64)
     eye = torch.eye(D, dtype=F64, device=device)
     steps = eye - bt[..., None, None] * full[..., :, None] * full[..., None, :]  # (B, H, L, D, D)
     return ref.accumulated_transport(steps)
@@ -132,7 +137,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         P = len(ch) // 2
         if t["op"] == "rotate":
             ph = _as_bhlp(mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx(t), t["phase"]), L, P).to(F64)
-            tr = ref.rotation_transport(ph, mod.layout, ch, D)
+            tr = _scaled(ref.rotation_transport(ph, mod.layout, ch, D), t, ch, D)
         elif t["op"] == "accumulate_so2":
             a = _as_bhlp(mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx(t), t["steps"]), L, P).to(F64)
             a = a * stepv[:, None, :, None]

@@ -291,14 +291,15 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
         ctx = win.ctx(mod, dtype, group=t)
         if t["op"] == "rotate" and not mod._nodes[t["phase"]].get("dynamic") and lay.n <= TABLE_MAX:
             # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions
-            cos, sin = mod.rope_tables(t, lay.n, win.device, _angle_dtype(dtype))
+            cos, sin = mod.rope_tables(t, lay.n, win.device, _angle_dtype(dtype))  # rotate's scale included
             pos = lay.positions.clamp(0, cos.shape[0] - 1)  # (padding may sit at any position)
             rots.append((t, (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1))))  # (B, 1, L, P)
         elif t["op"] == "rotate":
             ph = mod.evaluator.run(mod._nodes[t["phase"]]["expr"], ctx, t["phase"])
             ph = _last(_as_bhlp(ph, win.Lw, P).to(F64), L)  # (B|1, H|1, L, P)
             ph = torch.remainder(ph, TWO_PI)
-            rots.append((t, (torch.cos(ph).to(_angle_dtype(dtype)), torch.sin(ph).to(_angle_dtype(dtype)))))
+            s = t.get("scale", 1.0)  # rotate(..., scale = m): q and k of the group times m (HF's attention factor)
+            rots.append((t, ((s * torch.cos(ph)).to(_angle_dtype(dtype)), (s * torch.sin(ph)).to(_angle_dtype(dtype)))))
         elif t["op"] == "accumulate_so2":
             a = _last(_as_bhlp(mod.evaluator.run(mod._nodes[t["steps"]]["expr"], ctx, t["steps"]), win.Lw, P), L)
             a = a.to(F64) * valid[:, None, :, None]

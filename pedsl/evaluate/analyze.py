@@ -31,7 +31,7 @@ import torch
 from pedsl.errors import EvalError
 from pedsl.evaluate import instruments as ins
 from pedsl.evaluate.common import eval_config, open_run, write_json
-from pedsl.evaluate.eval_run import validation_data
+from pedsl.evaluate.eval_run import output_name, validation_data
 from pedsl.evaluate.perplexity import window_ends, windows_at
 from pedsl.limits import check_tensor
 
@@ -112,7 +112,9 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
               "settings": {"lengths": lens, "far_window": W, "samples": samples, "seed": ecfg.seed},
               "layers": layers, "summary": summarize(layers, lens), "notes": notes,
               "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0}
-    write_json(out or Path(run_dir) / "analysis.json", result)
+    if meta.get("swap"):  # analysed under another scheme than the run's (pedsl.train.swap)
+        result["swap"] = meta["swap"]
+    write_json(out or Path(run_dir) / output_name("analysis", meta), result)
     return result
 
 
@@ -143,8 +145,12 @@ def summarize(layers: list[dict], lens: list[int]) -> dict:
 def analysis_table(result: dict) -> str:
     s = result["summary"]
     head = f"{'length':>8} {'far mass':>9} {'sink':>7} {'k srank':>8} {'q srank':>8}"
-    rows = [f"{result['scheme']} (far window W = {result['far_window']}; mean over layers and heads)", head,
-            "-" * len(head)]
+    rows = [f"{result['scheme']} (far window W = {result['far_window']}; mean over layers and heads)"]
+    if result.get("swap"):
+        from pedsl.evaluate.eval_run import swap_line
+
+        rows.append(swap_line(result["swap"]))
+    rows += [head, "-" * len(head)]
     for L in result["lengths"]:
         k = str(L)
         rows.append(f"{L:>8} {s['far_mass'][k]:>9.3f} {s['sink_mass'][k]:>7.3f} {s['k_stable_rank'][k]:>8.2f} "

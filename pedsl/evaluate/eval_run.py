@@ -7,6 +7,11 @@ eval.json::
      "passkey": {"<L>": {"accuracy", "digit_accuracy", "answer_nll", "samples", "chance"}},
      "blocks":  {"<L>": {"accuracy", "answer_nll", "answers", "samples", "chance"}},
      "wall_time_s"}
+
+Under another scheme (``pedsl eval RUN --scheme OTHER -P name=value``, :mod:`pedsl.train.swap`)
+``scheme`` / ``scheme_hash`` are the new scheme's, ``swap`` holds its name, source hash, file,
+parameters (resolved, given, carried from the run) and the run's own scheme, and the default
+output is ``RUN/eval.<scheme>[.<name>=<value>...].json``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
     say(f"eval {meta['scheme'].name} (step {meta['step']}): lengths {lens}, tasks {', '.join(ecfg.tasks)}")
     result: dict[str, Any] = {"run": str(run_dir), "scheme": meta["scheme"].name, "scheme_hash": meta["scheme_hash"],
                               "step": meta["step"], "context": L0, "settings": settings_of(ecfg, ecfg.tasks)}
+    if meta.get("swap"):  # evaluated under another scheme than the run's (pedsl.train.swap)
+        result["swap"] = meta["swap"]
     if "ppl" in ecfg.tasks:
         data = validation_data(cfg)
         gen = None
@@ -72,8 +79,15 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
                                   offset=cfg.data.block_offset, seed=ecfg.seed, say=say)
     result["wall_time_s"] = time.perf_counter() - t0
     result["cpu_time_s"] = time.process_time() - c0
-    write_json(out or Path(run_dir) / "eval.json", result)
+    write_json(out or Path(run_dir) / output_name("eval", meta), result)
     return result
+
+
+def output_name(stem: str, meta: dict) -> str:
+    """``eval.json``, or ``eval.<scheme>[.<name>=<value>...].json`` for a swapped scheme (the run's
+    own result is never overwritten by a swap)."""
+    swap = meta.get("swap")
+    return f"{stem}.{swap['suffix']}.json" if swap else f"{stem}.json"
 
 
 def _task_windows(td, n: int, length: int, seed: int) -> torch.Tensor:
@@ -91,7 +105,10 @@ def eval_table(result: dict) -> str:
     lens = sorted({int(k) for part in (ppl, pk, bl) for k in part})
     L0 = result["context"]
     head = f"{'length':>8} {'x train':>8} {'ppl':>9} {'ratio':>8} {'passkey':>8} {'blocks':>8}"
-    rows = [f"{result['scheme']} (step {result['step']}, training length {L0})", head, "-" * len(head)]
+    rows = [f"{result['scheme']} (step {result['step']}, training length {L0})"]
+    if result.get("swap"):
+        rows.append(swap_line(result["swap"]))
+    rows += [head, "-" * len(head)]
 
     def f(d: dict, key: str, fmt: str) -> str:
         return format(d[key], fmt) if d and d.get(key) is not None else "-"
@@ -102,3 +119,11 @@ def eval_table(result: dict) -> str:
                     f"{f(pk.get(k), 'digit_accuracy', '.2f'):>8} {f(bl.get(k), 'accuracy', '.2f'):>8}")
     rows.append("passkey: fraction of answer digits right (chance 0.10); blocks: block ends right (chance 0.04)")
     return "\n".join(rows)
+
+
+def swap_line(swap: dict) -> str:
+    """One line saying which scheme replaced the run's (name, source hash, parameters)."""
+    params = ", ".join(f"{k}={v}" for k, v in swap["params"].items())
+    run = swap.get("run_scheme", {})
+    return (f"scheme swapped: {swap['name']} (sha256 {swap['source_hash'][:12]}; {params or 'no parameters'}) "
+            f"in place of the run's {run.get('name', '?')} (sha256 {str(run.get('source_hash', ''))[:12]})")

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from pedsl.errors import ShapeError
-from pedsl.lang.evaluate import alibi_slopes as slope_values  # the one implementation (pure Python)
+from pedsl.formulas import alibi_slopes as slope_values  # the one implementation (pure Python)
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
