@@ -433,11 +433,16 @@ def _commit(cache: AttentionCache, lay: Layout, state, win: Window, mod) -> None
 
 
 def _append_tokens(cache, lay: Layout, k, v, coord):
-    """Append this call's keys, values and token layout; return everything cached (incl. them)."""
-    Lc = cache.length
+    """Append this call's keys, values and token layout."""
     if cache.heads_kv is None:
         cache.heads_kv = k.shape[1]
-    cache.put("k", k.detach(), Lc)
+    cache.put("k", k.detach(), cache.length)
+    _append_layout(cache, lay, v, coord)
+
+
+def _append_layout(cache, lay: Layout, v, coord) -> None:
+    """Append this call's values, token layout and bias coordinates after the cached tokens."""
+    Lc = cache.length
     cache.put("v", v.detach(), Lc)
     cache.put("pos", lay.positions, Lc)
     cache.put("doc", lay.docs, Lc)
@@ -636,13 +641,8 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
         outs.append(_attend(q[:, :, r: r + 1], Kt, Vall[:, :, :n], mask, bias))
     if cache is not None:
         cache.heads_kv = H
-        cache.put("k", Kt.detach(), 0)
-        cache.put("v", v.detach(), Lc)
-        cache.put("pos", lay.positions, Lc)
-        cache.put("doc", lay.docs, Lc)
-        cache.put("valid", lay.valid, Lc)
-        if coord is not None:
-            cache.put("coord", coord.detach(), Lc)
+        cache.put("k", Kt.detach(), 0)  # every key moved to the newest token
+        _append_layout(cache, lay, v, coord)
     return torch.cat(outs, dim=2)
 
 
@@ -671,12 +671,7 @@ def _path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache, Lq):
     Z = B * H
     Lc = cache.length
     cache.heads_kv = H
-    cache.put("v", v, Lc)
-    cache.put("pos", lay.positions, Lc)
-    cache.put("doc", lay.docs, Lc)
-    cache.put("valid", lay.valid, Lc)
-    if coord is not None:
-        cache.put("coord", coord, Lc)
+    _append_layout(cache, lay, v, coord)
     total = Lc + L
     kpos, kdoc, kvalid = (_cached(cache, n, total) for n in ("pos", "doc", "valid"))
     kco = _cached(cache, "coord", total) if coord is not None else None
