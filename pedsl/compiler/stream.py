@@ -47,7 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pedsl.compiler.module import _angle_dtype
+from pedsl.compiler.shapes import angle_dtype as _angle_dtype, as_bhl as _as_bhl, as_bhlp as _as_bhlp
+from pedsl.compiler.shapes import as_hd as _as_hd, per_head as _per_head
 from pedsl.errors import ShapeError
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
@@ -279,8 +280,6 @@ def _last(t: Tensor, L: int, dim: int = -2) -> Tensor:
 def token_values(mod, win: Window, lay: Layout, dtype, cache):
     """Per-token quantities of the L new tokens: rotations per transform, bias coordinates, Householder
     inputs, and the state to carry. Returns (rots, coord, tables, hh, state)."""
-    from pedsl.compiler.module import _as_bhl, _as_bhlp, _per_head
-
     L = win.L
     B = lay.positions.shape[0]
     valid = lay.valid
@@ -514,8 +513,6 @@ def _bias_rows(mod, tables, coord_q, kcoord, qpos, kpos, dtype):
     if kcoord is not None:
         bias = coord_q.unsqueeze(-1) - kcoord.unsqueeze(-2)
     if tables:
-        from pedsl.compiler.module import _as_hd
-
         dist = (qpos[:, :, None] - kpos[:, None, :]).clamp(min=0)  # (B, rows, Lk)
         top = int(dist.max()) + 1 if dist.numel() else 1
         for b in tables:
