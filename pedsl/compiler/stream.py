@@ -593,8 +593,9 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
         o = path_attention(q, k, v, w, beta, lf)
         if lay.padded:
             o = o * lay.valid[:, None, :, None].to(o.dtype)
-        if cache is not None:
-            _keys(cache, lay, path_transported_keys(k, w, beta), v, coord, 0)
+        if cache is not None:  # half-precision calls keep PaTH's cache in float32 (steps accumulate there)
+            cdt = _angle_dtype(k.dtype)
+            _keys(cache, lay, path_transported_keys(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
         return o
     # the decode rule
     if cache is not None and (cache.batch_size != B or (cache.heads_kv is not None and cache.heads_kv != H)):
@@ -606,8 +607,9 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
     val_c = _cached(cache, "valid", Lc) if Lc else lay.valid[:, :0]
     co_c = (_cached(cache, "coord", Lc) if Lc else coord[..., :0]) if coord is not None else None
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, w, beta))
-    if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == k.dtype):
-        return _path_decode_inplace(q, k, v, w, beta, coord, lay, cache, Lq)
+    if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == _angle_dtype(k.dtype)):
+        cdt = _angle_dtype(k.dtype)  # half precision: the cache and the pending product in float32
+        return _path_decode_inplace(*(t.to(cdt) for t in (q, k, v, w, beta)), coord, lay, cache, Lq).to(q.dtype)
     if cache is not None and cache.path_pending is not None:
         _path_flush(cache, cache.path_flushed, cache.path_pending)
     if grad or Kt.dtype != k.dtype:
