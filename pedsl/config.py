@@ -30,7 +30,7 @@ from pedsl.errors import ConfigError, did_you_mean
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Frozen):
@@ -74,7 +74,7 @@ class ModelConfig(_Frozen):
         return self
 
 
-DataSource = str  # "stdlib" | "passkey" | "blocks" | a local file or folder path
+DataSource = str  # "stdlib" | "passkey" | "blocks" | "multikey" | "kv" | a path | a mixture "stdlib:0.7,kv:0.3"
 
 
 class DataConfig(_Frozen):
@@ -84,7 +84,8 @@ class DataConfig(_Frozen):
     seed: int = Field(0, ge=0, le=L.MAX_SEED)
     val_fraction: float = Field(0.1, gt=0, lt=1)
     max_bytes: int = Field(8_000_000, ge=1024, le=L.MAX_TENSOR_BYTES, description="read at most this many bytes of text")
-    passkey_digits: int = Field(5, ge=1, le=32)
+    passkey_digits: int = Field(5, ge=1, le=32, description="answer digits of passkey, multikey and kv")
+    multikey_keys: int = Field(3, ge=1, le=64, description="needles of the multikey task (one asked)")
     block_len: int = Field(16, ge=2, le=L.MAX_LENGTH, description="latent block length B of the block task")
     block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
 
@@ -176,7 +177,7 @@ RESUMABLE_FIELDS = (
 )
 
 
-EvalTask = Literal["ppl", "passkey", "blocks"]
+EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.tasks by length and depth
 
 
 class EvalConfig(_Frozen):
@@ -254,6 +255,10 @@ def _set_flat(d: dict[str, Any], key: str, value: Any, *, where: str) -> None:
         d.setdefault("data", {})["source"] = value
     elif key == "params" and isinstance(value, Mapping):
         d.setdefault("params", {}).update(value)
+    elif key in ("model", "data", "params"):
+        raise ConfigError(f"{where}: '{key}' must be a mapping of settings"
+                          + (" (or the name of a data source)" if key == "data" else "")
+                          + f", not {type(value).__name__}")
     elif key in train_fields:
         d[key] = value
     elif key in ModelConfig.model_fields:
@@ -283,7 +288,7 @@ def resolve_train_config(
     block = dict(block or {})
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     preset = overrides.get("preset", block.get("preset", "tiny"))
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise ConfigError(f"unknown preset '{preset}'",
                           hint=did_you_mean(str(preset), PRESETS) or f"presets: {', '.join(PRESETS)}")
     d: dict[str, Any] = {"scheme": scheme, "preset": preset}
@@ -296,8 +301,10 @@ def resolve_train_config(
     if params:
         d.setdefault("params", {}).update(params)
     # A new peak lr without a floor: decay to a tenth of it (the presets' ratio).
-    if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides):
-        d["min_lr"] = d["lr"] / 10
+    lr = d.get("lr")
+    if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides) \
+            and isinstance(lr, (int, float)) and not isinstance(lr, bool):  # else validation reports it
+        d["min_lr"] = lr / 10
     # A preset's head_dim only holds with its own d_model / n_heads.
     # (a head_dim is re-derived when a later layer changes d_model or n_heads without giving one).
     bl, ov = _flat_model(block), _flat_model(overrides)
@@ -335,7 +342,7 @@ def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
 # YAML and validation with readable errors
 
 
-MAX_YAML_BYTES = 1 << 20  # a config is a screenful of settings: more is the wrong file
+MAX_YAML_BYTES = L.MAX_CONFIG_BYTES  # a config is a screenful of settings: more is the wrong file
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:

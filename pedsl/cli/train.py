@@ -39,7 +39,7 @@ def _parse_params(items: tuple[str, ...]) -> dict:
 @click.option("--batch-size", type=int, default=None, help="Global batch size (split over ranks).")
 @click.option("--lr", type=float, default=None, help="Peak learning rate.")
 @click.option("--seed", type=int, default=None, help="Seed of init and data order.")
-@click.option("--data", default=None, help="stdlib, passkey, blocks, or a local file/folder.")
+@click.option("--data", default=None, help="stdlib, passkey, multikey, kv, blocks, a local file/folder, or a weighted mixture such as stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1.")
 @click.option("--device", default=None, help="auto, cpu, cuda.")
 @click.option("--threads", type=int, default=None, help="torch CPU threads per process (default: the idle cores, from the load average).")
 @click.option("--backend", default=None, help="Force a compiler backend (default auto).")

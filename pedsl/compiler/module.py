@@ -223,11 +223,13 @@ class SchemeAttention(nn.Module):
             total = g if total is None else total + g
         return total
 
-    def bias_table(self, L: int, x, tokens, device) -> Tensor | None:
-        """The full (B|1, H, L, L) bias, for the masked/reference backends."""
+    def bias_table(self, L: int, x, tokens, device, cols: slice | None = None) -> Tensor | None:
+        """The full (B|1, H, L, L) bias, for the masked/reference backends (``cols``: only those
+        key columns, (B|1, H, L, len(cols)), for streamed analysis at long lengths)."""
         total = None
         i = torch.arange(L, device=device)
-        dist = (i[:, None] - i[None, :]).clamp(min=0)
+        j = i if cols is None else i[cols]
+        dist = (i[:, None] - j[None, :]).clamp(min=0)
         for b in self.biases:
             if b["op"] == "distance_bias":
                 term = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
@@ -236,7 +238,7 @@ class SchemeAttention(nn.Module):
             else:
                 lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
                 G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
-                full = G.unsqueeze(-1) - G.unsqueeze(-2)
+                full = G.unsqueeze(-1) - (G if cols is None else G[..., cols]).unsqueeze(-2)
             total = full if total is None else total + full
         return total
 
@@ -401,5 +403,3 @@ class SchemeAttention(nn.Module):
         freqs = rotary_frequencies(self.scheme)
         return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)
                 for g, f in freqs.items()]
-
-

@@ -1,7 +1,7 @@
 """Labelled run-time values (:class:`~pedsl.compiler.evaluator.LT`) as the tensor shapes the kernels take.
 
-Shared by the module (:mod:`pedsl.compiler.module`) and the reference backend
-(:mod:`pedsl.compiler.reference`), so neither imports the other's internals.
+Shared by the module (:mod:`pedsl.compiler.module`), its general forward (:mod:`pedsl.compiler.stream`)
+and the reference backend (:mod:`pedsl.compiler.reference`), so none imports another's internals.
 """
 
 from __future__ import annotations

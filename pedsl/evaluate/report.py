@@ -132,7 +132,8 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
     md += ["## Plots", ""]
     captions = {"ppl_ratio": "Perplexity ratio vs length", "far_mass": "Far attention mass vs length",
                 "freq_energy": "Frequency energy spectra",
-                "decoherence": "Score decoherence (raw scores vs distance)", "retrieval": "Retrieval accuracy vs length"}
+                "decoherence": "Score decoherence (raw scores vs distance)", "retrieval": "Retrieval accuracy vs length",
+                "loss_curves": "Training and validation loss per run"}
     for key, files in plots.items():
         png = [x for x in files if x.endswith(".png")]
         svg = [x for x in files if x.endswith(".svg")]

@@ -72,6 +72,8 @@ def evaluate(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
     if k in ("str", "bool"):
         return node.value
     if k == "list":
+        if len(node.items) > limits.MAX_LIST:
+            raise EvalIssue(f"a list of {len(node.items):,} items; the limit is {limits.MAX_LIST:,}", node)
         items = [ev(i) for i in node.items]
         return DYNAMIC if any(i is DYNAMIC for i in items) else items
     if k == "name":
@@ -229,7 +231,9 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:
         out = fn(env, node, **vals)
-    except (ValueError, ZeroDivisionError, OverflowError) as exc:
+    except OverflowError:
+        raise EvalIssue(f"{node.func}(): a number too large (overflow)", node) from None
+    except (ValueError, ZeroDivisionError) as exc:
         raise EvalIssue(f"{node.func}(): {exc}", node) from None
     if isinstance(out, Vec):
         for v in out.values:
@@ -252,10 +256,11 @@ def _finite(v: Any, node, what: str = "this gives") -> Any:
 # transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
 _ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
     "log_length": {"length": (1, math.inf, True, "ln(length) divides: it must be > 1")},
-    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap")},
+    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap"),
+               "init_bias": (-limits.MAX_INIT, limits.MAX_INIT, False, "the start value of the bias")},
     "shortconv": {"width": (1, limits.MAX_RANK, False, "taps of the convolution")},
     "frozen_random": {"seed": (0, limits.MAX_SEED, False, "a torch seed")},
-    "embedding": {"init": (0, limits.FLOAT32_MAX, False, "a standard deviation")},
+    "embedding": {"init": (0, limits.MAX_INIT, False, "a standard deviation")},
 }
 
 
@@ -504,6 +509,10 @@ def _slopes(env, node, heads):
     if not 1 <= h <= limits.MAX_HEADS:
         raise EvalIssue(f"slopes(): {h:g} heads is out of range (1 .. {limits.MAX_HEADS})", node,
                         hint="slopes(heads) gives one slope per attention head")
+    model_heads = env.values.get("heads")
+    if isinstance(model_heads, int) and not isinstance(model_heads, bool) and h != model_heads:
+        raise EvalIssue(f"slopes({h:g}) gives {h:g} slopes, but the model has {model_heads} heads", node,
+                        hint="write slopes(heads): one slope per attention head")
     return Vec("head", alibi_slopes(int(h)))
 
 

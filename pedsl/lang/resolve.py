@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 from pedsl.errors import CheckError, Diagnostic, DiagnosticSink, ParamError, ParseError, PedslError, did_you_mean
 from pedsl.lang import ast, bounds
-from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS
+from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS, MAX_LENGTH
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
 from pedsl.lang.evaluate import DYNAMIC, channel_ranges, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source, walk
@@ -886,6 +886,8 @@ class Resolver:
             # (e.g. "position / factor" with factor = 0) surface at check time too.
             probe = StaticEnv(values={**env.values, "position": 1}, lets=env.lets, pairs=pairs, n=env.n)
             evaluate(e, probe)
+            # And at the longest sequence pedsl runs: grids that read the length (dynamic_ntk) change there.
+            evaluate(e, StaticEnv(values=env.values, lets=env.lets, pairs=pairs, n=MAX_LENGTH))
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or e, hint=issue.hint)
 
