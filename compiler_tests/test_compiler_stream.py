@@ -113,7 +113,8 @@ def test_packed_padded_and_gqa_equal_separate_runs(path):
 @pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
 def test_prefill_then_decode_equals_one_forward(path):
     """Prefill 5 tokens, then one token at a time and chunks of 3, with GQA (Hkv 2): outputs equal the
-    full forward; the prefill's gradients equal the full forward's for its rows."""
+    full forward; the prefill's gradients equal the full forward's for its rows. The other backends
+    that accept the scheme: chunks of 3 equal their full forward."""
     m = _mod(path, params={"train_length": 64} if path.stem == "dynamic_ntk" else None)
     B, L, P = 2, 11, 5
     q, k, v, x, tok = _data(m, B, L, 2, grad=True)
@@ -135,6 +136,20 @@ def test_prefill_then_decode_equals_one_forward(path):
                               cache=c))
         assert len(c) == L
         torch.testing.assert_close(torch.cat(outs, 2), full.detach(), rtol=1e-9, atol=1e-10)
+    # every other backend that accepts the scheme: chunks of 3 against its own full forward
+    for backend in ("sdpa", "masked", "blockwise"):
+        try:
+            mb = _mod(path, backend, params={"train_length": 64} if path.stem == "dynamic_ntk" else None)
+        except CompileError:
+            continue
+        if mb.backend == m.backend:
+            continue
+        mb.load_state_dict(m.state_dict())
+        c = mb.new_cache(B)
+        with torch.no_grad():
+            outs = [mb(q[:, :, s:s + 3], k[:, :, s:s + 3], v[:, :, s:s + 3], x=_sl(x, s, s + 3),
+                       tokens=_sl(tok, s, s + 3), cache=c) for s in range(0, L, 3)]
+            torch.testing.assert_close(torch.cat(outs, 2), mb(q, k, v, x=x, tokens=tok), rtol=1e-9, atol=1e-10)
 
 
 def test_decoding_a_packed_padded_batch_matches_the_reference():
