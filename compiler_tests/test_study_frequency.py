@@ -80,6 +80,16 @@ def test_topic_task_blocks_share_four_letters():
     assert sum(set(r[:16].tolist()) == set(r[16:32].tolist()) for r in t) <= 1
 
 
+@pytest.mark.parametrize("args", [["rope"], ["--data", "stdlib"], ["--seed", "3"], ["--set", "task=nope"]])
+def test_cli_refuses_what_the_study_does_not_use(args, tmp_path, capsys):
+    from pedsl.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--study", "frequency", "--out", str(tmp_path), "-q", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code in (1, 2) and "Traceback" not in err and "error" in err
+
+
 @pytest.mark.slow
 def test_tiny_study_end_to_end(tmp_path):
     sets = {"widths": [4, 6, 8], "seeds": [0], "d_model": 32, "n_heads": 1, "head_dim": 16, "context": 16,

@@ -403,4 +403,3 @@ class SchemeAttention(nn.Module):
         freqs = rotary_frequencies(self.scheme)
         return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)
                 for g, f in freqs.items()]
-

@@ -298,13 +298,19 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     return result
 
 
-def run_study_cli(echo, schemes, out, **kw) -> None:
-    """``pedsl compare --study frequency``: run the study, print the fit table."""
+def run_study_cli(echo, schemes, out, unused: dict | None = None, **kw) -> None:
+    """``pedsl compare --study frequency``: run the study, print the fit table. ``unused``: compare
+    options the study has no use for (name -> value or None); any that is set is a usage error."""
     from pedsl.errors import UsageError
 
     if schemes:
         raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
                          hint="drop the scheme names, or drop --study")
+    given = [k for k, v in (unused or {}).items() if v is not None]
+    if given:
+        raise UsageError(f"--study frequency does not use {', '.join(given)}",
+                         hint="it trains on its own synthetic task with its own model; set those with --set "
+                         "(task=, widths=, seeds=, context=, d_model= ...)")
     res = run_frequency_study(out, **kw)
     text = report(res).split("\n")
     echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))
