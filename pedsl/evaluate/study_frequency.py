@@ -72,7 +72,7 @@ MEASURE_VERSION = 2  # bump when measure_run changes: the study then re-measures
 # ------------------------------------------------------------------ the measure
 
 
-def positional_energy(q, k, pairs: list[tuple[int, int]], freqs) -> "torch.Tensor":  # noqa: F821
+def positional_energy(q, k, pairs: list[tuple[int, int]], freqs):
     """Per head and pair, the variance over causal (i, j) of the content-averaged score part of pair k:
     q, k (B, H, L, D) before rotation -> (H, P), not normalised (see the module docstring)."""
     import torch

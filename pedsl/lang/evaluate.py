@@ -19,7 +19,6 @@ from pedsl import limits
 from pedsl.lang import ast
 from pedsl.lang.channels import LAYOUTS
 from pedsl.lang.grids import GRIDS
-from pedsl.lang.grids import yarn_mscale_value  # noqa: F401  (pedsl/hf/rope.py imports it from here)
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
 
 _DYNAMIC_NAMES = {"position", "distance", "x", "token"}
