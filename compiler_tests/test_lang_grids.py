@@ -1,5 +1,5 @@
 """Static values of grids and slopes (pedsl.lang.grids, folded by pedsl.lang.evaluate) against values worked out by hand
-from the papers' formulas (SEMANTICS 2a, 3), in float64."""
+from the papers' formulas (docs/semantics.md §2a, 3), in float64."""
 
 from __future__ import annotations
 

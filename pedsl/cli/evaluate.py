@@ -1,6 +1,6 @@
 """``pedsl eval``, ``pedsl analyze`` and ``pedsl compare`` (see :mod:`pedsl.evaluate`).
 
-All three set ``torch.set_flush_denormal(True)`` (SEMANTICS 6: the application owns it), run
+All three set ``torch.set_flush_denormal(True)`` (docs/semantics.md §6: the application owns it), run
 under ``torch.no_grad`` and use the run's compiled backend. Errors (a missing or corrupt run
 directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
 """

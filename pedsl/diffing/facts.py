@@ -140,7 +140,7 @@ def _init_value(e: ast.Expr, env: StaticEnv) -> float | None:
 
 
 def temperature_at(s: Scheme, positions: list[int]) -> list[tuple[int, Any]]:
-    """tau(i) at query positions i (log_length(L) = max(1, ln(i + 1) / ln L), SEMANTICS 4)."""
+    """tau(i) at query positions i (log_length(L) = max(1, ln(i + 1) / ln L), docs/semantics.md §4)."""
     if s.temperature is None:
         return [(i, 1.0) for i in positions]
     env = env_of(s)

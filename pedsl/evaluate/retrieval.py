@@ -1,4 +1,4 @@
-"""Retrieval accuracy vs length: passkey and the block-structured task (SEMANTICS 7).
+"""Retrieval accuracy vs length: passkey and the block-structured task (docs/semantics.md §7).
 
 - passkey (:func:`pedsl.synthetic.passkey_batch`): a 5-digit key hidden at a random place in filler
   text, asked for at the end. Scored on the answer digits: ``accuracy`` (every digit right under

@@ -164,7 +164,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
            resume: bool, quiet: bool, held: contextlib.ExitStack, force_new: bool = False) -> dict[str, Any]:
     t_start, c_start = time.perf_counter(), time.process_time()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
-    # flush_denormal (SEMANTICS 6) is the application's process-wide choice
+    # flush_denormal (docs/semantics.md §6) is the application's process-wide choice
     threads = setup_torch(cfg.threads, processes=d.world, flush_denormal=cfg.flush_denormal)
     if cfg.batch_size % d.world:
         raise ConfigError(f"batch size {cfg.batch_size} does not split over {d.world} processes",
