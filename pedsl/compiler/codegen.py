@@ -38,12 +38,6 @@ from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, b
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 
-_ELEMENTWISE = {
-    "log": "torch.log", "exp": "torch.exp", "sqrt": "torch.sqrt", "sin": "torch.sin", "cos": "torch.cos",
-    "tanh": "torch.tanh", "abs": "torch.abs", "sigmoid": "torch.sigmoid", "log_sigmoid": "F.logsigmoid",
-}
-
-
 def class_name(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_\W]+", name) if p) or "Scheme"
 
@@ -126,17 +120,10 @@ class _Gen:
 
     def _call(self, e: ast.Call) -> str:
         f = e.func
-        args = bind_args(e, FUNCTIONS[f].params)
-        if f in _ELEMENTWISE:
-            return f"{_ELEMENTWISE[f]}(_t({self._e(args['x'])}, dev))"
-        if f in ("min", "max"):
-            fn = "torch.minimum" if f == "min" else "torch.maximum"
-            return f"{fn}(_t({self._e(args['a'])}, dev), _t({self._e(args['b'])}, dev))"
-        if f in ("clamp", "ramp"):
-            x, lo, hi = (self._e(args[n]) for n in ("x", "lo", "hi"))
-            if f == "clamp":
-                return f"torch.minimum(torch.maximum(_t({x}, dev), _t({lo}, dev)), _t({hi}, dev))"
-            return f"(((_t({x}, dev) - {lo}) / ({hi} - {lo})).clamp(0, 1))"
+        spec = FUNCTIONS[f]
+        args = bind_args(e, spec.params)
+        if spec.emit is not None:  # a record's emitted code
+            return spec.emit(*(self._e(args[p]) for p, _ in spec.params))
         if f == "dynamic_ntk":
             base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
             return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"

@@ -25,12 +25,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from pedsl.errors import CompileError
+from pedsl.lang.builtin_defs.arrays import Ops
 from pedsl.lang.dynamic import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
 from pedsl.lang.evaluate import Vec
 from pedsl.lang.builtins import READS_LENGTH
 from pedsl.lang.exprs import calls_in, names_in
 
 F64 = torch.float64
+# the torch array namespace of the builtin records' run-time values (numpy's: builtin_defs.arrays)
+TORCH_OPS = Ops(log=torch.log, exp=torch.exp, sqrt=torch.sqrt, sin=torch.sin, cos=torch.cos, tanh=torch.tanh,
+                abs=torch.abs, sigmoid=torch.sigmoid, log_sigmoid=F.logsigmoid, floor=torch.floor, ceil=torch.ceil,
+                minimum=torch.minimum, maximum=torch.maximum)
 
 
 @dataclass
@@ -121,13 +126,7 @@ class Evaluator(DynamicEvaluator):
             return LT(ctx.positions.to(F64), ("batch", "pos"))
         return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), (axis,))
 
-    ELEMENTWISE = {
-        "log": torch.log, "exp": torch.exp, "sqrt": torch.sqrt, "sin": torch.sin, "cos": torch.cos,
-        "tanh": torch.tanh, "abs": torch.abs, "sigmoid": torch.sigmoid, "log_sigmoid": F.logsigmoid,
-        "floor": torch.floor, "ceil": torch.ceil,
-    }
-    minimum = staticmethod(torch.minimum)
-    maximum = staticmethod(torch.maximum)
+    ops = TORCH_OPS
 
     def wrap(self, t: Tensor, axes: tuple[str, ...]) -> LT:
         return LT(t, axes)

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pedsl.errors import CompileError
+from pedsl.lang.builtin_defs.arrays import numpy_ops
 from pedsl.lang.dynamic import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
 from pedsl.lang.values import Vec
 from pedsl.lang.scheme import Scheme
@@ -79,13 +80,7 @@ class NumpyEvaluator(DynamicEvaluator):
     def arange(self, ctx: Ctx, axis: str) -> NL:
         return NL(np.arange(ctx.L, dtype=np.float64), (axis,))
 
-    ELEMENTWISE = {
-        "log": np.log, "exp": np.exp, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
-        "abs": np.abs, "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
-        "log_sigmoid": lambda x: -np.logaddexp(0.0, -x), "floor": np.floor, "ceil": np.ceil,
-    }
-    minimum = staticmethod(np.minimum)
-    maximum = staticmethod(np.maximum)
+    ops = numpy_ops()
 
     def wrap(self, t: np.ndarray, axes: tuple[str, ...]) -> NL:
         return NL(t, axes)

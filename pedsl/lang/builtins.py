@@ -8,57 +8,12 @@ in :mod:`pedsl.lang.grids` (folded by :mod:`pedsl.lang.evaluate`); the run-time 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
-from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Ty, join, num
-
-REQUIRED = object()
-
-
-class TypeIssue(Exception):
-    """Raised by a typing rule; ``arg`` names the offending argument (or None)."""
-
-    def __init__(self, message: str, arg: str | None = None, hint: str | None = None):
-        super().__init__(message)
-        self.arg = arg
-        self.hint = hint
-
-
-@dataclass(frozen=True)
-class Builtin:
-    name: str
-    params: tuple[tuple[str, object], ...]  # (name, default or REQUIRED)
-    doc: str
-    rule: Callable[[dict[str, Ty]], Ty]
-    category: str = "math"
-
-    def signature(self) -> str:
-        parts = []
-        for p, d in self.params:
-            shown = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", "")
-            parts.append(p if d is REQUIRED else f"{p} = {shown}")
-        return f"{self.name}({', '.join(parts)})"
-
+from pedsl.lang.builtin_defs import RECORDS
+from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue
+from pedsl.lang.builtin_defs.record import need_num as _need_num
+from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Ty, num
 
 # ------------------------------------------------------------------ typing helpers
-
-
-def _need_num(t: Ty, arg: str, allowed: set[str] | None = None, what: str = "") -> None:
-    if t.kind != "num":
-        raise TypeIssue(f"'{arg}' must be a number{what}, not {t.show()}", arg)
-    if allowed is not None and not t.axes <= allowed:
-        extra = sorted(t.axes - allowed)
-        raise TypeIssue(
-            f"'{arg}' varies along {', '.join(extra)}, but must be {_axes_words(allowed)}{what}",
-            arg,
-        )
-
-
-def _axes_words(allowed: set[str]) -> str:
-    if not allowed:
-        return "a scalar"
-    return "per " + " / ".join(sorted(allowed)) + " at most"
 
 
 def _static(t: Ty, arg: str) -> None:
@@ -81,17 +36,6 @@ def _grid(*scalars: str, runtime: bool = False):
         return num("pair", runtime=runtime or any(a[s].runtime for s in scalars))
 
     return rule
-
-
-def _elementwise(a: dict[str, Ty]) -> Ty:
-    _need_num(a["x"], "x")
-    return join(a["x"]).with_(integer=False)
-
-
-def _binary_math(a: dict[str, Ty]) -> Ty:
-    for k, t in a.items():
-        _need_num(t, k)
-    return join(*a.values()).with_(integer=all(t.integer for t in a.values()))
 
 
 def _yarn(a: dict[str, Ty]) -> Ty:
@@ -247,22 +191,7 @@ def _per_pair(a: dict[str, Ty]) -> Ty:
 
 B = Builtin
 _BUILTINS = [
-    # math
-    B("log", (("x", REQUIRED),), "natural logarithm", _elementwise),
-    B("exp", (("x", REQUIRED),), "exponential", _elementwise),
-    B("sqrt", (("x", REQUIRED),), "square root", _elementwise),
-    B("sin", (("x", REQUIRED),), "sine", _elementwise),
-    B("cos", (("x", REQUIRED),), "cosine", _elementwise),
-    B("tanh", (("x", REQUIRED),), "hyperbolic tangent", _elementwise),
-    B("abs", (("x", REQUIRED),), "absolute value", _elementwise),
-    B("sigmoid", (("x", REQUIRED),), "logistic function 1 / (1 + exp(-x))", _elementwise),
-    B("log_sigmoid", (("x", REQUIRED),), "log(sigmoid(x)), computed stably", _elementwise),
-    B("floor", (("x", REQUIRED),), "largest integer <= x", _elementwise),
-    B("ceil", (("x", REQUIRED),), "smallest integer >= x", _elementwise),
-    B("min", (("a", REQUIRED), ("b", REQUIRED)), "elementwise minimum", _binary_math),
-    B("max", (("a", REQUIRED), ("b", REQUIRED)), "elementwise maximum", _binary_math),
-    B("clamp", (("x", REQUIRED), ("lo", REQUIRED), ("hi", REQUIRED)), "clamp x into [lo, hi]", _binary_math),
-    B("ramp", (("x", REQUIRED), ("lo", REQUIRED), ("hi", REQUIRED)), "clamp((x - lo) / (hi - lo), 0, 1)", _binary_math),
+    *RECORDS.values(),  # the families converted to records (pedsl.lang.builtin_defs)
     # frequency grids (num[pair]); rot_dim is the channel group's size
     B("geometric", (("base", 10000.0),), "RoPE grid w_k = base^(-2k / rot_dim)", _grid("base"), "grid"),
     B("ntk", (("base", REQUIRED), ("factor", REQUIRED)),

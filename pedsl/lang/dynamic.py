@@ -26,7 +26,6 @@ from pedsl.lang.exprs import calls_in
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
-ELEMENTWISE_NAMES = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid", "floor", "ceil")
 FROZEN_CHUNK = 1024  # frozen_random(position) is drawn in chunks of positions, so any prefix is stable
 
 
@@ -107,13 +106,11 @@ class DynamicEvaluator:
         raise CompileError(f"cannot evaluate {to_source(e)} at run time")
 
     def _call(self, e: ast.Call, ctx):
-        args = bind_args(e, FUNCTIONS[e.func].params)
+        spec = FUNCTIONS[e.func]
+        args = bind_args(e, spec.params)
         f = e.func
-        if f in ELEMENTWISE_NAMES:
-            return self.elementwise(f, self._eval(args["x"], ctx))
-        if f in ("min", "max", "clamp", "ramp"):
-            names = ("a", "b") if f in ("min", "max") else ("x", "lo", "hi")
-            return self.bounded(f, [self._eval(args[n], ctx) for n in names])
+        if spec.run is not None:  # a record's run-time value, over this backend's array namespace
+            return self.apply(spec, [self._eval(args[p], ctx) for p, _ in spec.params])
         if f == "log_length":
             return self.log_length(float(self.static_number(args["length"], ctx)), ctx)
         if f == "frozen_random":
@@ -157,21 +154,16 @@ class DynamicEvaluator:
 
     # ------------------------------------------------------------------ arithmetic, for any array library
     # A value is a labelled array with ``.t`` (the array) and ``.axes``. Subclasses give ``wrap``,
-    # ``aligned``, ``minimum``/``maximum`` and the ``ELEMENTWISE`` functions; Python's operators and
-    # ``.clip`` mean the same on numpy arrays and torch tensors.
-    ELEMENTWISE: dict = {}
+    # ``aligned`` and ``ops`` (the array namespace of pedsl.lang.builtin_defs.arrays that records'
+    # ``run`` is written over); Python's operators and ``.clip`` mean the same on numpy arrays and
+    # torch tensors.
+    ops: Any = None
 
     def wrap(self, array, axes: tuple[str, ...]):
         raise NotImplementedError
 
     def aligned(self, values: list, axes: tuple[str, ...]) -> list:
         """The arrays of ``values`` with one dimension per axis of ``axes`` (size 1 where absent)."""
-        raise NotImplementedError
-
-    def minimum(self, a, b):
-        raise NotImplementedError
-
-    def maximum(self, a, b):
         raise NotImplementedError
 
     def negate(self, v):
@@ -183,18 +175,12 @@ class DynamicEvaluator:
         return self.wrap(x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x / y if op == "/"
                          else x ** y, axes)
 
-    def elementwise(self, f: str, v):
-        return self.wrap(self.ELEMENTWISE[f](v.t), v.axes)
-
-    def bounded(self, f: str, vals: list):
-        """min(a, b), max(a, b), clamp(x, lo, hi) and ramp(x, lo, hi) = clip((x - lo) / (hi - lo), 0, 1)."""
+    def apply(self, spec, vals: list):
+        """A builtin record's run-time value: its ``run`` over the arguments, aligned by axis name."""
+        if len(vals) == 1:
+            return self.wrap(spec.run(self.ops, vals[0].t), vals[0].axes)
         axes = union_axes(*[v.axes for v in vals])
-        ts = self.aligned(vals, axes)
-        if f in ("min", "max"):
-            return self.wrap((self.minimum if f == "min" else self.maximum)(*ts), axes)
-        x, lo, hi = ts
-        return self.wrap(self.minimum(self.maximum(x, lo), hi) if f == "clamp" else ((x - lo) / (hi - lo)).clip(0, 1),
-                         axes)
+        return self.wrap(spec.run(self.ops, *self.aligned(vals, axes)), axes)
 
     # ------------------------------------------------------------------ run-time sources (subclasses)
     def constant(self, value, ctx):  # a number or a pedsl.lang.values.Vec

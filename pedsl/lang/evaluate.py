@@ -171,7 +171,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
             vals[k] = v
     if any(v is DYNAMIC for v in vals.values()):
         return DYNAMIC
-    fn = _IMPL.get(node.func)
+    fn = _folder(spec) if spec.fold is not None else _IMPL.get(node.func)
     if fn is None:  # pragma: no cover - every static builtin has an implementation
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:
@@ -216,7 +216,7 @@ def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict
     return out
 
 
-# ------------------------------------------------------------------ elementwise math builtins
+# ------------------------------------------------------------------ folding a record's scalar function
 
 
 def _unary(fn):
@@ -232,17 +232,13 @@ def _unary(fn):
     return impl
 
 
-def _sigmoid(v: float) -> float:
-    return 1 / (1 + math.exp(-v)) if v >= 0 else math.exp(v) / (1 + math.exp(v))
+def _folder(spec):
+    """A record's fold over scalars, mapped over per-axis vectors."""
+    if len(spec.params) == 1:
+        return _unary(spec.fold)
 
-
-def _log_sigmoid(v: float) -> float:
-    return -math.log1p(math.exp(-v)) if v >= 0 else v - math.log1p(math.exp(v))
-
-
-def _zip2(fn):
-    def impl(env, node, a, b):
-        return _combine(fn, [a, b], node)
+    def impl(env, node, **vals):
+        return _combine(spec.fold, [vals[p] for p, _ in spec.params], node)
 
     return impl
 
@@ -264,35 +260,7 @@ def _combine(fn, vals: list, node) -> Any:
     return Vec(vec.axis, tuple(fn(*xs) for xs in zip(*cols)))
 
 
-def _clamp(env, node, x, lo, hi):
-    return _combine(lambda a, b, c: min(max(a, b), c), [x, lo, hi], node)
-
-
-def _ramp(env, node, x, lo, hi):
-    def r(a, b, c):
-        if c == b:
-            raise EvalIssue("ramp(): lo and hi are equal", node)
-        return min(1.0, max(0.0, (a - b) / (c - b)))
-
-    return _combine(r, [x, lo, hi], node)
-
-
 _IMPL = {
-    "log": _unary(math.log),
-    "exp": _unary(math.exp),
-    "sqrt": _unary(math.sqrt),
-    "sin": _unary(math.sin),
-    "cos": _unary(math.cos),
-    "tanh": _unary(math.tanh),
-    "abs": _unary(abs),
-    "floor": _unary(lambda v: float(math.floor(v))),
-    "ceil": _unary(lambda v: float(math.ceil(v))),
-    "sigmoid": _unary(_sigmoid),
-    "log_sigmoid": _unary(_log_sigmoid),
-    "min": _zip2(min),
-    "max": _zip2(max),
-    "clamp": _clamp,
-    "ramp": _ramp,
     **GRIDS,
     **LAYOUTS,
 }

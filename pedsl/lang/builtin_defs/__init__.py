@@ -1,0 +1,9 @@
+"""The builtin registry: one :class:`~pedsl.lang.builtin_defs.record.Builtin` record per builtin,
+one module per family. Every consumer (checker, folder, the shared run-time walk with its numpy and
+torch backends, codegen) reads a converted builtin's parts from its record; ``RECORDS`` lists them."""
+
+from __future__ import annotations
+
+from pedsl.lang.builtin_defs import elementwise
+
+RECORDS = {b.name: b for b in elementwise.RECORDS}

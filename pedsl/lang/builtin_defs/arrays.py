@@ -1,0 +1,37 @@
+"""The array namespace a builtin's run-time evaluation is written over.
+
+:class:`Ops` names the functions a record's ``run`` may call beyond Python's operators and
+``.clip`` (which mean the same on numpy arrays and torch tensors). The numpy backend
+(:data:`NUMPY`, for ``pedsl diff --numeric``, which must never import torch) is built here; the
+torch backend is built by :mod:`pedsl.compiler.evaluator` from the same fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Ops:
+    log: Callable
+    exp: Callable
+    sqrt: Callable
+    sin: Callable
+    cos: Callable
+    tanh: Callable
+    abs: Callable
+    sigmoid: Callable
+    log_sigmoid: Callable
+    floor: Callable
+    ceil: Callable
+    minimum: Callable
+    maximum: Callable
+
+
+def numpy_ops() -> Ops:
+    import numpy as np
+
+    return Ops(log=np.log, exp=np.exp, sqrt=np.sqrt, sin=np.sin, cos=np.cos, tanh=np.tanh, abs=np.abs,
+               sigmoid=lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)), log_sigmoid=lambda x: -np.logaddexp(0.0, -x),
+               floor=np.floor, ceil=np.ceil, minimum=np.minimum, maximum=np.maximum)
