@@ -29,7 +29,8 @@ def test_every_record_has_every_part(name):
     assert FUNCTIONS[name] is spec
     assert spec.doc and spec.params and callable(spec.rule)
     assert callable(spec.fold) and callable(spec.run) and callable(spec.emit)
-    code = spec.emit(*(p for p, _ in spec.params))
+    static = {p: "1.5" for p, _ in spec.static}
+    code = spec.emit(*spec.inputs, *(p for p, _ in spec.params if p not in static), **static)
     compile(code, name, "eval")  # the emitted code is a Python expression over its arguments' code
 
 

@@ -123,7 +123,10 @@ class _Gen:
         spec = FUNCTIONS[f]
         args = bind_args(e, spec.params)
         if spec.emit is not None:  # a record's emitted code
-            return spec.emit(*(self._e(args[p]) for p, _ in spec.params))
+            static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
+                      for p, kind in spec.static}
+            return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs),
+                             *(self._e(args[p]) for p, _ in spec.params if p not in static), **static)
         if f == "dynamic_ntk":
             base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
             return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"
@@ -132,8 +135,6 @@ class _Gen:
             short, long = (evaluate(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
             return (f"({self.const(long.values, 'pair', 'longrope long')} if n_run > {literal(orig)} "
                     f"else {self.const(short.values, 'pair', 'longrope short')})")
-        if f == "log_length":
-            return f"_log_length_at(pos5, {literal(self._float(args['length']))})"
         if f == "frozen_random":
             seed = self._int(args["seed"])
             P = self._pairs

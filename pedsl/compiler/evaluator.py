@@ -8,8 +8,9 @@ outer product ``(L, P)`` and ``-slopes(heads) * distance`` is ``(H, L)``.
 The walk over an expression (folding static sub-expressions - frequency grids,
 slopes, constants - in float64 through :mod:`pedsl.lang.evaluate`, dispatch, call
 site names) is :class:`pedsl.lang.dynamic.DynamicEvaluator`, shared with the numpy
-sampler of ``pedsl diff --numeric``; this module gives it torch operations. The
-dynamic builtins - ``position``, ``distance``, ``log_length``, ``frozen_random``,
+sampler of ``pedsl diff --numeric``; this module gives it torch operations (``TORCH_OPS``, the
+array namespace the builtin records of :mod:`pedsl.lang.builtin_defs` run over). The
+dynamic builtins - ``position``, ``distance``, ``frozen_random``,
 and the learned ``linear``/``embedding``/``shortconv`` - are computed here. Learned
 builtins own parameters in :class:`Learned`, created once per call site when the
 module is built.
@@ -133,10 +134,6 @@ class Evaluator(DynamicEvaluator):
 
     def aligned(self, values: list[LT], axes: tuple[str, ...]) -> list[Tensor]:
         return _common_dtype(*[v.align(axes) for v in values])
-
-    def log_length(self, length: float, ctx: Context) -> LT:
-        i = self.arange(ctx, "pos")
-        return LT(torch.clamp(torch.log(i.t + 1) / math.log(length), min=1.0), i.axes)
 
     def normalize(self, v: LT) -> LT:
         return LT(F.normalize(v.t, dim=v.axes.index("chan"), eps=1e-6), v.axes)

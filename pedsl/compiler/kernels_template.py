@@ -35,11 +35,6 @@ def _t(v, device=None):
     return v if torch.is_tensor(v) else torch.tensor(float(v), dtype=F64, device=device)
 
 
-def _log_length_at(pos, length):
-    """tau(i) = max(1, ln(p_i + 1) / ln(length)) at the query positions: Qwen's logn attention."""
-    return torch.clamp(torch.log(pos + 1) / math.log(length), min=1.0)
-
-
 def _frozen_token_table(seed, vocab_size, pairs):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(vocab_size, pairs, generator=g, dtype=F64)

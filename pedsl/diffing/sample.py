@@ -88,9 +88,6 @@ class NumpyEvaluator(DynamicEvaluator):
     def aligned(self, values: list[NL], axes: tuple[str, ...]) -> list[np.ndarray]:
         return [v.align(axes) for v in values]
 
-    def log_length(self, length: float, ctx: Ctx) -> NL:
-        return NL(np.maximum(np.log(np.arange(ctx.L, dtype=np.float64) + 1) / math.log(length), 1.0), ("pos",))
-
     def normalize(self, v: NL) -> NL:
         norm = np.linalg.norm(v.t, axis=v.axes.index("chan"), keepdims=True)
         return NL(v.t / np.maximum(norm, 1e-6), v.axes)

@@ -2,32 +2,21 @@
 
 Each function has named parameters (positional or keyword), defaults, a typing
 rule and a one-line doc. Nothing outside this registry can be called from a
-`.pe` file. The static (compile-time) values of grids and slopes are computed
-in :mod:`pedsl.lang.grids` (folded by :mod:`pedsl.lang.evaluate`); the run-time parts in :mod:`pedsl.compiler`.
+`.pe` file. Families converted to records (:mod:`pedsl.lang.builtin_defs`: elementwise math,
+log_length) carry every part in their record; for the others the static (compile-time) values of
+grids and slopes are computed in :mod:`pedsl.lang.grids` (folded by :mod:`pedsl.lang.evaluate`) and
+the run-time parts in :mod:`pedsl.compiler`.
 """
 
 from __future__ import annotations
 
-from pedsl.lang.builtin_defs import RECORDS
+from pedsl.lang.builtin_defs import elementwise, temperature
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue
 from pedsl.lang.builtin_defs.record import need_num as _need_num
+from pedsl.lang.builtin_defs.record import scalar as _scalar
 from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Ty, num
 
 # ------------------------------------------------------------------ typing helpers
-
-
-def _static(t: Ty, arg: str) -> None:
-    if t.data or t.learned:
-        raise TypeIssue(f"'{arg}' must be known at compile time, not depend on the data", arg)
-
-
-def _scalar(args: dict[str, Ty], *names: str, integer: bool = False) -> None:
-    for n in names:
-        t = args[n]
-        _need_num(t, n, set())
-        _static(t, n)
-        if integer and not t.integer:
-            raise TypeIssue(f"'{n}' must be an integer", n)
 
 
 def _grid(*scalars: str, runtime: bool = False):
@@ -68,11 +57,6 @@ def _longrope(a: dict[str, Ty]) -> Ty:
 def _slopes(a: dict[str, Ty]) -> Ty:
     _scalar(a, "heads", integer=True)
     return num("head")
-
-
-def _log_length(a: dict[str, Ty]) -> Ty:
-    _scalar(a, "length")
-    return num("pos")
 
 
 def _group_spec(a: dict[str, Ty]) -> Ty:
@@ -191,7 +175,7 @@ def _per_pair(a: dict[str, Ty]) -> Ty:
 
 B = Builtin
 _BUILTINS = [
-    *RECORDS.values(),  # the families converted to records (pedsl.lang.builtin_defs)
+    *elementwise.RECORDS,  # families converted to records (pedsl.lang.builtin_defs), in table order
     # frequency grids (num[pair]); rot_dim is the channel group's size
     B("geometric", (("base", 10000.0),), "RoPE grid w_k = base^(-2k / rot_dim)", _grid("base"), "grid"),
     B("ntk", (("base", REQUIRED), ("factor", REQUIRED)),
@@ -224,8 +208,7 @@ _BUILTINS = [
     # biases and temperatures
     B("slopes", (("heads", REQUIRED),), "ALiBi slopes 2^(-8h/H) (interleaved rule for other head counts)",
       _slopes, "bias"),
-    B("log_length", (("length", REQUIRED),), "max(1, ln(i + 1) / ln(length)) per query position",
-      _log_length, "temperature"),
+    *temperature.RECORDS,
     B("yarn_mscale", (("factor", REQUIRED), ("mscale", 0.0), ("mscale_all_dim", 0.0), ("attention_factor", 0.0)),
       "Hugging Face's YaRN attention factor (0 means unset): attention_factor, else "
       "g(mscale) / g(mscale_all_dim) when both are set, else g(1); g(m) = 0.1 m ln(factor) + 1 (1 if factor <= 1)",

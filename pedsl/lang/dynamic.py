@@ -26,6 +26,7 @@ from pedsl.lang.exprs import calls_in
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
+INPUT_AXES = {"position": "pos"}  # the run-time inputs a builtin record may read (its ``inputs``)
 FROZEN_CHUNK = 1024  # frozen_random(position) is drawn in chunks of positions, so any prefix is stable
 
 
@@ -110,9 +111,10 @@ class DynamicEvaluator:
         args = bind_args(e, spec.params)
         f = e.func
         if spec.run is not None:  # a record's run-time value, over this backend's array namespace
-            return self.apply(spec, [self._eval(args[p], ctx) for p, _ in spec.params])
-        if f == "log_length":
-            return self.log_length(float(self.static_number(args["length"], ctx)), ctx)
+            static = {p: kind(self.static_number(args[p], ctx)) for p, kind in spec.static}
+            arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs]
+            arrays += [self._eval(args[p], ctx) for p, _ in spec.params if p not in static]
+            return self.apply(spec, arrays, static)
         if f == "frozen_random":
             index = args["index"]
             by_token = isinstance(index, ast.Name) and index.id == "token"
@@ -175,21 +177,18 @@ class DynamicEvaluator:
         return self.wrap(x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x / y if op == "/"
                          else x ** y, axes)
 
-    def apply(self, spec, vals: list):
+    def apply(self, spec, vals: list, static: dict):
         """A builtin record's run-time value: its ``run`` over the arguments, aligned by axis name."""
         if len(vals) == 1:
-            return self.wrap(spec.run(self.ops, vals[0].t), vals[0].axes)
+            return self.wrap(spec.run(self.ops, vals[0].t, **static), vals[0].axes)
         axes = union_axes(*[v.axes for v in vals])
-        return self.wrap(spec.run(self.ops, *self.aligned(vals, axes)), axes)
+        return self.wrap(spec.run(self.ops, *self.aligned(vals, axes), **static), axes)
 
     # ------------------------------------------------------------------ run-time sources (subclasses)
     def constant(self, value, ctx):  # a number or a pedsl.lang.values.Vec
         raise NotImplementedError
 
     def arange(self, ctx, axis: str):
-        raise NotImplementedError
-
-    def log_length(self, length: float, ctx):
         raise NotImplementedError
 
     def frozen_random(self, seed: int, by_token: bool, ctx):

@@ -17,6 +17,7 @@ from typing import Any
 
 from pedsl import limits
 from pedsl.lang import ast
+from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.channels import LAYOUTS
 from pedsl.lang.grids import GRIDS
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
@@ -157,9 +158,10 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     bound = bind_args(node, spec.params)
     if node.func in ARG_RULES:  # the static arguments of a run-time builtin: checked now, not at run time
         checked = _check_args(node, bound, env, depth)
-        if node.func == "log_length" and isinstance(env.values.get("position"), int) and "length" in checked:
-            i = env.values["position"]  # a probe at one query position (the checker's)
-            return max(1.0, math.log(i + 1) / math.log(checked["length"]))
+        probe = [env.values.get(i) for i in spec.inputs]  # the checker's probe at one query position
+        if spec.fold is not None and probe and all(isinstance(v, int) for v in probe) \
+                and all(p in checked for p, _ in spec.static):
+            return spec.fold(*probe, *(checked[p] for p, _ in spec.static))
         return DYNAMIC
     if node.func in ("normalize", "rotate", "accumulate", "rotation", "householder"):
         return DYNAMIC
@@ -191,7 +193,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
 # Static arguments of builtins, checked wherever the call is evaluated (the checker evaluates every
 # transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
 ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
-    "log_length": {"length": (1, math.inf, True, "ln(length) divides: it must be > 1")},
+    **{name: spec.arg_rules for name, spec in RECORDS.items() if spec.arg_rules},
     "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap"),
                "init_bias": (-limits.MAX_INIT, limits.MAX_INIT, False, "the start value of the bias")},
     "shortconv": {"width": (1, limits.MAX_RANK, False, "taps of the convolution")},

@@ -5,12 +5,18 @@ A record's parts, each optional where the builtin has no such stage:
 
 - ``params``, ``doc``, ``rule``, ``category``: the signature the checker knows and its typing rule
   (``rule(arg types) -> type``, raising :class:`TypeIssue`);
-- ``fold``: the compile-time value on plain Python floats, one number per argument (the folder maps
-  it over per-axis vectors);
-- ``run``: the run-time value, ``run(ops, *arrays)``, written once over an array namespace ``ops``
-  (:class:`pedsl.lang.builtin_defs.arrays.Ops`: numpy for ``pedsl diff --numeric``, torch for the
-  compiled module); the arrays are the arguments, aligned to one shape;
-- ``emit``: the code the generated module runs, ``emit(*argument code) -> code``, as text.
+- ``inputs``: run-time inputs the builtin reads without naming them (``position``);
+- ``static``: ``(param, int | float)`` - arguments folded to a number before ``run`` / ``emit``, which
+  get them as keywords; ``arg_rules``: their range checks, ``{param: (lo, hi, lo is exclusive,
+  meaning)}``, applied wherever the call is folded;
+- ``fold``: the compile-time value on plain Python floats, ``fold(*inputs, *arguments)`` (the folder
+  maps it over per-axis vectors; a builtin with inputs folds only where they are known - the
+  checker's probe at one query position);
+- ``run``: the run-time value, ``run(ops, *input arrays, *argument arrays, **static)``, written once
+  over an array namespace ``ops`` (:class:`pedsl.lang.builtin_defs.arrays.Ops`: numpy for ``pedsl
+  diff --numeric``, torch for the compiled module); the arrays are aligned to one shape;
+- ``emit``: the code the generated module runs, as text, ``emit(*input code, *argument code,
+  **static literals)``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ class Builtin:
     doc: str
     rule: Callable[[dict[str, Ty]], Ty]
     category: str = "math"
+    inputs: tuple[str, ...] = ()
+    static: tuple[tuple[str, type], ...] = ()
+    arg_rules: dict | None = None
     fold: Callable | None = None  # (*floats) -> float
     run: Callable | None = None  # (ops, *arrays) -> array
     emit: Callable[..., str] | None = None  # (*argument code) -> code
@@ -63,6 +72,17 @@ def need_num(t: Ty, arg: str, allowed: set[str] | None = None, what: str = "") -
             f"'{arg}' varies along {', '.join(extra)}, but must be {_axes_words(allowed)}{what}",
             arg,
         )
+
+
+def scalar(args: dict[str, Ty], *names: str, integer: bool = False) -> None:
+    """Each named argument is a number known at compile time (an integer if asked)."""
+    for n in names:
+        t = args[n]
+        need_num(t, n, set())
+        if t.data or t.learned:
+            raise TypeIssue(f"'{n}' must be known at compile time, not depend on the data", n)
+        if integer and not t.integer:
+            raise TypeIssue(f"'{n}' must be an integer", n)
 
 
 def _axes_words(allowed: set[str]) -> str:
