@@ -3,14 +3,14 @@
 Each function has named parameters (positional or keyword), defaults, a typing
 rule and a one-line doc. Nothing outside this registry can be called from a
 `.pe` file. Families converted to records (:mod:`pedsl.lang.builtin_defs`: elementwise math,
-log_length) carry every part in their record; for the others the static (compile-time) values of
+slopes, log_length) carry every part in their record; for the others the static (compile-time) values of
 grids and slopes are computed in :mod:`pedsl.lang.grids` (folded by :mod:`pedsl.lang.evaluate`) and
 the run-time parts in :mod:`pedsl.compiler`.
 """
 
 from __future__ import annotations
 
-from pedsl.lang.builtin_defs import elementwise, temperature
+from pedsl.lang.builtin_defs import bias, elementwise, temperature
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue
 from pedsl.lang.builtin_defs.record import need_num as _need_num
 from pedsl.lang.builtin_defs.record import scalar as _scalar
@@ -52,11 +52,6 @@ def _longrope(a: dict[str, Ty]) -> Ty:
         if a[name].kind != "list":
             raise TypeIssue(f"'{name}' must be a list of numbers, one per rotary pair", name)
     return num("pair", runtime=True)
-
-
-def _slopes(a: dict[str, Ty]) -> Ty:
-    _scalar(a, "heads", integer=True)
-    return num("head")
 
 
 def _group_spec(a: dict[str, Ty]) -> Ty:
@@ -206,8 +201,7 @@ _BUILTINS = [
       "one value per pair, geometrically spaced from first to last", _grid("first", "last"), "grid"),
     B("per_pair", (("values", REQUIRED),), "a list with one number per rotary pair", _per_pair, "grid"),
     # biases and temperatures
-    B("slopes", (("heads", REQUIRED),), "ALiBi slopes 2^(-8h/H) (interleaved rule for other head counts)",
-      _slopes, "bias"),
+    *bias.RECORDS,
     *temperature.RECORDS,
     B("yarn_mscale", (("factor", REQUIRED), ("mscale", 0.0), ("mscale_all_dim", 0.0), ("attention_factor", 0.0)),
       "Hugging Face's YaRN attention factor (0 means unset): attention_factor, else "

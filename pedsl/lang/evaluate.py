@@ -173,7 +173,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
             vals[k] = v
     if any(v is DYNAMIC for v in vals.values()):
         return DYNAMIC
-    fn = _folder(spec) if spec.fold is not None else _IMPL.get(node.func)
+    fn = spec.fold_env or (_folder(spec) if spec.fold is not None else _IMPL.get(node.func))
     if fn is None:  # pragma: no cover - every static builtin has an implementation
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:

@@ -1,4 +1,4 @@
-"""Frequency grids (geometric, NTK, YaRN, LongRoPE, Llama 3, span, ...) and ALiBi slopes, folded statically.
+"""Frequency grids (geometric, NTK, YaRN, LongRoPE, Llama 3, span, ...), folded statically (ALiBi slopes: builtin_defs/bias.py).
 
 Each builtin takes ``(env, node, **arguments)`` and returns a :class:`~pedsl.lang.values.Vec`;
 :data:`GRIDS` maps builtin names to them for :mod:`pedsl.lang.evaluate`. The ``*_values``
@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 
-from pedsl import limits
-from pedsl.formulas import alibi_slopes
 from pedsl.lang.values import EvalIssue, Vec, number, pairs_of, show
 
 
@@ -223,18 +221,6 @@ def _per_pair(env, node, values):
     return Vec("pair", tuple(number(v, node, "each value") for v in values))
 
 
-def _slopes(env, node, heads):
-    h = number(heads, node, "heads")
-    if not 1 <= h <= limits.MAX_HEADS:
-        raise EvalIssue(f"slopes(): {h:g} heads is out of range (1 .. {limits.MAX_HEADS})", node,
-                        hint="slopes(heads) gives one slope per attention head")
-    model_heads = env.values.get("heads")
-    if isinstance(model_heads, int) and not isinstance(model_heads, bool) and h != model_heads:
-        raise EvalIssue(f"slopes({h:g}) gives {h:g} slopes, but the model has {model_heads} heads", node,
-                        hint="write slopes(heads): one slope per attention head")
-    return Vec("head", alibi_slopes(int(h)))
-
-
 GRIDS = {
     "geometric": _geometric,
     "ntk": _ntk,
@@ -248,5 +234,4 @@ GRIDS = {
     "span": _span,
     "logspace": _logspace,
     "per_pair": _per_pair,
-    "slopes": _slopes,
 }

@@ -12,6 +12,10 @@ A record's parts, each optional where the builtin has no such stage:
 - ``fold``: the compile-time value on plain Python floats, ``fold(*inputs, *arguments)`` (the folder
   maps it over per-axis vectors; a builtin with inputs folds only where they are known - the
   checker's probe at one query position);
+- ``fold_env``: a compile-time value that needs more than numbers, ``fold_env(env, node, **arguments)``
+  (the :class:`~pedsl.lang.values.StaticEnv` and the call, for its diagnostics), raising
+  :class:`~pedsl.lang.values.EvalIssue`; a builtin with ``fold`` or ``fold_env`` and no ``run`` is
+  static (the type rule requires static arguments), always folded before the run-time walk;
 - ``run``: the run-time value, ``run(ops, *input arrays, *argument arrays, **static)``, written once
   over an array namespace ``ops`` (:class:`pedsl.lang.builtin_defs.arrays.Ops`: numpy for ``pedsl
   diff --numeric``, torch for the compiled module); the arrays are aligned to one shape;
@@ -49,6 +53,7 @@ class Builtin:
     static: tuple[tuple[str, type], ...] = ()
     arg_rules: dict | None = None
     fold: Callable | None = None  # (*floats) -> float
+    fold_env: Callable | None = None  # (env, node, **arguments) -> value
     run: Callable | None = None  # (ops, *arrays) -> array
     emit: Callable[..., str] | None = None  # (*argument code) -> code
 
