@@ -5,6 +5,8 @@ CheckpointError that names the file and what differs (never a silent restart).""
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -71,10 +73,20 @@ def test_in_process_resume_matches_and_extends(tmp_path):
     assert [r["step"] for r in read_metrics(part)] == [r["step"] for r in read_metrics(full)]
 
 
-@pytest.fixture()
-def trained(tmp_path):
-    run = tmp_path / "run"
+@pytest.fixture(scope="module")
+def trained_once(tmp_path_factory):
+    run = tmp_path_factory.mktemp("trained") / "run"
     train(small_cfg(steps=20), run, attention=helper.spec(), quiet=True)
+    return run
+
+
+@pytest.fixture()
+def trained(tmp_path, trained_once):
+    """A finished 20-step run (checkpoints 10 and 20), a fresh copy per test."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(trained_once, run, symlinks=True)
     return run
 
 
@@ -82,7 +94,15 @@ def _resume(run, **kw):
     train(small_cfg(steps=30, **kw), run, attention=helper.spec(kw.pop("kind", "nope")), quiet=True, resume=True)
 
 
+def _only_newest(run: Path) -> None:
+    """Drop the older checkpoint, so a damaged newest one cannot be passed over (see the fallback tests)."""
+    import shutil
+
+    shutil.rmtree(run / "checkpoints" / "step_0000010")
+
+
 def test_truncated_model_file_names_the_file(trained):
+    _only_newest(trained)
     f = trained / "checkpoints" / "step_0000020" / "model.safetensors"
     f.write_bytes(f.read_bytes()[:100])
     with pytest.raises(CheckpointError, match="step_0000020/model.safetensors' is corrupt or truncated") as exc:
@@ -91,6 +111,7 @@ def test_truncated_model_file_names_the_file(trained):
 
 
 def test_corrupt_optimizer_file_is_detected(trained):
+    _only_newest(trained)
     f = trained / "checkpoints" / "step_0000020" / "optim.safetensors"
     data = bytearray(f.read_bytes())
     data[-5] ^= 0xFF
@@ -100,6 +121,7 @@ def test_corrupt_optimizer_file_is_detected(trained):
 
 
 def test_missing_state_json(trained):
+    _only_newest(trained)
     (trained / "checkpoints" / "step_0000020" / "state.json").unlink()
     with pytest.raises(CheckpointError, match="has no state.json"):
         _resume(trained)
@@ -141,3 +163,113 @@ def test_rng_state_roundtrip():
     json.loads(json.dumps(state))
     ck.set_rng_state(state)
     assert torch.equal(torch.rand(3), a)
+
+
+# ---------------------------------------------------------------------------------------------
+# state.json is validated (a Pydantic schema, the step against the folder's name); a damaged
+# newest checkpoint is passed over for the previous valid one, said so; stale temporary folders go
+
+
+def _edit_state(run: Path, **changes) -> Path:
+    f = run / "checkpoints" / "step_0000020" / "state.json"
+    state = json.loads(f.read_text())
+    state.update(changes)
+    f.write_text(json.dumps(state))
+    return f
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"step": -5}, "step: Input should be greater than or equal to 0"),
+    ({"step": "20"}, "step: Input should be a valid integer"),
+    ({"step": 7}, "it says step 7 in the folder of step 20"),
+    ({"files": {"model.safetensors": "x"}}, "files: Value error, needs the sha256 of model.safetensors"),
+    ({"rng": {"torch": "!!", "python": []}}, "rng.torch: Value error, the torch RNG state is not base64"),
+    ({"shapes": {"w": [-3]}}, "shapes: Value error, a tensor size is negative"),
+])
+def test_invalid_state_json_is_refused_by_field(trained, changes, needle):
+    _only_newest(trained)
+    f = _edit_state(trained, **changes)
+    with pytest.raises(CheckpointError, match=re.escape(needle)) as exc:
+        _resume(trained)
+    assert exc.value.file == str(f) and "delete" in exc.value.hint
+    assert (trained / "checkpoints" / "step_0000020").is_dir()  # nothing deleted: the user decides
+
+
+def test_garbage_and_missing_fields_in_state_json(trained):
+    _only_newest(trained)
+    f = trained / "checkpoints" / "step_0000020" / "state.json"
+    good = f.read_text()
+    for garbage in (b"\x00\xff\xfe garbage", b"[1, 2", b"[]", b"null"):
+        f.write_bytes(garbage)
+        with pytest.raises(CheckpointError, match="state.json' is (corrupt|invalid)"):
+            _resume(trained)
+    state = json.loads(good)
+    del state["rng"]
+    f.write_text(json.dumps(state))
+    with pytest.raises(CheckpointError, match="rng: Field required"):
+        _resume(trained)
+
+
+def test_negative_step_never_trains_with_a_negative_learning_rate(trained):
+    _only_newest(trained)
+    _edit_state(trained, step=-5)
+    with pytest.raises(CheckpointError):
+        _resume(trained)
+    assert all(r["lr"] > 0 for r in read_metrics(trained))
+
+
+def test_damaged_newest_checkpoint_falls_back_to_the_previous_one(trained, tmp_path, capfd):
+    _edit_state(trained, step=-5)
+    _resume(trained)
+    err = capfd.readouterr().err
+    assert "checkpoint step_0000020 cannot be used" in err and "resuming from step_0000010" in err
+    names = sorted(p.name for p in (trained / "checkpoints").iterdir())
+    assert names == ["step_0000020", "step_0000020.bad", "step_0000030"]  # redone from step 10; the bad one kept aside
+    assert json.loads((trained / "checkpoints" / "step_0000020.bad" / "state.json").read_text())["step"] == -5
+    # the same losses as a run resumed from step 10 of an intact copy
+    ref = tmp_path / "ref"
+    train(small_cfg(steps=20), ref, attention=helper.spec(), quiet=True)
+    import shutil
+
+    shutil.rmtree(ref / "checkpoints" / "step_0000020")
+    _resume(ref)
+    assert _logged(trained) == _logged(ref)
+
+
+def test_stale_temporary_checkpoint_folders_are_removed(trained, capfd):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = trained / "checkpoints" / f"step_0000030.tmp-{dead.pid}"
+    stale.mkdir()
+    (stale / "model.safetensors").write_bytes(b"half")
+    old = trained / "checkpoints" / f"step_0000010.old-{dead.pid}"
+    old.mkdir()
+    _resume(trained)
+    assert not stale.exists() and not old.exists()
+    assert "removed 2 temporary checkpoint folder(s)" not in capfd.readouterr().err  # quiet
+    stale.mkdir()
+    from pedsl.train import rundir
+
+    assert rundir.clean_temporary(trained / "checkpoints") == [stale]
+    mine = trained / "checkpoints" / f"step_0000040.tmp-{os.getpid()}"  # a live process's: kept
+    mine.mkdir()
+    assert rundir.clean_temporary(trained / "checkpoints") == [] and mine.exists()
+
+
+def test_disk_full_hint_names_the_temporary_folders(trained, monkeypatch):
+    from pedsl.errors import OutputError
+
+    leftover = trained / "checkpoints" / f"step_0000015.tmp-{os.getpid()}"  # a live pid: not cleaned
+    leftover.mkdir()
+    real_open = open
+
+    def full(path, mode="r", *a, **kw):
+        if "tmp-" in str(path) and "w" in mode:
+            raise OSError(28, "No space left on device")
+        return real_open(path, mode, *a, **kw)
+
+    monkeypatch.setattr("builtins.open", full)
+    with pytest.raises(OutputError, match="No space left on device") as exc:
+        _resume(trained, checkpoint_every=25)
+    assert leftover.name in exc.value.hint
+    assert not (trained / "checkpoints" / f"step_0000030.tmp-{os.getpid()}").exists()  # its own half-write is gone

@@ -65,7 +65,9 @@ def test_checkpoint_state_fifo_is_refused(tmp_path):
     ckpt = tmp_path / "step_1"
     ckpt.mkdir()
     os.mkfifo(ckpt / "state.json")
-    with pytest.raises(OSError, match="regular file"):  # was: blocked forever
+    from pedsl.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="state.json' cannot be read: not a regular file"):  # was: blocked forever
         ck.read_checkpoint(ckpt)
 
 

@@ -107,7 +107,13 @@ def test_tiny_run_on_a_real_scheme(tmp_path, scheme):
     from pedsl.config import TrainConfig
     from pedsl.lang.api import load
 
-    assert (run / "scheme.sha256").read_text().strip() == load(str(SCHEMES / f"{scheme}.pe")).source_hash
+    from pedsl.train.rundir import scheme_files
+
+    # the hash covers the resolved scheme: the file and its imports (alibi imports nope.pe)
+    files = scheme_files(load(str(SCHEMES / f"{scheme}.pe")))
+    assert (run / "scheme.sha256").read_text().strip() == files.digest
+    for rel, data in files.files.items():
+        assert (run / "scheme" / rel).read_bytes() == data
     cfg = TrainConfig.from_yaml(run / "config.yaml")
     assert cfg.steps == 30 and cfg.context == 32 and cfg.scheme.endswith(f"{scheme}.pe")
     done = json.loads((run / "DONE.json").read_text())

@@ -2,7 +2,8 @@
 
 A temporary file in the target's folder, written, flushed and fsynced, then
 ``os.replace``d over the target and the folder fsynced: a crash leaves either
-the old file or the new one, never a torn mix. Failures become
+the old file or the new one, never a torn mix. A symbolic link at the target is refused
+(outputs are never written through links), unless the caller edits a file the user named. Failures become
 :class:`~pedsl.errors.OutputError` with the path and what to change.
 """
 
@@ -49,10 +50,29 @@ def ensure_dir(path: str | Path) -> Path:
     return p
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically, keeping its permissions; through a symlink,
-    the file it points to is rewritten (the link stays)."""
-    target = Path(os.path.realpath(path))
+def refuse_symlink(path: str | Path) -> None:
+    """Raise OutputError when ``path`` is a symbolic link: outputs are never written through one
+    (a link planted in a run folder or an output folder would redirect the write elsewhere)."""
+    p = Path(path)
+    if p.is_symlink():
+        try:
+            dest = os.readlink(p)
+        except OSError:
+            dest = "?"
+        raise OutputError(f"refusing to write {p}: it is a symbolic link (to {dest})", file=str(p),
+                          hint="pedsl never writes through symbolic links; remove the link, "
+                               "or choose another output path")
+
+
+def atomic_write_bytes(path: str | Path, data: bytes, *, follow_symlinks: bool = False) -> None:
+    """Replace ``path`` with ``data`` atomically, keeping its permissions.
+
+    A symbolic link at ``path`` is refused with OutputError (outputs never write through links);
+    ``follow_symlinks=True`` (``pedsl fmt --write``, which edits the source file the user named)
+    rewrites the file the link points to instead (the link stays)."""
+    if not follow_symlinks:
+        refuse_symlink(path)
+    target = Path(os.path.realpath(path)) if follow_symlinks else Path(os.path.abspath(path))
     try:
         mode = target.stat().st_mode & 0o7777
     except OSError:
@@ -79,14 +99,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
                           hint="check the folder's permissions and free space") from None
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
+def atomic_write_text(path: str | Path, text: str, *, follow_symlinks: bool = False) -> None:
     try:
         data = text.encode("utf-8")
     except UnicodeEncodeError as exc:  # a surrogate from a file name that is not UTF-8
         raise OutputError(f"cannot write {path}: its text holds {text[exc.start:exc.end]!r}, which is not UTF-8 "
                           "(from a file or folder name that is not UTF-8?)",
                           hint="rename the input file with UTF-8 characters") from None
-    atomic_write_bytes(path, data)
+    atomic_write_bytes(path, data, follow_symlinks=follow_symlinks)
 
 
 # ------------------------------------------------------------------ reading user paths

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -69,8 +70,17 @@ def _module_exists(mod: str) -> bool:
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="pedsl")
-def cli() -> None:
+@click.option("--allow-import-root", "import_roots", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="Also allow `import` of .pe files under DIR (repeatable; see also PEDSL_IMPORT_PATH). "
+                   "By default a scheme imports only from its own folder tree and the scheme library.")
+def cli(import_roots: tuple[str, ...]) -> None:
     """pedsl: declare a positional-encoding scheme, compile it, train and compare."""
+    loaded = sys.modules.get("pedsl.lang.resolve")
+    if import_roots or (loaded is not None and loaded.EXTRA_IMPORT_ROOTS):  # each command sets its own
+        from pedsl.lang import resolve
+
+        resolve.EXTRA_IMPORT_ROOTS[:] = [Path(d) for d in import_roots]
 
 
 def report(err: PedslError) -> None:

@@ -168,8 +168,9 @@ def _read_stdin() -> str:
 
 
 def write_atomic(path: str, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically, keeping its permissions (see :mod:`pedsl.fsio`)."""
-    atomic_write_text(path, text)
+    """Replace ``path`` with ``text`` atomically, keeping its permissions (see :mod:`pedsl.fsio`); `fmt --write`
+    edits the source the user named, so through a symlink it rewrites the file the link points to."""
+    atomic_write_text(path, text, follow_symlinks=True)
 
 
 def _diff(old: str, new: str, path: str) -> str:

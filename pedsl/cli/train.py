@@ -48,10 +48,14 @@ def _parse_params(items: tuple[str, ...]) -> dict:
               help="Any other setting, e.g. --set eval_every=50 --set data.max_bytes=1000000.")
 @click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Scheme parameter override.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its latest checkpoint.")
+@click.option("--force-new", is_flag=True,
+              help="Discard the run already in --out (checkpoints, metrics, results) and start over.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def train(source, out, steps, context, preset, batch_size, lr, seed, data, device, threads, backend,
-          compile_, sets, params, resume, quiet):
-    """Train a small byte-level language model whose attention is the scheme."""
+          compile_, sets, params, resume, force_new, quiet):
+    """Train a small byte-level language model whose attention is the scheme.
+
+    --out must be new, empty or a pedsl run folder; it is locked while training."""
     from pedsl.config import TrainConfig, resolve_train_config
     from pedsl.lang.library import scheme_file
     from pedsl.train.attention import load_scheme
@@ -88,4 +92,6 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     from pedsl.train.loop import train as run_training
 
     out_dir = Path(out) if out else Path("runs") / scheme.name
-    run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet)
+    if resume and force_new:
+        raise UsageError("--resume and --force-new exclude each other", hint="continue the run, or start over")
+    run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet, force_new=force_new)

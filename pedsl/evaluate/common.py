@@ -37,53 +37,33 @@ def open_run(run_dir: str | Path):
     """``(model, cfg, meta)`` of a finished or checkpointed run, ready for evaluation.
 
     Every failure (missing directory, no config, corrupt checkpoint, unloadable scheme) is an
-    :class:`EvalError` / :class:`CheckpointError` with a hint, never a traceback.
+    :class:`EvalError` / :class:`CheckpointError` with a hint, never a traceback. The folder is
+    read by :func:`pedsl.train.rundir.read` (the same reader as :func:`pedsl.train.load_run`).
     """
-    from pedsl.train import load_run
+    from pedsl.train import load_run, rundir
 
-    run = Path(run_dir)
-    if not run.exists():
-        raise EvalError(f"run directory '{run}' does not exist",
-                        hint="pass the --out directory of `pedsl train` (or of `pedsl compare`: DIR/runs/<scheme>)")
-    if not run.is_dir():
-        raise EvalError(f"'{run}' is a file, not a run directory", hint="pass the --out directory of `pedsl train`")
-    attention = _eval_attention(run)
+    r = rundir.read(run_dir)
+    run = r.path
     try:
-        if attention is not None:
-            model, cfg, meta = load_run(run, attention=attention[0])
-            meta["scheme"] = attention[1]
-        else:
-            model, cfg, meta = load_run(run)
+        scheme, files = r.load_scheme()
+        model, cfg, meta = load_run(run, attention=_eval_attention(r, scheme, r.scheme_hash or files.digest))
+        meta["scheme"] = scheme
     except PedslError:
         raise
     except Exception as exc:  # noqa: BLE001 - e.g. a truncated config.yaml that still parses oddly
         raise EvalError(f"run '{run}' cannot be opened: {type(exc).__name__}: {exc}",
                         hint="the run directory is incomplete or corrupt; train it again") from None
-    if meta.get("scheme") is None:
-        raise EvalError(f"run '{run}' has no loadable scheme", file=str(run / "scheme.pe"))
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model, cfg, meta
 
 
-def _eval_attention(run: Path):
-    """The run's scheme compiled for evaluation (requires_grad=False), or None to let
-    :func:`load_run` report what is wrong with the directory."""
-    try:
-        from pedsl.config import TrainConfig
-        from pedsl.train import checkpoint as ck
-        from pedsl.train.attention import SchemeAttention, imported_files, load_scheme
+def _eval_attention(r, scheme, digest: str):
+    """The run's scheme (loaded from its verified copy) compiled for evaluation (requires_grad=False)."""
+    from pedsl.train.attention import SchemeAttention
 
-        cfg = TrainConfig.from_yaml(run / "config.yaml")
-        ckpts = ck.list_checkpoints(run / "checkpoints")
-        name = json.loads(read_text(ckpts[-1] / "state.json")).get("scheme_name") if ckpts else None
-        scheme = load_scheme(run / "scheme.pe", cfg.params, name)
-        recorded = read_text(run / "scheme.sha256").strip()
-        if scheme.source_hash != recorded:
-            return None
-    except Exception:  # noqa: BLE001 - load_run produces the precise diagnostic
-        return None
+    cfg = r.cfg
 
     def build(m):
         from pedsl.compiler import compile_scheme
@@ -96,9 +76,8 @@ def _eval_attention(run: Path):
                                   d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
         return make
 
-    attn = SchemeAttention(name=scheme.name, source=scheme.source, source_hash=scheme.source_hash, build=build,
-                           scheme=scheme, imports=imported_files(getattr(scheme, "file", None)))
-    return attn, scheme
+    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=digest, build=build,
+                           scheme=scheme)
 
 
 def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):

@@ -27,7 +27,6 @@ from typing import Any, Callable
 
 from pedsl.errors import ConfigError, OutputError, PedslError
 from pedsl.evaluate.common import read_json, write_json, write_text
-from pedsl.fsio import read_text
 
 DEFAULT_SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path")
 QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
@@ -83,7 +82,7 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
     """Train (or reuse / resume) one scheme's run; returns its DONE.json."""
     from pedsl.config import TrainConfig, resolve_train_config
     from pedsl.train import checkpoint as ck
-    from pedsl.train import train
+    from pedsl.train import rundir, train
     from pedsl.train.attention import from_scheme, load_scheme
 
     scheme = load_scheme(path)
@@ -100,12 +99,18 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
         except PedslError:
             saved = None
     same = saved is not None and saved.digest() == cfg.digest()
-    sha = read_text(run / "scheme.sha256").strip() if (run / "scheme.sha256").exists() else None
-    same = same and sha == scheme.source_hash
+    attention = from_scheme(cfg, scheme)  # its hash covers every file of the resolved scheme
+    has_ckpt = bool(ck.list_checkpoints(run / "checkpoints"))
+    if same and (done or has_ckpt):  # an import that changed since: say which file, never reuse
+        try:
+            rundir.verify_scheme(run, rundir.attention_files(attention), what="reuse")
+        except PedslError as err:
+            raise OutputError(err.diagnostics[0].message,
+                              hint=f"use another --out for the changed scheme, or delete '{run}' to retrain it") from None
+    same = same and rundir.recorded_hash(run) == attention.source_hash
     if done and same and done.get("steps") == cfg.steps:
         say(f"{name}: reusing the finished run {run}")
         return done
-    has_ckpt = bool(ck.list_checkpoints(run / "checkpoints"))
     if run.exists() and any(run.iterdir()) and not same and (has_ckpt or done):
         raise OutputError(f"'{run}' holds a run of '{name}' with other settings (scheme, preset, seed or data)",
                           hint="use another --out for a different study, or delete that run directory")
@@ -115,7 +120,7 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
     resume = same and has_ckpt
     say(f"{name}: {'resuming' if resume else 'training'} {cfg.steps} steps "
         f"(preset {cfg.preset}, context {cfg.context}, seed {cfg.seed}) -> {run}")
-    return train(cfg, run, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet)
+    return train(cfg, run, attention=attention, resume=resume, quiet=quiet)
 
 
 def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", steps: int | None = None,
@@ -132,6 +137,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
 
     t0, c0 = time.perf_counter(), time.process_time()
     out = Path(out)
+    if out.is_dir() and not (out / "runs").is_dir() and any(out.iterdir()):  # not a study: never overwrite
+        shown = ", ".join(sorted(p.name for p in out.iterdir())[:5])
+        raise OutputError(f"'{out}' is not empty and is not a pedsl compare study (it holds {shown})",
+                          file=str(out), hint="choose a new or empty --out")
     try:
         (out / "runs").mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -3,10 +3,14 @@
 Run directory format (``pedsl train ... --out RUN``; read by :func:`load_run` and by eval)::
 
     RUN/config.yaml       the resolved TrainConfig (pedsl.config), YAML
-    RUN/scheme.pe         the scheme's source text
-    RUN/scheme.sha256     its sha256 (Scheme.source_hash), one line
-    RUN/<name>.pe         copies of the .pe files scheme.pe imports (relative paths inside its
-                          folder), so ``load(RUN/scheme.pe, scheme=<scheme_name>)`` works alone
+    RUN/scheme.pe         the main scheme file's source text
+    RUN/scheme/           a copy of every file of the resolved scheme (the main file and its whole
+                          import closure, library files included) under the relative names its
+                          imports use, so the copy loads by itself (pedsl.train.rundir)
+    RUN/scheme.json       {"main": relative name in scheme/, "name", "sha256", "files": {name: sha256}}
+    RUN/scheme.sha256     the sha256 of the resolved scheme (all its files; of the bytes alone for a
+                          single file), one line
+    RUN/.pedsl.lock       the lock of the process training into the folder (pid, host)
     RUN/metrics.jsonl     one JSON object per log step:
                           {"step", "loss", "lr", "grad_norm", "tokens_per_s"}
                           (+ "val_loss" when evaluated)
@@ -29,7 +33,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pedsl.errors import CheckpointError, ConfigError, EvalError, PedslError
+from pedsl.errors import CheckpointError
 from pedsl.fsio import read_text
 
 __all__ = ["load_run", "train"]
@@ -52,49 +56,17 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     """
     import torch
 
-    from pedsl.config import TrainConfig
+    from pedsl.lang.resolve import allow_import_roots
     from pedsl.model import TransformerLM
     from pedsl.train import checkpoint as ck
-    from pedsl.train.attention import from_scheme, load_scheme
+    from pedsl.train import rundir
+    from pedsl.train.attention import from_scheme
 
-    run = Path(run_dir)
-    if not run.is_dir():
-        raise EvalError(f"run directory '{run}' does not exist", hint="pass the --out directory of `pedsl train`")
-    cfg_file = run / "config.yaml"
-    if not cfg_file.exists():
-        raise EvalError(f"'{run}' is not a training run: it has no config.yaml", file=str(cfg_file),
-                        hint="pass the --out directory of `pedsl train`")
-    try:
-        cfg = TrainConfig.from_yaml(cfg_file)
-    except ConfigError as err:
-        raise EvalError(f"the run's config '{cfg_file}' is invalid: {err}", file=str(cfg_file)) from None
-    src_file, hash_file = run / "scheme.pe", run / "scheme.sha256"
-    ckpts = ck.list_checkpoints(run / "checkpoints")
-    name = None
-    if ckpts:
-        try:
-            name = json.loads(read_text(ckpts[-1] / "state.json")).get("scheme_name")
-        except (OSError, ValueError):
-            pass
-    recorded = read_text(hash_file).strip() if hash_file.exists() else None
-    scheme, first_err = None, None
-    candidates = () if attention is not None else (src_file, Path(cfg.scheme) if cfg.scheme else None)
-    for candidate in candidates:
-        if candidate is None or not candidate.exists():
-            continue
-        try:
-            s = load_scheme(candidate, cfg.params, name)
-        except PedslError as err:  # e.g. RUN/scheme.pe extends a file next to the original
-            first_err = first_err or err
-            continue
-        if recorded is None or s.source_hash == recorded:
-            scheme = s
-            break
-    if scheme is None and attention is None:
-        if first_err is not None:
-            raise EvalError(f"the scheme of run '{run}' cannot be loaded: {first_err}", file=str(src_file)) from None
-        raise EvalError(f"run '{run}' has no scheme.pe matching its scheme.sha256", file=str(src_file),
-                        hint="the run directory is incomplete or was edited")
+    r = rundir.read(run_dir)
+    run, cfg, ckpts = r.path, r.cfg, r.checkpoints
+    scheme = None
+    if attention is None:
+        scheme, _ = r.load_scheme()  # from the run's own copy, verified against scheme.sha256
     if not ckpts:
         raise CheckpointError(f"run '{run}' has no checkpoint", file=str(run / "checkpoints"),
                               hint="train it first (or resume it with --resume)")
@@ -104,14 +76,18 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
             raise CheckpointError(f"run '{run}' has no checkpoint for step {step}")
     path = ckpts[-1]
     model_t, _, state = ck.read_checkpoint(path)
-    attn = attention or from_scheme(cfg, scheme)
-    torch.manual_seed(cfg.seed)
-    model = TransformerLM(cfg.model, attn.factory(cfg.model))
+    with allow_import_roots(r.copy_root()):  # the compiler reloads the copy with the model's head sizes
+        attn = attention or from_scheme(cfg, scheme)
+        torch.manual_seed(cfg.seed)
+        model = TransformerLM(cfg.model, attn.factory(cfg.model))
     ck.check_compatible(path, state, scheme_hash=attn.source_hash, config_hash=cfg.digest(), model=model)
     ck.load_into(model, None, model_t, {}, state)
     model.to(device).eval()
     done_file = run / "DONE.json"
-    done = json.loads(read_text(done_file)) if done_file.exists() else None
+    try:
+        done = json.loads(read_text(done_file)) if done_file.exists() else None
+    except (OSError, ValueError):
+        done = None  # a damaged DONE.json: the checkpoint is what counts
     meta: dict[str, Any] = {"step": int(state["step"]), "checkpoint": path, "scheme": scheme,
                             "scheme_hash": attn.source_hash, "done": done, "run_dir": run}
     return model, cfg, meta

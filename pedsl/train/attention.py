@@ -1,7 +1,8 @@
 """The bridge between a scheme and the model: one compiled attention module per layer.
 
 :class:`SchemeAttention` bundles what a run needs to know about its positional encoding: a
-name, the source text and its sha256 (recorded in the run directory and every checkpoint), and
+name, the source text, the sha256 of the resolved scheme (every file it is made of, see
+:mod:`pedsl.train.rundir`; recorded in the run directory and every checkpoint), and
 ``factory(model_cfg) -> (layer_index -> nn.Module)``. :func:`from_scheme` builds it with
 :func:`pedsl.lang.api.load` and :func:`pedsl.compiler.compile_scheme`; :func:`nope` is the
 no-positional-encoding floor (plain causal SDPA), used by benchmarks and tests.
@@ -20,7 +21,6 @@ from torch import nn
 
 from pedsl.config import ModelConfig, TrainConfig
 from pedsl.errors import CompileError
-from pedsl.fsio import read_text
 
 Factory = Callable[[int], nn.Module]
 
@@ -32,7 +32,7 @@ class SchemeAttention:
     source_hash: str
     build: Callable[[ModelConfig], Factory]
     scheme: Any = field(default=None, repr=False)
-    imports: dict[str, str] = field(default_factory=dict)  # relative path -> text, copied into the run
+    files: Any = field(default=None, repr=False)  # pedsl.train.rundir.SchemeFiles: the files copied into the run
 
     def factory(self, model_cfg: ModelConfig) -> Factory:
         return self.build(model_cfg)
@@ -44,35 +44,6 @@ def load_scheme(path_or_text: str | Path, params: dict[str, Any] | None = None, 
     except ImportError as exc:
         raise CompileError(f"the pedsl language front end is not available ({exc})") from None
     return load(str(path_or_text), params=dict(params) if params else None, scheme=name)
-
-
-def imported_files(path: str | Path | None) -> dict[str, str]:
-    """The files a scheme file imports (recursively), as relative path -> text, so the run
-    directory can hold a self-contained copy. Imports that leave the folder are skipped (the run
-    then falls back to the original path)."""
-    if not path or not Path(path).is_file():
-        return {}
-    from pedsl.lang.api import parse
-
-    root = Path(path).resolve().parent
-    out: dict[str, str] = {}
-    todo = [Path(path).resolve()]
-    while todo:
-        f = todo.pop()
-        try:
-            module = parse(f)
-        except Exception:  # noqa: BLE001 - the loader already reported real errors
-            continue
-        for imp in module.imports:
-            target = (f.parent / imp.path).resolve()
-            try:
-                rel = target.relative_to(root).as_posix()
-            except ValueError:
-                continue
-            if rel not in out and target.is_file():
-                out[rel] = read_text(target)
-                todo.append(target)
-    return out
 
 
 def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
@@ -96,8 +67,11 @@ def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
                                   num_heads=m.n_heads, d_model=m.d_model, vocab_size=m.vocab_size)
         return make
 
-    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=scheme.source_hash,
-                           build=build, scheme=scheme, imports=imported_files(getattr(scheme, "file", None)))
+    from pedsl.train.rundir import scheme_files
+
+    files = scheme_files(scheme)  # the main file and every import: the run's hash covers them all
+    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=files.digest,
+                           build=build, scheme=scheme, files=files)
 
 
 class CausalSDPA(nn.Module):

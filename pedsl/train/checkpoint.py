@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from pedsl.errors import CheckpointError
-from pedsl.fsio import fsync_dir, read_bytes, read_text
+from pedsl.fsio import fsync_dir, read_bytes
 
 PREFIX = "step_"
 
@@ -112,13 +113,17 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optim: t
         "files": {"model.safetensors": hashlib.sha256(model_bytes).hexdigest(),
                   "optim.safetensors": hashlib.sha256(optim_bytes).hexdigest()},
     }
-    for name, data in (("model.safetensors", model_bytes), ("optim.safetensors", optim_bytes),
-                       ("state.json", json.dumps(state, indent=1).encode())):
-        with open(tmp / name, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-    fsync_dir(tmp)
+    try:
+        for name, data in (("model.safetensors", model_bytes), ("optim.safetensors", optim_bytes),
+                           ("state.json", json.dumps(state, indent=1).encode())):
+            with open(tmp / name, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        fsync_dir(tmp)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)  # a full disk: leave no half-written folder behind
+        raise
     if final.exists():  # the same step written again after a resume
         trash = ckpt_root / f"{final.name}.old-{os.getpid()}"
         os.replace(final, trash)
@@ -132,6 +137,75 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optim: t
 
 # ---------------------------------------------------------------------------------------------
 # Load
+
+
+MAX_STATE_BYTES = 64 << 20  # a state.json is a few hundred kB (the RNG states)
+
+
+class _Rng(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    torch: str
+    python: list[Any]
+    cuda: list[str] | None = None
+
+    @field_validator("torch")
+    @classmethod
+    def _base64(cls, v: str) -> str:
+        try:
+            base64.b64decode(v, validate=True)
+        except ValueError:
+            raise ValueError("the torch RNG state is not base64") from None
+        return v
+
+
+class CheckpointState(BaseModel):
+    """The schema of a checkpoint's ``state.json`` (extra keys are kept: older and newer writers)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    step: int = Field(ge=0, le=10**12)
+    files: dict[str, str]
+    rng: _Rng
+    shapes: dict[str, list[int]]
+    param_groups: list[dict[str, Any]]
+    scheme_name: str | None = None
+    scheme_hash: str | None = None
+    config_hash: str | None = None
+    data: dict[str, int] | None = None
+
+    @field_validator("files")
+    @classmethod
+    def _hashes(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in ("model.safetensors", "optim.safetensors"):
+            if not isinstance(v.get(name), str) or len(v[name]) != 64 or any(c not in "0123456789abcdef" for c in v[name]):
+                raise ValueError(f"needs the sha256 of {name} (64 hex digits)")
+        return v
+
+    @field_validator("shapes")
+    @classmethod
+    def _sizes(cls, v: dict[str, list[int]]) -> dict[str, list[int]]:
+        if any(d < 0 for dims in v.values() for d in dims):
+            raise ValueError("a tensor size is negative")
+        return v
+
+
+def validate_state(path: Path, state: Any) -> CheckpointState:
+    """The parsed state of checkpoint ``path``; CheckpointError naming the field when it is invalid
+    or its step differs from the folder's name (a hand-edited state.json)."""
+    state_file = path / "state.json"
+    hint = f"the checkpoint was edited or damaged; delete '{path}' to resume from an older checkpoint"
+    try:
+        parsed = CheckpointState.model_validate(state)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "the top level"
+        got = "" if first["type"] == "missing" else f" (found {str(first.get('input'))[:60]!r})"
+        raise CheckpointError(f"'{state_file}' is invalid: {where}: {first['msg']}{got}", file=str(state_file),
+                              hint=hint) from None
+    name = path.name
+    if name.startswith(PREFIX) and name[len(PREFIX):].isdigit() and int(name[len(PREFIX):]) != parsed.step:
+        raise CheckpointError(f"'{state_file}' is invalid: it says step {parsed.step} in the folder of step "
+                              f"{int(name[len(PREFIX):])}", file=str(state_file), hint=hint)
+    return parsed
 
 
 def list_checkpoints(ckpt_root: Path) -> list[Path]:
@@ -158,15 +232,18 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     """(model tensors, optimizer tensors, state) of one checkpoint, verified against its hashes."""
     state_file = path / "state.json"
     try:
-        state = json.loads(read_text(state_file))
-        files = state["files"]
-        int(state["step"])
+        state = json.loads(read_bytes(state_file, MAX_STATE_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint '{path}' has no state.json", file=str(state_file),
                               hint=f"the checkpoint is incomplete; delete '{path}' to resume from an older one") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"'{state_file}' is corrupt ({type(exc).__name__}: {exc})", file=str(state_file),
+    except OSError as exc:  # a FIFO or a device in its place (refused unread), permissions, ...
+        raise CheckpointError(f"'{state_file}' cannot be read: {exc.strerror or exc}", file=str(state_file),
                               hint=f"delete '{path}' to resume from an older checkpoint") from None
+    except (ValueError, RecursionError) as exc:
+        raise CheckpointError(f"'{state_file}' is corrupt (not JSON: {exc})", file=str(state_file),
+                              hint=f"delete '{path}' to resume from an older checkpoint") from None
+    validate_state(path, state)
+    files = state["files"]
     tensors = []
     for name in ("model.safetensors", "optim.safetensors"):
         f = path / name
@@ -196,7 +273,7 @@ def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, con
         raise CheckpointError(
             f"checkpoint '{path}' was trained with another scheme (sha256 {str(state.get('scheme_hash'))[:12]}..., "
             f"this scheme is {scheme_hash[:12]}...)", file=f,
-            hint="resume with the run's own scheme (RUN/scheme.pe) or use another --out")
+            hint="resume with the run's own copy of its scheme (RUN/scheme/) or use another --out")
     if state.get("config_hash") != config_hash:
         diff = state.get("config_diff_hint", "")
         raise CheckpointError(

@@ -9,9 +9,12 @@ weights; the last checkpoint written is the last good one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,7 +29,7 @@ from pedsl.fsio import atomic_write_text, read_text
 from pedsl.model import TransformerLM
 from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
-from pedsl.train import distributed
+from pedsl.train import distributed, rundir
 from pedsl.train.attention import SchemeAttention, from_scheme
 
 
@@ -69,30 +72,31 @@ def _config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
     return out
 
 
-def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume: bool) -> None:
-    try:
-        run.mkdir(parents=True, exist_ok=True)
-        probe = run / f".write-test-{id(run)}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise OutputError(f"cannot write the run directory '{run}': {exc.strerror or exc}",
-                          hint="choose another --out") from None
+# what --force-new deletes from a run folder before starting over (never anything else)
+_RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "DONE.json", "eval.json", "analysis.json", rundir.SCHEME_DIR)
+
+
+def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume: bool, force_new: bool = False) -> None:
+    """Called with the run's lock held (:func:`pedsl.train.rundir.open_for_training`)."""
     ckpts = ck.list_checkpoints(run / "checkpoints")
     if not resume:
-        if ckpts:
+        if ckpts and force_new:
+            for name in _RUN_OUTPUTS:
+                p = run / name
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p)
+                elif p.exists() or p.is_symlink():
+                    p.unlink()
+        elif ckpts:
             raise OutputError(f"'{run}' already holds checkpoints of a run (latest: {ckpts[-1].name})",
-                              hint="pass --resume to continue it, or choose another --out")
+                              hint="pass --resume to continue it, --force-new to discard it and start over, "
+                                   "or choose another --out")
+        rundir.write_scheme(run, rundir.attention_files(attn), attn.source)
         atomic_write_text(run / "config.yaml", cfg.to_yaml())
-        atomic_write_text(run / "scheme.pe", attn.source)
-        atomic_write_text(run / "scheme.sha256", attn.source_hash + "\n")
-        for rel, text in attn.imports.items():  # imported .pe files, so RUN/scheme.pe loads alone
-            if rel != "scheme.pe":
-                (run / rel).parent.mkdir(parents=True, exist_ok=True)
-                atomic_write_text(run / rel, text)
         atomic_write_text(run / "metrics.jsonl", "")
         (run / "DONE.json").unlink(missing_ok=True)
         return
+    rundir.verify_scheme(run, rundir.attention_files(attn), what="resume")
     saved = run / "config.yaml"
     if saved.exists():
         old = TrainConfig.from_yaml(saved).model_dump(mode="json")
@@ -118,17 +122,44 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeAttention | None = None,
-          resume: bool = False, quiet: bool = False) -> dict[str, Any]:
-    """Train ``cfg`` into ``out_dir`` (see :mod:`pedsl.train` for the files); returns DONE.json."""
+          resume: bool = False, quiet: bool = False, force_new: bool = False) -> dict[str, Any]:
+    """Train ``cfg`` into ``out_dir`` (see :mod:`pedsl.train` for the files); returns DONE.json.
+
+    The run folder is locked while training (a second ``train`` into it is refused); ``force_new``
+    discards the run already in ``out_dir`` (its checkpoints, metrics and results) and starts over."""
     d = distributed.setup(cfg.device)
     try:
-        return _train(cfg, Path(out_dir), d, attention, resume, quiet)
+        with contextlib.ExitStack() as held:
+            return _train(cfg, Path(out_dir), d, attention, resume, quiet, held, force_new)
     finally:
         distributed.teardown(d)
 
 
+def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, dict]:
+    """The newest checkpoint that reads back whole; newer damaged ones are moved aside by the main
+    process (``step_N.bad``, so they no longer count as the newest) and said so."""
+    ckpts = ck.list_checkpoints(run / "checkpoints")
+    if not ckpts:
+        ck.latest_checkpoint(run / "checkpoints")  # raises: no checkpoint found
+    bad: list[tuple[Path, CheckpointError]] = []
+    for path in reversed(ckpts):
+        try:
+            model_t, optim_t, state = ck.read_checkpoint(path)
+        except CheckpointError as err:
+            bad.append((path, err))
+            continue
+        for p, err in bad if main else ():
+            aside = p.with_name(f"{p.name}.bad")
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(p, aside)
+            say(f"warning: checkpoint {p.name} cannot be used ({err.diagnostics[0].message}); moved it to "
+                f"{aside.name} and resuming from {path.name}")
+        return path, model_t, optim_t, state
+    raise bad[0][1]
+
+
 def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttention | None,
-           resume: bool, quiet: bool) -> dict[str, Any]:
+           resume: bool, quiet: bool, held: contextlib.ExitStack, force_new: bool = False) -> dict[str, Any]:
     t_start = time.perf_counter()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
     # flush_denormal (SEMANTICS 6) is the application's process-wide choice
@@ -139,7 +170,8 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
     attn = attn or from_scheme(cfg)
     data = TrainData(cfg.data, cfg.context, cfg.seed)  # bad data fails before the run dir is touched
     if d.is_main:
-        _prepare_run_dir(run, cfg, attn, resume)
+        held.callback(rundir.open_for_training(run, quiet=quiet).release)  # locked until train() returns
+        _prepare_run_dir(run, cfg, attn, resume, force_new)
     d.barrier()
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -148,11 +180,17 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
     meta = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
     start = 0
     if resume:
-        path = ck.latest_checkpoint(run / "checkpoints")
-        model_t, optim_t, state = ck.read_checkpoint(path)
+        path, model_t, optim_t, state = _resume_state(
+            run, lambda m: print(f"pedsl train: {m}", file=sys.stderr, flush=True), main=d.is_main)
         ck.check_compatible(path, state, scheme_hash=attn.source_hash, config_hash=cfg.digest(), model=model)
-        ck.load_into(model, optim, model_t, optim_t, state)
-        ck.set_rng_state(state["rng"])
+        try:
+            ck.load_into(model, optim, model_t, optim_t, state)
+            ck.set_rng_state(state["rng"])
+        except (ValueError, TypeError, KeyError, RuntimeError, IndexError) as exc:
+            raise CheckpointError(f"checkpoint '{path}' cannot be restored: {type(exc).__name__}: {str(exc)[:200]}",
+                                  file=str(path / "state.json"),
+                                  hint=f"the checkpoint was edited or damaged; delete '{path}' to resume from an "
+                                       f"older checkpoint") from None
         start = int(state["step"])
         if d.is_main:
             _truncate_metrics(run / "metrics.jsonl", start)
@@ -162,7 +200,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
     baseline = data.unigram_baseline()
     tokens_per_step = cfg.batch_size * cfg.context
-    metrics = open(run / "metrics.jsonl", "a") if d.is_main else None
+    metrics = _open_append(run / "metrics.jsonl") if d.is_main else None
     show_bar = d.is_main and not quiet and sys.stderr.isatty()
     bar = None
 
@@ -186,8 +224,12 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 ck.save_checkpoint(run / "checkpoints", step, model, optim,
                                    {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
             except OSError as exc:
+                leftovers = [p.name for p in rundir.temporary_folders(run / "checkpoints")]
                 raise OutputError(f"cannot write the checkpoint of step {step} in '{run / 'checkpoints'}': "
-                                  f"{exc.strerror or exc}", hint="free disk space or choose another --out") from None
+                                  f"{exc.strerror or exc}",
+                                  hint="free disk space or choose another --out"
+                                  + (f"; temporary folders of interrupted checkpoint writes can be deleted: "
+                                     f"{', '.join(leftovers)}" if leftovers else "")) from None
         d.barrier()
 
     val_loss = None
@@ -269,6 +311,17 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         say(f"done: val loss {val_loss:.4f} nats/byte"
             + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
     return result
+
+
+def _open_append(path: Path):
+    """``metrics.jsonl`` for appending, never through a symbolic link (O_NOFOLLOW)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise OutputError(f"cannot write '{path}': {exc.strerror or exc}"
+                          + (" (it is a symbolic link)" if path.is_symlink() else ""), file=str(path),
+                          hint="pedsl never writes through symbolic links; remove the link or choose another --out") from None
+    return os.fdopen(fd, "a")
 
 
 def _loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
