@@ -289,11 +289,28 @@ def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, con
                 hint="use the same model settings as the run (see RUN/config.yaml)")
 
 
+def _same_settings(saved: list[Any], own: list[dict[str, Any]]) -> None:
+    """ValueError when a saved optimizer group differs from the one the run's config builds, in anything
+    but its learning rate (set by the schedule each step) and parameter indices: a hand-edited
+    ``maximize``, ``eps`` or ``amsgrad`` would otherwise train silently with it, or crash mid-step."""
+    if not isinstance(saved, list) or len(saved) != len(own) or not all(isinstance(g, dict) for g in saved):
+        raise ValueError(f"state.json has {len(saved) if isinstance(saved, list) else 'no'} optimizer groups, "
+                         f"the run's config builds {len(own)}")
+    for i, (g, o) in enumerate(zip(saved, own)):
+        for key, value in o.items():
+            if key in ("params", "lr") or key not in g:
+                continue
+            if _to_json(g[key]) != _to_json(value):
+                raise ValueError(f"optimizer group {i} has {key} = {g[key]!r} in state.json, but the run's "
+                                 f"config gives {value!r}")
+
+
 def load_into(model: torch.nn.Module, optim: torch.optim.Optimizer | None, model_t: dict, optim_t: dict,
               state: dict[str, Any]) -> None:
     device = next(iter(model.state_dict().values())).device if model.state_dict() else "cpu"
     model.load_state_dict({k: v.to(device) for k, v in model_t.items()}, strict=True)
     if optim is not None:
         optim_t = {k: v for k, v in optim_t.items() if k != "__empty__"}
+        _same_settings(state["param_groups"], optim.state_dict()["param_groups"])
         sd = unflatten_optimizer(optim_t, state["param_groups"])
         optim.load_state_dict(sd)  # AdamW moves state to the params' device

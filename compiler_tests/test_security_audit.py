@@ -1,0 +1,54 @@
+"""Adversarial inputs found while verifying issue 11 (security and integrity), one test each.
+
+Each failed before its fix: an internal error (exit 3), a silent wrong result or a hang.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from pedsl.train import checkpoint as ck
+
+
+def _saved_and_fresh():
+    """A saved AdamW state (one step taken) and a fresh optimizer built with the same settings."""
+    def build(model):
+        return torch.optim.AdamW([{"params": [model.weight], "weight_decay": 0.1},
+                                  {"params": [model.bias], "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.99),
+                                 foreach=False)
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    optim = build(model)
+    model(torch.randn(4, 3)).sum().backward()
+    optim.step()
+    flat, groups = ck.flatten_optimizer(optim)
+    model_t = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    state = {"param_groups": json.loads(json.dumps(groups))}  # as state.json holds it
+    fresh = torch.nn.Linear(3, 2)
+    return model_t, flat, state, fresh, build(fresh)
+
+
+@pytest.mark.parametrize("key, value", [("maximize", True), ("eps", -1.0), ("amsgrad", True), ("capturable", True),
+                                        ("betas", [2.0, -1.0]), ("weight_decay", float("nan")), ("foreach", True)])
+def test_a_hand_edited_optimizer_setting_in_state_json_is_refused(key, value):
+    """`maximize: true` in state.json resumed into gradient ascent (the loss rose, exit 0); `amsgrad` or
+    `capturable` crashed the first step with exit 3. The run's config decides them: a difference is refused."""
+    model_t, flat, state, fresh, optim = _saved_and_fresh()
+    state["param_groups"][0][key] = value
+    with pytest.raises(ValueError, match=f"optimizer group 0 has {key} = "):
+        ck.load_into(fresh, optim, model_t, flat, state)
+
+
+def test_the_saved_learning_rate_may_differ_and_the_state_is_restored():
+    """The schedule sets lr every step, so the saved one is not a setting; the moments load unchanged."""
+    model_t, flat, state, fresh, optim = _saved_and_fresh()
+    for g in state["param_groups"]:
+        g["lr"] = 123.0
+    ck.load_into(fresh, optim, model_t, flat, state)
+    assert torch.equal(optim.state[fresh.weight]["exp_avg"], flat["state.0.exp_avg"])
+    assert all(g["lr"] == 123.0 for g in optim.param_groups)
+    assert torch.equal(fresh.weight, model_t["weight"])
