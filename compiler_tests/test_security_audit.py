@@ -52,3 +52,15 @@ def test_the_saved_learning_rate_may_differ_and_the_state_is_restored():
     assert torch.equal(optim.state[fresh.weight]["exp_avg"], flat["state.0.exp_avg"])
     assert all(g["lr"] == 123.0 for g in optim.param_groups)
     assert torch.equal(fresh.weight, model_t["weight"])
+
+
+def test_running_out_of_memory_within_the_caps_is_a_diagnostic(schemes_dir):
+    """The caps bound single tensors (2 GiB), not a whole command: `diff --numeric` of two data-dependent
+    schemes at 32 samples x 8192 positions needs more than 1 GB. Out of memory was exit 3 ('a bug in pedsl')."""
+    from compiler_helpers import run_capped
+
+    code, out = run_capped(["-m", "pedsl", "diff", str(schemes_dir / "path.pe"), str(schemes_dir / "fox.pe"),
+                            "--numeric", "--lmax", "8192", "--samples", "32"], mem_gb=1.0, timeout=120)
+    assert code == 1, out[-2000:]
+    assert "error[E970]: out of memory" in out and "lower them" in out
+    assert "internal error" not in out and "Traceback" not in out

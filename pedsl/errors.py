@@ -280,6 +280,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E900": ("eval", "evaluation or analysis cannot run on the given run directory"),
     "E950": ("output", "an output path cannot be written"),
     "E960": ("pedsl", "a FIFO, device or other non-regular file where a file belongs"),
+    "E970": ("pedsl", "out of memory: sizes within the caps that this machine cannot hold"),
     "E990": ("usage", "the command line is wrong (exit code 2)"),
     "E991": ("usage", "malformed `-P` (exit code 2)"),
     "E992": ("usage", "`pedsl diff -P NAME` that neither scheme declares (exit code 2)"),
