@@ -64,3 +64,16 @@ def test_running_out_of_memory_within_the_caps_is_a_diagnostic(schemes_dir):
     assert code == 1, out[-2000:]
     assert "error[E970]: out of memory" in out and "lower them" in out
     assert "internal error" not in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("key, value", [("lr", float("inf")), ("lr", float("nan")), ("weight_decay", float("inf")),
+                                        ("grad_clip", float("inf")), ("model.init_std", float("inf")),
+                                        ("data.val_fraction", float("nan"))])
+def test_config_floats_must_be_finite(key, value):
+    """`lr: .inf` in train.yaml (or --lr inf, --set) passed `lr > 0`, trained one step and ended
+    'done: val loss nan' with exit 0."""
+    from pedsl.config import resolve_train_config
+    from pedsl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="finite number"):
+        resolve_train_config(scheme="rope", overrides={key: value})

@@ -30,7 +30,7 @@ from pedsl.errors import ConfigError, did_you_mean
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # lr: .inf trained to NaN
 
 
 class ModelConfig(_Frozen):
