@@ -77,3 +77,22 @@ def test_config_floats_must_be_finite(key, value):
 
     with pytest.raises(ConfigError, match="finite number"):
         resolve_train_config(scheme="rope", overrides={key: value})
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_a_train_yaml_naming_a_file_that_is_not_a_scheme_never_quotes_it(tmp_path, link):
+    """`scheme: /proc/self/environ` in a train.yaml printed the start of the environment in the
+    parse error, as `import` once did; a .pe link to such a file too."""
+    from compiler_helpers import run_cli
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOKEN=hunter2 do not print\n")
+    target = secret
+    if link:
+        target = tmp_path / "innocent.pe"
+        target.symlink_to(secret)
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(f"scheme: {target}\n")
+    code, out, err = run_cli("train", cfg, "--out", tmp_path / "run", "--steps", "1")
+    assert code == 1 and "is not a .pe file" in err
+    assert "hunter2" not in out + err and not (tmp_path / "run").exists()
