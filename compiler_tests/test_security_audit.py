@@ -96,3 +96,32 @@ def test_a_train_yaml_naming_a_file_that_is_not_a_scheme_never_quotes_it(tmp_pat
     code, out, err = run_cli("train", cfg, "--out", tmp_path / "run", "--steps", "1")
     assert code == 1 and "is not a .pe file" in err
     assert "hunter2" not in out + err and not (tmp_path / "run").exists()
+
+
+def test_a_huge_planted_checkpoint_file_is_hashed_streamed_never_loaded(tmp_path):
+    """A 6 GB sparse model.safetensors was read whole before its hash was compared (eval or
+    --resume: MemoryError under a 4 GB cap, all of it otherwise). Now it is refused in 1 MiB reads."""
+    import os
+    import tracemalloc
+
+    from pedsl.errors import CheckpointError
+
+    model = torch.nn.Linear(3, 2)
+    optim = torch.optim.AdamW(model.parameters())
+    path = ck.save_checkpoint(tmp_path / "checkpoints", 1, model, optim, {}, keep=1)
+    with open(path / "model.safetensors", "r+b") as f:
+        f.truncate(320 << 20)  # sparse: costs no disk
+    tracemalloc.start()
+    try:
+        with pytest.raises(CheckpointError, match=r"corrupt or truncated \(335544320 bytes"):
+            ck.read_checkpoint(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 128 << 20, peak  # state.json is read with a 64 MiB limit; the 320 MiB file never whole
+    os.truncate(path / "model.safetensors", 0)
+    with pytest.raises(CheckpointError, match="corrupt or truncated"):
+        ck.read_checkpoint(path)
+    path2 = ck.save_checkpoint(tmp_path / "ok", 2, model, optim, {}, keep=1)
+    model_t, _, state = ck.read_checkpoint(path2)  # an intact one still loads
+    assert state["step"] == 2 and torch.equal(model_t["weight"], model.weight.detach())
