@@ -125,3 +125,48 @@ def test_a_huge_planted_checkpoint_file_is_hashed_streamed_never_loaded(tmp_path
     path2 = ck.save_checkpoint(tmp_path / "ok", 2, model, optim, {}, keep=1)
     model_t, _, state = ck.read_checkpoint(path2)  # an intact one still loads
     assert state["step"] == 2 and torch.equal(model_t["weight"], model.weight.detach())
+
+
+def test_resume_streams_a_planted_metrics_file_and_skips_lines_that_are_not_records(tmp_path):
+    """--resume read metrics.jsonl whole (a 6 GB sparse file: out of memory), and a line that was JSON
+    but no record (`[1]`, `{"step": "x"}`) was an internal error (exit 3)."""
+    import tracemalloc
+
+    from pedsl.train.loop import _truncate_metrics
+
+    f = tmp_path / "metrics.jsonl"
+    good = [{"step": 1, "loss": 2.0}, {"step": 3, "loss": 1.0}]
+    f.write_text("[1]\n5\n" + json.dumps(good[0]) + '\n{"step": "x"}\n' + json.dumps(good[1]) + "\n"
+                 + json.dumps({"step": 9}) + "\n")
+    _truncate_metrics(f, 3)
+    assert [json.loads(line) for line in f.read_text().splitlines()] == good
+    with open(f, "ab") as fh:
+        fh.truncate(f.stat().st_size + (200 << 20))  # 200 MiB of zeros, no newline: no record
+    tracemalloc.start()
+    try:
+        _truncate_metrics(f, 3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, peak
+    assert [json.loads(line) for line in f.read_text().splitlines()] == good
+
+
+def test_study_and_run_json_files_are_read_with_a_limit(tmp_path):
+    """DONE.json / eval.json / analysis.json were read whole (eval: 'run cannot be opened: MemoryError')."""
+    from pedsl.evaluate.common import read_json
+
+    f = tmp_path / "DONE.json"
+    f.write_text('{"val_loss": 1.5}')
+    assert read_json(f) == {"val_loss": 1.5}
+    with open(f, "ab") as fh:
+        fh.truncate(200 << 20)
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        assert read_json(f) is None  # over the limit: treated as damaged, never loaded whole
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 20, peak
