@@ -170,3 +170,20 @@ def test_study_and_run_json_files_are_read_with_a_limit(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 64 << 20, peak
+
+
+def test_the_scheme_cannot_be_replaced_through_set_or_a_train_block(tmp_path):
+    """`--set scheme=/proc/self/environ` (or `train { scheme = "..." }`) trained the scheme given and recorded
+    the other path in the run's config.yaml, which later commands then read."""
+    from compiler_helpers import run_cli
+
+    from pedsl.config import resolve_train_config
+    from pedsl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="override: 'scheme' cannot be set here"):
+        resolve_train_config(scheme="rope", overrides={"scheme": "/proc/self/environ"})
+    assert resolve_train_config(scheme="rope", block={"scheme": "rope"}).scheme == "rope"  # a full dump is fine
+    pe = tmp_path / "s.pe"
+    pe.write_text('scheme s {\n  qk: rotate(geometric(100.0) * position)\n  train { scheme = "/proc/self/environ" }\n}\n')
+    code, out, err = run_cli("check", pe)
+    assert code == 1 and "s.pe:3:11: error[E213]: train block: 'scheme' cannot be set here" in out + err
