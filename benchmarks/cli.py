@@ -21,6 +21,9 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
         raise click.UsageError(f"{what} expects comma-separated integers (e.g. 512,2048), got '{text}'") from None
     if any(v < 8 for v in vals):
         raise click.UsageError(f"{what}: lengths must be >= 8, got '{text}'")
+    if any(v > L.MAX_LENGTH for v in vals) or len(vals) > L.MAX_LIST:
+        raise click.UsageError(f"{what}: at most {L.MAX_LIST} lengths of at most {L.MAX_LENGTH:,} tokens, "
+                               f"got '{text[:80]}' (see pedsl/limits.py)")
     return vals
 
 

@@ -92,3 +92,86 @@ def test_train_batches_are_a_function_of_the_step_and_shard_by_rank():
     for src in ("passkey", "blocks"):
         g = TrainData(DataConfig(source=src), context=128, seed=0)
         assert g.train_batch(0, 4).shape == (4, 129) and g.unigram_baseline() is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Mixtures (--data stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1)
+
+from pedsl.data import parse_mixture, text_source  # noqa: E402
+
+MIX = "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"
+
+
+def _kind(row: torch.Tensor) -> str:
+    t = bytes(row.tolist())
+    if b"What is the pass key?" in t:
+        return "passkey"
+    if b"| " in t[-20:]:
+        return "kv"
+    if t.rfind(b" The key of ") > len(t) - 30:
+        return "multikey"
+    return "stdlib"
+
+
+def test_mixture_spec_parses_normalises_and_rejects_bad_specs(tmp_path):
+    assert parse_mixture("stdlib") is None and parse_mixture("kv") is None
+    assert parse_mixture("stdlib:3,kv:1") == [("stdlib", 0.75), ("kv", 0.25)]
+    assert text_source(DataConfig(source="passkey:1,kv:1")) is None
+    assert text_source(DataConfig(source=f"{tmp_path}:0.5,kv:0.5")) == str(tmp_path)
+    for bad, msg in (("stdlib:0.5,kv", "NAME:WEIGHT"), ("stdlib:x", "NAME:WEIGHT"), ("stdlib:0,kv:1", "positive"),
+                     ("kv:1,kv:2", "twice"), (f"stdlib:1,{tmp_path}:1", "2 text sources")):
+        with pytest.raises(DataError, match=msg):
+            parse_mixture(bad)
+
+
+def test_mixture_draws_sources_in_proportion_deterministically_per_seed_and_step():
+    cfg = DataConfig(source=MIX, max_bytes=50_000)
+    d = TrainData(cfg, context=128, seed=0)
+    assert "mixture of 70% Python stdlib" in d.describe()
+    counts = {"stdlib": 0, "passkey": 0, "multikey": 0, "kv": 0}
+    for step in range(150):  # 2400 rows: the standard error of a 0.1 share is 0.006
+        for name in d.sources(0, step, 16):
+            counts[name] += 1
+    total = sum(counts.values())
+    assert abs(counts["stdlib"] / total - 0.7) < 0.04
+    assert all(abs(counts[k] / total - 0.1) < 0.03 for k in ("passkey", "multikey", "kv"))
+    # the rows are what the source says, the same for the same (seed, step), other for other steps/seeds
+    b = d.train_batch(5, 16)
+    assert b.shape == (16, 129) and [_kind(r) for r in b] == d.sources(0, 5, 16)
+    again = TrainData(cfg, context=128, seed=0)
+    assert torch.equal(again.train_batch(5, 16), b)
+    assert not torch.equal(d.train_batch(6, 16), b)
+    assert not torch.equal(TrainData(cfg, context=128, seed=1).train_batch(5, 16), b)
+    assert torch.equal(torch.cat([d.train_batch(5, 16, 0, 2), d.train_batch(5, 16, 1, 2)]), torch.cat([b[0::2], b[1::2]]))
+    assert not torch.equal(d.val_batch(0, 16), b)
+
+
+def test_mixture_resumes_exactly(tmp_path):
+    from test_train_loop import helper, read_metrics, small_cfg
+
+    from pedsl.train.loop import train
+
+    cfg = small_cfg(steps=12, checkpoint_every=6, eval_every=6, log_every=3, context=80,
+                    data="stdlib:0.5,passkey:0.25,kv:0.25")
+    train(cfg, tmp_path / "ref", attention=helper.spec(), quiet=True)
+    half = cfg.model_copy(update={"steps": 6})
+    train(half, tmp_path / "cut", attention=helper.spec(), quiet=True)
+    train(cfg, tmp_path / "cut", attention=helper.spec(), resume=True, quiet=True)
+    key = lambda r: (r["step"], r["loss"], r.get("val_loss"))  # noqa: E731
+    assert [key(r) for r in read_metrics(tmp_path / "cut")] == [key(r) for r in read_metrics(tmp_path / "ref")]
+
+
+def test_task_context_too_short_is_a_data_error():
+    with pytest.raises(DataError, match="too short for the 'multikey' task"):
+        TrainData(DataConfig(source="stdlib:0.5,multikey:0.5", max_bytes=50_000), context=64, seed=0)
+
+
+def test_runs_without_text_are_evaluated_on_their_generated_source():
+    from pedsl.data import make_generator, task_windows
+
+    kv = task_windows(DataConfig(source="kv:1,passkey:1"), 3, 150, make_generator(0))
+    assert kv.shape == (3, 150) and all(b"| " in bytes(r.tolist())[-20:] for r in kv)
+    legacy = task_windows(DataConfig(source="passkey"), 2, 150, make_generator(0))
+    assert all(b"Remember it." in bytes(r.tolist()) for r in legacy)
+    blocks = task_windows(DataConfig(source="blocks"), 2, 64, make_generator(0))
+    assert bool((blocks >= ord("a")).all())

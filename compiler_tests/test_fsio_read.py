@@ -4,6 +4,7 @@ up to max_bytes, symlinks out of a data folder refused."""
 from __future__ import annotations
 
 import os
+import stat
 import pytest
 
 from compiler_helpers import run_capped, run_cli
@@ -115,3 +116,15 @@ def test_a_huge_data_file_is_streamed_up_to_max_bytes(tmp_path):
                             "print(c.train.numel() + c.val.numel())"], timeout=60, mem_gb=2.0)
     assert code == 0, out
     assert out.split()[-1] == "100000"
+
+
+def test_outputs_never_replace_a_device_or_fifo(tmp_path):
+    from pedsl.errors import OutputError
+
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    with pytest.raises(OutputError, match="not a regular file"):
+        fsio.atomic_write_text(fifo, "{}")  # as root this replaced the node (analyze --out /dev/full did)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    with pytest.raises(OutputError, match="not a regular file"):
+        fsio.atomic_write_text(tmp_path, "{}")

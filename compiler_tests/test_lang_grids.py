@@ -50,17 +50,63 @@ def test_dynamic_ntk_uses_the_run_time_length():
     assert w[8] == pytest.approx((10000 * s ** (32 / 30)) ** -0.5, rel=1e-14)
 
 
-def test_yarn():
+def test_yarn_wavelength():
     # YaRN eqs. 17-22: r = L w / 2pi, g = clamp((r - 1) / (32 - 1), 0, 1), w' = (1 - g) w / s + g w
-    w = vec("yarn(10000, 4, 128)")
+    w = vec("yarn_wavelength(10000, 4, 128)")
     r0 = 128 / (2 * math.pi)  # w_0 = 1: 20.37 turns in 128 tokens
     g0 = (r0 - 1) / 31
     assert w[0] == pytest.approx((1 - g0) / 4 + g0, rel=1e-14)
     # pair 8: w = 0.01, r = 0.2037 < alpha: fully interpolated
     assert w[8] == pytest.approx(0.01 / 4, rel=1e-14)
     # with a long original length, the fast pairs keep their frequency (r > beta)
-    w_long = vec("yarn(10000, 4, 4096)")
+    w_long = vec("yarn_wavelength(10000, 4, 4096)")
     assert w_long[0] == 1.0 and w_long[15] == pytest.approx(10000 ** (-30 / 32) / 4)
+
+
+def test_yarn_index_ramp():
+    # HF / the authors: correction dims d(b) = D ln(L / (2 pi b)) / (2 ln base), D = 32, base 1e4, L = 128:
+    # d(32) = -0.78 -> floor -1 -> clamped to 0; d(1) = 5.24 -> ceil 6. Pair k's ramp is k / 6 (capped at 1).
+    D, L = 32, 128
+    d = lambda b: D * math.log(L / (2 * math.pi * b)) / (2 * math.log(10000))  # noqa: E731
+    assert math.floor(d(32)) == -1 and math.ceil(d(1)) == 6
+    w = vec("yarn(10000, 4, 128)")
+    for k in (0, 3, 6, 10):
+        f = 10000 ** (-2 * k / D)
+        r = min(k / 6, 1.0)
+        assert w[k] == pytest.approx(f / 4 * r + f * (1 - r), rel=1e-14)
+    # without truncation the ramp runs from 0 (clamped) to 5.24
+    w = vec("yarn(10000, 4, 128, truncate = false)")
+    f = 10000 ** (-6 / D)
+    assert w[3] == pytest.approx(f / 4 * (3 / d(1)) + f * (1 - 3 / d(1)), rel=1e-14)
+    # a zero-width ramp (low == high) is widened by 0.001, as HF does
+    w = vec("yarn(10000, 4, 128, beta_fast = 1, beta_slow = 1)")
+    assert w[6] == pytest.approx(10000 ** (-12 / D) / 4, rel=1e-14) and w[5] == pytest.approx(10000 ** (-10 / D))
+
+
+def test_yarn_and_longrope_attention_factors():
+    assert ev("yarn_mscale(4)", pairs=None) == pytest.approx(0.1 * math.log(4) + 1)
+    assert ev("yarn_mscale(1)", pairs=None) == 1.0
+    assert ev("yarn_mscale(4, mscale = 0.707)", pairs=None) == pytest.approx(0.1 * math.log(4) + 1)  # one alone: ignored
+    assert ev("yarn_mscale(4, 0.707, 0.707)", pairs=None) == pytest.approx(1.0)
+    assert ev("yarn_mscale(4, 1, 0.5)", pairs=None) == pytest.approx((0.1 * math.log(4) + 1) / (0.05 * math.log(4) + 1))
+    assert ev("yarn_mscale(4, attention_factor = 1.5)", pairs=None) == 1.5
+    assert ev("longrope_mscale(32, 4096)", pairs=None) == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    assert ev("longrope_mscale(1, 4096)", pairs=None) == 1.0
+    assert ev("longrope_mscale(32, 4096, 1.25)", pairs=None) == 1.25
+
+
+def test_longrope_switches_lists_past_the_original_length():
+    short, long = "[1, 2]", "[3, 4]"
+    for n, lst in ((None, (1, 2)), (100, (1, 2)), (101, (3, 4))):
+        w = vec(f"longrope(100, {short}, {long}, 100)", pairs=2, n=n)
+        assert w == pytest.approx([1 / lst[0], 0.1 / lst[1]], rel=1e-15)
+    with pytest.raises(EvalIssue):
+        ev("longrope(100, [1, 2, 3], [1, 2], 100)", pairs=2)
+
+
+def test_floor_ceil():
+    assert ev("floor(2.5) + ceil(2.5)", pairs=None) == 5.0
+    assert ev("floor(-0.5)", pairs=None) == -1.0
 
 
 def test_llama3():

@@ -6,6 +6,8 @@ and fail (or train to NaN) later; now each is a positioned diagnostic or a one-p
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from compiler_helpers import run_cli
@@ -36,7 +38,9 @@ CHECKER_CASES = {
     "slopes_zero": ("scheme s { bias = -slopes(0) * distance }\n", "E217", 1, 20, "slopes"),
     "slopes_in_let": ("scheme s {\n let m = slopes(0)\n bias = -m * distance }\n", "E217", 2, 10, "slopes"),
     "sqrt_neg_temperature": ("scheme s { temperature = sqrt(-1) }\n", "E217", 1, 26, "sqrt"),
-    "temperature_overflow": ("scheme s { temperature = 1e300 }\n", "E217", 1, 26, "temperature"),
+    "temperature_overflow": ("scheme s { temperature = 1e30 * 1e30 }\n", "E217", 1, 26, "temperature"),
+    "temperature_literal_beyond_float32": ("scheme s { temperature = 1e300 }\n", "E217", 1, 26, "float32"),
+    "temperature_above_cap": ("scheme s { temperature = 1e5 }\n", "E217", 1, 26, "temperature"),
     "temperature_far": ("scheme s { temperature = log_length(2) * 1000 }\n", "E217", 1, 26, "temperature"),
     "log_length_one": ("scheme s { temperature = log_length(1) }\n", "E217", 1, 37, "log_length"),
     "log_length_zero": ("scheme s { temperature = log_length(0) }\n", "E217", 1, 37, "log_length"),
@@ -57,7 +61,7 @@ CHECKER_CASES = {
                            1, 70, "rank"),
     "overflow_in_phase": (f"scheme s {{ qk: rotate(geometric(10000) * position * 1e308 * 10) }}\n", "E217", 1, 23,
                           "finite"),
-    "overflow_in_bias": ("scheme s { bias = -1e300 * 1e300 * distance }\n", "E217", 1, 19, "finite"),
+    "overflow_in_bias": ("scheme s { bias = -1e30 * 1e30 * distance }\n", "E217", 1, 19, "finite"),
     "overflow_in_param_default": ("scheme s { param a: float = 1e308 * 10\n " + ROPE + " }\n", "E217", 1, 29,
                                   "finite"),
     "eval_lengths_negative": ("scheme s { " + ROPE + "\n eval { lengths = [-5, 0] } }\n", "E213", 2, 9, "lengths"),
@@ -281,3 +285,59 @@ def test_a_file_name_that_is_not_utf8_is_never_an_internal_error(tmp_path):
     for args in (("check", src), ("show", src), ("compile", src, "-o", tmp_path / "out")):
         code, out, err = run_cli(*args)  # asserts no traceback and no internal error
         assert code in (0, 1), out + err
+
+
+def test_explain_context_and_bench_lengths_are_capped():
+    code, _, err = run_cli("explain", "schemes/rope.pe", "--context", str(10**23))
+    assert code == 2 and "--context" in err
+    import click
+
+    from benchmarks.cli import _ints
+
+    with pytest.raises(click.UsageError, match="at most"):
+        _ints("512,1000000000", "--lengths")
+
+
+def test_a_list_literal_is_capped():
+    items = ", ".join(["1"] * (limits.MAX_LIST + 1))
+    d = first_error(f"scheme s {{ {ROPE}\n eval {{ lengths = [{items}] }} }}\n")
+    assert d.code == "E217" and "limit" in d.message
+
+
+@pytest.mark.parametrize("key", ["lr", "grad_clip", "weight_decay", "mlp_ratio", "init_std"])
+def test_config_floats_must_be_finite(key):
+    with pytest.raises(ConfigError, match=key):
+        resolve_train_config(overrides={key: math.inf})
+
+
+def test_train_yaml_with_huge_sizes_is_a_config_error(tmp_path):
+    from pedsl.config import TrainConfig
+
+    path = tmp_path / "train.yaml"
+    path.write_text("model:\n  n_layers: 100000\n")
+    with pytest.raises(ConfigError, match="n_layers"):
+        TrainConfig.from_yaml(path)
+    path.write_bytes(b"x" * (2 << 20))
+    with pytest.raises(ConfigError, match="larger than"):
+        TrainConfig.from_yaml(path)
+
+
+def test_compare_set_value_that_is_not_yaml():
+    from pedsl.cli.evaluate import _sets
+
+    values = _sets(("context=[",))  # was: a yaml ParserError, exit 3
+    assert values == {"context": "["}
+    with pytest.raises(ConfigError, match="context"):
+        resolve_train_config(overrides=values)
+
+
+def test_dynamic_ntk_is_checked_at_the_longest_length():
+    # fine up to its original length, an overflow past it: the checker probes the longest sequence too
+    d = first_error("scheme s { qk: rotate(dynamic_ntk(10000, 1e300, original = 128) * position) }\n")
+    assert d.code == "E217" and "dynamic_ntk" in d.message and (d.line, d.col) == (1, 23)
+
+
+def test_a_number_beyond_float32_next_to_a_runtime_value():
+    d = first_error("scheme s { qk: accumulate(householder(w = normalize(linear(x, to = channel)),"
+                    " beta = 1e300 * sigmoid(linear(x, to = head)))) }\n")
+    assert d.code == "E217" and "float32" in d.message and (d.line, d.col) == (1, 86)

@@ -30,7 +30,7 @@ from pedsl.errors import ConfigError, did_you_mean
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # lr: .inf trained to NaN
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelConfig(_Frozen):
@@ -44,6 +44,8 @@ class ModelConfig(_Frozen):
                                  description="per-head width; default d_model // n_heads")
     mlp_ratio: float = Field(4.0, gt=0, le=64)
     tie_embeddings: bool = True
+    arch: Literal["gpt", "llama"] = Field(
+        "gpt", description="gpt: GELU MLP; llama: SwiGLU MLP and RMSNorm, exportable with `pedsl export --hf`")
     norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
     norm_eps: float = Field(1e-5, gt=0)
     init_std: float = Field(0.02, gt=0)
@@ -59,18 +61,20 @@ class ModelConfig(_Frozen):
             object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even (rotary schemes pair channels)")
+        if self.arch == "llama" and self.norm != "rmsnorm":
+            raise ValueError("arch 'llama' uses RMSNorm: set norm: rmsnorm (or arch: gpt)")
         if self.head_dim > L.MAX_HEAD_DIM:
             raise ValueError(f"head_dim {self.head_dim} (d_model // n_heads) is above the limit of {L.MAX_HEAD_DIM}")
         n = L.model_parameters(vocab_size=self.vocab_size, n_layers=self.n_layers, d_model=self.d_model,
                                n_heads=self.n_heads, head_dim=self.head_dim, mlp_ratio=self.mlp_ratio,
-                               tie_embeddings=self.tie_embeddings)
+                               tie_embeddings=self.tie_embeddings, mlp_matrices=3 if self.arch == "llama" else 2)
         if n > L.MAX_PARAMETERS:
             raise ValueError(f"the model would have about {n:,} parameters; the limit is {L.MAX_PARAMETERS:,} "
                              "(fewer layers, a smaller d_model or mlp_ratio)")
         return self
 
 
-DataSource = str  # "stdlib" | "passkey" | "blocks" | a local file or folder path
+DataSource = str  # "stdlib" | "passkey" | "blocks" | "multikey" | "kv" | a path | a mixture "stdlib:0.7,kv:0.3"
 
 
 class DataConfig(_Frozen):
@@ -80,7 +84,8 @@ class DataConfig(_Frozen):
     seed: int = Field(0, ge=0, le=L.MAX_SEED)
     val_fraction: float = Field(0.1, gt=0, lt=1)
     max_bytes: int = Field(8_000_000, ge=1024, le=L.MAX_TENSOR_BYTES, description="read at most this many bytes of text")
-    passkey_digits: int = Field(5, ge=1, le=32)
+    passkey_digits: int = Field(5, ge=1, le=32, description="answer digits of passkey, multikey and kv")
+    multikey_keys: int = Field(3, ge=1, le=64, description="needles of the multikey task (one asked)")
     block_len: int = Field(16, ge=2, le=L.MAX_LENGTH, description="latent block length B of the block task")
     block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
 
@@ -89,6 +94,16 @@ class DataConfig(_Frozen):
         if self.block_offset >= self.block_len - 1:
             raise ValueError(f"block_offset {self.block_offset} must be < block_len - 1 = {self.block_len - 1}")
         return self
+
+
+class InitFrom(_Frozen):
+    """The run a fine-tune starts from (``pedsl train --init-from RUN``): its newest checkpoint."""
+
+    run: str = Field(description="the source run directory (absolute)")
+    step: int = Field(ge=0, description="the checkpoint's step")
+    scheme: str | None = Field(None, description="the source run's scheme name")
+    scheme_hash: str = Field(description="sha256 of the source run's scheme")
+    model_sha256: str = Field(description="sha256 of the checkpoint's model.safetensors")
 
 
 class TrainConfig(_Frozen):
@@ -120,6 +135,7 @@ class TrainConfig(_Frozen):
     threads: int = Field(0, ge=0, le=L.MAX_THREADS, description="torch CPU threads per process; 0: the idle cores (load average)")
     compile: bool = False
     flush_denormal: bool = True
+    init_from: InitFrom | None = Field(None, description="start from a trained run's weights (a fine-tune)")
 
     @model_validator(mode="after")
     def _check_schedule(self) -> "TrainConfig":
@@ -134,7 +150,10 @@ class TrainConfig(_Frozen):
         return self
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        d = self.model_dump(mode="json")
+        if d.get("init_from") is None:
+            d.pop("init_from", None)
+        return yaml.safe_dump(d, sort_keys=False)
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "TrainConfig":
@@ -146,6 +165,8 @@ class TrainConfig(_Frozen):
         d = self.model_dump(mode="json")
         for k in RESUMABLE_FIELDS:
             d.pop(k, None)
+        if d.get("init_from") is None:  # runs from before the field keep their digest
+            d.pop("init_from", None)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
@@ -156,7 +177,7 @@ RESUMABLE_FIELDS = (
 )
 
 
-EvalTask = Literal["ppl", "passkey", "blocks"]
+EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.tasks by length and depth
 
 
 class EvalConfig(_Frozen):
@@ -227,9 +248,6 @@ def eval_block_keys() -> set[str]:
 
 def _set_flat(d: dict[str, Any], key: str, value: Any, *, where: str) -> None:
     train_fields = set(TrainConfig.model_fields)
-    if key == "scheme" and value not in ("", d.get("scheme")):  # `--set scheme=/other` made config.yaml lie
-        raise ConfigError(f"{where}: 'scheme' cannot be set here",
-                          hint="the scheme is the file (or library name) the command is given")
     if key in ("model", "data") and isinstance(value, Mapping):
         for k, v in value.items():
             _set_flat(d, f"{key}.{k}", v, where=where)
@@ -237,6 +255,10 @@ def _set_flat(d: dict[str, Any], key: str, value: Any, *, where: str) -> None:
         d.setdefault("data", {})["source"] = value
     elif key == "params" and isinstance(value, Mapping):
         d.setdefault("params", {}).update(value)
+    elif key in ("model", "data", "params"):
+        raise ConfigError(f"{where}: '{key}' must be a mapping of settings"
+                          + (" (or the name of a data source)" if key == "data" else "")
+                          + f", not {type(value).__name__}")
     elif key in train_fields:
         d[key] = value
     elif key in ModelConfig.model_fields:
@@ -266,7 +288,7 @@ def resolve_train_config(
     block = dict(block or {})
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     preset = overrides.get("preset", block.get("preset", "tiny"))
-    if preset not in PRESETS:
+    if not isinstance(preset, str) or preset not in PRESETS:
         raise ConfigError(f"unknown preset '{preset}'",
                           hint=did_you_mean(str(preset), PRESETS) or f"presets: {', '.join(PRESETS)}")
     d: dict[str, Any] = {"scheme": scheme, "preset": preset}
@@ -279,8 +301,10 @@ def resolve_train_config(
     if params:
         d.setdefault("params", {}).update(params)
     # A new peak lr without a floor: decay to a tenth of it (the presets' ratio).
-    if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides):
-        d["min_lr"] = d["lr"] / 10
+    lr = d.get("lr")
+    if ("lr" in block or "lr" in overrides) and not ("min_lr" in block or "min_lr" in overrides) \
+            and isinstance(lr, (int, float)) and not isinstance(lr, bool):  # else validation reports it
+        d["min_lr"] = lr / 10
     # A preset's head_dim only holds with its own d_model / n_heads.
     # (a head_dim is re-derived when a later layer changes d_model or n_heads without giving one).
     bl, ov = _flat_model(block), _flat_model(overrides)
@@ -318,7 +342,7 @@ def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
 # YAML and validation with readable errors
 
 
-MAX_YAML_BYTES = 1 << 20  # a config is a screenful of settings: more is the wrong file
+MAX_YAML_BYTES = L.MAX_CONFIG_BYTES  # a config is a screenful of settings: more is the wrong file
 
 
 def _read_yaml(path: str | Path) -> dict[str, Any]:

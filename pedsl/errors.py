@@ -218,6 +218,13 @@ class OutputError(PedslError):
     default_code = "E950"
 
 
+class InteropError(PedslError):
+    """A Hugging Face config or rope scheme has no exact counterpart on the other side (pedsl.hf)."""
+
+    stage = "hf"
+    default_code = "E961"
+
+
 class UsageError(PedslError):
     """The command line itself is wrong (exit code 2, like click)."""
 
@@ -250,8 +257,9 @@ CODES: dict[str, tuple[str, str]] = {
     "E206": ("check", "`extends` an unknown scheme"),
     "E207": ("check", "`extends` cycle (or a chain longer than 64 schemes)"),
     "E208": ("check", "import cycle"),
-    "E209": ("check", "missing file (an import, or the file given; also a folder), or a name that is neither "
-                      "a file nor a library scheme"),
+    "E209": ("check", "missing file (an import, or the file given; also a folder), a name that is neither "
+                      "a file nor a library scheme, or an import refused (outside the allowed folders, not a "
+                      "`.pe` file, not a regular file, or not parseable)"),
     "E210": ("check", "a channel group does not fit `head_dim` (fraction, quarters, range, odd size)"),
     "E211": ("check", "overlapping channel groups, or an unknown group in `on`"),
     "E212": ("check", "a parameter default violates its constraint"),
@@ -280,6 +288,12 @@ CODES: dict[str, tuple[str, str]] = {
     "E900": ("eval", "evaluation or analysis cannot run on the given run directory"),
     "E950": ("output", "an output path cannot be written"),
     "E960": ("pedsl", "a FIFO, device or other non-regular file where a file belongs"),
+    "E961": ("hf", "`pedsl import-hf`: the config has something with no exact pedsl form (`mrope_section`, "
+                   "per-layer-type rope, another rotary layout, an unknown rope type or key)"),
+    "E962": ("hf", "`pedsl export-hf` / `export --hf`: the scheme or model has no Hugging Face equivalent "
+                   "(says which part)"),
+    "E963": ("hf", "a config.json that cannot be read or lacks what its rope type needs"),
+    "E964": ("hf", "`pedsl.hf.use_pedsl_attention`: a scheme or model the adapter does not run"),
     "E970": ("pedsl", "out of memory: sizes within the caps that this machine cannot hold"),
     "E990": ("usage", "the command line is wrong (exit code 2)"),
     "E991": ("usage", "malformed `-P` (exit code 2)"),

@@ -10,6 +10,7 @@ the old file or the new one, never a torn mix. A symbolic link at the target is 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -74,9 +75,13 @@ def atomic_write_bytes(path: str | Path, data: bytes, *, follow_symlinks: bool =
         refuse_symlink(path)
     target = Path(os.path.realpath(path)) if follow_symlinks else Path(os.path.abspath(path))
     try:
-        mode = target.stat().st_mode & 0o7777
+        st = target.stat()
     except OSError:
-        mode = 0o666 & ~_umask()  # a new file gets the usual permissions, not mkstemp's 0600
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):  # replacing /dev/null or a FIFO (as root: the node)
+        raise OutputError(f"cannot write {target}: it is not a regular file (a folder, device or FIFO)",
+                          hint="choose a file path for the output")
+    mode = st.st_mode & 0o7777 if st is not None else 0o666 & ~_umask()  # new: not mkstemp's 0600
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
     except OSError as exc:
@@ -127,7 +132,6 @@ def open_regular(path: str | Path):
     another OSError; every place pedsl reads a user's path goes through here.
     """
     import errno
-    import stat
 
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags)

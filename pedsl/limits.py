@@ -20,13 +20,18 @@ cap                        value               what it bounds
 ``MAX_STEPS``              1,000,000,000       optimizer steps (and every ``*_every`` period)
 ``MAX_PARAMETERS``         2,000,000,000       estimated model parameters (8 GB of float32 weights)
 ``MAX_RANK``               4,096               ``linear(rank = r)``, ``shortconv(width = w)``
+``MAX_INIT``               10,000              start values of learned builtins (``init``, ``init_bias``)
 ``MAX_THREADS``            256                 ``--threads`` (torch crashes or hangs at thousands)
 ``MAX_SEED``               2**63 - 1           seeds (0 .. MAX_SEED: what a torch generator takes)
 ``MAX_TENSOR_BYTES``       2 GiB               the largest tensor of a training step (batch x context
                                                x the widest activation: logits, MLP, q/k/v),
                                                of ``eval`` (windows x length),
                                                ``analyze`` (samples x heads x L x L) and
-                                               ``diff --numeric`` (samples x lmax x width)
+                                               ``diff --numeric`` (samples x lmax x width);
+                                               and ``data.max_bytes``
+``MAX_TEMPERATURE``        10,000              a temperature's magnitude (probed at positions 0, 1 and
+                                               MAX_LENGTH - 1): it scales every attention score
+``MAX_CONFIG_BYTES``       1 MB                a ``train.yaml`` / ``eval.yaml`` file
 ``MAX_IMPORTS``            256                 ``.pe`` files loaded for one input (imports, transitively)
 ``MAX_IMPORT_DEPTH``       64                  nested imports (a imports b imports c ...)
 =========================  ==================  ==================================================
@@ -49,8 +54,11 @@ MAX_STEPS = 10**9
 MAX_PARAMETERS = 2 * 10**9
 MAX_RANK = 4096
 MAX_THREADS = 256
+MAX_INIT = 1e4
 MAX_SEED = 2**63 - 1
 MAX_TENSOR_BYTES = 2 << 30
+MAX_TEMPERATURE = 1e4
+MAX_CONFIG_BYTES = 1 << 20
 MAX_IMPORTS = 256
 MAX_IMPORT_DEPTH = 64
 
@@ -64,11 +72,11 @@ def gib(n: float) -> str:
 
 
 def model_parameters(*, vocab_size: int, n_layers: int, d_model: int, n_heads: int, head_dim: int,
-                     mlp_ratio: float, tie_embeddings: bool = True) -> int:
+                     mlp_ratio: float, tie_embeddings: bool = True, mlp_matrices: int = 2) -> int:
     """Parameters of the transformer of :mod:`pedsl.model`, estimated without building it
-    (attention q, k, v, o; the MLP; the embeddings; norms are negligible)."""
+    (attention q, k, v, o; the MLP, 3 matrices for arch llama's SwiGLU; the embeddings; norms are negligible)."""
     inner = n_heads * head_dim
-    per_layer = 4 * d_model * inner + 2 * int(mlp_ratio * d_model) * d_model
+    per_layer = 4 * d_model * inner + mlp_matrices * int(mlp_ratio * d_model) * d_model
     emb = vocab_size * d_model * (1 if tie_embeddings else 2)
     return n_layers * per_layer + emb
 

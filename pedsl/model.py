@@ -2,6 +2,8 @@
 
 Pre-norm GPT (nanoGPT layout): byte embedding -> n_layers x [norm -> attention -> residual,
 norm -> MLP(GELU) -> residual] -> final norm -> logits through the (tied) embedding.
+``arch: llama`` makes it architecturally a Llama (RMSNorm, SwiGLU MLP, no biases), which
+``pedsl export RUN --hf DIR`` writes as a ``LlamaForCausalLM``.
 There are no absolute position embeddings: every layer's attention is a module built by
 ``attention_factory(layer_index)`` (normally :func:`pedsl.compiler.compile_scheme`) with
 
@@ -85,11 +87,25 @@ class MLP(nn.Module):
         return self.proj(F.gelu(self.fc(x)))                                # (B, L, C)
 
 
+class SwiGLU(nn.Module):
+    """Llama's MLP: proj(silu(gate(x)) * fc(x)) (HF: down_proj(act(gate_proj(x)) * up_proj(x)))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        hidden = int(cfg.mlp_ratio * cfg.d_model)
+        self.gate = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.fc = nn.Linear(cfg.d_model, hidden, bias=False)
+        self.proj = nn.Linear(hidden, cfg.d_model, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.silu(self.gate(x)) * self.fc(x))                 # (B, L, C)
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig, pe: nn.Module) -> None:
         super().__init__()
         self.norm1, self.attn = make_norm(cfg), Attention(cfg, pe)
-        self.norm2, self.mlp = make_norm(cfg), MLP(cfg)
+        self.norm2, self.mlp = make_norm(cfg), (SwiGLU(cfg) if cfg.arch == "llama" else MLP(cfg))
 
     def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), tokens)
@@ -114,9 +130,10 @@ class TransformerLM(nn.Module):
         Only the model's own layers are touched: the scheme modules keep their own init.
         """
         std = self.cfg.init_std
+        cfg_llama = self.cfg.arch == "llama"
         own = [self.embed, *([self.head] if self.head is not None else [])]
         for blk in self.blocks:
-            own += [blk.attn.qkv, blk.attn.proj, blk.mlp.fc, blk.mlp.proj]
+            own += [blk.attn.qkv, blk.attn.proj, blk.mlp.fc, blk.mlp.proj, *([blk.mlp.gate] if cfg_llama else [])]
         for m in own:
             nn.init.normal_(m.weight, mean=0.0, std=std)
         for blk in self.blocks:

@@ -34,8 +34,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "eval": ("pedsl.cli.evaluate", "eval_cmd", "Evaluate a trained run past its training length."),
     "analyze": ("pedsl.cli.evaluate", "analyze", "Measure the papers' instruments on a trained run."),
     "compare": ("pedsl.cli.evaluate", "compare", "Train, evaluate and report several schemes side by side."),
+    "profile": ("pedsl.cli.profile", "profile", "Profile data: MI vs distance, dependency width, a fitted grid."),
     "diff": ("pedsl.cli.diff", "diff", "Show what two scheme variants change."),
     "explain": ("pedsl.cli.diff", "explain", "Summarise what one scheme does."),
+    "import-hf": ("pedsl.cli.hf", "import_hf", "Write the .pe scheme of a Hugging Face model's rope config."),
+    "export-hf": ("pedsl.cli.hf", "export_hf", "Print a scheme's Hugging Face rope_parameters."),
+    "export": ("pedsl.cli.hf", "export_cmd", "Export a trained run as a Hugging Face Llama model."),
 }
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from pedsl.errors import PedslError, UsageError
-from pedsl.limits import MAX_SEED
+from pedsl.limits import MAX_LENGTH, MAX_SEED
 
 
 def _fail(err: PedslError) -> None:
@@ -195,7 +195,7 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
 @click.argument("file")
 @click.option("--scheme", "scheme_name", metavar="NAME", help="The scheme to explain (or write FILE:NAME).")
 @click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Override a scheme parameter.")
-@click.option("--context", type=click.IntRange(1), default=None,
+@click.option("--context", type=click.IntRange(1, MAX_LENGTH), default=None,
               help="Context length for the cost estimate (default: the training length).")
 def explain(file, scheme_name, params, context):
     """Summarise what one scheme does: channels, frequencies, bias, temperature, graph, cost, lints."""

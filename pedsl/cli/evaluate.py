@@ -12,7 +12,7 @@ import click
 from pedsl import limits as L
 from pedsl.errors import UsageError
 
-TASKS = ("ppl", "passkey", "blocks")
+TASKS = ("ppl", "passkey", "blocks", "retrieval")
 
 
 def _tasks(text: str | None) -> list[str] | None:
@@ -33,22 +33,41 @@ def _sets(items: tuple[str, ...]) -> dict:
         if "=" not in item:
             raise UsageError(f"--set expects KEY=VALUE, got '{item}'", hint="e.g. --set batch_size=8")
         k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError:  # not a YAML value: the text itself (validation says what is wrong)
+            out[k.strip()] = v
     return out
+
+
+def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
+    """The run opened under ``--scheme`` / ``-P`` (pedsl.train.swap), or None for its own scheme."""
+    if scheme is None and not params:
+        return None
+    from pedsl.cli.train import _parse_params
+    from pedsl.evaluate.common import open_run
+
+    return open_run(run_dir, scheme=scheme, params=_parse_params(params))
 
 
 @click.command("eval")
 @click.argument("run_dir", metavar="RUN_DIR")
 @click.option("--lengths", default=None, help="Comma list of lengths in tokens (default: the scheme's eval "
               "block, or training length x 1..32).")
-@click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks (default: all).")
+@click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks, retrieval (default: ppl, passkey, "
+              "blocks; retrieval = the passkey, multikey and kv tasks of pedsl.tasks at 5 needle depths).")
 @click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
               help="Windows (ppl) or samples (tasks) per length.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
+@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
+              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
+              "positional tensors must match). Writes RUN_DIR/eval.<scheme>.json unless --out.")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
+def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_json, quiet):
     """Perplexity (and its ratio to the training length) and retrieval accuracy vs length."""
     from pedsl.evaluate.common import parse_lengths, progress
     from pedsl.runtime import setup_torch
@@ -58,7 +77,7 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
         raise UsageError("--windows must be at least 1")
     setup_torch(threads)
     res = evaluate_run(run_dir, lengths=parse_lengths(lengths), tasks=_tasks(tasks), windows=windows, out=out,
-                       say=progress(quiet))
+                       say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
     if as_json:
         import json
 
@@ -79,9 +98,14 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, threads, as_json, quiet):
               help="Longest default length ((B, H, L, L) matrices are materialised).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Output JSON (default RUN_DIR/analysis.json).")
+@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
+              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
+              "positional tensors must match). Writes RUN_DIR/analysis.<scheme>.json unless --out.")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
+def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
     from pedsl.evaluate.analyze import analysis_table, analyze_run
     from pedsl.evaluate.common import parse_lengths, progress
@@ -91,7 +115,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
     setup_torch(threads)
     res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
-                      max_length=max_length, out=out, say=progress(quiet))
+                      max_length=max_length, out=out, say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
     click.echo(analysis_table(res))
 
 
@@ -103,18 +127,33 @@ def analyze(run_dir, lengths, window, samples, max_length, out, threads, quiet):
               "150 with --quick).")
 @click.option("--out", "out", type=click.Path(file_okay=False), default="compare", show_default=True,
               help="Study directory (runs, report.md, report.html, plots).")
-@click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32).")
+@click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32; "
+              "any length works, e.g. up to 128x: perplexity runs one window at a time).")
 @click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
               help="Windows / samples per length (default 8; 2 with --quick).")
 @click.option("--seed", type=click.IntRange(0, L.MAX_SEED), default=None,
               help="Seed of every run (default: the preset's, 0).")
-@click.option("--data", default=None, help="stdlib (default), or a local file/folder.")
-@click.option("--analyze-max", type=click.IntRange(2, L.MAX_LENGTH), default=None, help="Longest analysis length (default 1024; 512 with --quick).")
+@click.option("--seeds", default=None, help="Comma list of seeds, e.g. 0,1,2: every scheme is trained once per "
+              "seed and every number is reported as mean [min, max] (overrides --seed).")
+@click.option("--data", default=None, help="stdlib (default), a local file/folder, or a weighted mixture such as "
+              "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1.")
+@click.option("--analyze-max", type=click.IntRange(2, L.MAX_LENGTH), default=None,
+              help="Longest analysis length (default 1024; 512 with --quick); past 2048 tokens far and sink mass "
+              "are streamed over key blocks (no L x L matrix).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
+@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency"]), default="default",
+              show_default=True,
+              help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
+              "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). retrieval: learned "
+              "retrieval vs length and needle depth on a text + retrieval-task mixture (default SCHEMES: the "
+              "default study's plus fox and path_fox). frequency: RoPE frequency "
+              "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
+              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.evaluate.study_frequency).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
-def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, threads, quick, quiet):
+def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, analyze_max, sets, threads, quick, study,
+            quiet):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -133,19 +172,86 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, data, analyze_m
         raise UsageError("--windows must be at least 1")
     say = progress(quiet)
     say(f"torch threads: {setup_torch(threads)}")
+    seed_list = _seeds(seeds)
+    if study == "extension":
+        if seed_list and len(seed_list) > 1:
+            raise UsageError("--seeds does not apply to --study extension yet", hint="run it once per --seed")
+        seed = seed_list[0] if seed_list else seed
+        return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say)
+    if study == "frequency":
+        from pedsl.evaluate.study_frequency import run_study_cli
+
+        return run_study_cli(click.echo, schemes, out, steps=steps, quick=quick, sets=_sets(sets),
+                             command=_command_line(click.get_current_context()), say=say)
+    if study == "retrieval" or (seed_list and len(seed_list) > 1):
+        from pedsl.evaluate.compare_seeds import run_seeded
+
+        res = run_seeded(None if study == "default" else study, list(schemes), out,
+                         seeds=seed_list or ([seed] if seed is not None else None),
+                         preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths), windows=windows,
+                         quick=quick, analyze_max=analyze_max, sets=_sets(sets),
+                         command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+        for title, header, rows in res["summary"][:1]:
+            _echo_table(title, header, rows)
+        click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
+                   f"({res['meta']['wall_time_s']:.0f} s)")
+        return
+    if seed_list:
+        seed = seed_list[0]
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
                       sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
     from pedsl.evaluate.report import tables
 
     for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
-        click.echo(title)
-        widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
-        click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
-        for r in rows:
-            click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+        _echo_table(title, header, rows)
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    click.echo(title)
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        out = [int(p) for p in text.replace(",", " ").split()]
+    except ValueError:
+        raise UsageError(f"--seeds expects a comma list of whole numbers, got '{text}'", hint="e.g. --seeds 0,1,2") from None
+    if any(not 0 <= x <= L.MAX_SEED for x in out):
+        raise UsageError(f"--seeds '{text}': seeds are whole numbers from 0 to {L.MAX_SEED}")
+    if not out or len(set(out)) != len(out):
+        raise UsageError(f"--seeds '{text}' is empty or names a seed twice", hint="e.g. --seeds 0,1,2")
+    return out
+
+
+def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say):
+    from pathlib import Path
+
+    from pedsl.evaluate.common import parse_lengths
+    from pedsl.evaluate.study_extension import METHODS, run_extension
+
+    if analyze_max is not None:
+        raise UsageError("--analyze-max does not apply to --study extension (it runs no analysis)")
+    bad = [s for s in schemes if s not in METHODS]
+    if bad:
+        raise UsageError(f"--study extension compares the RoPE scaling methods; '{bad[0]}' is not one of them",
+                         hint=f"name a subset of: {', '.join(METHODS)} (or none for all)")
+    res = run_extension(out, methods=list(schemes) or None, preset=preset, steps=steps, seed=seed, data=data,
+                        lengths=parse_lengths(lengths), windows=windows, quick=quick, sets=_sets(sets),
+                        command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+    from pedsl.evaluate.report_extension import summary
+
+    _echo_table("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)",
+                *summary(res["results"]))
+    ext = Path(out) / "extension"
+    click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
 def _command_line(ctx: click.Context) -> str:

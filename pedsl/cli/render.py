@@ -58,6 +58,8 @@ def render_scheme(scheme) -> str:
                 lines.append(f"    phase: {to_source(t.phase)}")
                 if t.dynamic:
                     lines.append("    dynamic: true  # the table depends on the run-time length n")
+                if t.scale != 1:
+                    lines.append(f"    scale: {t.scale!r}  # q and k of the group (logits of the group x scale^2)")
             elif t.kind == "accumulate_rotation":
                 lines.append(f"    angle: {to_source(t.angle)}")
                 lines.append(f"    data: {_scalar(t.data)}")

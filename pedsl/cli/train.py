@@ -30,7 +30,7 @@ def _parse_params(items: tuple[str, ...]) -> dict:
 
 
 @click.command("train")
-@click.argument("source", metavar="SCHEME.pe|train.yaml")
+@click.argument("source", metavar="SCHEME.pe|train.yaml", required=False)
 @click.option("--out", "out", type=click.Path(file_okay=False), default=None,
               help="Run directory (default: runs/<scheme-name>).")
 @click.option("--steps", type=int, default=None, help="Optimizer steps.")
@@ -39,7 +39,7 @@ def _parse_params(items: tuple[str, ...]) -> dict:
 @click.option("--batch-size", type=int, default=None, help="Global batch size (split over ranks).")
 @click.option("--lr", type=float, default=None, help="Peak learning rate.")
 @click.option("--seed", type=int, default=None, help="Seed of init and data order.")
-@click.option("--data", default=None, help="stdlib, passkey, blocks, or a local file/folder.")
+@click.option("--data", default=None, help="stdlib, passkey, multikey, kv, blocks, a local file/folder, or a weighted mixture such as stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1.")
 @click.option("--device", default=None, help="auto, cpu, cuda.")
 @click.option("--threads", type=int, default=None, help="torch CPU threads per process (default: the idle cores, from the load average).")
 @click.option("--backend", default=None, help="Force a compiler backend (default auto).")
@@ -47,15 +47,25 @@ def _parse_params(items: tuple[str, ...]) -> dict:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Any other setting, e.g. --set eval_every=50 --set data.max_bytes=1000000.")
 @click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE", help="Scheme parameter override.")
+@click.option("--init-from", "init_from", type=click.Path(file_okay=False), default=None, metavar="RUN",
+              help="Start from this run's weights (a fine-tune: fresh optimizer, step 0; its settings unless "
+              "overridden). No SCHEME argument: --scheme, or the run's own scheme.")
+@click.option("--scheme", "scheme", default=None, metavar="NAME|FILE.pe",
+              help="With --init-from: the scheme to fine-tune with (library name or .pe file).")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its latest checkpoint.")
 @click.option("--force-new", is_flag=True,
               help="Discard the run already in --out (checkpoints, metrics, results) and start over.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def train(source, out, steps, context, preset, batch_size, lr, seed, data, device, threads, backend,
-          compile_, sets, params, resume, force_new, quiet):
+          compile_, sets, params, init_from, scheme, resume, force_new, quiet):
     """Train a small byte-level language model whose attention is the scheme.
 
-    --out must be new, empty or a pedsl run folder; it is locked while training."""
+    --out must be new, empty or a pedsl run folder; it is locked while training.
+
+    ``pedsl train --init-from RUN [--scheme OTHER] --context N --steps S`` fine-tunes a trained run
+    (e.g. RoPE -> PI + 60 steps at 4x the length); the new run's config.yaml records the source run,
+    its step and scheme hash (``init_from``), and it resumes like any run.
+    """
     from pedsl.config import TrainConfig, resolve_train_config
     from pedsl.lang.library import scheme_file
     from pedsl.train.attention import load_scheme
@@ -65,6 +75,23 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
                  "compile": compile_}
     overrides.update(_parse_params(sets))
     cli_params = _parse_params(params)
+    if init_from is not None:
+        if source is not None:
+            raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",
+                             hint=f"pass the new scheme as --scheme {source}")
+        from pedsl.train.attention import from_scheme
+        from pedsl.train.loop import train as run_training
+        from pedsl.train.swap import init_config
+
+        cfg, scheme_obj = init_config(init_from, scheme=scheme, params=cli_params, overrides=overrides)
+        out_dir = Path(out) if out else Path("runs") / f"{scheme_obj.name}-from-{Path(init_from).name}"
+        run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), resume=resume, quiet=quiet)
+        return
+    if source is None:
+        raise UsageError("missing SCHEME.pe or train.yaml", hint="e.g. `pedsl train schemes/rope.pe --preset tiny`, "
+                         "or `pedsl train --init-from RUN --scheme pi` to fine-tune a run")
+    if scheme is not None:
+        raise UsageError("--scheme goes with --init-from", hint=f"train the scheme directly: `pedsl train {scheme}`")
     src = Path(source)
     if src.suffix in (".yaml", ".yml"):
         base = TrainConfig.from_yaml(src)

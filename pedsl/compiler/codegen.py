@@ -12,9 +12,11 @@ per module, and the result is parsed before it is returned (see :mod:`pedsl.comp
 
 Expressions become code over 5-d tensors laid out ``(batch, head, position,
 distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template`.
-The generated attention favours clarity: rotations and key-channel biases use
-fused SDPA like the in-process module, while Householder (PaTH) steps use a
-simple O(L^2 D) scan rather than the blockwise kernel.
+The generated attention favours clarity: a generated ``_values`` method gives the
+per-token quantities (phases, step angles, w and beta, gates, temperature) and one
+engine in the kernels does the rest - positions, documents, masks, GQA and the
+decoding cache as in :mod:`pedsl.compiler.stream` - with explicit masks per block
+of queries, and PaTH steps by the decode rule (O(L^2 D)) rather than the blockwise kernel.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class _Gen:
         self.consts: list[str] = []  # module-level constant lines
         self.init: list[str] = []  # __init__ lines
         self.buffers: dict[tuple, str] = {}
+        self.conv_history = 0  # earlier tokens a decoding step re-reads (widest short convolution - 1)
 
     def const(self, values: tuple[float, ...], axis: str, note: str) -> str:
         name = self.names.new(f"C{len(self.consts)}")
@@ -88,11 +91,11 @@ class _Gen:
         k = e.kind
         if k == "name":
             if e.id == "position":
-                return "_positions(L, dev)"
+                return "pos5"
             if e.id == "distance":
                 return "_distances(L, dev)"
             if e.id == "n":
-                return "float(L)"
+                return "float(n_run)"
             raise CompileError(f"'{e.id}' has no run-time value")
         if k == "unary":
             return f"(-{self._e(e.operand)})"
@@ -136,9 +139,14 @@ class _Gen:
             return f"(((_t({x}, dev) - {lo}) / ({hi} - {lo})).clamp(0, 1))"
         if f == "dynamic_ntk":
             base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
-            return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, L, dev)"
+            return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"
+        if f == "longrope":  # the short factors up to the original length, the long ones past it
+            orig = self._float(args["original"])
+            short, long = (evaluate(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
+            return (f"({self.const(long.values, 'pair', 'longrope long')} if n_run > {literal(orig)} "
+                    f"else {self.const(short.values, 'pair', 'longrope short')})")
         if f == "log_length":
-            return f"_log_length(L, {literal(self._float(args['length']))}, dev)"
+            return f"_log_length_at(pos5, {literal(self._float(args['length']))})"
         if f == "frozen_random":
             seed = self._int(args["seed"])
             P = self._pairs
@@ -150,7 +158,7 @@ class _Gen:
                     self.init.append(f"self.register_buffer({literal(name)}, _frozen_token_table({seed}, VOCAB_SIZE, "
                                      f"{P}), persistent=False)")
                 return f"self.{self.buffers[key]}.to(dev)[tokens.long()].view(B, 1, L, 1, {P})"
-            return f"_frozen_position_table({seed}, {P}, L).to(dev).view(1, 1, L, 1, {P})"
+            return f"_frozen_at({seed}, {P}, pos5)"
         if f in ("embedding", "linear"):
             axis, width = self._width(args["to"])
             key = self._site_key(f)
@@ -181,7 +189,8 @@ class _Gen:
             feats = self.scheme.heads * (self._chans or 1)
             self.init.append(f"self.learned.sites[{literal(key)}] = nn.Conv1d({feats}, {feats}, {width}, "
                              f"groups={feats}, padding={width - 1}, bias=False)")
-            return f"_shortconv(self.learned.sites[{literal(key)}], {inner})"
+            self.conv_history = max(self.conv_history, width - 1)
+            return f"_shortconv(self.learned.sites[{literal(key)}], {inner}, seg)"
         if f == "normalize":
             return f"F.normalize({self._e(args['v'])}, dim=-1, eps=1e-6)"
         raise CompileError(f"{f}() cannot be generated")
@@ -199,7 +208,9 @@ def _pairs_of(channels: tuple[int, ...], layout: str) -> tuple[list[int], list[i
 _FIXED_NAMES = (
     "annotations", "math", "torch", "F", "nn", "HEADS", "HEAD_DIM", "D_MODEL", "VOCAB_SIZE", "SCHEME_SOURCE", "Module",
     "self", "q", "k", "v", "x", "tokens", "B", "H", "L", "D", "dev", "phase", "cos", "sin", "steps", "w_g", "w", "beta",
-    "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term", "o", "learned", "sites",
+    "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term", "o", "learned", "sites", "out", "pos5", "seg",
+    "n_run", "dt", "positions", "document_ids", "cache", "attn_mask", "batch_size", "TRANSFORMS", "BIASES",
+    "CONV_HISTORY",
 )
 
 
@@ -219,108 +230,62 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
     names = Names(module_names(kernels) | set(_FIXED_NAMES))
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
-    body: list[str] = []
+    body: list[str] = ["out = {}"]
     backend = graph.graph["backend"]
     fwd = body.append
-    undo: list[str] = []
-    for n in transform_nodes(graph):
+    transforms: list[str] = []
+    for i, n in enumerate(transform_nodes(graph)):
         t = graph.nodes[n]
         ch = tuple(int(c) for c in t["channels"])
         P = len(ch) // 2
         first, second = _pairs_of(ch, scheme.layout)
-        tag = t["group"].upper()
-        first_name, second_name = names.new(f"{tag}_FIRST"), names.new(f"{tag}_SECOND")
-        gen.consts.append(f"{first_name} = {literal(first)}  "
-                          + comment(f"group {t['group']!r}: pair k rotates channels FIRST[k], SECOND[k]"))
-        gen.consts.append(f"{second_name} = {literal(second)}")
-        pairs = f"{first_name}, {second_name}"
-        if t["op"] == "rotate":
-            expr = graph.nodes[t["phase"]]["expr"]
-            code = gen.expr(expr, t["phase"], P, len(ch))
-            fwd(comment(f"{t['label']}: phase = {to_source(expr)}  ({t.get('note', '')})"))
-            fwd(f"phase = torch.remainder(({code}) * torch.ones(1, 1, L, 1, {P}, dtype=F64, device=dev), TWO_PI)")
-            fwd("phase = phase[0, 0, :, 0, :]  # (L, P)")
-        elif t["op"] == "accumulate_so2":
-            expr = graph.nodes[t["steps"]]["expr"]
-            code = gen.expr(expr, t["steps"], P, len(ch))
-            fwd(comment(f"{t['label']}: step angle = {to_source(expr)}  ({t.get('note', '')})"))
-            fwd(f"steps = ({code}) * torch.ones(1, 1, L, 1, {P}, dtype=F64, device=dev)")
-            fwd("phase = _cumulative_angles(steps[:, :, :, 0, :])  # (B|1, H|1, L, P)")
+        transforms.append(f"({literal(t['op'])}, {literal(t['targets'])}, {literal(first)}, {literal(second)}, "
+                          f"{literal(list(ch))}, {literal(float(t.get('scale', 1.0)))}),  "
+                          + comment(f"group {t['group']!r}: {t['label']}"))
+        if t["op"] in ("rotate", "accumulate_so2"):
+            key = "phase" if t["op"] == "rotate" else "steps"
+            expr = graph.nodes[t[key]]["expr"]
+            code = gen.expr(expr, t[key], P, len(ch))
+            what = "phase" if t["op"] == "rotate" else "step angle"
+            fwd(comment(f"{t['label']}: {what} = {to_source(expr)}  ({t.get('note', '')})"))
+            fwd(f"out['t{i}'] = ({code}) * torch.ones(1, 1, L, 1, {P}, dtype=F64, device=dev)")
         else:
             wexpr, bexpr = graph.nodes[t["w"]]["expr"], graph.nodes[t["beta"]]["expr"]
             wcode = gen.expr(wexpr, t["w"], P, len(ch))
             bcode = gen.expr(bexpr, t["beta"], P, len(ch))
             fwd(comment(f"{t['label']}: w = {to_source(wexpr)}, beta = {to_source(bexpr)}"))
-            fwd(f"w_g = (({wcode}) * torch.ones(B, HEADS, L, 1, {len(ch)}, device=dev, dtype=q.dtype))[:, :, :, 0, :]")
-            fwd(f"w = torch.zeros(B, HEADS, L, D, dtype=q.dtype, device=dev); w[..., {literal(list(ch))}] = "
-                "w_g.to(q.dtype)")
-            fwd(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=q.dtype))[:, :, :, 0, 0]")
-            fwd("beta = beta.to(q.dtype)")
-            continue
-        fwd("cos, sin = torch.cos(phase).to(q.dtype), torch.sin(phase).to(q.dtype)")
-        fwd(f"q = _rotate(q, cos, sin, {pairs})")
-        fwd(f"k = _rotate(k, cos, sin, {pairs})")
-        if t["targets"] == "qkv":
-            saved = names.new(f"undo_{t['group'].lower()}")
-            fwd(f"v = _rotate(v, cos, sin, {pairs})  # value transport U = T")
-            fwd(f"{saved} = (cos, sin)")
-            undo.append(f"o = _rotate(o, {saved}[0], -{saved}[1], {pairs})  # R(A_i)^T")
-    # temperature
+            fwd(f"w_g = (({wcode}) * torch.ones(B, HEADS, L, 1, {len(ch)}, device=dev, dtype=dt))[:, :, :, 0, :]")
+            fwd(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=dt))[:, :, :, 0, 0]")
+            fwd(f"out['t{i}'] = (w_g, beta)")
     if "temperature" in graph:
         expr = graph.nodes["temperature"]["expr"]
         code = gen.expr(expr, "temperature", None, None)
         fwd(comment(f"temperature tau = {to_source(expr)} (a scale of q)"))
-        fwd(f"q_scale = (({code}) * torch.ones(1, 1, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
-    else:
-        fwd("q_scale = None")
-    # biases
-    key_terms, tables = [], []
-    for n in bias_nodes(graph):
+        fwd(f"out['tau'] = (({code}) * torch.ones(1, 1, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
+    biases: list[str] = []
+    table_body: list[str] = []
+    for i, n in enumerate(bias_nodes(graph)):
         b = graph.nodes[n]
-        if b["op"] == "distance_bias":
-            if b.get("linear") and backend != "masked":
-                code = gen.expr(b["slope"], n, None, None)
-                fwd(comment(f"{b['label']}: slope * (i - j) -> key term g(j) = -slope * j"))
-                fwd(f"slope = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
-                g = names.new(f"g_{len(key_terms)}")
-                fwd(f"{g} = -slope[None, :, None] * torch.arange(L, dtype=F64, device=dev)[None, None]")
-                key_terms.append(g)
-            else:
-                code = gen.expr(b["expr"], n, None, None)
-                fwd(comment(f"{b['label']}: a (head, distance) table gathered at i - j"))
-                fwd(f"tab = (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
-                fwd("i = torch.arange(L, device=dev)")
-                t_name = names.new(f"bias_{len(tables)}")
-                fwd(f"{t_name} = tab[:, (i[:, None] - i[None, :]).clamp(min=0)][None]")
-                tables.append(t_name)
+        if b["op"] == "distance_bias" and b.get("slope") is not None:
+            code = gen.expr(b["slope"], n, None, None)
+            fwd(comment(f"{b['label']}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
+            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
+            biases.append(f"('linear', {literal(n)}),")
+        elif b["op"] == "distance_bias":
+            code = gen.expr(b["expr"], n, None, None)
+            table_body.append(f"if i == {i}:  " + comment(f"{b['label']}: a (head, distance) table gathered at p_i - p_j"))
+            table_body.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
+            biases.append(f"('table', {literal(n)}),")
         else:
             code = gen.expr(b["expr"], n, None, None)
-            fwd(comment(f"{b['label']}: G = cumsum(log gate) in float64, b(i, j) = G_i - G_j -> g(j) = -G_j"))
-            fwd(f"lg = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
-            g = names.new(f"g_{len(key_terms)}")
-            fwd(f"{g} = -torch.cumsum(lg.to(F64), dim=-1)")
-            if backend == "masked":
-                t_name = names.new(f"bias_{len(tables)}")
-                fwd(f"{t_name} = (-{g})[..., :, None] + {g}[..., None, :]")
-                tables.append(t_name)
-            key_terms.append(g)
-    hh = any(graph.nodes[n]["op"] == "accumulate_householder" for n in transform_nodes(graph))
-    if hh:
-        fwd("scores = _householder_scores(q, k, w, beta)")
-        if key_terms:
-            fwd("G = " + " + ".join(f"(-{g})" for g in key_terms) + "  # G_t, so b(i, j) = G_i - G_j")
-            fwd("bias = G[..., :, None] - G[..., None, :]")
-        else:
-            fwd("bias = None")
-        fwd("o = _softmax_attention(scores, v, bias, q_scale)")
-    elif tables:
-        fwd("bias = " + " + ".join(tables))
-        fwd("o = _softmax_attention(q @ k.transpose(-1, -2), v, bias, q_scale)")
-    else:
-        fwd("key_term = " + (" + ".join(key_terms) if key_terms else "None"))
-        fwd("o = _attention(q, k, v, key_term, q_scale)")
-    body.extend(undo)
-    body.append("return o")
+            fwd(comment(f"{b['label']}: coordinate G_t = sum of log gates (float64), b(i, j) = G_i - G_j"))
+            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
+            biases.append(f"('gate', {literal(n)}),")
+    body.append("return out")
+    table_body.append("raise IndexError(i)")
+    gen.consts.append("TRANSFORMS = (" + ("" if not transforms else "\n    " + "\n    ".join(transforms) + "\n") + ")")
+    gen.consts.append("BIASES = (" + " ".join(biases) + ")")
+    gen.consts.append(f"CONV_HISTORY = {int(gen.conv_history)}")
 
     source_file = Path(scheme.file).name if scheme.file else "<text>"
     doc = "\n".join([
@@ -335,23 +300,19 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
         f"    heads         {scheme.heads}, head_dim {scheme.head_dim}, layout {scheme.layout}",
         f"    compiled for  backend {backend}: {graph.graph.get('backend_note', '')}",
         "",
-        f"Usage: ``{cname}()(q, k, v, x=x, tokens=tokens)`` with q, k, v of shape (B, H, L, D).",
+        f"Usage: ``{cname}()(q, k, v, x=x, tokens=tokens)`` with q (B, H, Lq, D), k, v (B, Hkv, L, D);",
+        "positions, document_ids, attn_mask and cache=module.new_cache(B) as in pedsl's SchemeAttention.",
         "The scheme's source text is SCHEME_SOURCE.",
     ])
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()"]
     init_lines += gen.init
-    checks = [
-        "B, H, L, D = q.shape",
-        "if (H, D) != (HEADS, HEAD_DIM) or k.shape != q.shape or v.shape != q.shape:",
-        "    raise ValueError(f'expected q, k, v of shape (B, {HEADS}, L, {HEAD_DIM}), got {tuple(q.shape)}')",
-    ]
+    checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
                    f"    raise ValueError({literal(scheme.name + ' reads the hidden state: pass x=(B, L, D_MODEL)')})"]
     if scheme.needs_tokens:
         checks += ["if tokens is None:",
                    f"    raise ValueError({literal(scheme.name + ' reads the tokens: pass tokens=(B, L)')})"]
-    checks.append("dev = q.device")
     ind = "        "
     out = [
         text_block(doc),
@@ -382,8 +343,23 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
         "    def __init__(self) -> None:",
         *[ind + line for line in init_lines],
         "",
-        "    def forward(self, q, k, v, *, x=None, tokens=None):",
-        *[ind + line for line in checks + body],
+        "    def forward(self, q, k, v, *, x=None, tokens=None, positions=None, document_ids=None, cache=None,",
+        "                attn_mask=None):",
+        ind + literal("q (B, HEADS, Lq, HEAD_DIM), k, v (B, Hkv, L, HEAD_DIM) -> (B, HEADS, Lq, HEAD_DIM).") ,
+        *[ind + line for line in checks],
+        ind + "return _forward(self, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)",
+        "",
+        "    def new_cache(self, batch_size):",
+        ind + literal("An empty decoding cache for batch_size sequences (pass it as cache= to every call)."),
+        ind + "return Cache(self, batch_size)",
+        "",
+        "    def _values(self, B, L, x, tokens, pos5, seg, n_run, dev, dt):",
+        ind + literal("Per-token quantities over L tokens at positions pos5 (B, 1, L, 1, 1), float64 where static."),
+        *[ind + line for line in body],
+        "",
+        "    def _table(self, i, L, dev):",
+        ind + literal("Bias table i over distances 0..L-1, (HEADS, L)."),
+        *[ind + line for line in table_body],
         "",
         "",
         f"Module = {cname}",

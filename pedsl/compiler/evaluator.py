@@ -58,6 +58,10 @@ class Context:
     tokens: Tensor | None = None  # (B, L)
     device: torch.device | None = None
     dtype: torch.dtype = torch.float32  # dtype of data-dependent computations
+    # the run-time layout of the tokens (None: one document at positions 0..L-1, no padding):
+    positions: Tensor | None = None  # (B, L) integer positions read by `position`, log_length, frozen_random
+    docs: Tensor | None = None  # (B, L) document ids: shortconv taps do not cross a boundary
+    valid: Tensor | None = None  # (B, L) bool, False for padding: shortconv reads zeros there
 
 
 class Learned(nn.Module):
@@ -113,11 +117,14 @@ class Evaluator(DynamicEvaluator):
         return LT(torch.tensor(float(value), dtype=F64, device=ctx.device), ())
 
     def arange(self, ctx: Context, axis: str) -> LT:
+        if axis == "pos" and ctx.positions is not None:
+            return LT(ctx.positions.to(F64), ("batch", "pos"))
         return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), (axis,))
 
     ELEMENTWISE = {
         "log": torch.log, "exp": torch.exp, "sqrt": torch.sqrt, "sin": torch.sin, "cos": torch.cos,
         "tanh": torch.tanh, "abs": torch.abs, "sigmoid": torch.sigmoid, "log_sigmoid": F.logsigmoid,
+        "floor": torch.floor, "ceil": torch.ceil,
     }
     minimum = staticmethod(torch.minimum)
     maximum = staticmethod(torch.maximum)
@@ -129,8 +136,8 @@ class Evaluator(DynamicEvaluator):
         return _common_dtype(*[v.align(axes) for v in values])
 
     def log_length(self, length: float, ctx: Context) -> LT:
-        i = torch.arange(ctx.L, dtype=F64, device=ctx.device)
-        return LT(torch.clamp(torch.log(i + 1) / math.log(length), min=1.0), ("pos",))
+        i = self.arange(ctx, "pos")
+        return LT(torch.clamp(torch.log(i.t + 1) / math.log(length), min=1.0), i.axes)
 
     def normalize(self, v: LT) -> LT:
         return LT(F.normalize(v.t, dim=v.axes.index("chan"), eps=1e-6), v.axes)
@@ -144,6 +151,11 @@ class Evaluator(DynamicEvaluator):
                 g = torch.Generator().manual_seed(seed)
                 self.tables[key] = torch.randn(self.vocab_size, P, generator=g, dtype=F64)
             return LT(self.tables[key].to(ctx.device)[ctx.tokens.long()], ("batch", "pos", "pair"))
+        if ctx.positions is not None:  # the rows of the actual positions
+            pos = ctx.positions.long().clamp(min=0)
+            top = int(pos.max()) + 1 if pos.numel() else 1
+            table = self.frozen_random(seed, False, _replace_L(ctx, top)).t.to(ctx.device)
+            return LT(table[pos], ("batch", "pos", "pair"))
         parts = []
         for c in range(0, max(ctx.L, 1), FROZEN_CHUNK):
             key = ("position", seed, P, c)
@@ -198,8 +210,42 @@ class Evaluator(DynamicEvaluator):
         conv = self.learned.sites[site]
         L = t.shape[-1]
         flat = t.reshape(lead[0], feats, L).to(conv.weight.dtype)
-        out = conv(flat)[..., :L].reshape(*lead, L).movedim(-1, axes.index("pos"))
+        if ctx.docs is None and ctx.valid is None and flat.dtype != F64:
+            out = conv(flat)[..., :L]
+        else:
+            out = _segmented_conv(flat, conv.weight, ctx.docs, ctx.valid)
+        out = out.reshape(*lead, L).movedim(-1, axes.index("pos"))
         return LT(out, axes)
+
+
+def _replace_L(ctx: Context, L: int) -> Context:
+    from dataclasses import replace
+
+    return replace(ctx, L=L, positions=None, docs=None, valid=None)
+
+
+def _segmented_conv(flat: Tensor, weight: Tensor, docs: Tensor | None, valid: Tensor | None) -> Tensor:
+    """The causal depthwise convolution as a sum of shifted taps (also the float64 path: torch's
+    float64 depthwise conv1d on CPU is ~100x slower), with taps that stay inside the token's document and read
+    zeros at padding: ``out_t = sum_s weight[W-1-s] * in_{t-s} [doc(t-s) = doc(t), valid(t-s)]``.
+
+    ``flat (B|1, F, L)``, ``weight (F, 1, W)``, docs / valid ``(B, L)``."""
+    W, L = weight.shape[-1], flat.shape[-1]
+    B = (docs if docs is not None else valid).shape[0] if docs is not None or valid is not None else flat.shape[0]
+    flat = flat.expand(B, *flat.shape[1:])
+    out = None
+    for s in range(min(W, L)):
+        src = F.pad(flat, (s, 0))[..., :L]  # in_{t-s}, zeros before the start
+        keep = torch.ones(B, L, dtype=torch.bool, device=flat.device)
+        if s:
+            keep[:, :s] = False
+        if docs is not None and s:
+            keep[:, s:] &= docs[:, s:] == docs[:, :-s]
+        if valid is not None:
+            keep &= F.pad(valid, (s, 0))[:, :L]
+        term = src * keep.unsqueeze(1).to(flat.dtype) * weight[:, 0, W - 1 - s].unsqueeze(-1)
+        out = term if out is None else out + term
+    return out
 
 
 def _common_dtype(*ts: Tensor) -> list[Tensor]:

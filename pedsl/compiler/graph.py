@@ -64,7 +64,8 @@ def lower(scheme: Scheme) -> nx.DiGraph:
                        dynamic=t.dynamic, folded=False)
             for s in _sources(t.phase):
                 g.add_edge(ensure(s), table)
-            g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}", phase=table, **attrs)
+            g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (
+                f", q and k scaled by {t.scale:g}" if t.scale != 1 else ""), phase=table, scale=t.scale, **attrs)
             g.add_edge(table, node)
         elif t.kind == "accumulate_rotation":
             steps = f"steps[{t.group}]"

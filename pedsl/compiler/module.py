@@ -1,7 +1,10 @@
-"""The compiled attention module: a scheme's graph turned into ``forward(q, k, v, *, x, tokens)``.
+"""The compiled attention module: a scheme's graph turned into
+``forward(q, k, v, *, x, tokens, positions, document_ids, cache, attn_mask)``.
 
-Shapes: q, k, v ``(B, H, L, D)``; x ``(B, L, d_model)`` for data-dependent steps
-and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, H, L, D)``.
+Shapes: q ``(B, Hq, Lq, D)``, k, v ``(B, Hkv, L, D)``; x ``(B, L, d_model)`` for data-dependent
+steps and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, Hq, Lq, D)``. A call with
+positions, documents, masks, a cache, fewer key/value heads or fewer queries than keys takes the
+general path of :mod:`pedsl.compiler.stream`; one full causal sequence takes the fused path below.
 
 The forward pass follows the graph after the passes: every transform node
 pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
@@ -22,7 +25,7 @@ from torch import Tensor, nn
 from pedsl.compiler.evaluator import Context, Evaluator, Learned
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
-from pedsl.compiler.shapes import per_head as _per_head
+from pedsl.compiler.shapes import angle_dtype as _angle_dtype, per_head as _per_head
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -30,6 +33,7 @@ from pedsl.ops.accumulate import cumulative_angles
 from pedsl.ops.bias import materialized_bias_attention, separable_bias_attention
 
 F64 = torch.float64
+HALF = (torch.float16, torch.bfloat16)
 TABLE0 = 4096  # static cos/sin tables are prebuilt for this many positions (grown on demand)
 LONG = 8192  # beyond this length the key channel is applied per query chunk with an offset (precision)
 
@@ -55,10 +59,14 @@ class SchemeAttention(nn.Module):
         self.transforms = [dict(graph.nodes[n], node=n) for n in transform_nodes(graph)]
         self.biases = [dict(graph.nodes[n], node=n) for n in bias_nodes(graph)]
         self.temperature = graph.nodes["temperature"]["expr"] if "temperature" in graph else None
+        self._key_channel = any(b.get("kernel") == "key channel" for b in self.biases)
         self.needs_x = scheme.needs_x
         self.needs_tokens = scheme.needs_tokens
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
         self._build_learned()
+        # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
+        self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
+                                  if isinstance(m, nn.Conv1d)], default=0)
         # static RoPE tables up to TABLE0 positions, built now: under torch.compile the first trace
         # then reads a filled cache instead of filling it (which made the second call recompile)
         for t in self.transforms:
@@ -105,29 +113,64 @@ class SchemeAttention(nn.Module):
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
 
     # ------------------------------------------------------------------ pieces
-    def _check(self, q: Tensor, k: Tensor, v: Tensor, x, tokens) -> None:
+    def _check(self, q: Tensor, k: Tensor, v: Tensor, x, tokens, cache=None) -> None:
         for name, t in (("q", q), ("k", k), ("v", v)):
             if not isinstance(t, Tensor) or t.dim() != 4:
                 raise ShapeError(f"{name} must be a (B, H, L, D) tensor, got "
                                  f"{tuple(t.shape) if isinstance(t, Tensor) else type(t).__name__}")
-        if q.shape != k.shape or q.shape != v.shape:
-            raise ShapeError(f"q, k and v must have one shape (B, H, L, D); got {tuple(q.shape)}, "
-                             f"{tuple(k.shape)}, {tuple(v.shape)}")
-        B, H, L, D = q.shape
+        B, H, Lq, D = q.shape
         if D != self.head_dim or H != self.heads:
             raise ShapeError(
-                f"scheme '{self.scheme.name}' was compiled for {self.heads} heads of dimension {self.head_dim}, "
-                f"got H={H}, D={D}", hint=f"compile it with num_heads={H}, head_dim={D}")
+                f"scheme '{self.scheme.name}' was compiled for {self.heads} query heads of dimension "
+                f"{self.head_dim}, but q is {tuple(q.shape)} (H={H}, D={D})",
+                hint=f"compile it with num_heads={H}, head_dim={D}")
+        if k.shape != v.shape:
+            raise ShapeError(f"k and v must have one shape (B, Hkv, L, D); got k {tuple(k.shape)}, v {tuple(v.shape)}")
+        Bk, Hkv, L, Dk = k.shape
+        if Bk != B or Dk != D:
+            raise ShapeError(f"k {tuple(k.shape)} does not fit q {tuple(q.shape)}: batch and head dimension must agree")
+        if Hkv < 1 or H % Hkv:
+            raise ShapeError(
+                f"k and v have {Hkv} heads, which does not divide q's {H} heads (grouped-query attention needs "
+                f"Hq to be a multiple of Hkv)", hint="give k and v 1 (MQA), a divisor of Hq (GQA), or Hq heads")
+        if Lq > L:
+            raise ShapeError(
+                f"q has {Lq} positions but k and v only {L}: queries are the last Lq of this call's tokens",
+                hint="pass every new token's k and v (earlier tokens go in cache=module.new_cache(B))")
         if self.needs_x:
             if x is None:
                 raise ShapeError(f"scheme '{self.scheme.name}' reads the hidden state: pass x=(B, L, d_model)")
             if x.dim() != 3 or x.shape[0] != B or x.shape[1] != L or x.shape[2] != self.d_model:
-                raise ShapeError(f"x must be (B={B}, L={L}, d_model={self.d_model}), got {tuple(x.shape)}")
+                raise ShapeError(f"x must be (B={B}, L={L}, d_model={self.d_model}) for the L tokens of k and v, "
+                                 f"got {tuple(x.shape)}")
         if self.needs_tokens:
             if tokens is None:
                 raise ShapeError(f"scheme '{self.scheme.name}' reads the tokens: pass tokens=(B, L)")
             if tokens.shape != (B, L):
-                raise ShapeError(f"tokens must be (B={B}, L={L}), got {tuple(tokens.shape)}")
+                raise ShapeError(f"tokens must be (B={B}, L={L}) for the L tokens of k and v, got {tuple(tokens.shape)}")
+        if cache is not None:
+            from pedsl.compiler.stream import AttentionCache
+
+            if not isinstance(cache, AttentionCache):
+                raise ShapeError(f"cache must come from module.new_cache(batch_size), got {type(cache).__name__}")
+            if cache.scheme != self.scheme.name or cache.owner != id(self):
+                raise ShapeError(
+                    f"cache was made by another module (scheme '{cache.scheme}'), not this one (scheme "
+                    f"'{self.scheme.name}')", hint="every attention layer needs its own cache: layer.new_cache(B)")
+            if cache.batch_size != B:
+                raise ShapeError(f"cache was made for batch size {cache.batch_size}, this call has {B}",
+                                 hint="make the cache with module.new_cache(batch_size) for this batch")
+
+    def new_cache(self, batch_size: int):
+        """An empty decoding cache for ``batch_size`` sequences (see :mod:`pedsl.compiler.stream`).
+
+        Pass it as ``cache=`` to every call: a prefill of any length, then one token or a chunk at a
+        time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
+        they were cached, as Hugging Face does). One cache per layer and batch of sequences.
+        """
+        from pedsl.compiler.stream import AttentionCache
+
+        return AttentionCache(self, batch_size)
 
     def rope_tables(self, t: dict, L: int, device, dtype) -> tuple[Tensor, Tensor]:
         node = self._nodes[t["phase"]]
@@ -142,7 +185,11 @@ class SchemeAttention(nn.Module):
         phase = self.evaluator.run(node["expr"], self._ctx(size, device=device, group=t), key)
         ph = _as_table(phase, size, len(t["channels"]) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
-        cos, sin = torch.cos(ph).to(dtype), torch.sin(ph).to(dtype)
+        cos, sin = torch.cos(ph), torch.sin(ph)
+        scale = t.get("scale", 1.0)
+        if scale != 1:  # HF's attention factor: q and k of the group scaled by multiplying cos and sin
+            cos, sin = cos * scale, sin * scale
+        cos, sin = cos.to(dtype), sin.to(dtype)
         self._rope_cache[key] = (size, cos, sin)
         return cos[:L], sin[:L]
 
@@ -176,11 +223,13 @@ class SchemeAttention(nn.Module):
             total = g if total is None else total + g
         return total
 
-    def bias_table(self, L: int, x, tokens, device) -> Tensor | None:
-        """The full (B|1, H, L, L) bias, for the masked/reference backends."""
+    def bias_table(self, L: int, x, tokens, device, cols: slice | None = None) -> Tensor | None:
+        """The full (B|1, H, L, L) bias, for the masked/reference backends (``cols``: only those
+        key columns, (B|1, H, L, len(cols)), for streamed analysis at long lengths)."""
         total = None
         i = torch.arange(L, device=device)
-        dist = (i[:, None] - i[None, :]).clamp(min=0)
+        j = i if cols is None else i[cols]
+        dist = (i[:, None] - j[None, :]).clamp(min=0)
         for b in self.biases:
             if b["op"] == "distance_bias":
                 term = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
@@ -189,7 +238,7 @@ class SchemeAttention(nn.Module):
             else:
                 lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
                 G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
-                full = G.unsqueeze(-1) - G.unsqueeze(-2)
+                full = G.unsqueeze(-1) - (G if cols is None else G[..., cols]).unsqueeze(-2)
             total = full if total is None else total + full
         return total
 
@@ -213,7 +262,7 @@ class SchemeAttention(nn.Module):
             if t["op"] == "accumulate_so2":
                 # float64 cumulative sum reduced mod 2 pi, then cast (|A| < 2 pi keeps ~1e-7 rad in float32);
                 # one fused rotation for q, k (and v) whose backward gives the angle gradient directly
-                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(q.dtype)
+                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(_angle_dtype(q.dtype))
                 if t["targets"] == "qkv":
                     q, k, v = rotary.rotate_many_by_angles([q, k, v], A, self.layout, ch)
                     undo.append((None, A, ch))
@@ -237,8 +286,20 @@ class SchemeAttention(nn.Module):
 
         return q, k, v, restore
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, x: Tensor | None = None, tokens: Tensor | None = None):
-        self._check(q, k, v, x, tokens)
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, *, x: Tensor | None = None, tokens: Tensor | None = None,
+                positions: Tensor | None = None, document_ids: Tensor | None = None, cache=None,
+                attn_mask: Tensor | None = None):
+        """q (B, Hq, Lq, D), k and v (B, Hkv, L, D) -> (B, Hq, Lq, D); see the module docstring and
+        :mod:`pedsl.compiler.stream` for positions, document_ids, cache and attn_mask."""
+        self._check(q, k, v, x, tokens, cache)
+        if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
+                or q.shape != k.shape or (q.dtype in HALF and self._key_channel and self.backend != "blockwise")):
+            # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
+            # forms c_i - c_j per query block in float64 and casts only the difference)
+            from pedsl.compiler.stream import stream_forward
+
+            return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
+                                  document_ids=document_ids, cache=cache, attn_mask=attn_mask)
         if self.backend == "reference":
             from pedsl.compiler.reference import reference_forward
 
@@ -319,6 +380,8 @@ class SchemeAttention(nn.Module):
         from pedsl.compiler.reference import transported_scores
 
         self._check(q, k, k, x, tokens)
+        if q.shape != k.shape:
+            raise ShapeError(f"raw_scores needs q and k of one shape (B, H, L, D), got {tuple(q.shape)}, {tuple(k.shape)}")
         return transported_scores(self, q, k, x=x, tokens=tokens)
 
     def probs(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:

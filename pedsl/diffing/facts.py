@@ -35,6 +35,7 @@ class GroupFacts:
     source: str | None = None  # the transport as written
     freqs: tuple[float, ...] | None = None  # angular frequency per pair (static rotations)
     dynamic: bool = False  # table depends on the run-time length
+    scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
     data: bool = False  # steps depend on tokens or x
     learned: bool = False
     orthogonal: bool | None = None
@@ -178,7 +179,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
             gf.kind, gf.targets, gf.source = t.kind, t.targets, transport_source(t)
             gf.freqs = freqs.get(g.name)
             if t.kind == "rotate":
-                gf.dynamic = t.dynamic
+                gf.dynamic, gf.scale = t.dynamic, t.scale
             elif t.kind == "accumulate_rotation":
                 gf.data, gf.learned = t.data, t.learned
                 if gf.freqs is None:
@@ -251,6 +252,8 @@ def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = T
              else f"{len(g.channels)} of {head_dim} channels ({ranges(g.channels)})")
     if g.kind == "rotate":
         how = "rotated by position (RoPE form" + (", table recomputed for each length n)" if g.dynamic else ")")
+        if g.scale != 1:
+            how += f" and scaled by {g.scale:.4g} (the group's logits x {g.scale ** 2:.4g})"
     elif g.kind == "accumulate_rotation":
         if g.freqs is not None:
             how = "rotated by accumulated constant steps (= RoPE)"

@@ -24,7 +24,7 @@ from pedsl.lang.scheme import Scheme
 
 def transport_fields(t) -> dict[str, ast.Expr]:
     if t.kind == "rotate":
-        return {"phase": t.phase}
+        return {"phase": t.phase, **({"scale": t.scale_expr} if t.scale_expr is not None else {})}
     if t.kind == "accumulate_rotation":
         return {"angle": t.angle}
     return {"w": t.w, "beta": t.beta}
@@ -34,7 +34,7 @@ def transport_source(t) -> str:
     """The transport as one would write it in a `.pe` file (without the targets)."""
     f = {k: to_source(v) for k, v in transport_fields(t).items()}
     if t.kind == "rotate":
-        return f"rotate({f['phase']})"
+        return f"rotate({f['phase']}" + (f", scale = {f['scale']})" if "scale" in f else ")")
     if t.kind == "accumulate_rotation":
         return f"accumulate(rotation({f['angle']}))"
     return f"accumulate(householder(w = {f['w']}, beta = {f['beta']}))"

@@ -139,8 +139,9 @@ def _rotation_part(s: Scheme, freqs: dict, L: int) -> np.ndarray:
     for t in s.transports:
         moved |= set(s.group(t.group).channels)
         if freqs[t.group] is not None:
+            gain = getattr(t, "scale", 1.0) ** 2  # rotate(..., scale = m): q and k of the group times m
             for w in freqs[t.group]:
-                c += (2.0 / D) * np.cos(np.remainder(w * d, 2 * math.pi))
+                c += gain * (2.0 / D) * np.cos(np.remainder(w * d, 2 * math.pi))
     return c + (D - len(moved)) / D
 
 

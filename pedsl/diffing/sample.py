@@ -82,7 +82,7 @@ class NumpyEvaluator(DynamicEvaluator):
     ELEMENTWISE = {
         "log": np.log, "exp": np.exp, "sqrt": np.sqrt, "sin": np.sin, "cos": np.cos, "tanh": np.tanh,
         "abs": np.abs, "sigmoid": lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)),
-        "log_sigmoid": lambda x: -np.logaddexp(0.0, -x),
+        "log_sigmoid": lambda x: -np.logaddexp(0.0, -x), "floor": np.floor, "ceil": np.ceil,
     }
     minimum = staticmethod(np.minimum)
     maximum = staticmethod(np.maximum)

@@ -4,7 +4,10 @@ For each analysis length L the model reads validation windows of L bytes once
 (:meth:`TransformerLM.capture` gives every layer's q, k, v, x, tokens); each layer's compiled
 scheme module then gives the attention matrix (``probs``), the raw scores (``raw_scores``), the
 post-transport q and k (``transform_qkv``) and its rotary groups. The (B, H, L, L) matrices are
-materialised, so lengths are capped (``max_length``, default 1024) and the batch is small.
+materialised, so default lengths are capped (``max_length``, default 1024) and the batch is small;
+past ``DENSE_MAX`` (2048) tokens far mass and sink mass are streamed over key blocks instead
+(:mod:`pedsl.evaluate.streaming`, the same numbers without the L x L matrix) and the score
+decoherence (which needs every pair) is skipped, so 128x the training length can be analyzed.
 Definitions: :mod:`pedsl.evaluate.instruments`. PaTH's Householder steps are not absolute
 transforms: its "post-transport" q and k are the pre-transforms only (none), noted in the output.
 
@@ -31,11 +34,12 @@ import torch
 from pedsl.errors import EvalError
 from pedsl.evaluate import instruments as ins
 from pedsl.evaluate.common import eval_config, open_run, write_json
-from pedsl.evaluate.eval_run import validation_data
+from pedsl.evaluate.eval_run import output_name, validation_data
 from pedsl.evaluate.perplexity import window_ends, windows_at
 from pedsl.limits import check_tensor
 
 MAX_LENGTH = 1024
+DENSE_MAX = 2048  # longer analysis lengths stream far / sink mass over key blocks
 
 
 def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
@@ -45,12 +49,9 @@ def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
 
 def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
     if data is None:
-        from pedsl.data import _generator, block_batch, passkey_batch
+        from pedsl.data import make_generator, task_windows
 
-        g = _generator(seed, L)
-        if cfg.data.source == "passkey":
-            return passkey_batch(n, L, digits=cfg.data.passkey_digits, g=g)["tokens"]
-        return block_batch(n, L, block_len=cfg.data.block_len, offset=cfg.data.block_offset, g=g)["tokens"]
+        return task_windows(cfg.data, n, L, make_generator(seed, L))
     ends = window_ends(int(data.numel()), L, n, seed)
     return windows_at(data, ends, L - 1)  # (n, L)
 
@@ -75,6 +76,9 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
         notes.append("Householder (PaTH) steps are not absolute transforms: the geometry uses q and k before "
                      "them; far mass, sink mass and scores include them.")
     say(f"analyze {meta['scheme'].name}: lengths {lens}, far window W = {W}")
+    from pedsl.evaluate.progress import Eta
+
+    eta = Eta(sum(L * L for L in lens), say, "analyze")  # the (B, H, L, L) matrices dominate
     layers: list[dict[str, Any]] = [{"layer": i, "far_mass": {}, "sink_mass": {}, "decoherence": {}, "geometry": {},
                                      "frequency_energy": []} for i in range(len(model.blocks))]
     for L in lens:
@@ -88,12 +92,20 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
             if getattr(mod, "needs_tokens", False):
                 kw["tokens"] = cap["tokens"]
             q, k, v = cap["q"], cap["k"], cap["v"]
-            a = mod.probs(q, k, **kw)  # (B, H, L, L)
             rec = layers[li]
-            rec["far_mass"][str(L)] = ins.far_mass(a, W).tolist()
-            rec["sink_mass"][str(L)] = ins.sink_mass(a).tolist()
-            del a
-            rec["decoherence"][str(L)] = ins.score_decoherence(mod.raw_scores(q, k, **kw))
+            if L > DENSE_MAX:
+                from pedsl.evaluate.streaming import streamed_far_sink
+
+                block = max(32, 2**23 // (q.shape[0] * q.shape[1] * L))
+                fs = streamed_far_sink(mod, q, k, W, block=block, **kw)
+                rec["far_mass"][str(L)] = fs["far_mass"].tolist()
+                rec["sink_mass"][str(L)] = fs["sink_mass"].tolist()
+            else:
+                a = mod.probs(q, k, **kw)  # (B, H, L, L)
+                rec["far_mass"][str(L)] = ins.far_mass(a, W).tolist()
+                rec["sink_mass"][str(L)] = ins.sink_mass(a).tolist()
+                del a
+                rec["decoherence"][str(L)] = ins.score_decoherence(mod.raw_scores(q, k, **kw))
             qt, kt, _, _ = mod.transform_qkv(q, k, v, kw.get("x"), kw.get("tokens"))
             gk, gq = ins.geometry(kt), ins.geometry(qt)
             rec["geometry"][str(L)] = {"k_sigma1": gk["sigma1"], "k_stable_rank": gk["stable_rank"],
@@ -107,12 +119,15 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
                         "log_mean_freq": ins.log_mean_frequency(e, g["freqs"]).tolist(), "length": L})
         say(f"  L = {L:>5}: far mass {_mean([r['far_mass'][str(L)] for r in layers]):.3f}, "
             f"sink {_mean([r['sink_mass'][str(L)] for r in layers]):.3f}")
+        eta.done(L * L, f"{L} tokens")
     result = {"run": str(run_dir), "scheme": meta["scheme"].name, "scheme_hash": meta["scheme_hash"],
               "step": meta["step"], "context": cfg.context, "far_window": W, "lengths": lens,
               "settings": {"lengths": lens, "far_window": W, "samples": samples, "seed": ecfg.seed},
               "layers": layers, "summary": summarize(layers, lens), "notes": notes,
               "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0}
-    write_json(out or Path(run_dir) / "analysis.json", result)
+    if meta.get("swap"):  # analysed under another scheme than the run's (pedsl.train.swap)
+        result["swap"] = meta["swap"]
+    write_json(out or Path(run_dir) / output_name("analysis", meta), result)
     return result
 
 
@@ -143,8 +158,12 @@ def summarize(layers: list[dict], lens: list[int]) -> dict:
 def analysis_table(result: dict) -> str:
     s = result["summary"]
     head = f"{'length':>8} {'far mass':>9} {'sink':>7} {'k srank':>8} {'q srank':>8}"
-    rows = [f"{result['scheme']} (far window W = {result['far_window']}; mean over layers and heads)", head,
-            "-" * len(head)]
+    rows = [f"{result['scheme']} (far window W = {result['far_window']}; mean over layers and heads)"]
+    if result.get("swap"):
+        from pedsl.evaluate.eval_run import swap_line
+
+        rows.append(swap_line(result["swap"]))
+    rows += [head, "-" * len(head)]
     for L in result["lengths"]:
         k = str(L)
         rows.append(f"{L:>8} {s['far_mass'][k]:>9.3f} {s['sink_mass'][k]:>7.3f} {s['k_stable_rank'][k]:>8.2f} "

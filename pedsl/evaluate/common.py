@@ -33,20 +33,26 @@ def progress(quiet: bool) -> Callable[[str], None]:
     return say
 
 
-def open_run(run_dir: str | Path):
+def open_run(run_dir: str | Path, scheme: str | Path | None = None, params: dict | None = None):
     """``(model, cfg, meta)`` of a finished or checkpointed run, ready for evaluation.
+
+    With ``scheme`` (a library name or .pe file) and/or ``params`` the trained weights are loaded
+    under that scheme instead of the run's own (:mod:`pedsl.train.swap`); ``meta["scheme"]`` and
+    ``meta["scheme_hash"]`` are then the new scheme's and ``meta["swap"]`` describes it.
 
     Every failure (missing directory, no config, corrupt checkpoint, unloadable scheme) is an
     :class:`EvalError` / :class:`CheckpointError` with a hint, never a traceback. The folder is
     read by :func:`pedsl.train.rundir.read` (the same reader as :func:`pedsl.train.load_run`).
     """
+    if scheme is not None or params:
+        return _open_swapped(Path(run_dir), scheme, params or {})
     from pedsl.train import load_run, rundir
 
     r = rundir.read(run_dir)
     run = r.path
     try:
         scheme, files = r.load_scheme()
-        model, cfg, meta = load_run(run, attention=_eval_attention(r, scheme, r.scheme_hash or files.digest))
+        model, cfg, meta = load_run(run, attention=eval_attention(r.cfg, scheme, r.scheme_hash or files.digest))
         meta["scheme"] = scheme
     except PedslError:
         raise
@@ -59,11 +65,32 @@ def open_run(run_dir: str | Path):
     return model, cfg, meta
 
 
-def _eval_attention(r, scheme, digest: str):
-    """The run's scheme (loaded from its verified copy) compiled for evaluation (requires_grad=False)."""
-    from pedsl.train.attention import SchemeAttention
+def _open_swapped(run: Path, other, params: dict):
+    import torch
 
-    cfg = r.cfg
+    from pedsl.model import TransformerLM
+    from pedsl.train.swap import check_swap, swapped_scheme
+
+    model0, cfg, meta = open_run(run)
+    new, record = swapped_scheme(run, cfg.params, other, params)
+    torch.manual_seed(cfg.seed)
+    model = TransformerLM(cfg.model, eval_attention(cfg, new).factory(cfg.model))
+    src = model0.state_dict()
+    check_swap(src, model.state_dict(), run=str(run), run_scheme=meta["scheme"].name, new_scheme=new.name)
+    model.load_state_dict(src, strict=True)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    record["run_scheme"] = {"name": meta["scheme"].name, "source_hash": meta["scheme_hash"],
+                            "params": dict(meta["scheme"].params)}
+    return model, cfg, {**meta, "scheme": new, "scheme_hash": new.source_hash, "swap": record}
+
+
+def eval_attention(cfg, scheme, digest: str | None = None):
+    """``scheme`` compiled for evaluation (requires_grad=False, the run's backend), as a
+    :class:`~pedsl.train.attention.SchemeAttention` whose hash is ``digest`` (the run's recorded
+    hash of the resolved scheme) or the scheme's own."""
+    from pedsl.train.attention import SchemeAttention
 
     def build(m):
         from pedsl.compiler import compile_scheme
@@ -76,8 +103,8 @@ def _eval_attention(r, scheme, digest: str):
                                   d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
         return make
 
-    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=digest, build=build,
-                           scheme=scheme)
+    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=digest or scheme.source_hash,
+                           build=build, scheme=scheme)
 
 
 def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):

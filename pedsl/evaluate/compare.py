@@ -80,13 +80,21 @@ def _versions() -> dict[str, Any]:
 
 def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[[str], None], quiet: bool) -> dict:
     """Train (or reuse / resume) one scheme's run; returns its DONE.json."""
-    from pedsl.config import TrainConfig, resolve_train_config
-    from pedsl.train import checkpoint as ck
-    from pedsl.train import rundir, train
-    from pedsl.train.attention import from_scheme, load_scheme
+    from pedsl.config import resolve_train_config
+    from pedsl.train.attention import load_scheme
 
     scheme = load_scheme(path)
     cfg = resolve_train_config(scheme=str(path), block=scheme.train, overrides=overrides)
+    return train_or_reuse(name, cfg, scheme, run, say, quiet)
+
+
+def train_or_reuse(name: str, cfg, scheme, run: Path, say: Callable[[str], None], quiet: bool) -> dict:
+    """Train ``cfg`` into ``run``, resume it, or reuse it when finished with the same settings."""
+    from pedsl.config import TrainConfig
+    from pedsl.train import checkpoint as ck
+    from pedsl.train import rundir, train
+    from pedsl.train.attention import from_scheme
+
     if not cfg.threads:  # keep the study's thread count (set once, from the load before anything ran)
         import torch
 
@@ -123,6 +131,22 @@ def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[
     return train(cfg, run, attention=attention, resume=resume, quiet=quiet)
 
 
+def study_dir(out: str | Path) -> Path:
+    """The study directory with its runs/ folder created (OutputError when that fails, or when
+    ``out`` is a non-empty folder that is not a study: never overwrite)."""
+    out = Path(out)
+    if out.is_dir() and not (out / "runs").is_dir() and any(out.iterdir()):
+        shown = ", ".join(sorted(p.name for p in out.iterdir())[:5])
+        raise OutputError(f"'{out}' is not empty and is not a pedsl compare study (it holds {shown})",
+                          file=str(out), hint="choose a new or empty --out")
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the study directory '{out}': {exc.strerror or exc}",
+                          hint="choose another --out") from None
+    return out
+
+
 def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", steps: int | None = None,
                 seed: int | None = None, data: str | None = None, lengths: list[int] | None = None,
                 windows: int | None = None, quick: bool = False, analyze_max: int | None = None,
@@ -136,16 +160,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     from pedsl.evaluate.report import markdown, to_html
 
     t0, c0 = time.perf_counter(), time.process_time()
-    out = Path(out)
-    if out.is_dir() and not (out / "runs").is_dir() and any(out.iterdir()):  # not a study: never overwrite
-        shown = ", ".join(sorted(p.name for p in out.iterdir())[:5])
-        raise OutputError(f"'{out}' is not empty and is not a pedsl compare study (it holds {shown})",
-                          file=str(out), hint="choose a new or empty --out")
-    try:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the study directory '{out}': {exc.strerror or exc}",
-                          hint="choose another --out") from None
+    out = study_dir(out)
     items = resolve_schemes(schemes)
     if quick and steps is None:
         steps = QUICK["steps"]
@@ -154,10 +169,19 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     results: dict[str, dict[str, Any]] = {}
     contexts = set()
     cfg_seen = None
+    from pedsl.evaluate.progress import STUDY_WEIGHTS as WEIGHTS
+    from pedsl.evaluate.progress import Eta
+
+    eta = Eta((WEIGHTS["train"] + WEIGHTS["eval"] + WEIGHTS["analysis"]) * len(items), say, "compare")
     for n, (name, path) in enumerate(items, 1):
         run = out / "runs" / name
         say(f"[{n}/{len(items)}] {name}")
+        reused = (run / "DONE.json").exists()  # then _train_one reuses it or refuses (other settings)
         done = _train_one(name, path, run, overrides, say, quiet)
+        if reused:
+            eta.skip(WEIGHTS["train"])
+        else:
+            eta.done(WEIGHTS["train"], f"trained {name}")
         loaded = None
         model_cfg = None
         from pedsl.config import TrainConfig
@@ -179,8 +203,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
             loaded = loaded or open_run(run)
             say(f"{name}: evaluating at lengths {sorted(set(lens))}")
             ev = evaluate_run(run, lengths=lens, tasks=want_tasks, windows=win, say=say, loaded=loaded)
+            eta.done(WEIGHTS["eval"], f"evaluated {name}")
         else:
             say(f"{name}: reusing eval.json")
+            eta.skip(WEIGHTS["eval"])
         alens = [L for L in lens if L <= (amax or 1024)] or default_lengths(L0, amax or 1024)
         an = read_json(run / "analysis.json")
         if not (an and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash")
@@ -188,8 +214,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
             loaded = loaded or open_run(run)
             say(f"{name}: analyzing at lengths {sorted(set(alens))}")
             an = analyze_run(run, lengths=alens, say=say, loaded=loaded)
+            eta.done(WEIGHTS["analysis"], f"analyzed {name}")
         else:
             say(f"{name}: reusing analysis.json")
+            eta.skip(WEIGHTS["analysis"])
         results[name] = {"train": done, "eval": ev, "analysis": an, "run_dir": str(run.relative_to(out)),
                          "scheme_file": str(path)}
         del loaded

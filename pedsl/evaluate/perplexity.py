@@ -63,7 +63,8 @@ def score_last(model: Callable, windows: torch.Tensor, score_len: int, token_bud
 
 def perplexity(model: Callable, data: torch.Tensor, lengths: list[int], context: int, *, windows: int = 4,
                seed: int = 1234, token_budget: int = 8192, say: Callable[[str], None] = lambda m: None,
-               generate: Callable[[int, int], torch.Tensor] | None = None) -> dict[str, dict]:
+               generate: Callable[[int, int], torch.Tensor] | None = None,
+               tick: Callable[[int], None] = lambda L: None) -> dict[str, dict]:
     """Perplexity at every length and its ratio to the training length.
 
     ``data`` is the validation byte stream; ``generate(n, L + 1)`` replaces it for runs trained
@@ -80,6 +81,7 @@ def perplexity(model: Callable, data: torch.Tensor, lengths: list[int], context:
         out[str(L)] = {"nll": nll, "ppl": math.exp(min(nll, 700.0)), "bits_per_byte": nll / math.log(2),
                        "tokens": count, "windows": int(w.shape[0])}
         say(f"  ppl @ {L:>6}: {out[str(L)]['ppl']:.3f}")
+        tick(L)
     base = out[str(context)]["nll"]
     for rec in out.values():
         rec["ratio"] = math.exp(min(rec["nll"] - base, 700.0))  # ppl(L) / ppl(L_train)

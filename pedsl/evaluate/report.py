@@ -132,19 +132,44 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
     md += ["## Plots", ""]
     captions = {"ppl_ratio": "Perplexity ratio vs length", "far_mass": "Far attention mass vs length",
                 "freq_energy": "Frequency energy spectra",
-                "decoherence": "Score decoherence (raw scores vs distance)", "retrieval": "Retrieval accuracy vs length"}
+                "decoherence": "Score decoherence (raw scores vs distance)", "retrieval": "Retrieval accuracy vs length",
+                "loss_curves": "Training and validation loss per run"}
     for key, files in plots.items():
         png = [x for x in files if x.endswith(".png")]
         svg = [x for x in files if x.endswith(".svg")]
         if png:
             md += [f"### {captions.get(key, key)}", "", f"![{captions.get(key, key)}]({png[0]})", "",
                    f"(vector: [{svg[0]}]({svg[0]}))" if svg else "", ""]
-    md += ["## Reproduce", "", "```", meta.get("command", ""), "```", "",
-           f"- git commit: {meta.get('git') or 'unknown'}",
-           f"- pedsl {meta.get('pedsl')}, torch {meta.get('torch')}, python {meta.get('python')}, "
-           f"{meta.get('platform')}, {meta.get('cpus')} CPUs, torch threads {meta.get('threads')}",
-           f"- date: {meta.get('date')}", ""]
+    md += reproduce_md(meta)
     return "\n".join(md)
+
+
+def reproduce_md(meta: dict) -> list[str]:
+    """The report's "Reproduce" section: command, git commit, versions, date (Markdown lines)."""
+    return ["## Reproduce", "", "```", meta.get("command", ""), "```", "",
+            f"- git commit: {meta.get('git') or 'unknown'}",
+            f"- pedsl {meta.get('pedsl')}, torch {meta.get('torch')}, python {meta.get('python')}, "
+            f"{meta.get('platform')}, {meta.get('cpus')} CPUs, torch threads {meta.get('threads')}",
+            f"- date: {meta.get('date')}", ""]
+
+
+STYLE = ("<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
+         "line-height:1.45;color:#222}table{border-collapse:collapse;margin:.5em 0 1em}"
+         "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;font-variant-numeric:tabular-nums}"
+         "th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
+         "img{max-width:100%;border:1px solid #eee}.note{color:#555;font-size:.92em}"
+         "pre{background:#f6f6f6;padding:.6em;overflow-x:auto}</style>")
+
+
+def reproduce_html(meta: dict) -> list[str]:
+    """The "Reproduce" section as HTML, closing the page."""
+    e = html.escape
+    return ["<h2>Reproduce</h2>", f"<pre>{e(meta.get('command', ''))}</pre><ul>",
+            f"<li>git commit: {e(str(meta.get('git') or 'unknown'))}</li>",
+            f"<li>pedsl {e(str(meta.get('pedsl')))}, torch {e(str(meta.get('torch')))}, python "
+            f"{e(str(meta.get('python')))}, {e(str(meta.get('platform')))}, {e(str(meta.get('cpus')))} CPUs, "
+            f"torch threads {e(str(meta.get('threads')))}</li>",
+            f"<li>date: {e(str(meta.get('date')))}</li></ul></body></html>"]
 
 
 def to_html(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
@@ -152,12 +177,7 @@ def to_html(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
     e = html.escape
     parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'>",
              f"<title>pedsl compare: {len(results)} schemes</title>",
-             "<style>body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;"
-             "line-height:1.45;color:#222}table{border-collapse:collapse;margin:.5em 0 1em}"
-             "th,td{border:1px solid #ccc;padding:4px 8px;text-align:right;font-variant-numeric:tabular-nums}"
-             "th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
-             "img{max-width:100%;border:1px solid #eee}.note{color:#555;font-size:.92em}"
-             "pre{background:#f6f6f6;padding:.6em;overflow-x:auto}</style></head><body>",
+             STYLE + "</head><body>",
              f"<h1>pedsl compare: {len(results)} schemes past the training length</h1>",
              f"<p>Preset <code>{e(str(meta.get('preset')))}</code>, {e(str(meta.get('steps')))} steps, training "
              f"length {ctx} bytes, data: {e(str(meta.get('data')))}, seed {e(str(meta.get('seed')))}. "
@@ -179,10 +199,5 @@ def to_html(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
         if png:
             parts.append(f"<figure><img src='{e(png[0])}' alt='{e(key)}'><figcaption class='note'>{e(key)}"
                          + (f" (<a href='{e(svg[0])}'>SVG</a>)" if svg else "") + "</figcaption></figure>")
-    parts += ["<h2>Reproduce</h2>", f"<pre>{e(meta.get('command', ''))}</pre><ul>",
-              f"<li>git commit: {e(str(meta.get('git') or 'unknown'))}</li>",
-              f"<li>pedsl {e(str(meta.get('pedsl')))}, torch {e(str(meta.get('torch')))}, python "
-              f"{e(str(meta.get('python')))}, {e(str(meta.get('platform')))}, {e(str(meta.get('cpus')))} CPUs, "
-              f"torch threads {e(str(meta.get('threads')))}</li>",
-              f"<li>date: {e(str(meta.get('date')))}</li></ul></body></html>"]
+    parts += reproduce_html(meta)
     return "\n".join(parts)

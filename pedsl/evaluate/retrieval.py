@@ -54,7 +54,8 @@ def score_answers(model: Callable, tokens: torch.Tensor, answers: torch.Tensor, 
 
 
 def passkey(model: Callable, lengths: list[int], *, samples: int = 4, digits: int = 5, seed: int = 1234,
-            token_budget: int = 8192, say: Callable[[str], None] = lambda m: None) -> dict[str, dict]:
+            token_budget: int = 8192, say: Callable[[str], None] = lambda m: None,
+            tick: Callable[[int], None] = lambda L: None) -> dict[str, dict]:
     out = {}
     for L in lengths:
         try:
@@ -65,12 +66,13 @@ def passkey(model: Callable, lengths: list[int], *, samples: int = 4, digits: in
         out[str(L)] = {"accuracy": float(ok.all(-1).float().mean()), "digit_accuracy": float(ok.float().mean()),
                        "answer_nll": float(nll.mean()), "samples": samples, "chance": CHANCE["passkey"]}
         say(f"  passkey @ {L:>6}: {out[str(L)]['digit_accuracy']:.2f} of digits")
+        tick(L)
     return out
 
 
 def blocks(model: Callable, lengths: list[int], context: int, *, samples: int = 4, block_len: int = 16,
            offset: int = 0, seed: int = 1234, token_budget: int = 8192,
-           say: Callable[[str], None] = lambda m: None) -> dict[str, dict]:
+           say: Callable[[str], None] = lambda m: None, tick: Callable[[int], None] = lambda L: None) -> dict[str, dict]:
     out = {}
     longest = max(lengths, default=0)
     full = block_batch(samples, longest, block_len=block_len, offset=offset, g=_gen(seed, "blocks", longest)) \
@@ -91,4 +93,5 @@ def blocks(model: Callable, lengths: list[int], context: int, *, samples: int = 
         out[str(L)] = {"accuracy": float(ok.float().mean()), "answer_nll": float(nll.mean()),
                        "answers": int(ok.numel()), "samples": samples, "chance": CHANCE["blocks"]}
         say(f"  blocks  @ {L:>6}: {out[str(L)]['accuracy']:.2f}")
+        tick(L)
     return out

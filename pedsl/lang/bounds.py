@@ -20,7 +20,7 @@ from pedsl.lang.exprs import walk
 
 # A temperature multiplies every attention score: past this the float32 scores of ordinary
 # queries and keys overflow or the softmax collapses to one key.
-MAX_TEMPERATURE = 1e4
+MAX_TEMPERATURE = limits.MAX_TEMPERATURE
 
 # Query positions the temperature and biases are probed at (the first, an early, a far one).
 PROBES = (0, 1, limits.MAX_LENGTH - 1)
@@ -39,8 +39,19 @@ def structural_issue(name: str, value: Any) -> str | None:
 
 
 def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set) -> None:
-    """Evaluate the static arguments of every run-time builtin and slopes() call in ``expr``."""
+    """Evaluate the static arguments of every run-time builtin and slopes() call in ``expr``, and
+    refuse a number (a literal or a parameter) beyond float32: next to a run-time value it becomes
+    a float32 tensor, infinite (``1e300 * sigmoid(...)``)."""
     for node in walk(expr):
+        if node.kind == "num" or (node.kind == "name" and node.id in env.values):
+            v = node.value if node.kind == "num" else env.values[node.id]
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) > limits.FLOAT32_MAX:
+                key = ("num", node.span.line, node.span.col) if node.span else id(node)
+                if key not in seen:
+                    seen.add(key)
+                    report("E217", f"{v:g} is beyond the float32 range (+-3.4e38): it overflows in a tensor", node,
+                           hint="rescale the constant")
+            continue
         if node.kind != "call" or (node.func not in _ARG_RULES and node.func != "slopes"):
             continue
         key = (node.span.line, node.span.col) if node.span else id(node)

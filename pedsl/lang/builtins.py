@@ -36,7 +36,8 @@ class Builtin:
     def signature(self) -> str:
         parts = []
         for p, d in self.params:
-            parts.append(p if d is REQUIRED else f"{p} = {d!r}".replace("'", ""))
+            shown = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", "")
+            parts.append(p if d is REQUIRED else f"{p} = {shown}")
         return f"{self.name}({', '.join(parts)})"
 
 
@@ -93,6 +94,33 @@ def _binary_math(a: dict[str, Ty]) -> Ty:
     return join(*a.values()).with_(integer=all(t.integer for t in a.values()))
 
 
+def _yarn(a: dict[str, Ty]) -> Ty:
+    _scalar(a, "base", "factor", "original", "beta_fast", "beta_slow")
+    _flag(a, "truncate")
+    return num("pair")
+
+
+def _flag(a: dict[str, Ty], name: str) -> None:
+    if a[name].kind != "bool":
+        raise TypeIssue(f"'{name}' must be true or false, not {a[name].show()}", name)
+
+
+def _static_scalar(*names: str):
+    def rule(a: dict[str, Ty]) -> Ty:
+        _scalar(a, *names)
+        return num()
+
+    return rule
+
+
+def _longrope(a: dict[str, Ty]) -> Ty:
+    _scalar(a, "base", "original")
+    for name in ("short_factor", "long_factor"):
+        if a[name].kind != "list":
+            raise TypeIssue(f"'{name}' must be a list of numbers, one per rotary pair", name)
+    return num("pair", runtime=True)
+
+
 def _slopes(a: dict[str, Ty]) -> Ty:
     _scalar(a, "heads", integer=True)
     return num("head")
@@ -118,6 +146,7 @@ def _quarters(a: dict[str, Ty]) -> Ty:
 def _rotate(a: dict[str, Ty]) -> Ty:
     t = a["phase"]
     _need_num(t, "phase", {"pos", "pair"}, " (a phase per position and rotary pair)")
+    _scalar(a, "scale")
     if t.data or t.learned:
         raise TypeIssue(
             "a position-indexed rotation cannot depend on the data",
@@ -228,6 +257,8 @@ _BUILTINS = [
     B("abs", (("x", REQUIRED),), "absolute value", _elementwise),
     B("sigmoid", (("x", REQUIRED),), "logistic function 1 / (1 + exp(-x))", _elementwise),
     B("log_sigmoid", (("x", REQUIRED),), "log(sigmoid(x)), computed stably", _elementwise),
+    B("floor", (("x", REQUIRED),), "largest integer <= x", _elementwise),
+    B("ceil", (("x", REQUIRED),), "smallest integer >= x", _elementwise),
     B("min", (("a", REQUIRED), ("b", REQUIRED)), "elementwise minimum", _binary_math),
     B("max", (("a", REQUIRED), ("b", REQUIRED)), "elementwise maximum", _binary_math),
     B("clamp", (("x", REQUIRED), ("lo", REQUIRED), ("hi", REQUIRED)), "clamp x into [lo, hi]", _binary_math),
@@ -239,9 +270,18 @@ _BUILTINS = [
     B("dynamic_ntk", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED)),
       "dynamic NTK: the NTK grid with factor (factor * n / original) - (factor - 1) when n > original",
       _grid("base", "factor", "original", runtime=True), "grid"),
-    B("yarn", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("alpha", 1.0), ("beta", 32.0)),
-      "YaRN NTK-by-parts blend of w / factor and w by the ramp of r = original * w / (2 pi)",
+    B("yarn", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("beta_fast", 32.0),
+               ("beta_slow", 1.0), ("truncate", True)),
+      "YaRN as Hugging Face and the authors compute it: blend w / factor and w by a ramp over the pair index "
+      "between the correction dimensions of beta_fast and beta_slow rotations (floor/ceil when truncate)",
+      _yarn, "grid"),
+    B("yarn_wavelength", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("alpha", 1.0),
+                          ("beta", 32.0)),
+      "YaRN's paper formula: blend w / factor and w by the ramp of r = original * w / (2 pi) from alpha to beta",
       _grid("base", "factor", "original", "alpha", "beta"), "grid"),
+    B("longrope", (("base", REQUIRED), ("short_factor", REQUIRED), ("long_factor", REQUIRED), ("original", REQUIRED)),
+      "LongRoPE: geometric(base) / short_factor while n <= original, / long_factor beyond (lists, one per pair)",
+      _longrope, "grid"),
     B("llama3", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED),
                  ("low_freq_factor", 1.0), ("high_freq_factor", 4.0)),
       "Llama 3 wavelength rule: keep high frequencies, divide low ones by factor, smooth between",
@@ -257,13 +297,23 @@ _BUILTINS = [
       _slopes, "bias"),
     B("log_length", (("length", REQUIRED),), "max(1, ln(i + 1) / ln(length)) per query position",
       _log_length, "temperature"),
+    B("yarn_mscale", (("factor", REQUIRED), ("mscale", 0.0), ("mscale_all_dim", 0.0), ("attention_factor", 0.0)),
+      "Hugging Face's YaRN attention factor (0 means unset): attention_factor, else "
+      "g(mscale) / g(mscale_all_dim) when both are set, else g(1); g(m) = 0.1 m ln(factor) + 1 (1 if factor <= 1)",
+      _static_scalar("factor", "mscale", "mscale_all_dim", "attention_factor"), "temperature"),
+    B("longrope_mscale", (("factor", REQUIRED), ("original", REQUIRED), ("attention_factor", 0.0)),
+      "Hugging Face's LongRoPE attention factor: attention_factor if set (not 0), else "
+      "sqrt(1 + ln(factor) / ln(original)) (1 if factor <= 1)",
+      _static_scalar("factor", "original", "attention_factor"), "temperature"),
     # channel groups
     B("fraction", (("f", REQUIRED),), "the first f * head_dim channels", _group_spec, "channels"),
     B("quarters", (("a", REQUIRED), ("b", None), ("c", None), ("d", None)),
       "the listed quarters (1-4) of the head's channels", _quarters, "channels"),
     B("range", (("start", REQUIRED), ("stop", REQUIRED)), "channels start .. stop - 1", _group_spec, "channels"),
     # transports
-    B("rotate", (("phase", REQUIRED),), "position-indexed rotation of each pair by its phase", _rotate, "transport"),
+    B("rotate", (("phase", REQUIRED), ("scale", 1.0)),
+      "position-indexed rotation of each pair by its phase; q and k of the group are also multiplied by scale "
+      "(Hugging Face's attention factor: the group's logits scale by scale^2)", _rotate, "transport"),
     B("accumulate", (("step", REQUIRED),),
       "ordered product of per-token steps from j+1 to i (or sum of log-gates: a bias)", _accumulate, "transport"),
     B("rotation", (("angle", REQUIRED),), "SO(2) step: rotate each pair by -angle", _rotation, "transport"),
@@ -291,7 +341,7 @@ LEARNED = frozenset({"linear", "embedding", "shortconv"})
 
 # Builtins whose static value reads the run-time length n without naming it (their type is
 # ``runtime``): a value folded once must not be reused at another length.
-READS_LENGTH = frozenset({"dynamic_ntk"})
+READS_LENGTH = frozenset({"dynamic_ntk", "longrope"})
 
 CONSTANTS: dict[str, Ty] = {
     "pi": NUM,

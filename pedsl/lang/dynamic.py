@@ -25,7 +25,7 @@ from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, bind_a
 from pedsl.lang.exprs import calls_in
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
-ELEMENTWISE_NAMES = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid")
+ELEMENTWISE_NAMES = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid", "floor", "ceil")
 FROZEN_CHUNK = 1024  # frozen_random(position) is drawn in chunks of positions, so any prefix is stable
 
 

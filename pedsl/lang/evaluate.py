@@ -72,6 +72,8 @@ def evaluate(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
     if k in ("str", "bool"):
         return node.value
     if k == "list":
+        if len(node.items) > limits.MAX_LIST:
+            raise EvalIssue(f"a list of {len(node.items):,} items; the limit is {limits.MAX_LIST:,}", node)
         items = [ev(i) for i in node.items]
         return DYNAMIC if any(i is DYNAMIC for i in items) else items
     if k == "name":
@@ -229,7 +231,9 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:
         out = fn(env, node, **vals)
-    except (ValueError, ZeroDivisionError, OverflowError) as exc:
+    except OverflowError:
+        raise EvalIssue(f"{node.func}(): a number too large (overflow)", node) from None
+    except (ValueError, ZeroDivisionError) as exc:
         raise EvalIssue(f"{node.func}(): {exc}", node) from None
     if isinstance(out, Vec):
         for v in out.values:
@@ -252,10 +256,11 @@ def _finite(v: Any, node, what: str = "this gives") -> Any:
 # transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
 _ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
     "log_length": {"length": (1, math.inf, True, "ln(length) divides: it must be > 1")},
-    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap")},
+    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap"),
+               "init_bias": (-limits.MAX_INIT, limits.MAX_INIT, False, "the start value of the bias")},
     "shortconv": {"width": (1, limits.MAX_RANK, False, "taps of the convolution")},
     "frozen_random": {"seed": (0, limits.MAX_SEED, False, "a torch seed")},
-    "embedding": {"init": (0, limits.FLOAT32_MAX, False, "a standard deviation")},
+    "embedding": {"init": (0, limits.MAX_INIT, False, "a standard deviation")},
 }
 
 
@@ -337,18 +342,104 @@ def _dynamic_ntk(env, node, base, factor, original):
     return Vec("pair", geometric_values(base, p))
 
 
-def _yarn(env, node, base, factor, original, alpha, beta):
+def _yarn_wavelength(env, node, base, factor, original, alpha, beta):
     p = _pairs(env, node)
     base, s, orig = _scaling(node, base, factor, original)
     alpha, beta = _num(alpha, node, "alpha"), _num(beta, node, "beta")
     if beta <= alpha:
-        raise EvalIssue(f"yarn(): beta ({beta:g}) must exceed alpha ({alpha:g})", node)
+        raise EvalIssue(f"yarn_wavelength(): beta ({beta:g}) must exceed alpha ({alpha:g})", node)
     out = []
     for w in geometric_values(base, p):
         r = orig * w / (2 * math.pi)
         g = min(1.0, max(0.0, (r - alpha) / (beta - alpha)))
         out.append((1 - g) * w / s + g * w)
     return Vec("pair", tuple(out))
+
+
+def yarn_values(base: float, factor: float, original: float, pairs: int, beta_fast: float = 32.0,
+                beta_slow: float = 1.0, truncate: bool = True) -> tuple[float, ...]:
+    """YaRN frequencies as Hugging Face's ``_compute_yarn_parameters`` (and the authors' code) compute
+    them: a linear ramp over the pair index k between the correction dimensions of ``beta_fast`` and
+    ``beta_slow`` rotations in ``original`` tokens, floored/ceiled when ``truncate``."""
+    dim = 2 * pairs
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as HF: avoid a zero-width ramp
+    out = []
+    for k in range(pairs):
+        extrapolated = 1.0 / base ** (2 * k / dim)
+        ramp = min(1.0, max(0.0, (k - low) / (high - low)))  # 0: keep the frequency, 1: interpolate
+        out.append(extrapolated / factor * ramp + extrapolated * (1 - ramp))
+    return tuple(out)
+
+
+def _yarn(env, node, base, factor, original, beta_fast, beta_slow, truncate):
+    p = _pairs(env, node)
+    base, s, orig, fast, slow = (_num(v, node, w) for v, w in (
+        (base, "base"), (factor, "factor"), (original, "original"), (beta_fast, "beta_fast"), (beta_slow, "beta_slow")))
+    if not isinstance(truncate, bool):
+        raise EvalIssue(f"yarn(): truncate must be true or false, got {_show(truncate)}", node)
+    if base <= 1 or s <= 0 or orig <= 0 or fast <= 0 or slow <= 0:
+        raise EvalIssue("yarn(): base must exceed 1; factor, original, beta_fast and beta_slow must be positive", node)
+    return Vec("pair", yarn_values(base, s, orig, p, fast, slow, truncate))
+
+
+def yarn_mscale_value(factor: float, mscale: float = 0.0, mscale_all_dim: float = 0.0,
+                      attention_factor: float = 0.0) -> float:
+    """Hugging Face's YaRN attention factor; 0 stands for HF's unset (None)."""
+    if attention_factor:
+        return attention_factor
+
+    def g(m: float) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+    if mscale and mscale_all_dim:
+        return g(mscale) / g(mscale_all_dim)
+    return g(1.0)
+
+
+def _yarn_mscale(env, node, factor, mscale, mscale_all_dim, attention_factor):
+    return yarn_mscale_value(*(_num(v, node, w) for v, w in (
+        (factor, "factor"), (mscale, "mscale"), (mscale_all_dim, "mscale_all_dim"),
+        (attention_factor, "attention_factor"))))
+
+
+def longrope_mscale_value(factor: float, original: float, attention_factor: float = 0.0) -> float:
+    """Hugging Face's LongRoPE attention factor; 0 stands for HF's unset (None)."""
+    if attention_factor:
+        return attention_factor
+    if factor <= 1:
+        return 1.0
+    return math.sqrt(1 + math.log(factor) / math.log(original))
+
+
+def _longrope_mscale(env, node, factor, original, attention_factor):
+    factor, original, af = (_num(v, node, w) for v, w in (
+        (factor, "factor"), (original, "original"), (attention_factor, "attention_factor")))
+    if original <= 1:
+        raise EvalIssue("longrope_mscale(): original must exceed 1", node)
+    return longrope_mscale_value(factor, original, af)
+
+
+def _longrope(env, node, base, short_factor, long_factor, original):
+    p = _pairs(env, node)
+    base, orig = _num(base, node, "base"), _num(original, node, "original")
+    for name, lst in (("short_factor", short_factor), ("long_factor", long_factor)):
+        if not isinstance(lst, list) or len(lst) != p:
+            got = f"{len(lst)} values" if isinstance(lst, list) else _show(lst)
+            raise EvalIssue(f"longrope(): {name} has {got} for {p} rotary pairs", node,
+                            hint=f"the channel group rotates {2 * p} channels: give {p} numbers")
+    n = env.n
+    factors = long_factor if n is not None and n > orig else short_factor  # HF: seq_len > original -> long
+    dim = 2 * p
+    return Vec("pair", tuple(1.0 / (_num(f, node, "each factor") * base ** (2 * k / dim)) for k, f in enumerate(factors)))
 
 
 def _llama3(env, node, base, factor, original, low_freq_factor, high_freq_factor):
@@ -418,6 +509,10 @@ def _slopes(env, node, heads):
     if not 1 <= h <= limits.MAX_HEADS:
         raise EvalIssue(f"slopes(): {h:g} heads is out of range (1 .. {limits.MAX_HEADS})", node,
                         hint="slopes(heads) gives one slope per attention head")
+    model_heads = env.values.get("heads")
+    if isinstance(model_heads, int) and not isinstance(model_heads, bool) and h != model_heads:
+        raise EvalIssue(f"slopes({h:g}) gives {h:g} slopes, but the model has {model_heads} heads", node,
+                        hint="write slopes(heads): one slope per attention head")
     return Vec("head", alibi_slopes(int(h)))
 
 
@@ -494,6 +589,8 @@ _IMPL = {
     "cos": _unary(math.cos),
     "tanh": _unary(math.tanh),
     "abs": _unary(abs),
+    "floor": _unary(lambda v: float(math.floor(v))),
+    "ceil": _unary(lambda v: float(math.ceil(v))),
     "sigmoid": _unary(_sigmoid),
     "log_sigmoid": _unary(_log_sigmoid),
     "min": _zip2(min),
@@ -504,6 +601,10 @@ _IMPL = {
     "ntk": _ntk,
     "dynamic_ntk": _dynamic_ntk,
     "yarn": _yarn,
+    "yarn_wavelength": _yarn_wavelength,
+    "yarn_mscale": _yarn_mscale,
+    "longrope": _longrope,
+    "longrope_mscale": _longrope_mscale,
     "llama3": _llama3,
     "span": _span,
     "logspace": _logspace,

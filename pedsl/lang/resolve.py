@@ -28,7 +28,7 @@ from typing import Any, Iterator
 
 from pedsl.errors import CheckError, Diagnostic, DiagnosticSink, ParamError, ParseError, PedslError, did_you_mean
 from pedsl.lang import ast, bounds
-from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS
+from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS, MAX_LENGTH
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS, WARNINGS
 from pedsl.lang.evaluate import DYNAMIC, channel_ranges, EvalIssue, GroupSpec, StaticEnv, Vec, evaluate, group_channels
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source, walk
@@ -835,7 +835,13 @@ class Resolver:
         if fn.kind == "call" and fn.func == "rotate":
             phase = _arg(fn, "phase")
             self._check_static(phase, env, len(group.channels) // 2)
-            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime)
+            scale_expr = next((kw.value for kw in fn.kwargs if kw.name == "scale"),
+                              fn.args[1] if len(fn.args) > 1 else None)
+            scale = self._rotate_scale(scale_expr, st, env)
+            if scale is None:
+                return None
+            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime, scale=scale,
+                                   scale_expr=scale_expr)
         if fn.kind == "call" and fn.func == "accumulate":
             step = _arg(fn, "step")
             if step.kind == "call" and step.func == "rotation":
@@ -854,6 +860,24 @@ class Resolver:
                     "accumulate(householder(w = ..., beta = ...))", st.value)
         return None
 
+    def _rotate_scale(self, expr: ast.Expr | None, st: ast.Transport, env: StaticEnv) -> float | None:
+        """The static value of rotate(..., scale = S) (1 when absent); None after reporting an error."""
+        if expr is None:
+            return 1.0
+        try:
+            value = evaluate(expr, env)
+        except EvalIssue as issue:
+            self.report("E217", str(issue), issue.node or expr, hint=issue.hint)
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            self.report("E217", f"rotate(): scale must be a positive number, got {value!r}", expr)
+            return None
+        if st.targets == "qkv" and value != 1:
+            self.report("E204", "rotate(): a scale applies to q and k only; it cannot go with value rotation (qkv)",
+                        expr, hint="write 'qk:' or drop the scale")
+            return None
+        return float(value)
+
     def _check_static(self, e: ast.Expr, env: StaticEnv, pairs: int) -> None:
         """Evaluate the static parts (grids) once so their errors show up at check time."""
         try:
@@ -862,6 +886,8 @@ class Resolver:
             # (e.g. "position / factor" with factor = 0) surface at check time too.
             probe = StaticEnv(values={**env.values, "position": 1}, lets=env.lets, pairs=pairs, n=env.n)
             evaluate(e, probe)
+            # And at the longest sequence pedsl runs: grids that read the length (dynamic_ntk) change there.
+            evaluate(e, StaticEnv(values=env.values, lets=env.lets, pairs=pairs, n=MAX_LENGTH))
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or e, hint=issue.hint)
 

@@ -34,6 +34,10 @@ class RotateTransport(_Frozen):
     group: str
     phase: Expr
     dynamic: bool = False  # the table depends on the run-time length n
+    # q and k of the group are multiplied by scale (HF's attention factor on cos and sin): the
+    # group's share of the logit scales by scale^2, the other channels' does not
+    scale: float = 1.0
+    scale_expr: Expr | None = None  # the scale as written (lets inlined), None when absent
 
 
 class RotationSteps(_Frozen):

@@ -136,6 +136,8 @@ class Checker:
                 return None
             elif default is None:
                 continue
+            elif isinstance(default, bool):
+                types[p] = BOOL
             elif isinstance(default, str):
                 types[p] = CONSTANTS[default] if default in CONSTANTS else STR
             else:

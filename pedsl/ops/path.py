@@ -323,3 +323,40 @@ def path_attention_materialized(q, k, v, w, beta, log_forget=None, scale=None, *
     mask = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
     s = s.masked_fill(~mask, float("-inf"))
     return torch.softmax(s, -1) @ v
+
+
+# --------------------------------------------------------------------------- decoding
+def path_transported_keys(k, w, beta, *, block_size: int = 64):
+    """Every key moved to the last position: ``Kt_j = H_(L-1) ... H_(j+1) k_j``, (B, H, L, D).
+
+    What a decoding cache holds after a prefill (the PaTH decode rule then applies each new
+    token's step to all of them: ``Kt <- Kt - beta (Kt w) w^T``, O(L D) per token and head).
+    Blockwise: keys moved to the end of their block with the UT form, then through the explicit
+    products of the later blocks by a reverse scan (``L/C`` D x D products per head).
+    """
+    B, H, L, D = k.shape
+    if L == 0:
+        return k
+    dt = k.dtype
+    if dt in (torch.float16, torch.bfloat16):
+        k, w = k.float(), w.float()
+    C = max(1, min(int(block_size), L))
+    N = -(-L // C)
+    pad = N * C - L
+
+    def blocks(x):
+        return F.pad(x, (0, 0, 0, pad)).reshape(B * H, N, C, x.shape[-1]).transpose(0, 1)
+
+    K, W = blocks(k), blocks(w)
+    bt = blocks(beta.to(k.dtype).unsqueeze(-1)).squeeze(-1)
+    A = _ut_A(W, bt)
+    Kt = K - (A @ torch.tril(W @ K.transpose(-1, -2), -1)).transpose(-1, -2) @ W  # to the end of the block
+    eye = torch.eye(D, dtype=K.dtype, device=K.device)
+    PT = (eye - W.transpose(-1, -2) @ A @ W).transpose(-1, -2)  # (H_C ... H_1)^T per block (N, Z, D, D)
+    outs = [None] * N
+    M = None  # (P_(m+1) ... P_(N-1))^T in row form
+    for m in range(N - 1, -1, -1):
+        outs[m] = Kt[m] if M is None else Kt[m] @ M
+        M = PT[m] if M is None else PT[m] @ M
+    out = torch.stack(outs, 0).transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L]
+    return out.to(dt)

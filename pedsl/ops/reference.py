@@ -119,13 +119,17 @@ def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
 
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
-                        bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None) -> Tensor:
-    """Naive causal attention of SEMANTICS 1 in float64; returns ``(B, H, L, D)`` float64.
+                        bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
+                        allowed: Tensor | None = None, q_offset: int = 0) -> Tensor:
+    """Naive causal attention of SEMANTICS 1 in float64; returns ``(B, H, Lq, D)`` float64.
 
-    Explicit loops over ``(i, j)``; each step is vectorised over batch and head.
+    Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
+    ``(B, H, L, L)`` bool restricts the keys of each query further (a query with none gives
+    zeros); q's row ``r`` is the query of token ``q_offset + r`` (k and v hold every token).
     """
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
-    B, H, L, D = q.shape
+    B, H, L, D = k.shape
+    Lq = q.shape[2]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     T = _as_tensor(transport, B, H, L, D)
     U = _as_tensor(value_transport, B, H, L, D)
@@ -135,17 +139,25 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
     tau_s = tau.to(F64).unbind(-1) if tau is not None else None  # each (B|1, H|1)
     bias_rows = [r.unbind(-1) for r in bias.to(F64).unbind(-2)] if bias is not None else None
     outs = []
-    for i in range(L):
+    for i in range(q_offset, q_offset + Lq):
         scores, vals = [], []
+        qi = qs[i - q_offset]
         for j in range(i + 1):
             kj = ks[j] if T_rows is None else (T_rows[i][j] @ ks[j].unsqueeze(-1)).squeeze(-1)
-            s = (qs[i] * kj).sum(-1) * scale  # (B, H)
+            s = (qi * kj).sum(-1) * scale  # (B, H)
             if tau_s is not None:
                 s = s * tau_s[i]
             if bias_rows is not None:
                 s = s + bias_rows[i][j]
             scores.append(s.expand(B, H))
             vals.append(vs[j] if U_rows is None else (U_rows[i][j] @ vs[j].unsqueeze(-1)).squeeze(-1))
-        a = torch.softmax(torch.stack(scores, dim=-1), dim=-1)  # (B, H, i+1)
+        s = torch.stack(scores, dim=-1)  # (B, H, i+1)
+        if allowed is not None:
+            ok = allowed[:, :, i, : i + 1]
+            any_ok = ok.any(-1, keepdim=True)
+            s = s.masked_fill(~ok, float("-inf")).masked_fill(~any_ok, 0.0)
+            a = torch.softmax(s, dim=-1) * any_ok
+        else:
+            a = torch.softmax(s, dim=-1)
         outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))  # (B, H, D)
     return torch.stack(outs, dim=2)

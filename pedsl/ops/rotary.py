@@ -76,11 +76,14 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     cat-based form on a 2-core CPU).
     ``interleaved``: one complex multiplication when ``x`` can be viewed as complex.
     """
+    if x.dtype in (torch.float16, torch.bfloat16):  # one rounding at the end instead of three
+        return _rotate(x.float(), cos.float(), sin.float(), layout).to(x.dtype)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     pair_shape = x.shape[:-1] + (x.shape[-1] // 2,)
-    full = torch.broadcast_shapes(pair_shape, cos.shape, sin.shape)
-    if full != pair_shape:  # tables with more leading dims than x: expand x
-        x = x.expand(full[:-1] + (x.shape[-1],))
+    if not (_fits(cos.shape, pair_shape) and _fits(sin.shape, pair_shape)):
+        full = torch.broadcast_shapes(pair_shape, cos.shape, sin.shape)
+        if full != pair_shape:  # tables with more leading dims than x: expand x
+            x = x.expand(full[:-1] + (x.shape[-1],))
     if layout == "halves":
         xv = x.unflatten(-1, (2, -1))  # (..., L, 2, P) view
         out = xv * cos.unsqueeze(-2)  # one full pass: [x1 c, x2 c]
@@ -95,6 +98,11 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
         return torch.view_as_real(z).flatten(-2)
     x1, x2 = xp[..., 0], xp[..., 1]
     return torch.stack([torch.addcmul(x1 * cos, x2, sin, value=-1.0), torch.addcmul(x2 * cos, x1, sin)], -1).flatten(-2)
+
+
+def _fits(small, big) -> bool:
+    """``small`` broadcasts to ``big`` without growing it (cheaper than torch.broadcast_shapes)."""
+    return len(small) <= len(big) and all(a == 1 or a == b for a, b in zip(reversed(small), reversed(big)))
 
 
 class _RotateByTable(torch.autograd.Function):
@@ -174,6 +182,8 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, layout: str = "halves") ->
     _check_layout(layout)
     if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (cos.requires_grad or sin.requires_grad)):
         return _rotate_autograd(x, cos, sin, layout)
+    if not (torch.is_grad_enabled() and x.requires_grad):  # inference (decoding): no Function overhead
+        return _rotate(x, cos, sin, layout)
     return _RotateByTable.apply(x, cos, sin, layout)
 
 
@@ -181,6 +191,8 @@ def _rotate_autograd(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor
     """The pair rotation in plain differentiable ops: for tables that require grad, and under
     torch.compile, where inductor fuses it anyway and a custom autograd Function would keep AOT
     autograd from caching the compiled graph (every cached compile re-ran it)."""
+    if x.dtype in (torch.float16, torch.bfloat16):  # one rounding at the end instead of three
+        return _rotate_autograd(x.float(), cos.float(), sin.float(), layout).to(x.dtype)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
     x1, x2 = _pair_halves(x, layout)
     o1 = torch.addcmul(x1 * cos, x2, sin, value=-1.0)

@@ -165,7 +165,7 @@ def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, 
 
 def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttention | None,
            resume: bool, quiet: bool, held: contextlib.ExitStack, force_new: bool = False) -> dict[str, Any]:
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), time.process_time()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
     # flush_denormal (SEMANTICS 6) is the application's process-wide choice
     threads = setup_torch(cfg.threads, processes=d.world, flush_denormal=cfg.flush_denormal)
@@ -201,6 +201,10 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
             _truncate_metrics(run / "metrics.jsonl", start)
             atomic_write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
         d.barrier()
+    elif cfg.init_from is not None:  # a fine-tune: the source run's weights, a fresh optimizer, step 0
+        from pedsl.train.swap import load_init
+
+        load_init(model, cfg, attn.name)
     ddp = distributed.wrap(model, d)
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
     baseline = data.unigram_baseline()
@@ -304,6 +308,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
         "val_loss": val_loss,
         "unigram_baseline": baseline,
         "wall_time_s": time.perf_counter() - t_start,
+        "cpu_time_s": time.process_time() - c_start,  # this process's CPU seconds (all threads)
         "tokens_per_s": tokens_per_step * trained / t_train if trained else None,
         "n_params": model.num_params(),
         "scheme": attn.name,

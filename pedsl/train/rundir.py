@@ -423,7 +423,7 @@ class Run:
         """``(scheme, files)``: the run's scheme from its own copy (``RUN/scheme/``; older runs:
         ``RUN/scheme.pe``, then the original path), verified against ``RUN/scheme.sha256``."""
         from pedsl.lang.resolve import allow_import_roots
-        from pedsl.train.attention import load_scheme
+        from pedsl.lang.api import load
 
         candidates = []
         main = (self.manifest or {}).get("main")
@@ -439,7 +439,8 @@ class Run:
                 continue
             try:
                 with allow_import_roots(self.copy_root()):
-                    s = load_scheme(candidate, self.cfg.params, name)
+                    s = load(str(candidate), params=dict(self.cfg.params) if self.cfg.params else None,
+                             scheme=name)
                     files = scheme_files(s)
             except PedslError as err:
                 first_err = first_err or err

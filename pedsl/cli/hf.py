@@ -1,0 +1,65 @@
+"""`pedsl import-hf`, `pedsl export-hf` and `pedsl export`: Hugging Face interop (:mod:`pedsl.hf`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from pedsl.errors import UsageError
+
+
+@click.command("import-hf")
+@click.argument("config", type=click.Path())
+@click.option("-o", "--out", type=click.Path(), default=None, help="Write the scheme here (default: stdout).")
+@click.option("--name", default=None, help="Scheme name (default: MODELTYPE_ROPETYPE).")
+def import_hf(config: str, out: str | None, name: str | None) -> None:
+    """Write the .pe scheme of a model's positional encoding, from its config.json (or a folder holding one).
+
+    The scheme is exact (head_dim, heads, theta, rope type and every parameter); what pedsl cannot
+    express exactly (mrope_section, per-layer-type rope parameters, ...) is an error listing it."""
+    from pedsl.hf.rope import import_config
+
+    if name is not None and not name.isidentifier():
+        raise UsageError(f"--name must be a name ([A-Za-z_][A-Za-z0-9_]*), got '{name}'")
+    text = import_config(Path(config), name=name)
+    if out is None:
+        click.echo(text, nl=False)
+        return
+    from pedsl.fsio import atomic_write_text
+
+    atomic_write_text(out, text)
+    click.echo(f"wrote {out}", err=True)
+
+
+@click.command("export-hf")
+@click.argument("file", type=click.Path())
+@click.option("--scheme", "scheme_name", default=None, help="Scheme name in the file.")
+@click.option("-P", "params", multiple=True, help="Override a parameter: -P name=value.")
+@click.option("--config", "as_config", is_flag=True,
+              help="Print a config.json fragment (head_dim, num_attention_heads, rope_parameters, ...).")
+def export_hf(file: str, scheme_name: str | None, params: tuple[str, ...], as_config: bool) -> None:
+    """Print the Hugging Face rope_parameters JSON of a scheme (a .pe file or a library name) in HF's rope
+    family; otherwise an error saying which part has no HF equivalent."""
+    from pedsl.cli.compiler import _params
+    from pedsl.hf.rope import export_rope
+    from pedsl.lang.api import load
+    from pedsl.lang.library import scheme_file
+
+    sch = load(scheme_file(file), params=_params(params) or None, scheme=scheme_name)
+    out = export_rope(sch)
+    click.echo(json.dumps(out if as_config else out["rope_parameters"], indent=2))
+
+
+@click.command("export")
+@click.argument("run", type=click.Path())
+@click.option("--hf", "hf_dir", type=click.Path(), required=True,
+              help="Write a LlamaForCausalLM folder here (config.json + model.safetensors).")
+def export_cmd(run: str, hf_dir: str) -> None:
+    """Export a trained run's latest checkpoint (model arch 'llama', a scheme in HF's RoPE family) as a
+    Hugging Face LlamaForCausalLM folder."""
+    from pedsl.hf.export import export_run
+
+    path = export_run(run, hf_dir)
+    click.echo(f"wrote {path}/config.json and {path}/model.safetensors")

@@ -1,0 +1,27 @@
+"""Hugging Face interop.
+
+- :func:`import_config` / :func:`export_rope` (``pedsl import-hf`` / ``pedsl export-hf``): a model's
+  rope parameters as an exact `.pe` scheme and back; no transformers needed.
+- :func:`use_pedsl_attention` (needs ``transformers``, the ``hf`` extra): a Llama-family model
+  attends through a compiled pedsl scheme, with HF's own rotary application turned off.
+- :func:`export_run` (``pedsl export RUN --hf DIR``): a pedsl run with ``arch: llama`` as a
+  ``LlamaForCausalLM`` folder (config.json + model.safetensors).
+"""
+
+from __future__ import annotations
+
+from pedsl.hf.rope import export_rope, import_config, read_config, rope_spec
+
+__all__ = ["import_config", "export_rope", "read_config", "rope_spec", "use_pedsl_attention", "export_run"]
+
+
+def __getattr__(name: str):  # the torch/transformers parts load on first use
+    if name == "use_pedsl_attention":
+        from pedsl.hf.attention import use_pedsl_attention
+
+        return use_pedsl_attention
+    if name == "export_run":
+        from pedsl.hf.export import export_run
+
+        return export_run
+    raise AttributeError(name)

@@ -1,0 +1,388 @@
+"""Hugging Face rope parameters <-> `.pe` schemes, without transformers.
+
+:func:`import_config` reads a model's ``config.json`` (the ``rope_parameters`` of transformers 5,
+or the older top-level ``rope_theta`` / ``rope_scaling`` / ``partial_rotary_factor``) and writes a
+scheme equal to that model's positional encoding: each HF knob becomes a ``param`` (0 stands for
+HF's unset ``None``), the factor lists of LongRoPE become ``let`` lists, the attention factor of
+YaRN and LongRoPE is ``rotate(..., scale = ...)`` (HF multiplies cos and sin, so only the rotated
+channels are scaled). What pedsl cannot express exactly (``mrope_section``, per-layer-type rope
+parameters, rope types outside the HF family below) is an :class:`~pedsl.errors.InteropError`
+listing every such key, never an approximation.
+
+:func:`export_rope` goes the other way on a resolved scheme: the ``rope_parameters`` of a scheme
+in HF's family (one halves-layout ``rotate`` of the first channels, phase ``GRID * position``
+[``/ factor``] with GRID one of ``geometric``, ``dynamic_ntk``, ``yarn``, ``longrope``,
+``llama3``, the attention factor from ``yarn_mscale`` / ``longrope_mscale`` or a number, no
+bias, no temperature), or an error naming the part with no HF equivalent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pedsl.errors import InteropError
+from pedsl.lang import ast
+from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, evaluate
+from pedsl.lang.exprs import format_number, to_source
+from pedsl.lang.scheme import Scheme
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+# The keys each rope type reads (transformers 5 modeling_rope_utils); anything else is refused.
+COMMON = {"rope_type", "type", "rope_theta", "partial_rotary_factor"}
+KEYS = {
+    "default": set(),
+    "linear": {"factor"},
+    "dynamic": {"factor"},
+    "yarn": {"factor", "original_max_position_embeddings", "attention_factor", "beta_fast", "beta_slow", "mscale",
+             "mscale_all_dim", "truncate"},
+    "longrope": {"factor", "original_max_position_embeddings", "attention_factor", "short_factor", "long_factor"},
+    "llama3": {"factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"},
+}
+# Top-level config keys that change positions or the rotary application in ways import-hf does not read
+# (multimodal sections, other rotary dimensions or pairings, per-layer NoPE or bases, biases): refused.
+UNSUPPORTED_TOP = ("mrope_section", "use_mrope", "rope_interleaved", "rope_interleave", "mrope_interleaved",
+                   "position_embedding_type", "rotary_emb_base", "rotary_pct", "rotary_dim", "qk_rope_head_dim",
+                   "no_rope_layers", "nope_layer_interval", "rope_local_base_freq", "use_alibi", "alibi")
+DEFAULT_THETA = 10000.0
+MAX_CONFIG_BYTES = 10_000_000  # config.json files are a few kB
+
+
+# ---------------------------------------------------------------------- reading a config
+
+
+def read_config(path: str | Path) -> dict:
+    """The dict of a config.json, or of the config.json inside a folder."""
+    from pedsl.fsio import read_text
+
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        text = read_text(p, limit=MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise InteropError(f"no such file: {p}", code="E963", file=str(p),
+                           hint="give a model's config.json or the folder holding it") from None
+    except OSError as exc:
+        raise InteropError(f"cannot read {p}: {exc.strerror}", code="E963", file=str(p)) from None
+    except ValueError:
+        raise InteropError(f"{p} is not UTF-8 text", code="E963", file=str(p)) from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise InteropError(f"{p} is over {MAX_CONFIG_BYTES // 1_000_000} MB: not a model config", code="E963",
+                           file=str(p))
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InteropError(f"{p} is not valid JSON: {exc.msg} (line {exc.lineno})", code="E963", file=str(p),
+                           line=exc.lineno, col=exc.colno, hint="a Hugging Face config.json is one JSON object") from None
+    if not isinstance(cfg, dict):
+        raise InteropError(f"{p} holds a JSON {type(cfg).__name__}, not an object", code="E963", file=str(p))
+    return cfg
+
+
+def _number(cfg: dict, key: str, default=None, *, integer: bool = False, where: str = "config"):
+    v = cfg.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
+        raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {v!r}",
+                           code="E963")
+    return int(v) if integer else v
+
+
+def rope_spec(cfg: dict) -> dict:
+    """The positional encoding of a config as a flat dict: head_dim, heads, rope_type, theta,
+    partial_rotary_factor and the type's knobs, standardised as transformers 5 does."""
+    problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)]
+    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(raw, dict):
+        raise InteropError(f"rope_parameters must be an object, got {raw!r}", code="E963")
+    if any(isinstance(v, dict) for v in raw.values()):
+        problems.append("rope parameters per layer type (" + ", ".join(k for k, v in raw.items() if isinstance(v, dict))
+                        + ")")
+    heads = _number(cfg, "num_attention_heads", integer=True)
+    hidden = _number(cfg, "hidden_size", integer=True)
+    head_dim = _number(cfg, "head_dim", integer=True)
+    if head_dim is None:
+        if not heads or not hidden:
+            raise InteropError("the config gives neither head_dim nor hidden_size and num_attention_heads",
+                               code="E963", hint="a decoder config.json has num_attention_heads and hidden_size")
+        head_dim = hidden // heads
+    rope_type = raw.get("rope_type", raw.get("type", "default"))
+    if rope_type not in ROPE_TYPES:
+        problems.append(f"rope_type '{rope_type}' (pedsl imports {', '.join(ROPE_TYPES)})")
+    else:
+        # HF reads original_max_position_embeddings only for yarn/longrope/llama3: elsewhere it has no effect
+        extra = sorted(set(raw) - COMMON - KEYS[rope_type] - {"original_max_position_embeddings"})
+        problems += [f"'{k}' in rope_parameters (not read by rope_type '{rope_type}')" for k in extra
+                     if raw[k] is not None]
+    if problems:
+        raise InteropError(
+            "this model's positional encoding cannot be expressed exactly in pedsl: " + "; ".join(problems),
+            code="E961", hint="pedsl imports the rope types of Llama-family models; nothing was written "
+            "(an approximation would not be the model's encoding)")
+    theta = raw.get("rope_theta", cfg.get("rope_theta", DEFAULT_THETA))
+    prf = raw.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    if prf is None:
+        prf = 1.0
+    max_pos = _number(cfg, "max_position_embeddings", integer=True)
+    spec: dict[str, Any] = dict(rope_type=rope_type, heads=heads or 1, head_dim=head_dim, theta=float(theta),
+                                partial_rotary_factor=float(prf), max_position_embeddings=max_pos)
+    rot = int(head_dim * prf)
+    if rot != head_dim * prf or rot % 2 or rot <= 0:
+        raise InteropError(f"partial_rotary_factor {prf} of head_dim {head_dim} is {head_dim * prf:g} channels; "
+                           "pedsl rotates an even whole number of channels", code="E961",
+                           hint="HF truncates to int(head_dim * partial_rotary_factor); use a factor giving an even count")
+    p = lambda k, d=None, **kw: _number(raw, k, d, where="rope_parameters", **kw)  # noqa: E731
+    if rope_type in ("llama3", "yarn", "longrope"):
+        # transformers 5: a top-level original_max_position_embeddings wins (Phi-3), else the dict's, else max
+        orig = cfg.get("original_max_position_embeddings", raw.get("original_max_position_embeddings", max_pos))
+        if orig is None:
+            raise InteropError(f"rope_type '{rope_type}' needs original_max_position_embeddings (or "
+                               "max_position_embeddings)", code="E963")
+        spec["original"] = int(orig)
+    if rope_type in ("linear", "dynamic", "llama3"):
+        if p("factor") is None:
+            raise InteropError(f"rope_type '{rope_type}' needs a factor", code="E963")
+        spec["factor"] = float(p("factor"))
+    if rope_type == "dynamic":
+        if max_pos is None:
+            raise InteropError("rope_type 'dynamic' needs max_position_embeddings (its original length)", code="E963")
+        spec["original"] = max_pos
+    if rope_type == "llama3":
+        for k in ("low_freq_factor", "high_freq_factor"):
+            if p(k) is None:
+                raise InteropError(f"rope_type 'llama3' needs {k}", code="E963")
+            spec[k] = float(p(k))
+    if rope_type in ("yarn", "longrope"):
+        factor = p("factor")
+        if factor is None:  # HF: max_position_embeddings / original
+            if max_pos is None:
+                raise InteropError(f"rope_type '{rope_type}' without a factor needs max_position_embeddings",
+                                   code="E963")
+            factor = max_pos / spec["original"]
+        spec["factor"] = float(factor)
+        spec["attention_factor"] = float(p("attention_factor") or 0.0)
+    if rope_type == "yarn":
+        spec["beta_fast"] = float(p("beta_fast") or 32.0)  # HF: `or 32`, `or 1`
+        spec["beta_slow"] = float(p("beta_slow") or 1.0)
+        spec["mscale"] = float(p("mscale") or 0.0)
+        spec["mscale_all_dim"] = float(p("mscale_all_dim") or 0.0)
+        truncate = raw.get("truncate", True)
+        if not isinstance(truncate, bool):
+            raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {truncate!r}", code="E963")
+        spec["truncate"] = truncate
+    if rope_type == "longrope":
+        for k in ("short_factor", "long_factor"):
+            lst = raw.get(k)
+            if not isinstance(lst, list) or len(lst) != rot // 2 or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in lst):
+                raise InteropError(f"rope_type 'longrope' needs {k}: a list of {rot // 2} numbers (one per rotated "
+                                   f"pair), got {lst!r}"[:300], code="E963")
+            spec[k] = [float(x) for x in lst]
+    return spec
+
+
+# ---------------------------------------------------------------------- writing a scheme
+
+
+def _num(v) -> str:
+    return format_number(v)
+
+
+def scheme_name(cfg: dict, rope_type: str) -> str:
+    base = str(cfg.get("model_type") or "model")
+    name = re.sub(r"\W+", "_", f"{base}_{rope_type}").strip("_").lower()
+    return name if re.match(r"[A-Za-z_]", name) else f"m_{name}"
+
+
+def import_config(config: dict | str | Path, name: str | None = None) -> str:
+    """The `.pe` text (canonical form) of a config's positional encoding."""
+    from pedsl.lang.api import format as fmt
+
+    cfg = config if isinstance(config, dict) else read_config(config)
+    s = rope_spec(cfg)
+    t = s["rope_type"]
+    name = name or scheme_name(cfg, t)
+    rot = int(s["head_dim"] * s["partial_rotary_factor"])
+    train_length = s.get("original") if t in ("llama3", "yarn", "longrope", "dynamic") else s["max_position_embeddings"]
+    lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {cfg.get('model_type', '?')!s}, "
+             f"rope_type {t}).",
+             "# Equal to the model's positional encoding: pedsl export-hf prints its rope_parameters back.",
+             f'scheme {name} "{t} rotary embedding of a Hugging Face {cfg.get("model_type", "model")} config" {{',
+             f"  param heads: int = {s['heads']}",
+             f"  param head_dim: int = {s['head_dim']}",
+             f"  param base: float = {_num(s['theta'])}"]
+    if train_length is not None:
+        lines.append(f"  param train_length: int = {train_length}")
+    if rot != s["head_dim"]:
+        lines.append(f"  param partial_rotary_factor: float = {_num(s['partial_rotary_factor'])}")
+    for k in ("factor", "original", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "truncate",
+              "mscale", "mscale_all_dim", "attention_factor"):
+        if k in s:
+            kind = "bool" if isinstance(s[k], bool) else "int" if k == "original" else "float"
+            lines.append(f"  param {k}: {kind} = {_num(s[k])}")
+    if t == "longrope":
+        lines.append("  let short_factor = [" + ", ".join(_num(x) for x in s["short_factor"]) + "]")
+        lines.append("  let long_factor = [" + ", ".join(_num(x) for x in s["long_factor"]) + "]")
+    lines.append("  layout halves")
+    on = ""
+    if rot != s["head_dim"]:
+        lines += ["  channels {", "    rot = fraction(partial_rotary_factor)", "    plain = rest", "  }"]
+        on = " on rot"
+    grid, phase_tail, scale = {
+        "default": ("geometric(base)", "", None),
+        "linear": ("geometric(base)", " / factor", None),
+        "dynamic": ("dynamic_ntk(base, factor, original)", "", None),
+        "llama3": ("llama3(base, factor, original, low_freq_factor, high_freq_factor)", "", None),
+        "yarn": ("yarn(base, factor, original, beta_fast, beta_slow, truncate)", "",
+                 "yarn_mscale(factor, mscale, mscale_all_dim, attention_factor)"),
+        "longrope": ("longrope(base, short_factor, long_factor, original)", "",
+                     "longrope_mscale(factor, original, attention_factor)"),
+    }[t]
+    lines.append(f"  let w = {grid}")
+    if scale:
+        lines.append(f"  let m = {scale}")
+    lines.append(f"  qk{on}: rotate(w * position{phase_tail}" + (", scale = m)" if scale else ")"))
+    if train_length is not None:
+        lines += ["  train {", "    context = train_length", "  }"]
+    lines += ["  allow frayed_frequencies", "}"]
+    return fmt("\n".join(lines) + "\n")
+
+
+# ---------------------------------------------------------------------- exporting a scheme
+
+
+def _refuse(scheme: Scheme, what: str, hint: str | None = None) -> InteropError:
+    return InteropError(f"scheme '{scheme.name}' has no Hugging Face rope_parameters equivalent: {what}",
+                        code="E962", file=scheme.file,
+                        hint=hint or "HF's family: geometric, dynamic_ntk, yarn, longrope or llama3 frequencies times "
+                        "position (optionally / factor), halves layout, on the first channels, no bias or temperature")
+
+
+def _static(scheme: Scheme, e, pairs: int):
+    env = StaticEnv(values={**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}, pairs=pairs)
+    try:
+        v = evaluate(e, env)
+    except EvalIssue as issue:
+        raise _refuse(scheme, f"{to_source(e)} cannot be evaluated ({issue})") from None
+    if v is DYNAMIC:
+        raise _refuse(scheme, f"{to_source(e)} is not a compile-time value")
+    return v
+
+
+def _call_args(call: ast.Call) -> dict:
+    from pedsl.lang.builtins import FUNCTIONS
+    from pedsl.lang.evaluate import bind_args
+
+    return bind_args(call, FUNCTIONS[call.func].params)
+
+
+def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
+    """``{"head_dim", "num_attention_heads", "max_position_embeddings"?, "rope_parameters"}`` of a scheme
+    in HF's rope family; :class:`InteropError` naming the part that has no HF equivalent otherwise.
+    ``allow_interleaved``: accept the interleaved layout (the caller permutes q/k weights to halves)."""
+    if scheme.biases:
+        raise _refuse(scheme, f"a logit bias ({scheme.biases[0].kind}); HF rope has none")
+    if scheme.temperature is not None:
+        raise _refuse(scheme, f"temperature = {to_source(scheme.temperature)} scales every channel's logit; HF's "
+                      "attention factor scales the rotated channels only", "write rotate(..., scale = m) instead "
+                      "(logits of the rotated channels times m^2)")
+    if len(scheme.transports) != 1:
+        raise _refuse(scheme, "no rotary transport (NoPE)" if not scheme.transports else
+                      f"{len(scheme.transports)} transports; HF rotates one channel group")
+    t = scheme.transports[0]
+    if t.kind != "rotate":
+        raise _refuse(scheme, f"a {t.kind} transport; HF applies a position-indexed rotation")
+    if t.targets != "qk":
+        raise _refuse(scheme, "value rotation (qkv); HF rotates q and k only")
+    if scheme.layout != "halves" and not allow_interleaved:
+        raise _refuse(scheme, "the interleaved layout; HF's rotate_half pairs channel k with k + rot/2",
+                      "use layout halves (pedsl export --hf permutes trained weights for you)")
+    chans = scheme.group(t.group).channels
+    rot = len(chans)
+    if tuple(chans) != tuple(range(rot)):
+        raise _refuse(scheme, f"rotated channels {list(chans)[:4]}...; HF rotates the first "
+                      "int(head_dim * partial_rotary_factor) channels")
+    pairs = rot // 2
+    # phase = GRID * position [/ factor]
+    ph = t.phase
+    linear = None
+    if ph.kind == "binary" and ph.op == "/":
+        linear = float(_static(scheme, ph.right, pairs))
+        ph = ph.left
+    grid = None
+    if ph.kind == "binary" and ph.op == "*":
+        for a, b in ((ph.left, ph.right), (ph.right, ph.left)):
+            if b.kind == "name" and b.id == "position" and a.kind == "call":
+                grid = a
+    if grid is None:
+        raise _refuse(scheme, f"phase {to_source(t.phase)} is not FREQUENCIES * position [/ factor]")
+    args = {k: (_static(scheme, v, pairs) if isinstance(v, ast.Node) else v) for k, v in _call_args(grid).items()}
+    f = grid.func
+    rp: dict[str, Any] = {}
+    out: dict[str, Any] = {"head_dim": scheme.head_dim, "num_attention_heads": scheme.heads}
+    if linear is not None and f != "geometric":
+        raise _refuse(scheme, f"{f}() frequencies divided by a factor; HF's 'linear' divides the plain RoPE grid")
+    if f == "geometric":
+        rp = {"rope_type": "linear", "factor": linear} if linear is not None and linear != 1 else {"rope_type": "default"}
+    elif f == "dynamic_ntk":
+        rp = {"rope_type": "dynamic", "factor": float(args["factor"])}
+        out["max_position_embeddings"] = int(args["original"])  # HF's dynamic grows past max_position_embeddings
+    elif f == "llama3":
+        rp = {"rope_type": "llama3", "factor": float(args["factor"]), "original_max_position_embeddings":
+              int(args["original"]), "low_freq_factor": float(args["low_freq_factor"]),
+              "high_freq_factor": float(args["high_freq_factor"])}
+    elif f == "yarn":
+        rp = {"rope_type": "yarn", "factor": float(args["factor"]), "original_max_position_embeddings":
+              int(args["original"])}
+        if args["beta_fast"] != 32:
+            rp["beta_fast"] = float(args["beta_fast"])
+        if args["beta_slow"] != 1:
+            rp["beta_slow"] = float(args["beta_slow"])
+        if args["truncate"] is not True:
+            rp["truncate"] = bool(args["truncate"])
+    elif f == "longrope":
+        rp = {"rope_type": "longrope", "original_max_position_embeddings": int(args["original"]),
+              "short_factor": [float(x) for x in args["short_factor"]],
+              "long_factor": [float(x) for x in args["long_factor"]]}
+    else:
+        hint = {"ntk": "HF has no static NTK-aware type ('dynamic' recomputes the base from the length)",
+                "yarn_wavelength": "HF's yarn ramps over the pair index: use yarn(...)"}.get(f)
+        raise _refuse(scheme, f"{f}() frequencies" + (f" ({hint})" if hint else ""))
+    rp["rope_theta"] = float(args["base"])
+    if rot != scheme.head_dim:
+        rp["partial_rotary_factor"] = rot / scheme.head_dim
+    _export_scale(scheme, t, rp)
+    out["rope_parameters"] = rp
+    return out
+
+
+def _export_scale(scheme: Scheme, t, rp: dict) -> None:
+    """HF's attention factor of yarn/longrope from rotate(..., scale = ...); other types have none."""
+    kind = rp["rope_type"]
+    e = t.scale_expr
+    if kind not in ("yarn", "longrope"):
+        if t.scale != 1:
+            raise _refuse(scheme, f"a scale on the rotated channels ({t.scale:g}) with rope_type '{kind}', which has "
+                          "no attention factor in HF")
+        return
+    from pedsl.lang.evaluate import yarn_mscale_value
+
+    if e is not None and e.kind == "call" and e.func == ("yarn_mscale" if kind == "yarn" else "longrope_mscale"):
+        a = {k: (_static(scheme, v, 1) if isinstance(v, ast.Node) else v) for k, v in _call_args(e).items()}
+        if kind == "yarn" and float(a["factor"]) != rp["factor"]:
+            raise _refuse(scheme, f"yarn_mscale() reads factor {a['factor']} but the frequencies use {rp['factor']}")
+        if kind == "longrope":
+            rp["factor"] = float(a["factor"])
+            if int(a["original"]) != rp["original_max_position_embeddings"]:
+                raise _refuse(scheme, "longrope_mscale() and longrope() read different original lengths")
+        for k in (("attention_factor", "mscale", "mscale_all_dim") if kind == "yarn" else ("attention_factor",)):
+            if a[k]:
+                rp[k] = float(a[k])
+        return
+    # any other scale: HF's explicit attention_factor (a number)
+    if kind == "longrope" or t.scale != yarn_mscale_value(rp["factor"]):
+        rp["attention_factor"] = t.scale
