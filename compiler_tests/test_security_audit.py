@@ -187,3 +187,36 @@ def test_the_scheme_cannot_be_replaced_through_set_or_a_train_block(tmp_path):
     pe.write_text('scheme s {\n  qk: rotate(geometric(100.0) * position)\n  train { scheme = "/proc/self/environ" }\n}\n')
     code, out, err = run_cli("check", pe)
     assert code == 1 and "s.pe:3:11: error[E213]: train block: 'scheme' cannot be set here" in out + err
+
+
+@pytest.mark.parametrize("config, needle", [
+    ("[" * 100000 + "]" * 100000, "JSON nested too deeply"),  # RecursionError: exit 3
+    ('{"rope_theta": "abc", "head_dim": 64, "num_attention_heads": 8}', "'rope_theta' must be a number"),  # exit 3
+    ('{"rope_theta": [1], "head_dim": 64, "num_attention_heads": 8}', "'rope_theta' must be a number"),  # exit 3
+    ('{"rope_theta": 1e400, "head_dim": 64, "num_attention_heads": 8}', "'rope_theta' must be a finite"),  # base = inf
+    ('{"head_dim": 1' + "0" * 400 + ', "num_attention_heads": 8}', "'head_dim' must be a finite number"),  # exit 3
+])
+def test_import_hf_refuses_malformed_configs(tmp_path, config, needle):
+    from compiler_helpers import run_cli
+
+    f = tmp_path / "config.json"
+    f.write_text(config)
+    code, out, err = run_cli("import-hf", f)
+    assert code == 1 and "error[E963]" in err and needle in err, err
+
+
+def test_import_hf_config_text_cannot_inject_pe_source(tmp_path):
+    """model_type went unescaped into the written .pe's comment and description: a newline or a quote
+    in it added lines of scheme source (here a second scheme) to the imported file."""
+    from compiler_helpers import run_cli
+
+    from pedsl.lang.api import parse
+
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({"model_type": 'x config" {\n}\nscheme evil "', "head_dim": 64,
+                             "num_attention_heads": 8, "rope_theta": 10000.0}))
+    code, out, err = run_cli("import-hf", f, "-o", tmp_path / "m.pe")
+    assert code == 0, err
+    text = (tmp_path / "m.pe").read_text()
+    assert "scheme evil" not in text.replace("scheme evil ?", "")
+    assert [s.name for s in parse(tmp_path / "m.pe").schemes] == ["x_config_scheme_evil__default"]
