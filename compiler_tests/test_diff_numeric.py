@@ -289,6 +289,8 @@ def test_both_array_backends_run_every_builtin_record_alike():
 
     x = np.linspace(0.05, 30.0, 301)
     for name, spec in RECORDS.items():
+        if spec.run is None:  # static: folded in float64 before either backend runs
+            continue
         for v in (x, -x) if name not in ("log", "sqrt") and not spec.inputs else (x,):
             static = {p: kind(128) for p, kind in spec.static}
             arrays = len(spec.inputs) + len(spec.params) - len(static)
