@@ -40,6 +40,7 @@ so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -390,6 +391,40 @@ def _temperature_rows(mod, pos: Tensor, n: int, device) -> Tensor:
     return tab[:, pos].t()[:, :, None, None]
 
 
+def _full_tables(mod, t, ch, n: int, device, dtype):
+    """Full-width (size, D) tables ``cos~ = [c, c]``, ``sin~ = [-s, s]`` of a static rotation in the
+    halves layout (identity on the pairs outside the group), so that ``x cos~ + roll(x, D/2) sin~``
+    rotates every pair (k, k + D/2); None for other layouts and groups that are not pairs of the layout."""
+    if mod.layout != "halves":
+        return None
+    D = mod.head_dim
+    idx = None
+    if ch is not None:
+        kind, arg = rotary._plan(rotary._normalize_channels(ch, D), D, "halves")
+        if kind != "embed":
+            return None
+        idx = torch.tensor(arg, device=device)
+    store = mod.__dict__.setdefault("_fast_full", {})
+    got = store.get(t["phase"])
+    if got is not None and got[0].shape[0] >= n and got[0].device == device and got[0].dtype == dtype:
+        return got
+    size = max(n, 2 ** math.ceil(math.log2(max(n, 1))))
+    cos, sin = mod.rope_tables(t, size, device, dtype)  # (size, P)
+    if idx is not None:
+        cos = torch.ones(size, D // 2, dtype=dtype, device=device).index_copy(-1, idx, cos)
+        sin = torch.zeros(size, D // 2, dtype=dtype, device=device).index_copy(-1, idx, sin)
+    store[t["phase"]] = got = (torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1))
+    return got
+
+
+def _roll_rotate(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    return torch.addcmul(x * c, x.roll(x.shape[-1] // 2, -1), s)
+
+
+def _group_rotate(x: Tensor, c: Tensor, s: Tensor, *, ch, layout) -> Tensor:
+    return rotary.apply_rotary_channels(x, c, s, ch, layout)
+
+
 def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     """One decoding token of a RoPE-family scheme (no positions, documents, mask or gradient; the cache
     continues one document with nothing padded): rotate q and k by one row of the cached tables, append
@@ -409,13 +444,18 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     adt = _angle_dtype(dt)
     undo = []
     for t, ch, qkv in plan:
-        cos, sin = mod.rope_tables(t, n, q.device, adt)
-        c, s = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, P)
-        q = rotary.apply_rotary_channels(q, c, s, ch, mod.layout)
-        k = rotary.apply_rotary_channels(k, c, s, ch, mod.layout)
+        full = _full_tables(mod, t, ch, n, q.device, adt)
+        if full is not None:  # x cos + roll(x, D/2) sin~ with full-width rows: three element-wise ops
+            c, s = full[0][pos][:, None, None].to(dt), full[1][pos][:, None, None].to(dt)  # (B, 1, 1, D)
+            rot = _roll_rotate
+        else:
+            cos, sin = mod.rope_tables(t, n, q.device, adt)
+            c, s = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, P)
+            rot = functools.partial(_group_rotate, ch=ch, layout=mod.layout)
+        q, k = rot(q, c, s), rot(k, c, s)
         if qkv:
-            v = rotary.apply_rotary_channels(v, c, s, ch, mod.layout)
-            undo.append((c, s, ch))
+            v = rot(v, c, s)
+            undo.append((rot, c, s))
     if mod.temperature is not None:
         q = q * _temperature_rows(mod, pos, n, q.device).to(dt)
     Lc = cache.length
@@ -429,8 +469,8 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     cache.put("valid", ones, Lc)
     K, V = _cached(cache, "k", Lc + 1), _cached(cache, "v", Lc + 1)
     o = F.scaled_dot_product_attention(q, K, V, enable_gqa=q.shape[1] != K.shape[1])
-    for c, s, ch in reversed(undo):
-        o = rotary.apply_rotary_channels(o, c, -s, ch, mod.layout)
+    for rot, c, s in reversed(undo):
+        o = rot(o, c, -s)
     cache.last_pos = pos
     cache.length = Lc + 1
     return o
