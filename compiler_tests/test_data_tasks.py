@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from pedsl.config import DataConfig
-from pedsl.data import TrainData, _generator, block_batch, load_corpus, passkey_batch, split_files, stdlib_files
+from pedsl.corpus import load_corpus, split_files, stdlib_files
+from pedsl.data import TrainData, make_generator
+from pedsl.synthetic import block_batch, passkey_batch
 from pedsl.errors import DataError
 
 
@@ -61,7 +63,7 @@ def test_empty_folder_missing_path_and_short_data(tmp_path):
 
 
 def test_passkey_answers_are_the_key():
-    out = passkey_batch(8, 200, digits=5, g=_generator(1))
+    out = passkey_batch(8, 200, digits=5, g=make_generator(1))
     toks, ans = out["tokens"], out["answer_positions"]
     assert toks.shape == (8, 200) and ans.shape == (8, 5)
     for row, pos in zip(toks, ans):
@@ -70,11 +72,11 @@ def test_passkey_answers_are_the_key():
         assert key.isdigit() and text.endswith(b"The pass key is " + key)
         assert text.index(b"The pass key is " + key + b". Remember it.") < len(text) - 60
     with pytest.raises(DataError, match="too short"):
-        passkey_batch(1, 40, g=_generator(0))
+        passkey_batch(1, 40, g=make_generator(0))
 
 
 def test_block_task_answers_copy_the_offset_token():
-    out = block_batch(4, 100, block_len=8, offset=3, g=_generator(2))
+    out = block_batch(4, 100, block_len=8, offset=3, g=make_generator(2))
     toks, ans = out["tokens"], out["answer_positions"]
     assert ans[0].tolist() == [15, 23, 31, 39, 47, 55, 63, 71, 79, 87, 95]
     for row, pos in zip(toks, ans):

@@ -80,11 +80,11 @@ def _module_exists(mod: str) -> bool:
                    "By default a scheme imports only from its own folder tree and the scheme library.")
 def cli(import_roots: tuple[str, ...]) -> None:
     """pedsl: declare a positional-encoding scheme, compile it, train and compare."""
-    loaded = sys.modules.get("pedsl.lang.resolve")
+    loaded = sys.modules.get("pedsl.lang.imports")
     if import_roots or (loaded is not None and loaded.EXTRA_IMPORT_ROOTS):  # each command sets its own
-        from pedsl.lang import resolve
+        from pedsl.lang import imports
 
-        resolve.EXTRA_IMPORT_ROOTS[:] = [Path(d) for d in import_roots]
+        imports.EXTRA_IMPORT_ROOTS[:] = [Path(d) for d in import_roots]
 
 
 def report(err: PedslError) -> None:

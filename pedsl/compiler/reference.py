@@ -1,4 +1,4 @@
-"""The reference backend: SEMANTICS section 1 interpreted naively, in float64.
+"""The reference backend: docs/semantics.md §1 interpreted naively, in float64.
 
 Explicit transport matrices T(j->i) for every (i, j) - rotations from the phase
 tables, ordered products of step matrices for accumulated transports - an

@@ -3,7 +3,7 @@
 Opening a run compiles its scheme with ``requires_grad=False`` (evaluation never needs a
 backward, and that lets the compiler pick forward-only kernels such as FlexAttention on CPU)
 and the compiled backend of the run (never the float64 reference). The process-wide setting
-``torch.set_flush_denormal(True)`` is the application's choice (SEMANTICS 6):
+``torch.set_flush_denormal(True)`` is the application's choice (docs/semantics.md §6):
 :func:`pedsl.runtime.setup_torch` makes it for ``pedsl eval / analyze / compare`` (and train).
 """
 

@@ -56,7 +56,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     """
     import torch
 
-    from pedsl.lang.resolve import allow_import_roots
+    from pedsl.lang.imports import allow_import_roots
     from pedsl.model import TransformerLM
     from pedsl.train import checkpoint as ck
     from pedsl.train import rundir

@@ -30,6 +30,8 @@ from pedsl.model import TransformerLM
 from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed, rundir
+from pedsl.train.runlock import temporary_folders
+from pedsl.train.schemefiles import attention_files
 from pedsl.train.attention import SchemeAttention, from_scheme
 
 
@@ -91,12 +93,12 @@ def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume:
             raise OutputError(f"'{run}' already holds checkpoints of a run (latest: {ckpts[-1].name})",
                               hint="pass --resume to continue it, --force-new to discard it and start over, "
                                    "or choose another --out")
-        rundir.write_scheme(run, rundir.attention_files(attn), attn.source)
+        rundir.write_scheme(run, attention_files(attn), attn.source)
         atomic_write_text(run / "config.yaml", cfg.to_yaml())
         atomic_write_text(run / "metrics.jsonl", "")
         (run / "DONE.json").unlink(missing_ok=True)
         return
-    rundir.verify_scheme(run, rundir.attention_files(attn), what="resume")
+    rundir.verify_scheme(run, attention_files(attn), what="resume")
     saved = run / "config.yaml"
     if saved.exists():
         old = TrainConfig.from_yaml(saved).model_dump(mode="json")
@@ -162,7 +164,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
            resume: bool, quiet: bool, held: contextlib.ExitStack, force_new: bool = False) -> dict[str, Any]:
     t_start, c_start = time.perf_counter(), time.process_time()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
-    # flush_denormal (SEMANTICS 6) is the application's process-wide choice
+    # flush_denormal (docs/semantics.md §6) is the application's process-wide choice
     threads = setup_torch(cfg.threads, processes=d.world, flush_denormal=cfg.flush_denormal)
     if cfg.batch_size % d.world:
         raise ConfigError(f"batch size {cfg.batch_size} does not split over {d.world} processes",
@@ -228,7 +230,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 ck.save_checkpoint(run / "checkpoints", step, model, optim,
                                    {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
             except OSError as exc:
-                leftovers = [p.name for p in rundir.temporary_folders(run / "checkpoints")]
+                leftovers = [p.name for p in temporary_folders(run / "checkpoints")]
                 raise OutputError(f"cannot write the checkpoint of step {step} in '{run / 'checkpoints'}': "
                                   f"{exc.strerror or exc}",
                                   hint="free disk space or choose another --out"
