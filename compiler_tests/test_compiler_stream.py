@@ -334,3 +334,22 @@ def test_decode_fast_path_declines_what_it_does_not_cover():
     o = m(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], cache=c)
     assert o.requires_grad
     torch.testing.assert_close(o, m(q, k, v)[:, :, 5:], rtol=1e-9, atol=1e-10)
+
+
+def test_decode_fast_path_half_precision_is_the_general_path_bit_for_bit():
+    """bfloat16: the fast path rotates in float32 with float32 tables and rounds once, as the general
+    path does, so outputs and cached keys are identical (a bf16 table or bf16 arithmetic differs)."""
+    for name in ("rope", "rope_id"):
+        fast = compile_scheme(SCHEMES / f"{name}.pe", num_heads=4, head_dim=16, d_model=D_MODEL).to(torch.bfloat16)
+        slow = compile_scheme(SCHEMES / f"{name}.pe", num_heads=4, head_dim=16, d_model=D_MODEL).to(torch.bfloat16)
+        slow._fast_decode = False  # the general path
+        g = torch.Generator().manual_seed(4)
+        q, k, v = (torch.randn(2, 4, 10, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+        outs = {}
+        for tag, m in (("fast", fast), ("slow", slow)):
+            c = m.new_cache(2)
+            with torch.no_grad():
+                o = [m(q[:, :, :3], k[:, :, :3], v[:, :, :3], cache=c)]
+                o += [m(q[:, :, s:s + 1], k[:, :, s:s + 1], v[:, :, s:s + 1], cache=c) for s in range(3, 10)]
+            outs[tag] = (torch.cat(o, 2), c.get("k"))
+        assert torch.equal(outs["fast"][0], outs["slow"][0]) and torch.equal(outs["fast"][1], outs["slow"][1])

@@ -418,6 +418,8 @@ def _full_tables(mod, t, ch, n: int, device, dtype):
 
 
 def _roll_rotate(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    if x.dtype != c.dtype:  # half precision: float32 tables, one rounding at the end (as rotary._rotate)
+        return _roll_rotate(x.to(c.dtype), c, s).to(x.dtype)
     return torch.addcmul(x * c, x.roll(x.shape[-1] // 2, -1), s)
 
 
@@ -446,7 +448,7 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     for t, ch, qkv in plan:
         full = _full_tables(mod, t, ch, n, q.device, adt)
         if full is not None:  # x cos + roll(x, D/2) sin~ with full-width rows: three element-wise ops
-            c, s = full[0][pos][:, None, None].to(dt), full[1][pos][:, None, None].to(dt)  # (B, 1, 1, D)
+            c, s = full[0][pos][:, None, None], full[1][pos][:, None, None]  # (B, 1, 1, D), angle dtype
             rot = _roll_rotate
         else:
             cos, sin = mod.rope_tables(t, n, q.device, adt)
