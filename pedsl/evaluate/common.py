@@ -128,9 +128,10 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def read_json(path: str | Path) -> Any | None:
-    """Parsed JSON, or None when the file is missing or unreadable (a half-written study)."""
+    """Parsed JSON, or None when the file is missing or unreadable (a half-written study), or over
+    16 MiB (a planted huge file is never read whole)."""
     try:
-        return json.loads(read_text(path))
+        return json.loads(read_text(path, 16 << 20))
     except (OSError, ValueError):
         return None
 

@@ -25,7 +25,7 @@ import torch
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
-from pedsl.fsio import atomic_write_text, read_text
+from pedsl.fsio import atomic_write_text, open_regular, read_text
 from pedsl.model import TransformerLM
 from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
@@ -113,13 +113,18 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """Keep the metrics of steps <= ``step`` (lines written after the checkpoint are redone)."""
     keep = []
     if path.exists():
-        for line in read_text(path).splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a half-written last line after a crash
-                continue
-            if rec.get("step", 0) <= step:
-                keep.append(json.dumps(rec))
+        with open_regular(path) as fh:  # streamed, a line at a time: a planted huge file is never read whole
+            while raw := fh.readline(1 << 20):
+                if not raw.endswith(b"\n") and len(raw) == 1 << 20:  # a line over 1 MiB is no record: skip it
+                    while (more := fh.readline(1 << 20)) and not more.endswith(b"\n"):
+                        pass
+                    continue
+                try:
+                    rec = json.loads(raw)
+                except ValueError:  # a half-written last line after a crash
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and rec.get("step", 0) <= step:
+                    keep.append(json.dumps(rec))
     atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
