@@ -175,3 +175,17 @@ def test_runs_without_text_are_evaluated_on_their_generated_source():
     assert all(b"Remember it." in bytes(r.tolist()) for r in legacy)
     blocks = task_windows(DataConfig(source="blocks"), 2, 64, make_generator(0))
     assert bool((blocks >= ord("a")).all())
+
+
+def test_copy_rows_repeat_a_random_period_that_varies_by_row():
+    from pedsl.data import COPY_ALPHABET, copy_batch
+
+    t = copy_batch(200, 129, g=_generator(4))
+    assert t.shape == (200, 129) and t.dtype == torch.long
+    assert bool(torch.isin(t, COPY_ALPHABET).all())
+    periods = []
+    for row in t.tolist():  # the smallest s with row[i] == row[i - s] everywhere (naive search)
+        s = next(s for s in range(1, 130) if all(row[i] == row[i - s] for i in range(s, 129)))
+        periods.append(s)
+    assert 10 <= min(periods) and max(periods) <= 64 and len(set(periods)) > 30
+    assert torch.equal(t, copy_batch(200, 129, g=_generator(4)))

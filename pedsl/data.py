@@ -19,6 +19,9 @@ Sources (``DataConfig.source``):
 - ``"topic"`` - latent blocks of ``block_len`` positions, each with its own random set of 4
   letters that all its tokens are drawn from (:func:`topic_batch`): a box-shaped dependency
   kernel of width ``block_len`` (the frequency study's smooth-kernel task).
+- ``"copy"`` - every row repeats its first ``s`` random bytes with a random period ``s`` per row
+  (:func:`copy_batch`): dense content-based copying (induction), the bait that lets a small model
+  learn retrieval quickly in a mixture.
 - ``"multikey"``, ``"kv"`` - the RULER-style retrieval tasks of :mod:`pedsl.tasks` (needle at a
   random depth).
 - a **mixture** ``"NAME:WEIGHT,NAME:WEIGHT,..."``, e.g. ``"stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"``
@@ -274,11 +277,29 @@ def topic_batch(n: int, length: int, *, block_len: int = 16, letters: int = 4, g
     return BLOCK_ALPHABET[sets.gather(1, block[..., None].expand(-1, -1, letters)).gather(2, pick[..., None])[..., 0]]
 
 
+COPY_ALPHABET = torch.arange(33, 127)  # printable ASCII without the space
+
+
+def copy_batch(n: int, length: int, *, min_period: int = 10, max_period: int = 64,
+               g: torch.Generator) -> torch.Tensor:
+    """Induction bait: each row repeats its first ``s`` random printable bytes over and over, with
+    a period ``s`` drawn per row uniformly from ``[min_period, max_period]`` (capped at ``length``).
+    Every byte after the first period is a copy of an earlier one, and since the period varies,
+    only a content lookup ("what followed this byte last time?") predicts them all, not a fixed
+    offset: a dense signal that teaches a small model the copying that retrieval needs.
+    Returns tokens (n, length) long."""
+    hi = max(1, min(max_period, length))
+    lo = max(1, min(min_period, hi))
+    tokens = COPY_ALPHABET[torch.randint(0, len(COPY_ALPHABET), (n, length), generator=g)]
+    period = torch.randint(lo, hi + 1, (n, 1), generator=g)
+    return tokens.gather(1, torch.arange(length)[None, :] % period)
+
+
 # ---------------------------------------------------------------------------------------------
 # Mixtures
 
-GENERATED = ("passkey", "blocks", "lag", "topic") + tuple(t for t in _tasks.TASKS if t != "passkey")  # no corpus to read
-TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic"}  # may appear in a mixture (blocks too)
+GENERATED = ("passkey", "blocks", "lag", "topic", "copy") + tuple(t for t in _tasks.TASKS if t != "passkey")  # no corpus to read
+TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic", "copy"}  # may appear in a mixture (blocks too)
 MIX_TAG = 0x6D6978  # "mix": the generator that assigns rows to sources
 
 
@@ -338,6 +359,8 @@ def task_windows(cfg: DataConfig, n: int, length: int, g: torch.Generator) -> to
         return lag_batch(n, length, lag=cfg.block_len, g=g)
     if src == "topic":
         return topic_batch(n, length, block_len=cfg.block_len, g=g)
+    if src == "copy":
+        return copy_batch(n, length, g=g)
     return block_batch(n, length, block_len=cfg.block_len, offset=cfg.block_offset, g=g)["tokens"]
 
 
@@ -417,6 +440,8 @@ class TrainData:
             return lag_batch(n, length, lag=self.cfg.block_len, g=g)
         if source == "topic":
             return topic_batch(n, length, block_len=self.cfg.block_len, g=g)
+        if source == "copy":
+            return copy_batch(n, length, g=g)
         data = self.corpus.train if split == 0 else self.corpus.val
         return sample_windows(data, n, length, g)
 
