@@ -280,13 +280,15 @@ def topic_batch(n: int, length: int, *, block_len: int = 16, letters: int = 4, g
 COPY_ALPHABET = torch.arange(33, 127)  # printable ASCII without the space
 
 
-def copy_batch(n: int, length: int, *, min_period: int = 10, max_period: int = 64,
+def copy_batch(n: int, length: int, *, min_period: int = 3, max_period: int = 16,
                g: torch.Generator) -> torch.Tensor:
     """Induction bait: each row repeats its first ``s`` random printable bytes over and over, with
     a period ``s`` drawn per row uniformly from ``[min_period, max_period]`` (capped at ``length``).
     Every byte after the first period is a copy of an earlier one, and since the period varies,
     only a content lookup ("what followed this byte last time?") predicts them all, not a fixed
-    offset: a dense signal that teaches a small model the copying that retrieval needs.
+    offset: a dense signal that teaches a small model the copying that retrieval needs. Short
+    periods matter: with periods 3..16 the tiny preset copies 46% of the bytes of period-10..64 rows
+    after 200 steps; trained on periods 10..64 it copied 5% after 950 steps (probes, issue 16).
     Returns tokens (n, length) long."""
     hi = max(1, min(max_period, length))
     lo = max(1, min(min_period, hi))
@@ -333,7 +335,7 @@ def parse_mixture(source: str) -> list[tuple[str, float]] | None:
     if len(texts) > 1:
         raise DataError(f"data mixture '{source}' has {len(texts)} text sources ({', '.join(texts)})",
                         hint="a mixture takes one text corpus (stdlib or a path) plus generated tasks "
-                             "(passkey, multikey, kv, blocks)")
+                             "(passkey, multikey, kv, blocks, copy)")
     total = sum(w for _, w in out)
     return [(n, w / total) for n, w in out]
 
