@@ -42,7 +42,7 @@ def _ints(text: str, what: str) -> tuple[int, ...]:
 @click.option("--compile-time", "compile_time", default="rope", show_default=True,
               help="Schemes whose first/cached torch.compile time is measured (with --compile).")
 @click.option("--flush-denormal/--no-flush-denormal", default=True, show_default=True,
-              help="torch.set_flush_denormal for the whole run (SEMANTICS 6).")
+              help="torch.set_flush_denormal for the whole run (docs/semantics.md §6).")
 @click.option("-B", "--batch", "B", type=click.IntRange(1, L.MAX_BATCH), default=4, show_default=True)
 @click.option("-H", "--heads", "H", type=click.IntRange(1, L.MAX_HEADS), default=8, show_default=True)
 @click.option("-D", "--head-dim", "D", type=click.IntRange(2, L.MAX_HEAD_DIM), default=64, show_default=True)

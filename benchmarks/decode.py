@@ -1,6 +1,6 @@
 """Decode-step benchmark: one new token against a cache of N tokens, every scheme next to SDPA.
 
-    python -m benchmarks.decode [SCHEME...] [--cache 4096,16384] [--repeats 7] [--threads 1]
+    python -m benchmarks.decode [SCHEME...] [--cache 4096,16384] [--repeats 7] [--threads 1] [--md FILE]
 
 For each cache length, in one process and interleaved (every repeat runs each variant once, the
 starting variant rotating), under ``no_grad``:
@@ -11,9 +11,13 @@ starting variant rotating), under ``no_grad``:
   ``F.scaled_dot_product_attention(q, K[:N+1], V[:N+1])``;
 * each scheme: ``module(q, k, v, x=x, tokens=tokens, cache=cache)`` on one token.
 
+A timed sample is 32 consecutive decode steps (the cache grows from N to N + 32 tokens; PaTH's
+pending steps are applied to every cached key once in 32 tokens, so this includes that cost);
+``step ms`` is a sample's time / 32.
+
 The cache is made by a real 8-token prefill, then its key/value buffers are extended with random
 keys to N tokens (a decode step's cost does not depend on the cached values; a real 16k-token
-prefill takes minutes on 2 cores). After every timed step the cache is cut back to N tokens outside
+prefill takes minutes on 2 cores). After every timed sample the cache is cut back to N tokens outside
 the timer. The ratio column is the median over repeats of (scheme time / floor time in the same
 repeat). Default shape B=4, H=8, D=64, float32, CPU; clock: process CPU time with one thread.
 """
@@ -21,6 +25,7 @@ repeat). Default shape B=4, H=8, D=64, float32, CPU; clock: process CPU time wit
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 
@@ -34,6 +39,7 @@ DEFAULT = ("rope", "yarn", "rope_id", "acc_random_qk", "acc_random_qkv", "acc_le
 FAMILY = {"rope": "RoPE", "yarn": "RoPE", "rope_id": "RoPE", "acc_random_qk": "SO(2)", "acc_random_qkv": "SO(2)",
           "acc_learned_qk": "SO(2)", "alibi": "bias", "fox": "bias", "path": "PaTH", "path_fox": "PaTH"}
 TARGET = {"RoPE": 1.10, "SO(2)": 1.25, "bias": 1.25, "PaTH": 3.0}
+STEPS = 32  # decode steps per timed sample (PaTH applies its pending steps to the cache every 32 tokens)
 
 
 def _fill(mod, cache, N, B, H, D, d_model, g):
@@ -67,14 +73,16 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1):
         g = torch.Generator().manual_seed(N)
         steps = {}
         # floor: SDPA decode over a preallocated cache
-        cap = 1 << N.bit_length()  # preallocated like a static cache (and like the module's doubling buffers)
+        cap = 1 << (N + STEPS).bit_length()  # preallocated like a static cache (and like the module's doubling buffers)
         Kb, Vb = torch.randn(B, H, cap, D, generator=g), torch.randn(B, H, cap, D, generator=g)
         q1, k1, v1 = (torch.randn(B, H, 1, D, generator=g) for _ in range(3))
 
         def floor():
-            Kb[:, :, N: N + 1].copy_(k1)
-            Vb[:, :, N: N + 1].copy_(v1)
-            return F.scaled_dot_product_attention(q1, Kb[:, :, : N + 1], Vb[:, :, : N + 1])
+            for s in range(N, N + STEPS):
+                Kb[:, :, s: s + 1].copy_(k1)
+                Vb[:, :, s: s + 1].copy_(v1)
+                o = F.scaled_dot_product_attention(q1, Kb[:, :, : s + 1], Vb[:, :, : s + 1])
+            return o
 
         steps["floor"] = (floor, lambda: None)
         for name in schemes:
@@ -87,12 +95,15 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1):
             saved = (dict(cache.angles), dict(cache.gates), cache.window, cache.last_pos, cache.last_doc)
 
             def step(mod=mod, cache=cache, x1=x1, t1=t1):
-                return mod(q1, k1, v1, x=x1, tokens=t1, cache=cache)
+                for _ in range(STEPS):
+                    o = mod(q1, k1, v1, x=x1, tokens=t1, cache=cache)
+                return o
 
             def reset(cache=cache, saved=saved):
                 cache.length = N
                 cache.angles, cache.gates, cache.window, cache.last_pos, cache.last_doc = (
                     dict(saved[0]), dict(saved[1]), saved[2], saved[3], saved[4])
+                cache.path_pending = cache.path_flushed = None
 
             steps[name] = (step, reset)
         times = {n: [] for n in steps}
@@ -110,7 +121,7 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1):
                         times[n].append(dt)
         for n in names:
             ratio = statistics.median(t / f for t, f in zip(times[n], times["floor"]))
-            rows.append(dict(cache=N, scheme=n, ms=1e3 * statistics.median(times[n]), ratio=ratio,
+            rows.append(dict(cache=N, scheme=n, ms=1e3 * statistics.median(times[n]) / STEPS, ratio=ratio,
                              family=FAMILY.get(n, "-"), target=TARGET.get(FAMILY.get(n, ""), None)))
             print(f"N={N:6d} {n:16s} {rows[-1]['ms']:8.2f} ms  ratio {ratio:5.2f}", flush=True)
     return rows
@@ -131,11 +142,19 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
     a = ap.parse_args(argv)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows = run(a.schemes, [int(c) for c in a.cache.split(",") if c], B=a.batch, repeats=a.repeats,
                threads=a.threads)
+    table = markdown(rows) + f"\n\nB={a.batch}, H=8, D=64, float32, {a.threads} thread(s), {a.repeats} repeats; " \
+        f"load average {load:.1f} at the start ({os.cpu_count()} CPUs).\n"
     print()
-    print(markdown(rows))
+    print(table)
+    if a.md:
+        from pedsl.fsio import atomic_write_text
+
+        atomic_write_text(a.md, table)
 
 
 if __name__ == "__main__":

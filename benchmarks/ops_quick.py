@@ -6,7 +6,7 @@ ratio to the floor ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``.
 
     python benchmarks/ops_quick.py [--L 2048] [--reps 5] [--only rope,so2_qk]
 
-Denormals are flushed here (SEMANTICS 6: the application owns that choice).
+Denormals are flushed here (docs/semantics.md §6: the application owns that choice).
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ def main():
                     help="torch threads (0: torch default; 1: stable timings on a shared machine)")
     ap.add_argument("--mat-gb", type=float, default=8.0, help="skip materialized above this")
     a = ap.parse_args()
-    torch.set_flush_denormal(True)  # the benchmark owns this process-wide choice (SEMANTICS 6)
+    torch.set_flush_denormal(True)  # the benchmark owns this process-wide choice (docs/semantics.md §6)
     if a.threads:
         torch.set_num_threads(a.threads)
     B, H, D = 4, 8, 64

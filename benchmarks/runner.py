@@ -209,7 +209,7 @@ def meta(cfg: Config) -> dict:
 def run(cfg: Config) -> dict:
     from benchmarks.cases import agreement, build_case
 
-    torch.set_flush_denormal(cfg.flush_denormal)  # the application owns this (SEMANTICS 6)
+    torch.set_flush_denormal(cfg.flush_denormal)  # the application owns this (docs/semantics.md §6)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if cfg.clock == "auto":

@@ -248,12 +248,12 @@ def test_stale_temporary_checkpoint_folders_are_removed(trained, capfd):
     assert not stale.exists() and not old.exists()
     assert "removed 2 temporary checkpoint folder(s)" not in capfd.readouterr().err  # quiet
     stale.mkdir()
-    from pedsl.train import rundir
+    from pedsl.train import runlock
 
-    assert rundir.clean_temporary(trained / "checkpoints") == [stale]
+    assert runlock.clean_temporary(trained / "checkpoints") == [stale]
     mine = trained / "checkpoints" / f"step_0000040.tmp-{os.getpid()}"  # a live process's: kept
     mine.mkdir()
-    assert rundir.clean_temporary(trained / "checkpoints") == [] and mine.exists()
+    assert runlock.clean_temporary(trained / "checkpoints") == [] and mine.exists()
 
 
 def test_disk_full_hint_names_the_temporary_folders(trained, monkeypatch):

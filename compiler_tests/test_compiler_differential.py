@@ -1,6 +1,6 @@
 """Every library scheme, every backend that accepts it: forward and gradients equal the reference.
 
-The reference backend interprets SEMANTICS section 1 naively in float64 with explicit
+The reference backend interprets docs/semantics.md §1 naively in float64 with explicit
 transport matrices per (i, j); the fast backends pre-rotate, use key channels and the
 blockwise PaTH kernel. Lengths include ones past the cached tables (the module first
 runs short, then longer).

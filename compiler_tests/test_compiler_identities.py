@@ -1,4 +1,4 @@
-"""The identities the passes rely on (SEMANTICS section 5), checked numerically and on the graph."""
+"""The identities the passes rely on (docs/semantics.md §5), checked numerically and on the graph."""
 
 from __future__ import annotations
 

@@ -50,3 +50,28 @@ def test_half_precision_within_twice_a_hand_written_baseline(name, heads):
                                                 attn_mask=mask.masked_fill(~causal, float("-inf")))
             base = (restore(ob).double() - exact).abs().max().item()
         assert ours <= 2 * base, (name, dt, ours, base)
+
+
+@pytest.mark.parametrize("name", ["acc_random_qkv", "fox", "path_fox"])
+def test_half_precision_decoding_is_as_accurate_as_one_forward(name):
+    """bfloat16 prefill + decoding (PaTH keeps its cache and pending steps in float32) against float64:
+    no worse than one bfloat16 forward of the whole sequence."""
+    m64 = compile_scheme(SCHEMES / f"{name}.pe", num_heads=2, head_dim=32, d_model=D_MODEL).double()
+    m = compile_scheme(SCHEMES / f"{name}.pe", num_heads=2, head_dim=32, d_model=D_MODEL).to(torch.bfloat16)
+    state = {key: val.to(torch.bfloat16) for key, val in m64.state_dict().items()}
+    m.load_state_dict(state)
+    m64.load_state_dict({key: val.double() for key, val in state.items()})
+    n, P = 120, 80
+    q, k, v = (rnd(1, 2, n, 32, seed=s) for s in range(3))
+    x = rnd(1, n, D_MODEL, seed=3)
+    tok = torch.randint(0, 256, (1, n), generator=torch.Generator().manual_seed(4))
+    h = lambda t: t.to(torch.bfloat16)  # noqa: E731
+    with torch.no_grad():
+        exact = m64(q, k, v, x=x, tokens=tok)
+        one = (m(h(q), h(k), h(v), x=h(x), tokens=tok).double() - exact)[:, :, P:].abs().max()
+        c = m.new_cache(1)
+        m(h(q[:, :, :P]), h(k[:, :, :P]), h(v[:, :, :P]), x=h(x[:, :P]), tokens=tok[:, :P], cache=c)
+        outs = [m(h(q[:, :, s:s + 1]), h(k[:, :, s:s + 1]), h(v[:, :, s:s + 1]), x=h(x[:, s:s + 1]),
+                  tokens=tok[:, s:s + 1], cache=c) for s in range(P, n)]
+    dec = (torch.cat(outs, 2).double() - exact[:, :, P:]).abs().max()
+    assert dec <= 1.5 * one + 1e-3, (name, float(dec), float(one))

@@ -113,7 +113,8 @@ def test_packed_padded_and_gqa_equal_separate_runs(path):
 @pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
 def test_prefill_then_decode_equals_one_forward(path):
     """Prefill 5 tokens, then one token at a time and chunks of 3, with GQA (Hkv 2): outputs equal the
-    full forward; the prefill's gradients equal the full forward's for its rows."""
+    full forward; the prefill's gradients equal the full forward's for its rows. The other backends
+    that accept the scheme: chunks of 3 equal their full forward."""
     m = _mod(path, params={"train_length": 64} if path.stem == "dynamic_ntk" else None)
     B, L, P = 2, 11, 5
     q, k, v, x, tok = _data(m, B, L, 2, grad=True)
@@ -135,6 +136,20 @@ def test_prefill_then_decode_equals_one_forward(path):
                               cache=c))
         assert len(c) == L
         torch.testing.assert_close(torch.cat(outs, 2), full.detach(), rtol=1e-9, atol=1e-10)
+    # every other backend that accepts the scheme: chunks of 3 against its own full forward
+    for backend in ("sdpa", "masked", "blockwise"):
+        try:
+            mb = _mod(path, backend, params={"train_length": 64} if path.stem == "dynamic_ntk" else None)
+        except CompileError:
+            continue
+        if mb.backend == m.backend:
+            continue
+        mb.load_state_dict(m.state_dict())
+        c = mb.new_cache(B)
+        with torch.no_grad():
+            outs = [mb(q[:, :, s:s + 3], k[:, :, s:s + 3], v[:, :, s:s + 3], x=_sl(x, s, s + 3),
+                       tokens=_sl(tok, s, s + 3), cache=c) for s in range(0, L, 3)]
+            torch.testing.assert_close(torch.cat(outs, 2), mb(q, k, v, x=x, tokens=tok), rtol=1e-9, atol=1e-10)
 
 
 def test_decoding_a_packed_padded_batch_matches_the_reference():
@@ -229,3 +244,23 @@ def test_errors_name_the_argument():
         m(q[:, :, :1], k[:, :, :1], v[:, :, :1], cache=c, positions=torch.tensor([[2], [5]]))
     with pytest.raises(ShapeError, match="new_cache: batch_size"):
         m.new_cache(0)
+
+
+def test_path_decoding_applies_pending_steps_lazily(monkeypatch):
+    """Decoding keeps PaTH steps as one pending product and applies it every PATH_FLUSH tokens (here 2);
+    a call with gradients after pending steps first brings the cached keys up to date."""
+    from pedsl.compiler import stream
+
+    monkeypatch.setattr(stream, "PATH_FLUSH", 3)
+    m = _mod(SCHEMES / "path_fox.pe", heads=2)
+    q, k, v, x, _ = _data(m, 2, 12, 2)
+    full = m(q, k, v, x=x)
+    c = m.new_cache(2)
+    outs = [m(q[:, :, :2], k[:, :, :2], v[:, :, :2], x=x[:, :2], cache=c)]
+    with torch.no_grad():
+        for s in range(2, 10):
+            outs.append(m(q[:, :, s:s + 1], k[:, :, s:s + 1], v[:, :, s:s + 1], x=x[:, s:s + 1], cache=c))
+    assert c.path_pending is not None  # steps waiting for the next flush
+    kg = k[:, :, 10:].clone().requires_grad_()  # the autograd path
+    outs.append(m(q[:, :, 10:], kg, v[:, :, 10:], x=x[:, 10:], cache=c))
+    torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-9, atol=1e-10)

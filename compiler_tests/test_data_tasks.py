@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from pedsl.config import DataConfig
-from pedsl.data import TrainData, _generator, block_batch, load_corpus, passkey_batch, split_files, stdlib_files
+from pedsl.corpus import load_corpus, split_files, stdlib_files
+from pedsl.data import TrainData, make_generator
+from pedsl.synthetic import block_batch, passkey_batch
 from pedsl.errors import DataError
 
 
@@ -61,7 +63,7 @@ def test_empty_folder_missing_path_and_short_data(tmp_path):
 
 
 def test_passkey_answers_are_the_key():
-    out = passkey_batch(8, 200, digits=5, g=_generator(1))
+    out = passkey_batch(8, 200, digits=5, g=make_generator(1))
     toks, ans = out["tokens"], out["answer_positions"]
     assert toks.shape == (8, 200) and ans.shape == (8, 5)
     for row, pos in zip(toks, ans):
@@ -70,11 +72,11 @@ def test_passkey_answers_are_the_key():
         assert key.isdigit() and text.endswith(b"The pass key is " + key)
         assert text.index(b"The pass key is " + key + b". Remember it.") < len(text) - 60
     with pytest.raises(DataError, match="too short"):
-        passkey_batch(1, 40, g=_generator(0))
+        passkey_batch(1, 40, g=make_generator(0))
 
 
 def test_block_task_answers_copy_the_offset_token():
-    out = block_batch(4, 100, block_len=8, offset=3, g=_generator(2))
+    out = block_batch(4, 100, block_len=8, offset=3, g=make_generator(2))
     toks, ans = out["tokens"], out["answer_positions"]
     assert ans[0].tolist() == [15, 23, 31, 39, 47, 55, 63, 71, 79, 87, 95]
     for row, pos in zip(toks, ans):
@@ -178,9 +180,9 @@ def test_runs_without_text_are_evaluated_on_their_generated_source():
 
 
 def test_copy_rows_repeat_a_random_period_that_varies_by_row():
-    from pedsl.data import COPY_ALPHABET, copy_batch
+    from pedsl.synthetic import COPY_ALPHABET, copy_batch
 
-    t = copy_batch(200, 129, g=_generator(4))
+    t = copy_batch(200, 129, g=make_generator(4))
     assert t.shape == (200, 129) and t.dtype == torch.long
     assert bool(torch.isin(t, COPY_ALPHABET).all())
     periods = []
@@ -188,6 +190,6 @@ def test_copy_rows_repeat_a_random_period_that_varies_by_row():
         s = next(s for s in range(1, 130) if all(row[i] == row[i - s] for i in range(s, 129)))
         periods.append(s)
     assert 3 <= min(periods) and max(periods) <= 16 and len(set(periods)) == 14
-    wide = copy_batch(50, 129, min_period=10, max_period=64, g=_generator(5))
+    wide = copy_batch(50, 129, min_period=10, max_period=64, g=make_generator(5))
     assert all(any(r[i] != r[i - 9] for i in range(9, 129)) for r in wide.tolist())  # no period below 10
-    assert torch.equal(t, copy_batch(200, 129, g=_generator(4)))
+    assert torch.equal(t, copy_batch(200, 129, g=make_generator(4)))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pedsl.errors import CheckError
-from pedsl.lang import resolve
+from pedsl.lang import imports
 from pedsl.lang.api import load
 
 SECRET = "SECRET_TOKEN=hunter2"
@@ -90,10 +90,10 @@ def test_import_outside_the_folder_tree_needs_an_explicit_root(tree, monkeypatch
     assert code == 0, out
     code, out = cli("check", str(f))  # the option does not outlive its command
     assert code == 1 and "outside the folders" in out
-    assert resolve.EXTRA_IMPORT_ROOTS == []
+    assert imports.EXTRA_IMPORT_ROOTS == []
     monkeypatch.setenv("PEDSL_IMPORT_PATH", str(tree / "lib"))
     assert load(f).name == "child"
-    with resolve.allow_import_roots(tree):
+    with imports.allow_import_roots(tree):
         monkeypatch.delenv("PEDSL_IMPORT_PATH")
         assert load(f).name == "child"
     assert _error(f).code == "E209"

@@ -145,9 +145,9 @@ def _chain(k: int, body: str, reverse: bool = False) -> str:
 def test_doubling_lets_are_refused_quickly():
     import time
 
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a guard against blow-ups, robust to a loaded machine
     diags = check(_chain(40, "{p} + {p}"))
-    assert time.perf_counter() - t0 < 2.0
+    assert time.process_time() - t0 < 2.0
     assert [(d.code, d.line) for d in diags] == [("E217", 14)]  # a12 (8,191 nodes) is the first over 5,000
     assert "expands to" in diags[0].message
 
@@ -168,9 +168,9 @@ def test_long_extends_chains_are_cut_and_fast():
     import time
 
     text = "scheme s0 { qk: none }\n" + "".join(f"scheme s{i} extends s{i - 1} {{ qk: none }}\n" for i in range(1, 300))
-    t0 = time.perf_counter()
+    t0 = time.process_time()  # CPU time: a guard against blow-ups, robust to a loaded machine
     diags = check(text)
-    assert time.perf_counter() - t0 < 3.0
+    assert time.process_time() - t0 < 3.0
     assert diags[0].code == "E207" and diags[0].line == 65 and "longer than 64" in diags[0].message
     assert check(text.split("scheme s64")[0]) == []  # 64 schemes in a chain are fine
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from lang_helpers import SCHEMES, TEXTS, token_mutant
 from pedsl.errors import PedslError
 from pedsl.lang.parser import decode
-from pedsl.lang.resolve import Loader, check_all, resolve
+from pedsl.lang.imports import Loader
+from pedsl.lang.resolve import check_all, resolve
 
 N = int(os.environ.get("PEDSL_FUZZ_EXAMPLES", "150"))  # raise it for a longer hunt
 SETTINGS = settings(max_examples=N, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,5 +1,5 @@
-"""Static values of grids and slopes (pedsl.lang.evaluate) against values worked out by hand
-from the papers' formulas (SEMANTICS 2a, 3), in float64."""
+"""Static values of grids and slopes (pedsl.lang.grids, folded by pedsl.lang.evaluate) against values worked out by hand
+from the papers' formulas (docs/semantics.md §2a, 3), in float64."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import math
 
 import pytest
 
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, Vec, alibi_slopes, evaluate
+from pedsl.formulas import alibi_slopes
+from pedsl.lang.evaluate import evaluate
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 from pedsl.lang.parser import parse_module
 
 

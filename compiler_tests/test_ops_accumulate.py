@@ -1,4 +1,4 @@
-"""Accumulated SO(2) transports vs the naive ordered-product definition (SEMANTICS 2b, 5.1, 5.2)."""
+"""Accumulated SO(2) transports vs the naive ordered-product definition (docs/semantics.md §2b, 5.1, 5.2)."""
 
 import math
 

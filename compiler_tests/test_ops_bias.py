@@ -1,4 +1,4 @@
-"""Biased causal attention (ALiBi, forget gates, temperature) vs the naive oracle (SEMANTICS 3, 5.4, 5.6, 5.7)."""
+"""Biased causal attention (ALiBi, forget gates, temperature) vs the naive oracle (docs/semantics.md §3, 5.4, 5.6, 5.7)."""
 
 import pytest
 import torch

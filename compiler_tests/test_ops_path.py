@@ -2,7 +2,7 @@
 
 References: explicit Householder products (loops), the materialized L x L transported keys,
 plain causal softmax attention (beta = 0), and absolute transforms A_t = M_t ... M_1 when every
-step is an orthogonal reflection (beta = 2; SEMANTICS 5.1).
+step is an orthogonal reflection (beta = 2; docs/semantics.md §5.1).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pedsl.errors import CheckpointError, OutputError
-from pedsl.train import rundir
+from pedsl.train import rundir, runlock, schemefiles
 from pedsl.train.loop import train
 from test_train_loop import helper, read_metrics, small_cfg
 
@@ -33,7 +33,7 @@ def _spawn(cfg, run: Path, *extra: str) -> subprocess.Popen:
 
 def _owner(run: Path) -> dict | None:
     try:
-        text = (run / rundir.LOCK_NAME).read_text()
+        text = (run / runlock.LOCK_NAME).read_text()
         return json.loads(text) if text.strip() else None
     except (OSError, ValueError):
         return None
@@ -69,7 +69,7 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capfd):
     dead.wait()
     run = tmp_path / "run"
     run.mkdir()
-    (run / rundir.LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "since": "x"}))
+    (run / runlock.LOCK_NAME).write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(), "since": "x"}))
     train(small_cfg(steps=5, checkpoint_every=5), run, attention=helper.spec(), quiet=False)
     assert f"took over the lock of a run that ended without releasing it (pid {dead.pid}" in capfd.readouterr().err
     assert (run / "DONE.json").is_file()
@@ -78,15 +78,15 @@ def test_a_lock_left_by_a_dead_process_is_taken_over(tmp_path, capfd):
 def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
-    with rundir.RunLock(run):
+    with runlock.RunLock(run):
         with pytest.raises(OutputError, match=f"in use by another pedsl process \\(pid {os.getpid()}"):
-            rundir.RunLock(run).acquire()
-    with rundir.RunLock(run):  # released, so free again
+            runlock.RunLock(run).acquire()
+    with runlock.RunLock(run):  # released, so free again
         pass
-    (run / rundir.LOCK_NAME).unlink()
-    os.mkfifo(run / rundir.LOCK_NAME)  # a planted FIFO: refused, never blocks
+    (run / runlock.LOCK_NAME).unlink()
+    os.mkfifo(run / runlock.LOCK_NAME)  # a planted FIFO: refused, never blocks
     with pytest.raises(OutputError, match="is not a regular file"):
-        rundir.RunLock(run).acquire()
+        runlock.RunLock(run).acquire()
 
 
 def test_a_folder_that_is_not_a_run_is_never_written(tmp_path):
@@ -181,21 +181,21 @@ def test_scheme_files_cover_the_import_closure_and_the_copy_resolves_alone(tmp_p
     from pedsl.lang.api import load
 
     proj = _project(tmp_path)
-    files = rundir.scheme_files(load(proj / "child.pe"))
+    files = schemefiles.scheme_files(load(proj / "child.pe"))
     rope = (ROOT / "schemes" / "rope.pe").read_bytes()
     # the library file imported by name from sub/base.pe sits next to it in the copy
     assert files.main == "child.pe" and set(files.files) == {"child.pe", "sub/base.pe", "sub/rope.pe"}
     assert files.files["sub/rope.pe"] == rope
-    assert files.digest == rundir.closure_digest(files.files) != rundir.closure_digest({"child.pe": b""})
+    assert files.digest == schemefiles.closure_digest(files.files) != schemefiles.closure_digest({"child.pe": b""})
     run = tmp_path / "run"
     run.mkdir()
     rundir.write_scheme(run, files, (proj / "child.pe").read_text())
-    again = rundir.scheme_files(load(run / "scheme" / "child.pe"))
+    again = schemefiles.scheme_files(load(run / "scheme" / "child.pe"))
     assert again.files == files.files and again.digest == files.digest  # independent of where it lies
     # a single file hashes to the sha256 of its bytes (what Scheme.source_hash was)
     import hashlib
 
-    single = rundir.scheme_files(load(ROOT / "schemes" / "rope.pe"))
+    single = schemefiles.scheme_files(load(ROOT / "schemes" / "rope.pe"))
     assert single.digest == hashlib.sha256(rope).hexdigest() == load(ROOT / "schemes" / "rope.pe").source_hash
 
 
@@ -203,11 +203,11 @@ def test_the_hash_changes_with_any_imported_file(tmp_path):
     from pedsl.lang.api import load
 
     proj = _project(tmp_path)
-    before = rundir.scheme_files(load(proj / "child.pe"))
+    before = schemefiles.scheme_files(load(proj / "child.pe"))
     (proj / "sub" / "base.pe").write_text((proj / "sub" / "base.pe").read_text().replace("10000.0", "500.0"))
-    after = rundir.scheme_files(load(proj / "child.pe"))
+    after = schemefiles.scheme_files(load(proj / "child.pe"))
     assert after.digest != before.digest
-    assert rundir.describe_change(before.manifest(), after) == "changed: sub/base.pe"
+    assert schemefiles.describe_change(before.manifest(), after) == "changed: sub/base.pe"
 
 
 TINY = ["--context", "32", "--batch-size", "8", "--threads", "1", "--set", "n_layers=1", "--set", "d_model=32",

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from pedsl.data import lag_batch, make_generator, topic_batch
+from pedsl.data import make_generator
+from pedsl.synthetic import lag_batch, topic_batch
 from pedsl.evaluate import study_frequency as sf
 
 
@@ -77,6 +78,16 @@ def test_topic_task_blocks_share_four_letters():
             assert 2 <= len(set(row[b:b + 16].tolist())) <= 4
     # neighbouring blocks draw their sets independently: they rarely coincide
     assert sum(set(r[:16].tolist()) == set(r[16:32].tolist()) for r in t) <= 1
+
+
+@pytest.mark.parametrize("args", [["rope"], ["--data", "stdlib"], ["--seed", "3"], ["--set", "task=nope"]])
+def test_cli_refuses_what_the_study_does_not_use(args, tmp_path, capsys):
+    from pedsl.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--study", "frequency", "--out", str(tmp_path), "-q", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code in (1, 2) and "Traceback" not in err and "error" in err
 
 
 @pytest.mark.slow

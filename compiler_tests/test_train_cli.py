@@ -107,7 +107,7 @@ def test_tiny_run_on_a_real_scheme(tmp_path, scheme):
     from pedsl.config import TrainConfig
     from pedsl.lang.api import load
 
-    from pedsl.train.rundir import scheme_files
+    from pedsl.train.schemefiles import scheme_files
 
     # the hash covers the resolved scheme: the file and its imports (alibi imports nope.pe)
     files = scheme_files(load(str(SCHEMES / f"{scheme}.pe")))

@@ -14,7 +14,7 @@ import math
 
 from pedsl.diffing.facts import (GroupFacts, SchemeFacts, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num, scheme_facts)
-from pedsl.lang.evaluate import channel_ranges
+from pedsl.lang.channels import channel_ranges
 from pedsl.lang.scheme import Scheme
 
 PATH_BLOCK = 64  # the blockwise PaTH kernel's block size C (pedsl.ops.path.path_attention)

@@ -1,6 +1,6 @@
 """Closed forms shared by the language's constant folding and the torch kernels, in pure Python.
 
-A leaf module (no torch, no language): :mod:`pedsl.lang.evaluate` folds ``slopes(heads)`` with it
+A leaf module (no torch, no language): :mod:`pedsl.lang.grids` folds ``slopes(heads)`` with it
 and :mod:`pedsl.ops.alibi` builds its tensors from it, so neither layer imports the other.
 """
 

@@ -48,7 +48,7 @@ def others_running(samples: int = 5, interval: float = 0.02) -> int | None:
 
 
 def setup_torch(threads: int = 0, *, processes: int = 1, flush_denormal: bool = True) -> int:
-    """Flush denormals (SEMANTICS 6: peaked softmax rows go denormal on CPU) and set the thread
+    """Flush denormals (docs/semantics.md §6: peaked softmax rows go denormal on CPU) and set the thread
     count (0: :func:`auto_threads`); returns the count torch now uses."""
     import torch
 

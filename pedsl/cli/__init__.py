@@ -80,15 +80,23 @@ def _module_exists(mod: str) -> bool:
                    "By default a scheme imports only from its own folder tree and the scheme library.")
 def cli(import_roots: tuple[str, ...]) -> None:
     """pedsl: declare a positional-encoding scheme, compile it, train and compare."""
-    loaded = sys.modules.get("pedsl.lang.resolve")
+    loaded = sys.modules.get("pedsl.lang.imports")
     if import_roots or (loaded is not None and loaded.EXTRA_IMPORT_ROOTS):  # each command sets its own
-        from pedsl.lang import resolve
+        from pedsl.lang import imports
 
-        resolve.EXTRA_IMPORT_ROOTS[:] = [Path(d) for d in import_roots]
+        imports.EXTRA_IMPORT_ROOTS[:] = [Path(d) for d in import_roots]
 
 
 def report(err: PedslError) -> None:
     click.echo(err.render(), err=True)
+
+
+def _out_of_memory(err: BaseException) -> bool:
+    """A failed allocation: Python's or numpy's MemoryError, or torch's allocator error (CPU or CUDA)."""
+    if isinstance(err, MemoryError):
+        return True
+    text = str(err)
+    return isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,6 +130,11 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as err:  # a bug in pedsl: one paragraph, no traceback
         if os.environ.get("PEDSL_DEBUG"):
             raise
+        if _out_of_memory(err):  # sizes within the caps that this machine still cannot hold
+            report(PedslError(f"out of memory: {str(err)[:300]}", code="E970",
+                              hint="the sizes asked for (model, batch, context, --samples, --windows, lengths) "
+                                   "are within pedsl's caps but too large for this machine's memory: lower them"))
+            sys.exit(1)
         click.echo(
             f"pedsl: internal error: {type(err).__name__}: {err}. This is a bug in pedsl, "
             "not in your input; rerun with PEDSL_DEBUG=1 to see the traceback and report it.",

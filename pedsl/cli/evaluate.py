@@ -1,6 +1,6 @@
 """``pedsl eval``, ``pedsl analyze`` and ``pedsl compare`` (see :mod:`pedsl.evaluate`).
 
-All three set ``torch.set_flush_denormal(True)`` (SEMANTICS 6: the application owns it), run
+All three set ``torch.set_flush_denormal(True)`` (docs/semantics.md §6: the application owns it), run
 under ``torch.no_grad`` and use the run's compiled backend. Errors (a missing or corrupt run
 directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
 """
@@ -181,7 +181,9 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     if study == "frequency":
         from pedsl.evaluate.study_frequency import run_study_cli
 
-        return run_study_cli(click.echo, schemes, out, steps=steps, quick=quick, sets=_sets(sets),
+        unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
+                  "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
+        return run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
                              command=_command_line(click.get_current_context()), say=say)
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
         from pedsl.evaluate.compare_seeds import run_seeded

@@ -53,10 +53,11 @@ def _with_file(diags: Iterable[Diagnostic], file: str) -> list[Diagnostic]:
 def _diagnostics_of(path: str, params: dict[str, str], loader=None) -> list[Diagnostic]:
     """Every diagnostic for one file; errors that stop checking early are diagnostics too.
 
-    ``loader`` (a :class:`pedsl.lang.resolve.Loader`) is shared across the files of one run,
+    ``loader`` (a :class:`pedsl.lang.imports.Loader`) is shared across the files of one run,
     so a file imported by several others is parsed once.
     """
-    from pedsl.lang.resolve import Loader, check_all, load_source
+    from pedsl.lang.imports import Loader, load_source
+    from pedsl.lang.resolve import check_all
 
     try:
         if path == "-":  # standard input: imports resolve from the current directory
@@ -98,7 +99,7 @@ def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str
     Exit code 0 when every file is valid, 1 when a file has an error (or a
     warning with --strict).
     """
-    from pedsl.lang.resolve import Loader
+    from pedsl.lang.imports import Loader
 
     overrides = parse_params(params)
     loader = Loader()

@@ -6,7 +6,7 @@ import json
 import math
 from typing import Any
 
-from pedsl.lang.evaluate import channel_ranges
+from pedsl.lang.channels import channel_ranges
 
 
 def _scalar(v: Any) -> str:

@@ -100,6 +100,13 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
             scheme_path = src.parent / scheme_path  # relative to the YAML's folder (as `pedsl compile` writes it)
         else:
             scheme_path = scheme_file(base.scheme)  # as given (from the current folder), or a library name
+        if scheme_path.suffix != ".pe" or scheme_path.resolve().suffix != ".pe":  # never quote another file
+            from pedsl.errors import ConfigError
+
+            target = scheme_path.resolve().name
+            link = f" (a link to '{target}')" if target != scheme_path.name else ""
+            raise ConfigError(f"'scheme: {base.scheme}'{link} is not a .pe file", file=str(src),
+                              hint="a training config names a .pe scheme file or a library scheme")
         merged_params = {**base.params, **cli_params}
         scheme = load_scheme(scheme_path, merged_params)
         block = base.model_dump(mode="json")

@@ -1,6 +1,6 @@
 """Lower a resolved scheme to its dataflow graph (a networkx DAG).
 
-Nodes are the stages of SEMANTICS section 1 - inputs (q, k, v, positions, x,
+Nodes are the stages of docs/semantics.md §1 - inputs (q, k, v, positions, x,
 tokens), frequency tables, phases, step sources, per-group transforms, biases,
 temperature, scores, softmax, value transport, output - each with a ``op``
 attribute and the expression it computes. The passes in

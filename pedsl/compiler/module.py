@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from pedsl.compiler.evaluator import Context, Evaluator, Learned
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
-from pedsl.compiler.shapes import per_head as _per_head
+from pedsl.compiler.shapes import angle_dtype as _angle_dtype, per_head as _per_head
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -403,8 +403,3 @@ class SchemeAttention(nn.Module):
         freqs = rotary_frequencies(self.scheme)
         return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)
                 for g, f in freqs.items()]
-
-
-def _angle_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Rotation angles (|A| < 2 pi) stay in float32 for half-precision inputs (bfloat16 keeps ~0.03 rad)."""
-    return torch.float32 if dtype in HALF else dtype

@@ -1,7 +1,7 @@
 """Graph passes: small pure functions ``(graph, options) -> graph``, run in the order of :data:`PASSES`.
 
-Each pass copies the graph, rewrites what its identity allows (SEMANTICS
-section 5) and records why in the node's ``note``, so ``pedsl graph`` shows
+Each pass copies the graph, rewrites what its identity allows (docs/semantics.md
+§5) and records why in the node's ``note``, so ``pedsl graph`` shows
 what the compiler decided.
 """
 
@@ -195,7 +195,7 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
         "masked": "scaled_dot_product_attention with a materialised (H, L, L) bias",
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
-        "reference": "naive float64 interpreter of SEMANTICS section 1 (explicit transports per (i, j))",
+        "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
     }[backend]
     return g
 

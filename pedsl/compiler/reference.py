@@ -1,4 +1,4 @@
-"""The reference backend: SEMANTICS section 1 interpreted naively, in float64.
+"""The reference backend: docs/semantics.md §1 interpreted naively, in float64.
 
 Explicit transport matrices T(j->i) for every (i, j) - rotations from the phase
 tables, ordered products of step matrices for accumulated transports - an
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pedsl.compiler.shapes import as_bhl, as_bhlp, as_table
+from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table
 from pedsl.ops import reference as ref
 
 F64 = torch.float64
@@ -113,8 +113,6 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     ``j+1..i``; a gate bias is the explicit sum of the log-gates of tokens ``j+1..i``; a distance
     bias is read at ``positions[i] - positions[j]``; a query with no visible key gives zeros.
     """
-    from pedsl.compiler.module import _as_bhl, _as_bhlp, _as_hd, _per_head
-
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
     dev = q.device
@@ -136,10 +134,10 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         ch = list(t["channels"])
         P = len(ch) // 2
         if t["op"] == "rotate":
-            ph = _as_bhlp(mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx(t), t["phase"]), L, P).to(F64)
+            ph = as_bhlp(mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx(t), t["phase"]), L, P).to(F64)
             tr = _scaled(ref.rotation_transport(ph, mod.layout, ch, D), t, ch, D)
         elif t["op"] == "accumulate_so2":
-            a = _as_bhlp(mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx(t), t["steps"]), L, P).to(F64)
+            a = as_bhlp(mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx(t), t["steps"]), L, P).to(F64)
             a = a * stepv[:, None, :, None]
             tr = ref.accumulated_transport(ref.so2_step_matrices(a, mod.layout, ch, D))
         else:
@@ -147,7 +145,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
             wv = wv.to(F64).expand(B, Hq, L, len(ch))
             full = torch.zeros(B, Hq, L, D, dtype=F64, device=dev)
             full[..., ch] = wv
-            bt = _as_bhl(mod.evaluator.run(g.nodes[t["beta"]]["expr"], ctx(t), t["beta"]), L, Hq).to(F64)
+            bt = as_bhl(mod.evaluator.run(g.nodes[t["beta"]]["expr"], ctx(t), t["beta"]), L, Hq).to(F64)
             bt = bt * stepv[:, None, :]
             eye = torch.eye(D, dtype=F64, device=dev)
             tr = ref.accumulated_transport(eye - bt[..., None, None] * full[..., :, None] * full[..., None, :])
@@ -162,13 +160,13 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
             if b["op"] == "distance_bias":
                 top = int((positions.max() - positions.min()).clamp(min=0)) + 1
                 term = mod.evaluator.run(b["expr"], mod._ctx(top, device=dev), b["node"])
-                tab = _as_hd(term, top, Hq).to(F64)  # (H, distance)
+                tab = as_hd(term, top, Hq).to(F64)  # (H, distance)
                 for i in range(L):
                     for j in range(i + 1):
                         d = (positions[:, i] - positions[:, j]).clamp(min=0)  # (B,)
                         bias[:, :, i, j] += tab[:, d].T
             else:
-                lg = _as_bhl(mod.evaluator.run(b["expr"], ctx(), b["node"]), L, Hq).to(F64)
+                lg = as_bhl(mod.evaluator.run(b["expr"], ctx(), b["node"]), L, Hq).to(F64)
                 lg = (lg * stepv[:, None, :]).expand(B, Hq, L)
                 for i in range(L):
                     for j in range(i):

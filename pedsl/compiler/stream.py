@@ -27,7 +27,11 @@ of ``module.py``). What a call means:
   accumulated SO(2): rotated by their cumulative angles; PaTH: moved through every later
   Householder step), the values (rotated when values are transported), the bias coordinates
   (ALiBi ``slope * position``, forget gates ``G_j = sum log f``, float64) and the running state
-  (cumulative angles, gate sums, the last tokens' inputs for short convolutions).
+  (cumulative angles, gate sums, the last tokens' inputs for short convolutions). Prefill plus
+  decoding equals one full forward, with one documented exception: a table that depends on the
+  run-time length n (dynamic NTK; n = the largest position of the call + 1) rotates each key with
+  the table in force when it was cached, as Hugging Face does, so past the original length a
+  decoded sequence differs from one full forward of it (tested in test_compiler_stream.py).
 
 Biases are differences of per-token float64 coordinates ``b(i, j) = c_i - c_j`` (the ALiBi and
 forget-gate forms), formed per block of queries in float64 and only then cast to the compute dtype,
@@ -43,7 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pedsl.compiler.module import _angle_dtype
+from pedsl.compiler.shapes import angle_dtype as _angle_dtype, as_bhl as _as_bhl, as_bhlp as _as_bhlp
+from pedsl.compiler.shapes import as_hd as _as_hd, per_head as _per_head
 from pedsl.errors import ShapeError
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
@@ -80,6 +85,8 @@ class AttentionCache:
         self.last_doc: Tensor | None = None  # (B,) its document
         self.raw: dict[str, Tensor | None] | None = None  # reference backend: every input so far
         self._doc_view = None  # the document ids layout() gave a continuing decoding call
+        self.path_pending: Tensor | None = None  # PaTH: product of the steps since the last flush, (B*H, D, D)
+        self.path_flushed: int | None = None  # PaTH: keys before this index wait for path_pending (None: none)
         self.one_doc = True  # every cached token of a row is in the row's current document
         self.all_valid = True  # no cached token is padding
 
@@ -272,9 +279,7 @@ def _last(t: Tensor, L: int, dim: int = -2) -> Tensor:
 
 def token_values(mod, win: Window, lay: Layout, dtype, cache):
     """Per-token quantities of the L new tokens: rotations per transform, bias coordinates, Householder
-    inputs, and the state to carry. Returns (rots, coord, hh, state)."""
-    from pedsl.compiler.module import _as_bhl, _as_bhlp, _per_head
-
+    inputs, and the state to carry. Returns (rots, coord, tables, hh, state)."""
     L = win.L
     B = lay.positions.shape[0]
     valid = lay.valid
@@ -286,7 +291,7 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
         if t["op"] == "rotate" and not mod._nodes[t["phase"]].get("dynamic") and lay.n <= TABLE_MAX:
             # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions
             cos, sin = mod.rope_tables(t, lay.n, win.device, _angle_dtype(dtype))  # rotate's scale included
-            pos = lay.positions.clamp(min=0)
+            pos = lay.positions.clamp(0, cos.shape[0] - 1)  # (padding may sit at any position)
             rots.append((t, (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1))))  # (B, 1, L, P)
         elif t["op"] == "rotate":
             ph = mod.evaluator.run(mod._nodes[t["phase"]]["expr"], ctx, t["phase"])
@@ -427,11 +432,16 @@ def _commit(cache: AttentionCache, lay: Layout, state, win: Window, mod) -> None
 
 
 def _append_tokens(cache, lay: Layout, k, v, coord):
-    """Append this call's keys, values and token layout; return everything cached (incl. them)."""
-    Lc = cache.length
+    """Append this call's keys, values and token layout."""
     if cache.heads_kv is None:
         cache.heads_kv = k.shape[1]
-    cache.put("k", k.detach(), Lc)
+    cache.put("k", k.detach(), cache.length)
+    _append_layout(cache, lay, v, coord)
+
+
+def _append_layout(cache, lay: Layout, v, coord) -> None:
+    """Append this call's values, token layout and bias coordinates after the cached tokens."""
+    Lc = cache.length
     cache.put("v", v.detach(), Lc)
     cache.put("pos", lay.positions, Lc)
     cache.put("doc", lay.docs, Lc)
@@ -503,8 +513,6 @@ def _bias_rows(mod, tables, coord_q, kcoord, qpos, kpos, dtype):
     if kcoord is not None:
         bias = coord_q.unsqueeze(-1) - kcoord.unsqueeze(-2)
     if tables:
-        from pedsl.compiler.module import _as_hd
-
         dist = (qpos[:, :, None] - kpos[:, None, :]).clamp(min=0)  # (B, rows, Lk)
         top = int(dist.max()) + 1 if dist.numel() else 1
         for b in tables:
@@ -585,8 +593,9 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
         o = path_attention(q, k, v, w, beta, lf)
         if lay.padded:
             o = o * lay.valid[:, None, :, None].to(o.dtype)
-        if cache is not None:
-            _keys(cache, lay, path_transported_keys(k, w, beta), v, coord, 0)
+        if cache is not None:  # half-precision calls keep PaTH's cache in float32 (steps accumulate there)
+            cdt = _angle_dtype(k.dtype)
+            _keys(cache, lay, path_transported_keys(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
         return o
     # the decode rule
     if cache is not None and (cache.batch_size != B or (cache.heads_kv is not None and cache.heads_kv != H)):
@@ -598,8 +607,11 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
     val_c = _cached(cache, "valid", Lc) if Lc else lay.valid[:, :0]
     co_c = (_cached(cache, "coord", Lc) if Lc else coord[..., :0]) if coord is not None else None
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, w, beta))
-    if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == k.dtype):
-        return _path_decode_inplace(q, k, v, w, beta, coord, lay, cache, Lq)
+    if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == _angle_dtype(k.dtype)):
+        cdt = _angle_dtype(k.dtype)  # half precision: the cache and the pending product in float32
+        return _path_decode_inplace(*(t.to(cdt) for t in (q, k, v, w, beta)), coord, lay, cache, Lq).to(q.dtype)
+    if cache is not None and cache.path_pending is not None:
+        _path_flush(cache, cache.path_flushed, cache.path_pending)
     if grad or Kt.dtype != k.dtype:
         Kt = Kt.to(k.dtype).clone()
     kpos = torch.cat([pos_c, lay.positions], 1)
@@ -628,68 +640,86 @@ def _path(mod, q, k, v, hh, coord, lay: Layout, cache, Lq):
         outs.append(_attend(q[:, :, r: r + 1], Kt, Vall[:, :, :n], mask, bias))
     if cache is not None:
         cache.heads_kv = H
-        cache.put("k", Kt.detach(), 0)
-        cache.put("v", v.detach(), Lc)
-        cache.put("pos", lay.positions, Lc)
-        cache.put("doc", lay.docs, Lc)
-        cache.put("valid", lay.valid, Lc)
-        if coord is not None:
-            cache.put("coord", coord.detach(), Lc)
+        cache.put("k", Kt.detach(), 0)  # every key moved to the newest token
+        _append_layout(cache, lay, v, coord)
     return torch.cat(outs, dim=2)
 
 
+PATH_FLUSH = 32  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
+
+
+def _path_flush(cache, nf: int, P) -> None:
+    """Apply the pending product ``P`` of PaTH steps to the first ``nf`` keys (those cached before the
+    last flush): ``K <- K P^T``. Afterwards every cached key is transported to the newest token."""
+    if P is not None and nf:
+        Kf = _cached(cache, "k", nf).flatten(0, 1)
+        Kf.copy_(torch.bmm(Kf, P.transpose(1, 2)))
+    cache.path_pending, cache.path_flushed = None, None
+
+
 def _path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache, Lq):
-    """The decode rule without autograd, on the cache's own buffers: per new token, one pass
-    ``[Kt w, Kt q]`` over the cached keys gives the step's projections and the query's scores
-    (``q . H_t Kt_j = q . Kt_j - beta (Kt_j . w)(w . q)``), a second pass applies the step in place
-    (``Kt <- Kt - beta (Kt w) w^T``), then the softmax reads the values: four passes over the
-    cache per token and head against SDPA's two."""
+    """The decode rule without autograd, on the cache's own buffers, with the steps applied lazily.
+
+    The keys cached before the last flush are stored as transported to the flush point f; the
+    steps since then are kept as one D x D product ``P = H_t ... H_(f+1)`` per head (D^2 per token),
+    so a query scores them through ``P^T q`` (``q . P K_j = (P^T q) . K_j``: one pass over the cache,
+    as SDPA); the few keys cached since the flush are moved eagerly, and every ``PATH_FLUSH`` tokens
+    ``K <- K P^T`` brings all keys up to date (two passes, amortised). Per token and head about
+    2 + 3 / PATH_FLUSH passes over the cache against SDPA's two."""
     B, H, L, D = k.shape
+    Z = B * H
     Lc = cache.length
     cache.heads_kv = H
-    cache.put("v", v, Lc)
-    cache.put("pos", lay.positions, Lc)
-    cache.put("doc", lay.docs, Lc)
-    cache.put("valid", lay.valid, Lc)
-    if coord is not None:
-        cache.put("coord", coord, Lc)
+    _append_layout(cache, lay, v, coord)
     total = Lc + L
     kpos, kdoc, kvalid = (_cached(cache, n, total) for n in ("pos", "doc", "valid"))
     kco = _cached(cache, "coord", total) if coord is not None else None
     multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     scale = D ** -0.5
+    nf = Lc if cache.path_flushed is None else cache.path_flushed
+    P = cache.path_pending
     outs = []
     for t in range(L):
         n = Lc + t  # keys before token t
-        wt, bt = w[:, :, t].reshape(B * H, D, 1), beta[:, :, t].reshape(B * H, 1, 1)
-        r = t - (L - Lq)
-        qt = q[:, :, r].reshape(B * H, D, 1) if r >= 0 else None
+        wt, bt = w[:, :, t].reshape(Z, D, 1), beta[:, :, t].reshape(Z, 1, 1)
         if n:
-            Kf = _cached(cache, "k", n).flatten(0, 1)  # (B*H, n, D) view of the buffer
-            M = torch.bmm(Kf, wt if qt is None else torch.cat([wt, qt], -1))  # (B*H, n, 1|2)
-            pw = M[..., :1] * bt  # beta (Kt_j . w)
-            if qt is not None:
-                sc = M[..., 1:] - pw * (wt * qt).sum(1, keepdim=True)  # q . H_t Kt_j
-            Kf.baddbmm_(pw, wt.transpose(1, 2), alpha=-1.0)  # Kt <- H_t Kt
+            # the pending product P <- H_t P (D x D per head), the recent keys moved eagerly
+            if P is None:
+                P = torch.eye(D, dtype=k.dtype, device=k.device).expand(Z, D, D) - bt * wt @ wt.transpose(1, 2)
+            else:
+                P = P - (bt * wt) @ (wt.transpose(1, 2) @ P)
+            if n > nf:
+                R = _cached(cache, "k", n).narrow(2, nf, n - nf).flatten(0, 1)  # (Z, n - nf, D)
+                R.baddbmm_(torch.bmm(R, wt) * bt, wt.transpose(1, 2), alpha=-1.0)
         cache.put("k", k[:, :, t: t + 1], n)
-        if qt is None:
-            continue
-        s_new = torch.bmm(k[:, :, t].reshape(B * H, 1, D), qt)  # (B*H, 1, 1)
-        s = (torch.cat([sc, s_new], 1) if n else s_new).view(B, H, 1, n + 1) * scale
-        if kco is not None:
-            s = s + (kco[..., n: n + 1].unsqueeze(-1) - kco[..., : n + 1].unsqueeze(-2)).to(s.dtype)
-        mask = _allowed(lay, Lc, L, r, r + 1, Lq, kpos, kdoc, kvalid, multi_doc)
-        ok = None
-        if mask is not None:
-            mask = mask[..., : n + 1]
-            s = s.masked_fill(~mask, float("-inf"))
-            ok = mask.any(-1, keepdim=True)
-            s = s.masked_fill(~ok, 0.0)
-        p = torch.softmax(s, dim=-1)
-        if ok is not None:
-            p = p * ok
-        o = torch.bmm(p.reshape(B * H, 1, n + 1), _cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
-        outs.append(o.view(B, H, 1, D))
+        r = t - (L - Lq)
+        if r >= 0:
+            qt = q[:, :, r].reshape(Z, D, 1)
+            Kall = _cached(cache, "k", n + 1).flatten(0, 1)  # (Z, n + 1, D)
+            if nf and P is not None:
+                s = torch.cat([torch.bmm(Kall[:, :nf], torch.bmm(P.transpose(1, 2), qt)),
+                               torch.bmm(Kall[:, nf:], qt)], 1)
+            else:
+                s = torch.bmm(Kall, qt)
+            s = s.view(B, H, 1, n + 1) * scale
+            if kco is not None:
+                s = s + (kco[..., n: n + 1].unsqueeze(-1) - kco[..., : n + 1].unsqueeze(-2)).to(s.dtype)
+            mask = _allowed(lay, Lc, L, r, r + 1, Lq, kpos, kdoc, kvalid, multi_doc)
+            ok = None
+            if mask is not None:
+                mask = mask[..., : n + 1]
+                s = s.masked_fill(~mask, float("-inf"))
+                ok = mask.any(-1, keepdim=True)
+                s = s.masked_fill(~ok, 0.0)
+            p = torch.softmax(s, dim=-1)
+            if ok is not None:
+                p = p * ok
+            o = torch.bmm(p.reshape(Z, 1, n + 1), _cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
+            outs.append(o.view(B, H, 1, D))
+        if n + 1 - nf >= PATH_FLUSH:
+            _path_flush(cache, nf, P)
+            nf, P = n + 1, None
+    cache.path_pending, cache.path_flushed = P, nf
     return torch.cat(outs, dim=2)
 
 

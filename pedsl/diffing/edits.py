@@ -34,7 +34,7 @@ from typing import Any, Union
 
 from pedsl.diffing.match import (bias_expr, bias_source, match_groups, match_params, pair_up, rename,
                                  rename_text, transport_fields, transport_source)
-from pedsl.lang.evaluate import channel_ranges as ranges
+from pedsl.lang.channels import channel_ranges as ranges
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 

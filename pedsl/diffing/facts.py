@@ -16,9 +16,10 @@ from typing import Any
 
 from pedsl.errors import PedslError
 from pedsl.lang import ast
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, Vec, evaluate
+from pedsl.lang.evaluate import evaluate
 from pedsl.lang.exprs import names_in, to_source, transform
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 TAU = 2 * math.pi
 
@@ -139,7 +140,7 @@ def _init_value(e: ast.Expr, env: StaticEnv) -> float | None:
 
 
 def temperature_at(s: Scheme, positions: list[int]) -> list[tuple[int, Any]]:
-    """tau(i) at query positions i (log_length(L) = max(1, ln(i + 1) / ln L), SEMANTICS 4)."""
+    """tau(i) at query positions i (log_length(L) = max(1, ln(i + 1) / ln L), docs/semantics.md §4)."""
     if s.temperature is None:
         return [(i, 1.0) for i in positions]
     env = env_of(s)
@@ -245,7 +246,7 @@ def fmt_num(v: float) -> str:
 
 def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = True) -> str:
     """One phrase for what a group's transport does."""
-    from pedsl.lang.evaluate import channel_ranges as ranges
+    from pedsl.lang.channels import channel_ranges as ranges
 
     who = {"qk": "q, k", "qkv": "q, k, v"}.get(g.targets or "", "")
     where_ = (f"all {head_dim} channels" if len(g.channels) == head_dim

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pedsl.lang.evaluate import StaticEnv
+from pedsl.lang.values import StaticEnv
 from pedsl.lang.scheme import Scheme
 
 LMAX = 256
@@ -67,7 +67,8 @@ def _group_freqs(s: Scheme, t, L: int, static: dict) -> tuple[float, ...] | None
 def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
     """b(d) per head of one static distance bias, (H, lmax + 1) float64; None if it is not static."""
     from pedsl.lang import ast
-    from pedsl.lang.evaluate import EvalIssue, Vec, evaluate
+    from pedsl.lang.evaluate import evaluate
+    from pedsl.lang.values import EvalIssue, Vec
     from pedsl.lang.exprs import transform
 
     env = StaticEnv(values={**s.params, "heads": s.heads, "head_dim": s.head_dim})

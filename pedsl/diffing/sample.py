@@ -34,7 +34,7 @@ import numpy as np
 
 from pedsl.errors import CompileError
 from pedsl.lang.dynamic import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
-from pedsl.lang.evaluate import Vec
+from pedsl.lang.values import Vec
 from pedsl.lang.scheme import Scheme
 
 

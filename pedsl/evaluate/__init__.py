@@ -5,7 +5,7 @@
   :mod:`.retrieval`).
 - :func:`analyze_run` (``pedsl analyze``): far mass, sink mass, score decoherence, frequency
   energy, key/query geometry per layer and head -> RUN/analysis.json (:mod:`.analyze`,
-  :mod:`.instruments`; definitions in SEMANTICS 7 and the instruments docstring).
+  :mod:`.instruments`; definitions in docs/semantics.md §7 and the instruments docstring).
 - :func:`run_compare` (``pedsl compare``): train, evaluate and analyze several schemes with the
   same data, seed and budget, and write DIR/report.md and DIR/report.html with tables and plots
   (:mod:`.compare`, :mod:`.report`, :mod:`.plots`).

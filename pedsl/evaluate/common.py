@@ -3,7 +3,7 @@
 Opening a run compiles its scheme with ``requires_grad=False`` (evaluation never needs a
 backward, and that lets the compiler pick forward-only kernels such as FlexAttention on CPU)
 and the compiled backend of the run (never the float64 reference). The process-wide setting
-``torch.set_flush_denormal(True)`` is the application's choice (SEMANTICS 6):
+``torch.set_flush_denormal(True)`` is the application's choice (docs/semantics.md §6):
 :func:`pedsl.runtime.setup_torch` makes it for ``pedsl eval / analyze / compare`` (and train).
 """
 
@@ -128,9 +128,10 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def read_json(path: str | Path) -> Any | None:
-    """Parsed JSON, or None when the file is missing or unreadable (a half-written study)."""
+    """Parsed JSON, or None when the file is missing or unreadable (a half-written study), or over
+    16 MiB (a planted huge file is never read whole)."""
     try:
-        return json.loads(read_text(path))
+        return json.loads(read_text(path, 16 << 20))
     except (OSError, ValueError):
         return None
 

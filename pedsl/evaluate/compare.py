@@ -93,6 +93,7 @@ def train_or_reuse(name: str, cfg, scheme, run: Path, say: Callable[[str], None]
     from pedsl.config import TrainConfig
     from pedsl.train import checkpoint as ck
     from pedsl.train import rundir, train
+    from pedsl.train.schemefiles import attention_files
     from pedsl.train.attention import from_scheme
 
     if not cfg.threads:  # keep the study's thread count (set once, from the load before anything ran)
@@ -111,7 +112,7 @@ def train_or_reuse(name: str, cfg, scheme, run: Path, say: Callable[[str], None]
     has_ckpt = bool(ck.list_checkpoints(run / "checkpoints"))
     if same and (done or has_ckpt):  # an import that changed since: say which file, never reuse
         try:
-            rundir.verify_scheme(run, rundir.attention_files(attention), what="reuse")
+            rundir.verify_scheme(run, attention_files(attention), what="reuse")
         except PedslError as err:
             raise OutputError(err.diagnostics[0].message,
                               hint=f"use another --out for the changed scheme, or delete '{run}' to retrain it") from None

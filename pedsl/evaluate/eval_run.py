@@ -33,7 +33,8 @@ EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older
 def validation_data(cfg) -> torch.Tensor | None:
     """The run's validation bytes (cached per data config; a mixture's text corpus), or None for
     a generated task."""
-    from pedsl.data import load_corpus, text_source
+    from pedsl.corpus import load_corpus
+    from pedsl.data import text_source
 
     text = text_source(cfg.data)
     if text is None:

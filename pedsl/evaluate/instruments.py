@@ -1,4 +1,4 @@
-"""The papers' instruments as pure tensor functions (SEMANTICS section 7).
+"""The papers' instruments as pure tensor functions (docs/semantics.md §7).
 
 Notation: B batch, H heads, L length, D head dimension; ``a`` is an attention matrix
 (B, H, L, L) with rows summing to 1 over ``j <= i``; ``s`` raw scores ``<q_i, T(j->i) k_j>``

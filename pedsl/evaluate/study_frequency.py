@@ -21,16 +21,16 @@ variance. Energies are summed over layers and heads (heads that use position dom
 add little), normalised over pairs, and ``ln theta_run = sum_k E_k ln w_k``. The all-channel
 energy is kept beside it (``all_channel_log_freq``) so the two can be compared.
 
-**The tasks.** Default ``topic`` (:func:`pedsl.data.topic_batch`), closest to the paper's latent
+**The tasks.** Default ``topic`` (:func:`pedsl.synthetic.topic_batch`), closest to the paper's latent
 blocks: blocks of W tokens drawn from a per-block random set of 4 letters, so a token is best
 predicted from the letters of the recent ~W tokens - a smooth, box-shaped kernel of width W (its
 "copy accuracy" is the share of predictions that are a letter already seen in the block). The
 letters carry no content beyond the block they belong to. ``--set task=lag``
-(:func:`pedsl.data.lag_batch`) is a *sharp* kernel: every letter repeats the letter W
+(:func:`pedsl.synthetic.lag_batch`) is a *sharp* kernel: every letter repeats the letter W
 back with probability 1/2, else it is a fresh random letter. Letters carry no content beyond the
 copy, and every position can use the dependency, so the only thing to learn is "look W back": a
 purely positional attention pattern with a dense training signal. ``--set task=blocks`` uses the
-block task instead (:func:`pedsl.data.block_batch`: the last letter of each unmarked block of B
+block task instead (:func:`pedsl.synthetic.block_batch`: the last letter of each unmarked block of B
 copies its first, ``W = B - 1``); there the signal is one position in B and the block phase must be
 inferred, and measured here a 1-layer model stayed at chance (copy accuracy 0.00-0.04 for B = 8,
 32, 128 after 200 steps), so it has nothing to measure at this budget. The copy accuracy (the share
@@ -72,7 +72,7 @@ MEASURE_VERSION = 2  # bump when measure_run changes: the study then re-measures
 # ------------------------------------------------------------------ the measure
 
 
-def positional_energy(q, k, pairs: list[tuple[int, int]], freqs) -> "torch.Tensor":  # noqa: F821
+def positional_energy(q, k, pairs: list[tuple[int, int]], freqs):
     """Per head and pair, the variance over causal (i, j) of the content-averaged score part of pair k:
     q, k (B, H, L, D) before rotation -> (H, P), not normalised (see the module docstring)."""
     import torch
@@ -173,7 +173,8 @@ def measure_run(run: Path, width: int, task: str = "lag", *, samples: int = PROB
     from W on; blocks: the block ends), ``answer_nll`` the loss there (nats; chance ln 26)."""
     import torch
 
-    from pedsl.data import block_batch, lag_batch, make_generator, topic_batch
+    from pedsl.data import make_generator
+    from pedsl.synthetic import block_batch, lag_batch, topic_batch
     from pedsl.evaluate import instruments as ins
     from pedsl.evaluate.common import open_run
 
@@ -297,13 +298,19 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     return result
 
 
-def run_study_cli(echo, schemes, out, **kw) -> None:
-    """``pedsl compare --study frequency``: run the study, print the fit table."""
+def run_study_cli(echo, schemes, out, unused: dict | None = None, **kw) -> None:
+    """``pedsl compare --study frequency``: run the study, print the fit table. ``unused``: compare
+    options the study has no use for (name -> value or None); any that is set is a usage error."""
     from pedsl.errors import UsageError
 
     if schemes:
         raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
                          hint="drop the scheme names, or drop --study")
+    given = [k for k, v in (unused or {}).items() if v is not None]
+    if given:
+        raise UsageError(f"--study frequency does not use {', '.join(given)}",
+                         hint="it trains on its own synthetic task with its own model; set those with --set "
+                         "(task=, widths=, seeds=, context=, d_model= ...)")
     res = run_frequency_study(out, **kw)
     text = report(res).split("\n")
     echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))

@@ -77,6 +77,8 @@ def read_config(path: str | Path) -> dict:
     except json.JSONDecodeError as exc:
         raise InteropError(f"{p} is not valid JSON: {exc.msg} (line {exc.lineno})", code="E963", file=str(p),
                            line=exc.lineno, col=exc.colno, hint="a Hugging Face config.json is one JSON object") from None
+    except RecursionError:  # [[[[...]]]] nested past the parser's stack
+        raise InteropError(f"{p} is not a model config: JSON nested too deeply", code="E963", file=str(p)) from None
     if not isinstance(cfg, dict):
         raise InteropError(f"{p} holds a JSON {type(cfg).__name__}, not an object", code="E963", file=str(p))
     return cfg
@@ -86,6 +88,9 @@ def _number(cfg: dict, key: str, default=None, *, integer: bool = False, where: 
     v = cfg.get(key, default)
     if v is None:
         return None
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and (abs(v) > 2**63 or v != v):  # 1e400, NaN, 10**400
+        raise InteropError(f"{where} key '{key}' must be a finite number below 2**63, got {str(v)[:40]}",
+                           code="E963")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
         raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {v!r}",
                            code="E963")
@@ -123,8 +128,8 @@ def rope_spec(cfg: dict) -> dict:
             "this model's positional encoding cannot be expressed exactly in pedsl: " + "; ".join(problems),
             code="E961", hint="pedsl imports the rope types of Llama-family models; nothing was written "
             "(an approximation would not be the model's encoding)")
-    theta = raw.get("rope_theta", cfg.get("rope_theta", DEFAULT_THETA))
-    prf = raw.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+    theta = _number(raw if "rope_theta" in raw else cfg, "rope_theta", DEFAULT_THETA)  # a string was exit 3
+    prf = _number(raw if "partial_rotary_factor" in raw else cfg, "partial_rotary_factor", 1.0)
     if prf is None:
         prf = 1.0
     max_pos = _number(cfg, "max_position_embeddings", integer=True)
@@ -198,6 +203,11 @@ def scheme_name(cfg: dict, rope_type: str) -> str:
     return name if re.match(r"[A-Za-z_]", name) else f"m_{name}"
 
 
+def _pe_text(value: Any) -> str:
+    """A config string as plain text for a .pe comment or string: printable, no quote, backslash or newline."""
+    return "".join(c if c.isprintable() and c not in '"\\' else "?" for c in str(value))[:100]
+
+
 def import_config(config: dict | str | Path, name: str | None = None) -> str:
     """The `.pe` text (canonical form) of a config's positional encoding."""
     from pedsl.lang.api import format as fmt
@@ -208,10 +218,12 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     name = name or scheme_name(cfg, t)
     rot = int(s["head_dim"] * s["partial_rotary_factor"])
     train_length = s.get("original") if t in ("llama3", "yarn", "longrope", "dynamic") else s["max_position_embeddings"]
-    lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {cfg.get('model_type', '?')!s}, "
+    model_type = _pe_text(cfg.get("model_type", "?"))  # config text is data: never a line or a quote of .pe
+    lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {model_type}, "
              f"rope_type {t}).",
              "# Equal to the model's positional encoding: pedsl export-hf prints its rope_parameters back.",
-             f'scheme {name} "{t} rotary embedding of a Hugging Face {cfg.get("model_type", "model")} config" {{',
+             f'scheme {name} "{t} rotary embedding of a Hugging Face {_pe_text(cfg.get("model_type", "model"))} '
+             f'config" {{',
              f"  param heads: int = {s['heads']}",
              f"  param head_dim: int = {s['head_dim']}",
              f"  param base: float = {_num(s['theta'])}"]
@@ -369,7 +381,7 @@ def _export_scale(scheme: Scheme, t, rp: dict) -> None:
             raise _refuse(scheme, f"a scale on the rotated channels ({t.scale:g}) with rope_type '{kind}', which has "
                           "no attention factor in HF")
         return
-    from pedsl.lang.evaluate import yarn_mscale_value
+    from pedsl.lang.grids import yarn_mscale_value
 
     if e is not None and e.kind == "call" and e.func == ("yarn_mscale" if kind == "yarn" else "longrope_mscale"):
         a = {k: (_static(scheme, v, 1) if isinstance(v, ast.Node) else v) for k, v in _call_args(e).items()}

@@ -9,7 +9,8 @@ from pedsl.errors import Diagnostic
 from pedsl.lang import ast
 from pedsl.lang.formatter import format_module
 from pedsl.lang.parser import decode, parse_module, read_bytes
-from pedsl.lang.resolve import Loader, check_all, load_source, looks_like_text, resolve
+from pedsl.lang.imports import Loader, load_source, looks_like_text
+from pedsl.lang.resolve import check_all, resolve
 from pedsl.lang.scheme import Scheme
 
 

@@ -15,8 +15,9 @@ from typing import Any, Callable
 
 from pedsl import limits
 from pedsl.lang import ast
-from pedsl.lang.evaluate import _ARG_RULES, DYNAMIC, EvalIssue, StaticEnv, Vec, evaluate
+from pedsl.lang.evaluate import ARG_RULES, evaluate
 from pedsl.lang.exprs import walk
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 # A temperature multiplies every attention score: past this the float32 scores of ordinary
 # queries and keys overflow or the softmax collapses to one key.
@@ -52,7 +53,7 @@ def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set) -> No
                     report("E217", f"{v:g} is beyond the float32 range (+-3.4e38): it overflows in a tensor", node,
                            hint="rescale the constant")
             continue
-        if node.kind != "call" or (node.func not in _ARG_RULES and node.func != "slopes"):
+        if node.kind != "call" or (node.func not in ARG_RULES and node.func != "slopes"):
             continue
         key = (node.span.line, node.span.col) if node.span else id(node)
         if key in seen:

@@ -3,7 +3,7 @@
 Each function has named parameters (positional or keyword), defaults, a typing
 rule and a one-line doc. Nothing outside this registry can be called from a
 `.pe` file. The static (compile-time) values of grids and slopes are computed
-in :mod:`pedsl.lang.evaluate`; the run-time parts in :mod:`pedsl.compiler`.
+in :mod:`pedsl.lang.grids` (folded by :mod:`pedsl.lang.evaluate`); the run-time parts in :mod:`pedsl.compiler`.
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ from typing import Any
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS, LEARNED
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, bind_args, evaluate
+from pedsl.lang.evaluate import bind_args, evaluate
 from pedsl.lang.exprs import calls_in
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
 ELEMENTWISE_NAMES = ("log", "exp", "sqrt", "sin", "cos", "tanh", "abs", "sigmoid", "log_sigmoid", "floor", "ceil")
@@ -196,7 +197,7 @@ class DynamicEvaluator:
                          axes)
 
     # ------------------------------------------------------------------ run-time sources (subclasses)
-    def constant(self, value, ctx):  # a number or a pedsl.lang.evaluate.Vec
+    def constant(self, value, ctx):  # a number or a pedsl.lang.values.Vec
         raise NotImplementedError
 
     def arange(self, ctx, axis: str):

@@ -7,7 +7,7 @@
 - W103 nonorthogonal_value: value transport (``qkv``) on Householder steps whose
   beta is not the constant 2: the value transport is then not a rotation.
 - W104 no_spectral_gap: accumulated random steps whose pairs drift with a mean
-  and mix too slowly to forget within the training length (SEMANTICS 2b).
+  and mix too slowly to forget within the training length (docs/semantics.md §2b).
 - W105 unused: a ``let`` or ``param`` that nothing uses.
 """
 
@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from pedsl.errors import Diagnostic, DiagnosticSink
 from pedsl.lang import ast
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, Vec, evaluate
+from pedsl.lang.evaluate import evaluate
 from pedsl.lang.exprs import names_in, transform
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 if TYPE_CHECKING:  # pragma: no cover
     from pedsl.lang.resolve import Resolver

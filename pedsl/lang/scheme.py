@@ -27,7 +27,7 @@ class ChannelGroup(_Frozen):
 
 
 class RotateTransport(_Frozen):
-    """Position-indexed phase rotation: T(j->i) = R(phase(j) - phase(i)) per pair (SEMANTICS 2a)."""
+    """Position-indexed phase rotation: T(j->i) = R(phase(j) - phase(i)) per pair (docs/semantics.md §2a)."""
 
     kind: Literal["rotate"] = "rotate"
     targets: Literal["qk", "qkv"]
@@ -41,7 +41,7 @@ class RotateTransport(_Frozen):
 
 
 class RotationSteps(_Frozen):
-    """Accumulated SO(2) steps: M_t rotates pair k by -angle(t, k) (SEMANTICS 2b)."""
+    """Accumulated SO(2) steps: M_t rotates pair k by -angle(t, k) (docs/semantics.md §2b)."""
 
     kind: Literal["accumulate_rotation"] = "accumulate_rotation"
     targets: Literal["qk", "qkv"]

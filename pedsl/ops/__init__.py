@@ -1,11 +1,11 @@
 """Functional attention kernels for positional encodings (layout ``(B, H, L, D)``).
 
-- :mod:`rotary`: RoPE-family pair rotations (SEMANTICS 2a);
-- :mod:`accumulate`: accumulated SO(2) transports (SEMANTICS 2b, 5.1, 5.2);
-- :mod:`alibi`: ALiBi slopes (SEMANTICS 3);
-- :mod:`bias`: separable / materialised / FlexAttention biased causal attention (SEMANTICS 5.6, 5.7);
-- :mod:`path`: PaTH Householder transports (SEMANTICS 2b, 5.3);
-- :mod:`reference`: the naive float64 oracle of SEMANTICS 1 (tests only).
+- :mod:`rotary`: RoPE-family pair rotations (docs/semantics.md §2a);
+- :mod:`accumulate`: accumulated SO(2) transports (docs/semantics.md §2b, 5.1, 5.2);
+- :mod:`alibi`: ALiBi slopes (docs/semantics.md §3);
+- :mod:`bias`: separable / materialised / FlexAttention biased causal attention (docs/semantics.md §5.6, 5.7);
+- :mod:`path`: PaTH Householder transports (docs/semantics.md §2b, 5.3);
+- :mod:`reference`: the naive float64 oracle of docs/semantics.md §1 (tests only).
 """
 
 import importlib.util

@@ -1,9 +1,9 @@
-"""Accumulated SO(2) transports (SEMANTICS 2b, 5.1, 5.2).
+"""Accumulated SO(2) transports (docs/semantics.md §2b, 5.1, 5.2).
 
 Each token ``t`` carries a step ``M_t`` that rotates pair ``k`` by ``-a(t, k)``;
 the transport from key ``j`` to query ``i`` is ``P(j->i) = M_i ... M_(j+1)``.
 SO(2) blocks commute, so ``P(j->i)`` rotates pair ``k`` by ``A(j,k) - A(i,k)``
-with ``A(t, k) = sum_{s<=t} a(s, k)``, and (SEMANTICS 5.1)::
+with ``A(t, k) = sum_{s<=t} a(s, k)``, and (docs/semantics.md §5.1)::
 
     <q_i, P(j->i) k_j> = <R(A_i) q_i, R(A_j) k_j>
 
@@ -11,12 +11,12 @@ so q and k are pre-rotated once (O(L D)) and any fused causal kernel does the
 rest. Constant steps ``a(t, k) = w_k`` give ``A(t) = w_k (t + 1)``: RoPE up to a
 constant phase that cancels in the score.
 
-Value rotation (``U = P``, SEMANTICS 5.2): ``U(j->i) = R(-A_i) R(A_j)``, hence
+Value rotation (``U = P``, docs/semantics.md §5.2): ``U(j->i) = R(-A_i) R(A_j)``, hence
 ``o_i = R(A_i)^T sum_j a_ij R(A_j) v_j``: rotate v by ``A_j`` before the kernel
 and the output back by ``-A_i`` after it (checked against the naive definition
 in compiler_tests/test_ops_accumulate.py).
 
-Numerics (SEMANTICS 6): ``A`` is a float64 cumulative sum, reduced mod 2 pi,
+Numerics (docs/semantics.md §6): ``A`` is a float64 cumulative sum, reduced mod 2 pi,
 and only the cos/sin tables are cast to the compute dtype. Gradients flow to
 ``step_angles`` (learned or data-dependent steps) and to q, k, v.
 

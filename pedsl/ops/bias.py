@@ -1,6 +1,6 @@
 """Causal attention with additive logit biases, without an (H, L, L) tensor.
 
-Separable biases (SEMANTICS 5.7): under the causal mask a bias
+Separable biases (docs/semantics.md §5.7): under the causal mask a bias
 ``b(i, j) = f(i) + g(j)`` changes the softmax of row ``i`` only through the key
 term ``g(j)`` (``f(i)`` is a per-row constant). ALiBi (Press et al.) is
 ``-m_h i + m_h j`` so ``g(j) = m_h j``; a forget gate (FoX, Lin et al. 2025;
@@ -29,10 +29,10 @@ channel is replaced by a ``(B|1, H|1, 1, L)`` float mask broadcast (stride 0)
 over the queries and passed *with* ``is_causal`` to the CPU flash kernel: head
 dim stays D (about +4% over plain causal SDPA instead of ~+15% for D+1).
 
-Temperature per query (SEMANTICS 5.4) is ``q_scale (B|1, H|1, L)`` multiplying
+Temperature per query (docs/semantics.md §5.4) is ``q_scale (B|1, H|1, L)`` multiplying
 the rows of q before the kernel.
 
-Denormals (SEMANTICS 6): sharply peaked attention (any distance bias) fills the
+Denormals (docs/semantics.md §6): sharply peaked attention (any distance bias) fills the
 softmax with denormal floats that slow CPU kernels several-fold. The fix,
 ``torch.set_flush_denormal(True)``, is process-wide, so this library never
 calls it: applications (train, eval, bench) own that choice.

@@ -1,4 +1,4 @@
-"""A deliberately naive float64 interpreter of SEMANTICS section 1 (the test oracle).
+"""A deliberately naive float64 interpreter of docs/semantics.md §1 (the test oracle).
 
 For one head, query ``i`` and key ``j <= i`` (causal)::
 
@@ -9,7 +9,7 @@ For one head, query ``i`` and key ``j <= i`` (causal)::
 Everything is explicit loops over ``(i, j)`` (vectorised over batch and head
 only), in float64, and shares no code with the fast kernels (``rotary.py``,
 ``accumulate.py``, ``bias.py``): the channel pairing and rotation sign are
-re-derived here from SEMANTICS 2a/2b. It is autograd-friendly, so tests compare
+re-derived here from docs/semantics.md §2a/2b. It is autograd-friendly, so tests compare
 gradients too. Use only at small sizes (L <= ~32).
 
 Shapes: q, k, v ``(B, H, L, D)``; transports ``(B|1, H|1, L, L, D, D)`` indexed
@@ -66,7 +66,7 @@ def _expand_bh(t: Tensor, lead: int) -> Tensor:
 
 
 def rotation_transport(phases: Tensor, layout: str, channels=None, dim: int | None = None) -> Tensor:
-    """``T(j->i)`` of SEMANTICS 2a: pair k rotated by ``phases[j,k] - phases[i,k]``.
+    """``T(j->i)`` of docs/semantics.md §2a: pair k rotated by ``phases[j,k] - phases[i,k]``.
 
     ``phases``: ``(L, P)`` or ``(B, H, L, P)`` (already ``w_k * phi(t)``).
     Returns ``(B|1, H|1, L, L, D, D)``. Then ``<q_i, T k_j> = <R(phi_i) q_i, R(phi_j) k_j>``
@@ -82,7 +82,7 @@ def rotation_transport(phases: Tensor, layout: str, channels=None, dim: int | No
 
 
 def so2_step_matrices(step_angles: Tensor, layout: str, channels=None, dim: int | None = None) -> Tensor:
-    """Step matrices ``M_t`` (SEMANTICS 2b): pair k rotated by ``-a(t, k)``. ``(B, H, L, P) -> (B, H, L, D, D)``."""
+    """Step matrices ``M_t`` (docs/semantics.md §2b): pair k rotated by ``-a(t, k)``. ``(B, H, L, P) -> (B, H, L, D, D)``."""
     a = _expand_bh(step_angles.to(F64), 4)
     Bp, Hp, L, P = a.shape
     dim = dim if dim is not None else 2 * P
@@ -121,7 +121,7 @@ def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
                         allowed: Tensor | None = None, q_offset: int = 0) -> Tensor:
-    """Naive causal attention of SEMANTICS 1 in float64; returns ``(B, H, Lq, D)`` float64.
+    """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
     ``(B, H, L, L)`` bool restricts the keys of each query further (a query with none gives

@@ -1,6 +1,6 @@
 """Rotary (SO(2) pair) rotations of q/k/v: RoPE and its relatives.
 
-Math (SEMANTICS 2a): channels are taken as pairs; pair ``k`` of a vector at
+Math (docs/semantics.md §2a): channels are taken as pairs; pair ``k`` of a vector at
 position ``t`` is rotated by ``R(theta_k(t))`` with ``R(t) = [[cos t, -sin t],
 [sin t, cos t]]`` acting on ``(first, second)`` of the pair. This is the
 standard RoPE sign (Su et al., RoFormer; HF ``apply_rotary_pos_emb``:
@@ -18,7 +18,7 @@ outside the group are left unchanged (NoPE channels).
 
 Shapes: ``x`` is ``(..., L, D)`` (usually ``(B, H, L, D)``); cos/sin tables are
 ``(L, P)`` or broadcastable to ``(..., L, P)`` where ``P`` is the number of
-rotated pairs. Phases are computed in float64 and cast at the end (SEMANTICS 6).
+rotated pairs. Phases are computed in float64 and cast at the end (docs/semantics.md §6).
 Everything here is plain autograd: gradients flow to ``x`` and to the tables
 (hence to learned or data-dependent angles).
 """
@@ -60,7 +60,7 @@ def rotary_cos_sin(freqs: Tensor, positions: Tensor, dtype: torch.dtype = torch.
     """cos/sin tables ``(L, P)`` in ``dtype`` for phases ``positions[t] * freqs[k]``.
 
     The phase is formed in float64 and reduced mod 2 pi before the cast, so a
-    float32 table at t = 65,536 keeps ~1e-7 rad accuracy (SEMANTICS 6).
+    float32 table at t = 65,536 keeps ~1e-7 rad accuracy (docs/semantics.md §6).
     """
     pos = torch.as_tensor(positions).to(torch.float64)
     phase = torch.outer(pos, freqs.to(device=pos.device, dtype=torch.float64))

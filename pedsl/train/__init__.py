@@ -56,7 +56,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     """
     import torch
 
-    from pedsl.lang.resolve import allow_import_roots
+    from pedsl.lang.imports import allow_import_roots
     from pedsl.model import TransformerLM
     from pedsl.train import checkpoint as ck
     from pedsl.train import rundir
@@ -85,7 +85,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     model.to(device).eval()
     done_file = run / "DONE.json"
     try:
-        done = json.loads(read_text(done_file)) if done_file.exists() else None
+        done = json.loads(read_text(done_file, 16 << 20)) if done_file.exists() else None  # never read whole
     except (OSError, ValueError):
         done = None  # a damaged DONE.json: the checkpoint is what counts
     meta: dict[str, Any] = {"step": int(state["step"]), "checkpoint": path, "scheme": scheme,

@@ -32,7 +32,7 @@ class SchemeAttention:
     source_hash: str
     build: Callable[[ModelConfig], Factory]
     scheme: Any = field(default=None, repr=False)
-    files: Any = field(default=None, repr=False)  # pedsl.train.rundir.SchemeFiles: the files copied into the run
+    files: Any = field(default=None, repr=False)  # pedsl.train.schemefiles.SchemeFiles: the files copied into the run
 
     def factory(self, model_cfg: ModelConfig) -> Factory:
         return self.build(model_cfg)
@@ -67,7 +67,7 @@ def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
                                   num_heads=m.n_heads, d_model=m.d_model, vocab_size=m.vocab_size)
         return make
 
-    from pedsl.train.rundir import scheme_files
+    from pedsl.train.schemefiles import scheme_files
 
     files = scheme_files(scheme)  # the main file and every import: the run's hash covers them all
     return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=files.digest,

@@ -31,7 +31,7 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from pedsl.errors import CheckpointError
-from pedsl.fsio import fsync_dir, read_bytes
+from pedsl.fsio import fsync_dir, open_regular, read_bytes
 
 PREFIX = "step_"
 
@@ -228,6 +228,16 @@ def latest_checkpoint(ckpt_root: Path) -> Path:
     return ckpts[-1]
 
 
+def _sha256_streamed(f: Path) -> tuple[str, int]:
+    """(sha256, size) of a regular file, read in 1 MiB chunks."""
+    h, size = hashlib.sha256(), 0
+    with open_regular(f) as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
 def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, Any]]:
     """(model tensors, optimizer tensors, state) of one checkpoint, verified against its hashes."""
     state_file = path / "state.json"
@@ -248,16 +258,18 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     for name in ("model.safetensors", "optim.safetensors"):
         f = path / name
         try:
-            data = read_bytes(f)
+            digest, size = _sha256_streamed(f)  # a damaged or planted huge file is never held in memory
         except FileNotFoundError:
             raise CheckpointError(f"checkpoint file '{f}' is missing", file=str(f),
                                   hint=f"delete '{path}' to resume from an older checkpoint") from None
-        digest = hashlib.sha256(data).hexdigest()
         if digest != files.get(name):
             raise CheckpointError(
-                f"checkpoint file '{f}' is corrupt or truncated ({len(data)} bytes; its sha256 "
+                f"checkpoint file '{f}' is corrupt or truncated ({size} bytes; its sha256 "
                 f"{digest[:12]}... differs from the {files.get(name, '?')[:12]}... recorded in state.json)",
                 file=str(f), hint=f"delete '{path}' to resume from an older checkpoint")
+        data = read_bytes(f, size + 1)
+        if hashlib.sha256(data).hexdigest() != digest:  # changed since it was hashed
+            raise CheckpointError(f"checkpoint file '{f}' changed while it was read", file=str(f))
         try:
             tensors.append(st_load(data))
         except (SafetensorError, Exception) as exc:  # noqa: BLE001 - any decoding failure
@@ -289,11 +301,28 @@ def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, con
                 hint="use the same model settings as the run (see RUN/config.yaml)")
 
 
+def _same_settings(saved: list[Any], own: list[dict[str, Any]]) -> None:
+    """ValueError when a saved optimizer group differs from the one the run's config builds, in anything
+    but its learning rate (set by the schedule each step) and parameter indices: a hand-edited
+    ``maximize``, ``eps`` or ``amsgrad`` would otherwise train silently with it, or crash mid-step."""
+    if not isinstance(saved, list) or len(saved) != len(own) or not all(isinstance(g, dict) for g in saved):
+        raise ValueError(f"state.json has {len(saved) if isinstance(saved, list) else 'no'} optimizer groups, "
+                         f"the run's config builds {len(own)}")
+    for i, (g, o) in enumerate(zip(saved, own)):
+        for key, value in o.items():
+            if key in ("params", "lr") or key not in g:
+                continue
+            if _to_json(g[key]) != _to_json(value):
+                raise ValueError(f"optimizer group {i} has {key} = {g[key]!r} in state.json, but the run's "
+                                 f"config gives {value!r}")
+
+
 def load_into(model: torch.nn.Module, optim: torch.optim.Optimizer | None, model_t: dict, optim_t: dict,
               state: dict[str, Any]) -> None:
     device = next(iter(model.state_dict().values())).device if model.state_dict() else "cpu"
     model.load_state_dict({k: v.to(device) for k, v in model_t.items()}, strict=True)
     if optim is not None:
         optim_t = {k: v for k, v in optim_t.items() if k != "__empty__"}
+        _same_settings(state["param_groups"], optim.state_dict()["param_groups"])
         sd = unflatten_optimizer(optim_t, state["param_groups"])
         optim.load_state_dict(sd)  # AdamW moves state to the params' device

@@ -25,11 +25,13 @@ import torch
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
-from pedsl.fsio import atomic_write_text, read_text
+from pedsl.fsio import atomic_write_text, open_regular, read_text
 from pedsl.model import TransformerLM
 from pedsl.runtime import setup_torch
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed, rundir
+from pedsl.train.runlock import temporary_folders
+from pedsl.train.schemefiles import attention_files
 from pedsl.train.attention import SchemeAttention, from_scheme
 
 
@@ -91,12 +93,12 @@ def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume:
             raise OutputError(f"'{run}' already holds checkpoints of a run (latest: {ckpts[-1].name})",
                               hint="pass --resume to continue it, --force-new to discard it and start over, "
                                    "or choose another --out")
-        rundir.write_scheme(run, rundir.attention_files(attn), attn.source)
+        rundir.write_scheme(run, attention_files(attn), attn.source)
         atomic_write_text(run / "config.yaml", cfg.to_yaml())
         atomic_write_text(run / "metrics.jsonl", "")
         (run / "DONE.json").unlink(missing_ok=True)
         return
-    rundir.verify_scheme(run, rundir.attention_files(attn), what="resume")
+    rundir.verify_scheme(run, attention_files(attn), what="resume")
     saved = run / "config.yaml"
     if saved.exists():
         old = TrainConfig.from_yaml(saved).model_dump(mode="json")
@@ -111,13 +113,18 @@ def _truncate_metrics(path: Path, step: int) -> None:
     """Keep the metrics of steps <= ``step`` (lines written after the checkpoint are redone)."""
     keep = []
     if path.exists():
-        for line in read_text(path).splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:  # a half-written last line after a crash
-                continue
-            if rec.get("step", 0) <= step:
-                keep.append(json.dumps(rec))
+        with open_regular(path) as fh:  # streamed, a line at a time: a planted huge file is never read whole
+            while raw := fh.readline(1 << 20):
+                if not raw.endswith(b"\n") and len(raw) == 1 << 20:  # a line over 1 MiB is no record: skip it
+                    while (more := fh.readline(1 << 20)) and not more.endswith(b"\n"):
+                        pass
+                    continue
+                try:
+                    rec = json.loads(raw)
+                except ValueError:  # a half-written last line after a crash
+                    continue
+                if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and rec.get("step", 0) <= step:
+                    keep.append(json.dumps(rec))
     atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
@@ -162,7 +169,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
            resume: bool, quiet: bool, held: contextlib.ExitStack, force_new: bool = False) -> dict[str, Any]:
     t_start, c_start = time.perf_counter(), time.process_time()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);
-    # flush_denormal (SEMANTICS 6) is the application's process-wide choice
+    # flush_denormal (docs/semantics.md §6) is the application's process-wide choice
     threads = setup_torch(cfg.threads, processes=d.world, flush_denormal=cfg.flush_denormal)
     if cfg.batch_size % d.world:
         raise ConfigError(f"batch size {cfg.batch_size} does not split over {d.world} processes",
@@ -228,7 +235,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttenti
                 ck.save_checkpoint(run / "checkpoints", step, model, optim,
                                    {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
             except OSError as exc:
-                leftovers = [p.name for p in rundir.temporary_folders(run / "checkpoints")]
+                leftovers = [p.name for p in temporary_folders(run / "checkpoints")]
                 raise OutputError(f"cannot write the checkpoint of step {step} in '{run / 'checkpoints'}': "
                                   f"{exc.strerror or exc}",
                                   hint="free disk space or choose another --out"

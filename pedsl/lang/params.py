@@ -1,0 +1,159 @@
+"""Scheme parameters: ``-P`` values, their coercion to the declared type, defaults and constraints."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pedsl.errors import ParamError, did_you_mean
+from pedsl.lang import ast
+from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
+from pedsl.lang.evaluate import evaluate
+from pedsl.lang.imports import Source
+from pedsl.lang.report import ResolverStage, node_pos, sink_for
+from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv
+
+
+def parse_override(text: str) -> Any:
+    """A -P value: int, float, bool or string (quotes optional)."""
+    t = text.strip()
+    if t in ("true", "false"):
+        return t == "true"
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    if len(t) >= 2 and t[0] == t[-1] == '"':
+        return t[1:-1]
+    return t
+
+
+def _coerce(value: Any, typ: str) -> Any:
+    if typ == "int":
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise TypeError
+            return int(value)
+        if isinstance(value, int):
+            return value
+        raise TypeError
+    if typ == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError
+        if not math.isfinite(float(value)):
+            raise TypeError
+        return float(value)
+    if typ == "bool":
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if typ == "str":
+        if not isinstance(value, str):
+            raise TypeError
+        return value
+    raise TypeError  # pragma: no cover
+
+
+_CMP = {
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    "!=": lambda a, b: a != b,
+}
+
+
+def _type_name(v: Any) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "str"}.get(type(v), type(v).__name__)
+
+
+class ParamBinding(ResolverStage):
+    """The Resolver's parameter stage: binds ``values`` from structure, overrides and defaults."""
+
+    def _param_error(self, code: str, message: str, node: Any, src: Source, *, hint: str | None) -> None:
+        """A bad -P override stops resolution; the diagnostic points at the declaration it concerns."""
+        sink = sink_for(src)
+        sink.add(code, message, hint=hint, **node_pos(node))
+        raise ParamError(message, diagnostics=sink.items)
+
+    def bind_params(self) -> None:
+        decl = next((d for d in self.src.module.schemes if d.name == self.m.name), None)
+        for name, struct in self.structural.items():
+            if name not in self.m.params:
+                self.values[name] = struct
+                if name in self.overrides:  # -P heads=8 sets the model's structure too
+                    try:
+                        value = _coerce(self.overrides[name], "int")
+                    except TypeError:
+                        self._param_error("E302", f"'{name}' is an int, got {self.overrides[name]!r} (-P {name}=...)",
+                                          decl, self.src, hint=f"give -P {name}=<int>")
+                    if value < 1:
+                        self._param_error("E303", f"'{name}' must be >= 1, got {value} (-P {name}=...)", decl,
+                                          self.src, hint=f"choose {name} >= 1")
+                    self.values[name] = value
+        for name in self.overrides:
+            if name not in self.m.params and name not in self.structural:
+                hint = did_you_mean(name, list(self.m.params) + list(self.structural))
+                known = ", ".join(sorted(self.m.params)) or "none"
+                decl = next((d for d in self.src.module.schemes if d.name == self.m.name), None)
+                self._param_error("E301", f"unknown parameter '{name}' (-P {name}=...) for scheme '{self.m.name}'",
+                                  decl, self.src, hint=hint or f"its parameters are: {known}")
+        for name, loc in self.m.params.items():
+            p: ast.Param = loc.stmt
+            self._current = loc.src
+            if name in CONSTANTS or name in FUNCTIONS or name in KEYWORDS:
+                if name not in STRUCTURAL_DEFAULTS:
+                    self.report("E205", f"parameter '{name}' shadows a builtin name", p)
+                    continue
+            env = StaticEnv(values=dict(self.values))
+            if name in self.overrides:
+                raw = self.overrides[name]
+                try:
+                    value = _coerce(raw, p.type)
+                except TypeError:
+                    self._param_error("E302", f"parameter '{name}' of scheme '{self.m.name}' is {p.type}, "
+                                      f"got {raw!r} (-P {name}=...)", p, loc.src, hint=f"give -P {name}=<{p.type}>")
+                origin = "override"
+            else:
+                try:
+                    value = evaluate(p.default, env)
+                except EvalIssue as issue:
+                    self.report("E217", f"default of '{name}': {issue}", issue.node or p.default, hint=issue.hint)
+                    continue
+                if value is DYNAMIC:
+                    self.report("E204", f"the default of '{name}' must be known at compile time", p.default)
+                    continue
+                try:
+                    value = _coerce(value, p.type)
+                except TypeError:
+                    self.report("E204", f"'{name}' is declared {p.type} but its default is {_type_name(value)}",
+                                p.default, hint=f"write {'an' if p.type == 'int' else 'a'} {p.type} literal")
+                    continue
+                origin = "default"
+            ok = True
+            for c in p.constraints:
+                try:
+                    bound = evaluate(c.value, env)
+                except EvalIssue as issue:
+                    self.report("E217", str(issue), c.value)
+                    ok = False
+                    continue
+                if isinstance(bound, (int, float)) and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    if not _CMP[c.op](value, bound):
+                        msg = f"parameter '{name}' = {value!r} violates its constraint ({c.op} {bound!r})"
+                        if origin == "override":
+                            self._param_error("E303", msg + f" (-P {name}=...)", c, loc.src,
+                                              hint=f"choose {name} {c.op} {bound!r}")
+                        self.report("E212", msg, p, hint=f"choose a default {c.op} {bound!r}")
+                        ok = False
+                else:
+                    self.report("E204", "a constraint compares numbers", c)
+                    ok = False
+            if ok:
+                self.values[name] = value

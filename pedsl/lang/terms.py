@@ -1,0 +1,238 @@
+"""Channel groups, transports, biases and the temperature of a scheme: checked, classified, laid out."""
+
+from __future__ import annotations
+
+from pedsl.errors import did_you_mean
+from pedsl.lang import ast
+from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.channels import channel_ranges, group_channels
+from pedsl.lang.evaluate import evaluate
+from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source
+from pedsl.lang.report import ResolverStage
+from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
+from pedsl.lang.types import Ty
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
+from pedsl.limits import MAX_LENGTH
+
+
+class TermResolution(ResolverStage):
+    """The Resolver's layout stage: channel groups, then the transports, biases and temperature over them."""
+
+    _failed_groups: set[str]  # set by the Resolver
+
+    def resolve_groups(self, env: StaticEnv, head_dim: int) -> dict[str, ChannelGroup]:
+        groups: dict[str, ChannelGroup] = {}
+        if self.m.channels is None:
+            groups["all"] = ChannelGroup(name="all", channels=tuple(range(head_dim)), spec="all")
+            return groups
+        loc = self.m.channels
+        self._current = loc.src
+        taken: set[int] = set()
+        rest_groups = []
+        chk = self.checker()
+        for g in loc.stmt.groups:
+            self._failed_groups.add(g.name)  # until it resolves; its transports then stay quiet
+            if g.name in groups or g.name in [r.name for r in rest_groups]:
+                self.report("E205", f"channel group '{g.name}' is declared twice", g)
+                continue
+            t = chk.infer(g.spec)
+            if t is None:
+                continue
+            if t.kind != "group":
+                self.report("E204", f"channel group '{g.name}' needs a layout (all, rest, fraction(f), "
+                            f"quarters(a, b), range(a, b)), not {t.show()}", g.spec)
+                continue
+            try:
+                spec = evaluate(g.spec, env)
+            except EvalIssue as issue:
+                self.report("E217", str(issue), issue.node or g.spec, hint=issue.hint)
+                continue
+            if isinstance(spec, GroupSpec) and spec.kind == "rest":
+                rest_groups.append(g)
+                self._failed_groups.discard(g.name)
+                continue
+            try:
+                chans = group_channels(spec, head_dim, taken)
+            except EvalIssue as issue:
+                self.report("E210", f"channel group '{g.name}': {issue}", g.spec, hint=issue.hint)
+                continue
+            overlap = taken & set(chans)
+            if overlap:
+                self.report("E211", f"channel group '{g.name}' overlaps another group (channels "
+                            f"{channel_ranges(sorted(overlap))})", g.spec)
+                continue
+            taken |= set(chans)
+            groups[g.name] = ChannelGroup(name=g.name, channels=tuple(chans), spec=to_source(g.spec))
+            self._failed_groups.discard(g.name)
+        for g in rest_groups:
+            chans = [c for c in range(head_dim) if c not in taken]
+            taken |= set(chans)
+            groups[g.name] = ChannelGroup(name=g.name, channels=tuple(chans), spec="rest")
+        return groups
+
+    def resolve_transports(self, env: StaticEnv, lets, groups: dict[str, ChannelGroup]) -> list:
+        out = []
+        used: dict[int, str] = {}
+        for loc in self.m.transports:
+            st: ast.Transport = loc.stmt
+            self._current = loc.src
+            gname = st.group or "all"
+            if gname == "all" and "all" not in groups:
+                head_dim = len({c for g in groups.values() for c in g.channels}) or self.structural["head_dim"]
+                group = ChannelGroup(name="all", channels=tuple(range(int(self.values.get("head_dim", head_dim)))),
+                                     spec="all")
+            elif gname not in groups:
+                if gname in self._failed_groups:
+                    continue  # its declaration was reported already
+                hint = did_you_mean(gname, groups) or ("declare it in a channels { ... } block" if groups else None)
+                self.report("E211", f"unknown channel group '{gname}'", st, hint=hint)
+                continue
+            else:
+                group = groups[gname]
+            if st.value.kind == "name" and st.value.id == "none":
+                continue
+            t = self.checker().infer(st.value)
+            if t is None:
+                continue
+            if t.kind != "transport":
+                self.report("E204", f"a {st.targets} line needs a transport (rotate(...) or accumulate(...)), "
+                            f"not {t.show()}", st.value)
+                continue
+            clash = sorted(c for c in group.channels if c in used)
+            if clash:
+                self.report("E214", f"two transports act on channels {channel_ranges(clash)} (groups '{used[clash[0]]}' "
+                            f"and '{gname}')", st, hint="give each transport its own channel group")
+                continue
+            for c in group.channels:
+                used[c] = gname
+            if len(group.channels) % 2 and "householder" not in t.detail:
+                self.report("E210", f"group '{gname}' has {len(group.channels)} channels; rotations need pairs", st)
+                continue
+            value = inline_lets(st.value, lets)
+            if gname == "all" and "all" not in groups:
+                groups["all"] = group
+            out.append(self._classify(st, value, t, gname, env, group))
+        return [x for x in out if x is not None]
+
+    def _classify(self, st: ast.Transport, value: ast.Expr, t: Ty, gname: str, env: StaticEnv, group: ChannelGroup):
+        fn = value
+        if fn.kind == "call" and fn.func == "rotate":
+            phase = _arg(fn, "phase")
+            self._check_static(phase, env, len(group.channels) // 2)
+            scale_expr = next((kw.value for kw in fn.kwargs if kw.name == "scale"),
+                              fn.args[1] if len(fn.args) > 1 else None)
+            scale = self._rotate_scale(scale_expr, st, env)
+            if scale is None:
+                return None
+            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime, scale=scale,
+                                   scale_expr=scale_expr)
+        if fn.kind == "call" and fn.func == "accumulate":
+            step = _arg(fn, "step")
+            if step.kind == "call" and step.func == "rotation":
+                angle = _arg(step, "angle")
+                self._check_static(angle, env, len(group.channels) // 2)
+                return RotationSteps(targets=st.targets, group=gname, angle=angle, data=t.data, learned=t.learned)
+            if step.kind == "call" and step.func == "householder":
+                w, beta = _arg(step, "w"), _arg(step, "beta")
+                try:
+                    bval = evaluate(beta, env)
+                except EvalIssue:
+                    bval = DYNAMIC
+                ortho = isinstance(bval, (int, float)) and bval in (0, 2)
+                return HouseholderSteps(targets=st.targets, group=gname, w=w, beta=beta, orthogonal=ortho)
+        self.report("E204", "write a transport as rotate(PHASE), accumulate(rotation(ANGLE)) or "
+                    "accumulate(householder(w = ..., beta = ...))", st.value)
+        return None
+
+    def _rotate_scale(self, expr: ast.Expr | None, st: ast.Transport, env: StaticEnv) -> float | None:
+        """The static value of rotate(..., scale = S) (1 when absent); None after reporting an error."""
+        if expr is None:
+            return 1.0
+        try:
+            value = evaluate(expr, env)
+        except EvalIssue as issue:
+            self.report("E217", str(issue), issue.node or expr, hint=issue.hint)
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            self.report("E217", f"rotate(): scale must be a positive number, got {value!r}", expr)
+            return None
+        if st.targets == "qkv" and value != 1:
+            self.report("E204", "rotate(): a scale applies to q and k only; it cannot go with value rotation (qkv)",
+                        expr, hint="write 'qk:' or drop the scale")
+            return None
+        return float(value)
+
+    def _check_static(self, e: ast.Expr, env: StaticEnv, pairs: int) -> None:
+        """Evaluate the static parts (grids) once so their errors show up at check time."""
+        try:
+            evaluate(e, env.child(pairs=pairs))
+            # Probe once at position 1 so math errors in static parts mixed with the position
+            # (e.g. "position / factor" with factor = 0) surface at check time too.
+            probe = StaticEnv(values={**env.values, "position": 1}, lets=env.lets, pairs=pairs, n=env.n)
+            evaluate(e, probe)
+            # And at the longest sequence pedsl runs: grids that read the length (dynamic_ntk) change there.
+            evaluate(e, StaticEnv(values=env.values, lets=env.lets, pairs=pairs, n=MAX_LENGTH))
+        except EvalIssue as issue:
+            self.report("E217", str(issue), issue.node or e, hint=issue.hint)
+
+    def resolve_bias(self, lets) -> list:
+        loc = self.m.bias
+        if loc is None:
+            return []
+        self._current = loc.src
+        value = loc.stmt.value
+        if value.kind == "name" and value.id == "none":
+            return []
+        t = self.checker().infer(value)
+        if t is None:
+            return []
+        if t.kind == "num" and not t.axes <= {"head", "dist"}:
+            self.report("E204", f"a bias is a field over head and distance, not {t.show()}", value,
+                        hint="e.g. -slopes(heads) * distance, or accumulate(log_sigmoid(linear(x, to = head)))")
+            return []
+        if t.kind not in ("num", "bias"):
+            self.report("E204", f"a bias must be a number field or accumulate(log-gate), not {t.show()}", value)
+            return []
+        out = []
+        for term in split_terms(inline_lets(value, lets)):
+            if term.kind == "call" and term.func == "accumulate":
+                out.append(GateBias(log_gate=_arg(term, "step"), data="x" in names_in(term)))
+            elif term.kind == "unary" and term.operand.kind == "call" and term.operand.func == "accumulate":
+                from pedsl.lang.exprs import neg
+
+                out.append(GateBias(log_gate=neg(_arg(term.operand, "step")), data="x" in names_in(term)))
+            elif "distance" in names_in(term):
+                out.append(DistanceBias(term=term, slope=distance_coefficient(term)))
+            elif "constant_bias" not in {n for loc in self.m.allow for n in loc.stmt.names}:
+                # a term that depends on neither i - j nor the route cancels in the softmax
+                self.report("W106", "this bias term does not depend on the distance: it cancels in the softmax",
+                            term, severity="warning", hint="remove it, or 'allow constant_bias'")
+        return out
+
+    def resolve_temperature(self, lets) -> ast.Expr | None:
+        loc = self.m.temperature
+        if loc is None:
+            return None
+        self._current = loc.src
+        value = loc.stmt.value
+        if value.kind == "name" and value.id == "none":
+            return None
+        t = self.checker().infer(value)
+        if t is None:
+            return None
+        if t.kind != "num" or not t.axes <= {"pos", "head"} or t.data:
+            self.report("E204", f"a temperature is a number per query position (and head), not {t.show()}", value,
+                        hint="e.g. log_length(train_length) or a constant")
+            return None
+        return inline_lets(value, lets)
+
+def _arg(call: ast.Call, name: str) -> ast.Expr:
+    spec = FUNCTIONS[call.func]
+    pnames = [p for p, _ in spec.params]
+    for p, a in zip(pnames, call.args):
+        if p == name:
+            return a
+    for kw in call.kwargs:
+        if kw.name == name:
+            return kw.value
+    raise KeyError(name)  # pragma: no cover - the checker guarantees required args

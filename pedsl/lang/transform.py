@@ -1,0 +1,164 @@
+"""Lark parse tree -> syntax IR (:mod:`pedsl.lang.ast`), with source spans."""
+
+from __future__ import annotations
+
+import math
+
+from lark import Token, Transformer, v_args
+
+from pedsl.errors import DiagnosticSink, ParseError
+from pedsl.lang import ast
+
+
+def _span_of(meta) -> ast.Span | None:
+    if meta is None or getattr(meta, "empty", True):
+        return None
+    return ast.Span(line=meta.line, col=meta.column, end_line=meta.end_line, end_col=meta.end_column)
+
+
+def _tok_span(tok: Token) -> ast.Span:
+    return ast.Span(line=tok.line, col=tok.column, end_line=tok.end_line, end_col=tok.end_column)
+
+
+def _unquote(tok: Token) -> str:
+    body = str(tok)[1:-1]
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append({"n": "\n", "t": "\t", '"': '"', "\\": "\\"}.get(nxt, nxt))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _number(text: str) -> int | float:
+    if any(c in text for c in ".eE"):
+        return float(text)
+    return int(text)
+
+
+@v_args(meta=True)
+class ToAst(Transformer):
+    """Lark tree -> syntax IR. Method names match the grammar's rule aliases."""
+
+    def __init__(self, file: str | None = None, source: str | None = None):
+        super().__init__()
+        self.file, self.source = file, source
+
+    # expressions
+    def number(self, meta, c):
+        tok = c[0]
+        value = _number(str(tok))
+        if isinstance(value, float) and math.isinf(value):
+            sink = DiagnosticSink(file=self.file, source=self.source)
+            sink.add("E113", f"number {str(tok)} is too large for a float", line=tok.line, col=tok.column,
+                     end_col=tok.end_column, hint="numbers must be below about 1.8e308")
+            sink.raise_if_errors(ParseError)
+        return ast.Num(value=value, span=_tok_span(tok))
+
+    def string(self, meta, c):
+        return ast.Str(value=_unquote(c[0]), span=_tok_span(c[0]))
+
+    def true(self, meta, c):
+        return ast.Bool(value=True, span=_span_of(meta))
+
+    def false(self, meta, c):
+        return ast.Bool(value=False, span=_span_of(meta))
+
+    def name(self, meta, c):
+        return ast.Name(id=str(c[0]), span=_tok_span(c[0]))
+
+    def _bin(op):  # noqa: N805 - a small factory used in the class body
+        def build(self, meta, c):
+            return ast.Binary(op=op, left=c[0], right=c[1], span=_span_of(meta))
+
+        return build
+
+    add, sub, mul, div, pow = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("**")
+
+    def neg(self, meta, c):
+        return ast.Unary(op="-", operand=c[0], span=_span_of(meta))
+
+    def kwarg(self, meta, c):
+        return ast.Kwarg(name=str(c[0]), value=c[1], span=_tok_span(c[0]))
+
+    def call(self, meta, c):
+        func, rest = c[0], [x for x in c[1:] if x is not None]
+        args = tuple(x for x in rest if not isinstance(x, ast.Kwarg))
+        kwargs = tuple(x for x in rest if isinstance(x, ast.Kwarg))
+        return ast.Call(func=str(func), args=args, kwargs=kwargs, span=_span_of(meta))
+
+    def list(self, meta, c):
+        return ast.ListExpr(items=tuple(x for x in c if x is not None), span=_span_of(meta))
+
+    # statements
+    def constraint(self, meta, c):
+        return ast.Constraint(op=str(c[0]), value=c[1], span=_span_of(meta))
+
+    def constraints(self, meta, c):
+        return tuple(c)
+
+    def param(self, meta, c):
+        name, typ = c[0], c[1]
+        cons = c[2] if len(c) == 4 else ()
+        return ast.Param(name=str(name), type=str(typ), constraints=cons, default=c[-1], span=_span_of(meta))
+
+    def let(self, meta, c):
+        return ast.Let(name=str(c[0]), value=c[1], span=_span_of(meta))
+
+    def layout(self, meta, c):
+        return ast.Layout(value=str(c[0]), span=_span_of(meta))
+
+    def group(self, meta, c):
+        return ast.Group(name=str(c[0]), spec=c[1], span=_span_of(meta))
+
+    def channels(self, meta, c):
+        return ast.Channels(groups=tuple(c), span=_span_of(meta))
+
+    def on_clause(self, meta, c):
+        return str(c[0])
+
+    def transport(self, meta, c):
+        group = c[1] if len(c) == 3 else None
+        return ast.Transport(targets=str(c[0]), group=group, value=c[-1], span=_span_of(meta))
+
+    def bias(self, meta, c):
+        return ast.BiasStmt(value=c[0], span=_span_of(meta))
+
+    def temperature(self, meta, c):
+        return ast.TemperatureStmt(value=c[0], span=_span_of(meta))
+
+    def entry(self, meta, c):
+        return ast.Entry(name=str(c[0]), value=c[1], span=_span_of(meta))
+
+    def section(self, meta, c):
+        return ast.Section(section=str(c[0]), entries=tuple(c[1:]), span=_span_of(meta))
+
+    def allow(self, meta, c):
+        return ast.Allow(names=tuple(str(x) for x in c), span=_span_of(meta))
+
+    def extends_clause(self, meta, c):
+        return ("extends", str(c[0]))
+
+    def scheme(self, meta, c):
+        name = str(c[0])
+        base = doc = None
+        body = []
+        for x in c[1:]:
+            if isinstance(x, tuple) and x and x[0] == "extends":
+                base = x[1]
+            elif isinstance(x, Token) and x.type == "STRING":
+                doc = _unquote(x)
+            else:
+                body.append(x)
+        return ast.SchemeDecl(name=name, base=base, doc=doc, body=tuple(body), span=_span_of(meta))
+
+    def import_stmt(self, meta, c):
+        return ast.Import(path=_unquote(c[0]), span=_span_of(meta))
+
+    def start(self, meta, c):
+        return list(c)
