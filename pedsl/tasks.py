@@ -37,10 +37,9 @@ from typing import Callable
 import torch
 
 from pedsl.errors import DataError
+from pedsl.synthetic import FILLER  # the haystack text every retrieval task shares
 
 TASKS = ("passkey", "multikey", "kv")
-FILLER = (b"The grass is green. The sky is blue. The sun is yellow. "
-          b"Here we go. There and back again. ")
 DIGIT_CHANCE = 0.1
 PASSKEY_QUESTION = b" What is the pass key? The pass key is "
 KV_QUESTION = b"| "
