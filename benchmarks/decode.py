@@ -1,6 +1,6 @@
 """Decode-step benchmark: one new token against a cache of N tokens, every scheme next to SDPA.
 
-    python -m benchmarks.decode [SCHEME...] [--cache 4096,16384] [--repeats 7] [--threads 1] [--md FILE]
+    python -m benchmarks.decode [SCHEME...] [--cache 4096,16384] [--repeats 7] [--threads 1] [--md FILE] [--general]
 
 For each cache length, in one process and interleaved (every repeat runs each variant once, the
 starting variant rotating), under ``no_grad``:
@@ -63,7 +63,7 @@ def _fill(mod, cache, N, B, H, D, d_model, g):
     cache.last_pos = torch.full((B,), N - 1, dtype=torch.long)
 
 
-def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1):
+def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1, general=False):
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
     clock = time.process_time if threads == 1 else time.perf_counter
@@ -85,8 +85,13 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1):
             return o
 
         steps["floor"] = (floor, lambda: None)
-        for name in schemes:
+        variants = [(n, False) for n in schemes]
+        if general:  # the same schemes with the one-token fast path switched off (the general stream_forward)
+            variants += [(n, True) for n in schemes if FAMILY.get(n) == "RoPE"]
+        for name, slow in variants:
             mod = compile_scheme(name, num_heads=H, head_dim=D, d_model=d_model, requires_grad=False)
+            if slow:
+                mod._fast_decode = False  # pedsl.compiler.stream.decode_step declines: general path
             cache = mod.new_cache(B)
             with torch.no_grad():
                 _fill(mod, cache, N, B, H, D, d_model, g)
@@ -105,7 +110,7 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1):
                     dict(saved[0]), dict(saved[1]), saved[2], saved[3], saved[4])
                 cache.path_pending = cache.path_flushed = None
 
-            steps[name] = (step, reset)
+            steps[name + ("/general" if slow else "")] = (step, reset)
         times = {n: [] for n in steps}
         names = list(steps)
         with torch.no_grad():
@@ -121,17 +126,21 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1):
                         times[n].append(dt)
         for n in names:
             ratio = statistics.median(t / f for t, f in zip(times[n], times["floor"]))
+            rs = sorted(t / f for t, f in zip(times[n], times["floor"]))
+            fam = FAMILY.get(n.split("/")[0], "-")
             rows.append(dict(cache=N, scheme=n, ms=1e3 * statistics.median(times[n]) / STEPS, ratio=ratio,
-                             family=FAMILY.get(n, "-"), target=TARGET.get(FAMILY.get(n, ""), None)))
-            print(f"N={N:6d} {n:16s} {rows[-1]['ms']:8.2f} ms  ratio {ratio:5.2f}", flush=True)
+                             lo=rs[0], hi=rs[-1], family=fam, target=TARGET.get(fam, None)))
+            print(f"N={N:6d} {n:20s} {rows[-1]['ms']:8.2f} ms  ratio {ratio:5.2f} ({rs[0]:.2f}-{rs[-1]:.2f})", flush=True)
     return rows
 
 
 def markdown(rows) -> str:
-    out = ["| cache | scheme | family | step ms | ratio to SDPA decode | target |", "|---:|---|---|---:|---:|---:|"]
+    out = ["| cache | scheme | family | step ms | ratio to SDPA decode | min-max over repeats | target |",
+           "|---:|---|---|---:|---:|---:|---:|"]
     for r in rows:
         tgt = "" if r["target"] is None else f"<= {r['target']:.2f}"
-        out.append(f"| {r['cache']} | {r['scheme']} | {r['family']} | {r['ms']:.2f} | {r['ratio']:.2f} | {tgt} |")
+        out.append(f"| {r['cache']} | {r['scheme']} | {r['family']} | {r['ms']:.2f} | {r['ratio']:.2f} | "
+                   f"{r['lo']:.2f}-{r['hi']:.2f} | {tgt} |")
     return "\n".join(out)
 
 
@@ -143,10 +152,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
+    ap.add_argument("--general", action="store_true",
+                    help="also time each RoPE-family scheme with the one-token fast path off (NAME/general)")
     a = ap.parse_args(argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows = run(a.schemes, [int(c) for c in a.cache.split(",") if c], B=a.batch, repeats=a.repeats,
-               threads=a.threads)
+               threads=a.threads, general=a.general)
     table = markdown(rows) + f"\n\nB={a.batch}, H=8, D=64, float32, {a.threads} thread(s), {a.repeats} repeats; " \
         f"load average {load:.1f} at the start ({os.cpu_count()} CPUs).\n"
     print()

@@ -36,3 +36,22 @@ def test_bench_unknown_scheme_is_a_usage_error():
     res = CliRunner().invoke(bench, ["no_such_scheme"])
     assert res.exit_code == 2
     assert "no scheme 'no_such_scheme'" in res.output
+
+
+def test_decode_benchmark_tiny_run_times_the_general_path_too(tmp_path):
+    """`python -m benchmarks.decode --general`: a tiny cache, one repeat; every variant has a row, the
+    RoPE scheme also as NAME/general (fast path off), and the Markdown table has the spread column."""
+    from benchmarks import decode
+
+    threads = torch.get_num_threads()
+    md = tmp_path / "d.md"
+    try:
+        decode.main(["rope", "alibi", "--cache", "24", "--repeats", "1", "--batch", "1", "--general",
+                     "--md", str(md)])
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+    text = md.read_text()
+    for name in ("floor", "rope", "alibi", "rope/general"):
+        assert f"| 24 | {name} |" in text
+    assert "alibi/general" not in text and "min-max over repeats" in text

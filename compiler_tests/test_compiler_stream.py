@@ -264,3 +264,92 @@ def test_path_decoding_applies_pending_steps_lazily(monkeypatch):
     kg = k[:, :, 10:].clone().requires_grad_()  # the autograd path
     outs.append(m(q[:, :, 10:], kg, v[:, :, 10:], x=x[:, 10:], cache=c))
     torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-9, atol=1e-10)
+
+
+ROPE_QKV = """
+scheme rope_qkv_partial "RoPE on half the channels of q, k and v, with a log-length temperature" {
+  param train_length: int (>= 8) = 16
+  layout halves
+  channels {
+    rot = quarters(1, 3)
+    plain = rest
+  }
+  let w = geometric(10000.0)
+  qkv on rot: rotate(w * position)
+  temperature = log_length(train_length)
+  allow frayed_frequencies
+}
+"""
+
+
+@pytest.mark.parametrize("name", ["rope", "rope_id", "yarn_wavelength", "rope_qkv"])
+def test_decode_fast_path_equals_the_general_path(name, tmp_path, monkeypatch):
+    """RoPE-family decoding takes the per-token fast path (no layout work: layout() is made to fail
+    for one-token calls) and equals the general path token for token, interleaved with chunked calls
+    (which take the general path), with GQA; value rotation, partial channels and temperature included."""
+    import pedsl.compiler.stream as stream
+
+    if name == "rope_qkv":
+        src = tmp_path / "rope_qkv.pe"
+        src.write_text(ROPE_QKV)
+    else:
+        src = SCHEMES / f"{name}.pe"
+    m = _mod(src)
+    assert stream._fast_decode_plan(m) is not None
+    B, L, P = 2, 14, 4
+    q, k, v, _, _ = _data(m, B, L, 2, seed=3)
+    full = m(q, k, v)
+    layout = stream.layout
+
+    def no_single_token_layout(mod, B_, L_, *a, **kw):
+        assert L_ != 1, "a one-token decoding call went through the general layout"
+        return layout(mod, B_, L_, *a, **kw)
+
+    monkeypatch.setattr(stream, "layout", no_single_token_layout)
+    c = m.new_cache(B)
+    outs, s = [], 0
+    with torch.no_grad():
+        for n in (P, 1, 1, 3, 1, 2, 1, 1):
+            outs.append(m(q[:, :, s:s + n], k[:, :, s:s + n], v[:, :, s:s + n], cache=c))
+            s += n
+    assert s == L and len(c) == L
+    torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-9, atol=1e-10)
+    # the cache's layout buffers stay those of the general path: positions 0..L-1, one document, no padding
+    assert c.get("pos").tolist() == [list(range(L))] * B
+    assert bool(c.get("valid").all()) and not bool(c.get("doc").any())
+
+
+def test_decode_fast_path_declines_what_it_does_not_cover():
+    """Biases, accumulated angles, PaTH and length-dependent tables keep the general path; so does a
+    decoding call that records gradients."""
+    import pedsl.compiler.stream as stream
+
+    for name in ("alibi", "acc_random_qk", "path", "dynamic_ntk", "rope_id_alibi"):
+        assert stream._fast_decode_plan(_mod(SCHEMES / f"{name}.pe")) is None, name
+    m = _mod(SCHEMES / "rope.pe")
+    q, k, v, _, _ = _data(m, 1, 6, 4, seed=2, grad=True)
+    c = m.new_cache(1)
+    m(q[:, :, :5], k[:, :, :5], v[:, :, :5], cache=c)
+    assert stream.decode_step(m, q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], c) is None  # gradients: general path
+    o = m(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], cache=c)
+    assert o.requires_grad
+    torch.testing.assert_close(o, m(q, k, v)[:, :, 5:], rtol=1e-9, atol=1e-10)
+
+
+def test_decode_fast_path_half_precision_is_the_general_path_bit_for_bit():
+    """bfloat16: the fast path rotates in float32 with float32 tables and rounds once, as the general
+    path does, so outputs and cached keys are identical (a bf16 table or bf16 arithmetic differs)."""
+    for name in ("rope", "rope_id"):
+        fast = compile_scheme(SCHEMES / f"{name}.pe", num_heads=4, head_dim=16, d_model=D_MODEL).to(torch.bfloat16)
+        slow = compile_scheme(SCHEMES / f"{name}.pe", num_heads=4, head_dim=16, d_model=D_MODEL).to(torch.bfloat16)
+        slow._fast_decode = False  # the general path
+        g = torch.Generator().manual_seed(4)
+        q, k, v = (torch.randn(2, 4, 10, 16, generator=g).to(torch.bfloat16) for _ in range(3))
+        outs = {}
+        for tag, m in (("fast", fast), ("slow", slow)):
+            c = m.new_cache(2)
+            with torch.no_grad():
+                o = [m(q[:, :, :3], k[:, :, :3], v[:, :, :3], cache=c)]
+                o += [m(q[:, :, s:s + 1], k[:, :, s:s + 1], v[:, :, s:s + 1], cache=c) for s in range(3, 10)]
+            outs[tag] = (torch.cat(o, 2), c.get("k"))
+        assert torch.equal(outs["fast"][0], outs["slow"][0]) and torch.equal(outs["fast"][1], outs["slow"][1])

@@ -177,3 +177,30 @@ def test_runs_without_text_are_evaluated_on_their_generated_source():
     assert all(b"Remember it." in bytes(r.tolist()) for r in legacy)
     blocks = task_windows(DataConfig(source="blocks"), 2, 64, make_generator(0))
     assert bool((blocks >= ord("a")).all())
+
+
+def test_copy_rows_repeat_a_random_period_that_varies_by_row():
+    from pedsl.synthetic import COPY_ALPHABET, copy_batch
+
+    t = copy_batch(200, 129, g=make_generator(4))
+    assert t.shape == (200, 129) and t.dtype == torch.long
+    assert bool(torch.isin(t, COPY_ALPHABET).all())
+    periods = []
+    for row in t.tolist():  # the smallest s with row[i] == row[i - s] everywhere (naive search)
+        s = next(s for s in range(1, 130) if all(row[i] == row[i - s] for i in range(s, 129)))
+        periods.append(s)
+    assert 3 <= min(periods) and max(periods) <= 16 and len(set(periods)) == 14
+    wide = copy_batch(50, 129, min_period=10, max_period=64, g=make_generator(5))
+    assert all(any(r[i] != r[i - 9] for i in range(9, 129)) for r in wide.tolist())  # no period below 10
+    assert torch.equal(t, copy_batch(200, 129, g=make_generator(4)))
+    # as a data source: alone, in a mixture with a task, and for the no-text evaluation windows
+    from pedsl.data import task_windows
+
+    alone = TrainData(DataConfig(source="copy"), 64, 0).train_batch(3, 4)
+    assert alone.shape == (4, 65) and bool(torch.isin(alone, COPY_ALPHABET).all())
+    mixed = TrainData(DataConfig(source="copy:0.5,kv:0.5"), 64, 0)
+    rows, src = mixed.train_batch(5, 32), mixed.sources(0, 5, 32)
+    for r, s in zip(rows.tolist(), src):
+        assert (s == "copy") == all(33 <= b < 127 for b in r)  # kv rows hold spaces and '; '
+    assert mixed.corpus is None and text_source(DataConfig(source="copy:0.5,kv:0.5")) is None
+    assert task_windows(DataConfig(source="copy"), 2, 40, make_generator(1)).shape == (2, 40)

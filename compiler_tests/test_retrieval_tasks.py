@@ -139,3 +139,25 @@ def test_evaluate_retrieval_aggregates_by_task_length_and_depth():
     const = evaluate_retrieval(_constant, [300], depths=(0.5,), samples=40)
     assert const["overall"]["300"]["accuracy"] == 0.0
     assert abs(const["overall"]["300"]["digit_accuracy"] - tasks.DIGIT_CHANCE) < 0.06
+
+
+@pytest.mark.parametrize("length", [tasks.min_length("kv", queries=4), 129, 517])
+def test_kv_with_several_queries_asks_distinct_pairs_and_keeps_depth_and_length(length):
+    b = tasks.kv(5, length, depth=0.5, queries=4, g=make_generator(11, length))
+    assert b["tokens"].shape == (5, length)
+    width, qwidth = 12, len(tasks.KV_QUESTION) + 10
+    pairs = (length - 4 * qwidth) // width
+    pad = length - 4 * qwidth - pairs * width
+    for i in range(5):
+        text = _text(b["tokens"][i])
+        asked = re.findall(r"\| ([a-z]{4})=(\d{5})", text)
+        assert len(asked) == 4 and len({k for k, _ in asked}) == 4  # distinct pairs, the last one scored
+        hay = dict(re.findall(r"([a-z]{4})=(\d{5}); ", text))
+        assert len(hay) == pairs and all(hay[k] == v for k, v in asked)  # every query copies its pair
+        assert int(b["needle_positions"][i]) == pad + round(0.5 * (pairs - 1)) * width
+        assert text.endswith(asked[-1][0] + "=" + asked[-1][1])
+        assert _text(b["tokens"][i, b["source_positions"][i]]) == asked[-1][1]
+    with pytest.raises(DataError, match="too short"):
+        tasks.kv(1, tasks.min_length("kv", queries=4) - 1, queries=4, g=make_generator(0))
+    with pytest.raises(DataError, match="query"):
+        tasks.kv(1, 200, queries=0, g=make_generator(0))

@@ -19,6 +19,8 @@ Sources (``DataConfig.source``):
 - ``"topic"`` - latent blocks of ``block_len`` positions, each with its own random set of 4
   letters that all its tokens are drawn from (:func:`pedsl.synthetic.topic_batch`): a box-shaped dependency
   kernel of width ``block_len`` (the frequency study's smooth-kernel task).
+- ``"copy"`` - every row repeats its first ``s`` random bytes with a random period ``s`` per row
+  (:func:`pedsl.synthetic.copy_batch`): dense content-based copying (induction heads).
 - ``"multikey"``, ``"kv"`` - the RULER-style retrieval tasks of :mod:`pedsl.tasks` (needle at a
   random depth).
 - a **mixture** ``"NAME:WEIGHT,NAME:WEIGHT,..."``, e.g. ``"stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"``
@@ -42,7 +44,7 @@ from pedsl import tasks as _tasks
 from pedsl.config import DataConfig
 from pedsl.corpus import load_corpus, sample_windows
 from pedsl.errors import DataError
-from pedsl.synthetic import block_batch, lag_batch, passkey_batch, topic_batch
+from pedsl.synthetic import block_batch, copy_batch, lag_batch, passkey_batch, topic_batch
 
 
 def make_generator(*key: int) -> torch.Generator:
@@ -55,8 +57,8 @@ def make_generator(*key: int) -> torch.Generator:
 # ---------------------------------------------------------------------------------------------
 # Mixtures
 
-GENERATED = ("passkey", "blocks", "lag", "topic") + tuple(t for t in _tasks.TASKS if t != "passkey")  # no corpus to read
-TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic"}  # may appear in a mixture (blocks too)
+GENERATED = ("passkey", "blocks", "lag", "topic", "copy") + tuple(t for t in _tasks.TASKS if t != "passkey")  # no corpus to read
+TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic", "copy"}  # may appear in a mixture (blocks too)
 MIX_TAG = 0x6D6978  # "mix": the generator that assigns rows to sources
 
 
@@ -90,7 +92,7 @@ def parse_mixture(source: str) -> list[tuple[str, float]] | None:
     if len(texts) > 1:
         raise DataError(f"data mixture '{source}' has {len(texts)} text sources ({', '.join(texts)})",
                         hint="a mixture takes one text corpus (stdlib or a path) plus generated tasks "
-                             "(passkey, multikey, kv, blocks)")
+                             "(passkey, multikey, kv, blocks, copy)")
     total = sum(w for _, w in out)
     return [(n, w / total) for n, w in out]
 
@@ -116,6 +118,8 @@ def task_windows(cfg: DataConfig, n: int, length: int, g: torch.Generator) -> to
         return lag_batch(n, length, lag=cfg.block_len, g=g)
     if src == "topic":
         return topic_batch(n, length, block_len=cfg.block_len, g=g)
+    if src == "copy":
+        return copy_batch(n, length, g=g)
     return block_batch(n, length, block_len=cfg.block_len, offset=cfg.block_offset, g=g)["tokens"]
 
 
@@ -193,6 +197,8 @@ class TrainData:
             return lag_batch(n, length, lag=self.cfg.block_len, g=g)
         if source == "topic":
             return topic_batch(n, length, block_len=self.cfg.block_len, g=g)
+        if source == "copy":
+            return copy_batch(n, length, g=g)
         data = self.corpus.train if split == 0 else self.corpus.val
         return sample_windows(data, n, length, g)
 

@@ -77,3 +77,23 @@ def topic_batch(n: int, length: int, *, block_len: int = 16, letters: int = 4, g
     pick = torch.randint(0, letters, (n, length), generator=g)
     block = (torch.arange(length) // block_len).expand(n, -1)
     return BLOCK_ALPHABET[sets.gather(1, block[..., None].expand(-1, -1, letters)).gather(2, pick[..., None])[..., 0]]
+
+
+COPY_ALPHABET = torch.arange(33, 127)  # printable ASCII without the space
+
+
+def copy_batch(n: int, length: int, *, min_period: int = 3, max_period: int = 16,
+               g: torch.Generator) -> torch.Tensor:
+    """Induction bait: each row repeats its first ``s`` random printable bytes over and over, with
+    a period ``s`` drawn per row uniformly from ``[min_period, max_period]`` (capped at ``length``).
+    Every byte after the first period is a copy of an earlier one, and since the period varies,
+    only a content lookup ("what followed this byte last time?") predicts them all, not a fixed
+    offset: a dense signal that teaches a small model the copying that retrieval needs. Short
+    periods matter: with periods 3..16 the tiny preset copies 46% of the bytes of period-10..64 rows
+    after 200 steps; trained on periods 10..64 it copied 5% after 950 steps (probes, issue 16).
+    Returns tokens (n, length) long."""
+    hi = max(1, min(max_period, length))
+    lo = max(1, min(min_period, hi))
+    tokens = COPY_ALPHABET[torch.randint(0, len(COPY_ALPHABET), (n, length), generator=g)]
+    period = torch.randint(lo, hi + 1, (n, 1), generator=g)
+    return tokens.gather(1, torch.arange(length)[None, :] % period)

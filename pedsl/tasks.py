@@ -37,10 +37,9 @@ from typing import Callable
 import torch
 
 from pedsl.errors import DataError
+from pedsl.synthetic import FILLER  # the haystack text every retrieval task shares
 
 TASKS = ("passkey", "multikey", "kv")
-FILLER = (b"The grass is green. The sky is blue. The sun is yellow. "
-          b"Here we go. There and back again. ")
 DIGIT_CHANCE = 0.1
 PASSKEY_QUESTION = b" What is the pass key? The pass key is "
 KV_QUESTION = b"| "
@@ -162,26 +161,34 @@ def multikey(n: int, length: int, *, depth: float | None = None, digits: int = 5
     return _pack(rows, digits, length)
 
 
-def kv(n: int, length: int, *, depth: float | None = None, digits: int = 5,
+def kv(n: int, length: int, *, depth: float | None = None, digits: int = 5, queries: int = 1,
        g: torch.Generator) -> dict[str, torch.Tensor]:
     """A haystack of pairs ``"KEY=VALUE; "`` (distinct 4-letter keys); the row ends ``"| KEY=VALUE"``.
 
-    Pair number ``round(depth * (pairs - 1))`` is asked; leading spaces pad the haystack."""
+    Pair number ``round(depth * (pairs - 1))`` is asked; leading spaces pad the haystack.
+    ``queries > 1`` asks ``queries - 1`` other pairs first (distinct, random order, each
+    ``"| KEY=VALUE"``): every one of their value digits and all but the first key letter is a copy
+    target, which gives training a dense copy signal; the scored answer is still the last one."""
+    if queries < 1:
+        raise DataError("kv needs at least one query", hint="use queries >= 1")
     rows = []
     width = 4 + 1 + digits + 2
+    qwidth = len(KV_QUESTION) + 4 + 1 + digits
     for _ in range(n):
-        tail_len = len(KV_QUESTION) + 4 + 1 + digits
+        tail_len = queries * qwidth
         hay = length - tail_len
         pairs = hay // width
-        if pairs < 1:
-            raise _too_short("kv", length, tail_len + width)
+        if pairs < queries:
+            raise _too_short("kv", length, tail_len + queries * width)
         pad = hay - pairs * width
         d = _depth(depth, g)
         idx = round(d * (pairs - 1))
         keys = _distinct_words(g, pairs, 4)
         values = [_digits(g, digits) for _ in keys]
         body = b"".join(k + b"=" + v + b"; " for k, v in zip(keys, values))
-        row = b" " * pad + body + KV_QUESTION + keys[idx] + b"=" + values[idx]
+        others = [i for i in torch.randperm(pairs, generator=g).tolist() if i != idx][: queries - 1]
+        tail = b"".join(KV_QUESTION + keys[i] + b"=" + values[i] for i in others + [idx])
+        row = b" " * pad + body + tail
         at = pad + idx * width
         rows.append((row, at, at + 5, d))
     return _pack(rows, digits, length)
@@ -201,11 +208,11 @@ def generate(task: str, n: int, length: int, *, depth: float | None = None, digi
     return GENERATORS[task](n, length, depth=depth, digits=digits, g=g, **extra)
 
 
-def min_length(task: str, digits: int = 5, keys: int = 3) -> int:
-    """The shortest sequence the task fits in."""
+def min_length(task: str, digits: int = 5, keys: int = 3, queries: int = 1) -> int:
+    """The shortest sequence the task fits in (``queries``: of ``kv``)."""
     if task == "passkey":
         return len(PASSKEY_QUESTION) + digits + len(b"The pass key is ") + digits + 2
     if task == "multikey":
         width = len(b"The key of ") + 3 + len(b" is ") + digits + 2
         return len(b" The key of ") + 3 + len(b" is ") + digits + (keys + (keys > 1)) * width
-    return len(KV_QUESTION) + 5 + digits + (4 + 1 + digits + 2)
+    return queries * (len(KV_QUESTION) + 5 + digits + (4 + 1 + digits + 2))

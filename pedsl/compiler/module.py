@@ -11,7 +11,7 @@ pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
 angles), biases become one extra key channel (or a table), the temperature
 scales q, then the chosen backend runs causal attention; value transports are
 undone on the output. Static tables are non-persistent buffers, grown on demand
-for longer inputs; float64 phases are cast at the end (SEMANTICS 6).
+for longer inputs; float64 phases are cast at the end (docs/semantics.md §6).
 """
 
 from __future__ import annotations

@@ -40,6 +40,7 @@ so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -353,9 +354,138 @@ def query_scale(mod, win: Window, dtype, Lq: int) -> Tensor | None:
     return _last(t, Lq, -1).to(F64)
 
 
+# ---------------------------------------------------------------------- decoding fast path
+def _fast_decode_plan(mod):
+    """The static rotations of a scheme whose decode step needs nothing but them (RoPE family: static
+    phase tables, no bias, no temperature, no short convolution, SDPA backend), else None. Cached on
+    the module: the checks run once, not per token."""
+    plan = mod.__dict__.get("_fast_decode")
+    if plan is None:
+        ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod)
+              and not mod._conv_history and mod.transforms
+              and all(t["op"] == "rotate" and not mod._nodes[t["phase"]].get("dynamic") for t in mod.transforms))
+        D = mod.head_dim
+        plan = [(t, t["channels"] if len(t["channels"]) != D else None, t["targets"] == "qkv")
+                for t in mod.transforms] if ok else False
+        mod.__dict__["_fast_decode"] = plan
+    return plan or None
+
+
+def _static_temperature(mod) -> bool:
+    """No temperature, or one that reads nothing but the position (a table indexed per token)."""
+    if mod.temperature is None:
+        return True
+    from pedsl.lang.builtins import READS_LENGTH
+    from pedsl.lang.exprs import calls_in
+
+    return (set(mod.graph.predecessors("temperature")) <= {"positions"}
+            and not (calls_in(mod.temperature) & READS_LENGTH))
+
+
+def _temperature_rows(mod, pos: Tensor, n: int, device) -> Tensor:
+    """tau at the positions ``pos (B,)`` from a float64 table (H|1, size) grown by doubling: (B, H|1, 1, 1)."""
+    tab = mod.__dict__.get("_tau_table")
+    if tab is None or tab.shape[1] < n or tab.device != device:
+        size = max(n, 2 ** math.ceil(math.log2(max(n, 1))), 256)
+        tab = mod.__dict__["_tau_table"] = mod.query_scale(size, device)[0]
+    return tab[:, pos].t()[:, :, None, None]
+
+
+def _full_tables(mod, t, ch, n: int, device, dtype):
+    """Full-width (size, D) tables ``cos~ = [c, c]``, ``sin~ = [-s, s]`` of a static rotation in the
+    halves layout (identity on the pairs outside the group), so that ``x cos~ + roll(x, D/2) sin~``
+    rotates every pair (k, k + D/2); None for other layouts and groups that are not pairs of the layout."""
+    if mod.layout != "halves":
+        return None
+    D = mod.head_dim
+    idx = None
+    if ch is not None:
+        kind, arg = rotary._plan(rotary._normalize_channels(ch, D), D, "halves")
+        if kind != "embed":
+            return None
+        idx = torch.tensor(arg, device=device)
+    store = mod.__dict__.setdefault("_fast_full", {})
+    got = store.get(t["phase"])
+    if got is not None and got[0].shape[0] >= n and got[0].device == device and got[0].dtype == dtype:
+        return got
+    size = max(n, 2 ** math.ceil(math.log2(max(n, 1))))
+    cos, sin = mod.rope_tables(t, size, device, dtype)  # (size, P)
+    if idx is not None:
+        cos = torch.ones(size, D // 2, dtype=dtype, device=device).index_copy(-1, idx, cos)
+        sin = torch.zeros(size, D // 2, dtype=dtype, device=device).index_copy(-1, idx, sin)
+    store[t["phase"]] = got = (torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1))
+    return got
+
+
+def _roll_rotate(x: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    if x.dtype != c.dtype:  # half precision: float32 tables, one rounding at the end (as rotary._rotate)
+        return _roll_rotate(x.to(c.dtype), c, s).to(x.dtype)
+    return torch.addcmul(x * c, x.roll(x.shape[-1] // 2, -1), s)
+
+
+def _group_rotate(x: Tensor, c: Tensor, s: Tensor, *, ch, layout) -> Tensor:
+    return rotary.apply_rotary_channels(x, c, s, ch, layout)
+
+
+def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
+    """One decoding token of a RoPE-family scheme (no positions, documents, mask or gradient; the cache
+    continues one document with nothing padded): rotate q and k by one row of the cached tables, append
+    to the cache, SDPA over the cache. Returns None when the general path is needed. Same result as
+    :func:`stream_forward` (tested), without its per-call layout work."""
+    plan = _fast_decode_plan(mod)
+    if (plan is None or cache.last_pos is None or not cache.one_doc or not cache.all_valid
+            or not cache.length or q.shape[2] != 1 or k.shape[2] != 1 or cache.batch_size != q.shape[0]
+            or cache.heads_kv != k.shape[1] or cache.window is not None
+            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+        return None
+    pos = cache.last_pos + 1  # (B,)
+    n = int(pos.max()) + 1
+    if n > TABLE_MAX:
+        return None
+    dt = q.dtype
+    adt = _angle_dtype(dt)
+    undo = []
+    for t, ch, qkv in plan:
+        full = _full_tables(mod, t, ch, n, q.device, adt)
+        if full is not None:  # x cos + roll(x, D/2) sin~ with full-width rows: three element-wise ops
+            c, s = full[0][pos][:, None, None], full[1][pos][:, None, None]  # (B, 1, 1, D), angle dtype
+            rot = _roll_rotate
+        else:
+            cos, sin = mod.rope_tables(t, n, q.device, adt)
+            c, s = cos[pos][:, None, None], sin[pos][:, None, None]  # (B, 1, 1, P)
+            rot = functools.partial(_group_rotate, ch=ch, layout=mod.layout)
+        q, k = rot(q, c, s), rot(k, c, s)
+        if qkv:
+            v = rot(v, c, s)
+            undo.append((rot, c, s))
+    if mod.temperature is not None:
+        q = q * _temperature_rows(mod, pos, n, q.device).to(dt)
+    Lc = cache.length
+    ones = cache.__dict__.get("_ones1")
+    if ones is None or ones.shape[0] != q.shape[0] or ones.device != q.device:
+        ones = cache.__dict__["_ones1"] = torch.ones(q.shape[0], 1, dtype=torch.bool, device=q.device)
+    cache.put("k", k, Lc)
+    cache.put("v", v, Lc)
+    cache.put("pos", pos[:, None], Lc)
+    cache.put("doc", cache.last_doc[:, None], Lc)
+    cache.put("valid", ones, Lc)
+    K, V = _cached(cache, "k", Lc + 1), _cached(cache, "v", Lc + 1)
+    o = F.scaled_dot_product_attention(q, K, V, enable_gqa=q.shape[1] != K.shape[1])
+    for rot, c, s in reversed(undo):
+        o = rot(o, c, -s)
+    cache.last_pos = pos
+    cache.length = Lc + 1
+    return o
+
+
 # ---------------------------------------------------------------------- the forward
 def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, positions=None,
                    document_ids=None, cache=None, attn_mask=None) -> Tensor:
+    if (cache is not None and positions is None and document_ids is None and attn_mask is None
+            and x is None and tokens is None):
+        o = decode_step(mod, q, k, v, cache)
+        if o is not None:
+            return o
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
     device = q.device

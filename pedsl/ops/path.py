@@ -2,7 +2,7 @@
 
 Paper: "PaTH Attention: Position Encoding via Accumulating Householder
 Transformations" (arXiv 2505.16381, sec. 2-3); reference kernels in
-fla-org/flash-linear-attention ``fla/ops/path_attn/``. SEMANTICS 2b, 5.3, 6.
+fla-org/flash-linear-attention ``fla/ops/path_attn/``. docs/semantics.md §2b, 5.3, 6.
 
 Shapes: q, k, v, w ``(B, H, L, D)``; beta, log_forget ``(B, H, L)``;
 q_scale ``(B|1, H|1, L)``. For a causal pair ``j <= i``::
@@ -48,7 +48,7 @@ The forget-gate bias uses per-block offsets: a local cumulative sum inside each 
 dtype) plus float64 block offsets, so G_i - G_j never cancels two large float32 numbers. log_forget
 is clamped below at -1e4 (exp of that is 0 in every float format), so a hard reset (-inf, f = 0)
 masks everything before it instead of producing NaN. On CPUs, sharply peaked attention makes
-denormals; callers own ``torch.set_flush_denormal(True)`` (SEMANTICS 6).
+denormals; callers own ``torch.set_flush_denormal(True)`` (docs/semantics.md §6).
 
 Baselines for tests and benchmarks: :func:`path_attention_naive` (float64 loops over explicit
 products, O(L^2 D^2)) and :func:`path_attention_materialized` (all L x L transported keys,
