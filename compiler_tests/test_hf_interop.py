@@ -28,6 +28,7 @@ import pytest
 import torch
 
 import pedsl
+from compiler_helpers import run_cli
 from pedsl.errors import InteropError
 from pedsl.hf import export_rope, import_config, use_pedsl_attention
 
@@ -299,38 +300,22 @@ def test_library_yarn_is_hf_yarn():
 # ---------------------------------------------------------------------- command line
 
 
-def _cli(*args):
-    import contextlib
-    import io
-
-    from pedsl.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-    return code, out.getvalue(), err.getvalue()
-
-
 def test_cli_import_and_export(tmp_path):
     cfg = hf_config("llama3").to_dict()
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    code, _, err = _cli("import-hf", str(tmp_path), "-o", str(tmp_path / "m.pe"), "--name", "m")
+    code, _, err = run_cli("import-hf", str(tmp_path), "-o", str(tmp_path / "m.pe"), "--name", "m")
     assert code == 0, err
-    code, out, err = _cli("export-hf", str(tmp_path / "m.pe"))
+    code, out, err = run_cli("export-hf", str(tmp_path / "m.pe"))
     assert code == 0, err
     assert json.loads(out) == {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": ORIG,
                                "low_freq_factor": 1.0, "high_freq_factor": 4.0, "rope_theta": 500000.0}
-    code, out, err = _cli("export-hf", str(_lib("alibi")))
+    code, out, err = run_cli("export-hf", str(_lib("alibi")))
     assert code == 1 and "no Hugging Face rope_parameters equivalent" in err and "Traceback" not in err
     cfg["rope_parameters"]["mrope_section"] = [1, 2, 3]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    code, out, err = _cli("import-hf", str(tmp_path / "config.json"))
+    code, out, err = run_cli("import-hf", str(tmp_path / "config.json"))
     assert code == 1 and "mrope_section" in err and out == ""
-    code, _, err = _cli("import-hf", str(tmp_path / "missing.json"))
+    code, _, err = run_cli("import-hf", str(tmp_path / "missing.json"))
     assert code == 1 and "no such file" in err
 
 
@@ -380,12 +365,12 @@ def test_cli_export_of_a_trained_run(tmp_path):
     from pedsl.evaluate.common import open_run
 
     run = tmp_path / "run"
-    code, _, err = _cli("train", str(_lib("yarn")), "--out", str(run), "--steps", "2", "--context", "16",
+    code, _, err = run_cli("train", str(_lib("yarn")), "--out", str(run), "--steps", "2", "--context", "16",
                         "--batch-size", "2", "--threads", "1", "--set", "arch=llama", "--set", "d_model=32",
                         "--set", "n_heads=2", "--set", "n_layers=1", "--set", "data.max_bytes=4096",
                         "--set", "eval_every=2", "--set", "checkpoint_every=2", "--set", "eval_batches=1", "-q")
     assert code == 0, err
-    code, out, err = _cli("export", str(run), "--hf", str(tmp_path / "hf"))
+    code, out, err = run_cli("export", str(run), "--hf", str(tmp_path / "hf"))
     assert code == 0, err
     model, _, _ = open_run(run)
     hf = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float64)
@@ -500,10 +485,10 @@ def test_library_schemes_in_hf_family_compute_what_hf_computes(name):
 def test_diff_and_explain_show_the_group_scale(tmp_path):
     (tmp_path / "y2.pe").write_text('import "yarn.pe"\nscheme y2 extends yarn {\n'
                                     '  param attention_factor: float (>= 0) = 1.5\n}\n')
-    code, out, err = _cli("diff", str(_lib("yarn")), str(tmp_path / "y2.pe"))
+    code, out, err = run_cli("diff", str(_lib("yarn")), str(tmp_path / "y2.pe"))
     assert code == 1 and err == ""  # like diff(1): 1 when the schemes differ
     assert "scaled by 1.139 (the group's logits x 1.296)" in out and "scaled by 1.5 (the group's logits x 2.25)" in out
-    code, out, err = _cli("diff", str(_lib("rope")), str(_lib("yarn")))
+    code, out, err = run_cli("diff", str(_lib("rope")), str(_lib("yarn")))
     assert "+ transport[all].scale = yarn_mscale(factor, mscale, mscale_all_dim, attention_factor)" in out
 
 

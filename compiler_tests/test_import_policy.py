@@ -4,12 +4,11 @@ imported file that does not parse is named with a position, never quoted."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 from pathlib import Path
 
 import pytest
+from compiler_helpers import run_cli
 
 from pedsl.errors import CheckError
 from pedsl.lang import imports
@@ -19,16 +18,8 @@ SECRET = "SECRET_TOKEN=hunter2"
 
 
 def cli(*args: str) -> tuple[int, str]:
-    from pedsl.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-    return code, out.getvalue() + err.getvalue()
+    code, out, err = run_cli(*args)
+    return code, out + err
 
 
 @pytest.fixture()
