@@ -60,6 +60,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from pedsl.errors import ShapeError
+from pedsl.ops.path_blocks import path_blocks, ut_A
 from pedsl.ops.path_scan import path_scan
 
 __all__ = [
@@ -93,19 +94,9 @@ def _check(q, k, v, w, beta, log_forget, q_scale) -> None:
                              f"be (B|1, H|1, L) with L = {L}, a per-query temperature.")
 
 
-def _ut_A(W: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """A = (I + strictLower(diag(beta) W W^T))^-1 diag(beta); W (..., C, D), beta (..., C)."""
-    C = W.shape[-2]
-    eye = torch.eye(C, dtype=W.dtype, device=W.device)
-    low = torch.tril(W @ W.transpose(-1, -2), -1) * beta.unsqueeze(-1)  # (..., C, C)
-    X = torch.linalg.solve_triangular(low + eye, eye.expand_as(low), upper=False,
-                                      unitriangular=True)
-    return X * beta.unsqueeze(-2)
-
-
 def ut_block_product(w: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """H_n ... H_1 = I - W^T A W via the UT representation; w (..., n, D) -> (..., D, D)."""
-    A = _ut_A(w, beta)
+    A = ut_A(w, beta)
     eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
     return eye - w.transpose(-1, -2) @ A @ w
 
@@ -153,13 +144,7 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
 
     Q, K, Vb, W = blocks(qs), blocks(k), blocks(v), blocks(w)
     bt = blocks(beta.to(q.dtype).unsqueeze(-1)).squeeze(-1)  # (N, Z, C)
-    A = _ut_A(W, bt)  # (N, Z, C, C)
-    U = A @ W
-    QW = torch.tril(Q @ W.transpose(-1, -2))  # [i, a], a <= i
-    Zm = A @ torch.tril(W @ K.transpose(-1, -2), -1)  # A [b, j], b > j
-    Qt = Q - QW @ U
-    Kt = K - Zm.transpose(-1, -2) @ W
-    Sd = Q @ K.transpose(-1, -2) - QW @ Zm
+    Qt, Kt, Sd, P = path_blocks(Q, K, W, bt)
     gl = gb = None
     if log_forget is not None:
         lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # no -inf - -inf = NaN
@@ -168,9 +153,6 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
         gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
         gl = loc.to(q.dtype)
         Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    Sd = Sd.masked_fill(~causal, float("-inf"))
-    P = torch.eye(D, dtype=Q.dtype, device=Q.device) - W.transpose(-1, -2) @ U  # (N, Z, D, D)
     O = path_scan(Qt, Kt, Vb, P, Sd, gl, gb, k=max(1, int(superblock)))
     return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
@@ -255,7 +237,7 @@ def path_transported_keys(k, w, beta, *, block_size: int = 64):
 
     K, W = blocks(k), blocks(w)
     bt = blocks(beta.to(k.dtype).unsqueeze(-1)).squeeze(-1)
-    A = _ut_A(W, bt)
+    A = ut_A(W, bt)
     Kt = K - (A @ torch.tril(W @ K.transpose(-1, -2), -1)).transpose(-1, -2) @ W  # to the end of the block
     eye = torch.eye(D, dtype=K.dtype, device=K.device)
     PT = (eye - W.transpose(-1, -2) @ A @ W).transpose(-1, -2)  # (H_C ... H_1)^T per block (N, Z, D, D)
