@@ -31,10 +31,10 @@ from torch.autograd.function import once_differentiable
 __all__ = ["path_scan", "superblocks"]
 
 
-def _bias(glq, gbq, glk, gbk, n, j):
-    """G_i - G_j for query block n and key block j: (Z, C, Ck); float64 offsets, float32 local."""
+def _add_bias(s, glq, gbq, glk, gbk, n, j):
+    """s += G_i - G_j for query block n and key block j, in place; float64 block offsets."""
     off = (gbq[n] - gbk[j]).to(glq.dtype)  # cast after the difference
-    return (glq[n].unsqueeze(-1) - glk[j].unsqueeze(-2)) + off[:, None, None]
+    return s.add_((glq[n] + off.unsqueeze(-1)).unsqueeze(-1)).sub_(glk[j].unsqueeze(-2))
 
 
 def _group(x, NK, k):
@@ -101,23 +101,26 @@ class _PathScan(torch.autograd.Function):
         KtT = Kt.transpose(-1, -2).contiguous()  # (N, Z, D, C)
         KsT = Ks.transpose(-1, -2).contiguous() if NK else None  # (NK, Z, D, S)
         VS = _group(V, NK, k) if NK else None  # (NK, Z, S, D)
+        # scratch reused by every pair (fresh multi-MiB outputs cost page faults on each call)
+        sb, sx = Qt.new_empty(Z, C, C), Qt.new_empty(Z, C, k * C) if NK else None
+        Rb = Qt.new_empty(2, Z, C, D)
         for n in range(1, N):
             Mn = n // k
-            R, mx, ln, a = Qt[n], m[n], l[n], acc[n]
+            R, mx, ln, a, t = Qt[n], m[n], l[n], acc[n], 0
             for j in range(n - 1, Mn * k - 1, -1):  # earlier blocks of its own superblock
-                s = R @ KtT[j]
+                s = torch.bmm(R, KtT[j], out=sb)
                 if bias:
-                    s += _bias(gl, gb, gl, gb, n, j)
+                    _add_bias(s, gl, gb, gl, gb, n, j)
                 mx, ln = _online(s, mx, ln, a, V[j])
                 if j > 0:
-                    R = R @ P[j]
+                    R, t = torch.bmm(R, P[j], out=Rb[t]), 1 - t
             for M in range(Mn - 1, -1, -1):  # earlier superblocks
-                s = R @ KsT[M]
+                s = torch.bmm(R, KsT[M], out=sx)
                 if bias:
-                    s += _bias(gl, gb, glS, gbS, n, M)
+                    _add_bias(s, gl, gb, glS, gbS, n, M)
                 mx, ln = _online(s, mx, ln, a, VS[M])
                 if M > 0:
-                    R = R @ PS[M]
+                    R, t = torch.bmm(R, PS[M], out=Rb[t]), 1 - t
             m[n], l[n] = mx, ln
         O = acc.div_(l.unsqueeze(-1))
         lse = m + torch.log(l)
@@ -148,14 +151,18 @@ class _PathScan(torch.autograd.Function):
         dglS = torch.zeros_like(glS) if NK and bias else None
         dgbS = torch.zeros_like(gbS) if NK and bias else None
 
-        def pair(n, R, KT, Kk, Vk, glk, gbk, dglk, dgbk, j, dVk, dKk):
-            """Probabilities recomputed; dV, dK, bias grads accumulated; returns (ds, dR)."""
-            s = R @ KT[j]
+        sb, sx = Qt.new_empty(2, Z, C, C), Qt.new_empty(2, Z, C, k * C) if NK else None
+        Rst = Qt.new_empty(k + NK, Z, C, D)  # one query block's chain of moved queries
+        gb2 = Qt.new_empty(2, Z, C, D)
+
+        def pair(n, R, KT, Kk, Vk, glk, gbk, dglk, dgbk, j, dVk, dKk, buf, out):
+            """Probabilities recomputed; dV, dK, bias grads accumulated; returns dR (in out)."""
+            s = torch.bmm(R, KT[j], out=buf[0])
             if bias:
-                s += _bias(gl, gb, glk, gbk, n, j)
+                _add_bias(s, gl, gb, glk, gbk, n, j)
             p = s.sub_(lse[n]).exp_()
             dVk[j].baddbmm_(p.transpose(-1, -2), dO[n])
-            ds = (dO[n] @ Vk[j].transpose(-1, -2)).sub_(Dl[n]).mul_(p)
+            ds = torch.bmm(dO[n], Vk[j].transpose(-1, -2), out=buf[1]).sub_(Dl[n]).mul_(p)
             if bias:
                 rs = ds.sum(-1)
                 dgl[n] += rs
@@ -164,34 +171,36 @@ class _PathScan(torch.autograd.Function):
                 dgb[n] += tot
                 dgbk[j] -= tot
             dKk[j].baddbmm_(ds.transpose(-1, -2), R)
-            return ds @ Kk[j]
+            return torch.bmm(ds, Kk[j], out=out)
 
         for n in range(1, N):
             Mn = n // k
             f = Mn * k
-            Rs = [Qt[n]]  # Rs[n-1-j]: query block n moved to key block j (recomputed)
+            # Rst[n-1-j]: query block n moved to key block j of its superblock (recomputed);
+            # then Rst[n-f+Mn-1-M]: moved to the end of superblock M
+            Rs = [Qt[n]]
             for j in range(n - 1, f, -1):
-                Rs.append(Rs[-1] @ P[j])
-            Rx = []  # Rx[Mn-1-M]: moved to the end of superblock M
+                Rs.append(torch.bmm(Rs[-1], P[j], out=Rst[len(Rs)]))
+            Rx = []
             if Mn:
-                Rx.append(Rs[-1] @ P[f] if n > f else Qt[n])
+                Rx.append(torch.bmm(Rs[-1], P[f], out=Rst[len(Rs)]) if n > f else Qt[n])
                 for M in range(Mn - 1, 0, -1):
-                    Rx.append(Rx[-1] @ PS[M])
-            carry = None  # gradient of the moved queries one key block (superblock) further
+                    Rx.append(torch.bmm(Rx[-1], PS[M], out=Rst[len(Rs) + len(Rx)]))
+            carry, t = None, 0  # gradient of the moved queries one key block (superblock) further
             for M in range(Mn):
                 R = Rx[Mn - 1 - M]
-                g = pair(n, R, KsT, Ks, VS, glS, gbS, dglS, dgbS, M, dVS, dKs)
+                g = pair(n, R, KsT, Ks, VS, glS, gbS, dglS, dgbS, M, dVS, dKs, sx, gb2[t])
                 if carry is not None:  # R at superblock M-1 = R PS_M
                     g.baddbmm_(carry, PS[M].transpose(-1, -2))
                     dPS[M].baddbmm_(R.transpose(-1, -2), carry)
-                carry = g
+                carry, t = g, 1 - t
             for j in range(f, n):
                 R = Rs[n - 1 - j]
-                g = pair(n, R, KtT, Kt, V, gl, gb, dgl, dgb, j, dV, dK)
+                g = pair(n, R, KtT, Kt, V, gl, gb, dgl, dgb, j, dV, dK, sb, gb2[t])
                 if carry is not None:  # R at key block j-1 = R P_j
                     g.baddbmm_(carry, P[j].transpose(-1, -2))
                     dP[j].baddbmm_(R.transpose(-1, -2), carry)
-                carry = g
+                carry, t = g, 1 - t
             if carry is not None:
                 dQt[n] = carry
         if NK:
