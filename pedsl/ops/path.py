@@ -28,21 +28,27 @@ Blockwise algorithm (steps grouped in blocks of C; local indices inside a block)
       S_diag = Q K^T - tril(Q W^T) A tril(W K^T, -1)   (exact intra-block transports, j <= i)
 
 * Off-diagonal key block m < n: ``s = R Kt_m^T`` with ``R = Qt_n P_(n-1) ... P_(m+1)`` in row
-  form, ``P_m = I - W_m^T U_m`` (D, D) = (H_C ... H_1)^T of block m (one D x D matrix per
-  block: (L/C) D^2 numbers per head, never (L, D, D)). The scan takes one
-  query block n at a time (batched over B*H), key blocks m = n-1 .. 0: score key block m,
-  then ``R <- R P_m`` (C D^2 per block pair instead of the 2 C^2 D of ``R - (R W^T) U``).
-  Softmax is online (flash-style running max / sum).
+  form, ``P_m = I - W_m^T U_m`` (D, D) = H_C ... H_1 of block m (one D x D matrix per
+  block: (L/C) D^2 numbers per head, never (L, D, D)). Key blocks are grouped in superblocks of
+  ``superblock`` (k = 4) blocks: query block n scores the earlier blocks of its own superblock
+  one at a time (``R <- R P_m``), then each earlier superblock with one (C, D) x (D, k C)
+  product against its keys moved to the superblock's end (``R <- R PS_M``, one D x D product
+  per superblock). Softmax is online (flash-style running max / sum, base 2).
+  :mod:`pedsl.ops.path_scan` has the scan, :mod:`pedsl.ops.path_blocks` the per-block
+  quantities above (both custom autograd functions with hand-written backwards).
 
-Cost O(L^2 D + L^2 D^2 / C + L C D + L D^2) time: per block pair 2 C^2 D + C D^2 forward and
-5 C^2 D + 3 C D^2 backward (flash attention: 2 + 5 C^2 D), so C = 64..128 at D = 64. No
-(L, L, D) or (L, D, D) tensor is formed. A custom autograd function with a hand-written backward
-(flash-style recomputation of the probabilities and of each query block's chain of moved
-queries; the transport's backward is ``carry P^T`` plus a D x D accumulation ``dP += R^T carry``)
-keeps O(L D + L C + L D^2 / C) per head for the backward: no L^2 term at all. Processing all
-query blocks of one offset at once was measured as fast (2.73 s vs 2.69 s fwd+bwd CPU at
-L=2048, C=D=64, B*H=32) but has to keep every moved query (L^2 D / 2C), so it was dropped.
-Double backward is not supported. Half-precision inputs run the scan in float32.
+Cost O(L^2 D + L^2 D^2 / (k C) + L C D + L D^2) time. Per pair of C-blocks in different
+superblocks: 2 C^2 D + C D^2 / k forward and 5 C^2 D + 3 C D^2 / k backward (flash attention:
+2 + 5 C^2 D), so at C = D = 64, k = 4 about 8/7 of attention's products; pairs inside one
+superblock cost 2 + 1 and 5 + 3. The per-block preprocessing is about 32 C^2 D per block
+(forward and backward). No (L, L, D) or (L, D, D) tensor is formed: the backward recomputes
+the probabilities and each query block's chain of moved queries (flash-style) and keeps
+O(L D + L C + L D^2 / C) per head, no L^2 term. Keeping the forward's moved queries instead
+would drop one product per pair but costs L^2 D / 2C numbers per head. Measured at L = 2048,
+B H = 32, C = D = 64, 1 thread (benchmarks/README.md): one level (k = 1) 2.4-2.7x of causal
+SDPA forward + backward, superblocks of 4 and the hand-written block backward 1.7-1.9x;
+k = 8 measured as k = 4, k = 2 slower. Double backward is not supported. Half-precision
+inputs run the scan in float32.
 
 The forget-gate bias uses per-block offsets: a local cumulative sum inside each block (input
 dtype) plus float64 block offsets, so G_i - G_j never cancels two large float32 numbers. log_forget
@@ -125,7 +131,11 @@ def _scaled_q(q, scale, q_scale):
 _LOG_FORGET_MIN = -1e4  # exp(-1e4) is 0 in every float format: "forget everything before"
 def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None,
                    superblock=4):
-    """PaTH attention (causal), blockwise UT/WY algorithm; returns (B, H, L, D) in q's dtype."""
+    """PaTH attention (causal), blockwise UT/WY algorithm; returns (B, H, L, D) in q's dtype.
+
+    ``block_size`` C steps per block, ``superblock`` blocks per superblock of the scan (1: one
+    level); both change the cost, not the result (up to rounding).
+    """
     _check(q, k, v, w, beta, log_forget, q_scale)
     B, H, L, D = q.shape
     if L == 0:
@@ -138,8 +148,8 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     pad = N * C - L  # padded steps sit after every real token: H = I, bias 0, never attended to
     qs = _scaled_q(q, scale, q_scale)
 
-    def blocks(x):  # (B, H, L, E) -> (N, Z, C, E), block-major
-        x = F.pad(x, (0, 0, 0, pad)).reshape(B * H, N, C, x.shape[-1])
+    def blocks(x):  # (B, H, L, E) -> (N, Z, C, E), block-major: one copy
+        x = (F.pad(x, (0, 0, 0, pad)) if pad else x).reshape(B * H, N, C, x.shape[-1])
         return x.transpose(0, 1).contiguous()
 
     Q, K, Vb, W = blocks(qs), blocks(k), blocks(v), blocks(w)

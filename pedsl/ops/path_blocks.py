@@ -8,7 +8,7 @@ Q, keys K, directions W (C, D) and strengths b (C)::
     Qt  = Q - QW U           queries moved to the start of the block   q_i^T (H_i ... H_1)
     Kt  = K - Zm^T W         keys moved to the end of the block        (H_C ... H_(j+1)) k_j
     Sd  = Q K^T - QW Zm      exact intra-block scores (j <= i; -inf above the diagonal)
-    P   = I - W^T U          the block's product (H_C ... H_1)^T, row form
+    P   = I - W^T U          the block's product H_C ... H_1 (queries as rows: r^T P)
 
 The backward is the chain rule through these lines (21 products per block, nothing recomputed
 but ``W W^T``). Both directions run over chunks of about 32 (block, head) pairs, so every
