@@ -6,8 +6,10 @@ Two levels of key blocks (docs/semantics.md §2b, 6). Block-major layout, Z = B*
   keys moved to the end of theirs, ``P`` (N, Z, D, D) each block's product in row form
   (``R <- R P`` moves a query block through one key block), ``Sd`` (N, Z, C, C) the exact
   intra-block scores (masked above the diagonal);
-* superblocks of S = k C steps: ``Ks`` (NK, Z, S, D) the keys of a superblock moved to its end,
-  ``PS`` (NK, Z, D, D) the superblock's product (``P_(last) ... P_(first)``).
+* superblocks of S = k C steps, made inside the function from Kt and P: ``Ks`` (NK, Z, S, D)
+  the keys of a superblock moved to its end, ``PS`` (NK, Z, D, D) the superblock's product
+  (``P_(last) ... P_(first)``); their backward is hand-written too (autograd through the
+  batched products and their stacking cost ~0.1 s at L = 2048, B H = 32).
 
 Query block n (superblock Mn = n // k, first block f = Mn k) scores its own block (``Sd``), the
 earlier blocks of its own superblock one by one (``R <- R P_j``), then every earlier superblock
@@ -19,8 +21,10 @@ The backward is hand-written (flash-style): it recomputes each query block's pro
 its chain of moved queries (one product per pair), then walks the pairs from the farthest key
 block back, carrying the gradient of the moved queries (``carry P^T``) and accumulating the
 transports' gradients (``dP += R^T carry``). Memory O(L D + L C + L D^2 / C) per head; no L^2
-term. Float32 or float64 only (the caller upcasts half precision). Double backward is not
-supported.
+term. Softmax in base 2: the scores are scaled by log2(e) once (``exp2`` is ~2.7x faster than
+``exp`` on the CPUs measured). Scores, moved queries and carries go into scratch buffers reused
+by every pair (a fresh multi-MiB output page-faults on each call). Float32 or float64 only (the
+caller upcasts half precision). Double backward is not supported.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["path_scan", "superblocks"]
+__all__ = ["path_scan"]
 
 _LOG2E = 1.4426950408889634  # 1 / ln 2
 
@@ -53,31 +57,50 @@ def _ungroup(y, k):
     return x.reshape(NK * k, Z, S // k, *y.shape[3:])
 
 
-def superblocks(Kt, P, gl, gb, k):
-    """Superblock inputs of the scan (differentiable torch ops): ``(Ks, PS, glS, gbS)``.
+def _move_keys(Kt, P, NK, k):
+    """Keys moved to their superblock's end and the superblocks' products, without autograd.
 
-    Superblocks are the first ``NK = (N - 1) // k`` groups of k blocks (the last query block's
-    superblock is never a key superblock). Keys move to the superblock's end by a reverse scan
-    inside it (k - 1 products of (C, D) x (D, D)). ``None``s when there is no key superblock.
+    Inside a superblock (local blocks r = 0 .. k-1) ``T_r = P_(k-1) ... P_(r+1)`` (``T_(k-1) = I``),
+    ``Ks_r = Kt_r T_r^T`` and ``PS = T_0 P_0``: a reverse scan of k - 1 products of (C, D) x (D, D)
+    and k of D x D, batched over all superblocks. Returns ``(Ks (NK, Z, k C, D), PS, T)``; T
+    (NK, k, Z, D, D) is kept for the backward (:func:`_move_keys_backward`).
     """
-    N, Z, C, D = Kt.shape
-    NK = (N - 1) // k
-    if NK == 0:
-        return None, None, None, None
-    K4 = Kt[: NK * k].reshape(NK, k, Z, C, D)
-    P4 = P[: NK * k].reshape(NK, k, Z, D, D)
-    outs = [None] * k
-    outs[k - 1], T = K4[:, k - 1], P4[:, k - 1]  # T = P_(last) ... P_(r+1)
+    _, Z, C, D = Kt.shape
+    K4 = Kt[: NK * k].view(NK, k, Z, C, D)
+    P4 = P[: NK * k].view(NK, k, Z, D, D)
+    T = P.new_empty(NK, k, Z, D, D)
+    T[:, k - 1] = torch.eye(D, dtype=P.dtype, device=P.device)
+    Ks = Kt.new_empty(NK, Z, k, C, D)
+    Ks[:, :, k - 1] = K4[:, k - 1]
     for r in range(k - 2, -1, -1):
-        outs[r] = K4[:, r] @ T.transpose(-1, -2)
-        T = T @ P4[:, r]
-    Ks = torch.stack(outs, 2).reshape(NK, Z, k * C, D)
-    glS = gbS = None
-    if gl is not None:
-        gbS = gb[0 : NK * k : k]  # (NK, Z) float64: the offset at each superblock's start
-        rel = (gb[: NK * k].reshape(NK, k, Z) - gbS.unsqueeze(1)).to(gl.dtype)
-        glS = _group(gl[: NK * k] + rel.reshape(NK * k, Z).unsqueeze(-1), NK, k)
-    return Ks, T, glS, gbS
+        torch.matmul(T[:, r + 1], P4[:, r + 1], out=T[:, r])
+        Ks[:, :, r] = K4[:, r] @ T[:, r].transpose(-1, -2)
+    return Ks.view(NK, Z, k * C, D), T[:, 0] @ P4[:, 0], T
+
+
+def _move_keys_backward(dKs, dPS, Kt, P, T, dK, dP, k):
+    """Adds the gradients of (Ks, PS) of :func:`_move_keys` to dK and dP (in place)."""
+    NK, Z, _, D = dKs.shape
+    C = Kt.shape[2]
+    K4, P4 = Kt[: NK * k].view(NK, k, Z, C, D), P[: NK * k].view(NK, k, Z, D, D)
+    dK4, dP4 = dK[: NK * k].view(NK, k, Z, C, D), dP[: NK * k].view(NK, k, Z, D, D)
+    dKs4 = dKs.view(NK, Z, k, C, D)
+    G = dPS  # gradient of T_(r-1) = T_r P_r (T_(-1) = PS)
+    for r in range(k):
+        dP4[:, r] += T[:, r].transpose(-1, -2) @ G
+        if r < k - 1:  # T_(k-1) = I is a constant
+            G = G @ P4[:, r].transpose(-1, -2) + dKs4[:, :, r].transpose(-1, -2) @ K4[:, r]
+            dK4[:, r] += dKs4[:, :, r] @ T[:, r]
+        else:
+            dK4[:, r] += dKs4[:, :, r]
+
+
+def _super_bias(gl, gb, NK, k):
+    """Forget-gate terms of the key superblocks (differentiable): local (NK, Z, k C) and the
+    float64 offset at each superblock's start (NK, Z)."""
+    gbS = gb[0 : NK * k : k]
+    rel = (gb[: NK * k].reshape(NK, k, -1) - gbS.unsqueeze(1)).to(gl.dtype)
+    return _group(gl[: NK * k] + rel.reshape(NK * k, -1).unsqueeze(-1), NK, k), gbS
 
 
 def _online(s, mx, ln, a, Vj):
@@ -92,9 +115,12 @@ def _online(s, mx, ln, a, Vj):
 
 class _PathScan(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, Qt, Kt, V, P, Sd, gl, gb, Ks, PS, glS, gbS, k):
+    def forward(ctx, Qt, Kt, V, P, Sd, gl, gb, glS, gbS, k):
         N, Z, C, D = Qt.shape
-        NK = 0 if Ks is None else Ks.shape[0]
+        NK = (N - 1) // k  # key superblocks (the last query block's superblock is never one)
+        Ks = PS = T = None
+        if NK:
+            Ks, PS, T = _move_keys(Kt, P, NK, k)
         bias = gl is not None
         # base 2 throughout (exp2 is ~2.7x faster than exp on CPU): scores scaled by log2(e)
         Qt, Sd = Qt * _LOG2E, Sd * _LOG2E
@@ -131,14 +157,14 @@ class _PathScan(torch.autograd.Function):
             m[n], l[n] = mx, ln
         O = acc.div_(l.unsqueeze(-1))
         lse = m + torch.log2(l)  # base 2, of the scaled scores
-        ctx.save_for_backward(Qt, Kt, V, P, Sd, gl, gb, Ks, PS, glS, gbS, O, lse, KtT, KsT)
+        ctx.save_for_backward(Qt, Kt, V, P, Sd, gl, gb, Ks, PS, T, glS, gbS, O, lse, KtT, KsT)
         ctx.k, ctx.bias = k, bias
         return O
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dO):
-        Qt, Kt, V, P, Sd, gl, gb, Ks, PS, glS, gbS, O, lse, KtT, KsT = ctx.saved_tensors
+        Qt, Kt, V, P, Sd, gl, gb, Ks, PS, T, glS, gbS, O, lse, KtT, KsT = ctx.saved_tensors
         k, bias = ctx.k, ctx.bias
         N, Z, C, D = V.shape
         NK = 0 if Ks is None else Ks.shape[0]
@@ -212,13 +238,15 @@ class _PathScan(torch.autograd.Function):
                 dQt[n] = carry
         if NK:
             dV[: NK * k] += _ungroup(dVS, k)
-        for t in (dK, dP, dKs, dPS):  # accumulated with the queries scaled by log2(e)
-            if t is not None:
-                t.div_(_LOG2E)
-        return dQt, dK, dV, dP, dSd, dgl, dgb, dKs, dPS, dglS, dgbS, None
+        if NK:
+            _move_keys_backward(dKs, dPS, Kt, P, T, dK, dP, k)
+        for t in (dK, dP):  # accumulated with the queries scaled by log2(e)
+            t.div_(_LOG2E)
+        return dQt, dK, dV, dP, dSd, dgl, dgb, dglS, dgbS, None
 
 
 def path_scan(Qt, Kt, V, P, Sd, gl=None, gb=None, *, k: int = 4):
     """Output (N, Z, C, D) of the two-level scan; ``k`` blocks per superblock (1: one level)."""
-    Ks, PS, glS, gbS = superblocks(Kt, P, gl, gb, k)
-    return _PathScan.apply(Qt, Kt, V, P, Sd, gl, gb, Ks, PS, glS, gbS, k)
+    NK = (Qt.shape[0] - 1) // k
+    glS, gbS = _super_bias(gl, gb, NK, k) if NK and gl is not None else (None, None)
+    return _PathScan.apply(Qt, Kt, V, P, Sd, gl, gb, glS, gbS, k)
