@@ -16,8 +16,8 @@ from conftest import ROOT
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.builtins import FUNCTIONS
 
-CONSUMERS = ["pedsl/lang/evaluate.py", "pedsl/lang/grids.py", "pedsl/lang/channels.py", "pedsl/lang/dynamic.py",
-             "pedsl/compiler/evaluator.py", "pedsl/diffing/sample.py", "pedsl/compiler/codegen.py",
+CONSUMERS = ["pedsl/lang/fold.py", "pedsl/lang/grids.py", "pedsl/lang/channels.py", "pedsl/runtime/walk.py",
+             "pedsl/runtime/torch_backend.py", "pedsl/diffing/sample.py", "pedsl/compiler/codegen.py",
              "pedsl/compiler/kernels_template.py", "pedsl/lang/builtins.py"]
 # strings that spell a builtin's name but mean something else: codegen's reserved local names
 NOT_BUILTINS = {"pedsl/compiler/codegen.py": {"cos", "sin"}}

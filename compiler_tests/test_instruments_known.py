@@ -1,4 +1,4 @@
-"""The analysis instruments (pedsl.evaluate.instruments) against cases with known answers,
+"""The analysis instruments (pedsl.study.instruments) against cases with known answers,
 directly and through a compiled scheme module (probs / transform_qkv / rotary_groups)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pedsl.evaluate import instruments as ins
+from pedsl.study import instruments as ins
 
 SCHEMES = Path(__file__).parent.parent / "schemes"
 

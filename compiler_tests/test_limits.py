@@ -239,7 +239,7 @@ def test_diff_numeric_size_is_capped():
 
 
 def test_setup_torch_refuses_thousands_of_threads():
-    from pedsl.runtime import setup_torch
+    from pedsl.torchenv import setup_torch
 
     with pytest.raises(PedslError):
         setup_torch(5000)
@@ -323,7 +323,7 @@ def test_train_yaml_with_huge_sizes_is_a_config_error(tmp_path):
 
 
 def test_compare_set_value_that_is_not_yaml():
-    from pedsl.cli.evaluate import _sets
+    from pedsl.cli.study import _sets
 
     values = _sets(("context=[",))  # was: a yaml ParserError, exit 3
     assert values == {"context": "["}

@@ -78,7 +78,7 @@ DataSource = str  # "stdlib" | "passkey" | "blocks" | "multikey" | "kv" | a path
 
 
 class DataConfig(_Frozen):
-    """Where the bytes come from (see :mod:`pedsl.data`)."""
+    """Where the bytes come from (see :mod:`pedsl.data.stream`)."""
 
     source: DataSource = "stdlib"
     seed: int = Field(0, ge=0, le=L.MAX_SEED)
@@ -177,11 +177,11 @@ RESUMABLE_FIELDS = (
 )
 
 
-EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.tasks by length and depth
+EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.data.tasks by length and depth
 
 
 class EvalConfig(_Frozen):
-    """Evaluation past the training length (read by :mod:`pedsl.evaluate`)."""
+    """Evaluation past the training length (read by :mod:`pedsl.study`)."""
 
     context: int = Field(128, ge=2, le=L.MAX_LENGTH, description="training length the defaults scale from")
     lengths: list[Annotated[int, Field(ge=1, le=L.MAX_LENGTH)]] | None = Field(

@@ -34,7 +34,7 @@ from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, mod
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, evaluate
+from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 
@@ -67,7 +67,7 @@ class _Gen:
 
     def _static(self, e):
         try:
-            return evaluate(e, StaticEnv(values=self.values, pairs=self._pairs))
+            return fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs))
         except EvalIssue as issue:
             raise CompileError(str(issue)) from None
 
@@ -132,7 +132,7 @@ class _Gen:
             return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"
         if f == "longrope":  # the short factors up to the original length, the long ones past it
             orig = self._float(args["original"])
-            short, long = (evaluate(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
+            short, long = (fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
             return (f"({self.const(long.values, 'pair', 'longrope long')} if n_run > {literal(orig)} "
                     f"else {self.const(short.values, 'pair', 'longrope short')})")
         if f == "frozen_random":

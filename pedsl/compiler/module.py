@@ -22,7 +22,7 @@ import networkx as nx
 import torch
 from torch import Tensor, nn
 
-from pedsl.compiler.evaluator import Context, Evaluator, Learned
+from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
 from pedsl.compiler.shapes import angle_dtype as _angle_dtype, per_head as _per_head

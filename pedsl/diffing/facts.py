@@ -1,6 +1,6 @@
 """What a resolved scheme does, in numbers: the facts that ``diff`` compares and ``explain`` prints.
 
-Everything is computed statically in float64 by :mod:`pedsl.lang.evaluate`
+Everything is computed statically in float64 by :mod:`pedsl.lang.fold`
 (no torch): which channels each transport acts on, the angular frequency of
 every rotary pair (and its period against the training length), the spread of
 random or learned step angles, bias slopes per head, the temperature at a few
@@ -16,7 +16,7 @@ from typing import Any
 
 from pedsl.errors import PedslError
 from pedsl.lang import ast
-from pedsl.lang.evaluate import evaluate
+from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import names_in, to_source, transform
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
@@ -95,7 +95,7 @@ def env_of(s: Scheme, n: int | None = None) -> StaticEnv:
 
 def _static(e: ast.Expr, env: StaticEnv) -> Any:
     try:
-        v = evaluate(e, env)
+        v = fold_expr(e, env)
     except EvalIssue:
         return None
     return None if v is DYNAMIC else v

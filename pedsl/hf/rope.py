@@ -25,7 +25,7 @@ from typing import Any
 
 from pedsl.errors import InteropError
 from pedsl.lang import ast
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, evaluate
+from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, fold_expr
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.scheme import Scheme
 
@@ -277,7 +277,7 @@ def _refuse(scheme: Scheme, what: str, hint: str | None = None) -> InteropError:
 def _static(scheme: Scheme, e, pairs: int):
     env = StaticEnv(values={**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}, pairs=pairs)
     try:
-        v = evaluate(e, env)
+        v = fold_expr(e, env)
     except EvalIssue as issue:
         raise _refuse(scheme, f"{to_source(e)} cannot be evaluated ({issue})") from None
     if v is DYNAMIC:
@@ -287,7 +287,7 @@ def _static(scheme: Scheme, e, pairs: int):
 
 def _call_args(call: ast.Call) -> dict:
     from pedsl.lang.builtins import FUNCTIONS
-    from pedsl.lang.evaluate import bind_args
+    from pedsl.lang.fold import bind_args
 
     return bind_args(call, FUNCTIONS[call.func].params)
 

@@ -4,7 +4,7 @@ Each function has named parameters (positional or keyword), defaults, a typing
 rule and a one-line doc. Nothing outside this registry can be called from a
 `.pe` file. Families converted to records (:mod:`pedsl.lang.builtin_defs`: elementwise math,
 slopes, log_length) carry every part in their record; for the others the static (compile-time) values of
-grids and slopes are computed in :mod:`pedsl.lang.grids` (folded by :mod:`pedsl.lang.evaluate`) and
+grids and slopes are computed in :mod:`pedsl.lang.grids` (folded by :mod:`pedsl.lang.fold`) and
 the run-time parts in :mod:`pedsl.compiler`.
 """
 

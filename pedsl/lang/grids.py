@@ -1,7 +1,7 @@
 """Frequency grids (geometric, NTK, YaRN, LongRoPE, Llama 3, span, ...), folded statically (ALiBi slopes: builtin_defs/bias.py).
 
 Each builtin takes ``(env, node, **arguments)`` and returns a :class:`~pedsl.lang.values.Vec`;
-:data:`GRIDS` maps builtin names to them for :mod:`pedsl.lang.evaluate`. The ``*_values``
+:data:`GRIDS` maps builtin names to them for :mod:`pedsl.lang.fold`. The ``*_values``
 functions are the closed forms, in plain floats.
 """
 

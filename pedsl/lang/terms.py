@@ -6,7 +6,7 @@ from pedsl.errors import did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.channels import channel_ranges, group_channels
-from pedsl.lang.evaluate import evaluate
+from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source
 from pedsl.lang.report import ResolverStage
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
@@ -43,7 +43,7 @@ class TermResolution(ResolverStage):
                             f"quarters(a, b), range(a, b)), not {t.show()}", g.spec)
                 continue
             try:
-                spec = evaluate(g.spec, env)
+                spec = fold_expr(g.spec, env)
             except EvalIssue as issue:
                 self.report("E217", str(issue), issue.node or g.spec, hint=issue.hint)
                 continue
@@ -135,7 +135,7 @@ class TermResolution(ResolverStage):
             if step.kind == "call" and step.func == "householder":
                 w, beta = _arg(step, "w"), _arg(step, "beta")
                 try:
-                    bval = evaluate(beta, env)
+                    bval = fold_expr(beta, env)
                 except EvalIssue:
                     bval = DYNAMIC
                 ortho = isinstance(bval, (int, float)) and bval in (0, 2)
@@ -149,7 +149,7 @@ class TermResolution(ResolverStage):
         if expr is None:
             return 1.0
         try:
-            value = evaluate(expr, env)
+            value = fold_expr(expr, env)
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or expr, hint=issue.hint)
             return None
@@ -165,13 +165,13 @@ class TermResolution(ResolverStage):
     def _check_static(self, e: ast.Expr, env: StaticEnv, pairs: int) -> None:
         """Evaluate the static parts (grids) once so their errors show up at check time."""
         try:
-            evaluate(e, env.child(pairs=pairs))
+            fold_expr(e, env.child(pairs=pairs))
             # Probe once at position 1 so math errors in static parts mixed with the position
             # (e.g. "position / factor" with factor = 0) surface at check time too.
             probe = StaticEnv(values={**env.values, "position": 1}, lets=env.lets, pairs=pairs, n=env.n)
-            evaluate(e, probe)
+            fold_expr(e, probe)
             # And at the longest sequence pedsl runs: grids that read the length (dynamic_ntk) change there.
-            evaluate(e, StaticEnv(values=env.values, lets=env.lets, pairs=pairs, n=MAX_LENGTH))
+            fold_expr(e, StaticEnv(values=env.values, lets=env.lets, pairs=pairs, n=MAX_LENGTH))
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or e, hint=issue.hint)
 

@@ -3,7 +3,7 @@
 :class:`Ops` names the functions a record's ``run`` may call beyond Python's operators and
 ``.clip`` (which mean the same on numpy arrays and torch tensors). The numpy backend
 (:data:`NUMPY`, for ``pedsl diff --numeric``, which must never import torch) is built here; the
-torch backend is built by :mod:`pedsl.compiler.evaluator` from the same fields.
+torch backend is built by :mod:`pedsl.runtime.torch_backend` from the same fields.
 """
 
 from __future__ import annotations

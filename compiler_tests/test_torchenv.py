@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from pedsl import runtime
+from pedsl import torchenv as runtime
 
 
 @pytest.mark.parametrize("cpus, load, others, processes, want", [

@@ -1,8 +1,8 @@
 """Far mass and sink mass at extreme lengths, without the (B, H, L, L) attention matrix.
 
-:mod:`pedsl.evaluate.analyze` materialises the attention matrix, which at L = 16384 (128x the
+:mod:`pedsl.study.analyze` materialises the attention matrix, which at L = 16384 (128x the
 tiny training length) would take gigabytes per layer. Here the same two instruments
-(:func:`pedsl.evaluate.instruments.far_mass`, :func:`~pedsl.evaluate.instruments.sink_mass`, the
+(:func:`pedsl.study.instruments.far_mass`, :func:`~pedsl.study.instruments.sink_mass`, the
 same definitions) are accumulated **over blocks of key columns** with an online softmax: for
 every query, a running maximum ``m``, the running sum ``S`` of ``exp(s - m)`` over the keys seen
 so far and the part ``F`` of it over far keys (``i - j > W``). Memory is O(B H L block).

@@ -4,7 +4,7 @@ Opening a run compiles its scheme with ``requires_grad=False`` (evaluation never
 backward, and that lets the compiler pick forward-only kernels such as FlexAttention on CPU)
 and the compiled backend of the run (never the float64 reference). The process-wide setting
 ``torch.set_flush_denormal(True)`` is the application's choice (docs/semantics.md §6):
-:func:`pedsl.runtime.setup_torch` makes it for ``pedsl eval / analyze / compare`` (and train).
+:func:`pedsl.torchenv.setup_torch` makes it for ``pedsl eval / analyze / compare`` (and train).
 """
 
 from __future__ import annotations
@@ -88,9 +88,9 @@ def _open_swapped(run: Path, other, params: dict):
 
 def eval_attention(cfg, scheme, digest: str | None = None):
     """``scheme`` compiled for evaluation (requires_grad=False, the run's backend), as a
-    :class:`~pedsl.train.attention.SchemeAttention` whose hash is ``digest`` (the run's recorded
+    :class:`~pedsl.train.recipe.SchemeRecipe` whose hash is ``digest`` (the run's recorded
     hash of the resolved scheme) or the scheme's own."""
-    from pedsl.train.attention import SchemeAttention
+    from pedsl.train.recipe import SchemeRecipe
 
     def build(m):
         from pedsl.compiler import compile_scheme
@@ -103,7 +103,7 @@ def eval_attention(cfg, scheme, digest: str | None = None):
                                   d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
         return make
 
-    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=digest or scheme.source_hash,
+    return SchemeRecipe(name=scheme.name, source=scheme.source, source_hash=digest or scheme.source_hash,
                            build=build, scheme=scheme)
 
 

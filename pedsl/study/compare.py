@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pedsl.errors import ConfigError, OutputError, PedslError
-from pedsl.evaluate.common import read_json, write_json, write_text
+from pedsl.study.common import read_json, write_json, write_text
 
 DEFAULT_SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path")
 QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
@@ -81,7 +81,7 @@ def _versions() -> dict[str, Any]:
 def _train_one(name: str, path: Path, run: Path, overrides: dict, say: Callable[[str], None], quiet: bool) -> dict:
     """Train (or reuse / resume) one scheme's run; returns its DONE.json."""
     from pedsl.config import resolve_train_config
-    from pedsl.train.attention import load_scheme
+    from pedsl.train.recipe import load_scheme
 
     scheme = load_scheme(path)
     cfg = resolve_train_config(scheme=str(path), block=scheme.train, overrides=overrides)
@@ -94,7 +94,7 @@ def train_or_reuse(name: str, cfg, scheme, run: Path, say: Callable[[str], None]
     from pedsl.train import checkpoint as ck
     from pedsl.train import rundir, train
     from pedsl.train.schemefiles import attention_files
-    from pedsl.train.attention import from_scheme
+    from pedsl.train.recipe import from_scheme
 
     if not cfg.threads:  # keep the study's thread count (set once, from the load before anything ran)
         import torch
@@ -154,11 +154,11 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
                 sets: dict | None = None, command: str | None = None, quiet: bool = False,
                 say: Callable[[str], None] = lambda m: None) -> dict:
     """The whole study; returns ``{"results": ..., "meta": ..., "files": [...]}``."""
-    from pedsl.evaluate.analyze import analyze_run, default_lengths
-    from pedsl.evaluate.common import open_run
-    from pedsl.evaluate.eval_run import EVAL_VERSION, evaluate_run
-    from pedsl.evaluate.plots import all_plots
-    from pedsl.evaluate.report import markdown, to_html
+    from pedsl.study.analyze import analyze_run, default_lengths
+    from pedsl.study.common import open_run
+    from pedsl.study.eval_run import EVAL_VERSION, evaluate_run
+    from pedsl.study.plots import all_plots
+    from pedsl.study.report import markdown, to_html
 
     t0, c0 = time.perf_counter(), time.process_time()
     out = study_dir(out)
@@ -170,8 +170,8 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     results: dict[str, dict[str, Any]] = {}
     contexts = set()
     cfg_seen = None
-    from pedsl.evaluate.progress import STUDY_WEIGHTS as WEIGHTS
-    from pedsl.evaluate.progress import Eta
+    from pedsl.study.progress import STUDY_WEIGHTS as WEIGHTS
+    from pedsl.study.progress import Eta
 
     eta = Eta((WEIGHTS["train"] + WEIGHTS["eval"] + WEIGHTS["analysis"]) * len(items), say, "compare")
     for n, (name, path) in enumerate(items, 1):

@@ -25,11 +25,11 @@ from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, num
 _DYNAMIC_NAMES = {"position", "distance", "x", "token"}
 
 
-def evaluate(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
+def fold_expr(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
     """The static value of ``node``, or DYNAMIC. Raises EvalIssue on math errors."""
     if _depth > 200:
         raise EvalIssue("definitions nested too deeply (a 'let' that refers to itself?)", node)
-    ev = lambda e: evaluate(e, env, _depth + 1)  # noqa: E731
+    ev = lambda e: fold_expr(e, env, _depth + 1)  # noqa: E731
     k = node.kind
     if k == "num":
         return node.value
@@ -62,7 +62,7 @@ def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
     if name in env.lets:
         # Memoised per environment: lets that use each other twice would otherwise cost 2^depth.
         if name not in env.memo:
-            env.memo[name] = evaluate(env.lets[name], env, depth + 1)
+            env.memo[name] = fold_expr(env.lets[name], env, depth + 1)
         return env.memo[name]
     if name == "pi":
         return math.pi
@@ -168,7 +168,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     vals = {}
     for k, v in bound.items():
         if isinstance(v, (ast.Num, ast.Str, ast.Bool, ast.Name, ast.Unary, ast.Binary, ast.Call, ast.ListExpr)):
-            vals[k] = evaluate(v, env, depth + 1)
+            vals[k] = fold_expr(v, env, depth + 1)
         else:
             vals[k] = v
     if any(v is DYNAMIC for v in vals.values()):
@@ -208,7 +208,7 @@ def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict
         arg = bound.get(name)
         if not isinstance(arg, ast.Node):
             continue  # the default
-        v = evaluate(arg, env, depth + 1)
+        v = fold_expr(arg, env, depth + 1)
         if v is DYNAMIC or isinstance(v, bool) or not isinstance(v, (int, float)):
             continue  # the type checker reports non-numbers
         if v < lo or (open_lo and v == lo) or v > hi:

@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 import torch
 
-from pedsl.evaluate.common import eval_config, open_run, write_json
-from pedsl.evaluate.perplexity import perplexity
-from pedsl.evaluate.retrieval import blocks, passkey
+from pedsl.study.common import eval_config, open_run, write_json
+from pedsl.study.perplexity import perplexity
+from pedsl.study.retrieval import blocks, passkey
 
 _CORPORA: dict[str, Any] = {}
 EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older eval.json files
@@ -33,8 +33,8 @@ EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older
 def validation_data(cfg) -> torch.Tensor | None:
     """The run's validation bytes (cached per data config; a mixture's text corpus), or None for
     a generated task."""
-    from pedsl.corpus import load_corpus
-    from pedsl.data import text_source
+    from pedsl.data.corpus import load_corpus
+    from pedsl.data.stream import text_source
 
     text = text_source(cfg.data)
     if text is None:
@@ -61,7 +61,7 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
     L0 = cfg.context
     lens = sorted(set(ecfg.lengths))
     say(f"eval {meta['scheme'].name} (step {meta['step']}): lengths {lens}, tasks {', '.join(ecfg.tasks)}")
-    from pedsl.evaluate.progress import Eta, length_cost
+    from pedsl.study.progress import Eta, length_cost
 
     eta = Eta(sum(length_cost(L) for L in lens) * len(ecfg.tasks), say, "eval")
     tick = lambda L: eta.done(length_cost(L), f"{L} tokens")  # noqa: E731
@@ -73,7 +73,7 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
         data = validation_data(cfg)
         gen = None
         if data is None:
-            from pedsl.data import TrainData
+            from pedsl.data.stream import TrainData
 
             td = TrainData(cfg.data, L0, cfg.seed)
             gen = lambda n, length: _task_windows(td, n, length, ecfg.seed)  # noqa: E731
@@ -86,7 +86,7 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
         result["blocks"] = blocks(model, lens, L0, samples=ecfg.windows, block_len=cfg.data.block_len,
                                   offset=cfg.data.block_offset, seed=ecfg.seed, say=say, tick=tick)
     if "retrieval" in ecfg.tasks:
-        from pedsl.evaluate.study_retrieval import evaluate_retrieval
+        from pedsl.study.study_retrieval import evaluate_retrieval
 
         result["retrieval"] = evaluate_retrieval(model, lens, samples=ecfg.windows, digits=cfg.data.passkey_digits,
                                                  keys=cfg.data.multikey_keys, seed=ecfg.seed, say=say)
@@ -106,7 +106,7 @@ def output_name(stem: str, meta: dict) -> str:
 
 
 def _task_windows(td, n: int, length: int, seed: int) -> torch.Tensor:
-    from pedsl.data import make_generator, task_windows
+    from pedsl.data.stream import make_generator, task_windows
 
     return task_windows(td.cfg, n, length, make_generator(seed, length))
 

@@ -2,14 +2,14 @@
 
 Every scheme is trained once per seed (``DIR/runs/<scheme>/seed<k>``), evaluated and analyzed
 like ``pedsl compare`` does; the report gives every number as mean [min, max] over the seeds
-(:mod:`pedsl.evaluate.seeds`), every curve with its min-max band, flags differences from RoPE
+(:mod:`pedsl.study.seeds`), every curve with its min-max band, flags differences from RoPE
 within the spread as not significant, and draws a loss curve per run.
 
 Studies (``STUDIES``):
 
 - ``None`` (the default study with ``--seeds``): the default schemes on the text corpus,
   perplexity at 1x..32x, the instruments up to 1024;
-- ``"retrieval"`` (:mod:`pedsl.evaluate.study_retrieval`): the default schemes plus fox and
+- ``"retrieval"`` (:mod:`pedsl.study.study_retrieval`): the default schemes plus fox and
   path_fox on a text + retrieval-task mixture, accuracy vs length (1x..16x) and needle depth.
 
 Finished runs, eval.json, retrieval.json and analysis.json are reused when their settings match,
@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pedsl.evaluate import seeds as sd
-from pedsl.evaluate.common import read_json, write_json, write_text
+from pedsl.study import seeds as sd
+from pedsl.study.common import read_json, write_json, write_text
 
-from pedsl.evaluate.progress import STUDY_WEIGHTS as WEIGHTS
+from pedsl.study.progress import STUDY_WEIGHTS as WEIGHTS
 
 
 def _reusable(old: dict | None, done: dict, **settings: Any) -> bool:
@@ -38,10 +38,10 @@ def _reusable(old: dict | None, done: dict, **settings: Any) -> bool:
 
 def study_settings(study: str | None, *, quick: bool, windows: int | None, analyze_max: int | None) -> dict:
     """Schemes, data, length multipliers, windows, analysis cap, and retrieval settings of a study."""
-    from pedsl.evaluate import compare as cmp
+    from pedsl.study import compare as cmp
 
     if study == "retrieval":
-        from pedsl.evaluate import study_retrieval as sr
+        from pedsl.study import study_retrieval as sr
 
         q = sr.QUICK if quick else {}
         return {"schemes": sr.SCHEMES, "data": sr.MIXTURE, "multipliers": q.get("multipliers", sr.MULTIPLIERS),
@@ -65,12 +65,12 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
                quiet: bool = False, say: Callable[[str], None] = lambda m: None) -> dict:
     """The whole study; returns ``{"results", "meta", "files", "per_seed", "summary"}``."""
     from pedsl.config import TrainConfig
-    from pedsl.evaluate import compare as cmp
-    from pedsl.evaluate import study_retrieval_report as rep
-    from pedsl.evaluate.analyze import analyze_run
-    from pedsl.evaluate.common import open_run
-    from pedsl.evaluate.eval_run import EVAL_VERSION, evaluate_run
-    from pedsl.evaluate.progress import Eta
+    from pedsl.study import compare as cmp
+    from pedsl.study import study_retrieval_report as rep
+    from pedsl.study.analyze import analyze_run
+    from pedsl.study.common import open_run
+    from pedsl.study.eval_run import EVAL_VERSION, evaluate_run
+    from pedsl.study.progress import Eta
 
     t0, c0 = time.perf_counter(), time.process_time()
     out = cmp.study_dir(out)
@@ -111,7 +111,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
                 eta.done(WEIGHTS["eval"], f"perplexity of {name} seed {seed}")
             rt = None
             if ret:
-                from pedsl.evaluate.study_retrieval import VERSION, retrieval_run
+                from pedsl.study.study_retrieval import VERSION, retrieval_run
 
                 rt = read_json(run / "retrieval.json")
                 if _reusable(rt, done, version=VERSION, lengths=lens, depths=ret["depths"], samples=ret["samples"]):

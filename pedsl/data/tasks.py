@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 
 from pedsl.errors import DataError
-from pedsl.synthetic import FILLER  # the haystack text every retrieval task shares
+from pedsl.data.synthetic import FILLER  # the haystack text every retrieval task shares
 
 TASKS = ("passkey", "multikey", "kv")
 DIGIT_CHANCE = 0.1

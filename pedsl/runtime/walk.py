@@ -3,10 +3,10 @@
 A run-time value is a labelled array: an array whose dimensions are the named axes it varies
 along, in the canonical order ``batch, head, pos, dist, pair, chan`` (:data:`ORDER`); arithmetic
 aligns operands by axis name. :class:`DynamicEvaluator` does everything that does not depend on
-the array library - folding static sub-expressions through :func:`pedsl.lang.evaluate.evaluate`
+the array library - folding static sub-expressions through :func:`pedsl.lang.fold.fold_expr`
 (float64), dispatching on the expression and builtin, binding and folding call arguments, and
 naming the learned call sites - and leaves the array operations to a subclass:
-:class:`pedsl.compiler.evaluator.Evaluator` (torch, trainable) and
+:class:`pedsl.runtime.torch_backend.Evaluator` (torch, trainable) and
 :class:`pedsl.diffing.sample.NumpyEvaluator` (numpy, at initialisation).
 
 Sharing the walk keeps the two in step: a site is ``"{site}__{kind}{count}"``, numbered in the
@@ -21,7 +21,7 @@ from typing import Any
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS, LEARNED
-from pedsl.lang.evaluate import bind_args, evaluate
+from pedsl.lang.fold import bind_args, fold_expr
 from pedsl.lang.exprs import calls_in
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 
@@ -58,7 +58,7 @@ class DynamicEvaluator:
     # ------------------------------------------------------------------ the walk
     def static(self, e: ast.Expr, ctx) -> Any:
         try:
-            return evaluate(e, StaticEnv(values=ctx.values, pairs=ctx.pairs, n=ctx.n if ctx.n is not None else ctx.L))
+            return fold_expr(e, StaticEnv(values=ctx.values, pairs=ctx.pairs, n=ctx.n if ctx.n is not None else ctx.L))
         except EvalIssue as issue:
             raise CompileError(str(issue), hint=issue.hint) from None
 

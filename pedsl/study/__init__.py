@@ -18,15 +18,15 @@ __all__ = ["analyze_run", "evaluate_run", "run_compare"]
 
 def __getattr__(name: str):
     if name == "evaluate_run":
-        from pedsl.evaluate.eval_run import evaluate_run
+        from pedsl.study.eval_run import evaluate_run
 
         return evaluate_run
     if name == "analyze_run":
-        from pedsl.evaluate.analyze import analyze_run
+        from pedsl.study.analyze import analyze_run
 
         return analyze_run
     if name == "run_compare":
-        from pedsl.evaluate.compare import run_compare
+        from pedsl.study.compare import run_compare
 
         return run_compare
     raise AttributeError(name)

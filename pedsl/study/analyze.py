@@ -6,9 +6,9 @@ scheme module then gives the attention matrix (``probs``), the raw scores (``raw
 post-transport q and k (``transform_qkv``) and its rotary groups. The (B, H, L, L) matrices are
 materialised, so default lengths are capped (``max_length``, default 1024) and the batch is small;
 past ``DENSE_MAX`` (2048) tokens far mass and sink mass are streamed over key blocks instead
-(:mod:`pedsl.evaluate.streaming`, the same numbers without the L x L matrix) and the score
+(:mod:`pedsl.study.streaming`, the same numbers without the L x L matrix) and the score
 decoherence (which needs every pair) is skipped, so 128x the training length can be analyzed.
-Definitions: :mod:`pedsl.evaluate.instruments`. PaTH's Householder steps are not absolute
+Definitions: :mod:`pedsl.study.instruments`. PaTH's Householder steps are not absolute
 transforms: its "post-transport" q and k are the pre-transforms only (none), noted in the output.
 
 analysis.json::
@@ -32,10 +32,10 @@ from typing import Any, Callable
 import torch
 
 from pedsl.errors import EvalError
-from pedsl.evaluate import instruments as ins
-from pedsl.evaluate.common import eval_config, open_run, write_json
-from pedsl.evaluate.eval_run import output_name, validation_data
-from pedsl.evaluate.perplexity import window_ends, windows_at
+from pedsl.study import instruments as ins
+from pedsl.study.common import eval_config, open_run, write_json
+from pedsl.study.eval_run import output_name, validation_data
+from pedsl.study.perplexity import window_ends, windows_at
 from pedsl.limits import check_tensor
 
 MAX_LENGTH = 1024
@@ -49,7 +49,7 @@ def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
 
 def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
     if data is None:
-        from pedsl.data import make_generator, task_windows
+        from pedsl.data.stream import make_generator, task_windows
 
         return task_windows(cfg.data, n, L, make_generator(seed, L))
     ends = window_ends(int(data.numel()), L, n, seed)
@@ -76,7 +76,7 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
         notes.append("Householder (PaTH) steps are not absolute transforms: the geometry uses q and k before "
                      "them; far mass, sink mass and scores include them.")
     say(f"analyze {meta['scheme'].name}: lengths {lens}, far window W = {W}")
-    from pedsl.evaluate.progress import Eta
+    from pedsl.study.progress import Eta
 
     eta = Eta(sum(L * L for L in lens), say, "analyze")  # the (B, H, L, L) matrices dominate
     layers: list[dict[str, Any]] = [{"layer": i, "far_mass": {}, "sink_mass": {}, "decoherence": {}, "geometry": {},
@@ -94,7 +94,7 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
             q, k, v = cap["q"], cap["k"], cap["v"]
             rec = layers[li]
             if L > DENSE_MAX:
-                from pedsl.evaluate.streaming import streamed_far_sink
+                from pedsl.study.streaming import streamed_far_sink
 
                 block = max(32, 2**23 // (q.shape[0] * q.shape[1] * L))
                 fs = streamed_far_sink(mod, q, k, W, block=block, **kw)
@@ -160,7 +160,7 @@ def analysis_table(result: dict) -> str:
     head = f"{'length':>8} {'far mass':>9} {'sink':>7} {'k srank':>8} {'q srank':>8}"
     rows = [f"{result['scheme']} (far window W = {result['far_window']}; mean over layers and heads)"]
     if result.get("swap"):
-        from pedsl.evaluate.eval_run import swap_line
+        from pedsl.study.eval_run import swap_line
 
         rows.append(swap_line(result["swap"]))
     rows += [head, "-" * len(head)]

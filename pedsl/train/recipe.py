@@ -1,6 +1,6 @@
 """The bridge between a scheme and the model: one compiled attention module per layer.
 
-:class:`SchemeAttention` bundles what a run needs to know about its positional encoding: a
+:class:`SchemeRecipe` bundles what a run needs to know about its positional encoding: a
 name, the source text, the sha256 of the resolved scheme (every file it is made of, see
 :mod:`pedsl.train.rundir`; recorded in the run directory and every checkpoint), and
 ``factory(model_cfg) -> (layer_index -> nn.Module)``. :func:`from_scheme` builds it with
@@ -26,7 +26,7 @@ Factory = Callable[[int], nn.Module]
 
 
 @dataclass
-class SchemeAttention:
+class SchemeRecipe:
     name: str
     source: str
     source_hash: str
@@ -46,7 +46,7 @@ def load_scheme(path_or_text: str | Path, params: dict[str, Any] | None = None, 
     return load(str(path_or_text), params=dict(params) if params else None, scheme=name)
 
 
-def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
+def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeRecipe:
     """Load ``cfg.scheme`` with ``cfg.params`` (unless a loaded ``scheme`` is given) and compile
     one attention module per layer."""
     if scheme is None:
@@ -70,7 +70,7 @@ def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeAttention:
     from pedsl.train.schemefiles import scheme_files
 
     files = scheme_files(scheme)  # the main file and every import: the run's hash covers them all
-    return SchemeAttention(name=scheme.name, source=scheme.source, source_hash=files.digest,
+    return SchemeRecipe(name=scheme.name, source=scheme.source, source_hash=files.digest,
                            build=build, scheme=scheme, files=files)
 
 
@@ -84,7 +84,7 @@ class CausalSDPA(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def nope() -> SchemeAttention:
+def nope() -> SchemeRecipe:
     src = "# built-in: no positional encoding (causal SDPA)\n"
-    return SchemeAttention(name="nope", source=src, source_hash=hashlib.sha256(src.encode()).hexdigest(),
+    return SchemeRecipe(name="nope", source=src, source_hash=hashlib.sha256(src.encode()).hexdigest(),
                            build=lambda m: (lambda i: CausalSDPA()))

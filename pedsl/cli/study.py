@@ -1,4 +1,4 @@
-"""``pedsl eval``, ``pedsl analyze`` and ``pedsl compare`` (see :mod:`pedsl.evaluate`).
+"""``pedsl eval``, ``pedsl analyze`` and ``pedsl compare`` (see :mod:`pedsl.study`).
 
 All three set ``torch.set_flush_denormal(True)`` (docs/semantics.md §6: the application owns it), run
 under ``torch.no_grad`` and use the run's compiled backend. Errors (a missing or corrupt run
@@ -45,7 +45,7 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
     if scheme is None and not params:
         return None
     from pedsl.cli.train import _parse_params
-    from pedsl.evaluate.common import open_run
+    from pedsl.study.common import open_run
 
     return open_run(run_dir, scheme=scheme, params=_parse_params(params))
 
@@ -55,7 +55,7 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
 @click.option("--lengths", default=None, help="Comma list of lengths in tokens (default: the scheme's eval "
               "block, or training length x 1..32).")
 @click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks, retrieval (default: ppl, passkey, "
-              "blocks; retrieval = the passkey, multikey and kv tasks of pedsl.tasks at 5 needle depths).")
+              "blocks; retrieval = the passkey, multikey and kv tasks of pedsl.data.tasks at 5 needle depths).")
 @click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
               help="Windows (ppl) or samples (tasks) per length.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
@@ -69,9 +69,9 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_json, quiet):
     """Perplexity (and its ratio to the training length) and retrieval accuracy vs length."""
-    from pedsl.evaluate.common import parse_lengths, progress
-    from pedsl.runtime import setup_torch
-    from pedsl.evaluate.eval_run import eval_table, evaluate_run
+    from pedsl.study.common import parse_lengths, progress
+    from pedsl.torchenv import setup_torch
+    from pedsl.study.eval_run import eval_table, evaluate_run
 
     if windows is not None and windows < 1:
         raise UsageError("--windows must be at least 1")
@@ -107,9 +107,9 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
-    from pedsl.evaluate.analyze import analysis_table, analyze_run
-    from pedsl.evaluate.common import parse_lengths, progress
-    from pedsl.runtime import setup_torch
+    from pedsl.study.analyze import analysis_table, analyze_run
+    from pedsl.study.common import parse_lengths, progress
+    from pedsl.torchenv import setup_torch
 
     if samples < 1 or max_length < 2 or (window is not None and window < 1):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
@@ -150,7 +150,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "retrieval vs length and needle depth on a text + retrieval-task mixture (default SCHEMES: the "
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
-              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.evaluate.study_frequency).")
+              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.study_frequency).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, analyze_max, sets, threads, quick, study,
             quiet):
@@ -162,9 +162,9 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     """
     from pathlib import Path
 
-    from pedsl.evaluate.common import parse_lengths, progress
-    from pedsl.runtime import setup_torch
-    from pedsl.evaluate.compare import run_compare
+    from pedsl.study.common import parse_lengths, progress
+    from pedsl.torchenv import setup_torch
+    from pedsl.study.compare import run_compare
 
     if steps is not None and steps < 1:
         raise UsageError("--steps must be at least 1")
@@ -179,14 +179,14 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         seed = seed_list[0] if seed_list else seed
         return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say)
     if study == "frequency":
-        from pedsl.evaluate.study_frequency import run_study_cli
+        from pedsl.study.study_frequency import run_study_cli
 
         unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
                   "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
         return run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
                              command=_command_line(click.get_current_context()), say=say)
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
-        from pedsl.evaluate.compare_seeds import run_seeded
+        from pedsl.study.compare_seeds import run_seeded
 
         res = run_seeded(None if study == "default" else study, list(schemes), out,
                          seeds=seed_list or ([seed] if seed is not None else None),
@@ -203,7 +203,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
                       lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
                       sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
-    from pedsl.evaluate.report import tables
+    from pedsl.study.report import tables
 
     for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
         _echo_table(title, header, rows)
@@ -236,8 +236,8 @@ def _seeds(text: str | None) -> list[int] | None:
 def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say):
     from pathlib import Path
 
-    from pedsl.evaluate.common import parse_lengths
-    from pedsl.evaluate.study_extension import METHODS, run_extension
+    from pedsl.study.common import parse_lengths
+    from pedsl.study.study_extension import METHODS, run_extension
 
     if analyze_max is not None:
         raise UsageError("--analyze-max does not apply to --study extension (it runs no analysis)")
@@ -248,7 +248,7 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     res = run_extension(out, methods=list(schemes) or None, preset=preset, steps=steps, seed=seed, data=data,
                         lengths=parse_lengths(lengths), windows=windows, quick=quick, sets=_sets(sets),
                         command=_command_line(click.get_current_context()), quiet=quiet, say=say)
-    from pedsl.evaluate.report_extension import summary
+    from pedsl.study.report_extension import summary
 
     _echo_table("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)",
                 *summary(res["results"]))

@@ -5,7 +5,7 @@ then every method of the RoPE scaling family - pi, ntk, dynamic_ntk, yarn, llama
 plain rope as the baseline - is applied to its weights with the factor set for each target length
 (default 4x and 16x ``L0``):
 
-(a) zero-shot: the trained weights evaluated under the method (:func:`pedsl.evaluate.common.open_run`
+(a) zero-shot: the trained weights evaluated under the method (:func:`pedsl.study.common.open_run`
     with ``scheme=``), at 1x to 32x ``L0``;
 (b) fine-tuned: a short fine-tune at the target length from the same weights
     (:func:`pedsl.train.swap.init_config`; default ~10% of the base steps, the same tokens per step
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pedsl.errors import ConfigError, OutputError
-from pedsl.evaluate.common import read_json, write_json, write_text
+from pedsl.study.common import read_json, write_json, write_text
 
 METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope")
 FACTOR = "factor"
@@ -65,7 +65,7 @@ VERSION = 1
 def method_params(method: str, factor: int, L0: int) -> tuple[dict[str, Any], str | None]:
     """The parameters that set ``method`` for extension by ``factor`` from ``L0`` (looked up by name
     in the scheme's declared params), and a note when the scheme has fixed factors."""
-    from pedsl.train.attention import load_scheme
+    from pedsl.train.recipe import load_scheme
     from pedsl.train.swap import scheme_path
 
     declared = load_scheme(scheme_path(method)).params
@@ -93,8 +93,8 @@ def _evaluate(run: Path, scheme: str | None, params: dict, task: str, lens: list
               seed: int, path: Path, say: Callable[[str], None]) -> dict:
     """Perplexity (text) or block accuracy of ``run`` under ``scheme``/``params``; reused from
     ``path`` when its key (weights, scheme, settings) matches."""
-    from pedsl.evaluate.common import open_run
-    from pedsl.train.attention import load_scheme
+    from pedsl.study.common import open_run
+    from pedsl.train.recipe import load_scheme
     from pedsl.train.swap import scheme_path
 
     sha = _checkpoint_sha(run)
@@ -107,12 +107,12 @@ def _evaluate(run: Path, scheme: str | None, params: dict, task: str, lens: list
     t0, c0 = time.perf_counter(), time.process_time()
     model, cfg, meta = open_run(run, scheme=scheme, params=params) if scheme else open_run(run)
     if task == "text":
-        from pedsl.evaluate.eval_run import validation_data
-        from pedsl.evaluate.perplexity import perplexity
+        from pedsl.study.eval_run import validation_data
+        from pedsl.study.perplexity import perplexity
 
         res = {"ppl": perplexity(model, validation_data(cfg), lens, L0, windows=n, seed=seed)}
     else:
-        from pedsl.evaluate.retrieval import blocks
+        from pedsl.study.retrieval import blocks
 
         res = {"blocks": blocks(model, lens, L0, samples=n, block_len=cfg.data.block_len,
                                 offset=cfg.data.block_offset, seed=seed)}
@@ -142,7 +142,7 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
     import torch
 
     from pedsl.config import TrainConfig
-    from pedsl.evaluate.compare import _git_commit, _train_one, _versions, resolve_schemes, train_or_reuse
+    from pedsl.study.compare import _git_commit, _train_one, _versions, resolve_schemes, train_or_reuse
     from pedsl.train.swap import init_config, suffix
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -212,7 +212,7 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
             "ft_lr": FT_LR, "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0,
             "compute_cpu_s": _compute_cpu(results)}
     say("writing the extension report")
-    from pedsl.evaluate.report_extension import html_page, markdown, plots
+    from pedsl.study.report_extension import html_page, markdown, plots
 
     files = plots(results, ext)
     write_json(ext / "results.json", {"meta": meta, "results": results})

@@ -17,9 +17,9 @@ import html as _html
 import math
 from pathlib import Path
 
-from pedsl.evaluate import seeds as sd
-from pedsl.evaluate.plots import MARKERS, _length_axis, _mark_train, _save, band_plot, loss_curves, plt
-from pedsl.tasks import TASKS
+from pedsl.study import seeds as sd
+from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, band_plot, loss_curves, plt
+from pedsl.data.tasks import TASKS
 
 TASK_TITLES = {"passkey": "passkey (single needle)", "multikey": "multi-key needle with distractors",
                "kv": "key-value lookup", "all": "mean over the three tasks"}

@@ -6,8 +6,8 @@ chan``. Arithmetic aligns operands by axis name, so ``w * position`` is the
 outer product ``(L, P)`` and ``-slopes(heads) * distance`` is ``(H, L)``.
 
 The walk over an expression (folding static sub-expressions - frequency grids,
-slopes, constants - in float64 through :mod:`pedsl.lang.evaluate`, dispatch, call
-site names) is :class:`pedsl.lang.dynamic.DynamicEvaluator`, shared with the numpy
+slopes, constants - in float64 through :mod:`pedsl.lang.fold`, dispatch, call
+site names) is :class:`pedsl.runtime.walk.DynamicEvaluator`, shared with the numpy
 sampler of ``pedsl diff --numeric``; this module gives it torch operations (``TORCH_OPS``, the
 array namespace the builtin records of :mod:`pedsl.lang.builtin_defs` run over). The
 dynamic builtins - ``position``, ``distance``, ``frozen_random``,
@@ -27,8 +27,8 @@ from torch import Tensor, nn
 
 from pedsl.errors import CompileError
 from pedsl.lang.builtin_defs.arrays import Ops
-from pedsl.lang.dynamic import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
-from pedsl.lang.evaluate import Vec
+from pedsl.runtime.walk import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
+from pedsl.lang.fold import Vec
 from pedsl.lang.builtins import READS_LENGTH
 from pedsl.lang.exprs import calls_in, names_in
 
@@ -80,7 +80,7 @@ class Learned(nn.Module):
 
 class Evaluator(DynamicEvaluator):
     """Evaluates run-time expressions as torch tensors; ``build=True`` creates the learned call
-    sites instead of reading them (the walk itself is :class:`pedsl.lang.dynamic.DynamicEvaluator`)."""
+    sites instead of reading them (the walk itself is :class:`pedsl.runtime.walk.DynamicEvaluator`)."""
 
     def __init__(self, learned: Learned, d_model: int | None, vocab_size: int, tables: dict):
         self.learned = learned
@@ -90,7 +90,7 @@ class Evaluator(DynamicEvaluator):
         self._build = False
         # static sub-expressions folded in eager calls (the module folds them all when it is built),
         # found by node identity, pair count and device: under torch.compile the trace then reads a
-        # float64 constant instead of re-running pedsl.lang.evaluate on symbolic Python floats, which
+        # float64 constant instead of re-running pedsl.lang.fold on symbolic Python floats, which
         # made dynamo restart its analysis (acc_learned_qk: 2.3 s of a 6 s cached compile). The values
         # sit in a list in build order, so the traced graph names them by position, the same in every
         # process (an id() in the name made the AOT autograd cache key differ per process).

@@ -1,4 +1,4 @@
-"""The extension study's report (:mod:`pedsl.evaluate.study_extension`): tables, plots, findings.
+"""The extension study's report (:mod:`pedsl.study.study_extension`): tables, plots, findings.
 
 Perplexity ratios are to the base RoPE model's perplexity at its training length ``L0`` (the
 same scored bytes everywhere), so the 1x column is the in-distribution cost of a swap or a
@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pedsl.evaluate.report import STYLE, _fmt, reproduce_html, reproduce_md
+from pedsl.study.report import STYLE, _fmt, reproduce_html, reproduce_md
 
 
 def _base_nll(rec: dict) -> float | None:
@@ -150,7 +150,7 @@ def findings(results: dict) -> list[str]:
 def plots(results: dict, out_dir: Path) -> list[str]:
     import matplotlib.ticker
 
-    from pedsl.evaluate.plots import MARKERS, _length_axis, _mark_train, _save, plt
+    from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, plt
 
     files: list[str] = []
     for task, rec in results.items():

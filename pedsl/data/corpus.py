@@ -2,7 +2,7 @@
 
 Files are listed sorted, split train/validation **by file** from a hash of the relative path, and
 read in a hash-shuffled (deterministic) order until ``max_bytes``; a single file is split by its
-last ``val_fraction`` of bytes. See :mod:`pedsl.data` for the sources a run can name.
+last ``val_fraction`` of bytes. See :mod:`pedsl.data.stream` for the sources a run can name.
 """
 
 from __future__ import annotations

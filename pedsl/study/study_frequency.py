@@ -7,7 +7,7 @@ measures the energy-weighted log-mean frequency of each run, and fits ``ln theta
 (the law: slope ``s = -1``, ``c = exp(a)``).
 
 **The measure: positional energy.** The per-pair energy ``|q^(k)|^2 |k^(k)|^2`` of
-:func:`pedsl.evaluate.instruments.frequency_energy` counts every use of a pair, and content
+:func:`pedsl.study.instruments.frequency_energy` counts every use of a pair, and content
 channels (which match letters, not distances) dominate it: a probe with it gave a slope of only
 -0.17 per ln B. Here each pair's contribution to the raw score is split into its part that depends
 on the distance alone. With ``z_q = q_c1 + i q_c2`` and ``z_k`` likewise (before rotation), pair k
@@ -21,16 +21,16 @@ variance. Energies are summed over layers and heads (heads that use position dom
 add little), normalised over pairs, and ``ln theta_run = sum_k E_k ln w_k``. The all-channel
 energy is kept beside it (``all_channel_log_freq``) so the two can be compared.
 
-**The tasks.** Default ``topic`` (:func:`pedsl.synthetic.topic_batch`), closest to the paper's latent
+**The tasks.** Default ``topic`` (:func:`pedsl.data.synthetic.topic_batch`), closest to the paper's latent
 blocks: blocks of W tokens drawn from a per-block random set of 4 letters, so a token is best
 predicted from the letters of the recent ~W tokens - a smooth, box-shaped kernel of width W (its
 "copy accuracy" is the share of predictions that are a letter already seen in the block). The
 letters carry no content beyond the block they belong to. ``--set task=lag``
-(:func:`pedsl.synthetic.lag_batch`) is a *sharp* kernel: every letter repeats the letter W
+(:func:`pedsl.data.synthetic.lag_batch`) is a *sharp* kernel: every letter repeats the letter W
 back with probability 1/2, else it is a fresh random letter. Letters carry no content beyond the
 copy, and every position can use the dependency, so the only thing to learn is "look W back": a
 purely positional attention pattern with a dense training signal. ``--set task=blocks`` uses the
-block task instead (:func:`pedsl.synthetic.block_batch`: the last letter of each unmarked block of B
+block task instead (:func:`pedsl.data.synthetic.block_batch`: the last letter of each unmarked block of B
 copies its first, ``W = B - 1``); there the signal is one position in B and the block phase must be
 inferred, and measured here a 1-layer model stayed at chance (copy accuracy 0.00-0.04 for B = 8,
 32, 128 after 200 steps), so it has nothing to measure at this budget. The copy accuracy (the share
@@ -173,10 +173,10 @@ def measure_run(run: Path, width: int, task: str = "lag", *, samples: int = PROB
     from W on; blocks: the block ends), ``answer_nll`` the loss there (nats; chance ln 26)."""
     import torch
 
-    from pedsl.data import make_generator
-    from pedsl.synthetic import block_batch, lag_batch, topic_batch
-    from pedsl.evaluate import instruments as ins
-    from pedsl.evaluate.common import open_run
+    from pedsl.data.stream import make_generator
+    from pedsl.data.synthetic import block_batch, lag_batch, topic_batch
+    from pedsl.study import instruments as ins
+    from pedsl.study.common import open_run
 
     model, cfg, meta = open_run(run)
     L = cfg.context
@@ -237,8 +237,8 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
                         sets: dict | None = None, command: str | None = None, quiet: bool = True,
                         say: Callable[[str], None] = lambda m: None) -> dict:
     """Train RoPE over widths x seeds, measure, fit, plot and write the report."""
-    from pedsl.evaluate.common import read_json, write_json, write_text
-    from pedsl.evaluate.compare import _git_commit, _train_one, _versions
+    from pedsl.study.common import read_json, write_json, write_text
+    from pedsl.study.compare import _git_commit, _train_one, _versions
     from pedsl.lang.library import library_dir
 
     t0 = time.perf_counter()
@@ -327,7 +327,7 @@ def _listish(v) -> list:
 
 def plot_law(runs: list[dict], fit: dict, out: Path) -> list[str]:
     """Mean +- sd of theta per width (positional and all-channel), the fit, and theta = pi / W."""
-    from pedsl.evaluate.plots import _save, plt
+    from pedsl.study.plots import _save, plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     Ws = sorted({r["W"] for r in runs})

@@ -5,28 +5,28 @@ Sources (``DataConfig.source``):
 - ``"stdlib"`` - the Python standard library's own ``.py`` files, found at run time via
   ``sysconfig.get_paths()["stdlib"]`` (``site-packages`` and caches excluded). Files are listed
   sorted, split train/validation **by file** from a hash of the relative path, and read in a
-  hash-shuffled (deterministic) order until ``max_bytes`` (:mod:`pedsl.corpus`).
+  hash-shuffled (deterministic) order until ``max_bytes`` (:mod:`pedsl.data.corpus`).
 - a local file or folder path - a folder is split by file like the stdlib; a single file by its
   last ``val_fraction`` of bytes.
 - ``"passkey"`` - retrieval: a numeric key hidden in filler text, asked for at the end
-  (:func:`pedsl.synthetic.passkey_batch`).
+  (:func:`pedsl.data.synthetic.passkey_batch`).
 - ``"blocks"`` - the block-structured task of the frequency-usage paper: latent blocks of length
   ``B``; the last token of every block copies the token at a fixed offset inside it
-  (:func:`pedsl.synthetic.block_batch`). The dependency width ``B - 1 - offset`` is set by the data.
+  (:func:`pedsl.data.synthetic.block_batch`). The dependency width ``B - 1 - offset`` is set by the data.
 - ``"lag"`` - every token repeats the token ``block_len`` positions back with probability 1/2
-  (else a fresh random letter) (:func:`pedsl.synthetic.lag_batch`): a dependency at one distance that every
+  (else a fresh random letter) (:func:`pedsl.data.synthetic.lag_batch`): a dependency at one distance that every
   position can use, with no block phase to infer (the frequency study's task).
 - ``"topic"`` - latent blocks of ``block_len`` positions, each with its own random set of 4
-  letters that all its tokens are drawn from (:func:`pedsl.synthetic.topic_batch`): a box-shaped dependency
+  letters that all its tokens are drawn from (:func:`pedsl.data.synthetic.topic_batch`): a box-shaped dependency
   kernel of width ``block_len`` (the frequency study's smooth-kernel task).
 - ``"copy"`` - every row repeats its first ``s`` random bytes with a random period ``s`` per row
-  (:func:`pedsl.synthetic.copy_batch`): dense content-based copying (induction heads).
-- ``"multikey"``, ``"kv"`` - the RULER-style retrieval tasks of :mod:`pedsl.tasks` (needle at a
+  (:func:`pedsl.data.synthetic.copy_batch`): dense content-based copying (induction heads).
+- ``"multikey"``, ``"kv"`` - the RULER-style retrieval tasks of :mod:`pedsl.data.tasks` (needle at a
   random depth).
 - a **mixture** ``"NAME:WEIGHT,NAME:WEIGHT,..."``, e.g. ``"stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"``
   (:func:`parse_mixture`): every row of a batch draws its source with these probabilities
   (weights are normalised). At most one text source (``stdlib`` or a path); in a mixture
-  ``passkey``, ``multikey`` and ``kv`` are the generators of :mod:`pedsl.tasks` at the training
+  ``passkey``, ``multikey`` and ``kv`` are the generators of :mod:`pedsl.data.tasks` at the training
   length, the needle at a uniformly random depth. In YAML: ``data: {source: "stdlib:0.7,kv:0.3"}``.
 
 Training windows are a pure function of ``(seed, step)``: the same global batch on every rank
@@ -40,11 +40,11 @@ from pathlib import Path
 
 import torch
 
-from pedsl import tasks as _tasks
+from pedsl.data import tasks as _tasks
 from pedsl.config import DataConfig
-from pedsl.corpus import load_corpus, sample_windows
+from pedsl.data.corpus import load_corpus, sample_windows
 from pedsl.errors import DataError
-from pedsl.synthetic import block_batch, copy_batch, lag_batch, passkey_batch, topic_batch
+from pedsl.data.synthetic import block_batch, copy_batch, lag_batch, passkey_batch, topic_batch
 
 
 def make_generator(*key: int) -> torch.Generator:

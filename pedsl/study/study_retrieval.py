@@ -1,7 +1,7 @@
 """``pedsl compare --study retrieval``: retrieval that is learned, past the training length.
 
 Every scheme (default: the default study's six plus ``fox`` and ``path_fox``) is trained once per
-seed on a **mixture** of the text corpus and the RULER-style tasks of :mod:`pedsl.tasks`
+seed on a **mixture** of the text corpus and the RULER-style tasks of :mod:`pedsl.data.tasks`
 (``MIXTURE``, generated on the fly at the training length, needle at a random depth), then:
 
 - **retrieval** (:func:`evaluate_retrieval` -> ``RUN/retrieval.json``): passkey, multi-key
@@ -12,7 +12,7 @@ seed on a **mixture** of the text corpus and the RULER-style tasks of :mod:`peds
 - the papers' **instruments** on the same runs (``RUN/analysis.json``: far mass, sink mass,
   sigma_1 and stable rank of the keys).
 
-The study is driven by :func:`pedsl.evaluate.compare_seeds.run_seeded` (runs in
+The study is driven by :func:`pedsl.study.compare_seeds.run_seeded` (runs in
 ``DIR/runs/<scheme>/seed<k>``, reused when their settings match). The report (``DIR/report.md``, ``report.html``) gives every number as the mean over seeds with
 its min-max range, every curve with a min-max band, flags differences within the spread as not
 significant (n.s., against RoPE), and draws the needle-in-a-haystack heatmaps (length x depth,
@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import torch
 
-from pedsl.evaluate.common import write_json
-from pedsl.tasks import TASKS, generate, min_length
+from pedsl.study.common import write_json
+from pedsl.data.tasks import TASKS, generate, min_length
 
 SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path", "fox", "path_fox")
 MIXTURE = "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"
@@ -55,8 +55,8 @@ def evaluate_retrieval(model: Callable, lengths: list[int], *, depths: tuple[flo
          "overall": {"<L>": {"accuracy", "digit_accuracy", "answer_nll"}}}   (mean over tasks)
 
     A length shorter than a task needs is skipped for that task."""
-    from pedsl.data import make_generator
-    from pedsl.evaluate.retrieval import score_answers
+    from pedsl.data.stream import make_generator
+    from pedsl.study.retrieval import score_answers
 
     out: dict[str, Any] = {"settings": {"version": VERSION, "lengths": sorted(set(lengths)), "depths": list(depths),
                                         "samples": samples, "digits": digits, "keys": keys, "seed": seed,
@@ -89,7 +89,7 @@ def evaluate_retrieval(model: Callable, lengths: list[int], *, depths: tuple[flo
 
 def retrieval_run(run: Path, lengths: list[int], *, depths, samples: int, say, loaded=None) -> dict:
     """Score one run (reusing RUN/retrieval.json when its settings, step and scheme match)."""
-    from pedsl.evaluate.common import open_run
+    from pedsl.study.common import open_run
 
     model, cfg, meta = loaded or open_run(run)
     t0 = time.perf_counter()

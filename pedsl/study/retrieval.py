@@ -1,9 +1,9 @@
 """Retrieval accuracy vs length: passkey and the block-structured task (docs/semantics.md §7).
 
-- passkey (:func:`pedsl.synthetic.passkey_batch`): a 5-digit key hidden at a random place in filler
+- passkey (:func:`pedsl.data.synthetic.passkey_batch`): a 5-digit key hidden at a random place in filler
   text, asked for at the end. Scored on the answer digits: ``accuracy`` (every digit right under
   greedy argmax), ``digit_accuracy`` (chance 0.1) and ``answer_nll`` (mean nats per answer byte).
-- blocks (:func:`pedsl.synthetic.block_batch`): latent blocks of ``block_len`` random letters whose last
+- blocks (:func:`pedsl.data.synthetic.block_batch`): latent blocks of ``block_len`` random letters whose last
   letter repeats the one at ``offset``; scored at the block ends inside the last ``L_train``
   positions (the same positions relative to the end at every length, like perplexity):
   ``accuracy`` (chance 1/26) and ``answer_nll``. The sequences of every length are suffixes of
@@ -24,7 +24,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from pedsl.synthetic import block_batch, passkey_batch
+from pedsl.data.synthetic import block_batch, passkey_batch
 
 CHANCE = {"passkey": 0.1, "blocks": 1 / 26}
 
