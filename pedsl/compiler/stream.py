@@ -190,6 +190,12 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
 
 
 # ---------------------------------------------------------------------- the forward
+# Under torch.compile this path runs eagerly (one graph break at the call, no recompiles): its layout,
+# mask and cache bookkeeping branch on tensor values (padding present? one document? the largest
+# position), and a compiled module traced through it made 55 graphs for one prefill and five decoding
+# steps, with a recompile per step (12 minutes of inductor on 2 cores); the fused path of module.py
+# compiles. Measured in test_compiler_torch_compile.py; docs/semantics.md §8.7.
+@torch.compiler.disable
 def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, positions=None,
                    document_ids=None, cache=None, attn_mask=None) -> Tensor:
     if (cache is not None and positions is None and document_ids is None and attn_mask is None
