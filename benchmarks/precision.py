@@ -128,6 +128,26 @@ def table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def summary(rows: list[dict]) -> str:
+    """Markdown: one line per scheme, the worst backend's error and ratio per dtype."""
+    by = {}
+    for r in rows:
+        by.setdefault(r["scheme"], []).append(r)
+    out = ["| scheme | backends | bf16 pedsl | bf16 baseline | worst ratio | fp16 pedsl | fp16 baseline | worst ratio |",
+           "|---|---|---|---|---|---|---|---|"]
+    for scheme, rs in by.items():
+        cells = []
+        for dt in ("bfloat16", "float16"):
+            d = [r for r in rs if r["dtype"] == dt]
+            worst = max(d, key=lambda r: r["pedsl"] / r["baseline"])
+            lo, hi = min(r["pedsl"] for r in d), max(r["pedsl"] for r in d)
+            errs = f"{hi:.2e}" if f"{lo:.2e}" == f"{hi:.2e}" else f"{lo:.2e} - {hi:.2e}"
+            cells += [errs, f"{worst['baseline']:.2e}", f"{worst['pedsl'] / worst['baseline']:.2f}"]
+        names = ", ".join(dict.fromkeys(r["backend"] for r in rs))
+        out.append(f"| {scheme} | {names} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.precision", description=__doc__.split("\n")[0])
     ap.add_argument("schemes", nargs="*", help="library scheme names (default: the whole library)")
@@ -143,7 +163,7 @@ def main(argv=None) -> None:
     t0 = time.perf_counter()
     for name in a.schemes or library_names():
         rows += measure(name, length=a.length, backends=backends)
-    text = table(rows)
+    text = summary(rows) + "\n\nPer backend:\n\n" + table(rows)
     print(text)
     worst = max(rows, key=lambda r: r["pedsl"] / r["baseline"])
     print(f"\nworst ratio {worst['pedsl'] / worst['baseline']:.2f} ({worst['scheme']}, {worst['backend']}, "
