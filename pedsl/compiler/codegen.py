@@ -62,7 +62,10 @@ class _Gen:
         return f"_axis({name}, {literal(axis)}, dev)"
 
     def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None) -> str:
+        from pedsl.lang.typed import node_types
+
         self._site, self._count, self._pairs, self._chans = site, 0, pairs, chans
+        self._types = node_types(e, self.values)
         return self._e(e)
 
     def _static(self, e):
@@ -72,10 +75,7 @@ class _Gen:
             raise CompileError(str(issue)) from None
 
     def _e(self, e: ast.Expr) -> str:
-        from pedsl.lang.exprs import calls_in, names_in
-
-        runtime = "n" in names_in(e) or "dynamic_ntk" in calls_in(e)
-        v = DYNAMIC if runtime else self._static(e)
+        v = DYNAMIC if self._types[id(e)].runtime else self._static(e)  # reads n: generated per length
         if v is not DYNAMIC:
             if isinstance(v, Vec):
                 return self.const(v.values, v.axis, to_source(e)[:60])

@@ -14,15 +14,15 @@ from pedsl.lang.builtin_defs import bias, elementwise, temperature
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue
 from pedsl.lang.builtin_defs.record import need_num as _need_num
 from pedsl.lang.builtin_defs.record import scalar as _scalar
-from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Ty, num
+from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Dep, Ty, num
 
 # ------------------------------------------------------------------ typing helpers
 
 
-def _grid(*scalars: str, runtime: bool = False):
+def _grid(*scalars: str):
     def rule(a: dict[str, Ty]) -> Ty:
         _scalar(a, *scalars)
-        return num("pair", runtime=runtime or any(a[s].runtime for s in scalars))
+        return num("pair")
 
     return rule
 
@@ -51,7 +51,7 @@ def _longrope(a: dict[str, Ty]) -> Ty:
     for name in ("short_factor", "long_factor"):
         if a[name].kind != "list":
             raise TypeIssue(f"'{name}' must be a list of numbers, one per rotary pair", name)
-    return num("pair", runtime=True)
+    return num("pair")
 
 
 def _group_spec(a: dict[str, Ty]) -> Ty:
@@ -76,13 +76,13 @@ def _rotate(a: dict[str, Ty]) -> Ty:
             "phase",
             hint="use accumulate(rotation(...)) for data-dependent angles",
         )
-    return Ty("transport", detail="rotate", runtime=t.runtime)
+    return Ty("transport", detail="rotate")
 
 
 def _rotation(a: dict[str, Ty]) -> Ty:
     t = a["angle"]
     _need_num(t, "angle", {"pos", "pair", "head"}, " (a step angle per position, head and rotary pair)")
-    return Ty("step", detail="rotation", data=t.data, learned=t.learned, runtime=t.runtime)
+    return Ty("step", detail="rotation")
 
 
 def _householder(a: dict[str, Ty]) -> Ty:
@@ -95,16 +95,16 @@ def _householder(a: dict[str, Ty]) -> Ty:
             hint="make it with linear(x, to = channel)",
         )
     _need_num(beta, "beta", {"pos", "head"}, " (a scalar per position and head)")
-    return Ty("step", detail="householder", data=w.data or beta.data, learned=w.learned or beta.learned)
+    return Ty("step", detail="householder")
 
 
 def _accumulate(a: dict[str, Ty]) -> Ty:
     t = a["step"]
     if t.kind == "step":
-        return Ty("transport", detail="accumulate " + t.detail, data=t.data, learned=t.learned)
+        return Ty("transport", detail="accumulate " + t.detail)
     if t.kind == "num":
         _need_num(t, "step", {"pos", "head"}, " (a log-gate per position and head)")
-        return Ty("bias", detail="gate", data=t.data, learned=t.learned)
+        return Ty("bias", detail="gate")
     raise TypeIssue(
         f"accumulate() takes a step (rotation(...), householder(...)) or a log-gate, not {t.show()}",
         "step",
@@ -119,7 +119,7 @@ def _index(t: Ty, arg: str) -> None:
 def _frozen_random(a: dict[str, Ty]) -> Ty:
     _index(a["index"], "index")
     _scalar(a, "seed", integer=True)
-    return num("pos", "pair", data=a["index"].kind == "token")
+    return num("pos", "pair")
 
 
 def _axis(t: Ty, arg: str) -> str:
@@ -134,7 +134,7 @@ def _embedding(a: dict[str, Ty]) -> Ty:
     to = _axis(a["to"], "to")
     _scalar(a, "init")
     axes = {"pos", "head"} | ({to} if to != "head" else set())
-    return num(*axes, data=True, learned=True)
+    return num(*axes)
 
 
 def _linear(a: dict[str, Ty]) -> Ty:
@@ -144,7 +144,7 @@ def _linear(a: dict[str, Ty]) -> Ty:
     _scalar(a, "rank", integer=True)
     _scalar(a, "init_bias")
     axes = {"pos", "head"} | ({to} if to != "head" else set())
-    return num(*axes, data=True, learned=True)
+    return num(*axes)
 
 
 def _shortconv(a: dict[str, Ty]) -> Ty:
@@ -152,7 +152,7 @@ def _shortconv(a: dict[str, Ty]) -> Ty:
     _scalar(a, "width", integer=True)
     if "pos" not in a["v"].axes:
         raise TypeIssue("shortconv() convolves along positions; its input must vary with position", "v")
-    return a["v"].with_(learned=True)
+    return a["v"]
 
 
 def _normalize(a: dict[str, Ty]) -> Ty:
@@ -177,7 +177,7 @@ _BUILTINS = [
       "NTK-aware grid: base * factor^(rot_dim / (rot_dim - 2))", _grid("base", "factor"), "grid"),
     B("dynamic_ntk", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED)),
       "dynamic NTK: the NTK grid with factor (factor * n / original) - (factor - 1) when n > original",
-      _grid("base", "factor", "original", runtime=True), "grid"),
+      _grid("base", "factor", "original"), "grid", reads=(Dep.LENGTH,)),
     B("yarn", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("beta_fast", 32.0),
                ("beta_slow", 1.0), ("truncate", True)),
       "YaRN as Hugging Face and the authors compute it: blend w / factor and w by a ramp over the pair index "
@@ -189,7 +189,7 @@ _BUILTINS = [
       _grid("base", "factor", "original", "alpha", "beta"), "grid"),
     B("longrope", (("base", REQUIRED), ("short_factor", REQUIRED), ("long_factor", REQUIRED), ("original", REQUIRED)),
       "LongRoPE: geometric(base) / short_factor while n <= original, / long_factor beyond (lists, one per pair)",
-      _longrope, "grid"),
+      _longrope, "grid", reads=(Dep.LENGTH,)),
     B("llama3", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED),
                  ("low_freq_factor", 1.0), ("high_freq_factor", 4.0)),
       "Llama 3 wavelength rule: keep high frequencies, divide low ones by factor, smooth between",
@@ -230,35 +230,30 @@ _BUILTINS = [
       "standard normal values per (token or position, pair), frozen from a seed", _frozen_random, "source"),
     B("embedding", (("index", REQUIRED), ("to", "pair"), ("init", 1.0)),
       "a learned table indexed by token, one value per head and pair (init: std of the start values)",
-      _embedding, "source"),
+      _embedding, "source", reads=(Dep.LEARNED,)),
     B("linear", (("input", REQUIRED), ("to", "pair"), ("rank", 0), ("init_bias", 0.0)),
-      "a learned linear map of the hidden state x to a value per head (and pair or channel)", _linear, "source"),
+      "a learned linear map of the hidden state x to a value per head (and pair or channel)", _linear, "source",
+      reads=(Dep.LEARNED,)),
     B("shortconv", (("v", REQUIRED), ("width", 3)), "a learned causal depthwise convolution over positions",
-      _shortconv, "source"),
+      _shortconv, "source", reads=(Dep.LEARNED,)),
     B("normalize", (("v", REQUIRED),), "l2-normalise each vector over channels", _normalize, "source"),
 ]
 del B
 
 FUNCTIONS: dict[str, Builtin] = {b.name: b for b in _BUILTINS}
 
+
 # Names with a fixed meaning. Structural ones (heads, head_dim) come from the model.
-# Builtins that own trainable parameters (one call site each, named by the run-time walk).
-LEARNED = frozenset({"linear", "embedding", "shortconv"})
-
-# Builtins whose static value reads the run-time length n without naming it (their type is
-# ``runtime``): a value folded once must not be reused at another length.
-READS_LENGTH = frozenset({"dynamic_ntk", "longrope"})
-
 CONSTANTS: dict[str, Ty] = {
     "pi": NUM,
     "e": NUM,
-    "position": num("pos", integer=True),
-    "distance": num("dist", integer=True),
-    "n": INT.with_(runtime=True),
+    "position": num("pos", integer=True, reads=frozenset({Dep.POSITION})),
+    "distance": num("dist", integer=True, reads=frozenset({Dep.POSITION})),
+    "n": INT.with_(reads=frozenset({Dep.LENGTH})),
     "heads": INT,
     "head_dim": INT,
-    "x": Ty("hidden", data=True),
-    "token": Ty("token", data=True),
+    "x": Ty("hidden", reads=frozenset({Dep.DATA})),
+    "token": Ty("token", reads=frozenset({Dep.TOKEN})),
     "none": NONE,
     "all": GROUP,
     "rest": GROUP,

@@ -20,9 +20,10 @@ from typing import Any
 
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS, LEARNED
+from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import bind_args, fold_expr
-from pedsl.lang.exprs import calls_in
+from pedsl.lang.typed import node_types
+from pedsl.lang.types import Kind
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
@@ -53,6 +54,7 @@ class DynamicEvaluator:
 
     def run(self, e: ast.Expr, ctx, site: str):
         self._site, self._count = site, 0
+        self._types = node_types(e, ctx.values)  # the checker's type of every node (docs/semantics.md §1a)
         return self._eval(e, ctx)
 
     # ------------------------------------------------------------------ the walk
@@ -82,7 +84,7 @@ class DynamicEvaluator:
         hit = self.folded(e, ctx)
         if hit is not None:
             return hit
-        static = DYNAMIC if calls_in(e) & LEARNED else self.static(e, ctx)  # learned sites must be visited
+        static = DYNAMIC if self._types[id(e)].learned else self.static(e, ctx)  # learned sites must be visited
         if static is not DYNAMIC:
             if isinstance(static, (GroupSpec, str, list, bool)) or static is None:
                 raise CompileError(f"expected a number, got {static!r}")
@@ -117,7 +119,7 @@ class DynamicEvaluator:
             return self.apply(spec, arrays, static)
         if f == "frozen_random":
             index = args["index"]
-            by_token = isinstance(index, ast.Name) and index.id == "token"
+            by_token = self._types[id(index)].kind is Kind.TOKEN
             if by_token and ctx.tokens is None:
                 raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
             return self.frozen_random(int(self.static_number(args["seed"], ctx)), by_token, ctx)

@@ -6,6 +6,9 @@ A record's parts, each optional where the builtin has no such stage:
 - ``params``, ``doc``, ``rule``, ``category``: the signature the checker knows and its typing rule
   (``rule(arg types) -> type``, raising :class:`TypeIssue`);
 - ``inputs``: run-time inputs the builtin reads without naming them (``position``);
+- ``reads``: what else its value depends on beyond its arguments (:class:`~pedsl.lang.types.Dep`: the
+  run-time length for ``dynamic_ntk``, trainable parameters for ``linear``); with ``inputs`` this is the
+  one source of a builtin's dependence class (:func:`own_reads`, docs/semantics.md §1a);
 - ``static``: ``(param, int | float)`` - arguments folded to a number before ``run`` / ``emit``, which
   get them as keywords; ``arg_rules``: their range checks, ``{param: (lo, hi, lo is exclusive,
   meaning)}``, applied wherever the call is folded;
@@ -28,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from pedsl.lang.types import Ty
+from pedsl.lang.types import Dep, Ty
 
 REQUIRED = object()
 
@@ -50,6 +53,7 @@ class Builtin:
     rule: Callable[[dict[str, Ty]], Ty]
     category: str = "math"
     inputs: tuple[str, ...] = ()
+    reads: tuple[Dep, ...] = ()
     static: tuple[tuple[str, type], ...] = ()
     arg_rules: dict | None = None
     fold: Callable | None = None  # (*floats) -> float
@@ -63,6 +67,11 @@ class Builtin:
             shown = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", "")
             parts.append(p if d is REQUIRED else f"{p} = {shown}")
         return f"{self.name}({', '.join(parts)})"
+
+
+def own_reads(b: Builtin) -> frozenset[Dep]:
+    """What a call of ``b`` reads beyond its arguments: its ``reads`` and its ``inputs`` (``position``)."""
+    return frozenset(b.reads) | {Dep(i) for i in b.inputs}
 
 
 # ------------------------------------------------------------------ typing helpers
