@@ -37,6 +37,7 @@ from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.types import Kind
 
 def class_name(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_\W]+", name) if p) or "Scheme"
@@ -68,6 +69,12 @@ class _Gen:
         self._types = node_types(e, self.values)
         return self._e(e)
 
+    def _type(self, e: ast.Expr):
+        """The checker's type of a node of the expression (or of one made here, e.g. a record's input)."""
+        from pedsl.lang.typed import type_of
+
+        return self._types.get(id(e)) or type_of(e, self.values)
+
     def _static(self, e):
         try:
             return fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs))
@@ -75,7 +82,7 @@ class _Gen:
             raise CompileError(str(issue)) from None
 
     def _e(self, e: ast.Expr) -> str:
-        v = DYNAMIC if self._types[id(e)].runtime else self._static(e)  # reads n: generated per length
+        v = DYNAMIC if self._type(e).runtime else self._static(e)  # reads n: generated per length
         if v is not DYNAMIC:
             if isinstance(v, Vec):
                 return self.const(v.values, v.axis, to_source(e)[:60])
@@ -138,7 +145,7 @@ class _Gen:
         if f == "frozen_random":
             seed = self._int(args["seed"])
             P = self._pairs
-            if isinstance(args["index"], ast.Name) and args["index"].id == "token":
+            if self._type(args["index"]).kind is Kind.TOKEN:
                 key = ("token", seed, P)
                 if key not in self.buffers:
                     name = self.names.new(f"table_{len(self.buffers)}")
