@@ -32,6 +32,7 @@ from pedsl import __version__
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
+from pedsl.formulas import channel_pairs
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
@@ -191,13 +192,6 @@ class _Gen:
         raise CompileError(f"{f}() cannot be generated")
 
 
-def _pairs_of(channels: tuple[int, ...], layout: str) -> tuple[list[int], list[int]]:
-    m = len(channels)
-    if layout == "halves":
-        return list(channels[: m // 2]), list(channels[m // 2 :])
-    return list(channels[0::2]), list(channels[1::2])
-
-
 #: Names every generated module binds or uses itself (imports, constants, locals of ``forward``); with the
 #: kernels' names, Python's keywords and builtins, no generated identifier may take one of these.
 _FIXED_NAMES = (
@@ -233,7 +227,8 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
         t = graph.nodes[n]
         ch = tuple(int(c) for c in t["channels"])
         P = len(ch) // 2
-        first, second = _pairs_of(ch, scheme.layout)
+        pairs = channel_pairs(ch, scheme.layout)
+        first, second = [a for a, _ in pairs], [b for _, b in pairs]
         transforms.append(f"({literal(t['op'])}, {literal(t['targets'])}, {literal(first)}, {literal(second)}, "
                           f"{literal(list(ch))}, {literal(float(t.get('scale', 1.0)))}),  "
                           + comment(f"group {t['group']!r}: {t['label']}"))
