@@ -16,7 +16,7 @@ from conftest import ROOT
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.builtins import FUNCTIONS
 
-CONSUMERS = ["pedsl/lang/fold.py", "pedsl/lang/grids.py", "pedsl/lang/channels.py", "pedsl/runtime/walk.py",
+CONSUMERS = ["pedsl/lang/fold.py", "pedsl/lang/channels.py", "pedsl/runtime/walk.py",
              "pedsl/runtime/torch_backend.py", "pedsl/diffing/sample.py", "pedsl/compiler/codegen.py",
              "pedsl/compiler/kernels_template.py", "pedsl/lang/builtins.py"]
 # strings that spell a builtin's name but mean something else: codegen's reserved local names
@@ -29,6 +29,11 @@ def test_every_record_has_every_part(name):
     assert FUNCTIONS[name] is spec
     assert spec.doc and spec.params and callable(spec.rule)
     assert callable(spec.fold or spec.fold_env)  # every converted builtin folds where it can
+    if spec.reads_length:  # static, folded again at each run-time length; its code picks the length's value
+        assert spec.run is None and spec.fold_env is not None
+        code = spec.emit(lambda n: "C", 4, **{p: "1.5" for p, _ in spec.static})
+        compile(code, name, "eval")
+        return
     assert (spec.run is None) == (spec.emit is None)  # a run-time value runs in the module and its code
     if spec.run is None:  # static: its arguments must be known at compile time, so it always folds
         return

@@ -33,7 +33,7 @@ from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.builtins import FUNCTIONS, READS_LENGTH
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
@@ -74,7 +74,7 @@ class _Gen:
     def _e(self, e: ast.Expr) -> str:
         from pedsl.lang.exprs import calls_in, names_in
 
-        runtime = "n" in names_in(e) or "dynamic_ntk" in calls_in(e)
+        runtime = "n" in names_in(e) or bool(calls_in(e) & READS_LENGTH)
         v = DYNAMIC if runtime else self._static(e)
         if v is not DYNAMIC:
             if isinstance(v, Vec):
@@ -102,6 +102,11 @@ class _Gen:
             return self._call(e)
         raise CompileError(f"cannot generate code for {to_source(e)}")
 
+    def _at_length(self, e: ast.Call, n: float | None) -> str:
+        """The constant a call that reads the length folds to at length n (None: no length)."""
+        v = fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n))
+        return self.const(v.values, v.axis, f"{to_source(e)[:50]} at n = {n}")
+
     def _site_key(self, kind: str) -> str:
         key = f"{self._site}__{kind}{self._count}"
         self._count += 1
@@ -125,16 +130,10 @@ class _Gen:
         if spec.emit is not None:  # a record's emitted code
             static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
                       for p, kind in spec.static}
+            if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
+                return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
             return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs),
                              *(self._e(args[p]) for p, _ in spec.params if p not in static), **static)
-        if f == "dynamic_ntk":
-            base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
-            return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"
-        if f == "longrope":  # the short factors up to the original length, the long ones past it
-            orig = self._float(args["original"])
-            short, long = (fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
-            return (f"({self.const(long.values, 'pair', 'longrope long')} if n_run > {literal(orig)} "
-                    f"else {self.const(short.values, 'pair', 'longrope short')})")
         if f == "frozen_random":
             seed = self._int(args["seed"])
             P = self._pairs

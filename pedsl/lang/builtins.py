@@ -10,60 +10,13 @@ the run-time parts in :mod:`pedsl.compiler`.
 
 from __future__ import annotations
 
-from pedsl.lang.builtin_defs import bias, elementwise, temperature
+from pedsl.lang.builtin_defs import bias, channels, elementwise, grids, temperature
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue
 from pedsl.lang.builtin_defs.record import need_num as _need_num
 from pedsl.lang.builtin_defs.record import scalar as _scalar
 from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Ty, num
 
 # ------------------------------------------------------------------ typing helpers
-
-
-def _grid(*scalars: str, runtime: bool = False):
-    def rule(a: dict[str, Ty]) -> Ty:
-        _scalar(a, *scalars)
-        return num("pair", runtime=runtime or any(a[s].runtime for s in scalars))
-
-    return rule
-
-
-def _yarn(a: dict[str, Ty]) -> Ty:
-    _scalar(a, "base", "factor", "original", "beta_fast", "beta_slow")
-    _flag(a, "truncate")
-    return num("pair")
-
-
-def _flag(a: dict[str, Ty], name: str) -> None:
-    if a[name].kind != "bool":
-        raise TypeIssue(f"'{name}' must be true or false, not {a[name].show()}", name)
-
-
-def _static_scalar(*names: str):
-    def rule(a: dict[str, Ty]) -> Ty:
-        _scalar(a, *names)
-        return num()
-
-    return rule
-
-
-def _longrope(a: dict[str, Ty]) -> Ty:
-    _scalar(a, "base", "original")
-    for name in ("short_factor", "long_factor"):
-        if a[name].kind != "list":
-            raise TypeIssue(f"'{name}' must be a list of numbers, one per rotary pair", name)
-    return num("pair", runtime=True)
-
-
-def _group_spec(a: dict[str, Ty]) -> Ty:
-    for k, t in a.items():
-        _scalar(a, k)
-    return GROUP
-
-
-def _quarters(a: dict[str, Ty]) -> Ty:
-    for k in a:
-        _scalar(a, k, integer=True)
-    return GROUP
 
 
 def _rotate(a: dict[str, Ty]) -> Ty:
@@ -162,60 +115,14 @@ def _normalize(a: dict[str, Ty]) -> Ty:
     return a["v"].with_(integer=False)
 
 
-def _per_pair(a: dict[str, Ty]) -> Ty:
-    if a["values"].kind != "list":
-        raise TypeIssue("per_pair() takes a list of numbers, one per rotary pair", "values")
-    return num("pair")
-
-
 B = Builtin
 _BUILTINS = [
     *elementwise.RECORDS,  # families converted to records (pedsl.lang.builtin_defs), in table order
-    # frequency grids (num[pair]); rot_dim is the channel group's size
-    B("geometric", (("base", 10000.0),), "RoPE grid w_k = base^(-2k / rot_dim)", _grid("base"), "grid"),
-    B("ntk", (("base", REQUIRED), ("factor", REQUIRED)),
-      "NTK-aware grid: base * factor^(rot_dim / (rot_dim - 2))", _grid("base", "factor"), "grid"),
-    B("dynamic_ntk", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED)),
-      "dynamic NTK: the NTK grid with factor (factor * n / original) - (factor - 1) when n > original",
-      _grid("base", "factor", "original", runtime=True), "grid"),
-    B("yarn", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("beta_fast", 32.0),
-               ("beta_slow", 1.0), ("truncate", True)),
-      "YaRN as Hugging Face and the authors compute it: blend w / factor and w by a ramp over the pair index "
-      "between the correction dimensions of beta_fast and beta_slow rotations (floor/ceil when truncate)",
-      _yarn, "grid"),
-    B("yarn_wavelength", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("alpha", 1.0),
-                          ("beta", 32.0)),
-      "YaRN's paper formula: blend w / factor and w by the ramp of r = original * w / (2 pi) from alpha to beta",
-      _grid("base", "factor", "original", "alpha", "beta"), "grid"),
-    B("longrope", (("base", REQUIRED), ("short_factor", REQUIRED), ("long_factor", REQUIRED), ("original", REQUIRED)),
-      "LongRoPE: geometric(base) / short_factor while n <= original, / long_factor beyond (lists, one per pair)",
-      _longrope, "grid"),
-    B("llama3", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED),
-                 ("low_freq_factor", 1.0), ("high_freq_factor", 4.0)),
-      "Llama 3 wavelength rule: keep high frequencies, divide low ones by factor, smooth between",
-      _grid("base", "factor", "original", "low_freq_factor", "high_freq_factor"), "grid"),
-    B("span", (("length", REQUIRED), ("cycles", 2.0), ("period", 32.0)),
-      "RoPE-ID grid: geometric from 2 pi cycles / length (>= cycles turns in length) to 2 pi / period",
-      _grid("length", "cycles", "period"), "grid"),
-    B("logspace", (("first", REQUIRED), ("last", REQUIRED)),
-      "one value per pair, geometrically spaced from first to last", _grid("first", "last"), "grid"),
-    B("per_pair", (("values", REQUIRED),), "a list with one number per rotary pair", _per_pair, "grid"),
+    *grids.RECORDS,
     # biases and temperatures
     *bias.RECORDS,
     *temperature.RECORDS,
-    B("yarn_mscale", (("factor", REQUIRED), ("mscale", 0.0), ("mscale_all_dim", 0.0), ("attention_factor", 0.0)),
-      "Hugging Face's YaRN attention factor (0 means unset): attention_factor, else "
-      "g(mscale) / g(mscale_all_dim) when both are set, else g(1); g(m) = 0.1 m ln(factor) + 1 (1 if factor <= 1)",
-      _static_scalar("factor", "mscale", "mscale_all_dim", "attention_factor"), "temperature"),
-    B("longrope_mscale", (("factor", REQUIRED), ("original", REQUIRED), ("attention_factor", 0.0)),
-      "Hugging Face's LongRoPE attention factor: attention_factor if set (not 0), else "
-      "sqrt(1 + ln(factor) / ln(original)) (1 if factor <= 1)",
-      _static_scalar("factor", "original", "attention_factor"), "temperature"),
-    # channel groups
-    B("fraction", (("f", REQUIRED),), "the first f * head_dim channels", _group_spec, "channels"),
-    B("quarters", (("a", REQUIRED), ("b", None), ("c", None), ("d", None)),
-      "the listed quarters (1-4) of the head's channels", _quarters, "channels"),
-    B("range", (("start", REQUIRED), ("stop", REQUIRED)), "channels start .. stop - 1", _group_spec, "channels"),
+    *channels.RECORDS,
     # transports
     B("rotate", (("phase", REQUIRED), ("scale", 1.0)),
       "position-indexed rotation of each pair by its phase; q and k of the group are also multiplied by scale "
@@ -247,7 +154,7 @@ LEARNED = frozenset({"linear", "embedding", "shortconv"})
 
 # Builtins whose static value reads the run-time length n without naming it (their type is
 # ``runtime``): a value folded once must not be reused at another length.
-READS_LENGTH = frozenset({"dynamic_ntk", "longrope"})
+READS_LENGTH = frozenset(b.name for b in _BUILTINS if b.reads_length)
 
 CONSTANTS: dict[str, Ty] = {
     "pi": NUM,

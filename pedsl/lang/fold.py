@@ -18,8 +18,6 @@ from typing import Any
 from pedsl import limits
 from pedsl.lang import ast
 from pedsl.lang.builtin_defs import RECORDS
-from pedsl.lang.channels import LAYOUTS
-from pedsl.lang.grids import GRIDS
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
 
 _DYNAMIC_NAMES = {"position", "distance", "x", "token"}
@@ -173,7 +171,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
             vals[k] = v
     if any(v is DYNAMIC for v in vals.values()):
         return DYNAMIC
-    fn = spec.fold_env or (_folder(spec) if spec.fold is not None else _IMPL.get(node.func))
+    fn = spec.fold_env or (_folder(spec) if spec.fold is not None else None)
     if fn is None:  # pragma: no cover - every static builtin has an implementation
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:
@@ -261,8 +259,3 @@ def _combine(fn, vals: list, node) -> Any:
             cols.append((number(v, node, "argument"),) * n)
     return Vec(vec.axis, tuple(fn(*xs) for xs in zip(*cols)))
 
-
-_IMPL = {
-    **GRIDS,
-    **LAYOUTS,
-}

@@ -4,6 +4,7 @@ torch backends, codegen) reads a converted builtin's parts from its record; ``RE
 
 from __future__ import annotations
 
-from pedsl.lang.builtin_defs import bias, elementwise, temperature
+from pedsl.lang.builtin_defs import bias, channels, elementwise, grids, temperature
 
-RECORDS = {b.name: b for b in (*elementwise.RECORDS, *bias.RECORDS, *temperature.RECORDS)}
+RECORDS = {b.name: b for b in (*elementwise.RECORDS, *grids.RECORDS, *bias.RECORDS, *temperature.RECORDS,
+                                  *channels.RECORDS)}

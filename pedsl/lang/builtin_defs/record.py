@@ -20,7 +20,13 @@ A record's parts, each optional where the builtin has no such stage:
   over an array namespace ``ops`` (:class:`pedsl.lang.builtin_defs.arrays.Ops`: numpy for ``pedsl
   diff --numeric``, torch for the compiled module); the arrays are aligned to one shape;
 - ``emit``: the code the generated module runs, as text, ``emit(*input code, *argument code,
-  **static literals)``.
+  **static literals)``;
+- ``channels``: a channel group's channels, ``channels(head_dim, *arguments)`` (its ``fold_env``
+  gives the :class:`~pedsl.lang.values.GroupSpec` naming it), raising :class:`~pedsl.lang.values.EvalIssue`
+  when they do not fit the head;
+- ``reads_length``: the static value reads the run-time length n without naming it (a value folded
+  at one length must not be reused at another); the walk folds it at each length, and its ``emit``
+  is ``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the value folded at n.
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class Builtin:
     fold_env: Callable | None = None  # (env, node, **arguments) -> value
     run: Callable | None = None  # (ops, *arrays) -> array
     emit: Callable[..., str] | None = None  # (*argument code) -> code
+    reads_length: bool = False
+    channels: Callable[..., list[int]] | None = None  # (head_dim, *arguments) -> channel indices
 
     def signature(self) -> str:
         parts = []
