@@ -13,7 +13,7 @@ import networkx as nx
 
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import LEARNED
+from pedsl.lang.builtins import RUNTIME_SOURCES
 from pedsl.lang.exprs import calls_in, names_in, to_source
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
@@ -28,7 +28,7 @@ class Options:
 
 def _is_static(expr) -> bool:
     return not (names_in(expr) & {"x", "token", "position", "n", "distance"}) and not (
-        calls_in(expr) & (LEARNED | {"frozen_random", "log_length"})
+        calls_in(expr) & RUNTIME_SOURCES
     )
 
 

@@ -161,7 +161,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
                 and all(p in checked for p, _ in spec.static):
             return spec.fold(*probe, *(checked[p] for p, _ in spec.static))
         return DYNAMIC
-    if node.func in ("normalize", "rotate", "accumulate", "rotation", "householder"):
+    if spec.fold is None and spec.fold_env is None:  # a run-time value, or a transport: never static
         return DYNAMIC
     vals = {}
     for k, v in bound.items():
@@ -191,13 +191,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
 # Static arguments of builtins, checked wherever the call is evaluated (the checker evaluates every
 # transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
 ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
-    **{name: spec.arg_rules for name, spec in RECORDS.items() if spec.arg_rules},
-    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap"),
-               "init_bias": (-limits.MAX_INIT, limits.MAX_INIT, False, "the start value of the bias")},
-    "shortconv": {"width": (1, limits.MAX_RANK, False, "taps of the convolution")},
-    "frozen_random": {"seed": (0, limits.MAX_SEED, False, "a torch seed")},
-    "embedding": {"init": (0, limits.MAX_INIT, False, "a standard deviation")},
-}
+    name: spec.arg_rules for name, spec in RECORDS.items() if spec.arg_rules}
 
 
 def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict[str, float]:
