@@ -149,7 +149,7 @@ class SchemeAttention(nn.Module):
             if tokens.shape != (B, L):
                 raise ShapeError(f"tokens must be (B={B}, L={L}) for the L tokens of k and v, got {tuple(tokens.shape)}")
         if cache is not None:
-            from pedsl.compiler.stream import AttentionCache
+            from pedsl.compiler.cache import AttentionCache
 
             if not isinstance(cache, AttentionCache):
                 raise ShapeError(f"cache must come from module.new_cache(batch_size), got {type(cache).__name__}")
@@ -168,7 +168,7 @@ class SchemeAttention(nn.Module):
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
         they were cached, as Hugging Face does). One cache per layer and batch of sequences.
         """
-        from pedsl.compiler.stream import AttentionCache
+        from pedsl.compiler.cache import AttentionCache
 
         return AttentionCache(self, batch_size)
 
