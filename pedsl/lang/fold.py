@@ -2,9 +2,9 @@
 
 Static values (:mod:`pedsl.lang.values`) are numbers, strings, booleans, lists
 (for eval lengths) and vectors along one axis (:class:`Vec` over rotary pairs or
-heads). This module walks an expression and folds arithmetic and the elementwise
-math builtins; frequency grids and ALiBi slopes are in :mod:`pedsl.lang.grids`,
-channel-group layouts in :mod:`pedsl.lang.channels`. All without torch, so
+heads). This module walks an expression and folds arithmetic and every builtin call through
+its record (:mod:`pedsl.lang.builtin_defs`: ``fold`` mapped over vectors, or ``fold_env``),
+checking the records' ``arg_rules``. All without torch, so
 `pedsl check` stays fast; the compiler turns the vectors into
 float64 tensors. Anything that varies with position, distance or the data is
 :data:`DYNAMIC`: the compiler evaluates it at run time.
