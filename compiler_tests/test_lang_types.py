@@ -5,16 +5,10 @@ run-time walk decide by it."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-import torch
 
 import pedsl
-from compiler_helpers import D_MODEL, inputs
 from lang_helpers import SCHEMES
-from pedsl.compiler import compile_scheme
-from pedsl.compiler.codegen import generate
 from pedsl.compiler.graph import lower
 from pedsl.compiler.passes import Options, optimize
 from pedsl.diffing.facts import scheme_facts
@@ -137,19 +131,25 @@ def test_facts_read_the_stored_types():
     assert f.groups[0].data and not f.groups[0].learned
 
 
-def test_generated_longrope_switches_to_the_long_factors(tmp_path):
-    """The generated module reads the length n where the type says so: past the original length
-    LongRoPE uses its long factors, as the in-process module does."""
-    mod = compile_scheme(SCHEMES / "longrope.pe", d_model=D_MODEL)
-    src = generate(mod.scheme, mod.graph)
-    file = tmp_path / "longrope.py"
-    file.write_text(src)
-    spec = importlib.util.spec_from_file_location("longrope_gen", file)
-    gen_mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gen_mod)
-    gen = gen_mod.Module().double()
-    mod.double()
-    original = mod.scheme.params["original"]
-    for length in (8, original + 8):
-        q, k, v, x, tok = inputs(mod, L=length, grad=False, seed=length)
-        torch.testing.assert_close(gen(q, k, v), mod(q, k, v), rtol=1e-9, atol=1e-10)
+def test_what_builtins_read_comes_from_their_records():
+    from pedsl.lang.builtin_defs.record import own_reads
+    from pedsl.lang.builtins import FUNCTIONS
+
+    def reading(dep):
+        return {n for n, b in FUNCTIONS.items() if dep in own_reads(b)}
+
+    assert reading(W) == {"embedding", "linear", "shortconv"}
+    assert reading(L) == {"dynamic_ntk", "longrope"}
+    assert reading(P) == {"log_length"}
+    assert reading(T) == reading(D) == set()  # only the names token and x read those
+
+
+def test_graph_json_shows_each_expressions_type():
+    import json
+
+    from compiler_helpers import run_cli
+
+    code, out, _ = run_cli("graph", str(SCHEMES / "dynamic_ntk.pe"), "--format", "json")
+    assert code == 0
+    node = next(n for n in json.loads(out)["nodes"] if n["id"] == "phase[all]")
+    assert node["ty"] == {"kind": "num", "axes": ["pos", "pair"], "reads": ["position", "length"], "dep": "length"}

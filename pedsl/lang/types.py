@@ -97,6 +97,11 @@ class Ty:
         """Owns trainable parameters."""
         return Dep.LEARNED in self.reads
 
+    def to_json(self) -> dict:
+        """Plain data: kind, axes and reads in canonical order, and the dependence class."""
+        return {"kind": self.kind.value, "axes": [a for a in AXES if a in self.axes],
+                "reads": [d.value for d in sorted(self.reads)], "dep": self.dep.value}
+
     def show(self) -> str:
         if self.kind == "num":
             if not self.axes:

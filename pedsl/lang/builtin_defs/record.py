@@ -6,9 +6,6 @@ A record's parts, each optional where the builtin has no such stage:
 - ``params``, ``doc``, ``rule``, ``category``: the signature the checker knows and its typing rule
   (``rule(arg types) -> type``, raising :class:`TypeIssue`);
 - ``inputs``: run-time inputs the builtin reads without naming them (``position``);
-- ``reads``: what else its value depends on beyond its arguments (:class:`~pedsl.lang.types.Dep`: the
-  run-time length for ``dynamic_ntk``, trainable parameters for ``linear``); with ``inputs`` this is the
-  one source of a builtin's dependence class (:func:`own_reads`, docs/semantics.md §1a);
 - ``static``: ``(param, int | float)`` - arguments folded to a number before ``run`` / ``emit``, which
   get them as keywords; ``arg_rules``: their range checks, ``{param: (lo, hi, lo is exclusive,
   meaning)}``, applied wherever the call is folded;
@@ -23,7 +20,28 @@ A record's parts, each optional where the builtin has no such stage:
   over an array namespace ``ops`` (:class:`pedsl.lang.builtin_defs.arrays.Ops`: numpy for ``pedsl
   diff --numeric``, torch for the compiled module); the arrays are aligned to one shape;
 - ``emit``: the code the generated module runs, as text, ``emit(*input code, *argument code,
-  **static literals)``.
+  **static literals)``;
+- ``channels``: a channel group's channels, ``channels(head_dim, *arguments)`` (its ``fold_env``
+  gives the :class:`~pedsl.lang.values.GroupSpec` naming it), raising :class:`~pedsl.lang.values.EvalIssue`
+  when they do not fit the head;
+- ``site``: the run-time value of a source with state (a frozen table, learned parameters),
+  ``site(at, *argument values, **names, **static)``: ``at`` is the call site the walk hands it
+  (:class:`pedsl.runtime.walk.At`: the array namespace, sizes, run-time inputs, and the backend's
+  frozen tables and learned layers by key and site name; see
+  :mod:`pedsl.lang.builtin_defs.sources`); ``names``: arguments passed as the name they hold
+  (``to = pair``, ``index = token``); ``learned``: the site owns trainable parameters. Its ``emit``
+  is ``emit(g, *argument code, **names, **static literals)``, ``g`` declaring sub-modules and buffers;
+- ``reads_length``: the static value reads the run-time length n without naming it (a value folded
+  at one length must not be reused at another); the walk folds it at each length, and its ``emit``
+  is ``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the value folded at n.
+
+``inputs``, ``reads_length`` and ``learned`` are the one source of what a call reads beyond its
+arguments (:func:`own_reads`); the checker adds what the arguments read and stores the result in the
+call's type (docs/semantics.md §1a).
+
+A record with none of ``fold``, ``fold_env``, ``run`` and ``site`` is a transport (category
+``transport``): it has no value, and :mod:`pedsl.lang.terms` reads the call as the transport it names
+(docs/semantics.md section 2).
 """
 
 from __future__ import annotations
@@ -53,13 +71,17 @@ class Builtin:
     rule: Callable[[dict[str, Ty]], Ty]
     category: str = "math"
     inputs: tuple[str, ...] = ()
-    reads: tuple[Dep, ...] = ()
     static: tuple[tuple[str, type], ...] = ()
     arg_rules: dict | None = None
     fold: Callable | None = None  # (*floats) -> float
     fold_env: Callable | None = None  # (env, node, **arguments) -> value
     run: Callable | None = None  # (ops, *arrays) -> array
     emit: Callable[..., str] | None = None  # (*argument code) -> code
+    reads_length: bool = False
+    channels: Callable[..., list[int]] | None = None  # (head_dim, *arguments) -> channel indices
+    names: tuple[str, ...] = ()  # arguments passed as the name they hold (an axis, an input)
+    site: Callable | None = None  # (at, *argument values, **names, **static) -> value
+    learned: bool = False  # its site owns trainable parameters
 
     def signature(self) -> str:
         parts = []
@@ -70,8 +92,14 @@ class Builtin:
 
 
 def own_reads(b: Builtin) -> frozenset[Dep]:
-    """What a call of ``b`` reads beyond its arguments: its ``reads`` and its ``inputs`` (``position``)."""
-    return frozenset(b.reads) | {Dep(i) for i in b.inputs}
+    """What a call of ``b`` reads beyond its arguments: its ``inputs`` (``position``), the run-time
+    length (``reads_length``) and its trainable parameters (``learned``)."""
+    out = {Dep(i) for i in b.inputs}
+    if b.reads_length:
+        out.add(Dep.LENGTH)
+    if b.learned:
+        out.add(Dep.LEARNED)
+    return frozenset(out)
 
 
 # ------------------------------------------------------------------ typing helpers
