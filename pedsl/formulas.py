@@ -2,7 +2,8 @@
 
 A leaf module (no torch, no language): :mod:`pedsl.lang.builtin_defs` folds ``slopes(heads)`` and the frequency grids with it,
 :mod:`pedsl.ops.alibi` builds its tensors from it and :mod:`pedsl.hf` translates Hugging Face's
-configurations with it, so none of those layers imports another.
+configurations with it, so none of those layers imports another. :func:`channel_pairs` is the one
+rotary pairing (kernels, code generator, ``explain``, instruments).
 """
 
 from __future__ import annotations
