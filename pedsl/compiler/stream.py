@@ -87,11 +87,9 @@ def _static_temperature(mod) -> bool:
     """No temperature, or one that reads nothing but the position (a table indexed per token)."""
     if mod.temperature is None:
         return True
-    from pedsl.lang.builtins import READS_LENGTH
-    from pedsl.lang.exprs import calls_in
+    from pedsl.lang.types import Dep
 
-    return (set(mod.graph.predecessors("temperature")) <= {"positions"}
-            and not (calls_in(mod.temperature) & READS_LENGTH))
+    return mod.graph.nodes["temperature"]["ty"].dep <= Dep.POSITION
 
 
 def _temperature_rows(mod, pos: Tensor, n: int, device) -> Tensor:
