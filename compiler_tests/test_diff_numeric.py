@@ -283,8 +283,8 @@ def test_fox_bias_decays_with_distance():
 def test_both_array_backends_run_every_builtin_record_alike():
     import torch
 
-    from pedsl.compiler.evaluator import Evaluator
-    from pedsl.diffing.sample import NumpyEvaluator
+    from pedsl.runtime.torch_backend import Evaluator
+    from pedsl.runtime.numpy_backend import NumpyEvaluator
     from pedsl.lang.builtin_defs import RECORDS
 
     x = np.linspace(0.05, 30.0, 301)

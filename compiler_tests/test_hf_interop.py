@@ -362,7 +362,7 @@ def test_export_refuses_a_gpt_model_or_a_scheme_outside_hf(tmp_path):
 
 @pytest.mark.slow
 def test_cli_export_of_a_trained_run(tmp_path):
-    from pedsl.evaluate.common import open_run
+    from pedsl.study.common import open_run
 
     run = tmp_path / "run"
     code, _, err = run_cli("train", str(_lib("yarn")), "--out", str(run), "--steps", "2", "--context", "16",

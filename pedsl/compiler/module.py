@@ -22,7 +22,7 @@ import networkx as nx
 import torch
 from torch import Tensor, nn
 
-from pedsl.compiler.evaluator import Context, Evaluator, Learned
+from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
 from pedsl.compiler.shapes import angle_dtype as _angle_dtype, per_head as _per_head
@@ -30,7 +30,7 @@ from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.ops.bias import materialized_bias_attention, separable_bias_attention
+from pedsl.ops.bias import materialized_bias_attention, scale_queries, separable_bias_attention
 
 F64 = torch.float64
 HALF = (torch.float16, torch.bfloat16)
@@ -149,7 +149,7 @@ class SchemeAttention(nn.Module):
             if tokens.shape != (B, L):
                 raise ShapeError(f"tokens must be (B={B}, L={L}) for the L tokens of k and v, got {tuple(tokens.shape)}")
         if cache is not None:
-            from pedsl.compiler.stream import AttentionCache
+            from pedsl.compiler.cache import AttentionCache
 
             if not isinstance(cache, AttentionCache):
                 raise ShapeError(f"cache must come from module.new_cache(batch_size), got {type(cache).__name__}")
@@ -168,7 +168,7 @@ class SchemeAttention(nn.Module):
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
         they were cached, as Hugging Face does). One cache per layer and batch of sequences.
         """
-        from pedsl.compiler.stream import AttentionCache
+        from pedsl.compiler.cache import AttentionCache
 
         return AttentionCache(self, batch_size)
 
@@ -269,7 +269,7 @@ class SchemeAttention(nn.Module):
                 else:
                     q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
                 continue
-            cos, sin = self._cos_sin(t, L, x, tokens, q.device, q.dtype)
+            cos, sin = self._cos_sin(t, L, x, tokens, q.device, _angle_dtype(q.dtype))  # half: float32, rounded once
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
             if t["targets"] == "qkv":
@@ -326,8 +326,7 @@ class SchemeAttention(nn.Module):
     def _flex(self, q, k, v, bias, q_scale):
         from pedsl.ops.bias import flex_bias_attention
 
-        if q_scale is not None:
-            q = q * q_scale.to(q.dtype).unsqueeze(-1)
+        q = scale_queries(q, q_scale)
         if bias is None:
             return flex_bias_attention(q, k, v, None)
         table = bias.to(q.dtype)

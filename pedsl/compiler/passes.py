@@ -13,8 +13,9 @@ import networkx as nx
 
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import LEARNED
-from pedsl.lang.exprs import calls_in, names_in, to_source
+from pedsl.lang.exprs import to_source
+from pedsl.lang.builtins import CONSTANTS
+from pedsl.lang.types import Dep, join
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
 
@@ -26,10 +27,9 @@ class Options:
     device: str = "cpu"
 
 
-def _is_static(expr) -> bool:
-    return not (names_in(expr) & {"x", "token", "position", "n", "distance"}) and not (
-        calls_in(expr) & (LEARNED | {"frozen_random", "log_length"})
-    )
+def _is_static(node: dict) -> bool:
+    """The node's expression is a compile-time constant: its type's dependence class (docs/semantics.md §1a)."""
+    return node["ty"].dep is Dep.STATIC
 
 
 def fold_static_tables(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -52,13 +52,14 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         d = g.nodes[n]
         steps = d["steps"]
         angle = g.nodes[steps]["expr"]
-        if not _is_static(angle):
+        if not _is_static(g.nodes[steps]):
             continue
         phase = ast.Binary(op="*", left=angle, right=ast.Name(id="position"))
+        ty = join(g.nodes[steps]["ty"], CONSTANTS["position"])
         table = f"phase[{d['group']}]"
         g.remove_node(steps)
         g.add_node(table, op="phase_table", expr=phase, label=f"phase = {to_source(phase)}", dynamic=False,
-                   folded=True, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
+                   ty=ty, folded=True, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
         g.add_edge("positions", table)
         g.add_edge(table, n)
         d.update(op="rotate", phase=table, label=f"rotate {d['targets']} on {d['group']}",
@@ -89,10 +90,11 @@ def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """accumulate(c) with a constant log-gate c sums to c * (i - j): a linear distance bias."""
     g = g.copy()
     for n, d in list(g.nodes(data=True)):
-        if d["op"] == "gate_bias" and _is_static(d["expr"]):
+        if d["op"] == "gate_bias" and _is_static(d):
             slope = d["expr"]
             term = ast.Binary(op="*", left=slope, right=ast.Name(id="distance"))
             d.update(op="distance_bias", expr=term, slope=slope, linear=True,
+                     ty=join(d["ty"], CONSTANTS["distance"]),
                      label=f"bias = {to_source(term)}",
                      note="a constant accumulated log-gate is a linear distance bias (ALiBi form)")
     return g

@@ -33,8 +33,6 @@ import torch
 from torch import nn
 
 from pedsl.errors import InteropError
-from pedsl.lang.builtins import READS_LENGTH
-from pedsl.lang.exprs import calls_in, names_in
 
 NAME = "pedsl"
 _ATTR = "_pedsl_attention"
@@ -58,8 +56,8 @@ class _State:
 
     def __init__(self, module) -> None:
         self.module = module
-        exprs = [module.graph.nodes[t["phase"]]["expr"] for t in module.transforms if t["op"] == "rotate"]
-        self.keep_cache = any("n" in names_in(e) or calls_in(e) & READS_LENGTH for e in exprs)
+        tables = [module.graph.nodes[t["phase"]] for t in module.transforms if t["op"] == "rotate"]
+        self.keep_cache = any(d["ty"].runtime for d in tables)  # the table reads the length n
         self.caches: dict[int, tuple] = {}
 
 
