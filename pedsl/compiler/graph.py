@@ -5,14 +5,17 @@ tokens), frequency tables, phases, step sources, per-group transforms, biases,
 temperature, scores, softmax, value transport, output - each with a ``op``
 attribute and the expression it computes. The passes in
 :mod:`pedsl.compiler.passes` rewrite node attributes (what is folded, which
-identity applies, which kernel runs); the module builder reads the final graph,
-and ``pedsl graph`` prints it.
+identity applies, which kernel runs) and record their decisions in the typed
+:class:`~pedsl.compiler.plan.Plan` that the module and codegen execute. Node names of
+evaluation sites (``phase[g]``, ``bias[i]``, ...) are :func:`~pedsl.compiler.plan.site_name`\ s:
+they prefix the names of learned parameters.
 """
 
 from __future__ import annotations
 
 import networkx as nx
 
+from pedsl.compiler.plan import site_name
 from pedsl.lang.builtins import LEARNED
 from pedsl.lang.exprs import calls_in, names_in, to_source
 from pedsl.lang.scheme import Scheme
@@ -59,7 +62,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         node = f"transport[{t.group}]"
         attrs = dict(group=t.group, channels=grp.channels, targets=t.targets, index=idx)
         if t.kind == "rotate":
-            table = f"phase[{t.group}]"
+            table = site_name("phase", t.group)
             g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
                        dynamic=t.dynamic, folded=False)
             for s in _sources(t.phase):
@@ -68,7 +71,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
                 f", q and k scaled by {t.scale:g}" if t.scale != 1 else ""), phase=table, scale=t.scale, **attrs)
             g.add_edge(table, node)
         elif t.kind == "accumulate_rotation":
-            steps = f"steps[{t.group}]"
+            steps = site_name("steps", t.group)
             g.add_node(steps, op="step_angles", expr=t.angle, label=f"step angle = {to_source(t.angle)}",
                        data=t.data, learned=t.learned)
             for s in _sources(t.angle):
@@ -77,7 +80,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
                        steps=steps, **attrs)
             g.add_edge(steps, node)
         else:
-            w, beta = f"w[{t.group}]", f"beta[{t.group}]"
+            w, beta = site_name("w", t.group), site_name("beta", t.group)
             g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}")
             g.add_node(beta, op="householder_beta", expr=t.beta, label=f"beta = {to_source(t.beta)}")
             for s in _sources(t.w):
@@ -102,7 +105,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         g.add_edge("k", "scores")
 
     for idx, b in enumerate(scheme.biases):
-        node = f"bias[{idx}]"
+        node = site_name("bias", idx)
         if b.kind == "distance":
             g.add_node(node, op="distance_bias", expr=b.term, slope=b.slope,
                        label=f"bias = {to_source(b.term)}", linear=b.slope is not None)
@@ -114,7 +117,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
                 g.add_edge(ensure(s), node)
         g.add_edge(node, "scores")
     if scheme.temperature is not None:
-        g.add_node("temperature", op="temperature", expr=scheme.temperature,
+        g.add_node(site_name("temperature"), op="temperature", expr=scheme.temperature,
                    label=f"tau = {to_source(scheme.temperature)}")
         for s in _sources(scheme.temperature):
             g.add_edge(ensure(s), "temperature")

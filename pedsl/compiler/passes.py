@@ -1,8 +1,10 @@
 """Graph passes: small pure functions ``(graph, options) -> graph``, run in the order of :data:`PASSES`.
 
-Each pass copies the graph, rewrites what its identity allows (docs/semantics.md
-§5) and records why in the node's ``note``, so ``pedsl graph`` shows
-what the compiler decided.
+Each pass copies the graph and rewrites what its identity allows (docs/semantics.md
+§5): the node's ``kernel`` is the decision, its ``note`` the reason. The last pass,
+:func:`record_plan`, records every decision in the typed :class:`~pedsl.compiler.plan.Plan`
+(``graph.graph["plan"]``) that the module, codegen, the reference backend and ``pedsl graph``
+read; nothing downstream reads the node attributes.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from pedsl.compiler import plan as P
+from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import LEARNED
+from pedsl.lang.builtins import LEARNED, READS_LENGTH
 from pedsl.lang.exprs import calls_in, names_in, to_source
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
@@ -55,7 +59,7 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         if not _is_static(angle):
             continue
         phase = ast.Binary(op="*", left=angle, right=ast.Name(id="position"))
-        table = f"phase[{d['group']}]"
+        table = P.site_name("phase", d["group"])
         g.remove_node(steps)
         g.add_node(table, op="phase_table", expr=phase, label=f"phase = {to_source(phase)}", dynamic=False,
                    folded=True, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
@@ -181,15 +185,15 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     else:
         backend = "sdpa"
     g.graph["backend"] = backend
-    if backend == "blockwise":
+    carrier = {"blockwise": (P.STEP_LOG_TERM, "enters the blockwise scan as a per-step log term: "
+                                              "b(i, j) = sum_{s=j+1..i} log f_s"),
+               "masked": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
+               "reference": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
+               "flex": (P.SCORE_MOD, "score_mod on (h, i - j)")}.get(backend)
+    if carrier is not None:
         for _, d in g.nodes(data=True):
             if d["op"] in ("distance_bias", "gate_bias"):
-                d["kernel"] = "step log term"
-                d["note"] = "enters the blockwise scan as a per-step log term: b(i, j) = sum_{s=j+1..i} log f_s"
-    elif backend in ("masked", "flex", "reference"):
-        for _, d in g.nodes(data=True):
-            if d["op"] in ("distance_bias", "gate_bias"):
-                d["note"] = "materialised as a (B, H, L, L) bias" if backend != "flex" else "score_mod on (h, i - j)"
+                d["kernel"], d["note"] = carrier
     g.graph["backend_note"] = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor",
         "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
@@ -197,6 +201,46 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
     }[backend]
+    return g
+
+
+_KINDS = {"rotate": P.ROPE, "accumulate_so2": P.SO2, "accumulate_householder": P.HOUSEHOLDER}
+
+
+def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
+    """The decisions of the passes as a typed :class:`~pedsl.compiler.plan.Plan` in ``graph.graph["plan"]``."""
+    g = g.copy()
+    transports = []
+    for n in transform_nodes(g):
+        d = g.nodes[n]
+        roles = {"rotate": ("phase",), "accumulate_so2": ("steps",), "accumulate_householder": ("w", "beta")}[d["op"]]
+        sites = tuple(P.Site(d[r], r, g.nodes[d[r]]["expr"], d["group"]) for r in roles)
+        table = P.PER_TOKEN if d["op"] != "rotate" else (
+            P.RUNTIME_LENGTH if g.nodes[d["phase"]].get("dynamic") else P.STATIC)
+        why = "; ".join(x for x in (g.nodes[d["phase"]].get("note") if d["op"] == "rotate" else None, d.get("note")) if x)
+        transports.append(P.TransportStep(
+            group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
+            targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
+            orthogonal=bool(d.get("orthogonal")), why=why))
+    biases = []
+    for n in bias_nodes(g):
+        d = g.nodes[n]
+        kind = P.GATE_BIAS if d["op"] == "gate_bias" else P.LINEAR_BIAS if d.get("slope") is not None else P.TABLE_BIAS
+        biases.append(P.BiasTerm(index=int(n[len("bias["):-1]), kind=kind, site=P.Site(n, "bias", d["expr"]),
+                                 carried=d["kernel"], slope=d.get("slope") if kind == P.LINEAR_BIAS else None,
+                                 why=d.get("note", "")))
+    tau = None
+    if "temperature" in g:
+        d = g.nodes["temperature"]
+        static = set(g.predecessors("temperature")) <= {"positions"} and not (calls_in(d["expr"]) & READS_LENGTH)
+        tau = P.Temperature(P.Site("temperature", "temperature", d["expr"]),
+                            P.POSITION_TABLE if static else P.RUNTIME, d["kernel"], d.get("note", ""))
+    backend = g.graph["backend"]
+    g.graph["plan"] = P.Plan(
+        scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
+        transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
+        backend_why=g.graph["backend_note"],
+        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases))
     return g
 
 
@@ -208,6 +252,7 @@ PASSES = (
     fold_temperature_into_q,
     separable_biases,
     choose_backend,
+    record_plan,
 )
 
 
