@@ -7,7 +7,7 @@ attribute and the expression it computes. The passes in
 :mod:`pedsl.compiler.passes` rewrite node attributes (what is folded, which
 identity applies, which kernel runs) and record their decisions in the typed
 :class:`~pedsl.compiler.plan.Plan` that the module and codegen execute. Node names of
-evaluation sites (``phase[g]``, ``bias[i]``, ...) are :func:`~pedsl.compiler.plan.site_name`\ s:
+evaluation sites (``phase[g]``, ``bias[i]``, ...) are names from :func:`~pedsl.compiler.plan.site_name`:
 they prefix the names of learned parameters.
 """
 
