@@ -441,7 +441,7 @@ def test_scale_acts_on_its_group_only(tmp_path):
         mod = compile_scheme(text, num_heads=H, head_dim=D, backend="sdpa" if backend == "codegen" else backend)
         if backend == "codegen":  # the standalone module of `pedsl compile`
             file = tmp_path / "s.py"
-            file.write_text(generate(mod.scheme, mod.graph))
+            file.write_text(generate(mod.scheme, mod.plan))
             spec = importlib.util.spec_from_file_location("gen_scaled", file)
             gen = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(gen)

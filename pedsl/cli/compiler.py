@@ -135,7 +135,7 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     g = compile_graph(sch, backend=backend)
     if g.graph["backend"] == "reference" and backend != "reference":  # pragma: no cover - defensive
         raise CompileError("no fast backend can run this scheme")
-    code = generate(sch, g, d_model=d_model if sch.needs_x else None)
+    code = generate(sch, g.graph["plan"], d_model=d_model if sch.needs_x else None)
     model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim})
     train_cfg = cfg.model_copy(update={"scheme": _scheme_reference(file, out), "backend": backend, "model": model})
     eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)
