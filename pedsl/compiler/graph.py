@@ -64,7 +64,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         if t.kind == "rotate":
             table = site_name("phase", t.group)
             g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
-                       dynamic=t.dynamic, folded=False)
+                       dynamic=t.dynamic)
             for s in _sources(t.phase):
                 g.add_edge(ensure(s), table)
             g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
+from pedsl.compiler.kernels_template import _bool_mask
 from pedsl.compiler.shapes import angle_dtype as _angle_dtype
 from pedsl.compiler.shapes import as_bhl as _as_bhl
 from pedsl.compiler.shapes import as_bhlp as _as_bhlp
@@ -35,16 +36,12 @@ class Layout:
 
 
 def bool_mask(m: Tensor) -> Tensor:
-    if m.dtype == torch.bool:
-        return m
-    if not m.is_floating_point():
-        return m != 0
-    neg = (m == float("-inf")) | (m <= torch.finfo(m.dtype).min / 2)
-    if not bool(((m == 0) | neg).all()):
-        raise ShapeError("attn_mask: a float mask must hold only 0 (attend) and -inf or the dtype's minimum "
-                         "(masked); other values would be a bias",
-                         hint="pass a boolean mask (True = attend); biases come from the scheme")
-    return ~neg
+    """The boolean form of a mask (True = attend), read as the generated modules read it."""
+    try:
+        return _bool_mask(m)
+    except ValueError as exc:
+        raise ShapeError(f"{exc}; other values would be a bias",
+                         hint="pass a boolean mask (True = attend); biases come from the scheme") from None
 
 
 def layout(mod, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device) -> Layout:

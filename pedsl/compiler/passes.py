@@ -36,17 +36,23 @@ def _is_static(expr) -> bool:
     )
 
 
+def _decide(g: nx.DiGraph, ops: tuple[str, ...], decide) -> nx.DiGraph:
+    """A copy of g where every node whose op is in ``ops`` gets ``(kernel, note) = decide(attrs)``."""
+    g = g.copy()
+    for _, d in g.nodes(data=True):
+        if d["op"] in ops:
+            d["kernel"], d["note"] = decide(d)
+    return g
+
+
+_STATIC_NOTE = "static table: folded in float64, cached as cos/sin buffers, grown for longer inputs"
+
+
 def fold_static_tables(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Frequency/phase tables that depend only on positions are constants: compute once in float64."""
-    g = g.copy()
-    for n, d in g.nodes(data=True):
-        if d["op"] == "phase_table":
-            if d.get("dynamic"):
-                d["note"] = "depends on the run-time length n: recomputed (float64) for each new length"
-            else:
-                d["folded"] = True
-                d["note"] = "static table: folded in float64, cached as cos/sin buffers, grown for longer inputs"
-    return g
+    return _decide(g, ("phase_table",), lambda d: (
+        (P.RUNTIME_LENGTH, "depends on the run-time length n: recomputed (float64) for each new length")
+        if d.get("dynamic") else (P.STATIC, _STATIC_NOTE)))
 
 
 def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -62,7 +68,7 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         table = P.site_name("phase", d["group"])
         g.remove_node(steps)
         g.add_node(table, op="phase_table", expr=phase, label=f"phase = {to_source(phase)}", dynamic=False,
-                   folded=True, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
+                   kernel=P.STATIC, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
         g.add_edge("positions", table)
         g.add_edge(table, n)
         d.update(op="rotate", phase=table, label=f"rotate {d['targets']} on {d['group']}",
@@ -73,20 +79,16 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 def factor_orthogonal_steps(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Orthogonal steps factor: P(j->i) = A_i A_j^T, so q and k are pre-transformed once."""
-    g = g.copy()
-    for n, d in g.nodes(data=True):
+    def kernel(d):
         if d["op"] == "accumulate_so2":
-            d["kernel"] = "cumulative angles"
-            d["note"] = ("SO(2) steps commute: cumulative angles A_t (float64 cumsum, O(L D)) rotate q and k "
-                         "absolutely, then any fused causal kernel")
-        elif d["op"] == "rotate":
-            d["kernel"] = "rotary"
-            d.setdefault("note", "q and k rotated by their own phases (standard RoPE form)")
-        elif d["op"] == "accumulate_householder":
-            d["kernel"] = "blockwise"
-            d["note"] = ("Householder steps with beta = 2 are reflections (orthogonal)" if d.get("orthogonal") else
-                         "beta in (0, 2): not orthogonal, no absolute factoring; UT/WY blockwise algorithm")
-    return g
+            return "cumulative angles", ("SO(2) steps commute: cumulative angles A_t (float64 cumsum, O(L D)) "
+                                         "rotate q and k absolutely, then any fused causal kernel")
+        if d["op"] == "rotate":
+            return "rotary", d.get("note", "q and k rotated by their own phases (standard RoPE form)")
+        return "blockwise", ("Householder steps with beta = 2 are reflections (orthogonal)" if d.get("orthogonal")
+                             else "beta in (0, 2): not orthogonal, no absolute factoring; UT/WY blockwise algorithm")
+
+    return _decide(g, ("accumulate_so2", "rotate", "accumulate_householder"), kernel)
 
 
 def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -104,28 +106,20 @@ def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 def fold_temperature_into_q(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """A per-query temperature is a scale of q_i: free inside any kernel."""
-    g = g.copy()
-    if "temperature" in g:
-        g.nodes["temperature"]["note"] = "folded into a per-query scale of q"
-        g.nodes["temperature"]["kernel"] = "q scale"
-    return g
+    return _decide(g, ("temperature",), lambda d: ("q scale", "folded into a per-query scale of q"))
 
 
 def separable_biases(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Biases f(i) + g(j) only act through g(j): one extra key channel instead of an (H, L, L) tensor."""
-    g = g.copy()
-    for n, d in g.nodes(data=True):
-        if d["op"] == "distance_bias":
-            if d.get("linear"):
-                d["kernel"] = "key channel"
-                d["note"] = "slope * (i - j): the key term -slope * j rides in one extra channel (no L x L tensor)"
-            else:
-                d["kernel"] = "table"
-                d["note"] = "non-linear in the distance: a per-(head, distance) table (score_mod or mask)"
-        elif d["op"] == "gate_bias":
-            d["kernel"] = "key channel"
-            d["note"] = "G_i - G_j with G = cumsum(log gate) in float64: the key term -G_j rides in one extra channel"
-    return g
+    def carry(d):
+        if d["op"] == "gate_bias":
+            return P.KEY_CHANNEL, "G_i - G_j with G = cumsum(log gate) in float64: the key term -G_j rides in one " \
+                                  "extra channel"
+        if d.get("linear"):
+            return P.KEY_CHANNEL, "slope * (i - j): the key term -slope * j rides in one extra channel (no L x L tensor)"
+        return "table", "non-linear in the distance: a per-(head, distance) table (score_mod or mask)"
+
+    return _decide(g, ("distance_bias", "gate_bias"), carry)
 
 
 def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -191,9 +185,7 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
                "reference": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
                "flex": (P.SCORE_MOD, "score_mod on (h, i - j)")}.get(backend)
     if carrier is not None:
-        for _, d in g.nodes(data=True):
-            if d["op"] in ("distance_bias", "gate_bias"):
-                d["kernel"], d["note"] = carrier
+        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
     g.graph["backend_note"] = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor",
         "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
@@ -215,8 +207,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         d = g.nodes[n]
         roles = {"rotate": ("phase",), "accumulate_so2": ("steps",), "accumulate_householder": ("w", "beta")}[d["op"]]
         sites = tuple(P.Site(d[r], r, g.nodes[d[r]]["expr"], d["group"]) for r in roles)
-        table = P.PER_TOKEN if d["op"] != "rotate" else (
-            P.RUNTIME_LENGTH if g.nodes[d["phase"]].get("dynamic") else P.STATIC)
+        table = P.PER_TOKEN if d["op"] != "rotate" else g.nodes[d["phase"]]["kernel"]
         why = "; ".join(x for x in (g.nodes[d["phase"]].get("note") if d["op"] == "rotate" else None, d.get("note")) if x)
         transports.append(P.TransportStep(
             group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
