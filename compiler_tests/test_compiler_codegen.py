@@ -42,6 +42,22 @@ def test_generated_module_matches_in_process(path, tmp_path):
                                    rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("name", ["longrope", "dynamic_ntk"])
+def test_generated_grid_that_reads_the_length_matches_past_the_original(name, tmp_path):
+    """A grid whose value reads the run-time length (its record's emit): the generated module picks
+    the value of that length, as the in-process module does, below and past the original length."""
+    mod = compile_scheme(SCHEMES / f"{name}.pe", head_dim=32)
+    file = tmp_path / f"{name}.py"
+    file.write_text(generate(mod.scheme, mod.graph))
+    gen = _import(file, name + "_length").Module()
+    mod.double()
+    gen.double()
+    original = int(mod.scheme.params["original"])
+    for L in (original - 8, original + 8):
+        q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
+        torch.testing.assert_close(gen(q, k, v), mod(q, k, v), rtol=1e-9, atol=1e-10)
+
+
 def test_compile_command_writes_module_and_configs(tmp_path):
     out = tmp_path / "out"
     res = CliRunner().invoke(cli, ["compile", str(SCHEMES / "rope_id.pe"), "-o", str(out)])

@@ -1,4 +1,4 @@
-"""Static values of grids and slopes (pedsl.lang.grids, folded by pedsl.lang.fold) against values worked out by hand
+"""Static values of grids and slopes (pedsl.lang.builtin_defs.grids, folded by pedsl.lang.fold) against values worked out by hand
 from the papers' formulas (docs/semantics.md §2a, 3), in float64."""
 
 from __future__ import annotations

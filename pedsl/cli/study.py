@@ -174,10 +174,10 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     say(f"torch threads: {setup_torch(threads)}")
     seed_list = _seeds(seeds)
     if study == "extension":
-        if seed_list and len(seed_list) > 1:
-            raise UsageError("--seeds does not apply to --study extension yet", hint="run it once per --seed")
-        seed = seed_list[0] if seed_list else seed
-        return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say)
+        many = seed_list if seed_list and len(seed_list) > 1 else None
+        seed = seed_list[0] if seed_list and not many else seed
+        return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
+                          say, seeds=many)
     if study == "frequency":
         from pedsl.study.study_frequency import run_study_cli
 
@@ -233,7 +233,8 @@ def _seeds(text: str | None) -> list[int] | None:
     return out
 
 
-def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say):
+def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say,
+               seeds=None):
     from pathlib import Path
 
     from pedsl.study.common import parse_lengths
@@ -245,9 +246,19 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     if bad:
         raise UsageError(f"--study extension compares the RoPE scaling methods; '{bad[0]}' is not one of them",
                          hint=f"name a subset of: {', '.join(METHODS)} (or none for all)")
-    res = run_extension(out, methods=list(schemes) or None, preset=preset, steps=steps, seed=seed, data=data,
-                        lengths=parse_lengths(lengths), windows=windows, quick=quick, sets=_sets(sets),
-                        command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+    kw = dict(methods=list(schemes) or None, preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths),
+              windows=windows, quick=quick, sets=_sets(sets), command=_command_line(click.get_current_context()),
+              quiet=quiet, say=say)
+    if seeds:
+        from pedsl.study.extension_seeds import run_extension_seeds, summary
+
+        res = run_extension_seeds(out, seeds=seeds, **kw)
+        _echo_table(f"Extension study over seeds {','.join(map(str, seeds))}: perplexity ratio to each seed's base "
+                    "RoPE at its training length, mean [min, max]", *summary(res["results"]))
+        ext = Path(out) / "extension"
+        click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
+        return
+    res = run_extension(out, seed=seed, **kw)
     from pedsl.study.report_extension import summary
 
     _echo_table("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)",

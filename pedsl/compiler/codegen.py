@@ -31,7 +31,7 @@ from pedsl.compiler import plan as P
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.builtins import FUNCTIONS, READS_LENGTH
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
@@ -72,7 +72,7 @@ class _Gen:
     def _e(self, e: ast.Expr) -> str:
         from pedsl.lang.exprs import calls_in, names_in
 
-        runtime = "n" in names_in(e) or "dynamic_ntk" in calls_in(e)
+        runtime = "n" in names_in(e) or bool(calls_in(e) & READS_LENGTH)
         v = DYNAMIC if runtime else self._static(e)
         if v is not DYNAMIC:
             if isinstance(v, Vec):
@@ -100,86 +100,69 @@ class _Gen:
             return self._call(e)
         raise CompileError(f"cannot generate code for {to_source(e)}")
 
+    def _at_length(self, e: ast.Call, n: float | None) -> str:
+        """The constant a call that reads the length folds to at length n (None: no length)."""
+        v = fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n))
+        return self.const(v.values, v.axis, f"{to_source(e)[:50]} at n = {n}")
+
     def _site_key(self, kind: str) -> str:
         key = P.param_key(self._site, kind, self._count)
         self._count += 1
         return key
 
-    def _width(self, to) -> tuple[str, int]:
-        axis = to.id if isinstance(to, ast.Name) else str(to)
-        axis = {"channel": "chan"}.get(axis, axis)
-        return axis, (self._pairs if axis == "pair" else self._chans if axis == "chan" else 1)
-
-    def _int(self, v) -> int:
-        return int(self._static(v)) if isinstance(v, ast.Node) else int(v)
-
-    def _float(self, v) -> float:
-        return float(self._static(v)) if isinstance(v, ast.Node) else float(v)
-
     def _call(self, e: ast.Call) -> str:
-        f = e.func
-        spec = FUNCTIONS[f]
+        spec = FUNCTIONS[e.func]
         args = bind_args(e, spec.params)
-        if spec.emit is not None:  # a record's emitted code
-            static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
-                      for p, kind in spec.static}
-            return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs),
-                             *(self._e(args[p]) for p, _ in spec.params if p not in static), **static)
-        if f == "dynamic_ntk":
-            base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
-            return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"
-        if f == "longrope":  # the short factors up to the original length, the long ones past it
-            orig = self._float(args["original"])
-            short, long = (fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
-            return (f"({self.const(long.values, 'pair', 'longrope long')} if n_run > {literal(orig)} "
-                    f"else {self.const(short.values, 'pair', 'longrope short')})")
-        if f == "frozen_random":
-            seed = self._int(args["seed"])
-            P = self._pairs
-            if isinstance(args["index"], ast.Name) and args["index"].id == "token":
-                key = ("token", seed, P)
-                if key not in self.buffers:
-                    name = self.names.new(f"table_{len(self.buffers)}")
-                    self.buffers[key] = name
-                    self.init.append(f"self.register_buffer({literal(name)}, _frozen_token_table({seed}, VOCAB_SIZE, "
-                                     f"{P}), persistent=False)")
-                return f"self.{self.buffers[key]}.to(dev)[tokens.long()].view(B, 1, L, 1, {P})"
-            return f"_frozen_at({seed}, {P}, pos5)"
-        if f in ("embedding", "linear"):
-            axis, width = self._width(args["to"])
-            key = self._site_key(f)
-            if f == "embedding":
-                init = self._float(args["init"])
-                self.init.append(f"self.learned.sites[{literal(key)}] = nn.Embedding(VOCAB_SIZE, HEADS * {width})")
-                self.init.append(f"nn.init.normal_(self.learned.sites[{literal(key)}].weight, std={literal(init)})")
-                inp = "tokens.long()"
-            else:
-                if self.d_model is None:
-                    raise CompileError("this scheme reads the hidden state x: give d_model", code="E405",
-                                       hint="pedsl compile ... --d-model N")
-                rank = self._int(args["rank"])
-                b0 = self._float(args["init_bias"])
-                if rank > 0:
-                    self.init.append(f"self.learned.sites[{literal(key)}] = nn.Sequential(nn.Linear(D_MODEL, "
-                                     f"{rank}, bias=False), nn.Linear({rank}, HEADS * {width}))")
-                    self.init.append(f"nn.init.constant_(self.learned.sites[{literal(key)}][1].bias, {literal(b0)})")
-                else:
-                    self.init.append(f"self.learned.sites[{literal(key)}] = nn.Linear(D_MODEL, HEADS * {width})")
-                    self.init.append(f"nn.init.constant_(self.learned.sites[{literal(key)}].bias, {literal(b0)})")
-                inp = "x"
-            return f"_per_head_site(self.learned.sites[{literal(key)}], {inp}, B, L, HEADS, {width})"
-        if f == "shortconv":
-            inner = self._e(args["v"])
-            key = self._site_key("shortconv")
-            width = self._int(args["width"])
-            feats = self.scheme.heads * (self._chans or 1)
-            self.init.append(f"self.learned.sites[{literal(key)}] = nn.Conv1d({feats}, {feats}, {width}, "
-                             f"groups={feats}, padding={width - 1}, bias=False)")
-            self.conv_history = max(self.conv_history, width - 1)
-            return f"_shortconv(self.learned.sites[{literal(key)}], {inner}, seg)"
-        if f == "normalize":
-            return f"F.normalize({self._e(args['v'])}, dim=-1, eps=1e-6)"
-        raise CompileError(f"{f}() cannot be generated")
+        if spec.emit is None:
+            raise CompileError(f"{e.func}() cannot be generated")
+        static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
+                  for p, kind in spec.static}
+        if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
+            return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
+        names = {p: args[p].id if isinstance(args[p], ast.Name) else args[p] for p in spec.names}
+        codes = [self._e(args[p]) for p, _ in spec.params if p not in static and p not in names]
+        if spec.site is not None:  # a source with state: its sub-modules and buffers are declared through g
+            return spec.emit(SiteCode(self, spec), *codes, **names, **static)
+        return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs), *codes, **static)
+
+
+class SiteCode:
+    """What a source record's ``emit`` may declare in the generated module (its ``g``): learned
+    sub-modules named like the in-process module's sites, frozen buffers, the decoding history."""
+
+    def __init__(self, gen: _Gen, spec):
+        self.gen, self.spec = gen, spec
+        self.heads, self.pairs, self.chans = gen.scheme.heads, gen._pairs, gen._chans
+
+    def width(self, to: str) -> int:
+        """The per-head width of an output ``to = pair | channel | head``."""
+        return self.pairs if to == "pair" else self.chans if to == "channel" else 1
+
+    def init(self, line: str) -> None:
+        self.gen.init.append(line)
+
+    def learned(self, constructor: str) -> str:
+        """A learned sub-module at the next site of this builtin; the code that reads it."""
+        m = f"self.learned.sites[{literal(self.gen._site_key(self.spec.name))}]"
+        self.init(f"{m} = {constructor}")
+        return m
+
+    def buffer(self, key: tuple, constructor: str) -> str:
+        """A frozen buffer, one per key; its attribute name."""
+        if key not in self.gen.buffers:
+            name = self.gen.names.new(f"table_{len(self.gen.buffers)}")
+            self.gen.buffers[key] = name
+            self.init(f"self.register_buffer({literal(name)}, {constructor}, persistent=False)")
+        return self.gen.buffers[key]
+
+    def need_d_model(self) -> None:
+        if self.gen.d_model is None:
+            raise CompileError("this scheme reads the hidden state x: give d_model", code="E405",
+                               hint="pedsl compile ... --d-model N")
+
+    def history(self, tokens: int) -> None:
+        """Earlier tokens a decoding step re-reads."""
+        self.gen.conv_history = max(self.gen.conv_history, tokens)
 
 
 def _pairs_of(channels: tuple[int, ...], layout: str) -> tuple[list[int], list[int]]:

@@ -88,12 +88,8 @@ def _rotate(x, cos, sin, first, second):
     return out
 
 
-def _dynamic_ntk(base, factor, original, pairs, L, device):
-    """Dynamic NTK (HF 'dynamic'): past the original length the base grows with the run-time length
-    n = L (the largest position of the call + 1; cached keys keep the table they were rotated with)."""
-    if L > original and pairs > 1:
-        s = factor * L / original - (factor - 1)
-        base = base * s ** (2 * pairs / (2 * pairs - 2))
+def _geometric(base, pairs, device):
+    """The geometric grid base^(-2k / (2 pairs)) as a 5-d tensor along 'pair'."""
     k = torch.arange(pairs, dtype=F64, device=device)
     return (base ** (-2.0 * k / (2 * pairs))).view(1, 1, 1, 1, pairs)
 

@@ -17,7 +17,7 @@ from pedsl.compiler import plan as P
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import LEARNED, READS_LENGTH
+from pedsl.lang.builtins import READS_LENGTH, RUNTIME_SOURCES
 from pedsl.lang.exprs import calls_in, names_in, to_source
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
@@ -32,7 +32,7 @@ class Options:
 
 def _is_static(expr) -> bool:
     return not (names_in(expr) & {"x", "token", "position", "n", "distance"}) and not (
-        calls_in(expr) & (LEARNED | {"frozen_random", "log_length"})
+        calls_in(expr) & RUNTIME_SOURCES
     )
 
 

@@ -381,7 +381,7 @@ def _export_scale(scheme: Scheme, t, rp: dict) -> None:
             raise _refuse(scheme, f"a scale on the rotated channels ({t.scale:g}) with rope_type '{kind}', which has "
                           "no attention factor in HF")
         return
-    from pedsl.lang.grids import yarn_mscale_value
+    from pedsl.formulas import yarn_mscale_value
 
     if e is not None and e.kind == "call" and e.func == ("yarn_mscale" if kind == "yarn" else "longrope_mscale"):
         a = {k: (_static(scheme, v, 1) if isinstance(v, ast.Node) else v) for k, v in _call_args(e).items()}

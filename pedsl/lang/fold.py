@@ -2,9 +2,9 @@
 
 Static values (:mod:`pedsl.lang.values`) are numbers, strings, booleans, lists
 (for eval lengths) and vectors along one axis (:class:`Vec` over rotary pairs or
-heads). This module walks an expression and folds arithmetic and the elementwise
-math builtins; frequency grids and ALiBi slopes are in :mod:`pedsl.lang.grids`,
-channel-group layouts in :mod:`pedsl.lang.channels`. All without torch, so
+heads). This module walks an expression and folds arithmetic and every builtin call through
+its record (:mod:`pedsl.lang.builtin_defs`: ``fold`` mapped over vectors, or ``fold_env``),
+checking the records' ``arg_rules``. All without torch, so
 `pedsl check` stays fast; the compiler turns the vectors into
 float64 tensors. Anything that varies with position, distance or the data is
 :data:`DYNAMIC`: the compiler evaluates it at run time.
@@ -18,8 +18,6 @@ from typing import Any
 from pedsl import limits
 from pedsl.lang import ast
 from pedsl.lang.builtin_defs import RECORDS
-from pedsl.lang.channels import LAYOUTS
-from pedsl.lang.grids import GRIDS
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
 
 _DYNAMIC_NAMES = {"position", "distance", "x", "token"}
@@ -163,7 +161,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
                 and all(p in checked for p, _ in spec.static):
             return spec.fold(*probe, *(checked[p] for p, _ in spec.static))
         return DYNAMIC
-    if node.func in ("normalize", "rotate", "accumulate", "rotation", "householder"):
+    if spec.fold is None and spec.fold_env is None:  # a run-time value, or a transport: never static
         return DYNAMIC
     vals = {}
     for k, v in bound.items():
@@ -173,7 +171,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
             vals[k] = v
     if any(v is DYNAMIC for v in vals.values()):
         return DYNAMIC
-    fn = spec.fold_env or (_folder(spec) if spec.fold is not None else _IMPL.get(node.func))
+    fn = spec.fold_env or (_folder(spec) if spec.fold is not None else None)
     if fn is None:  # pragma: no cover - every static builtin has an implementation
         raise EvalIssue(f"'{node.func}' has no compile-time value", node)
     try:
@@ -193,13 +191,7 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
 # Static arguments of builtins, checked wherever the call is evaluated (the checker evaluates every
 # transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
 ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
-    **{name: spec.arg_rules for name, spec in RECORDS.items() if spec.arg_rules},
-    "linear": {"rank": (0, limits.MAX_RANK, False, "0 (full rank) or a rank up to the cap"),
-               "init_bias": (-limits.MAX_INIT, limits.MAX_INIT, False, "the start value of the bias")},
-    "shortconv": {"width": (1, limits.MAX_RANK, False, "taps of the convolution")},
-    "frozen_random": {"seed": (0, limits.MAX_SEED, False, "a torch seed")},
-    "embedding": {"init": (0, limits.MAX_INIT, False, "a standard deviation")},
-}
+    name: spec.arg_rules for name, spec in RECORDS.items() if spec.arg_rules}
 
 
 def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict[str, float]:
@@ -261,8 +253,3 @@ def _combine(fn, vals: list, node) -> Any:
             cols.append((number(v, node, "argument"),) * n)
     return Vec(vec.axis, tuple(fn(*xs) for xs in zip(*cols)))
 
-
-_IMPL = {
-    **GRIDS,
-    **LAYOUTS,
-}

@@ -5,14 +5,14 @@ numpy, never torch (``import torch`` alone takes 1.2-1.7 s on a laptop CPU):
 
 - static sub-expressions fold through :func:`pedsl.lang.fold.fold_expr` (float64), as in
   the torch backend;
-- learned call sites are drawn from the distributions the compiled module initialises them
-  with - ``linear``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` weights and biases (torch's
-  ``nn.Linear`` default) with ``init_bias`` on the output layer; ``embedding``:
-  ``N(0, init^2)``; ``shortconv``: ``N(0, 0.1^2)`` taps plus 1 on the newest token - each
+- the learned layers a source's call site asks for are drawn from the distributions the
+  compiled module initialises them with - ``dense``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``
+  weights (torch's ``nn.Linear`` default) with ``init_bias`` on the output layer; ``lookup``:
+  ``N(0, std^2)``; ``causal_conv``: ``N(0, 0.1^2)`` taps plus 1 on the newest token - each
   from its own generator seeded by (seed, site name), so a site that two schemes share gets
   the same weights in both and a diff isolates what changed;
-- ``frozen_random`` tables come from numpy's generator seeded like the module's torch table:
-  the same distribution, not the same numbers.
+- frozen tables come from numpy's generator seeded like the module's torch table: the same
+  distribution, not the same numbers.
 
 Site names, and the order a site's calls are numbered in, are the walk's, so a compiled module's
 parameters and frozen tables can be loaded (``weights=``, ``tables=``) to reproduce it exactly:
@@ -30,7 +30,7 @@ import numpy as np
 
 from pedsl.errors import CompileError
 from pedsl.lang.builtin_defs.arrays import numpy_ops
-from pedsl.runtime.walk import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
+from pedsl.runtime.walk import DynamicEvaluator, permuted_shape
 from pedsl.lang.values import Vec
 
 
@@ -83,76 +83,48 @@ class NumpyEvaluator(DynamicEvaluator):
     def aligned(self, values: list[NL], axes: tuple[str, ...]) -> list[np.ndarray]:
         return [v.align(axes) for v in values]
 
-    def normalize(self, v: NL) -> NL:
-        norm = np.linalg.norm(v.t, axis=v.axes.index("chan"), keepdims=True)
-        return NL(v.t / np.maximum(norm, 1e-6), v.axes)
+    # ------------------------------------------------------------------ frozen tables and learned sites
+    def frozen(self, key: tuple, shape: tuple[int, int], seed: tuple[int, ...]) -> np.ndarray:
+        if key not in self.tables:
+            self.tables[key] = np.random.default_rng(seed[0] if len(seed) == 1 else list(seed)).standard_normal(shape)
+        return self.tables[key]
 
-    def frozen_random(self, seed: int, by_token: bool, ctx: Ctx) -> NL:
-        P = ctx.pairs
-        if by_token:
-            key = ("token", seed, P, self.vocab_size)
-            if key not in self.tables:
-                self.tables[key] = np.random.default_rng(seed).standard_normal((self.vocab_size, P))
-            return NL(self.tables[key][ctx.tokens], ("batch", "pos", "pair"))
-        parts = []
-        for c in range(0, max(ctx.L, 1), FROZEN_CHUNK):
-            key = ("position", seed, P, c)
-            if key not in self.tables:
-                self.tables[key] = np.random.default_rng([seed, c // FROZEN_CHUNK]).standard_normal((FROZEN_CHUNK, P))
-            parts.append(self.tables[key])
-        return NL(np.concatenate(parts)[: ctx.L], ("pos", "pair"))
-
-    # ------------------------------------------------------------------ learned sites
     def _site_weights(self, site: str, make) -> dict[str, np.ndarray]:
         if site not in self.weights:  # one generator per (seed, site): shared sites draw alike
             self.weights[site] = make(np.random.default_rng([self.seed, zlib.crc32(site.encode())]))
         return self.weights[site]
 
-    def _per_head(self, out: np.ndarray, axis: str, width: int) -> NL:
-        B, L = out.shape[:2]
-        out = out.reshape(B, L, -1, width).transpose(0, 2, 1, 3)  # (B, H, L, W)
-        if axis == "head":
-            return NL(out[..., 0], ("batch", "head", "pos"))
-        return NL(out, ("batch", "head", "pos", axis))
+    def lookup(self, site: str, tokens: np.ndarray, n_out: int, std: float) -> np.ndarray:
+        return self._site_weights(site, lambda g: {"weight": std * g.standard_normal((self.vocab_size, n_out))})[
+            "weight"][tokens]
 
-    def embedding(self, site: str, axis: str, width: int, init: float, ctx: Ctx) -> NL:
-        n = ctx.heads * width
-        p = self._site_weights(site, lambda g: {"weight": init * g.standard_normal((self.vocab_size, n))})
-        return self._per_head(p["weight"][ctx.tokens], axis, width)
-
-    def linear(self, site: str, axis: str, width: int, rank: int, init_bias: float, ctx: Ctx) -> NL:
-        n, d = ctx.heads * width, self.d_model
+    def dense(self, site: str, n_out: int, rank: int, init_bias: float, ctx: Ctx) -> np.ndarray:
+        d = self.d_model
 
         def make(g):  # torch nn.Linear's default: U(+-1/sqrt(fan_in)) weights; the bias is init_bias
             if rank > 0:
                 return {"0.weight": g.uniform(-1, 1, (rank, d)) / math.sqrt(d),
-                        "1.weight": g.uniform(-1, 1, (n, rank)) / math.sqrt(rank), "1.bias": np.full(n, init_bias)}
-            return {"weight": g.uniform(-1, 1, (n, d)) / math.sqrt(d), "bias": np.full(n, init_bias)}
+                        "1.weight": g.uniform(-1, 1, (n_out, rank)) / math.sqrt(rank),
+                        "1.bias": np.full(n_out, init_bias)}
+            return {"weight": g.uniform(-1, 1, (n_out, d)) / math.sqrt(d), "bias": np.full(n_out, init_bias)}
 
         p = self._site_weights(site, make)
         if ctx.x is None:
             raise CompileError("this scheme reads the hidden state: pass x=(B, L, d_model)")
         if "0.weight" in p:
-            out = (ctx.x @ p["0.weight"].T) @ p["1.weight"].T + p["1.bias"]
-        else:
-            out = ctx.x @ p["weight"].T + p["bias"]
-        return self._per_head(out, axis, width)
+            return (ctx.x @ p["0.weight"].T) @ p["1.weight"].T + p["1.bias"]
+        return ctx.x @ p["weight"].T + p["bias"]
 
-    def shortconv(self, site: str, v: NL, width: int, ctx: Ctx) -> NL:
-        axes = union_axes(v.axes, ("batch", "head", "pos"))
-        t = np.moveaxis(v.align(axes), axes.index("pos"), -1)  # (B|1, H|1, W?, L)
-        lead, L = t.shape[:-1], t.shape[-1]
-        feats = math.prod(lead[1:])
-
+    def causal_conv(self, site: str, flat: np.ndarray, width: int, ctx: Ctx) -> np.ndarray:
         def make(g):  # near the identity: the newest token dominates
-            w = 0.1 * g.standard_normal((feats, 1, width))
+            w = 0.1 * g.standard_normal((flat.shape[1], 1, width))
             w[..., -1] += 1.0
             return {"weight": w}
 
         w = self._site_weights(site, make)["weight"][:, 0, :]  # (feats, width)
-        flat = t.reshape(lead[0], feats, L)
+        L = flat.shape[-1]
         out = np.zeros_like(flat)
         for k in range(width):  # causal: out[t] = sum_k w[k] x[t + k - (width - 1)]
             s = width - 1 - k
             out[..., s:] += w[None, :, k, None] * flat[..., : L - s]
-        return NL(np.moveaxis(out.reshape(*lead, L), -1, axes.index("pos")), axes)
+        return out

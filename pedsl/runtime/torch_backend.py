@@ -9,16 +9,14 @@ The walk over an expression (folding static sub-expressions - frequency grids,
 slopes, constants - in float64 through :mod:`pedsl.lang.fold`, dispatch, call
 site names) is :class:`pedsl.runtime.walk.DynamicEvaluator`, shared with the numpy
 sampler of ``pedsl diff --numeric``; this module gives it torch operations (``TORCH_OPS``, the
-array namespace the builtin records of :mod:`pedsl.lang.builtin_defs` run over). The
-dynamic builtins - ``position``, ``distance``, ``frozen_random``,
-and the learned ``linear``/``embedding``/``shortconv`` - are computed here. Learned
-builtins own parameters in :class:`Learned`, created once per call site when the
+array namespace the builtin records of :mod:`pedsl.lang.builtin_defs` run over), the frozen random
+tables, and the learned layers a source's call site asks for (``dense``, ``lookup``,
+``causal_conv``): trainable parameters in :class:`Learned`, created once per call site when the
 module is built.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -27,7 +25,7 @@ from torch import Tensor, nn
 
 from pedsl.errors import CompileError
 from pedsl.lang.builtin_defs.arrays import Ops
-from pedsl.runtime.walk import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
+from pedsl.runtime.walk import DynamicEvaluator, permuted_shape
 from pedsl.lang.fold import Vec
 from pedsl.lang.builtins import READS_LENGTH
 from pedsl.lang.exprs import calls_in, names_in
@@ -36,7 +34,8 @@ F64 = torch.float64
 # the torch array namespace of the builtin records' run-time values (numpy's: builtin_defs.arrays)
 TORCH_OPS = Ops(log=torch.log, exp=torch.exp, sqrt=torch.sqrt, sin=torch.sin, cos=torch.cos, tanh=torch.tanh,
                 abs=torch.abs, sigmoid=torch.sigmoid, log_sigmoid=F.logsigmoid, floor=torch.floor, ceil=torch.ceil,
-                minimum=torch.minimum, maximum=torch.maximum)
+                minimum=torch.minimum, maximum=torch.maximum, norm=lambda x: x.norm(2, -1, keepdim=True),
+                moveaxis=torch.movedim, concat=torch.cat, rows=lambda table, idx: table.to(idx.device)[idx.long()])
 
 
 @dataclass
@@ -135,68 +134,38 @@ class Evaluator(DynamicEvaluator):
     def aligned(self, values: list[LT], axes: tuple[str, ...]) -> list[Tensor]:
         return _common_dtype(*[v.align(axes) for v in values])
 
-    def normalize(self, v: LT) -> LT:
-        return LT(F.normalize(v.t, dim=v.axes.index("chan"), eps=1e-6), v.axes)
+    # ------------------------------------------------------------------ frozen tables and learned sites
+    def frozen(self, key: tuple, shape: tuple[int, int], seed: tuple[int, ...]) -> Tensor:
+        if key not in self.tables:
+            g = torch.Generator().manual_seed(seed[0] if len(seed) == 1 else seed[0] * 1_000_003 + seed[1])
+            self.tables[key] = torch.randn(*shape, generator=g, dtype=F64)
+        return self.tables[key]
 
-    # ------------------------------------------------------------------ sources
-    def frozen_random(self, seed: int, by_token: bool, ctx: Context) -> LT:
-        P = ctx.pairs
-        if by_token:
-            key = ("token", seed, P, self.vocab_size)
-            if key not in self.tables:
-                g = torch.Generator().manual_seed(seed)
-                self.tables[key] = torch.randn(self.vocab_size, P, generator=g, dtype=F64)
-            return LT(self.tables[key].to(ctx.device)[ctx.tokens.long()], ("batch", "pos", "pair"))
-        if ctx.positions is not None:  # the rows of the actual positions
-            pos = ctx.positions.long().clamp(min=0)
-            top = int(pos.max()) + 1 if pos.numel() else 1
-            table = self.frozen_random(seed, False, _replace_L(ctx, top)).t.to(ctx.device)
-            return LT(table[pos], ("batch", "pos", "pair"))
-        parts = []
-        for c in range(0, max(ctx.L, 1), FROZEN_CHUNK):
-            key = ("position", seed, P, c)
-            if key not in self.tables:
-                g = torch.Generator().manual_seed(seed * 1_000_003 + c // FROZEN_CHUNK)
-                self.tables[key] = torch.randn(FROZEN_CHUNK, P, generator=g, dtype=F64)
-            parts.append(self.tables[key])
-        return LT(torch.cat(parts)[: ctx.L].to(ctx.device), ("pos", "pair"))
-
-    def _per_head(self, out: Tensor, axis: str, width: int) -> LT:
-        B, L = out.shape[:2]
-        out = out.view(B, L, -1, width).transpose(1, 2)  # (B, H, L, W)
-        if axis == "head":
-            return LT(out[..., 0], ("batch", "head", "pos"))
-        return LT(out, ("batch", "head", "pos", axis))
-
-    def embedding(self, site: str, axis: str, width: int, init: float, ctx: Context) -> LT:
+    def lookup(self, site: str, tokens: Tensor, n_out: int, std: float) -> Tensor:
         if self._build:
-            emb = nn.Embedding(self.vocab_size, ctx.heads * width)
-            nn.init.normal_(emb.weight, std=init)
+            emb = nn.Embedding(self.vocab_size, n_out)
+            nn.init.normal_(emb.weight, std=std)
             self.learned.sites[site] = emb
-        return self._per_head(self.learned.sites[site](ctx.tokens.long()), axis, width)
+        return self.learned.sites[site](tokens.long())
 
-    def linear(self, site: str, axis: str, width: int, rank: int, init_bias: float, ctx: Context) -> LT:
+    def dense(self, site: str, n_out: int, rank: int, init_bias: float, ctx: Context) -> Tensor:
         if self._build:
             if self.d_model is None:
                 raise CompileError("this scheme reads the hidden state x: give d_model when compiling it",
                                    hint="compile_scheme(..., d_model=...)")
-            out_f = ctx.heads * width
             if rank > 0:
-                lin = nn.Sequential(nn.Linear(self.d_model, rank, bias=False), nn.Linear(rank, out_f))
+                lin = nn.Sequential(nn.Linear(self.d_model, rank, bias=False), nn.Linear(rank, n_out))
                 last = lin[1]
             else:
-                lin = last = nn.Linear(self.d_model, out_f)
+                lin = last = nn.Linear(self.d_model, n_out)
             nn.init.constant_(last.bias, init_bias)
             self.learned.sites[site] = lin
         if ctx.x is None:
             raise CompileError("this scheme reads the hidden state: pass x=(B, L, d_model)")
-        return self._per_head(self.learned.sites[site](ctx.x), axis, width)
+        return self.learned.sites[site](ctx.x)
 
-    def shortconv(self, site: str, v: LT, width: int, ctx: Context) -> LT:
-        axes = union_axes(v.axes, ("batch", "head", "pos"))
-        t = v.align(axes).movedim(axes.index("pos"), -1)  # (B|1, H|1, W?, L)
-        lead = t.shape[:-1]
-        feats = math.prod(lead[1:])
+    def causal_conv(self, site: str, flat: Tensor, width: int, ctx: Context) -> Tensor:
+        feats = flat.shape[1]
         if self._build:
             conv = nn.Conv1d(feats, feats, width, groups=feats, padding=width - 1, bias=False)
             with torch.no_grad():  # start near the identity: the newest token dominates
@@ -204,20 +173,11 @@ class Evaluator(DynamicEvaluator):
                 conv.weight[..., -1] += 1.0
             self.learned.sites[site] = conv
         conv = self.learned.sites[site]
-        L = t.shape[-1]
-        flat = t.reshape(lead[0], feats, L).to(conv.weight.dtype)
+        L = flat.shape[-1]
+        flat = flat.to(conv.weight.dtype)
         if ctx.docs is None and ctx.valid is None and flat.dtype != F64:
-            out = conv(flat)[..., :L]
-        else:
-            out = _segmented_conv(flat, conv.weight, ctx.docs, ctx.valid)
-        out = out.reshape(*lead, L).movedim(-1, axes.index("pos"))
-        return LT(out, axes)
-
-
-def _replace_L(ctx: Context, L: int) -> Context:
-    from dataclasses import replace
-
-    return replace(ctx, L=L, positions=None, docs=None, valid=None)
+            return conv(flat)[..., :L]
+        return _segmented_conv(flat, conv.weight, ctx.docs, ctx.valid)
 
 
 def _segmented_conv(flat: Tensor, weight: Tensor, docs: Tensor | None, valid: Tensor | None) -> Tensor:

@@ -4,12 +4,14 @@ A run-time value is a labelled array: an array whose dimensions are the named ax
 along, in the canonical order ``batch, head, pos, dist, pair, chan`` (:data:`ORDER`); arithmetic
 aligns operands by axis name. :class:`DynamicEvaluator` does everything that does not depend on
 the array library - folding static sub-expressions through :func:`pedsl.lang.fold.fold_expr`
-(float64), dispatching on the expression and builtin, binding and folding call arguments, and
-naming the learned call sites - and leaves the array operations to a subclass:
-:class:`pedsl.runtime.torch_backend.Evaluator` (torch, trainable) and
-:class:`pedsl.diffing.sample.NumpyEvaluator` (numpy, at initialisation).
+(float64), dispatching on the expression, binding and folding call arguments, running a builtin
+record's ``run`` (or, for a source with state, its ``site`` through an :class:`At`), and naming
+the learned call sites - and leaves the array operations, frozen tables and learned layers to a
+subclass: :class:`pedsl.runtime.torch_backend.Evaluator` (torch, trainable) and
+:class:`pedsl.runtime.numpy_backend.NumpyEvaluator` (numpy, at initialisation). The walk names
+no builtin: it reads their records.
 
-Sharing the walk keeps the two in step: a site is ``"{site}__{kind}{count}"``, numbered in the
+Sharing the walk keeps the two in step: a site is ``"{site}__{builtin}{count}"``, numbered in the
 order the walk visits the learned calls of one expression, so a compiled module's parameters can
 be loaded into the numpy evaluator by name.
 """
@@ -28,7 +30,6 @@ from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
 INPUT_AXES = {"position": "pos"}  # the run-time inputs a builtin record may read (its ``inputs``)
-FROZEN_CHUNK = 1024  # frozen_random(position) is drawn in chunks of positions, so any prefix is stable
 
 
 def union_axes(*axes_lists) -> tuple[str, ...]:
@@ -110,45 +111,18 @@ class DynamicEvaluator:
     def _call(self, e: ast.Call, ctx):
         spec = FUNCTIONS[e.func]
         args = bind_args(e, spec.params)
-        f = e.func
-        if spec.run is not None:  # a record's run-time value, over this backend's array namespace
-            static = {p: kind(self.static_number(args[p], ctx)) for p, kind in spec.static}
-            arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs]
-            arrays += [self._eval(args[p], ctx) for p, _ in spec.params if p not in static]
-            return self.apply(spec, arrays, static)
-        if f == "frozen_random":
-            index = args["index"]
-            by_token = isinstance(index, ast.Name) and index.id == "token"
-            if by_token and ctx.tokens is None:
-                raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
-            return self.frozen_random(int(self.static_number(args["seed"], ctx)), by_token, ctx)
-        if f == "normalize":
-            return self.normalize(self._eval(args["v"], ctx))
-        if f == "embedding":
-            axis, width = self._width(args["to"], ctx)
-            site = self._next_site("embedding")
-            if ctx.tokens is None:
-                raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
-            return self.embedding(site, axis, width, float(self.static_number(args["init"], ctx)), ctx)
-        if f == "linear":
-            axis, width = self._width(args["to"], ctx)
-            site = self._next_site("linear")
-            return self.linear(site, axis, width, int(self.static_number(args["rank"], ctx)),
-                               float(self.static_number(args["init_bias"], ctx)), ctx)
-        if f == "shortconv":
-            v = self._eval(args["v"], ctx)
-            return self.shortconv(self._next_site("shortconv"), v, int(self.static_number(args["width"], ctx)), ctx)
-        raise CompileError(f"{f}() has no run-time value here")
-
-    def _width(self, arg, ctx) -> tuple[str, int]:
-        """The axis and per-head width of a learned output (``to = pair | channel | head``)."""
-        name = arg.id if isinstance(arg, ast.Name) else str(arg)
-        axis = {"channel": "chan"}.get(name, name)
-        if axis == "pair":
-            if ctx.pairs is None:
-                raise CompileError("a per-pair value is only defined inside a rotation")
-            return axis, ctx.pairs
-        return axis, ctx.chans if axis == "chan" else 1
+        if spec.run is None and spec.site is None:
+            raise CompileError(f"{e.func}() has no run-time value here")
+        static = {p: kind(self.static_number(args[p], ctx)) for p, kind in spec.static}
+        names = {p: _name_of(args[p]) for p in spec.names}
+        rest = [p for p, _ in spec.params if p not in static and p not in names]
+        if spec.site is not None:  # a source with state: asks this backend for it at the call site
+            values = [self._eval(args[p], ctx) for p in rest]
+            return spec.site(At(self, ctx, self._next_site(spec.name) if spec.learned else None), *values,
+                             **names, **static)
+        # a record's run-time value, over this backend's array namespace
+        arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] + [self._eval(args[p], ctx) for p in rest]
+        return self.apply(spec, arrays, static)
 
     def _next_site(self, kind: str) -> str:
         key = param_key(self._site, kind, self._count)
@@ -192,17 +166,71 @@ class DynamicEvaluator:
     def arange(self, ctx, axis: str):
         raise NotImplementedError
 
-    def frozen_random(self, seed: int, by_token: bool, ctx):
+    def frozen(self, key: tuple, shape: tuple[int, int], seed: tuple[int, ...]):
+        """A frozen standard normal table, drawn once per key from a generator seeded by ``seed``
+        ((seed,) or (seed, chunk))."""
         raise NotImplementedError
 
-    def normalize(self, v):
+    def dense(self, site: str, n_out: int, rank: int, init_bias: float, ctx):
+        """The learned map of the hidden state at ``site``, (B, L, n_out): U(+-1/sqrt(fan_in)) weights
+        (rank > 0: through ``rank`` features), the output bias starting at init_bias."""
         raise NotImplementedError
 
-    def embedding(self, site: str, axis: str, width: int, init: float, ctx):
+    def lookup(self, site: str, tokens, n_out: int, std: float):
+        """The learned table at ``site`` read at the tokens, (B, L, n_out): N(0, std^2) start values."""
         raise NotImplementedError
 
-    def linear(self, site: str, axis: str, width: int, rank: int, init_bias: float, ctx):
+    def causal_conv(self, site: str, flat, width: int, ctx):
+        """The learned causal depthwise convolution at ``site`` of flat (B|1, F, L) over positions,
+        near the identity at the start: N(0, 0.1^2) taps plus 1 on the newest token."""
         raise NotImplementedError
 
-    def shortconv(self, site: str, v, width: int, ctx):
-        raise NotImplementedError
+
+def _name_of(arg) -> str | None:
+    """The name an argument holds (``to = pair``, ``index = token``), or its default."""
+    return arg.id if isinstance(arg, ast.Name) else arg if isinstance(arg, str) else None
+
+
+class At:
+    """A source's call site, as its record's ``site`` sees it (:mod:`pedsl.lang.builtin_defs.sources`):
+    the backend's array namespace and values, the sizes and run-time inputs of the context, and the
+    backend's frozen tables and learned layers - the latter at the site the walk named."""
+
+    def __init__(self, ev: DynamicEvaluator, ctx, site: str | None):
+        self.ev, self.ctx, self.site = ev, ctx, site
+        self.ops, self.wrap = ev.ops, ev.wrap
+        self.heads, self.pairs, self.chans, self.vocab_size = ctx.heads, ctx.pairs, ctx.chans, ev.vocab_size
+
+    def width(self, to: str) -> tuple[str, int]:
+        """The axis and per-head width of an output ``to = pair | channel | head``."""
+        axis = {"channel": "chan"}.get(to, to)
+        if axis == "pair":
+            if self.pairs is None:
+                raise CompileError("a per-pair value is only defined inside a rotation")
+            return axis, self.pairs
+        return axis, self.chans if axis == "chan" else 1
+
+    def aligned_with(self, v, axes: tuple[str, ...]):
+        """v's array over its axes and ``axes`` (size 1 where absent), and those axes."""
+        both = union_axes(v.axes, axes)
+        return self.ev.aligned([v], both)[0], both
+
+    def tokens(self):
+        if self.ctx.tokens is None:
+            raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
+        return self.ctx.tokens
+
+    def position(self):
+        return self.ev.arange(self.ctx, "pos")
+
+    def frozen(self, key: tuple, shape: tuple[int, int], seed: tuple[int, ...]):
+        return self.ev.frozen(key, shape, seed)
+
+    def dense(self, n_out: int, rank: int, init_bias: float):
+        return self.ev.dense(self.site, n_out, rank, init_bias, self.ctx)
+
+    def lookup(self, n_out: int, std: float):
+        return self.ev.lookup(self.site, self.tokens(), n_out, std)
+
+    def causal_conv(self, flat, width: int):
+        return self.ev.causal_conv(self.site, flat, width, self.ctx)

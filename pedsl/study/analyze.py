@@ -58,6 +58,20 @@ def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+def _stream_block(samples: int, heads: int, L: int) -> int:
+    """Key columns per block when far and sink mass are streamed (about 2^23 scores a block)."""
+    return max(32, 2**23 // (samples * heads * L))
+
+
+def _matrix_elements(samples: int, heads: int, L: int, head_dim: int) -> int:
+    """The score-sized tensors the analysis of length ``L`` holds: the dense (samples, H, L, L)
+    probabilities up to ``DENSE_MAX``; past it, one streamed block of key columns plus the
+    transformed queries and keys in float64."""
+    if L <= DENSE_MAX:
+        return samples * heads * L * L
+    return samples * heads * L * (min(L, _stream_block(samples, heads, L)) + 2 * head_dim)
+
+
 def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window: int | None = None,
                 samples: int = 1, max_length: int = MAX_LENGTH, out: str | Path | None = None,
                 say: Callable[[str], None] = lambda m: None, loaded=None) -> dict:
@@ -66,9 +80,17 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
     ecfg = eval_config(cfg, meta["scheme"], {"far_window": window})
     W = ecfg.far_window
     lens = sorted(set(lengths)) if lengths else default_lengths(cfg.context, max_length)
-    longest = max(lens)  # attention probabilities are materialised: (samples, heads, L, L) float32
-    too_big = check_tensor("analyze", samples * cfg.model.n_heads * longest * longest, 4,
-                           f"{samples} samples x {cfg.model.n_heads} heads x {longest} x {longest}, float32")
+    H = cfg.model.n_heads
+    Dh = cfg.model.head_dim
+
+    def size(L: int) -> int:
+        return _matrix_elements(samples, H, L, Dh) * (4 if L <= DENSE_MAX else 8)
+
+    worst = max(lens, key=size)
+    cols = worst if worst <= DENSE_MAX else f"({_stream_block(samples, H, worst)} + 2 x {Dh})"
+    too_big = check_tensor("analyze", _matrix_elements(samples, H, worst, Dh), 4 if worst <= DENSE_MAX else 8,
+                           f"{samples} samples x {H} heads x {worst} x {cols} "
+                           f"{'attention probabilities, float32' if worst <= DENSE_MAX else 'streamed scores and q/k, float64'}")
     if too_big:
         raise EvalError(too_big, hint="lower --samples or the lengths (--lengths, --max-length)")
     data = validation_data(cfg)
@@ -97,8 +119,7 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
             if L > DENSE_MAX:
                 from pedsl.study.streaming import streamed_far_sink
 
-                block = max(32, 2**23 // (q.shape[0] * q.shape[1] * L))
-                fs = streamed_far_sink(mod, q, k, W, block=block, **kw)
+                fs = streamed_far_sink(mod, q, k, W, block=_stream_block(q.shape[0], q.shape[1], L), **kw)
                 rec["far_mass"][str(L)] = fs["far_mass"].tolist()
                 rec["sink_mass"][str(L)] = fs["sink_mass"].tolist()
             else:

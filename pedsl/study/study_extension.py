@@ -137,8 +137,13 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
                   lengths: list[int] | None = None, windows: int | None = None, quick: bool = False,
                   targets: tuple[int, ...] = TARGETS, ft_steps: int | None = None, blocks_task: bool = True,
                   sets: dict | None = None, command: str | None = None, quiet: bool = False,
-                  say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole extension study; returns ``{"results", "meta", "files"}`` (also DIR/extension/results.json)."""
+                  say: Callable[[str], None] = lambda m: None, base_run: Path | None = None,
+                  ext_dir: Path | None = None) -> dict:
+    """The whole extension study; returns ``{"results", "meta", "files"}`` (also DIR/extension/results.json).
+
+    ``base_run`` / ``ext_dir`` move the base text model and the study's own folder (the seeded
+    study, :mod:`pedsl.study.extension_seeds`, gives every seed its own: ``DIR/runs/rope/seed<k>``
+    and ``DIR/extension/seed<k>``)."""
     import torch
 
     from pedsl.config import TrainConfig
@@ -147,7 +152,7 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
 
     t0, c0 = time.perf_counter(), time.process_time()
     out = Path(out)
-    ext = out / "extension"
+    ext = Path(ext_dir) if ext_dir is not None else out / "extension"
     try:
         (ext / "evals").mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -163,7 +168,7 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
     overrides = {k: v for k, v in overrides.items() if v is not None}
     base_path = resolve_schemes(["rope"])[0][1]
 
-    tasks = [("text", out / "runs" / "rope", dict(overrides))]
+    tasks = [("text", Path(base_run) if base_run is not None else out / "runs" / "rope", dict(overrides))]
     if blocks_task:
         tasks.append(("blocks", ext / "runs" / "rope_blocks", {**overrides, **BLOCKS}))
     results: dict[str, Any] = {}

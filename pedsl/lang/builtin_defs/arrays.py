@@ -27,6 +27,10 @@ class Ops:
     ceil: Callable
     minimum: Callable
     maximum: Callable
+    norm: Callable  # l2 norm over the last axis, kept as a size-1 axis
+    moveaxis: Callable  # (array, source, destination)
+    concat: Callable  # arrays joined along the first axis
+    rows: Callable  # (table, indices) -> the table's rows at the (integer-valued) indices
 
 
 def numpy_ops() -> Ops:
@@ -34,4 +38,6 @@ def numpy_ops() -> Ops:
 
     return Ops(log=np.log, exp=np.exp, sqrt=np.sqrt, sin=np.sin, cos=np.cos, tanh=np.tanh, abs=np.abs,
                sigmoid=lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)), log_sigmoid=lambda x: -np.logaddexp(0.0, -x),
-               floor=np.floor, ceil=np.ceil, minimum=np.minimum, maximum=np.maximum)
+               floor=np.floor, ceil=np.ceil, minimum=np.minimum, maximum=np.maximum,
+               norm=lambda x: np.linalg.norm(x, axis=-1, keepdims=True), moveaxis=np.moveaxis,
+               concat=np.concatenate, rows=lambda table, idx: table[np.asarray(idx).astype(np.int64)])

@@ -1,20 +1,59 @@
-"""Frequency grids (geometric, NTK, YaRN, LongRoPE, Llama 3, span, ...), folded statically (ALiBi slopes: builtin_defs/bias.py).
+"""Frequency grids (num[pair]; rot_dim = the group's channel count): geometric, NTK, dynamic NTK,
+YaRN, LongRoPE, Llama 3, span, logspace, per_pair (one record each).
 
-Each builtin takes ``(env, node, **arguments)`` and returns a :class:`~pedsl.lang.values.Vec`;
-:data:`GRIDS` maps builtin names to them for :mod:`pedsl.lang.fold`. The ``*_values``
-functions are the closed forms, in plain floats.
+Every grid is static: ``fold_env`` gives a :class:`~pedsl.lang.values.Vec` over the group's pairs.
+The two that read the run-time length n (``reads_length``: dynamic_ntk, longrope) fold again at each
+length in the run-time walk, and their ``emit`` is the generated module's code for any length:
+``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the grid folded at length n
+(None: no length). The closed forms are in :mod:`pedsl.formulas`.
 """
 
 from __future__ import annotations
 
 import math
 
+from pedsl.formulas import geometric_values, ntk_base, span_values, yarn_values
+from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue, scalar
+from pedsl.lang.types import Ty, num
 from pedsl.lang.values import EvalIssue, Vec, number, pairs_of, show
 
+# ------------------------------------------------------------------ typing rules
 
-def geometric_values(base: float, pairs: int, rot_dim: int | None = None) -> tuple[float, ...]:
-    rot_dim = rot_dim or 2 * pairs
-    return tuple(base ** (-2.0 * k / rot_dim) for k in range(pairs))
+
+def _grid(*scalars: str, runtime: bool = False):
+    def rule(a: dict[str, Ty]) -> Ty:
+        scalar(a, *scalars)
+        return num("pair", runtime=runtime or any(a[s].runtime for s in scalars))
+
+    return rule
+
+
+def flag(a: dict[str, Ty], name: str) -> None:
+    if a[name].kind != "bool":
+        raise TypeIssue(f"'{name}' must be true or false, not {a[name].show()}", name)
+
+
+def _yarn_rule(a: dict[str, Ty]) -> Ty:
+    scalar(a, "base", "factor", "original", "beta_fast", "beta_slow")
+    flag(a, "truncate")
+    return num("pair")
+
+
+def _longrope_rule(a: dict[str, Ty]) -> Ty:
+    scalar(a, "base", "original")
+    for name in ("short_factor", "long_factor"):
+        if a[name].kind != "list":
+            raise TypeIssue(f"'{name}' must be a list of numbers, one per rotary pair", name)
+    return num("pair", runtime=True)
+
+
+def _per_pair_rule(a: dict[str, Ty]) -> Ty:
+    if a["values"].kind != "list":
+        raise TypeIssue("per_pair() takes a list of numbers, one per rotary pair", "values")
+    return num("pair")
+
+
+# ------------------------------------------------------------------ folds
 
 
 def _geometric(env, node, base):
@@ -22,12 +61,6 @@ def _geometric(env, node, base):
     if base <= 1:
         raise EvalIssue(f"the base must be > 1, got {base:g}", node)
     return Vec("pair", geometric_values(base, pairs_of(env, node)))
-
-
-def _ntk_base(base: float, factor: float, rot_dim: int) -> float:
-    if rot_dim <= 2:
-        return base
-    return base * factor ** (rot_dim / (rot_dim - 2))
 
 
 def _scaling(node, base, factor, original=1.0) -> tuple[float, float, float]:
@@ -46,7 +79,7 @@ def _scaling(node, base, factor, original=1.0) -> tuple[float, float, float]:
 def _ntk(env, node, base, factor):
     p = pairs_of(env, node)
     base, factor, _ = _scaling(node, base, factor)
-    return Vec("pair", geometric_values(_ntk_base(base, factor, 2 * p), p))
+    return Vec("pair", geometric_values(ntk_base(base, factor, 2 * p), p))
 
 
 def _dynamic_ntk(env, node, base, factor, original):
@@ -55,7 +88,7 @@ def _dynamic_ntk(env, node, base, factor, original):
     n = env.n if env.n is not None else original
     if n > original:
         s = factor * n / original - (factor - 1)
-        base = _ntk_base(base, s, 2 * p)
+        base = ntk_base(base, s, 2 * p)
     return Vec("pair", geometric_values(base, p))
 
 
@@ -73,30 +106,6 @@ def _yarn_wavelength(env, node, base, factor, original, alpha, beta):
     return Vec("pair", tuple(out))
 
 
-def yarn_values(base: float, factor: float, original: float, pairs: int, beta_fast: float = 32.0,
-                beta_slow: float = 1.0, truncate: bool = True) -> tuple[float, ...]:
-    """YaRN frequencies as Hugging Face's ``_compute_yarn_parameters`` (and the authors' code) compute
-    them: a linear ramp over the pair index k between the correction dimensions of ``beta_fast`` and
-    ``beta_slow`` rotations in ``original`` tokens, floored/ceiled when ``truncate``."""
-    dim = 2 * pairs
-
-    def correction_dim(rotations: float) -> float:
-        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # as HF: avoid a zero-width ramp
-    out = []
-    for k in range(pairs):
-        extrapolated = 1.0 / base ** (2 * k / dim)
-        ramp = min(1.0, max(0.0, (k - low) / (high - low)))  # 0: keep the frequency, 1: interpolate
-        out.append(extrapolated / factor * ramp + extrapolated * (1 - ramp))
-    return tuple(out)
-
-
 def _yarn(env, node, base, factor, original, beta_fast, beta_slow, truncate):
     p = pairs_of(env, node)
     base, s, orig, fast, slow = (number(v, node, w) for v, w in (
@@ -106,43 +115,6 @@ def _yarn(env, node, base, factor, original, beta_fast, beta_slow, truncate):
     if base <= 1 or s <= 0 or orig <= 0 or fast <= 0 or slow <= 0:
         raise EvalIssue("yarn(): base must exceed 1; factor, original, beta_fast and beta_slow must be positive", node)
     return Vec("pair", yarn_values(base, s, orig, p, fast, slow, truncate))
-
-
-def yarn_mscale_value(factor: float, mscale: float = 0.0, mscale_all_dim: float = 0.0,
-                      attention_factor: float = 0.0) -> float:
-    """Hugging Face's YaRN attention factor; 0 stands for HF's unset (None)."""
-    if attention_factor:
-        return attention_factor
-
-    def g(m: float) -> float:
-        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
-
-    if mscale and mscale_all_dim:
-        return g(mscale) / g(mscale_all_dim)
-    return g(1.0)
-
-
-def _yarn_mscale(env, node, factor, mscale, mscale_all_dim, attention_factor):
-    return yarn_mscale_value(*(number(v, node, w) for v, w in (
-        (factor, "factor"), (mscale, "mscale"), (mscale_all_dim, "mscale_all_dim"),
-        (attention_factor, "attention_factor"))))
-
-
-def longrope_mscale_value(factor: float, original: float, attention_factor: float = 0.0) -> float:
-    """Hugging Face's LongRoPE attention factor; 0 stands for HF's unset (None)."""
-    if attention_factor:
-        return attention_factor
-    if factor <= 1:
-        return 1.0
-    return math.sqrt(1 + math.log(factor) / math.log(original))
-
-
-def _longrope_mscale(env, node, factor, original, attention_factor):
-    factor, original, af = (number(v, node, w) for v, w in (
-        (factor, "factor"), (original, "original"), (attention_factor, "attention_factor")))
-    if original <= 1:
-        raise EvalIssue("longrope_mscale(): original must exceed 1", node)
-    return longrope_mscale_value(factor, original, af)
 
 
 def _longrope(env, node, base, short_factor, long_factor, original):
@@ -181,14 +153,6 @@ def _llama3(env, node, base, factor, original, low_freq_factor, high_freq_factor
     return Vec("pair", tuple(out))
 
 
-def span_values(pairs: int, length: float, cycles: float, period: float) -> tuple[float, ...]:
-    w_max = 2 * math.pi / period
-    w_min = 2 * math.pi * cycles / length
-    if pairs == 1:
-        return (w_max,)
-    return tuple(w_max * (w_min / w_max) ** (k / (pairs - 1)) for k in range(pairs))
-
-
 def _span(env, node, length, cycles, period):
     length, cycles, period = (number(v, node, w) for v, w in ((length, "length"), (cycles, "cycles"), (period, "period")))
     if length <= 0 or period <= 0 or cycles <= 0:
@@ -221,17 +185,55 @@ def _per_pair(env, node, values):
     return Vec("pair", tuple(number(v, node, "each value") for v in values))
 
 
-GRIDS = {
-    "geometric": _geometric,
-    "ntk": _ntk,
-    "dynamic_ntk": _dynamic_ntk,
-    "yarn": _yarn,
-    "yarn_wavelength": _yarn_wavelength,
-    "yarn_mscale": _yarn_mscale,
-    "longrope": _longrope,
-    "longrope_mscale": _longrope_mscale,
-    "llama3": _llama3,
-    "span": _span,
-    "logspace": _logspace,
-    "per_pair": _per_pair,
-}
+# ------------------------------------------------------------------ code at any run-time length
+
+
+def _emit_dynamic_ntk(fold_at, pairs, base, factor, original):
+    """Past the original length the base grows with n (the largest position of the call + 1; cached
+    keys keep the table they were rotated with): the NTK base of factor * n / original - (factor - 1)."""
+    grown = f"{base} * ({factor} * n_run / {original} - ({factor} - 1)) ** ({2 * pairs} / {2 * pairs - 2})"
+    return f"_geometric(({grown} if n_run > {original} and {pairs} > 1 else {base}), {pairs}, dev)"
+
+
+def _emit_longrope(fold_at, pairs, original):
+    """The short factors up to the original length, the long ones past it."""
+    return f"({fold_at(float(original) + 1)} if n_run > {original} else {fold_at(None)})"
+
+
+B = Builtin
+RECORDS = [
+    B("geometric", (("base", 10000.0),), "RoPE grid w_k = base^(-2k / rot_dim)", _grid("base"), "grid",
+      fold_env=_geometric),
+    B("ntk", (("base", REQUIRED), ("factor", REQUIRED)),
+      "NTK-aware grid: base * factor^(rot_dim / (rot_dim - 2))", _grid("base", "factor"), "grid", fold_env=_ntk),
+    B("dynamic_ntk", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED)),
+      "dynamic NTK: the NTK grid with factor (factor * n / original) - (factor - 1) when n > original",
+      _grid("base", "factor", "original", runtime=True), "grid", fold_env=_dynamic_ntk, reads_length=True,
+      static=(("base", float), ("factor", float), ("original", float)), emit=_emit_dynamic_ntk),
+    B("yarn", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("beta_fast", 32.0),
+               ("beta_slow", 1.0), ("truncate", True)),
+      "YaRN as Hugging Face and the authors compute it: blend w / factor and w by a ramp over the pair index "
+      "between the correction dimensions of beta_fast and beta_slow rotations (floor/ceil when truncate)",
+      _yarn_rule, "grid", fold_env=_yarn),
+    B("yarn_wavelength", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("alpha", 1.0),
+                          ("beta", 32.0)),
+      "YaRN's paper formula: blend w / factor and w by the ramp of r = original * w / (2 pi) from alpha to beta",
+      _grid("base", "factor", "original", "alpha", "beta"), "grid", fold_env=_yarn_wavelength),
+    B("longrope", (("base", REQUIRED), ("short_factor", REQUIRED), ("long_factor", REQUIRED), ("original", REQUIRED)),
+      "LongRoPE: geometric(base) / short_factor while n <= original, / long_factor beyond (lists, one per pair)",
+      _longrope_rule, "grid", fold_env=_longrope, reads_length=True, static=(("original", float),),
+      emit=_emit_longrope),
+    B("llama3", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED),
+                 ("low_freq_factor", 1.0), ("high_freq_factor", 4.0)),
+      "Llama 3 wavelength rule: keep high frequencies, divide low ones by factor, smooth between",
+      _grid("base", "factor", "original", "low_freq_factor", "high_freq_factor"), "grid", fold_env=_llama3),
+    B("span", (("length", REQUIRED), ("cycles", 2.0), ("period", 32.0)),
+      "RoPE-ID grid: geometric from 2 pi cycles / length (>= cycles turns in length) to 2 pi / period",
+      _grid("length", "cycles", "period"), "grid", fold_env=_span),
+    B("logspace", (("first", REQUIRED), ("last", REQUIRED)),
+      "one value per pair, geometrically spaced from first to last", _grid("first", "last"), "grid",
+      fold_env=_logspace),
+    B("per_pair", (("values", REQUIRED),), "a list with one number per rotary pair", _per_pair_rule, "grid",
+      fold_env=_per_pair),
+]
+del B
