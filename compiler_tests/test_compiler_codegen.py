@@ -48,7 +48,7 @@ def test_generated_grid_that_reads_the_length_matches_past_the_original(name, tm
     the value of that length, as the in-process module does, below and past the original length."""
     mod = compile_scheme(SCHEMES / f"{name}.pe", head_dim=32)
     file = tmp_path / f"{name}.py"
-    file.write_text(generate(mod.scheme, mod.graph))
+    file.write_text(generate(mod.scheme, mod.plan))
     gen = _import(file, name + "_length").Module()
     mod.double()
     gen.double()
