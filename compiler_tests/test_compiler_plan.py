@@ -11,14 +11,14 @@ import torch
 
 from compiler_helpers import D_MODEL, inputs, run_cli
 from conftest import SCHEMES
-from pedsl.compiler import compile_graph, compile_scheme
+from pedsl.compiler import compile_plan, compile_scheme
 from pedsl.compiler import plan as P
 from pedsl.compiler.module import SchemeAttention
 from pedsl.lang.api import load
 
 
 def _plan(name: str, **kw) -> P.Plan:
-    return compile_graph(load(SCHEMES / f"{name}.pe"), **kw).graph["plan"]
+    return compile_plan(load(SCHEMES / f"{name}.pe"), **kw)
 
 
 def test_the_plan_records_what_the_passes_decided():
@@ -42,7 +42,7 @@ def test_the_plan_records_what_the_passes_decided():
     assert [s.name for s in pf.params] == ["w[all]", "beta[all]", "bias[0]"]
     tau = _plan("rope_id").temperature
     assert (tau.table, tau.carried, tau.site.name) == (P.POSITION_TABLE, "q scale", "temperature")
-    table = compile_graph(load("scheme t { bias = -log(1 + distance) }")).graph["plan"]
+    table = compile_plan(load("scheme t { bias = -log(1 + distance) }"))
     assert table.biases[0].kind == P.TABLE_BIAS and table.backend == "masked" and not table.biases[0].coordinate
 
 
@@ -57,7 +57,8 @@ def test_pedsl_graph_prints_the_plan(name):
         assert f"transport {t.group!r} ({len(t.channels)} channels, {t.targets}): {t.kind}, table {t.table}, " \
                f"kernel {t.kernel}" in out
     for b in plan.biases:
-        assert f"bias {b.index}: {b.kind}, carried as {b.carried}" in out
+        counting = f" (counting {b.counts})" if b.kind == P.LINEAR_BIAS else ""
+        assert f"bias {b.index}: {b.kind}{counting}, carried as {b.carried}" in out
     assert "dataflow graph of" in out
     code, out, err = run_cli("graph", SCHEMES / f"{name}.pe", "--format", "json")
     assert code == 0, err
@@ -128,3 +129,38 @@ def test_the_reference_multiplies_out_what_the_passes_rewrote(monkeypatch):
 
     monkeypatch.setattr(passes, "PASSES", tuple(doubled if p is right else p for p in passes.PASSES))
     assert gap() > 1e-3
+
+
+def test_a_constant_gate_counts_tokens_not_positions(tmp_path):
+    """accumulate(-m) sums a log gate per token (docs/semantics.md §8.1); on contiguous positions it is
+    ALiBi (the fused kernels use the key channel), with gaps, padding or a cache it still counts tokens:
+    the general path, the generated module and the reference (which reads the scheme as written) agree."""
+    import importlib.util
+
+    from pedsl.compiler.codegen import generate
+
+    text = "scheme g { bias = accumulate(-slopes(heads)) }"
+    (b,) = compile_plan(load(text)).biases
+    assert (b.kind, b.counts, b.log_gate is not None) == (P.LINEAR_BIAS, P.TOKENS, True)
+    assert compile_plan(load(SCHEMES / "alibi.pe")).biases[0].counts == P.POSITIONS
+    kw = dict(num_heads=2, head_dim=8)
+    fast = compile_scheme(text, **kw).double()
+    ref = compile_scheme(text, backend="reference", **kw).double()
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 2, 6, 8, generator=g, dtype=torch.float64) for _ in range(3))
+    pos = torch.tensor([[0, 1, 4, 5, 9, 10], [0, 2, 3, 7, 8, 9]])
+    pad = torch.tensor([[True] * 6, [False, True, True, True, True, True]])
+    want = ref(q, k, v, positions=pos, attn_mask=pad)
+    torch.testing.assert_close(fast(q, k, v, positions=pos, attn_mask=pad), want, rtol=1e-10, atol=1e-12)
+    cache = fast.new_cache(2)
+    parts = [fast(q[:, :, :4], k[:, :, :4], v[:, :, :4], positions=pos[:, :4], attn_mask=pad[:, :4], cache=cache)]
+    parts += [fast(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], positions=pos[:, t:t + 1], cache=cache)
+              for t in (4, 5)]
+    torch.testing.assert_close(torch.cat(parts, 2), want, rtol=1e-10, atol=1e-12)
+    file = tmp_path / "gate_as_alibi.py"
+    file.write_text(generate(fast.scheme, fast.plan))
+    spec = importlib.util.spec_from_file_location("gen_gate_as_alibi", file)
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    torch.testing.assert_close(gen.Module().double()(q, k, v, positions=pos, attn_mask=pad), want,
+                               rtol=1e-10, atol=1e-12)

@@ -233,20 +233,22 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
     table_body: list[str] = []
     for i, b in enumerate(plan.biases):
         src = f"bias = {to_source(b.site.expr)}"
-        if b.kind == P.LINEAR_BIAS:
+        kind = b.kind
+        if b.log_gate is not None:  # a gate, or a constant one read as ALiBi: the coordinate sums it over tokens
+            kind = P.GATE_BIAS
+            code = gen.expr(b.log_gate, b.site.name, None, None)
+            fwd(comment(f"{src}: coordinate G_t = sum of the log gates {to_source(b.log_gate)} (float64), "
+                        "b(i, j) = G_i - G_j"))
+            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
+        elif b.kind == P.LINEAR_BIAS:
             code = gen.expr(b.slope, b.site.name, None, None)
             fwd(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
             fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
-        elif b.kind == P.TABLE_BIAS:
+        else:
             code = gen.expr(b.site.expr, b.site.name, None, None)
             table_body.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
             table_body.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
-        else:
-            code = gen.expr(b.site.expr, b.site.name, None, None)
-            fwd(comment(f"bias = accumulate({to_source(b.site.expr)}): coordinate G_t = sum of log gates (float64), "
-                        "b(i, j) = G_i - G_j"))
-            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
-        biases.append(f"({literal(b.kind)}, {literal(b.site.name)}),")
+        biases.append(f"({literal(kind)}, {literal(b.site.name)}),")
     body.append("return out")
     table_body.append("raise IndexError(i)")
     gen.consts.append("TRANSFORMS = (" + ("" if not transforms else "\n    " + "\n    ".join(transforms) + "\n") + ")")

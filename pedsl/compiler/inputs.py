@@ -219,14 +219,14 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
     tables = []
     for idx, b in enumerate(mod.biases):
         ctx = win.ctx(mod, dtype)
-        if b.kind == PL.LINEAR_BIAS:
+        if b.log_gate is None and b.kind == PL.LINEAR_BIAS:
             s = _per_head(mod.evaluator.run(b.slope, ctx, b.site.name), mod.heads).to(F64)  # (H,)
             c = s[None, :, None] * lay.positions.to(F64)[:, None, :]  # (B, H, L): b(i, j) = s (p_i - p_j)
         elif b.kind == PL.TABLE_BIAS:
             tables.append(b)
             continue
         else:
-            lg = last_tokens(_as_bhl(mod.evaluator.run(b.site.expr, ctx, b.site.name), win.Lw, mod.heads), L, -1)
+            lg = last_tokens(_as_bhl(mod.evaluator.run(b.log_gate, ctx, b.site.name), win.Lw, mod.heads), L, -1)
             lg = lg.to(F64) * valid[:, None, :]
             c = torch.cumsum(lg, dim=-1)
             prev = cache.gates.get(idx) if cache is not None else None

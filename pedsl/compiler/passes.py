@@ -98,7 +98,7 @@ def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         if d["op"] == "gate_bias" and _is_static(d["expr"]):
             slope = d["expr"]
             term = ast.Binary(op="*", left=slope, right=ast.Name(id="distance"))
-            d.update(op="distance_bias", expr=term, slope=slope, linear=True,
+            d.update(op="distance_bias", expr=term, slope=slope, linear=True, counts=P.TOKENS,
                      label=f"bias = {to_source(term)}",
                      note="a constant accumulated log-gate is a linear distance bias (ALiBi form)")
     return g
@@ -219,7 +219,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         kind = P.GATE_BIAS if d["op"] == "gate_bias" else P.LINEAR_BIAS if d.get("slope") is not None else P.TABLE_BIAS
         biases.append(P.BiasTerm(index=int(n[len("bias["):-1]), kind=kind, site=P.Site(n, "bias", d["expr"]),
                                  carried=d["kernel"], slope=d.get("slope") if kind == P.LINEAR_BIAS else None,
-                                 why=d.get("note", "")))
+                                 counts=d.get("counts", P.POSITIONS), why=d.get("note", "")))
     tau = None
     if "temperature" in g:
         d = g.nodes["temperature"]

@@ -37,6 +37,9 @@ STATIC, RUNTIME_LENGTH, PER_TOKEN = "static", "run-time length", "per token"
 TABLE_BIAS = "distance-table"  # b(i, j) = term(head, i - j), non-linear: a (head, distance) table
 LINEAR_BIAS = "linear-distance"  # b(i, j) = slope * (p_i - p_j): coordinate c = slope * p (ALiBi)
 GATE_BIAS = "forget-gate"  # b(i, j) = G_i - G_j, G = cumsum(log gate) (FoX)
+# what a linear bias counts between two tokens: their positions (-m * distance), or the tokens on the
+# route (accumulate(-m): a sum of per-token log gates; the two agree on contiguous, unpadded positions)
+POSITIONS, TOKENS = "positions", "tokens"
 # how the fused full-sequence path carries a bias
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
 # temperature tables
@@ -105,12 +108,21 @@ class BiasTerm:
     site: Site  # TABLE_BIAS, LINEAR_BIAS: the term over distance; GATE_BIAS: the per-step log gate
     carried: str  # KEY_CHANNEL | "table" | MATERIALISED | SCORE_MOD | STEP_LOG_TERM (fused full-sequence path)
     slope: ast.Expr | None = None  # LINEAR_BIAS: the slope per head
+    counts: str = POSITIONS  # LINEAR_BIAS: POSITIONS, or TOKENS when written as a constant gate
     why: str = ""
 
     @property
     def coordinate(self) -> bool:
         """b(i, j) = c_i - c_j of a per-token float64 coordinate (the general path, codegen, decoding)."""
         return self.kind != TABLE_BIAS
+
+    @property
+    def log_gate(self) -> ast.Expr | None:
+        """The per-token log gate whose cumulative sum is the coordinate (a gate, or a linear bias that
+        counts tokens: the general path, codegen and decoding sum it over the tokens), else None."""
+        if self.kind == GATE_BIAS:
+            return self.site.expr
+        return self.slope if self.kind == LINEAR_BIAS and self.counts == TOKENS else None
 
 
 @dataclass(frozen=True)
@@ -166,7 +178,8 @@ def plan_lines(plan: Plan) -> list[str]:
         if t.why:
             out.append(f"      {t.why}")
     for b in plan.biases:
-        out.append(f"  bias {b.index}: {b.kind}, carried as {b.carried}")
+        out.append(f"  bias {b.index}: {b.kind}" + (f" (counting {b.counts})" if b.kind == LINEAR_BIAS else "")
+                   + f", carried as {b.carried}")
         out.append(f"      {b.site.name} = {to_source(b.site.expr)}"
                    + (f"  (slope {to_source(b.slope)})" if b.slope is not None else ""))
         if b.why:
@@ -194,7 +207,7 @@ def plan_to_json(plan: Plan) -> dict:
                         "targets": t.targets, "table": t.table, "kernel": t.kernel, "scale": t.scale,
                         "orthogonal": t.orthogonal, "sites": [site(s) for s in t.sites], "why": t.why}
                        for t in plan.transports],
-        "biases": [{"index": b.index, "kind": b.kind, "carried": b.carried, "site": site(b.site),
+        "biases": [{"index": b.index, "kind": b.kind, "carried": b.carried, "counts": b.counts, "site": site(b.site),
                     "slope": None if b.slope is None else to_source(b.slope), "why": b.why} for b in plan.biases],
         "temperature": None if plan.temperature is None else {
             "table": plan.temperature.table, "carried": plan.temperature.carried,

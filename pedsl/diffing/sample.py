@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pedsl.compiler import compile_graph
+from pedsl.compiler import compile_plan
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.numpy_backend import NL, Ctx, NumpyEvaluator
 
@@ -23,7 +23,7 @@ class Sampler:
                  weights: dict[str, dict[str, np.ndarray]] | None = None, tables: dict | None = None):
         self.scheme = scheme
         # the plan's site names (the reference backend's plan: it lowers every scheme)
-        self.plan = compile_graph(scheme, backend="reference").graph["plan"]
+        self.plan = compile_plan(scheme, backend="reference")
         self.heads = scheme.heads
         self.values = {**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}
         self.weights = dict(weights or {})
