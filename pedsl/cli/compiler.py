@@ -42,7 +42,9 @@ _PASS_STATE = ("note", "kernel")  # what the passes decide lives in the plan; no
 
 def _plan_notes(plan) -> dict[str, str]:
     """One line per graph node the plan has a decision for (the transport, bias and temperature nodes)."""
-    out = {f"transport[{t.group}]": f"{t.kind}, table {t.table}, kernel {t.kernel}" for t in plan.transports}
+    from pedsl.compiler.plan import site_name
+
+    out = {site_name("transport", t.group): f"{t.kind}, table {t.table}, kernel {t.kernel}" for t in plan.transports}
     out.update({b.site.name: f"{b.kind}, carried as {b.carried}" for b in plan.biases})
     if plan.temperature is not None:
         out[plan.temperature.site.name] = f"{plan.temperature.table}, carried as {plan.temperature.carried}"

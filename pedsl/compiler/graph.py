@@ -59,7 +59,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
 
     for idx, t in enumerate(scheme.transports):
         grp = scheme.group(t.group)
-        node = f"transport[{t.group}]"
+        node = site_name("transport", t.group)
         attrs = dict(group=t.group, channels=grp.channels, targets=t.targets, index=idx)
         if t.kind == "rotate":
             table = site_name("phase", t.group)
@@ -107,11 +107,11 @@ def lower(scheme: Scheme) -> nx.DiGraph:
     for idx, b in enumerate(scheme.biases):
         node = site_name("bias", idx)
         if b.kind == "distance":
-            g.add_node(node, op="distance_bias", expr=b.term, slope=b.slope,
+            g.add_node(node, op="distance_bias", index=idx, expr=b.term, slope=b.slope,
                        label=f"bias = {to_source(b.term)}", linear=b.slope is not None)
             g.add_edge("positions", node)
         else:
-            g.add_node(node, op="gate_bias", expr=b.log_gate, label=f"bias = accumulate({to_source(b.log_gate)})",
+            g.add_node(node, op="gate_bias", index=idx, expr=b.log_gate, label=f"bias = accumulate({to_source(b.log_gate)})",
                        data=b.data)
             for s in _sources(b.log_gate):
                 g.add_edge(ensure(s), node)

@@ -106,7 +106,12 @@ def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 def fold_temperature_into_q(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """A per-query temperature is a scale of q_i: free inside any kernel."""
-    return _decide(g, ("temperature",), lambda d: ("q scale", "folded into a per-query scale of q"))
+    g = _decide(g, ("temperature",), lambda d: ("q scale", "folded into a per-query scale of q"))
+    if "temperature" in g:  # one that reads nothing but the position is a table over positions (decoding reads rows)
+        d = g.nodes["temperature"]
+        static = set(g.predecessors("temperature")) <= {"positions"} and not (calls_in(d["expr"]) & READS_LENGTH)
+        d["table"] = P.POSITION_TABLE if static else P.RUNTIME
+    return g
 
 
 def separable_biases(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -217,15 +222,13 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     for n in bias_nodes(g):
         d = g.nodes[n]
         kind = P.GATE_BIAS if d["op"] == "gate_bias" else P.LINEAR_BIAS if d.get("slope") is not None else P.TABLE_BIAS
-        biases.append(P.BiasTerm(index=int(n[len("bias["):-1]), kind=kind, site=P.Site(n, "bias", d["expr"]),
+        biases.append(P.BiasTerm(index=d["index"], kind=kind, site=P.Site(n, "bias", d["expr"]),
                                  carried=d["kernel"], slope=d.get("slope") if kind == P.LINEAR_BIAS else None,
                                  counts=d.get("counts", P.POSITIONS), why=d.get("note", "")))
     tau = None
     if "temperature" in g:
         d = g.nodes["temperature"]
-        static = set(g.predecessors("temperature")) <= {"positions"} and not (calls_in(d["expr"]) & READS_LENGTH)
-        tau = P.Temperature(P.Site("temperature", "temperature", d["expr"]),
-                            P.POSITION_TABLE if static else P.RUNTIME, d["kernel"], d.get("note", ""))
+        tau = P.Temperature(P.Site("temperature", "temperature", d["expr"]), d["table"], d["kernel"], d.get("note", ""))
     backend = g.graph["backend"]
     g.graph["plan"] = P.Plan(
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],

@@ -47,8 +47,9 @@ POSITION_TABLE, RUNTIME = "position table", "run-time"
 
 
 def site_name(role: str, owner: str | int | None = None) -> str:
-    """The name of an evaluation site (a graph node, and the prefix of its learned parameters):
-    ``phase[g]``, ``steps[g]``, ``w[g]``, ``beta[g]`` (channel group g), ``bias[i]``, ``temperature``."""
+    """The name of a graph node; for an evaluation site also the prefix of its learned parameters:
+    ``phase[g]``, ``steps[g]``, ``w[g]``, ``beta[g]`` (channel group g), ``bias[i]``, ``temperature``
+    (and ``transport[g]``, the group's transform node)."""
     return role if owner is None else f"{role}[{owner}]"
 
 
@@ -159,10 +160,6 @@ class Plan:
 
     def of_kind(self, kind: str) -> tuple[TransportStep, ...]:
         return tuple(t for t in self.transports if t.kind == kind)
-
-    @property
-    def key_channel(self) -> bool:
-        return any(b.carried == KEY_CHANNEL for b in self.biases)
 
 
 # ---------------------------------------------------------------------- rendering
