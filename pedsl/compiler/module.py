@@ -88,15 +88,13 @@ class SchemeAttention(nn.Module):
                                code="E405", hint="compile_scheme(..., d_model=<model width>) or --d-model")
         x = torch.zeros(1, 2, self.d_model) if self.needs_x else None
         tokens = torch.zeros(1, 2, dtype=torch.long) if self.needs_tokens else None
+        slopes = {b.site.name: b.slope for b in self.biases}  # a linear bias's slope runs under its site too
         for site in self.plan.params:  # in the plan's order: learned parameters are created (and seeded) in it
-            if site.role == "temperature":
-                self.evaluator.run(site.expr, self._ctx(2), site.name, build=True)
-                continue
             group = self.plan.transport(site.group) if site.group is not None else None
-            self.evaluator.run(site.expr, self._ctx(2, x, tokens, group=group), site.name, build=True)
-        for b in self.biases:
-            if b.slope is not None:
-                self.evaluator.run(b.slope, self._ctx(2, x, tokens), b.site.name, build=True)
+            ctx = self._ctx(2) if site.role == "temperature" else self._ctx(2, x, tokens, group=group)
+            for expr in (site.expr, slopes.get(site.name)):
+                if expr is not None:
+                    self.evaluator.run(expr, ctx, site.name, build=True)
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
