@@ -16,7 +16,6 @@ import ast
 import pytest
 
 from conftest import ROOT
-from pedsl.lang import builtins
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.builtins import FUNCTIONS
 
@@ -73,8 +72,6 @@ def _kind(spec) -> str:
 
 def test_the_table_is_the_records():
     assert FUNCTIONS == RECORDS
-    assert builtins.LEARNED == {n for n, b in RECORDS.items() if b.learned}
-    assert builtins.READS_LENGTH == {n for n, b in RECORDS.items() if b.reads_length}
 
 
 @pytest.mark.parametrize("name", sorted(RECORDS))

@@ -2,7 +2,8 @@
 
 A leaf module (no torch, no language): :mod:`pedsl.lang.builtin_defs` folds ``slopes(heads)`` and the frequency grids with it,
 :mod:`pedsl.ops.alibi` builds its tensors from it and :mod:`pedsl.hf` translates Hugging Face's
-configurations with it, so none of those layers imports another.
+configurations with it, so none of those layers imports another. :func:`channel_pairs` is the one
+rotary pairing (kernels, code generator, ``explain``, instruments).
 """
 
 from __future__ import annotations
@@ -89,3 +90,16 @@ def span_values(pairs: int, length: float, cycles: float, period: float) -> tupl
     if pairs == 1:
         return (w_max,)
     return tuple(w_max * (w_min / w_max) ** (k / (pairs - 1)) for k in range(pairs))
+
+
+def channel_pairs(channels, layout: str) -> list[tuple[int, int]]:
+    """The (first, second) channels of each rotary pair of a channel group, in pair order
+    (docs/semantics.md §2a): ``halves`` pairs ``c_k`` with ``c_{k + m/2}`` (GPT-NeoX, HF
+    ``rotate_half``), ``interleaved`` pairs ``c_{2k}`` with ``c_{2k+1}`` (GPT-J)."""
+    ch = list(channels)
+    m = len(ch)
+    if layout == "halves":
+        return [(ch[k], ch[k + m // 2]) for k in range(m // 2)]
+    if layout == "interleaved":
+        return [(ch[2 * k], ch[2 * k + 1]) for k in range(m // 2)]
+    raise ValueError(f"unknown rotary pairing layout {layout!r}")

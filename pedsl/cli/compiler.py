@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pedsl.errors import CompileError, UsageError
+from pedsl.lang.types import Ty
 from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
 
 BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
@@ -61,6 +62,8 @@ def graph_to_json(g) -> dict:
             return to_source(v)
         if isinstance(v, tuple):
             return list(v)
+        if isinstance(v, Ty):
+            return v.to_json()
         return v
 
     plan = g.graph["plan"]

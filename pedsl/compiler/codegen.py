@@ -30,8 +30,9 @@ from pedsl import __version__
 from pedsl.compiler import plan as P
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
+from pedsl.formulas import channel_pairs
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS, READS_LENGTH
+from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
@@ -60,8 +61,17 @@ class _Gen:
         return f"_axis({name}, {literal(axis)}, dev)"
 
     def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None) -> str:
+        from pedsl.lang.typed import node_types
+
         self._site, self._count, self._pairs, self._chans = site, 0, pairs, chans
+        self._types = node_types(e, self.values)
         return self._e(e)
+
+    def _type(self, e: ast.Expr):
+        """The checker's type of a node of the expression (or of one made here, e.g. a record's input)."""
+        from pedsl.lang.typed import type_of
+
+        return self._types.get(id(e)) or type_of(e, self.values)
 
     def _static(self, e):
         try:
@@ -70,10 +80,7 @@ class _Gen:
             raise CompileError(str(issue)) from None
 
     def _e(self, e: ast.Expr) -> str:
-        from pedsl.lang.exprs import calls_in, names_in
-
-        runtime = "n" in names_in(e) or bool(calls_in(e) & READS_LENGTH)
-        v = DYNAMIC if runtime else self._static(e)
+        v = DYNAMIC if self._type(e).runtime else self._static(e)  # reads n: generated per length
         if v is not DYNAMIC:
             if isinstance(v, Vec):
                 return self.const(v.values, v.axis, to_source(e)[:60])
@@ -165,13 +172,6 @@ class SiteCode:
         self.gen.conv_history = max(self.gen.conv_history, tokens)
 
 
-def _pairs_of(channels: tuple[int, ...], layout: str) -> tuple[list[int], list[int]]:
-    m = len(channels)
-    if layout == "halves":
-        return list(channels[: m // 2]), list(channels[m // 2 :])
-    return list(channels[0::2]), list(channels[1::2])
-
-
 #: Names every generated module binds or uses itself (imports, constants, locals of ``forward``); with the
 #: kernels' names, Python's keywords and builtins, no generated identifier may take one of these.
 _FIXED_NAMES = (
@@ -207,7 +207,8 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
     for i, t in enumerate(plan.transports):
         ch = t.channels
         npairs = len(ch) // 2
-        first, second = _pairs_of(ch, scheme.layout)
+        pairs = channel_pairs(ch, scheme.layout)
+        first, second = [a for a, _ in pairs], [b for _, b in pairs]
         transforms.append(f"({literal(t.kind)}, {literal(t.targets)}, {literal(first)}, {literal(second)}, "
                           f"{literal(list(ch))}, {literal(float(t.scale))}),  "
                           + comment(f"group {t.group!r}: {t.kind}, kernel {t.kernel}"))

@@ -17,8 +17,9 @@ from pedsl.compiler import plan as P
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import READS_LENGTH, RUNTIME_SOURCES
-from pedsl.lang.exprs import calls_in, names_in, to_source
+from pedsl.lang.builtins import CONSTANTS
+from pedsl.lang.exprs import to_source
+from pedsl.lang.types import Dep, join
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
 
@@ -30,10 +31,9 @@ class Options:
     device: str = "cpu"
 
 
-def _is_static(expr) -> bool:
-    return not (names_in(expr) & {"x", "token", "position", "n", "distance"}) and not (
-        calls_in(expr) & RUNTIME_SOURCES
-    )
+def _is_static(node: dict) -> bool:
+    """The node's expression is a compile-time constant: its type's dependence class (docs/semantics.md §1a)."""
+    return node["ty"].dep is Dep.STATIC
 
 
 def _decide(g: nx.DiGraph, ops: tuple[str, ...], decide) -> nx.DiGraph:
@@ -62,13 +62,14 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         d = g.nodes[n]
         steps = d["steps"]
         angle = g.nodes[steps]["expr"]
-        if not _is_static(angle):
+        if not _is_static(g.nodes[steps]):
             continue
         phase = ast.Binary(op="*", left=angle, right=ast.Name(id="position"))
+        ty = join(g.nodes[steps]["ty"], CONSTANTS["position"])
         table = P.site_name("phase", d["group"])
         g.remove_node(steps)
         g.add_node(table, op="phase_table", expr=phase, label=f"phase = {to_source(phase)}", dynamic=False,
-                   kernel=P.STATIC, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
+                   ty=ty, kernel=P.STATIC, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
         g.add_edge("positions", table)
         g.add_edge(table, n)
         d.update(op="rotate", phase=table, label=f"rotate {d['targets']} on {d['group']}",
@@ -95,10 +96,11 @@ def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """accumulate(c) with a constant log-gate c sums to c * (i - j): a linear distance bias."""
     g = g.copy()
     for n, d in list(g.nodes(data=True)):
-        if d["op"] == "gate_bias" and _is_static(d["expr"]):
+        if d["op"] == "gate_bias" and _is_static(d):
             slope = d["expr"]
             term = ast.Binary(op="*", left=slope, right=ast.Name(id="distance"))
             d.update(op="distance_bias", expr=term, slope=slope, linear=True, counts=P.TOKENS,
+                     ty=join(d["ty"], CONSTANTS["distance"]),
                      label=f"bias = {to_source(term)}",
                      note="a constant accumulated log-gate is a linear distance bias (ALiBi form)")
     return g
@@ -109,8 +111,7 @@ def fold_temperature_into_q(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     g = _decide(g, ("temperature",), lambda d: ("q scale", "folded into a per-query scale of q"))
     if "temperature" in g:  # one that reads nothing but the position is a table over positions (decoding reads rows)
         d = g.nodes["temperature"]
-        static = set(g.predecessors("temperature")) <= {"positions"} and not (calls_in(d["expr"]) & READS_LENGTH)
-        d["table"] = P.POSITION_TABLE if static else P.RUNTIME
+        d["table"] = P.POSITION_TABLE if d["ty"].dep <= Dep.POSITION else P.RUNTIME
     return g
 
 

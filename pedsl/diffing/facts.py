@@ -17,7 +17,7 @@ from typing import Any
 from pedsl.errors import PedslError
 from pedsl.lang import ast
 from pedsl.lang.fold import fold_expr
-from pedsl.lang.exprs import names_in, to_source, transform
+from pedsl.lang.exprs import to_source, transform
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
@@ -186,7 +186,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
                 if gf.freqs is None:
                     gf.spread, gf.mean = step_spread(t.angle, env, gf.pairs)
             else:
-                gf.data, gf.learned, gf.orthogonal = True, True, t.orthogonal
+                gf.data, gf.learned, gf.orthogonal = t.data, t.learned, t.orthogonal
         groups.append(gf)
     biases = []
     for b in s.biases:
@@ -195,7 +195,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         if b.kind == "distance":
             slopes = _per(_static(b.slope, env), s.heads) if b.slope is not None else None
             biases.append(BiasFacts("distance", bias_source(b), slopes=slopes,
-                                    data=bool(names_in(b.term) & {"x", "token"})))
+                                    data=b.term_ty.data))
         else:
             biases.append(BiasFacts("gate", bias_source(b), init_log_gate=_init_value(b.log_gate, env),
                                     data=b.data))

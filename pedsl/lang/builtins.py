@@ -2,41 +2,32 @@
 
 Every builtin is one record of :mod:`pedsl.lang.builtin_defs` (named parameters, positional or
 keyword, with defaults; a typing rule; a one-line doc; its static fold, run-time value and emitted
-code): :data:`FUNCTIONS` lists them in table order, and the name sets consumers ask about
-(:data:`LEARNED`, :data:`READS_LENGTH`, :data:`RUNTIME_SOURCES`) are read off the records. Nothing
-outside this registry can be called from a `.pe` file.
+code): :data:`FUNCTIONS` lists them in table order. What a call reads beyond its arguments (the
+positions, the run-time length, trainable parameters) is read off its record by
+:func:`~pedsl.lang.builtin_defs.record.own_reads`, and the checker stores it in each expression's
+type (docs/semantics.md §1a) - consumers ask the type, not a set of builtin names. Nothing outside
+this registry can be called from a `.pe` file.
 """
 
 from __future__ import annotations
 
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue
-from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Ty, num
+from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Dep, Ty, num
 
 FUNCTIONS: dict[str, Builtin] = dict(RECORDS)
-
-# Builtins that own trainable parameters (one call site each, named by the run-time walk).
-LEARNED = frozenset(b.name for b in RECORDS.values() if b.learned)
-
-# Builtins whose value reads run-time inputs or state without naming them (a position, a frozen
-# table, a learned site): never a static table.
-RUNTIME_SOURCES = frozenset(b.name for b in RECORDS.values() if b.inputs or b.site)
-
-# Builtins whose static value reads the run-time length n without naming it (their type is
-# ``runtime``): a value folded once must not be reused at another length.
-READS_LENGTH = frozenset(b.name for b in RECORDS.values() if b.reads_length)
 
 # Names with a fixed meaning. Structural ones (heads, head_dim) come from the model.
 CONSTANTS: dict[str, Ty] = {
     "pi": NUM,
     "e": NUM,
-    "position": num("pos", integer=True),
-    "distance": num("dist", integer=True),
-    "n": INT.with_(runtime=True),
+    "position": num("pos", integer=True, reads=frozenset({Dep.POSITION})),
+    "distance": num("dist", integer=True, reads=frozenset({Dep.POSITION})),
+    "n": INT.with_(reads=frozenset({Dep.LENGTH})),
     "heads": INT,
     "head_dim": INT,
-    "x": Ty("hidden", data=True),
-    "token": Ty("token", data=True),
+    "x": Ty("hidden", reads=frozenset({Dep.DATA})),
+    "token": Ty("token", reads=frozenset({Dep.TOKEN})),
     "none": NONE,
     "all": GROUP,
     "rest": GROUP,

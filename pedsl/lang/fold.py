@@ -20,8 +20,6 @@ from pedsl.lang import ast
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
 
-_DYNAMIC_NAMES = {"position", "distance", "x", "token"}
-
 
 def fold_expr(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
     """The static value of ``node``, or DYNAMIC. Raises EvalIssue on math errors."""
@@ -68,7 +66,9 @@ def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
         return math.e
     if name == "n":
         return env.n if env.n is not None else DYNAMIC
-    if name in _DYNAMIC_NAMES:
+    from pedsl.lang.builtins import CONSTANTS
+
+    if name in CONSTANTS and CONSTANTS[name].reads:  # reads a run-time input (docs/semantics.md §1a)
         return DYNAMIC
     if name in ("none", "all", "rest"):
         return GroupSpec(name) if name != "none" else None

@@ -20,6 +20,7 @@ from pedsl.errors import Diagnostic, DiagnosticSink
 from pedsl.lang import ast
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import names_in, transform
+from pedsl.lang.types import Dep
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -55,7 +56,7 @@ def rotary_frequencies(scheme: "Scheme") -> dict[str, tuple[float, ...]]:
         pairs = len(scheme.group(t.group).channels) // 2
         if t.kind == "rotate":
             f = frequencies(t.phase, env, pairs)
-        elif t.kind == "accumulate_rotation" and not (names_in(t.angle) & {"token", "x", "position"}):
+        elif t.kind == "accumulate_rotation" and t.angle_ty.reads <= {Dep.LENGTH}:  # the same step everywhere
             try:
                 v = fold_expr(t.angle, env.child(pairs=pairs))
             except EvalIssue:

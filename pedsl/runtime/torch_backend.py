@@ -27,8 +27,6 @@ from pedsl.errors import CompileError
 from pedsl.lang.builtin_defs.arrays import Ops
 from pedsl.runtime.walk import DynamicEvaluator, permuted_shape
 from pedsl.lang.fold import Vec
-from pedsl.lang.builtins import READS_LENGTH
-from pedsl.lang.exprs import calls_in, names_in
 
 F64 = torch.float64
 # the torch array namespace of the builtin records' run-time values (numpy's: builtin_defs.arrays)
@@ -110,7 +108,7 @@ class Evaluator(DynamicEvaluator):
         return None if i is None else self._fold_values[i][1]
 
     def remember(self, e, ctx: Context, value: LT) -> None:
-        if torch.compiler.is_compiling() or "n" in names_in(e) or calls_in(e) & READS_LENGTH:
+        if torch.compiler.is_compiling() or self._types[id(e)].runtime:
             return  # never cache a traced value, nor one of the run-time length n (it varies)
         self._fold_index[self._fold_key(e, ctx)] = len(self._fold_values)
         self._fold_values.append((e, value))

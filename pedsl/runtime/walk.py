@@ -23,9 +23,9 @@ from typing import Any
 from pedsl.compiler.plan import param_key
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS, LEARNED
+from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import bind_args, fold_expr
-from pedsl.lang.exprs import calls_in
+from pedsl.lang.typed import node_types
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
@@ -55,6 +55,7 @@ class DynamicEvaluator:
 
     def run(self, e: ast.Expr, ctx, site: str):
         self._site, self._count = site, 0
+        self._types = node_types(e, ctx.values)  # the checker's type of every node (docs/semantics.md §1a)
         return self._eval(e, ctx)
 
     # ------------------------------------------------------------------ the walk
@@ -84,7 +85,7 @@ class DynamicEvaluator:
         hit = self.folded(e, ctx)
         if hit is not None:
             return hit
-        static = DYNAMIC if calls_in(e) & LEARNED else self.static(e, ctx)  # learned sites must be visited
+        static = DYNAMIC if self._types[id(e)].learned else self.static(e, ctx)  # learned sites must be visited
         if static is not DYNAMIC:
             if isinstance(static, (GroupSpec, str, list, bool)) or static is None:
                 raise CompileError(f"expected a number, got {static!r}")

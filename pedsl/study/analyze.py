@@ -33,6 +33,7 @@ import torch
 
 from pedsl.compiler.plan import HOUSEHOLDER
 from pedsl.errors import EvalError
+from pedsl.formulas import channel_pairs
 from pedsl.study import instruments as ins
 from pedsl.study.common import eval_config, open_run, write_json
 from pedsl.study.eval_run import output_name, validation_data
@@ -134,7 +135,7 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
                                        "q_sigma1": gq["sigma1"], "q_stable_rank": gq["stable_rank"]}
             if L == lens[0] and hasattr(mod, "rotary_groups"):
                 for g in mod.rotary_groups():
-                    pairs = ins.pair_channels(g["channels"], g["layout"])
+                    pairs = channel_pairs(g["channels"], g["layout"])
                     e = ins.frequency_energy(q, k, pairs)  # (H, P)
                     rec["frequency_energy"].append({
                         "group": g["group"], "freqs": list(g["freqs"]), "energy": e.tolist(),

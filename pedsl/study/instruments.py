@@ -94,15 +94,6 @@ def score_decoherence(s: Tensor) -> dict:
             "count": (cnt / B).tolist()}
 
 
-def pair_channels(channels: list[int] | tuple[int, ...], layout: str) -> list[tuple[int, int]]:
-    """The (c1, c2) channels of each rotary pair of a group, in pair order."""
-    ch = list(channels)
-    P = len(ch) // 2
-    if layout == "interleaved":
-        return [(ch[2 * k], ch[2 * k + 1]) for k in range(P)]
-    return [(ch[k], ch[k + P]) for k in range(P)]  # halves (rotate_half)
-
-
 def frequency_energy(q: Tensor, k: Tensor, pairs: list[tuple[int, int]]) -> Tensor:
     """E_k per head, normalised to sum 1: q, k (B, H, L, D) -> (H, P).
 

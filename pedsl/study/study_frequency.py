@@ -55,6 +55,7 @@ from typing import Any, Callable
 import numpy as np
 
 from pedsl.errors import ConfigError
+from pedsl.formulas import channel_pairs
 
 WIDTHS = (8, 16, 32, 64)  # W: the block length (topic), the lag (lag), B - 1 (blocks)
 SEEDS = (0, 1, 2)
@@ -211,7 +212,7 @@ def measure_run(run: Path, width: int, task: str = "lag", *, samples: int = PROB
     pe_tot, all_tot, freqs = None, None, None
     for blk, cap in zip(model.blocks, captured):
         for g in blk.attn.pe.rotary_groups():
-            pairs = ins.pair_channels(g["channels"], g["layout"])
+            pairs = channel_pairs(g["channels"], g["layout"])
             f = np.asarray(g["freqs"], dtype=np.float64)
             e_pos = positional_energy(cap["q"], cap["k"], pairs, f).sum(0).numpy()  # (P,), summed over heads
             e_all = ins.frequency_energy(cap["q"], cap["k"], pairs).mean(0).numpy()

@@ -20,10 +20,10 @@ from pedsl.lang.values import EvalIssue, Vec, number, pairs_of, show
 # ------------------------------------------------------------------ typing rules
 
 
-def _grid(*scalars: str, runtime: bool = False):
+def _grid(*scalars: str):
     def rule(a: dict[str, Ty]) -> Ty:
         scalar(a, *scalars)
-        return num("pair", runtime=runtime or any(a[s].runtime for s in scalars))
+        return num("pair")
 
     return rule
 
@@ -44,7 +44,7 @@ def _longrope_rule(a: dict[str, Ty]) -> Ty:
     for name in ("short_factor", "long_factor"):
         if a[name].kind != "list":
             raise TypeIssue(f"'{name}' must be a list of numbers, one per rotary pair", name)
-    return num("pair", runtime=True)
+    return num("pair")
 
 
 def _per_pair_rule(a: dict[str, Ty]) -> Ty:
@@ -208,7 +208,7 @@ RECORDS = [
       "NTK-aware grid: base * factor^(rot_dim / (rot_dim - 2))", _grid("base", "factor"), "grid", fold_env=_ntk),
     B("dynamic_ntk", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED)),
       "dynamic NTK: the NTK grid with factor (factor * n / original) - (factor - 1) when n > original",
-      _grid("base", "factor", "original", runtime=True), "grid", fold_env=_dynamic_ntk, reads_length=True,
+      _grid("base", "factor", "original"), "grid", fold_env=_dynamic_ntk, reads_length=True,
       static=(("base", float), ("factor", float), ("original", float)), emit=_emit_dynamic_ntk),
     B("yarn", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED), ("beta_fast", 32.0),
                ("beta_slow", 1.0), ("truncate", True)),

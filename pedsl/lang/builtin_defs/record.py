@@ -35,6 +35,10 @@ A record's parts, each optional where the builtin has no such stage:
   at one length must not be reused at another); the walk folds it at each length, and its ``emit``
   is ``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the value folded at n.
 
+``inputs``, ``reads_length`` and ``learned`` are the one source of what a call reads beyond its
+arguments (:func:`own_reads`); the checker adds what the arguments read and stores the result in the
+call's type (docs/semantics.md §1a).
+
 A record with none of ``fold``, ``fold_env``, ``run`` and ``site`` is a transport (category
 ``transport``): it has no value, and :mod:`pedsl.lang.terms` reads the call as the transport it names
 (docs/semantics.md section 2).
@@ -45,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from pedsl.lang.types import Ty
+from pedsl.lang.types import Dep, Ty
 
 REQUIRED = object()
 
@@ -85,6 +89,17 @@ class Builtin:
             shown = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", "")
             parts.append(p if d is REQUIRED else f"{p} = {shown}")
         return f"{self.name}({', '.join(parts)})"
+
+
+def own_reads(b: Builtin) -> frozenset[Dep]:
+    """What a call of ``b`` reads beyond its arguments: its ``inputs`` (``position``), the run-time
+    length (``reads_length``) and its trainable parameters (``learned``)."""
+    out = {Dep(i) for i in b.inputs}
+    if b.reads_length:
+        out.add(Dep.LENGTH)
+    if b.learned:
+        out.add(Dep.LEARNED)
+    return frozenset(out)
 
 
 # ------------------------------------------------------------------ typing helpers

@@ -32,7 +32,7 @@ def _index(t: Ty, arg: str) -> None:
 def _frozen_random_rule(a: dict[str, Ty]) -> Ty:
     _index(a["index"], "index")
     scalar(a, "seed", integer=True)
-    return num("pos", "pair", data=a["index"].kind == "token")
+    return num("pos", "pair")
 
 
 def _axis(t: Ty, arg: str) -> str:
@@ -47,7 +47,7 @@ def _embedding_rule(a: dict[str, Ty]) -> Ty:
     to = _axis(a["to"], "to")
     scalar(a, "init")
     axes = {"pos", "head"} | ({to} if to != "head" else set())
-    return num(*axes, data=True, learned=True)
+    return num(*axes)
 
 
 def _linear_rule(a: dict[str, Ty]) -> Ty:
@@ -57,7 +57,7 @@ def _linear_rule(a: dict[str, Ty]) -> Ty:
     scalar(a, "rank", integer=True)
     scalar(a, "init_bias")
     axes = {"pos", "head"} | ({to} if to != "head" else set())
-    return num(*axes, data=True, learned=True)
+    return num(*axes)
 
 
 def _shortconv_rule(a: dict[str, Ty]) -> Ty:
@@ -65,7 +65,7 @@ def _shortconv_rule(a: dict[str, Ty]) -> Ty:
     scalar(a, "width", integer=True)
     if "pos" not in a["v"].axes:
         raise TypeIssue("shortconv() convolves along positions; its input must vary with position", "v")
-    return a["v"].with_(learned=True)
+    return a["v"]
 
 
 def _normalize_rule(a: dict[str, Ty]) -> Ty:

@@ -22,13 +22,13 @@ def _rotate(a: dict[str, Ty]) -> Ty:
             "phase",
             hint="use accumulate(rotation(...)) for data-dependent angles",
         )
-    return Ty("transport", detail="rotate", runtime=t.runtime)
+    return Ty("transport", detail="rotate")
 
 
 def _rotation(a: dict[str, Ty]) -> Ty:
     t = a["angle"]
     need_num(t, "angle", {"pos", "pair", "head"}, " (a step angle per position, head and rotary pair)")
-    return Ty("step", detail="rotation", data=t.data, learned=t.learned, runtime=t.runtime)
+    return Ty("step", detail="rotation")
 
 
 def _householder(a: dict[str, Ty]) -> Ty:
@@ -41,16 +41,16 @@ def _householder(a: dict[str, Ty]) -> Ty:
             hint="make it with linear(x, to = channel)",
         )
     need_num(beta, "beta", {"pos", "head"}, " (a scalar per position and head)")
-    return Ty("step", detail="householder", data=w.data or beta.data, learned=w.learned or beta.learned)
+    return Ty("step", detail="householder")
 
 
 def _accumulate(a: dict[str, Ty]) -> Ty:
     t = a["step"]
     if t.kind == "step":
-        return Ty("transport", detail="accumulate " + t.detail, data=t.data, learned=t.learned)
+        return Ty("transport", detail="accumulate " + t.detail)
     if t.kind == "num":
         need_num(t, "step", {"pos", "head"}, " (a log-gate per position and head)")
-        return Ty("bias", detail="gate", data=t.data, learned=t.learned)
+        return Ty("bias", detail="gate")
     raise TypeIssue(
         f"accumulate() takes a step (rotation(...), householder(...)) or a log-gate, not {t.show()}",
         "step",
