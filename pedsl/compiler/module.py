@@ -30,7 +30,7 @@ from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.ops.bias import materialized_bias_attention, separable_bias_attention
+from pedsl.ops.bias import materialized_bias_attention, scale_queries, separable_bias_attention
 
 F64 = torch.float64
 HALF = (torch.float16, torch.bfloat16)
@@ -253,7 +253,7 @@ class SchemeAttention(nn.Module):
                 else:
                     q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
                 continue
-            cos, sin = self._cos_sin(t, L, x, tokens, q.device, q.dtype)
+            cos, sin = self._cos_sin(t, L, x, tokens, q.device, _angle_dtype(q.dtype))  # half: float32, rounded once
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
             if t.values:
@@ -310,8 +310,7 @@ class SchemeAttention(nn.Module):
     def _flex(self, q, k, v, bias, q_scale):
         from pedsl.ops.bias import flex_bias_attention
 
-        if q_scale is not None:
-            q = q * q_scale.to(q.dtype).unsqueeze(-1)
+        q = scale_queries(q, q_scale)
         if bias is None:
             return flex_bias_attention(q, k, v, None)
         table = bias.to(q.dtype)

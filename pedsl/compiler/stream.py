@@ -62,6 +62,7 @@ from pedsl.compiler.shapes import angle_dtype as _angle_dtype
 from pedsl.compiler.stream_path import path_forward
 from pedsl.errors import ShapeError
 from pedsl.ops import rotary
+from pedsl.ops.bias import scale_queries
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
@@ -165,7 +166,7 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
             v = rot(v, c, s)
             undo.append((rot, c, s))
     if mod.temperature is not None:
-        q = q * _temperature_rows(mod, pos, n, q.device).to(dt)
+        q = scale_queries(q, _temperature_rows(mod, pos, n, q.device)[..., 0])
     Lc = cache.length
     ones = cache.__dict__.get("_ones1")
     if ones is None or ones.shape[0] != q.shape[0] or ones.device != q.device:
@@ -185,6 +186,12 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
 
 
 # ---------------------------------------------------------------------- the forward
+# Under torch.compile this path runs eagerly (one graph break at the call, no recompiles): its layout,
+# mask and cache bookkeeping branch on tensor values (padding present? one document? the largest
+# position), and a compiled module traced through it made 55 graphs for one prefill and five decoding
+# steps, with a recompile per step (12 minutes of inductor on 2 cores); the fused path of module.py
+# compiles. Measured in test_compiler_torch_compile.py; docs/semantics.md §8.7.
+@torch.compiler.disable
 def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, positions=None,
                    document_ids=None, cache=None, attn_mask=None) -> Tensor:
     if (cache is not None and positions is None and document_ids is None and attn_mask is None
@@ -228,7 +235,7 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
             else:
                 k = rotary.rotate_many_by_angles([k], ang_d, mod.layout, ch)[0]
     if tau is not None:
-        q = q * tau.to(dt).unsqueeze(-1)
+        q = scale_queries(q, tau)
     if hh is not None:
         o = path_forward(mod, q, k, v, hh, coord, lay, cache, Lq)
     else:

@@ -138,7 +138,8 @@ class _RotateByAngles(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, angles, layout, *xs):
-        dtype = xs[0].dtype
+        # half-precision tensors rotate in float32 (_rotate): cos/sin stay float32, not rounded first
+        dtype = torch.promote_types(xs[0].dtype, torch.float32)
         cos, sin = torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
         outs = tuple(_rotate(x, cos, sin, layout) for x in xs)
         ctx.layout, ctx.angle_shape, ctx.angle_dtype = layout, angles.shape, angles.dtype
