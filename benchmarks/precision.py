@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from pedsl.compiler import compile_scheme
+from pedsl.compiler.plan import HOUSEHOLDER
 from pedsl.errors import CompileError
 from pedsl.lang.library import library_names, scheme_file
 
@@ -64,7 +65,7 @@ def _modules(name: str, backends, dtypes, shape) -> dict:
 def _baseline(m64, q, k, v, x, tok, dt) -> torch.Tensor:
     """The hand-written layer at precision ``dt`` (see the module docstring), in float64 for comparison."""
     up = lambda t: None if t is None else t.to(dt).double()  # noqa: E731
-    if any(t["op"] == "accumulate_householder" for t in m64.transforms):
+    if any(t.kind == HOUSEHOLDER for t in m64.transforms):
         return m64(up(q), up(k), up(v), x=up(x), tokens=tok).to(dt).double()
     L = q.shape[2]
     qt, kt, vt, restore = m64.transform_qkv(up(q), up(k), up(v), up(x), tok)

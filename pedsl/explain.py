@@ -130,21 +130,10 @@ def cost_lines(f: SchemeFacts, L: int) -> list[str]:
 def graph_lines(f: SchemeFacts) -> list[str]:
     if f.compile_error:
         return [f"  does not compile: {f.compile_error}"]
-    import networkx as nx
+    from pedsl.compiler.plan import plan_lines
 
-    g = f.graph
-    out = [f"  backend: {f.backend} - {f.backend_note}"]
-    for n in nx.topological_sort(g):
-        d = g.nodes[n]
-        if d.get("op") == "input" and n in ("q", "k", "v"):
-            continue
-        line = f"  {n}: {d.get('label', d.get('op'))}"
-        if d.get("kernel"):
-            line += f"  [{d['kernel']}]"
-        out.append(line)
-        if d.get("note"):
-            out.append(f"      {d['note']}")
-    return out
+    plan = f.graph.graph["plan"]
+    return [f"  backend: {plan.backend} - {plan.backend_why}"] + ["  " + line for line in plan_lines(plan)[1:]]
 
 
 def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: str | None = None) -> str:
@@ -167,7 +156,7 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Value transport",
               f"  U = T on {', '.join(vg)}: values are transported like keys and the output is rotated back"
               if vg else "  none: values are not transported (U = identity)"]
-    lines += ["", "Lowered graph (after the passes)"] + graph_lines(f)
+    lines += ["", "Lowered graph (the plan after the passes)"] + graph_lines(f)
     lines += ["", "Cost"] + cost_lines(f, L)
     lines += ["", "Lint"]
     warns = list(warnings)

@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "show": ("pedsl.cli.frontend", "show", "Show a resolved scheme (after extends and parameters)."),
     "schema": ("pedsl.cli.frontend", "schema", "Print the JSON Schema of the IR."),
     "list": ("pedsl.cli.frontend", "list_schemes", "List the schemes in a folder."),
-    "graph": ("pedsl.cli.compiler", "graph", "Print the lowered dataflow graph after the passes."),
+    "graph": ("pedsl.cli.compiler", "graph", "Print the lowering plan and the dataflow graph after the passes."),
     "compile": ("pedsl.cli.compiler", "compile_cmd", "Write a standalone PyTorch module and train/eval configs."),
     "train": ("pedsl.cli.train", "train", "Train a small language model with a scheme."),
     "eval": ("pedsl.cli.study", "eval_cmd", "Evaluate a trained run past its training length."),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from pedsl import limits as L
+from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
 
 TASKS = ("ppl", "passkey", "blocks", "retrieval")
@@ -26,28 +27,16 @@ def _tasks(text: str | None) -> list[str] | None:
 
 
 def _sets(items: tuple[str, ...]) -> dict:
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"--set expects KEY=VALUE, got '{item}'", hint="e.g. --set batch_size=8")
-        k, v = item.split("=", 1)
-        try:
-            out[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError:  # not a YAML value: the text itself (validation says what is wrong)
-            out[k.strip()] = v
-    return out
+    return key_values(items, "--set", "batch_size=8")
 
 
 def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
     """The run opened under ``--scheme`` / ``-P`` (pedsl.train.swap), or None for its own scheme."""
     if scheme is None and not params:
         return None
-    from pedsl.cli.train import _parse_params
     from pedsl.study.common import open_run
 
-    return open_run(run_dir, scheme=scheme, params=_parse_params(params))
+    return open_run(run_dir, scheme=scheme, params=key_values(params, "-P", "factor=4"))
 
 
 @click.command("eval")

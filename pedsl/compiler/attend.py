@@ -76,7 +76,7 @@ def bias_rows(mod, tables, coord_q, kcoord, qpos, kpos, dtype):
         dist = (qpos[:, :, None] - kpos[:, None, :]).clamp(min=0)  # (B, rows, Lk)
         top = int(dist.max()) + 1 if dist.numel() else 1
         for b in tables:
-            term = mod.evaluator.run(b["expr"], mod._ctx(top, device=kpos.device), b["node"])
+            term = mod.evaluator.run(b.site.expr, mod._ctx(top, device=kpos.device), b.site.name)
             tab = _as_hd(term, top, mod.heads).to(F64)  # (H, top)
             full = tab[:, dist].permute(1, 0, 2, 3)  # (B, H, rows, Lk)
             bias = full if bias is None else bias + full

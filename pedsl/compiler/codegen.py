@@ -1,4 +1,4 @@
-"""Codegen: a scheme's graph as a standalone, readable PyTorch module (imports torch only).
+"""Codegen: a scheme's lowering plan as a standalone, readable PyTorch module (imports torch only).
 
 The emitted file inlines every constant (frequency tables in float64 repr, slopes,
 channel pairs), names its learned sub-modules exactly like the in-process module
@@ -26,10 +26,8 @@ import json
 import re
 from pathlib import Path
 
-import networkx as nx
-
 from pedsl import __version__
-from pedsl.compiler.graph import bias_nodes, transform_nodes
+from pedsl.compiler import plan as P
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
 from pedsl.formulas import channel_pairs
@@ -115,7 +113,7 @@ class _Gen:
         return self.const(v.values, v.axis, f"{to_source(e)[:50]} at n = {n}")
 
     def _site_key(self, kind: str) -> str:
-        key = f"{self._site}__{kind}{self._count}"
+        key = P.param_key(self._site, kind, self._count)
         self._count += 1
         return key
 
@@ -195,64 +193,63 @@ def module_file_name(scheme: Scheme) -> str:
     return module_file_stem(scheme.name) + ".py"
 
 
-def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, vocab_size: int = 256) -> str:
-    """The source text of a standalone module computing the same function as the compiled scheme."""
+def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
+    """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
+    function as the compiled scheme, with the same learned-parameter names."""
     kernels = _kernels()
     names = Names(module_names(kernels) | set(_FIXED_NAMES))
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
     body: list[str] = ["out = {}"]
-    backend = graph.graph["backend"]
+    backend = plan.backend
     fwd = body.append
     transforms: list[str] = []
-    for i, n in enumerate(transform_nodes(graph)):
-        t = graph.nodes[n]
-        ch = tuple(int(c) for c in t["channels"])
-        P = len(ch) // 2
+    for i, t in enumerate(plan.transports):
+        ch = t.channels
+        npairs = len(ch) // 2
         pairs = channel_pairs(ch, scheme.layout)
         first, second = [a for a, _ in pairs], [b for _, b in pairs]
-        transforms.append(f"({literal(t['op'])}, {literal(t['targets'])}, {literal(first)}, {literal(second)}, "
-                          f"{literal(list(ch))}, {literal(float(t.get('scale', 1.0)))}),  "
-                          + comment(f"group {t['group']!r}: {t['label']}"))
-        if t["op"] in ("rotate", "accumulate_so2"):
-            key = "phase" if t["op"] == "rotate" else "steps"
-            expr = graph.nodes[t[key]]["expr"]
-            code = gen.expr(expr, t[key], P, len(ch))
-            what = "phase" if t["op"] == "rotate" else "step angle"
-            fwd(comment(f"{t['label']}: {what} = {to_source(expr)}  ({t.get('note', '')})"))
-            fwd(f"out['t{i}'] = ({code}) * torch.ones(1, 1, L, 1, {P}, dtype=F64, device=dev)")
+        transforms.append(f"({literal(t.kind)}, {literal(t.targets)}, {literal(first)}, {literal(second)}, "
+                          f"{literal(list(ch))}, {literal(float(t.scale))}),  "
+                          + comment(f"group {t.group!r}: {t.kind}, kernel {t.kernel}"))
+        if t.kind in (P.ROPE, P.SO2):
+            code = gen.expr(t.expr, t.site, npairs, len(ch))
+            what = "phase" if t.kind == P.ROPE else "step angle"
+            fwd(comment(f"{t.kind} on {t.group}: {what} = {to_source(t.expr)}  ({t.why})"))
+            fwd(f"out['t{i}'] = ({code}) * torch.ones(1, 1, L, 1, {npairs}, dtype=F64, device=dev)")
         else:
-            wexpr, bexpr = graph.nodes[t["w"]]["expr"], graph.nodes[t["beta"]]["expr"]
-            wcode = gen.expr(wexpr, t["w"], P, len(ch))
-            bcode = gen.expr(bexpr, t["beta"], P, len(ch))
-            fwd(comment(f"{t['label']}: w = {to_source(wexpr)}, beta = {to_source(bexpr)}"))
+            (w, beta) = t.sites
+            wcode = gen.expr(w.expr, w.name, npairs, len(ch))
+            bcode = gen.expr(beta.expr, beta.name, npairs, len(ch))
+            fwd(comment(f"{t.kind} on {t.group}: w = {to_source(w.expr)}, beta = {to_source(beta.expr)}"))
             fwd(f"w_g = (({wcode}) * torch.ones(B, HEADS, L, 1, {len(ch)}, device=dev, dtype=dt))[:, :, :, 0, :]")
             fwd(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=dt))[:, :, :, 0, 0]")
             fwd(f"out['t{i}'] = (w_g, beta)")
-    if "temperature" in graph:
-        expr = graph.nodes["temperature"]["expr"]
-        code = gen.expr(expr, "temperature", None, None)
-        fwd(comment(f"temperature tau = {to_source(expr)} (a scale of q)"))
+    if plan.temperature is not None:
+        tau = plan.temperature.site
+        code = gen.expr(tau.expr, tau.name, None, None)
+        fwd(comment(f"temperature tau = {to_source(tau.expr)} (a scale of q)"))
         fwd(f"out['tau'] = (({code}) * torch.ones(1, 1, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
     biases: list[str] = []
     table_body: list[str] = []
-    for i, n in enumerate(bias_nodes(graph)):
-        b = graph.nodes[n]
-        if b["op"] == "distance_bias" and b.get("slope") is not None:
-            code = gen.expr(b["slope"], n, None, None)
-            fwd(comment(f"{b['label']}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
-            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
-            biases.append(f"('linear', {literal(n)}),")
-        elif b["op"] == "distance_bias":
-            code = gen.expr(b["expr"], n, None, None)
-            table_body.append(f"if i == {i}:  " + comment(f"{b['label']}: a (head, distance) table gathered at p_i - p_j"))
-            table_body.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
-            biases.append(f"('table', {literal(n)}),")
-        else:
-            code = gen.expr(b["expr"], n, None, None)
-            fwd(comment(f"{b['label']}: coordinate G_t = sum of log gates (float64), b(i, j) = G_i - G_j"))
+    for i, b in enumerate(plan.biases):
+        src = f"bias = {to_source(b.site.expr)}"
+        kind = b.kind
+        if b.log_gate is not None:  # a gate, or a constant one read as ALiBi: the coordinate sums it over tokens
+            kind = P.GATE_BIAS
+            code = gen.expr(b.log_gate, b.site.name, None, None)
+            fwd(comment(f"{src}: coordinate G_t = sum of the log gates {to_source(b.log_gate)} (float64), "
+                        "b(i, j) = G_i - G_j"))
             fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
-            biases.append(f"('gate', {literal(n)}),")
+        elif b.kind == P.LINEAR_BIAS:
+            code = gen.expr(b.slope, b.site.name, None, None)
+            fwd(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
+            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
+        else:
+            code = gen.expr(b.site.expr, b.site.name, None, None)
+            table_body.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
+            table_body.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
+        biases.append(f"({literal(kind)}, {literal(b.site.name)}),")
     body.append("return out")
     table_body.append("raise IndexError(i)")
     gen.consts.append("TRANSFORMS = (" + ("" if not transforms else "\n    " + "\n    ".join(transforms) + "\n") + ")")
@@ -270,7 +267,7 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
         f"    sha256        {scheme.source_hash}",
         f"    parameters    {json.dumps(scheme.params, sort_keys=True)}",
         f"    heads         {scheme.heads}, head_dim {scheme.head_dim}, layout {scheme.layout}",
-        f"    compiled for  backend {backend}: {graph.graph.get('backend_note', '')}",
+        f"    compiled for  backend {backend}: {plan.backend_why}",
         "",
         f"Usage: ``{cname}()(q, k, v, x=x, tokens=tokens)`` with q (B, H, Lq, D), k, v (B, Hkv, L, D);",
         "positions, document_ids, attn_mask and cache=module.new_cache(B) as in pedsl's SchemeAttention.",

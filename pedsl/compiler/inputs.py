@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from pedsl.compiler import plan as PL
+from pedsl.compiler.kernels_template import _bool_mask
 from pedsl.compiler.shapes import angle_dtype as _angle_dtype
 from pedsl.compiler.shapes import as_bhl as _as_bhl
 from pedsl.compiler.shapes import as_bhlp as _as_bhlp
@@ -34,16 +36,12 @@ class Layout:
 
 
 def bool_mask(m: Tensor) -> Tensor:
-    if m.dtype == torch.bool:
-        return m
-    if not m.is_floating_point():
-        return m != 0
-    neg = (m == float("-inf")) | (m <= torch.finfo(m.dtype).min / 2)
-    if not bool(((m == 0) | neg).all()):
-        raise ShapeError("attn_mask: a float mask must hold only 0 (attend) and -inf or the dtype's minimum "
-                         "(masked); other values would be a bias",
-                         hint="pass a boolean mask (True = attend); biases come from the scheme")
-    return ~neg
+    """The boolean form of a mask (True = attend), read as the generated modules read it."""
+    try:
+        return _bool_mask(m)
+    except ValueError as exc:
+        raise ShapeError(f"{exc}; other values would be a bias",
+                         hint="pass a boolean mask (True = attend); biases come from the scheme") from None
 
 
 def layout(mod, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device) -> Layout:
@@ -182,21 +180,21 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
     rots, new_angles, new_gates = [], {}, {}
     hh = None
     for idx, t in enumerate(mod.transforms):
-        P = len(t["channels"]) // 2
+        P = len(t.channels) // 2
         ctx = win.ctx(mod, dtype, group=t)
-        if t["op"] == "rotate" and not mod._nodes[t["phase"]].get("dynamic") and lay.n <= TABLE_MAX:
+        if t.static_table and lay.n <= TABLE_MAX:
             # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions
             cos, sin = mod.rope_tables(t, lay.n, win.device, _angle_dtype(dtype))  # rotate's scale included
             pos = lay.positions.clamp(0, cos.shape[0] - 1)  # (padding may sit at any position)
             rots.append((t, (cos[pos].unsqueeze(1), sin[pos].unsqueeze(1))))  # (B, 1, L, P)
-        elif t["op"] == "rotate":
-            ph = mod.evaluator.run(mod._nodes[t["phase"]]["expr"], ctx, t["phase"])
+        elif t.kind == PL.ROPE:
+            ph = mod.evaluator.run(t.expr, ctx, t.site)
             ph = last_tokens(_as_bhlp(ph, win.Lw, P).to(F64), L)  # (B|1, H|1, L, P)
             ph = torch.remainder(ph, TWO_PI)
-            s = t.get("scale", 1.0)  # rotate(..., scale = m): q and k of the group times m (HF's attention factor)
+            s = t.scale  # rotate(..., scale = m): q and k of the group times m (HF's attention factor)
             rots.append((t, ((s * torch.cos(ph)).to(_angle_dtype(dtype)), (s * torch.sin(ph)).to(_angle_dtype(dtype)))))
-        elif t["op"] == "accumulate_so2":
-            a = last_tokens(_as_bhlp(mod.evaluator.run(mod._nodes[t["steps"]]["expr"], ctx, t["steps"]), win.Lw, P), L)
+        elif t.kind == PL.SO2:
+            a = last_tokens(_as_bhlp(mod.evaluator.run(t.expr, ctx, t.site), win.Lw, P), L)
             a = a.to(F64) * valid[:, None, :, None]
             A = cumulative_angles(a, reduce=False)
             prev = cache.angles.get(idx) if cache is not None else None
@@ -206,30 +204,29 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
             new_angles[idx] = A[..., -1, :]
             rots.append((t, A))
         else:
-            wt = mod.evaluator.run(mod._nodes[t["w"]]["expr"], ctx, t["w"])
-            bt = mod.evaluator.run(mod._nodes[t["beta"]]["expr"], ctx, t["beta"])
+            wt, bt = (mod.evaluator.run(s.expr, ctx, s.name) for s in t.sites)
             H, D = mod.heads, mod.head_dim
             wv = last_tokens(wt.align(("batch", "head", "pos", "chan")), L).to(dtype)
-            wv = wv.expand(B, H, L, len(t["channels"]))
-            if len(t["channels"]) == D:
+            wv = wv.expand(B, H, L, len(t.channels))
+            if len(t.channels) == D:
                 w = wv
             else:
                 w = torch.zeros(B, H, L, D, dtype=dtype, device=win.device).index_copy(
-                    -1, torch.tensor(t["channels"], device=win.device), wv)
+                    -1, torch.tensor(t.channels, device=win.device), wv)
             beta = last_tokens(_as_bhl(bt, win.Lw, H), L, -1).expand(B, H, L).to(dtype) * valid[:, None, :]
             hh = (w, beta)
     coord = None
     tables = []
     for idx, b in enumerate(mod.biases):
         ctx = win.ctx(mod, dtype)
-        if b["op"] == "distance_bias" and b.get("slope") is not None:
-            s = _per_head(mod.evaluator.run(b["slope"], ctx, b["node"]), mod.heads).to(F64)  # (H,)
+        if b.log_gate is None and b.kind == PL.LINEAR_BIAS:
+            s = _per_head(mod.evaluator.run(b.slope, ctx, b.site.name), mod.heads).to(F64)  # (H,)
             c = s[None, :, None] * lay.positions.to(F64)[:, None, :]  # (B, H, L): b(i, j) = s (p_i - p_j)
-        elif b["op"] == "distance_bias":
+        elif b.kind == PL.TABLE_BIAS:
             tables.append(b)
             continue
         else:
-            lg = last_tokens(_as_bhl(mod.evaluator.run(b["expr"], ctx, b["node"]), win.Lw, mod.heads), L, -1)
+            lg = last_tokens(_as_bhl(mod.evaluator.run(b.log_gate, ctx, b.site.name), win.Lw, mod.heads), L, -1)
             lg = lg.to(F64) * valid[:, None, :]
             c = torch.cumsum(lg, dim=-1)
             prev = cache.gates.get(idx) if cache is not None else None
@@ -244,6 +241,6 @@ def token_values(mod, win: Window, lay: Layout, dtype, cache):
 def query_scale(mod, win: Window, dtype, Lq: int) -> Tensor | None:
     if mod.temperature is None:
         return None
-    tau = mod.evaluator.run(mod.temperature, win.ctx(mod, dtype), "temperature")
+    tau = mod.evaluator.run(mod.temperature.site.expr, win.ctx(mod, dtype), mod.temperature.site.name)
     t = tau.align(("batch", "head", "pos")) if tau.axes else tau.t.reshape(1, 1, 1)
     return last_tokens(t, Lq, -1).to(F64)

@@ -222,9 +222,9 @@ def _forward(mod, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)
         val = vals[f"t{i}"]
         if scale != 1:
             scales.append((chans, scale))
-        if op == "rotate":
+        if op == "rope-table":
             rots.append((targets, first, second, torch.remainder(_last(val[:, :, :, 0, :], L), TWO_PI)))
-        elif op == "accumulate_so2":
+        elif op == "accumulated-so2":
             a = _last(val[:, :, :, 0, :], L).to(F64) * valid[:, None, :, None]
             A = torch.cumsum(a, dim=-2)
             if cache is not None and i in cache.angles:
@@ -240,10 +240,10 @@ def _forward(mod, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)
             hh = (w, _last(beta, L, -1).to(dt) * valid[:, None, :])
     coord, tables = None, []
     for i, (op, node) in enumerate(BIASES):
-        if op == "table":
+        if op == "distance-table":
             tables.append(i)
             continue
-        if op == "linear":
+        if op == "linear-distance":
             c = vals[f"b{i}"][None, :, None] * lay["pos"].to(F64)[:, None, :]  # slope * p: b(i, j) = c_i - c_j
         else:
             lg = _last(vals[f"b{i}"], L, -1).to(F64) * valid[:, None, :]

@@ -57,6 +57,7 @@ from pedsl.compiler.inputs import (
     query_scale,
     token_values,
 )
+from pedsl.compiler.plan import POSITION_TABLE, ROPE
 from pedsl.compiler.shapes import angle_dtype as _angle_dtype
 from pedsl.compiler.stream_path import path_forward
 from pedsl.errors import ShapeError
@@ -75,9 +76,9 @@ def _fast_decode_plan(mod):
     if plan is None:
         ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod)
               and not mod._conv_history and mod.transforms
-              and all(t["op"] == "rotate" and not mod._nodes[t["phase"]].get("dynamic") for t in mod.transforms))
+              and all(t.static_table for t in mod.transforms))
         D = mod.head_dim
-        plan = [(t, t["channels"] if len(t["channels"]) != D else None, t["targets"] == "qkv")
+        plan = [(t, t.channels if len(t.channels) != D else None, t.values)
                 for t in mod.transforms] if ok else False
         mod.__dict__["_fast_decode"] = plan
     return plan or None
@@ -85,11 +86,7 @@ def _fast_decode_plan(mod):
 
 def _static_temperature(mod) -> bool:
     """No temperature, or one that reads nothing but the position (a table indexed per token)."""
-    if mod.temperature is None:
-        return True
-    from pedsl.lang.types import Dep
-
-    return mod.graph.nodes["temperature"]["ty"].dep <= Dep.POSITION
+    return mod.temperature is None or mod.temperature.table == POSITION_TABLE
 
 
 def _temperature_rows(mod, pos: Tensor, n: int, device) -> Tensor:
@@ -115,7 +112,7 @@ def _full_tables(mod, t, ch, n: int, device, dtype):
             return None
         idx = torch.tensor(arg, device=device)
     store = mod.__dict__.setdefault("_fast_full", {})
-    got = store.get(t["phase"])
+    got = store.get(t.site)
     if got is not None and got[0].shape[0] >= n and got[0].device == device and got[0].dtype == dtype:
         return got
     size = max(n, 2 ** math.ceil(math.log2(max(n, 1))))
@@ -123,7 +120,7 @@ def _full_tables(mod, t, ch, n: int, device, dtype):
     if idx is not None:
         cos = torch.ones(size, D // 2, dtype=dtype, device=device).index_copy(-1, idx, cos)
         sin = torch.zeros(size, D // 2, dtype=dtype, device=device).index_copy(-1, idx, sin)
-    store[t["phase"]] = got = (torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1))
+    store[t.site] = got = (torch.cat([cos, cos], -1), torch.cat([-sin, sin], -1))
     return got
 
 
@@ -245,20 +242,20 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
     # rotations (absolute angles) of q (its last Lq tokens), k and v
     undo = []
     for t, ang in rots:
-        ch = t["channels"] if len(t["channels"]) != D else None
-        if t["op"] == "rotate":
+        ch = t.channels if len(t.channels) != D else None
+        if t.kind == ROPE:
             ck, sk = ang
             cq, sq = last_tokens(ck, Lq), last_tokens(sk, Lq)
             q = rotary.apply_rotary_channels(q, cq, sq, ch, mod.layout)
             k = rotary.apply_rotary_channels(k, ck, sk, ch, mod.layout)
-            if t["targets"] == "qkv":
+            if t.values:
                 v = rotary.apply_rotary_channels(v, ck, sk, ch, mod.layout)
                 undo.append(((cq, sq), ch))
         else:
             aq = last_tokens(ang, Lq)
             ang_d = ang.to(_angle_dtype(dt))
             q = rotary.rotate_many_by_angles([q], last_tokens(ang_d, Lq), mod.layout, ch)[0]
-            if t["targets"] == "qkv":
+            if t.values:
                 k, v = rotary.rotate_many_by_angles([k, v], ang_d, mod.layout, ch)
                 undo.append((aq, ch))
             else:

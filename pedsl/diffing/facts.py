@@ -213,7 +213,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
 
         try:
             g = compile_graph(s)
-            facts.graph, facts.backend, facts.backend_note = g, g.graph["backend"], g.graph.get("backend_note")
+            plan = g.graph["plan"]
+            facts.graph, facts.backend, facts.backend_note = g, plan.backend, plan.backend_why
         except PedslError as err:
             facts.compile_error = str(err)
     return facts

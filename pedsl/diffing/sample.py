@@ -4,12 +4,15 @@ The numeric diff of schemes whose steps, gates or temperature read the tokens, t
 state or learned parameters needs the step angles, Householder vectors and log gates that
 the compiled module computes at initialisation. :class:`Sampler` evaluates them with the numpy
 backend of the run-time walk (:mod:`pedsl.runtime.numpy_backend`), never importing torch.
+Every site is named as the lowering plan names it (:mod:`pedsl.compiler.plan`), so weights
+drawn from a module load under the same keys.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from pedsl.compiler import compile_plan
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.numpy_backend import NL, Ctx, NumpyEvaluator
 
@@ -19,6 +22,8 @@ class Sampler:
     def __init__(self, scheme: Scheme, *, d_model: int, vocab_size: int = 256, seed: int = 0,
                  weights: dict[str, dict[str, np.ndarray]] | None = None, tables: dict | None = None):
         self.scheme = scheme
+        # the plan's site names (the reference backend's plan: it lowers every scheme)
+        self.plan = compile_plan(scheme, backend="reference")
         self.heads = scheme.heads
         self.values = {**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}
         self.weights = dict(weights or {})
@@ -37,21 +42,22 @@ class Sampler:
     def step_angles(self, t, L: int, x=None, tokens=None) -> np.ndarray:
         """Accumulated-rotation step angles a(t, k), (B|1, H|1, L, P)."""
         c = self.ctx(L, x, tokens, t.group)
-        a = self.run(t.angle, f"steps[{t.group}]", c).align(("batch", "head", "pos", "pair"))
+        a = self.run(t.angle, self.plan.transport(t.group).site, c).align(("batch", "head", "pos", "pair"))
         return np.broadcast_to(a, a.shape[:2] + (L, c.pairs))
 
     def householder(self, t, L: int, x=None, tokens=None) -> tuple[np.ndarray, np.ndarray]:
         """Householder vectors w (B|1, H, L, Dg) on the group's channels and beta (B|1, H, L)."""
         c = self.ctx(L, x, tokens, t.group)
-        w = self.run(t.w, f"w[{t.group}]", c).align(("batch", "head", "pos", "chan"))
-        beta = self.run(t.beta, f"beta[{t.group}]", c).align(("batch", "head", "pos"))
+        w_site, beta_site = (s.name for s in self.plan.transport(t.group).sites)
+        w = self.run(t.w, w_site, c).align(("batch", "head", "pos", "chan"))
+        beta = self.run(t.beta, beta_site, c).align(("batch", "head", "pos"))
         B = max(w.shape[0], beta.shape[0])
         return (np.broadcast_to(w, (B, self.heads, L, c.chans)),
                 np.broadcast_to(beta, (B, self.heads, L)))
 
     def log_gate(self, index: int, L: int, x=None, tokens=None) -> np.ndarray:
         """The per-step log gate of gate bias ``index``, (B|1, H, L)."""
-        g = self.run(self.scheme.biases[index].log_gate, f"bias[{index}]", self.ctx(L, x, tokens))
+        g = self.run(self.scheme.biases[index].log_gate, self.plan.biases[index].site.name, self.ctx(L, x, tokens))
         a = g.align(("batch", "head", "pos"))
         return np.broadcast_to(a, (a.shape[0], self.heads, L))
 
@@ -59,5 +65,5 @@ class Sampler:
         """tau at query positions 0..L-1, (H|1, L)."""
         if self.scheme.temperature is None:
             return np.ones((1, L))
-        tau = self.run(self.scheme.temperature, "temperature", self.ctx(L)).align(("head", "pos"))
+        tau = self.run(self.scheme.temperature, self.plan.temperature.site.name, self.ctx(L)).align(("head", "pos"))
         return np.broadcast_to(tau, (tau.shape[0], L))

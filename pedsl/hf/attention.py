@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from pedsl.errors import InteropError
+from pedsl.compiler.plan import RUNTIME_LENGTH
 
 NAME = "pedsl"
 _ATTR = "_pedsl_attention"
@@ -56,8 +57,7 @@ class _State:
 
     def __init__(self, module) -> None:
         self.module = module
-        tables = [module.graph.nodes[t["phase"]] for t in module.transforms if t["op"] == "rotate"]
-        self.keep_cache = any(d["ty"].runtime for d in tables)  # the table reads the length n
+        self.keep_cache = any(t.table == RUNTIME_LENGTH for t in module.transforms)
         self.caches: dict[int, tuple] = {}
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pedsl.compiler.plan import param_key
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
@@ -125,7 +126,7 @@ class DynamicEvaluator:
         return self.apply(spec, arrays, static)
 
     def _next_site(self, kind: str) -> str:
-        key = f"{self._site}__{kind}{self._count}"
+        key = param_key(self._site, kind, self._count)
         self._count += 1
         return key
 

@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import torch
 
+from pedsl.compiler.plan import HOUSEHOLDER
 from pedsl.errors import EvalError
 from pedsl.formulas import channel_pairs
 from pedsl.study import instruments as ins
@@ -95,7 +96,7 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
         raise EvalError(too_big, hint="lower --samples or the lengths (--lengths, --max-length)")
     data = validation_data(cfg)
     notes = []
-    if any(t["op"] == "accumulate_householder" for blk in model.blocks for t in getattr(blk.attn.pe, "transforms", [])):
+    if any(t.kind == HOUSEHOLDER for blk in model.blocks for t in getattr(blk.attn.pe, "transforms", [])):
         notes.append("Householder (PaTH) steps are not absolute transforms: the geometry uses q and k before "
                      "them; far mass, sink mass and scores include them.")
     say(f"analyze {meta['scheme'].name}: lengths {lens}, far window W = {W}")

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from pedsl.errors import OutputError
 from pedsl.study import seeds as sd
 from pedsl.study.common import write_json, write_text
-from pedsl.study.report import STYLE, reproduce_html, reproduce_md
+from pedsl.study.report import STYLE, html_table, md_table, reproduce_html, reproduce_md
 from pedsl.study.report_extension import accuracy, ratio
 
 PARTS = (("zero_shot", "zero-shot (weights as trained, scheme swapped)"),
@@ -186,12 +186,10 @@ def markdown(aggregated: dict, meta: dict, files: list[str]) -> str:
     title = f"# pedsl compare --study extension over seeds {', '.join(map(str, meta['seeds']))}"
     md = [title, "", _intro(meta), ""]
     header, rows = summary(aggregated)
-    md += ["## Summary (text)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    md += ["## Summary (text)", "", *md_table(header, rows)] + [""]
     md += ["## Findings", ""] + [f"- {x}" for x in findings(aggregated)] + [""]
     for t, head, trows, note in tables(aggregated):
-        md += [f"## {t}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        md += ["| " + " | ".join(r) + " |" for r in trows] + ["", note, ""]
+        md += [f"## {t}", "", *md_table(head, trows)] + ["", note, ""]
     md += ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
     md += reproduce_md(meta)
     return "\n".join(md)
@@ -200,17 +198,13 @@ def markdown(aggregated: dict, meta: dict, files: list[str]) -> str:
 def html_page(aggregated: dict, meta: dict, files: list[str]) -> str:
     e = html.escape
 
-    def table(head: list[str], rows: list[list[str]]) -> str:
-        return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
-
     parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>pedsl extension study, seeds</title>",
              STYLE + "</head><body>", f"<h1>pedsl compare --study extension over seeds "
              f"{e(', '.join(map(str, meta['seeds'])))}</h1>", f"<p>{e(_intro(meta))}</p>",
-             "<h2>Summary (text)</h2>", table(*summary(aggregated)), "<h2>Findings</h2><ul>"]
+             "<h2>Summary (text)</h2>", html_table(*summary(aggregated)), "<h2>Findings</h2><ul>"]
     parts += [f"<li>{e(x)}</li>" for x in findings(aggregated)] + ["</ul>"]
     for t, head, rows, note in tables(aggregated):
-        parts += [f"<h2>{e(t)}</h2>", table(head, rows), f"<p class='note'>{e(note)}</p>"]
+        parts += [f"<h2>{e(t)}</h2>", html_table(head, rows), f"<p class='note'>{e(note)}</p>"]
     parts += ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
                                    if x.endswith(".png")]
     parts += reproduce_html(meta)

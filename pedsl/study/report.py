@@ -122,9 +122,7 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
           f"{meta.get('data')}, seed {meta.get('seed')}. This invocation took {meta.get('wall_time_s', 0):.0f} s ({meta.get('cpu_time_s', 0):.0f} s CPU); training + evaluation + analysis of all runs "
           f"took {meta.get('compute_time_s', 0):.0f} s in total (runs reused from an earlier invocation count too).", ""]
     for title, header, rows, note in tables(results, ctx):
-        md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        md += ["| " + " | ".join(r) + " |" for r in rows]
-        md += ["", note, ""]
+        md += [f"## {title}", "", *md_table(header, rows), "", note, ""]
     f = findings(results, ctx)
     if f:
         md += ["## Expected direction (papers: RoPE >> accumulated > ALiBi ~ 1 past the training length)", ""]
@@ -143,6 +141,18 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
     md += reproduce_md(meta)
     return "\n".join(md)
 
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table as lines."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def html_table(header: list[str], rows: list[list[str]]) -> str:
+    """An HTML table, every cell escaped."""
+    e = html.escape
+    return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
 def reproduce_md(meta: dict) -> list[str]:
     """The report's "Reproduce" section: command, git commit, versions, date (Markdown lines)."""
@@ -184,9 +194,7 @@ def to_html(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
              f"This invocation took {meta.get('wall_time_s', 0):.0f} s ({meta.get('cpu_time_s', 0):.0f} s CPU); training + evaluation + analysis of all runs took "
              f"{meta.get('compute_time_s', 0):.0f} s in total.</p>"]
     for title, header, rows, note in tables(results, ctx):
-        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
-        parts.append(f"</table><p class='note'>{e(note)}</p>")
+        parts += [f"<h2>{e(title)}</h2>", html_table(header, rows), f"<p class='note'>{e(note)}</p>"]
     f = findings(results, ctx)
     if f:
         parts.append("<h2>Expected direction (papers: RoPE &gt;&gt; accumulated &gt; ALiBi ~ 1)</h2><ul>")

@@ -21,6 +21,8 @@ import math
 import torch
 from torch import Tensor
 
+from pedsl.compiler.plan import HOUSEHOLDER
+
 F64 = torch.float64
 
 
@@ -63,8 +65,7 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         Fs = Fs * decay + (e * far).sum(-1)
         m = new_m
 
-    hh = [t for t in mod.transforms if t["op"] == "accumulate_householder"]
-    if not hh:
+    if not any(t.kind == HOUSEHOLDER for t in mod.transforms):
         for j0 in range(0, L, block):
             absorb(qt @ kt[:, :, j0: j0 + block].transpose(-1, -2), j0)
     else:

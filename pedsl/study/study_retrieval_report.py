@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pedsl.study import seeds as sd
 from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, band_plot, loss_curves, plt
+from pedsl.study.report import html_table, md_table
 from pedsl.data.tasks import TASKS
 
 TASK_TITLES = {"passkey": "passkey (single needle)", "multikey": "multi-key needle with distractors",
@@ -305,8 +306,7 @@ def _intro(meta: dict, n: int) -> str:
 def markdown(results: dict, meta: dict, plots: dict[str, list[str]]) -> str:
     md = [f"# {_title(meta, len(results))}", "", _intro(meta, len(results)), ""]
     for title, header, rows, note in tables(results, meta):
-        md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        md += ["| " + " | ".join(r) + " |" for r in rows] + ["", note, ""]
+        md += [f"## {title}", "", *md_table(header, rows), "", note, ""]
     md += ["## Plots", ""]
     for key, files in plots.items():
         png = [f for f in files if f.endswith(".png")]
@@ -330,9 +330,7 @@ def html_page(results: dict, meta: dict, plots: dict[str, list[str]]) -> str:
              "img{max-width:100%;border:1px solid #eee}.note{color:#555;font-size:.92em}</style></head><body>",
              f"<h1>{e(_title(meta, len(results)))}</h1>", f"<p>{e(_intro(meta, len(results)))}</p>"]
     for title, header, rows, note in tables(results, meta):
-        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
-        parts.append(f"</table><p class='note'>{e(note)}</p>")
+        parts += [f"<h2>{e(title)}</h2>", html_table(header, rows), f"<p class='note'>{e(note)}</p>"]
     parts.append("<h2>Plots</h2>")
     for key, files in plots.items():
         png = [f for f in files if f.endswith(".png")]
