@@ -19,6 +19,8 @@ CPU-time ratios to the floor, wall in brackets), fwd+bwd:
             3.1 GiB saved for backward vs 72 MiB for path
     L=2048: path C=32 3.9x (3.9x), C=64 2.7x (2.0x), C=128 2.8x (2.1x); materialized skipped
             (~112 GB); naive extrapolated from L=64: ~4800 s cpu, ~1800x slower than path C=64
+(before issue 13's two-level scan; the figures after it are in benchmarks/README.md, note 4:
+L=2048 C=64 with superblocks of 4: 1.62x cpu, against 2.41x for that kernel in the same run)
 
     python benchmarks/path_quick.py                 # L = 512, 2048; C = 32, 64, 128
     python benchmarks/path_quick.py --lengths 512 --blocks 64 --threads 1
