@@ -147,7 +147,7 @@ def findings(aggregated: dict) -> list[str]:
 
 
 def plots(aggregated: dict, out_dir: Path) -> list[str]:
-    from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, band_plot, plt
+    from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, band_plot, plt
 
     files: list[str] = []
     for task, agg in aggregated.items():
@@ -164,8 +164,8 @@ def plots(aggregated: dict, out_dir: Path) -> list[str]:
                     if pts:
                         band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=method,
                                   marker=MARKERS[n % len(MARKERS)])
-                _length_axis(ax, lens)
-                _mark_train(ax, L0)
+                length_axis(ax, lens)
+                mark_train(ax, L0)
                 ax.axvline(L0 * T, color="tab:red", linestyle=":", linewidth=1)
                 if task == "text":
                     ax.set_yscale("log")
@@ -178,7 +178,7 @@ def plots(aggregated: dict, out_dir: Path) -> list[str]:
                 if ax.get_legend_handles_labels()[0]:
                     ax.legend(fontsize=8)
         fig.suptitle("Text perplexity ratio vs length" if task == "text" else "Exact-offset accuracy vs length")
-        files += _save(fig, out_dir, f"extension_seeds_{task}")
+        files += save_figure(fig, out_dir, f"extension_seeds_{task}")
     return files
 
 

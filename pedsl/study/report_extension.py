@@ -150,7 +150,7 @@ def findings(results: dict) -> list[str]:
 def plots(results: dict, out_dir: Path) -> list[str]:
     import matplotlib.ticker
 
-    from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, plt
+    from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, plt
 
     files: list[str] = []
     for task, rec in results.items():
@@ -167,8 +167,8 @@ def plots(results: dict, out_dir: Path) -> list[str]:
                     pts = [(L, y) for L, y in zip(lens, ys) if y is not None]
                     if pts:
                         ax.plot(*zip(*pts), marker=MARKERS[n % len(MARKERS)], label=method)
-                _length_axis(ax, lens)
-                _mark_train(ax, L0)
+                length_axis(ax, lens)
+                mark_train(ax, L0)
                 ax.axvline(L0 * T, color="tab:red", linestyle=":", linewidth=1)
                 if task == "text":
                     ax.set_yscale("log")
@@ -184,7 +184,7 @@ def plots(results: dict, out_dir: Path) -> list[str]:
                              f"(target {L0 * T}, dotted)", fontsize=10)
                 ax.legend(fontsize=8)
         fig.suptitle("Text perplexity ratio vs length" if task == "text" else "Exact-offset accuracy vs length")
-        files += _save(fig, out_dir, f"extension_{task}")
+        files += save_figure(fig, out_dir, f"extension_{task}")
     return files
 
 
