@@ -30,7 +30,7 @@ from typing import Any, Callable
 from pedsl.errors import OutputError
 from pedsl.study import seeds as sd
 from pedsl.study.common import write_json, write_text
-from pedsl.study.report import STYLE, html_table, md_table, reproduce_html, reproduce_md
+from pedsl.study.report import STYLE, html_images, html_sections, html_table, md_images, md_sections, md_table, reproduce_html, reproduce_md
 from pedsl.study.report_extension import accuracy, ratio
 
 PARTS = (("zero_shot", "zero-shot (weights as trained, scheme swapped)"),
@@ -188,9 +188,8 @@ def markdown(aggregated: dict, meta: dict, files: list[str]) -> str:
     header, rows = summary(aggregated)
     md += ["## Summary (text)", "", *md_table(header, rows)] + [""]
     md += ["## Findings", ""] + [f"- {x}" for x in findings(aggregated)] + [""]
-    for t, head, trows, note in tables(aggregated):
-        md += [f"## {t}", "", *md_table(head, trows)] + ["", note, ""]
-    md += ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
+    md += md_sections(tables(aggregated))
+    md += md_images(files)
     md += reproduce_md(meta)
     return "\n".join(md)
 
@@ -203,10 +202,8 @@ def html_page(aggregated: dict, meta: dict, files: list[str]) -> str:
              f"{e(', '.join(map(str, meta['seeds'])))}</h1>", f"<p>{e(_intro(meta))}</p>",
              "<h2>Summary (text)</h2>", html_table(*summary(aggregated)), "<h2>Findings</h2><ul>"]
     parts += [f"<li>{e(x)}</li>" for x in findings(aggregated)] + ["</ul>"]
-    for t, head, rows, note in tables(aggregated):
-        parts += [f"<h2>{e(t)}</h2>", html_table(head, rows), f"<p class='note'>{e(note)}</p>"]
-    parts += ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
-                                   if x.endswith(".png")]
+    parts += html_sections(tables(aggregated))
+    parts += html_images(files)
     parts += reproduce_html(meta)
     return "\n".join(parts)
 

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pedsl.study.report import STYLE, html_table, md_table, _fmt, reproduce_html, reproduce_md
+from pedsl.study.report import STYLE, html_images, html_sections, html_table, md_images, md_sections, md_table, _fmt, reproduce_html, reproduce_md
 
 
 def _base_nll(rec: dict) -> float | None:
@@ -215,9 +215,8 @@ def markdown(results: dict, meta: dict, files: list[str]) -> str:
         md += ["## Against the published picture", ""] + [f"- {x}" for x in f] + [""]
     for note in meta.get("notes") or []:
         md += [f"Note: {note}", ""]
-    for title, head, trows, note in tables(results):
-        md += [f"## {title}", "", *md_table(head, trows)] + ["", note, ""]
-    md += ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
+    md += md_sections(tables(results))
+    md += md_images(files)
     md += reproduce_md(meta)
     return "\n".join(md)
 
@@ -233,10 +232,8 @@ def html_page(results: dict, meta: dict, files: list[str]) -> str:
     if f:
         parts += ["<h2>Against the published picture</h2><ul>"] + [f"<li>{e(x)}</li>" for x in f] + ["</ul>"]
     parts += [f"<p class='note'>Note: {e(n)}</p>" for n in meta.get("notes") or []]
-    for title, head, rows, note in tables(results):
-        parts += [f"<h2>{e(title)}</h2>", html_table(head, rows), f"<p class='note'>{e(note)}</p>"]
-    parts += ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
-                                   if x.endswith(".png")]
+    parts += html_sections(tables(results))
+    parts += html_images(files)
     parts += reproduce_html(meta)
     return "\n".join(parts)
 

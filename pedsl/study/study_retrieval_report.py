@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pedsl.study import seeds as sd
 from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, band_plot, loss_curves, plt
-from pedsl.study.report import html_table, md_table
+from pedsl.study.report import html_sections, md_sections
 from pedsl.data.tasks import TASKS
 
 TASK_TITLES = {"passkey": "passkey (single needle)", "multikey": "multi-key needle with distractors",
@@ -305,8 +305,7 @@ def _intro(meta: dict, n: int) -> str:
 
 def markdown(results: dict, meta: dict, plots: dict[str, list[str]]) -> str:
     md = [f"# {_title(meta, len(results))}", "", _intro(meta, len(results)), ""]
-    for title, header, rows, note in tables(results, meta):
-        md += [f"## {title}", "", *md_table(header, rows), "", note, ""]
+    md += md_sections(tables(results, meta))
     md += ["## Plots", ""]
     for key, files in plots.items():
         png = [f for f in files if f.endswith(".png")]
@@ -329,8 +328,7 @@ def html_page(results: dict, meta: dict, plots: dict[str, list[str]]) -> str:
              "th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
              "img{max-width:100%;border:1px solid #eee}.note{color:#555;font-size:.92em}</style></head><body>",
              f"<h1>{e(_title(meta, len(results)))}</h1>", f"<p>{e(_intro(meta, len(results)))}</p>"]
-    for title, header, rows, note in tables(results, meta):
-        parts += [f"<h2>{e(title)}</h2>", html_table(header, rows), f"<p class='note'>{e(note)}</p>"]
+    parts += html_sections(tables(results, meta))
     parts.append("<h2>Plots</h2>")
     for key, files in plots.items():
         png = [f for f in files if f.endswith(".png")]
