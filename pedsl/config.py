@@ -86,6 +86,9 @@ class DataConfig(_Frozen):
     max_bytes: int = Field(8_000_000, ge=1024, le=L.MAX_TENSOR_BYTES, description="read at most this many bytes of text")
     passkey_digits: int = Field(5, ge=1, le=32, description="answer digits of passkey, multikey and kv")
     multikey_keys: int = Field(3, ge=1, le=64, description="needles of the multikey task (one asked)")
+    answer_weight: float = Field(0.0, ge=0, le=1000, description=(
+        "training loss = mean over all bytes + answer_weight x mean over the answer bytes of the "
+        "retrieval-task rows (passkey, multikey, kv); 0: every byte weighs the same"))
     block_len: int = Field(16, ge=2, le=L.MAX_LENGTH, description="latent block length B of the block task")
     block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
 
@@ -167,6 +170,8 @@ class TrainConfig(_Frozen):
             d.pop(k, None)
         if d.get("init_from") is None:  # runs from before the field keep their digest
             d.pop("init_from", None)
+        if d["data"].get("answer_weight") == 0:  # likewise
+            d["data"].pop("answer_weight")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 
