@@ -242,3 +242,23 @@ def test_train_rows_carry_the_mask_of_each_rows_source_and_match_train_batch():
             assert m.nonzero().flatten().tolist() == list(range(124, 129)) and bytes(r[m].tolist()).isdigit()
     r1, m1 = d.train_rows(4, 32, 1, 2)
     assert torch.equal(r1, rows[1::2]) and torch.equal(m1, mask[1::2])
+
+
+def test_train_digits_vary_the_answer_length_per_batch_and_task():
+    cfg = DataConfig(source="passkey:0.5,kv:0.5", train_digits=(2, 9))
+    d = TrainData(cfg, context=128, seed=0)
+    seen = set()
+    for step in range(40):
+        rows, mask = d.train_rows(step, 8)
+        for r, m, s in zip(rows, mask, d.sources(0, step, 8)):
+            k = int(m.sum())
+            assert 2 <= k <= 9 and m[-k:].all() and bytes(r[-k:].tolist()).isdigit()
+            text = bytes(r.tolist())
+            assert not text[-k - 1:-k].isdigit()  # exactly k digits end the row
+            seen.add((s, k))
+        assert torch.equal(d.train_rows(step, 8)[1], mask)  # a function of the step
+    assert {k for _, k in seen} == set(range(2, 10))
+    fixed = TrainData(DataConfig(source="passkey:0.5,kv:0.5"), context=128, seed=0).train_rows(3, 8)[1]
+    assert fixed.sum(1).tolist() == [5] * 8
+    with pytest.raises(ValueError, match="lo <= hi"):
+        DataConfig(train_digits=(5, 2))

@@ -29,6 +29,12 @@ Sources (``DataConfig.source``):
   ``passkey``, ``multikey`` and ``kv`` are the generators of :mod:`pedsl.tasks` at the training
   length, the needle at a uniformly random depth. In YAML: ``data: {source: "stdlib:0.7,kv:0.3"}``.
 
+**Answer mask**: :meth:`TrainData.train_rows` gives each row a per-byte bool mask, True at the
+answer bytes of the retrieval tasks (text, copy and block rows have none); with
+``data.answer_weight = w > 0`` the training loss is the mean over every byte plus ``w`` times the
+mean over the marked ones (:func:`pedsl.train.loop._loss`), so the few bytes that need retrieval
+are not drowned out by the haystack's.
+
 Training windows are a pure function of ``(seed, step)``: the same global batch on every rank
 (rank ``r`` keeps rows ``r::world``), nothing to save but the step to resume exactly.
 """
@@ -109,12 +115,17 @@ def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.G
                    mixed: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` rows of ``length`` bytes of a generated source and their **answer mask** (same shape,
     bool): True at the answer bytes of the retrieval tasks (their ``answer_positions``), False
-    everywhere else (copy, blocks, lag and topic rows have none). ``passkey`` alone (not
+    everywhere else (copy, blocks, lag and topic rows have none). Task rows have
+    ``cfg.passkey_digits`` answer digits, or with ``cfg.train_digits = (lo, hi)`` a count drawn
+    from ``g`` in lo..hi (the same for the ``n`` rows). ``passkey`` alone (not
     ``mixed``) is the older :func:`pedsl.synthetic.passkey_batch`, in a mixture :func:`pedsl.tasks.passkey`."""
+    digits = cfg.passkey_digits
+    if cfg.train_digits is not None and source in _tasks.TASKS:
+        digits = int(torch.randint(cfg.train_digits[0], cfg.train_digits[1] + 1, (1,), generator=g))
     if source in _tasks.TASKS and (source != "passkey" or mixed):
-        b = _tasks.generate(source, n, length, digits=cfg.passkey_digits, keys=cfg.multikey_keys, g=g)
+        b = _tasks.generate(source, n, length, digits=digits, keys=cfg.multikey_keys, g=g)
     elif source == "passkey":
-        b = passkey_batch(n, length, digits=cfg.passkey_digits, g=g)
+        b = passkey_batch(n, length, digits=digits, g=g)
     elif source == "blocks":
         b = {"tokens": block_batch(n, length, block_len=cfg.block_len, offset=cfg.block_offset, g=g)["tokens"]}
     elif source == "lag":
@@ -150,7 +161,7 @@ class TrainData:
         text = text_source(cfg)
         self.corpus = None if text is None else load_corpus(cfg.model_copy(update={"source": text}))
         for name in [n for n, _ in self.mixture or [(cfg.source, 1.0)] if n in _tasks.TASKS]:
-            need = _tasks.min_length(name, cfg.passkey_digits, cfg.multikey_keys)
+            need = _tasks.min_length(name, max((cfg.passkey_digits, *(cfg.train_digits or ()))), cfg.multikey_keys)
             if context + 1 < need:
                 raise DataError(f"context {context} is too short for the '{name}' task (it needs windows of "
                                 f"at least {need} bytes)", hint=f"raise --context to at least {need - 1}")

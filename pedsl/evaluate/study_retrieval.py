@@ -32,6 +32,7 @@ from pedsl.tasks import TASKS, generate, min_length
 
 SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path", "fox", "path_fox")
 MIXTURE = "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"
+TRAIN = {"answer_weight": 1.0}  # the study's training settings (``--steps`` and ``--set`` override them)
 MULTIPLIERS = (1, 2, 4, 8, 16)
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SAMPLES = 8
