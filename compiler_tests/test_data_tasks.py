@@ -262,3 +262,7 @@ def test_train_digits_vary_the_answer_length_per_batch_and_task():
     assert fixed.sum(1).tolist() == [5] * 8
     with pytest.raises(ValueError, match="lo <= hi"):
         DataConfig(train_digits=(5, 2))
+    # multikey with 3 keys fits at most 6 digits in 129 bytes: the range is cut there, not refused
+    tight = TrainData(DataConfig(source="multikey", train_digits=(2, 10)), context=128, seed=0)
+    counts = {int(tight.train_rows(step, 2)[1][0].sum()) for step in range(60)}
+    assert counts == set(range(2, 7))

@@ -117,11 +117,15 @@ def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.G
     bool): True at the answer bytes of the retrieval tasks (their ``answer_positions``), False
     everywhere else (copy, blocks, lag and topic rows have none). Task rows have
     ``cfg.passkey_digits`` answer digits, or with ``cfg.train_digits = (lo, hi)`` a count drawn
-    from ``g`` in lo..hi (the same for the ``n`` rows). ``passkey`` alone (not
+    from ``g`` in lo..hi (the same for the ``n`` rows; hi lowered to what the task fits in
+    ``length``). ``passkey`` alone (not
     ``mixed``) is the older :func:`pedsl.synthetic.passkey_batch`, in a mixture :func:`pedsl.tasks.passkey`."""
     digits = cfg.passkey_digits
     if cfg.train_digits is not None and source in _tasks.TASKS:
-        digits = int(torch.randint(cfg.train_digits[0], cfg.train_digits[1] + 1, (1,), generator=g))
+        lo, hi = cfg.train_digits
+        while hi > lo and _tasks.min_length(source, hi, cfg.multikey_keys) > length:
+            hi -= 1  # the longest answer this task fits in the row
+        digits = int(torch.randint(lo, hi + 1, (1,), generator=g))
     if source in _tasks.TASKS and (source != "passkey" or mixed):
         b = _tasks.generate(source, n, length, digits=digits, keys=cfg.multikey_keys, g=g)
     elif source == "passkey":
@@ -161,7 +165,7 @@ class TrainData:
         text = text_source(cfg)
         self.corpus = None if text is None else load_corpus(cfg.model_copy(update={"source": text}))
         for name in [n for n, _ in self.mixture or [(cfg.source, 1.0)] if n in _tasks.TASKS]:
-            need = _tasks.min_length(name, max((cfg.passkey_digits, *(cfg.train_digits or ()))), cfg.multikey_keys)
+            need = _tasks.min_length(name, max(cfg.passkey_digits, (cfg.train_digits or (1,))[0]), cfg.multikey_keys)
             if context + 1 < need:
                 raise DataError(f"context {context} is too short for the '{name}' task (it needs windows of "
                                 f"at least {need} bytes)", hint=f"raise --context to at least {need - 1}")
