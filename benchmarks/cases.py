@@ -19,6 +19,7 @@ from torch import Tensor
 
 from benchmarks import baselines as bl
 from benchmarks.measure import Variant
+from pedsl.compiler.plan import GATE_BIAS, HOUSEHOLDER, ROPE, SO2
 from pedsl.ops import rotary
 
 GB = 2**30
@@ -35,14 +36,14 @@ class Case:
 
 
 def family(mod) -> str:
-    ops = {t["op"] for t in mod.transforms}
-    if "accumulate_householder" in ops:
+    ops = {t.kind for t in mod.transforms}
+    if HOUSEHOLDER in ops:
         return "path"
-    if "accumulate_so2" in ops:
+    if SO2 in ops:
         return "accumulated"
     if mod.biases and not ops:
         return "bias"
-    if ops == {"rotate"} and not mod.biases:
+    if ops == {ROPE} and not mod.biases:
         return "rotary"
     return "mixed" if ops or mod.biases else "nope"
 
@@ -91,10 +92,10 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
         return
     pre = []  # functions (q, k, v) -> (q, k, v, undo) applied in the timed region
     for t in mod.transforms:
-        full = len(t["channels"]) == D
-        if t["op"] == "rotate":
+        full = len(t.channels) == D
+        if t.kind == ROPE:
             cos, sin = mod.rope_tables(t, L, q.device, q.dtype)
-            plan = None if full else rotary._plan(tuple(t["channels"]), D, mod.layout)
+            plan = None if full else rotary._plan(tuple(t.channels), D, mod.layout)
             if plan is not None and plan[0] == "prefix":  # GPT-NeoX rotary_pct: rotate a slice, cat the rest
                 m = plan[1]
                 c2, s2 = bl.hf_tables(cos, sin, m, None, mod.layout)
@@ -108,7 +109,7 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
             c2, s2 = bl.hf_tables(cos, sin, D, None if full else plan[1], mod.layout)
             pre.append(lambda q, k, v, c2=c2, s2=s2: (bl.hf_rotate(q, c2, s2, mod.layout),
                                                       bl.hf_rotate(k, c2, s2, mod.layout), v, None))
-        elif t["op"] == "accumulate_so2":
+        elif t.kind == SO2:
             if not full:
                 yield "matrices", None, "partial-channel accumulated groups not in the baseline"
                 return
@@ -123,22 +124,22 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
                 ang = mod.step_angles(t, L, x, tokens, q.device, q.dtype).to(q.dtype)  # (B|1, H|1, L, P)
                 A = bl.scan_rotations(bl.rotation_blocks(ang))  # (B|1, H|1, L, P, 2, 2)
                 qr, kr = bl.apply_blocks(q, A, mod.layout), bl.apply_blocks(k, A, mod.layout)
-                if t["targets"] == "qkv":
+                if t.values:
                     return qr, kr, bl.apply_blocks(v, A, mod.layout), A
                 return qr, kr, v, None
 
             pre.append(acc)
         else:  # pragma: no cover
-            yield "hand", None, f"no baseline for {t['op']}"
+            yield "hand", None, f"no baseline for {t.kind}"
             return
     tau = mod.query_scale(L, q.device)
     tau = None if tau is None else tau.to(q.dtype).unsqueeze(-1)
     static_bias, gates = None, []
     for b in mod.biases:
-        if b["op"] == "distance_bias":
+        if b.kind != GATE_BIAS:
             from pedsl.compiler.module import _as_hd
 
-            term = mod.evaluator.run(b["expr"], mod._ctx(L, x, tokens, q.device), b["node"])
+            term = mod.evaluator.run(b.site.expr, mod._ctx(L, x, tokens, q.device), b.site.name)
             i = torch.arange(L)
             dist = (i[:, None] - i[None, :]).clamp(min=0)
             tab = _as_hd(term, L, H).to(torch.float64)[:, dist].unsqueeze(0)  # (1, H, L, L), static
@@ -167,7 +168,7 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
         else:
             bias = static_bias
             for b in gates:
-                lg = mod.evaluator.run(b["expr"], mod._ctx(L, x, tokens, q.device), b["node"])
+                lg = mod.evaluator.run(b.site.expr, mod._ctx(L, x, tokens, q.device), b.site.name)
                 fb = bl.forget_bias(as_bhl(lg, L, H).to(q.dtype))
                 bias = fb if bias is None else bias + fb
             o = bl.bias_attention(qq, kk, vv, bias)
@@ -183,7 +184,7 @@ def _path_variants(mod, q, k, v, x, tokens, cap_gb):
     from pedsl.ops.path import path_attention_materialized
 
     B, H, L, D = q.shape
-    if any(len(t["channels"]) != D for t in mod.transforms):
+    if any(len(t.channels) != D for t in mod.transforms):
         yield "materialized", None, "partial-channel PaTH not in the baseline"
         return
     est = 3.5 * B * H * L * L * D * 4

@@ -46,8 +46,8 @@ def _pedsl(scheme_text_or_path, heads, head_dim, params=None):
 
 def _freqs(mod, L):
     (t,) = mod.transforms
-    ph = mod.evaluator.run(mod.graph.nodes[t["phase"]]["expr"], mod._ctx(L, group=t), t["phase"])
-    return ph.align(("pos", "pair")).expand(L, len(t["channels"]) // 2)[1]
+    ph = mod.evaluator.run(t.expr, mod._ctx(L, group=t), t.site)
+    return ph.align(("pos", "pair")).expand(L, len(t.channels) // 2)[1]
 
 
 def _compare(cfg, mod, L, heads, head_dim, scale=1.0, seed=0):

@@ -22,7 +22,7 @@ import torch
 
 def build(name: str, cfg):
     from pedsl.model import TransformerLM
-    from pedsl.train.attention import from_scheme, nope
+    from pedsl.train.recipe import from_scheme, nope
     from pedsl.train.loop import make_optimizer
 
     attn = nope() if name == "nope" else from_scheme(cfg.model_copy(update={"scheme": name}))

@@ -86,7 +86,7 @@ class Batch:
 
     def add(self, pe: Path, *, by_name: bool = False, scheme: str | None = None) -> dict:
         mod = compile_scheme(pe, scheme=scheme, num_heads=2, head_dim=8)
-        src = generate(mod.scheme, mod.graph)
+        src = generate(mod.scheme, mod.plan)
         ast.parse(src)
         n = len(self.cases)
         folder = self.root / f"m{n}"
@@ -283,4 +283,4 @@ def test_validation_refuses_a_broken_module(bug, monkeypatch):
     else:
         monkeypatch.setattr(codegen, "_kernels", lambda: "Module = 1\n")
     with pytest.raises(RuntimeError, match="codegen produced"):
-        generate(mod.scheme, mod.graph)
+        generate(mod.scheme, mod.plan)

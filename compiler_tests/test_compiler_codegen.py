@@ -28,8 +28,8 @@ def _import(path, name):
 @pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
 def test_generated_module_matches_in_process(path, tmp_path):
     mod = compile_scheme(path, d_model=D_MODEL)
-    src = generate(mod.scheme, mod.graph, d_model=D_MODEL if mod.needs_x else None)
-    assert src == generate(mod.scheme, mod.graph, d_model=D_MODEL if mod.needs_x else None)  # deterministic
+    src = generate(mod.scheme, mod.plan, d_model=D_MODEL if mod.needs_x else None)
+    assert src == generate(mod.scheme, mod.plan, d_model=D_MODEL if mod.needs_x else None)  # deterministic
     file = tmp_path / f"{path.stem}.py"
     file.write_text(src)
     gen = _import(file, path.stem).Module()
@@ -40,6 +40,22 @@ def test_generated_module_matches_in_process(path, tmp_path):
         q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
         torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok), mod(q, k, v, x=x, tokens=tok),
                                    rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["longrope", "dynamic_ntk"])
+def test_generated_grid_that_reads_the_length_matches_past_the_original(name, tmp_path):
+    """A grid whose value reads the run-time length (its record's emit): the generated module picks
+    the value of that length, as the in-process module does, below and past the original length."""
+    mod = compile_scheme(SCHEMES / f"{name}.pe", head_dim=32)
+    file = tmp_path / f"{name}.py"
+    file.write_text(generate(mod.scheme, mod.plan))
+    gen = _import(file, name + "_length").Module()
+    mod.double()
+    gen.double()
+    original = int(mod.scheme.params["original"])
+    for L in (original - 8, original + 8):
+        q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
+        torch.testing.assert_close(gen(q, k, v), mod(q, k, v), rtol=1e-9, atol=1e-10)
 
 
 def test_compile_command_writes_module_and_configs(tmp_path):
@@ -95,7 +111,7 @@ def test_generated_module_general_call_and_cache_match_in_process(path, tmp_path
     hd = 32 if path.stem == "longrope" else 16
     mod = compile_scheme(path, d_model=D_MODEL, num_heads=4, head_dim=hd)
     file = tmp_path / f"{path.stem}.py"
-    file.write_text(generate(mod.scheme, mod.graph, d_model=D_MODEL if mod.needs_x else None))
+    file.write_text(generate(mod.scheme, mod.plan, d_model=D_MODEL if mod.needs_x else None))
     gen = _import(file, path.stem + "_general").Module()
     gen.load_state_dict(mod.state_dict())
     mod.double()

@@ -9,6 +9,7 @@ import torch
 from compiler_helpers import D_MODEL, inputs
 from conftest import SCHEMES
 from pedsl.compiler import compile_graph, compile_scheme
+from pedsl.compiler.plan import KEY_CHANNEL, LINEAR_BIAS, POSITION_TABLE, ROPE
 from pedsl.lang.api import load
 from pedsl.ops import reference as ref
 from pedsl.ops.path import path_attention
@@ -17,8 +18,8 @@ from pedsl.ops.path import path_attention
 def test_accumulated_constant_rotation_is_rope():
     acc = compile_scheme(SCHEMES / "rope_accumulated.pe", num_heads=2).double()
     rope = compile_scheme(SCHEMES / "rope.pe", num_heads=2).double()
-    node = acc.graph.nodes["transport[all]"]
-    assert node["op"] == "rotate" and "RoPE" in node["note"]  # the pass rewrote the steps
+    (step,) = acc.plan.transports
+    assert step.kind == ROPE and step.static_table and "RoPE" in step.why  # the pass rewrote the steps
     q, k, v, _, _ = inputs(rope, L=23)
     torch.testing.assert_close(acc(q, k, v), rope(q, k, v), rtol=1e-12, atol=1e-12)
     # and the rewritten graph still equals the un-rewritten meaning (the reference builds ordered products)
@@ -30,7 +31,8 @@ def test_constant_gate_is_alibi():
     text = 'scheme g { bias = accumulate(-slopes(heads)) }'
     gate = compile_scheme(text, num_heads=4).double()
     alibi = compile_scheme(SCHEMES / "alibi.pe", num_heads=4).double()
-    assert gate.graph.nodes["bias[0]"]["op"] == "distance_bias"
+    (b,) = gate.plan.biases
+    assert b.kind == LINEAR_BIAS and b.carried == KEY_CHANNEL and b.slope is not None
     q, k, v, _, _ = inputs(alibi, L=17)
     torch.testing.assert_close(gate(q, k, v), alibi(q, k, v), rtol=1e-12, atol=1e-12)
 
@@ -67,7 +69,7 @@ def test_value_rotation_equals_its_definition():
     mod = compile_scheme(SCHEMES / "acc_random_qkv.pe", num_heads=2).double()
     q, k, v, _, tok = inputs(mod, L=9, grad=False)
     angles = mod.step_angles(mod.transforms[0], 9, None, tok, q.device, torch.float64)
-    steps = ref.so2_step_matrices(angles.to(torch.float64), "halves", list(mod.transforms[0]["channels"]), 32)
+    steps = ref.so2_step_matrices(angles.to(torch.float64), "halves", list(mod.transforms[0].channels), 32)
     P = ref.accumulated_transport(steps.expand(2, 2, 9, 32, 32))
     expected = ref.reference_attention(q, k, v, transport=P, value_transport=P)
     torch.testing.assert_close(mod(q, k, v, tokens=tok), expected, rtol=1e-10, atol=1e-10)
@@ -75,7 +77,7 @@ def test_value_rotation_equals_its_definition():
 
 def test_temperature_is_a_scale_of_q():
     mod = compile_scheme(SCHEMES / "rope_id.pe", num_heads=2).double()
-    assert mod.graph.nodes["temperature"]["kernel"] == "q scale"
+    assert mod.plan.temperature.carried == "q scale" and mod.plan.temperature.table == POSITION_TABLE
     L = 300  # past train_length 128: tau > 1 for late queries
     tau = mod.query_scale(L, None)[0, 0]
     i = torch.arange(L, dtype=torch.float64)
@@ -86,11 +88,10 @@ def test_passes_choose_backends_and_explain_themselves():
     cases = {"rope": "sdpa", "alibi": "sdpa", "fox": "sdpa", "acc_learned_qkv": "sdpa", "path": "blockwise",
              "path_fox": "blockwise"}
     for name, backend in cases.items():
-        g = compile_graph(load(SCHEMES / f"{name}.pe"))
-        assert g.graph["backend"] == backend, name
-        for n, d in g.nodes(data=True):
-            if d["op"] in ("rotate", "accumulate_so2", "accumulate_householder", "distance_bias", "gate_bias"):
-                assert d.get("note"), (name, n)
+        plan = compile_graph(load(SCHEMES / f"{name}.pe")).graph["plan"]
+        assert plan.backend == backend, name
+        for step in (*plan.transports, *plan.biases):
+            assert step.why, (name, step)
     g = compile_graph(load('scheme t { bias = -log(1 + distance) }'), requires_grad=True)
     assert g.graph["backend"] == "masked"  # a non-separable bias, CPU training
     g = compile_graph(load('scheme t { bias = -log(1 + distance) }'), requires_grad=False)

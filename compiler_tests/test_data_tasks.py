@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from pedsl.config import DataConfig
-from pedsl.corpus import load_corpus, split_files, stdlib_files
-from pedsl.data import TrainData, make_generator
-from pedsl.synthetic import block_batch, passkey_batch
+from pedsl.data.corpus import load_corpus, split_files, stdlib_files
+from pedsl.data.stream import TrainData, make_generator
+from pedsl.data.synthetic import block_batch, passkey_batch
 from pedsl.errors import DataError
 
 
@@ -99,7 +99,7 @@ def test_train_batches_are_a_function_of_the_step_and_shard_by_rank():
 # ---------------------------------------------------------------------------------------------
 # Mixtures (--data stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1)
 
-from pedsl.data import parse_mixture, text_source  # noqa: E402
+from pedsl.data.stream import parse_mixture, text_source  # noqa: E402
 
 MIX = "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"
 
@@ -169,7 +169,7 @@ def test_task_context_too_short_is_a_data_error():
 
 
 def test_runs_without_text_are_evaluated_on_their_generated_source():
-    from pedsl.data import make_generator, task_windows
+    from pedsl.data.stream import make_generator, task_windows
 
     kv = task_windows(DataConfig(source="kv:1,passkey:1"), 3, 150, make_generator(0))
     assert kv.shape == (3, 150) and all(b"| " in bytes(r.tolist())[-20:] for r in kv)
@@ -180,7 +180,7 @@ def test_runs_without_text_are_evaluated_on_their_generated_source():
 
 
 def test_copy_rows_repeat_a_random_period_that_varies_by_row():
-    from pedsl.synthetic import COPY_ALPHABET, copy_batch
+    from pedsl.data.synthetic import COPY_ALPHABET, copy_batch
 
     t = copy_batch(200, 129, g=make_generator(4))
     assert t.shape == (200, 129) and t.dtype == torch.long
@@ -194,7 +194,7 @@ def test_copy_rows_repeat_a_random_period_that_varies_by_row():
     assert all(any(r[i] != r[i - 9] for i in range(9, 129)) for r in wide.tolist())  # no period below 10
     assert torch.equal(t, copy_batch(200, 129, g=make_generator(4)))
     # as a data source: alone, in a mixture with a task, and for the no-text evaluation windows
-    from pedsl.data import task_windows
+    from pedsl.data.stream import task_windows
 
     alone = TrainData(DataConfig(source="copy"), 64, 0).train_batch(3, 4)
     assert alone.shape == (4, 65) and bool(torch.isin(alone, COPY_ALPHABET).all())
@@ -208,7 +208,7 @@ def test_copy_rows_repeat_a_random_period_that_varies_by_row():
 
 @pytest.mark.parametrize("source", ["passkey", "multikey", "kv"])
 def test_answer_mask_marks_exactly_the_asked_answer(source):
-    from pedsl.data import generated_rows
+    from pedsl.data.stream import generated_rows
 
     cfg = DataConfig(source=f"{source}:1,copy:1")
     rows, mask = generated_rows(cfg, source, 6, 129, make_generator(7), mixed=True)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import pedsl
+from pedsl.compiler.plan import SO2
 from pedsl.diffing import numeric as N
 
 SCHEMES = Path(__file__).parent.parent / "schemes"
@@ -142,7 +143,7 @@ def test_sampler_reproduces_the_compiled_module(name):
     seen = 0
     with torch.no_grad():
         for t, node in zip(s.transports, mod.transforms):
-            if t.kind == "accumulate_rotation" and node["op"] == "accumulate_so2":
+            if t.kind == "accumulate_rotation" and node.kind == SO2:
                 want = mod.step_angles(node, L, x, tokens, None, torch.float32).double().numpy()
                 np.testing.assert_allclose(sm.step_angles(t, L, dr.x, dr.tokens), np.broadcast_to(want, want.shape),
                                            rtol=1e-5, atol=1e-6)
@@ -283,8 +284,8 @@ def test_fox_bias_decays_with_distance():
 def test_both_array_backends_run_every_builtin_record_alike():
     import torch
 
-    from pedsl.compiler.evaluator import Evaluator
-    from pedsl.diffing.sample import NumpyEvaluator
+    from pedsl.runtime.torch_backend import Evaluator
+    from pedsl.runtime.numpy_backend import NumpyEvaluator
     from pedsl.lang.builtin_defs import RECORDS
 
     x = np.linspace(0.05, 30.0, 301)

@@ -73,7 +73,7 @@ def test_checkpoint_state_fifo_is_refused(tmp_path):
 
 
 def test_data_folder_skips_fifos_and_refuses_links_out(tmp_path):
-    from pedsl.corpus import load_corpus
+    from pedsl.data.corpus import load_corpus
 
     d = tmp_path / "data"
     d.mkdir()
@@ -98,7 +98,7 @@ def test_data_folder_skips_fifos_and_refuses_links_out(tmp_path):
 
 
 def test_data_fifo_path_is_a_data_error(tmp_path):
-    from pedsl.corpus import load_corpus
+    from pedsl.data.corpus import load_corpus
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -111,7 +111,7 @@ def test_a_huge_data_file_is_streamed_up_to_max_bytes(tmp_path):
     big = tmp_path / "big.txt"
     with open(big, "wb") as fh:  # 6 GB, sparse: no disk used
         fh.truncate(6 << 30)
-    code, out = run_capped(["-c", "import sys; from pedsl.corpus import load_corpus; from pedsl.config import DataConfig;"
+    code, out = run_capped(["-c", "import sys; from pedsl.data.corpus import load_corpus; from pedsl.config import DataConfig;"
                             f"c = load_corpus(DataConfig(source={str(big)!r}, max_bytes=100000));"
                             "print(c.train.numel() + c.val.numel())"], timeout=60, mem_gb=2.0)
     assert code == 0, out

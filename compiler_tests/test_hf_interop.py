@@ -163,8 +163,8 @@ def pedsl_tables(case: str, L: int):
     s = pedsl.load(import_config(hf_config(case).to_dict()))
     mod = compile_scheme(s, num_heads=HEADS, head_dim=HEAD_DIM)
     (t,) = mod.transforms
-    phase = mod.evaluator.run(mod.graph.nodes[t["phase"]]["expr"], mod._ctx(L, group=t), t["phase"])
-    w = phase.align(("pos", "pair")).expand(L, len(t["channels"]) // 2)[1].numpy()
+    phase = mod.evaluator.run(t.expr, mod._ctx(L, group=t), t.site)
+    w = phase.align(("pos", "pair")).expand(L, len(t.channels) // 2)[1].numpy()
     cos, sin = mod.rope_tables(t, L, torch.device("cpu"), torch.float64)
     return w, s.transports[0].scale, cos.numpy(), sin.numpy()
 
@@ -362,7 +362,7 @@ def test_export_refuses_a_gpt_model_or_a_scheme_outside_hf(tmp_path):
 
 @pytest.mark.slow
 def test_cli_export_of_a_trained_run(tmp_path):
-    from pedsl.evaluate.common import open_run
+    from pedsl.study.common import open_run
 
     run = tmp_path / "run"
     code, _, err = run_cli("train", str(_lib("yarn")), "--out", str(run), "--steps", "2", "--context", "16",
@@ -441,7 +441,7 @@ def test_scale_acts_on_its_group_only(tmp_path):
         mod = compile_scheme(text, num_heads=H, head_dim=D, backend="sdpa" if backend == "codegen" else backend)
         if backend == "codegen":  # the standalone module of `pedsl compile`
             file = tmp_path / "s.py"
-            file.write_text(generate(mod.scheme, mod.graph))
+            file.write_text(generate(mod.scheme, mod.plan))
             spec = importlib.util.spec_from_file_location("gen_scaled", file)
             gen = importlib.util.module_from_spec(spec)
             spec.loader.exec_module(gen)
@@ -476,8 +476,8 @@ def test_library_schemes_in_hf_family_compute_what_hf_computes(name):
     rot(torch.zeros(1, L, s.head_dim), torch.arange(L)[None])
     mod = compile_scheme(s, num_heads=s.heads, head_dim=s.head_dim)
     (t,) = mod.transforms
-    ph = mod.evaluator.run(mod.graph.nodes[t["phase"]]["expr"], mod._ctx(L, group=t), t["phase"])
-    w = ph.align(("pos", "pair")).expand(L, len(t["channels"]) // 2)[1]
+    ph = mod.evaluator.run(t.expr, mod._ctx(L, group=t), t.site)
+    w = ph.align(("pos", "pair")).expand(L, len(t.channels) // 2)[1]
     torch.testing.assert_close(w, rot.inv_freq.double(), rtol=2e-6, atol=0)
     assert s.transports[0].scale == pytest.approx(rot.attention_scaling, rel=1e-15)
 

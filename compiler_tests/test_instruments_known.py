@@ -1,4 +1,4 @@
-"""The analysis instruments (pedsl.evaluate.instruments) against cases with known answers,
+"""The analysis instruments (pedsl.study.instruments) against cases with known answers,
 directly and through a compiled scheme module (probs / transform_qkv / rotary_groups)."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from pedsl.evaluate import instruments as ins
+from pedsl.formulas import channel_pairs
+from pedsl.study import instruments as ins
 
 SCHEMES = Path(__file__).parent.parent / "schemes"
 
@@ -63,7 +64,7 @@ def test_stable_rank_of_rank_one_and_orthogonal_matrices():
 @pytest.mark.parametrize("layout", ["halves", "interleaved"])
 def test_single_active_pair_gets_all_frequency_energy(layout):
     D, P, k0 = 16, 8, 5
-    pairs = ins.pair_channels(list(range(D)), layout)
+    pairs = channel_pairs(list(range(D)), layout)
     assert len(pairs) == P
     assert pairs[1] == ((1, 9) if layout == "halves" else (2, 3))
     q = torch.zeros(2, 3, 20, D)
@@ -117,7 +118,7 @@ def test_instruments_through_a_compiled_module():
                           atol=1e-6)
     groups = mod.rotary_groups()
     assert len(groups) == 1 and len(groups[0]["freqs"]) == 8
-    pairs = ins.pair_channels(groups[0]["channels"], groups[0]["layout"])
+    pairs = channel_pairs(groups[0]["channels"], groups[0]["layout"])
     q = torch.zeros(1, 2, L, 16)
     k = torch.zeros(1, 2, L, 16)
     q[..., pairs[3][0]] = 1.0

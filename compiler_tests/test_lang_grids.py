@@ -1,4 +1,4 @@
-"""Static values of grids and slopes (pedsl.lang.grids, folded by pedsl.lang.evaluate) against values worked out by hand
+"""Static values of grids and slopes (pedsl.lang.builtin_defs.grids, folded by pedsl.lang.fold) against values worked out by hand
 from the papers' formulas (docs/semantics.md §2a, 3), in float64."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ import math
 import pytest
 
 from pedsl.formulas import alibi_slopes
-from pedsl.lang.evaluate import evaluate
+from pedsl.lang.fold import fold_expr
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 from pedsl.lang.parser import parse_module
 
 
 def ev(expr: str, pairs: int | None = 16, n: int | None = None, **values):
     e = parse_module(f"scheme s {{ let v = {expr} }}").schemes[0].body[0].value
-    return evaluate(e, StaticEnv(values=values, pairs=pairs, n=n))
+    return fold_expr(e, StaticEnv(values=values, pairs=pairs, n=n))
 
 
 def vec(expr: str, **kw) -> list[float]:

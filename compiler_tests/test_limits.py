@@ -239,7 +239,7 @@ def test_diff_numeric_size_is_capped():
 
 
 def test_setup_torch_refuses_thousands_of_threads():
-    from pedsl.runtime import setup_torch
+    from pedsl.torchenv import setup_torch
 
     with pytest.raises(PedslError):
         setup_torch(5000)
@@ -323,7 +323,7 @@ def test_train_yaml_with_huge_sizes_is_a_config_error(tmp_path):
 
 
 def test_compare_set_value_that_is_not_yaml():
-    from pedsl.cli.evaluate import _sets
+    from pedsl.cli.study import _sets
 
     values = _sets(("context=[",))  # was: a yaml ParserError, exit 3
     assert values == {"context": "["}
@@ -341,3 +341,18 @@ def test_a_number_beyond_float32_next_to_a_runtime_value():
     d = first_error("scheme s { qk: accumulate(householder(w = normalize(linear(x, to = channel)),"
                     " beta = 1e300 * sigmoid(linear(x, to = head)))) }\n")
     assert d.code == "E217" and "float32" in d.message and (d.line, d.col) == (1, 86)
+
+
+def test_analyze_past_the_dense_length_is_sized_by_its_streamed_blocks(tiny_run, monkeypatch):
+    """Far and sink mass stream over key blocks past DENSE_MAX, so the size cap counts one block of
+    key columns there, not an L x L matrix (16384 tokens at 1 sample x 4 heads used to be refused
+    as 4 GiB); a size that is too big even streamed is still refused."""
+    from pedsl.study import analyze
+
+    assert analyze._matrix_elements(1, 4, 16384, 32) * 8 < (1 << 30)
+    assert analyze._matrix_elements(1, 4, 2048, 32) == 4 * 2048 * 2048
+    monkeypatch.setattr(analyze, "DENSE_MAX", 32)
+    res = analyze.analyze_run(tiny_run, lengths=[32, 256], samples=1)
+    assert set(res["layers"][0]["far_mass"]) == {"32", "256"} and "256" not in res["layers"][0]["decoherence"]
+    code, out, err = run_cli("analyze", str(tiny_run), "--samples", "1000", "--lengths", "4096")
+    assert code == 1 and "streamed scores" in out + err

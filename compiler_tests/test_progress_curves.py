@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from pedsl.evaluate.plots import loss_curves, read_metrics
-from pedsl.evaluate.progress import Eta, duration
+from pedsl.study.plots import loss_curves, read_metrics
+from pedsl.study.progress import Eta, duration
 
 
 def test_time_left_is_the_rate_so_far_times_the_work_left_and_skips_do_not_count():

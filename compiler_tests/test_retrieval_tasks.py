@@ -1,4 +1,4 @@
-"""The RULER-style retrieval generators (pedsl.tasks): every row is exactly the asked length,
+"""The RULER-style retrieval generators (pedsl.data.tasks): every row is exactly the asked length,
 the asked needle starts exactly at the asked depth, the answer is the needle's value (found by
 searching the text, independently of the generator's bookkeeping), a model that copies the right
 span scores 100% and a constant guesser scores chance - by construction, no training."""
@@ -10,10 +10,10 @@ import re
 import pytest
 import torch
 
-from pedsl import tasks
-from pedsl.data import make_generator
+from pedsl.data import tasks
+from pedsl.data.stream import make_generator
 from pedsl.errors import DataError
-from pedsl.evaluate.retrieval import score_answers
+from pedsl.study.retrieval import score_answers
 
 
 def _text(row: torch.Tensor) -> str:
@@ -126,7 +126,7 @@ def _reader(tokens):
 
 
 def test_evaluate_retrieval_aggregates_by_task_length_and_depth():
-    from pedsl.evaluate.study_retrieval import evaluate_retrieval
+    from pedsl.study.study_retrieval import evaluate_retrieval
 
     lengths = [100, tasks.min_length("multikey"), 300]
     r = evaluate_retrieval(_reader, lengths, depths=(0.0, 0.5, 1.0), samples=3)

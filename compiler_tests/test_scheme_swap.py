@@ -20,10 +20,10 @@ import torch
 
 from compiler_helpers import run_cli
 from pedsl.config import TrainConfig, resolve_train_config
-from pedsl.data import TrainData
+from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ParamError
 from pedsl.train import load_run, train
-from pedsl.train.attention import from_scheme, load_scheme
+from pedsl.train.recipe import from_scheme, load_scheme
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(steps=12, threads=1, context=32, batch_size=4, n_layers=1, d_model=32, n_heads=2, log_every=1,
@@ -178,9 +178,9 @@ def test_param_record_carries_the_runs_overrides(tmp_path):
 HELPER = """
 import sys
 import time
-from pedsl.data import TrainData
+from pedsl.data.stream import TrainData
 from pedsl.train.swap import init_config
-from pedsl.train.attention import from_scheme
+from pedsl.train.recipe import from_scheme
 from pedsl.train.loop import train
 cfg, scheme = init_config(sys.argv[1], scheme="pi", params={"factor": 2},
                           overrides={"context": 64, "steps": 40, "checkpoint_every": 10, "log_every": 2,

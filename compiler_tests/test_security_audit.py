@@ -154,7 +154,7 @@ def test_resume_streams_a_planted_metrics_file_and_skips_lines_that_are_not_reco
 
 def test_study_and_run_json_files_are_read_with_a_limit(tmp_path):
     """DONE.json / eval.json / analysis.json were read whole (eval: 'run cannot be opened: MemoryError')."""
-    from pedsl.evaluate.common import read_json
+    from pedsl.study.common import read_json
 
     f = tmp_path / "DONE.json"
     f.write_text('{"val_loss": 1.5}')

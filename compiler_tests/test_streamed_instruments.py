@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from pedsl.compiler import compile_scheme
-from pedsl.evaluate import instruments as ins
-from pedsl.evaluate.streaming import streamed_far_sink
+from pedsl.study import instruments as ins
+from pedsl.study.streaming import streamed_far_sink
 
 SCHEMES = Path(__file__).resolve().parent.parent / "schemes"
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from pedsl.data import make_generator
-from pedsl.synthetic import lag_batch, topic_batch
-from pedsl.evaluate import study_frequency as sf
+from pedsl.data.stream import make_generator
+from pedsl.data.synthetic import lag_batch, topic_batch
+from pedsl.study import study_frequency as sf
 
 
 def test_positional_energy_matches_loops():
@@ -38,7 +38,7 @@ def test_positional_energy_sees_position_not_content():
     k[..., 1] = torch.randn(B, 1, L, generator=g, dtype=torch.float64) * 3
     e = sf.positional_energy(q, k, [(0, 2), (1, 3)], [0.5, 0.5])[0]
     assert e[0] > 0.3 and e[1] < 0.15 * e[0]  # cos(0.5 d) has variance ~1/2 over d; content averages out
-    from pedsl.evaluate.instruments import frequency_energy
+    from pedsl.study.instruments import frequency_energy
 
     assert frequency_energy(q, k, [(0, 2), (1, 3)])[0, 1] > 0.95  # the all-channel energy: content dominates
 

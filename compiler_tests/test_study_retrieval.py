@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from compiler_helpers import run_cli as _cli
-from pedsl.evaluate import seeds as sd
-from pedsl.evaluate import study_retrieval as sr
+from pedsl.study import seeds as sd
+from pedsl.study import study_retrieval as sr
 
 TOY = ["--quick", "--steps", "6", "--lengths", "72,144", "--windows", "1", "--analyze-max", "72", "--threads", "1",
        "--set", "context=72", "--set", "batch_size=4", "--set", "n_layers=1", "--set", "d_model=32",

@@ -15,7 +15,7 @@ import torch
 from pedsl.config import TrainConfig, resolve_train_config
 from pedsl.errors import OutputError, TrainError
 from pedsl.train import load_run
-from pedsl.train.attention import SchemeAttention
+from pedsl.train.recipe import SchemeRecipe
 from pedsl.train.loop import lr_at, train
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
@@ -68,7 +68,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     run = tmp_path / "run"
     cfg = small_cfg(steps=30, checkpoint_every=10)
     src = "# poison\n"
-    poison = SchemeAttention("poison", src, "0" * 64, build=lambda m: (lambda i: helper.Poison(after=15)))
+    poison = SchemeRecipe("poison", src, "0" * 64, build=lambda m: (lambda i: helper.Poison(after=15)))
     with pytest.raises(TrainError, match=r"became nan at step 16.*step_0000010") as exc:
         train(cfg, run, attention=poison, quiet=True)
     assert "lower --lr" in exc.value.render()
@@ -78,7 +78,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 
 def test_nan_gradient_stops_before_the_update(tmp_path):
     run = tmp_path / "run"
-    poison = SchemeAttention("poison", "# p\n", "1" * 64, build=lambda m: (lambda i: helper.PoisonGrad(after=12)))
+    poison = SchemeRecipe("poison", "# p\n", "1" * 64, build=lambda m: (lambda i: helper.PoisonGrad(after=12)))
     with pytest.raises(TrainError, match=r"gradient norm became nan at step 13.*step_0000010"):
         train(small_cfg(steps=30, checkpoint_every=10), run, attention=poison, quiet=True)
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_0000010"]
@@ -121,7 +121,7 @@ def test_load_run_errors_name_what_is_missing(tmp_path):
     run = tmp_path / "run"
     with pytest.raises(TrainError):
         train(small_cfg(steps=30, checkpoint_every=25), run, quiet=True,
-              attention=SchemeAttention("p", "# p\n", "2" * 64, build=lambda m: (lambda i: helper.Poison(after=3))))
+              attention=SchemeRecipe("p", "# p\n", "2" * 64, build=lambda m: (lambda i: helper.Poison(after=3))))
     with pytest.raises(CheckpointError, match="has no checkpoint"):
         load_run(run, attention=helper.spec())
 

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pedsl import limits as L
 from pedsl.errors import ConfigError, did_you_mean
+from pedsl.yamlconfig import read_yaml, validate_model
 
 
 class _Frozen(BaseModel):
@@ -78,7 +79,7 @@ DataSource = str  # "stdlib" | "passkey" | "blocks" | "multikey" | "kv" | a path
 
 
 class DataConfig(_Frozen):
-    """Where the bytes come from (see :mod:`pedsl.data`)."""
+    """Where the bytes come from (see :mod:`pedsl.data.stream`)."""
 
     source: DataSource = "stdlib"
     seed: int = Field(0, ge=0, le=L.MAX_SEED)
@@ -168,7 +169,7 @@ class TrainConfig(_Frozen):
     @classmethod
     def from_yaml(cls, path: str | Path) -> "TrainConfig":
         """Read a train.yaml (as ``pedsl compile`` writes it); ConfigError with a did-you-mean hint."""
-        return _validate(cls, _read_yaml(path), where=str(path))
+        return validate_model(cls, read_yaml(path), where=str(path))
 
     def digest(self) -> str:
         """sha256 of the fields that change the math (used to match checkpoints)."""
@@ -190,11 +191,11 @@ RESUMABLE_FIELDS = (
 )
 
 
-EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.tasks by length and depth
+EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.data.tasks by length and depth
 
 
 class EvalConfig(_Frozen):
-    """Evaluation past the training length (read by :mod:`pedsl.evaluate`)."""
+    """Evaluation past the training length (read by :mod:`pedsl.study`)."""
 
     context: int = Field(128, ge=2, le=L.MAX_LENGTH, description="training length the defaults scale from")
     lengths: list[Annotated[int, Field(ge=1, le=L.MAX_LENGTH)]] | None = Field(
@@ -225,7 +226,7 @@ class EvalConfig(_Frozen):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "EvalConfig":
-        return _validate(cls, _read_yaml(path), where=str(path))
+        return validate_model(cls, read_yaml(path), where=str(path))
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -328,7 +329,7 @@ def resolve_train_config(
     resized_by_bl = "head_dim" not in ov and "head_dim" not in bl and bool({"d_model", "n_heads"} & set(bl))
     if resized_by_ov or resized_by_bl:
         d.get("model", {}).pop("head_dim", None)
-    return _validate(TrainConfig, d, where="training config")
+    return validate_model(TrainConfig, d, where="training config")
 
 
 def _flat_model(d: Mapping[str, Any]) -> dict[str, Any]:
@@ -351,65 +352,4 @@ def resolve_eval_config(*, block: Mapping[str, Any] | None = None,
                                   hint=did_you_mean(k, EvalConfig.model_fields)
                                   or f"known: {', '.join(EvalConfig.model_fields)}")
             d[k] = v
-    return _validate(EvalConfig, d, where="evaluation config")
-
-
-# ---------------------------------------------------------------------------------------------
-# YAML and validation with readable errors
-
-
-MAX_YAML_BYTES = L.MAX_CONFIG_BYTES  # a config is a screenful of settings: more is the wrong file
-
-
-def _read_yaml(path: str | Path) -> dict[str, Any]:
-    from pedsl.fsio import read_bytes
-
-    p = Path(path)
-    try:
-        raw = read_bytes(p, MAX_YAML_BYTES + 1)
-        if len(raw) > MAX_YAML_BYTES:
-            raise ConfigError(f"config file '{p}' is larger than {MAX_YAML_BYTES:,} bytes", file=str(p),
-                              hint="a config is a screenful of settings: is this the right file?")
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file '{p}' does not exist", file=str(p)) from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file '{p}': {exc.strerror or exc}", file=str(p)) from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file '{p}' is not UTF-8 text ({exc.reason} at byte {exc.start})",
-                          file=str(p)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"'{p}' is not valid YAML: {getattr(exc, 'problem', exc)}", file=str(p),
-                          line=mark.line + 1 if mark else None) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"'{p}' must hold a mapping of settings, not {type(data).__name__}", file=str(p))
-    return data
-
-
-def _validate(cls: type[BaseModel], data: Mapping[str, Any], *, where: str) -> Any:
-    try:
-        return cls.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        if err["type"] == "extra_forbidden":
-            name = str(err["loc"][-1])
-            owner: type[BaseModel] = cls
-            for part in err["loc"][:-1]:
-                f = owner.model_fields.get(str(part))
-                ann = getattr(f, "annotation", None) if f else None
-                if isinstance(ann, type) and issubclass(ann, BaseModel):
-                    owner = ann
-            raise ConfigError(f"{where}: unknown setting '{loc}'",
-                              hint=did_you_mean(name, owner.model_fields)
-                              or f"known: {', '.join(owner.model_fields)}") from None
-        got = f" (got {err.get('input')!r})" if loc else ""
-        msg = err["msg"].removeprefix("Value error, ")
-        error = ConfigError(f"{where}: invalid value for '{loc or cls.__name__}': {msg}{got}",
-                            hint=_LIMIT_HINT if "less than or equal" in err["msg"] else None)
-        error.field = loc  # the setting at fault, for a positioned diagnostic in `pedsl check`
-        raise error from None
-
-
-_LIMIT_HINT = "pedsl caps the values that size memory or time: see pedsl/limits.py or the README's Safety section"
+    return validate_model(EvalConfig, d, where="evaluation config")

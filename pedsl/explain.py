@@ -12,20 +12,13 @@ from __future__ import annotations
 
 import math
 
-from pedsl.diffing.facts import (GroupFacts, SchemeFacts, describe_bias, describe_freqs, describe_rotation,
+from pedsl.diffing.facts import (SchemeFacts, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num, scheme_facts)
+from pedsl.formulas import channel_pairs
 from pedsl.lang.channels import channel_ranges
 from pedsl.lang.scheme import Scheme
 
 PATH_BLOCK = 64  # the blockwise PaTH kernel's block size C (pedsl.ops.path.path_attention)
-
-
-def _pairs(g: GroupFacts, layout: str) -> list[tuple[int, int]]:
-    P = g.pairs
-    ch = g.channels
-    if layout == "interleaved":
-        return [(ch[2 * k], ch[2 * k + 1]) for k in range(P)]
-    return [(ch[k], ch[k + P]) for k in range(P)]
 
 
 def channel_lines(f: SchemeFacts) -> list[str]:
@@ -35,7 +28,7 @@ def channel_lines(f: SchemeFacts) -> list[str]:
         what = describe_rotation(g, f.head_dim, f.layout, where=False) if g.kind else "no transport (NoPE channels)"
         out.append(f"  {g.name.ljust(width)}  {g.spec}: {len(g.channels)} channels ({channel_ranges(g.channels)}): {what}")
         if g.kind in ("rotate", "accumulate_rotation"):
-            pairs = _pairs(g, f.layout)
+            pairs = channel_pairs(g.channels, f.layout)
             shown = ", ".join(f"({a}, {b})" for a, b in pairs[:4]) + (", ..." if len(pairs) > 4 else "")
             out.append(f"  {' ' * width}  pairs ({f.layout}): {shown} - {len(pairs)} pairs")
     return out
@@ -51,7 +44,7 @@ def frequency_lines(f: SchemeFacts) -> list[str]:
             out.append(head)
             out.append(f"    {'pair':>4}  {'channels':>9}  {'w (rad/token)':>13}  {'period':>10}  "
                        f"{'cycles in ' + str(L) if L else 'cycles':>14}  wraps in training")
-            for k, ((a, b), w, p) in enumerate(zip(_pairs(g, f.layout), g.freqs, g.periods)):
+            for k, ((a, b), w, p) in enumerate(zip(channel_pairs(g.channels, f.layout), g.freqs, g.periods)):
                 cyc = L / p if L and p != math.inf else 0.0
                 wraps = "yes" if L and p <= L else "no"
                 out.append(f"    {k:>4}  {f'{a}, {b}':>9}  {w:>13.6g}  {fmt_num(p):>10}  {fmt_num(cyc):>14}  {wraps}")
@@ -137,21 +130,10 @@ def cost_lines(f: SchemeFacts, L: int) -> list[str]:
 def graph_lines(f: SchemeFacts) -> list[str]:
     if f.compile_error:
         return [f"  does not compile: {f.compile_error}"]
-    import networkx as nx
+    from pedsl.compiler.plan import plan_lines
 
-    g = f.graph
-    out = [f"  backend: {f.backend} - {f.backend_note}"]
-    for n in nx.topological_sort(g):
-        d = g.nodes[n]
-        if d.get("op") == "input" and n in ("q", "k", "v"):
-            continue
-        line = f"  {n}: {d.get('label', d.get('op'))}"
-        if d.get("kernel"):
-            line += f"  [{d['kernel']}]"
-        out.append(line)
-        if d.get("note"):
-            out.append(f"      {d['note']}")
-    return out
+    plan = f.graph.graph["plan"]
+    return [f"  backend: {plan.backend} - {plan.backend_why}"] + ["  " + line for line in plan_lines(plan)[1:]]
 
 
 def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: str | None = None) -> str:
@@ -174,7 +156,7 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Value transport",
               f"  U = T on {', '.join(vg)}: values are transported like keys and the output is rotated back"
               if vg else "  none: values are not transported (U = identity)"]
-    lines += ["", "Lowered graph (after the passes)"] + graph_lines(f)
+    lines += ["", "Lowered graph (the plan after the passes)"] + graph_lines(f)
     lines += ["", "Cost"] + cost_lines(f, L)
     lines += ["", "Lint"]
     warns = list(warnings)

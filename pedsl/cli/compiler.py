@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from pedsl.errors import CompileError, UsageError
+from pedsl.lang.types import Ty
 from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
 
 BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
@@ -37,7 +38,23 @@ def _scheme_and_shapes(file: str, scheme: str | None, params: dict, heads, head_
     return sch, cfg, d_model
 
 
+_PASS_STATE = ("note", "kernel")  # what the passes decide lives in the plan; nodes show only what they compute
+
+
+def _plan_notes(plan) -> dict[str, str]:
+    """One line per graph node the plan has a decision for (the transport, bias and temperature nodes)."""
+    from pedsl.compiler.plan import site_name
+
+    out = {site_name("transport", t.group): f"{t.kind}, table {t.table}, kernel {t.kernel}" for t in plan.transports}
+    out.update({b.site.name: f"{b.kind}, carried as {b.carried}" for b in plan.biases})
+    if plan.temperature is not None:
+        out[plan.temperature.site.name] = f"{plan.temperature.table}, carried as {plan.temperature.carried}"
+    return out
+
+
 def graph_to_json(g) -> dict:
+    from pedsl.compiler.plan import plan_to_json
+
     def clean(v):
         if hasattr(v, "model_dump"):
             from pedsl.lang.exprs import to_source
@@ -45,37 +62,46 @@ def graph_to_json(g) -> dict:
             return to_source(v)
         if isinstance(v, tuple):
             return list(v)
+        if isinstance(v, Ty):
+            return v.to_json()
         return v
 
+    plan = g.graph["plan"]
     return {
         "scheme": g.graph.get("scheme"),
-        "backend": g.graph.get("backend"),
-        "backend_note": g.graph.get("backend_note"),
-        "nodes": [{"id": n, **{k: clean(v) for k, v in d.items()}} for n, d in g.nodes(data=True)],
+        "backend": plan.backend,
+        "plan": plan_to_json(plan),
+        "nodes": [{"id": n, **{k: clean(v) for k, v in d.items() if k not in _PASS_STATE}}
+                  for n, d in g.nodes(data=True)],
         "edges": [[a, b] for a, b in g.edges()],
     }
 
 
 def graph_to_dot(g) -> str:
+    notes = _plan_notes(g.graph["plan"])
     lines = [f'digraph "{g.graph.get("scheme")}" {{', "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
     for n, d in g.nodes(data=True):
         label = d.get("label", n)
-        if d.get("note"):
-            label += "\\n" + d["note"]
+        if n in notes:
+            label += "\\n" + notes[n]
         label = label.replace('"', '\\"')
         shape = ' shape=ellipse' if d.get("op") == "input" else ""
         lines.append(f'  "{n}" [label="{label}"{shape}];')
     for a, b in g.edges():
         lines.append(f'  "{a}" -> "{b}";')
-    lines.append(f'  label="backend: {g.graph.get("backend")}";')
+    lines.append(f'  label="backend: {g.graph["plan"].backend}";')
     lines.append("}")
     return "\n".join(lines)
 
 
 def graph_to_text(g) -> str:
+    """The lowering plan, then the dataflow graph it was decided on."""
     import networkx as nx
 
-    out = [f"scheme {g.graph.get('scheme')}: backend {g.graph.get('backend')} ({g.graph.get('backend_note')})"]
+    from pedsl.compiler.plan import plan_lines
+
+    out = plan_lines(g.graph["plan"]) + ["", f"dataflow graph of {g.graph.get('scheme')}:"]
+    notes = _plan_notes(g.graph["plan"])
     for n in nx.topological_sort(g):
         d = g.nodes[n]
         preds = ", ".join(g.predecessors(n))
@@ -83,8 +109,8 @@ def graph_to_text(g) -> str:
         if preds:
             line += f"   <- {preds}"
         out.append(line)
-        if d.get("note"):
-            out.append(f"  {'':28s}   = {d['note']}")
+        if n in notes:
+            out.append(f"  {'':28s}   = {notes[n]}")
     return "\n".join(out)
 
 
@@ -96,7 +122,7 @@ def graph_to_text(g) -> str:
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True)
 @click.option("--no-grad", is_flag=True, help="Lower for inference (FlexAttention allowed on CPU).")
 def graph(file, scheme, params, fmt, backend, no_grad):
-    """Print the lowered dataflow graph after the passes: what the compiler decided and why."""
+    """Print the lowering plan (what the compiler decided and why) and the dataflow graph after the passes."""
     from pedsl.compiler.graph import lower
     from pedsl.compiler.passes import Options, optimize
     from pedsl.lang.api import load
@@ -135,7 +161,7 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     g = compile_graph(sch, backend=backend)
     if g.graph["backend"] == "reference" and backend != "reference":  # pragma: no cover - defensive
         raise CompileError("no fast backend can run this scheme")
-    code = generate(sch, g, d_model=d_model if sch.needs_x else None)
+    code = generate(sch, g.graph["plan"], d_model=d_model if sch.needs_x else None)
     model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim})
     train_cfg = cfg.model_copy(update={"scheme": _scheme_reference(file, out), "backend": backend, "model": model})
     eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)

@@ -46,11 +46,11 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     4-byte symbols, words), a verdict on PI-style interpolation, and with --suggest a .pe scheme
     whose rotary grid is fitted to W.
     """
-    from pedsl.evaluate.common import progress
+    from pedsl.study.common import progress
     from pedsl.profile.run import run_profile, summary_text
 
     if compare is not None:
-        from pedsl.runtime import setup_torch
+        from pedsl.torchenv import setup_torch
 
         setup_torch(threads)
     res = run_profile(data, out=out, max_bytes=max_bytes, max_distance=max_distance, granularities=granularities,
@@ -60,7 +60,7 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     if as_json:
         import json
 
-        from pedsl.evaluate.common import _clean
+        from pedsl.study.common import _clean
 
         click.echo(json.dumps(_clean(res), indent=1))
     else:

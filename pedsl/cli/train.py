@@ -68,7 +68,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     """
     from pedsl.config import TrainConfig, resolve_train_config
     from pedsl.lang.library import scheme_file
-    from pedsl.train.attention import load_scheme
+    from pedsl.train.recipe import load_scheme
 
     overrides = {"steps": steps, "context": context, "preset": preset, "batch_size": batch_size, "lr": lr,
                  "seed": seed, "data": data, "device": device, "threads": threads, "backend": backend,
@@ -79,7 +79,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         if source is not None:
             raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",
                              hint=f"pass the new scheme as --scheme {source}")
-        from pedsl.train.attention import from_scheme
+        from pedsl.train.recipe import from_scheme
         from pedsl.train.loop import train as run_training
         from pedsl.train.swap import init_config
 
@@ -122,7 +122,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
             raise ConfigError(f"scheme file '{src}' does not exist", file=str(src))
         scheme = load_scheme(src, cli_params)
         cfg = resolve_train_config(scheme=str(src), params=cli_params, block=scheme.train, overrides=overrides)
-    from pedsl.train.attention import from_scheme
+    from pedsl.train.recipe import from_scheme
     from pedsl.train.loop import train as run_training
 
     out_dir = Path(out) if out else Path("runs") / scheme.name

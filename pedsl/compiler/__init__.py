@@ -17,13 +17,18 @@ from pedsl.errors import CompileError
 from pedsl.lang.api import load
 from pedsl.lang.scheme import Scheme
 
-__all__ = ["compile_scheme", "compile_graph", "BACKENDS", "PASSES"]
+__all__ = ["compile_scheme", "compile_graph", "compile_plan", "BACKENDS", "PASSES"]
 
 
 def compile_graph(scheme: Scheme, *, backend: str = "auto", requires_grad: bool = True,
                   device: str = "cpu") -> nx.DiGraph:
     """The scheme's dataflow graph after every pass (what ``pedsl graph`` prints)."""
     return optimize(lower(scheme), Options(backend=backend, requires_grad=requires_grad, device=device))
+
+
+def compile_plan(scheme: Scheme, **options):
+    """The scheme's lowering plan (:class:`pedsl.compiler.plan.Plan`): what the passes decided."""
+    return compile_graph(scheme, **options).graph["plan"]
 
 
 def compile_scheme(

@@ -1,4 +1,4 @@
-"""Codegen: a scheme's graph as a standalone, readable PyTorch module (imports torch only).
+"""Codegen: a scheme's lowering plan as a standalone, readable PyTorch module (imports torch only).
 
 The emitted file inlines every constant (frequency tables in float64 repr, slopes,
 channel pairs), names its learned sub-modules exactly like the in-process module
@@ -26,15 +26,14 @@ import json
 import re
 from pathlib import Path
 
-import networkx as nx
-
 from pedsl import __version__
-from pedsl.compiler.graph import bias_nodes, transform_nodes
+from pedsl.compiler import plan as P
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
+from pedsl.formulas import channel_pairs
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, evaluate
+from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 
@@ -62,20 +61,26 @@ class _Gen:
         return f"_axis({name}, {literal(axis)}, dev)"
 
     def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None) -> str:
+        from pedsl.lang.typed import node_types
+
         self._site, self._count, self._pairs, self._chans = site, 0, pairs, chans
+        self._types = node_types(e, self.values)
         return self._e(e)
+
+    def _type(self, e: ast.Expr):
+        """The checker's type of a node of the expression (or of one made here, e.g. a record's input)."""
+        from pedsl.lang.typed import type_of
+
+        return self._types.get(id(e)) or type_of(e, self.values)
 
     def _static(self, e):
         try:
-            return evaluate(e, StaticEnv(values=self.values, pairs=self._pairs))
+            return fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs))
         except EvalIssue as issue:
             raise CompileError(str(issue)) from None
 
     def _e(self, e: ast.Expr) -> str:
-        from pedsl.lang.exprs import calls_in, names_in
-
-        runtime = "n" in names_in(e) or "dynamic_ntk" in calls_in(e)
-        v = DYNAMIC if runtime else self._static(e)
+        v = DYNAMIC if self._type(e).runtime else self._static(e)  # reads n: generated per length
         if v is not DYNAMIC:
             if isinstance(v, Vec):
                 return self.const(v.values, v.axis, to_source(e)[:60])
@@ -102,93 +107,69 @@ class _Gen:
             return self._call(e)
         raise CompileError(f"cannot generate code for {to_source(e)}")
 
+    def _at_length(self, e: ast.Call, n: float | None) -> str:
+        """The constant a call that reads the length folds to at length n (None: no length)."""
+        v = fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n))
+        return self.const(v.values, v.axis, f"{to_source(e)[:50]} at n = {n}")
+
     def _site_key(self, kind: str) -> str:
-        key = f"{self._site}__{kind}{self._count}"
+        key = P.param_key(self._site, kind, self._count)
         self._count += 1
         return key
 
-    def _width(self, to) -> tuple[str, int]:
-        axis = to.id if isinstance(to, ast.Name) else str(to)
-        axis = {"channel": "chan"}.get(axis, axis)
-        return axis, (self._pairs if axis == "pair" else self._chans if axis == "chan" else 1)
-
-    def _int(self, v) -> int:
-        return int(self._static(v)) if isinstance(v, ast.Node) else int(v)
-
-    def _float(self, v) -> float:
-        return float(self._static(v)) if isinstance(v, ast.Node) else float(v)
-
     def _call(self, e: ast.Call) -> str:
-        f = e.func
-        spec = FUNCTIONS[f]
+        spec = FUNCTIONS[e.func]
         args = bind_args(e, spec.params)
-        if spec.emit is not None:  # a record's emitted code
-            static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
-                      for p, kind in spec.static}
-            return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs),
-                             *(self._e(args[p]) for p, _ in spec.params if p not in static), **static)
-        if f == "dynamic_ntk":
-            base, factor, orig = (self._float(args[n]) for n in ("base", "factor", "original"))
-            return f"_dynamic_ntk({literal(base)}, {literal(factor)}, {literal(orig)}, {self._pairs}, n_run, dev)"
-        if f == "longrope":  # the short factors up to the original length, the long ones past it
-            orig = self._float(args["original"])
-            short, long = (evaluate(e, StaticEnv(values=self.values, pairs=self._pairs, n=n)) for n in (None, orig + 1))
-            return (f"({self.const(long.values, 'pair', 'longrope long')} if n_run > {literal(orig)} "
-                    f"else {self.const(short.values, 'pair', 'longrope short')})")
-        if f == "frozen_random":
-            seed = self._int(args["seed"])
-            P = self._pairs
-            if isinstance(args["index"], ast.Name) and args["index"].id == "token":
-                key = ("token", seed, P)
-                if key not in self.buffers:
-                    name = self.names.new(f"table_{len(self.buffers)}")
-                    self.buffers[key] = name
-                    self.init.append(f"self.register_buffer({literal(name)}, _frozen_token_table({seed}, VOCAB_SIZE, "
-                                     f"{P}), persistent=False)")
-                return f"self.{self.buffers[key]}.to(dev)[tokens.long()].view(B, 1, L, 1, {P})"
-            return f"_frozen_at({seed}, {P}, pos5)"
-        if f in ("embedding", "linear"):
-            axis, width = self._width(args["to"])
-            key = self._site_key(f)
-            if f == "embedding":
-                init = self._float(args["init"])
-                self.init.append(f"self.learned.sites[{literal(key)}] = nn.Embedding(VOCAB_SIZE, HEADS * {width})")
-                self.init.append(f"nn.init.normal_(self.learned.sites[{literal(key)}].weight, std={literal(init)})")
-                inp = "tokens.long()"
-            else:
-                if self.d_model is None:
-                    raise CompileError("this scheme reads the hidden state x: give d_model", code="E405",
-                                       hint="pedsl compile ... --d-model N")
-                rank = self._int(args["rank"])
-                b0 = self._float(args["init_bias"])
-                if rank > 0:
-                    self.init.append(f"self.learned.sites[{literal(key)}] = nn.Sequential(nn.Linear(D_MODEL, "
-                                     f"{rank}, bias=False), nn.Linear({rank}, HEADS * {width}))")
-                    self.init.append(f"nn.init.constant_(self.learned.sites[{literal(key)}][1].bias, {literal(b0)})")
-                else:
-                    self.init.append(f"self.learned.sites[{literal(key)}] = nn.Linear(D_MODEL, HEADS * {width})")
-                    self.init.append(f"nn.init.constant_(self.learned.sites[{literal(key)}].bias, {literal(b0)})")
-                inp = "x"
-            return f"_per_head_site(self.learned.sites[{literal(key)}], {inp}, B, L, HEADS, {width})"
-        if f == "shortconv":
-            inner = self._e(args["v"])
-            key = self._site_key("shortconv")
-            width = self._int(args["width"])
-            feats = self.scheme.heads * (self._chans or 1)
-            self.init.append(f"self.learned.sites[{literal(key)}] = nn.Conv1d({feats}, {feats}, {width}, "
-                             f"groups={feats}, padding={width - 1}, bias=False)")
-            self.conv_history = max(self.conv_history, width - 1)
-            return f"_shortconv(self.learned.sites[{literal(key)}], {inner}, seg)"
-        if f == "normalize":
-            return f"F.normalize({self._e(args['v'])}, dim=-1, eps=1e-6)"
-        raise CompileError(f"{f}() cannot be generated")
+        if spec.emit is None:
+            raise CompileError(f"{e.func}() cannot be generated")
+        static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
+                  for p, kind in spec.static}
+        if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
+            return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
+        names = {p: args[p].id if isinstance(args[p], ast.Name) else args[p] for p in spec.names}
+        codes = [self._e(args[p]) for p, _ in spec.params if p not in static and p not in names]
+        if spec.site is not None:  # a source with state: its sub-modules and buffers are declared through g
+            return spec.emit(SiteCode(self, spec), *codes, **names, **static)
+        return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs), *codes, **static)
 
 
-def _pairs_of(channels: tuple[int, ...], layout: str) -> tuple[list[int], list[int]]:
-    m = len(channels)
-    if layout == "halves":
-        return list(channels[: m // 2]), list(channels[m // 2 :])
-    return list(channels[0::2]), list(channels[1::2])
+class SiteCode:
+    """What a source record's ``emit`` may declare in the generated module (its ``g``): learned
+    sub-modules named like the in-process module's sites, frozen buffers, the decoding history."""
+
+    def __init__(self, gen: _Gen, spec):
+        self.gen, self.spec = gen, spec
+        self.heads, self.pairs, self.chans = gen.scheme.heads, gen._pairs, gen._chans
+
+    def width(self, to: str) -> int:
+        """The per-head width of an output ``to = pair | channel | head``."""
+        return self.pairs if to == "pair" else self.chans if to == "channel" else 1
+
+    def init(self, line: str) -> None:
+        self.gen.init.append(line)
+
+    def learned(self, constructor: str) -> str:
+        """A learned sub-module at the next site of this builtin; the code that reads it."""
+        m = f"self.learned.sites[{literal(self.gen._site_key(self.spec.name))}]"
+        self.init(f"{m} = {constructor}")
+        return m
+
+    def buffer(self, key: tuple, constructor: str) -> str:
+        """A frozen buffer, one per key; its attribute name."""
+        if key not in self.gen.buffers:
+            name = self.gen.names.new(f"table_{len(self.gen.buffers)}")
+            self.gen.buffers[key] = name
+            self.init(f"self.register_buffer({literal(name)}, {constructor}, persistent=False)")
+        return self.gen.buffers[key]
+
+    def need_d_model(self) -> None:
+        if self.gen.d_model is None:
+            raise CompileError("this scheme reads the hidden state x: give d_model", code="E405",
+                               hint="pedsl compile ... --d-model N")
+
+    def history(self, tokens: int) -> None:
+        """Earlier tokens a decoding step re-reads."""
+        self.gen.conv_history = max(self.gen.conv_history, tokens)
 
 
 #: Names every generated module binds or uses itself (imports, constants, locals of ``forward``); with the
@@ -212,63 +193,63 @@ def module_file_name(scheme: Scheme) -> str:
     return module_file_stem(scheme.name) + ".py"
 
 
-def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, vocab_size: int = 256) -> str:
-    """The source text of a standalone module computing the same function as the compiled scheme."""
+def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
+    """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
+    function as the compiled scheme, with the same learned-parameter names."""
     kernels = _kernels()
     names = Names(module_names(kernels) | set(_FIXED_NAMES))
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
     body: list[str] = ["out = {}"]
-    backend = graph.graph["backend"]
+    backend = plan.backend
     fwd = body.append
     transforms: list[str] = []
-    for i, n in enumerate(transform_nodes(graph)):
-        t = graph.nodes[n]
-        ch = tuple(int(c) for c in t["channels"])
-        P = len(ch) // 2
-        first, second = _pairs_of(ch, scheme.layout)
-        transforms.append(f"({literal(t['op'])}, {literal(t['targets'])}, {literal(first)}, {literal(second)}, "
-                          f"{literal(list(ch))}, {literal(float(t.get('scale', 1.0)))}),  "
-                          + comment(f"group {t['group']!r}: {t['label']}"))
-        if t["op"] in ("rotate", "accumulate_so2"):
-            key = "phase" if t["op"] == "rotate" else "steps"
-            expr = graph.nodes[t[key]]["expr"]
-            code = gen.expr(expr, t[key], P, len(ch))
-            what = "phase" if t["op"] == "rotate" else "step angle"
-            fwd(comment(f"{t['label']}: {what} = {to_source(expr)}  ({t.get('note', '')})"))
-            fwd(f"out['t{i}'] = ({code}) * torch.ones(1, 1, L, 1, {P}, dtype=F64, device=dev)")
+    for i, t in enumerate(plan.transports):
+        ch = t.channels
+        npairs = len(ch) // 2
+        pairs = channel_pairs(ch, scheme.layout)
+        first, second = [a for a, _ in pairs], [b for _, b in pairs]
+        transforms.append(f"({literal(t.kind)}, {literal(t.targets)}, {literal(first)}, {literal(second)}, "
+                          f"{literal(list(ch))}, {literal(float(t.scale))}),  "
+                          + comment(f"group {t.group!r}: {t.kind}, kernel {t.kernel}"))
+        if t.kind in (P.ROPE, P.SO2):
+            code = gen.expr(t.expr, t.site, npairs, len(ch))
+            what = "phase" if t.kind == P.ROPE else "step angle"
+            fwd(comment(f"{t.kind} on {t.group}: {what} = {to_source(t.expr)}  ({t.why})"))
+            fwd(f"out['t{i}'] = ({code}) * torch.ones(1, 1, L, 1, {npairs}, dtype=F64, device=dev)")
         else:
-            wexpr, bexpr = graph.nodes[t["w"]]["expr"], graph.nodes[t["beta"]]["expr"]
-            wcode = gen.expr(wexpr, t["w"], P, len(ch))
-            bcode = gen.expr(bexpr, t["beta"], P, len(ch))
-            fwd(comment(f"{t['label']}: w = {to_source(wexpr)}, beta = {to_source(bexpr)}"))
+            (w, beta) = t.sites
+            wcode = gen.expr(w.expr, w.name, npairs, len(ch))
+            bcode = gen.expr(beta.expr, beta.name, npairs, len(ch))
+            fwd(comment(f"{t.kind} on {t.group}: w = {to_source(w.expr)}, beta = {to_source(beta.expr)}"))
             fwd(f"w_g = (({wcode}) * torch.ones(B, HEADS, L, 1, {len(ch)}, device=dev, dtype=dt))[:, :, :, 0, :]")
             fwd(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=dt))[:, :, :, 0, 0]")
             fwd(f"out['t{i}'] = (w_g, beta)")
-    if "temperature" in graph:
-        expr = graph.nodes["temperature"]["expr"]
-        code = gen.expr(expr, "temperature", None, None)
-        fwd(comment(f"temperature tau = {to_source(expr)} (a scale of q)"))
+    if plan.temperature is not None:
+        tau = plan.temperature.site
+        code = gen.expr(tau.expr, tau.name, None, None)
+        fwd(comment(f"temperature tau = {to_source(tau.expr)} (a scale of q)"))
         fwd(f"out['tau'] = (({code}) * torch.ones(1, 1, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
     biases: list[str] = []
     table_body: list[str] = []
-    for i, n in enumerate(bias_nodes(graph)):
-        b = graph.nodes[n]
-        if b["op"] == "distance_bias" and b.get("slope") is not None:
-            code = gen.expr(b["slope"], n, None, None)
-            fwd(comment(f"{b['label']}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
-            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
-            biases.append(f"('linear', {literal(n)}),")
-        elif b["op"] == "distance_bias":
-            code = gen.expr(b["expr"], n, None, None)
-            table_body.append(f"if i == {i}:  " + comment(f"{b['label']}: a (head, distance) table gathered at p_i - p_j"))
-            table_body.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
-            biases.append(f"('table', {literal(n)}),")
-        else:
-            code = gen.expr(b["expr"], n, None, None)
-            fwd(comment(f"{b['label']}: coordinate G_t = sum of log gates (float64), b(i, j) = G_i - G_j"))
+    for i, b in enumerate(plan.biases):
+        src = f"bias = {to_source(b.site.expr)}"
+        kind = b.kind
+        if b.log_gate is not None:  # a gate, or a constant one read as ALiBi: the coordinate sums it over tokens
+            kind = P.GATE_BIAS
+            code = gen.expr(b.log_gate, b.site.name, None, None)
+            fwd(comment(f"{src}: coordinate G_t = sum of the log gates {to_source(b.log_gate)} (float64), "
+                        "b(i, j) = G_i - G_j"))
             fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
-            biases.append(f"('gate', {literal(n)}),")
+        elif b.kind == P.LINEAR_BIAS:
+            code = gen.expr(b.slope, b.site.name, None, None)
+            fwd(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
+            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
+        else:
+            code = gen.expr(b.site.expr, b.site.name, None, None)
+            table_body.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
+            table_body.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
+        biases.append(f"({literal(kind)}, {literal(b.site.name)}),")
     body.append("return out")
     table_body.append("raise IndexError(i)")
     gen.consts.append("TRANSFORMS = (" + ("" if not transforms else "\n    " + "\n    ".join(transforms) + "\n") + ")")
@@ -286,7 +267,7 @@ def generate(scheme: Scheme, graph: nx.DiGraph, *, d_model: int | None = None, v
         f"    sha256        {scheme.source_hash}",
         f"    parameters    {json.dumps(scheme.params, sort_keys=True)}",
         f"    heads         {scheme.heads}, head_dim {scheme.head_dim}, layout {scheme.layout}",
-        f"    compiled for  backend {backend}: {graph.graph.get('backend_note', '')}",
+        f"    compiled for  backend {backend}: {plan.backend_why}",
         "",
         f"Usage: ``{cname}()(q, k, v, x=x, tokens=tokens)`` with q (B, H, Lq, D), k, v (B, Hkv, L, D);",
         "positions, document_ids, attn_mask and cache=module.new_cache(B) as in pedsl's SchemeAttention.",

@@ -3,36 +3,31 @@
 Nodes are the stages of docs/semantics.md §1 - inputs (q, k, v, positions, x,
 tokens), frequency tables, phases, step sources, per-group transforms, biases,
 temperature, scores, softmax, value transport, output - each with a ``op``
-attribute and the expression it computes. The passes in
+attribute, the expression it computes and its type ``ty`` (from the resolved IR; an
+edge from every run-time input its type reads, docs/semantics.md §1a). The passes in
 :mod:`pedsl.compiler.passes` rewrite node attributes (what is folded, which
-identity applies, which kernel runs); the module builder reads the final graph,
-and ``pedsl graph`` prints it.
+identity applies, which kernel runs) and record their decisions in the typed
+:class:`~pedsl.compiler.plan.Plan` that the module and codegen execute. Node names of
+evaluation sites (``phase[g]``, ``bias[i]``, ...) are names from :func:`~pedsl.compiler.plan.site_name`:
+they prefix the names of learned parameters.
 """
 
 from __future__ import annotations
 
 import networkx as nx
 
-from pedsl.lang.builtins import LEARNED
-from pedsl.lang.exprs import calls_in, names_in, to_source
+from pedsl.compiler.plan import site_name
+from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.types import Dep, Ty
+
+# the input node of each run-time input an expression reads (its type's ``reads``), in edge order
+_INPUTS = ((Dep.POSITION, "positions"), (Dep.DATA, "x"), (Dep.TOKEN, "tokens"), (Dep.LENGTH, "length n"),
+           (Dep.LEARNED, "learned"))
 
 
-def _sources(expr) -> list[str]:
-    names = names_in(expr)
-    calls = calls_in(expr)
-    out = []
-    if "position" in names:
-        out.append("positions")
-    if "x" in names:
-        out.append("x")
-    if "token" in names:
-        out.append("tokens")
-    if "n" in names:
-        out.append("length n")
-    if calls & LEARNED:
-        out.append("learned")
-    return out
+def _sources(ty: Ty) -> list[str]:
+    return [node for dep, node in _INPUTS if dep in ty.reads]
 
 
 def lower(scheme: Scheme) -> nx.DiGraph:
@@ -56,33 +51,33 @@ def lower(scheme: Scheme) -> nx.DiGraph:
 
     for idx, t in enumerate(scheme.transports):
         grp = scheme.group(t.group)
-        node = f"transport[{t.group}]"
+        node = site_name("transport", t.group)
         attrs = dict(group=t.group, channels=grp.channels, targets=t.targets, index=idx)
         if t.kind == "rotate":
-            table = f"phase[{t.group}]"
+            table = site_name("phase", t.group)
             g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
-                       dynamic=t.dynamic, folded=False)
-            for s in _sources(t.phase):
+                       dynamic=t.dynamic, ty=t.phase_ty)
+            for s in _sources(t.phase_ty):
                 g.add_edge(ensure(s), table)
             g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (
                 f", q and k scaled by {t.scale:g}" if t.scale != 1 else ""), phase=table, scale=t.scale, **attrs)
             g.add_edge(table, node)
         elif t.kind == "accumulate_rotation":
-            steps = f"steps[{t.group}]"
+            steps = site_name("steps", t.group)
             g.add_node(steps, op="step_angles", expr=t.angle, label=f"step angle = {to_source(t.angle)}",
-                       data=t.data, learned=t.learned)
-            for s in _sources(t.angle):
+                       data=t.data, learned=t.learned, ty=t.angle_ty)
+            for s in _sources(t.angle_ty):
                 g.add_edge(ensure(s), steps)
             g.add_node(node, op="accumulate_so2", label=f"accumulate SO(2) {t.targets} on {t.group}",
                        steps=steps, **attrs)
             g.add_edge(steps, node)
         else:
-            w, beta = f"w[{t.group}]", f"beta[{t.group}]"
-            g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}")
-            g.add_node(beta, op="householder_beta", expr=t.beta, label=f"beta = {to_source(t.beta)}")
-            for s in _sources(t.w):
+            w, beta = site_name("w", t.group), site_name("beta", t.group)
+            g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}", ty=t.w_ty)
+            g.add_node(beta, op="householder_beta", expr=t.beta, label=f"beta = {to_source(t.beta)}", ty=t.beta_ty)
+            for s in _sources(t.w_ty):
                 g.add_edge(ensure(s), w)
-            for s in _sources(t.beta):
+            for s in _sources(t.beta_ty):
                 g.add_edge(ensure(s), beta)
             g.add_node(node, op="accumulate_householder", label=f"accumulate Householder {t.targets} on {t.group}",
                        w=w, beta=beta, orthogonal=t.orthogonal, **attrs)
@@ -102,21 +97,21 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         g.add_edge("k", "scores")
 
     for idx, b in enumerate(scheme.biases):
-        node = f"bias[{idx}]"
+        node = site_name("bias", idx)
         if b.kind == "distance":
-            g.add_node(node, op="distance_bias", expr=b.term, slope=b.slope,
-                       label=f"bias = {to_source(b.term)}", linear=b.slope is not None)
+            g.add_node(node, op="distance_bias", index=idx, expr=b.term, slope=b.slope,
+                       label=f"bias = {to_source(b.term)}", linear=b.slope is not None, ty=b.term_ty)
             g.add_edge("positions", node)
         else:
-            g.add_node(node, op="gate_bias", expr=b.log_gate, label=f"bias = accumulate({to_source(b.log_gate)})",
-                       data=b.data)
-            for s in _sources(b.log_gate):
+            g.add_node(node, op="gate_bias", index=idx, expr=b.log_gate,
+                       label=f"bias = accumulate({to_source(b.log_gate)})", data=b.data, ty=b.log_gate_ty)
+            for s in _sources(b.log_gate_ty):
                 g.add_edge(ensure(s), node)
         g.add_edge(node, "scores")
     if scheme.temperature is not None:
-        g.add_node("temperature", op="temperature", expr=scheme.temperature,
-                   label=f"tau = {to_source(scheme.temperature)}")
-        for s in _sources(scheme.temperature):
+        g.add_node(site_name("temperature"), op="temperature", expr=scheme.temperature,
+                   label=f"tau = {to_source(scheme.temperature)}", ty=scheme.temperature_ty)
+        for s in _sources(scheme.temperature_ty):
             g.add_edge(ensure(s), "temperature")
         g.add_edge("temperature", "scores")
     assert nx.is_directed_acyclic_graph(g)
@@ -130,4 +125,6 @@ def transform_nodes(g: nx.DiGraph) -> list[str]:
 
 
 def bias_nodes(g: nx.DiGraph) -> list[str]:
-    return sorted(n for n, d in g.nodes(data=True) if d.get("op") in ("distance_bias", "gate_bias"))
+    """The bias nodes, in the scheme's order."""
+    nodes = [n for n, d in g.nodes(data=True) if d.get("op") in ("distance_bias", "gate_bias")]
+    return sorted(nodes, key=lambda n: g.nodes[n]["index"])

@@ -88,12 +88,8 @@ def _rotate(x, cos, sin, first, second):
     return out
 
 
-def _dynamic_ntk(base, factor, original, pairs, L, device):
-    """Dynamic NTK (HF 'dynamic'): past the original length the base grows with the run-time length
-    n = L (the largest position of the call + 1; cached keys keep the table they were rotated with)."""
-    if L > original and pairs > 1:
-        s = factor * L / original - (factor - 1)
-        base = base * s ** (2 * pairs / (2 * pairs - 2))
+def _geometric(base, pairs, device):
+    """The geometric grid base^(-2k / (2 pairs)) as a 5-d tensor along 'pair'."""
     k = torch.arange(pairs, dtype=F64, device=device)
     return (base ** (-2.0 * k / (2 * pairs))).view(1, 1, 1, 1, pairs)
 
@@ -226,9 +222,9 @@ def _forward(mod, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)
         val = vals[f"t{i}"]
         if scale != 1:
             scales.append((chans, scale))
-        if op == "rotate":
+        if op == "rope-table":
             rots.append((targets, first, second, torch.remainder(_last(val[:, :, :, 0, :], L), TWO_PI)))
-        elif op == "accumulate_so2":
+        elif op == "accumulated-so2":
             a = _last(val[:, :, :, 0, :], L).to(F64) * valid[:, None, :, None]
             A = torch.cumsum(a, dim=-2)
             if cache is not None and i in cache.angles:
@@ -244,10 +240,10 @@ def _forward(mod, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)
             hh = (w, _last(beta, L, -1).to(dt) * valid[:, None, :])
     coord, tables = None, []
     for i, (op, node) in enumerate(BIASES):
-        if op == "table":
+        if op == "distance-table":
             tables.append(i)
             continue
-        if op == "linear":
+        if op == "linear-distance":
             c = vals[f"b{i}"][None, :, None] * lay["pos"].to(F64)[:, None, :]  # slope * p: b(i, j) = c_i - c_j
         else:
             lg = _last(vals[f"b{i}"], L, -1).to(F64) * valid[:, None, :]

@@ -6,11 +6,11 @@ steps and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, Hq, Lq
 positions, documents, masks, a cache, fewer key/value heads or fewer queries than keys takes the
 general path of :mod:`pedsl.compiler.stream`; one full causal sequence takes the fused path below.
 
-The forward pass follows the graph after the passes: every transform node
-pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
-angles), biases become one extra key channel (or a table), the temperature
-scales q, then the chosen backend runs causal attention; value transports are
-undone on the output. Static tables are non-persistent buffers, grown on demand
+The forward pass executes the lowering plan (:mod:`pedsl.compiler.plan`): every transport
+step pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
+angles), biases are carried as the plan says (one extra key channel, a materialised table,
+a per-step log term), the temperature scales q, then the plan's backend runs causal
+attention; value transports are undone on the output. Static tables are non-persistent buffers, grown on demand
 for longer inputs; float64 phases are cast at the end (docs/semantics.md §6).
 """
 
@@ -22,15 +22,15 @@ import networkx as nx
 import torch
 from torch import Tensor, nn
 
-from pedsl.compiler.evaluator import Context, Evaluator, Learned
-from pedsl.compiler.graph import bias_nodes, transform_nodes
+from pedsl.compiler import plan as P
+from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
 from pedsl.compiler.shapes import angle_dtype as _angle_dtype, per_head as _per_head
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.ops.bias import materialized_bias_attention, separable_bias_attention
+from pedsl.ops.bias import materialized_bias_attention, scale_queries, separable_bias_attention
 
 F64 = torch.float64
 HALF = (torch.float16, torch.bfloat16)
@@ -45,10 +45,9 @@ class SchemeAttention(nn.Module):
         super().__init__()
         self.scheme = scheme
         self.graph = graph
-        # plain-dict copy of the node attributes read in forward: networkx views are opaque to
-        # torch.compile (each lookup was a graph break, 5 graphs for RoPE)
-        self._nodes = {n: dict(d) for n, d in graph.nodes(data=True)}
-        self.backend = graph.graph["backend"]
+        # the forward reads only the plan (frozen records: networkx views are opaque to torch.compile)
+        self.plan: P.Plan = graph.graph["plan"]
+        self.backend = self.plan.backend
         self.heads, self.head_dim = scheme.heads, scheme.head_dim
         self.layout = scheme.layout
         self.d_model = d_model
@@ -56,10 +55,7 @@ class SchemeAttention(nn.Module):
         self.learned = Learned()
         self._tables: dict = {}
         self.evaluator = Evaluator(self.learned, d_model, vocab_size, self._tables)
-        self.transforms = [dict(graph.nodes[n], node=n) for n in transform_nodes(graph)]
-        self.biases = [dict(graph.nodes[n], node=n) for n in bias_nodes(graph)]
-        self.temperature = graph.nodes["temperature"]["expr"] if "temperature" in graph else None
-        self._key_channel = any(b.get("kernel") == "key channel" for b in self.biases)
+        self.transforms, self.biases, self.temperature = self.plan.transports, self.plan.biases, self.plan.temperature
         self.needs_x = scheme.needs_x
         self.needs_tokens = scheme.needs_tokens
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
@@ -70,14 +66,15 @@ class SchemeAttention(nn.Module):
         # static RoPE tables up to TABLE0 positions, built now: under torch.compile the first trace
         # then reads a filled cache instead of filling it (which made the second call recompile)
         for t in self.transforms:
-            if t["op"] == "rotate" and not self._nodes[t["phase"]].get("dynamic"):
+            if t.static_table:
                 self.rope_tables(t, TABLE0, torch.device("cpu"), torch.float32)
 
     # ------------------------------------------------------------------ construction
-    def _ctx(self, L: int, x=None, tokens=None, device=None, dtype=torch.float32, group=None) -> Context:
+    def _ctx(self, L: int, x=None, tokens=None, device=None, dtype=torch.float32,
+             group: P.TransportStep | None = None) -> Context:
         pairs = chans = None
         if group is not None:
-            chans = len(group["channels"])
+            chans = len(group.channels)
             pairs = chans // 2
         return Context(values=self.values, heads=self.heads, pairs=pairs, chans=chans, L=L, n=L, x=x,
                        tokens=tokens, device=device, dtype=dtype)
@@ -91,23 +88,13 @@ class SchemeAttention(nn.Module):
                                code="E405", hint="compile_scheme(..., d_model=<model width>) or --d-model")
         x = torch.zeros(1, 2, self.d_model) if self.needs_x else None
         tokens = torch.zeros(1, 2, dtype=torch.long) if self.needs_tokens else None
-        for t in self.transforms:
-            for key, expr in self._exprs(t):
-                self.evaluator.run(expr, self._ctx(2, x, tokens, group=t), key, build=True)
-        for b in self.biases:
-            for expr in (b["expr"], b.get("slope")):
+        slopes = {b.site.name: b.slope for b in self.biases}  # a linear bias's slope runs under its site too
+        for site in self.plan.params:  # in the plan's order: learned parameters are created (and seeded) in it
+            group = self.plan.transport(site.group) if site.group is not None else None
+            ctx = self._ctx(2) if site.role == "temperature" else self._ctx(2, x, tokens, group=group)
+            for expr in (site.expr, slopes.get(site.name)):
                 if expr is not None:
-                    self.evaluator.run(expr, self._ctx(2, x, tokens), b["node"], build=True)
-        if self.temperature is not None:
-            self.evaluator.run(self.temperature, self._ctx(2), "temperature", build=True)
-
-    def _exprs(self, t: dict) -> list[tuple[str, object]]:
-        g = self.graph
-        if t["op"] == "rotate":
-            return [(t["phase"], g.nodes[t["phase"]]["expr"])]
-        if t["op"] == "accumulate_so2":
-            return [(t["steps"], g.nodes[t["steps"]]["expr"])]
-        return [(t["w"], g.nodes[t["w"]]["expr"]), (t["beta"], g.nodes[t["beta"]]["expr"])]
+                    self.evaluator.run(expr, ctx, site.name, build=True)
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
@@ -149,7 +136,7 @@ class SchemeAttention(nn.Module):
             if tokens.shape != (B, L):
                 raise ShapeError(f"tokens must be (B={B}, L={L}) for the L tokens of k and v, got {tuple(tokens.shape)}")
         if cache is not None:
-            from pedsl.compiler.stream import AttentionCache
+            from pedsl.compiler.cache import AttentionCache
 
             if not isinstance(cache, AttentionCache):
                 raise ShapeError(f"cache must come from module.new_cache(batch_size), got {type(cache).__name__}")
@@ -168,38 +155,36 @@ class SchemeAttention(nn.Module):
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
         they were cached, as Hugging Face does). One cache per layer and batch of sequences.
         """
-        from pedsl.compiler.stream import AttentionCache
+        from pedsl.compiler.cache import AttentionCache
 
         return AttentionCache(self, batch_size)
 
-    def rope_tables(self, t: dict, L: int, device, dtype) -> tuple[Tensor, Tensor]:
-        node = self._nodes[t["phase"]]
-        key = t["phase"]
+    def rope_tables(self, t: P.TransportStep, L: int, device, dtype) -> tuple[Tensor, Tensor]:
+        key = t.site
         cached = self._rope_cache.get(key)
-        dynamic = node.get("dynamic")
+        dynamic = not t.static_table
         if cached is not None and cached[1].device == device and cached[1].dtype == dtype and (
             cached[0] == L if dynamic else cached[0] >= L
         ):
             return cached[1][:L], cached[2][:L]
         size = L if dynamic else max(L, 2 ** math.ceil(math.log2(max(L, 1))))
-        phase = self.evaluator.run(node["expr"], self._ctx(size, device=device, group=t), key)
-        ph = _as_table(phase, size, len(t["channels"]) // 2)  # (L, P) float64
+        phase = self.evaluator.run(t.expr, self._ctx(size, device=device, group=t), key)
+        ph = _as_table(phase, size, len(t.channels) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
         cos, sin = torch.cos(ph), torch.sin(ph)
-        scale = t.get("scale", 1.0)
+        scale = t.scale
         if scale != 1:  # HF's attention factor: q and k of the group scaled by multiplying cos and sin
             cos, sin = cos * scale, sin * scale
         cos, sin = cos.to(dtype), sin.to(dtype)
         self._rope_cache[key] = (size, cos, sin)
         return cos[:L], sin[:L]
 
-    def step_angles(self, t: dict, L: int, x, tokens, device, dtype) -> Tensor:
-        expr = self._nodes[t["steps"]]["expr"]
-        a = self.evaluator.run(expr, self._ctx(L, x, tokens, device, dtype, group=t), t["steps"])
-        return _as_bhlp(a, L, len(t["channels"]) // 2)
+    def step_angles(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> Tensor:
+        a = self.evaluator.run(t.expr, self._ctx(L, x, tokens, device, dtype, group=t), t.site)
+        return _as_bhlp(a, L, len(t.channels) // 2)
 
-    def _cos_sin(self, t: dict, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
-        if t["op"] == "rotate":
+    def _cos_sin(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
+        if t.kind == P.ROPE:
             return self.rope_tables(t, L, device, dtype)
         A = cumulative_angles(self.step_angles(t, L, x, tokens, device, dtype).to(F64))
         return torch.cos(A).to(dtype), torch.sin(A).to(dtype)
@@ -209,15 +194,15 @@ class SchemeAttention(nn.Module):
         total = None
         pos = torch.arange(L, dtype=F64, device=device)
         for b in self.biases:
-            if b.get("kernel") != "key channel":
+            if b.carried != P.KEY_CHANNEL:
                 continue
-            if b["op"] == "distance_bias":
-                slope = self.evaluator.run(b["slope"], self._ctx(L, x, tokens, device), b["node"])
+            if b.kind == P.LINEAR_BIAS:
+                slope = self.evaluator.run(b.slope, self._ctx(L, x, tokens, device), b.site.name)
                 s = _per_head(slope, self.heads).to(F64)  # (H,)
                 g = -s[:, None] * pos[None, :]  # (H, L): b = s (i - j) -> g(j) = -s j
                 g = g.unsqueeze(0)
             else:
-                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
+                lg = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
                 G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
                 g = -G  # b = G_i - G_j -> g(j) = -G_j
             total = g if total is None else total + g
@@ -231,12 +216,11 @@ class SchemeAttention(nn.Module):
         j = i if cols is None else i[cols]
         dist = (i[:, None] - j[None, :]).clamp(min=0)
         for b in self.biases:
-            if b["op"] == "distance_bias":
-                term = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
-                tab = _as_hd(term, L, self.heads).to(F64)  # (H, L) over distance
-                full = tab[:, dist].unsqueeze(0)
+            val = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
+            if b.kind != P.GATE_BIAS:
+                full = _as_hd(val, L, self.heads).to(F64)[:, dist].unsqueeze(0)  # (H, L) over distance, gathered
             else:
-                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
+                lg = val
                 G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
                 full = G.unsqueeze(-1) - (G if cols is None else G[..., cols]).unsqueeze(-2)
             total = full if total is None else total + full
@@ -245,7 +229,7 @@ class SchemeAttention(nn.Module):
     def query_scale(self, L: int, device) -> Tensor | None:
         if self.temperature is None:
             return None
-        tau = self.evaluator.run(self.temperature, self._ctx(L, device=device), "temperature")
+        tau = self.evaluator.run(self.temperature.site.expr, self._ctx(L, device=device), self.temperature.site.name)
         axes = ("head", "pos")
         t = tau.align(axes) if tau.axes else tau.t.reshape(1, 1)
         return t.expand(t.shape[0], L).unsqueeze(0).to(F64)  # (1, H|1, L)
@@ -256,23 +240,23 @@ class SchemeAttention(nn.Module):
         B, H, L, D = q.shape
         undo = []
         for t in self.transforms:
-            if t["op"] == "accumulate_householder":
+            if t.kind == P.HOUSEHOLDER:
                 continue
-            ch = t["channels"] if len(t["channels"]) != D else None
-            if t["op"] == "accumulate_so2":
+            ch = t.channels if len(t.channels) != D else None
+            if t.kind == P.SO2:
                 # float64 cumulative sum reduced mod 2 pi, then cast (|A| < 2 pi keeps ~1e-7 rad in float32);
                 # one fused rotation for q, k (and v) whose backward gives the angle gradient directly
                 A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(_angle_dtype(q.dtype))
-                if t["targets"] == "qkv":
+                if t.values:
                     q, k, v = rotary.rotate_many_by_angles([q, k, v], A, self.layout, ch)
                     undo.append((None, A, ch))
                 else:
                     q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
                 continue
-            cos, sin = self._cos_sin(t, L, x, tokens, q.device, q.dtype)
+            cos, sin = self._cos_sin(t, L, x, tokens, q.device, _angle_dtype(q.dtype))  # half: float32, rounded once
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
-            if t["targets"] == "qkv":
+            if t.values:
                 v = rotary.apply_rotary_channels(v, cos, sin, ch, self.layout)
                 undo.append((cos, sin, ch))
 
@@ -293,7 +277,7 @@ class SchemeAttention(nn.Module):
         :mod:`pedsl.compiler.stream` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape or (q.dtype in HALF and self._key_channel and self.backend != "blockwise")):
+                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general)):
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)
             from pedsl.compiler.stream import stream_forward
@@ -326,8 +310,7 @@ class SchemeAttention(nn.Module):
     def _flex(self, q, k, v, bias, q_scale):
         from pedsl.ops.bias import flex_bias_attention
 
-        if q_scale is not None:
-            q = q * q_scale.to(q.dtype).unsqueeze(-1)
+        q = scale_queries(q, q_scale)
         if bias is None:
             return flex_bias_attention(q, k, v, None)
         table = bias.to(q.dtype)
@@ -345,25 +328,22 @@ class SchemeAttention(nn.Module):
         H, D = self.heads, self.head_dim
         w = torch.zeros(B, H, L, D, dtype=dtype, device=device)
         beta = torch.zeros(B, H, L, dtype=dtype, device=device)
-        for t in self.transforms:
-            if t["op"] != "accumulate_householder":
-                continue
+        for t in self.plan.of_kind(P.HOUSEHOLDER):
             ctx = self._ctx(L, x, tokens, device, dtype, group=t)
-            wt = self.evaluator.run(self._nodes[t["w"]]["expr"], ctx, t["w"])
-            bt = self.evaluator.run(self._nodes[t["beta"]]["expr"], ctx, t["beta"])
-            wv = wt.align(("batch", "head", "pos", "chan")).expand(B, H, L, len(t["channels"])).to(dtype)
-            if len(t["channels"]) == D:
+            wt, bt = (self.evaluator.run(s.expr, ctx, s.name) for s in t.sites)
+            wv = wt.align(("batch", "head", "pos", "chan")).expand(B, H, L, len(t.channels)).to(dtype)
+            if len(t.channels) == D:
                 w = wv
             else:
-                w = w.index_copy(-1, torch.tensor(t["channels"], device=device), wv)
+                w = w.index_copy(-1, torch.tensor(t.channels, device=device), wv)
             beta = _as_bhl(bt, L, H).expand(B, H, L).to(dtype)
         log_forget = None
         for b in self.biases:
-            if b["op"] == "distance_bias":
-                slope = self.evaluator.run(b["slope"], self._ctx(L, x, tokens, device), b["node"])
+            if b.kind == P.LINEAR_BIAS:
+                slope = self.evaluator.run(b.slope, self._ctx(L, x, tokens, device), b.site.name)
                 lf = _per_head(slope, H).to(dtype)[None, :, None].expand(B, H, L)
             else:
-                lg = self.evaluator.run(b["expr"], self._ctx(L, x, tokens, device), b["node"])
+                lg = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
                 lf = _as_bhl(lg, L, H).expand(B, H, L).to(dtype)
             log_forget = lf if log_forget is None else log_forget + lf
         return w, beta, log_forget

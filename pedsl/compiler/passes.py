@@ -1,8 +1,10 @@
 """Graph passes: small pure functions ``(graph, options) -> graph``, run in the order of :data:`PASSES`.
 
-Each pass copies the graph, rewrites what its identity allows (docs/semantics.md
-§5) and records why in the node's ``note``, so ``pedsl graph`` shows
-what the compiler decided.
+Each pass copies the graph and rewrites what its identity allows (docs/semantics.md
+§5): the node's ``kernel`` is the decision, its ``note`` the reason. The last pass,
+:func:`record_plan`, records every decision in the typed :class:`~pedsl.compiler.plan.Plan`
+(``graph.graph["plan"]``) that the module, codegen, the reference backend and ``pedsl graph``
+read; nothing downstream reads the node attributes.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from dataclasses import dataclass
 
 import networkx as nx
 
+from pedsl.compiler import plan as P
+from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.errors import CompileError
 from pedsl.lang import ast
-from pedsl.lang.builtins import LEARNED
-from pedsl.lang.exprs import calls_in, names_in, to_source
+from pedsl.lang.builtins import CONSTANTS
+from pedsl.lang.exprs import to_source
+from pedsl.lang.types import Dep, join
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
 
@@ -26,23 +31,28 @@ class Options:
     device: str = "cpu"
 
 
-def _is_static(expr) -> bool:
-    return not (names_in(expr) & {"x", "token", "position", "n", "distance"}) and not (
-        calls_in(expr) & (LEARNED | {"frozen_random", "log_length"})
-    )
+def _is_static(node: dict) -> bool:
+    """The node's expression is a compile-time constant: its type's dependence class (docs/semantics.md §1a)."""
+    return node["ty"].dep is Dep.STATIC
+
+
+def _decide(g: nx.DiGraph, ops: tuple[str, ...], decide) -> nx.DiGraph:
+    """A copy of g where every node whose op is in ``ops`` gets ``(kernel, note) = decide(attrs)``."""
+    g = g.copy()
+    for _, d in g.nodes(data=True):
+        if d["op"] in ops:
+            d["kernel"], d["note"] = decide(d)
+    return g
+
+
+_STATIC_NOTE = "static table: folded in float64, cached as cos/sin buffers, grown for longer inputs"
 
 
 def fold_static_tables(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Frequency/phase tables that depend only on positions are constants: compute once in float64."""
-    g = g.copy()
-    for n, d in g.nodes(data=True):
-        if d["op"] == "phase_table":
-            if d.get("dynamic"):
-                d["note"] = "depends on the run-time length n: recomputed (float64) for each new length"
-            else:
-                d["folded"] = True
-                d["note"] = "static table: folded in float64, cached as cos/sin buffers, grown for longer inputs"
-    return g
+    return _decide(g, ("phase_table",), lambda d: (
+        (P.RUNTIME_LENGTH, "depends on the run-time length n: recomputed (float64) for each new length")
+        if d.get("dynamic") else (P.STATIC, _STATIC_NOTE)))
 
 
 def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -52,13 +62,14 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         d = g.nodes[n]
         steps = d["steps"]
         angle = g.nodes[steps]["expr"]
-        if not _is_static(angle):
+        if not _is_static(g.nodes[steps]):
             continue
         phase = ast.Binary(op="*", left=angle, right=ast.Name(id="position"))
-        table = f"phase[{d['group']}]"
+        ty = join(g.nodes[steps]["ty"], CONSTANTS["position"])
+        table = P.site_name("phase", d["group"])
         g.remove_node(steps)
         g.add_node(table, op="phase_table", expr=phase, label=f"phase = {to_source(phase)}", dynamic=False,
-                   folded=True, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
+                   ty=ty, kernel=P.STATIC, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
         g.add_edge("positions", table)
         g.add_edge(table, n)
         d.update(op="rotate", phase=table, label=f"rotate {d['targets']} on {d['group']}",
@@ -69,30 +80,27 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 def factor_orthogonal_steps(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Orthogonal steps factor: P(j->i) = A_i A_j^T, so q and k are pre-transformed once."""
-    g = g.copy()
-    for n, d in g.nodes(data=True):
+    def kernel(d):
         if d["op"] == "accumulate_so2":
-            d["kernel"] = "cumulative angles"
-            d["note"] = ("SO(2) steps commute: cumulative angles A_t (float64 cumsum, O(L D)) rotate q and k "
-                         "absolutely, then any fused causal kernel")
-        elif d["op"] == "rotate":
-            d["kernel"] = "rotary"
-            d.setdefault("note", "q and k rotated by their own phases (standard RoPE form)")
-        elif d["op"] == "accumulate_householder":
-            d["kernel"] = "blockwise"
-            d["note"] = ("Householder steps with beta = 2 are reflections (orthogonal)" if d.get("orthogonal") else
-                         "beta in (0, 2): not orthogonal, no absolute factoring; UT/WY blockwise algorithm")
-    return g
+            return "cumulative angles", ("SO(2) steps commute: cumulative angles A_t (float64 cumsum, O(L D)) "
+                                         "rotate q and k absolutely, then any fused causal kernel")
+        if d["op"] == "rotate":
+            return "rotary", d.get("note", "q and k rotated by their own phases (standard RoPE form)")
+        return "blockwise", ("Householder steps with beta = 2 are reflections (orthogonal)" if d.get("orthogonal")
+                             else "beta in (0, 2): not orthogonal, no absolute factoring; UT/WY blockwise algorithm")
+
+    return _decide(g, ("accumulate_so2", "rotate", "accumulate_householder"), kernel)
 
 
 def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """accumulate(c) with a constant log-gate c sums to c * (i - j): a linear distance bias."""
     g = g.copy()
     for n, d in list(g.nodes(data=True)):
-        if d["op"] == "gate_bias" and _is_static(d["expr"]):
+        if d["op"] == "gate_bias" and _is_static(d):
             slope = d["expr"]
             term = ast.Binary(op="*", left=slope, right=ast.Name(id="distance"))
-            d.update(op="distance_bias", expr=term, slope=slope, linear=True,
+            d.update(op="distance_bias", expr=term, slope=slope, linear=True, counts=P.TOKENS,
+                     ty=join(d["ty"], CONSTANTS["distance"]),
                      label=f"bias = {to_source(term)}",
                      note="a constant accumulated log-gate is a linear distance bias (ALiBi form)")
     return g
@@ -100,28 +108,24 @@ def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 def fold_temperature_into_q(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """A per-query temperature is a scale of q_i: free inside any kernel."""
-    g = g.copy()
-    if "temperature" in g:
-        g.nodes["temperature"]["note"] = "folded into a per-query scale of q"
-        g.nodes["temperature"]["kernel"] = "q scale"
+    g = _decide(g, ("temperature",), lambda d: ("q scale", "folded into a per-query scale of q"))
+    if "temperature" in g:  # one that reads nothing but the position is a table over positions (decoding reads rows)
+        d = g.nodes["temperature"]
+        d["table"] = P.POSITION_TABLE if d["ty"].dep <= Dep.POSITION else P.RUNTIME
     return g
 
 
 def separable_biases(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Biases f(i) + g(j) only act through g(j): one extra key channel instead of an (H, L, L) tensor."""
-    g = g.copy()
-    for n, d in g.nodes(data=True):
-        if d["op"] == "distance_bias":
-            if d.get("linear"):
-                d["kernel"] = "key channel"
-                d["note"] = "slope * (i - j): the key term -slope * j rides in one extra channel (no L x L tensor)"
-            else:
-                d["kernel"] = "table"
-                d["note"] = "non-linear in the distance: a per-(head, distance) table (score_mod or mask)"
-        elif d["op"] == "gate_bias":
-            d["kernel"] = "key channel"
-            d["note"] = "G_i - G_j with G = cumsum(log gate) in float64: the key term -G_j rides in one extra channel"
-    return g
+    def carry(d):
+        if d["op"] == "gate_bias":
+            return P.KEY_CHANNEL, "G_i - G_j with G = cumsum(log gate) in float64: the key term -G_j rides in one " \
+                                  "extra channel"
+        if d.get("linear"):
+            return P.KEY_CHANNEL, "slope * (i - j): the key term -slope * j rides in one extra channel (no L x L tensor)"
+        return "table", "non-linear in the distance: a per-(head, distance) table (score_mod or mask)"
+
+    return _decide(g, ("distance_bias", "gate_bias"), carry)
 
 
 def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -181,15 +185,13 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     else:
         backend = "sdpa"
     g.graph["backend"] = backend
-    if backend == "blockwise":
-        for _, d in g.nodes(data=True):
-            if d["op"] in ("distance_bias", "gate_bias"):
-                d["kernel"] = "step log term"
-                d["note"] = "enters the blockwise scan as a per-step log term: b(i, j) = sum_{s=j+1..i} log f_s"
-    elif backend in ("masked", "flex", "reference"):
-        for _, d in g.nodes(data=True):
-            if d["op"] in ("distance_bias", "gate_bias"):
-                d["note"] = "materialised as a (B, H, L, L) bias" if backend != "flex" else "score_mod on (h, i - j)"
+    carrier = {"blockwise": (P.STEP_LOG_TERM, "enters the blockwise scan as a per-step log term: "
+                                              "b(i, j) = sum_{s=j+1..i} log f_s"),
+               "masked": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
+               "reference": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
+               "flex": (P.SCORE_MOD, "score_mod on (h, i - j)")}.get(backend)
+    if carrier is not None:
+        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
     g.graph["backend_note"] = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor",
         "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
@@ -197,6 +199,43 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
     }[backend]
+    return g
+
+
+_KINDS = {"rotate": P.ROPE, "accumulate_so2": P.SO2, "accumulate_householder": P.HOUSEHOLDER}
+
+
+def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
+    """The decisions of the passes as a typed :class:`~pedsl.compiler.plan.Plan` in ``graph.graph["plan"]``."""
+    g = g.copy()
+    transports = []
+    for n in transform_nodes(g):
+        d = g.nodes[n]
+        roles = {"rotate": ("phase",), "accumulate_so2": ("steps",), "accumulate_householder": ("w", "beta")}[d["op"]]
+        sites = tuple(P.Site(d[r], r, g.nodes[d[r]]["expr"], d["group"]) for r in roles)
+        table = P.PER_TOKEN if d["op"] != "rotate" else g.nodes[d["phase"]]["kernel"]
+        why = "; ".join(x for x in (g.nodes[d["phase"]].get("note") if d["op"] == "rotate" else None, d.get("note")) if x)
+        transports.append(P.TransportStep(
+            group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
+            targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
+            orthogonal=bool(d.get("orthogonal")), why=why))
+    biases = []
+    for n in bias_nodes(g):
+        d = g.nodes[n]
+        kind = P.GATE_BIAS if d["op"] == "gate_bias" else P.LINEAR_BIAS if d.get("slope") is not None else P.TABLE_BIAS
+        biases.append(P.BiasTerm(index=d["index"], kind=kind, site=P.Site(n, "bias", d["expr"]),
+                                 carried=d["kernel"], slope=d.get("slope") if kind == P.LINEAR_BIAS else None,
+                                 counts=d.get("counts", P.POSITIONS), why=d.get("note", "")))
+    tau = None
+    if "temperature" in g:
+        d = g.nodes["temperature"]
+        tau = P.Temperature(P.Site("temperature", "temperature", d["expr"]), d["table"], d["kernel"], d.get("note", ""))
+    backend = g.graph["backend"]
+    g.graph["plan"] = P.Plan(
+        scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
+        transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
+        backend_why=g.graph["backend_note"],
+        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases))
     return g
 
 
@@ -208,6 +247,7 @@ PASSES = (
     fold_temperature_into_q,
     separable_biases,
     choose_backend,
+    record_plan,
 )
 
 

@@ -1,11 +1,15 @@
-"""The reference backend: docs/semantics.md §1 interpreted naively, in float64.
+"""The reference backend: docs/semantics.md §1 interpreted naively, in float64, from the IR.
 
-Explicit transport matrices T(j->i) for every (i, j) - rotations from the phase
-tables, ordered products of step matrices for accumulated transports - an
-explicit (H, L, L) bias and per-query temperature, handed to the loop-based
-:func:`pedsl.ops.reference.reference_attention`. It shares only the expression
-evaluator (phases, angles, w, beta, gates) with the fast backends, so the
-differential tests check every kernel, identity and pass against it.
+It reads the resolved scheme itself (``mod.scheme``: its transports, biases and temperature as
+written), not the lowering plan: explicit transport matrices T(j->i) for every (i, j) - rotations
+from the phase tables, ordered products of step matrices for accumulated transports (so constant
+steps are multiplied out, not recognised as RoPE) - an explicit bias entry by entry (a distance
+term read at p_i - p_j, a gate as the explicit sum of the log gates of tokens j+1..i, so a
+constant gate is summed, not turned into ALiBi) and a per-query temperature, handed to the
+loop-based :func:`pedsl.ops.reference.reference_attention`. It shares with the fast backends
+only the expression walk (:class:`pedsl.runtime.torch_backend.Evaluator`, in float64) and the
+learned parameters, named by the plan's sites; never the module's bias, temperature or
+transport helpers. So the differential tests check every kernel, identity and pass against it.
 """
 
 from __future__ import annotations
@@ -13,46 +17,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table
+from pedsl.compiler.plan import HOUSEHOLDER, site_name
+from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd
 from pedsl.ops import reference as ref
 
 F64 = torch.float64
-
-
-def _scaled(T: Tensor, t: dict, ch: list, D: int) -> Tensor:
-    """rotate(..., scale = m) multiplies q and k of the group by m: the group's block of T by m^2."""
-    scale = t.get("scale", 1.0)
-    if scale == 1:
-        return T
-    s = torch.ones(D, dtype=F64, device=T.device)
-    s[ch] = scale
-    return T * (s[:, None] * s[None, :])
-
-
-def _group_transport(mod, t: dict, L: int, x, tokens, device) -> Tensor:
-    """T(j->i) of one group, (B|1, H|1, L, L, D, D) float64."""
-    D = mod.head_dim
-    ch = list(t["channels"])
-    g = mod.graph
-    ctx = mod._ctx(L, x, tokens, device, F64, group=t)
-    if t["op"] == "rotate":
-        phase = mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx, t["phase"])
-        return _scaled(ref.rotation_transport(as_table(phase, L, len(ch) // 2), mod.layout, ch, D), t, ch, D)
-    if t["op"] == "accumulate_so2":
-        a = mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx, t["steps"])
-        steps = ref.so2_step_matrices(as_bhlp(a, L, len(ch) // 2).to(F64), mod.layout, ch, D)
-        return ref.accumulated_transport(steps)
-    w = mod.evaluator.run(g.nodes[t["w"]]["expr"], ctx, t["w"])
-    beta = mod.evaluator.run(g.nodes[t["beta"]]["expr"], ctx, t["beta"])
-    wt = w.align(("batch", "head", "pos", "chan")).to(F64)
-    Bw = wt.shape[0]
-    wt = wt.expand(Bw, mod.heads, L, len(ch))
-    full = torch.zeros(Bw, mod.heads, L, D, dtype=F64, device=device)
-    full[..., ch] = wt
-    bt = as_bhl(beta, L, mod.heads).to(F64)
-    eye = torch.eye(D, dtype=F64, device=device)
-    steps = eye - bt[..., None, None] * full[..., :, None] * full[..., None, :]  # (B, H, L, D, D)
-    return ref.accumulated_transport(steps)
 
 
 def _compose(a: Tensor | None, b: Tensor) -> Tensor:
@@ -60,17 +29,12 @@ def _compose(a: Tensor | None, b: Tensor) -> Tensor:
 
 
 def reference_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None) -> Tensor:
-    L = q.shape[2]
-    T = U = None
-    for t in mod.transforms:
-        tr = _group_transport(mod, t, L, x, tokens, q.device)
-        T = _compose(T, tr)
-        if t["targets"] == "qkv":
-            U = _compose(U, tr)
-    bias = mod.bias_table(L, x, tokens, q.device)
-    tau = mod.query_scale(L, q.device)
-    return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias,
-                                   tau=None if tau is None else tau.to(F64))
+    """One causal sequence at positions 0..L-1: :func:`reference_stream` with the trivial layout."""
+    B, L = k.shape[0], k.shape[2]
+    pos = torch.arange(L, device=q.device).expand(B, L)
+    ones = torch.ones(B, L, dtype=torch.bool, device=q.device)
+    return reference_stream(mod, q, k, v, x=x, tokens=tokens, positions=pos, docs=torch.zeros_like(pos),
+                            valid=ones, step_valid=ones, mask4=None)
 
 
 def transported_scores(mod, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
@@ -82,8 +46,7 @@ def transported_scores(mod, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Ten
     """
     B, H, L, D = q.shape
     qt, kt, _, _ = mod.transform_qkv(q, k, k, x, tokens)
-    hh = [t for t in mod.transforms if t["op"] == "accumulate_householder"]
-    if not hh:
+    if not any(t.kind == HOUSEHOLDER for t in mod.transforms):
         s = qt @ kt.transpose(-1, -2)
     else:
         w, beta, _ = mod.householder_inputs(B, L, x, tokens, q.device, q.dtype)
@@ -123,50 +86,56 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     pv = positions[step_valid] if bool(step_valid.any()) else positions
     n = int(pv.max()) + 1 if pv.numel() else 1
 
-    def ctx(group=None):
+    def ctx(group=None):  # the walk's context at the call's positions, documents and padding
         c = mod._ctx(L, x, tokens, dev, F64, group=group)
         c.n, c.positions, c.docs, c.valid = n, positions, docs, step_valid
         return c
 
-    g = mod.graph
+    sch = mod.scheme
     T = U = None
-    for t in mod.transforms:
-        ch = list(t["channels"])
+    for t in sch.transports:
+        ch = list(sch.group(t.group).channels)
         P = len(ch) // 2
-        if t["op"] == "rotate":
-            ph = as_bhlp(mod.evaluator.run(g.nodes[t["phase"]]["expr"], ctx(t), t["phase"]), L, P).to(F64)
-            tr = _scaled(ref.rotation_transport(ph, mod.layout, ch, D), t, ch, D)
-        elif t["op"] == "accumulate_so2":
-            a = as_bhlp(mod.evaluator.run(g.nodes[t["steps"]]["expr"], ctx(t), t["steps"]), L, P).to(F64)
-            a = a * stepv[:, None, :, None]
+        c = ctx(mod.plan.transport(t.group))
+
+        def run(expr, role):
+            return mod.evaluator.run(expr, c, site_name(role, t.group))
+
+        if t.kind == "rotate":
+            ph = as_bhlp(run(t.phase, "phase"), L, P).to(F64)
+            tr = ref.rotation_transport(ph, mod.layout, ch, D)
+            if t.scale != 1:  # rotate(..., scale = m) multiplies q and k of the group by m: T's block by m^2
+                s = torch.ones(D, dtype=F64, device=dev)
+                s[ch] = t.scale
+                tr = tr * (s[:, None] * s[None, :])
+        elif t.kind == "accumulate_rotation":
+            a = as_bhlp(run(t.angle, "steps"), L, P).to(F64) * stepv[:, None, :, None]
             tr = ref.accumulated_transport(ref.so2_step_matrices(a, mod.layout, ch, D))
         else:
-            wv = mod.evaluator.run(g.nodes[t["w"]]["expr"], ctx(t), t["w"]).align(("batch", "head", "pos", "chan"))
-            wv = wv.to(F64).expand(B, Hq, L, len(ch))
+            wv = run(t.w, "w").align(("batch", "head", "pos", "chan")).to(F64).expand(B, Hq, L, len(ch))
             full = torch.zeros(B, Hq, L, D, dtype=F64, device=dev)
             full[..., ch] = wv
-            bt = as_bhl(mod.evaluator.run(g.nodes[t["beta"]]["expr"], ctx(t), t["beta"]), L, Hq).to(F64)
-            bt = bt * stepv[:, None, :]
+            bt = as_bhl(run(t.beta, "beta"), L, Hq).to(F64) * stepv[:, None, :]
             eye = torch.eye(D, dtype=F64, device=dev)
             tr = ref.accumulated_transport(eye - bt[..., None, None] * full[..., :, None] * full[..., None, :])
         T = _compose(T, tr)
-        if t["targets"] == "qkv":
+        if t.targets == "qkv":
             U = _compose(U, tr)
     # biases, entry by entry
     bias = None
-    if mod.biases:
+    if sch.biases:
         bias = torch.zeros(B, Hq, L, L, dtype=F64, device=dev)
-        for b in mod.biases:
-            if b["op"] == "distance_bias":
+        for idx, b in enumerate(sch.biases):
+            if b.kind == "distance":  # term(head, d) at d = p_i - p_j
                 top = int((positions.max() - positions.min()).clamp(min=0)) + 1
-                term = mod.evaluator.run(b["expr"], mod._ctx(top, device=dev), b["node"])
+                term = mod.evaluator.run(b.term, mod._ctx(top, device=dev, dtype=F64), site_name("bias", idx))
                 tab = as_hd(term, top, Hq).to(F64)  # (H, distance)
                 for i in range(L):
                     for j in range(i + 1):
                         d = (positions[:, i] - positions[:, j]).clamp(min=0)  # (B,)
                         bias[:, :, i, j] += tab[:, d].T
-            else:
-                lg = as_bhl(mod.evaluator.run(b["expr"], ctx(), b["node"]), L, Hq).to(F64)
+            else:  # the sum of the log gates of tokens j+1..i
+                lg = as_bhl(mod.evaluator.run(b.log_gate, ctx(), site_name("bias", idx)), L, Hq).to(F64)
                 lg = (lg * stepv[:, None, :]).expand(B, Hq, L)
                 for i in range(L):
                     for j in range(i):
@@ -178,8 +147,8 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     if mask4 is not None:
         allowed[:, :, L - Lq:] &= mask4.expand(B, Hq, Lq, L)
     tau = None
-    if mod.temperature is not None:
-        tv = mod.evaluator.run(mod.temperature, ctx(), "temperature")
+    if sch.temperature is not None:
+        tv = mod.evaluator.run(sch.temperature, ctx(), site_name("temperature"))
         tau = (tv.align(("batch", "head", "pos")) if tv.axes else tv.t.reshape(1, 1, 1)).to(F64)
         tau = tau.expand(tau.shape[0], tau.shape[1], L)
     return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,

@@ -1,4 +1,4 @@
-"""Labelled run-time values (:class:`~pedsl.compiler.evaluator.LT`) as the tensor shapes the kernels take.
+"""Labelled run-time values (:class:`~pedsl.runtime.torch_backend.LT`) as the tensor shapes the kernels take.
 
 Shared by the module (:mod:`pedsl.compiler.module`), its general forward (:mod:`pedsl.compiler.stream`)
 and the reference backend (:mod:`pedsl.compiler.reference`), so none imports another's internals.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pedsl.compiler.evaluator import LT
+from pedsl.runtime.torch_backend import LT
 from pedsl.errors import CompileError
 
 F64 = torch.float64

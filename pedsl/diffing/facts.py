@@ -1,6 +1,6 @@
 """What a resolved scheme does, in numbers: the facts that ``diff`` compares and ``explain`` prints.
 
-Everything is computed statically in float64 by :mod:`pedsl.lang.evaluate`
+Everything is computed statically in float64 by :mod:`pedsl.lang.fold`
 (no torch): which channels each transport acts on, the angular frequency of
 every rotary pair (and its period against the training length), the spread of
 random or learned step angles, bias slopes per head, the temperature at a few
@@ -16,8 +16,8 @@ from typing import Any
 
 from pedsl.errors import PedslError
 from pedsl.lang import ast
-from pedsl.lang.evaluate import evaluate
-from pedsl.lang.exprs import names_in, to_source, transform
+from pedsl.lang.fold import fold_expr
+from pedsl.lang.exprs import to_source, transform
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
@@ -95,7 +95,7 @@ def env_of(s: Scheme, n: int | None = None) -> StaticEnv:
 
 def _static(e: ast.Expr, env: StaticEnv) -> Any:
     try:
-        v = evaluate(e, env)
+        v = fold_expr(e, env)
     except EvalIssue:
         return None
     return None if v is DYNAMIC else v
@@ -186,7 +186,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
                 if gf.freqs is None:
                     gf.spread, gf.mean = step_spread(t.angle, env, gf.pairs)
             else:
-                gf.data, gf.learned, gf.orthogonal = True, True, t.orthogonal
+                gf.data, gf.learned, gf.orthogonal = t.data, t.learned, t.orthogonal
         groups.append(gf)
     biases = []
     for b in s.biases:
@@ -195,7 +195,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         if b.kind == "distance":
             slopes = _per(_static(b.slope, env), s.heads) if b.slope is not None else None
             biases.append(BiasFacts("distance", bias_source(b), slopes=slopes,
-                                    data=bool(names_in(b.term) & {"x", "token"})))
+                                    data=b.term_ty.data))
         else:
             biases.append(BiasFacts("gate", bias_source(b), init_log_gate=_init_value(b.log_gate, env),
                                     data=b.data))
@@ -213,7 +213,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
 
         try:
             g = compile_graph(s)
-            facts.graph, facts.backend, facts.backend_note = g, g.graph["backend"], g.graph.get("backend_note")
+            plan = g.graph["plan"]
+            facts.graph, facts.backend, facts.backend_note = g, plan.backend, plan.backend_why
         except PedslError as err:
             facts.compile_error = str(err)
     return facts

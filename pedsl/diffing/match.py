@@ -1,4 +1,4 @@
-"""Matching for :mod:`pedsl.diff`: how elements of scheme A pair with elements of scheme B.
+"""Matching for :mod:`pedsl.diffing`: how elements of scheme A pair with elements of scheme B.
 
 Names first, then similarity (sqlglot's diff matches leaves by similarity the same way):
 

@@ -67,7 +67,7 @@ def _group_freqs(s: Scheme, t, L: int, static: dict) -> tuple[float, ...] | None
 def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
     """b(d) per head of one static distance bias, (H, lmax + 1) float64; None if it is not static."""
     from pedsl.lang import ast
-    from pedsl.lang.evaluate import evaluate
+    from pedsl.lang.fold import fold_expr
     from pedsl.lang.values import EvalIssue, Vec
     from pedsl.lang.exprs import transform
 
@@ -79,11 +79,11 @@ def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
 
     try:
         if b.slope is not None:
-            return per_head(evaluate(b.slope, env))[:, None] * np.arange(lmax + 1, dtype=np.float64)[None, :]
+            return per_head(fold_expr(b.slope, env))[:, None] * np.arange(lmax + 1, dtype=np.float64)[None, :]
         for i in range(lmax + 1):
             e = transform(b.term, lambda n, i=i: ast.Num(value=i)
                           if n.kind == "name" and n.id == "distance" else None)
-            out[:, i] = per_head(evaluate(e, env))
+            out[:, i] = per_head(fold_expr(e, env))
     except (EvalIssue, TypeError, ValueError, AttributeError):
         return None
     return out

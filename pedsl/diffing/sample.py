@@ -2,166 +2,19 @@
 
 The numeric diff of schemes whose steps, gates or temperature read the tokens, the hidden
 state or learned parameters needs the step angles, Householder vectors and log gates that
-the compiled module computes at initialisation. ``import torch`` alone takes 1.2-1.7 s on a
-laptop CPU, most of the two seconds a diff may take, so this module evaluates the same
-expressions with numpy instead:
-
-- static sub-expressions fold through :func:`pedsl.lang.evaluate.evaluate` (float64), as in
-  the compiler's evaluator;
-- learned call sites are drawn from the distributions the compiled module initialises them
-  with - ``linear``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` weights and biases (torch's
-  ``nn.Linear`` default) with ``init_bias`` on the output layer; ``embedding``:
-  ``N(0, init^2)``; ``shortconv``: ``N(0, 0.1^2)`` taps plus 1 on the newest token - each
-  from its own generator seeded by (seed, site name), so a site that two schemes share gets
-  the same weights in both and a diff isolates what changed;
-- ``frozen_random`` tables come from numpy's generator seeded like the module's torch table:
-  the same distribution, not the same numbers.
-
-Site names, and the order a site's calls are numbered in, are the compiler's, so a compiled module's parameters and frozen tables can be
-loaded (``weights=``, ``tables=``) to reproduce it exactly: that is how the tests check this
-evaluator against the compiler's. Both share the walk over an expression
-(:class:`pedsl.lang.dynamic.DynamicEvaluator`); this module gives it numpy operations. Values
-are :class:`NL` arrays with named axes in the canonical order ``batch, head, pos, dist, pair, chan``.
+the compiled module computes at initialisation. :class:`Sampler` evaluates them with the numpy
+backend of the run-time walk (:mod:`pedsl.runtime.numpy_backend`), never importing torch.
+Every site is named as the lowering plan names it (:mod:`pedsl.compiler.plan`), so weights
+drawn from a module load under the same keys.
 """
 
 from __future__ import annotations
 
-import math
-import zlib
-from dataclasses import dataclass
-
 import numpy as np
 
-from pedsl.errors import CompileError
-from pedsl.lang.builtin_defs.arrays import numpy_ops
-from pedsl.lang.dynamic import FROZEN_CHUNK, DynamicEvaluator, permuted_shape, union_axes
-from pedsl.lang.values import Vec
+from pedsl.compiler import compile_plan
 from pedsl.lang.scheme import Scheme
-
-
-@dataclass
-class NL:
-    """A numpy array whose dimensions are the named axes it varies along (canonical order)."""
-
-    t: np.ndarray
-    axes: tuple[str, ...]
-
-    def align(self, axes: tuple[str, ...]) -> np.ndarray:
-        """View with a dimension (size 1 where absent) for every axis in ``axes``."""
-        perm, shape = permuted_shape(self.axes, self.t.shape, axes)
-        return np.transpose(self.t, perm).reshape(shape)
-
-
-@dataclass
-class Ctx:
-    values: dict
-    heads: int
-    L: int
-    pairs: int | None = None
-    chans: int | None = None
-    x: np.ndarray | None = None  # (B, L, d_model)
-    tokens: np.ndarray | None = None  # (B, L) integers
-    n: int | None = None
-
-
-class NumpyEvaluator(DynamicEvaluator):
-    """The run-time walk with numpy float64 operations; learned sites are drawn at first use."""
-
-    def __init__(self, *, d_model: int, vocab_size: int, seed: int, weights: dict, tables: dict):
-        self.d_model, self.vocab_size, self.seed = d_model, vocab_size, seed
-        self.weights = weights  # site -> {state_dict name: array}
-        self.tables = tables  # frozen_random key -> array
-
-    def constant(self, value, ctx: Ctx) -> NL:
-        if isinstance(value, Vec):
-            return NL(np.array(value.values, dtype=np.float64), (value.axis,))
-        return NL(np.array(float(value)), ())
-
-    def arange(self, ctx: Ctx, axis: str) -> NL:
-        return NL(np.arange(ctx.L, dtype=np.float64), (axis,))
-
-    ops = numpy_ops()
-
-    def wrap(self, t: np.ndarray, axes: tuple[str, ...]) -> NL:
-        return NL(t, axes)
-
-    def aligned(self, values: list[NL], axes: tuple[str, ...]) -> list[np.ndarray]:
-        return [v.align(axes) for v in values]
-
-    def normalize(self, v: NL) -> NL:
-        norm = np.linalg.norm(v.t, axis=v.axes.index("chan"), keepdims=True)
-        return NL(v.t / np.maximum(norm, 1e-6), v.axes)
-
-    def frozen_random(self, seed: int, by_token: bool, ctx: Ctx) -> NL:
-        P = ctx.pairs
-        if by_token:
-            key = ("token", seed, P, self.vocab_size)
-            if key not in self.tables:
-                self.tables[key] = np.random.default_rng(seed).standard_normal((self.vocab_size, P))
-            return NL(self.tables[key][ctx.tokens], ("batch", "pos", "pair"))
-        parts = []
-        for c in range(0, max(ctx.L, 1), FROZEN_CHUNK):
-            key = ("position", seed, P, c)
-            if key not in self.tables:
-                self.tables[key] = np.random.default_rng([seed, c // FROZEN_CHUNK]).standard_normal((FROZEN_CHUNK, P))
-            parts.append(self.tables[key])
-        return NL(np.concatenate(parts)[: ctx.L], ("pos", "pair"))
-
-    # ------------------------------------------------------------------ learned sites
-    def _site_weights(self, site: str, make) -> dict[str, np.ndarray]:
-        if site not in self.weights:  # one generator per (seed, site): shared sites draw alike
-            self.weights[site] = make(np.random.default_rng([self.seed, zlib.crc32(site.encode())]))
-        return self.weights[site]
-
-    def _per_head(self, out: np.ndarray, axis: str, width: int) -> NL:
-        B, L = out.shape[:2]
-        out = out.reshape(B, L, -1, width).transpose(0, 2, 1, 3)  # (B, H, L, W)
-        if axis == "head":
-            return NL(out[..., 0], ("batch", "head", "pos"))
-        return NL(out, ("batch", "head", "pos", axis))
-
-    def embedding(self, site: str, axis: str, width: int, init: float, ctx: Ctx) -> NL:
-        n = ctx.heads * width
-        p = self._site_weights(site, lambda g: {"weight": init * g.standard_normal((self.vocab_size, n))})
-        return self._per_head(p["weight"][ctx.tokens], axis, width)
-
-    def linear(self, site: str, axis: str, width: int, rank: int, init_bias: float, ctx: Ctx) -> NL:
-        n, d = ctx.heads * width, self.d_model
-
-        def make(g):  # torch nn.Linear's default: U(+-1/sqrt(fan_in)) weights; the bias is init_bias
-            if rank > 0:
-                return {"0.weight": g.uniform(-1, 1, (rank, d)) / math.sqrt(d),
-                        "1.weight": g.uniform(-1, 1, (n, rank)) / math.sqrt(rank), "1.bias": np.full(n, init_bias)}
-            return {"weight": g.uniform(-1, 1, (n, d)) / math.sqrt(d), "bias": np.full(n, init_bias)}
-
-        p = self._site_weights(site, make)
-        if ctx.x is None:
-            raise CompileError("this scheme reads the hidden state: pass x=(B, L, d_model)")
-        if "0.weight" in p:
-            out = (ctx.x @ p["0.weight"].T) @ p["1.weight"].T + p["1.bias"]
-        else:
-            out = ctx.x @ p["weight"].T + p["bias"]
-        return self._per_head(out, axis, width)
-
-    def shortconv(self, site: str, v: NL, width: int, ctx: Ctx) -> NL:
-        axes = union_axes(v.axes, ("batch", "head", "pos"))
-        t = np.moveaxis(v.align(axes), axes.index("pos"), -1)  # (B|1, H|1, W?, L)
-        lead, L = t.shape[:-1], t.shape[-1]
-        feats = math.prod(lead[1:])
-
-        def make(g):  # near the identity: the newest token dominates
-            w = 0.1 * g.standard_normal((feats, 1, width))
-            w[..., -1] += 1.0
-            return {"weight": w}
-
-        w = self._site_weights(site, make)["weight"][:, 0, :]  # (feats, width)
-        flat = t.reshape(lead[0], feats, L)
-        out = np.zeros_like(flat)
-        for k in range(width):  # causal: out[t] = sum_k w[k] x[t + k - (width - 1)]
-            s = width - 1 - k
-            out[..., s:] += w[None, :, k, None] * flat[..., : L - s]
-        return NL(np.moveaxis(out.reshape(*lead, L), -1, axes.index("pos")), axes)
-
+from pedsl.runtime.numpy_backend import NL, Ctx, NumpyEvaluator
 
 class Sampler:
     """One scheme's run-time pieces at initialisation (numpy float64)."""
@@ -169,6 +22,8 @@ class Sampler:
     def __init__(self, scheme: Scheme, *, d_model: int, vocab_size: int = 256, seed: int = 0,
                  weights: dict[str, dict[str, np.ndarray]] | None = None, tables: dict | None = None):
         self.scheme = scheme
+        # the plan's site names (the reference backend's plan: it lowers every scheme)
+        self.plan = compile_plan(scheme, backend="reference")
         self.heads = scheme.heads
         self.values = {**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}
         self.weights = dict(weights or {})
@@ -187,21 +42,22 @@ class Sampler:
     def step_angles(self, t, L: int, x=None, tokens=None) -> np.ndarray:
         """Accumulated-rotation step angles a(t, k), (B|1, H|1, L, P)."""
         c = self.ctx(L, x, tokens, t.group)
-        a = self.run(t.angle, f"steps[{t.group}]", c).align(("batch", "head", "pos", "pair"))
+        a = self.run(t.angle, self.plan.transport(t.group).site, c).align(("batch", "head", "pos", "pair"))
         return np.broadcast_to(a, a.shape[:2] + (L, c.pairs))
 
     def householder(self, t, L: int, x=None, tokens=None) -> tuple[np.ndarray, np.ndarray]:
         """Householder vectors w (B|1, H, L, Dg) on the group's channels and beta (B|1, H, L)."""
         c = self.ctx(L, x, tokens, t.group)
-        w = self.run(t.w, f"w[{t.group}]", c).align(("batch", "head", "pos", "chan"))
-        beta = self.run(t.beta, f"beta[{t.group}]", c).align(("batch", "head", "pos"))
+        w_site, beta_site = (s.name for s in self.plan.transport(t.group).sites)
+        w = self.run(t.w, w_site, c).align(("batch", "head", "pos", "chan"))
+        beta = self.run(t.beta, beta_site, c).align(("batch", "head", "pos"))
         B = max(w.shape[0], beta.shape[0])
         return (np.broadcast_to(w, (B, self.heads, L, c.chans)),
                 np.broadcast_to(beta, (B, self.heads, L)))
 
     def log_gate(self, index: int, L: int, x=None, tokens=None) -> np.ndarray:
         """The per-step log gate of gate bias ``index``, (B|1, H, L)."""
-        g = self.run(self.scheme.biases[index].log_gate, f"bias[{index}]", self.ctx(L, x, tokens))
+        g = self.run(self.scheme.biases[index].log_gate, self.plan.biases[index].site.name, self.ctx(L, x, tokens))
         a = g.align(("batch", "head", "pos"))
         return np.broadcast_to(a, (a.shape[0], self.heads, L))
 
@@ -209,5 +65,5 @@ class Sampler:
         """tau at query positions 0..L-1, (H|1, L)."""
         if self.scheme.temperature is None:
             return np.ones((1, L))
-        tau = self.run(self.scheme.temperature, "temperature", self.ctx(L)).align(("head", "pos"))
+        tau = self.run(self.scheme.temperature, self.plan.temperature.site.name, self.ctx(L)).align(("head", "pos"))
         return np.broadcast_to(tau, (tau.shape[0], L))

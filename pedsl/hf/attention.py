@@ -33,8 +33,7 @@ import torch
 from torch import nn
 
 from pedsl.errors import InteropError
-from pedsl.lang.builtins import READS_LENGTH
-from pedsl.lang.exprs import calls_in, names_in
+from pedsl.compiler.plan import RUNTIME_LENGTH
 
 NAME = "pedsl"
 _ATTR = "_pedsl_attention"
@@ -58,8 +57,7 @@ class _State:
 
     def __init__(self, module) -> None:
         self.module = module
-        exprs = [module.graph.nodes[t["phase"]]["expr"] for t in module.transforms if t["op"] == "rotate"]
-        self.keep_cache = any("n" in names_in(e) or calls_in(e) & READS_LENGTH for e in exprs)
+        self.keep_cache = any(t.table == RUNTIME_LENGTH for t in module.transforms)
         self.caches: dict[int, tuple] = {}
 
 

@@ -107,7 +107,7 @@ def export_model(model, scheme, out_dir: str | Path, *, context: int) -> Path:
 
 def export_run(run: str | Path, out_dir: str | Path) -> Path:
     """Export a run directory's latest checkpoint (see the module docstring)."""
-    from pedsl.evaluate.common import open_run
+    from pedsl.study.common import open_run
 
     model, cfg, meta = open_run(run)
     return export_model(model, meta["scheme"], out_dir, context=cfg.context)

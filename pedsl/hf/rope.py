@@ -25,7 +25,7 @@ from typing import Any
 
 from pedsl.errors import InteropError
 from pedsl.lang import ast
-from pedsl.lang.evaluate import DYNAMIC, EvalIssue, StaticEnv, evaluate
+from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, fold_expr
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.scheme import Scheme
 
@@ -277,7 +277,7 @@ def _refuse(scheme: Scheme, what: str, hint: str | None = None) -> InteropError:
 def _static(scheme: Scheme, e, pairs: int):
     env = StaticEnv(values={**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}, pairs=pairs)
     try:
-        v = evaluate(e, env)
+        v = fold_expr(e, env)
     except EvalIssue as issue:
         raise _refuse(scheme, f"{to_source(e)} cannot be evaluated ({issue})") from None
     if v is DYNAMIC:
@@ -287,7 +287,7 @@ def _static(scheme: Scheme, e, pairs: int):
 
 def _call_args(call: ast.Call) -> dict:
     from pedsl.lang.builtins import FUNCTIONS
-    from pedsl.lang.evaluate import bind_args
+    from pedsl.lang.fold import bind_args
 
     return bind_args(call, FUNCTIONS[call.func].params)
 
@@ -381,7 +381,7 @@ def _export_scale(scheme: Scheme, t, rp: dict) -> None:
             raise _refuse(scheme, f"a scale on the rotated channels ({t.scale:g}) with rope_type '{kind}', which has "
                           "no attention factor in HF")
         return
-    from pedsl.lang.grids import yarn_mscale_value
+    from pedsl.formulas import yarn_mscale_value
 
     if e is not None and e.kind == "call" and e.func == ("yarn_mscale" if kind == "yarn" else "longrope_mscale"):
         a = {k: (_static(scheme, v, 1) if isinstance(v, ast.Node) else v) for k, v in _call_args(e).items()}

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from pedsl import limits
 from pedsl.lang import ast
-from pedsl.lang.evaluate import ARG_RULES, evaluate
+from pedsl.lang.fold import ARG_RULES, fold_expr
 from pedsl.lang.exprs import walk
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
@@ -60,7 +60,7 @@ def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set) -> No
             continue
         seen.add(key)
         try:
-            evaluate(node, env)
+            fold_expr(node, env)
         except EvalIssue as issue:
             report("E217", str(issue), issue.node or node, hint=issue.hint)
 
@@ -71,7 +71,7 @@ def probe(expr: ast.Expr, env: StaticEnv, report: Report, what: str, *, bound: f
     for i in PROBES:
         penv = StaticEnv(values={**env.values, "position": i, "distance": i}, lets=env.lets, n=i + 1)
         try:
-            v = evaluate(expr, penv)
+            v = fold_expr(expr, penv)
         except EvalIssue as issue:
             report("E217", f"{what}: {issue}", issue.node or expr, hint=issue.hint)
             return

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING
 
 from pedsl.errors import Diagnostic, DiagnosticSink
 from pedsl.lang import ast
-from pedsl.lang.evaluate import evaluate
+from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import names_in, transform
+from pedsl.lang.types import Dep
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -30,8 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
 def frequencies(expr: ast.Expr, env: StaticEnv, pairs: int, var: str = "position") -> tuple[float, ...] | None:
     """d(expr)/d(var) per pair for an expression linear in ``var`` (None if not static)."""
     try:
-        at1 = evaluate(expr, StaticEnv(values={**env.values, var: 1}, lets=env.lets, pairs=pairs, n=env.n))
-        at0 = evaluate(expr, StaticEnv(values={**env.values, var: 0}, lets=env.lets, pairs=pairs, n=env.n))
+        at1 = fold_expr(expr, StaticEnv(values={**env.values, var: 1}, lets=env.lets, pairs=pairs, n=env.n))
+        at0 = fold_expr(expr, StaticEnv(values={**env.values, var: 0}, lets=env.lets, pairs=pairs, n=env.n))
     except EvalIssue:
         return None
     if at1 is DYNAMIC or at0 is DYNAMIC:
@@ -55,9 +56,9 @@ def rotary_frequencies(scheme: "Scheme") -> dict[str, tuple[float, ...]]:
         pairs = len(scheme.group(t.group).channels) // 2
         if t.kind == "rotate":
             f = frequencies(t.phase, env, pairs)
-        elif t.kind == "accumulate_rotation" and not (names_in(t.angle) & {"token", "x", "position"}):
+        elif t.kind == "accumulate_rotation" and t.angle_ty.reads <= {Dep.LENGTH}:  # the same step everywhere
             try:
-                v = evaluate(t.angle, env.child(pairs=pairs))
+                v = fold_expr(t.angle, env.child(pairs=pairs))
             except EvalIssue:
                 v = None
             f = v.values if isinstance(v, Vec) else ((float(v),) * pairs if isinstance(v, (int, float)) else None)
@@ -152,7 +153,7 @@ def _random_part(angle: ast.Expr, env: StaticEnv, pairs: int, value: float):
         return None
 
     try:
-        v = evaluate(transform(angle, sub), env.child(pairs=pairs))
+        v = fold_expr(transform(angle, sub), env.child(pairs=pairs))
     except EvalIssue:
         return None
     if isinstance(v, Vec):

@@ -8,7 +8,7 @@ from typing import Any
 from pedsl.errors import ParamError, did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
-from pedsl.lang.evaluate import evaluate
+from pedsl.lang.fold import fold_expr
 from pedsl.lang.imports import Source
 from pedsl.lang.report import ResolverStage, node_pos, sink_for
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv
@@ -122,7 +122,7 @@ class ParamBinding(ResolverStage):
                 origin = "override"
             else:
                 try:
-                    value = evaluate(p.default, env)
+                    value = fold_expr(p.default, env)
                 except EvalIssue as issue:
                     self.report("E217", f"default of '{name}': {issue}", issue.node or p.default, hint=issue.hint)
                     continue
@@ -139,7 +139,7 @@ class ParamBinding(ResolverStage):
             ok = True
             for c in p.constraints:
                 try:
-                    bound = evaluate(c.value, env)
+                    bound = fold_expr(c.value, env)
                 except EvalIssue as issue:
                     self.report("E217", str(issue), c.value)
                     ok = False

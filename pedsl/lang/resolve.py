@@ -163,6 +163,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             transports=tuple(transports),
             biases=tuple(biases),
             temperature=temperature,
+            temperature_ty=self.type_of(temperature) if temperature is not None else None,
             train=train,
             eval=evals,
             allow=tuple(allow),

@@ -4,7 +4,10 @@ This is what :func:`pedsl.load` returns and what the compiler, `show`, `diff`
 and `explain` consume. Frozen Pydantic models with ``extra="forbid"`` and
 discriminated unions for transports and biases; ``pedsl schema`` prints their
 JSON Schema. Expressions keep parameter names (their values are in
-``params``); ``let`` definitions are inlined.
+``params``); ``let`` definitions are inlined. Every expression is stored with its
+type (``*_ty``: a :class:`~pedsl.lang.types.Ty` with its kind, axes and what it reads,
+computed once by the checker); its dependence class ``.dep`` (docs/semantics.md §1a)
+is what the compiler, ``graph``, ``diff`` and the linter decide by.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from pedsl.lang.ast import Expr
+from pedsl.lang.types import Dep, Ty
 
 
 class _Frozen(BaseModel):
@@ -33,11 +37,20 @@ class RotateTransport(_Frozen):
     targets: Literal["qk", "qkv"]
     group: str
     phase: Expr
-    dynamic: bool = False  # the table depends on the run-time length n
+    phase_ty: Ty
     # q and k of the group are multiplied by scale (HF's attention factor on cos and sin): the
     # group's share of the logit scales by scale^2, the other channels' does not
     scale: float = 1.0
     scale_expr: Expr | None = None  # the scale as written (lets inlined), None when absent
+
+    @property
+    def dynamic(self) -> bool:
+        """The table depends on the run-time length n."""
+        return self.phase_ty.runtime
+
+    @property
+    def reads(self) -> frozenset[Dep]:
+        return self.phase_ty.reads
 
 
 class RotationSteps(_Frozen):
@@ -47,8 +60,20 @@ class RotationSteps(_Frozen):
     targets: Literal["qk", "qkv"]
     group: str
     angle: Expr
-    data: bool = False  # depends on tokens or hidden state
-    learned: bool = False
+    angle_ty: Ty
+
+    @property
+    def data(self) -> bool:
+        """Depends on the tokens or the hidden state."""
+        return self.angle_ty.data
+
+    @property
+    def learned(self) -> bool:
+        return self.angle_ty.learned
+
+    @property
+    def reads(self) -> frozenset[Dep]:
+        return self.angle_ty.reads
 
 
 class HouseholderSteps(_Frozen):
@@ -59,7 +84,21 @@ class HouseholderSteps(_Frozen):
     group: str
     w: Expr
     beta: Expr
+    w_ty: Ty
+    beta_ty: Ty
     orthogonal: bool = False  # beta is the constant 2 (or 0)
+
+    @property
+    def reads(self) -> frozenset[Dep]:
+        return self.w_ty.reads | self.beta_ty.reads
+
+    @property
+    def data(self) -> bool:
+        return self.w_ty.data or self.beta_ty.data
+
+    @property
+    def learned(self) -> bool:
+        return Dep.LEARNED in self.reads
 
 
 Transport = Annotated[Union[RotateTransport, RotationSteps, HouseholderSteps], Field(discriminator="kind")]
@@ -70,7 +109,12 @@ class DistanceBias(_Frozen):
 
     kind: Literal["distance"] = "distance"
     term: Expr
+    term_ty: Ty
     slope: Expr | None = None
+
+    @property
+    def reads(self) -> frozenset[Dep]:
+        return self.term_ty.reads
 
 
 class GateBias(_Frozen):
@@ -78,7 +122,16 @@ class GateBias(_Frozen):
 
     kind: Literal["gate"] = "gate"
     log_gate: Expr
-    data: bool = True
+    log_gate_ty: Ty
+
+    @property
+    def data(self) -> bool:
+        """Depends on the tokens or the hidden state."""
+        return self.log_gate_ty.data
+
+    @property
+    def reads(self) -> frozenset[Dep]:
+        return self.log_gate_ty.reads
 
 
 Bias = Annotated[Union[DistanceBias, GateBias], Field(discriminator="kind")]
@@ -97,6 +150,7 @@ class Scheme(_Frozen):
     transports: tuple[Transport, ...] = ()
     biases: tuple[Bias, ...] = ()
     temperature: Expr | None = None
+    temperature_ty: Ty | None = None
     train: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] = Field(default_factory=dict)
     allow: tuple[str, ...] = ()
@@ -108,18 +162,18 @@ class Scheme(_Frozen):
         return any(t.targets == "qkv" for t in self.transports)
 
     @property
-    def needs_x(self) -> bool:
-        from pedsl.lang.exprs import uses_name
+    def reads(self) -> frozenset[Dep]:
+        """Every run-time input the scheme reads (docs/semantics.md §1a)."""
+        out = frozenset().union(*(t.reads for t in (*self.transports, *self.biases)))
+        return out | (self.temperature_ty.reads if self.temperature_ty is not None else frozenset())
 
-        exprs = [e for t in self.transports for e in _transport_exprs(t)]
-        exprs += [b.log_gate if b.kind == "gate" else b.term for b in self.biases]
-        return any(uses_name(e, "x") for e in exprs)
+    @property
+    def needs_x(self) -> bool:
+        return Dep.DATA in self.reads
 
     @property
     def needs_tokens(self) -> bool:
-        from pedsl.lang.exprs import uses_name
-
-        return any(uses_name(e, "token") for t in self.transports for e in _transport_exprs(t))
+        return Dep.TOKEN in self.reads
 
     def group(self, name: str) -> ChannelGroup:
         for g in self.groups:
@@ -127,10 +181,3 @@ class Scheme(_Frozen):
                 return g
         raise KeyError(name)
 
-
-def _transport_exprs(t) -> list:
-    if t.kind == "rotate":
-        return [t.phase]
-    if t.kind == "accumulate_rotation":
-        return [t.angle]
-    return [t.w, t.beta]

@@ -7,7 +7,7 @@ from typing import Any
 from pedsl.errors import did_you_mean
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import WARNINGS
-from pedsl.lang.evaluate import evaluate
+from pedsl.lang.fold import fold_expr
 from pedsl.lang.inherit import Located
 from pedsl.lang.report import ResolverStage, has_errors
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec
@@ -41,7 +41,7 @@ class SectionResolution(ResolverStage):
             if self.checker().infer(entry.value) is None:
                 continue
             try:
-                v = evaluate(entry.value, env)
+                v = fold_expr(entry.value, env)
             except EvalIssue as issue:
                 self.report("E217", str(issue), issue.node or entry.value, hint=issue.hint)
                 continue

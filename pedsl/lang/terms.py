@@ -6,8 +6,8 @@ from pedsl.errors import did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.channels import channel_ranges, group_channels
-from pedsl.lang.evaluate import evaluate
-from pedsl.lang.exprs import distance_coefficient, inline_lets, names_in, split_terms, to_source
+from pedsl.lang.fold import fold_expr
+from pedsl.lang.exprs import distance_coefficient, inline_lets, split_terms, to_source
 from pedsl.lang.report import ResolverStage
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
 from pedsl.lang.types import Ty
@@ -43,7 +43,7 @@ class TermResolution(ResolverStage):
                             f"quarters(a, b), range(a, b)), not {t.show()}", g.spec)
                 continue
             try:
-                spec = evaluate(g.spec, env)
+                spec = fold_expr(g.spec, env)
             except EvalIssue as issue:
                 self.report("E217", str(issue), issue.node or g.spec, hint=issue.hint)
                 continue
@@ -124,32 +124,39 @@ class TermResolution(ResolverStage):
             scale = self._rotate_scale(scale_expr, st, env)
             if scale is None:
                 return None
-            return RotateTransport(targets=st.targets, group=gname, phase=phase, dynamic=t.runtime, scale=scale,
-                                   scale_expr=scale_expr)
+            return RotateTransport(targets=st.targets, group=gname, phase=phase, phase_ty=self.type_of(phase),
+                                   scale=scale, scale_expr=scale_expr)
         if fn.kind == "call" and fn.func == "accumulate":
             step = _arg(fn, "step")
             if step.kind == "call" and step.func == "rotation":
                 angle = _arg(step, "angle")
                 self._check_static(angle, env, len(group.channels) // 2)
-                return RotationSteps(targets=st.targets, group=gname, angle=angle, data=t.data, learned=t.learned)
+                return RotationSteps(targets=st.targets, group=gname, angle=angle, angle_ty=self.type_of(angle))
             if step.kind == "call" and step.func == "householder":
                 w, beta = _arg(step, "w"), _arg(step, "beta")
                 try:
-                    bval = evaluate(beta, env)
+                    bval = fold_expr(beta, env)
                 except EvalIssue:
                     bval = DYNAMIC
                 ortho = isinstance(bval, (int, float)) and bval in (0, 2)
-                return HouseholderSteps(targets=st.targets, group=gname, w=w, beta=beta, orthogonal=ortho)
+                return HouseholderSteps(targets=st.targets, group=gname, w=w, beta=beta, w_ty=self.type_of(w),
+                                        beta_ty=self.type_of(beta), orthogonal=ortho)
         self.report("E204", "write a transport as rotate(PHASE), accumulate(rotation(ANGLE)) or "
                     "accumulate(householder(w = ..., beta = ...))", st.value)
         return None
+
+    def type_of(self, e: ast.Expr) -> Ty:
+        """The checker's type of a resolved (let-inlined) expression, stored with it on the IR."""
+        t = self.checker().infer(e)
+        assert t is not None, "a checked expression failed to type once its lets were inlined"
+        return t
 
     def _rotate_scale(self, expr: ast.Expr | None, st: ast.Transport, env: StaticEnv) -> float | None:
         """The static value of rotate(..., scale = S) (1 when absent); None after reporting an error."""
         if expr is None:
             return 1.0
         try:
-            value = evaluate(expr, env)
+            value = fold_expr(expr, env)
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or expr, hint=issue.hint)
             return None
@@ -165,13 +172,13 @@ class TermResolution(ResolverStage):
     def _check_static(self, e: ast.Expr, env: StaticEnv, pairs: int) -> None:
         """Evaluate the static parts (grids) once so their errors show up at check time."""
         try:
-            evaluate(e, env.child(pairs=pairs))
+            fold_expr(e, env.child(pairs=pairs))
             # Probe once at position 1 so math errors in static parts mixed with the position
             # (e.g. "position / factor" with factor = 0) surface at check time too.
             probe = StaticEnv(values={**env.values, "position": 1}, lets=env.lets, pairs=pairs, n=env.n)
-            evaluate(e, probe)
+            fold_expr(e, probe)
             # And at the longest sequence pedsl runs: grids that read the length (dynamic_ntk) change there.
-            evaluate(e, StaticEnv(values=env.values, lets=env.lets, pairs=pairs, n=MAX_LENGTH))
+            fold_expr(e, StaticEnv(values=env.values, lets=env.lets, pairs=pairs, n=MAX_LENGTH))
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or e, hint=issue.hint)
 
@@ -196,13 +203,15 @@ class TermResolution(ResolverStage):
         out = []
         for term in split_terms(inline_lets(value, lets)):
             if term.kind == "call" and term.func == "accumulate":
-                out.append(GateBias(log_gate=_arg(term, "step"), data="x" in names_in(term)))
+                gate = _arg(term, "step")
+                out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
             elif term.kind == "unary" and term.operand.kind == "call" and term.operand.func == "accumulate":
                 from pedsl.lang.exprs import neg
 
-                out.append(GateBias(log_gate=neg(_arg(term.operand, "step")), data="x" in names_in(term)))
-            elif "distance" in names_in(term):
-                out.append(DistanceBias(term=term, slope=distance_coefficient(term)))
+                gate = neg(_arg(term.operand, "step"))
+                out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
+            elif "dist" in (ty := self.type_of(term)).axes:
+                out.append(DistanceBias(term=term, term_ty=ty, slope=distance_coefficient(term)))
             elif "constant_bias" not in {n for loc in self.m.allow for n in loc.stmt.names}:
                 # a term that depends on neither i - j nor the route cancels in the softmax
                 self.report("W106", "this bias term does not depend on the distance: it cancels in the softmax",

@@ -1,4 +1,5 @@
-"""Type inference for expressions: names, builtin signatures, axes (see :mod:`pedsl.lang.types`)."""
+"""Type inference for expressions: names, builtin signatures, axes and what each value reads
+(its dependence class, docs/semantics.md §1a; see :mod:`pedsl.lang.types`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from typing import Callable
 
 from pedsl.errors import did_you_mean
 from pedsl.lang import ast
+from pedsl.lang.builtin_defs.record import own_reads
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, REQUIRED, TypeIssue
 from pedsl.lang.types import BOOL, NUM, STR, Ty, join
 
@@ -16,15 +18,23 @@ class Checker:
     """Infers the type of expressions in one scheme; reports problems through ``report``.
 
     ``names`` maps parameter and let names to a thunk giving their type, so lets can be
-    typed lazily (and cycles found).
+    typed lazily (and cycles found). ``seen``, when given, receives the type of every node
+    inferred, by ``id`` (:func:`pedsl.lang.typed.node_types`).
     """
 
-    def __init__(self, names: dict[str, Callable[[], Ty]], report: Report):
+    def __init__(self, names: dict[str, Callable[[], Ty]], report: Report, seen: dict[int, Ty] | None = None):
         self.names = names
         self.report = report
+        self.seen = seen
 
     def infer(self, e: ast.Expr) -> Ty | None:
         """The type of e, or None when an error was reported inside it."""
+        t = self._infer(e)
+        if self.seen is not None and t is not None:
+            self.seen[id(e)] = t
+        return t
+
+    def _infer(self, e: ast.Expr) -> Ty | None:
         k = e.kind
         if k == "num":
             return NUM.with_(integer=isinstance(e.value, int))
@@ -80,7 +90,7 @@ class Checker:
                 if t.kind not in ("bias", "num"):
                     self.report("E204", f"cannot add {t.show()} to a bias", side)
                     return None
-            return Ty("bias", data=a.data or b.data, learned=a.learned or b.learned)
+            return Ty("bias", reads=a.reads | b.reads)
         if a.kind == "list" or b.kind == "list":
             other = b if a.kind == "list" else a
             if other.kind == "list" or (other.kind == "num" and not other.axes):
@@ -143,8 +153,10 @@ class Checker:
             else:
                 types[p] = NUM.with_(integer=isinstance(default, int))
         try:
-            return spec.rule(types)
+            ty = spec.rule(types)
         except TypeIssue as issue:
             node = bound.get(issue.arg, e) if issue.arg else e
             self.report("E204", f"{e.func}(): {issue}", node, hint=issue.hint)
             return None
+        # a call reads what its arguments read and what the builtin itself reads (its record)
+        return ty.with_(reads=own_reads(spec).union(*(t.reads for t in types.values())))

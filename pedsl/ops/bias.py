@@ -51,10 +51,13 @@ from torch import Tensor
 from pedsl.errors import CompileError
 
 
-def _scaled_q(q: Tensor, q_scale: Tensor | None) -> Tensor:
+def scale_queries(q: Tensor, q_scale: Tensor | None) -> Tensor:
+    """q times the per-query temperature ``q_scale (B|1, H|1, L)``; half-precision q is multiplied in
+    float32 and rounded once (rounding tau first doubled the error of a temperature scheme in float16)."""
     if q_scale is None:
         return q
-    return q * q_scale.to(q.dtype).unsqueeze(-1)  # (B|1, H|1, L, 1)
+    dt = torch.promote_types(q.dtype, torch.float32)
+    return (q.to(dt) * q_scale.to(dt).unsqueeze(-1)).to(q.dtype)  # (B|1, H|1, L, 1)
 
 
 def _append(x: Tensor, col: Tensor | float) -> Tensor:
@@ -87,7 +90,7 @@ def separable_bias_attention(
     """
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    q = _scaled_q(q, q_scale)
+    q = scale_queries(q, q_scale)
     if key_term is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     while key_term.dim() < 3:  # (L,) or (H, L) -> (1, H|1, L)
@@ -175,7 +178,7 @@ def materialized_bias_attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, *
     Lq, Lk = q.shape[-2], k.shape[-2]
     causal = torch.ones(Lq, Lk, dtype=torch.bool, device=q.device).tril(diagonal=Lk - Lq)
     mask = bias.to(q.dtype).masked_fill(~causal, float("-inf"))
-    return F.scaled_dot_product_attention(_scaled_q(q, q_scale), k, v, attn_mask=mask, scale=scale)
+    return F.scaled_dot_product_attention(scale_queries(q, q_scale), k, v, attn_mask=mask, scale=scale)
 
 
 def alibi_score_mod(slopes: Tensor) -> Callable:

@@ -30,7 +30,8 @@ F64 = torch.float64
 
 
 def _pairs(channels: Sequence[int] | slice | None, layout: str, dim: int) -> list[tuple[int, int]]:
-    """(first, second) channel pairs of a group, re-derived independently of rotary.py."""
+    """(first, second) channel pairs of a group, re-derived independently of :func:`pedsl.formulas.channel_pairs`
+    (which every other module uses): the reference must not share the code it checks."""
     if channels is None:
         chans = list(range(dim))
     elif isinstance(channels, slice):

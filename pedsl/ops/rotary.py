@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from pedsl.errors import ShapeError
+from pedsl.formulas import channel_pairs
 
 LAYOUTS = ("halves", "interleaved")
 Channels = Sequence[int] | slice | None
@@ -137,7 +138,8 @@ class _RotateByAngles(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, angles, layout, *xs):
-        dtype = xs[0].dtype
+        # half-precision tensors rotate in float32 (_rotate): cos/sin stay float32, not rounded first
+        dtype = torch.promote_types(xs[0].dtype, torch.float32)
         cos, sin = torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
         outs = tuple(_rotate(x, cos, sin, layout) for x in xs)
         ctx.layout, ctx.angle_shape, ctx.angle_dtype = layout, angles.shape, angles.dtype
@@ -218,22 +220,14 @@ def _normalize_channels(channels: Channels, dim: int) -> tuple[int, ...] | None:
     return None if chans == tuple(range(dim)) else chans
 
 
-def group_pairs(chans: Sequence[int], layout: str) -> list[tuple[int, int]]:
-    """The (first, second) channel pairs of a group under a layout, in pair order."""
-    m = len(chans)
-    if layout == "halves":
-        return [(chans[k], chans[k + m // 2]) for k in range(m // 2)]
-    return [(chans[2 * k], chans[2 * k + 1]) for k in range(m // 2)]
-
-
 @lru_cache(maxsize=256)
 def _plan(chans: tuple[int, ...], dim: int, layout: str):
     """How to rotate a group: ('prefix', m) | ('embed', pair_idx) | ('gather', idx)."""
     m = len(chans)
     if chans == tuple(range(m)):
         return ("prefix", m)
-    full = {p: k for k, p in enumerate(group_pairs(tuple(range(dim)), layout))}
-    pairs = group_pairs(chans, layout)
+    full = {p: k for k, p in enumerate(channel_pairs(range(dim), layout))}
+    pairs = channel_pairs(chans, layout)
     if all(p in full for p in pairs):
         # Every group pair is a pair of the full layout (e.g. halves "quarters"
         # {0..D/4-1} u {D/2..3D/4-1}): rotate the whole head with identity

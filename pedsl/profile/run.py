@@ -124,7 +124,7 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
                                         block_offset=block_offset, say=say)
     result["wall_time_s"] = time.perf_counter() - t0
     if out is not None:
-        from pedsl.evaluate.common import write_json
+        from pedsl.study.common import write_json
 
         files = plot_profile(profiles, sim, W, Path(out))
         result["files"] = ["profile.json"] + files
@@ -137,7 +137,7 @@ def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int 
     """Train RoPE and the suggested scheme with one budget on the profiled data (``pedsl compare``,
     quick settings: lengths to 16x, 2 windows) and return each one's validation loss and perplexity
     ratios."""
-    from pedsl.evaluate.compare import run_compare
+    from pedsl.study.compare import run_compare
 
     sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
     res = run_compare(["rope", str(suggested)], out, data=data, steps=steps, quick=True, sets=sets,
@@ -236,7 +236,7 @@ def suggest_scheme(law: dict, W: int | None, verdict: dict, *, data: str, name: 
 def plot_profile(profiles: list[M.Profile], sim: dict, W: int | None, out: Path) -> list[str]:
     """Two panels: excess MI vs byte distance per granularity (log-log, with the null's 4 sigma),
     and each profile over its peak vs the distance in symbols (the self-similarity check)."""
-    from pedsl.evaluate.plots import _save, plt
+    from pedsl.study.plots import _save, plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for n, p in enumerate(profiles):

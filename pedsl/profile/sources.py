@@ -1,9 +1,9 @@
 """What ``pedsl profile`` reads: the bytes of DATA, and their coarser symbol sequences.
 
 DATA is ``stdlib``, a file or a folder (read exactly as training reads it: the training split of
-:func:`pedsl.corpus.load_corpus`), or a synthetic source:
+:func:`pedsl.data.corpus.load_corpus`), or a synthetic source:
 
-- ``blocks`` - the block task of the frequency-usage study (:func:`pedsl.synthetic.block_batch`, one
+- ``blocks`` - the block task of the frequency-usage study (:func:`pedsl.data.synthetic.block_batch`, one
   long row): a single dependency at distance ``B - 1 - offset``.
 - ``iid`` - independent uniform letters: no dependency at all.
 - ``tree`` - a self-similar source: binary trees of depth 12 whose nodes copy their parent's
@@ -36,8 +36,8 @@ def synthetic(name: str, n: int, *, seed: int = 0, block_len: int = 16, block_of
     if name == "iid":
         return LETTERS[rng.integers(0, 26, n)]
     if name == "blocks":
-        from pedsl.data import make_generator
-        from pedsl.synthetic import block_batch
+        from pedsl.data.stream import make_generator
+        from pedsl.data.synthetic import block_batch
 
         if n < 2 * block_len:
             raise DataError(f"{n} bytes hold less than two blocks of {block_len}", hint="raise --max-bytes")
@@ -75,7 +75,7 @@ def load_bytes(data: str, max_bytes: int, *, seed: int = 0, block_len: int = 16,
         desc = f"synthetic '{data}'" + (f" (B = {block_len}, offset {block_offset})" if data == "blocks" else "")
         return x, desc, False
     from pedsl.config import DataConfig
-    from pedsl.corpus import load_corpus
+    from pedsl.data.corpus import load_corpus
 
     # the training split, as `pedsl train --data DATA` reads it (max_bytes counts both splits)
     cfg = DataConfig(source=data, max_bytes=max(1024, int(max_bytes / 0.9) + 1))

@@ -52,7 +52,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     latest checkpoint (or ``step``) loaded, its :class:`~pedsl.config.TrainConfig`, and ``meta``
     with ``step``, ``checkpoint`` (path), ``scheme`` (the loaded Scheme), ``scheme_hash``,
     ``done`` (DONE.json or None), ``run_dir``. ``attention`` (a
-    :class:`~pedsl.train.attention.SchemeAttention`) replaces the scheme of the run (tests).
+    :class:`~pedsl.train.recipe.SchemeRecipe`) replaces the scheme of the run (tests).
     """
     import torch
 
@@ -60,7 +60,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     from pedsl.model import TransformerLM
     from pedsl.train import checkpoint as ck
     from pedsl.train import rundir
-    from pedsl.train.attention import from_scheme
+    from pedsl.train.recipe import from_scheme
 
     r = rundir.read(run_dir)
     run, cfg, ckpts = r.path, r.cfg, r.checkpoints

@@ -2,7 +2,7 @@
 
 Under torchrun (``WORLD_SIZE`` > 1 in the environment) the process group is initialised with
 gloo on CPU and nccl on CUDA; each rank takes rows ``rank::world`` of the same global batch
-(:meth:`pedsl.data.TrainData.train_batch`), DistributedDataParallel averages the gradients, so
+(:meth:`pedsl.data.stream.TrainData.train_batch`), DistributedDataParallel averages the gradients, so
 the loss curve is the single-process one with the same global batch (within float tolerance).
 Only rank 0 writes files. Without torchrun everything here is a no-op.
 """

@@ -23,16 +23,16 @@ from typing import Any
 import torch
 
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
-from pedsl.data import TrainData
+from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
 from pedsl.fsio import atomic_write_text, open_regular, read_text
 from pedsl.model import TransformerLM
-from pedsl.runtime import setup_torch
+from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed, rundir
 from pedsl.train.runlock import temporary_folders
 from pedsl.train.schemefiles import attention_files
-from pedsl.train.attention import SchemeAttention, from_scheme
+from pedsl.train.recipe import SchemeRecipe, from_scheme
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -78,7 +78,7 @@ def _config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
 _RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "DONE.json", "eval.json", "analysis.json", rundir.SCHEME_DIR)
 
 
-def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeAttention, resume: bool, force_new: bool = False) -> None:
+def _prepare_run_dir(run: Path, cfg: TrainConfig, attn: SchemeRecipe, resume: bool, force_new: bool = False) -> None:
     """Called with the run's lock held (:func:`pedsl.train.rundir.open_for_training`)."""
     ckpts = ck.list_checkpoints(run / "checkpoints")
     if not resume:
@@ -128,7 +128,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
     atomic_write_text(path, "".join(x + "\n" for x in keep))
 
 
-def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeAttention | None = None,
+def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeRecipe | None = None,
           resume: bool = False, quiet: bool = False, force_new: bool = False) -> dict[str, Any]:
     """Train ``cfg`` into ``out_dir`` (see :mod:`pedsl.train` for the files); returns DONE.json.
 
@@ -165,7 +165,7 @@ def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, 
     raise bad[0][1]
 
 
-def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeAttention | None,
+def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe | None,
            resume: bool, quiet: bool, held: contextlib.ExitStack, force_new: bool = False) -> dict[str, Any]:
     t_start, c_start = time.perf_counter(), time.process_time()
     # threads 0: the idle cores split over the ranks (torch's default oversubscribes a shared CPU);

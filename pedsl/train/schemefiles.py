@@ -100,7 +100,7 @@ def scheme_files(scheme: Any) -> SchemeFiles:
 
 
 def attention_files(attn: Any) -> SchemeFiles:
-    """The files of a :class:`~pedsl.train.attention.SchemeAttention` (one file for a stand-in
+    """The files of a :class:`~pedsl.train.recipe.SchemeRecipe` (one file for a stand-in
     module without a scheme: its source, hashed as the attention says)."""
     files = getattr(attn, "files", None)
     if files is not None:

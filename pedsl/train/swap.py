@@ -50,7 +50,7 @@ def swapped_scheme(run: Path, run_params: Mapping[str, Any], other: str | Path |
                    overrides: Mapping[str, Any] | None = None):
     """``(scheme, record)``: ``other`` (a library name or .pe file; None: the run's own scheme file)
     loaded with the run's carried parameters and ``overrides``."""
-    from pedsl.train.attention import load_scheme
+    from pedsl.train.recipe import load_scheme
 
     if other is None:
         path, name = run_scheme_file(Path(run))

@@ -3,7 +3,7 @@
 :class:`Ops` names the functions a record's ``run`` may call beyond Python's operators and
 ``.clip`` (which mean the same on numpy arrays and torch tensors). The numpy backend
 (:data:`NUMPY`, for ``pedsl diff --numeric``, which must never import torch) is built here; the
-torch backend is built by :mod:`pedsl.compiler.evaluator` from the same fields.
+torch backend is built by :mod:`pedsl.runtime.torch_backend` from the same fields.
 """
 
 from __future__ import annotations
@@ -27,6 +27,10 @@ class Ops:
     ceil: Callable
     minimum: Callable
     maximum: Callable
+    norm: Callable  # l2 norm over the last axis, kept as a size-1 axis
+    moveaxis: Callable  # (array, source, destination)
+    concat: Callable  # arrays joined along the first axis
+    rows: Callable  # (table, indices) -> the table's rows at the (integer-valued) indices
 
 
 def numpy_ops() -> Ops:
@@ -34,4 +38,6 @@ def numpy_ops() -> Ops:
 
     return Ops(log=np.log, exp=np.exp, sqrt=np.sqrt, sin=np.sin, cos=np.cos, tanh=np.tanh, abs=np.abs,
                sigmoid=lambda x: 0.5 * (1.0 + np.tanh(0.5 * x)), log_sigmoid=lambda x: -np.logaddexp(0.0, -x),
-               floor=np.floor, ceil=np.ceil, minimum=np.minimum, maximum=np.maximum)
+               floor=np.floor, ceil=np.ceil, minimum=np.minimum, maximum=np.maximum,
+               norm=lambda x: np.linalg.norm(x, axis=-1, keepdims=True), moveaxis=np.moveaxis,
+               concat=np.concatenate, rows=lambda table, idx: table[np.asarray(idx).astype(np.int64)])

@@ -20,7 +20,28 @@ A record's parts, each optional where the builtin has no such stage:
   over an array namespace ``ops`` (:class:`pedsl.lang.builtin_defs.arrays.Ops`: numpy for ``pedsl
   diff --numeric``, torch for the compiled module); the arrays are aligned to one shape;
 - ``emit``: the code the generated module runs, as text, ``emit(*input code, *argument code,
-  **static literals)``.
+  **static literals)``;
+- ``channels``: a channel group's channels, ``channels(head_dim, *arguments)`` (its ``fold_env``
+  gives the :class:`~pedsl.lang.values.GroupSpec` naming it), raising :class:`~pedsl.lang.values.EvalIssue`
+  when they do not fit the head;
+- ``site``: the run-time value of a source with state (a frozen table, learned parameters),
+  ``site(at, *argument values, **names, **static)``: ``at`` is the call site the walk hands it
+  (:class:`pedsl.runtime.walk.At`: the array namespace, sizes, run-time inputs, and the backend's
+  frozen tables and learned layers by key and site name; see
+  :mod:`pedsl.lang.builtin_defs.sources`); ``names``: arguments passed as the name they hold
+  (``to = pair``, ``index = token``); ``learned``: the site owns trainable parameters. Its ``emit``
+  is ``emit(g, *argument code, **names, **static literals)``, ``g`` declaring sub-modules and buffers;
+- ``reads_length``: the static value reads the run-time length n without naming it (a value folded
+  at one length must not be reused at another); the walk folds it at each length, and its ``emit``
+  is ``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the value folded at n.
+
+``inputs``, ``reads_length`` and ``learned`` are the one source of what a call reads beyond its
+arguments (:func:`own_reads`); the checker adds what the arguments read and stores the result in the
+call's type (docs/semantics.md §1a).
+
+A record with none of ``fold``, ``fold_env``, ``run`` and ``site`` is a transport (category
+``transport``): it has no value, and :mod:`pedsl.lang.terms` reads the call as the transport it names
+(docs/semantics.md section 2).
 """
 
 from __future__ import annotations
@@ -28,7 +49,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from pedsl.lang.types import Ty
+from pedsl.lang.types import Dep, Ty
 
 REQUIRED = object()
 
@@ -56,6 +77,11 @@ class Builtin:
     fold_env: Callable | None = None  # (env, node, **arguments) -> value
     run: Callable | None = None  # (ops, *arrays) -> array
     emit: Callable[..., str] | None = None  # (*argument code) -> code
+    reads_length: bool = False
+    channels: Callable[..., list[int]] | None = None  # (head_dim, *arguments) -> channel indices
+    names: tuple[str, ...] = ()  # arguments passed as the name they hold (an axis, an input)
+    site: Callable | None = None  # (at, *argument values, **names, **static) -> value
+    learned: bool = False  # its site owns trainable parameters
 
     def signature(self) -> str:
         parts = []
@@ -63,6 +89,17 @@ class Builtin:
             shown = str(d).lower() if isinstance(d, bool) else repr(d).replace("'", "")
             parts.append(p if d is REQUIRED else f"{p} = {shown}")
         return f"{self.name}({', '.join(parts)})"
+
+
+def own_reads(b: Builtin) -> frozenset[Dep]:
+    """What a call of ``b`` reads beyond its arguments: its ``inputs`` (``position``), the run-time
+    length (``reads_length``) and its trainable parameters (``learned``)."""
+    out = {Dep(i) for i in b.inputs}
+    if b.reads_length:
+        out.add(Dep.LENGTH)
+    if b.learned:
+        out.add(Dep.LEARNED)
+    return frozenset(out)
 
 
 # ------------------------------------------------------------------ typing helpers

@@ -1,0 +1,289 @@
+"""``pedsl eval``, ``pedsl analyze`` and ``pedsl compare`` (see :mod:`pedsl.study`).
+
+All three set ``torch.set_flush_denormal(True)`` (docs/semantics.md §6: the application owns it), run
+under ``torch.no_grad`` and use the run's compiled backend. Errors (a missing or corrupt run
+directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
+"""
+
+from __future__ import annotations
+
+import click
+
+from pedsl import limits as L
+from pedsl.errors import UsageError
+
+TASKS = ("ppl", "passkey", "blocks", "retrieval")
+
+
+def _tasks(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in out if t not in TASKS]
+    if bad:
+        raise UsageError(f"unknown task '{bad[0]}'", hint=f"--tasks takes a comma list of: {', '.join(TASKS)}")
+    return out
+
+
+def _sets(items: tuple[str, ...]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise UsageError(f"--set expects KEY=VALUE, got '{item}'", hint="e.g. --set batch_size=8")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError:  # not a YAML value: the text itself (validation says what is wrong)
+            out[k.strip()] = v
+    return out
+
+
+def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
+    """The run opened under ``--scheme`` / ``-P`` (pedsl.train.swap), or None for its own scheme."""
+    if scheme is None and not params:
+        return None
+    from pedsl.cli.train import _parse_params
+    from pedsl.study.common import open_run
+
+    return open_run(run_dir, scheme=scheme, params=_parse_params(params))
+
+
+@click.command("eval")
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("--lengths", default=None, help="Comma list of lengths in tokens (default: the scheme's eval "
+              "block, or training length x 1..32).")
+@click.option("--tasks", default=None, help="Comma list of ppl, passkey, blocks, retrieval (default: ppl, passkey, "
+              "blocks; retrieval = the passkey, multikey and kv tasks of pedsl.data.tasks at 5 needle depths).")
+@click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
+              help="Windows (ppl) or samples (tasks) per length.")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
+@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
+              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
+              "positional tensors must match). Writes RUN_DIR/eval.<scheme>.json unless --out.")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_json, quiet):
+    """Perplexity (and its ratio to the training length) and retrieval accuracy vs length."""
+    from pedsl.study.common import parse_lengths, progress
+    from pedsl.torchenv import setup_torch
+    from pedsl.study.eval_run import eval_table, evaluate_run
+
+    if windows is not None and windows < 1:
+        raise UsageError("--windows must be at least 1")
+    setup_torch(threads)
+    res = evaluate_run(run_dir, lengths=parse_lengths(lengths), tasks=_tasks(tasks), windows=windows, out=out,
+                       say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
+    if as_json:
+        import json
+
+        click.echo(json.dumps(res, indent=1))
+    else:
+        click.echo(eval_table(res))
+
+
+@click.command("analyze")
+@click.argument("run_dir", metavar="RUN_DIR")
+@click.option("--lengths", default=None, help="Comma list of lengths (default: training length x 1, 2, 4 ... up "
+              "to --max-length).")
+@click.option("--window", "window", type=click.IntRange(1, L.MAX_LENGTH), default=None,
+              help="W of the far-mass instrument (default: eval config, 32).")
+@click.option("--samples", type=click.IntRange(1, L.MAX_BATCH), default=1, show_default=True,
+              help="Windows per length.")
+@click.option("--max-length", type=click.IntRange(2, L.MAX_LENGTH), default=1024, show_default=True,
+              help="Longest default length ((B, H, L, L) matrices are materialised).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+              help="Output JSON (default RUN_DIR/analysis.json).")
+@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
+              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
+              "positional tensors must match). Writes RUN_DIR/analysis.<scheme>.json unless --out.")
+@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, threads, quiet):
+    """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
+    from pedsl.study.analyze import analysis_table, analyze_run
+    from pedsl.study.common import parse_lengths, progress
+    from pedsl.torchenv import setup_torch
+
+    if samples < 1 or max_length < 2 or (window is not None and window < 1):
+        raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
+    setup_torch(threads)
+    res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
+                      max_length=max_length, out=out, say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
+    click.echo(analysis_table(res))
+
+
+@click.command("compare")
+@click.argument("schemes", nargs=-1, metavar="[SCHEMES...]")
+@click.option("--preset", default="tiny", show_default=True, help="Model size: tiny, small or base.")
+@click.option("--steps", type=click.IntRange(1, L.MAX_STEPS), default=None,
+              help="Training steps per scheme (default: the preset's; "
+              "150 with --quick).")
+@click.option("--out", "out", type=click.Path(file_okay=False), default="compare", show_default=True,
+              help="Study directory (runs, report.md, report.html, plots).")
+@click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32; "
+              "any length works, e.g. up to 128x: perplexity runs one window at a time).")
+@click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
+              help="Windows / samples per length (default 8; 2 with --quick).")
+@click.option("--seed", type=click.IntRange(0, L.MAX_SEED), default=None,
+              help="Seed of every run (default: the preset's, 0).")
+@click.option("--seeds", default=None, help="Comma list of seeds, e.g. 0,1,2: every scheme is trained once per "
+              "seed and every number is reported as mean [min, max] (overrides --seed).")
+@click.option("--data", default=None, help="stdlib (default), a local file/folder, or a weighted mixture such as "
+              "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1.")
+@click.option("--analyze-max", type=click.IntRange(2, L.MAX_LENGTH), default=None,
+              help="Longest analysis length (default 1024; 512 with --quick); past 2048 tokens far and sink mass "
+              "are streamed over key blocks (no L x L matrix).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
+@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
+@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency"]), default="default",
+              show_default=True,
+              help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
+              "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). retrieval: learned "
+              "retrieval vs length and needle depth on a text + retrieval-task mixture (default SCHEMES: the "
+              "default study's plus fox and path_fox). frequency: RoPE frequency "
+              "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
+              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.study_frequency).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress output.")
+def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, analyze_max, sets, threads, quick, study,
+            quiet):
+    """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
+
+    SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
+    study: rope, rope_id, alibi, acc_random_qk, acc_random_qkv, path. Finished runs in --out are
+    reused, so rerunning an interrupted study continues it.
+    """
+    from pathlib import Path
+
+    from pedsl.study.common import parse_lengths, progress
+    from pedsl.torchenv import setup_torch
+    from pedsl.study.compare import run_compare
+
+    if steps is not None and steps < 1:
+        raise UsageError("--steps must be at least 1")
+    if windows is not None and windows < 1:
+        raise UsageError("--windows must be at least 1")
+    say = progress(quiet)
+    say(f"torch threads: {setup_torch(threads)}")
+    seed_list = _seeds(seeds)
+    if study == "extension":
+        many = seed_list if seed_list and len(seed_list) > 1 else None
+        seed = seed_list[0] if seed_list and not many else seed
+        return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
+                          say, seeds=many)
+    if study == "frequency":
+        from pedsl.study.study_frequency import run_study_cli
+
+        unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
+                  "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
+        return run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
+                             command=_command_line(click.get_current_context()), say=say)
+    if study == "retrieval" or (seed_list and len(seed_list) > 1):
+        from pedsl.study.compare_seeds import run_seeded
+
+        res = run_seeded(None if study == "default" else study, list(schemes), out,
+                         seeds=seed_list or ([seed] if seed is not None else None),
+                         preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths), windows=windows,
+                         quick=quick, analyze_max=analyze_max, sets=_sets(sets),
+                         command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+        for title, header, rows in res["summary"][:1]:
+            _echo_table(title, header, rows)
+        click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
+                   f"({res['meta']['wall_time_s']:.0f} s)")
+        return
+    if seed_list:
+        seed = seed_list[0]
+    res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
+                      lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
+                      sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+    from pedsl.study.report import tables
+
+    for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
+        _echo_table(title, header, rows)
+    click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
+               f"({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:
+    click.echo(title)
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    click.echo("  ".join(h.rjust(w) for h, w in zip(header, widths)))
+    for r in rows:
+        click.echo("  ".join(c.rjust(w) for c, w in zip(r, widths)))
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        out = [int(p) for p in text.replace(",", " ").split()]
+    except ValueError:
+        raise UsageError(f"--seeds expects a comma list of whole numbers, got '{text}'", hint="e.g. --seeds 0,1,2") from None
+    if any(not 0 <= x <= L.MAX_SEED for x in out):
+        raise UsageError(f"--seeds '{text}': seeds are whole numbers from 0 to {L.MAX_SEED}")
+    if not out or len(set(out)) != len(out):
+        raise UsageError(f"--seeds '{text}' is empty or names a seed twice", hint="e.g. --seeds 0,1,2")
+    return out
+
+
+def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say,
+               seeds=None):
+    from pathlib import Path
+
+    from pedsl.study.common import parse_lengths
+    from pedsl.study.study_extension import METHODS, run_extension
+
+    if analyze_max is not None:
+        raise UsageError("--analyze-max does not apply to --study extension (it runs no analysis)")
+    bad = [s for s in schemes if s not in METHODS]
+    if bad:
+        raise UsageError(f"--study extension compares the RoPE scaling methods; '{bad[0]}' is not one of them",
+                         hint=f"name a subset of: {', '.join(METHODS)} (or none for all)")
+    kw = dict(methods=list(schemes) or None, preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths),
+              windows=windows, quick=quick, sets=_sets(sets), command=_command_line(click.get_current_context()),
+              quiet=quiet, say=say)
+    if seeds:
+        from pedsl.study.extension_seeds import run_extension_seeds, summary
+
+        res = run_extension_seeds(out, seeds=seeds, **kw)
+        _echo_table(f"Extension study over seeds {','.join(map(str, seeds))}: perplexity ratio to each seed's base "
+                    "RoPE at its training length, mean [min, max]", *summary(res["results"]))
+        ext = Path(out) / "extension"
+        click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
+        return
+    res = run_extension(out, seed=seed, **kw)
+    from pedsl.study.report_extension import summary
+
+    _echo_table("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)",
+                *summary(res["results"]))
+    ext = Path(out) / "extension"
+    click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _command_line(ctx: click.Context) -> str:
+    """The exact command, rebuilt from the options given on the command line (not the defaults)."""
+    import shlex
+
+    from click.core import ParameterSource
+
+    words = ["pedsl", ctx.info_name or "compare"]
+    for p in ctx.command.params:
+        if ctx.get_parameter_source(p.name) != ParameterSource.COMMANDLINE:
+            continue
+        value = ctx.params[p.name]
+        if isinstance(p, click.Argument):
+            words += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
+        elif p.is_flag:
+            if value:
+                words.append(p.opts[0])
+        else:
+            for v in value if p.multiple else [value]:
+                words += [p.opts[0], str(v)]
+    return " ".join(shlex.quote(w) for w in words)

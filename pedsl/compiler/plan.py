@@ -1,0 +1,213 @@
+"""The lowering plan: what the passes decided, as typed, frozen records that the module, codegen,
+the reference backend, the numpy sampler and ``pedsl graph`` all read.
+
+The graph passes of :mod:`pedsl.compiler.passes` decide (which identity applies, which kernel
+runs, how a bias is carried, which backend); their last pass records the decisions here. The
+executors never decide again: :class:`~pedsl.compiler.module.SchemeAttention` and
+:mod:`pedsl.compiler.codegen` branch on the plan's fields, and every learned parameter is named
+after a :class:`Site` of the plan (one source for the module's ``learned.sites``, the generated
+module's and the sampler's weights).
+
+* :class:`TransportStep` - one channel group's transport (docs/semantics.md §1, §5): a
+  position-indexed rotation by a phase table (static, or rebuilt for the run-time length n),
+  accumulated SO(2) steps (cumulative angles), or Householder steps (PaTH, blockwise).
+* :class:`BiasTerm` - a logit bias: a table over distance, a linear distance bias (a coordinate
+  ``slope * position``) or a forget gate (the coordinate ``cumsum(log gate)``), and how the fused
+  full-sequence path carries it (one key channel, a materialised table, a score_mod, a per-step
+  log term).
+* :class:`Temperature` - the per-query scale of q: a table over positions or a run-time value.
+
+Networkx and torch free: importing it costs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pedsl.lang import ast
+from pedsl.lang.exprs import to_source
+
+# transport kinds
+ROPE = "rope-table"  # q, k (, v) rotated by position-indexed phases (cos/sin tables)
+SO2 = "accumulated-so2"  # accumulated SO(2) steps: cumulative angles rotate q, k (, v) absolutely
+HOUSEHOLDER = "householder"  # accumulated Householder steps (PaTH): no absolute factoring
+# phase tables
+STATIC, RUNTIME_LENGTH, PER_TOKEN = "static", "run-time length", "per token"
+# bias kinds
+TABLE_BIAS = "distance-table"  # b(i, j) = term(head, i - j), non-linear: a (head, distance) table
+LINEAR_BIAS = "linear-distance"  # b(i, j) = slope * (p_i - p_j): coordinate c = slope * p (ALiBi)
+GATE_BIAS = "forget-gate"  # b(i, j) = G_i - G_j, G = cumsum(log gate) (FoX)
+# what a linear bias counts between two tokens: their positions (-m * distance), or the tokens on the
+# route (accumulate(-m): a sum of per-token log gates; the two agree on contiguous, unpadded positions)
+POSITIONS, TOKENS = "positions", "tokens"
+# how the fused full-sequence path carries a bias
+KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
+# temperature tables
+POSITION_TABLE, RUNTIME = "position table", "run-time"
+
+
+def site_name(role: str, owner: str | int | None = None) -> str:
+    """The name of a graph node; for an evaluation site also the prefix of its learned parameters:
+    ``phase[g]``, ``steps[g]``, ``w[g]``, ``beta[g]`` (channel group g), ``bias[i]``, ``temperature``
+    (and ``transport[g]``, the group's transform node)."""
+    return role if owner is None else f"{role}[{owner}]"
+
+
+def param_key(site: str, kind: str, count: int) -> str:
+    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
+    expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
+    return f"{site}__{kind}{count}"
+
+
+@dataclass(frozen=True)
+class Site:
+    """An expression evaluated at run time under one name: its learned call sites are
+    ``learned.sites["<name>__<kind><count>"]`` (numbered by :class:`pedsl.runtime.walk.DynamicEvaluator`)."""
+
+    name: str
+    role: str  # phase | steps | w | beta | bias | temperature
+    expr: ast.Expr
+    group: str | None = None  # the channel group whose pairs/channels the expression may span
+
+
+@dataclass(frozen=True)
+class TransportStep:
+    group: str
+    index: int  # position among the scheme's transports (decoding state is kept per index)
+    kind: str  # ROPE | SO2 | HOUSEHOLDER
+    channels: tuple[int, ...]
+    targets: str  # "qk" | "qkv" (values transported too, undone on the output)
+    table: str  # ROPE: STATIC | RUNTIME_LENGTH; SO2, HOUSEHOLDER: PER_TOKEN
+    kernel: str  # "rotary" | "cumulative angles" | "blockwise"
+    sites: tuple[Site, ...]  # ROPE: (phase,); SO2: (steps,); HOUSEHOLDER: (w, beta)
+    scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
+    orthogonal: bool = False  # HOUSEHOLDER with beta = 2: reflections
+    why: str = ""
+
+    @property
+    def expr(self) -> ast.Expr:
+        """The phase (ROPE) or step angle (SO2) expression."""
+        return self.sites[0].expr
+
+    @property
+    def site(self) -> str:
+        return self.sites[0].name
+
+    @property
+    def values(self) -> bool:
+        return self.targets == "qkv"
+
+    @property
+    def static_table(self) -> bool:
+        return self.kind == ROPE and self.table == STATIC
+
+
+@dataclass(frozen=True)
+class BiasTerm:
+    index: int  # position among the scheme's biases
+    kind: str  # TABLE_BIAS | LINEAR_BIAS | GATE_BIAS
+    site: Site  # TABLE_BIAS, LINEAR_BIAS: the term over distance; GATE_BIAS: the per-step log gate
+    carried: str  # KEY_CHANNEL | "table" | MATERIALISED | SCORE_MOD | STEP_LOG_TERM (fused full-sequence path)
+    slope: ast.Expr | None = None  # LINEAR_BIAS: the slope per head
+    counts: str = POSITIONS  # LINEAR_BIAS: POSITIONS, or TOKENS when written as a constant gate
+    why: str = ""
+
+    @property
+    def coordinate(self) -> bool:
+        """b(i, j) = c_i - c_j of a per-token float64 coordinate (the general path, codegen, decoding)."""
+        return self.kind != TABLE_BIAS
+
+    @property
+    def log_gate(self) -> ast.Expr | None:
+        """The per-token log gate whose cumulative sum is the coordinate (a gate, or a linear bias that
+        counts tokens: the general path, codegen and decoding sum it over the tokens), else None."""
+        if self.kind == GATE_BIAS:
+            return self.site.expr
+        return self.slope if self.kind == LINEAR_BIAS and self.counts == TOKENS else None
+
+
+@dataclass(frozen=True)
+class Temperature:
+    site: Site
+    table: str  # POSITION_TABLE (reads nothing but the position) | RUNTIME
+    carried: str = "q scale"
+    why: str = ""
+
+
+@dataclass(frozen=True)
+class Plan:
+    scheme: str
+    layout: str
+    heads: int
+    head_dim: int
+    transports: tuple[TransportStep, ...]
+    biases: tuple[BiasTerm, ...]
+    temperature: Temperature | None
+    backend: str
+    backend_why: str
+    # a half-precision call takes the general path, which differences the bias coordinates per query
+    # block in float64 (a key channel g(j) loses the bias in half precision: |g| grows with j)
+    half_via_general: bool = False
+
+    @property
+    def params(self) -> tuple[Site, ...]:
+        """Every evaluation site, in build order: the names of all learned parameters derive from these."""
+        out = [s for t in self.transports for s in t.sites] + [b.site for b in self.biases]
+        return tuple(out + ([self.temperature.site] if self.temperature is not None else []))
+
+    def transport(self, group: str) -> TransportStep:
+        return next(t for t in self.transports if t.group == group)
+
+    def of_kind(self, kind: str) -> tuple[TransportStep, ...]:
+        return tuple(t for t in self.transports if t.kind == kind)
+
+
+# ---------------------------------------------------------------------- rendering
+def plan_lines(plan: Plan) -> list[str]:
+    """The plan as text (``pedsl graph``, ``pedsl explain``)."""
+    out = [f"plan for {plan.scheme}: backend {plan.backend} - {plan.backend_why}"]
+    for t in plan.transports:
+        extra = f", scale {t.scale:g}" if t.scale != 1 else ""
+        out.append(f"  transport {t.group!r} ({len(t.channels)} channels, {t.targets}): {t.kind}, table "
+                   f"{t.table}, kernel {t.kernel}{extra}")
+        for s in t.sites:
+            out.append(f"      {s.name} = {to_source(s.expr)}")
+        if t.why:
+            out.append(f"      {t.why}")
+    for b in plan.biases:
+        out.append(f"  bias {b.index}: {b.kind}" + (f" (counting {b.counts})" if b.kind == LINEAR_BIAS else "")
+                   + f", carried as {b.carried}")
+        out.append(f"      {b.site.name} = {to_source(b.site.expr)}"
+                   + (f"  (slope {to_source(b.slope)})" if b.slope is not None else ""))
+        if b.why:
+            out.append(f"      {b.why}")
+    if plan.temperature is not None:
+        tau = plan.temperature
+        out.append(f"  temperature: {tau.table}, carried as {tau.carried}")
+        out.append(f"      {tau.site.name} = {to_source(tau.site.expr)}")
+        if tau.why:
+            out.append(f"      {tau.why}")
+    if plan.half_via_general:
+        out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
+    out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
+    return out
+
+
+def plan_to_json(plan: Plan) -> dict:
+    def site(s: Site) -> dict:
+        return {"name": s.name, "role": s.role, "expr": to_source(s.expr), "group": s.group}
+
+    return {
+        "scheme": plan.scheme, "layout": plan.layout, "heads": plan.heads, "head_dim": plan.head_dim,
+        "backend": plan.backend, "backend_why": plan.backend_why, "half_via_general": plan.half_via_general,
+        "transports": [{"group": t.group, "index": t.index, "kind": t.kind, "channels": list(t.channels),
+                        "targets": t.targets, "table": t.table, "kernel": t.kernel, "scale": t.scale,
+                        "orthogonal": t.orthogonal, "sites": [site(s) for s in t.sites], "why": t.why}
+                       for t in plan.transports],
+        "biases": [{"index": b.index, "kind": b.kind, "carried": b.carried, "counts": b.counts, "site": site(b.site),
+                    "slope": None if b.slope is None else to_source(b.slope), "why": b.why} for b in plan.biases],
+        "temperature": None if plan.temperature is None else {
+            "table": plan.temperature.table, "carried": plan.temperature.carried,
+            "site": site(plan.temperature.site), "why": plan.temperature.why},
+        "params": [s.name for s in plan.params],
+    }

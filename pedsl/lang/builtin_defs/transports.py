@@ -1,0 +1,70 @@
+"""Transports and steps: rotate, accumulate, rotation, householder (one record each).
+
+These have no value: a transport line's call is read by :mod:`pedsl.lang.terms` into the transport
+it names (docs/semantics.md section 2: rotation by position, accumulated steps; an accumulated
+log-gate is a bias, section 3), which the compiler lowers to its kernels. A record gives the
+signature and the typing rule; with neither ``fold`` nor ``run`` the folder leaves the call dynamic.
+"""
+
+from __future__ import annotations
+
+from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue, need_num, scalar
+from pedsl.lang.types import Ty
+
+
+def _rotate(a: dict[str, Ty]) -> Ty:
+    t = a["phase"]
+    need_num(t, "phase", {"pos", "pair"}, " (a phase per position and rotary pair)")
+    scalar(a, "scale")
+    if t.data or t.learned:
+        raise TypeIssue(
+            "a position-indexed rotation cannot depend on the data",
+            "phase",
+            hint="use accumulate(rotation(...)) for data-dependent angles",
+        )
+    return Ty("transport", detail="rotate")
+
+
+def _rotation(a: dict[str, Ty]) -> Ty:
+    t = a["angle"]
+    need_num(t, "angle", {"pos", "pair", "head"}, " (a step angle per position, head and rotary pair)")
+    return Ty("step", detail="rotation")
+
+
+def _householder(a: dict[str, Ty]) -> Ty:
+    w, beta = a["w"], a["beta"]
+    need_num(w, "w", {"pos", "head", "chan"}, " (a direction per position, head and channel)")
+    if "chan" not in w.axes:
+        raise TypeIssue(
+            "'w' must be a vector over the channels of a head (num[..., chan])",
+            "w",
+            hint="make it with linear(x, to = channel)",
+        )
+    need_num(beta, "beta", {"pos", "head"}, " (a scalar per position and head)")
+    return Ty("step", detail="householder")
+
+
+def _accumulate(a: dict[str, Ty]) -> Ty:
+    t = a["step"]
+    if t.kind == "step":
+        return Ty("transport", detail="accumulate " + t.detail)
+    if t.kind == "num":
+        need_num(t, "step", {"pos", "head"}, " (a log-gate per position and head)")
+        return Ty("bias", detail="gate")
+    raise TypeIssue(
+        f"accumulate() takes a step (rotation(...), householder(...)) or a log-gate, not {t.show()}",
+        "step",
+    )
+
+
+RECORDS = [
+    Builtin("rotate", (("phase", REQUIRED), ("scale", 1.0)),
+            "position-indexed rotation of each pair by its phase; q and k of the group are also multiplied by scale "
+            "(Hugging Face's attention factor: the group's logits scale by scale^2)", _rotate, "transport"),
+    Builtin("accumulate", (("step", REQUIRED),),
+            "ordered product of per-token steps from j+1 to i (or sum of log-gates: a bias)", _accumulate,
+            "transport"),
+    Builtin("rotation", (("angle", REQUIRED),), "SO(2) step: rotate each pair by -angle", _rotation, "transport"),
+    Builtin("householder", (("w", REQUIRED), ("beta", REQUIRED)), "Householder-like step I - beta w w^T",
+            _householder, "transport"),
+]

@@ -1,0 +1,255 @@
+"""Compile-time evaluation of `.pe` expressions in plain Python floats (float64).
+
+Static values (:mod:`pedsl.lang.values`) are numbers, strings, booleans, lists
+(for eval lengths) and vectors along one axis (:class:`Vec` over rotary pairs or
+heads). This module walks an expression and folds arithmetic and every builtin call through
+its record (:mod:`pedsl.lang.builtin_defs`: ``fold`` mapped over vectors, or ``fold_env``),
+checking the records' ``arg_rules``. All without torch, so
+`pedsl check` stays fast; the compiler turns the vectors into
+float64 tensors. Anything that varies with position, distance or the data is
+:data:`DYNAMIC`: the compiler evaluates it at run time.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from pedsl import limits
+from pedsl.lang import ast
+from pedsl.lang.builtin_defs import RECORDS
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
+
+
+def fold_expr(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
+    """The static value of ``node``, or DYNAMIC. Raises EvalIssue on math errors."""
+    if _depth > 200:
+        raise EvalIssue("definitions nested too deeply (a 'let' that refers to itself?)", node)
+    ev = lambda e: fold_expr(e, env, _depth + 1)  # noqa: E731
+    k = node.kind
+    if k == "num":
+        return node.value
+    if k in ("str", "bool"):
+        return node.value
+    if k == "list":
+        if len(node.items) > limits.MAX_LIST:
+            raise EvalIssue(f"a list of {len(node.items):,} items; the limit is {limits.MAX_LIST:,}", node)
+        items = [ev(i) for i in node.items]
+        return DYNAMIC if any(i is DYNAMIC for i in items) else items
+    if k == "name":
+        return _name(node, env, _depth)
+    if k == "unary":
+        v = ev(node.operand)
+        return DYNAMIC if v is DYNAMIC else map_values(lambda a: -a, v, node)
+    if k == "binary":
+        a, b = ev(node.left), ev(node.right)
+        if a is DYNAMIC or b is DYNAMIC:
+            return DYNAMIC
+        return _arith(node.op, a, b, node)
+    if k == "call":
+        return _call(node, env, _depth)
+    raise EvalIssue(f"cannot evaluate {k}", node)  # pragma: no cover
+
+
+def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
+    name = node.id
+    if name in env.values:
+        return env.values[name]
+    if name in env.lets:
+        # Memoised per environment: lets that use each other twice would otherwise cost 2^depth.
+        if name not in env.memo:
+            env.memo[name] = fold_expr(env.lets[name], env, depth + 1)
+        return env.memo[name]
+    if name == "pi":
+        return math.pi
+    if name == "e":
+        return math.e
+    if name == "n":
+        return env.n if env.n is not None else DYNAMIC
+    from pedsl.lang.builtins import CONSTANTS
+
+    if name in CONSTANTS and CONSTANTS[name].reads:  # reads a run-time input (docs/semantics.md §1a)
+        return DYNAMIC
+    if name in ("none", "all", "rest"):
+        return GroupSpec(name) if name != "none" else None
+    if name in ("head", "pair", "channel"):
+        return name
+    raise EvalIssue(f"unknown name '{name}'", node)
+
+
+def _op(op: str, a: float, b: float, node) -> float:
+    try:
+        if op == "+":
+            return finite(a + b, node)
+        if op == "-":
+            return finite(a - b, node)
+        if op == "*":
+            return finite(a * b, node)
+        if op == "/":
+            if b == 0:
+                raise EvalIssue("division by zero", node)
+            r = finite(a / b, node)
+            return int(r) if isinstance(a, int) and isinstance(b, int) and r.is_integer() else r
+        if op == "**":
+            if isinstance(a, int) and isinstance(b, int) and abs(a) > 1 and b * math.log2(abs(a)) > 1024:
+                a = float(a)  # an exact int power this large takes unbounded time and memory: overflow instead
+            r = a**b
+            if isinstance(r, complex):
+                raise EvalIssue("a negative number to a fractional power", node)
+            return finite(r, node)
+    except OverflowError:
+        raise EvalIssue("number too large", node) from None
+    raise EvalIssue(f"unknown operator {op}", node)  # pragma: no cover
+
+
+def _arith(op: str, a: Any, b: Any, node) -> Any:
+    for v in (a, b):
+        if isinstance(v, (str, bool, GroupSpec)) or v is None:
+            raise EvalIssue(f"arithmetic '{op}' on {show(v)}", node)
+    if isinstance(a, Vec) and isinstance(b, Vec):
+        if a.axis != b.axis:
+            raise EvalIssue(
+                f"cannot combine a vector over {a.axis}s with one over {b.axis}s here", node,
+                hint="a per-head vector cannot stand where a per-pair one is needed",
+            )
+        if len(a.values) != len(b.values):
+            raise EvalIssue(f"vectors of different lengths ({len(a.values)} and {len(b.values)})", node)
+        return Vec(a.axis, tuple(_op(op, x, y, node) for x, y in zip(a.values, b.values)))
+    if isinstance(a, list) and isinstance(b, Vec) or isinstance(a, Vec) and isinstance(b, list):
+        vec, lst = (a, b) if isinstance(a, Vec) else (b, a)
+        if len(lst) != len(vec.values):
+            raise EvalIssue(
+                f"a list of {len(lst)} numbers combined with {len(vec.values)} {vec.axis}s", node,
+                hint=f"give exactly one number per {vec.axis}",
+            )
+        other = Vec(vec.axis, tuple(float(x) for x in lst))
+        return _arith(op, a if isinstance(a, Vec) else other, b if isinstance(b, Vec) else other, node)
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            raise EvalIssue(f"lists of different lengths ({len(a)} and {len(b)})", node)
+        return [_arith(op, x, y, node) for x, y in zip(a, b)]
+    if isinstance(a, (Vec, list)):
+        return map_values(lambda x: _op(op, x, b, node), a, node)
+    if isinstance(b, (Vec, list)):
+        return map_values(lambda y: _op(op, a, y, node), b, node)
+    return _op(op, a, b, node)
+
+
+def bind_args(node: ast.Call, names: tuple[tuple[str, object], ...]) -> dict[str, ast.Expr | object]:
+    """Positional and keyword arguments of a call -> {param: expr or default}."""
+    out: dict[str, Any] = {}
+    for (pname, _), arg in zip(names, node.args):
+        out[pname] = arg
+    for kw in node.kwargs:
+        out[kw.name] = kw.value
+    for pname, default in names:
+        out.setdefault(pname, default)
+    return out
+
+
+def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
+    from pedsl.lang.builtins import FUNCTIONS
+
+    spec = FUNCTIONS.get(node.func)
+    if spec is None:
+        raise EvalIssue(f"unknown function '{node.func}'", node)
+    bound = bind_args(node, spec.params)
+    if node.func in ARG_RULES:  # the static arguments of a run-time builtin: checked now, not at run time
+        checked = _check_args(node, bound, env, depth)
+        probe = [env.values.get(i) for i in spec.inputs]  # the checker's probe at one query position
+        if spec.fold is not None and probe and all(isinstance(v, int) for v in probe) \
+                and all(p in checked for p, _ in spec.static):
+            return spec.fold(*probe, *(checked[p] for p, _ in spec.static))
+        return DYNAMIC
+    if spec.fold is None and spec.fold_env is None:  # a run-time value, or a transport: never static
+        return DYNAMIC
+    vals = {}
+    for k, v in bound.items():
+        if isinstance(v, (ast.Num, ast.Str, ast.Bool, ast.Name, ast.Unary, ast.Binary, ast.Call, ast.ListExpr)):
+            vals[k] = fold_expr(v, env, depth + 1)
+        else:
+            vals[k] = v
+    if any(v is DYNAMIC for v in vals.values()):
+        return DYNAMIC
+    fn = spec.fold_env or (_folder(spec) if spec.fold is not None else None)
+    if fn is None:  # pragma: no cover - every static builtin has an implementation
+        raise EvalIssue(f"'{node.func}' has no compile-time value", node)
+    try:
+        out = fn(env, node, **vals)
+    except OverflowError:
+        raise EvalIssue(f"{node.func}(): a number too large (overflow)", node) from None
+    except (ValueError, ZeroDivisionError) as exc:
+        raise EvalIssue(f"{node.func}(): {exc}", node) from None
+    if isinstance(out, Vec):
+        for v in out.values:
+            finite(v, node, f"{node.func}() gives")
+    elif isinstance(out, float):
+        finite(out, node, f"{node.func}() gives")
+    return out
+
+
+# Static arguments of builtins, checked wherever the call is evaluated (the checker evaluates every
+# transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
+ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
+    name: spec.arg_rules for name, spec in RECORDS.items() if spec.arg_rules}
+
+
+def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict[str, float]:
+    out = {}
+    for name, (lo, hi, open_lo, meaning) in ARG_RULES[node.func].items():
+        arg = bound.get(name)
+        if not isinstance(arg, ast.Node):
+            continue  # the default
+        v = fold_expr(arg, env, depth + 1)
+        if v is DYNAMIC or isinstance(v, bool) or not isinstance(v, (int, float)):
+            continue  # the type checker reports non-numbers
+        if v < lo or (open_lo and v == lo) or v > hi:
+            rng = f"> {lo:g}" if open_lo and hi == math.inf else f"{lo:g} .. {hi:g}" if hi < 1e30 else f">= {lo:g}"
+            raise EvalIssue(f"{node.func}(): {name} = {v:g} is out of range ({rng}; {meaning})", arg)
+        out[name] = v
+    return out
+
+
+# ------------------------------------------------------------------ folding a record's scalar function
+
+
+def _unary(fn):
+    def impl(env, node, x):
+        def safe(v):
+            try:
+                return fn(v)
+            except (ValueError, OverflowError):
+                raise EvalIssue(f"{node.func}({v:g}) is undefined", node) from None
+
+        return map_values(safe, x, node)
+
+    return impl
+
+
+def _folder(spec):
+    """A record's fold over scalars, mapped over per-axis vectors."""
+    if len(spec.params) == 1:
+        return _unary(spec.fold)
+
+    def impl(env, node, **vals):
+        return _combine(spec.fold, [vals[p] for p, _ in spec.params], node)
+
+    return impl
+
+
+def _combine(fn, vals: list, node) -> Any:
+    """Apply fn elementwise over scalars/vectors of one axis."""
+    vec = next((v for v in vals if isinstance(v, Vec)), None)
+    if vec is None:
+        return fn(*[number(v, node, "argument") for v in vals])
+    n = len(vec.values)
+    cols = []
+    for v in vals:
+        if isinstance(v, Vec):
+            if v.axis != vec.axis or len(v.values) != n:
+                raise EvalIssue("vectors along different axes or of different lengths", node)
+            cols.append(v.values)
+        else:
+            cols.append((number(v, node, "argument"),) * n)
+    return Vec(vec.axis, tuple(fn(*xs) for xs in zip(*cols)))
+

@@ -1,0 +1,237 @@
+"""The walk of run-time expressions, shared by the compiler's torch evaluator and the diff's numpy sampler.
+
+A run-time value is a labelled array: an array whose dimensions are the named axes it varies
+along, in the canonical order ``batch, head, pos, dist, pair, chan`` (:data:`ORDER`); arithmetic
+aligns operands by axis name. :class:`DynamicEvaluator` does everything that does not depend on
+the array library - folding static sub-expressions through :func:`pedsl.lang.fold.fold_expr`
+(float64), dispatching on the expression, binding and folding call arguments, running a builtin
+record's ``run`` (or, for a source with state, its ``site`` through an :class:`At`), and naming
+the learned call sites - and leaves the array operations, frozen tables and learned layers to a
+subclass: :class:`pedsl.runtime.torch_backend.Evaluator` (torch, trainable) and
+:class:`pedsl.runtime.numpy_backend.NumpyEvaluator` (numpy, at initialisation). The walk names
+no builtin: it reads their records.
+
+Sharing the walk keeps the two in step: a site is ``"{site}__{builtin}{count}"``, numbered in the
+order the walk visits the learned calls of one expression, so a compiled module's parameters can
+be loaded into the numpy evaluator by name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pedsl.compiler.plan import param_key
+from pedsl.errors import CompileError
+from pedsl.lang import ast
+from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.fold import bind_args, fold_expr
+from pedsl.lang.typed import node_types
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
+
+ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
+INPUT_AXES = {"position": "pos"}  # the run-time inputs a builtin record may read (its ``inputs``)
+
+
+def union_axes(*axes_lists) -> tuple[str, ...]:
+    """The axes of a result: every operand's axes, in canonical order."""
+    s = set().union(*axes_lists)
+    return tuple(a for a in ORDER if a in s)
+
+
+def permuted_shape(axes: tuple[str, ...], shape, want: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """(permutation, shape) that view an array over ``axes`` with a dimension for every axis of
+    ``want`` (size 1 where absent)."""
+    src = list(axes)
+    return [src.index(a) for a in want if a in src], [shape[src.index(a)] if a in src else 1 for a in want]
+
+
+class DynamicEvaluator:
+    """Evaluates an expression at run time; subclasses implement the array operations.
+
+    The context ``ctx`` must provide ``values`` (params, heads, head_dim), ``heads``, ``pairs`` and
+    ``chans`` of the current channel group (or None), ``L`` (sequence length), ``n`` (run-time
+    length or None), ``x`` (B, L, d_model) and ``tokens`` (B, L), either possibly None.
+    """
+
+    def run(self, e: ast.Expr, ctx, site: str):
+        self._site, self._count = site, 0
+        self._types = node_types(e, ctx.values)  # the checker's type of every node (docs/semantics.md §1a)
+        return self._eval(e, ctx)
+
+    # ------------------------------------------------------------------ the walk
+    def static(self, e: ast.Expr, ctx) -> Any:
+        try:
+            return fold_expr(e, StaticEnv(values=ctx.values, pairs=ctx.pairs, n=ctx.n if ctx.n is not None else ctx.L))
+        except EvalIssue as issue:
+            raise CompileError(str(issue), hint=issue.hint) from None
+
+    def static_number(self, arg, ctx) -> float:
+        """A call argument that must be a static number (a literal default, or an expression)."""
+        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+            return arg
+        v = self.static(arg, ctx)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise CompileError(f"expected a static number, got {v!r}")
+        return v
+
+    def folded(self, e: ast.Expr, ctx):
+        """A static value folded earlier (subclasses may cache them), or None."""
+        return None
+
+    def remember(self, e: ast.Expr, ctx, value) -> None:
+        """Called with every static value folded (subclasses may cache it)."""
+
+    def _eval(self, e: ast.Expr, ctx):
+        hit = self.folded(e, ctx)
+        if hit is not None:
+            return hit
+        static = DYNAMIC if self._types[id(e)].learned else self.static(e, ctx)  # learned sites must be visited
+        if static is not DYNAMIC:
+            if isinstance(static, (GroupSpec, str, list, bool)) or static is None:
+                raise CompileError(f"expected a number, got {static!r}")
+            value = self.constant(static, ctx)
+            self.remember(e, ctx, value)
+            return value
+        k = e.kind
+        if k == "name":
+            if e.id in ("position", "distance"):
+                return self.arange(ctx, "pos" if e.id == "position" else "dist")
+            if e.id == "n":
+                return self.constant(float(ctx.n if ctx.n is not None else ctx.L), ctx)
+            raise CompileError(f"'{e.id}' cannot be used as a number here")
+        if k == "unary":
+            return self.negate(self._eval(e.operand, ctx))
+        if k == "binary":
+            return self.binary(e.op, self._eval(e.left, ctx), self._eval(e.right, ctx))
+        if k == "call":
+            return self._call(e, ctx)
+        from pedsl.lang.exprs import to_source
+
+        raise CompileError(f"cannot evaluate {to_source(e)} at run time")
+
+    def _call(self, e: ast.Call, ctx):
+        spec = FUNCTIONS[e.func]
+        args = bind_args(e, spec.params)
+        if spec.run is None and spec.site is None:
+            raise CompileError(f"{e.func}() has no run-time value here")
+        static = {p: kind(self.static_number(args[p], ctx)) for p, kind in spec.static}
+        names = {p: _name_of(args[p]) for p in spec.names}
+        rest = [p for p, _ in spec.params if p not in static and p not in names]
+        if spec.site is not None:  # a source with state: asks this backend for it at the call site
+            values = [self._eval(args[p], ctx) for p in rest]
+            return spec.site(At(self, ctx, self._next_site(spec.name) if spec.learned else None), *values,
+                             **names, **static)
+        # a record's run-time value, over this backend's array namespace
+        arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] + [self._eval(args[p], ctx) for p in rest]
+        return self.apply(spec, arrays, static)
+
+    def _next_site(self, kind: str) -> str:
+        key = param_key(self._site, kind, self._count)
+        self._count += 1
+        return key
+
+    # ------------------------------------------------------------------ arithmetic, for any array library
+    # A value is a labelled array with ``.t`` (the array) and ``.axes``. Subclasses give ``wrap``,
+    # ``aligned`` and ``ops`` (the array namespace of pedsl.lang.builtin_defs.arrays that records'
+    # ``run`` is written over); Python's operators and ``.clip`` mean the same on numpy arrays and
+    # torch tensors.
+    ops: Any = None
+
+    def wrap(self, array, axes: tuple[str, ...]):
+        raise NotImplementedError
+
+    def aligned(self, values: list, axes: tuple[str, ...]) -> list:
+        """The arrays of ``values`` with one dimension per axis of ``axes`` (size 1 where absent)."""
+        raise NotImplementedError
+
+    def negate(self, v):
+        return self.wrap(-v.t, v.axes)
+
+    def binary(self, op: str, a, b):
+        axes = union_axes(a.axes, b.axes)
+        x, y = self.aligned([a, b], axes)
+        return self.wrap(x + y if op == "+" else x - y if op == "-" else x * y if op == "*" else x / y if op == "/"
+                         else x ** y, axes)
+
+    def apply(self, spec, vals: list, static: dict):
+        """A builtin record's run-time value: its ``run`` over the arguments, aligned by axis name."""
+        if len(vals) == 1:
+            return self.wrap(spec.run(self.ops, vals[0].t, **static), vals[0].axes)
+        axes = union_axes(*[v.axes for v in vals])
+        return self.wrap(spec.run(self.ops, *self.aligned(vals, axes), **static), axes)
+
+    # ------------------------------------------------------------------ run-time sources (subclasses)
+    def constant(self, value, ctx):  # a number or a pedsl.lang.values.Vec
+        raise NotImplementedError
+
+    def arange(self, ctx, axis: str):
+        raise NotImplementedError
+
+    def frozen(self, key: tuple, shape: tuple[int, int], seed: tuple[int, ...]):
+        """A frozen standard normal table, drawn once per key from a generator seeded by ``seed``
+        ((seed,) or (seed, chunk))."""
+        raise NotImplementedError
+
+    def dense(self, site: str, n_out: int, rank: int, init_bias: float, ctx):
+        """The learned map of the hidden state at ``site``, (B, L, n_out): U(+-1/sqrt(fan_in)) weights
+        (rank > 0: through ``rank`` features), the output bias starting at init_bias."""
+        raise NotImplementedError
+
+    def lookup(self, site: str, tokens, n_out: int, std: float):
+        """The learned table at ``site`` read at the tokens, (B, L, n_out): N(0, std^2) start values."""
+        raise NotImplementedError
+
+    def causal_conv(self, site: str, flat, width: int, ctx):
+        """The learned causal depthwise convolution at ``site`` of flat (B|1, F, L) over positions,
+        near the identity at the start: N(0, 0.1^2) taps plus 1 on the newest token."""
+        raise NotImplementedError
+
+
+def _name_of(arg) -> str | None:
+    """The name an argument holds (``to = pair``, ``index = token``), or its default."""
+    return arg.id if isinstance(arg, ast.Name) else arg if isinstance(arg, str) else None
+
+
+class At:
+    """A source's call site, as its record's ``site`` sees it (:mod:`pedsl.lang.builtin_defs.sources`):
+    the backend's array namespace and values, the sizes and run-time inputs of the context, and the
+    backend's frozen tables and learned layers - the latter at the site the walk named."""
+
+    def __init__(self, ev: DynamicEvaluator, ctx, site: str | None):
+        self.ev, self.ctx, self.site = ev, ctx, site
+        self.ops, self.wrap = ev.ops, ev.wrap
+        self.heads, self.pairs, self.chans, self.vocab_size = ctx.heads, ctx.pairs, ctx.chans, ev.vocab_size
+
+    def width(self, to: str) -> tuple[str, int]:
+        """The axis and per-head width of an output ``to = pair | channel | head``."""
+        axis = {"channel": "chan"}.get(to, to)
+        if axis == "pair":
+            if self.pairs is None:
+                raise CompileError("a per-pair value is only defined inside a rotation")
+            return axis, self.pairs
+        return axis, self.chans if axis == "chan" else 1
+
+    def aligned_with(self, v, axes: tuple[str, ...]):
+        """v's array over its axes and ``axes`` (size 1 where absent), and those axes."""
+        both = union_axes(v.axes, axes)
+        return self.ev.aligned([v], both)[0], both
+
+    def tokens(self):
+        if self.ctx.tokens is None:
+            raise CompileError("this scheme reads the tokens: pass tokens=(B, L)")
+        return self.ctx.tokens
+
+    def position(self):
+        return self.ev.arange(self.ctx, "pos")
+
+    def frozen(self, key: tuple, shape: tuple[int, int], seed: tuple[int, ...]):
+        return self.ev.frozen(key, shape, seed)
+
+    def dense(self, n_out: int, rank: int, init_bias: float):
+        return self.ev.dense(self.site, n_out, rank, init_bias, self.ctx)
+
+    def lookup(self, n_out: int, std: float):
+        return self.ev.lookup(self.site, self.tokens(), n_out, std)
+
+    def causal_conv(self, flat, width: int):
+        return self.ev.causal_conv(self.site, flat, width, self.ctx)

@@ -1,0 +1,172 @@
+"""What eval, analyze and compare share: opening a run, its eval settings, atomic JSON, progress.
+
+Opening a run compiles its scheme with ``requires_grad=False`` (evaluation never needs a
+backward, and that lets the compiler pick forward-only kernels such as FlexAttention on CPU)
+and the compiled backend of the run (never the float64 reference). The process-wide setting
+``torch.set_flush_denormal(True)`` is the application's choice (docs/semantics.md §6):
+:func:`pedsl.torchenv.setup_torch` makes it for ``pedsl eval / analyze / compare`` (and train).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pedsl.errors import CheckpointError, EvalError, PedslError
+from pedsl.fsio import read_text
+from pedsl.limits import MAX_LENGTH, MAX_LIST
+
+
+def progress(quiet: bool) -> Callable[[str], None]:
+    """A printer to stderr with a wall-clock stamp, or a no-op."""
+    if quiet:
+        return lambda msg: None
+    t0 = time.perf_counter()
+
+    def say(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.0f}s] {msg}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def open_run(run_dir: str | Path, scheme: str | Path | None = None, params: dict | None = None):
+    """``(model, cfg, meta)`` of a finished or checkpointed run, ready for evaluation.
+
+    With ``scheme`` (a library name or .pe file) and/or ``params`` the trained weights are loaded
+    under that scheme instead of the run's own (:mod:`pedsl.train.swap`); ``meta["scheme"]`` and
+    ``meta["scheme_hash"]`` are then the new scheme's and ``meta["swap"]`` describes it.
+
+    Every failure (missing directory, no config, corrupt checkpoint, unloadable scheme) is an
+    :class:`EvalError` / :class:`CheckpointError` with a hint, never a traceback. The folder is
+    read by :func:`pedsl.train.rundir.read` (the same reader as :func:`pedsl.train.load_run`).
+    """
+    if scheme is not None or params:
+        return _open_swapped(Path(run_dir), scheme, params or {})
+    from pedsl.train import load_run, rundir
+
+    r = rundir.read(run_dir)
+    run = r.path
+    try:
+        scheme, files = r.load_scheme()
+        model, cfg, meta = load_run(run, attention=eval_attention(r.cfg, scheme, r.scheme_hash or files.digest))
+        meta["scheme"] = scheme
+    except PedslError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. a truncated config.yaml that still parses oddly
+        raise EvalError(f"run '{run}' cannot be opened: {type(exc).__name__}: {exc}",
+                        hint="the run directory is incomplete or corrupt; train it again") from None
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model, cfg, meta
+
+
+def _open_swapped(run: Path, other, params: dict):
+    import torch
+
+    from pedsl.model import TransformerLM
+    from pedsl.train.swap import check_swap, swapped_scheme
+
+    model0, cfg, meta = open_run(run)
+    new, record = swapped_scheme(run, cfg.params, other, params)
+    torch.manual_seed(cfg.seed)
+    model = TransformerLM(cfg.model, eval_attention(cfg, new).factory(cfg.model))
+    src = model0.state_dict()
+    check_swap(src, model.state_dict(), run=str(run), run_scheme=meta["scheme"].name, new_scheme=new.name)
+    model.load_state_dict(src, strict=True)
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    record["run_scheme"] = {"name": meta["scheme"].name, "source_hash": meta["scheme_hash"],
+                            "params": dict(meta["scheme"].params)}
+    return model, cfg, {**meta, "scheme": new, "scheme_hash": new.source_hash, "swap": record}
+
+
+def eval_attention(cfg, scheme, digest: str | None = None):
+    """``scheme`` compiled for evaluation (requires_grad=False, the run's backend), as a
+    :class:`~pedsl.train.recipe.SchemeRecipe` whose hash is ``digest`` (the run's recorded
+    hash of the resolved scheme) or the scheme's own."""
+    from pedsl.train.recipe import SchemeRecipe
+
+    def build(m):
+        from pedsl.compiler import compile_scheme
+        from pedsl.lang.api import load
+
+        fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)
+
+        def make(layer: int):
+            return compile_scheme(fixed, backend=cfg.backend, head_dim=m.head_dim, num_heads=m.n_heads,
+                                  d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
+        return make
+
+    return SchemeRecipe(name=scheme.name, source=scheme.source, source_hash=digest or scheme.source_hash,
+                           build=build, scheme=scheme)
+
+
+def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):
+    """The run's EvalConfig: defaults <- the scheme's ``eval {}`` block <- overrides."""
+    from pedsl.config import resolve_eval_config
+
+    block = dict(getattr(scheme, "eval", None) or {})
+    return resolve_eval_config(block=block, overrides=overrides or {}, context=cfg.context)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    """Write JSON atomically (pedsl.fsio); NaN/inf become null."""
+    write_text(path, json.dumps(_clean(data), indent=1) + "\n")
+
+
+def write_text(path: str | Path, text: str) -> None:
+    from pedsl.fsio import atomic_write_text, ensure_dir
+
+    ensure_dir(Path(path).parent)
+    atomic_write_text(path, text)
+
+
+def read_json(path: str | Path) -> Any | None:
+    """Parsed JSON, or None when the file is missing or unreadable (a half-written study), or over
+    16 MiB (a planted huge file is never read whole)."""
+    try:
+        return json.loads(read_text(path, 16 << 20))
+    except (OSError, ValueError):
+        return None
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def parse_lengths(text: str | None) -> list[int] | None:
+    """``"128,256,512"`` (or spaces) -> [128, 256, 512]; multipliers like ``"1x,2x"`` are not accepted."""
+    if text is None or not str(text).strip():
+        return None
+    out = []
+    for part in str(text).replace(",", " ").split():
+        try:
+            v = int(part)
+        except ValueError:
+            raise EvalError(f"--lengths expects whole numbers of tokens, got '{part}'",
+                            hint="e.g. --lengths 128,256,512,1024") from None
+        if v < 2:
+            raise EvalError(f"--lengths: {v} is too short (at least 2 tokens)")
+        if v > MAX_LENGTH:
+            raise EvalError(f"--lengths: {v:,} is above the limit of {MAX_LENGTH:,} tokens",
+                            hint="see pedsl/limits.py (the README's Safety section)")
+        out.append(v)
+    if len(set(out)) > MAX_LIST:
+        raise EvalError(f"--lengths: {len(set(out)):,} lengths; the limit is {MAX_LIST:,}")
+    return sorted(set(out))
+
+
+__all__ = ["CheckpointError", "eval_config", "open_run", "parse_lengths", "progress", "read_json",
+           "write_json", "write_text"]

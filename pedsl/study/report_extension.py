@@ -1,0 +1,250 @@
+"""The extension study's report (:mod:`pedsl.study.study_extension`): tables, plots, findings.
+
+Perplexity ratios are to the base RoPE model's perplexity at its training length ``L0`` (the
+same scored bytes everywhere), so the 1x column is the in-distribution cost of a swap or a
+fine-tune. Block-task cells are accuracies at the block ends (chance 1/26).
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from pathlib import Path
+from typing import Any
+
+from pedsl.study.report import STYLE, _fmt, reproduce_html, reproduce_md
+
+
+def _base_nll(rec: dict) -> float | None:
+    """The base model's NLL at L0: the zero-shot RoPE evaluation at 1x."""
+    L0 = rec["base"]["context"]
+    rope = next(iter((rec["zero_shot"].get("rope") or {}).values()), None)
+    return (((rope or {}).get("ppl") or {}).get(str(L0)) or {}).get("nll")
+
+
+def ratio(rec: dict, ev: dict, L: int) -> float | None:
+    base = _base_nll(rec)
+    cell = ((ev or {}).get("ppl") or {}).get(str(L)) or {}
+    if base is None or cell.get("nll") is None:
+        return None
+    return math.exp(min(cell["nll"] - base, 700.0))
+
+
+def accuracy(ev: dict, L: int) -> float | None:
+    return (((ev or {}).get("blocks") or {}).get(str(L)) or {}).get("accuracy")
+
+
+def _rows(rec: dict, part: str, task: str) -> list[tuple[str, str, dict]]:
+    """(method, target label, evaluation) in table order; zero-shot RoPE once (no factor)."""
+    out = []
+    for method, per in rec[part].items():
+        for T, ev in per.items():
+            if part == "zero_shot" and method == "rope" and out and out[-1][0] == "rope":
+                continue
+            out.append((method, "-" if (part == "zero_shot" and method == "rope") else f"{T}x", ev))
+    return out
+
+
+def tables(results: dict) -> list[tuple[str, list[str], list[list[str]], str]]:
+    out = []
+    for task, rec in results.items():
+        L0, lens = rec["base"]["context"], rec["lengths"]
+        cols = [f"{L / L0:g}x" for L in lens]
+        for part, label in (("zero_shot", "zero-shot (weights as trained, scheme swapped)"),
+                            ("fine_tuned", f"after {rec['ft_steps']} fine-tune steps at the target length")):
+            rows = []
+            for method, target, ev in _rows(rec, part, task):
+                if task == "text":
+                    rows.append([method, target] + [_fmt(ratio(rec, ev, L)) for L in lens])
+                else:
+                    rows.append([method, target] + [_fmt(accuracy(ev, L), ".2f") for L in lens])
+            if task == "text":
+                title = f"Text: perplexity ratio to the base model at {L0}, {label}"
+                note = (f"ppl(L) / ppl_base({L0}); every cell scores the same last {L0} bytes of the same "
+                        f"{rec['samples']} validation windows. The 1x column is the in-distribution cost. "
+                        f"Base perplexity at {L0}: {_fmt(math.exp(_base_nll(rec)) if _base_nll(rec) else None)}.")
+            else:
+                title = f"Exact offset (block task): accuracy at the block ends, {label}"
+                note = (f"Fraction of block ends predicted right (chance 0.04) among the block ends in the last "
+                        f"{L0} positions, {rec['samples']} sequences per length; the answer is the letter "
+                        f"a fixed distance back.")
+            out.append((title, ["method", "factor"] + cols, rows, note))
+    return out
+
+
+def summary(results: dict) -> tuple[list[str], list[list[str]]]:
+    """One row per method and target: the numbers the study is about."""
+    text, blocks = results.get("text"), results.get("blocks")
+    header = ["method", "target", "zero-shot 1x", "zero-shot @ target", "fine-tuned 1x", "fine-tuned @ target"]
+    if blocks:
+        header += ["blocks acc 1x zero-shot", "blocks acc 1x fine-tuned"]
+    rows = []
+    for method, per in (text or {}).get("zero_shot", {}).items():
+        for T, zs in per.items():
+            L0 = text["base"]["context"]
+            ft = text["fine_tuned"].get(method, {}).get(T)
+            row = [method, f"{T}x", _fmt(ratio(text, zs, L0)), _fmt(ratio(text, zs, L0 * int(T))),
+                   _fmt(ratio(text, ft, L0)), _fmt(ratio(text, ft, L0 * int(T)))]
+            if blocks:
+                B0 = blocks["base"]["context"]
+                bz = blocks["zero_shot"].get(method, {}).get(T)
+                bf = blocks["fine_tuned"].get(method, {}).get(T)
+                row += [_fmt(accuracy(bz, B0), ".2f"), _fmt(accuracy(bf, B0), ".2f")]
+            rows.append(row)
+    return header, rows
+
+
+def findings(results: dict) -> list[str]:
+    """Where the measurement agrees or disagrees with the published picture, stated from the numbers."""
+    text = results.get("text")
+    if not text:
+        return []
+    L0 = text["base"]["context"]
+    out = []
+    for T in sorted({int(t) for per in text["zero_shot"].values() for t in per}):
+        at = L0 * T
+
+        def zs(m):
+            return ratio(text, text["zero_shot"].get(m, {}).get(str(T)), at)
+
+        def ft(m):
+            return ratio(text, text["fine_tuned"].get(m, {}).get(str(T)), at)
+
+        if zs("pi") is not None and ft("pi") is not None:
+            out.append(f"{T}x: PI zero-shot {zs('pi'):.2f} -> fine-tuned {ft('pi'):.2f} at {at} (the fine-tune "
+                       f"changes it by {100 * (ft('pi') / zs('pi') - 1):+.0f}%; published: PI needs fine-tuning).")
+        ntk_like = {m: zs(m) for m in ("ntk", "dynamic_ntk", "yarn") if zs(m) is not None}
+        if ntk_like and zs("pi") is not None:
+            best = min(ntk_like, key=ntk_like.get)
+            out.append(f"{T}x zero-shot at {at}: best NTK-style {best} {ntk_like[best]:.2f} vs PI {zs('pi'):.2f} "
+                       f"vs RoPE {_fmt(zs('rope'))} ({'agrees' if ntk_like[best] < zs('pi') else 'disagrees'} "
+                       f"with 'NTK-style scaling works better zero-shot').")
+        fts = {m: ft(m) for m in text["fine_tuned"] if ft(m) is not None}
+        if "yarn" in fts:
+            order = sorted(fts, key=fts.get)
+            out.append(f"{T}x fine-tuned at {at}: ranking {', '.join(f'{m} {fts[m]:.2f}' for m in order)}; YaRN is "
+                       f"{'first' if order[0] == 'yarn' else 'number ' + str(order.index('yarn') + 1)} "
+                       f"(published: YaRN strongest after a short fine-tune).")
+    blocks = results.get("blocks")
+    if blocks:
+        B0 = blocks["base"]["context"]
+        base_acc = accuracy(next(iter(blocks["zero_shot"].get("rope", {}).values()), None), B0)
+        if base_acc is not None and base_acc < 0.5:
+            out.append(f"Self-similarity: the base model did not learn the exact-offset task (accuracy "
+                       f"{base_acc:.2f} at {B0}, chance 0.04), so the swaps say nothing about it; train longer.")
+        for T in sorted({int(t) for per in blocks["zero_shot"].values() for t in per}):
+            accs = {m: accuracy(per.get(str(T)), B0) for m, per in blocks["zero_shot"].items()}
+            pi_txt = ratio(text, text["zero_shot"].get("pi", {}).get(str(T)), L0 * T)
+            rope_txt = ratio(text, text["zero_shot"].get("rope", {}).get(str(T)), L0 * T)
+            out.append(f"Self-similarity, {T}x: exact-offset accuracy at 1x after the zero-shot swap: "
+                       + ", ".join(f"{m} {_fmt(a, '.2f')}" for m, a in accs.items())
+                       + f" (base {_fmt(base_acc, '.2f')}); text ratio at {L0 * T}: PI {_fmt(pi_txt)} vs RoPE "
+                       f"{_fmt(rope_txt)}.")
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+
+
+def plots(results: dict, out_dir: Path) -> list[str]:
+    import matplotlib.ticker
+
+    from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, plt
+
+    files: list[str] = []
+    for task, rec in results.items():
+        L0, lens = rec["base"]["context"], rec["lengths"]
+        targets = sorted({int(t) for per in rec["zero_shot"].values() for t in per})
+        fig, axes = plt.subplots(len(targets), 2, figsize=(12, 4.6 * len(targets)), squeeze=False,
+                                 constrained_layout=True)
+        for i, T in enumerate(targets):
+            for j, part in enumerate(("zero_shot", "fine_tuned")):
+                ax = axes[i][j]
+                for n, (method, per) in enumerate(rec[part].items()):
+                    ev = per.get(str(T))
+                    ys = [ratio(rec, ev, L) if task == "text" else accuracy(ev, L) for L in lens]
+                    pts = [(L, y) for L, y in zip(lens, ys) if y is not None]
+                    if pts:
+                        ax.plot(*zip(*pts), marker=MARKERS[n % len(MARKERS)], label=method)
+                _length_axis(ax, lens)
+                _mark_train(ax, L0)
+                ax.axvline(L0 * T, color="tab:red", linestyle=":", linewidth=1)
+                if task == "text":
+                    ax.set_yscale("log")
+                    ax.yaxis.set_major_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+                    ax.yaxis.set_minor_formatter(matplotlib.ticker.FormatStrFormatter("%.2f"))
+                    ax.axhline(1.0, color="grey", linewidth=0.8)
+                    ax.set_ylabel(f"ppl(L) / ppl_base({L0})")
+                else:
+                    ax.axhline(1 / 26, color="grey", linewidth=0.8, linestyle="--")
+                    ax.set_ylabel("block-end accuracy")
+                    ax.set_ylim(0, 1.02)
+                ax.set_title(f"{'zero-shot' if part == 'zero_shot' else 'fine-tuned'}, factor for {T}x "
+                             f"(target {L0 * T}, dotted)", fontsize=10)
+                ax.legend(fontsize=8)
+        fig.suptitle("Text perplexity ratio vs length" if task == "text" else "Exact-offset accuracy vs length")
+        files += _save(fig, out_dir, f"extension_{task}")
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages
+
+
+def _intro(results: dict, meta: dict) -> str:
+    text = results.get("text") or next(iter(results.values()))
+    b = text["base"]
+    ct = meta.get("compute_cpu_s", {})
+    return (f"Base: RoPE, preset `{meta.get('preset')}`, {b['train'].get('steps')} steps at {b['context']} bytes "
+            f"(`{b['run']}`, val loss {_fmt(b['train'].get('val_loss'))}). Methods: {', '.join(meta['methods'])}; "
+            f"factors set for {', '.join(f'{t}x' for t in meta['targets'])} the training length; fine-tunes: "
+            f"{text['ft_steps']} steps at the target length, the base's tokens per step, peak lr {meta.get('ft_lr')}. "
+            f"This invocation took {meta.get('wall_time_s', 0):.0f} s wall, {meta.get('cpu_time_s', 0):.0f} s CPU. "
+            f"All runs and evaluations, reused ones included, took {ct.get('base_train_cpu_s', 0):.0f} s CPU to train "
+            f"the base models, {ct.get('fine_tune_cpu_s', 0):.0f} s CPU to fine-tune and {ct.get('eval_cpu_s', 0):.0f} s "
+            "CPU to evaluate.")
+
+
+def markdown(results: dict, meta: dict, files: list[str]) -> str:
+    md = ["# pedsl compare --study extension: RoPE scaling applied to a trained RoPE model", "", _intro(results, meta), ""]
+    header, rows = summary(results)
+    md += ["## Summary", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    f = findings(results)
+    if f:
+        md += ["## Against the published picture", ""] + [f"- {x}" for x in f] + [""]
+    for note in meta.get("notes") or []:
+        md += [f"Note: {note}", ""]
+    for title, head, trows, note in tables(results):
+        md += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        md += ["| " + " | ".join(r) + " |" for r in trows] + ["", note, ""]
+    md += ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
+    md += reproduce_md(meta)
+    return "\n".join(md)
+
+
+def html_page(results: dict, meta: dict, files: list[str]) -> str:
+    e = html.escape
+
+    def table(head: list[str], rows: list[list[str]]) -> str:
+        return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
+                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>pedsl extension study</title>",
+             STYLE + "</head><body>",
+             "<h1>pedsl compare --study extension: RoPE scaling applied to a trained RoPE model</h1>",
+             f"<p>{e(_intro(results, meta))}</p>", "<h2>Summary</h2>", table(*summary(results))]
+    f = findings(results)
+    if f:
+        parts += ["<h2>Against the published picture</h2><ul>"] + [f"<li>{e(x)}</li>" for x in f] + ["</ul>"]
+    parts += [f"<p class='note'>Note: {e(n)}</p>" for n in meta.get("notes") or []]
+    for title, head, rows, note in tables(results):
+        parts += [f"<h2>{e(title)}</h2>", table(head, rows), f"<p class='note'>{e(note)}</p>"]
+    parts += ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
+                                   if x.endswith(".png")]
+    parts += reproduce_html(meta)
+    return "\n".join(parts)
+
+
+__all__: list[Any] = ["findings", "html_page", "markdown", "plots", "ratio", "summary", "tables"]

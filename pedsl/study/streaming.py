@@ -1,0 +1,87 @@
+"""Far mass and sink mass at extreme lengths, without the (B, H, L, L) attention matrix.
+
+:mod:`pedsl.study.analyze` materialises the attention matrix, which at L = 16384 (128x the
+tiny training length) would take gigabytes per layer. Here the same two instruments
+(:func:`pedsl.study.instruments.far_mass`, :func:`~pedsl.study.instruments.sink_mass`, the
+same definitions) are accumulated **over blocks of key columns** with an online softmax: for
+every query, a running maximum ``m``, the running sum ``S`` of ``exp(s - m)`` over the keys seen
+so far and the part ``F`` of it over far keys (``i - j > W``). Memory is O(B H L block).
+
+Scores are those of the scheme's module: ``<q_i, T(j->i) k_j> / sqrt(D)``, times the query
+temperature, plus the bias columns (``bias_table(cols=...)``). Absolute-factorable transports
+use the pre-transformed q and k; Householder (PaTH) steps move every query through the steps
+one key position at a time (as :func:`pedsl.compiler.reference.transported_scores`), O(L^2 D)
+time, O(B H L D) memory.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from pedsl.compiler.plan import HOUSEHOLDER
+
+F64 = torch.float64
+
+
+@torch.no_grad()
+def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=None,
+                      block: int = 512) -> dict[str, Tensor]:
+    """``{"far_mass": (H,), "sink_mass": (H,)}`` (mean over queries and batch), as
+    ``far_mass(mod.probs(q, k), window)`` and ``sink_mass(...)`` would give."""
+    B, H, L, D = q.shape
+    qt, kt, _, _ = mod.transform_qkv(q, k, k, x, tokens)
+    qt, kt = qt.to(F64), kt.to(F64)
+    tau = mod.query_scale(L, q.device)                       # (1, H|1, L) or None
+    scale = torch.full((1, 1, L), 1 / math.sqrt(D), dtype=F64) if tau is None else tau / math.sqrt(D)
+    scale = scale.unsqueeze(-1)                               # (1, H|1, L, 1)
+    i = torch.arange(L, device=q.device)
+    m = torch.full((B, H, L), -math.inf, dtype=F64)
+    S = torch.zeros(B, H, L, dtype=F64)
+    Fs = torch.zeros(B, H, L, dtype=F64)
+    s0 = None
+
+    def absorb(s: Tensor, j0: int) -> None:
+        """Fold raw scores of key columns [j0, j0 + n) (B, H, L, n) into the running sums."""
+        nonlocal m, S, Fs, s0
+        n = s.shape[-1]
+        cols = slice(j0, j0 + n)
+        j = i[cols]
+        s = s * scale
+        bias = mod.bias_table(L, x, tokens, q.device, cols=cols)
+        if bias is not None:
+            s = s + bias.to(F64)
+        s = s.masked_fill(j[None, :] > i[:, None], -math.inf)
+        if j0 == 0:
+            s0 = s[..., 0].clone()
+        new_m = torch.maximum(m, s.amax(-1))
+        safe = torch.where(torch.isfinite(new_m), new_m, torch.zeros_like(new_m))
+        decay = torch.exp(m - safe).nan_to_num(0.0)
+        e = torch.exp(s - safe.unsqueeze(-1))
+        far = (i[:, None] - j[None, :]) > window
+        S = S * decay + e.sum(-1)
+        Fs = Fs * decay + (e * far).sum(-1)
+        m = new_m
+
+    if not any(t.kind == HOUSEHOLDER for t in mod.transforms):
+        for j0 in range(0, L, block):
+            absorb(qt @ kt[:, :, j0: j0 + block].transpose(-1, -2), j0)
+    else:
+        w, beta, _ = mod.householder_inputs(B, L, x, tokens, q.device, q.dtype)
+        w, beta = w.to(F64), beta.to(F64)
+        cur = qt.clone()          # cur[i] = query i transported back to the current key position
+        pending: list[Tensor] = []
+        for j in range(L - 1, -1, -1):
+            pending.append((cur * kt[:, :, j: j + 1]).sum(-1))           # (B, H, L)
+            if j > 0:             # apply H_j to the queries i >= j before moving to key j - 1
+                wj, bj = w[:, :, j], beta[:, :, j]
+                proj = (cur[:, :, j:] * wj[:, :, None]).sum(-1, keepdim=True)
+                cur[:, :, j:] = cur[:, :, j:] - bj[:, :, None, None] * proj * wj[:, :, None]
+            if len(pending) == block or j == 0:
+                absorb(torch.stack(pending[::-1], dim=-1), j)
+                pending = []
+    lse_m = m
+    sink = torch.exp(s0 - lse_m) / S
+    return {"far_mass": (Fs / S).mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2))}
