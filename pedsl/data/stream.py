@@ -119,7 +119,7 @@ def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.G
     ``cfg.passkey_digits`` answer digits, or with ``cfg.train_digits = (lo, hi)`` a count drawn
     from ``g`` in lo..hi (the same for the ``n`` rows; hi lowered to what the task fits in
     ``length``). ``passkey`` alone (not
-    ``mixed``) is the older :func:`pedsl.synthetic.passkey_batch`, in a mixture :func:`pedsl.tasks.passkey`."""
+    ``mixed``) is the older :func:`pedsl.data.synthetic.passkey_batch`, in a mixture :func:`pedsl.data.tasks.passkey`."""
     digits = cfg.passkey_digits
     if cfg.train_digits is not None and source in _tasks.TASKS:
         lo, hi = cfg.train_digits
