@@ -10,7 +10,8 @@ Studies (``STUDIES``):
 - ``None`` (the default study with ``--seeds``): the default schemes on the text corpus,
   perplexity at 1x..32x, the instruments up to 1024;
 - ``"retrieval"`` (:mod:`pedsl.study.study_retrieval`): the default schemes plus fox and
-  path_fox on a text + retrieval-task mixture, accuracy vs length (1x..16x) and needle depth.
+  path_fox trained on the retrieval tasks plus copy rows (the study's recipe:
+  ``study_retrieval.MIXTURE`` and ``TRAIN``), accuracy vs length (1x..16x) and needle depth.
 
 Finished runs, eval.json, retrieval.json and analysis.json are reused when their settings match,
 so an interrupted study continues where it stopped.
