@@ -36,7 +36,7 @@ from pedsl.data.tasks import TASKS, generate, min_length
 SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path", "fox", "path_fox")
 # The recipe (issue 16; README, "Retrieval, several seeds"): the three tasks plus copy rows (induction
 # bait), the loss on the answers weighted up, answer lengths varied in training, 2500 steps.
-MIXTURE = "passkey:0.5,multikey:0.15,kv:0.15,copy:0.2"
+MIXTURE = "passkey:0.6,multikey:0.1,kv:0.1,copy:0.2"
 TRAIN = {"steps": 2500, "answer_weight": 1.0, "train_digits": [2, 10]}  # under --steps and --set
 MULTIPLIERS = (1, 2, 4, 8, 16)
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
