@@ -154,7 +154,8 @@ def test_mixture_resumes_exactly(tmp_path):
     from pedsl.train.loop import train
 
     cfg = small_cfg(steps=12, checkpoint_every=6, eval_every=6, log_every=3, context=80,
-                    data="stdlib:0.5,passkey:0.25,kv:0.25")
+                    data="stdlib:0.5,passkey:0.25,kv:0.25", answer_weight=2.0, train_digits=[2, 7])
+    assert cfg.data.answer_weight == 2.0 and cfg.data.train_digits == (2, 7)  # the weighted loss resumes too
     train(cfg, tmp_path / "ref", attention=helper.spec(), quiet=True)
     half = cfg.model_copy(update={"steps": 6})
     train(half, tmp_path / "cut", attention=helper.spec(), quiet=True)
