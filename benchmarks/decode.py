@@ -1,6 +1,6 @@
 """Decode-step benchmark: one new token against a cache of N tokens, every scheme next to SDPA.
 
-    python -m benchmarks.decode [SCHEME...] [--cache 4096,16384] [--repeats 7] [--threads 1] [--md FILE] [--general]
+    python -m benchmarks.decode [SCHEME...] [--cache 4096,16384] [--repeats 7] [--threads 1] [--md FILE] [--general] [--own-floor]
 
 For each cache length, in one process and interleaved (every repeat runs each variant once, the
 starting variant rotating), under ``no_grad``:
@@ -9,7 +9,11 @@ starting variant rotating), under ``no_grad``:
   preallocated (B, H, capacity, D) buffer (capacity the next power of two, as the module's cache
   buffers: page-aligned heads read measurably faster than a (B, H, N+1, D) tensor), then
   ``F.scaled_dot_product_attention(q, K[:N+1], V[:N+1])``;
-* each scheme: ``module(q, k, v, x=x, tokens=tokens, cache=cache)`` on one token.
+* each scheme: ``module(q, k, v, x=x, tokens=tokens, cache=cache)`` on one token;
+* ``floor@NAME`` (``--own-floor``, RoPE family): the floor's work on that module's own cache
+  buffers; the scheme's row then also gives its ratio to it. Two buffers of the same shape and
+  contents can differ by 10-15% in SDPA time on a shared machine (memory placement), which this
+  removes from the comparison.
 
 A timed sample is 32 consecutive decode steps (the cache grows from N to N + 32 tokens; PaTH's
 pending steps are applied to every cached key once in 32 tokens, so this includes that cost);
@@ -63,7 +67,7 @@ def _fill(mod, cache, N, B, H, D, d_model, g):
     cache.last_pos = torch.full((B,), N - 1, dtype=torch.long)
 
 
-def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1, general=False):
+def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1, general=False, own_floor=False):
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
     clock = time.process_time if threads == 1 else time.perf_counter
@@ -111,6 +115,20 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1, general=False)
                 cache.path_pending = cache.path_flushed = None
 
             steps[name + ("/general" if slow else "")] = (step, reset)
+            if own_floor and not slow and FAMILY.get(name) == "RoPE":
+                with torch.no_grad():  # grow the cache buffers past N + STEPS once, outside the timer
+                    step()
+                reset()
+
+                def floor_own(cache=cache):  # the floor's work on this module's own cache buffers
+                    Kc, Vc = cache._buf["k"], cache._buf["v"]
+                    for s in range(N, N + STEPS):
+                        Kc[:, :, s: s + 1].copy_(k1)
+                        Vc[:, :, s: s + 1].copy_(v1)
+                        o = F.scaled_dot_product_attention(q1, Kc[:, :, : s + 1], Vc[:, :, : s + 1])
+                    return o
+
+                steps["floor@" + name] = (floor_own, lambda: None)
         times = {n: [] for n in steps}
         names = list(steps)
         with torch.no_grad():
@@ -126,21 +144,28 @@ def run(schemes, caches, *, B=4, H=8, D=64, repeats=7, threads=1, general=False)
                         times[n].append(dt)
         for n in names:
             ratio = statistics.median(t / f for t, f in zip(times[n], times["floor"]))
+            own = times.get("floor@" + n)
+            own = None if own is None else statistics.median(t / f for t, f in zip(times[n], own))
             rs = sorted(t / f for t, f in zip(times[n], times["floor"]))
             fam = FAMILY.get(n.split("/")[0], "-")
             rows.append(dict(cache=N, scheme=n, ms=1e3 * statistics.median(times[n]) / STEPS, ratio=ratio,
-                             lo=rs[0], hi=rs[-1], family=fam, target=TARGET.get(fam, None)))
-            print(f"N={N:6d} {n:20s} {rows[-1]['ms']:8.2f} ms  ratio {ratio:5.2f} ({rs[0]:.2f}-{rs[-1]:.2f})", flush=True)
+                             lo=rs[0], hi=rs[-1], family=fam, target=TARGET.get(fam, None), own=own))
+            tail = "" if own is None else f"  vs floor on its own cache buffers {own:5.2f}"
+            print(f"N={N:6d} {n:20s} {rows[-1]['ms']:8.2f} ms  ratio {ratio:5.2f} ({rs[0]:.2f}-{rs[-1]:.2f}){tail}",
+                  flush=True)
     return rows
 
 
 def markdown(rows) -> str:
-    out = ["| cache | scheme | family | step ms | ratio to SDPA decode | min-max over repeats | target |",
-           "|---:|---|---|---:|---:|---:|---:|"]
+    own = any(r.get("own") is not None for r in rows)
+    extra = " ratio to SDPA on its own cache buffers |" if own else ""
+    out = ["| cache | scheme | family | step ms | ratio to SDPA decode | min-max over repeats | target |" + extra,
+           "|---:|---|---|---:|---:|---:|---:|" + ("---:|" if own else "")]
     for r in rows:
         tgt = "" if r["target"] is None else f"<= {r['target']:.2f}"
+        cell = "" if not own else (" |" if r.get("own") is None else f" {r['own']:.2f} |")
         out.append(f"| {r['cache']} | {r['scheme']} | {r['family']} | {r['ms']:.2f} | {r['ratio']:.2f} | "
-                   f"{r['lo']:.2f}-{r['hi']:.2f} | {tgt} |")
+                   f"{r['lo']:.2f}-{r['hi']:.2f} | {tgt} |" + cell)
     return "\n".join(out)
 
 
@@ -154,10 +179,13 @@ def main(argv=None):
     ap.add_argument("--md", default=None, help="also write the table to this Markdown file")
     ap.add_argument("--general", action="store_true",
                     help="also time each RoPE-family scheme with the one-token fast path off (NAME/general)")
+    ap.add_argument("--own-floor", action="store_true",
+                    help="also time the floor on each RoPE-family module's own cache buffers (floor@NAME) and "
+                    "report the scheme against it (removes the buffers' memory-placement effect)")
     a = ap.parse_args(argv)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     rows = run(a.schemes, [int(c) for c in a.cache.split(",") if c], B=a.batch, repeats=a.repeats,
-               threads=a.threads, general=a.general)
+               threads=a.threads, general=a.general, own_floor=a.own_floor)
     table = markdown(rows) + f"\n\nB={a.batch}, H=8, D=64, float32, {a.threads} thread(s), {a.repeats} repeats; " \
         f"load average {load:.1f} at the start ({os.cpu_count()} CPUs).\n"
     print()

@@ -19,15 +19,22 @@ CPU-time ratios to the floor, wall in brackets), fwd+bwd:
             3.1 GiB saved for backward vs 72 MiB for path
     L=2048: path C=32 3.9x (3.9x), C=64 2.7x (2.0x), C=128 2.8x (2.1x); materialized skipped
             (~112 GB); naive extrapolated from L=64: ~4800 s cpu, ~1800x slower than path C=64
+(before issue 13's two-level scan; the figures after it are in benchmarks/README.md, note 4:
+L=2048 C=64 with superblocks of 4: 1.62x cpu, against 2.41x for that kernel in the same run)
 
     python benchmarks/path_quick.py                 # L = 512, 2048; C = 32, 64, 128
     python benchmarks/path_quick.py --lengths 512 --blocks 64 --threads 1
+    # before / after a kernel change, interleaved in one process:
+    git show e4c6fad:pedsl/ops/path.py > /tmp/path_before.py
+    python benchmarks/path_quick.py --lengths 2048 --blocks 64 --superblocks 1 4 \
+        --against /tmp/path_before.py --naive-lengths --reps 7
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import statistics
 import time
 
@@ -84,6 +91,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads (0: torch default; 1: stable timings on a shared machine)")
     ap.add_argument("--mat-gb", type=float, default=8.0, help="skip materialized above this")
+    ap.add_argument("--superblocks", type=int, nargs="+", default=[4],
+                    help="blocks per superblock of the scan (1: one level)")
+    ap.add_argument("--against", default=None, metavar="FILE",
+                    help="also time path_attention from this file (e.g. an older pedsl/ops/path.py)")
     a = ap.parse_args()
     torch.set_flush_denormal(True)  # the benchmark owns this process-wide choice (docs/semantics.md §6)
     if a.threads:
@@ -107,7 +118,14 @@ def main():
         methods = {"floor": lambda q, k, v, w, b: F.scaled_dot_product_attention(
             q, k, v, is_causal=True)}
         for C in a.blocks:
-            methods[f"path[C={C}]"] = (lambda C: lambda *x: path_attention(*x, block_size=C))(C)
+            for k in a.superblocks:
+                methods[f"path[C={C},k={k}]"] = (
+                    lambda C, k: lambda *x: path_attention(*x, block_size=C, superblock=k))(C, k)
+        if a.against:
+            spec = importlib.util.spec_from_file_location("path_against", a.against)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            methods["against"] = mod.path_attention
         mat_gb = 3.5 * B * H * L * L * D * 4 / 2**30  # KT + padded rows + grad of KT + saved rows
         if mat_gb <= a.mat_gb:
             methods["materialized"] = path_attention_materialized

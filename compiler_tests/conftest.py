@@ -27,6 +27,18 @@ def library() -> list[Path]:
     return sorted(SCHEMES.glob("*.pe"))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module of tiny-tensor tests: more threads only add contention on a
+    shared machine. Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def schemes_dir() -> Path:
     return SCHEMES

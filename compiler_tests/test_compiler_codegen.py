@@ -135,3 +135,26 @@ def test_generated_module_general_call_and_cache_match_in_process(path, tmp_path
                 for m, c in zip((gen, mod), caches)]
         torch.testing.assert_close(outs[0], outs[1], rtol=1e-9, atol=1e-10)
     assert len(caches[0]) == L
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_generated_module_applies_the_temperature_in_float32_in_half_precision(dtype, tmp_path):
+    """The generated module multiplies q by the temperature in float32 and rounds once, as the
+    in-process module does (docs/semantics.md §8.6), so in half precision its error against float64
+    is the module's; rounding tau to the half dtype first (as the generated module used to) made it
+    1.7x the module's in bfloat16 and 1.3x in float16 here."""
+    mod = compile_scheme(SCHEMES / "rope_id.pe", head_dim=32)
+    file = tmp_path / "rope_id_half.py"
+    file.write_text(generate(mod.scheme, mod.plan))
+    gen = _import(file, "rope_id_half").Module()
+    gen.load_state_dict(mod.state_dict())
+    L = 2048
+    q, k, v, _, _ = inputs(mod, L=L, grad=False, seed=3)
+    mask = torch.ones(q.shape[0], L, dtype=torch.bool)  # a padding mask: the general path of both
+    with torch.no_grad():
+        exact = mod.double()(q.double(), k.double(), v.double(), attn_mask=mask)
+        mod.float()
+        half = [t.to(dtype) for t in (q, k, v)]
+        err_mod = (mod(*half, attn_mask=mask).double() - exact).abs().max().item()
+        err_gen = (gen(*half, attn_mask=mask).double() - exact).abs().max().item()
+    assert err_gen <= 1.1 * err_mod, (err_gen, err_mod)

@@ -353,3 +353,36 @@ def test_decode_fast_path_half_precision_is_the_general_path_bit_for_bit():
                 o += [m(q[:, :, s:s + 1], k[:, :, s:s + 1], v[:, :, s:s + 1], cache=c) for s in range(3, 10)]
             outs[tag] = (torch.cat(o, 2), c.get("k"))
         assert torch.equal(outs["fast"][0], outs["slow"][0]) and torch.equal(outs["fast"][1], outs["slow"][1])
+
+
+def test_decode_fast_path_rows_at_different_positions(monkeypatch):
+    """Rows that share a position take the cached-position branch of the fast path (one table row,
+    no tensor op for the position); rows at different positions (a prefill given per-row positions)
+    gather one row each. Both equal the general path: outputs, cached keys and cached positions, also
+    after a chunked (general) call and a reset of ``last_pos`` in between."""
+    import pedsl.compiler.stream as stream
+
+    seen = []
+    real = stream._next_positions
+    monkeypatch.setattr(stream, "_next_positions", lambda c: (lambda r: seen.append(r[1]) or r)(real(c)))
+    for offsets, shared in (([0, 0], True), ([0, 5], False)):
+        fast, slow = _mod(SCHEMES / "rope.pe"), _mod(SCHEMES / "rope.pe")
+        slow._fast_decode = False  # the general path
+        q, k, v, _, _ = _data(fast, 2, 12, 2, seed=5)
+        pos = torch.arange(4)[None] + torch.tensor(offsets)[:, None]
+        outs = {}
+        for tag, m in (("fast", fast), ("slow", slow)):
+            seen.clear()
+            c = m.new_cache(2)
+            with torch.no_grad():
+                o = [m(q[:, :, :4], k[:, :, :4], v[:, :, :4], positions=pos, cache=c)]
+                o += [m(q[:, :, s:s + 1], k[:, :, s:s + 1], v[:, :, s:s + 1], cache=c) for s in (4, 5, 6)]
+                o.append(m(q[:, :, 7:9], k[:, :, 7:9], v[:, :, 7:9], cache=c))  # general: new last_pos
+                c.last_pos = c.last_pos.clone()  # as a caller restoring a saved state would
+                o += [m(q[:, :, s:s + 1], k[:, :, s:s + 1], v[:, :, s:s + 1], cache=c) for s in (9, 10, 11)]
+            outs[tag] = (torch.cat(o, 2), c.get("k"), c.get("pos"))
+            if tag == "fast":
+                assert len(seen) == 6 and all((p is not None) == shared for p in seen)
+        for a, b in zip(outs["fast"], outs["slow"]):
+            torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+        assert outs["fast"][2][1, -1].item() == 11 + offsets[1]

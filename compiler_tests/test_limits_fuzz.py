@@ -187,7 +187,6 @@ def test_random_bytes_as_train_yaml(tmp_path_factory, data):
 
 
 def test_yaml_aliases_do_not_explode(tmp_path):
-    from pedsl.config import TrainConfig
 
     lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     lines += [f"a{i}: &a{i} [*a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}, *a{i - 1}]" for i in range(1, 12)]

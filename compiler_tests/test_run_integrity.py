@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pedsl.errors import CheckpointError, OutputError
+from pedsl.errors import OutputError
 from pedsl.train import rundir, runlock, schemefiles
 from pedsl.train.loop import train
 from test_train_loop import helper, read_metrics, small_cfg

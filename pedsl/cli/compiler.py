@@ -7,21 +7,12 @@ from pathlib import Path
 
 import click
 
-from pedsl.errors import CompileError, UsageError
+from pedsl.cli.options import raw_params
+from pedsl.errors import CompileError
 from pedsl.lang.types import Ty
 from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
 
 BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
-
-
-def _params(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for p in pairs:
-        if "=" not in p:
-            raise UsageError(f"-P expects name=value, got '{p}'", hint="e.g. -P factor=8")
-        k, v = p.split("=", 1)
-        out[k.strip()] = v
-    return out
 
 
 def _scheme_and_shapes(file: str, scheme: str | None, params: dict, heads, head_dim, d_model):
@@ -127,7 +118,7 @@ def graph(file, scheme, params, fmt, backend, no_grad):
     from pedsl.compiler.passes import Options, optimize
     from pedsl.lang.api import load
 
-    sch = load(file, params=_params(params) or None, scheme=scheme)
+    sch = load(file, params=raw_params(params) or None, scheme=scheme)
     g = optimize(lower(sch), Options(backend=backend, requires_grad=not no_grad))
     if fmt == "json":
         click.echo(json.dumps(graph_to_json(g), indent=2))
@@ -156,7 +147,7 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     from pedsl.config import resolve_eval_config
     from pedsl.fsio import atomic_write_text, ensure_dir
 
-    p = _params(params)
+    p = raw_params(params)
     sch, cfg, d_model = _scheme_and_shapes(file, scheme, p, heads, head_dim, d_model)
     g = compile_graph(sch, backend=backend)
     if g.graph["backend"] == "reference" and backend != "reference":  # pragma: no cover - defensive

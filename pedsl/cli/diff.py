@@ -36,7 +36,7 @@ def split_target(arg: str) -> tuple[str, str | None]:
 
 
 def _parse(items) -> dict[str, str]:
-    from pedsl.cli.frontend import parse_params
+    from pedsl.cli.options import raw_params as parse_params
 
     return parse_params(items)
 

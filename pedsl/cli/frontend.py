@@ -17,24 +17,10 @@ from typing import Iterable
 import click
 
 from pedsl.errors import Diagnostic, PedslError, UsageError
+from pedsl.cli.options import raw_params as parse_params
 from pedsl.fsio import atomic_write_text
 
 # ------------------------------------------------------------------ helpers
-
-
-def parse_params(items: Iterable[str]) -> dict[str, str]:
-    """``-P name=value`` options -> {name: raw value}; the resolver coerces and checks them."""
-    out: dict[str, str] = {}
-    for item in items:
-        name, sep, value = item.partition("=")
-        name = name.strip()
-        if not sep or not name.isidentifier():
-            raise UsageError(
-                f"-P expects name=value, got {item!r}", code="E991",
-                hint="e.g. -P factor=8 or -P train_length=256",
-            )
-        out[name] = value
-    return out
 
 
 def _printable(line: str | None) -> str | None:
@@ -306,4 +292,4 @@ def list_schemes(directory: str | None) -> None:
     _exit(1 if failed else 0)
 
 
-__all__ = ["check", "fmt", "show", "schema", "list_schemes", "parse_params", "write_atomic"]
+__all__ = ["check", "fmt", "show", "schema", "list_schemes", "write_atomic"]

@@ -42,12 +42,12 @@ def import_hf(config: str, out: str | None, name: str | None) -> None:
 def export_hf(file: str, scheme_name: str | None, params: tuple[str, ...], as_config: bool) -> None:
     """Print the Hugging Face rope_parameters JSON of a scheme (a .pe file or a library name) in HF's rope
     family; otherwise an error saying which part has no HF equivalent."""
-    from pedsl.cli.compiler import _params
+    from pedsl.cli.options import raw_params
     from pedsl.hf.rope import export_rope
     from pedsl.lang.api import load
     from pedsl.lang.library import scheme_file
 
-    sch = load(scheme_file(file), params=_params(params) or None, scheme=scheme_name)
+    sch = load(scheme_file(file), params=raw_params(params) or None, scheme=scheme_name)
     out = export_rope(sch)
     click.echo(json.dumps(out if as_config else out["rope_parameters"], indent=2))
 

@@ -60,9 +60,9 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     if as_json:
         import json
 
-        from pedsl.study.common import _clean
+        from pedsl.study.common import finite_json
 
-        click.echo(json.dumps(_clean(res), indent=1))
+        click.echo(json.dumps(finite_json(res), indent=1))
     else:
         click.echo(summary_text(res))
         click.echo(f"wrote {', '.join(str(click.format_filename(out)) + '/' + f for f in res.get('files', []))}")

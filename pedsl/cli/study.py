@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from pedsl import limits as L
+from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
 
 TASKS = ("ppl", "passkey", "blocks", "retrieval")
@@ -26,28 +27,31 @@ def _tasks(text: str | None) -> list[str] | None:
 
 
 def _sets(items: tuple[str, ...]) -> dict:
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"--set expects KEY=VALUE, got '{item}'", hint="e.g. --set batch_size=8")
-        k, v = item.split("=", 1)
-        try:
-            out[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError:  # not a YAML value: the text itself (validation says what is wrong)
-            out[k.strip()] = v
-    return out
+    return key_values(items, "--set", "batch_size=8")
 
 
 def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
     """The run opened under ``--scheme`` / ``-P`` (pedsl.train.swap), or None for its own scheme."""
     if scheme is None and not params:
         return None
-    from pedsl.cli.train import _parse_params
     from pedsl.study.common import open_run
 
-    return open_run(run_dir, scheme=scheme, params=_parse_params(params))
+    return open_run(run_dir, scheme=scheme, params=key_values(params, "-P", "factor=4"))
+
+
+def _run_options(output: str):
+    """--scheme, -P and --threads of the commands that evaluate a trained run (eval, analyze)."""
+    def wrap(f):
+        f = click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0,
+                         help="torch CPU threads (0: the idle cores, from the load average).")(f)
+        f = click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
+                         help="Parameter of that scheme (of the run's own scheme without --scheme), "
+                         "e.g. -P factor=4.")(f)
+        return click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
+                            help="Evaluate the trained weights under another scheme (library name or .pe "
+                            "file; the learned positional tensors must match). Writes "
+                            f"RUN_DIR/{output}.<scheme>.json unless --out.")(f)
+    return wrap
 
 
 @click.command("eval")
@@ -59,12 +63,7 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
 @click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
               help="Windows (ppl) or samples (tasks) per length.")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
-@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
-              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
-              "positional tensors must match). Writes RUN_DIR/eval.<scheme>.json unless --out.")
-@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
-              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
-@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@_run_options("eval")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_json, quiet):
@@ -98,12 +97,7 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_
               help="Longest default length ((B, H, L, L) matrices are materialised).")
 @click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
               help="Output JSON (default RUN_DIR/analysis.json).")
-@click.option("--scheme", "scheme", metavar="NAME|FILE.pe", default=None,
-              help="Evaluate the trained weights under another scheme (library name or .pe file; the learned "
-              "positional tensors must match). Writes RUN_DIR/analysis.<scheme>.json unless --out.")
-@click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
-              help="Parameter of that scheme (of the run's own scheme without --scheme), e.g. -P factor=4.")
-@click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
+@_run_options("analysis")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""

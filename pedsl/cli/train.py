@@ -11,22 +11,8 @@ from pathlib import Path
 
 import click
 
+from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
-
-
-def _parse_params(items: tuple[str, ...]) -> dict:
-    import yaml
-
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise UsageError(f"-P expects name=value, got '{item}'", hint="e.g. -P base=500000")
-        name, value = item.split("=", 1)
-        try:
-            out[name.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            out[name.strip()] = value
-    return out
 
 
 @click.command("train")
@@ -73,8 +59,8 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     overrides = {"steps": steps, "context": context, "preset": preset, "batch_size": batch_size, "lr": lr,
                  "seed": seed, "data": data, "device": device, "threads": threads, "backend": backend,
                  "compile": compile_}
-    overrides.update(_parse_params(sets))
-    cli_params = _parse_params(params)
+    overrides.update(key_values(sets, "--set", "batch_size=8"))
+    cli_params = key_values(params, "-P", "base=500000")
     if init_from is not None:
         if source is not None:
             raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",

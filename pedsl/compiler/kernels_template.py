@@ -268,7 +268,8 @@ def _forward(mod, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)
         s[chans] = scale
         q, k = q * s, k * s
     if "tau" in vals:
-        q = (q * _last(vals["tau"], Lq, -1).to(dt).unsqueeze(-1)).to(dt)
+        ft = torch.promote_types(dt, torch.float32)  # half precision: multiply in float32, round once
+        q = (q.to(ft) * _last(vals["tau"], Lq, -1).to(ft).unsqueeze(-1)).to(dt)
     # every key of the call: the cache's, then this call's
     Lc = cache.length if cache is not None else 0
     old = (cache.k, cache.v, cache.pos, cache.doc, cache.valid, cache.coord) if Lc else None

@@ -145,8 +145,8 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
             or cache.heads_kv != k.shape[1] or cache.window is not None
             or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
         return None
-    pos = cache.last_pos + 1  # (B,)
-    n = int(pos.max()) + 1
+    pos, p = _next_positions(cache)  # (B,); p: the shared position of every row, else None
+    n = (p if p is not None else int(pos.max())) + 1
     if n > TABLE_MAX:
         return None
     dt = q.dtype
@@ -154,7 +154,10 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     undo = []
     for t, ch, qkv in plan:
         full = _full_tables(mod, t, ch, n, q.device, adt)
-        if full is not None:  # x cos + roll(x, D/2) sin~ with full-width rows: three element-wise ops
+        if full is not None and p is not None:  # one row of the full-width tables, broadcast (a view)
+            c, s = full[0][p], full[1][p]  # (D,), angle dtype
+            rot = _roll_rotate
+        elif full is not None:  # x cos + roll(x, D/2) sin~ with full-width rows: three element-wise ops
             c, s = full[0][pos][:, None, None], full[1][pos][:, None, None]  # (B, 1, 1, D), angle dtype
             rot = _roll_rotate
         else:
@@ -182,7 +185,30 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
         o = rot(o, c, -s)
     cache.last_pos = pos
     cache.length = Lc + 1
+    if p is not None:
+        cache.__dict__["_fast_pos"] = (pos, p)
     return o
+
+
+def _next_positions(cache) -> tuple[Tensor, int | None]:
+    """The positions (B,) of a decoding token, ``last_pos + 1``, and that position as an int when
+    every row shares it (else None). When the last call was this fast path (``last_pos`` is the
+    tensor it left) the answer comes from a cached (size, B) table of positions: no tensor op, no
+    synchronising ``.item()``; otherwise it is computed and checked once."""
+    last = cache.last_pos
+    st = cache.__dict__.get("_fast_pos")
+    if st is not None and st[0] is last:
+        p = st[1] + 1
+    else:
+        p = int(last[0]) + 1
+        if p >= TABLE_MAX or not bool((last == last[0]).all()):
+            return last + 1, None
+    tab = cache.__dict__.get("_pos_table")
+    if tab is None or tab.shape[0] <= p or tab.device != last.device:
+        size = max(256, 1 << p.bit_length())
+        tab = torch.arange(size, device=last.device).unsqueeze(1).expand(size, last.shape[0]).contiguous()
+        cache.__dict__["_pos_table"] = tab
+    return tab[p], p
 
 
 # ---------------------------------------------------------------------- the forward

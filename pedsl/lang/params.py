@@ -10,7 +10,7 @@ from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.imports import Source
-from pedsl.lang.report import ResolverStage, node_pos, sink_for
+from pedsl.lang.report import FAILED, ResolverStage, node_pos, sink_for
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv
 
 
@@ -138,10 +138,8 @@ class ParamBinding(ResolverStage):
                 origin = "default"
             ok = True
             for c in p.constraints:
-                try:
-                    bound = fold_expr(c.value, env)
-                except EvalIssue as issue:
-                    self.report("E217", str(issue), c.value)
+                bound = self.fold_or_report(c.value, env)
+                if bound is FAILED:
                     ok = False
                     continue
                 if isinstance(bound, (int, float)) and isinstance(value, (int, float)) and not isinstance(value, bool):

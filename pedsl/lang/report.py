@@ -6,6 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pedsl.errors import Diagnostic, DiagnosticSink
+from pedsl.lang.fold import fold_expr
+from pedsl.lang.values import EvalIssue
+
+FAILED = object()  # what ResolverStage.fold_or_report returns after reporting
 
 if TYPE_CHECKING:
     from pedsl.lang.imports import Source
@@ -47,3 +51,12 @@ class ResolverStage:
                    src: Source | None = None, severity: str = "error") -> None: ...
 
         def checker(self) -> Checker: ...
+
+    def fold_or_report(self, expr: Any, env: Any) -> Any:
+        """The static value of ``expr`` in ``env``, or :data:`FAILED` after reporting why it cannot be
+        folded (E217, at the sub-expression at fault, with its hint)."""
+        try:
+            return fold_expr(expr, env)
+        except EvalIssue as issue:
+            self.report("E217", str(issue), issue.node or expr, hint=issue.hint)
+            return FAILED

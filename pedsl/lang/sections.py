@@ -7,10 +7,9 @@ from typing import Any
 from pedsl.errors import did_you_mean
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import WARNINGS
-from pedsl.lang.fold import fold_expr
 from pedsl.lang.inherit import Located
-from pedsl.lang.report import ResolverStage, has_errors
-from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec
+from pedsl.lang.report import FAILED, ResolverStage, has_errors
+from pedsl.lang.values import DYNAMIC, GroupSpec, StaticEnv, Vec
 
 
 class SectionResolution(ResolverStage):
@@ -40,10 +39,8 @@ class SectionResolution(ResolverStage):
                 continue
             if self.checker().infer(entry.value) is None:
                 continue
-            try:
-                v = fold_expr(entry.value, env)
-            except EvalIssue as issue:
-                self.report("E217", str(issue), issue.node or entry.value, hint=issue.hint)
+            v = self.fold_or_report(entry.value, env)
+            if v is FAILED:
                 continue
             if v is DYNAMIC or isinstance(v, (Vec, GroupSpec)):
                 self.report("E204", f"{which} setting '{key}' must be a constant (number, string or list)",

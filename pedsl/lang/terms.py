@@ -8,7 +8,7 @@ from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.channels import channel_ranges, group_channels
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import distance_coefficient, inline_lets, split_terms, to_source
-from pedsl.lang.report import ResolverStage
+from pedsl.lang.report import FAILED, ResolverStage
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
 from pedsl.lang.types import Ty
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
@@ -42,10 +42,8 @@ class TermResolution(ResolverStage):
                 self.report("E204", f"channel group '{g.name}' needs a layout (all, rest, fraction(f), "
                             f"quarters(a, b), range(a, b)), not {t.show()}", g.spec)
                 continue
-            try:
-                spec = fold_expr(g.spec, env)
-            except EvalIssue as issue:
-                self.report("E217", str(issue), issue.node or g.spec, hint=issue.hint)
+            spec = self.fold_or_report(g.spec, env)
+            if spec is FAILED:
                 continue
             if isinstance(spec, GroupSpec) and spec.kind == "rest":
                 rest_groups.append(g)
@@ -155,10 +153,8 @@ class TermResolution(ResolverStage):
         """The static value of rotate(..., scale = S) (1 when absent); None after reporting an error."""
         if expr is None:
             return 1.0
-        try:
-            value = fold_expr(expr, env)
-        except EvalIssue as issue:
-            self.report("E217", str(issue), issue.node or expr, hint=issue.hint)
+        value = self.fold_or_report(expr, env)
+        if value is FAILED:
             return None
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             self.report("E217", f"rotate(): scale must be a positive number, got {value!r}", expr)

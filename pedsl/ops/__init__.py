@@ -8,8 +8,6 @@
 - :mod:`reference`: the naive float64 oracle of docs/semantics.md §1 (tests only).
 """
 
-import importlib.util
-
 from pedsl.ops.accumulate import cumulative_angles, so2_accumulated_attention
 from pedsl.ops.alibi import alibi_slopes
 from pedsl.ops.bias import (
@@ -30,10 +28,7 @@ from pedsl.ops.rotary import (
     rotate_many_by_angles,
 )
 
-if importlib.util.find_spec("pedsl.ops.path") is not None:  # written by the PaTH helper
-    from pedsl.ops.path import path_attention, path_attention_naive
-else:  # pragma: no cover - until pedsl/ops/path.py lands
-    path_attention = path_attention_naive = None
+from pedsl.ops.path import path_attention, path_attention_naive
 
 __all__ = [
     "alibi_bias",

@@ -28,21 +28,27 @@ Blockwise algorithm (steps grouped in blocks of C; local indices inside a block)
       S_diag = Q K^T - tril(Q W^T) A tril(W K^T, -1)   (exact intra-block transports, j <= i)
 
 * Off-diagonal key block m < n: ``s = R Kt_m^T`` with ``R = Qt_n P_(n-1) ... P_(m+1)`` in row
-  form, ``P_m = I - W_m^T U_m`` (D, D) = (H_C ... H_1)^T of block m (one D x D matrix per
-  block: (L/C) D^2 numbers per head, never (L, D, D)). The scan takes one
-  query block n at a time (batched over B*H), key blocks m = n-1 .. 0: score key block m,
-  then ``R <- R P_m`` (C D^2 per block pair instead of the 2 C^2 D of ``R - (R W^T) U``).
-  Softmax is online (flash-style running max / sum).
+  form, ``P_m = I - W_m^T U_m`` (D, D) = H_C ... H_1 of block m (one D x D matrix per
+  block: (L/C) D^2 numbers per head, never (L, D, D)). Key blocks are grouped in superblocks of
+  ``superblock`` (k = 4) blocks: query block n scores the earlier blocks of its own superblock
+  one at a time (``R <- R P_m``), then each earlier superblock with one (C, D) x (D, k C)
+  product against its keys moved to the superblock's end (``R <- R PS_M``, one D x D product
+  per superblock). Softmax is online (flash-style running max / sum, base 2).
+  :mod:`pedsl.ops.path_scan` has the scan, :mod:`pedsl.ops.path_blocks` the per-block
+  quantities above (both custom autograd functions with hand-written backwards).
 
-Cost O(L^2 D + L^2 D^2 / C + L C D + L D^2) time: per block pair 2 C^2 D + C D^2 forward and
-5 C^2 D + 3 C D^2 backward (flash attention: 2 + 5 C^2 D), so C = 64..128 at D = 64. No
-(L, L, D) or (L, D, D) tensor is formed. A custom autograd function with a hand-written backward
-(flash-style recomputation of the probabilities and of each query block's chain of moved
-queries; the transport's backward is ``carry P^T`` plus a D x D accumulation ``dP += R^T carry``)
-keeps O(L D + L C + L D^2 / C) per head for the backward: no L^2 term at all. Processing all
-query blocks of one offset at once was measured as fast (2.73 s vs 2.69 s fwd+bwd CPU at
-L=2048, C=D=64, B*H=32) but has to keep every moved query (L^2 D / 2C), so it was dropped.
-Double backward is not supported. Half-precision inputs run the scan in float32.
+Cost O(L^2 D + L^2 D^2 / (k C) + L C D + L D^2) time. Per pair of C-blocks in different
+superblocks: 2 C^2 D + C D^2 / k forward and 5 C^2 D + 3 C D^2 / k backward (flash attention:
+2 + 5 C^2 D), so at C = D = 64, k = 4 about 8/7 of attention's products; pairs inside one
+superblock cost 2 + 1 and 5 + 3. The per-block preprocessing is about 32 C^2 D per block
+(forward and backward). No (L, L, D) or (L, D, D) tensor is formed: the backward recomputes
+the probabilities and each query block's chain of moved queries (flash-style) and keeps
+O(L D + L C + L D^2 / C) per head, no L^2 term. Keeping the forward's moved queries instead
+would drop one product per pair but costs L^2 D / 2C numbers per head. Measured at L = 2048,
+B H = 32, C = D = 64, 1 thread (benchmarks/README.md): one level (k = 1) 2.4-2.7x of causal
+SDPA forward + backward, superblocks of 4 and the hand-written block backward 1.7-1.9x;
+k = 8 measured as k = 4, k = 2 slower. Double backward is not supported. Half-precision
+inputs run the scan in float32.
 
 The forget-gate bias uses per-block offsets: a local cumulative sum inside each block (input
 dtype) plus float64 block offsets, so G_i - G_j never cancels two large float32 numbers. log_forget
@@ -59,9 +65,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
-
 from pedsl.errors import ShapeError
+from pedsl.ops.path_blocks import path_blocks, ut_A
+from pedsl.ops.path_scan import path_scan
 
 __all__ = [
     "path_attention",
@@ -94,19 +100,9 @@ def _check(q, k, v, w, beta, log_forget, q_scale) -> None:
                              f"be (B|1, H|1, L) with L = {L}, a per-query temperature.")
 
 
-def _ut_A(W: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
-    """A = (I + strictLower(diag(beta) W W^T))^-1 diag(beta); W (..., C, D), beta (..., C)."""
-    C = W.shape[-2]
-    eye = torch.eye(C, dtype=W.dtype, device=W.device)
-    low = torch.tril(W @ W.transpose(-1, -2), -1) * beta.unsqueeze(-1)  # (..., C, C)
-    X = torch.linalg.solve_triangular(low + eye, eye.expand_as(low), upper=False,
-                                      unitriangular=True)
-    return X * beta.unsqueeze(-2)
-
-
 def ut_block_product(w: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """H_n ... H_1 = I - W^T A W via the UT representation; w (..., n, D) -> (..., D, D)."""
-    A = _ut_A(w, beta)
+    A = ut_A(w, beta)
     eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device)
     return eye - w.transpose(-1, -2) @ A @ w
 
@@ -131,104 +127,15 @@ def _scaled_q(q, scale, q_scale):
     return qs
 
 
-# --------------------------------------------------------------------------- the blockwise core
-class _PathCore(torch.autograd.Function):
-    """Off-diagonal scan + online softmax, block-major layout: (N, Z, C, D) / (N, Z, C, C), Z = B*H.
-
-    ``P`` (N, Z, D, D) holds each block's explicit product in row form (``R <- R P``); moving a
-    query block through a key block then costs C D^2 instead of 2 C^2 D, and its backward is
-    one ``carry P^T`` plus one D x D accumulation ``dP += R^T carry`` per pair.
-    Loops: query block n (outer), key blocks m = n-1 .. 0 (inner), batched over Z = B*H. On CPU
-    this beats processing all query blocks of one offset at once (measured 0.57 s vs 0.73 s
-    forward at L=2048, C=D=64, B*H=32): the (Z, C, D) working set stays in cache. The backward
-    recomputes each query block's chain of moved queries, so nothing of size L^2 is kept.
-    Float32 or float64 only (the wrapper upcasts half precision).
-    """
-
-    @staticmethod
-    def forward(ctx, Qt, Kt, V, P, Sd, gl, gb):
-        N, Z, C, D = Qt.shape
-        use_bias = gl is not None
-        m = Sd.amax(-1)  # (N, Z, C): the diagonal is never masked
-        p = (Sd - m.unsqueeze(-1)).exp_()
-        l = p.sum(-1)
-        acc = p @ V  # (N, Z, C, D)
-        KtT = Kt.transpose(-1, -2).contiguous()  # (N, Z, D, C)
-        for n in range(1, N):
-            R, mx, ln, a = Qt[n], m[n], l[n], acc[n]
-            for j in range(n - 1, -1, -1):
-                s = R @ KtT[j]  # (Z, C, C)
-                if use_bias:
-                    s += _bias(gl, gb, n, j)
-                mn = torch.maximum(mx, s.amax(-1))
-                alpha = (mx - mn).exp_()
-                p = s.sub_(mn.unsqueeze(-1)).exp_()
-                ln = ln * alpha + p.sum(-1)
-                a.mul_(alpha.unsqueeze(-1)).baddbmm_(p, V[j])
-                mx = mn
-                if j > 0:
-                    R = R @ P[j]
-            m[n], l[n] = mx, ln
-        O = acc.div_(l.unsqueeze(-1))
-        lse = m + torch.log(l)
-        ctx.save_for_backward(Qt, Kt, V, P, Sd, gl, gb, O, lse, KtT)
-        ctx.use_bias = use_bias
-        return O
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, dO):
-        Qt, Kt, V, P, Sd, gl, gb, O, lse, KtT = ctx.saved_tensors
-        N, Z, C, D = V.shape
-        dO = dO.contiguous()
-        Dl = (dO * O).sum(-1).unsqueeze(-1)  # (N, Z, C, 1)
-        lse = lse.unsqueeze(-1)
-        p = (Sd - lse).exp_()
-        dV = p.transpose(-1, -2) @ dO
-        dSd = (dO @ V.transpose(-1, -2)).sub_(Dl).mul_(p)
-        dQt, dK, dP = torch.zeros_like(Qt), torch.zeros_like(Kt), torch.zeros_like(P)
-        dgl = torch.zeros_like(gl) if ctx.use_bias else None
-        dgb = torch.zeros_like(gb) if ctx.use_bias else None
-        for n in range(1, N):
-            Rs = [Qt[n]]  # Rs[n-1-j]: query block n moved to key block j (recomputed)
-            for j in range(n - 1, 0, -1):
-                Rs.append(Rs[-1] @ P[j])
-            carry = None  # gradient of the moved queries at key block j - 1
-            for j in range(n):
-                R = Rs[n - 1 - j]
-                p = R @ KtT[j]
-                if ctx.use_bias:
-                    p += _bias(gl, gb, n, j)
-                p.sub_(lse[n]).exp_()
-                dV[j].baddbmm_(p.transpose(-1, -2), dO[n])
-                ds = (dO[n] @ V[j].transpose(-1, -2)).sub_(Dl[n]).mul_(p)
-                if ctx.use_bias:
-                    rs = ds.sum(-1)
-                    dgl[n] += rs
-                    dgl[j] -= ds.sum(-2)
-                    tot = rs.sum(-1).to(dgb.dtype)
-                    dgb[n] += tot
-                    dgb[j] -= tot
-                g = ds @ Kt[j]  # gradient of R through the scores of key block j
-                dK[j].baddbmm_(ds.transpose(-1, -2), R)
-                if carry is not None:  # R at block j-1 = R P_j
-                    g.baddbmm_(carry, P[j].transpose(-1, -2))
-                    dP[j].baddbmm_(R.transpose(-1, -2), carry)
-                carry = g
-            dQt[n] = carry
-        return dQt, dK, dV, dP, dSd, dgl, dgb
-
-
-def _bias(gl, gb, n, j):
-    """G_i - G_j for query block n and key block j: (Z, C, C)."""
-    off = (gb[n] - gb[j]).to(gl.dtype)  # float64 block offsets, cast after the difference
-    return (gl[n].unsqueeze(-1) - gl[j].unsqueeze(-2)) + off[:, None, None]
-
-
 # --------------------------------------------------------------------------- public API
 _LOG_FORGET_MIN = -1e4  # exp(-1e4) is 0 in every float format: "forget everything before"
-def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None):
-    """PaTH attention (causal), blockwise UT/WY algorithm; returns (B, H, L, D) in q's dtype."""
+def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None,
+                   superblock=4):
+    """PaTH attention (causal), blockwise UT/WY algorithm; returns (B, H, L, D) in q's dtype.
+
+    ``block_size`` C steps per block, ``superblock`` blocks per superblock of the scan (1: one
+    level); both change the cost, not the result (up to rounding).
+    """
     _check(q, k, v, w, beta, log_forget, q_scale)
     B, H, L, D = q.shape
     if L == 0:
@@ -241,19 +148,13 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     pad = N * C - L  # padded steps sit after every real token: H = I, bias 0, never attended to
     qs = _scaled_q(q, scale, q_scale)
 
-    def blocks(x):  # (B, H, L, E) -> (N, Z, C, E), block-major
-        x = F.pad(x, (0, 0, 0, pad)).reshape(B * H, N, C, x.shape[-1])
+    def blocks(x):  # (B, H, L, E) -> (N, Z, C, E), block-major: one copy
+        x = (F.pad(x, (0, 0, 0, pad)) if pad else x).reshape(B * H, N, C, x.shape[-1])
         return x.transpose(0, 1).contiguous()
 
     Q, K, Vb, W = blocks(qs), blocks(k), blocks(v), blocks(w)
     bt = blocks(beta.to(q.dtype).unsqueeze(-1)).squeeze(-1)  # (N, Z, C)
-    A = _ut_A(W, bt)  # (N, Z, C, C)
-    U = A @ W
-    QW = torch.tril(Q @ W.transpose(-1, -2))  # [i, a], a <= i
-    Zm = A @ torch.tril(W @ K.transpose(-1, -2), -1)  # A [b, j], b > j
-    Qt = Q - QW @ U
-    Kt = K - Zm.transpose(-1, -2) @ W
-    Sd = Q @ K.transpose(-1, -2) - QW @ Zm
+    Qt, Kt, Sd, P = path_blocks(Q, K, W, bt)
     gl = gb = None
     if log_forget is not None:
         lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # no -inf - -inf = NaN
@@ -262,10 +163,7 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
         gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
         gl = loc.to(q.dtype)
         Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
-    causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()
-    Sd = Sd.masked_fill(~causal, float("-inf"))
-    P = torch.eye(D, dtype=Q.dtype, device=Q.device) - W.transpose(-1, -2) @ U  # (N, Z, D, D)
-    O = _PathCore.apply(Qt, Kt, Vb, P, Sd, gl, gb)
+    O = path_scan(Qt, Kt, Vb, P, Sd, gl, gb, k=max(1, int(superblock)))
     return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
 
@@ -349,7 +247,7 @@ def path_transported_keys(k, w, beta, *, block_size: int = 64):
 
     K, W = blocks(k), blocks(w)
     bt = blocks(beta.to(k.dtype).unsqueeze(-1)).squeeze(-1)
-    A = _ut_A(W, bt)
+    A = ut_A(W, bt)
     Kt = K - (A @ torch.tril(W @ K.transpose(-1, -2), -1)).transpose(-1, -2) @ W  # to the end of the block
     eye = torch.eye(D, dtype=K.dtype, device=K.device)
     PT = (eye - W.transpose(-1, -2) @ A @ W).transpose(-1, -2)  # (H_C ... H_1)^T per block (N, Z, D, D)

@@ -236,7 +236,7 @@ def suggest_scheme(law: dict, W: int | None, verdict: dict, *, data: str, name: 
 def plot_profile(profiles: list[M.Profile], sim: dict, W: int | None, out: Path) -> list[str]:
     """Two panels: excess MI vs byte distance per granularity (log-log, with the null's 4 sigma),
     and each profile over its peak vs the distance in symbols (the self-similarity check)."""
-    from pedsl.study.plots import _save, plt
+    from pedsl.study.plots import save_figure, plt
 
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for n, p in enumerate(profiles):
@@ -267,7 +267,7 @@ def plot_profile(profiles: list[M.Profile], sim: dict, W: int | None, out: Path)
         ax.grid(True, alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    return _save(fig, out, "profile")
+    return save_figure(fig, out, "profile")
 
 
 def summary_text(res: dict) -> str:

@@ -117,7 +117,7 @@ def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):
 
 def write_json(path: str | Path, data: Any) -> None:
     """Write JSON atomically (pedsl.fsio); NaN/inf become null."""
-    write_text(path, json.dumps(_clean(data), indent=1) + "\n")
+    write_text(path, json.dumps(finite_json(data), indent=1) + "\n")
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -136,13 +136,13 @@ def read_json(path: str | Path) -> Any | None:
         return None
 
 
-def _clean(x: Any) -> Any:
+def finite_json(x: Any) -> Any:
     if isinstance(x, float):
         return x if math.isfinite(x) else None
     if isinstance(x, dict):
-        return {str(k): _clean(v) for k, v in x.items()}
+        return {str(k): finite_json(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_clean(v) for v in x]
+        return [finite_json(v) for v in x]
     return x
 
 

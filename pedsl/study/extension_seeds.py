@@ -30,7 +30,7 @@ from typing import Any, Callable
 from pedsl.errors import OutputError
 from pedsl.study import seeds as sd
 from pedsl.study.common import write_json, write_text
-from pedsl.study.report import STYLE, reproduce_html, reproduce_md
+from pedsl.study.report import STYLE, html_images, html_sections, html_table, md_images, md_sections, md_table, reproduce_html, reproduce_md
 from pedsl.study.report_extension import accuracy, ratio
 
 PARTS = (("zero_shot", "zero-shot (weights as trained, scheme swapped)"),
@@ -147,7 +147,7 @@ def findings(aggregated: dict) -> list[str]:
 
 
 def plots(aggregated: dict, out_dir: Path) -> list[str]:
-    from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, band_plot, plt
+    from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, band_plot, plt
 
     files: list[str] = []
     for task, agg in aggregated.items():
@@ -164,8 +164,8 @@ def plots(aggregated: dict, out_dir: Path) -> list[str]:
                     if pts:
                         band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=method,
                                   marker=MARKERS[n % len(MARKERS)])
-                _length_axis(ax, lens)
-                _mark_train(ax, L0)
+                length_axis(ax, lens)
+                mark_train(ax, L0)
                 ax.axvline(L0 * T, color="tab:red", linestyle=":", linewidth=1)
                 if task == "text":
                     ax.set_yscale("log")
@@ -178,7 +178,7 @@ def plots(aggregated: dict, out_dir: Path) -> list[str]:
                 if ax.get_legend_handles_labels()[0]:
                     ax.legend(fontsize=8)
         fig.suptitle("Text perplexity ratio vs length" if task == "text" else "Exact-offset accuracy vs length")
-        files += _save(fig, out_dir, f"extension_seeds_{task}")
+        files += save_figure(fig, out_dir, f"extension_seeds_{task}")
     return files
 
 
@@ -186,13 +186,10 @@ def markdown(aggregated: dict, meta: dict, files: list[str]) -> str:
     title = f"# pedsl compare --study extension over seeds {', '.join(map(str, meta['seeds']))}"
     md = [title, "", _intro(meta), ""]
     header, rows = summary(aggregated)
-    md += ["## Summary (text)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    md += ["## Summary (text)", "", *md_table(header, rows)] + [""]
     md += ["## Findings", ""] + [f"- {x}" for x in findings(aggregated)] + [""]
-    for t, head, trows, note in tables(aggregated):
-        md += [f"## {t}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        md += ["| " + " | ".join(r) + " |" for r in trows] + ["", note, ""]
-    md += ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
+    md += md_sections(tables(aggregated))
+    md += md_images(files)
     md += reproduce_md(meta)
     return "\n".join(md)
 
@@ -200,19 +197,13 @@ def markdown(aggregated: dict, meta: dict, files: list[str]) -> str:
 def html_page(aggregated: dict, meta: dict, files: list[str]) -> str:
     e = html.escape
 
-    def table(head: list[str], rows: list[list[str]]) -> str:
-        return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
-
     parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>pedsl extension study, seeds</title>",
              STYLE + "</head><body>", f"<h1>pedsl compare --study extension over seeds "
              f"{e(', '.join(map(str, meta['seeds'])))}</h1>", f"<p>{e(_intro(meta))}</p>",
-             "<h2>Summary (text)</h2>", table(*summary(aggregated)), "<h2>Findings</h2><ul>"]
+             "<h2>Summary (text)</h2>", html_table(*summary(aggregated)), "<h2>Findings</h2><ul>"]
     parts += [f"<li>{e(x)}</li>" for x in findings(aggregated)] + ["</ul>"]
-    for t, head, rows, note in tables(aggregated):
-        parts += [f"<h2>{e(t)}</h2>", table(head, rows), f"<p class='note'>{e(note)}</p>"]
-    parts += ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
-                                   if x.endswith(".png")]
+    parts += html_sections(tables(aggregated))
+    parts += html_images(files)
     parts += reproduce_html(meta)
     return "\n".join(parts)
 

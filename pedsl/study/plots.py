@@ -34,7 +34,7 @@ import matplotlib.ticker  # noqa: E402,F401
 MARKERS = "osD^vP*Xh<>"
 
 
-def _save(fig, out_dir: Path, stem: str) -> list[str]:
+def save_figure(fig, out_dir: Path, stem: str) -> list[str]:
     names = []
     for ext in ("png", "svg"):
         name = f"{stem}.{ext}"
@@ -46,13 +46,13 @@ def _save(fig, out_dir: Path, stem: str) -> list[str]:
     return names
 
 
-def _mark_train(ax, L0: int) -> None:
+def mark_train(ax, L0: int) -> None:
     ax.axvline(L0, color="grey", linestyle="--", linewidth=1)
     ax.annotate(f"training length {L0}", xy=(L0, 1), xycoords=("data", "axes fraction"), xytext=(4, -14),
                 textcoords="offset points", fontsize=8, color="dimgrey")
 
 
-def _length_axis(ax, lengths: list[int]) -> None:
+def length_axis(ax, lengths: list[int]) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths)
     ax.set_xticklabels([str(L) for L in lengths], rotation=0)
@@ -82,12 +82,12 @@ def ppl_ratio(results: dict, out_dir: Path, context: int) -> list[str]:
         ax.yaxis.set_major_formatter(fmt)
         ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.axhline(1.0, color="black", linewidth=0.8)
-    _length_axis(ax, sorted(lengths))
-    _mark_train(ax, context)
+    length_axis(ax, sorted(lengths))
+    mark_train(ax, context)
     ax.set_ylabel("perplexity ratio ppl(L) / ppl(L_train)" + (" (log scale)" if logy else ""))
     ax.set_title("Perplexity past the training length (last L_train bytes of each window scored)")
     ax.legend(fontsize=8)
-    return _save(fig, out_dir, "ppl_ratio")
+    return save_figure(fig, out_dir, "ppl_ratio")
 
 
 def far_mass(results: dict, out_dir: Path, context: int) -> list[str]:
@@ -106,13 +106,13 @@ def far_mass(results: dict, out_dir: Path, context: int) -> list[str]:
     if not lengths:
         plt.close(fig)
         return []
-    _length_axis(ax, sorted(lengths))
-    _mark_train(ax, context)
+    length_axis(ax, sorted(lengths))
+    mark_train(ax, context)
     ax.set_ylim(0, 1)
     ax.set_ylabel(f"far mass rho (attention beyond {W} tokens,\nmean over queries, layers, heads)")
     ax.set_title("Far attention mass vs length")
     ax.legend(fontsize=8)
-    return _save(fig, out_dir, "far_mass")
+    return save_figure(fig, out_dir, "far_mass")
 
 
 def freq_energy(results: dict, out_dir: Path) -> list[str]:
@@ -135,7 +135,7 @@ def freq_energy(results: dict, out_dir: Path) -> list[str]:
     ax.set_title("Frequency energy per rotary pair (mean over layers and heads)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, out_dir, "freq_energy")
+    return save_figure(fig, out_dir, "freq_energy")
 
 
 def retrieval(results: dict, out_dir: Path, context: int) -> list[str]:
@@ -163,14 +163,14 @@ def retrieval(results: dict, out_dir: Path, context: int) -> list[str]:
                 ax.set_title(title)
             ax.set_ylabel(ylabel)
             if lengths:
-                _length_axis(ax, sorted(lengths))
-                _mark_train(ax, context)
+                length_axis(ax, sorted(lengths))
+                mark_train(ax, context)
             if ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize=7)
     if not any_:
         plt.close(fig)
         return []
-    return _save(fig, out_dir, "retrieval")
+    return save_figure(fig, out_dir, "retrieval")
 
 
 def decoherence(results: dict, out_dir: Path) -> list[str]:
@@ -208,7 +208,7 @@ def decoherence(results: dict, out_dir: Path) -> list[str]:
     ax.set_title(f"Score decoherence at L = {L} (mean over layers and heads)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, out_dir, "decoherence")
+    return save_figure(fig, out_dir, "decoherence")
 
 
 def all_plots(results: dict, out_dir: Path, context: int) -> dict[str, list[str]]:
@@ -278,4 +278,4 @@ def loss_curves(runs: Mapping[str, Mapping[object, Path]], out_dir: Path, stem: 
             ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(data):]:
         ax.axis("off")
-    return _save(fig, out_dir, stem)
+    return save_figure(fig, out_dir, stem)

@@ -121,10 +121,7 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
           f"Preset `{meta.get('preset')}`, {meta.get('steps')} steps, training length {ctx} bytes, data: "
           f"{meta.get('data')}, seed {meta.get('seed')}. This invocation took {meta.get('wall_time_s', 0):.0f} s ({meta.get('cpu_time_s', 0):.0f} s CPU); training + evaluation + analysis of all runs "
           f"took {meta.get('compute_time_s', 0):.0f} s in total (runs reused from an earlier invocation count too).", ""]
-    for title, header, rows, note in tables(results, ctx):
-        md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        md += ["| " + " | ".join(r) + " |" for r in rows]
-        md += ["", note, ""]
+    md += md_sections(tables(results, ctx))
     f = findings(results, ctx)
     if f:
         md += ["## Expected direction (papers: RoPE >> accumulated > ALiBi ~ 1 past the training length)", ""]
@@ -143,6 +140,44 @@ def markdown(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
     md += reproduce_md(meta)
     return "\n".join(md)
 
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table as lines."""
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def md_sections(tables: list[tuple[str, list[str], list[list[str]], str]]) -> list[str]:
+    """Markdown lines of ``(title, header, rows, note)`` tables, one section each."""
+    out: list[str] = []
+    for title, header, rows, note in tables:
+        out += [f"## {title}", "", *md_table(header, rows), "", note, ""]
+    return out
+
+
+def html_sections(tables: list[tuple[str, list[str], list[list[str]], str]]) -> list[str]:
+    """The same tables as HTML parts."""
+    e = html.escape
+    return [p for title, header, rows, note in tables
+            for p in (f"<h2>{e(title)}</h2>", html_table(header, rows), f"<p class='note'>{e(note)}</p>")]
+
+
+def md_images(files: list[str]) -> list[str]:
+    """The report's "Plots" section: every PNG of ``files`` (Markdown lines)."""
+    return ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
+
+
+def html_images(files: list[str]) -> list[str]:
+    e = html.escape
+    return ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
+                                 if x.endswith(".png")]
+
+
+def html_table(header: list[str], rows: list[list[str]]) -> str:
+    """An HTML table, every cell escaped."""
+    e = html.escape
+    return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
 
 def reproduce_md(meta: dict) -> list[str]:
     """The report's "Reproduce" section: command, git commit, versions, date (Markdown lines)."""
@@ -183,10 +218,7 @@ def to_html(results: Results, meta: dict, plots: dict[str, list[str]]) -> str:
              f"length {ctx} bytes, data: {e(str(meta.get('data')))}, seed {e(str(meta.get('seed')))}. "
              f"This invocation took {meta.get('wall_time_s', 0):.0f} s ({meta.get('cpu_time_s', 0):.0f} s CPU); training + evaluation + analysis of all runs took "
              f"{meta.get('compute_time_s', 0):.0f} s in total.</p>"]
-    for title, header, rows, note in tables(results, ctx):
-        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
-        parts.append(f"</table><p class='note'>{e(note)}</p>")
+    parts += html_sections(tables(results, ctx))
     f = findings(results, ctx)
     if f:
         parts.append("<h2>Expected direction (papers: RoPE &gt;&gt; accumulated &gt; ALiBi ~ 1)</h2><ul>")

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pedsl.study.report import STYLE, _fmt, reproduce_html, reproduce_md
+from pedsl.study.report import STYLE, html_images, html_sections, html_table, md_images, md_sections, md_table, _fmt, reproduce_html, reproduce_md
 
 
 def _base_nll(rec: dict) -> float | None:
@@ -150,7 +150,7 @@ def findings(results: dict) -> list[str]:
 def plots(results: dict, out_dir: Path) -> list[str]:
     import matplotlib.ticker
 
-    from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, plt
+    from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, plt
 
     files: list[str] = []
     for task, rec in results.items():
@@ -167,8 +167,8 @@ def plots(results: dict, out_dir: Path) -> list[str]:
                     pts = [(L, y) for L, y in zip(lens, ys) if y is not None]
                     if pts:
                         ax.plot(*zip(*pts), marker=MARKERS[n % len(MARKERS)], label=method)
-                _length_axis(ax, lens)
-                _mark_train(ax, L0)
+                length_axis(ax, lens)
+                mark_train(ax, L0)
                 ax.axvline(L0 * T, color="tab:red", linestyle=":", linewidth=1)
                 if task == "text":
                     ax.set_yscale("log")
@@ -184,7 +184,7 @@ def plots(results: dict, out_dir: Path) -> list[str]:
                              f"(target {L0 * T}, dotted)", fontsize=10)
                 ax.legend(fontsize=8)
         fig.suptitle("Text perplexity ratio vs length" if task == "text" else "Exact-offset accuracy vs length")
-        files += _save(fig, out_dir, f"extension_{task}")
+        files += save_figure(fig, out_dir, f"extension_{task}")
     return files
 
 
@@ -209,17 +209,14 @@ def _intro(results: dict, meta: dict) -> str:
 def markdown(results: dict, meta: dict, files: list[str]) -> str:
     md = ["# pedsl compare --study extension: RoPE scaling applied to a trained RoPE model", "", _intro(results, meta), ""]
     header, rows = summary(results)
-    md += ["## Summary", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    md += ["| " + " | ".join(r) + " |" for r in rows] + [""]
+    md += ["## Summary", "", *md_table(header, rows)] + [""]
     f = findings(results)
     if f:
         md += ["## Against the published picture", ""] + [f"- {x}" for x in f] + [""]
     for note in meta.get("notes") or []:
         md += [f"Note: {note}", ""]
-    for title, head, trows, note in tables(results):
-        md += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        md += ["| " + " | ".join(r) + " |" for r in trows] + ["", note, ""]
-    md += ["## Plots", ""] + [f"![{x}]({x})" for x in files if x.endswith(".png")] + [""]
+    md += md_sections(tables(results))
+    md += md_images(files)
     md += reproduce_md(meta)
     return "\n".join(md)
 
@@ -227,22 +224,16 @@ def markdown(results: dict, meta: dict, files: list[str]) -> str:
 def html_page(results: dict, meta: dict, files: list[str]) -> str:
     e = html.escape
 
-    def table(head: list[str], rows: list[list[str]]) -> str:
-        return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
-
     parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>pedsl extension study</title>",
              STYLE + "</head><body>",
              "<h1>pedsl compare --study extension: RoPE scaling applied to a trained RoPE model</h1>",
-             f"<p>{e(_intro(results, meta))}</p>", "<h2>Summary</h2>", table(*summary(results))]
+             f"<p>{e(_intro(results, meta))}</p>", "<h2>Summary</h2>", html_table(*summary(results))]
     f = findings(results)
     if f:
         parts += ["<h2>Against the published picture</h2><ul>"] + [f"<li>{e(x)}</li>" for x in f] + ["</ul>"]
     parts += [f"<p class='note'>Note: {e(n)}</p>" for n in meta.get("notes") or []]
-    for title, head, rows, note in tables(results):
-        parts += [f"<h2>{e(title)}</h2>", table(head, rows), f"<p class='note'>{e(note)}</p>"]
-    parts += ["<h2>Plots</h2>"] + [f"<figure><img src='{e(x)}' alt='{e(x)}'></figure>" for x in files
-                                   if x.endswith(".png")]
+    parts += html_sections(tables(results))
+    parts += html_images(files)
     parts += reproduce_html(meta)
     return "\n".join(parts)
 

@@ -328,7 +328,7 @@ def _listish(v) -> list:
 
 def plot_law(runs: list[dict], fit: dict, out: Path) -> list[str]:
     """Mean +- sd of theta per width (positional and all-channel), the fit, and theta = pi / W."""
-    from pedsl.study.plots import _save, plt
+    from pedsl.study.plots import save_figure, plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     Ws = sorted({r["W"] for r in runs})
@@ -356,7 +356,7 @@ def plot_law(runs: list[dict], fit: dict, out: Path) -> list[str]:
     ax.set_xticklabels([str(int(w)) for w in Ws])
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    return _save(fig, out, "frequency")
+    return save_figure(fig, out, "frequency")
 
 
 def report(res: dict) -> str:

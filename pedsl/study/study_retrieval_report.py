@@ -18,7 +18,8 @@ import math
 from pathlib import Path
 
 from pedsl.study import seeds as sd
-from pedsl.study.plots import MARKERS, _length_axis, _mark_train, _save, band_plot, loss_curves, plt
+from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, band_plot, loss_curves, plt
+from pedsl.study.report import html_sections, md_sections
 from pedsl.data.tasks import TASKS
 
 TASK_TITLES = {"passkey": "passkey (single needle)", "multikey": "multi-key needle with distractors",
@@ -64,13 +65,13 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
                 lengths |= set(x)
                 any_ = True
         if lengths:
-            _length_axis(ax, sorted(lengths))
-            _mark_train(ax, ctx)
+            length_axis(ax, sorted(lengths))
+            mark_train(ax, ctx)
         ax.set_ylim(-0.02, 1.02)
         ax.set_title(TASK_TITLES[task], fontsize=9)
     axes[0].set_ylabel("accuracy (whole answer right)")
     _legend(axes[-1])
-    files["acc_vs_length"] = _save(fig, out_dir, "acc_vs_length") if any_ else _close(fig)
+    files["acc_vs_length"] = save_figure(fig, out_dir, "acc_vs_length") if any_ else _close(fig)
     # accuracy vs depth at the training length
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), sharey=True)
     any_ = False
@@ -86,7 +87,7 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("accuracy (whole answer right)")
     _legend(axes[-1])
-    files["acc_vs_depth"] = _save(fig, out_dir, "acc_vs_depth") if any_ else _close(fig)
+    files["acc_vs_depth"] = save_figure(fig, out_dir, "acc_vs_depth") if any_ else _close(fig)
     for task in panels:
         files[f"niah_{task}"] = heatmap(results, out_dir, task, ctx)
     files["ppl_ratio"] = ppl_ratio(results, out_dir, ctx)
@@ -149,7 +150,7 @@ def heatmap(results: dict, out_dir: Path, task: str, ctx: int) -> list[str]:
         ax.axis("off")
     fig.suptitle(f"Needle in a haystack: {TASK_TITLES[task]} (accuracy, mean over seeds)", fontsize=10)
     fig.colorbar(im, ax=list(axes.flat), shrink=0.8, label="accuracy")
-    return _save(fig, out_dir, f"niah_{task}")
+    return save_figure(fig, out_dir, f"niah_{task}")
 
 
 def ppl_ratio(results: dict, out_dir: Path, ctx: int) -> list[str]:
@@ -165,12 +166,12 @@ def ppl_ratio(results: dict, out_dir: Path, ctx: int) -> list[str]:
         return _close(fig)
     ax.set_yscale("log")
     ax.axhline(1.0, color="black", linewidth=0.8)
-    _length_axis(ax, sorted(lengths))
-    _mark_train(ax, ctx)
+    length_axis(ax, sorted(lengths))
+    mark_train(ax, ctx)
     ax.set_ylabel("perplexity ratio ppl(L) / ppl(L_train) (log scale)")
     ax.set_title("Perplexity on the text corpus (band: min-max over seeds)")
     _legend(ax)
-    return _save(fig, out_dir, "ppl_ratio")
+    return save_figure(fig, out_dir, "ppl_ratio")
 
 
 def far_mass(results: dict, out_dir: Path, ctx: int) -> list[str]:
@@ -187,13 +188,13 @@ def far_mass(results: dict, out_dir: Path, ctx: int) -> list[str]:
             W = ((r.get("mean") or {}).get("analysis") or {}).get("far_window", W)
     if not lengths:
         return _close(fig)
-    _length_axis(ax, sorted(lengths))
-    _mark_train(ax, ctx)
+    length_axis(ax, sorted(lengths))
+    mark_train(ax, ctx)
     ax.set_ylim(0, 1)
     ax.set_ylabel(f"far mass (attention beyond {W:g} tokens,\nmean over queries, layers, heads)")
     ax.set_title("Far attention mass vs length (band: min-max over seeds)")
     _legend(ax)
-    return _save(fig, out_dir, "far_mass")
+    return save_figure(fig, out_dir, "far_mass")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,9 +305,7 @@ def _intro(meta: dict, n: int) -> str:
 
 def markdown(results: dict, meta: dict, plots: dict[str, list[str]]) -> str:
     md = [f"# {_title(meta, len(results))}", "", _intro(meta, len(results)), ""]
-    for title, header, rows, note in tables(results, meta):
-        md += [f"## {title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        md += ["| " + " | ".join(r) + " |" for r in rows] + ["", note, ""]
+    md += md_sections(tables(results, meta))
     md += ["## Plots", ""]
     for key, files in plots.items():
         png = [f for f in files if f.endswith(".png")]
@@ -329,10 +328,7 @@ def html_page(results: dict, meta: dict, plots: dict[str, list[str]]) -> str:
              "th:first-child,td:first-child{text-align:left}th{background:#f3f3f3}"
              "img{max-width:100%;border:1px solid #eee}.note{color:#555;font-size:.92em}</style></head><body>",
              f"<h1>{e(_title(meta, len(results)))}</h1>", f"<p>{e(_intro(meta, len(results)))}</p>"]
-    for title, header, rows, note in tables(results, meta):
-        parts.append(f"<h2>{e(title)}</h2><table><tr>" + "".join(f"<th>{e(h)}</th>" for h in header) + "</tr>")
-        parts += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows]
-        parts.append(f"</table><p class='note'>{e(note)}</p>")
+    parts += html_sections(tables(results, meta))
     parts.append("<h2>Plots</h2>")
     for key, files in plots.items():
         png = [f for f in files if f.endswith(".png")]

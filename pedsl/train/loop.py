@@ -25,7 +25,7 @@ import torch
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
-from pedsl.fsio import atomic_write_text, open_regular, read_text
+from pedsl.fsio import atomic_write_text, open_regular
 from pedsl.model import TransformerLM
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
