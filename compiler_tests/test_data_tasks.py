@@ -154,7 +154,8 @@ def test_mixture_resumes_exactly(tmp_path):
     from pedsl.train.loop import train
 
     cfg = small_cfg(steps=12, checkpoint_every=6, eval_every=6, log_every=3, context=80,
-                    data="stdlib:0.5,passkey:0.25,kv:0.25")
+                    data="stdlib:0.5,passkey:0.25,kv:0.25", answer_weight=2.0, train_digits=[2, 7])
+    assert cfg.data.answer_weight == 2.0 and cfg.data.train_digits == (2, 7)  # the weighted loss resumes too
     train(cfg, tmp_path / "ref", attention=helper.spec(), quiet=True)
     half = cfg.model_copy(update={"steps": 6})
     train(half, tmp_path / "cut", attention=helper.spec(), quiet=True)
@@ -204,3 +205,65 @@ def test_copy_rows_repeat_a_random_period_that_varies_by_row():
         assert (s == "copy") == all(33 <= b < 127 for b in r)  # kv rows hold spaces and '; '
     assert mixed.corpus is None and text_source(DataConfig(source="copy:0.5,kv:0.5")) is None
     assert task_windows(DataConfig(source="copy"), 2, 40, make_generator(1)).shape == (2, 40)
+
+
+@pytest.mark.parametrize("source", ["passkey", "multikey", "kv"])
+def test_answer_mask_marks_exactly_the_asked_answer(source):
+    from pedsl.data.stream import generated_rows
+
+    cfg = DataConfig(source=f"{source}:1,copy:1")
+    rows, mask = generated_rows(cfg, source, 6, 129, make_generator(7), mixed=True)
+    assert rows.shape == mask.shape == (6, 129) and mask.dtype == torch.bool
+    assert mask.sum(1).tolist() == [5] * 6 and bool(mask[:, -5:].all())  # the last 5 bytes, nothing else
+    for row in rows.tolist():
+        text = bytes(row)
+        answer, ask = text[-5:], text[:-5]
+        assert answer.isdigit() and ask.count(answer) == 1  # the key is in the haystack once
+        name = ask.rsplit(b"| ", 1)[-1] if source == "kv" else ask.rsplit(b"The key of ", 1)[-1]
+        if source == "passkey":
+            assert ask.endswith(b"The pass key is ") and (b"The pass key is " + answer + b". ") in ask
+        else:  # multikey: "abc is "; kv: "abcd="
+            assert (name + answer) in ask[: -len(name)]
+    for plain in ("copy", "blocks"):
+        _, none = generated_rows(cfg, plain, 3, 129, make_generator(8), mixed=True)
+        assert not bool(none.any())
+
+
+def test_train_rows_carry_the_mask_of_each_rows_source_and_match_train_batch():
+    d = TrainData(DataConfig(source="stdlib:0.4,passkey:0.2,multikey:0.2,kv:0.2", max_bytes=50_000),
+                  context=128, seed=3)
+    rows, mask = d.train_rows(4, 32)
+    assert torch.equal(rows, d.train_batch(4, 32)) and mask.shape == rows.shape
+    src = d.sources(0, 4, 32)
+    assert {"stdlib", "passkey"} <= set(src)
+    for r, m, s in zip(rows, mask, src):
+        if s == "stdlib":
+            assert not bool(m.any())
+        else:  # the marked bytes are the answer: the digits the row ends with
+            assert m.nonzero().flatten().tolist() == list(range(124, 129)) and bytes(r[m].tolist()).isdigit()
+    r1, m1 = d.train_rows(4, 32, 1, 2)
+    assert torch.equal(r1, rows[1::2]) and torch.equal(m1, mask[1::2])
+
+
+def test_train_digits_vary_the_answer_length_per_batch_and_task():
+    cfg = DataConfig(source="passkey:0.5,kv:0.5", train_digits=(2, 9))
+    d = TrainData(cfg, context=128, seed=0)
+    seen = set()
+    for step in range(40):
+        rows, mask = d.train_rows(step, 8)
+        for r, m, s in zip(rows, mask, d.sources(0, step, 8)):
+            k = int(m.sum())
+            assert 2 <= k <= 9 and m[-k:].all() and bytes(r[-k:].tolist()).isdigit()
+            text = bytes(r.tolist())
+            assert not text[-k - 1:-k].isdigit()  # exactly k digits end the row
+            seen.add((s, k))
+        assert torch.equal(d.train_rows(step, 8)[1], mask)  # a function of the step
+    assert {k for _, k in seen} == set(range(2, 10))
+    fixed = TrainData(DataConfig(source="passkey:0.5,kv:0.5"), context=128, seed=0).train_rows(3, 8)[1]
+    assert fixed.sum(1).tolist() == [5] * 8
+    with pytest.raises(ValueError, match="lo <= hi"):
+        DataConfig(train_digits=(5, 2))
+    # multikey with 3 keys fits at most 6 digits in 129 bytes: the range is cut there, not refused
+    tight = TrainData(DataConfig(source="multikey", train_digits=(2, 10)), context=128, seed=0)
+    counts = {int(tight.train_rows(step, 2)[1][0].sum()) for step in range(60)}
+    assert counts == set(range(2, 7))

@@ -11,6 +11,7 @@ import yaml
 
 from compiler_helpers import run_cli as _cli
 from pedsl.study import seeds as sd
+from pedsl.study import study_retrieval as sr
 
 TOY = ["--quick", "--steps", "6", "--lengths", "72,144", "--windows", "1", "--analyze-max", "72", "--threads", "1",
        "--set", "context=72", "--set", "batch_size=4", "--set", "n_layers=1", "--set", "d_model=32",
@@ -36,7 +37,9 @@ def test_retrieval_study_two_seeds_end_to_end(tmp_path):
             assert set(rt["tasks"]) == {"passkey", "multikey", "kv"}
             assert set(rt["tasks"]["kv"]) == {"72", "144"} and set(rt["tasks"]["kv"]["72"]["depths"]) == {"0", "0.5", "1"}
             cfg = yaml.safe_load((run / "config.yaml").read_text())
-            assert cfg["seed"] == seed and cfg["data"]["source"].startswith("stdlib:0.7,passkey:0.1")
+            assert cfg["seed"] == seed and cfg["data"]["source"] == sr.MIXTURE and cfg["steps"] == 6  # --steps wins
+            assert cfg["data"]["answer_weight"] == sr.TRAIN["answer_weight"] > 0
+            assert cfg["data"]["train_digits"] == sr.TRAIN["train_digits"]
             per[name, seed] = rt["overall"]["144"]["digit_accuracy"]
     results = json.loads((out / "results.json").read_text())["results"]
     s = results["alibi"]["spread"]["retrieval"]["overall"]["144"]["digit_accuracy"]

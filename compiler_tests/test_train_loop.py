@@ -124,3 +124,41 @@ def test_load_run_errors_name_what_is_missing(tmp_path):
               attention=SchemeRecipe("p", "# p\n", "2" * 64, build=lambda m: (lambda i: helper.Poison(after=3))))
     with pytest.raises(CheckpointError, match="has no checkpoint"):
         load_run(run, attention=helper.spec())
+
+
+def test_answer_weight_adds_the_mean_loss_of_the_marked_bytes_only():
+    """_loss against a float64 loop, and its gradient: the extra term reaches the logits that
+    predict a marked byte (position p - 1 for the byte at p) and no others."""
+    from pedsl.train.loop import _loss
+
+    B, L, V = 3, 10, 7
+    torch.manual_seed(0)
+    batch = torch.randint(0, V, (B, L + 1))
+    answers = torch.zeros(B, L + 1, dtype=torch.bool)
+    answers[0, 8:] = True
+    answers[2, 5] = True
+    table = torch.randn(B, L, V, dtype=torch.float64, requires_grad=True)
+    model = lambda x: table  # noqa: E731 - logits (B, L, V) independent of the input
+    got = _loss(model, batch, answers, 2.5)
+    nll = [[-torch.log_softmax(table[b, t], -1)[batch[b, t + 1]] for t in range(L)] for b in range(B)]
+    every = sum(sum(r) for r in nll) / (B * L)
+    marked = [(b, t) for b in range(B) for t in range(L) if answers[b, t + 1]]
+    assert len(marked) == 4
+    want = every + 2.5 * sum(nll[b][t] for b, t in marked) / len(marked)
+    assert float(got) == pytest.approx(float(want), rel=1e-6)  # _loss computes in float32
+    assert float(_loss(model, batch, answers, 0.0)) == pytest.approx(float(every), rel=1e-6)  # _loss computes in float32
+    assert float(_loss(model, batch, torch.zeros_like(answers), 2.5)) == pytest.approx(float(every), rel=1e-6)  # _loss computes in float32
+    (g_extra,) = torch.autograd.grad(got - _loss(model, batch, answers, 0.0), table)
+    touched = g_extra.abs().sum(-1) > 0
+    assert touched.nonzero().tolist() == [[0, 7], [0, 8], [0, 9], [2, 4]]
+
+
+def test_answer_weight_trains_and_is_part_of_the_run_digest(tmp_path):
+    cfg = small_cfg(steps=6, eval_every=6, checkpoint_every=6, context=80, data="passkey:1,kv:1")
+    weighted = cfg.model_copy(update={"data": cfg.data.model_copy(update={"answer_weight": 4.0})})
+    assert weighted.digest() != cfg.digest()
+    a = train(cfg, tmp_path / "a", attention=helper.spec(), quiet=True)
+    b = train(weighted, tmp_path / "b", attention=helper.spec(), quiet=True)
+    first = lambda run: read_metrics(run)[0]["loss"]  # noqa: E731 - step 5's training loss
+    assert first(tmp_path / "b") > first(tmp_path / "a") + 1.0  # + 4 x the answers' loss (about ln 10 each)
+    assert a["val_loss"] != b["val_loss"]

@@ -87,11 +87,21 @@ class DataConfig(_Frozen):
     max_bytes: int = Field(8_000_000, ge=1024, le=L.MAX_TENSOR_BYTES, description="read at most this many bytes of text")
     passkey_digits: int = Field(5, ge=1, le=32, description="answer digits of passkey, multikey and kv")
     multikey_keys: int = Field(3, ge=1, le=64, description="needles of the multikey task (one asked)")
+    train_digits: tuple[Annotated[int, Field(ge=1, le=32)], Annotated[int, Field(ge=1, le=32)]] | None = Field(
+        None, description=("[lo, hi]: training rows of passkey, multikey and kv draw their answer's digit count "
+                           "uniformly from lo..hi (per batch and task; evaluation keeps passkey_digits). A fixed "
+                           "count lets a model find each digit by its offset from the needle's edges instead of "
+                           "copying it; None: always passkey_digits"))
+    answer_weight: float = Field(0.0, ge=0, le=1000, description=(
+        "training loss = mean over all bytes + answer_weight x mean over the answer bytes of the "
+        "retrieval-task rows (passkey, multikey, kv); 0: every byte weighs the same"))
     block_len: int = Field(16, ge=2, le=L.MAX_LENGTH, description="latent block length B of the block task")
     block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
 
     @model_validator(mode="after")
     def _offset_inside(self) -> "DataConfig":
+        if self.train_digits is not None and self.train_digits[0] > self.train_digits[1]:
+            raise ValueError(f"train_digits {list(self.train_digits)} must be [lo, hi] with lo <= hi")
         if self.block_offset >= self.block_len - 1:
             raise ValueError(f"block_offset {self.block_offset} must be < block_len - 1 = {self.block_len - 1}")
         return self
@@ -168,6 +178,9 @@ class TrainConfig(_Frozen):
             d.pop(k, None)
         if d.get("init_from") is None:  # runs from before the field keep their digest
             d.pop("init_from", None)
+        for key, default in (("answer_weight", 0), ("train_digits", None)):  # likewise
+            if d["data"].get(key) == default:
+                d["data"].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()
 
 

@@ -29,6 +29,12 @@ Sources (``DataConfig.source``):
   ``passkey``, ``multikey`` and ``kv`` are the generators of :mod:`pedsl.data.tasks` at the training
   length, the needle at a uniformly random depth. In YAML: ``data: {source: "stdlib:0.7,kv:0.3"}``.
 
+**Answer mask**: :meth:`TrainData.train_rows` gives each row a per-byte bool mask, True at the
+answer bytes of the retrieval tasks (text, copy and block rows have none); with
+``data.answer_weight = w > 0`` the training loss is the mean over every byte plus ``w`` times the
+mean over the marked ones (:func:`pedsl.train.loop._loss`), so the few bytes that need retrieval
+are not drowned out by the haystack's.
+
 Training windows are a pure function of ``(seed, step)``: the same global batch on every rank
 (rank ``r`` keeps rows ``r::world``), nothing to save but the step to resume exactly.
 """
@@ -105,22 +111,45 @@ def text_source(cfg: DataConfig) -> str | None:
     return next((n for n, _ in mix if n not in TASK_SOURCES), None)
 
 
+def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.Generator, *,
+                   mixed: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """``n`` rows of ``length`` bytes of a generated source and their **answer mask** (same shape,
+    bool): True at the answer bytes of the retrieval tasks (their ``answer_positions``), False
+    everywhere else (copy, blocks, lag and topic rows have none). Task rows have
+    ``cfg.passkey_digits`` answer digits, or with ``cfg.train_digits = (lo, hi)`` a count drawn
+    from ``g`` in lo..hi (the same for the ``n`` rows; hi lowered to what the task fits in
+    ``length``). ``passkey`` alone (not
+    ``mixed``) is the older :func:`pedsl.data.synthetic.passkey_batch`, in a mixture :func:`pedsl.data.tasks.passkey`."""
+    digits = cfg.passkey_digits
+    if cfg.train_digits is not None and source in _tasks.TASKS:
+        lo, hi = cfg.train_digits
+        while hi > lo and _tasks.min_length(source, hi, cfg.multikey_keys) > length:
+            hi -= 1  # the longest answer this task fits in the row
+        digits = int(torch.randint(lo, hi + 1, (1,), generator=g))
+    if source in _tasks.TASKS and (source != "passkey" or mixed):
+        b = _tasks.generate(source, n, length, digits=digits, keys=cfg.multikey_keys, g=g)
+    elif source == "passkey":
+        b = passkey_batch(n, length, digits=digits, g=g)
+    elif source == "blocks":
+        b = {"tokens": block_batch(n, length, block_len=cfg.block_len, offset=cfg.block_offset, g=g)["tokens"]}
+    elif source == "lag":
+        b = {"tokens": lag_batch(n, length, lag=cfg.block_len, g=g)}
+    elif source == "topic":
+        b = {"tokens": topic_batch(n, length, block_len=cfg.block_len, g=g)}
+    else:
+        b = {"tokens": copy_batch(n, length, g=g)}
+    mask = torch.zeros(b["tokens"].shape, dtype=torch.bool)
+    if "answer_positions" in b:
+        mask.scatter_(1, b["answer_positions"], True)
+    return b["tokens"], mask
+
+
 def task_windows(cfg: DataConfig, n: int, length: int, g: torch.Generator) -> torch.Tensor:
     """``n`` sequences of ``length`` bytes of a run's generated source (a mixture's first task):
     what perplexity and the instruments read for a run trained without text."""
     mix = parse_mixture(cfg.source)
     src = cfg.source if mix is None else next(n for n, _ in mix if n in TASK_SOURCES)
-    if src in _tasks.TASKS and (src != "passkey" or mix is not None):
-        return _tasks.generate(src, n, length, digits=cfg.passkey_digits, keys=cfg.multikey_keys, g=g)["tokens"]
-    if src == "passkey":
-        return passkey_batch(n, length, digits=cfg.passkey_digits, g=g)["tokens"]
-    if src == "lag":
-        return lag_batch(n, length, lag=cfg.block_len, g=g)
-    if src == "topic":
-        return topic_batch(n, length, block_len=cfg.block_len, g=g)
-    if src == "copy":
-        return copy_batch(n, length, g=g)
-    return block_batch(n, length, block_len=cfg.block_len, offset=cfg.block_offset, g=g)["tokens"]
+    return generated_rows(cfg, src, n, length, g, mixed=mix is not None)[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +165,7 @@ class TrainData:
         text = text_source(cfg)
         self.corpus = None if text is None else load_corpus(cfg.model_copy(update={"source": text}))
         for name in [n for n, _ in self.mixture or [(cfg.source, 1.0)] if n in _tasks.TASKS]:
-            need = _tasks.min_length(name, cfg.passkey_digits, cfg.multikey_keys)
+            need = _tasks.min_length(name, max(cfg.passkey_digits, (cfg.train_digits or (1,))[0]), cfg.multikey_keys)
             if context + 1 < need:
                 raise DataError(f"context {context} is too short for the '{name}' task (it needs windows of "
                                 f"at least {need} bytes)", hint=f"raise --context to at least {need - 1}")
@@ -171,41 +200,39 @@ class TrainData:
         pick = torch.multinomial(w, n, replacement=True, generator=g)
         return [self.mixture[int(i)][0] for i in pick]
 
-    def _batch(self, split: int, index: int, n: int) -> torch.Tensor:
+    def _batch(self, split: int, index: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows (n, context + 1) and their answer mask (n, context + 1) bool."""
         if self.mixture is None:
             return self._source_rows(self.cfg.source, split, n, make_generator(self.seed, self.cfg.seed, split, index))
         src = self.sources(split, index, n)
         out = torch.empty(n, self.context + 1, dtype=torch.long)
+        mask = torch.zeros(n, self.context + 1, dtype=torch.bool)
         for k, (name, _) in enumerate(self.mixture):
             rows = [i for i, s in enumerate(src) if s == name]
             if rows:
                 g = make_generator(self.seed, self.cfg.seed, split, index, MIX_TAG, k)
-                out[rows] = self._source_rows(name, split, len(rows), g)
-        return out
+                out[rows], mask[rows] = self._source_rows(name, split, len(rows), g)
+        return out, mask
 
-    def _source_rows(self, source: str, split: int, n: int, g: torch.Generator) -> torch.Tensor:
+    def _source_rows(self, source: str, split: int, n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` rows of one source and their answer mask (:func:`generated_rows`; none for text)."""
         length = self.context + 1
-        if source in _tasks.TASKS and (source != "passkey" or self.mixture is not None):
-            return _tasks.generate(source, n, length, digits=self.cfg.passkey_digits, keys=self.cfg.multikey_keys,
-                                   g=g)["tokens"]
-        if source == "passkey":
-            return passkey_batch(n, length, digits=self.cfg.passkey_digits, g=g)["tokens"]
-        if source == "blocks":
-            return block_batch(n, length, block_len=self.cfg.block_len, offset=self.cfg.block_offset,
-                               g=g)["tokens"]
-        if source == "lag":
-            return lag_batch(n, length, lag=self.cfg.block_len, g=g)
-        if source == "topic":
-            return topic_batch(n, length, block_len=self.cfg.block_len, g=g)
-        if source == "copy":
-            return copy_batch(n, length, g=g)
-        data = self.corpus.train if split == 0 else self.corpus.val
-        return sample_windows(data, n, length, g)
+        if source in GENERATED:
+            return generated_rows(self.cfg, source, n, length, g, mixed=self.mixture is not None)
+        rows = sample_windows(self.corpus.train if split == 0 else self.corpus.val, n, length, g)
+        return rows, torch.zeros(rows.shape, dtype=torch.bool)
 
     def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> torch.Tensor:
         """This rank's rows of the global batch of ``step``: (batch_size / world, context + 1)."""
-        return self._batch(0, step, batch_size)[rank::world]
+        return self._batch(0, step, batch_size)[0][rank::world]
+
+    def train_rows(self, step: int, batch_size: int, rank: int = 0,
+                   world: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`train_batch` and its answer mask (same shape, bool): True at the answer bytes of
+        retrieval-task rows, which ``data.answer_weight`` weighs in the loss."""
+        rows, mask = self._batch(0, step, batch_size)
+        return rows[rank::world], mask[rank::world]
 
     def val_batch(self, index: int, batch_size: int) -> torch.Tensor:
         """Validation batch ``index`` (fixed for the whole run): (batch_size, context + 1)."""
-        return self._batch(1, index, batch_size)
+        return self._batch(1, index, batch_size)[0]

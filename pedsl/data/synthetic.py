@@ -10,7 +10,12 @@ import torch
 
 from pedsl.errors import DataError
 
-FILLER = (b"The grass is green. The sky is blue. The sun is yellow. "
+# The passkey haystack (Mohtashami & Jaggi 2023), reworded so that " is " occurs only in needles.
+# With word tokens "key is" is two tokens and unique; at byte level the original's "grass is",
+# "sky is", "sun is" make the bytes before a key ("y is ") recur in every sentence, so finding the
+# needle's first digit took a 5-byte match a 2-layer model did not learn (first digit at chance
+# while the others were copied). Measured in issue 16: README, "Retrieval, several seeds".
+FILLER = (b"The grass grows green. The sky looks blue. The sun shines yellow. "
           b"Here we go. There and back again. ")
 BLOCK_ALPHABET = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz"), dtype=torch.long)
 

@@ -10,7 +10,8 @@ Studies (``STUDIES``):
 - ``None`` (the default study with ``--seeds``): the default schemes on the text corpus,
   perplexity at 1x..32x, the instruments up to 1024;
 - ``"retrieval"`` (:mod:`pedsl.study.study_retrieval`): the default schemes plus fox and
-  path_fox on a text + retrieval-task mixture, accuracy vs length (1x..16x) and needle depth.
+  path_fox trained on the retrieval tasks plus copy rows (the study's recipe:
+  ``study_retrieval.MIXTURE`` and ``TRAIN``), accuracy vs length (1x..16x) and needle depth.
 
 Finished runs, eval.json, retrieval.json and analysis.json are reused when their settings match,
 so an interrupted study continues where it stopped.
@@ -37,14 +38,15 @@ def _reusable(old: dict | None, done: dict, **settings: Any) -> bool:
 
 
 def study_settings(study: str | None, *, quick: bool, windows: int | None, analyze_max: int | None) -> dict:
-    """Schemes, data, length multipliers, windows, analysis cap, and retrieval settings of a study."""
+    """Schemes, data, training settings (under ``--steps`` and ``--set``), length multipliers, windows,
+    analysis cap, and retrieval settings of a study."""
     from pedsl.study import compare as cmp
 
     if study == "retrieval":
         from pedsl.study import study_retrieval as sr
 
         q = sr.QUICK if quick else {}
-        return {"schemes": sr.SCHEMES, "data": sr.MIXTURE, "multipliers": q.get("multipliers", sr.MULTIPLIERS),
+        return {"schemes": sr.SCHEMES, "data": sr.MIXTURE, "train": dict(sr.TRAIN), "multipliers": q.get("multipliers", sr.MULTIPLIERS),
                 "windows": windows or q.get("windows", cmp.WINDOWS), "tasks": ["ppl"],
                 "analyze_max": analyze_max or q.get("analyze_max", 1024),
                 "retrieval": {"depths": list(q.get("depths", sr.DEPTHS)), "samples": windows or q.get("samples", sr.SAMPLES)}}
@@ -52,7 +54,7 @@ def study_settings(study: str | None, *, quick: bool, windows: int | None, analy
         from pedsl.errors import UsageError
 
         raise UsageError(f"unknown study '{study}'", hint="studies: retrieval")
-    return {"schemes": cmp.DEFAULT_SCHEMES, "data": None,
+    return {"schemes": cmp.DEFAULT_SCHEMES, "data": None, "train": {},
             "multipliers": cmp.QUICK["multipliers"] if quick else (1, 2, 4, 8, 16, 32),
             "windows": windows or (cmp.QUICK["windows"] if quick else cmp.WINDOWS), "tasks": ["ppl", "passkey", "blocks"],
             "analyze_max": analyze_max or (cmp.QUICK["analyze_max"] if quick else 1024), "retrieval": None}
@@ -89,8 +91,8 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
         for name, path in items:
             run = out / "runs" / name / f"seed{seed}"
             say(f"{name}, seed {seed}")
-            overrides = {"preset": preset, "steps": steps, "seed": seed, "data": data, **(sets or {})}
-            overrides = {k: v for k, v in overrides.items() if v is not None}
+            given = {"preset": preset, "steps": steps, "seed": seed, "data": data, **(sets or {})}
+            overrides = {**st["train"], **{k: v for k, v in given.items() if v is not None}}  # the study's, then yours
             reused = (run / "DONE.json").exists()  # then _train_one reuses it or refuses (other settings)
             done = cmp._train_one(name, path, run, overrides, say, quiet)
             if reused:

@@ -1,14 +1,17 @@
 """``pedsl compare --study retrieval``: retrieval that is learned, past the training length.
 
 Every scheme (default: the default study's six plus ``fox`` and ``path_fox``) is trained once per
-seed on a **mixture** of the text corpus and the RULER-style tasks of :mod:`pedsl.data.tasks`
-(``MIXTURE``, generated on the fly at the training length, needle at a random depth), then:
+seed with the study's recipe: a **mixture** (``MIXTURE``) of the RULER-style tasks of
+:mod:`pedsl.data.tasks` (generated on the fly at the training length, needle at a random depth)
+and ``copy`` rows, the loss on the answers weighted up and the answer lengths varied (``TRAIN``;
+``--steps``, ``--data`` and ``--set`` override both), then:
 
 - **retrieval** (:func:`evaluate_retrieval` -> ``RUN/retrieval.json``): passkey, multi-key
   needle and key-value lookup at every length (1x..16x the training length) and needle depth
   (0, 0.25, 0.5, 0.75, 1), ``samples`` sequences each; ``accuracy`` = every answer digit right
   under greedy argmax (chance 1e-5), ``digit_accuracy`` (chance 0.1), ``answer_nll``;
-- **perplexity** vs length on the text corpus (``RUN/eval.json``, as ``pedsl eval``);
+- **perplexity** vs length (``RUN/eval.json``, as ``pedsl eval``): on passkey rows, or on the text
+  corpus when ``--data`` mixes one in;
 - the papers' **instruments** on the same runs (``RUN/analysis.json``: far mass, sink mass,
   sigma_1 and stable rank of the keys).
 
@@ -31,7 +34,10 @@ from pedsl.study.common import write_json
 from pedsl.data.tasks import TASKS, generate, min_length
 
 SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path", "fox", "path_fox")
-MIXTURE = "stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"
+# The recipe (issue 16; README, "Retrieval, several seeds"): the three tasks plus copy rows (induction
+# bait), the loss on the answers weighted up, answer lengths varied in training, 2500 steps.
+MIXTURE = "passkey:0.6,multikey:0.1,kv:0.1,copy:0.2"
+TRAIN = {"steps": 2500, "answer_weight": 1.0, "train_digits": [2, 10]}  # under --steps and --set
 MULTIPLIERS = (1, 2, 4, 8, 16)
 DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 SAMPLES = 8

@@ -253,8 +253,8 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
             lr = lr_at(step, cfg)
             for group in optim.param_groups:
                 group["lr"] = lr
-            batch = data.train_batch(step, cfg.batch_size, d.rank, d.world).to(d.device)
-            loss = _loss(ddp, batch)                                       # this rank's rows
+            batch, answers = data.train_rows(step, cfg.batch_size, d.rank, d.world)
+            loss = _loss(ddp, batch.to(d.device), answers.to(d.device), cfg.data.answer_weight)  # this rank's rows
             loss_value = float(d.mean(loss.detach()))
             if not math.isfinite(loss_value):
                 last = ck.list_checkpoints(run / "checkpoints")
@@ -336,8 +336,16 @@ def _open_append(path: Path):
     return os.fdopen(fd, "a")
 
 
-def _loss(model: torch.nn.Module, batch: torch.Tensor) -> torch.Tensor:
-    """Next-byte loss through the (possibly DDP-wrapped) model's forward, so DDP syncs gradients."""
+def _loss(model: torch.nn.Module, batch: torch.Tensor, answers: torch.Tensor | None = None,
+          answer_weight: float = 0.0) -> torch.Tensor:
+    """Next-byte loss through the (possibly DDP-wrapped) model's forward, so DDP syncs gradients:
+    the mean over every byte, plus ``answer_weight`` times the mean over the bytes ``answers``
+    marks (batch-shaped bool; the answers of retrieval-task rows; nothing when none is marked)."""
     logits = model(batch[:, :-1])                                          # (B, L, V)
-    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
-                                             batch[:, 1:].reshape(-1))
+    nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
+                                            batch[:, 1:].reshape(-1), reduction="none")
+    loss = nll.mean()
+    if answer_weight and answers is not None:
+        marked = answers[:, 1:].reshape(-1).to(nll.dtype)                  # the byte each logit predicts
+        loss = loss + answer_weight * (nll * marked).sum() / marked.sum().clamp(min=1.0)
+    return loss
