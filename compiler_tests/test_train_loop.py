@@ -145,9 +145,9 @@ def test_answer_weight_adds_the_mean_loss_of_the_marked_bytes_only():
     marked = [(b, t) for b in range(B) for t in range(L) if answers[b, t + 1]]
     assert len(marked) == 4
     want = every + 2.5 * sum(nll[b][t] for b, t in marked) / len(marked)
-    assert float(got.detach()) == pytest.approx(float(want), rel=1e-6)  # _loss computes in float32
-    assert float(_loss(model, batch, answers, 0.0)) == pytest.approx(float(every), rel=1e-6)  # _loss computes in float32
-    assert float(_loss(model, batch, torch.zeros_like(answers), 2.5)) == pytest.approx(float(every), rel=1e-6)  # _loss computes in float32
+    assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-6)  # _loss computes in float32
+    assert float(_loss(model, batch, answers, 0.0).detach()) == pytest.approx(float(every.detach()), rel=1e-6)  # _loss computes in float32
+    assert float(_loss(model, batch, torch.zeros_like(answers), 2.5).detach()) == pytest.approx(float(every.detach()), rel=1e-6)  # _loss computes in float32
     (g_extra,) = torch.autograd.grad(got - _loss(model, batch, answers, 0.0), table)
     touched = g_extra.abs().sum(-1) > 0
     assert touched.nonzero().tolist() == [[0, 7], [0, 8], [0, 9], [2, 4]]
