@@ -66,12 +66,18 @@ def aggregate(per_seed: dict[int, dict]) -> dict:
     return out
 
 
+def _cells(agg: dict, part: str, method: str, T: str | int) -> dict | None:
+    """The cells (``{str(L): spread}``) of ``method`` at target ``T``; zero-shot RoPE is one model
+    whatever the target (kept once by :func:`aggregate`)."""
+    per = agg[part].get(method) or {}
+    if part == "zero_shot" and method == "rope":
+        return next(iter(per.values()), None)
+    return per.get(str(T))
+
+
 def _reference(agg: dict, part: str, T: str) -> dict | None:
     """Plain RoPE's cells for a comparison: zero-shot RoPE (one model), or fine-tuned RoPE at ``T``."""
-    per = agg[part].get("rope") or {}
-    if part == "zero_shot":
-        return next(iter(per.values()), None)
-    return per.get(T)
+    return _cells(agg, part, "rope", T)
 
 
 def tables(aggregated: dict) -> list[tuple[str, list[str], list[list[str]], str]]:
@@ -107,7 +113,7 @@ def summary(aggregated: dict) -> tuple[list[str], list[list[str]]]:
     L0 = text["context"]
     for method, per in text["fine_tuned"].items():
         for T, ft in per.items():
-            zs = (text["zero_shot"].get(method) or {}).get(T) or _reference(text, "zero_shot", T) or {}
+            zs = _cells(text, "zero_shot", method, T) or {}
             at = str(L0 * int(T))
             rz, rf = _reference(text, "zero_shot", T) or {}, _reference(text, "fine_tuned", T) or {}
             mark = method != "rope"
@@ -130,8 +136,8 @@ def findings(aggregated: dict) -> list[str]:
         at = str(L0 * T)
         for part, word in (("zero_shot", "zero-shot"), ("fine_tuned", "fine-tuned")):
             cells = {}
-            for method, per in text[part].items():
-                c = (per.get(str(T)) or (next(iter(per.values())) if method == "rope" else None) or {}).get(at)
+            for method in text[part]:
+                c = (_cells(text, part, method, T) or {}).get(at)
                 if c:
                     cells[method] = c
             if len(cells) < 2:
@@ -158,8 +164,8 @@ def plots(aggregated: dict, out_dir: Path) -> list[str]:
         for i, T in enumerate(targets):
             for j, (part, _) in enumerate(PARTS):
                 ax = axes[i][j]
-                for n, (method, per) in enumerate(agg[part].items()):
-                    cells = per.get(str(T)) or (next(iter(per.values())) if method == "rope" else None)
+                for n, method in enumerate(agg[part]):
+                    cells = _cells(agg, part, method, T)
                     pts = [(L, cells[str(L)]) for L in lens if cells and cells.get(str(L))]
                     if pts:
                         band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=method,
