@@ -351,10 +351,10 @@ def test_export_refuses_a_gpt_model_or_a_scheme_outside_hf(tmp_path):
     from pedsl.hf.export import export_model
     from pedsl.model import TransformerLM
 
-    for arch, name, msg in (("gpt", "rope", "arch 'gpt'"), ("llama", "alibi", "bias"),
-                            ("llama", "rope_partial", "rotates 0.25")):
+    for arch, name, msg, conv in (("gpt", "rope", "arch 'gpt'", 0), ("llama", "alibi", "bias", 0),
+                                  ("llama", "rope_partial", "rotates 0.25", 0), ("llama", "rope", "qk_conv = 4", 4)):
         s = pedsl.load(_lib(name), heads=4, head_dim=16)
-        m = TransformerLM(ModelConfig(vocab_size=128, d_model=64, n_heads=4, arch=arch),
+        m = TransformerLM(ModelConfig(vocab_size=128, d_model=64, n_heads=4, arch=arch, qk_conv=conv),
                           lambda i: compile_scheme(s, num_heads=4, head_dim=16, d_model=64))
         with pytest.raises(InteropError, match=msg):
             export_model(m, s, tmp_path, context=32)

@@ -71,6 +71,9 @@ def gib(n: float) -> str:
     return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
+MAX_QK_CONV = 16  # ModelConfig.qk_conv: taps of the causal q/k convolution
+
+
 def model_parameters(*, vocab_size: int, n_layers: int, d_model: int, n_heads: int, head_dim: int,
                      mlp_ratio: float, tie_embeddings: bool = True, mlp_matrices: int = 2) -> int:
     """Parameters of the transformer of :mod:`pedsl.model`, estimated without building it

@@ -12,6 +12,12 @@ There are no absolute position embeddings: every layer's attention is a module b
 where q, k, v are (B, H, L, D), ``x`` is the normalised layer input (B, L, d_model) that
 data-dependent steps and gates read, and ``tokens`` are the byte ids (B, L).
 
+``qk_conv: W > 0`` adds a causal depthwise convolution of width W over the queries and keys (per
+head and channel, identity at init) before the scheme module sees them: a short convolution as in
+linear-attention and PaTH layers, which lets a 2-layer model match on the bytes just before a
+query (induction) from the first steps; it carries only the last W - 1 bytes, so a scheme's
+long-range behaviour is still its own (docs/semantics.md §10). Off by default.
+
 Shapes: B batch, L length, C = d_model, H heads, D head_dim, V vocabulary.
 """
 
@@ -27,6 +33,17 @@ from torch import nn
 from pedsl.config import ModelConfig
 
 AttentionFactory = Callable[[int], nn.Module]
+
+
+def causal_conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Depthwise causal convolution along the sequence: ``out[..., t, :] = sum_i w[i] * x[..., t - i, :]``
+    (terms with ``t - i < 0`` are zero). x: (B, H, L, D), w: (W, H, D) -> (B, H, L, D)."""
+    taps, L = w.shape[0], x.shape[-2]
+    xp = F.pad(x, (0, 0, taps - 1, 0))                                      # (B, H, L + W - 1, D)
+    out = xp[..., taps - 1:, :] * w[0][:, None, :]
+    for i in range(1, taps):
+        out = out + xp[..., taps - 1 - i: taps - 1 - i + L, :] * w[i][:, None, :]
+    return out
 
 
 class RMSNorm(nn.Module):
@@ -57,12 +74,19 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * inner, bias=False)
         self.proj = nn.Linear(inner, cfg.d_model, bias=False)
         self.pe = pe
+        self.qk_conv = None
+        if cfg.qk_conv:  # (2, W, H, D): taps for q and k, identity at init
+            w = torch.zeros(2, cfg.qk_conv, cfg.n_heads, cfg.head_dim)
+            w[:, 0] = 1.0
+            self.qk_conv = nn.Parameter(w)
         self.captured: list[dict[str, torch.Tensor]] | None = None
 
     def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
         B, L, _ = x.shape                                                   # x: (B, L, C), normalised
         qkv = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim)        # (B, L, 3, H, D)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)                      # 3 x (B, H, L, D)
+        if self.qk_conv is not None:
+            q, k = causal_conv(q, self.qk_conv[0]), causal_conv(k, self.qk_conv[1])
         kwargs = {}
         if getattr(self.pe, "needs_x", True):
             kwargs["x"] = x

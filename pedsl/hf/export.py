@@ -58,6 +58,10 @@ def llama_config(model, scheme, context: int) -> dict:
         raise InteropError(f"the run's model has arch '{cfg.arch}' (GELU MLP), which has no Hugging Face Llama "
                            "equivalent", code="E962", hint="train with arch: llama (`--set arch=llama`, or "
                            "`arch = \"llama\"` in the scheme's train block) to export to Hugging Face")
+    if cfg.qk_conv:
+        raise InteropError(f"the run's model convolves its queries and keys (qk_conv = {cfg.qk_conv}), which "
+                           "LlamaForCausalLM has no place for", code="E962",
+                           hint="train without the convolution (`--set qk_conv=0`) to export to Hugging Face")
     if list(model.blocks[0].attn.pe.parameters()):
         raise InteropError(f"scheme '{scheme.name}' has learned parameters, which Hugging Face's rotary embedding "
                            "cannot hold", code="E962")
