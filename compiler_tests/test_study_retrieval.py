@@ -57,3 +57,11 @@ def test_retrieval_study_two_seeds_end_to_end(tmp_path):
     assert code == 0, err
     ev = json.loads((tmp_path / "e.json").read_text())
     assert set(ev["retrieval"]["tasks"]) == {"passkey", "multikey", "kv"} and "retrieval" in stdout
+
+
+def test_the_perplexity_heading_names_what_was_measured():
+    from pedsl.study.study_retrieval_report import ppl_source
+
+    assert ppl_source({"data": "passkey:0.4,multikey:0.2,kv:0.2,copy:0.2"}) == "passkey rows (the mixture has no text)"
+    assert ppl_source({"data": "stdlib:0.7,kv:0.3"}) == "the text corpus"
+    assert ppl_source({"data": None}) == "the text corpus"

@@ -90,7 +90,7 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
     files["acc_vs_depth"] = save_figure(fig, out_dir, "acc_vs_depth") if any_ else _close(fig)
     for task in panels:
         files[f"niah_{task}"] = heatmap(results, out_dir, task, ctx)
-    files["ppl_ratio"] = ppl_ratio(results, out_dir, ctx)
+    files["ppl_ratio"] = ppl_ratio(results, out_dir, ctx, ppl_source(meta))
     files["far_mass"] = far_mass(results, out_dir, ctx)
     files["loss_curves"] = loss_curves({name: {s: Path(out_dir) / r["run_dir"] for s, r in runs.items()}
                                         for name, runs in per_seed.items()}, out_dir)
@@ -153,7 +153,18 @@ def heatmap(results: dict, out_dir: Path, task: str, ctx: int) -> list[str]:
     return save_figure(fig, out_dir, f"niah_{task}")
 
 
-def ppl_ratio(results: dict, out_dir: Path, ctx: int) -> list[str]:
+def ppl_source(meta: dict) -> str:
+    """What the perplexity was measured on: the mixture's text corpus, or its first task's rows."""
+    from pedsl.data.stream import TASK_SOURCES, parse_mixture
+
+    data = meta.get("data") or "stdlib"
+    mix = parse_mixture(data) or [(data, 1.0)]
+    if any(n not in TASK_SOURCES for n, _ in mix):
+        return "the text corpus"
+    return f"{mix[0][0]} rows (the mixture has no text)"
+
+
+def ppl_ratio(results: dict, out_dir: Path, ctx: int, on: str = "the text corpus") -> list[str]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     lengths: set[int] = set()
     for n, (name, r) in enumerate(results.items()):
@@ -169,7 +180,7 @@ def ppl_ratio(results: dict, out_dir: Path, ctx: int) -> list[str]:
     length_axis(ax, sorted(lengths))
     mark_train(ax, ctx)
     ax.set_ylabel("perplexity ratio ppl(L) / ppl(L_train) (log scale)")
-    ax.set_title("Perplexity on the text corpus (band: min-max over seeds)")
+    ax.set_title(f"Perplexity on {on} (band: min-max over seeds)")
     _legend(ax)
     return save_figure(fig, out_dir, "ppl_ratio")
 
@@ -253,7 +264,7 @@ def tables(results: dict, meta: dict) -> list[tuple[str, list[str], list[list[st
                 mark = "" if name == ref else sd.flag(s, _cell(results[ref], "eval", "ppl", str(L), "ratio"))
                 row.append(sd.fmt(s, ".2f") + mark)
             rows.append(row)
-        out.append(("Perplexity ratio ppl(L) / ppl(L_train) on the text corpus", header, rows,
+        out.append((f"Perplexity ratio ppl(L) / ppl(L_train) on {ppl_source(meta)}", header, rows,
                     "The last L_train bytes of the same validation windows at every length." + flag_note))
     al = sorted({int(L) for r in results.values() for L in ((((r.get("mean") or {}).get("analysis") or {})
                                                               .get("summary") or {}).get("far_mass") or {})})
