@@ -164,3 +164,18 @@ def test_a_constant_gate_counts_tokens_not_positions(tmp_path):
     spec.loader.exec_module(gen)
     torch.testing.assert_close(gen.Module().double()(q, k, v, positions=pos, attn_mask=pad), want,
                                rtol=1e-10, atol=1e-12)
+
+
+def test_dot_strings_are_escaped():
+    import re
+
+    from pedsl.cli.compiler import _dot_string
+
+    assert _dot_string('a\\b "c"\nd') == 'a\\\\b \\"c\\"\\nd'
+    quoted = re.compile(r'"((?:[^"\\]|\\.)*)"')
+    for name in ("rope", "path_fox"):
+        code, out, err = run_cli("graph", SCHEMES / f"{name}.pe", "--format", "dot")
+        assert code == 0, err
+        assert out.startswith(f'digraph "{name}" {{') and out.rstrip().endswith("}")
+        for line in out.splitlines():  # no stray quote: every '"' opens or closes a well-formed string
+            assert '"' not in quoted.sub("", line), line

@@ -68,19 +68,22 @@ def graph_to_json(g) -> dict:
     }
 
 
+def _dot_string(s: object) -> str:
+    """A DOT quoted-string body: backslashes and quotes escaped, newlines as DOT's centred ``\\n``."""
+    return "\\n".join(part.replace("\\", "\\\\").replace('"', '\\"') for part in str(s).split("\n"))
+
+
 def graph_to_dot(g) -> str:
     notes = _plan_notes(g.graph["plan"])
-    lines = [f'digraph "{g.graph.get("scheme")}" {{', "  rankdir=LR;", '  node [shape=box, fontname="monospace"];']
+    lines = [f'digraph "{_dot_string(g.graph.get("scheme"))}" {{', "  rankdir=LR;",
+             '  node [shape=box, fontname="monospace"];']
     for n, d in g.nodes(data=True):
-        label = d.get("label", n)
-        if n in notes:
-            label += "\\n" + notes[n]
-        label = label.replace('"', '\\"')
+        label = str(d.get("label", n)) + ("\n" + notes[n] if n in notes else "")
         shape = ' shape=ellipse' if d.get("op") == "input" else ""
-        lines.append(f'  "{n}" [label="{label}"{shape}];')
+        lines.append(f'  "{_dot_string(n)}" [label="{_dot_string(label)}"{shape}];')
     for a, b in g.edges():
-        lines.append(f'  "{a}" -> "{b}";')
-    lines.append(f'  label="backend: {g.graph["plan"].backend}";')
+        lines.append(f'  "{_dot_string(a)}" -> "{_dot_string(b)}";')
+    lines.append(f'  label="backend: {_dot_string(g.graph["plan"].backend)}";')
     lines.append("}")
     return "\n".join(lines)
 
