@@ -95,3 +95,19 @@ def test_explain_does_not_import_torch():
             "assert 'torch' not in sys.modules\n") % str(SCHEMES / "path_fox.pe")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+def test_learned_step_cost_follows_what_the_steps_read():
+    """A projection of x costs 2 d P / H per token; an embedding of the token is a lookup (P),
+    whatever the source text says (a let named 'linear_ish' must not fool it)."""
+    def steps_row(src):
+        rows = cost_rows(scheme_facts(pedsl.load(src, heads=4, head_dim=16)), 128)
+        return next(r for r in rows if r[0].startswith("accumulated SO(2)"))
+
+    x_row = steps_row(SCHEMES / "acc_learned_qkv.pe")
+    tok_row = steps_row(SCHEMES / "acc_learned_qk.pe")
+    aliased = steps_row("scheme t { let linear_ish = embedding(token, to = pair)\n"
+                        "  qk: accumulate(rotation(0.1 * linear_ish)) }")
+    assert "projection of x" in x_row[3] and "table lookup" in tok_row[3] and "table lookup" in aliased[3]
+    P, d, H = 8, 64, 4
+    assert x_row[1] - tok_row[1] == pytest.approx(2.0 * d * P / H - P + (4 - 2) * 3 * 16)  # qkv rotates 4 tensors

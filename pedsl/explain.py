@@ -86,9 +86,9 @@ def cost_rows(f: SchemeFacts, L: int) -> list[tuple[str, float, float, str]]:
             rows.append((f"rotary [{g.name}]", 3.0 * n * Dg, 2.0 * P / H,
                          f"{n} x 3 x {Dg} (cos/sin multiply-add); cos/sin table 2 P shared by heads"))
         elif g.kind == "accumulate_rotation":
-            steps = 2.0 * d * P / H if g.learned and g.data and "linear" in (g.source or "") else float(P)
+            steps = 2.0 * d * P / H if g.learned and g.reads_x else float(P)  # a projection of x, or a lookup
             rows.append((f"accumulated SO(2) [{g.name}]", steps + P + 2 * P + 3.0 * n * Dg, 2.0 * P,
-                         f"step angles ({'learned linear 2 d P / H' if steps > P else 'table lookup P'}) + cumsum P "
+                         f"step angles ({'projection of x 2 d P / H' if steps > P else 'table lookup P'}) + cumsum P "
                          f"+ cos/sin 2 P + {n} x 3 x {Dg}; float64 angles per token"))
         else:
             C = min(PATH_BLOCK, L)

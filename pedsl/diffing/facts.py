@@ -19,6 +19,7 @@ from pedsl.lang import ast
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import to_source, transform
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.types import Dep
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 TAU = 2 * math.pi
@@ -39,6 +40,7 @@ class GroupFacts:
     scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
     data: bool = False  # steps depend on tokens or x
     learned: bool = False
+    reads_x: bool = False  # steps read the hidden state x (a projection such as linear(x): costs FLOPs)
     orthogonal: bool | None = None
     spread: tuple[float, ...] | None = None  # per-pair scale of random/learned step angles
     mean: tuple[float, ...] | None = None  # per-pair mean step angle (drift)
@@ -182,7 +184,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
             if t.kind == "rotate":
                 gf.dynamic, gf.scale = t.dynamic, t.scale
             elif t.kind == "accumulate_rotation":
-                gf.data, gf.learned = t.data, t.learned
+                gf.data, gf.learned, gf.reads_x = t.data, t.learned, Dep.DATA in t.reads
                 if gf.freqs is None:
                     gf.spread, gf.mean = step_spread(t.angle, env, gf.pairs)
             else:
