@@ -27,6 +27,32 @@ def test_time_left_is_the_rate_so_far_times_the_work_left_and_skips_do_not_count
     assert duration(45) == "45 s" and duration(600) == "10 min" and duration(3 * 3600 + 300) == "3 h 05 min"
 
 
+def test_time_left_is_measured_per_kind_of_unit():
+    """Training that costs 20 times an evaluation (weights said 6 : 1) is not estimated from the
+    evaluations' pace: each kind has its own rate, the first unit's own when nothing else measured it."""
+    now = [0.0]
+    lines: list[str] = []
+    eta = Eta({"train": 12, "eval": 2}, lines.append, "study", clock=lambda: now[0])
+    now[0] = 100.0
+    eta.done(6, "train a", kind="train")   # the first unit: start-up included, no estimate yet
+    assert eta.left() is None
+    now[0] = 105.0
+    eta.done(1, "eval a", kind="eval")
+    assert eta.left() == 6 * (100 / 6) + 1 * 5.0  # train at the first unit's pace, eval at its own
+    eta.skip(1, kind="eval")                 # reused: nothing left of eval
+    assert eta.left() == 100.0
+    now[0] = 185.0
+    eta.done(6, "train b", kind="train")
+    assert eta.left() is None or eta.left() == 0.0
+    assert lines[-1] == "study 100% (train b) - 3 min elapsed"
+    other = Eta({"train": 2, "eval": 4}, lambda m: None, clock=lambda: now[0])
+    now[0] += 10
+    other.done(1, kind="eval")               # first unit
+    now[0] += 20
+    other.done(1, kind="eval")               # eval: 20 s per unit; train not measured: borrows it
+    assert other.left() == 2 * 20.0 + 2 * 20.0
+
+
 def test_loss_curves_draw_one_panel_per_scheme_from_metrics(tmp_path):
     for name in ("a", "b"):
         run = tmp_path / name

@@ -173,16 +173,16 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     from pedsl.study.progress import STUDY_WEIGHTS as WEIGHTS
     from pedsl.study.progress import Eta
 
-    eta = Eta((WEIGHTS["train"] + WEIGHTS["eval"] + WEIGHTS["analysis"]) * len(items), say, "compare")
+    eta = Eta({p: WEIGHTS[p] * len(items) for p in ("train", "eval", "analysis")}, say, "compare")
     for n, (name, path) in enumerate(items, 1):
         run = out / "runs" / name
         say(f"[{n}/{len(items)}] {name}")
         reused = (run / "DONE.json").exists()  # then _train_one reuses it or refuses (other settings)
         done = _train_one(name, path, run, overrides, say, quiet)
         if reused:
-            eta.skip(WEIGHTS["train"])
+            eta.skip(WEIGHTS["train"], kind="train")
         else:
-            eta.done(WEIGHTS["train"], f"trained {name}")
+            eta.done(WEIGHTS["train"], f"trained {name}", kind="train")
         loaded = None
         model_cfg = None
         from pedsl.config import TrainConfig
@@ -204,10 +204,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
             loaded = loaded or open_run(run)
             say(f"{name}: evaluating at lengths {sorted(set(lens))}")
             ev = evaluate_run(run, lengths=lens, tasks=want_tasks, windows=win, say=say, loaded=loaded)
-            eta.done(WEIGHTS["eval"], f"evaluated {name}")
+            eta.done(WEIGHTS["eval"], f"evaluated {name}", kind="eval")
         else:
             say(f"{name}: reusing eval.json")
-            eta.skip(WEIGHTS["eval"])
+            eta.skip(WEIGHTS["eval"], kind="eval")
         alens = [L for L in lens if L <= (amax or 1024)] or default_lengths(L0, amax or 1024)
         an = read_json(run / "analysis.json")
         if not (an and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash")
@@ -215,10 +215,10 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
             loaded = loaded or open_run(run)
             say(f"{name}: analyzing at lengths {sorted(set(alens))}")
             an = analyze_run(run, lengths=alens, say=say, loaded=loaded)
-            eta.done(WEIGHTS["analysis"], f"analyzed {name}")
+            eta.done(WEIGHTS["analysis"], f"analyzed {name}", kind="analysis")
         else:
             say(f"{name}: reusing analysis.json")
-            eta.skip(WEIGHTS["analysis"])
+            eta.skip(WEIGHTS["analysis"], kind="analysis")
         results[name] = {"train": done, "eval": ev, "analysis": an, "run_dir": str(run.relative_to(out)),
                          "scheme_file": str(path)}
         del loaded

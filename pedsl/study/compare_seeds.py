@@ -84,7 +84,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     data = data or st["data"]
     ret = st["retrieval"]
     parts = ["train", "eval", "analysis"] + (["retrieval"] if ret else [])
-    eta = Eta(sum(WEIGHTS[p] for p in parts) * len(items) * len(seed_list), say, "study")
+    eta = Eta({p: WEIGHTS[p] * len(items) * len(seed_list) for p in parts}, say, "study")
     per_seed: dict[str, dict[int, dict]] = {name: {} for name, _ in items}
     context = None
     for seed in seed_list:
@@ -96,9 +96,9 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
             reused = (run / "DONE.json").exists()  # then _train_one reuses it or refuses (other settings)
             done = cmp._train_one(name, path, run, overrides, say, quiet)
             if reused:
-                eta.skip(WEIGHTS["train"])
+                eta.skip(WEIGHTS["train"], kind="train")
             else:
-                eta.done(WEIGHTS["train"], f"trained {name} seed {seed}")
+                eta.done(WEIGHTS["train"], f"trained {name} seed {seed}", kind="train")
             cfg = TrainConfig.from_yaml(run / "config.yaml")
             L0 = cfg.context
             context = context or L0
@@ -106,31 +106,31 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
             loaded = None
             ev = read_json(run / "eval.json")
             if _reusable(ev, done, version=EVAL_VERSION, lengths=lens, windows=st["windows"], tasks=st["tasks"]):
-                eta.skip(WEIGHTS["eval"])
+                eta.skip(WEIGHTS["eval"], kind="eval")
             else:
                 loaded = loaded or open_run(run)
                 ev = evaluate_run(run, lengths=lens, tasks=st["tasks"], windows=st["windows"], say=say, loaded=loaded)
-                eta.done(WEIGHTS["eval"], f"perplexity of {name} seed {seed}")
+                eta.done(WEIGHTS["eval"], f"perplexity of {name} seed {seed}", kind="eval")
             rt = None
             if ret:
                 from pedsl.study.study_retrieval import VERSION, retrieval_run
 
                 rt = read_json(run / "retrieval.json")
                 if _reusable(rt, done, version=VERSION, lengths=lens, depths=ret["depths"], samples=ret["samples"]):
-                    eta.skip(WEIGHTS["retrieval"])
+                    eta.skip(WEIGHTS["retrieval"], kind="retrieval")
                 else:
                     loaded = loaded or open_run(run)
                     rt = retrieval_run(run, lens, depths=ret["depths"], samples=ret["samples"], say=say, loaded=loaded)
-                    eta.done(WEIGHTS["retrieval"], f"retrieval of {name} seed {seed}")
+                    eta.done(WEIGHTS["retrieval"], f"retrieval of {name} seed {seed}", kind="retrieval")
             alens = [L for L in lens if L <= st["analyze_max"]] or [L0]
             an = read_json(run / "analysis.json")
             if an and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash") \
                     and an.get("lengths") == alens:
-                eta.skip(WEIGHTS["analysis"])
+                eta.skip(WEIGHTS["analysis"], kind="analysis")
             else:
                 loaded = loaded or open_run(run)
                 an = analyze_run(run, lengths=alens, say=say, loaded=loaded)
-                eta.done(WEIGHTS["analysis"], f"instruments of {name} seed {seed}")
+                eta.done(WEIGHTS["analysis"], f"instruments of {name} seed {seed}", kind="analysis")
             per_seed[name][seed] = {"train": done, "eval": ev, "retrieval": rt, "analysis": an,
                                     "run_dir": str(run.relative_to(out)), "scheme_file": str(path)}
             del loaded
