@@ -53,8 +53,8 @@ class ModelConfig(_Frozen):
     qk_conv: int = Field(0, ge=0, le=L.MAX_QK_CONV, description=(
         "width of a causal depthwise convolution over the queries and keys of every layer, applied "
         "before the positional encoding (0: none). A short convolution as in linear-attention and PaTH "
-        "layers: with width 4 a 2-layer model forms induction heads (copying) within a few hundred "
-        "steps; the retrieval study uses it (docs/semantics.md §10)"))
+        "layers: with it a 2-layer model forms induction heads (copying) within a few hundred steps; "
+        "the retrieval study uses width 8 (docs/semantics.md §10)"))
 
     @model_validator(mode="after")
     def _derive_head_dim(self) -> "ModelConfig":
