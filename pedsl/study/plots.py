@@ -252,8 +252,9 @@ def read_metrics(run: Path) -> list[dict]:
 
 
 def loss_curves(runs: Mapping[str, Mapping[object, Path]], out_dir: Path, stem: str = "loss_curves") -> list[str]:
-    """One panel per scheme: training loss (line) and validation loss (markers) vs step, one
-    colour per run (seed). ``runs``: ``{scheme: {seed or label: run directory}}``."""
+    """One panel per scheme: the training objective as logged (line; with ``data.answer_weight`` it
+    includes the answer term, so it sits above the validation loss) and the validation loss
+    (markers) vs step, one colour per run (seed). ``runs``: ``{scheme: {seed or label: run directory}}``."""
     data = {name: {k: read_metrics(p) for k, p in rs.items()} for name, rs in runs.items()}
     data = {name: {k: m for k, m in rs.items() if m} for name, rs in data.items()}
     data = {name: rs for name, rs in data.items() if rs}
@@ -261,11 +262,12 @@ def loss_curves(runs: Mapping[str, Mapping[object, Path]], out_dir: Path, stem: 
         return []
     cols = min(4, len(data))
     rows = math.ceil(len(data) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.9 * rows), squeeze=False, sharey=True,
+                             layout="constrained")  # titles clear of the row above's axis labels
     for ax, (name, rs) in zip(axes.flat, data.items()):
         for k, m in rs.items():
             lab = f"seed {k}" if isinstance(k, int) or str(k).isdigit() else str(k)
-            line, = ax.plot([r["step"] for r in m], [r["loss"] for r in m], linewidth=1, label=f"{lab} train")
+            line, = ax.plot([r["step"] for r in m], [r["loss"] for r in m], linewidth=1, label=f"{lab} train objective")
             val = [(r["step"], r["val_loss"]) for r in m if r.get("val_loss") is not None]
             if val:
                 ax.plot([v[0] for v in val], [v[1] for v in val], "o--", color=line.get_color(), markersize=3,
