@@ -91,27 +91,33 @@ def ppl_ratio(results: dict, out_dir: Path, context: int) -> list[str]:
 
 
 def far_mass(results: dict, out_dir: Path, context: int) -> list[str]:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    lengths: set[int] = set()
-    W = None
-    for n, (name, r) in enumerate(results.items()):
+    """One run per scheme: its far mass at each analysed length."""
+    series, W = {}, None
+    for name, r in results.items():
         an = r.get("analysis") or {}
         fm = (an.get("summary") or {}).get("far_mass") or {}
-        pts = sorted((int(k), v) for k, v in fm.items() if v is not None)
-        if not pts:
-            continue
-        W = an.get("far_window", W)
-        lengths |= {p[0] for p in pts}
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=MARKERS[n % len(MARKERS)], label=name)
-    if not lengths:
-        plt.close(fig)
+        pts = sorted((int(k), {"mean": v, "n": 1}) for k, v in fm.items() if v is not None)
+        if pts:
+            series[name], W = pts, an.get("far_window", W)
+    return far_mass_figure(series, W, context, out_dir, "Far attention mass vs length")
+
+
+def far_mass_figure(series: Mapping[str, Sequence[tuple[int, Mapping]]], window: float | None, context: int,
+                    out_dir: Path, title: str, legend_size: int = 8) -> list[str]:
+    """Far attention mass vs length, a line per scheme; ``series[name]`` is ``[(L, {"mean", "min",
+    "max", "n"}), ...]`` (:func:`band_plot`: a min-max band where there are several seeds)."""
+    if not series:
         return []
-    length_axis(ax, sorted(lengths))
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for n, (name, pts) in enumerate(series.items()):
+        band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=name, marker=MARKERS[n % len(MARKERS)])
+    length_axis(ax, sorted({p[0] for pts in series.values() for p in pts}))
     mark_train(ax, context)
     ax.set_ylim(0, 1)
-    ax.set_ylabel(f"far mass rho (attention beyond {W} tokens,\nmean over queries, layers, heads)")
-    ax.set_title("Far attention mass vs length")
-    ax.legend(fontsize=8)
+    w = "?" if window is None else f"{window:g}"
+    ax.set_ylabel(f"far mass rho (attention beyond {w} tokens,\nmean over queries, layers, heads)")
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
     return save_figure(fig, out_dir, "far_mass")
 
 

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from pedsl.study import seeds as sd
-from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, band_plot, loss_curves, plt
+from pedsl.study.plots import MARKERS, band_plot, far_mass_figure, length_axis, loss_curves, mark_train, plt, save_figure
 from pedsl.study.report import html_sections, md_sections
 from pedsl.data.tasks import TASKS
 
@@ -186,26 +186,16 @@ def ppl_ratio(results: dict, out_dir: Path, ctx: int, on: str = "the text corpus
 
 
 def far_mass(results: dict, out_dir: Path, ctx: int) -> list[str]:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    lengths: set[int] = set()
-    W = None
-    for n, (name, r) in enumerate(results.items()):
+    series, W = {}, None
+    for name, r in results.items():
         an = (r.get("spread") or {}).get("analysis") or {}
         fm = (an.get("summary") or {}).get("far_mass") or {}
         pts = sorted((int(L), v) for L, v in fm.items() if isinstance(v, dict))
         if pts:
-            band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=name, marker=MARKERS[n % len(MARKERS)])
-            lengths |= {p[0] for p in pts}
+            series[name] = pts
             W = ((r.get("mean") or {}).get("analysis") or {}).get("far_window", W)
-    if not lengths:
-        return _close(fig)
-    length_axis(ax, sorted(lengths))
-    mark_train(ax, ctx)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel(f"far mass (attention beyond {W:g} tokens,\nmean over queries, layers, heads)")
-    ax.set_title("Far attention mass vs length (band: min-max over seeds)")
-    _legend(ax)
-    return save_figure(fig, out_dir, "far_mass")
+    return far_mass_figure(series, W, ctx, out_dir, "Far attention mass vs length (band: min-max over seeds)",
+                           legend_size=7)
 
 
 # ---------------------------------------------------------------------------------------------
