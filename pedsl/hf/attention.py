@@ -115,6 +115,7 @@ class _State:
         self.original = (hf or {}).get("max_position_embeddings") if self.rope_type == "dynamic" else \
             rp.get("original_max_position_embeddings")
         self.longest = self.original  # HF's max_seq_len_cached of dynamic NTK
+        self._freqs: dict[int, torch.Tensor] = {}  # table length (0: static) -> (P,) float64 frequencies
 
     def table_length(self, seq_len: int) -> int:
         """The run-time length HF's rotary embedding uses for this call (``dynamic_rope_update``)."""
@@ -127,15 +128,23 @@ class _State:
         return self.longest
 
     def phases(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """(B, L, P) float64 phases of the scheme's rotation at HF's positions."""
+        """(B, L, P) float64 phases of the scheme's rotation at HF's positions: position x the
+        per-pair frequencies of the call's table (HF's family is ``GRID * position [/ factor]``)."""
+        t = self.transform
+        n = self.table_length(int(position_ids.max()) + 1) if t.table == RUNTIME_LENGTH else 0
+        w = self._freqs.get(n)
+        if w is None or w.device != position_ids.device:
+            if len(self._freqs) > 64:  # a dynamic table per length: keep the recent ones
+                self._freqs.clear()
+            w = self._freqs[n] = self._phase_at_one(n or None, position_ids.device)
+        return position_ids[..., None].to(F64) * w
+
+    def _phase_at_one(self, n: int | None, device) -> torch.Tensor:
         t, mod = self.transform, self.module
-        B, L = position_ids.shape
         P = len(t.channels) // 2
-        n = self.table_length(int(position_ids.max()) + 1) if t.table == RUNTIME_LENGTH else None
-        ctx = Context(values=mod.values, heads=mod.heads, pairs=P, chans=2 * P, L=L, n=n,
-                      positions=position_ids, device=position_ids.device, dtype=F64)
-        ph = mod.evaluator.run(t.expr, ctx, t.site)
-        return as_bhlp(ph, L, P)[:, 0].expand(B, L, P)
+        ctx = Context(values=mod.values, heads=mod.heads, pairs=P, chans=2 * P, L=1, n=n,
+                      positions=torch.ones(1, 1, dtype=torch.long, device=device), device=device, dtype=F64)
+        return as_bhlp(mod.evaluator.run(t.expr, ctx, t.site), 1, P)[0, 0, 0]
 
 
 def hf_cos_sin(phase: torch.Tensor, scale: float, width: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
