@@ -283,3 +283,27 @@ def test_gemma3_is_refused_for_its_per_layer_rope_only():
             import_config(cfg)
         msg = str(err.value)
         assert ("layer types" in msg or "per layer type" in msg) and "not read by rope_type" not in msg
+
+
+def _modeling_source(model_type: str) -> str:
+    root = Path(transformers.__file__).parent / "models" / model_type
+    files = sorted(root.glob("modeling_*.py"))
+    assert files, f"transformers has no models/{model_type}"
+    return "\n".join(f.read_text(encoding="utf-8") for f in files)
+
+
+@pytest.mark.parametrize("model_type", sorted(arch.FULL_ROTATION | arch.PARTIAL_ROTATION))
+def test_architecture_table_matches_the_installed_model_files(model_type):
+    """Every model type of pedsl.hf.arch: its own default rope reads partial_rotary_factor exactly when
+    the table says the architecture rotates a fraction (the classes tested above confirm the reading)."""
+    src = _modeling_source(model_type)
+    m = re.search(r"def compute_default_rope_parameters\(.*?return inv_freq", src, re.S)
+    assert m, f"{model_type} has no compute_default_rope_parameters"
+    reads = "partial_rotary_factor" in m.group(0)
+    assert reads == (model_type in arch.PARTIAL_ROTATION)
+
+
+@pytest.mark.parametrize("model_type", sorted(arch.INTERLEAVED))
+def test_interleaved_architectures_rotate_interleaved_pairs(model_type):
+    src = _modeling_source(model_type)
+    assert "0::2" in src or "repeat_interleave" in src

@@ -21,10 +21,10 @@ from __future__ import annotations
 FULL_ROTATION = frozenset({
     "llama", "mistral", "mixtral", "ministral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "olmo", "olmo2", "olmo3",
     "granite", "granitemoe", "starcoder2", "gemma", "gemma2", "exaone4", "seed_oss", "arcee", "apertus", "gpt_oss",
-    "smollm3",
+    "smollm3", "phimoe",
 })
 # Rotate the first int(head_dim * partial_rotary_factor) channels in the halves layout, every rope type.
-PARTIAL_ROTATION = frozenset({"phi3", "phimoe", "phi", "stablelm", "persimmon", "gpt_neox", "nemotron"})
+PARTIAL_ROTATION = frozenset({"phi3", "phi", "stablelm", "persimmon", "gpt_neox", "nemotron"})
 # Rotate interleaved pairs (rotate_half on x[..., 0::2] / x[..., 1::2]).
 INTERLEAVED = frozenset({"cohere", "cohere2", "helium", "ernie4_5", "ernie4_5_moe", "glm", "glm4", "glm4_moe",
                          "deepseek_v2", "deepseek_v3", "moonshine"})
