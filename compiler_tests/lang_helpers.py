@@ -70,20 +70,9 @@ def expectation(path: Path) -> dict:
 
 DOC = ROOT / "docs" / "language.md"
 BEGIN, END = "<!-- builtins:begin (generated: python compiler_tests/lang_helpers.py) -->", "<!-- builtins:end -->"
-CATEGORIES = [
-    ("math", "Math (elementwise; broadcast by axis)"),
-    ("grid", "Frequency grids (num[pair]; rot_dim = the group's channel count)"),
-    ("bias", "Biases"),
-    ("temperature", "Temperatures"),
-    ("channels", "Channel groups (inside `channels { ... }`)"),
-    ("transport", "Transports and steps"),
-    ("source", "Step sources (data-dependent or learned)"),
-]
-
-
 def builtin_tables() -> str:
     """The builtin-function tables of docs/language.md, from pedsl.lang.builtins.FUNCTIONS."""
-    from pedsl.lang.builtins import FUNCTIONS
+    from pedsl.lang.builtins import CATEGORIES, FUNCTIONS
 
     out = []
     for cat, title in CATEGORIES:
