@@ -210,7 +210,7 @@ def hover_text(analysis: Analysis, offset: int) -> tuple[str, Token] | None:
         b = FUNCTIONS[c.calls[-1][0]]
         if name in dict(b.params):
             return f"argument `{name}` of\n\n{builtin_hover(b.name)}", tok
-    if tok.depth == 1 and name in ("qk", "qkv") and scheme is not None:
+    if name in ("qk", "qkv") and scheme is not None and tok.depth - scheme.depth0 == 1:
         return f"`{name}`: a transport of {'queries and keys' if name == 'qk' else 'queries, keys and values'}\n\n" \
                + _frequencies(analysis, scheme), tok
     if scheme is not None:

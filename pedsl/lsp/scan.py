@@ -75,6 +75,7 @@ class SchemeOutline:
     doc: str | None = None
     body_start: int | None = None  # offset just after '{'
     close: int | None = None  # offset of the closing '}' (None: not closed yet)
+    depth0: int = 0  # brackets open before the scheme (left open by an unclosed scheme above)
     members: list[Decl] = field(default_factory=list)
 
     @property
@@ -96,8 +97,11 @@ class Outline:
 
     def scheme_at(self, offset: int) -> SchemeOutline | None:
         """The scheme whose declaration (header or body) holds ``offset``."""
-        for s in self.schemes:
-            end = s.close + 1 if s.close is not None else s.decl.stmt_end
+        for k, s in enumerate(self.schemes):
+            if s.close is not None:
+                end = s.close + 1
+            else:  # not closed yet: the text up to the next scheme is still being typed into it
+                end = self.schemes[k + 1].decl.stmt_start - 1 if k + 1 < len(self.schemes) else len(self.text)
             if s.decl.stmt_start <= offset <= end:
                 return s
         return None
@@ -135,13 +139,14 @@ class _OutlineBuilder:
         toks, i = self.toks, 0
         while i < len(toks):
             t = toks[i]
-            if t.kind == "name" and t.text == "import" and t.depth == 0:
+            # `import` and `scheme` only start top-level declarations; met deeper, a scheme above is unclosed
+            if t.kind == "name" and t.text == "import":
                 nxt = toks[i + 1] if i + 1 < len(toks) else None
                 if nxt is not None and nxt.kind == "str":
                     self.imports.append(Decl("import", _unquote(nxt.text), nxt.start, nxt.end, t.start, nxt.end))
                     i += 2
                     continue
-            if t.kind == "name" and t.text == "scheme" and t.depth == 0:
+            if t.kind == "name" and t.text == "scheme":
                 i = self._scheme(i)
                 continue
             i += 1
@@ -154,7 +159,7 @@ class _OutlineBuilder:
         if i >= len(toks) or toks[i].kind != "name":
             return i
         name = toks[i]
-        s = SchemeOutline(Decl("scheme", name.text, name.start, name.end, kw.start, name.end))
+        s = SchemeOutline(Decl("scheme", name.text, name.start, name.end, kw.start, name.end), depth0=kw.depth)
         self.schemes.append(s)
         i += 1
         if i < len(toks) and toks[i].text == "extends":
@@ -169,23 +174,25 @@ class _OutlineBuilder:
             s.decl.stmt_end = toks[i - 1].end
             return i
         s.body_start = toks[i].end
-        return self._body(s, i + 1)
+        return self._body(s, i + 1, kw.depth)
 
-    def _body(self, s: SchemeOutline, i: int) -> int:
+    def _body(self, s: SchemeOutline, i: int, d0: int) -> int:
         """Statements up to the scheme's closing brace, or up to a `scheme`/`import` keyword at the start of
-        a statement (an unclosed scheme: the next declaration starts there)."""
+        a statement (an unclosed scheme: the next declaration starts there). ``d0``: the brackets open
+        before the scheme (0 but after an unclosed one)."""
         toks = self.toks
         current: Decl | None = None
         section: str | None = None
         while i < len(toks):
             t = toks[i]
-            if t.depth == 0 and t.text == "}":
+            depth = t.depth - d0
+            if depth == 0 and t.text == "}":
                 s.close = t.start
                 s.decl.stmt_end = t.end
                 return i + 1
-            if t.depth == 1 and t.kind == "name" and t.text in ("scheme", "import"):
+            if t.kind == "name" and t.text in ("scheme", "import"):
                 break
-            if t.depth == 1 and t.kind == "name" and t.text in STATEMENT_KEYWORDS:
+            if depth == 1 and t.kind == "name" and t.text in STATEMENT_KEYWORDS:
                 section = t.text
                 current = None
                 nxt = toks[i + 1] if i + 1 < len(toks) else None
@@ -194,11 +201,11 @@ class _OutlineBuilder:
                     s.members.append(current)
                     i += 2
                     continue
-            elif (t.depth == 2 and section == "channels" and t.kind == "name" and i + 1 < len(toks)
+            elif (depth == 2 and section == "channels" and t.kind == "name" and i + 1 < len(toks)
                   and toks[i + 1].text == "="):  # a keyword argument sits deeper, inside a call
                 current = Decl("group", t.text, t.start, t.end, t.start, t.end)
                 s.members.append(current)
-            elif t.depth == 1 and t.text == ";":
+            elif depth == 1 and t.text == ";":
                 current = None
             if current is not None:
                 current.stmt_end = max(current.stmt_end, t.end)
@@ -232,7 +239,7 @@ class Cursor:
     scheme: SchemeOutline | None
     statement: str | None  # the statement keyword of the scheme-body statement the cursor is in
     calls: list[tuple[str, int]]  # open calls, innermost last: (function name, arguments before the cursor)
-    depth: int  # brackets open at the cursor
+    depth: int  # brackets open at the cursor (within its scheme)
     inside: Token | None  # the string literal or comment the cursor is inside
     at_statement_start: bool  # nothing of the current statement typed before the word
 
@@ -285,7 +292,7 @@ def cursor(o: Outline, offset: int) -> Cursor:
         for t in reversed(before):
             if t.start < scheme.body_start:
                 break
-            if t.depth == 1 and t.kind == "name" and t.text in STATEMENT_KEYWORDS:
+            if t.depth - scheme.depth0 == 1 and t.kind == "name" and t.text in STATEMENT_KEYWORDS:
                 statement = t.text
                 break
         last = before[-1] if before else None
@@ -293,4 +300,5 @@ def cursor(o: Outline, offset: int) -> Cursor:
     else:
         last = before[-1] if before else None
         start_ok = last is None or last.text in ("}", ";") or (last.kind == "str" and _line_start(text, word_start))
-    return Cursor(offset, prefix, word_start, before, scheme, statement, calls, len(stack), inside, start_ok)
+    depth = len(stack) - (scheme.depth0 if scheme is not None else 0)
+    return Cursor(offset, prefix, word_start, before, scheme, statement, calls, depth, inside, start_ok)
