@@ -5,6 +5,8 @@ library's schemes answered without a failure and each within a second."""
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -245,3 +247,19 @@ def test_a_thousand_random_edits_never_fail_and_each_answer_comes_within_a_secon
             slowest = max(slowest, time.perf_counter() - start)
     assert not s.failures, s.failures[:5]
     assert slowest < 1.0, f"the slowest request took {slowest:.2f} s"
+
+
+def test_without_the_extra_pedsl_lsp_says_which_extra_in_one_line():
+    code = "import sys; sys.modules['pygls'] = None\nfrom pedsl.cli import main\nmain(['lsp'])"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "pip install 'pedsl[lsp]'" in r.stderr and "error[E980]" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_command_line_does_not_import_the_server_unless_asked():
+    code = ("import sys\nfrom pedsl.cli import main\ntry:\n    main(['check', %r])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('pygls', 'lsprotocol', 'pygments', 'pedsl.lsp') if m in sys.modules))"
+            % str(library()[0]))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr

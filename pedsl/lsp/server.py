@@ -44,7 +44,9 @@ def initialize(ls: PeServer, params: lsp.InitializeParams) -> None:
     caps = params.capabilities
     completion = caps.text_document.completion if caps.text_document else None
     item = completion.completion_item if completion else None
+    hover_caps = caps.text_document.hover if caps.text_document else None
     ls.session.snippets = bool(item and item.snippet_support)
+    ls.session.markdown = bool(hover_caps and lsp.MarkupKind.Markdown in (hover_caps.content_format or ()))
     root = params.root_uri or (params.workspace_folders[0].uri if params.workspace_folders else None)
     ls.session.root = uri_path(root) if root else None
 

@@ -55,10 +55,11 @@ class Session:
     """Open documents by URI and what the requests about them need."""
 
     def __init__(self, root: Path | None = None, encoding: str = "utf-16", snippets: bool = True,
-                 report: Callable[[str], None] = log.warning):
+                 markdown: bool = True, report: Callable[[str], None] = log.warning):
         self.root = root
         self.encoding = encoding
         self.snippets = snippets
+        self.markdown = markdown  # the client renders Markdown (else the same text goes as plain text)
         self.report = report
         self.texts: dict[str, str] = {}
         self.failures: list[str] = []
@@ -104,20 +105,34 @@ class Session:
         analysis, text = self.analysis(uri)
         return [f.lsp for f in fixes.findings(analysis, text)]
 
+    def _format(self, content: lsp.MarkupContent | None) -> lsp.MarkupContent | None:
+        if content is None or self.markdown:
+            return content
+        return lsp.MarkupContent(kind=lsp.MarkupKind.PlainText, value=content.value)
+
     @answered(list)
     def completion(self, uri: str, pos: lsp.Position) -> list[lsp.CompletionItem]:
         doc, text = self.document(uri)
-        return features.completions(doc, text, self._offset(uri, pos), self.snippets)
+        items = features.completions(doc, text, self._offset(uri, pos), self.snippets)
+        for item in items:
+            item.documentation = self._format(item.documentation)
+        return items
 
     @answered(None)
     def signature_help(self, uri: str, pos: lsp.Position) -> lsp.SignatureHelp | None:
         doc, _ = self.document(uri)
-        return features.signature_help(doc, self._offset(uri, pos))
+        found = features.signature_help(doc, self._offset(uri, pos))
+        for sig in found.signatures if found else ():
+            sig.documentation = self._format(sig.documentation)
+        return found
 
     @answered(None)
     def hover(self, uri: str, pos: lsp.Position) -> lsp.Hover | None:
         analysis, text = self.analysis(uri)
-        return describe.hover(analysis, text, self._offset(uri, pos))
+        found = describe.hover(analysis, text, self._offset(uri, pos))
+        if found is not None:
+            found.contents = self._format(found.contents)
+        return found
 
     @answered(list)
     def definition(self, uri: str, pos: lsp.Position) -> list[lsp.Location]:
