@@ -75,3 +75,11 @@ def test_the_vscode_extension_starts_pedsl_lsp_for_pe_files():
     assert '"lsp"' in client and 'language: "pedsl"' in client
     config = json.loads((VSCODE / "language-configuration.json").read_text())
     assert config["comments"]["lineComment"] == "#"
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/language.md"])
+def test_the_docs_pe_blocks_lex_cleanly(doc):
+    blocks = re.findall(r"```pe\n(.*?)```", (ROOT / doc).read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        assert [v for t, v in PeLexer().get_tokens(block) if t in Error] == []
