@@ -14,6 +14,7 @@ import pytest
 from lsprotocol import types as lsp
 
 from conftest import SCHEMES, library
+from lang_helpers import BAD_FILES, expectation
 from pedsl.errors import PedslError
 from pedsl.lang import api
 from pedsl.lsp.scan import cursor, outline
@@ -143,6 +144,26 @@ def test_quick_fixes_replace_a_misspelling_and_silence_a_lint(tmp_path):
     [allow] = s.code_actions(uri, w.range)
     s.update(uri, fixed.replace("\n}\n", "\n" + allow.edit.changes[uri][0].new_text + "}\n"))
     assert s.diagnostics(uri) == [] and api.check(s.texts[uri]) == []
+
+
+@pytest.mark.parametrize("path", [p for p in BAD_FILES if expectation(p)["params"] is None], ids=lambda p: p.stem)
+def test_diagnostics_are_pedsl_checks_codes_positions_and_hints(path):
+    """Every bad fixture: the editor shows what `pedsl check FILE` prints, at the same line and column."""
+    try:
+        expected = api.check(path)
+    except PedslError as err:
+        expected = err.diagnostics
+    s = Session()
+    uri = _open(s, path, path.read_bytes().decode("utf-8", errors="replace"))
+    got = s.diagnostics(uri)
+    assert [d.code for d in got] == [d.code for d in expected]
+    for lsp_diag, d in zip(got, expected):
+        if d.file in (None, str(path)) and d.line is not None:
+            assert (lsp_diag.range.start.line, lsp_diag.range.start.character) == (d.line - 1, (d.col or 1) - 1)
+            if d.end_col is not None:
+                assert lsp_diag.range.end.character == d.end_col - 1
+        assert d.message in lsp_diag.message  # found in an imported file: prefixed with where
+        assert d.hint is None or f"hint: {d.hint}" in lsp_diag.message
 
 
 def test_diagnostics_in_an_imported_file_are_shown_on_the_import(tmp_path):

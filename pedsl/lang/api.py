@@ -52,11 +52,13 @@ def format_text(text: str, file: str | None = None) -> str:
 def load_text(text: str, file: str | Path | None = None, base_dir: Path | None = None) -> Source:
     """A file's text as an editor holds it, loaded with its imports as ``pedsl check FILE`` loads the file:
     imports relative to ``base_dir`` (the file's folder; the current folder when neither is given) and
-    confined to that folder tree, the scheme library and the allowed import roots. Raises ParseError or
-    CheckError (syntax, imports); pass the result to :func:`check` or :func:`load_with_warnings`."""
+    confined to that folder tree, the scheme library and the allowed import roots; an import cycle back
+    to ``file`` is found as in the file. Raises ParseError or CheckError (syntax, imports); pass the
+    result to :func:`check` or :func:`load_with_warnings`."""
     if base_dir is None:
         base_dir = Path(file).parent if file is not None else Path.cwd()
-    return Loader().load_text(text, None if file is None else str(file), Path(base_dir))
+    path = Path(file) if file is not None and Path(file).is_file() else None
+    return Loader().load_text(text, None if file is None else str(file), Path(base_dir), path=path)
 
 
 def load(

@@ -86,18 +86,17 @@ def frequency_summary(s: Scheme) -> str | None:
                         *verdicts])
 
 
-def _uses_grid(analysis: Analysis, scheme: SchemeOutline, text: str, depth: int = 0) -> bool:
-    """The expression text calls a frequency grid, directly or through the lets it names."""
-    names = set(re.findall(r"[A-Za-z_]\w*", text))
-    if any(FUNCTIONS[n].category == "grid" for n in names if n in FUNCTIONS):
-        return True
-    if depth > 8:
-        return False
-    for n in names:
-        for link, d in analysis.doc.lookup(scheme, n, ("let",))[:1]:
-            value = _stmt(link, d).split("=", 1)[-1]
-            if _uses_grid(analysis, scheme, value, depth + 1):
-                return True
+def _uses_grid(analysis: Analysis, scheme: SchemeOutline, text: str) -> bool:
+    """The expression text calls a frequency grid, directly or through the lets it names (each let once)."""
+    pending, seen = [text], set()
+    while pending:
+        names = set(re.findall(r"[A-Za-z_]\w*", pending.pop()))
+        if any(FUNCTIONS[n].category == "grid" for n in names if n in FUNCTIONS):
+            return True
+        for n in names - seen:
+            seen.add(n)
+            for link, d in analysis.doc.lookup(scheme, n, ("let",))[:1]:
+                pending.append(_stmt(link, d).split("=", 1)[-1])
     return False
 
 

@@ -83,6 +83,7 @@ class Document:
         self.outline = outline(self.text)
         self.roots = import_roots(self.base_dir)
         self._visible: dict[str, Located] | None = None
+        self._chains: dict[int, tuple[SchemeOutline, list[Located]]] = {}
 
     @property
     def file(self) -> str | None:
@@ -123,7 +124,11 @@ class Document:
 
     def chain(self, scheme: SchemeOutline) -> list[Located]:
         """The scheme and its bases, the scheme first (stops at an unknown base or a cycle)."""
+        hit = self._chains.get(id(scheme))
+        if hit is not None and hit[0] is scheme:
+            return hit[1]
         out = [Located(scheme, self.path, self.outline)]
+        self._chains[id(scheme)] = (scheme, out)
         names = {scheme.name}
         scope = self.visible()
         while out[-1].scheme.base is not None and len(out) < 64:
