@@ -176,6 +176,17 @@ def test_diagnostics_in_an_imported_file_are_shown_on_the_import(tmp_path):
     assert d.related_information[0].location.uri == (tmp_path / "base.pe").resolve().as_uri()
 
 
+def test_a_save_checks_the_importing_documents_again(tmp_path):
+    base = tmp_path / "base.pe"
+    base.write_text("scheme base {\n  qk: rotate(geometric(10000) * position)\n}\n")
+    s = Session()
+    uri = _open(s, tmp_path / "child.pe", 'import "base.pe"\nscheme child extends base {}\n')
+    assert s.diagnostics(uri) == []
+    base.write_text("scheme base {\n  qk: rotate(geometric(bsae) * position)\n}\n")
+    s.saved()
+    assert [d.code for d in s.diagnostics(uri)] == ["E201"]
+
+
 def test_imports_are_confined_like_pedsl_check(tmp_path):
     outside = tmp_path / "outside"
     inside = tmp_path / "work"

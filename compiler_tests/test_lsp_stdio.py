@@ -17,6 +17,8 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from conftest import ROOT, SCHEMES
 from pedsl.lang import api
+from pedsl.lsp.session import Session
+from pedsl.lsp.text import Text
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -133,7 +135,7 @@ async def test_formatting_returns_pedsl_fmts_text(client, tmp_path):
     assert edit.new_text == api.format_text(text)
 
 
-async def test_random_edits_over_stdio_are_each_answered_within_a_second(client):
+async def test_random_incremental_edits_over_stdio_are_each_answered_within_a_second(client):
     rng = random.Random(7)
     path = SCHEMES / "rope_id.pe"
     text = path.read_text()
@@ -142,9 +144,15 @@ async def test_random_edits_over_stdio_are_each_answered_within_a_second(client)
     slowest = 0.0
     for version in range(2, 42):
         i = rng.randrange(len(text))
-        text = text[:i] + rng.choice(["(", "}", " span(", "\n", "let ", "", '"', "qk: "]) + text[i + rng.randrange(4):]
-        await _change(client, uri, text, version)
-        pos = _at(text, text[i:i + 1]) if text[i:i + 1] else lsp.Position(0, 0)
+        j = min(len(text), i + rng.randrange(4))
+        new = rng.choice(["(", "}", " span(", "\n", "let ", "", '"', "qk: ", "\U0001F600"])
+        change = lsp.TextDocumentContentChangePartial(range=lsp.Range(start=_unit_pos(text, i), end=_unit_pos(text, j)),
+                                                      text=new)
+        text = text[:i] + new + text[j:]
+        params = lsp.DidChangeTextDocumentParams(
+            text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=version), content_changes=[change])
+        await _published(client, lambda: client.text_document_did_change(params), uri, version)
+        pos = _unit_pos(text, i)
         for call in (client.text_document_completion_async(lsp.CompletionParams(text_document=doc, position=pos)),
                      client.text_document_hover_async(lsp.HoverParams(text_document=doc, position=pos)),
                      client.text_document_definition_async(lsp.DefinitionParams(text_document=doc, position=pos))):
@@ -152,3 +160,15 @@ async def test_random_edits_over_stdio_are_each_answered_within_a_second(client)
             await call
             slowest = max(slowest, time.perf_counter() - start)
     assert slowest < 1.0, f"the slowest request took {slowest:.2f} s"
+    # the server applied every edit as the editor did: it sees the same text
+    got = await client.text_document_document_symbol_async(lsp.DocumentSymbolParams(text_document=doc))
+    session = Session()
+    session.update(uri, text)
+    def flat(symbols):
+        return [(x.name, x.range, x.detail, flat(x.children or [])) for x in symbols]
+
+    assert flat(got) == flat(session.symbols(uri))
+
+
+def _unit_pos(text: str, offset: int) -> lsp.Position:
+    return lsp.Position(*Text(text).position(offset))

@@ -68,6 +68,7 @@ def did_change(ls: PeServer, params: lsp.DidChangeTextDocumentParams) -> None:
 
 @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
 def did_save(ls: PeServer, params: lsp.DidSaveTextDocumentParams) -> None:
+    ls.session.saved()
     for uri in list(ls.session.texts):
         ls.publish(uri)
 

@@ -63,7 +63,12 @@ class Session:
         self.report = report
         self.texts: dict[str, str] = {}
         self.failures: list[str] = []
-        self._analyses: dict[str, tuple[str, Analysis]] = {}
+        # Caches by the document's text and a generation: an edit of any open document can change what
+        # another one sees through its imports (navigation reads open buffers), a save what it checks
+        # against (diagnostics read the files as saved, like `pedsl check`).
+        self._edits = self._saves = 0
+        self._documents: dict[str, tuple[tuple[str, int], Document]] = {}
+        self._analyses: dict[str, tuple[tuple[str, int], Analysis]] = {}
         self.files = Files(self._open_text)
 
     # ------------------------------------------------------------------ documents
@@ -75,24 +80,39 @@ class Session:
         return None
 
     def update(self, uri: str, text: str) -> None:
-        self.texts[uri] = text
+        if self.texts.get(uri) != text:
+            self.texts[uri] = text
+            self._edits += 1
+
+    def saved(self) -> None:
+        """A file was written: check every document again against the files on disk."""
+        self._saves += 1
 
     def close(self, uri: str) -> None:
         self.texts.pop(uri, None)
+        self._documents.pop(uri, None)
         self._analyses.pop(uri, None)
+        self._edits += 1
 
     def document(self, uri: str) -> tuple[Document, Text]:
         text = self.texts.get(uri, "")
-        path = uri_path(uri)
-        base = path.parent if path is not None else (self.root or Path.cwd())
-        return Document(text, path, base, self.files), Text(text, self.encoding)
+        key = (text, self._edits)
+        hit = self._documents.get(uri)
+        if hit is None or hit[0] != key:
+            path = uri_path(uri)
+            base = path.parent if path is not None else (self.root or Path.cwd())
+            hit = (key, Document(text, path, base, self.files))
+            self._documents[uri] = hit
+        return hit[1], Text(text, self.encoding)
 
     def analysis(self, uri: str) -> tuple[Analysis, Text]:
         text = self.texts.get(uri, "")
+        key = (text, self._saves)
         hit = self._analyses.get(uri)
-        if hit is None or hit[0] != text:
-            doc, _ = self.document(uri)
-            hit = (text, Analysis(doc))
+        if hit is None or hit[0] != key:
+            path = uri_path(uri)
+            base = path.parent if path is not None else (self.root or Path.cwd())
+            hit = (key, Analysis(Document(text, path, base, self.files)))
             self._analyses[uri] = hit
         return hit[1], Text(text, self.encoding)
 
