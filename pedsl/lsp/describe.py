@@ -74,12 +74,12 @@ def frayed_verdict(s: Scheme, name: str, periods, train_length: int | None) -> s
             "a cycle in training and rotate out of distribution past it")
 
 
-def frequency_summary(s: Scheme) -> str | None:
+def frequency_summary(s: Scheme) -> str:
     """The frequency table of ``pedsl explain`` for the scheme's rotations, and the Frayed-RoPE verdicts."""
     f = scheme_facts(s, graph=False)
-    rows = [g for g in f.rotating if g.freqs is not None or g.spread is not None]
+    rows = f.rotating
     if not rows:
-        return None
+        return f"`{s.name}` rotates no channels: no frequencies"
     table = _trimmed(frequency_lines(dataclasses.replace(f, groups=rows)))
     verdicts = [frayed_verdict(s, g.name, g.periods, f.train_length) for g in rows if g.periods is not None]
     return "\n\n".join([f"**Frequencies of `{s.name}`** (as `pedsl explain` shows them)", _code("\n".join(table), "text"),
@@ -110,6 +110,10 @@ def builtin_hover(name: str) -> str:
                                                                                  if b.learned else [])
     extra = f" · reads {', '.join(reads)}" if reads else ""
     return f"{_code(b.signature())}\n\n{b.doc}\n\n*{family}*{extra}"
+
+
+def _joined(*parts: str | None) -> str:
+    return "\n\n".join(p for p in parts if p)
 
 
 def param_hover(analysis: Analysis, scheme: SchemeOutline | None, found: list[tuple[Located, Decl]]) -> str:
@@ -147,7 +151,7 @@ def _frequencies(analysis: Analysis, scheme: SchemeOutline) -> str:
     resolved = analysis.resolved(scheme.name)
     if resolved is None:
         return f"(no frequency table: `{scheme.name}` does not check yet)"
-    return frequency_summary(resolved) or ""
+    return frequency_summary(resolved)
 
 
 def scheme_hover(analysis: Analysis, loc: Located) -> str:
@@ -201,17 +205,16 @@ def hover_text(analysis: Analysis, offset: int) -> tuple[str, Token] | None:
         code = WARNINGS[name]
         return f"`allow {name}` silences **{code}**: {CODES.get(code, ('', ''))[1]}", tok
     if nxt is not None and nxt.text == "(" and name in FUNCTIONS:
-        text = builtin_hover(name)
-        if FUNCTIONS[name].category in ("grid", "transport") and scheme is not None and c.statement in ("let", "qk", "qkv"):
-            text += "\n\n" + _frequencies(analysis, scheme)
-        return text, tok
+        frequencies = FUNCTIONS[name].category in ("grid", "transport") and scheme is not None \
+            and c.statement in ("let", "qk", "qkv")
+        return _joined(builtin_hover(name), _frequencies(analysis, scheme) if frequencies else None), tok
     if nxt is not None and nxt.text == "=" and c.calls and c.calls[-1][0] in FUNCTIONS:
         b = FUNCTIONS[c.calls[-1][0]]
         if name in dict(b.params):
             return f"argument `{name}` of\n\n{builtin_hover(b.name)}", tok
     if name in ("qk", "qkv") and scheme is not None and tok.depth - scheme.depth0 == 1:
-        return f"`{name}`: a transport of {'queries and keys' if name == 'qk' else 'queries, keys and values'}\n\n" \
-               + _frequencies(analysis, scheme), tok
+        what = "queries and keys" if name == "qk" else "queries, keys and values"
+        return _joined(f"`{name}`: a transport of {what}", _frequencies(analysis, scheme)), tok
     if scheme is not None:
         found = doc.lookup(scheme, name)
         if found:
