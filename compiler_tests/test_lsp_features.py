@@ -91,6 +91,16 @@ def test_hover_on_a_parameter_a_builtin_and_a_frequency():
     assert "a transport of queries and keys" in h and "Frequencies of `yarn`" in h
 
 
+def test_hover_on_train_and_eval_settings():
+    s = Session()
+    uri = _open(s, SCHEMES / "rope.pe")
+    text = s.texts[uri]
+    h = s.hover(uri, _pos(text, "context =")).contents.value
+    assert "train { context: int = 128 }" in h and "bounds: >= 2" in h
+    h = s.hover(uri, _pos(text, "lengths =")).contents.value
+    assert "eval { lengths: list[int] | None = None }" in h
+
+
 def test_hover_says_a_span_grid_is_not_frayed():
     s = Session()
     uri = _open(s, SCHEMES / "rope_id.pe")

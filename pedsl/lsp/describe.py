@@ -112,6 +112,44 @@ def builtin_hover(name: str) -> str:
     return f"{_code(b.signature())}\n\n{b.doc}\n\n*{family}*{extra}"
 
 
+def _type_name(annotation) -> str:
+    """A config field's type in a few words: ``list[int] | None`` for an annotated list, ``int`` for int."""
+    text = getattr(annotation, "__name__", None) if isinstance(annotation, type) else None
+    text = text or str(annotation).replace("typing.", "")
+    while "Annotated[" in text:  # Annotated[X, FieldInfo(...)] -> X
+        start = text.index("Annotated[")
+        depth, i = 0, start + len("Annotated[")
+        inner_end = None
+        for i in range(start + len("Annotated["), len(text)):
+            ch = text[i]
+            if ch in "[(":
+                depth += 1
+            elif ch in "])":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0 and inner_end is None:
+                inner_end = i
+        text = text[:start] + text[start + len("Annotated["):inner_end or i] + text[i + 1:]
+    return text
+
+
+def setting_hover(which: str, key: str) -> str | None:
+    """A ``train``/``eval`` setting: its type, default, bounds and description from the config models."""
+    from pedsl import config
+
+    models = (config.TrainConfig, config.ModelConfig, config.DataConfig) if which == "train" else (config.EvalConfig,)
+    field = next((m.model_fields[key] for m in models if key in m.model_fields), None)
+    if field is None:
+        return None
+    kind = _type_name(field.annotation)
+    bounds = ", ".join(f"{sym} {getattr(b, attr)}" for b in field.metadata
+                       for attr, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<"))
+                       if getattr(b, attr, None) is not None)
+    default = "" if field.default_factory is not None or field.is_required() else f" = {field.default!r}"
+    return _joined(_code(f"{which} {{ {key}: {kind}{default} }}"), bounds and f"bounds: {bounds}", field.description)
+
+
 def _joined(*parts: str | None) -> str:
     return "\n\n".join(p for p in parts if p)
 
@@ -212,6 +250,9 @@ def hover_text(analysis: Analysis, offset: int) -> tuple[str, Token] | None:
         b = FUNCTIONS[c.calls[-1][0]]
         if name in dict(b.params):
             return f"argument `{name}` of\n\n{builtin_hover(b.name)}", tok
+    if c.statement in ("train", "eval") and nxt is not None and nxt.text == "=" and c.depth == 2:
+        found_setting = setting_hover(c.statement, name)
+        return (found_setting, tok) if found_setting else None
     if name in ("qk", "qkv") and scheme is not None and tok.depth - scheme.depth0 == 1:
         what = "queries and keys" if name == "qk" else "queries, keys and values"
         return _joined(f"`{name}`: a transport of {what}", _frequencies(analysis, scheme)), tok
