@@ -10,8 +10,10 @@ Layers, each importing only the ones above it:
   import policy), and the checked analysis of a document (diagnostics, resolved schemes);
 - :mod:`pedsl.lsp.features` (completion, signature help), :mod:`pedsl.lsp.describe` (hover),
   :mod:`pedsl.lsp.navigate` (definition, symbols), :mod:`pedsl.lsp.fixes` (code actions);
-- :mod:`pedsl.lsp.server`: the pygls server that wires them to requests.
+- :mod:`pedsl.lsp.session`: the open documents, cached analyses and one method per request, each
+  answering something on any text (what the tests drive in-process);
+- :mod:`pedsl.lsp.server`: the pygls server that wires the session to the protocol over stdio.
 
-Only :mod:`pedsl.lsp.server` and the feature modules import pygls/lsprotocol (the ``lsp`` extra);
+The feature modules use lsprotocol's types, the server pygls (the ``lsp`` extra);
 the command line imports this package only when ``pedsl lsp`` runs.
 """
