@@ -105,6 +105,26 @@ def doc_with_tables(text: str) -> str:
     return _replace_block(text, CODES_BEGIN, CODES_END, "\n" + codes_table() + "\n")
 
 
-if __name__ == "__main__":  # regenerate the tables in docs/language.md
+# ------------------------------------------------------------------ the VS Code extension's TextMate grammar
+
+GRAMMAR = ROOT / "editors" / "vscode" / "syntaxes" / "pedsl.tmLanguage.json"
+
+
+def grammar_with_builtins(text: str) -> str:
+    """The TextMate grammar with its builtin-function and fixed-name patterns from the registry."""
+    import json
+
+    from pedsl.lang.builtins import CONSTANTS, FUNCTIONS
+
+    grammar = json.loads(text)
+    grammar["repository"]["builtin"]["patterns"] = [
+        {"name": "support.function.builtin.pedsl", "match": "\\b(" + "|".join(FUNCTIONS) + ")\\b(?=\\s*\\()"},
+        {"name": "support.constant.pedsl", "match": "\\b(" + "|".join(CONSTANTS) + ")\\b"},
+    ]
+    return json.dumps(grammar, indent=2) + "\n"
+
+
+if __name__ == "__main__":  # regenerate the tables in docs/language.md and the editor grammar's builtins
     DOC.write_text(doc_with_tables(DOC.read_text()))
-    print(f"updated {DOC}")
+    GRAMMAR.write_text(grammar_with_builtins(GRAMMAR.read_text()))
+    print(f"updated {DOC} and {GRAMMAR}")

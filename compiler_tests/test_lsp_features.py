@@ -66,6 +66,19 @@ def test_completion_knows_where_it_is(typed, expect, absent, tmp_path):
     assert expect <= labels and not (absent & labels), labels
 
 
+def test_import_completion_walks_subfolders_but_not_out_of_the_allowed_tree(tmp_path):
+    (tmp_path / "work" / "variants").mkdir(parents=True)
+    (tmp_path / "work" / "variants" / "long.pe").write_text("scheme long {}\n")
+    (tmp_path / "secret.pe").write_text("scheme secret {}\n")
+    s = Session()
+    for typed, expect, absent in [('import "', {"variants/", "rope.pe"}, {"r.pe"}),
+                                  ('import "variants/', {"variants/long.pe"}, {"rope.pe"}),
+                                  ('import "../', set(), {"../secret.pe"})]:
+        uri = _open(s, tmp_path / "work" / "r.pe", typed)
+        labels = {i.label for i in s.completion(uri, lsp.Position(0, len(typed)))}
+        assert expect <= labels and not (absent & labels), labels
+
+
 def test_extends_offers_library_schemes_with_their_import(tmp_path):
     s = Session()
     text = "scheme r extends "

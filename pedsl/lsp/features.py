@@ -125,22 +125,33 @@ def _schemes(doc: Document, c: Cursor) -> list[lsp.CompletionItem]:
 
 
 def _import_files(doc: Document, c: Cursor, text: Text) -> list[lsp.CompletionItem]:
-    """`.pe` files of the document's folder and of the library, replacing what is typed inside the quotes."""
+    """`.pe` files and folders (of the document's folder, or of the subfolder typed so far) that an import
+    may name, and the library's files; each replaces what is typed inside the quotes."""
     assert c.inside is not None
     start = c.inside.start + 1
-    names: dict[str, str] = {}
-    folder = doc.path.parent if doc.path is not None else doc.base_dir
+    typed = text.text[start:c.offset]
+    sub = typed.rsplit("/", 1)[0] + "/" if "/" in typed else ""
+    folder = (doc.path.parent if doc.path is not None else doc.base_dir) / sub
+    names: dict[str, tuple[str, lsp.CompletionItemKind]] = {}
     try:
-        for p in sorted(folder.glob("*.pe"))[:200]:
-            if doc.path is None or p.name != doc.path.name:
-                names[p.name] = f"file in {folder.name or folder}"
+        entries = sorted(folder.iterdir())[:500]
     except OSError:
-        pass
-    for name in library_names():
-        names.setdefault(f"{name}.pe", f"scheme library ({library_dir()})")
+        entries = []
+    for p in entries:
+        try:
+            allowed = any(p.resolve().is_relative_to(r) for r in doc.roots)
+            if allowed and p.is_dir() and not p.name.startswith("."):
+                names[f"{sub}{p.name}/"] = ("folder", lsp.CompletionItemKind.Folder)
+            elif allowed and p.suffix == ".pe" and (doc.path is None or p.resolve() != doc.path.resolve()):
+                names[f"{sub}{p.name}"] = (f"file in {folder}", lsp.CompletionItemKind.File)
+        except OSError:
+            continue
+    if not sub:
+        for name in library_names():
+            names.setdefault(f"{name}.pe", (f"scheme library ({library_dir()})", lsp.CompletionItemKind.File))
     rng = lsp.Range(start=lsp.Position(*text.position(start)), end=lsp.Position(*text.position(c.offset)))
-    return [lsp.CompletionItem(label=n, kind=lsp.CompletionItemKind.File, detail=d,
-                               text_edit=lsp.TextEdit(range=rng, new_text=n)) for n, d in names.items()]
+    return [lsp.CompletionItem(label=n, kind=kind, detail=d, text_edit=lsp.TextEdit(range=rng, new_text=n))
+            for n, (d, kind) in names.items()]
 
 
 def _section_keys(which: str) -> list[lsp.CompletionItem]:
