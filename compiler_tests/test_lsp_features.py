@@ -318,3 +318,19 @@ def test_the_command_line_does_not_import_the_server_unless_asked():
             % str(library()[0]))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip().splitlines()[-1] == "[]", r.stdout + r.stderr
+
+
+def test_a_bug_inside_a_request_is_logged_and_answered_with_nothing(monkeypatch, tmp_path):
+    from pedsl.lsp import features
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    logged = []
+    s = Session(report=lambda message, level: logged.append((level, message)))
+    uri = _open(s, tmp_path / "r.pe", "scheme r { let w = geometric(")
+    monkeypatch.setattr(features, "completions", broken)
+    assert s.completion(uri, lsp.Position(0, 5)) == []
+    assert s.failures == ["completion: RuntimeError: a bug"]
+    assert logged[0][0] == "error" and "Traceback" in logged[0][1]
+    assert s.hover(uri, lsp.Position(0, 12)) is not None  # the other requests go on

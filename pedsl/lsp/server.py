@@ -26,8 +26,9 @@ class PeServer(LanguageServer):
         super().__init__("pedsl", _version(), text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
         self.session = Session(report=self._log)
 
-    def _log(self, message: str) -> None:
-        self.window_log_message(lsp.LogMessageParams(type=lsp.MessageType.Warning, message=message))
+    def _log(self, message: str, level: str) -> None:
+        kind = lsp.MessageType.Error if level == "error" else lsp.MessageType.Log
+        self.window_log_message(lsp.LogMessageParams(type=kind, message=message))
 
     def publish(self, uri: str) -> None:
         doc = self.workspace.get_text_document(uri)

@@ -43,7 +43,7 @@ def answered(default):
             except Exception as exc:  # noqa: BLE001 - no request may stop the server
                 self.failures.append(f"{fn.__name__}: {type(exc).__name__}: {exc}")
                 self.report(f"pedsl lsp: {fn.__name__} failed: {type(exc).__name__}: {exc}\n"
-                            + "".join(traceback.format_exc(limit=8)))
+                            + "".join(traceback.format_exc(limit=8)), "error")
                 return default() if callable(default) else default
 
         return run
@@ -55,12 +55,14 @@ class Session:
     """Open documents by URI and what the requests about them need."""
 
     def __init__(self, root: Path | None = None, encoding: str = "utf-16", snippets: bool = True,
-                 markdown: bool = True, report: Callable[[str], None] = log.warning):
+                 markdown: bool = True, report: Callable[[str, str], None] | None = None):
         self.root = root
         self.encoding = encoding
         self.snippets = snippets
         self.markdown = markdown  # the client renders Markdown (else the same text goes as plain text)
-        self.report = report
+        # report(message, level): level "error" (a request failed inside pedsl) or "info"
+        self.report = report or (lambda message, level: log.log(logging.ERROR if level == "error" else logging.INFO,
+                                                                message))
         self.texts: dict[str, str] = {}
         self.failures: list[str] = []
         # Caches by the document's text and a generation: an edit of any open document can change what
@@ -172,7 +174,7 @@ class Session:
         try:
             new = api.format_text(text, str(path) if path else None)
         except PedslError as err:
-            self.report(f"pedsl fmt: not formatted: {err.diagnostics[0].render()}")
+            self.report(f"pedsl fmt: not formatted: {err.diagnostics[0].render()}", "info")
             return None
         if new == text:
             return []
