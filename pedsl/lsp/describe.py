@@ -14,13 +14,14 @@ import re
 
 from lsprotocol import types as lsp
 
+from pedsl import config
 from pedsl.errors import CODES
 from pedsl.explain import frequency_lines
 from pedsl.diffing.facts import fmt_num, scheme_facts
 from pedsl.lang.builtins import CATEGORIES, CONSTANTS, FUNCTIONS, WARNINGS
 from pedsl.lang.scheme import Scheme
 from pedsl.lsp.features import CONSTANT_DOCS
-from pedsl.lsp.project import Analysis, Located
+from pedsl.lsp.project import Analysis, Located, import_file
 from pedsl.lsp.scan import Decl, SchemeOutline, Token, cursor
 from pedsl.lsp.text import Text
 
@@ -136,8 +137,6 @@ def _type_name(annotation) -> str:
 
 def setting_hover(which: str, key: str) -> str | None:
     """A ``train``/``eval`` setting: its type, default, bounds and description from the config models."""
-    from pedsl import config
-
     models = (config.TrainConfig, config.ModelConfig, config.DataConfig) if which == "train" else (config.EvalConfig,)
     field = next((m.model_fields[key] for m in models if key in m.model_fields), None)
     if field is None:
@@ -267,8 +266,6 @@ def hover_text(analysis: Analysis, offset: int) -> tuple[str, Token] | None:
 
 
 def _import_hover(analysis: Analysis, name: str) -> str:
-    from pedsl.lsp.project import import_file
-
     doc = analysis.doc
     target = import_file(doc.path.parent if doc.path else doc.base_dir, name, doc.roots)
     if target is None:

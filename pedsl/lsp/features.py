@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from lsprotocol import types as lsp
 
+from pedsl import config
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, REQUIRED, WARNINGS
 from pedsl.lang.library import library_dir, library_names
 from pedsl.lsp.project import Document
@@ -155,8 +156,6 @@ def _import_files(doc: Document, c: Cursor, text: Text) -> list[lsp.CompletionIt
 
 
 def _section_keys(which: str) -> list[lsp.CompletionItem]:
-    from pedsl import config
-
     keys = config.train_block_keys() if which == "train" else config.eval_block_keys()
     return [_item(k, lsp.CompletionItemKind.Field, f"{which} setting") for k in sorted(keys) if "." not in k]
 
