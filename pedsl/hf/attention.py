@@ -39,15 +39,18 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from pedsl.compiler import compile_scheme
 from pedsl.compiler.plan import RUNTIME_LENGTH
+from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
 from pedsl.hf.rope import export_rope, import_config
 from pedsl.lang.api import load
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.torch_backend import Context
-from pedsl.compiler.shapes import as_bhlp
 
 NAME = "pedsl"
 _ATTR = "_pedsl_attention"
@@ -194,8 +197,6 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     check_kwargs(dropout, kwargs)
     state: _State = getattr(module, _ATTR)
     if state.hf is not None:  # q and k carry the scheme's rotation: plain causal attention
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling)
     B, H, Lq, D = query.shape
     Lk = key.shape[2]
@@ -211,9 +212,6 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
 
 
 def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
     AttentionInterface.register(NAME, pedsl_attention_forward)
     AttentionMaskInterface.register(NAME, sdpa_mask)  # boolean, or None for a plain causal call
 
