@@ -16,7 +16,8 @@ from pathlib import Path
 
 import click
 
-from pedsl.errors import PedslError, UsageError
+from pedsl.cli.option_rules import refuse_given
+from pedsl.errors import PedslError, UsageError, did_you_mean
 from pedsl.limits import MAX_LENGTH, MAX_SEED
 
 
@@ -96,10 +97,17 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     from pedsl.diffing import report
 
     if json_schema:
+        _refuse_beside_json_schema(a, b)
         click.echo(json.dumps(report.JSON_SCHEMA, indent=2))
         return 0
     if not a or not b:
         raise click.UsageError("pedsl diff needs two schemes: pedsl diff A.pe B.pe (or A.pe:NAME B.pe:NAME)")
+    if not (numeric or plot):
+        refuse_given(["lmax", "samples", "seed"], "not used without --numeric or --plot (they set the numeric "
+                     "comparison)", hint="add --numeric, or drop them")
+    if scheme_name is not None and split_target(a)[1] and split_target(b)[1]:
+        raise UsageError(f"--scheme {scheme_name}: both sides already name their scheme ({a}, {b})",
+                         hint="drop --scheme, or the :NAME of the files")
     try:
         shared, own_a, own_b = _parse(params), _parse(params_a), _parse(params_b)
         sa, path_a, pa = load_side(a, scheme_name, shared, own_a, "A")
@@ -107,8 +115,10 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
         unused = [k for k in shared if k not in sa.params and k not in sb.params]
         if unused:
             raise UsageError(f"-P {unused[0]}: neither {sa.name} nor {sb.name} has a parameter '{unused[0]}'",
-                             code="E992", hint="parameters of A: " + (", ".join(sa.params) or "none")
-                             + "; of B: " + (", ".join(sb.params) or "none"))
+                             code="E992", hint=" ".join(filter(None, [
+                                 did_you_mean(unused[0], [*sa.params, *sb.params]),
+                                 "parameters of A: " + (", ".join(sa.params) or "none")
+                                 + "; of B: " + (", ".join(sb.params) or "none")])))
         doc = build(sa, sb, path_a, path_b, pa, pb, numeric=numeric or bool(plot), plot=plot,
                     lmax=lmax, samples=samples, seed=seed)
     except PedslError as err:
@@ -132,6 +142,16 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
         click.echo(report.render_text(_label(path_a, sa), _label(path_b, sb), edits, summary, doc["note"],
                                       doc["numeric"]))
     click.get_current_context().exit(0 if doc["equivalent"] else 1)
+
+
+def _refuse_beside_json_schema(a, b) -> None:
+    """--json-schema prints the schema and nothing else: anything given beside it would be ignored."""
+    ctx = click.get_current_context()
+    others = [p.name for p in ctx.command.params if p.name != "json_schema" and isinstance(p, click.Option)]
+    if a or b:
+        raise UsageError("--json-schema prints the schema of --json and takes no schemes", hint="drop A and B")
+    refuse_given(others, "not used with --json-schema (it prints the schema of --json only)",
+                 hint="drop them, or drop --json-schema")
 
 
 def _label(path: str, s) -> str:
@@ -203,6 +223,9 @@ def explain(file, scheme_name, params, context):
     from pedsl.lang.api import load_with_warnings
 
     path, name = split_target(file)
+    if name and scheme_name is not None:
+        raise UsageError(f"--scheme {scheme_name}: '{file}' already names its scheme",
+                         hint="drop --scheme, or the :NAME of the file")
     try:
         overrides = _parse(params)
         scheme, warnings = load_with_warnings(Path(path), overrides or None, name or scheme_name)

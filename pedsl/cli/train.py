@@ -11,8 +11,14 @@ from pathlib import Path
 
 import click
 
+from pedsl.cli.option_rules import check_set_keys, set_conflicts, train_set_keys
 from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
+
+# option -> the --set keys of the same setting (both given with different values: a usage error)
+SET_BY_OPTION = {"steps": "steps", "context": "context", "preset": "preset", "batch_size": "batch_size", "lr": "lr",
+                 "seed": "seed", "data": "data,source,data.source", "device": "device", "threads": "threads",
+                 "backend": "backend", "compile_": "compile"}
 
 
 @click.command("train")
@@ -59,8 +65,13 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     overrides = {"steps": steps, "context": context, "preset": preset, "batch_size": batch_size, "lr": lr,
                  "seed": seed, "data": data, "device": device, "threads": threads, "backend": backend,
                  "compile": compile_}
-    overrides.update(key_values(sets, "--set", "batch_size=8"))
+    set_values = key_values(sets, "--set", "batch_size=8")
+    check_set_keys(set_values, train_set_keys())
+    set_conflicts(set_values, SET_BY_OPTION)
+    overrides.update(set_values)
     cli_params = key_values(params, "-P", "base=500000")
+    if resume and force_new:
+        raise UsageError("--resume and --force-new exclude each other", hint="continue the run, or start over")
     if init_from is not None:
         if source is not None:
             raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",
@@ -71,7 +82,8 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
 
         cfg, scheme_obj = init_config(init_from, scheme=scheme, params=cli_params, overrides=overrides)
         out_dir = Path(out) if out else Path("runs") / f"{scheme_obj.name}-from-{Path(init_from).name}"
-        run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), resume=resume, quiet=quiet)
+        run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), resume=resume, quiet=quiet,
+                     force_new=force_new)
         return
     if source is None:
         raise UsageError("missing SCHEME.pe or train.yaml", hint="e.g. `pedsl train schemes/rope.pe --preset tiny`, "
@@ -112,6 +124,4 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     from pedsl.train.loop import train as run_training
 
     out_dir = Path(out) if out else Path("runs") / scheme.name
-    if resume and force_new:
-        raise UsageError("--resume and --force-new exclude each other", hint="continue the run, or start over")
     run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet, force_new=force_new)
