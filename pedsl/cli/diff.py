@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from pedsl.cli.option_rules import refuse_given
+from pedsl.cli.option_rules import given, refuse_given
 from pedsl.errors import PedslError, UsageError, did_you_mean
 from pedsl.limits import MAX_LENGTH, MAX_SEED
 
@@ -120,7 +120,8 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
                                  "parameters of A: " + (", ".join(sa.params) or "none")
                                  + "; of B: " + (", ".join(sb.params) or "none")])))
         doc = build(sa, sb, path_a, path_b, pa, pb, numeric=numeric or bool(plot), plot=plot,
-                    lmax=lmax, samples=samples, seed=seed)
+                    lmax=lmax, samples=samples, seed=seed,
+                    sampling_given=tuple(f"--{n}" for n in ("samples", "seed") if given(n)))
     except PedslError as err:
         _fail(err)
     if as_json:
@@ -158,8 +159,10 @@ def _label(path: str, s) -> str:
     return f"{path}:{s.name}"
 
 
-def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256, samples=8, seed=0) -> dict:
-    """The JSON document of a diff (what --json prints; the text report renders it)."""
+def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256, samples=8, seed=0,
+          sampling_given: tuple[str, ...] = ()) -> dict:
+    """The JSON document of a diff (what --json prints; the text report renders it). ``sampling_given``:
+    the sampling options the user gave (refused when neither side is sampled)."""
     from pedsl.diffing.edits import diff as diff_schemes
     from pedsl.diffing import report
     from pedsl.diffing.facts import scheme_facts
@@ -168,13 +171,15 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
     edits = diff_schemes(sa, sb)
     fa, fb = scheme_facts(sa), scheme_facts(sb)
     summary = summarize(fa, fb, edits)
-    num = numeric_section(sa, sb, lmax=lmax, samples=samples, seed=seed, plot=plot) if numeric else None
+    num = numeric_section(sa, sb, lmax=lmax, samples=samples, seed=seed, plot=plot,
+                          sampling_given=sampling_given) if numeric else None
     return report.to_json({"file": path_a, "scheme": sa.name, "params": pa},
                           {"file": path_b, "scheme": sb.name, "params": pb},
                           edits, summary, same_meaning_note(fa, fb), num)
 
 
-def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None) -> dict:
+def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None,
+                    sampling_given: tuple[str, ...] = ()) -> dict:
     from pedsl.diffing import numeric as N
     from pedsl.errors import EvalError, OutputError
     from pedsl.limits import check_tensor
@@ -193,6 +198,10 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
     except (RuntimeError, ValueError) as exc:
         raise EvalError(f"the numeric comparison failed: {exc}", code="E993",
                         hint="run without --numeric, or report this with the two files") from None
+    if sampling_given and not (ca.method.startswith("sampled") or cb.method.startswith("sampled")):
+        raise UsageError(f"{', '.join(sampling_given)}: not used here: {sa.name} and {sb.name} are static, so their "
+                         "curves are exact tables, not samples", hint="drop them (they matter for data-dependent "
+                         "or learned schemes)")
     rows = N.compare(ca, cb)
     out = {
         "lmax": lmax, "samples": samples, "seed": seed, "method_a": ca.method, "method_b": cb.method,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from pedsl.cli.option_rules import check_set_keys, set_conflicts, train_set_keys
+from pedsl.cli.option_rules import check_set_keys, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
 
@@ -80,6 +80,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         from pedsl.train.loop import train as run_training
         from pedsl.train.swap import init_config
 
+        _refuse_preset(set_values, "with --init-from (a fine-tune keeps the run's model and settings)")
         cfg, scheme_obj = init_config(init_from, scheme=scheme, params=cli_params, overrides=overrides)
         out_dir = Path(out) if out else Path("runs") / f"{scheme_obj.name}-from-{Path(init_from).name}"
         run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), resume=resume, quiet=quiet,
@@ -92,6 +93,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         raise UsageError("--scheme goes with --init-from", hint=f"train the scheme directly: `pedsl train {scheme}`")
     src = Path(source)
     if src.suffix in (".yaml", ".yml"):
+        _refuse_preset(set_values, f"with a training config ('{source}' gives every setting)")
         base = TrainConfig.from_yaml(src)
         scheme_path = Path(base.scheme)
         if not scheme_path.is_absolute() and (src.parent / scheme_path).is_file():
@@ -125,3 +127,12 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
 
     out_dir = Path(out) if out else Path("runs") / scheme.name
     run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet, force_new=force_new)
+
+
+def _refuse_preset(sets: dict, where: str) -> None:
+    """A preset is the first layer of settings; over a whole config (a run's, a train.yaml) it would
+    change only the name recorded, so --preset and --set preset= are refused there."""
+    hint = "change single settings with --set KEY=VALUE or the options (--context, --steps, ...)"
+    refuse_given(["preset"], f"not used {where}", hint=hint)
+    if "preset" in sets:
+        raise UsageError(f"--set preset={sets['preset']}: not used {where}", hint=hint)
