@@ -49,6 +49,8 @@ class Acts:
     b: tuple[str, ...]
     run: tuple[str, ...] = ()
     base: tuple[str, ...] | None = None
+    fresh: bool = False  # compare: start from an empty study (the option sets training: both sides train)
+    fails: str = ""  # the sides ("a", "b") whose outcome is a reported error (the option turns it into a run)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +83,7 @@ COMPARE_DEFAULT = ("compare", "rope", "--out", "{study}", "--steps", "1", *TINY,
 COMPARE_SEEDS = (*COMPARE_DEFAULT, "--seeds", "0,1")
 COMPARE_RETRIEVAL = ("compare", "--study", "retrieval", "rope", "--out", "{study}", "--steps", "1", *TINY,
                      *_sets("batch_size=1"),
-                     "--set", "context=80", *QUIET)
+                     "--set", "context=128", *QUIET)
 COMPARE_EXTENSION = ("compare", "--study", "extension", "pi", "--out", "{study}", "--steps", "1", *TINY,
                      *_sets("batch_size=1"),
                      "--set", "context=16", *QUIET)
@@ -94,14 +96,14 @@ EVAL = ("eval", "ppl", "retrieval", "zero_shot", "analyze", "measure")  # every 
 def _compare_common(eval_kind: str = "eval") -> dict:
     """What every training-and-evaluation mode of compare does with the shared options."""
     return {
-        "--preset": Acts((), ("--preset", "small")),
-        "--steps": Acts((), ("--steps", "2")),
-        "--out": Acts((), ("--out", "{root}/other")),
-        "--lengths": Acts(("--lengths", "16"), ("--lengths", "16,32"), run=("train",)),
-        "--windows": Acts(("--windows", "1"), ("--windows", "2"), run=("train",)),
-        "--data": Acts((), ("--data", "stdlib:0.5,copy:0.5")),
-        "--set": Acts((), _sets("warmup=3")),
-        "--quick": Acts((), ("--quick",), run=("train",)),
+        "--preset": Acts((), ("--preset", "small"), fresh=True),
+        "--steps": Acts((), ("--steps", "2"), fresh=True),
+        "--out": Acts((), ("--out", "{root}/other"), fresh=True),
+        "--lengths": Acts(("--lengths", "16"), ("--lengths", "16,32")),
+        "--windows": Acts(("--windows", "1"), ("--windows", "2")),
+        "--data": Acts((), ("--data", "stdlib:0.5,copy:0.5"), fresh=True),
+        "--set": Acts((), _sets("warmup=3"), fresh=True),
+        "--quick": Acts((), ("--quick",)),
         "--study": Selects("compare's study modes are each swept below"),
     }
 
@@ -109,7 +111,7 @@ def _compare_common(eval_kind: str = "eval") -> dict:
 SEEDED_COMPARE = {
     **_compare_common(),
     "--seed": Refused(("--seed", "3")),
-    "--seeds": Acts((), ("--seeds", "0,2"), run=("train", "eval", "ppl", "retrieval")),
+    "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
     "--analyze-max": Acts(("--lengths", "16,32", "--analyze-max", "16"), ("--lengths", "16,32", "--analyze-max", "32"),
                           run=("train", "eval", "retrieval")),
 }
@@ -117,7 +119,7 @@ SEEDED_COMPARE = {
 COMPARE_MODES = {
     "default": (COMPARE_DEFAULT, {
         **_compare_common(),
-        "--seed": Acts((), ("--seed", "3")),
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
         "--seeds": Selects("two or more seeds select the seeded study (mode 'seeds'); one seed acts like --seed"),
         "--analyze-max": Acts(("--lengths", "16,32", "--analyze-max", "16"),
                               ("--lengths", "16,32", "--analyze-max", "32"), run=("train", "eval")),
@@ -125,22 +127,22 @@ COMPARE_MODES = {
     "seeds": (COMPARE_SEEDS, SEEDED_COMPARE),
     "retrieval": (COMPARE_RETRIEVAL, {
         **SEEDED_COMPARE,
-        "--lengths": Acts(("--lengths", "80"), ("--lengths", "80,160")),
-        "--seed": Acts((), ("--seed", "3")),
-        "--seeds": Acts((), ("--seeds", "4,5")),
-        "--analyze-max": Acts(("--lengths", "80,160", "--analyze-max", "80"),
-                              ("--lengths", "80,160", "--analyze-max", "160"), run=("train", "eval", "retrieval")),
+        "--lengths": Acts(("--lengths", "128"), ("--lengths", "128,256")),
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
+        "--seeds": Acts((), ("--seeds", "4,5"), fresh=True),
+        "--analyze-max": Acts(("--lengths", "128,256", "--analyze-max", "128"),
+                              ("--lengths", "128,256", "--analyze-max", "256"), run=("train", "eval", "retrieval")),
     }),
     "extension": (COMPARE_EXTENSION, {
         **_compare_common(),
-        "--seed": Acts((), ("--seed", "3")),
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
         "--seeds": Selects("two or more seeds select the seeded extension study (mode 'extension-seeds')"),
         "--analyze-max": Refused(("--analyze-max", "64")),
     }),
     "extension-seeds": (COMPARE_EXTENSION_SEEDS, {
         **_compare_common(),
         "--seed": Refused(("--seed", "3")),
-        "--seeds": Acts((), ("--seeds", "0,2")),
+        "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
         "--analyze-max": Refused(("--analyze-max", "64")),
     }),
     "frequency": (COMPARE_FREQUENCY, {
@@ -228,7 +230,7 @@ SPEC: dict[str, dict[str, tuple[tuple[str, ...], dict[str, Any]]]] = {
         "-P": Acts((), ("-P", "rotated=0.5"), base=("graph", "rope_partial")),
         "--format": Acts((), ("--format", "json")),
         "--backend": Acts((), ("--backend", "reference")),
-        "--no-grad": Acts((), ("--no-grad",), base=("graph", "alibi", "--backend", "flex")),
+        "--no-grad": Acts((), ("--no-grad",), base=("graph", "alibi", "--backend", "flex"), fails="a"),
     })},
     "compile": {"": (("compile", "{two}", "-o", "{root}/out"), {
         "--out": Acts((), ("-o", "{root}/out2")),
@@ -620,12 +622,12 @@ def template(inputs, tmp_path_factory, monkeypatch):
 _OUTCOMES: dict[tuple, Outcome] = {}
 
 
-def _outcome(args, run, inputs, template, monkeypatch, tmp_path, tag: str, cmd: str, mode: str) -> Outcome:
+def _outcome(args, spec: Acts, inputs, template, monkeypatch, tmp_path, tag: str, cmd: str, mode: str) -> Outcome:
     """The outcome of ``args`` (cached per module: the base arguments of a mode serve many options)."""
-    key = (tuple(args), tuple(run))
+    key = (tuple(args), spec.run, spec.fresh)
     if key not in _OUTCOMES or tag != "a":
-        res = run_probe(tuple(args), tmp_path / tag, inputs, monkeypatch, run=run,
-                        template=template(mode) if cmd == "compare" else None)
+        res = run_probe(tuple(args), tmp_path / tag, inputs, monkeypatch, run=spec.run,
+                        template=template(mode) if cmd == "compare" and not spec.fresh else None)
         if tag != "a":
             return res
         _OUTCOMES[key] = res
@@ -635,13 +637,15 @@ def _outcome(args, run, inputs, template, monkeypatch, tmp_path, tag: str, cmd: 
 @pytest.mark.parametrize("cmd,mode,base,opt,spec", list(_cases(Acts)))
 def test_option_acts(cmd, mode, base, opt, spec, inputs, template, monkeypatch, tmp_path):
     base = spec.base if spec.base is not None else base
-    a = _outcome((*base, *spec.a), spec.run, inputs, template, monkeypatch, tmp_path, "a", cmd, mode)
-    again = _outcome((*base, *spec.a), spec.run, inputs, template, monkeypatch, tmp_path, "again", cmd, mode)
+    a = _outcome((*base, *spec.a), spec, inputs, template, monkeypatch, tmp_path, "a", cmd, mode)
+    again = _outcome((*base, *spec.a), spec, inputs, template, monkeypatch, tmp_path, "again", cmd, mode)
     same = dataclasses.astuple(a) == dataclasses.astuple(again)
     assert same, f"the same arguments gave two outcomes: the comparison would see differences that are not the " \
         f"option's:\n{a}\n{again}"
-    b = _outcome((*base, *spec.b), spec.run, inputs, template, monkeypatch, tmp_path, "b", cmd, mode)
+    b = _outcome((*base, *spec.b), spec, inputs, template, monkeypatch, tmp_path, "b", cmd, mode)
     assert b.code != 2 or a.code == 2, f"{opt} {spec.b} is refused here:\n{b.named()}"
+    for side, res in (("a", a), ("b", b)):  # an error is not the work an option changes, unless declared
+        assert ("pedsl: error[" in res.err) == (side in spec.fails), f"side {side} failed:\n{res.named()}"
     same = dataclasses.astuple(a) == dataclasses.astuple(b)
     assert not same, (
         f"pedsl {cmd} ({mode or 'its one mode'}): {' '.join(spec.b)} changes nothing that is computed or written; "
@@ -654,3 +658,38 @@ def test_option_refused(cmd, mode, base, opt, spec, inputs, monkeypatch, tmp_pat
     res = run_probe((*base, *spec.args), tmp_path / "r", inputs, monkeypatch)
     assert res.code == 2 and opt in res.err, res.named()
     assert not res.calls, f"a refused option ran work first: {res.calls[:1]}"
+
+
+# ------------------------------------------------------------------ --set keys and -P names
+
+KEY_OPTIONS = {  # option (Python name) -> a misspelled item and the name the error must suggest
+    "sets": ("stpes=2", "steps"),
+    "params": ("bsae=3", "base"),
+    "params_a": ("bsae=3", "base"),
+    "params_b": ("bsae=3", "base"),
+}
+
+
+def _key_cases():
+    for path, cmd in _commands():
+        for p in _options(cmd):
+            if p.name in KEY_OPTIONS:
+                for mode, (base, _) in SPEC[path].items():
+                    yield pytest.param(base, p.opts[0], *KEY_OPTIONS[p.name], id=f"{path}-{mode or 'all'}-{p.opts[0]}")
+
+
+def test_key_options_are_all_swept():
+    """Every option that takes NAME=VALUE items is one of KEY_OPTIONS (so the next one is swept too)."""
+    for path, cmd in _commands():
+        for p in _options(cmd):
+            if p.metavar in ("KEY=VALUE", "NAME=VALUE") or "name=value" in (p.help or ""):
+                assert p.name in KEY_OPTIONS, f"pedsl {path} {p.opts[0]} takes NAME=VALUE items: add it to KEY_OPTIONS"
+
+
+@pytest.mark.parametrize("base,flag,item,suggestion", list(_key_cases()))
+def test_a_key_nothing_reads_is_an_error_naming_it(base, flag, item, suggestion, inputs, monkeypatch, tmp_path):
+    res = run_probe((*base, flag, item), tmp_path / "k", inputs, monkeypatch)
+    key = item.split("=")[0]
+    assert res.code in (1, 2) and f"'{key}'" in res.out + res.err, res.named()
+    assert f"did you mean '{suggestion}'" in res.out + res.err, res.named()
+    assert not res.calls, f"the run started before the key was checked: {res.calls[:1]}"
