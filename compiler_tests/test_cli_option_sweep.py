@@ -103,7 +103,8 @@ def _compare_common(eval_kind: str = "eval") -> dict:
         "--windows": Acts(("--windows", "1"), ("--windows", "2")),
         "--data": Acts((), ("--data", "stdlib:0.5,copy:0.5"), fresh=True),
         "--set": Acts((), _sets("warmup=3"), fresh=True),
-        "--quick": Acts((), ("--quick",)),
+        "--quick": (Acts((), ("--quick",)),
+                    Refused(("--quick", "--lengths", "16", "--windows", "1", "--analyze-max", "16"))),
         "--study": Selects("compare's study modes are each swept below"),
     }
 
@@ -127,6 +128,7 @@ COMPARE_MODES = {
     "seeds": (COMPARE_SEEDS, SEEDED_COMPARE),
     "retrieval": (COMPARE_RETRIEVAL, {
         **SEEDED_COMPARE,
+        "--quick": Acts((), ("--quick",)),  # its smaller depths and samples are always its own
         "--lengths": Acts(("--lengths", "128"), ("--lengths", "128,256")),
         "--seed": Acts((), ("--seed", "3"), fresh=True),
         "--seeds": Acts((), ("--seeds", "4,5"), fresh=True),
@@ -138,19 +140,22 @@ COMPARE_MODES = {
         "--seed": Acts((), ("--seed", "3"), fresh=True),
         "--seeds": Selects("two or more seeds select the seeded extension study (mode 'extension-seeds')"),
         "--analyze-max": Refused(("--analyze-max", "64")),
+        "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--lengths", "16", "--windows", "1"))),
     }),
     "extension-seeds": (COMPARE_EXTENSION_SEEDS, {
         **_compare_common(),
         "--seed": Refused(("--seed", "3")),
         "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
         "--analyze-max": Refused(("--analyze-max", "64")),
+        "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--lengths", "16", "--windows", "1"))),
     }),
     "frequency": (COMPARE_FREQUENCY, {
         "--steps": Acts((), ("--steps", "2")),
         "--out": Acts((), ("--out", "{root}/other")),
         "--seeds": Acts((), ("--seeds", "7,8,9")),
         "--set": Acts((), _sets("task=lag")),
-        "--quick": Acts((), ("--quick",)),
+        "--quick": (Acts((), ("--quick",)),
+                    Refused(("--quick", "--steps", "2", "--set", "widths=[8, 16]", "--seeds", "1"))),
         "--study": Selects("compare's study modes are each swept"),
         "--preset": Refused(("--preset", "small")),
         "--lengths": Refused(("--lengths", "64")),
@@ -205,8 +210,9 @@ DIFF_SAMPLED = ("diff", "rope", "acc_random_qk", "--numeric", "--lmax", "16", "-
 # command -> mode -> (arguments, {option: spec or specs})
 SPEC: dict[str, dict[str, tuple[tuple[str, ...], dict[str, Any]]]] = {
     "": {"": (("check", "{two}"), {
-        "--allow-import-root": Acts(("check", "{tree}/x/outside.pe"),
-                                    ("--allow-import-root", "{tree}/lib", "check", "{tree}/x/outside.pe"), base=()),
+        "--allow-import-root": (Acts(("check", "{tree}/x/outside.pe"),
+                                     ("--allow-import-root", "{tree}/lib", "check", "{tree}/x/outside.pe"), base=()),
+                                Refused(("--allow-import-root", "{tree}/lib", "schema"), base=())),
     })},
     "check": {"": (("check", "{two}"), {
         "--strict": Acts((), ("--strict",), base=("check", "{warns}")),

@@ -170,6 +170,8 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         raise UsageError("--windows must be at least 1")
     seed_list = _seeds(seeds)
     set_values = _compare_sets(study, sets, seed_list)
+    if quick:
+        _refuse_idle_quick(study, set_values, seed_list)
     say = progress(quiet)
     say(f"torch threads: {setup_torch(threads)}")
     if study == "extension":
@@ -240,6 +242,21 @@ def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None
                              "different seeds", hint="give the seeds once (--seeds 0,1,2)")
         values["seeds"] = seed_list
     return values
+
+
+# what --quick chooses in each study, as (option, --set key) pairs: given all, --quick has nothing left to do
+QUICK_CHOOSES = {"default": (("steps", None), ("lengths", None), ("windows", None), ("analyze_max", None)),
+                 "extension": (("steps", None), ("lengths", None), ("windows", None)),
+                 "frequency": (("steps", None), (None, "widths"), ("seeds", "seeds"))}
+
+
+def _refuse_idle_quick(study: str, sets: dict, seed_list) -> None:
+    from pedsl.cli.option_rules import given
+
+    chooses = QUICK_CHOOSES.get(study)  # the retrieval study's quick depths are always its own
+    if chooses and all((opt and given(opt)) or (key and key in sets) for opt, key in chooses):
+        raise UsageError("--quick: not used here: every setting it would choose is given",
+                         hint="drop --quick (it picks a smaller budget only where none is given)")
 
 
 def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:
