@@ -76,16 +76,9 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         if source is not None:
             raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",
                              hint=f"pass the new scheme as --scheme {source}")
-        from pedsl.train.recipe import from_scheme
-        from pedsl.train.loop import train as run_training
-        from pedsl.train.swap import init_config
-
         _refuse_preset(set_values, "with --init-from (a fine-tune keeps the run's model and settings)")
-        cfg, scheme_obj = init_config(init_from, scheme=scheme, params=cli_params, overrides=overrides)
-        out_dir = Path(out) if out else Path("runs") / f"{scheme_obj.name}-from-{Path(init_from).name}"
-        run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), resume=resume, quiet=quiet,
-                     force_new=force_new)
-        return
+        return _fine_tune(init_from, scheme, cli_params, overrides, out, resume=resume, quiet=quiet,
+                          force_new=force_new)
     if source is None:
         raise UsageError("missing SCHEME.pe or train.yaml", hint="e.g. `pedsl train schemes/rope.pe --preset tiny`, "
                          "or `pedsl train --init-from RUN --scheme pi` to fine-tune a run")
@@ -127,6 +120,17 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
 
     out_dir = Path(out) if out else Path("runs") / scheme.name
     run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet, force_new=force_new)
+
+
+def _fine_tune(init_from: str, scheme: str | None, params: dict, overrides: dict, out: str | None, **how) -> None:
+    """``pedsl train --init-from RUN [--scheme S]``: the run's settings under the options, its weights."""
+    from pedsl.train.loop import train as run_training
+    from pedsl.train.recipe import from_scheme
+    from pedsl.train.swap import init_config
+
+    cfg, scheme_obj = init_config(init_from, scheme=scheme, params=params, overrides=overrides)
+    out_dir = Path(out) if out else Path("runs") / f"{scheme_obj.name}-from-{Path(init_from).name}"
+    run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), **how)
 
 
 def _refuse_preset(sets: dict, where: str) -> None:
