@@ -699,3 +699,27 @@ def test_a_key_nothing_reads_is_an_error_naming_it(base, flag, item, suggestion,
     assert res.code in (1, 2) and f"'{key}'" in res.out + res.err, res.named()
     assert f"did you mean '{suggestion}'" in res.out + res.err, res.named()
     assert not res.calls, f"the run started before the key was checked: {res.calls[:1]}"
+
+
+# ------------------------------------------------------------------ what the fixed options now do
+
+
+def test_compile_d_model_reaches_train_yaml(tmp_path):
+    import yaml
+
+    from compiler_tests.compiler_helpers import run_cli
+
+    code, _, err = run_cli("compile", "rope", "-o", tmp_path, "--d-model", "96")
+    assert code == 0, err
+    assert yaml.safe_load((tmp_path / "train.yaml").read_text())["model"]["d_model"] == 96
+
+
+def test_check_quiet_json_lists_errors_only(tmp_path):
+    from compiler_tests.compiler_helpers import run_cli
+
+    (tmp_path / "w.pe").write_text(WARNS)
+    (tmp_path / "e.pe").write_text("scheme e {\n  qk: rotate(nope * position)\n}\n")
+    code, out, _ = run_cli("check", tmp_path / "w.pe", tmp_path / "e.pe", "--json")
+    assert {d["severity"] for d in json.loads(out)} == {"warning", "error"}
+    code, out, _ = run_cli("check", tmp_path / "w.pe", tmp_path / "e.pe", "--json", "-q")
+    assert code == 1 and {d["severity"] for d in json.loads(out)} == {"error"}

@@ -136,3 +136,14 @@ def test_cli_frequency_study_honours_seeds(tmp_path, capsys, monkeypatch):
     res = json.loads((out / "frequency.json").read_text())
     assert res["meta"]["seeds"] == [7, 8] and sorted(r["seed"] for r in res["runs"]) == [7, 7, 8, 8]
     assert "seeds [7, 8]" in (out / "frequency.md").read_text() and "seeds [7, 8]" in printed
+
+
+@pytest.mark.parametrize("sets", [{"seed": 3}, {"data": "stdlib"}, {"block_len": 9}, {"preset": "small"},
+                                  {"widths": [8, 64], "context": 100}])
+def test_study_refuses_settings_it_decides_per_run(sets, tmp_path):
+    from pedsl.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        sf.run_frequency_study(tmp_path, sets=dict(sets))
+    assert next(k for k in sets if k != "widths") in str(exc.value)
+    assert not (tmp_path / "runs").exists()

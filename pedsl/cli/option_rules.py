@@ -75,7 +75,7 @@ def set_conflicts(sets: Mapping[str, Any], options: Mapping[str, str], ctx: clic
         for key in keys.split(","):
             if key in sets and sets[key] != value:
                 raise UsageError(f"{flag_of(name, ctx)} {value} and --set {key}={sets[key]} set the same thing "
-                                 "differently", hint=f"give one of them (or the same value in both)")
+                                 "differently", hint="give one of them (or the same value in both)")
 
 
 def train_set_keys() -> set[str]:

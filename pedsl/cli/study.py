@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from pedsl import limits as L
-from pedsl.cli.option_rules import refuse_given
+from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
 
@@ -171,7 +171,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     seed_list = _seeds(seeds)
     set_values = _compare_sets(study, sets, seed_list)
     if quick:
-        _refuse_idle_quick(study, set_values, seed_list)
+        _refuse_idle_quick(study, set_values)
     say = progress(quiet)
     say(f"torch threads: {setup_torch(threads)}")
     if study == "extension":
@@ -217,8 +217,6 @@ SET_BY_OPTION = {"preset": "preset", "steps": "steps", "seed": "seed", "data": "
 def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None) -> dict:
     """The --set values of a study, checked: keys some part of the study reads, none that a given
     option also sets differently, and seeds given one way only."""
-    from pedsl.cli.option_rules import check_set_keys, set_conflicts, train_set_keys
-
     values = _sets(sets)
     known = train_set_keys()
     if study == "frequency":
@@ -245,14 +243,12 @@ def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None
 
 
 # what --quick chooses in each study, as (option, --set key) pairs: given all, --quick has nothing left to do
-QUICK_CHOOSES = {"default": (("steps", None), ("lengths", None), ("windows", None), ("analyze_max", None)),
-                 "extension": (("steps", None), ("lengths", None), ("windows", None)),
-                 "frequency": (("steps", None), (None, "widths"), ("seeds", "seeds"))}
+QUICK_CHOOSES = {"default": (("steps", "steps"), ("lengths", None), ("windows", None), ("analyze_max", None)),
+                 "extension": (("steps", "steps"), ("lengths", None), ("windows", None)),
+                 "frequency": (("steps", "steps"), (None, "widths"), ("seeds", "seeds"))}
 
 
-def _refuse_idle_quick(study: str, sets: dict, seed_list) -> None:
-    from pedsl.cli.option_rules import given
-
+def _refuse_idle_quick(study: str, sets: dict) -> None:
     chooses = QUICK_CHOOSES.get(study)  # the retrieval study's quick depths are always its own
     if chooses and all((opt and given(opt)) or (key and key in sets) for opt, key in chooses):
         raise UsageError("--quick: not used here: every setting it would choose is given",

@@ -68,7 +68,8 @@ DEFAULTS: dict[str, Any] = {"n_layers": 1, "d_model": 64, "n_heads": 2, "head_di
 QUICK = {"widths": (8, 32, 64), "seeds": (0,), "steps": 300}
 PROBE_SAMPLES = 8
 STUDY_KEYS = ("task", "widths", "seeds", "probe_samples")  # --set keys of the study itself
-RUN_KEYS = ("data", "source", "data.source", "block_len", "data.block_len", "seed")  # set by the study for each run
+# --set keys the study decides for each run itself (its DEFAULTS also cover every field of a preset)
+RUN_KEYS = ("data", "source", "data.source", "block_len", "data.block_len", "seed", "preset")
 MEASURE_VERSION = 2  # bump when measure_run changes: the study then re-measures (not retrains) its runs
 
 
@@ -256,8 +257,8 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
         raise ConfigError("--set widths= needs block lengths >= 3 and --set seeds= at least one seed")
     if set(sets) & set(RUN_KEYS) or ("context" in sets and int(sets["context"]) < 2 * max(widths)):
         bad = ", ".join(k for k in sets if k in RUN_KEYS) or f"context={sets['context']}"
-        raise UsageError(f"--set {bad}: the frequency study sets the task, its width, the seed and a context of at "
-                         f"least two blocks ({2 * max(widths)} here) for each run itself",
+        raise UsageError(f"--set {bad}: the frequency study sets the task, its width, the seed, the model and a "
+                         f"context of at least two blocks ({2 * max(widths)} here) for each run itself",
                          hint="choose them with --set task=, widths=, seeds= (or --seeds) and a longer context")
     overrides = {**DEFAULTS, **({"steps": QUICK["steps"]} if quick else {}), **sets}
     if steps is not None:
