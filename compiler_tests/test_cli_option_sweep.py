@@ -350,10 +350,10 @@ scheme other "rope over half the channels" {
   qk on rot: rotate(geometric(base) * position)
 }
 '''
-TWO2 = TWO.replace("scheme two ", "scheme two2 ").replace("= 10000.0\n  layout halves\n  qk: rotate(geometric(base) "
-                                                          "* position)\n}", "= 500.0\n  layout halves\n  qk: rotate("
-                                                          "geometric(base) * position)\n}", 1)
-WARNS = 'scheme warns "an unused let" {\n  layout halves\n  let unused = 3.0\n  qk: rotate(geometric(10000.0) * position)\n}\n'
+TWO2 = TWO.replace('scheme two "rope with its own base" {\n  param base: float (> 1) = 10000.0',
+                   'scheme two2 "rope with its own base" {\n  param base: float (> 1) = 500.0')
+WARNS = ('scheme warns "an unused let" {\n  layout halves\n  let unused = 3.0\n'
+         '  qk: rotate(geometric(10000.0) * position)\n}\n')
 UGLY = 'scheme   ugly   "x" {\nlayout halves\n   qk: rotate(geometric(10000.0)*position)\n}\n'
 HF = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4,
       "rope_theta": 10000.0, "max_position_embeddings": 128}
