@@ -723,3 +723,12 @@ def test_check_quiet_json_lists_errors_only(tmp_path):
     assert {d["severity"] for d in json.loads(out)} == {"warning", "error"}
     code, out, _ = run_cli("check", tmp_path / "w.pe", tmp_path / "e.pe", "--json", "-q")
     assert code == 1 and {d["severity"] for d in json.loads(out)} == {"error"}
+
+
+def test_an_option_that_selects_a_mode_has_its_mode_swept():
+    for cmd, modes in SPEC.items():
+        for mode, (_, options) in modes.items():
+            for opt, value in options.items():
+                if isinstance(value, Selects):
+                    selected = [m for m, (base, _) in modes.items() if m != mode and opt in base]
+                    assert selected or opt in modes[mode][0], f"pedsl {cmd} {opt} ({mode}) selects no swept mode"
