@@ -157,8 +157,11 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
 def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None) -> dict:
     from pedsl.diffing import numeric as N
     from pedsl.errors import EvalError, OutputError
+    from pedsl.fsio import figure_format
     from pedsl.limits import check_tensor
 
+    if plot:
+        figure_format(plot)  # a bad --plot path fails before the curves are computed
     for s in (sa, sb):  # the sampled inputs: (samples, lmax + STARTS, heads * head_dim) float64
         too_big = check_tensor("diff --numeric", samples * (lmax + N.STARTS) * s.heads * s.head_dim, 8,
                                f"{samples} samples x {lmax + N.STARTS} positions x {s.heads * s.head_dim} "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from pedsl import limits as L
-from pedsl.cli.options import key_values
+from pedsl.cli.options import key_values, param_values
 from pedsl.errors import UsageError
 
 TASKS = ("ppl", "passkey", "blocks", "retrieval")
@@ -36,7 +36,7 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
         return None
     from pedsl.study.common import open_run
 
-    return open_run(run_dir, scheme=scheme, params=key_values(params, "-P", "factor=4"))
+    return open_run(run_dir, scheme=scheme, params=param_values(params))
 
 
 def _run_options(output: str):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from pedsl.cli.options import key_values
+from pedsl.cli.options import key_values, param_values
 from pedsl.errors import UsageError
 
 
@@ -60,7 +60,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
                  "seed": seed, "data": data, "device": device, "threads": threads, "backend": backend,
                  "compile": compile_}
     overrides.update(key_values(sets, "--set", "batch_size=8"))
-    cli_params = key_values(params, "-P", "base=500000")
+    cli_params = param_values(params)
     if init_from is not None:
         if source is not None:
             raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",

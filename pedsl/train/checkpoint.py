@@ -30,8 +30,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from pedsl.errors import CheckpointError
-from pedsl.fsio import fsync_dir, open_regular, read_bytes
+from pedsl.errors import CheckpointError, quoted
+from pedsl.fsio import fsync_dir, open_regular, read_bytes, write_new_bytes
 
 PREFIX = "step_"
 
@@ -116,10 +116,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optim: t
     try:
         for name, data in (("model.safetensors", model_bytes), ("optim.safetensors", optim_bytes),
                            ("state.json", json.dumps(state, indent=1).encode())):
-            with open(tmp / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_new_bytes(tmp / name, data)
         fsync_dir(tmp)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk: leave no half-written folder behind
@@ -198,7 +195,7 @@ def validate_state(path: Path, state: Any) -> CheckpointState:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "the top level"
-        got = "" if first["type"] == "missing" else f" (found {str(first.get('input'))[:60]!r})"
+        got = "" if first["type"] == "missing" else f" (found {quoted(first.get('input'), 60)})"
         raise CheckpointError(f"'{state_file}' is invalid: {where}: {first['msg']}{got}", file=str(state_file),
                               hint=hint) from None
     name = path.name
@@ -313,8 +310,8 @@ def _same_settings(saved: list[Any], own: list[dict[str, Any]]) -> None:
             if key in ("params", "lr") or key not in g:
                 continue
             if _to_json(g[key]) != _to_json(value):
-                raise ValueError(f"optimizer group {i} has {key} = {g[key]!r} in state.json, but the run's "
-                                 f"config gives {value!r}")
+                raise ValueError(f"optimizer group {i} has {key} = {quoted(g[key])} in state.json, but the run's "
+                                 f"config gives {quoted(value)}")
 
 
 def load_into(model: torch.nn.Module, optim: torch.optim.Optimizer | None, model_t: dict, optim_t: dict,

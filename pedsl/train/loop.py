@@ -24,8 +24,8 @@ import torch
 
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data.stream import TrainData
-from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
-from pedsl.fsio import atomic_write_text, open_regular
+from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError, quoted
+from pedsl.fsio import atomic_write_text, open_append, open_regular
 from pedsl.model import TransformerLM
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
@@ -70,7 +70,7 @@ def _config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
         if isinstance(a, dict) and isinstance(b, dict) and k != "params":
             out += _config_diff(a, b, f"{prefix}{k}.")
         elif a != b:
-            out.append(f"{prefix}{k}: {a!r} in the run, {b!r} now")
+            out.append(f"{prefix}{k}: {quoted(a)} in the run, {quoted(b)} now")
     return out
 
 
@@ -211,7 +211,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
     baseline = data.unigram_baseline()
     tokens_per_step = cfg.batch_size * cfg.context
-    metrics = _open_append(run / "metrics.jsonl") if d.is_main else None
+    metrics = open_append(run / "metrics.jsonl") if d.is_main else None
     show_bar = d.is_main and not quiet and sys.stderr.isatty()
     bar = None
 
@@ -323,17 +323,6 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         say(f"done: val loss {val_loss:.4f} nats/byte"
             + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
     return result
-
-
-def _open_append(path: Path):
-    """``metrics.jsonl`` for appending, never through a symbolic link (O_NOFOLLOW)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        raise OutputError(f"cannot write '{path}': {exc.strerror or exc}"
-                          + (" (it is a symbolic link)" if path.is_symlink() else ""), file=str(path),
-                          hint="pedsl never writes through symbolic links; remove the link or choose another --out") from None
-    return os.fdopen(fd, "a")
 
 
 def _loss(model: torch.nn.Module, batch: torch.Tensor, answers: torch.Tensor | None = None,
