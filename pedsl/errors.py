@@ -322,13 +322,15 @@ CODES: dict[str, tuple[str, str]] = {
 QUOTE_LIMIT = 200  # characters of a user's value quoted in a diagnostic
 
 
+def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was: a diagnostic quotes what the
+    user gave (or what a library said about it), never megabytes of it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
-    """``repr(value)`` for a diagnostic, cut to about ``limit`` characters: a message quotes what
-    the user gave, never megabytes of it (a long string, an expanded config value)."""
-    text = repr(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text):,} characters)"
+    """``repr(value)`` for a diagnostic, cut by :func:`clip` (a long string, an expanded config value)."""
+    return clip(repr(value), limit)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

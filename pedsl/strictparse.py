@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from pedsl.errors import quoted
+from pedsl.errors import clip, quoted
 
 MAX_DEPTH = 64  # a config is a few levels deep; params hold scalars
 
@@ -51,7 +51,7 @@ class _StrictLoader(yaml.SafeLoader):
     def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
-            raise StrictParseError(f"YAML aliases (*{quoted(event.anchor, 40)[1:-1]}) are not accepted: "
+            raise StrictParseError(f"YAML aliases (*{clip(str(event.anchor), 40)}) are not accepted: "
                                    "write the value out", event.start_mark.line + 1)
         self._depth += 1
         try:
@@ -114,6 +114,6 @@ def load_json(text: str | bytes) -> Any:
     except StrictParseError:
         raise
     except RecursionError:
-        raise StrictParseError("arrays or objects are nested too deep") from None
+        raise StrictParseError("JSON nested too deeply (arrays or objects within each other)") from None
     except ValueError as exc:
-        raise MalformedText(f"not valid JSON: {quoted(str(exc))[1:-1]}", getattr(exc, "lineno", None)) from None
+        raise MalformedText(f"not valid JSON: {clip(str(exc))}", getattr(exc, "lineno", None)) from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from pedsl.errors import UsageError, quoted
+from pedsl.errors import UsageError, clip, quoted
 from pedsl.lang.params import parse_override
 from pedsl.strictparse import MalformedText, StrictParseError, load_yaml
 
@@ -25,7 +25,7 @@ def key_values(items: tuple[str, ...], flag: str = "--set", example: str = "batc
         except MalformedText:
             out[name.strip()] = value
         except StrictParseError as exc:
-            raise UsageError(f"{flag} {quoted(name.strip(), 60)[1:-1]}=...: {exc.message}",
+            raise UsageError(f"{flag} {clip(name.strip(), 60)}=...: {exc.message}",
                              hint="give the value written out as plain YAML (a number, a list, a mapping)") from None
     return out
 

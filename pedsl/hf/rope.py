@@ -18,7 +18,6 @@ bias, no temperature), or an error naming the part with no HF equivalent.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from pedsl.lang import ast
 from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, fold_expr
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.scheme import Scheme
+from pedsl.strictparse import StrictParseError, load_json
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 # The keys each rope type reads (transformers 5 modeling_rope_utils); anything else is refused.
@@ -73,12 +73,10 @@ def read_config(path: str | Path) -> dict:
         raise InteropError(f"{p} is over {MAX_CONFIG_BYTES // 1_000_000} MB: not a model config", code="E963",
                            file=str(p))
     try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InteropError(f"{p} is not valid JSON: {exc.msg} (line {exc.lineno})", code="E963", file=str(p),
-                           line=exc.lineno, col=exc.colno, hint="a Hugging Face config.json is one JSON object") from None
-    except RecursionError:  # [[[[...]]]] nested past the parser's stack
-        raise InteropError(f"{p} is not a model config: JSON nested too deeply", code="E963", file=str(p)) from None
+        cfg = load_json(text)
+    except StrictParseError as exc:  # malformed, a key given twice, [[[[...]]]] nested past the parser's stack
+        raise InteropError(f"{p} is not a model config pedsl reads: {exc.message}", code="E963", file=str(p),
+                           line=exc.line, hint="a Hugging Face config.json is one JSON object, each key once") from None
     if not isinstance(cfg, dict):
         raise InteropError(f"{p} holds a JSON {type(cfg).__name__}, not an object", code="E963", file=str(p))
     return cfg

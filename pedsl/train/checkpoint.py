@@ -30,8 +30,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from pedsl.errors import CheckpointError, quoted
+from pedsl.errors import CheckpointError, clip, quoted
 from pedsl.fsio import fsync_dir, open_regular, read_bytes, write_new_bytes
+from pedsl.strictparse import load_json
 
 PREFIX = "step_"
 
@@ -239,7 +240,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     """(model tensors, optimizer tensors, state) of one checkpoint, verified against its hashes."""
     state_file = path / "state.json"
     try:
-        state = json.loads(read_bytes(state_file, MAX_STATE_BYTES + 1).decode("utf-8"))
+        state = load_json(read_bytes(state_file, MAX_STATE_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint '{path}' has no state.json", file=str(state_file),
                               hint=f"the checkpoint is incomplete; delete '{path}' to resume from an older one") from None
@@ -277,6 +278,12 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
 def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, config_hash: str,
                      model: torch.nn.Module) -> None:
     """Raise CheckpointError when a checkpoint belongs to another scheme, config or shape."""
+    check_hashes(path, state, scheme_hash=scheme_hash, config_hash=config_hash)
+    check_shapes(path, state, model)
+
+
+def check_hashes(path: Path, state: dict[str, Any], *, scheme_hash: str, config_hash: str) -> None:
+    """Raise CheckpointError when a checkpoint records another scheme or config than the run's."""
     f = str(path / "state.json")
     if state.get("scheme_hash") != scheme_hash:
         raise CheckpointError(
@@ -284,10 +291,15 @@ def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, con
             f"this scheme is {scheme_hash[:12]}...)", file=f,
             hint="resume with the run's own copy of its scheme (RUN/scheme/) or use another --out")
     if state.get("config_hash") != config_hash:
-        diff = state.get("config_diff_hint", "")
+        diff = clip(str(state.get("config_diff_hint", "")))
         raise CheckpointError(
             f"checkpoint '{path}' was trained with another configuration{diff}", file=f,
             hint="resume with the same settings as the run (see RUN/config.yaml) or use another --out")
+
+
+def check_shapes(path: Path, state: dict[str, Any], model: torch.nn.Module) -> None:
+    """Raise CheckpointError when the tensor shapes a checkpoint records differ from the model's."""
+    f = str(path / "state.json")
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
     saved = state.get("shapes", {})
     for k in sorted(set(own) | set(saved)):
@@ -321,5 +333,52 @@ def load_into(model: torch.nn.Module, optim: torch.optim.Optimizer | None, model
     if optim is not None:
         optim_t = {k: v for k, v in optim_t.items() if k != "__empty__"}
         _same_settings(state["param_groups"], optim.state_dict()["param_groups"])
+        _fits_parameters(optim_t, state["param_groups"], optim)
         sd = unflatten_optimizer(optim_t, state["param_groups"])
         optim.load_state_dict(sd)  # AdamW moves state to the params' device
+
+
+_MOMENTS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")  # AdamW's per-parameter tensors; "step" is a scalar
+
+
+def _fits_parameters(flat: dict[str, torch.Tensor], saved: list[dict], optim: torch.optim.Optimizer) -> None:
+    """ValueError when an optimizer tensor is not one AdamW keeps for a parameter of this model, or
+    has another shape (torch would load it and fail at the first step)."""
+    by_index: dict[int, torch.Tensor] = {}
+    for g, own in zip(saved, optim.param_groups):
+        ids = g.get("params")
+        if not isinstance(ids, list) or len(ids) != len(own["params"]):
+            raise ValueError(f"an optimizer group of state.json lists {len(ids) if isinstance(ids, list) else 'no'} "
+                             f"parameters, the model's has {len(own['params'])}")
+        by_index.update(zip(ids, own["params"]))
+    for key, t in flat.items():
+        _, idx, name = (key.split(".", 2) + ["", ""])[:3]
+        param = by_index.get(int(idx)) if idx.isdigit() else None
+        if param is None or name not in (*_MOMENTS, "step"):
+            raise ValueError(f"optim.safetensors holds {quoted(key, 80)}, which is no optimizer state of this model")
+        want = list(param.shape) if name in _MOMENTS else []
+        if list(t.shape) != want or not t.is_floating_point():
+            raise ValueError(f"optimizer tensor '{key}' is {t.dtype} of shape {list(t.shape)}; its parameter needs "
+                             f"floating point of shape {want}")
+
+
+def _check_rng(state: dict[str, Any]) -> None:
+    """The RNG states applied to throw-away generators first: a bad one fails before anything changes."""
+    torch.Generator().set_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
+    random.Random().setstate(_from_json(state["python"]))
+
+
+def restore(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, model_t: dict, optim_t: dict,
+            state: dict[str, Any]) -> None:
+    """Load checkpoint ``path`` (read by :func:`read_checkpoint`) into the model, the optimizer and the
+    RNGs. CheckpointError when it cannot be: files that match their hashes but hold what no run
+    writes (an edited ``eps``, a bad RNG state, optimizer tensors of the wrong shape)."""
+    try:
+        _check_rng(state["rng"])
+        load_into(model, optim, model_t, optim_t, state)
+        set_rng_state(state["rng"])
+    except (ValueError, TypeError, KeyError, RuntimeError, IndexError, OverflowError) as exc:
+        raise CheckpointError(f"checkpoint '{path}' cannot be restored: {type(exc).__name__}: "
+                              f"{clip(str(exc), 300)}", file=str(path / "state.json"),
+                              hint=f"the checkpoint was edited or damaged; delete '{path}' to resume from an "
+                                   "older checkpoint") from None

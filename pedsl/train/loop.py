@@ -142,9 +142,12 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeRecipe | No
         distributed.teardown(d)
 
 
-def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, dict]:
-    """The newest checkpoint that reads back whole; newer damaged ones are moved aside by the main
-    process (``step_N.bad``, so they no longer count as the newest) and said so."""
+def _resume(run: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, attn: SchemeRecipe,
+            cfg: TrainConfig, say, main: bool = True) -> dict:
+    """Restore the newest checkpoint that reads back whole and restores (:func:`ck.restore`) and
+    return its state. Newer damaged ones are moved aside by the main process (``step_N.bad``, so
+    they no longer count as the newest; never over anything already there) and said so. A
+    checkpoint of another scheme, config or model shape is refused, not passed over."""
     ckpts = ck.list_checkpoints(run / "checkpoints")
     if not ckpts:
         ck.latest_checkpoint(run / "checkpoints")  # raises: no checkpoint found
@@ -155,14 +158,31 @@ def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, 
         except CheckpointError as err:
             bad.append((path, err))
             continue
+        ck.check_hashes(path, state, scheme_hash=attn.source_hash, config_hash=cfg.digest())  # another run's: refused
+        try:
+            ck.check_shapes(path, state, model)  # the config fixes the shapes: another one is damage
+            ck.restore(path, model, optim, model_t, optim_t, state)
+        except CheckpointError as err:
+            bad.append((path, err))
+            continue
         for p, err in bad if main else ():
-            aside = p.with_name(f"{p.name}.bad")
-            shutil.rmtree(aside, ignore_errors=True)
+            aside = _aside_name(p)
             os.replace(p, aside)
             say(f"warning: checkpoint {p.name} cannot be used ({err.diagnostics[0].message}); moved it to "
                 f"{aside.name} and resuming from {path.name}")
-        return path, model_t, optim_t, state
+        return state
     raise bad[0][1]
+
+
+def _aside_name(ckpt: Path) -> Path:
+    """``step_N.bad``, or ``step_N.bad.2``, ... when that name is taken (by anything: a folder, a file,
+    a link - never followed, never deleted)."""
+    for i in range(1, 10_000):
+        aside = ckpt.with_name(f"{ckpt.name}.bad" + (f".{i}" if i > 1 else ""))
+        if not aside.exists() and not aside.is_symlink():
+            return aside
+    raise OutputError(f"cannot move the damaged checkpoint {ckpt} aside: {ckpt.name}.bad ... .bad.9999 all exist",
+                      hint="delete the old step_N.bad folders")
 
 
 def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe | None,
@@ -187,17 +207,8 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     meta = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
     start = 0
     if resume:
-        path, model_t, optim_t, state = _resume_state(
-            run, lambda m: print(f"pedsl train: {m}", file=sys.stderr, flush=True), main=d.is_main)
-        ck.check_compatible(path, state, scheme_hash=attn.source_hash, config_hash=cfg.digest(), model=model)
-        try:
-            ck.load_into(model, optim, model_t, optim_t, state)
-            ck.set_rng_state(state["rng"])
-        except (ValueError, TypeError, KeyError, RuntimeError, IndexError) as exc:
-            raise CheckpointError(f"checkpoint '{path}' cannot be restored: {type(exc).__name__}: {str(exc)[:200]}",
-                                  file=str(path / "state.json"),
-                                  hint=f"the checkpoint was edited or damaged; delete '{path}' to resume from an "
-                                       f"older checkpoint") from None
+        state = _resume(run, model, optim, attn, cfg,
+                        lambda m: print(f"pedsl train: {m}", file=sys.stderr, flush=True), main=d.is_main)
         start = int(state["step"])
         if d.is_main:
             _truncate_metrics(run / "metrics.jsonl", start)

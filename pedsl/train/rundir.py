@@ -31,7 +31,7 @@ from typing import Any
 
 from pedsl.config import TrainConfig
 from pedsl.errors import CheckpointError, ConfigError, EvalError, OutputError, PedslError
-from pedsl.fsio import atomic_write_bytes, atomic_write_text, ensure_dir, read_bytes, read_text, refuse_symlink
+from pedsl.fsio import atomic_write_bytes, atomic_write_text, read_bytes, read_text, refuse_symlink
 from pedsl.strictparse import StrictParseError, load_json
 from pedsl.train.runlock import LOCK_NAME, RunLock, clean_temporary, describe_owner
 from pedsl.train.schemefiles import SchemeFiles, describe_change, scheme_files
@@ -202,7 +202,13 @@ def open_for_training(run: Path, quiet: bool = False) -> RunLock:
     """Check that ``run`` may hold a run, create it, lock it and clean up after interrupted
     checkpoint writes. Returns the held lock (release it when training ends)."""
     check_out_folder(run)
-    ensure_dir(run)
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+        if not os.access(run, os.W_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as exc:
+        raise OutputError(f"cannot write the run directory '{run}': {exc.strerror or exc}",
+                          hint="choose another --out") from None
     lock = RunLock(run).acquire()
     try:
         no_links(run, MARKER, "checkpoints", "config.yaml", "metrics.jsonl", "DONE.json")
@@ -241,7 +247,7 @@ class Run:
             return self.manifest["name"]
         if self.checkpoints:
             try:
-                return json.loads(read_text(self.checkpoints[-1] / "state.json")).get("scheme_name")
+                return load_json(read_text(self.checkpoints[-1] / "state.json", 64 << 20)).get("scheme_name")
             except (OSError, ValueError, AttributeError):
                 return None
         return None

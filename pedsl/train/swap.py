@@ -115,8 +115,8 @@ def check_swap(src: Mapping[str, Any], dst: Mapping[str, Any], *, run: str, run_
 
 def init_record(run: Path) -> dict:
     """The ``init_from`` entry of a fine-tune's config: the source run's newest checkpoint."""
-    import json
-
+    from pedsl.fsio import read_text
+    from pedsl.strictparse import load_json
     from pedsl.train import checkpoint as ck
 
     run = Path(run)
@@ -125,7 +125,7 @@ def init_record(run: Path) -> dict:
                           hint="pass the --out directory of `pedsl train` (or DIR/runs/<scheme> of `pedsl compare`)")
     path = ck.latest_checkpoint(run / "checkpoints")
     try:
-        state = json.loads((path / "state.json").read_text())
+        state = load_json(read_text(path / "state.json", ck.MAX_STATE_BYTES))
         return {"run": str(run.resolve()), "step": int(state["step"]), "scheme": state.get("scheme_name"),
                 "scheme_hash": state["scheme_hash"], "model_sha256": state["files"]["model.safetensors"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
