@@ -117,3 +117,152 @@ def test_no_module_writes_files_except_through_fsio():
     found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "pedsl").rglob("*.py")) if p.name != "fsio.py"
              for i, line in enumerate(p.read_text().splitlines(), 1) if writers.search(line)]
     assert found == []
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. YAML: no aliases, no deep nesting, short diagnostics
+
+
+def _timed_cli(*args, limit: float = 20.0):
+    import time
+
+    t0 = time.perf_counter()
+    code, out, err = run_cli(*args)
+    assert time.perf_counter() - t0 < limit, "took too long: an alias was expanded?"
+    assert len(out + err) < 5000, f"{len(out + err)} characters of diagnostics"
+    return code, out + err
+
+
+def test_alias_bombs_are_refused_by_every_yaml_reader(tmp_path):
+    out = tmp_path / "out"
+    for option in (f"context={BOMB_FLOW}", f"params={BOMB_FLOW}"):
+        code, err = _timed_cli("train", "rope", "--out", out, "--set", option)
+        assert code == 2 and "YAML aliases (*l0) are not accepted" in err, err
+    code, err = _timed_cli("train", "rope", "--out", out, "-P", f"base={BOMB_FLOW}")  # -P is not YAML
+    assert code == 1 and "E302" in err and "characters)" in err, err
+    assert not out.exists()
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(BOMB + "scheme: rope\nparams: {base: *l8}\n")
+    code, err = _timed_cli("train", cfg, "--out", out)
+    assert code == 1 and "YAML aliases" in err and "train.yaml:2" in err, err
+    assert not out.exists()
+    run = tmp_path / "run"  # a run's own config.yaml
+    train(small_cfg(steps=5, checkpoint_every=5), run, attention=helper.spec(), quiet=True)
+    (run / "config.yaml").write_text(BOMB + (run / "config.yaml").read_text())
+    code, err = _timed_cli("eval", run)
+    assert code == 1 and "YAML aliases" in err, err
+
+
+def test_deep_nesting_is_a_clear_error_in_every_yaml_reader(tmp_path):
+    deep = "[" * 1000 + "]" * 1000
+    code, err = _timed_cli("train", "rope", "--out", tmp_path / "out", "--set", f"context={deep}")
+    assert code == 2 and "nested more than 64 levels deep" in err, err
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text(f"scheme: rope\nparams: {{base: {deep}}}\n")
+    code, err = _timed_cli("train", cfg)
+    assert code == 1 and "nested more than 64 levels deep" in err, err
+    run = tmp_path / "run"
+    train(small_cfg(steps=5, checkpoint_every=5), run, attention=helper.spec(), quiet=True)
+    (run / "config.yaml").write_text((run / "config.yaml").read_text() + f"extra: {deep}\n")
+    code, err = _timed_cli("eval", run)
+    assert code == 1 and "nested more than 64 levels deep" in err, err
+
+
+def test_a_huge_value_is_quoted_short():
+    from pedsl.errors import ConfigError, quoted
+
+    assert len(quoted("x" * 10**6)) < 300 and quoted("x" * 10**6).endswith("(1,000,002 characters)")
+    code, err = _timed_cli("train", "rope", "--set", "preset=" + "p" * 10**6)
+    assert code == 1 and "unknown preset 'ppp" in err, err
+    assert len(ConfigError("m" * 10**6).render()) < 5000  # the last guard: no diagnostic prints megabytes
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. one reader per kind of input
+
+
+@pytest.mark.parametrize("value", ["0x10", "10000 # c"])
+def test_minus_p_reads_the_same_in_train_as_in_check(tmp_path, value):
+    code_check, out, err = run_cli("check", "rope", "-P", f"base={value}")
+    assert code_check == 1 and "E302" in out + err
+    code, _, err = run_cli("train", "rope", "-P", f"base={value}", "--out", tmp_path / "out", "--steps", "1")
+    assert code == 1 and "E302" in err, err
+    assert not (tmp_path / "out").exists()
+
+
+def test_duplicate_keys_are_errors(tmp_path):
+    cfg = tmp_path / "train.yaml"
+    cfg.write_text("scheme: rope\nsteps: 5\nsteps: 7\n")
+    code, _, err = run_cli("train", cfg)
+    assert code == 1 and "the key 'steps' appears twice" in err and "train.yaml:3" in err, err
+    code, _, err = run_cli("train", "rope", "--set", "model={n_layers: 1, n_layers: 2}")
+    assert code == 2 and "appears twice" in err, err
+    hf = tmp_path / "config.json"
+    hf.write_text('{"rope_theta": 10000.0, "head_dim": 64, "num_attention_heads": 8, "rope_theta": 500000.0}')
+    code, _, err = run_cli("import-hf", hf)
+    assert code == 1 and "E963" in err and "'rope_theta' appears twice" in err, err
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path):
+    run = tmp_path / "run"
+    train(small_cfg(steps=20, checkpoint_every=10), run, attention=helper.spec(), quiet=True)
+    return run
+
+
+def _edit(run: Path, step: int, edit) -> None:
+    f = run / "checkpoints" / f"step_{step:07d}" / "state.json"
+    state = json.loads(f.read_text())
+    edit(state)
+    f.write_text(json.dumps(state))
+
+
+def _bad_rng(state):
+    state["rng"]["torch"] = "AAAA"
+
+
+def _bad_eps(state):
+    state["param_groups"][0]["eps"] = "x"
+
+
+def _bad_python_rng(state):
+    state["rng"]["python"] = [3, [1, 2], None]
+
+
+def _wrong_shape_optimizer(run: Path):
+    from safetensors.torch import load, save
+
+    ckpt = run / "checkpoints" / "step_0000020"
+    flat = load((ckpt / "optim.safetensors").read_bytes())
+    key = next(k for k in sorted(flat) if k.endswith("exp_avg"))
+    flat[key] = flat[key].reshape(-1)[:3].clone()
+    data = save(flat)
+    (ckpt / "optim.safetensors").write_bytes(data)
+    _edit(run, 20, lambda s: s["files"].__setitem__("optim.safetensors", hashlib.sha256(data).hexdigest()))
+
+
+@pytest.mark.parametrize("damage", ["eps", "torch_rng", "python_rng", "optimizer_shape"])
+def test_a_checkpoint_that_reads_but_cannot_be_restored_is_moved_aside(two_checkpoints, damage, capfd):
+    run = two_checkpoints
+    if damage == "optimizer_shape":
+        _wrong_shape_optimizer(run)
+    else:
+        _edit(run, 20, {"eps": _bad_eps, "torch_rng": _bad_rng, "python_rng": _bad_python_rng}[damage])
+    train(small_cfg(steps=30, checkpoint_every=10), run, attention=helper.spec(), quiet=True, resume=True)
+    err = capfd.readouterr().err
+    assert "checkpoint step_0000020 cannot be used" in err and "resuming from step_0000010" in err, err
+    names = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert names == ["step_0000020", "step_0000020.bad", "step_0000030"]
+
+
+def test_a_bad_folder_that_is_a_link_is_never_followed_nor_deleted(two_checkpoints, tmp_path, capfd):
+    run = two_checkpoints
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("mine\n")
+    (run / "checkpoints" / "step_0000020.bad").symlink_to(mine)
+    _edit(run, 20, _bad_eps)
+    train(small_cfg(steps=30, checkpoint_every=10), run, attention=helper.spec(), quiet=True, resume=True)
+    assert "moved it to step_0000020.bad.2" in capfd.readouterr().err
+    assert (run / "checkpoints" / "step_0000020.bad").is_symlink() and sorted(os.listdir(mine)) == ["keep.txt"]
+    assert (run / "checkpoints" / "step_0000020.bad.2" / "state.json").is_file()
