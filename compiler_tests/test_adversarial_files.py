@@ -266,3 +266,20 @@ def test_a_bad_folder_that_is_a_link_is_never_followed_nor_deleted(two_checkpoin
     assert "moved it to step_0000020.bad.2" in capfd.readouterr().err
     assert (run / "checkpoints" / "step_0000020.bad").is_symlink() and sorted(os.listdir(mine)) == ["keep.txt"]
     assert (run / "checkpoints" / "step_0000020.bad.2" / "state.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. a path that exists is a path
+
+
+@pytest.mark.parametrize("command", ["compile", "graph", "train", "check", "show", "explain", "diff"])
+def test_a_path_with_a_brace_is_read_as_a_path(tmp_path, command, monkeypatch):
+    from pedsl.lang.library import scheme_file
+
+    folder = tmp_path / "d{1}"
+    folder.mkdir()
+    (folder / "rope.pe").write_bytes(scheme_file("rope").read_bytes())
+    monkeypatch.chdir(tmp_path)
+    extra = {"compile": ("-o", "out"), "train": ("--steps", "1", "--out", "run", "-q"), "diff": ("rope",)}
+    code, out, err = run_cli(command, "d{1}/rope.pe", *extra.get(command, ()))
+    assert code == 0, out + err
