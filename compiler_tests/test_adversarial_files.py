@@ -283,3 +283,85 @@ def test_a_path_with_a_brace_is_read_as_a_path(tmp_path, command, monkeypatch):
     extra = {"compile": ("-o", "out"), "train": ("--steps", "1", "--out", "run", "-q"), "diff": ("rope",)}
     code, out, err = run_cli(command, "d{1}/rope.pe", *extra.get(command, ()))
     assert code == 0, out + err
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. a run is read only through what it recorded; a non-finite result is an error
+
+
+TINY = ("--steps", "2", "--set", "n_layers=1", "--set", "d_model=32", "--set", "n_heads=2", "--context", "32",
+        "--batch-size", "2", "--set", "max_bytes=100000", "--set", "eval_batches=1", "-q")
+
+
+@pytest.fixture(scope="module")
+def rope_run(tmp_path_factory):
+    run = tmp_path_factory.mktemp("runs") / "rope"
+    code, out, err = run_cli("train", "rope", "--out", run, *TINY)
+    assert code == 0, out + err
+    return run
+
+
+def _copy_run(src: Path, dst: Path) -> Path:
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    (dst / ".pedsl.lock").unlink(missing_ok=True)
+    return dst
+
+
+def test_a_run_without_its_scheme_is_not_evaluated_under_an_outside_one(rope_run, tmp_path):
+    import shutil
+
+    run = _copy_run(rope_run, tmp_path / "run")
+    outside = tmp_path / "other.pe"
+    outside.write_text("scheme other {\n  qk: rotate(geometric(500000.0) * position)\n}\n")
+    shutil.rmtree(run / "scheme")
+    for name in ("scheme.pe", "scheme.json", "scheme.sha256"):
+        (run / name).unlink()
+    cfg = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(cfg.replace(next(ln for ln in cfg.splitlines() if ln.startswith("scheme:")),
+                                                 f"scheme: {outside}"))
+    code, _, err = run_cli("eval", run, "--lengths", "32", "--tasks", "ppl")
+    assert code == 1 and "records no scheme hash" in err, err
+    assert not (run / "eval.json").exists()
+
+
+def test_a_manifest_pointing_out_of_the_copy_is_refused(rope_run, tmp_path):
+    run = _copy_run(rope_run, tmp_path / "deep" / "run")
+    (tmp_path / "other.pe").write_text((run / "scheme.pe").read_text())
+    manifest = json.loads((run / "scheme.json").read_text())
+    manifest["main"] = "../../other.pe"
+    (run / "scheme.json").write_text(json.dumps(manifest))
+    code, _, err = run_cli("eval", run, "--lengths", "32", "--tasks", "ppl")
+    assert code == 1 and "which is outside its copy of the scheme" in err, err
+
+
+@pytest.mark.parametrize("command", ["eval", "analyze"])
+def test_non_finite_weights_are_an_error_not_nan_results(rope_run, tmp_path, command):
+    from safetensors.torch import load, save
+
+    run = _copy_run(rope_run, tmp_path / "run")
+    ckpt = sorted((run / "checkpoints").iterdir())[-1]
+    tensors = {k: v.clone().fill_(float("nan")) if v.is_floating_point() else v
+               for k, v in load((ckpt / "model.safetensors").read_bytes()).items()}
+    data = save(tensors)
+    (ckpt / "model.safetensors").write_bytes(data)
+    state = json.loads((ckpt / "state.json").read_text())
+    state["files"]["model.safetensors"] = hashlib.sha256(data).hexdigest()
+    (ckpt / "state.json").write_text(json.dumps(state))
+    code, _, err = run_cli(command, run, "--lengths", "32", *(("--tasks", "ppl") if command == "eval" else ()))
+    assert code == 1 and "holds non-finite weights" in err, err
+
+
+def test_a_non_finite_perplexity_is_an_error():
+    import torch
+
+    from pedsl.errors import EvalError
+    from pedsl.study.perplexity import perplexity
+
+    def nan_model(tokens):
+        return torch.full((*tokens.shape, 256), float("nan"))
+
+    data = torch.randint(0, 256, (4096,))
+    with pytest.raises(EvalError, match="perplexity at length 32 is not finite"):
+        perplexity(nan_model, data, [32, 64], 32, windows=2)

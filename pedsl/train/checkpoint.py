@@ -272,7 +272,19 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
             tensors.append(st_load(data))
         except (SafetensorError, Exception) as exc:  # noqa: BLE001 - any decoding failure
             raise CheckpointError(f"checkpoint file '{f}' cannot be read: {exc}", file=str(f)) from None
+    _finite_weights(path, tensors[0])
     return tensors[0], tensors[1], state
+
+
+def _finite_weights(path: Path, model_t: dict[str, torch.Tensor]) -> None:
+    """CheckpointError when a weight is NaN or infinite: training stops before a non-finite step,
+    so such a checkpoint was edited or damaged, and every result from it would be NaN."""
+    for name, t in sorted(model_t.items()):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"checkpoint '{path}' holds non-finite weights (NaN or infinity in '{clip(name, 80)}')",
+                                  file=str(path / "model.safetensors"),
+                                  hint=f"pedsl never saves such weights: the file was edited or damaged; delete "
+                                       f"'{path}' to use an older checkpoint")
 
 
 def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, config_hash: str,

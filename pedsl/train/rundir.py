@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pedsl.config import TrainConfig
-from pedsl.errors import CheckpointError, ConfigError, EvalError, OutputError, PedslError
+from pedsl.errors import CheckpointError, ConfigError, EvalError, OutputError, PedslError, quoted
 from pedsl.fsio import atomic_write_bytes, atomic_write_text, read_bytes, read_text, refuse_symlink
 from pedsl.strictparse import StrictParseError, load_json
 from pedsl.train.runlock import LOCK_NAME, RunLock, clean_temporary, describe_owner
@@ -255,19 +255,34 @@ class Run:
     def copy_root(self) -> Path:
         return self.path / SCHEME_DIR
 
+    def own_copy(self) -> Path | None:
+        """The run's copy of its main scheme file (``RUN/scheme/<main>`` as ``scheme.json`` names it),
+        None when the manifest names none. EvalError when the name leads out of ``RUN/scheme/``
+        (an absolute path, ``..``, a symbolic link): a run is read only through what it holds."""
+        main = (self.manifest or {}).get("main")
+        if not isinstance(main, str) or not main:
+            return None
+        root = self.copy_root()
+        if Path(main).is_absolute() or ".." in Path(main).parts or not _inside(root / main, root) \
+                or root.is_symlink():
+            raise EvalError(f"run '{self.path}' names its scheme {quoted(main, 120)}, which is outside its "
+                            f"copy of the scheme ({root})", file=str(self.path / MANIFEST),
+                            hint="the run directory was edited; train the run again")
+        return root / main
+
     def load_scheme(self):
         """``(scheme, files)``: the run's scheme from its own copy (``RUN/scheme/``; older runs:
-        ``RUN/scheme.pe``, then the original path), verified against ``RUN/scheme.sha256``."""
+        ``RUN/scheme.pe``), verified against ``RUN/scheme.sha256``. Nothing outside the run is read
+        for it (the library files its copy imports by name are hashed with it)."""
         from pedsl.lang.imports import allow_import_roots
         from pedsl.lang.api import load
 
-        candidates = []
-        main = (self.manifest or {}).get("main")
-        if isinstance(main, str) and main:
-            candidates.append(self.copy_root() / main)
-        candidates.append(self.path / "scheme.pe")
-        if self.cfg.scheme:
-            candidates.append(Path(self.cfg.scheme))
+        if self.scheme_hash is None or re.fullmatch(r"[0-9a-f]{64}", self.scheme_hash) is None:
+            raise EvalError(f"run '{self.path}' records no scheme hash (scheme.sha256): which scheme it was "
+                            "trained with cannot be checked", file=str(self.path / "scheme.sha256"),
+                            hint="the run directory is incomplete or was edited; train the run again")
+        candidates = [p for p in (self.own_copy(), self.path / "scheme.pe")
+                      if p is not None and _inside(p, self.path)]
         first_err, mismatch = None, None
         name = self.scheme_name()
         for candidate in candidates:
@@ -281,7 +296,7 @@ class Run:
             except PedslError as err:
                 first_err = first_err or err
                 continue
-            if self.scheme_hash is None or files.digest == self.scheme_hash:
+            if files.digest == self.scheme_hash:
                 return s, files
             mismatch = mismatch or describe_change(self.manifest, files)
         if first_err is not None and mismatch is None:
@@ -290,6 +305,14 @@ class Run:
         raise EvalError(f"run '{self.path}' has no copy of its scheme matching its scheme.sha256"
                         + (f" ({mismatch})" if mismatch else ""), file=str(self.path / "scheme.sha256"),
                         hint="the run directory is incomplete or was edited")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path``, links followed, lies within ``folder`` (links followed too)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
 
 
 def read(run_dir: str | Path) -> Run:
@@ -302,6 +325,9 @@ def read(run_dir: str | Path) -> Run:
                         hint="pass the --out directory of `pedsl train` (or of `pedsl compare`: DIR/runs/<scheme>)")
     if not run.is_dir():
         raise EvalError(f"'{run}' is a file, not a run directory", hint="pass the --out directory of `pedsl train`")
+    if not is_run(run):
+        raise EvalError(f"'{run}' is not a pedsl run folder (no {MARKER} marker, and not a complete run of an "
+                        "earlier pedsl)", file=str(run), hint="pass the --out directory of `pedsl train`")
     cfg_file = run / "config.yaml"
     if not cfg_file.exists():
         raise EvalError(f"'{run}' is not a training run: it has no config.yaml", file=str(cfg_file),

@@ -36,14 +36,13 @@ def scheme_path(name_or_path: str | Path) -> Path:
 
 
 def run_scheme_file(run: Path) -> tuple[Path, str | None]:
-    """The run's own copy of its scheme (``RUN/scheme/<main>``, older runs ``RUN/scheme.pe``) and
-    the scheme name the run records."""
+    """The run's own copy of its scheme (``RUN/scheme/<main>``, older runs ``RUN/scheme.pe``), the one
+    verified against the run's hash, and the scheme name the run records."""
     from pedsl.train import rundir
 
     r = rundir.read(run)
-    main = (r.manifest or {}).get("main")
-    copy = r.copy_root() / main if isinstance(main, str) and main else None
-    return (copy if copy is not None and copy.is_file() else Path(run) / "scheme.pe"), r.scheme_name()
+    scheme, _ = r.load_scheme()
+    return Path(scheme.file), r.scheme_name()
 
 
 def swapped_scheme(run: Path, run_params: Mapping[str, Any], other: str | Path | None,
