@@ -365,3 +365,38 @@ def test_a_non_finite_perplexity_is_an_error():
     data = torch.randint(0, 256, (4096,))
     with pytest.raises(EvalError, match="perplexity at length 32 is not finite"):
         perplexity(nan_model, data, [32, 64], 32, windows=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. deterministic JSON; capped profile sizes
+
+_JSON_OUTPUTS = r'''
+import sys
+sys.path.insert(0, sys.argv[1])
+from compiler_helpers import run_cli
+from pedsl.lang.library import library_dir
+
+names = sorted(p.stem for p in library_dir().glob("*.pe"))
+for args in ([["show", n, "--json"] for n in names] + [["check", n, "--json"] for n in names]
+             + [["diff", a, b, "--json"] for a, b in zip(names, names[1:])] + [["schema"]]):
+    code, out, err = run_cli(*args)
+    sys.stdout.write(" ".join(args) + f" -> {code}\n" + out)
+'''
+
+
+def test_every_json_output_is_the_same_under_any_hash_seed():
+    outs = []
+    for seed in ("0", "1", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
+        res = subprocess.run([sys.executable, "-c", _JSON_OUTPUTS, str(Path(__file__).parent)], capture_output=True, text=True, env=env,
+                             timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        outs.append(res.stdout)
+    assert '"axes": [' in outs[0] and outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.parametrize("option", [("--max-bytes", "1000000000000"), ("--vocab", "100000000")])
+def test_profile_sizes_are_capped_before_anything_is_allocated(tmp_path, option):
+    code, _, err = run_cli("profile", "iid", "--out", tmp_path / "p", *option)
+    assert code == 2 and "E994" in err and "the limit is 2.0 GiB" in err, err
+    assert not (tmp_path / "p").exists()

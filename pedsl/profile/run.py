@@ -26,6 +26,7 @@ from typing import Callable
 
 
 from pedsl.errors import DataError, UsageError
+from pedsl.limits import check_tensor
 from pedsl.profile import mi as M
 from pedsl.profile import sources as S
 
@@ -60,6 +61,11 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
     if max_distance < 1 or not 0 < width_fraction < 1 or vocab < 2 or train_length < 8 or law_c <= 0:
         raise UsageError("--max-distance must be >= 1, --width-fraction in (0, 1), --vocab >= 2, "
                          "--train-length >= 8 and --law-c > 0")
+    too_big = (check_tensor("profile", max_bytes, 8, f"--max-bytes {max_bytes:,} as int64 symbols")
+               or check_tensor("profile", vocab * vocab, 8, f"--vocab {vocab:,}: a {vocab:,} x {vocab:,} table of "
+                                                           "pair counts, int64"))
+    if too_big:  # refused before anything is read or allocated
+        raise UsageError(too_big, code="E994", hint="lower --max-bytes (or --vocab)")
     if compare is not None and suggest is None:
         raise UsageError("--compare trains the suggested scheme: it needs --suggest FILE.pe")
     if compare is not None and data in S.SYNTHETIC and data != "blocks":
