@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pedsl.errors import InteropError
+from pedsl.errors import InteropError, quoted
 from pedsl.lang import ast
 from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, fold_expr
 from pedsl.lang.exprs import format_number, to_source
@@ -90,7 +90,7 @@ def _number(cfg: dict, key: str, default=None, *, integer: bool = False, where: 
         raise InteropError(f"{where} key '{key}' must be a finite number below 2**63, got {str(v)[:40]}",
                            code="E963")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-        raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {v!r}",
+        raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {quoted(v)}",
                            code="E963")
     return int(v) if integer else v
 
@@ -101,7 +101,7 @@ def rope_spec(cfg: dict) -> dict:
     problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)]
     raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(raw, dict):
-        raise InteropError(f"rope_parameters must be an object, got {raw!r}", code="E963")
+        raise InteropError(f"rope_parameters must be an object, got {quoted(raw)}", code="E963")
     if any(isinstance(v, dict) for v in raw.values()):
         problems.append("rope parameters per layer type (" + ", ".join(k for k, v in raw.items() if isinstance(v, dict))
                         + ")")
@@ -175,7 +175,7 @@ def rope_spec(cfg: dict) -> dict:
         spec["mscale_all_dim"] = float(p("mscale_all_dim") or 0.0)
         truncate = raw.get("truncate", True)
         if not isinstance(truncate, bool):
-            raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {truncate!r}", code="E963")
+            raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {quoted(truncate)}", code="E963")
         spec["truncate"] = truncate
     if rope_type == "longrope":
         for k in ("short_factor", "long_factor"):
