@@ -164,6 +164,9 @@ def figure_format(path: str | Path) -> str:
     if p.exists() and not p.is_file():
         raise OutputError(f"cannot write the figure '{p}': it is not a regular file (a folder, device or FIFO)",
                           file=str(p), hint="choose a file path for the figure")
+    if not p.absolute().parent.is_dir():
+        raise OutputError(f"cannot write the figure '{p}': its folder does not exist", file=str(p),
+                          hint="create the folder first, or choose another path")
     return ext
 
 

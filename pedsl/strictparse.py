@@ -84,17 +84,19 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:map", _StrictLoader.construct_y
 def load_yaml(text: str) -> Any:
     """The value of YAML ``text``; StrictParseError for an alias, a duplicate key, deep nesting
     or malformed YAML (with its line)."""
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        loader = _StrictLoader(text)  # the reader checks the characters here already
         return loader.get_single_data()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise MalformedText(f"not valid YAML: {getattr(exc, 'problem', None) or exc}",
-                               mark.line + 1 if mark else None) from None
+        raise MalformedText("not valid YAML: " + " ".join(str(getattr(exc, "problem", None) or exc).split()),
+                            mark.line + 1 if mark else None) from None
     except RecursionError:  # unreachable within MAX_DEPTH; kept so no input can end in a traceback
         raise StrictParseError(f"nested more than {MAX_DEPTH} levels deep") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

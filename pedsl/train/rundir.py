@@ -72,7 +72,7 @@ def is_run(run: Path) -> bool:
     if marker_format(run) is not None:
         return True
     try:
-        if all(p.name == LOCK_NAME or p.name.startswith(".write-test-") for p in run.iterdir()):
+        if all(p.name == LOCK_NAME for p in run.iterdir()):
             return True
     except OSError:
         return False
