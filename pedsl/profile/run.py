@@ -48,14 +48,9 @@ def parse_granularities(text: str | None, is_text: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_000_000,
-                max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
-                width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
-                block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
-                suggest: str | Path | None = None, compare: str | Path | None = None,
-                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
-    t0 = time.perf_counter()
+def _check_options(max_bytes: int, max_distance: int, vocab: int, width_fraction: float, train_length: int,
+                   law_c: float) -> None:
+    """UsageError for an option out of range or over its cap, before anything is read or allocated."""
     if max_bytes < MIN_SYMBOLS:
         raise UsageError(f"--max-bytes {max_bytes} is too small", hint=f"use at least {MIN_SYMBOLS}")
     if max_distance < 1 or not 0 < width_fraction < 1 or vocab < 2 or train_length < 8 or law_c <= 0:
@@ -64,8 +59,19 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
     too_big = (check_tensor("profile", max_bytes, 8, f"--max-bytes {max_bytes:,} as int64 symbols")
                or check_tensor("profile", vocab * vocab, 8, f"--vocab {vocab:,}: a {vocab:,} x {vocab:,} table of "
                                                            "pair counts, int64"))
-    if too_big:  # refused before anything is read or allocated
+    if too_big:
         raise UsageError(too_big, code="E994", hint="lower --max-bytes (or --vocab)")
+
+
+def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_000_000,
+                max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
+                width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
+                block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
+                suggest: str | Path | None = None, compare: str | Path | None = None,
+                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
+    """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
+    t0 = time.perf_counter()
+    _check_options(max_bytes, max_distance, vocab, width_fraction, train_length, law_c)
     if compare is not None and suggest is None:
         raise UsageError("--compare trains the suggested scheme: it needs --suggest FILE.pe")
     if compare is not None and data in S.SYNTHETIC and data != "blocks":
