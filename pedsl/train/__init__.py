@@ -29,12 +29,12 @@ API: :func:`pedsl.train.loop.train` (what ``pedsl train`` runs) and :func:`load_
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pedsl.errors import CheckpointError
 from pedsl.fsio import read_text
+from pedsl.strictparse import load_json
 
 __all__ = ["load_run", "train"]
 
@@ -85,7 +85,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     model.to(device).eval()
     done_file = run / "DONE.json"
     try:
-        done = json.loads(read_text(done_file, 16 << 20)) if done_file.exists() else None  # never read whole
+        done = load_json(read_text(done_file, 16 << 20)) if done_file.exists() else None  # never read whole
     except (OSError, ValueError):
         done = None  # a damaged DONE.json: the checkpoint is what counts
     meta: dict[str, Any] = {"step": int(state["step"]), "checkpoint": path, "scheme": scheme,

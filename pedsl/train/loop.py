@@ -26,6 +26,7 @@ from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError, quoted
 from pedsl.fsio import atomic_write_text, open_append, open_regular
+from pedsl.strictparse import load_json
 from pedsl.model import TransformerLM
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
@@ -120,7 +121,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
                         pass
                     continue
                 try:
-                    rec = json.loads(raw)
+                    rec = load_json(raw)
                 except ValueError:  # a half-written last line after a crash
                     continue
                 if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and rec.get("step", 0) <= step:
