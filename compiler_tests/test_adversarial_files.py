@@ -326,6 +326,18 @@ def test_a_run_without_its_scheme_is_not_evaluated_under_an_outside_one(rope_run
     assert not (run / "eval.json").exists()
 
 
+@pytest.mark.parametrize("command", ["eval", "analyze"])
+def test_results_are_not_written_into_a_run_reached_through_a_link(rope_run, tmp_path, command):
+    run = _copy_run(rope_run, tmp_path / "run")
+    (tmp_path / "link").symlink_to(run)
+    before = sorted(os.listdir(run))
+    code, _, err = run_cli(command, tmp_path / "link", "--lengths", "32", "-q")
+    assert code == 1 and "symbolic link" in err and "ppl @" not in err, err
+    assert sorted(os.listdir(run)) == before
+    code, _, err = run_cli(command, run, "--lengths", "32", "-q", "--out", tmp_path / "link" / "x.json")
+    assert code == 1 and "symbolic link" in err and sorted(os.listdir(run)) == before, err
+
+
 def test_a_manifest_pointing_out_of_the_copy_is_refused(rope_run, tmp_path):
     run = _copy_run(rope_run, tmp_path / "deep" / "run")
     (tmp_path / "other.pe").write_text((run / "scheme.pe").read_text())

@@ -7,6 +7,8 @@ directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from pedsl import limits as L
@@ -24,6 +26,16 @@ def _tasks(text: str | None) -> list[str] | None:
     if bad:
         raise UsageError(f"unknown task '{bad[0]}'", hint=f"--tasks takes a comma list of: {', '.join(TASKS)}")
     return out
+
+
+def _output_writable(run_dir: str, out: str | None) -> None:
+    """Refuse an output that pedsl.fsio would refuse (a symbolic link, or RUN_DIR itself one) before the
+    work, not after it."""
+    from pedsl.fsio import refuse_symlink
+
+    refuse_symlink(Path(out).parent if out else Path(run_dir))
+    if out:
+        refuse_symlink(out)
 
 
 def _sets(items: tuple[str, ...]) -> dict:
@@ -74,6 +86,7 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_
 
     if windows is not None and windows < 1:
         raise UsageError("--windows must be at least 1")
+    _output_writable(run_dir, out)
     setup_torch(threads)
     res = evaluate_run(run_dir, lengths=parse_lengths(lengths), tasks=_tasks(tasks), windows=windows, out=out,
                        say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
@@ -107,6 +120,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 
     if samples < 1 or max_length < 2 or (window is not None and window < 1):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
+    _output_writable(run_dir, out)
     setup_torch(threads)
     res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
                       max_length=max_length, out=out, say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
