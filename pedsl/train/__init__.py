@@ -2,6 +2,8 @@
 
 Run directory format (``pedsl train ... --out RUN``; read by :func:`load_run` and by eval)::
 
+    RUN/.pedsl-run        {"pedsl": "run folder", "format": 1}: written first, the proof that the
+                          folder is a pedsl run (pedsl.train.rundir.is_run)
     RUN/config.yaml       the resolved TrainConfig (pedsl.config), YAML
     RUN/scheme.pe         the main scheme file's source text
     RUN/scheme/           a copy of every file of the resolved scheme (the main file and its whole
@@ -21,6 +23,7 @@ Run directory format (``pedsl train ... --out RUN``; read by :func:`load_run` an
         state.json                  step, rng (torch base64, python), data {"next_step"},
                                     scheme_name, scheme_hash, config_hash, shapes {name: [..]},
                                     param_groups, files {name: sha256}
+    RUN/checkpoints/step_XXXXXXX.bad[.N]/  a checkpoint that did not restore, moved aside on --resume
     RUN/DONE.json         written at the end: steps, val_loss, unigram_baseline (nats/byte),
                           wall_time_s, tokens_per_s, n_params, scheme, scheme_hash, data, world_size
 
