@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pedsl import limits as L
-from pedsl.errors import ConfigError, did_you_mean
+from pedsl.errors import ConfigError, did_you_mean, quoted
 from pedsl.yamlconfig import read_yaml, validate_model
 
 
@@ -317,7 +317,7 @@ def resolve_train_config(
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     preset = overrides.get("preset", block.get("preset", "tiny"))
     if not isinstance(preset, str) or preset not in PRESETS:
-        raise ConfigError(f"unknown preset '{preset}'",
+        raise ConfigError(f"unknown preset {quoted(preset)}",
                           hint=did_you_mean(str(preset), PRESETS) or f"presets: {', '.join(PRESETS)}")
     d: dict[str, Any] = {"scheme": scheme, "preset": preset}
     for k, v in PRESETS[preset].items():

@@ -18,12 +18,11 @@ bias, no temperature), or an error naming the part with no HF equivalent.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from pedsl.errors import InteropError
+from pedsl.errors import InteropError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.limits import MAX_LENGTH
 from pedsl.fsio import read_text
@@ -34,6 +33,7 @@ from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, bind_args, fold_expr
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.scheme import Scheme
+from pedsl.strictparse import StrictParseError, load_json
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 # The keys each rope type reads (transformers 5 modeling_rope_utils); anything else is refused.
@@ -77,12 +77,10 @@ def read_config(path: str | Path) -> dict:
         raise InteropError(f"{p} is over {MAX_CONFIG_BYTES // 1_000_000} MB: not a model config", code="E963",
                            file=str(p))
     try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InteropError(f"{p} is not valid JSON: {exc.msg} (line {exc.lineno})", code="E963", file=str(p),
-                           line=exc.lineno, col=exc.colno, hint="a Hugging Face config.json is one JSON object") from None
-    except RecursionError:  # [[[[...]]]] nested past the parser's stack
-        raise InteropError(f"{p} is not a model config: JSON nested too deeply", code="E963", file=str(p)) from None
+        cfg = load_json(text)
+    except StrictParseError as exc:  # malformed, a key given twice, [[[[...]]]] nested past the parser's stack
+        raise InteropError(f"{p} is not a model config pedsl reads: {exc.message}", code="E963", file=str(p),
+                           line=exc.line, hint="a Hugging Face config.json is one JSON object, each key once") from None
     if not isinstance(cfg, dict):
         raise InteropError(f"{p} holds a JSON {type(cfg).__name__}, not an object", code="E963", file=str(p))
     return cfg
@@ -96,7 +94,7 @@ def _number(cfg: dict, key: str, default=None, *, integer: bool = False, where: 
         raise InteropError(f"{where} key '{key}' must be a finite number below 2**63, got {str(v)[:40]}",
                            code="E963")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-        raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {v!r}",
+        raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {quoted(v)}",
                            code="E963")
     return int(v) if integer else v
 
@@ -157,7 +155,7 @@ def rope_spec(cfg: dict) -> dict:
     when it ignores a field, and the type's knobs, standardised as transformers 5 does."""
     raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(raw, dict):
-        raise InteropError(f"rope_parameters must be an object, got {raw!r}", code="E963")
+        raise InteropError(f"rope_parameters must be an object, got {quoted(raw)}", code="E963")
     problems = _refusals(cfg, raw)
     if problems:
         raise InteropError(
@@ -227,7 +225,7 @@ def _yarn_knobs(spec: dict, raw: dict, p) -> None:
     spec["mscale_all_dim"] = float(p("mscale_all_dim") or 0.0)
     truncate = raw.get("truncate", True)
     if not isinstance(truncate, bool):
-        raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {truncate!r}", code="E963")
+        raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {quoted(truncate)}", code="E963")
     spec["truncate"] = truncate
 
 
