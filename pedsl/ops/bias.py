@@ -103,20 +103,44 @@ def separable_bias_attention(
     while key_term.dim() < 3:  # (L,) or (H, L) -> (1, H|1, L)
         key_term = key_term.unsqueeze(0)
     L = k.shape[-2]
-    block = min(L, int(chunk_size)) if chunk_size is not None else query_block(key_term, L)
-    if q.device.type == "cpu" and _FLASH is not None and _FLASH_BWD is not None and q.shape == k.shape:
-        return _BlockedKeyTerm.apply(q, k, v, key_term, scale, block)
-    return _chunked(q, k, v, key_term, scale, block)
+    if q.device.type != "cpu" or _FLASH is None or _FLASH_BWD is None or q.shape != k.shape:
+        return _chunked(q, k, v, key_term, scale, query_block(key_term, L) if chunk_size is None else chunk_size)
+    outs = []  # heads of one block size in one call: ALiBi's gentle heads need no blocks
+    for h0, h1, block in _head_groups(key_term, L) if chunk_size is None else [(0, q.shape[1], int(chunk_size))]:
+        heads = slice(h0, h1)
+        g = key_term if key_term.shape[1] == 1 else key_term[:, heads]
+        outs.append(_BlockedKeyTerm.apply(q[:, heads], k[:, heads], v[:, heads], g, scale, min(L, block)))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, 1)
 
 
 def query_block(g: Tensor, L: int) -> int:
     """Queries per block: a power of two with ``block * max|g(j+1) - g(j)| <= SPAN`` (MIN_BLOCK .. L)."""
-    if torch.compiler.is_compiling():  # no data-dependent sizes in a trace
-        return min(L, 2 * MIN_BLOCK)
-    steep = float((g[..., 1:] - g[..., :-1]).detach().abs().max()) if L > 1 else 0.0
-    if not steep > 0 or not math.isfinite(steep):
-        return L
-    return min(L, max(MIN_BLOCK, 2 ** math.floor(math.log2(max(SPAN / steep, 1.0)))))
+    return min(_blocks_per_head(g, L, lambda t: t.max()))
+
+
+def _blocks_per_head(g: Tensor, L: int, reduce) -> list[int]:
+    if torch.compiler.is_compiling() or L < 2:  # no data-dependent sizes in a trace
+        return [min(L, 2 * MIN_BLOCK)] * g.shape[1]
+    steep = (g[..., 1:] - g[..., :-1]).detach().abs().amax(dim=(0, 2))  # per head (or one for all)
+    out = []
+    for s in [float(reduce(steep))] if reduce is not None else steep.tolist():
+        ok = s > 0 and math.isfinite(s)
+        out.append(min(L, max(MIN_BLOCK, 2 ** math.floor(math.log2(max(SPAN / s, 1.0))))) if ok else L)
+    return out
+
+
+def _head_groups(g: Tensor, L: int) -> list[tuple[int, int, int]]:
+    """(first head, end, block) for runs of heads with one block size (all heads when g has one)."""
+    sizes = _blocks_per_head(g, L, None)
+    if len(sizes) == 1:
+        return [(0, None, sizes[0])]
+    groups: list[tuple[int, int, int]] = []
+    for h, size in enumerate(sizes):
+        if groups and groups[-1][2] == size:
+            groups[-1] = (groups[-1][0], h + 1, size)
+        else:
+            groups.append((h, h + 1, size))
+    return groups
 
 
 def _blocks(L: int, block: int) -> list[tuple[int, int]]:
@@ -158,30 +182,24 @@ class _BlockedKeyTerm(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
+        """One call of the flash backward over all queries, with the key term un-offset and each query's
+        log-sum-exp shifted back by its block's offset (the softmax is the same): the kernel's speed."""
         q, k, v, g, out, lse = ctx.saved_tensors
-        D, need_g = q.shape[-1], ctx.needs_input_grad[3]
-        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        dg = torch.zeros(*q.shape[:2], q.shape[-2], dtype=torch.float32 if q.dtype != torch.float64 else q.dtype,
-                         device=q.device) if need_g else None
+        D, L, need_g = q.shape[-1], q.shape[-2], ctx.needs_input_grad[3]
+        shift = torch.cat([g[..., (c0 + c1) // 2].unsqueeze(-1).expand(*g.shape[:-1], c1 - c0)
+                           for c0, c1 in _blocks(L, ctx.block)], -1)
+        lse = (lse + shift).to(lse.dtype).expand(*q.shape[:-1]).contiguous()
         dout = dout.contiguous()
         if need_g:  # one more channel (zero in q, k, v and out; D_i = dout_i . out_i in dout) carries sum_i P_ij D_i
             z = torch.zeros_like(q[..., :1])
             dout, out = torch.cat([dout, (dout * out).sum(-1, keepdim=True)], -1), torch.cat([out, z], -1)
             q, k, v = torch.cat([q, z], -1), torch.cat([k, z], -1), torch.cat([v, z], -1)
-        for c0, c1 in _blocks(q.shape[-2], ctx.block):
-            row, rows = _rows(g, c0, c1, q.dtype), slice(c0, c1)
-            for keys, causal in ((slice(c0, c1), True), (slice(0, c0), False)):
-                if keys.stop == 0:
-                    continue
-                a, b, c = _FLASH_BWD(dout[:, :, rows].contiguous(), q[:, :, rows], k[:, :, keys], v[:, :, keys],
-                                     out[:, :, rows].contiguous(), lse[:, :, rows].contiguous(), 0.0, causal,
-                                     attn_mask=_row_mask(row[..., keys], c1 - c0), scale=ctx.scale)
-                dq[:, :, rows] += a[..., :D]
-                dk[:, :, keys] += b[..., :D]
-                dv[:, :, keys] += c[..., :D]
-                if need_g:  # sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i
-                    dg[..., keys] += (v[:, :, keys, :D] * c[..., :D]).sum(-1) - c[..., D]
-        return dq, dk, dv, None if dg is None else _sum_to(dg, g.shape).to(g.dtype), None, None
+        dq, dk, dv = _FLASH_BWD(dout, q, k, v, out.contiguous(), lse, 0.0, True,
+                                attn_mask=_row_mask(g.to(q.dtype), L), scale=ctx.scale)
+        dg = None
+        if need_g:  # sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i
+            dg = _sum_to((v[..., :D] * dv[..., :D]).sum(-1) - dv[..., D], g.shape).to(g.dtype)
+        return dq[..., :D], dk[..., :D], dv[..., :D], dg, None, None
 
 
 def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
