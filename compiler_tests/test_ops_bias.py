@@ -151,3 +151,15 @@ def test_flex_alibi_forward_matches_materialised():
         out = flex_bias_attention(q, k, v, alibi_score_mod(slopes))
     ref = reference_attention(q, k, v, bias=alibi_bias_by_hand(slopes, L))
     torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+
+
+def test_alibi_float32_against_x_transformers():
+    """The measurement behind docs/semantics.md §5.7 (python -m benchmarks.alibi_float32), at one length:
+    x-transformers' AlibiPositionalBias (the peer) is a plain float32 bias, and pedsl's auto backend is
+    within ~2x of it."""
+    from benchmarks.alibi_float32 import errors
+
+    e = errors(1024)
+    assert e["x-transformers"] == pytest.approx(e["plain float32"], rel=0.05)
+    assert e["pedsl masked"] < 2 * e["plain float32"]
+    assert e["pedsl auto"] < 2.5 * e["plain float32"], e

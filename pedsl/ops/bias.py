@@ -27,11 +27,13 @@ CPU: each block is two calls of PyTorch's CPU flash kernel
 (``aten::_scaled_dot_product_flash_attention_for_cpu``, which accepts a float mask together with
 ``is_causal``): the block's own keys (causal) and the keys before it (all visible), each with the
 key term as a ``(B|1, H|1, 1, keys)`` row broadcast over the queries (stride 0: no memory), merged by
-their log-sum-exps. Head dim stays D. :class:`_BlockedKeyTerm` gives the backward with the flash
-backward kernel on each part, handed the merged output and log-sum-exp (split-KV, as
-FlashAttention-2), and the key term's gradient ``sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i``, the last
-sum riding in one more value channel of the backward. Elsewhere the blocks use the extra channel
-with an explicit bottom-right causal mask (SDPA's ``is_causal`` with ``Lq != Lk`` is top-left aligned).
+their log-sum-exps; heads that need the same block size share the calls. Head dim stays D. The
+backward (:class:`_BlockedKeyTerm`) is one call of the flash backward kernel over all queries, with
+the key term un-offset and each query's log-sum-exp shifted back by its block's offset (the same
+softmax, so the forward's speed is kept in training; the gradients carry the unblocked rounding), and
+the key term's gradient ``sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i``, the last sum riding in one
+more value channel of the backward. Elsewhere the blocks use the extra channel with an explicit
+bottom-right causal mask (SDPA's ``is_causal`` with ``Lq != Lk`` is top-left aligned).
 
 Temperature per query (docs/semantics.md §5.4) is ``q_scale (B|1, H|1, L)`` multiplying
 the rows of q before the kernel.
