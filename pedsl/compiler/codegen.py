@@ -54,6 +54,7 @@ class _Gen:
         self.init: list[str] = []  # __init__ lines
         self.buffers: dict[tuple, str] = {}
         self.conv_history = 0  # earlier tokens a decoding step re-reads (widest short convolution - 1)
+        self.shared: dict[str, str] = {}  # a let's learned call, by key: declared once, its code reused
 
     def const(self, values: tuple[float, ...], axis: str, note: str) -> str:
         name = self.names.new(f"C{len(self.consts)}")
@@ -63,7 +64,8 @@ class _Gen:
     def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None) -> str:
         from pedsl.lang.typed import node_types
 
-        self._site, self._count, self._pairs, self._chans = site, 0, pairs, chans
+        self._pairs, self._chans = pairs, chans
+        self._keys = {id(call): key for call, key in P.learned_calls(e, site)}  # the walk's names
         self._types = node_types(e, self.values)
         return self._e(e)
 
@@ -112,11 +114,6 @@ class _Gen:
         v = fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n))
         return self.const(v.values, v.axis, f"{to_source(e)[:50]} at n = {n}")
 
-    def _site_key(self, kind: str) -> str:
-        key = P.param_key(self._site, kind, self._count)
-        self._count += 1
-        return key
-
     def _call(self, e: ast.Call) -> str:
         spec = FUNCTIONS[e.func]
         args = bind_args(e, spec.params)
@@ -126,10 +123,16 @@ class _Gen:
                   for p, kind in spec.static}
         if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
             return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
+        key = self._keys[id(e)] if spec.learned else None
+        if key in self.shared:  # a let's learned value: every use reads the one sub-module
+            return self.shared[key]
         names = {p: args[p].id if isinstance(args[p], ast.Name) else args[p] for p in spec.names}
         codes = [self._e(args[p]) for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: its sub-modules and buffers are declared through g
-            return spec.emit(SiteCode(self, spec), *codes, **names, **static)
+            code = spec.emit(SiteCode(self, key), *codes, **names, **static)
+            if e.bound is not None:
+                self.shared[key] = code
+            return code
         return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs), *codes, **static)
 
 
@@ -137,8 +140,8 @@ class SiteCode:
     """What a source record's ``emit`` may declare in the generated module (its ``g``): learned
     sub-modules named like the in-process module's sites, frozen buffers, the decoding history."""
 
-    def __init__(self, gen: _Gen, spec):
-        self.gen, self.spec = gen, spec
+    def __init__(self, gen: _Gen, key: str | None):
+        self.gen, self.key = gen, key  # key: the learned call's name (None for a frozen table)
         self.heads, self.pairs, self.chans = gen.scheme.heads, gen._pairs, gen._chans
 
     def width(self, to: str) -> int:
@@ -150,7 +153,7 @@ class SiteCode:
 
     def learned(self, constructor: str) -> str:
         """A learned sub-module at the next site of this builtin; the code that reads it."""
-        m = f"self.learned.sites[{literal(self.gen._site_key(self.spec.name))}]"
+        m = f"self.learned.sites[{literal(self.key)}]"
         self.init(f"{m} = {constructor}")
         return m
 

@@ -35,7 +35,6 @@ from pedsl.ops.bias import materialized_bias_attention, scale_queries, separable
 F64 = torch.float64
 HALF = (torch.float16, torch.bfloat16)
 TABLE0 = 4096  # static cos/sin tables are prebuilt for this many positions (grown on demand)
-LONG = 8192  # beyond this length the key channel is applied per query chunk with an offset (precision)
 
 
 class SchemeAttention(nn.Module):
@@ -303,8 +302,8 @@ class SchemeAttention(nn.Module):
                 o = materialized_bias_attention(qt, kt, vt, bias, q_scale=q_scale)
         else:
             g = self._key_term(L, x, tokens, q.device)
-            o = separable_bias_attention(qt, kt, vt, None if g is None else g.to(q.dtype) if L <= LONG else g,
-                                         q_scale=q_scale, chunk_size=2048 if L > LONG else None)
+            # g in float64: offset per block of queries before the cast (pedsl.ops.bias, docs/semantics.md §5.7)
+            o = separable_bias_attention(qt, kt, vt, g, q_scale=q_scale)
         return restore(o)
 
     def _flex(self, q, k, v, bias, q_scale):

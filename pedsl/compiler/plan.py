@@ -25,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pedsl.lang import ast
+from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.exprs import to_source
+from pedsl.lang.fold import bind_args
 
 # transport kinds
 ROPE = "rope-table"  # q, k (, v) rotated by position-indexed phases (cos/sin tables)
@@ -57,6 +59,42 @@ def param_key(site: str, kind: str, count: int) -> str:
     """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
     expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
     return f"{site}__{kind}{count}"
+
+
+def learned_calls(e: ast.Expr, site: str) -> list[tuple[ast.Call, str]]:
+    """The learned calls of a site's expression with the key of each, in the order the run-time walk
+    visits them (post-order, a call's arguments in its record's parameter order): the one rule naming
+    learned parameters, for :class:`pedsl.runtime.walk.DynamicEvaluator` (the module, the reference
+    backend, the numpy sampler), codegen and the plan's :func:`learned_sites`.
+
+    A call written in a let (``call.bound = (let, index)``, set by the resolver) is named after the
+    let, ``let[name]__<kind><index>``, whichever site reads it: a name denotes one value, so every
+    use of the let reads one set of parameters. Any other call is the ``count``-th of its site."""
+    out: list[tuple[ast.Call, str]] = []
+
+    def visit(node) -> None:
+        if not isinstance(node, ast.Node):
+            return  # a parameter left at its default
+        if node.kind == "unary":
+            visit(node.operand)
+        elif node.kind == "binary":
+            visit(node.left)
+            visit(node.right)
+        elif node.kind == "list":
+            for item in node.items:
+                visit(item)
+        elif node.kind == "call":
+            spec = FUNCTIONS[node.func]
+            args = bind_args(node, spec.params)
+            for p, _ in spec.params:
+                visit(args[p])
+            if spec.learned:
+                key = param_key(site_name("let", node.bound[0]), node.func, node.bound[1]) if node.bound \
+                    else param_key(site, node.func, sum(1 for _, k in out if k.startswith(site + "__")))
+                out.append((node, key))
+
+    visit(e)
+    return out
 
 
 @dataclass(frozen=True)
@@ -162,6 +200,26 @@ class Plan:
         return tuple(t for t in self.transports if t.kind == kind)
 
 
+@dataclass(frozen=True)
+class LearnedSite:
+    """One set of learned parameters: its key in ``learned.sites``, the call, and the evaluation sites
+    that read it with how many times each (a let's value read twice is still one set)."""
+
+    key: str
+    call: ast.Call
+    readers: tuple[tuple[str, int], ...]
+
+
+def learned_sites(plan: Plan) -> tuple[LearnedSite, ...]:
+    """Every learned parameter set of the plan, in build order (the order the module creates them)."""
+    found: dict[str, tuple[ast.Call, dict[str, int]]] = {}
+    for site in plan.params:
+        for call, key in learned_calls(site.expr, site.name):
+            readers = found.setdefault(key, (call, {}))[1]
+            readers[site.name] = readers.get(site.name, 0) + 1
+    return tuple(LearnedSite(k, c, tuple(r.items())) for k, (c, r) in found.items())
+
+
 # ---------------------------------------------------------------------- rendering
 def plan_lines(plan: Plan) -> list[str]:
     """The plan as text (``pedsl graph``, ``pedsl explain``)."""
@@ -190,7 +248,18 @@ def plan_lines(plan: Plan) -> list[str]:
     if plan.half_via_general:
         out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
     out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
+    learned = learned_sites(plan)
+    if learned:
+        out.append("  learned parameters (one set per call; a let's value is one set, whatever reads it):")
+        width = max(len(ls.key) for ls in learned)
+        for ls in learned:
+            read = ", ".join(f"{r}" + (f" x{n}" if n > 1 else "") for r, n in ls.readers)
+            out.append(f"      {ls.key.ljust(width)}  {_short(to_source(ls.call))}  <- {read}")
     return out
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def plan_to_json(plan: Plan) -> dict:
@@ -210,4 +279,6 @@ def plan_to_json(plan: Plan) -> dict:
             "table": plan.temperature.table, "carried": plan.temperature.carried,
             "site": site(plan.temperature.site), "why": plan.temperature.why},
         "params": [s.name for s in plan.params],
+        "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
+                    for ls in learned_sites(plan)],
     }

@@ -89,6 +89,10 @@ def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, st
     note = _scale_note(a, b)
     if note:
         items.insert(3, ("frequency change", "", note))
+    shared = next((e for e in edits if e.path == "learned.shared"), None)
+    if shared is not None:  # the same text, but one set of learned parameters read twice, or two sets
+        items.append(("learned parameters", "; ".join(shared.old) or "no value read twice",
+                      "; ".join(shared.new) or "no value read twice"))
     pe = [e for e in edits if e.path.startswith("params.")]
     if pe:
         words = []

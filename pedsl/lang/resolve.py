@@ -23,7 +23,7 @@ from pedsl.errors import CheckError, Diagnostic, ParamError, ParseError
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
 from pedsl.lang.values import StaticEnv
-from pedsl.lang.exprs import inline_lets, walk
+from pedsl.lang.exprs import bind_calls, inline_lets, walk
 from pedsl.lang.imports import Source
 from pedsl.lang.inherit import Merged, chain, merge, select_scheme
 from pedsl.lang.params import ParamBinding, parse_override
@@ -125,7 +125,9 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             self.bind_params()
         except ParamError:
             raise
-        lets = {n: loc.stmt.value for n, loc in m.lets.items()}
+        # a let is one value: its learned calls are marked as its own, so every use reads one site
+        lets = {n: bind_calls(loc.stmt.value, n, lambda f: f in FUNCTIONS and FUNCTIONS[f].learned)
+                for n, loc in m.lets.items()}
         for n, loc in m.lets.items():
             if n in CONSTANTS or n in FUNCTIONS or n in KEYWORDS:
                 self.report("E205", f"'{n}' shadows a builtin name or keyword", loc.stmt, src=loc.src)
@@ -140,6 +142,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
         layout = m.layout.stmt.value if m.layout else "halves"
         groups = self.resolve_groups(env, head_dim)
         transports = self.resolve_transports(env, lets, groups)
+        self.check_shared_widths(transports, groups)
         biases = self.resolve_bias(lets)
         temperature = self.resolve_temperature(lets)
         self.check_values(env, lets, temperature)

@@ -11,16 +11,19 @@ subclass: :class:`pedsl.runtime.torch_backend.Evaluator` (torch, trainable) and
 :class:`pedsl.runtime.numpy_backend.NumpyEvaluator` (numpy, at initialisation). The walk names
 no builtin: it reads their records.
 
-Sharing the walk keeps the two in step: a site is ``"{site}__{builtin}{count}"``, numbered in the
-order the walk visits the learned calls of one expression, so a compiled module's parameters can
-be loaded into the numpy evaluator by name.
+Sharing the walk keeps the two in step: a learned call is named by
+:func:`pedsl.compiler.plan.learned_calls` - ``"{site}__{builtin}{count}"``, numbered in the order
+the walk visits the learned calls of one expression, or ``"let[name]__{builtin}{index}"`` for a call
+written in a let, which is one value wherever it is used - so a compiled module's parameters can be
+loaded into the numpy evaluator by name. A let's learned value is computed once per evaluation of
+an expression and reused by its other uses there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pedsl.compiler.plan import param_key
+from pedsl.compiler.plan import learned_calls
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
@@ -54,7 +57,8 @@ class DynamicEvaluator:
     """
 
     def run(self, e: ast.Expr, ctx, site: str):
-        self._site, self._count = site, 0
+        self._keys = {id(call): key for call, key in learned_calls(e, site)}  # node -> its parameters' name
+        self._shared: dict[str, Any] = {}  # a let's learned value, by key: computed once, read by every use
         self._types = node_types(e, ctx.values)  # the checker's type of every node (docs/semantics.md §1a)
         return self._eval(e, ctx)
 
@@ -118,17 +122,17 @@ class DynamicEvaluator:
         names = {p: _name_of(args[p]) for p in spec.names}
         rest = [p for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: asks this backend for it at the call site
+            key = self._keys[id(e)] if spec.learned else None
+            if key in self._shared:
+                return self._shared[key]
             values = [self._eval(args[p], ctx) for p in rest]
-            return spec.site(At(self, ctx, self._next_site(spec.name) if spec.learned else None), *values,
-                             **names, **static)
+            out = spec.site(At(self, ctx, key), *values, **names, **static)
+            if e.bound is not None:
+                self._shared[key] = out
+            return out
         # a record's run-time value, over this backend's array namespace
         arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] + [self._eval(args[p], ctx) for p in rest]
         return self.apply(spec, arrays, static)
-
-    def _next_site(self, kind: str) -> str:
-        key = param_key(self._site, kind, self._count)
-        self._count += 1
-        return key
 
     # ------------------------------------------------------------------ arithmetic, for any array library
     # A value is a labelled array with ``.t`` (the array) and ``.axes``. Subclasses give ``wrap``,
