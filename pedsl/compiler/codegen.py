@@ -36,6 +36,7 @@ from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
+from pedsl.runtime.walk import param_key
 
 def class_name(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_\W]+", name) if p) or "Scheme"
@@ -113,7 +114,7 @@ class _Gen:
         return self.const(v.values, v.axis, f"{to_source(e)[:50]} at n = {n}")
 
     def _site_key(self, kind: str) -> str:
-        key = P.param_key(self._site, kind, self._count)
+        key = param_key(self._site, kind, self._count)
         self._count += 1
         return key
 

@@ -378,7 +378,7 @@ class SchemeAttention(nn.Module):
 
     def rotary_groups(self) -> list[dict]:
         """Position-indexed rotary groups: channels, layout and angular frequency per pair (for frequency energy)."""
-        from pedsl.lang.lint import rotary_frequencies
+        from pedsl.lang.frequencies import rotary_frequencies
 
         freqs = rotary_frequencies(self.scheme)
         return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)

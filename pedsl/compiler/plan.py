@@ -53,12 +53,6 @@ def site_name(role: str, owner: str | int | None = None) -> str:
     return role if owner is None else f"{role}[{owner}]"
 
 
-def param_key(site: str, kind: str, count: int) -> str:
-    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
-    expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
-    return f"{site}__{kind}{count}"
-
-
 @dataclass(frozen=True)
 class Site:
     """An expression evaluated at run time under one name: its learned call sites are

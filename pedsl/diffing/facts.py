@@ -164,7 +164,7 @@ def temperature_at(s: Scheme, positions: list[int]) -> list[tuple[int, Any]]:
 
 
 def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
-    from pedsl.lang.lint import rotary_frequencies
+    from pedsl.lang.frequencies import rotary_frequencies
 
     env = env_of(s)
     try:

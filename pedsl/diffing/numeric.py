@@ -54,7 +54,7 @@ def unit_vectors(heads: int, head_dim: int, samples: int = SAMPLES, seed: int = 
 
 def _group_freqs(s: Scheme, t, L: int, static: dict) -> tuple[float, ...] | None:
     """|frequency| per pair of a fixed rotation table (a rotation, or constant steps) at run length L."""
-    from pedsl.lang.lint import frequencies
+    from pedsl.lang.frequencies import frequencies
 
     if t.kind == "rotate" and t.dynamic:
         env = StaticEnv(values={**s.params, "heads": s.heads, "head_dim": s.head_dim}, n=L)
@@ -116,7 +116,7 @@ def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = S
            draws: Draws | None = None) -> Curves:
     """The three curves of one scheme: exact float64 tables when everything is static, else
     sampled at initialisation (:mod:`pedsl.diffing.sample`); numpy only, no torch."""
-    from pedsl.lang.lint import rotary_frequencies
+    from pedsl.lang.frequencies import rotary_frequencies
 
     L = lmax + 1
     static = rotary_frequencies(s)

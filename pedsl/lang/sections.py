@@ -8,7 +8,8 @@ from pedsl.errors import did_you_mean
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import WARNINGS
 from pedsl.lang.inherit import Located
-from pedsl.lang.report import FAILED, ResolverStage, has_errors
+from pedsl.lang.diagnostics import has_errors
+from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.values import DYNAMIC, GroupSpec, StaticEnv, Vec
 
 

@@ -20,13 +20,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from pedsl.compiler.plan import param_key
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import bind_args, fold_expr
 from pedsl.lang.typed import node_types
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
+
+
+def param_key(site: str, kind: str, count: int) -> str:
+    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
+    expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
+    return f"{site}__{kind}{count}"
+
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
 INPUT_AXES = {"position": "pos"}  # the run-time inputs a builtin record may read (its ``inputs``)
