@@ -25,7 +25,9 @@ from torch import Tensor, nn
 from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
-from pedsl.compiler.shapes import angle_dtype as _angle_dtype, per_head as _per_head
+from pedsl.compiler.general import AttentionCache, InputError
+from pedsl.compiler.general import angle_dtype as _angle_dtype
+from pedsl.compiler.shapes import per_head as _per_head
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -136,8 +138,6 @@ class SchemeAttention(nn.Module):
             if tokens.shape != (B, L):
                 raise ShapeError(f"tokens must be (B={B}, L={L}) for the L tokens of k and v, got {tuple(tokens.shape)}")
         if cache is not None:
-            from pedsl.compiler.cache import AttentionCache
-
             if not isinstance(cache, AttentionCache):
                 raise ShapeError(f"cache must come from module.new_cache(batch_size), got {type(cache).__name__}")
             if cache.scheme != self.scheme.name or cache.owner != id(self):
@@ -155,9 +155,10 @@ class SchemeAttention(nn.Module):
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
         they were cached, as Hugging Face does). One cache per layer and batch of sequences.
         """
-        from pedsl.compiler.cache import AttentionCache
-
-        return AttentionCache(self, batch_size)
+        try:
+            return AttentionCache(self, batch_size, self.scheme.name)
+        except InputError as exc:
+            raise ShapeError(str(exc), hint=exc.hint) from None
 
     def rope_tables(self, t: P.TransportStep, L: int, device, dtype) -> tuple[Tensor, Tensor]:
         key = t.site

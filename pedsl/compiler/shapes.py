@@ -39,8 +39,3 @@ def as_hd(v: LT, L: int, H: int) -> Tensor:
 def per_head(v: LT, H: int) -> Tensor:
     t = v.align(("head",)) if v.axes else v.t.reshape(1)
     return t.expand(H)
-
-
-def angle_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Rotation angles (|A| < 2 pi) stay in float32 for half-precision inputs (bfloat16 keeps ~0.03 rad)."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
