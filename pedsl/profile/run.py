@@ -47,14 +47,9 @@ def parse_granularities(text: str | None, is_text: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_000_000,
-                max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
-                width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
-                block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
-                suggest: str | Path | None = None, compare: str | Path | None = None,
-                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
-    t0 = time.perf_counter()
+def _check_arguments(data, out, max_bytes, max_distance, width_fraction, vocab, train_length, law_c,
+                     suggest, compare) -> None:
+    """Refuse bad settings and unwritable outputs before any work."""
     if max_bytes < MIN_SYMBOLS:
         raise UsageError(f"--max-bytes {max_bytes} is too small", hint=f"use at least {MIN_SYMBOLS}")
     if max_distance < 1 or not 0 < width_fraction < 1 or vocab < 2 or train_length < 8 or law_c <= 0:
@@ -76,11 +71,11 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
 
             raise OutputError(f"cannot write the suggested scheme '{suggest}': folder {parent} does not exist",
                               hint="create the folder first, or choose another --suggest path")
-    x, desc, is_text = S.load_bytes(data, max_bytes, seed=seed, block_len=block_len, block_offset=block_offset)
-    if len(x) < MIN_SYMBOLS:
-        raise DataError(f"{desc} holds {len(x)} bytes, too few to profile (at least {MIN_SYMBOLS})",
-                        hint="point DATA at more text, or raise --max-bytes")
-    say(f"profile of {desc}: {len(x):,} bytes")
+
+
+def _profiles(x, granularities, is_text: bool, vocab: int, max_distance: int, width_fraction: float, seed: int,
+              say) -> list[M.Profile]:
+    """The mutual-information profile at every granularity with enough symbols."""
     profiles: list[M.Profile] = []
     for g in parse_granularities(granularities, is_text):
         codes, K, scale = S.words(x, vocab) if g == "words" else S.coarse(x, int(g), vocab)
@@ -96,6 +91,24 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
         say(f"  {name}: {len(codes):,} symbols, alphabet {K}, {len(p.r)} distances to {r_max}, "
             f"{int(p.significant.sum())} significant, W = {w if w is not None else '-'} symbols "
             f"({time.perf_counter() - t1:.1f} s)")
+    return profiles
+
+
+def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_000_000,
+                max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
+                width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
+                block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
+                suggest: str | Path | None = None, compare: str | Path | None = None,
+                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
+    """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
+    t0 = time.perf_counter()
+    _check_arguments(data, out, max_bytes, max_distance, width_fraction, vocab, train_length, law_c, suggest, compare)
+    x, desc, is_text = S.load_bytes(data, max_bytes, seed=seed, block_len=block_len, block_offset=block_offset)
+    if len(x) < MIN_SYMBOLS:
+        raise DataError(f"{desc} holds {len(x)} bytes, too few to profile (at least {MIN_SYMBOLS})",
+                        hint="point DATA at more text, or raise --max-bytes")
+    say(f"profile of {desc}: {len(x):,} bytes")
+    profiles = _profiles(x, granularities, is_text, vocab, max_distance, width_fraction, seed, say)
     byte = profiles[0]
     W = byte.width(width_fraction)
     sim = M.self_similarity(profiles, width_fraction)
