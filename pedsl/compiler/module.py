@@ -24,10 +24,9 @@ from torch import Tensor, nn
 
 from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
-from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
+from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError
-from pedsl.compiler.general import angle_dtype as _angle_dtype
-from pedsl.compiler.shapes import per_head as _per_head
+from pedsl.compiler.general import angle_dtype
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -170,7 +169,7 @@ class SchemeAttention(nn.Module):
             return cached[1][:L], cached[2][:L]
         size = L if dynamic else max(L, 2 ** math.ceil(math.log2(max(L, 1))))
         phase = self.evaluator.run(t.expr, self._ctx(size, device=device, group=t), key)
-        ph = _as_table(phase, size, len(t.channels) // 2)  # (L, P) float64
+        ph = as_table(phase, size, len(t.channels) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
         cos, sin = torch.cos(ph), torch.sin(ph)
         scale = t.scale
@@ -182,7 +181,7 @@ class SchemeAttention(nn.Module):
 
     def step_angles(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> Tensor:
         a = self.evaluator.run(t.expr, self._ctx(L, x, tokens, device, dtype, group=t), t.site)
-        return _as_bhlp(a, L, len(t.channels) // 2)
+        return as_bhlp(a, L, len(t.channels) // 2)
 
     def _cos_sin(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
         if t.kind == P.ROPE:
@@ -199,12 +198,12 @@ class SchemeAttention(nn.Module):
                 continue
             if b.kind == P.LINEAR_BIAS:
                 slope = self.evaluator.run(b.slope, self._ctx(L, x, tokens, device), b.site.name)
-                s = _per_head(slope, self.heads).to(F64)  # (H,)
+                s = per_head(slope, self.heads).to(F64)  # (H,)
                 g = -s[:, None] * pos[None, :]  # (H, L): b = s (i - j) -> g(j) = -s j
                 g = g.unsqueeze(0)
             else:
                 lg = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
-                G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
+                G = torch.cumsum(as_bhl(lg, L, self.heads).to(F64), dim=-1)
                 g = -G  # b = G_i - G_j -> g(j) = -G_j
             total = g if total is None else total + g
         return total
@@ -219,10 +218,10 @@ class SchemeAttention(nn.Module):
         for b in self.biases:
             val = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
             if b.kind != P.GATE_BIAS:
-                full = _as_hd(val, L, self.heads).to(F64)[:, dist].unsqueeze(0)  # (H, L) over distance, gathered
+                full = as_hd(val, L, self.heads).to(F64)[:, dist].unsqueeze(0)  # (H, L) over distance, gathered
             else:
                 lg = val
-                G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
+                G = torch.cumsum(as_bhl(lg, L, self.heads).to(F64), dim=-1)
                 full = G.unsqueeze(-1) - (G if cols is None else G[..., cols]).unsqueeze(-2)
             total = full if total is None else total + full
         return total
@@ -247,14 +246,14 @@ class SchemeAttention(nn.Module):
             if t.kind == P.SO2:
                 # float64 cumulative sum reduced mod 2 pi, then cast (|A| < 2 pi keeps ~1e-7 rad in float32);
                 # one fused rotation for q, k (and v) whose backward gives the angle gradient directly
-                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(_angle_dtype(q.dtype))
+                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(angle_dtype(q.dtype))
                 if t.values:
                     q, k, v = rotary.rotate_many_by_angles([q, k, v], A, self.layout, ch)
                     undo.append((None, A, ch))
                 else:
                     q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
                 continue
-            cos, sin = self._cos_sin(t, L, x, tokens, q.device, _angle_dtype(q.dtype))  # half: float32, rounded once
+            cos, sin = self._cos_sin(t, L, x, tokens, q.device, angle_dtype(q.dtype))  # half: float32, rounded once
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
             if t.values:
@@ -337,15 +336,15 @@ class SchemeAttention(nn.Module):
                 w = wv
             else:
                 w = w.index_copy(-1, torch.tensor(t.channels, device=device), wv)
-            beta = _as_bhl(bt, L, H).expand(B, H, L).to(dtype)
+            beta = as_bhl(bt, L, H).expand(B, H, L).to(dtype)
         log_forget = None
         for b in self.biases:
             if b.kind == P.LINEAR_BIAS:
                 slope = self.evaluator.run(b.slope, self._ctx(L, x, tokens, device), b.site.name)
-                lf = _per_head(slope, H).to(dtype)[None, :, None].expand(B, H, L)
+                lf = per_head(slope, H).to(dtype)[None, :, None].expand(B, H, L)
             else:
                 lg = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
-                lf = _as_bhl(lg, L, H).expand(B, H, L).to(dtype)
+                lf = as_bhl(lg, L, H).expand(B, H, L).to(dtype)
             log_forget = lf if log_forget is None else log_forget + lf
         return w, beta, log_forget
 

@@ -37,7 +37,7 @@ def parse(path_or_text: str | Path) -> ast.Module:
     return parse_module(text, file)
 
 
-def format(path_or_text: str | Path) -> str:  # noqa: A001 - the public name the issue asks for
+def format(path_or_text: str | Path) -> str:  # noqa: A001 - pedsl.format, as `pedsl fmt` names it
     """The canonical text of a file or text."""
     text, file = _text_of(path_or_text)
     return format_module(parse_module(text, file), text)
