@@ -51,7 +51,7 @@ def compile_scheme(
     attn_mask=None)`` takes q (B, H, Lq, D) and k, v (B, Hkv, L, D); ``x`` (B, L, d_model) feeds
     data-dependent steps and gates, ``tokens`` (B, L) token-indexed steps; the rest (positions,
     packed documents, padding and attention masks, ``module.new_cache(B)`` for decoding) is
-    described in :mod:`pedsl.compiler.stream`. ``compile=True`` wraps the module in ``torch.compile``.
+    described in :mod:`pedsl.compiler.general`. ``compile=True`` wraps the module in ``torch.compile``.
     """
     if backend not in BACKENDS:
         raise CompileError(f"unknown backend '{backend}'", code="E401", hint="choose one of: " + ", ".join(BACKENDS))

@@ -37,6 +37,7 @@ from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.walk import param_key
+from pedsl.lang.typed import node_types, type_of
 
 def class_name(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_\W]+", name) if p) or "Scheme"
@@ -62,16 +63,12 @@ class _Gen:
         return f"_axis({name}, {literal(axis)}, dev)"
 
     def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None) -> str:
-        from pedsl.lang.typed import node_types
-
         self._site, self._count, self._pairs, self._chans = site, 0, pairs, chans
         self._types = node_types(e, self.values)
         return self._e(e)
 
     def _type(self, e: ast.Expr):
         """The checker's type of a node of the expression (or of one made here, e.g. a record's input)."""
-        from pedsl.lang.typed import type_of
-
         return self._types.get(id(e)) or type_of(e, self.values)
 
     def _static(self, e):

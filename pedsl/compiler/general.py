@@ -39,7 +39,7 @@ Biases are differences of per-token float64 coordinates ``b(i, j) = c_i - c_j`` 
 forget-gate forms), formed per block of queries in float64 and only then cast to the compute dtype,
 so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 
-What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.stream`,
+What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.module_values`,
 the generated class in a compiled module): ``heads``, ``head_dim``, ``conv_history`` (earlier tokens a
 short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
 ``scale``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,

@@ -4,7 +4,7 @@
 Shapes: q ``(B, Hq, Lq, D)``, k, v ``(B, Hkv, L, D)``; x ``(B, L, d_model)`` for data-dependent
 steps and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, Hq, Lq, D)``. A call with
 positions, documents, masks, a cache, fewer key/value heads or fewer queries than keys takes the
-general path of :mod:`pedsl.compiler.stream`; one full causal sequence takes the fused path below.
+general path of :mod:`pedsl.compiler.general`; one full causal sequence takes the fused path below.
 
 The forward pass executes the lowering plan (:mod:`pedsl.compiler.plan`): every transport
 step pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
@@ -31,7 +31,10 @@ from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.ops.bias import materialized_bias_attention, scale_queries, separable_bias_attention
+from pedsl.ops.bias import flex_bias_attention, materialized_bias_attention, scale_queries, separable_bias_attention
+from pedsl.ops.path import path_attention
+from pedsl.compiler.reference import reference_forward, transported_scores
+from pedsl.lang.frequencies import rotary_frequencies
 
 F64 = torch.float64
 HALF = (torch.float16, torch.bfloat16)
@@ -148,7 +151,7 @@ class SchemeAttention(nn.Module):
                                  hint="make the cache with module.new_cache(batch_size) for this batch")
 
     def new_cache(self, batch_size: int):
-        """An empty decoding cache for ``batch_size`` sequences (see :mod:`pedsl.compiler.stream`).
+        """An empty decoding cache for ``batch_size`` sequences (see :mod:`pedsl.compiler.general`).
 
         Pass it as ``cache=`` to every call: a prefill of any length, then one token or a chunk at a
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
@@ -274,19 +277,17 @@ class SchemeAttention(nn.Module):
                 positions: Tensor | None = None, document_ids: Tensor | None = None, cache=None,
                 attn_mask: Tensor | None = None):
         """q (B, Hq, Lq, D), k and v (B, Hkv, L, D) -> (B, Hq, Lq, D); see the module docstring and
-        :mod:`pedsl.compiler.stream` for positions, document_ids, cache and attn_mask."""
+        :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
                 or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general)):
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)
-            from pedsl.compiler.stream import stream_forward
+            from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
 
             return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
                                   document_ids=document_ids, cache=cache, attn_mask=attn_mask)
         if self.backend == "reference":
-            from pedsl.compiler.reference import reference_forward
-
             return reference_forward(self, q, k, v, x=x, tokens=tokens).to(q.dtype)
         L = q.shape[2]
         qt, kt, vt, restore = self.transform_qkv(q, k, v, x, tokens)
@@ -308,8 +309,6 @@ class SchemeAttention(nn.Module):
         return restore(o)
 
     def _flex(self, q, k, v, bias, q_scale):
-        from pedsl.ops.bias import flex_bias_attention
-
         q = scale_queries(q, q_scale)
         if bias is None:
             return flex_bias_attention(q, k, v, None)
@@ -349,16 +348,12 @@ class SchemeAttention(nn.Module):
         return w, beta, log_forget
 
     def _blockwise(self, q, k, v, x, tokens, q_scale):
-        from pedsl.ops.path import path_attention
-
         w, beta, log_forget = self.householder_inputs(q.shape[0], q.shape[2], x, tokens, q.device, q.dtype)
         return path_attention(q, k, v, w, beta, log_forget, q_scale=q_scale)
 
     # ------------------------------------------------------------------ analysis
     def raw_scores(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
         """<q_i, T(j->i) k_j> for j <= i (no scale, temperature or bias), (B, H, L, L); -inf above the diagonal."""
-        from pedsl.compiler.reference import transported_scores
-
         self._check(q, k, k, x, tokens)
         if q.shape != k.shape:
             raise ShapeError(f"raw_scores needs q and k of one shape (B, H, L, D), got {tuple(q.shape)}, {tuple(k.shape)}")
@@ -378,8 +373,6 @@ class SchemeAttention(nn.Module):
 
     def rotary_groups(self) -> list[dict]:
         """Position-indexed rotary groups: channels, layout and angular frequency per pair (for frequency energy)."""
-        from pedsl.lang.frequencies import rotary_frequencies
-
         freqs = rotary_frequencies(self.scheme)
         return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)
                 for g, f in freqs.items()]

@@ -1,6 +1,6 @@
 """Labelled run-time values (:class:`~pedsl.runtime.torch_backend.LT`) as the tensor shapes the kernels take.
 
-Shared by the module (:mod:`pedsl.compiler.module`), its general forward (:mod:`pedsl.compiler.stream`)
+Shared by the module (:mod:`pedsl.compiler.module`), its general forward (:mod:`pedsl.compiler.module_values`)
 and the reference backend (:mod:`pedsl.compiler.reference`), so none imports another's internals.
 """
 

@@ -12,13 +12,12 @@ from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.imports import Loader, load_source, looks_like_text
 from pedsl.lang.resolve import check_all, resolve
 from pedsl.lang.scheme import Scheme
+from pedsl.errors import CheckError
 
 
 def _text_of(path_or_text: str | Path) -> tuple[str, str | None]:
     if isinstance(path_or_text, Path) or not looks_like_text(path_or_text):
         p = Path(path_or_text)
-        from pedsl.errors import CheckError
-
         try:
             return decode(read_bytes(p), str(p)), str(p)
         except FileNotFoundError:

@@ -28,6 +28,10 @@ from typing import Callable
 from pedsl.errors import DataError, UsageError
 from pedsl.profile import mi as M
 from pedsl.profile import sources as S
+from pedsl.study.compare import run_compare
+from pedsl.errors import OutputError
+from pedsl.fsio import atomic_write_text, ensure_dir
+from pedsl.study.common import write_json
 
 MIN_SYMBOLS = 1000
 LAW_C = math.pi  # theta* = c / W; the frequency-law study measures c (pedsl compare --study frequency)
@@ -61,14 +65,10 @@ def _check_arguments(data, out, max_bytes, max_distance, width_fraction, vocab, 
         raise UsageError(f"--compare trains on the profiled data, and '{data}' is not a training source",
                          hint="profile stdlib, a file or folder, or blocks to compare the suggestion with RoPE")
     if out is not None:  # fail on an unwritable folder before the work
-        from pedsl.fsio import ensure_dir
-
         ensure_dir(out)
     if suggest is not None:
         parent = Path(suggest).expanduser().resolve().parent
         if not parent.is_dir():
-            from pedsl.errors import OutputError
-
             raise OutputError(f"cannot write the suggested scheme '{suggest}': folder {parent} does not exist",
                               hint="create the folder first, or choose another --suggest path")
 
@@ -126,8 +126,6 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
     }
     if suggest is not None:
         text = suggest_scheme(law, W, verdict, data=data, name=Path(suggest).stem)
-        from pedsl.fsio import atomic_write_text
-
         atomic_write_text(suggest, text)
         result["suggestion"] = {"file": str(suggest), "period": law["grid_period"], "train_length": train_length}
         say(f"suggested scheme -> {suggest}")
@@ -137,8 +135,6 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
                                         block_offset=block_offset, say=say)
     result["wall_time_s"] = time.perf_counter() - t0
     if out is not None:
-        from pedsl.study.common import write_json
-
         files = plot_profile(profiles, sim, W, Path(out))
         result["files"] = ["profile.json"] + files
         write_json(Path(out) / "profile.json", result)
@@ -150,8 +146,6 @@ def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int 
     """Train RoPE and the suggested scheme with one budget on the profiled data (``pedsl compare``,
     quick settings: lengths to 16x, 2 windows) and return each one's validation loss and perplexity
     ratios."""
-    from pedsl.study.compare import run_compare
-
     sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
     res = run_compare(["rope", str(suggested)], out, data=data, steps=steps, quick=True, sets=sets,
                       command=f"pedsl profile {data} --compare {out}", quiet=True, say=say)

@@ -26,6 +26,7 @@ from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import bind_args, fold_expr
 from pedsl.lang.typed import node_types
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
+from pedsl.lang.exprs import to_source
 
 
 def param_key(site: str, kind: str, count: int) -> str:
@@ -111,8 +112,6 @@ class DynamicEvaluator:
             return self.binary(e.op, self._eval(e.left, ctx), self._eval(e.right, ctx))
         if k == "call":
             return self._call(e, ctx)
-        from pedsl.lang.exprs import to_source
-
         raise CompileError(f"cannot evaluate {to_source(e)} at run time")
 
     def _call(self, e: ast.Call, ctx):
