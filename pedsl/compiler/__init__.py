@@ -57,7 +57,7 @@ def compile_scheme(
         raise CompileError(f"unknown backend '{backend}'", code="E401", hint="choose one of: " + ", ".join(BACKENDS))
     sch = load(source, params=params, scheme=scheme, heads=num_heads, head_dim=head_dim)
     graph = compile_graph(sch, backend=backend, requires_grad=requires_grad, device=str(device).split(":")[0])
-    from pedsl.compiler.module import SchemeAttention
+    from pedsl.compiler.module import SchemeAttention  # on use: `import pedsl.compiler` stays free of torch
 
     module = SchemeAttention(sch, graph, d_model=d_model, vocab_size=vocab_size)
     if compile:

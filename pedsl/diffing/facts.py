@@ -208,7 +208,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
     )
     if graph:
-        from pedsl.compiler import compile_graph
+        from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for
 
         try:
             g = compile_graph(s)

@@ -153,7 +153,7 @@ def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, sam
     Householder groups move each seeded unit key through the steps, H_i ... H_(j+1) u,
     O(L D) per key. A gate bias is G(j + d) - G(j) with G the cumulative log gate.
     """
-    from pedsl.diffing.sample import Sampler
+    from pedsl.diffing.sample import Sampler  # on use: networkx only for the curves that sample
 
     L = lmax + STARTS
     H, D = s.heads, s.head_dim

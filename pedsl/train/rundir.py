@@ -184,7 +184,7 @@ class Run:
     def load_scheme(self):
         """``(scheme, files)``: the run's scheme from its own copy (``RUN/scheme/``; older runs:
         ``RUN/scheme.pe``, then the original path), verified against ``RUN/scheme.sha256``."""
-        from pedsl.lang.imports import allow_import_roots
+        from pedsl.lang.imports import allow_import_roots  # on use: lark only when the scheme is read
         from pedsl.lang.api import load
 
         candidates = []
