@@ -9,7 +9,7 @@ import pytest
 
 from lang_helpers import LIBRARY, SCHEMES
 from pedsl.lang.api import check, format, load, parse
-from pedsl.lang.lint import rotary_frequencies
+from pedsl.lang.frequencies import rotary_frequencies
 
 # name -> (groups with sizes, transports (kind, targets, group), bias kinds, temperature?, bases)
 EXPECTED = {

@@ -25,9 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from pedsl.lang import ast
-from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.exprs import to_source
-from pedsl.lang.fold import bind_args
+from pedsl.runtime.walk import learned_calls, param_key, site_name  # noqa: F401 (the plan's names)
 
 # transport kinds
 ROPE = "rope-table"  # q, k (, v) rotated by position-indexed phases (cos/sin tables)
@@ -46,55 +45,6 @@ POSITIONS, TOKENS = "positions", "tokens"
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
-
-
-def site_name(role: str, owner: str | int | None = None) -> str:
-    """The name of a graph node; for an evaluation site also the prefix of its learned parameters:
-    ``phase[g]``, ``steps[g]``, ``w[g]``, ``beta[g]`` (channel group g), ``bias[i]``, ``temperature``
-    (and ``transport[g]``, the group's transform node)."""
-    return role if owner is None else f"{role}[{owner}]"
-
-
-def param_key(site: str, kind: str, count: int) -> str:
-    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
-    expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
-    return f"{site}__{kind}{count}"
-
-
-def learned_calls(e: ast.Expr, site: str) -> list[tuple[ast.Call, str]]:
-    """The learned calls of a site's expression with the key of each, in the order the run-time walk
-    visits them (post-order, a call's arguments in its record's parameter order): the one rule naming
-    learned parameters, for :class:`pedsl.runtime.walk.DynamicEvaluator` (the module, the reference
-    backend, the numpy sampler), codegen and the plan's :func:`learned_sites`.
-
-    A call written in a let (``call.bound = (let, index)``, set by the resolver) is named after the
-    let, ``let[name]__<kind><index>``, whichever site reads it: a name denotes one value, so every
-    use of the let reads one set of parameters. Any other call is the ``count``-th of its site."""
-    out: list[tuple[ast.Call, str]] = []
-
-    def visit(node) -> None:
-        if not isinstance(node, ast.Node):
-            return  # a parameter left at its default
-        if node.kind == "unary":
-            visit(node.operand)
-        elif node.kind == "binary":
-            visit(node.left)
-            visit(node.right)
-        elif node.kind == "list":
-            for item in node.items:
-                visit(item)
-        elif node.kind == "call":
-            spec = FUNCTIONS[node.func]
-            args = bind_args(node, spec.params)
-            for p, _ in spec.params:
-                visit(args[p])
-            if spec.learned:
-                key = param_key(site_name("let", node.bound[0]), node.func, node.bound[1]) if node.bound \
-                    else param_key(site, node.func, sum(1 for _, k in out if k.startswith(site + "__")))
-                out.append((node, key))
-
-    visit(e)
-    return out
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from pedsl.diffing.match import (bias_expr, bias_source, match_groups, match_par
 from pedsl.lang.channels import channel_ranges as ranges
 from pedsl.lang.exprs import to_source, walk
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.api import load
 
 # Edits on these paths change no meaning: two schemes differing only there are equivalent.
 METADATA = ("name", "doc", "allow")
@@ -123,8 +124,6 @@ def equivalent(edits: list[Edit]) -> bool:
 def as_scheme(x: Scheme | str | Path, params: dict | None = None, scheme: str | None = None) -> Scheme:
     if isinstance(x, Scheme) and not params:
         return x
-    from pedsl.lang.api import load
-
     return load(x, params=params, scheme=scheme)
 
 

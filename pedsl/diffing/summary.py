@@ -14,6 +14,7 @@ import math
 
 from pedsl.diffing.facts import (SchemeFacts, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num)
+from pedsl.diffing.edits import Insert, Move, Remove, Update
 
 
 def _rotation(f: SchemeFacts) -> str:
@@ -74,8 +75,6 @@ def _params(f: SchemeFacts) -> str:
 
 def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, str, str]]:
     """[(topic, before, after)] for the topics a reviewer cares about, in a fixed order."""
-    from pedsl.diffing.edits import Insert, Move, Remove, Update
-
     items = [
         ("shape", f"{a.heads} heads x {a.head_dim} channels", f"{b.heads} heads x {b.head_dim} channels"),
         ("rotation", _rotation(a), _rotation(b)),

@@ -183,7 +183,3 @@ def distance_coefficient(e: ast.Expr) -> ast.Expr | None:
         c = distance_coefficient(e.left)
         return None if c is None else ast.Binary(op="/", left=c, right=e.right)
     return None
-
-
-def strip_spans(e: ast.Expr) -> ast.Expr:
-    return transform(e, lambda n: n.model_copy(update={"span": None}) if n.span is not None else None)

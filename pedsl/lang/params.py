@@ -10,7 +10,8 @@ from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.imports import Source
-from pedsl.lang.report import FAILED, ResolverStage, node_pos, sink_for
+from pedsl.lang.diagnostics import node_pos, sink_for
+from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv
 
 

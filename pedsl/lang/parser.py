@@ -20,6 +20,7 @@ from pedsl.lang import ast
 from pedsl.lang.grammar import lark_parser
 from pedsl.lang.syntax_errors import repair, report_syntax, too_deep
 from pedsl.lang.transform import ToAst
+from pedsl.fsio import open_regular
 
 MAX_BYTES = 1_000_000  # a scheme file is a few lines; this bound keeps every input fast
 MAX_NESTING = 64
@@ -93,8 +94,6 @@ def read_bytes(path: Path) -> bytes:
     A huge file (or an endless one such as /dev/zero) is refused with E102 after reading
     MAX_BYTES + 1 bytes, so every input is answered quickly; OSError propagates to the caller.
     """
-    from pedsl.fsio import open_regular
-
     with open_regular(path) as fh:  # a FIFO or a device is refused (it could block or never end)
         data = fh.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:

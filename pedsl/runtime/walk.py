@@ -12,7 +12,7 @@ subclass: :class:`pedsl.runtime.torch_backend.Evaluator` (torch, trainable) and
 no builtin: it reads their records.
 
 Sharing the walk keeps the two in step: a learned call is named by
-:func:`pedsl.compiler.plan.learned_calls` - ``"{site}__{builtin}{count}"``, numbered in the order
+:func:`learned_calls` - ``"{site}__{builtin}{count}"``, numbered in the order
 the walk visits the learned calls of one expression, or ``"let[name]__{builtin}{index}"`` for a call
 written in a let, which is one value wherever it is used - so a compiled module's parameters can be
 loaded into the numpy evaluator by name. A let's learned value is computed once per evaluation of
@@ -23,13 +23,63 @@ from __future__ import annotations
 
 from typing import Any
 
-from pedsl.compiler.plan import learned_calls
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import bind_args, fold_expr
 from pedsl.lang.typed import node_types
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
+from pedsl.lang.exprs import to_source
+
+
+def param_key(site: str, kind: str, count: int) -> str:
+    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
+    expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
+    return f"{site}__{kind}{count}"
+
+
+def site_name(role: str, owner: str | int | None = None) -> str:
+    """The name of a graph node; for an evaluation site also the prefix of its learned parameters:
+    ``phase[g]``, ``steps[g]``, ``w[g]``, ``beta[g]`` (channel group g), ``bias[i]``, ``temperature``
+    (and ``transport[g]``, the group's transform node)."""
+    return role if owner is None else f"{role}[{owner}]"
+
+
+def learned_calls(e: ast.Expr, site: str) -> list[tuple[ast.Call, str]]:
+    """The learned calls of a site's expression with the key of each, in the order the run-time walk
+    visits them (post-order, a call's arguments in its record's parameter order): the one rule naming
+    learned parameters, for :class:`pedsl.runtime.walk.DynamicEvaluator` (the module, the reference
+    backend, the numpy sampler), codegen and :func:`pedsl.compiler.plan.learned_sites`.
+
+    A call written in a let (``call.bound = (let, index)``, set by the resolver) is named after the
+    let, ``let[name]__<kind><index>``, whichever site reads it: a name denotes one value, so every
+    use of the let reads one set of parameters. Any other call is the ``count``-th of its site."""
+    out: list[tuple[ast.Call, str]] = []
+
+    def visit(node) -> None:
+        if not isinstance(node, ast.Node):
+            return  # a parameter left at its default
+        if node.kind == "unary":
+            visit(node.operand)
+        elif node.kind == "binary":
+            visit(node.left)
+            visit(node.right)
+        elif node.kind == "list":
+            for item in node.items:
+                visit(item)
+        elif node.kind == "call":
+            spec = FUNCTIONS[node.func]
+            args = bind_args(node, spec.params)
+            for p, _ in spec.params:
+                visit(args[p])
+            if spec.learned:
+                key = param_key(site_name("let", node.bound[0]), node.func, node.bound[1]) if node.bound \
+                    else param_key(site, node.func, sum(1 for _, k in out if k.startswith(site + "__")))
+                out.append((node, key))
+
+    visit(e)
+    return out
+
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
 INPUT_AXES = {"position": "pos"}  # the run-time inputs a builtin record may read (its ``inputs``)
@@ -109,8 +159,6 @@ class DynamicEvaluator:
             return self.binary(e.op, self._eval(e.left, ctx), self._eval(e.right, ctx))
         if k == "call":
             return self._call(e, ctx)
-        from pedsl.lang.exprs import to_source
-
         raise CompileError(f"cannot evaluate {to_source(e)} at run time")
 
     def _call(self, e: ast.Call, ctx):
