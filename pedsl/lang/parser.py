@@ -50,10 +50,10 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
         )
         return
     line, col, depth = 1, 1, 0
-    in_str = in_comment = False
+    in_str = in_comment = escaped = False
     for ch in text:
-        if ch == "\n":
-            line, col, in_comment = line + 1, 1, False
+        if ch == "\n":  # a string or a comment ends at the line's end (the grammar's STRING has no newline)
+            line, col, in_str, in_comment, escaped = line + 1, 1, False, False, False
             continue
         if ch == "\x00" or (ord(ch) < 32 and ch not in "\t\r\f\v"):
             sink.add(
@@ -64,26 +64,32 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
                 hint="a .pe file is UTF-8 text",
             )
             return
-        if not in_comment:
+        if in_str:  # inside a string only its end matters: a backslash escapes the next character
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif not in_comment:
             if ch == '"':
-                in_str = not in_str
-            elif not in_str:
-                if ch == "#":
-                    in_comment = True
-                elif ch in "([{":
-                    depth += 1
-                    if depth > MAX_NESTING:
-                        sink.add(
-                            "E103",
-                            f"brackets nested more than {MAX_NESTING} deep",
-                            line=line,
-                            col=col,
-                            end_col=col + 1,
-                            hint="split the expression with 'let' definitions",
-                        )
-                        return
-                elif ch in ")]}":
-                    depth = max(0, depth - 1)
+                in_str = True
+            elif ch == "#":
+                in_comment = True
+            elif ch in "([{":
+                depth += 1
+                if depth > MAX_NESTING:
+                    sink.add(
+                        "E103",
+                        f"brackets nested more than {MAX_NESTING} deep",
+                        line=line,
+                        col=col,
+                        end_col=col + 1,
+                        hint="split the expression with 'let' definitions",
+                    )
+                    return
+            elif ch in ")]}":
+                depth = max(0, depth - 1)
         col += 1
 
 
@@ -196,10 +202,18 @@ def _parse_cached(text: str, file: str | None) -> ast.Module:
 
 
 def _comment_start(line: str) -> int | None:
-    in_str = False
+    """Where a line's comment starts (a ``#`` outside a string, whose backslash escapes are skipped)."""
+    in_str = escaped = False
     for i, ch in enumerate(line):
-        if ch == '"' and (i == 0 or line[i - 1] != "\\"):
-            in_str = not in_str
-        elif ch == "#" and not in_str:
+        if in_str:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch == "#":
             return i
     return None
