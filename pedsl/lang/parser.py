@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from pedsl.errors import DiagnosticSink, ParseError, PedslError
 from pedsl.lang import ast
+from pedsl.lang.builtins import KEYWORDS
 from pedsl.lang.grammar import lark_parser
 from pedsl.lang.syntax_errors import repair, report_syntax, too_deep
 from pedsl.lang.transform import ToAst
@@ -199,6 +201,23 @@ def _parse_cached(text: str, file: str | None) -> ast.Module:
     imports = tuple(x for x in items if isinstance(x, ast.Import))
     schemes = tuple(x for x in items if isinstance(x, ast.SchemeDecl))
     return ast.Module(file=file, imports=imports, schemes=schemes, comments=tuple(comments))
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be written as a scheme's name in a ``.pe`` file, or None when it can: the grammar's
+    NAME (ASCII letters, digits and '_', not starting with a digit), not a keyword, at most MAX_NAME long."""
+    if not _NAME.fullmatch(name):
+        return "a name is ASCII letters, digits and '_', not starting with a digit"
+    if name in KEYWORDS:
+        return f"'{name}' is a keyword of the language"
+    try:
+        parse_module(f"scheme {name} {{\n}}\n")
+    except ParseError as err:
+        return err.diagnostics[0].message if err.diagnostics else str(err)
+    return None
 
 
 def _comment_start(line: str) -> int | None:
