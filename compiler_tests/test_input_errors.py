@@ -4,32 +4,15 @@ diagnostic or a scheme that compiles to a module equal to the in-process one."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
-import torch
 
-from compiler_helpers import inputs, run_cli
-from types import SimpleNamespace
-limits = SimpleNamespace(MAX_NAME=100)
+from compiler_helpers import assert_generated_module_matches, first_error, run_cli
+from pedsl import limits
 from pedsl.compiler import compile_scheme
-from pedsl.compiler.codegen import generate
-MAX_CODE_NESTING = 24
-code_nesting = lambda s: 0  # noqa
-from pedsl.errors import PedslError
+from pedsl.compiler.codegen import MAX_CODE_NESTING, code_nesting, generate
 from pedsl.lang.api import check, load
 
 ROPE = "qk: rotate(geometric(10000) * position)"
-
-
-def first_error(text: str, params=None):
-    try:
-        diags = check(text, params)
-    except PedslError as err:
-        diags = err.diagnostics
-    errors = [d for d in diags if d.severity == "error"]
-    assert errors, [d.render() for d in diags]
-    return errors[0]
 
 
 def scheme(body: str, doc: str = "x") -> str:
@@ -147,13 +130,6 @@ def test_a_hash_after_an_escaped_backslash_is_a_comment():
     assert [c.text for c in mod.comments] == ['# c "quoted"']
 
 
-def _import(path, name):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 # Shapes near the depth the checker accepts (it stops at about 200 levels, fewer where the stack is already
 # deep): each passes `pedsl check`, so each must compile.
 DEEP = {
@@ -178,16 +154,7 @@ def test_every_scheme_that_checks_compiles_to_an_equal_module(name, tmp_path):
     mod = compile_scheme(text, d_model=24)
     src = generate(mod.scheme, mod.plan, d_model=24 if mod.needs_x else None)
     assert max(code_nesting(line) for line in src.splitlines()) <= MAX_CODE_NESTING + 8
-    file = tmp_path / f"{name}.py"
-    file.write_text(src)
-    gen = _import(file, f"deep_{name}").Module()
-    gen.load_state_dict(mod.state_dict())
-    mod.double()
-    gen.double()
-    for L in (3, 40):
-        q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
-        torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok), mod(q, k, v, x=x, tokens=tok),
-                                   rtol=1e-9, atol=1e-10)
+    assert_generated_module_matches(mod, src, tmp_path / f"deep_{name}.py")
 
 
 def test_the_100_let_chain_compiles_through_the_cli(tmp_path):

@@ -29,6 +29,14 @@ MAX_TOKENS = 20_000  # ~100 schemes' worth; the LALR parser takes ~1 s per 20k t
 _PUNCTUATION = "()[]{}=,;:+-*/<>"
 
 
+def _string_step(ch: str, escaped: bool) -> tuple[bool, bool]:
+    """One character inside a string literal, read as the grammar's STRING does (a backslash escapes the
+    next character): (still inside the string, the next character is escaped)."""
+    if escaped:
+        return True, False
+    return ch != '"', ch == "\\"
+
+
 def _check_text(text: str, sink: DiagnosticSink) -> None:
     """Cheap guards before parsing: size, control bytes, nesting depth."""
     if len(text) > MAX_BYTES:
@@ -66,13 +74,8 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
                 hint="a .pe file is UTF-8 text",
             )
             return
-        if in_str:  # inside a string only its end matters: a backslash escapes the next character
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
+        if in_str:
+            in_str, escaped = _string_step(ch, escaped)
         elif not in_comment:
             if ch == '"':
                 in_str = True
@@ -225,12 +228,7 @@ def _comment_start(line: str) -> int | None:
     in_str = escaped = False
     for i, ch in enumerate(line):
         if in_str:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_str = False
+            in_str, escaped = _string_step(ch, escaped)
         elif ch == '"':
             in_str = True
         elif ch == "#":
