@@ -404,7 +404,8 @@ def _check_written(text: str, s: dict) -> None:
     fields = list(dict.fromkeys(s["fields"][k] for k in (spec_key.get(w, w) for w in used) if k in s["fields"]))
     raise InteropError(f"the scheme written from this config would not check ({d.code} {d.message}); it comes from "
                        f"{', '.join(fields) or 'the config'}; nothing was written", code="E963",
-                       hint="correct those fields in the config")
+                       hint="check those fields; if they are right, the message names a pedsl limit "
+                       "(pedsl/limits.py)")
 
 
 # ---------------------------------------------------------------------- exporting a scheme
