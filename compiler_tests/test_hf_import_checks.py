@@ -167,3 +167,21 @@ def test_a_name_that_cannot_be_written_is_a_usage_error(name, tmp_path):
 
 def test_a_valid_name_is_used():
     assert load(import_config(config("yarn"), name="my_yarn_8k")).name == "my_yarn_8k"
+
+
+@pytest.mark.parametrize("rope_type, key, value, field", [
+    ("linear", "factor", -4.0, "rope_parameters.factor"),
+    ("llama3", "high_freq_factor", 0.5, "rope_parameters.high_freq_factor"),
+    ("yarn", "beta_fast", -1.0, "rope_parameters.beta_fast"),
+])
+def test_the_written_text_is_checked_behind_the_value_checks(rope_type, key, value, field, monkeypatch):
+    """With a value check switched off, the check of the written text still refuses, naming the field of the
+    line at fault (and of the lets that line uses)."""
+    from pedsl.hf import rope
+
+    monkeypatch.setitem(rope._KNOBS, key, (lambda v, s: True, ""))
+    cfg = config(rope_type)
+    cfg["rope_parameters"][key] = value
+    with pytest.raises(InteropError) as err:
+        import_config(cfg)
+    assert "would not check" in str(err.value) and field in str(err.value), str(err.value)
