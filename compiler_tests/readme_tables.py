@@ -57,20 +57,24 @@ def main_job_table(doc: dict) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *main_job_rows(results, context).values()]
 
 
+_BLOCK = re.compile(re.escape(BEGIN) + r"\n(?:(.*?)\n)?" + re.escape(END), re.S)
+
+
 def readme_block(text: str) -> list[str]:
     """The lines between the README's markers (the generated table)."""
-    m = re.search(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, re.S)
+    m = _BLOCK.search(text)
     if m is None:
         raise ValueError(f"README.md has no '{BEGIN}' ... '{END}' block")
-    return m.group(1).split("\n")
+    return (m.group(1) or "").split("\n")
 
 
 def update(results_json: Path, readme: Path = README) -> None:
+    """Rewrite the README's table from a main job's results.json."""
     doc = json.loads(results_json.read_text())
     text = readme.read_text()
-    old = "\n".join(readme_block(text))
-    readme.write_text(text.replace(BEGIN + "\n" + old + "\n" + END,
-                                   BEGIN + "\n" + "\n".join(main_job_table(doc)) + "\n" + END))
+    readme_block(text)  # the markers must be there
+    table = "\n".join(main_job_table(doc))
+    readme.write_text(_BLOCK.sub(lambda m: f"{BEGIN}\n{table}\n{END}", text, count=1))
 
 
 if __name__ == "__main__":
