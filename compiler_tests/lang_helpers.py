@@ -70,20 +70,9 @@ def expectation(path: Path) -> dict:
 
 DOC = ROOT / "docs" / "language.md"
 BEGIN, END = "<!-- builtins:begin (generated: python compiler_tests/lang_helpers.py) -->", "<!-- builtins:end -->"
-CATEGORIES = [
-    ("math", "Math (elementwise; broadcast by axis)"),
-    ("grid", "Frequency grids (num[pair]; rot_dim = the group's channel count)"),
-    ("bias", "Biases"),
-    ("temperature", "Temperatures"),
-    ("channels", "Channel groups (inside `channels { ... }`)"),
-    ("transport", "Transports and steps"),
-    ("source", "Step sources (data-dependent or learned)"),
-]
-
-
 def builtin_tables() -> str:
     """The builtin-function tables of docs/language.md, from pedsl.lang.builtins.FUNCTIONS."""
-    from pedsl.lang.builtins import FUNCTIONS
+    from pedsl.lang.builtins import CATEGORIES, FUNCTIONS
 
     out = []
     for cat, title in CATEGORIES:
@@ -116,6 +105,26 @@ def doc_with_tables(text: str) -> str:
     return _replace_block(text, CODES_BEGIN, CODES_END, "\n" + codes_table() + "\n")
 
 
-if __name__ == "__main__":  # regenerate the tables in docs/language.md
+# ------------------------------------------------------------------ the VS Code extension's TextMate grammar
+
+GRAMMAR = ROOT / "editors" / "vscode" / "syntaxes" / "pedsl.tmLanguage.json"
+
+
+def grammar_with_builtins(text: str) -> str:
+    """The TextMate grammar with its builtin-function and fixed-name patterns from the registry."""
+    import json
+
+    from pedsl.lang.builtins import CONSTANTS, FUNCTIONS
+
+    grammar = json.loads(text)
+    grammar["repository"]["builtin"]["patterns"] = [
+        {"name": "support.function.builtin.pedsl", "match": "\\b(" + "|".join(FUNCTIONS) + ")\\b(?=\\s*\\()"},
+        {"name": "support.constant.pedsl", "match": "\\b(" + "|".join(CONSTANTS) + ")\\b"},
+    ]
+    return json.dumps(grammar, indent=2) + "\n"
+
+
+if __name__ == "__main__":  # regenerate the tables in docs/language.md and the editor grammar's builtins
     DOC.write_text(doc_with_tables(DOC.read_text()))
-    print(f"updated {DOC}")
+    GRAMMAR.write_text(grammar_with_builtins(GRAMMAR.read_text()))
+    print(f"updated {DOC} and {GRAMMAR}")

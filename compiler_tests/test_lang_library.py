@@ -156,8 +156,7 @@ def test_language_reference_is_up_to_date():
 
     text = DOC.read_text()
     assert doc_with_tables(text) == text, "regenerate with: python compiler_tests/lang_helpers.py"
-    from lang_helpers import CATEGORIES
-    from pedsl.lang.builtins import FUNCTIONS
+    from pedsl.lang.builtins import CATEGORIES, FUNCTIONS
 
     assert {b.category for b in FUNCTIONS.values()} <= {c for c, _ in CATEGORIES}
     root = SCHEMES.parent / "pedsl"

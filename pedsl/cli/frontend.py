@@ -116,13 +116,6 @@ def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str
 # ------------------------------------------------------------------ fmt
 
 
-def _format_text(text: str, file: str) -> str:
-    from pedsl.lang.formatter import format_module
-    from pedsl.lang.parser import parse_module
-
-    return format_module(parse_module(text, file), text)
-
-
 def _read(path: str) -> str:
     from pedsl.errors import CheckError
     from pedsl.lang.parser import decode, read_bytes
@@ -174,13 +167,15 @@ def fmt(files: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     `-` reads standard input and writes the canonical text to standard output.
     Comments are kept; the meaning never changes (parse(fmt(x)) == parse(x)).
     """
+    from pedsl.lang.api import format_text
+
     failed = False
     changed: list[str] = []
     for path in files:
         try:
             name = "<stdin>" if path == "-" else path
             text = _read_stdin() if path == "-" else _read(path)
-            new = _format_text(text, name)
+            new = format_text(text, name)
         except PedslError as err:
             for d in _with_file(err.diagnostics, path):
                 _echo_diag(d)
