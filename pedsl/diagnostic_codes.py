@@ -10,6 +10,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E101": ("parse", "not UTF-8 text, or a control character in the text"),
     "E102": ("parse", "file too large (over 1 MB) or too long (over ~20,000 tokens)"),
     "E103": ("parse", "brackets or an expression nested too deeply"),
+    "E104": ("parse", "a name longer than 100 characters"),
     "E110": ("parse", "unexpected character (also: unterminated string)"),
     "E111": ("parse", "unexpected token; says what was expected (and which keywords start a statement)"),
     "E112": ("parse", "unexpected end of file (a `}` missing?)"),

@@ -40,6 +40,37 @@ from pedsl.runtime.walk import learned_calls
 from pedsl.lang.typed import node_types, type_of
 
 
+#: The bracket depth above which a sub-expression's code becomes a local of its own (a few levels of
+#: the kernels' wrapping come on top; Python's parser stops at 200).
+MAX_CODE_NESTING = 24
+
+
+def code_nesting(code: str) -> int:
+    """The deepest bracket nesting of generated code, brackets inside its string literals and comments not counted."""
+    depth = deepest = 0
+    quote, escaped, in_comment = None, False, False
+    for ch in code:
+        if in_comment:
+            in_comment = ch != "\n"
+        elif quote is not None:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            in_comment = True
+        elif ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
+
 def class_name(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_\W]+", name) if p) or "Scheme"
 
@@ -58,17 +89,34 @@ class _Gen:
         self.buffers: dict[tuple, str] = {}
         self.conv_history = 0  # earlier tokens a decoding step re-reads (widest short convolution - 1)
         self.shared: dict[str, str] = {}  # a let's learned call, by key: declared once, its code reused
+        self._temps = 0  # locals bound to deep sub-expressions so far
 
     def const(self, values: tuple[float, ...], axis: str, note: str) -> str:
         name = self.names.new(f"C{len(self.consts)}")
         self.consts.append(f"{name} = {literal(tuple(float(v) for v in values))}  {comment(note)}")
         return f"_axis({name}, {literal(axis)}, dev)"
 
-    def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None) -> str:
+    def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None, into: list[str],
+             indent: str = "") -> str:
+        """The code of ``e``; the statements binding its deep sub-expressions are appended to ``into``
+        (at ``indent``) first, so that no line nests brackets more than about MAX_CODE_NESTING deep."""
         self._pairs, self._chans = pairs, chans
         self._keys = {id(call): key for call, key in learned_calls(e, site)}  # the walk's names
         self._types = node_types(e, self.values)
-        return self._e(e)
+        self._setup: list[str] = []
+        code = self._e(e)
+        into += [indent + line for line in self._setup]
+        return code
+
+    def _flat(self, code: str) -> str:
+        """``code``, or a local bound to it when it nests deeply: Python's parser refuses 200 nested
+        brackets, and a scheme nests as deep as its checker allows (chains of lets, long operator chains)."""
+        if code_nesting(code) <= MAX_CODE_NESTING:
+            return code
+        self._temps += 1
+        name = self.names.new(f"e{self._temps}")
+        self._setup.append(f"{name} = {code}")
+        return name
 
     def _type(self, e: ast.Expr):
         """The checker's type of a node of the expression (or of one made here, e.g. a record's input)."""
@@ -98,14 +146,14 @@ class _Gen:
                 return "float(n_run)"
             raise CompileError(f"'{e.id}' has no run-time value")
         if k == "unary":
-            return f"(-{self._e(e.operand)})"
+            return self._flat(f"(-{self._e(e.operand)})")
         if k == "binary":
             if e.op not in ("+", "-", "*", "/", "**"):
                 raise CompileError(f"cannot generate code for the operator {e.op!r}")
             a, b = self._e(e.left), self._e(e.right)
-            return f"torch.pow(_t({a}, dev), {b})" if e.op == "**" else f"({a} {e.op} {b})"
+            return self._flat(f"torch.pow(_t({a}, dev), {b})" if e.op == "**" else f"({a} {e.op} {b})")
         if k == "call":
-            return self._call(e)
+            return self._flat(self._call(e))
         raise CompileError(f"cannot generate code for {to_source(e)}")
 
     def _at_length(self, e: ast.Call, n: float | None) -> str:
@@ -209,23 +257,23 @@ def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str],
                        f"{literal(first)}, {literal(second)}, {literal(float(t.scale))}),  "
                        + comment(f"group {t.group!r}: {t.kind} of {t.targets}, kernel {t.kernel}"))
         if t.kind in (P.ROPE, P.SO2):
-            code = gen.expr(t.expr, t.site, npairs, len(ch))
             what = "phase" if t.kind == P.ROPE else "step angle"
             body.append(comment(f"{t.kind} on {t.group}: {what} = {to_source(t.expr)}  ({t.why})"))
+            code = gen.expr(t.expr, t.site, npairs, len(ch), body)
             body.append(f"out['t{i}'] = (({code}) * torch.ones(1, 1, L, 1, {npairs}, dtype=F64, device=dev))"
                         "[:, :, :, 0, :]")
         else:
             (w, beta) = t.sites
-            wcode = gen.expr(w.expr, w.name, npairs, len(ch))
-            bcode = gen.expr(beta.expr, beta.name, npairs, len(ch))
             body.append(comment(f"{t.kind} on {t.group}: w = {to_source(w.expr)}, beta = {to_source(beta.expr)}"))
+            wcode = gen.expr(w.expr, w.name, npairs, len(ch), body)
+            bcode = gen.expr(beta.expr, beta.name, npairs, len(ch), body)
             body.append(f"w_g = (({wcode}) * torch.ones(B, HEADS, L, 1, {len(ch)}, device=dev, dtype=dt))[:, :, :, 0, :]")
             body.append(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=dt))[:, :, :, 0, 0]")
             body.append(f"out['t{i}'] = (w_g, beta)")
     if plan.temperature is not None:
         tau = plan.temperature.site
-        code = gen.expr(tau.expr, tau.name, None, None)
         body.append(comment(f"temperature tau = {to_source(tau.expr)} (a scale of q)"))
+        code = gen.expr(tau.expr, tau.name, None, None, body)
         body.append(f"out['tau'] = (({code}) * torch.ones(1, 1, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
     return records, body
 
@@ -238,18 +286,18 @@ def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]
         kind = b.kind
         if b.log_gate is not None:  # a gate, or a constant one read as ALiBi: the coordinate sums it over tokens
             kind = P.GATE_BIAS
-            code = gen.expr(b.log_gate, b.site.name, None, None)
             body.append(comment(f"{src}: coordinate G_t = sum of the log gates {to_source(b.log_gate)} (float64), "
                                 "b(i, j) = G_i - G_j"))
+            code = gen.expr(b.log_gate, b.site.name, None, None, body)
             body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
         elif b.kind == P.LINEAR_BIAS:
-            code = gen.expr(b.slope, b.site.name, None, None)
             body.append(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
+            code = gen.expr(b.slope, b.site.name, None, None, body)
             body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
         else:
-            code = gen.expr(b.site.expr, b.site.name, None, None)
             tables.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
             tables.append("    L = size")
+            code = gen.expr(b.site.expr, b.site.name, None, None, tables, "    ")
             tables.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
         kinds.append(f"{literal(kind)},  {comment(b.site.name)}")
     tables.append("raise IndexError(i)")
