@@ -14,7 +14,6 @@ PENDING_ELSEWHERE = {
     "pedsl/study/study_extension.py:run_extension",
     "pedsl/study/compare_seeds.py:run_seeded",
     "pedsl/study/compare.py:run_compare",
-    "pedsl/hf/rope.py:rope_spec",
 }
 
 
