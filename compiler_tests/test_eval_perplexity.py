@@ -11,7 +11,7 @@ import torch
 
 from compiler_helpers import run_cli as _cli
 from pedsl.study.perplexity import perplexity, score_last, window_ends, windows_at
-from pedsl.study.retrieval import score_answers
+from pedsl.study.answers import score_answers
 
 
 class PunishEarly:
@@ -92,7 +92,7 @@ def test_retrieval_scores_the_logits_before_each_answer():
 
 
 def test_blocks_score_the_same_letters_at_every_length():
-    from pedsl.study.retrieval import blocks
+    from pedsl.study.answers import blocks
 
     def oracle(t):  # copies the letter 15 back at block ends: exactly the task (offset 0, block 16)
         b, L = t.shape

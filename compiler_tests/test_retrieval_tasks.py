@@ -13,7 +13,7 @@ import torch
 from pedsl.data import tasks
 from pedsl.data.stream import make_generator
 from pedsl.errors import DataError
-from pedsl.study.retrieval import score_answers
+from pedsl.study.answers import score_answers
 
 
 def _text(row: torch.Tensor) -> str:
@@ -126,7 +126,7 @@ def _reader(tokens):
 
 
 def test_evaluate_retrieval_aggregates_by_task_length_and_depth():
-    from pedsl.study.study_retrieval import evaluate_retrieval
+    from pedsl.study.retrieval.score import evaluate_retrieval
 
     lengths = [100, tasks.min_length("multikey"), 300]
     r = evaluate_retrieval(_reader, lengths, depths=(0.0, 0.5, 1.0), samples=3)

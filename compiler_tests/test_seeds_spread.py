@@ -48,8 +48,8 @@ def test_aggregate_keeps_the_tree_shape_and_averages_the_leaves():
 
 
 def test_the_report_marks_differences_within_the_spread_and_only_those():
-    from pedsl.study.compare_seeds import aggregate_runs
-    from pedsl.study.study_retrieval_report import tables
+    from pedsl.study.seeded.run import aggregate_runs
+    from pedsl.study.seeded.report import tables
 
     def run(seed, r256, r512):
         return {"train": {"steps": 10, "val_loss": 1.0 + seed, "wall_time_s": 1.0},

@@ -61,7 +61,7 @@ def test_extension_rejects_other_schemes_and_analysis_options(tmp_path):
 
 
 def test_factor_is_set_by_parameter_name(monkeypatch):
-    from pedsl.study import study_extension as st
+    from pedsl.study.extension import run as st
 
     assert st.method_params("pi", 4, 128) == ({"train_length": 128, "factor": 4}, None)
     assert st.method_params("rope", 16, 64) == ({"train_length": 64}, None)

@@ -11,7 +11,8 @@ import math
 import pytest
 
 from compiler_helpers import run_cli
-from pedsl.study import extension_seeds as es
+from pedsl.study.extension import seeds as es
+from pedsl.study.extension import seeds_report as esr
 
 L0 = 32
 LENS = [32, 128]
@@ -49,24 +50,24 @@ def test_aggregate_gives_mean_and_range_per_cell():
 
 def test_tables_and_findings_flag_differences_within_the_spread():
     agg = es.aggregate(PER_SEED)
-    by_title = {t: rows for t, _, rows, _ in es.tables(agg)}
+    by_title = {t: rows for t, _, rows, _ in esr.tables(agg)}
     zs = next(rows for t, rows in by_title.items() if "zero-shot" in t)
     ft = next(rows for t, rows in by_title.items() if "fine-tune" in t)
     pi_zs = next(r for r in zs if r[0] == "pi")
     pi_ft = next(r for r in ft if r[0] == "pi")
     assert pi_zs[3] == "3.000 [2.000, 4.000]"  # apart from RoPE's [10, 14]: no flag
     assert pi_ft[3] == "1.700 [1.600, 1.800] (n.s.)"  # overlaps fine-tuned RoPE's [1.5, 1.7]
-    f = es.findings(agg)
+    f = esr.findings(agg)
     assert any("zero-shot" in x and "best pi" in x and "beyond the spread" in x for x in f), f
     assert any("fine-tuned" in x and "best rope" in x and "not significant" in x for x in f), f
-    header, rows = es.summary(agg)
+    header, rows = esr.summary(agg)
     pi = next(r for r in rows if r[0] == "pi")
     assert pi[header.index("zero-shot @ target")] == "3.000 [2.000, 4.000]"
     assert pi[header.index("fine-tuned @ target")].endswith("(n.s.)")
 
 
 def test_cli_runs_every_seed_in_its_own_folders_and_writes_the_summary(tmp_path, monkeypatch):
-    from pedsl.study import study_extension
+    from pedsl.study.extension import run as study_extension
 
     calls = []
 

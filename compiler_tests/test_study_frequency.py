@@ -11,7 +11,9 @@ import torch
 
 from pedsl.data.stream import make_generator
 from pedsl.data.synthetic import lag_batch, topic_batch
-from pedsl.study import study_frequency as sf
+from pedsl.study.frequency import measure
+from pedsl.study.frequency.fit import fit_law
+from pedsl.study.frequency.run import run_frequency_study
 
 
 def test_positional_energy_matches_loops():
@@ -21,8 +23,8 @@ def test_positional_energy_matches_loops():
     k = torch.randn(B, H, L, D, generator=g, dtype=torch.float64)
     pairs = [(0, 2), (1, 3)]  # halves layout of 4 channels
     freqs = [1.0, 0.1]
-    fast = sf.positional_energy(q, k, pairs, freqs)
-    ref = sf.positional_energy_reference(q, k, pairs, freqs)
+    fast = measure.positional_energy(q, k, pairs, freqs)
+    ref = measure.positional_energy_reference(q, k, pairs, freqs)
     assert fast.shape == (H, 2)
     assert torch.allclose(fast, ref, rtol=1e-10, atol=1e-12)
 
@@ -36,7 +38,7 @@ def test_positional_energy_sees_position_not_content():
     q[..., 0], k[..., 0] = 1.0, 1.0
     q[..., 1] = torch.randn(B, 1, L, generator=g, dtype=torch.float64) * 3
     k[..., 1] = torch.randn(B, 1, L, generator=g, dtype=torch.float64) * 3
-    e = sf.positional_energy(q, k, [(0, 2), (1, 3)], [0.5, 0.5])[0]
+    e = measure.positional_energy(q, k, [(0, 2), (1, 3)], [0.5, 0.5])[0]
     assert e[0] > 0.3 and e[1] < 0.15 * e[0]  # cos(0.5 d) has variance ~1/2 over d; content averages out
     from pedsl.study.instruments import frequency_energy
 
@@ -48,19 +50,19 @@ def test_fit_recovers_a_known_slope(slope, c):
     rng = np.random.default_rng(0)
     W = np.repeat([8.0, 16, 32, 64, 128], 4)
     theta = c * W ** slope * np.exp(rng.normal(0, 0.05, len(W)))
-    fit = sf.fit_law(W, theta, n_boot=400)
+    fit = fit_law(W, theta, n_boot=400)
     assert fit["slope"] == pytest.approx(slope, abs=3 * fit["slope_se"] + 1e-9)
     assert abs(fit["slope"] - slope) < 0.05
     assert fit["slope_ci95"][0] < slope < fit["slope_ci95"][1]
     assert fit["c_free"] == pytest.approx(c, rel=0.15)
     if slope == -1.0:
         assert fit["c_ci95"][0] < c < fit["c_ci95"][1]
-    exact = sf.fit_law(W, c * W ** slope, n_boot=50)
+    exact = fit_law(W, c * W ** slope, n_boot=50)
     assert exact["slope"] == pytest.approx(slope, abs=1e-9) and exact["slope_se"] < 1e-9
 
 
 def test_log_mean_frequency():
-    assert sf.log_mean_frequency(np.array([1.0, 1.0, 0.0]), np.array([1.0, 0.01, 0.5])) == pytest.approx(
+    assert measure.log_mean_frequency(np.array([1.0, 1.0, 0.0]), np.array([1.0, 0.01, 0.5])) == pytest.approx(
         0.5 * math.log(0.01))
 
 
@@ -94,8 +96,8 @@ def test_cli_refuses_what_the_study_does_not_use(args, tmp_path, capsys):
 def test_tiny_study_end_to_end(tmp_path):
     sets = {"widths": [4, 6, 8], "seeds": [0], "d_model": 32, "n_heads": 1, "head_dim": 16, "context": 16,
             "batch_size": 2, "probe_samples": 2, "eval_batches": 1}
-    res = sf.run_frequency_study(tmp_path, steps=2, sets=dict(sets))
+    res = run_frequency_study(tmp_path, steps=2, sets=dict(sets))
     assert len(res["runs"]) == 3 and [r["W"] for r in res["runs"]] == [4, 6, 8]
     assert (tmp_path / "frequency.png").exists() and "| positional energy |" in (tmp_path / "frequency.md").read_text()
-    again = sf.run_frequency_study(tmp_path, steps=2, sets=dict(sets))
+    again = run_frequency_study(tmp_path, steps=2, sets=dict(sets))
     assert [r["log_freq"] for r in again["runs"]] == [r["log_freq"] for r in res["runs"]]  # runs reused

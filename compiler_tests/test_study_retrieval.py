@@ -11,7 +11,7 @@ import yaml
 
 from compiler_helpers import run_cli as _cli
 from pedsl.study import seeds as sd
-from pedsl.study import study_retrieval as sr
+from pedsl.study.retrieval import recipe as sr
 
 TOY = ["--quick", "--steps", "6", "--lengths", "72,144", "--windows", "1", "--analyze-max", "72", "--threads", "1",
        "--set", "context=72", "--set", "batch_size=4", "--set", "n_layers=1", "--set", "d_model=32",
@@ -60,7 +60,7 @@ def test_retrieval_study_two_seeds_end_to_end(tmp_path):
 
 
 def test_the_perplexity_heading_names_what_was_measured():
-    from pedsl.study.study_retrieval_report import ppl_source
+    from pedsl.study.seeded.series import ppl_source
 
     assert ppl_source({"data": "passkey:0.4,multikey:0.2,kv:0.2,copy:0.2"}) == "passkey rows (the mixture has no text)"
     assert ppl_source({"data": "stdlib:0.7,kv:0.3"}) == "the text corpus"

@@ -137,7 +137,7 @@ def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int 
     """Train RoPE and the suggested scheme with one budget on the profiled data (``pedsl compare``,
     quick settings: lengths to 16x, 2 windows) and return each one's validation loss and perplexity
     ratios."""
-    from pedsl.study.compare import run_compare
+    from pedsl.study.compare.run import run_compare
 
     sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
     res = run_compare(["rope", str(suggested)], out, data=data, steps=steps, quick=True, sets=sets,

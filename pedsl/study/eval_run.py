@@ -24,7 +24,8 @@ import torch
 
 from pedsl.study.common import eval_config, open_run, write_json
 from pedsl.study.perplexity import perplexity
-from pedsl.study.retrieval import blocks, passkey
+from pedsl.study.answers import blocks, passkey
+from pedsl.study.retrieval.score import evaluate_retrieval
 
 _CORPORA: dict[str, Any] = {}
 EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older eval.json files
@@ -86,8 +87,6 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
         result["blocks"] = blocks(model, lens, L0, samples=ecfg.windows, block_len=cfg.data.block_len,
                                   offset=cfg.data.block_offset, seed=ecfg.seed, say=say, tick=tick)
     if "retrieval" in ecfg.tasks:
-        from pedsl.study.study_retrieval import evaluate_retrieval
-
         result["retrieval"] = evaluate_retrieval(model, lens, samples=ecfg.windows, digits=cfg.data.passkey_digits,
                                                  keys=cfg.data.multikey_keys, seed=ecfg.seed, say=say)
         for L in lens:

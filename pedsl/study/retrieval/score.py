@@ -1,27 +1,7 @@
-"""``pedsl compare --study retrieval``: retrieval that is learned, past the training length.
-
-Every scheme (default: the default study's six plus ``fox`` and ``path_fox``) is trained once per
-seed with the study's recipe: a **mixture** (``MIXTURE``) of the RULER-style tasks of
-:mod:`pedsl.data.tasks` (generated on the fly at the training length, needle at a random depth)
-and ``copy`` rows, the loss on the answers weighted up, the answer lengths varied and a short
-causal convolution over queries and keys (``TRAIN``; ``--steps``, ``--data`` and ``--set``
-override both), then:
-
-- **retrieval** (:func:`evaluate_retrieval` -> ``RUN/retrieval.json``): passkey, multi-key
-  needle and key-value lookup at every length (1x..16x the training length) and needle depth
-  (0, 0.25, 0.5, 0.75, 1), ``samples`` sequences each; ``accuracy`` = every answer digit right
-  under greedy argmax (chance 1e-5), ``digit_accuracy`` (chance 0.1), ``answer_nll``;
-- **perplexity** vs length (``RUN/eval.json``, as ``pedsl eval``): on passkey rows, or on the text
-  corpus when ``--data`` mixes one in;
-- the papers' **instruments** on the same runs (``RUN/analysis.json``: far mass, sink mass,
-  sigma_1 and stable rank of the keys).
-
-The study is driven by :func:`pedsl.study.compare_seeds.run_seeded` (runs in
-``DIR/runs/<scheme>/seed<k>``, reused when their settings match). The report (``DIR/report.md``, ``report.html``) gives every number as the mean over seeds with
-its min-max range, every curve with a min-max band, flags differences within the spread as not
-significant (n.s., against RoPE), and draws the needle-in-a-haystack heatmaps (length x depth,
-one panel per scheme), accuracy vs length and vs depth, and a loss curve per run.
-"""
+"""Retrieval accuracy by task, length and needle depth (``RUN/retrieval.json``, ``pedsl eval --tasks
+retrieval``): passkey, multi-key needle and key-value lookup of :mod:`pedsl.data.tasks`;
+``accuracy`` = every answer digit right under greedy argmax (chance 1e-5), ``digit_accuracy``
+(chance 0.1), ``answer_nll``."""
 
 from __future__ import annotations
 
@@ -31,22 +11,13 @@ from typing import Any, Callable
 
 import torch
 
-from pedsl.study.common import write_json
+from pedsl.data.stream import make_generator
 from pedsl.data.tasks import TASKS, generate, min_length
+from pedsl.study.answers import score_answers
+from pedsl.study.common import open_run, write_json
 
-SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path", "fox", "path_fox")
-# The recipe (issue 16; README, "Retrieval, several seeds"): the three tasks plus copy rows (induction
-# bait), the loss on the answers weighted up, answer lengths varied in training, and a width-8 causal
-# convolution over queries and keys (model.qk_conv, docs/semantics.md §10): without it the tiny
-# preset's induction heads formed in some seeds and not others within 2500 steps (passkey 0.00-0.80);
-# width 4 copies the passkey (1.00 over 3 seeds) but not the multi-key needle, whose 3-letter name
-# sits 7 bytes before the answer (0.32-0.47); width 8 reads the name too (probe: 0.97 at 1500 steps).
-MIXTURE = "passkey:0.4,multikey:0.2,kv:0.2,copy:0.2"
-TRAIN = {"steps": 1500, "answer_weight": 1.0, "train_digits": [2, 10], "qk_conv": 8}  # under --steps and --set
-MULTIPLIERS = (1, 2, 4, 8, 16)
-DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
-SAMPLES = 8
-QUICK = {"multipliers": (1, 2, 4), "depths": (0.0, 0.5, 1.0), "samples": 2, "windows": 2, "analyze_max": 256}
+DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)  # needle depths: 0 opens the haystack, 1 stands right before the question
+SAMPLES = 8  # sequences per task, length and depth
 VERSION = 1
 
 
@@ -66,9 +37,6 @@ def evaluate_retrieval(model: Callable, lengths: list[int], *, depths: tuple[flo
          "overall": {"<L>": {"accuracy", "digit_accuracy", "answer_nll"}}}   (mean over tasks)
 
     A length shorter than a task needs is skipped for that task."""
-    from pedsl.data.stream import make_generator
-    from pedsl.study.retrieval import score_answers
-
     out: dict[str, Any] = {"settings": {"version": VERSION, "lengths": sorted(set(lengths)), "depths": list(depths),
                                         "samples": samples, "digits": digits, "keys": keys, "seed": seed,
                                         "tasks": list(tasks)},
@@ -99,9 +67,8 @@ def evaluate_retrieval(model: Callable, lengths: list[int], *, depths: tuple[flo
 
 
 def retrieval_run(run: Path, lengths: list[int], *, depths, samples: int, say, loaded=None) -> dict:
-    """Score one run (reusing RUN/retrieval.json when its settings, step and scheme match)."""
-    from pedsl.study.common import open_run
-
+    """Score one run into RUN/retrieval.json (:func:`pedsl.study.driver.measure` reuses it when its
+    settings, step and scheme match)."""
     model, cfg, meta = loaded or open_run(run)
     t0 = time.perf_counter()
     res = evaluate_retrieval(model, lengths, depths=tuple(depths), samples=samples, digits=cfg.data.passkey_digits,

@@ -38,13 +38,23 @@ Layout (inside the study directory ``DIR``)::
 
 from __future__ import annotations
 
-import datetime as _dt
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pedsl.errors import ConfigError, OutputError
-from pedsl.study.common import read_json, write_json, write_text
+import torch
+
+from pedsl.config import TrainConfig
+from pedsl.errors import ConfigError
+from pedsl.study import driver
+from pedsl.study.answers import blocks
+from pedsl.study.common import make_dir, open_run, provenance, read_json, write_json, write_text
+from pedsl.study.eval_run import validation_data
+from pedsl.study.extension.report import page, plots
+from pedsl.study.page import html_page, markdown
+from pedsl.study.perplexity import perplexity
+from pedsl.train.recipe import load_scheme
+from pedsl.train.swap import init_config, init_record, scheme_path, suffix
 
 METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope")
 FACTOR = "factor"
@@ -59,15 +69,13 @@ FT_FRACTION = 0.1        # fine-tune steps as a fraction of the base's
 FT_LR = 1e-3             # fine-tune peak learning rate (the base peaks at 3e-3 and ends at 3e-4)
 BLOCKS = {"data": "blocks", "data.block_len": 8, "data.block_offset": 0}  # answer: the letter 7 back
 QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2}
+EVAL_SEED = 1234         # the same validation windows for every model, method and seed
 VERSION = 1
 
 
 def method_params(method: str, factor: int, L0: int) -> tuple[dict[str, Any], str | None]:
     """The parameters that set ``method`` for extension by ``factor`` from ``L0`` (looked up by name
     in the scheme's declared params), and a note when the scheme has fixed factors."""
-    from pedsl.train.recipe import load_scheme
-    from pedsl.train.swap import scheme_path
-
     declared = load_scheme(scheme_path(method)).params
     params = {n: L0 for n in ORIGINAL if n in declared}
     if method == "rope":
@@ -83,21 +91,11 @@ def method_params(method: str, factor: int, L0: int) -> tuple[dict[str, Any], st
     return params, None
 
 
-def _checkpoint_sha(run: Path) -> str:
-    from pedsl.train.swap import init_record
-
-    return init_record(run)["model_sha256"]
-
-
 def _evaluate(run: Path, scheme: str | None, params: dict, task: str, lens: list[int], L0: int, n: int,
               seed: int, path: Path, say: Callable[[str], None]) -> dict:
     """Perplexity (text) or block accuracy of ``run`` under ``scheme``/``params``; reused from
     ``path`` when its key (weights, scheme, settings) matches."""
-    from pedsl.study.common import open_run
-    from pedsl.train.recipe import load_scheme
-    from pedsl.train.swap import scheme_path
-
-    sha = _checkpoint_sha(run)
+    sha = init_record(run)["model_sha256"]
     scheme_hash = load_scheme(scheme_path(scheme)).source_hash if scheme else None
     key = {"version": VERSION, "weights": sha, "scheme": scheme, "scheme_hash": scheme_hash, "params": params,
            "task": task, "lengths": lens, "score_len": L0, "n": n, "seed": seed}
@@ -107,13 +105,8 @@ def _evaluate(run: Path, scheme: str | None, params: dict, task: str, lens: list
     t0, c0 = time.perf_counter(), time.process_time()
     model, cfg, meta = open_run(run, scheme=scheme, params=params) if scheme else open_run(run)
     if task == "text":
-        from pedsl.study.eval_run import validation_data
-        from pedsl.study.perplexity import perplexity
-
         res = {"ppl": perplexity(model, validation_data(cfg), lens, L0, windows=n, seed=seed)}
     else:
-        from pedsl.study.retrieval import blocks
-
         res = {"blocks": blocks(model, lens, L0, samples=n, block_len=cfg.data.block_len,
                                 offset=cfg.data.block_offset, seed=seed)}
     res.update({"key": key, "scheme": meta["scheme"].name, "scheme_params": dict(meta["scheme"].params),
@@ -142,88 +135,88 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
     """The whole extension study; returns ``{"results", "meta", "files"}`` (also DIR/extension/results.json).
 
     ``base_run`` / ``ext_dir`` move the base text model and the study's own folder (the seeded
-    study, :mod:`pedsl.study.extension_seeds`, gives every seed its own: ``DIR/runs/rope/seed<k>``
+    study, :mod:`pedsl.study.extension.seeds`, gives every seed its own: ``DIR/runs/rope/seed<k>``
     and ``DIR/extension/seed<k>``)."""
-    import torch
-
-    from pedsl.config import TrainConfig
-    from pedsl.study.compare import _git_commit, _train_one, _versions, resolve_schemes, train_or_reuse
-    from pedsl.train.swap import init_config, suffix
-
     t0, c0 = time.perf_counter(), time.process_time()
     out = Path(out)
     ext = Path(ext_dir) if ext_dir is not None else out / "extension"
-    try:
-        (ext / "evals").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the study directory '{ext}': {exc.strerror or exc}",
-                          hint="choose another --out") from None
+    make_dir(ext / "evals")
     methods = list(methods or METHODS)
     if "rope" not in methods:
         methods.insert(0, "rope")
-    resolve_schemes(methods)  # unknown names fail before anything trains
+    driver.resolve_schemes(methods)  # unknown names fail before anything trains
     if quick and steps is None:
         steps = QUICK["steps"]
-    overrides = {"preset": preset, "steps": steps, "seed": seed, "data": data, **(sets or {})}
-    overrides = {k: v for k, v in overrides.items() if v is not None}
-    base_path = resolve_schemes(["rope"])[0][1]
-
+    overrides = driver.given(preset=preset, steps=steps, seed=seed, data=data, **(sets or {}))
     tasks = [("text", Path(base_run) if base_run is not None else out / "runs" / "rope", dict(overrides))]
     if blocks_task:
         tasks.append(("blocks", ext / "runs" / "rope_blocks", {**overrides, **BLOCKS}))
     results: dict[str, Any] = {}
     notes: list[str] = []
-    threads = torch.get_num_threads()
-    for task, base_run, ov in tasks:
-        say(f"[{task}] base RoPE model")
-        done = _train_one("rope" if task == "text" else "rope_blocks", base_path, base_run, ov, say, quiet)
-        base_cfg = TrainConfig.from_yaml(base_run / "config.yaml")
-        L0 = base_cfg.context
-        mults = (QUICK["multipliers"] if quick else MULTIPLIERS) if task == "text" else BLOCK_MULTIPLIERS
-        lens = sorted(set(lengths)) if lengths else [L0 * m for m in mults]
-        n = windows or (QUICK["windows"] if quick else WINDOWS)
-        if task == "blocks":
-            n *= BLOCK_SAMPLES_PER_WINDOW
-        S = ft_steps or max(1, round(FT_FRACTION * base_cfg.steps))
-        seed_eval = 1234
-        rec: dict[str, Any] = {"base": {"run": str(base_run.relative_to(out)), "train": done, "context": L0},
-                               "lengths": lens, "samples": n, "ft_steps": S, "zero_shot": {}, "fine_tuned": {},
-                               "fine_tune_runs": {}}
-        for method in methods:
-            for T in targets:
-                params, note = method_params(method, T, L0)
-                if note and note not in notes:
-                    notes.append(note)
-                tag = f"{method}.x{T}"
-                say(f"[{task}] {method} x{T}: zero-shot")
-                zs_path = ext / "evals" / f"{task}.zs.{suffix(method, params)}.json"  # rope: one for every T
-                rec["zero_shot"].setdefault(method, {})[str(T)] = _evaluate(
-                    base_run, method, params, task, lens, L0, n, seed_eval, zs_path, say)
-                ft_run = ext / "runs" / f"{task}.{tag}"
-                cfg, scheme = init_config(base_run, scheme=method, params=params,
-                                          overrides=_ft_overrides(L0, T, base_cfg, S, threads))
-                say(f"[{task}] {method} x{T}: fine-tune")
-                ft_done = train_or_reuse(f"{task}.{tag}", cfg, scheme, ft_run, say, quiet)
-                rec["fine_tune_runs"].setdefault(method, {})[str(T)] = {
-                    "run": str(ft_run.relative_to(out)), "train": ft_done, "context": cfg.context,
-                    "batch_size": cfg.batch_size, "params": params}
-                rec["fine_tuned"].setdefault(method, {})[str(T)] = _evaluate(
-                    ft_run, None, {}, task, lens, L0, n, seed_eval, ext / "evals" / f"{task}.ft.{tag}.json", say)
-        results[task] = rec
-    meta = {"command": command or "pedsl compare --study extension", "git": _git_commit(), **_versions(),
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    for task, base, ov in tasks:
+        results[task] = _study_task(task, base, ov, out=out, ext=ext, methods=methods, targets=targets,
+                                    lengths=lengths, windows=windows, quick=quick, ft_steps=ft_steps, notes=notes,
+                                    say=say, quiet=quiet)
+    meta = {"command": command or "pedsl compare --study extension", **provenance(),
             "preset": preset, "methods": methods, "targets": list(targets), "notes": notes,
             "blocks": {k.split(".")[-1]: v for k, v in BLOCKS.items() if k != "data"},
             "ft_lr": FT_LR, "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0,
             "compute_cpu_s": _compute_cpu(results)}
     say("writing the extension report")
-    from pedsl.study.report_extension import html_page, markdown, plots
-
     files = plots(results, ext)
     write_json(ext / "results.json", {"meta": meta, "results": results})
-    write_text(ext / "report.md", markdown(results, meta, files))
-    write_text(ext / "report.html", html_page(results, meta, files))
+    p = page(results, meta, files)
+    write_text(ext / "report.md", markdown(p))
+    write_text(ext / "report.html", html_page(p))
     return {"results": results, "meta": meta, "files": ["report.md", "report.html", "results.json", *files]}
+
+
+def _study_task(task: str, base_run: Path, overrides: dict, *, out: Path, ext: Path, methods: list[str],
+                targets: tuple[int, ...], lengths: list[int] | None, windows: int | None, quick: bool,
+                ft_steps: int | None, notes: list[str], say: Callable[[str], None], quiet: bool) -> dict:
+    """One task's base model (trained or reused), then every method's zero-shot swap and fine-tune."""
+    say(f"[{task}] base RoPE model")
+    done = driver.train_scheme("rope" if task == "text" else "rope_blocks", driver.resolve_schemes(["rope"])[0][1],
+                               base_run, overrides, say, quiet)
+    base_cfg = TrainConfig.from_yaml(base_run / "config.yaml")
+    L0 = base_cfg.context
+    mults = (QUICK["multipliers"] if quick else MULTIPLIERS) if task == "text" else BLOCK_MULTIPLIERS
+    lens = sorted(set(lengths)) if lengths else [L0 * m for m in mults]
+    n = windows or (QUICK["windows"] if quick else WINDOWS)
+    if task == "blocks":
+        n *= BLOCK_SAMPLES_PER_WINDOW
+    S = ft_steps or max(1, round(FT_FRACTION * base_cfg.steps))
+    rec: dict[str, Any] = {"base": {"run": str(base_run.relative_to(out)), "train": done, "context": L0},
+                           "lengths": lens, "samples": n, "ft_steps": S, "zero_shot": {}, "fine_tuned": {},
+                           "fine_tune_runs": {}}
+    for method in methods:
+        for T in targets:
+            params, note = method_params(method, T, L0)
+            if note and note not in notes:
+                notes.append(note)
+            _method_at(rec, task, method, T, params, base_run, base_cfg, out=out, ext=ext, say=say, quiet=quiet)
+    return rec
+
+
+def _method_at(rec: dict, task: str, method: str, T: int, params: dict, base_run: Path, base_cfg: TrainConfig, *,
+               out: Path, ext: Path, say: Callable[[str], None], quiet: bool) -> None:
+    """``method`` set for ``T`` x the base's length: its zero-shot evaluation and its fine-tune, into ``rec``."""
+    L0, lens, n, S = rec["base"]["context"], rec["lengths"], rec["samples"], rec["ft_steps"]
+    tag = f"{method}.x{T}"
+    say(f"[{task}] {method} x{T}: zero-shot")
+    zs_path = ext / "evals" / f"{task}.zs.{suffix(method, params)}.json"  # rope: one for every T
+    rec["zero_shot"].setdefault(method, {})[str(T)] = _evaluate(
+        base_run, method, params, task, lens, L0, n, EVAL_SEED, zs_path, say)
+    ft_run = ext / "runs" / f"{task}.{tag}"
+    cfg, scheme = init_config(base_run, scheme=method, params=params,
+                              overrides=_ft_overrides(L0, T, base_cfg, S, torch.get_num_threads()))
+    say(f"[{task}] {method} x{T}: fine-tune")
+    ft_done = driver.train_or_reuse(f"{task}.{tag}", cfg, scheme, ft_run, say, quiet)
+    rec["fine_tune_runs"].setdefault(method, {})[str(T)] = {
+        "run": str(ft_run.relative_to(out)), "train": ft_done, "context": cfg.context,
+        "batch_size": cfg.batch_size, "params": params}
+    rec["fine_tuned"].setdefault(method, {})[str(T)] = _evaluate(
+        ft_run, None, {}, task, lens, L0, n, EVAL_SEED, ext / "evals" / f"{task}.ft.{tag}.json", say)
 
 
 def _compute_cpu(results: dict) -> dict:

@@ -1,4 +1,4 @@
-"""The extension study's report (:mod:`pedsl.study.study_extension`): tables, plots, findings.
+"""The extension study's report (:mod:`pedsl.study.extension.run`): tables, plots, findings.
 
 Perplexity ratios are to the base RoPE model's perplexity at its training length ``L0`` (the
 same scored bytes everywhere), so the 1x column is the in-distribution cost of a swap or a
@@ -7,12 +7,14 @@ fine-tune. Block-task cells are accuracies at the block ends (chance 1/26).
 
 from __future__ import annotations
 
-import html
 import math
 from pathlib import Path
 from typing import Any
 
-from pedsl.study.report import STYLE, html_images, html_sections, html_table, md_images, md_sections, md_table, _fmt, reproduce_html, reproduce_md
+import matplotlib.ticker
+
+from pedsl.study.page import Bullets, Note, Page, Table, fmt, images
+from pedsl.study.plots import MARKERS, length_axis, mark_train, plt, save_figure
 
 
 def _base_nll(rec: dict) -> float | None:
@@ -45,7 +47,7 @@ def _rows(rec: dict, part: str, task: str) -> list[tuple[str, str, dict]]:
     return out
 
 
-def tables(results: dict) -> list[tuple[str, list[str], list[list[str]], str]]:
+def tables(results: dict, meta: dict | None = None) -> list[Table]:
     out = []
     for task, rec in results.items():
         L0, lens = rec["base"]["context"], rec["lengths"]
@@ -55,20 +57,20 @@ def tables(results: dict) -> list[tuple[str, list[str], list[list[str]], str]]:
             rows = []
             for method, target, ev in _rows(rec, part, task):
                 if task == "text":
-                    rows.append([method, target] + [_fmt(ratio(rec, ev, L)) for L in lens])
+                    rows.append([method, target] + [fmt(ratio(rec, ev, L)) for L in lens])
                 else:
-                    rows.append([method, target] + [_fmt(accuracy(ev, L), ".2f") for L in lens])
+                    rows.append([method, target] + [fmt(accuracy(ev, L), ".2f") for L in lens])
             if task == "text":
                 title = f"Text: perplexity ratio to the base model at {L0}, {label}"
                 note = (f"ppl(L) / ppl_base({L0}); every cell scores the same last {L0} bytes of the same "
                         f"{rec['samples']} validation windows. The 1x column is the in-distribution cost. "
-                        f"Base perplexity at {L0}: {_fmt(math.exp(_base_nll(rec)) if _base_nll(rec) else None)}.")
+                        f"Base perplexity at {L0}: {fmt(math.exp(_base_nll(rec)) if _base_nll(rec) else None)}.")
             else:
                 title = f"Exact offset (block task): accuracy at the block ends, {label}"
                 note = (f"Fraction of block ends predicted right (chance 0.04) among the block ends in the last "
                         f"{L0} positions, {rec['samples']} sequences per length; the answer is the letter "
                         f"a fixed distance back.")
-            out.append((title, ["method", "factor"] + cols, rows, note))
+            out.append(Table(title, ["method", "factor"] + cols, rows, note))
     return out
 
 
@@ -83,13 +85,13 @@ def summary(results: dict) -> tuple[list[str], list[list[str]]]:
         for T, zs in per.items():
             L0 = text["base"]["context"]
             ft = text["fine_tuned"].get(method, {}).get(T)
-            row = [method, f"{T}x", _fmt(ratio(text, zs, L0)), _fmt(ratio(text, zs, L0 * int(T))),
-                   _fmt(ratio(text, ft, L0)), _fmt(ratio(text, ft, L0 * int(T)))]
+            row = [method, f"{T}x", fmt(ratio(text, zs, L0)), fmt(ratio(text, zs, L0 * int(T))),
+                   fmt(ratio(text, ft, L0)), fmt(ratio(text, ft, L0 * int(T)))]
             if blocks:
                 B0 = blocks["base"]["context"]
                 bz = blocks["zero_shot"].get(method, {}).get(T)
                 bf = blocks["fine_tuned"].get(method, {}).get(T)
-                row += [_fmt(accuracy(bz, B0), ".2f"), _fmt(accuracy(bf, B0), ".2f")]
+                row += [fmt(accuracy(bz, B0), ".2f"), fmt(accuracy(bf, B0), ".2f")]
             rows.append(row)
     return header, rows
 
@@ -117,7 +119,7 @@ def findings(results: dict) -> list[str]:
         if ntk_like and zs("pi") is not None:
             best = min(ntk_like, key=ntk_like.get)
             out.append(f"{T}x zero-shot at {at}: best NTK-style {best} {ntk_like[best]:.2f} vs PI {zs('pi'):.2f} "
-                       f"vs RoPE {_fmt(zs('rope'))} ({'agrees' if ntk_like[best] < zs('pi') else 'disagrees'} "
+                       f"vs RoPE {fmt(zs('rope'))} ({'agrees' if ntk_like[best] < zs('pi') else 'disagrees'} "
                        f"with 'NTK-style scaling works better zero-shot').")
         fts = {m: ft(m) for m in text["fine_tuned"] if ft(m) is not None}
         if "yarn" in fts:
@@ -137,9 +139,9 @@ def findings(results: dict) -> list[str]:
             pi_txt = ratio(text, text["zero_shot"].get("pi", {}).get(str(T)), L0 * T)
             rope_txt = ratio(text, text["zero_shot"].get("rope", {}).get(str(T)), L0 * T)
             out.append(f"Self-similarity, {T}x: exact-offset accuracy at 1x after the zero-shot swap: "
-                       + ", ".join(f"{m} {_fmt(a, '.2f')}" for m, a in accs.items())
-                       + f" (base {_fmt(base_acc, '.2f')}); text ratio at {L0 * T}: PI {_fmt(pi_txt)} vs RoPE "
-                       f"{_fmt(rope_txt)}.")
+                       + ", ".join(f"{m} {fmt(a, '.2f')}" for m, a in accs.items())
+                       + f" (base {fmt(base_acc, '.2f')}); text ratio at {L0 * T}: PI {fmt(pi_txt)} vs RoPE "
+                       f"{fmt(rope_txt)}.")
     return out
 
 
@@ -148,10 +150,6 @@ def findings(results: dict) -> list[str]:
 
 
 def plots(results: dict, out_dir: Path) -> list[str]:
-    import matplotlib.ticker
-
-    from pedsl.study.plots import MARKERS, length_axis, mark_train, save_figure, plt
-
     files: list[str] = []
     for task, rec in results.items():
         L0, lens = rec["base"]["context"], rec["lengths"]
@@ -197,7 +195,7 @@ def _intro(results: dict, meta: dict) -> str:
     b = text["base"]
     ct = meta.get("compute_cpu_s", {})
     return (f"Base: RoPE, preset `{meta.get('preset')}`, {b['train'].get('steps')} steps at {b['context']} bytes "
-            f"(`{b['run']}`, val loss {_fmt(b['train'].get('val_loss'))}). Methods: {', '.join(meta['methods'])}; "
+            f"(`{b['run']}`, val loss {fmt(b['train'].get('val_loss'))}). Methods: {', '.join(meta['methods'])}; "
             f"factors set for {', '.join(f'{t}x' for t in meta['targets'])} the training length; fine-tunes: "
             f"{text['ft_steps']} steps at the target length, the base's tokens per step, peak lr {meta.get('ft_lr')}. "
             f"This invocation took {meta.get('wall_time_s', 0):.0f} s wall, {meta.get('cpu_time_s', 0):.0f} s CPU. "
@@ -206,36 +204,12 @@ def _intro(results: dict, meta: dict) -> str:
             "CPU to evaluate.")
 
 
-def markdown(results: dict, meta: dict, files: list[str]) -> str:
-    md = ["# pedsl compare --study extension: RoPE scaling applied to a trained RoPE model", "", _intro(results, meta), ""]
+def page(results: dict, meta: dict, files: list[str]) -> Page:
     header, rows = summary(results)
-    md += ["## Summary", "", *md_table(header, rows)] + [""]
-    f = findings(results)
-    if f:
-        md += ["## Against the published picture", ""] + [f"- {x}" for x in f] + [""]
-    for note in meta.get("notes") or []:
-        md += [f"Note: {note}", ""]
-    md += md_sections(tables(results))
-    md += md_images(files)
-    md += reproduce_md(meta)
-    return "\n".join(md)
+    return Page("pedsl compare --study extension: RoPE scaling applied to a trained RoPE model", _intro(results, meta),
+                [Table("Summary", header, rows), Bullets("Against the published picture", findings(results)),
+                 *[Note(f"Note: {n}") for n in meta.get("notes") or []], *tables(results, meta), images(files)],
+                meta, html_title="pedsl extension study")
 
 
-def html_page(results: dict, meta: dict, files: list[str]) -> str:
-    e = html.escape
-
-    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>pedsl extension study</title>",
-             STYLE + "</head><body>",
-             "<h1>pedsl compare --study extension: RoPE scaling applied to a trained RoPE model</h1>",
-             f"<p>{e(_intro(results, meta))}</p>", "<h2>Summary</h2>", html_table(*summary(results))]
-    f = findings(results)
-    if f:
-        parts += ["<h2>Against the published picture</h2><ul>"] + [f"<li>{e(x)}</li>" for x in f] + ["</ul>"]
-    parts += [f"<p class='note'>Note: {e(n)}</p>" for n in meta.get("notes") or []]
-    parts += html_sections(tables(results))
-    parts += html_images(files)
-    parts += reproduce_html(meta)
-    return "\n".join(parts)
-
-
-__all__: list[Any] = ["findings", "html_page", "markdown", "plots", "ratio", "summary", "tables"]
+__all__: list[Any] = ["findings", "page", "plots", "ratio", "summary", "tables"]
