@@ -9,19 +9,18 @@ import click
 
 from pedsl.cli.options import raw_params
 from pedsl.errors import CompileError
+from pedsl.lang.api import load
 from pedsl.lang.types import Ty
 from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
+from pedsl.scheme_config import eval_config, train_config
 
 BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
 
 
 def _scheme_and_shapes(file: str, scheme: str | None, params: dict, heads, head_dim, d_model):
     """The resolved scheme with the model shapes of its training config (so compile matches train)."""
-    from pedsl.config import resolve_train_config
-    from pedsl.lang.api import load
-
     sch = load(file, params=params or None, scheme=scheme)
-    cfg = resolve_train_config(scheme=file, params=params or None, block=sch.train)
+    cfg = train_config(sch, file, params=params)
     heads = heads or cfg.model.n_heads
     head_dim = head_dim or cfg.model.head_dim
     d_model = d_model or cfg.model.d_model
@@ -147,7 +146,6 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     """Write OUT/<scheme>.py (a standalone torch module) and OUT/train.yaml, OUT/eval.yaml."""
     from pedsl.compiler import compile_graph
     from pedsl.compiler.codegen import generate, module_file_name
-    from pedsl.config import resolve_eval_config
     from pedsl.fsio import atomic_write_text, ensure_dir
 
     p = raw_params(params)
@@ -158,7 +156,7 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     code = generate(sch, g.graph["plan"], d_model=d_model if sch.needs_x else None)
     model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim})
     train_cfg = cfg.model_copy(update={"scheme": _scheme_reference(file, out), "backend": backend, "model": model})
-    eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)
+    eval_cfg = eval_config(sch, context=train_cfg.context)
     out_dir = ensure_dir(out)
     files = {
         out_dir / module_file_name(sch): code,
