@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import pedsl
 from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
 from pedsl.fsio import atomic_write_text, ensure_dir, read_text
 from pedsl.lang.api import load
@@ -185,8 +186,6 @@ def git_commit() -> str | None:
     """The short commit of the pedsl checkout the study ran from (``(with uncommitted changes)``
     when its tracked files differ), or None outside a git checkout."""
     try:
-        import pedsl
-
         root = Path(pedsl.__file__).resolve().parent.parent
         res = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                              text=True, timeout=5)
@@ -203,8 +202,6 @@ def versions() -> dict[str, Any]:
     """pedsl, torch and python versions, platform, CPUs and torch threads: what a report's
     "Reproduce" section names."""
     import torch  # only the studies call this; `pedsl eval --help` stays free of torch
-
-    import pedsl
 
     return {"pedsl": getattr(pedsl, "__version__", "?"), "torch": torch.__version__,
             "python": platform.python_version(), "platform": platform.platform(terse=True),

@@ -13,8 +13,6 @@ from pedsl.study.plots import plt, save_figure
 
 def plot_law(runs: list[dict], fit: dict, out: Path) -> list[str]:
     """Mean +- sd of theta per width (positional and all-channel), the fit, and theta = pi / W."""
-    from pedsl.study.plots import save_figure, plt
-
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     Ws = sorted({r["W"] for r in runs})
     for key, label, col, mk in (("log_freq", "positional energy", "C0", "o"),
