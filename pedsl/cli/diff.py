@@ -11,13 +11,21 @@ Exit code 0 when the schemes are equivalent, 1 when they differ, 2 on any error 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import click
 
-from pedsl.errors import PedslError, UsageError
-from pedsl.limits import MAX_LENGTH, MAX_SEED
+from pedsl.cli.options import raw_params as parse_params
+from pedsl.diffing import numeric as N, report
+from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update, diff as diff_schemes
+from pedsl.diffing.facts import scheme_facts
+from pedsl.diffing.summary import same_meaning_note, summarize
+from pedsl.errors import EvalError, OutputError, PedslError, UsageError
+from pedsl.explain import explain_text
+from pedsl.lang.api import load, load_with_warnings
+from pedsl.limits import MAX_LENGTH, MAX_SEED, check_tensor
 
 
 def _fail(err: PedslError) -> None:
@@ -36,15 +44,11 @@ def split_target(arg: str) -> tuple[str, str | None]:
 
 
 def _parse(items) -> dict[str, str]:
-    from pedsl.cli.options import raw_params as parse_params
-
     return parse_params(items)
 
 
 def load_side(target: str, scheme: str | None, shared: dict, own: dict, label: str):
     """Resolve one side: shared -P values apply where the scheme declares them, -A/-B ones always."""
-    from pedsl.lang.api import load
-
     path, name = split_target(target)
     name = name or scheme
     try:
@@ -55,8 +59,6 @@ def load_side(target: str, scheme: str | None, shared: dict, own: dict, label: s
     except PedslError as err:
         for i, d in enumerate(err.diagnostics):
             if d.file is None:
-                import dataclasses
-
                 err.diagnostics[i] = dataclasses.replace(d, file=path)
         raise
     return sch, path, {k: sch.params[k] for k in params if k in sch.params}
@@ -93,8 +95,6 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     Exit code 0 when the schemes are equivalent (at most the name, doc or lint
     allowances differ), 1 when they differ, 2 on an error.
     """
-    from pedsl.diffing import report
-
     if json_schema:
         click.echo(json.dumps(report.JSON_SCHEMA, indent=2))
         return 0
@@ -116,8 +116,6 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:
-        from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update
-
         kinds = {"insert": Insert, "remove": Remove, "move": Move, "update": Update, "keep": Keep}
         edits = []
         for e in doc["edits"]:
@@ -140,11 +138,6 @@ def _label(path: str, s) -> str:
 
 def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256, samples=8, seed=0) -> dict:
     """The JSON document of a diff (what --json prints; the text report renders it)."""
-    from pedsl.diffing.edits import diff as diff_schemes
-    from pedsl.diffing import report
-    from pedsl.diffing.facts import scheme_facts
-    from pedsl.diffing.summary import same_meaning_note, summarize
-
     edits = diff_schemes(sa, sb)
     fa, fb = scheme_facts(sa), scheme_facts(sb)
     summary = summarize(fa, fb, edits)
@@ -155,10 +148,6 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
 
 
 def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None) -> dict:
-    from pedsl.diffing import numeric as N
-    from pedsl.errors import EvalError, OutputError
-    from pedsl.limits import check_tensor
-
     for s in (sa, sb):  # the sampled inputs: (samples, lmax + STARTS, heads * head_dim) float64
         too_big = check_tensor("diff --numeric", samples * (lmax + N.STARTS) * s.heads * s.head_dim, 8,
                                f"{samples} samples x {lmax + N.STARTS} positions x {s.heads * s.head_dim} "
@@ -199,9 +188,6 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
               help="Context length for the cost estimate (default: the training length).")
 def explain(file, scheme_name, params, context):
     """Summarise what one scheme does: channels, frequencies, bias, temperature, graph, cost, lints."""
-    from pedsl.explain import explain_text
-    from pedsl.lang.api import load_with_warnings
-
     path, name = split_target(file)
     try:
         overrides = _parse(params)
@@ -210,8 +196,6 @@ def explain(file, scheme_name, params, context):
     except PedslError as err:  # like check/show: a diagnostic and exit code 1 (usage errors: 2)
         for i, d in enumerate(err.diagnostics):
             if d.file is None:
-                import dataclasses
-
                 err.diagnostics[i] = dataclasses.replace(d, file=path)
         raise
     click.echo(text)

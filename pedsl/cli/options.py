@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import yaml
+
 from pedsl.errors import UsageError
 
 
 def key_values(items: tuple[str, ...], flag: str = "--set", example: str = "batch_size=8") -> dict:
     """``("a=1", "b=[2, 3]")`` -> ``{"a": 1, "b": [2, 3]}``: each value read as YAML (a number, a
     list, true/false), or kept as text when it is not valid YAML (validation then says what is wrong)."""
-    import yaml
-
     out = {}
     for item in items:
         if "=" not in item:
