@@ -50,7 +50,7 @@ def test_aggregate_gives_mean_and_range_per_cell():
 
 def test_tables_and_findings_flag_differences_within_the_spread():
     agg = es.aggregate(PER_SEED)
-    by_title = {t: rows for t, _, rows, _ in esr.tables(agg)}
+    by_title = {t: rows for t, _, rows, _ in esr.tables(agg, {})}
     zs = next(rows for t, rows in by_title.items() if "zero-shot" in t)
     ft = next(rows for t, rows in by_title.items() if "fine-tune" in t)
     pi_zs = next(r for r in zs if r[0] == "pi")

@@ -47,7 +47,7 @@ def _rows(rec: dict, part: str, task: str) -> list[tuple[str, str, dict]]:
     return out
 
 
-def tables(results: dict, meta: dict | None = None) -> list[Table]:
+def tables(results: dict, meta: dict) -> list[Table]:
     out = []
     for task, rec in results.items():
         L0, lens = rec["base"]["context"], rec["lengths"]

@@ -28,7 +28,7 @@ def _reference(agg: dict, part: str, T: str) -> dict | None:
     return _cells(agg, part, "rope", T)
 
 
-def tables(aggregated: dict, meta: dict | None = None) -> list[Table]:
+def tables(aggregated: dict, meta: dict) -> list[Table]:
     out = []
     for task, agg in aggregated.items():
         L0, lens = agg["context"], agg["lengths"]
