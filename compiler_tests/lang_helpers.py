@@ -1,4 +1,6 @@
-"""Shared helpers for the language front-end tests (not a test module)."""
+"""Shared helpers for the language front-end tests (not a test module): the library's texts, token-level
+mutants, the bad fixtures and their expectations. The generated tables of docs/language.md are
+``tools/doc_tables.py``'s."""
 
 from __future__ import annotations
 
@@ -64,58 +66,3 @@ def expectation(path: Path) -> dict:
     p = _PARAMS.search(text)
     params = dict(kv.split("=", 1) for kv in p.group(1).split()) if p else None
     return {"code": m["code"], "line": int(m["line"]), "col": int(m["col"]), "hint": m["hint"], "params": params}
-
-
-# ------------------------------------------------------------------ docs/language.md builtin tables
-
-DOC = ROOT / "docs" / "language.md"
-BEGIN, END = "<!-- builtins:begin (generated: python compiler_tests/lang_helpers.py) -->", "<!-- builtins:end -->"
-CATEGORIES = [
-    ("math", "Math (elementwise; broadcast by axis)"),
-    ("grid", "Frequency grids (num[pair]; rot_dim = the group's channel count)"),
-    ("bias", "Biases"),
-    ("temperature", "Temperatures"),
-    ("channels", "Channel groups (inside `channels { ... }`)"),
-    ("transport", "Transports and steps"),
-    ("source", "Step sources (data-dependent or learned)"),
-]
-
-
-def builtin_tables() -> str:
-    """The builtin-function tables of docs/language.md, from pedsl.lang.builtins.FUNCTIONS."""
-    from pedsl.lang.builtins import FUNCTIONS
-
-    out = []
-    for cat, title in CATEGORIES:
-        out += [f"#### {title}", "", "| signature | meaning |", "|---|---|"]
-        out += [f"| `{b.signature()}` | {b.doc} |" for b in FUNCTIONS.values() if b.category == cat]
-        out.append("")
-    return "\n".join(out)
-
-
-CODES_BEGIN = "<!-- codes:begin (generated from pedsl.errors.CODES: python compiler_tests/lang_helpers.py) -->"
-CODES_END = "<!-- codes:end -->"
-
-
-def codes_table() -> str:
-    """Every error code of pedsl.errors.CODES (warnings have their own table, with their allow names)."""
-    from pedsl.errors import CODES
-
-    rows = [f"| {code} | {stage} | {meaning} |" for code, (stage, meaning) in CODES.items() if code[0] == "E"]
-    return "\n".join(["| code | stage | meaning |", "|---|---|---|", *rows])
-
-
-def _replace_block(text: str, begin: str, end: str, body: str) -> str:
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return head + begin + body + end + tail
-
-
-def doc_with_tables(text: str) -> str:
-    text = _replace_block(text, BEGIN, END, "\n\n" + builtin_tables() + "\n")
-    return _replace_block(text, CODES_BEGIN, CODES_END, "\n" + codes_table() + "\n")
-
-
-if __name__ == "__main__":  # regenerate the tables in docs/language.md
-    DOC.write_text(doc_with_tables(DOC.read_text()))
-    print(f"updated {DOC}")

@@ -147,19 +147,14 @@ def test_longrope_needs_16_pairs():
     assert info.value.code == "E217" and "16 values for 32 rotary pairs" in str(info.value)
 
 
-def test_language_reference_is_up_to_date():
-    """docs/language.md: the builtin tables match the registry, and every code and lint is documented."""
+def test_language_reference_documents_every_code_and_lint():
+    """docs/language.md documents every code the front end raises and every lint (its generated tables
+    are checked by test_doc_tables.py)."""
     import re
 
-    from lang_helpers import DOC, doc_with_tables
     from pedsl.lang.builtins import WARNINGS
 
-    text = DOC.read_text()
-    assert doc_with_tables(text) == text, "regenerate with: python compiler_tests/lang_helpers.py"
-    from lang_helpers import CATEGORIES
-    from pedsl.lang.builtins import FUNCTIONS
-
-    assert {b.category for b in FUNCTIONS.values()} <= {c for c, _ in CATEGORIES}
+    text = (SCHEMES.parent / "docs" / "language.md").read_text()
     root = SCHEMES.parent / "pedsl"
     codes = set()
     for py in [*(root / "lang").glob("*.py"), root / "cli" / "frontend.py"]:
