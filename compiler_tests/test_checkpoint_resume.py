@@ -20,7 +20,7 @@ from pedsl.errors import CheckpointError
 from pedsl.model import TransformerLM
 from pedsl.train import checkpoint as ck
 from pedsl.train.loop import train
-from test_train_loop import helper, read_metrics, small_cfg
+from train_helpers import helper, read_metrics, small_cfg
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
 

@@ -149,7 +149,7 @@ def test_mixture_draws_sources_in_proportion_deterministically_per_seed_and_step
 
 
 def test_mixture_resumes_exactly(tmp_path):
-    from test_train_loop import helper, read_metrics, small_cfg
+    from train_helpers import helper, read_metrics, small_cfg
 
     from pedsl.train.loop import train
 

@@ -10,7 +10,7 @@ import yaml
 from compiler_helpers import run_cli
 from conftest import SCHEMES
 from pedsl.lang.library import is_library_name, library_dir, scheme_file
-from test_train_cli import TINY
+from train_helpers import TINY
 
 
 @pytest.fixture

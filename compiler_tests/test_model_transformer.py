@@ -10,7 +10,7 @@ from torch import nn
 
 from pedsl.config import ModelConfig
 from pedsl.model import TransformerLM
-from test_train_loop import helper
+from train_helpers import helper
 
 CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2)
 

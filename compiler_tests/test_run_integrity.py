@@ -17,7 +17,7 @@ import pytest
 from pedsl.errors import OutputError
 from pedsl.train import rundir, runlock, schemefiles
 from pedsl.train.loop import train
-from test_train_loop import helper, read_metrics, small_cfg
+from train_helpers import helper, read_metrics, small_cfg
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
 ROOT = Path(__file__).parent.parent

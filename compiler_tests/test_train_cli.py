@@ -11,14 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from train_helpers import TINY
 
 ROOT = Path(__file__).parent.parent
 SCHEMES = ROOT / "schemes"
-
-
-TINY = ["--context", "32", "--batch-size", "8", "--threads", "1", "--set", "n_layers=1", "--set", "d_model=32",
-        "--set", "n_heads=2", "--set", "eval_every=15", "--set", "eval_batches=2", "--set", "log_every=5",
-        "--set", "checkpoint_every=15", "--set", "data.max_bytes=200000", "--set", "warmup=5", "--lr", "1e-2", "-q"]
 
 
 class Result:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from pedsl.train.loop import train
-from test_train_loop import helper, read_metrics, small_cfg
+from train_helpers import helper, read_metrics, small_cfg
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]

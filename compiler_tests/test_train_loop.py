@@ -4,36 +4,18 @@ keeping the last good checkpoint, load_run rebuilds the model."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
-from pedsl.config import TrainConfig, resolve_train_config
+from pedsl.config import TrainConfig
 from pedsl.errors import OutputError, TrainError
 from pedsl.train import load_run
 from pedsl.train.recipe import SchemeRecipe
 from pedsl.train.loop import lr_at, train
-
-HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
-_spec = importlib.util.spec_from_file_location("train_helper", HELPER)
-helper = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(helper)
-
-SMALL = dict(steps=40, threads=1, context=32, batch_size=8, n_layers=1, d_model=32, n_heads=2, log_every=5,
-             eval_every=20, checkpoint_every=10, eval_batches=2, lr=1e-2, warmup=5, max_bytes=200_000)
-
-
-def small_cfg(**kw) -> TrainConfig:
-    return resolve_train_config(overrides={**SMALL, **kw})
-
-
-def read_metrics(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-
+from train_helpers import helper, read_metrics, small_cfg
 
 @pytest.mark.parametrize("kind", ["nope", "alibi"])
 def test_tiny_run_learns_and_writes_the_run_directory(tmp_path, kind):
