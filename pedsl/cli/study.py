@@ -169,12 +169,10 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
                           say, seeds=many)
     if study == "frequency":
-        from pedsl.study.frequency.run import run_study_cli
-
         unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
                   "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
-        return run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
-                             command=_command_line(click.get_current_context()), say=say)
+        return _frequency(schemes, out, unused, steps=steps, quick=quick, sets=_sets(sets),
+                          command=_command_line(click.get_current_context()), say=say)
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
         from pedsl.study.seeded.run import run_seeded
 
@@ -254,6 +252,26 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
                 *summary(res["results"]))
     ext = Path(out) / "extension"
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _frequency(schemes, out, unused: dict, **kw) -> None:
+    """``--study frequency``: run the study, print the fit table. ``unused``: compare options the
+    study has no use for (name -> value or None); any that is set is a usage error."""
+    from pedsl.study.frequency.report import report
+    from pedsl.study.frequency.run import run_frequency_study
+
+    if schemes:
+        raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
+                         hint="drop the scheme names, or drop --study")
+    given = [k for k, v in unused.items() if v is not None]
+    if given:
+        raise UsageError(f"--study frequency does not use {', '.join(given)}",
+                         hint="it trains on its own synthetic task with its own model; set those with --set "
+                         "(task=, widths=, seeds=, context=, d_model= ...)")
+    res = run_frequency_study(out, **kw)
+    text = report(res).split("\n")
+    click.echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))
+    click.echo(f"report: {Path(out) / 'frequency.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
 def _command_line(ctx: click.Context) -> str:

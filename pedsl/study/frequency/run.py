@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pedsl.errors import ConfigError, UsageError
+from pedsl.errors import ConfigError
 from pedsl.lang.library import library_dir
 from pedsl.study import driver
 from pedsl.study.common import git_commit, read_json, versions, write_json, write_text
@@ -90,23 +90,6 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     write_text(out / "frequency.md", report(result))
     result["files"] = files
     return result
-
-
-def run_study_cli(echo, schemes, out, unused: dict | None = None, **kw) -> None:
-    """``pedsl compare --study frequency``: run the study, print the fit table. ``unused``: compare
-    options the study has no use for (name -> value or None); any that is set is a usage error."""
-    if schemes:
-        raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
-                         hint="drop the scheme names, or drop --study")
-    given = [k for k, v in (unused or {}).items() if v is not None]
-    if given:
-        raise UsageError(f"--study frequency does not use {', '.join(given)}",
-                         hint="it trains on its own synthetic task with its own model; set those with --set "
-                         "(task=, widths=, seeds=, context=, d_model= ...)")
-    res = run_frequency_study(out, **kw)
-    text = report(res).split("\n")
-    echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))
-    echo(f"report: {Path(out) / 'frequency.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
 def _listish(v) -> list:
