@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ROOT / "schemes"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "lang" / "fixtures"
 BAD = FIXTURES / "bad"
 
 LIBRARY = sorted(SCHEMES.glob("*.pe"))

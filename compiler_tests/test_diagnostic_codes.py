@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from conftest import ROOT
+from compiler_helpers import ROOT
 from tools.doc_tables import DOC
 from pedsl import errors
 from pedsl.errors import CODES, PedslError

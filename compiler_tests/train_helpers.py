@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pedsl.config import TrainConfig, resolve_train_config
 
-HELPER = Path(__file__).resolve().parent / "fixtures" / "train_helper.py"
+HELPER = Path(__file__).resolve().parent / "train" / "fixtures" / "train_helper.py"
 _spec = importlib.util.spec_from_file_location("train_helper", HELPER)
 helper = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(helper)

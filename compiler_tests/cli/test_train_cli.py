@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 from train_helpers import TINY
+from compiler_helpers import ROOT
 
-ROOT = Path(__file__).parent.parent
 SCHEMES = ROOT / "schemes"
 
 

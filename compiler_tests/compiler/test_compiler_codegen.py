@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from compiler_helpers import D_MODEL, inputs
-from conftest import SCHEMES, library
+from compiler_helpers import SCHEMES, library
 from pedsl.cli import cli
 from pedsl.compiler import compile_scheme
 from pedsl.compiler.codegen import generate

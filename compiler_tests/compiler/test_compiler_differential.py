@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL, forward_and_grads, inputs
-from conftest import library
+from compiler_helpers import library
 from pedsl.compiler import compile_scheme
 from pedsl.errors import CompileError
 
@@ -68,7 +68,7 @@ def test_every_library_scheme_has_a_fast_backend():
 
 def test_dynamic_ntk_past_the_original_length_matches_reference():
     """The table depends on the run-time length n: check both sides of the original length."""
-    from conftest import SCHEMES
+    from compiler_helpers import SCHEMES
 
     path = SCHEMES / "dynamic_ntk.pe"
     fast_long = compile_scheme(path, num_heads=2, params={"train_length": 8}).double()
@@ -83,7 +83,7 @@ def test_dynamic_ntk_past_the_original_length_matches_reference():
 
 
 def test_float32_forward_is_close_to_float64():
-    from conftest import SCHEMES
+    from compiler_helpers import SCHEMES
 
     for name in ("rope_id", "acc_random_qkv", "alibi", "path_fox"):
         mod = compile_scheme(SCHEMES / f"{name}.pe", num_heads=2, d_model=D_MODEL)

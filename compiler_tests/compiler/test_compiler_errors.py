@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from conftest import SCHEMES
+from compiler_helpers import SCHEMES
 from pedsl.compiler import compile_scheme
 from pedsl.errors import CompileError, ShapeError
 

@@ -7,7 +7,7 @@ import math
 import torch
 
 from compiler_helpers import D_MODEL, inputs
-from conftest import SCHEMES
+from compiler_helpers import SCHEMES
 from pedsl.compiler import compile_graph, compile_scheme
 from pedsl.compiler.plan import KEY_CHANNEL, LINEAR_BIAS, POSITION_TABLE, ROPE
 from pedsl.lang.api import load

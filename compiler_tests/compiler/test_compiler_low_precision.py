@@ -18,7 +18,7 @@ import torch
 
 from benchmarks.precision import measure
 from compiler_helpers import D_MODEL, rnd
-from conftest import SCHEMES
+from compiler_helpers import SCHEMES
 from pedsl.compiler import compile_scheme
 from pedsl.lang.library import library_names
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL, inputs, run_cli
-from conftest import SCHEMES
+from compiler_helpers import SCHEMES
 from pedsl.compiler import compile_plan, compile_scheme
 from pedsl.compiler import plan as P
 from pedsl.compiler.module import SchemeAttention

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL
-from conftest import SCHEMES, library
+from compiler_helpers import SCHEMES, library
 from pedsl.compiler import compile_scheme
 from pedsl.errors import CompileError, ShapeError
 

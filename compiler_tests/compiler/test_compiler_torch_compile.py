@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from compiler_helpers import inputs
-from conftest import SCHEMES
+from compiler_helpers import SCHEMES
 from pedsl.compiler import compile_scheme
 
 pytestmark = pytest.mark.compile

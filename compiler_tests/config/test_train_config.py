@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from pedsl.config import (PRESETS, DataConfig, EvalConfig, ModelConfig, TrainConfig, eval_block_keys,
                           resolve_eval_config, resolve_train_config, train_block_keys)
 from pedsl.errors import ConfigError
+from compiler_helpers import SCHEMES
 
-SCHEMES = Path(__file__).parent.parent / "schemes"
 
 
 def test_presets_are_valid_and_head_dim_derives():

@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from pedsl.cli import main
 from pedsl.diffing.report import JSON_SCHEMA, validate
+from compiler_helpers import ROOT
 
-ROOT = Path(__file__).parent.parent
 SCHEMES = ROOT / "schemes"
 
 

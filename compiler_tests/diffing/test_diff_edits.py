@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-from pathlib import Path
 
 import pytest
 
 import pedsl
 from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update, diff, equivalent, is_semantic
+from compiler_helpers import SCHEMES
 
-SCHEMES = Path(__file__).parent.parent / "schemes"
 LIB = sorted(p.stem for p in SCHEMES.glob("*.pe"))
 
 

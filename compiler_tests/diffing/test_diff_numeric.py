@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,8 +20,8 @@ import pytest
 import pedsl
 from pedsl.compiler.plan import SO2
 from pedsl.diffing import numeric as N
+from compiler_helpers import SCHEMES
 
-SCHEMES = Path(__file__).parent.parent / "schemes"
 
 
 def load(name: str, **params):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -13,8 +12,8 @@ import pedsl
 from pedsl.cli import main
 from pedsl.explain import cost_rows, explain_text
 from pedsl.diffing.facts import scheme_facts
+from compiler_helpers import ROOT
 
-ROOT = Path(__file__).parent.parent
 SCHEMES = ROOT / "schemes"
 LIB = sorted(p.stem for p in SCHEMES.glob("*.pe"))
 SECTIONS = ("Channels", "Frequencies", "Bias", "Temperature", "Value transport", "Lowered graph", "Cost", "Lint")

@@ -285,7 +285,7 @@ def test_export_refuses_schemes_outside_hf(name, what):
 
 
 def _lib(name):
-    from conftest import SCHEMES
+    from compiler_helpers import SCHEMES
 
     return SCHEMES / f"{name}.pe"
 

@@ -15,7 +15,7 @@ import ast
 
 import pytest
 
-from conftest import ROOT
+from compiler_helpers import ROOT
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.builtins import FUNCTIONS
 

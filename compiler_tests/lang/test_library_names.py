@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from compiler_helpers import run_cli
-from conftest import SCHEMES
+from compiler_helpers import SCHEMES
 from pedsl.lang.library import is_library_name, library_dir, scheme_file
 from train_helpers import TINY
 

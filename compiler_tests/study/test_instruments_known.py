@@ -4,15 +4,14 @@ directly and through a compiled scheme module (probs / transform_qkv / rotary_gr
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
 from pedsl.formulas import channel_pairs
 from pedsl.study import instruments as ins
+from compiler_helpers import SCHEMES
 
-SCHEMES = Path(__file__).parent.parent / "schemes"
 
 
 def uniform_attention(B: int, H: int, L: int) -> torch.Tensor:

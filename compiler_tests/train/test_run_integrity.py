@@ -18,9 +18,9 @@ from pedsl.errors import OutputError
 from pedsl.train import rundir, runlock, schemefiles
 from pedsl.train.loop import train
 from train_helpers import helper, read_metrics, small_cfg
+from compiler_helpers import ROOT
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
-ROOT = Path(__file__).parent.parent
 
 
 def _spawn(cfg, run: Path, *extra: str) -> subprocess.Popen:
