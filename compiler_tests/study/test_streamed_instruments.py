@@ -4,7 +4,6 @@ with temperature, ALiBi, accumulated rotations on Q/K/V, FoX gates, PaTH Househo
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,8 +11,8 @@ import torch
 from pedsl.compiler import compile_scheme
 from pedsl.study import instruments as ins
 from pedsl.study.streaming import streamed_far_sink
+from compiler_helpers import SCHEMES
 
-SCHEMES = Path(__file__).resolve().parent.parent / "schemes"
 
 
 @pytest.mark.parametrize("name", ["rope", "rope_id", "alibi", "acc_random_qkv", "fox", "path_fox"])

@@ -18,14 +18,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from compiler_helpers import run_cli
+from compiler_helpers import ROOT, run_cli
 from pedsl.config import TrainConfig, resolve_train_config
 from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ParamError
 from pedsl.train import load_run, train
 from pedsl.train.recipe import from_scheme, load_scheme
 
-ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(steps=12, threads=1, context=32, batch_size=4, n_layers=1, d_model=32, n_heads=2, log_every=1,
              eval_every=12, checkpoint_every=6, eval_batches=1, warmup=2, max_bytes=100_000)
 EVAL = ["--lengths", "32,64", "--windows", "2", "--tasks", "ppl,blocks", "--threads", "1", "-q", "--json"]
