@@ -60,3 +60,12 @@ def test_library_names_work_from_an_installed_wheel(installed):
              "--set", "data.max_bytes=50000", "--set", "eval_batches=1")
     assert r.returncode == 0, r.stderr
     assert (out / "DONE.json").is_file() and "Traceback" not in r.stderr
+
+
+def test_pygments_finds_the_pe_lexer_through_the_installed_entry_point(installed):
+    target, cwd = installed
+    scheme = target / "pedsl" / "schemes" / "rope.pe"
+    r = subprocess.run([sys.executable, "-m", "pygments", "-l", "pe", "-f", "html", str(scheme)], cwd=cwd,
+                       env={**os.environ, "PYTHONPATH": str(target)}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert '<span class="nb">geometric</span>' in r.stdout and 'class="err"' not in r.stdout

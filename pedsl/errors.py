@@ -295,6 +295,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E963": ("hf", "a config.json that cannot be read or lacks what its rope type needs"),
     "E964": ("hf", "`pedsl.hf.use_pedsl_attention`: a scheme or model the adapter does not run"),
     "E970": ("pedsl", "out of memory: sizes within the caps that this machine cannot hold"),
+    "E980": ("pedsl", "a command needs an optional extra that is not installed (`pip install 'pedsl[lsp]'`)"),
     "E990": ("usage", "the command line is wrong (exit code 2)"),
     "E991": ("usage", "malformed `-P` (exit code 2)"),
     "E992": ("usage", "`pedsl diff -P NAME` that neither scheme declares (exit code 2)"),

@@ -1,33 +1,27 @@
-"""Regenerate the generated tables of docs/language.md: the builtin functions (from
-``pedsl.lang.builtins.FUNCTIONS``) and the error codes (from ``pedsl.errors.CODES``).
+"""Regenerate the text generated from pedsl's registries: the tables of docs/language.md (the
+builtin functions of ``pedsl.lang.builtins.FUNCTIONS``, the error codes of ``pedsl.errors.CODES``)
+and the builtin names of the editor grammar (``editors/vscode/syntaxes/pedsl.tmLanguage.json``).
 
-    python -m tools.doc_tables            # rewrite docs/language.md in place
-    python -m tools.doc_tables --check    # exit 1 when the tables are stale (what the test checks)
+    python -m tools.doc_tables            # rewrite both files in place (only when they change)
+    python -m tools.doc_tables --check    # exit 1 when either is stale, changing nothing
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from pedsl.errors import CODES
 from pedsl.fsio import atomic_write_text
-from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.builtins import CATEGORIES, CONSTANTS, FUNCTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "language.md"
+GRAMMAR = ROOT / "editors" / "vscode" / "syntaxes" / "pedsl.tmLanguage.json"
 BEGIN, END = "<!-- builtins:begin (generated: python -m tools.doc_tables) -->", "<!-- builtins:end -->"
 CODES_BEGIN = "<!-- codes:begin (generated from pedsl.errors.CODES: python -m tools.doc_tables) -->"
 CODES_END = "<!-- codes:end -->"
-CATEGORIES = [
-    ("math", "Math (elementwise; broadcast by axis)"),
-    ("grid", "Frequency grids (num[pair]; rot_dim = the group's channel count)"),
-    ("bias", "Biases"),
-    ("temperature", "Temperatures"),
-    ("channels", "Channel groups (inside `channels { ... }`)"),
-    ("transport", "Transports and steps"),
-    ("source", "Step sources (data-dependent or learned)"),
-]
 
 
 def builtin_tables() -> str:
@@ -58,18 +52,34 @@ def doc_with_tables(text: str) -> str:
     return _replace_block(text, CODES_BEGIN, CODES_END, "\n" + codes_table() + "\n")
 
 
+def grammar_with_builtins(text: str) -> str:
+    """The TextMate grammar with its builtin-function and fixed-name patterns from the registry."""
+    grammar = json.loads(text)
+    grammar["repository"]["builtin"]["patterns"] = [
+        {"name": "support.function.builtin.pedsl", "match": "\\b(" + "|".join(FUNCTIONS) + ")\\b(?=\\s*\\()"},
+        {"name": "support.constant.pedsl", "match": "\\b(" + "|".join(CONSTANTS) + ")\\b"},
+    ]
+    return json.dumps(grammar, indent=2) + "\n"
+
+
+GENERATED = ((lambda: DOC, doc_with_tables), (lambda: GRAMMAR, grammar_with_builtins))
+
+
 def main(argv: list[str]) -> int:
-    text = DOC.read_text(encoding="utf-8")
-    new = doc_with_tables(text)
-    if "--check" in argv:
+    stale = 0
+    for where, regenerate in GENERATED:
+        path = where()
+        text = path.read_text(encoding="utf-8")
+        new = regenerate(text)
+        if "--check" in argv:
+            if new != text:
+                print(f"{path} is stale: run python -m tools.doc_tables", file=sys.stderr)
+                stale = 1
+            continue
         if new != text:
-            print(f"{DOC} is stale: run python -m tools.doc_tables", file=sys.stderr)
-            return 1
-        return 0
-    if new != text:
-        atomic_write_text(DOC, new)
-    print(f"{'updated' if new != text else 'unchanged:'} {DOC}")
-    return 0
+            atomic_write_text(path, new)
+        print(f"{'updated' if new != text else 'unchanged:'} {path}")
+    return stale
 
 
 if __name__ == "__main__":

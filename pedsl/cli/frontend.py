@@ -20,11 +20,10 @@ from pedsl.cli.options import raw_params as parse_params
 from pedsl.cli.render import render_scheme
 from pedsl.errors import CheckError, Diagnostic, ParseError, PedslError, UsageError
 from pedsl.fsio import atomic_write_text
-from pedsl.lang.api import load_with_warnings, parse
-from pedsl.lang.formatter import format_module
+from pedsl.lang.api import format_text, load_with_warnings, parse
 from pedsl.lang.imports import Loader, load_source
 from pedsl.lang.library import library_dir
-from pedsl.lang.parser import MAX_BYTES, decode, parse_module, read_bytes
+from pedsl.lang.parser import MAX_BYTES, decode, read_bytes
 from pedsl.lang.resolve import check_all
 from pedsl.lang.scheme import Scheme
 
@@ -119,10 +118,6 @@ def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str
 # ------------------------------------------------------------------ fmt
 
 
-def _format_text(text: str, file: str) -> str:
-    return format_module(parse_module(text, file), text)
-
-
 def _read(path: str) -> str:
     try:
         data = read_bytes(Path(path))
@@ -171,7 +166,7 @@ def fmt(files: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
         try:
             name = "<stdin>" if path == "-" else path
             text = _read_stdin() if path == "-" else _read(path)
-            new = _format_text(text, name)
+            new = format_text(text, name)
         except PedslError as err:
             for d in _with_file(err.diagnostics, path):
                 _echo_diag(d)

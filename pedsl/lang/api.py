@@ -1,4 +1,5 @@
-"""The front end's public API: ``load``, ``parse``, ``format``, ``check``."""
+"""The front end's public API: ``load``, ``parse``, ``format``, ``check`` (and, for a text held in an editor,
+``load_text``, ``format_text``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pedsl.errors import Diagnostic
 from pedsl.lang import ast
 from pedsl.lang.formatter import format_module
 from pedsl.lang.parser import decode, parse_module, read_bytes
-from pedsl.lang.imports import Loader, load_source, looks_like_text
+from pedsl.lang.imports import Loader, Source, load_source, looks_like_text
 from pedsl.lang.resolve import check_all, resolve
 from pedsl.lang.scheme import Scheme
 
@@ -43,6 +44,23 @@ def format(path_or_text: str | Path) -> str:  # noqa: A001 - the public name the
     return format_module(parse_module(text, file), text)
 
 
+def format_text(text: str, file: str | None = None) -> str:
+    """The canonical text of ``text`` (what ``pedsl fmt`` writes); ``file`` names it in diagnostics."""
+    return format_module(parse_module(text, file), text)
+
+
+def load_text(text: str, file: str | Path | None = None, base_dir: Path | None = None) -> Source:
+    """A file's text as an editor holds it, loaded with its imports as ``pedsl check FILE`` loads the file:
+    imports relative to ``base_dir`` (the file's folder; the current folder when neither is given) and
+    confined to that folder tree, the scheme library and the allowed import roots; an import cycle back
+    to ``file`` is found as in the file. Raises ParseError or CheckError (syntax, imports); pass the
+    result to :func:`check` or :func:`load_with_warnings`."""
+    if base_dir is None:
+        base_dir = Path(file).parent if file is not None else Path.cwd()
+    path = Path(file) if file is not None and Path(file).is_file() else None
+    return Loader().load_text(text, None if file is None else str(file), Path(base_dir), path=path)
+
+
 def load(
     path_or_text: str | Path | Scheme,
     params: dict[str, Any] | None = None,
@@ -71,11 +89,16 @@ def load(
     return result
 
 
+def _source(path_or_text: str | Path | Source) -> Source:
+    return path_or_text if isinstance(path_or_text, Source) else load_source(path_or_text)
+
+
 def load_with_warnings(path_or_text, params=None, scheme=None, **structural) -> tuple[Scheme, list[Diagnostic]]:
-    src = load_source(path_or_text)
-    return resolve(src, scheme, params, structural)
+    """Like :func:`load`, with the lint warnings; also takes a :func:`load_text` result."""
+    return resolve(_source(path_or_text), scheme, params, structural)
 
 
-def check(path_or_text: str | Path, params: dict[str, Any] | None = None) -> list[Diagnostic]:
-    """All diagnostics (errors and warnings) of every scheme in a file; raises only on syntax errors."""
-    return check_all(load_source(path_or_text), params)
+def check(path_or_text: str | Path | Source, params: dict[str, Any] | None = None) -> list[Diagnostic]:
+    """All diagnostics (errors and warnings) of every scheme in a file (a path, text, or a :func:`load_text`
+    result); raises only on syntax and import errors."""
+    return check_all(_source(path_or_text), params)

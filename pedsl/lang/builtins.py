@@ -17,6 +17,18 @@ from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Dep, Ty, num
 
 FUNCTIONS: dict[str, Builtin] = dict(RECORDS)
 
+# The families of builtins (a record's ``category``) and what their values are, in the order of the
+# tables of docs/language.md (and of an editor's hover).
+CATEGORIES = [
+    ("math", "Math (elementwise; broadcast by axis)"),
+    ("grid", "Frequency grids (num[pair]; rot_dim = the group's channel count)"),
+    ("bias", "Biases"),
+    ("temperature", "Temperatures"),
+    ("channels", "Channel groups (inside `channels { ... }`)"),
+    ("transport", "Transports and steps"),
+    ("source", "Step sources (data-dependent or learned)"),
+]
+
 # Names with a fixed meaning. Structural ones (heads, head_dim) come from the model.
 CONSTANTS: dict[str, Ty] = {
     "pi": NUM,
@@ -55,4 +67,4 @@ KEYWORDS = {
     "int", "float", "bool", "str", "halves", "interleaved",
 }
 
-__all__ = ["FUNCTIONS", "CONSTANTS", "WARNINGS", "REQUIRED", "Builtin", "TypeIssue", "BOOL", "KEYWORDS"]
+__all__ = ["FUNCTIONS", "CATEGORIES", "CONSTANTS", "WARNINGS", "REQUIRED", "Builtin", "TypeIssue", "BOOL", "KEYWORDS"]

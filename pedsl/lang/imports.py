@@ -113,9 +113,13 @@ class Loader:
         text = decode(data, str(path))
         return self._load(text, str(path), path.parent, stack + (key,), key)
 
-    def load_text(self, text: str, file: str | None = None, base_dir: Path | None = None) -> Source:
+    def load_text(self, text: str, file: str | None = None, base_dir: Path | None = None,
+                  path: Path | None = None) -> Source:
+        """Load ``text``; ``path``, when the text is an edited copy of that file, counts for import cycles
+        as the file itself would."""
         self.roots = import_roots(base_dir or Path.cwd())
-        return self._load(text, file, base_dir or Path.cwd(), (), None)
+        stack = (str(real_path(path)),) if path is not None else ()
+        return self._load(text, file, base_dir or Path.cwd(), stack, None)
 
     def _load(self, text: str, file: str | None, base_dir: Path, stack: tuple[str, ...], key: str | None) -> Source:
         module = parse_module(text, file)
