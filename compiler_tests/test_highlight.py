@@ -10,7 +10,7 @@ import tomllib
 import pytest
 from pygments.token import Error, Keyword, Name
 
-from conftest import ROOT, library
+from compiler_helpers import ROOT, library
 from tools.doc_tables import GRAMMAR, grammar_with_builtins
 from pedsl.highlight import PeLexer
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS

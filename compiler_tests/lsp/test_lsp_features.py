@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as lsp
 
-from conftest import SCHEMES, library
+from compiler_helpers import SCHEMES, library
 from lang_helpers import BAD_FILES, expectation
 from pedsl.errors import PedslError
 from pedsl.lang import api

@@ -15,7 +15,7 @@ import pytest_lsp
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
 
-from conftest import ROOT, SCHEMES
+from compiler_helpers import ROOT, SCHEMES
 from pedsl.lang import api
 from pedsl.lsp.session import Session
 from pedsl.lsp.text import Text
