@@ -7,6 +7,7 @@ import math
 
 import click
 
+from pedsl.cli.option_rules import refuse_given
 from pedsl.profile.run import run_profile, summary_text
 from pedsl.study.common import finite_json, progress
 from pedsl.torchenv import setup_torch
@@ -51,6 +52,13 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     4-byte symbols, words), a verdict on PI-style interpolation, and with --suggest a .pe scheme
     whose rotary grid is fitted to W.
     """
+    if data != "blocks":
+        refuse_given(["block_len", "block_offset"],
+                     f"not used by DATA '{data}' (they shape the synthetic 'blocks' data)",
+                     hint="drop them, or profile DATA blocks")
+    if compare is None:
+        refuse_given(["steps"], "not used without --compare (it is the training budget of --compare)",
+                     hint="add --compare DIR, or drop it")
     if compare is not None:
         setup_torch(threads)
     res = run_profile(data, out=out, max_bytes=max_bytes, max_distance=max_distance, granularities=granularities,

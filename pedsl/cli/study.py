@@ -15,6 +15,7 @@ import click
 from click.core import ParameterSource
 
 from pedsl import limits as L
+from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
 from pedsl.study.common import open_run, parse_lengths, progress
@@ -44,6 +45,7 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
     """The run opened under ``--scheme`` / ``-P`` (pedsl.train.swap), or None for its own scheme."""
     if scheme is None and not params:
         return None
+
     return open_run(run_dir, scheme=scheme, params=key_values(params, "-P", "factor=4"))
 
 
@@ -109,6 +111,9 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 
     if samples < 1 or max_length < 2 or (window is not None and window < 1):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
+    if lengths:
+        refuse_given(["max_length"], "not used with --lengths (it caps the default lengths only)",
+                     hint="drop --max-length, or drop --lengths to analyze the training length x 1, 2, 4 ... up to it")
     setup_torch(threads)
     res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
                       max_length=max_length, out=out, say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
@@ -160,18 +165,19 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         raise UsageError("--steps must be at least 1")
     if windows is not None and windows < 1:
         raise UsageError("--windows must be at least 1")
+    seed_list = _seeds(seeds)
+    set_values = _compare_sets(study, sets, seed_list)
+    if quick:
+        _refuse_idle_quick(study, set_values)
     say = progress(quiet)
     say(f"torch threads: {setup_torch(threads)}")
-    seed_list = _seeds(seeds)
     if study == "extension":
         many = seed_list if seed_list and len(seed_list) > 1 else None
         seed = seed_list[0] if seed_list and not many else seed
         return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
                           say, seeds=many)
     if study == "frequency":
-        unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
-                  "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
-        return _frequency(schemes, out, unused, steps=steps, quick=quick, sets=_sets(sets),
+        return _frequency(schemes, out, steps=steps, quick=quick, sets=set_values,
                           command=_command_line(click.get_current_context()), say=say)
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
         from pedsl.study.seeded.run import run_seeded
@@ -198,6 +204,51 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         _echo_table(title, header, rows)
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+
+
+# compare options -> the --set keys of the same training setting
+SET_BY_OPTION = {"preset": "preset", "steps": "steps", "seed": "seed", "data": "data,source,data.source"}
+
+
+def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None) -> dict:
+    """The --set values of a study, checked: keys some part of the study reads, none that a given
+    option also sets differently, and seeds given one way only."""
+    values = _sets(sets)
+    known = train_set_keys()
+    if study == "frequency":
+        from pedsl.study.frequency.run import RUN_KEYS, STUDY_KEYS, listish
+
+        known = (known - set(RUN_KEYS)) | set(STUDY_KEYS)
+        refuse_given(["data", "lengths", "windows", "seed", "analyze_max", "preset"], "not used by --study frequency",
+                     hint="it trains on its own synthetic task with its own model; set those with --set "
+                     "(task=, widths=, seeds=, context=, d_model= ...)")
+    check_set_keys(values, known)
+    set_conflicts(values, SET_BY_OPTION)
+    if seed_list is not None:
+        refuse_given(["seed"], "not used with --seeds (it gives the seed of every run)",
+                     hint="drop --seed (or give --seeds one seed)")
+        if study != "frequency" and "seed" in values:
+            raise UsageError(f"--seeds {','.join(map(str, seed_list))} and --set seed={values['seed']} both set the "
+                             "seed of every run", hint="drop --set seed")
+    if study == "frequency" and seed_list is not None:
+        if "seeds" in values and [int(s) for s in listish(values["seeds"])] != seed_list:
+            raise UsageError(f"--seeds {','.join(map(str, seed_list))} and --set seeds={values['seeds']} name "
+                             "different seeds", hint="give the seeds once (--seeds 0,1,2)")
+        values["seeds"] = seed_list
+    return values
+
+
+# what --quick chooses in each study, as (option, --set key) pairs: given all, --quick has nothing left to do
+QUICK_CHOOSES = {"default": (("steps", "steps"), ("lengths", None), ("windows", None), ("analyze_max", None)),
+                 "extension": (("steps", "steps"), ("lengths", None), ("windows", None)),
+                 "frequency": (("steps", "steps"), (None, "widths"), ("seeds", "seeds"))}
+
+
+def _refuse_idle_quick(study: str, sets: dict) -> None:
+    chooses = QUICK_CHOOSES.get(study)  # the retrieval study's quick depths are always its own
+    if chooses and all((opt and given(opt)) or (key and key in sets) for opt, key in chooses):
+        raise UsageError("--quick: not used here: every setting it would choose is given",
+                         hint="drop --quick (it picks a smaller budget only where none is given)")
 
 
 def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:
@@ -254,22 +305,18 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
-def _frequency(schemes, out, unused: dict, **kw) -> None:
-    """``--study frequency``: run the study, print the fit table. ``unused``: compare options the
-    study has no use for (name -> value or None); any that is set is a usage error."""
+def _frequency(schemes, out, **kw) -> None:
+    """``--study frequency``: run the study, print what it ran (task, widths, seeds) and the fit table."""
     from pedsl.study.frequency.report import report
     from pedsl.study.frequency.run import run_frequency_study
 
     if schemes:
         raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
                          hint="drop the scheme names, or drop --study")
-    given = [k for k, v in unused.items() if v is not None]
-    if given:
-        raise UsageError(f"--study frequency does not use {', '.join(given)}",
-                         hint="it trains on its own synthetic task with its own model; set those with --set "
-                         "(task=, widths=, seeds=, context=, d_model= ...)")
     res = run_frequency_study(out, **kw)
     text = report(res).split("\n")
+    meta = res["meta"]
+    click.echo(f"frequency study: task {meta['task']}, widths {meta['widths']}, seeds {meta['seeds']}")
     click.echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))
     click.echo(f"report: {Path(out) / 'frequency.md'} ({res['meta']['wall_time_s']:.0f} s)")
 

@@ -68,8 +68,8 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
         configs.append(r["config"])
         results[name] = {"train": r["train"], "eval": r["eval"], "analysis": r["analysis"],
                          "run_dir": str(run.relative_to(out)), "scheme_file": str(path)}
-    meta = {"command": command or "pedsl compare", **provenance(), "preset": preset,
-            **_settings(results, configs, steps, seed, data), **_cost(results, t0, c0)}
+    meta = {"command": command or "pedsl compare", **provenance(),
+            **_settings(results, configs, preset, steps, seed, data), **_cost(results, t0, c0)}
     say("writing the report")
     plots = all_plots(results, out, meta["context"])
     write_json(out / "results.json", {"meta": meta, "results": results})
@@ -80,10 +80,11 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     return {"results": results, "meta": meta, "files": files}
 
 
-def _settings(results: dict, configs: list, steps: int | None, seed: int | None, data: str | None) -> dict:
-    """Steps, seed, data and (shortest) training length of the study's runs."""
+def _settings(results: dict, configs: list, preset: str, steps: int | None, seed: int | None,
+              data: str | None) -> dict:
+    """Preset, steps, seed, data and (shortest) training length of the study's runs, as trained."""
     first = configs[0] if configs else None
-    return {"steps": first.steps if first else steps, "seed": first.seed if first else seed,
+    return {"preset": first.preset if first else preset, "steps": first.steps if first else steps, "seed": first.seed if first else seed,
             "data": (results and next(iter(results.values()))["train"].get("data")) or (first.data.source if first else data),
             "context": min((c.context for c in configs), default=0)}
 

@@ -157,8 +157,9 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
         results[task] = _study_task(task, base, ov, out=out, ext=ext, methods=methods, targets=targets,
                                     lengths=lengths, windows=windows, quick=quick, ft_steps=ft_steps, notes=notes,
                                     say=say, quiet=quiet)
+    base_cfg = TrainConfig.from_yaml(tasks[0][1] / "config.yaml")  # the preset the runs were trained with
     meta = {"command": command or "pedsl compare --study extension", **provenance(),
-            "preset": preset, "methods": methods, "targets": list(targets), "notes": notes,
+            "preset": base_cfg.preset, "methods": methods, "targets": list(targets), "notes": notes,
             "blocks": {k.split(".")[-1]: v for k, v in BLOCKS.items() if k != "data"},
             "ft_lr": FT_LR, "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0,
             "compute_cpu_s": _compute_cpu(results)}

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pedsl.errors import ConfigError
+from pedsl.errors import ConfigError, UsageError
 from pedsl.lang.library import library_dir
 from pedsl.study import driver
 from pedsl.study.common import git_commit, read_json, versions, write_json, write_text
@@ -28,6 +28,9 @@ DEFAULTS: dict[str, Any] = {"n_layers": 1, "d_model": 64, "n_heads": 2, "head_di
                             "steps": 500, "batch_size": 16, "lr": 3e-3, "min_lr": 3e-4, "warmup": 30,
                             "eval_every": 100, "checkpoint_every": 500}
 QUICK = {"widths": (8, 32, 64), "seeds": (0,), "steps": 300}
+STUDY_KEYS = ("task", "widths", "seeds", "probe_samples")  # --set keys of the study itself
+# --set keys the study decides for each run itself (its DEFAULTS also cover every field of a preset)
+RUN_KEYS = ("data", "source", "data.source", "block_len", "data.block_len", "seed", "preset")
 MEASURE_VERSION = 2  # bump when measure_run changes: the study then re-measures (not retrains) its runs
 
 
@@ -37,14 +40,19 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     """Train RoPE over widths x seeds, measure, fit, plot and write the report."""
     t0 = time.perf_counter()
     sets = dict(sets or {})
-    widths = tuple(int(b) for b in _listish(sets.pop("widths", QUICK["widths"] if quick else WIDTHS)))
-    seeds = tuple(int(s) for s in _listish(sets.pop("seeds", QUICK["seeds"] if quick else SEEDS)))
+    widths = tuple(int(b) for b in listish(sets.pop("widths", QUICK["widths"] if quick else WIDTHS)))
+    seeds = tuple(int(s) for s in listish(sets.pop("seeds", QUICK["seeds"] if quick else SEEDS)))
     samples = int(sets.pop("probe_samples", PROBE_SAMPLES))
     task = str(sets.pop("task", "topic"))
     if task not in ("lag", "blocks", "topic"):
         raise ConfigError(f"unknown frequency-study task '{task}'", hint="--set task=topic (default), lag or blocks")
     if not widths or min(widths) < 3 or not seeds:
         raise ConfigError("--set widths= needs block lengths >= 3 and --set seeds= at least one seed")
+    if set(sets) & set(RUN_KEYS) or ("context" in sets and int(sets["context"]) < 2 * max(widths)):
+        bad = ", ".join(k for k in sets if k in RUN_KEYS) or f"context={sets['context']}"
+        raise UsageError(f"--set {bad}: the frequency study sets the task, its width, the seed, the model and a "
+                         f"context of at least two blocks ({2 * max(widths)} here) for each run itself",
+                         hint="choose them with --set task=, widths=, seeds= (or --seeds) and a longer context")
     overrides = {**DEFAULTS, **({"steps": QUICK["steps"]} if quick else {}), **sets}
     if steps is not None:
         overrides["steps"] = steps
@@ -92,7 +100,7 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     return result
 
 
-def _listish(v) -> list:
+def listish(v) -> list:
     if isinstance(v, (list, tuple)):
         return list(v)
     if isinstance(v, str):

@@ -83,8 +83,8 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     results = {name: aggregate_runs(runs) for name, runs in per_seed.items()}
     first = next(iter(next(iter(per_seed.values())).values()))
     meta = {"study": study or "default", "command": command or "pedsl compare", **provenance(),
-            "preset": preset, "steps": first["train"].get("steps"), "seeds": seed_list,
-            "data": data or "stdlib", "context": context, "depths": (m.retrieval or {}).get("depths"),
+            "preset": cfg.preset, "steps": first["train"].get("steps"), "seeds": seed_list,
+            "data": cfg.data.source, "context": context, "depths": (m.retrieval or {}).get("depths"),
             "samples": (m.retrieval or {}).get("samples"), "wall_time_s": time.perf_counter() - t0,
             "cpu_time_s": time.process_time() - c0,
             "compute_time_s": sum((r[k] or {}).get("wall_time_s") or 0 for runs in per_seed.values()
