@@ -23,8 +23,9 @@ from pedsl.diffing import numeric as N, report
 from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update, diff as diff_schemes
 from pedsl.diffing.facts import scheme_facts
 from pedsl.diffing.summary import same_meaning_note, summarize
-from pedsl.errors import EvalError, OutputError, PedslError, UsageError, did_you_mean
+from pedsl.errors import EvalError, PedslError, UsageError, did_you_mean
 from pedsl.explain import explain_text
+from pedsl.fsio import figure_format
 from pedsl.lang.api import load, load_with_warnings
 from pedsl.limits import MAX_LENGTH, MAX_SEED, check_tensor
 
@@ -173,6 +174,8 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
 
 def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None,
                     sampling_given: tuple[str, ...] = ()) -> dict:
+    if plot:
+        figure_format(plot)  # a bad --plot path fails before the curves are computed
     for s in (sa, sb):  # the sampled inputs: (samples, lmax + STARTS, heads * head_dim) float64
         too_big = check_tensor("diff --numeric", samples * (lmax + N.STARTS) * s.heads * s.head_dim, 8,
                                f"{samples} samples x {lmax + N.STARTS} positions x {s.heads * s.head_dim} "
@@ -200,11 +203,7 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
         "plot": None,
     }
     if plot:
-        try:
-            N.plot(ca, cb, plot, (sa.name + " (A)", sb.name + " (B)"))
-        except OSError as exc:
-            raise OutputError(f"cannot write the plot {plot}: {exc.strerror or exc}", file=plot,
-                              hint="check the folder exists and is writable") from None
+        N.plot(ca, cb, plot, (sa.name + " (A)", sb.name + " (B)"))  # through pedsl.fsio: OutputError
         out["plot"] = plot
     return out
 

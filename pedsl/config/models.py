@@ -144,13 +144,17 @@ class TrainConfig(_Frozen):
     def _check_schedule(self) -> "TrainConfig":
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
+        return self
+
+    def step_memory_issue(self) -> str | None:
+        """Why a training step of this batch and context would not fit (a sentence), or None. Checked
+        where a training is asked for (:func:`resolve_train_config`), not when a scheme's ``train {}``
+        block is read: an imported 1M-position scheme describes inference and loads."""
         m = self.model  # the widest activation of a step: logits, the MLP's hidden layer or q, k, v
         width = max(m.vocab_size, int(m.mlp_ratio * m.d_model), 3 * m.n_heads * m.head_dim)
         too_big = L.check_tensor("a training step", self.batch_size * self.context * width, 4,
                                  f"batch {self.batch_size} x context {self.context} x width {width}, float32")
-        if too_big:
-            raise ValueError(too_big + ": a smaller batch_size or context")
-        return self
+        return None if too_big is None else too_big + ": a smaller batch_size or context"
 
     def to_yaml(self) -> str:
         d = self.model_dump(mode="json")

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from pedsl.config.models import DataConfig, EvalConfig, ModelConfig, TrainConfig
 from pedsl.config.presets import PRESETS
-from pedsl.errors import ConfigError, did_you_mean
+from pedsl.errors import ConfigError, did_you_mean, quoted
 from pedsl.yamlconfig import validate_model
 
 
@@ -65,13 +65,15 @@ def resolve_train_config(
     params: Mapping[str, Any] | None = None,
     block: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    step_memory: bool = True,
 ) -> TrainConfig:
-    """defaults <- preset <- scheme ``train {}`` block <- overrides, validated."""
+    """defaults <- preset <- scheme ``train {}`` block <- overrides, validated; ``step_memory``: also
+    refuse a batch x context whose training step would not fit (off when a scheme is only loaded)."""
     block = dict(block or {})
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     preset = overrides.get("preset", block.get("preset", "tiny"))
     if not isinstance(preset, str) or preset not in PRESETS:
-        raise ConfigError(f"unknown preset '{preset}'",
+        raise ConfigError(f"unknown preset {quoted(preset)}",
                           hint=did_you_mean(str(preset), PRESETS) or f"presets: {', '.join(PRESETS)}")
     d: dict[str, Any] = {"scheme": scheme, "preset": preset}
     for k, v in PRESETS[preset].items():
@@ -94,7 +96,12 @@ def resolve_train_config(
     resized_by_bl = "head_dim" not in ov and "head_dim" not in bl and bool({"d_model", "n_heads"} & set(bl))
     if resized_by_ov or resized_by_bl:
         d.get("model", {}).pop("head_dim", None)
-    return validate_model(TrainConfig, d, where="training config")
+    cfg = validate_model(TrainConfig, d, where="training config")
+    issue = cfg.step_memory_issue() if step_memory else None
+    if issue:
+        raise ConfigError(f"training config: {issue}",
+                          hint="pass --batch-size or --context (or --set batch_size=...) with smaller values")
+    return cfg
 
 
 def _flat_model(d: Mapping[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import pedsl
 from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
 from pedsl.fsio import atomic_write_text, ensure_dir, read_text
 from pedsl.lang.api import load
+from pedsl.strictparse import load_json
 from pedsl.limits import MAX_LENGTH, MAX_LIST
 from pedsl.scheme_config import eval_config as _scheme_eval_config
 
@@ -134,7 +135,7 @@ def read_json(path: str | Path) -> Any | None:
     """Parsed JSON, or None when the file is missing or unreadable (a half-written study), or over
     16 MiB (a planted huge file is never read whole)."""
     try:
-        return json.loads(read_text(path, 16 << 20))
+        return load_json(read_text(path, 16 << 20))
     except (OSError, ValueError):
         return None
 

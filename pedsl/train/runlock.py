@@ -20,6 +20,7 @@ from typing import Any
 
 from pedsl.errors import OutputError
 from pedsl.fsio import refuse_symlink
+from pedsl.strictparse import load_json
 
 LOCK_NAME = ".pedsl.lock"
 _TEMP = re.compile(r"^step_\d+\.(?:tmp|old)-(\d+)$")
@@ -135,7 +136,7 @@ class RunLock:
 def _read_owner(fd: int) -> dict | None:
     try:
         data = os.pread(fd, 4096, 0)
-        owner = json.loads(data) if data.strip() else None
+        owner = load_json(data) if data.strip() else None
     except (OSError, ValueError):
         return None
     return owner if isinstance(owner, dict) else None
