@@ -140,7 +140,7 @@ def test_dynamic_ntk_outside_hf_family_is_refused():
 
 
 def _lib(name):
-    from conftest import SCHEMES
+    from compiler_helpers import SCHEMES
 
     return SCHEMES / f"{name}.pe"
 
