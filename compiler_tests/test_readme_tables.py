@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from readme_tables import BEGIN, MAIN_JOB, README, main_job_rows, main_job_table, readme_block
+from tools.readme_tables import BEGIN, MAIN_JOB, README, main_job_rows, main_job_table, readme_block
 from pedsl.study.compare import DEFAULT_SCHEMES
 
 ROOT = Path(__file__).resolve().parents[1]
