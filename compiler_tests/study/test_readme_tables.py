@@ -7,14 +7,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from compiler_helpers import ROOT
 from tools.readme_tables import BEGIN, MAIN_JOB, README, main_job_rows, main_job_table, readme_block
-from pedsl.study.compare import DEFAULT_SCHEMES
-
-ROOT = Path(__file__).resolve().parents[1]
+from pedsl.study.compare.run import DEFAULT_SCHEMES
 
 
 def _readme_rows() -> dict[str, str]:
