@@ -23,7 +23,14 @@ import re
 from pathlib import Path
 from typing import Any, Mapping
 
+from pedsl.config import TrainConfig
 from pedsl.errors import CheckpointError, ConfigError
+from pedsl.fsio import read_text
+from pedsl.scheme_config import train_config
+from pedsl.strictparse import load_json
+from pedsl.train import checkpoint as ck
+from pedsl.train import rundir
+from pedsl.train.recipe import load_scheme
 
 PE_MARK = ".attn.pe."
 
@@ -38,7 +45,6 @@ def scheme_path(name_or_path: str | Path) -> Path:
 def run_scheme_file(run: Path) -> tuple[Path, str | None]:
     """The run's own copy of its scheme (``RUN/scheme/<main>``, older runs ``RUN/scheme.pe``), the one
     verified against the run's hash, and the scheme name the run records."""
-    from pedsl.train import rundir
 
     r = rundir.read(run)
     scheme, _ = r.load_scheme()
@@ -49,7 +55,6 @@ def swapped_scheme(run: Path, run_params: Mapping[str, Any], other: str | Path |
                    overrides: Mapping[str, Any] | None = None):
     """``(scheme, record)``: ``other`` (a library name or .pe file; None: the run's own scheme file)
     loaded with the run's carried parameters and ``overrides``."""
-    from pedsl.train.recipe import load_scheme
 
     if other is None:
         path, name = run_scheme_file(Path(run))
@@ -114,9 +119,6 @@ def check_swap(src: Mapping[str, Any], dst: Mapping[str, Any], *, run: str, run_
 
 def init_record(run: Path) -> dict:
     """The ``init_from`` entry of a fine-tune's config: the source run's newest checkpoint."""
-    from pedsl.fsio import read_text
-    from pedsl.strictparse import load_json
-    from pedsl.train import checkpoint as ck
 
     run = Path(run)
     if not run.is_dir() or not (run / "config.yaml").exists():
@@ -137,8 +139,6 @@ def init_config(run: str | Path, *, scheme: str | Path | None = None, params: Ma
     """``(cfg, scheme)`` of a fine-tune from ``run``: the run's settings (model, data, seed, optimizer)
     <- ``overrides`` (context, steps, lr ...), its newest checkpoint recorded in ``cfg.init_from``.
     The scheme's own ``train {}`` block is not applied: the model is the run's."""
-    from pedsl.config import TrainConfig
-    from pedsl.scheme_config import train_config
 
     run = Path(run)
     rec = init_record(run)
@@ -153,7 +153,6 @@ def init_config(run: str | Path, *, scheme: str | Path | None = None, params: Ma
 
 def load_init(model, cfg, new_scheme: str) -> None:
     """Load ``cfg.init_from``'s checkpoint into a freshly built ``model`` (the start of a fine-tune)."""
-    from pedsl.train import checkpoint as ck
 
     rec = cfg.init_from
     path = Path(rec.run) / "checkpoints" / f"{ck.PREFIX}{rec.step:07d}"
