@@ -3,6 +3,7 @@ random inputs and the differential comparison of the compiler tests."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
@@ -115,3 +116,22 @@ def assert_generated_module_matches(mod, src: str, path: Path, lengths=(3, 40)) 
         q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
         torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok), mod(q, k, v, x=x, tokens=tok),
                                    rtol=1e-9, atol=1e-10)
+
+
+def patch_save_figure(mp, fake) -> None:
+    """Replace ``pedsl.study.plots.save_figure`` wherever a module bound it (``from ... import
+    save_figure``). Every study module is imported first: a module imported for the first time while
+    the patch is on would keep the fake for the rest of the process, and a later test in the same
+    worker would then write no figures."""
+    import importlib
+    import pkgutil
+
+    import pedsl.study
+    from pedsl.study import plots
+
+    for info in pkgutil.walk_packages(pedsl.study.__path__, "pedsl.study."):
+        importlib.import_module(info.name)
+    real = plots.save_figure
+    for name, module in list(sys.modules.items()):
+        if name.startswith("pedsl.") and getattr(module, "save_figure", None) is real:
+            mp.setattr(module, "save_figure", fake)

@@ -26,6 +26,8 @@ from typing import Any
 import click
 import pytest
 
+from compiler_helpers import patch_save_figure
+
 ROOT_TOKEN = "<ROOT>"
 
 # Options that cannot change what is computed or written (listed once, for every command).
@@ -491,7 +493,7 @@ def run_probe(args: tuple[str, ...], root: Path, inputs: dict[str, Path], monkey
     with monkeypatch.context() as mp:
         mp.chdir(root)
         _patch_work(mp, calls, tuple(run), str(root))
-        mp.setattr("pedsl.study.plots.save_figure", _no_figure)
+        patch_save_figure(mp, _no_figure)
         with CliRunner().isolation() as streams:
             try:
                 main(_fill(args, root, inputs))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from compiler_helpers import patch_save_figure
 from pedsl.data.stream import make_generator
 from pedsl.data.synthetic import lag_batch, topic_batch
 from pedsl.study.frequency import measure
@@ -123,7 +124,7 @@ def test_cli_frequency_study_honours_seeds(tmp_path, capsys, monkeypatch):
 
     from pedsl.cli import main
 
-    monkeypatch.setattr("pedsl.study.plots.save_figure", lambda fig, out, name: [f"{name}.png"])
+    patch_save_figure(monkeypatch, lambda fig, out, name: [f"{name}.png"])
     out = tmp_path / "f"
     tiny = ["widths=[4, 6]", "seeds=[7, 8]", "d_model=16", "n_heads=1", "head_dim=16", "context=16",
             "batch_size=2", "probe_samples=2", "eval_batches=1", "max_bytes=65536"]
