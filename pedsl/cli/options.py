@@ -38,3 +38,19 @@ def raw_params(items: Iterable[str]) -> dict[str, str]:
             )
         out[name] = value
     return out
+
+
+def jobs(text: str) -> int | str:
+    """``--jobs``: a count of worker processes (1: the study runs in this process) or ``auto`` (the idle cores)."""
+    from pedsl.limits import MAX_THREADS
+
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS:
+        raise UsageError(f"--jobs expects a number of worker processes from 1 to {MAX_THREADS} or 'auto', got '{text}'",
+                         hint="e.g. --jobs 2, or --jobs auto for one per idle core")
+    return n

@@ -7,9 +7,12 @@ directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
 
 from __future__ import annotations
 
+import time
+
 import click
 
 from pedsl import limits as L
+from pedsl.cli.options import jobs as parse_jobs
 from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
 
@@ -145,9 +148,13 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
               "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.study_frequency).")
+@click.option("--jobs", "jobs_text", default="1", show_default=True, metavar="N|auto",
+              help="Runs trained side by side, each in its own worker process (auto: one per idle core); the CPU "
+              "threads are split between them (--threads pins the count per run). The report is written once "
+              "every run is done; a killed worker's run resumes from its last checkpoint.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, analyze_max, sets, threads, quick, study,
-            quiet):
+            jobs_text, quiet):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -165,8 +172,14 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     if windows is not None and windows < 1:
         raise UsageError("--windows must be at least 1")
     say = progress(quiet)
-    say(f"torch threads: {setup_torch(threads)}")
+    started = time.perf_counter()
+    jobs = parse_jobs(jobs_text)
+    if jobs == 1:
+        say(f"torch threads: {setup_torch(threads)}")
     seed_list = _seeds(seeds)
+    if jobs != 1 and study in ("extension", "frequency"):
+        raise UsageError(f"--jobs does not apply to --study {study} yet (its runs depend on each other)",
+                         hint="drop --jobs; --jobs works with compare, --seeds and --study retrieval")
     if study == "extension":
         many = seed_list if seed_list and len(seed_list) > 1 else None
         seed = seed_list[0] if seed_list and not many else seed
@@ -179,14 +192,20 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
                   "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
         return run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
                              command=_command_line(click.get_current_context()), say=say)
+    common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
+              "quick": quick, "analyze_max": analyze_max, "sets": _sets(sets)}
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
         from pedsl.study.compare_seeds import run_seeded
 
-        res = run_seeded(None if study == "default" else study, list(schemes), out,
-                         seeds=seed_list or ([seed] if seed is not None else None),
-                         preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths), windows=windows,
-                         quick=quick, analyze_max=analyze_max, sets=_sets(sets),
-                         command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+        name = None if study == "default" else study
+        seeds_run = seed_list or ([seed] if seed is not None else None)
+        if jobs != 1:
+            from pedsl.study import parallel
+
+            parallel.prepare(parallel.seeded_units(name, list(schemes), out, seeds=seeds_run, **common), out,
+                             jobs=jobs, threads=threads, say=say, label="study")
+        res = run_seeded(name, list(schemes), out, seeds=seeds_run, **common,
+                         command=_command_line(click.get_current_context()), quiet=quiet, say=say, started=started)
         for title, header, rows in res["summary"][:1]:
             _echo_table(title, header, rows)
         click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
@@ -194,9 +213,13 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         return
     if seed_list:
         seed = seed_list[0]
-    res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
-                      lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
-                      sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+    if jobs != 1:
+        from pedsl.study import parallel
+
+        parallel.prepare(parallel.compare_units(list(schemes), out, seed=seed, **common), out,
+                         jobs=jobs, threads=threads, say=say, label="compare")
+    res = run_compare(list(schemes), out, seed=seed, **common,
+                      command=_command_line(click.get_current_context()), quiet=quiet, say=say, started=started)
     from pedsl.study.report import tables
 
     for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:

@@ -152,15 +152,17 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
                 seed: int | None = None, data: str | None = None, lengths: list[int] | None = None,
                 windows: int | None = None, quick: bool = False, analyze_max: int | None = None,
                 sets: dict | None = None, command: str | None = None, quiet: bool = False,
-                say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole study; returns ``{"results": ..., "meta": ..., "files": [...]}``."""
+                say: Callable[[str], None] = lambda m: None, report: bool = True,
+                started: float | None = None) -> dict:
+    """The whole study; returns ``{"results": ..., "meta": ..., "files": [...]}`` (only ``results``
+    with ``report=False``: the runs of a parallel study, whose report the parent writes)."""
     from pedsl.study.analyze import analyze_run, default_lengths
     from pedsl.study.common import open_run
     from pedsl.study.eval_run import EVAL_VERSION, evaluate_run
     from pedsl.study.plots import all_plots
     from pedsl.study.report import markdown, to_html
 
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = started or time.perf_counter(), time.process_time()  # started: when the workers of --jobs began
     out = study_dir(out)
     items = resolve_schemes(schemes)
     if quick and steps is None:
@@ -222,6 +224,8 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
         results[name] = {"train": done, "eval": ev, "analysis": an, "run_dir": str(run.relative_to(out)),
                          "scheme_file": str(path)}
         del loaded
+    if not report:
+        return {"results": results}
     context = min(contexts) if contexts else 0
     meta = {"command": command or "pedsl compare", "git": _git_commit(), **_versions(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),

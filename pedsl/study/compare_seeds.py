@@ -64,8 +64,10 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
                preset: str = "tiny", steps: int | None = None, data: str | None = None,
                lengths: list[int] | None = None, windows: int | None = None, quick: bool = False,
                analyze_max: int | None = None, sets: dict | None = None, command: str | None = None,
-               quiet: bool = False, say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole study; returns ``{"results", "meta", "files", "per_seed", "summary"}``."""
+               quiet: bool = False, say: Callable[[str], None] = lambda m: None, report: bool = True,
+               started: float | None = None) -> dict:
+    """The whole study; returns ``{"results", "meta", "files", "per_seed", "summary"}`` (only
+    ``per_seed`` with ``report=False``: the runs of a parallel study, whose report the parent writes)."""
     from pedsl.config import TrainConfig
     from pedsl.study import compare as cmp
     from pedsl.study import study_retrieval_report as rep
@@ -74,7 +76,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     from pedsl.study.eval_run import EVAL_VERSION, evaluate_run
     from pedsl.study.progress import Eta
 
-    t0, c0 = time.perf_counter(), time.process_time()
+    t0, c0 = started or time.perf_counter(), time.process_time()  # started: when the workers of --jobs began
     out = cmp.study_dir(out)
     st = study_settings(study, quick=quick, windows=windows, analyze_max=analyze_max)
     items = cmp.resolve_schemes(list(schemes) or list(st["schemes"]))
@@ -134,6 +136,8 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
             per_seed[name][seed] = {"train": done, "eval": ev, "retrieval": rt, "analysis": an,
                                     "run_dir": str(run.relative_to(out)), "scheme_file": str(path)}
             del loaded
+    if not report:
+        return {"per_seed": per_seed}
     results = {name: aggregate_runs(runs) for name, runs in per_seed.items()}
     first = next(iter(next(iter(per_seed.values())).values()))
     meta = {"study": study or "default", "command": command or "pedsl compare", "git": cmp._git_commit(),
