@@ -115,8 +115,15 @@ def test_jobs_2_equals_a_serial_study_bit_for_bit(tmp_path):
     serial, par = tmp_path / "serial", tmp_path / "par"
     code, _, err = _cli("compare", "rope", "alibi", "--out", serial, *TINY)
     assert code == 0, err
-    code, out, err = _cli("compare", "rope", "alibi", "--out", par, *TINY, "--jobs", "2")
+    code, out, err = _cli("compare", "rope", "alibi", "--out", par, *TINY, "--jobs", "2", "--track", "tensorboard")
     assert code == 0, err
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(par / "runs" / "rope" / "tensorboard"))
+    acc.Reload()
+    logged = [json.loads(line) for line in (par / "runs" / "rope" / "metrics.jsonl").read_text().splitlines()]
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [
+        (r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in logged]
     a = json.loads((serial / "results.json").read_text())["results"]
     b = json.loads((par / "results.json").read_text())["results"]
     assert _strip(a) == _strip(b) and a["rope"]["eval"] and a["alibi"]["analysis"]

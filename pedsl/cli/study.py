@@ -152,9 +152,14 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               help="Runs trained side by side, each in its own worker process (auto: one per idle core); the CPU "
               "threads are split between them (--threads pins the count per run). The report is written once "
               "every run is done; a killed worker's run resumes from its last checkpoint.")
+@click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
+              help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
+              "and the study's) or mlflow (a parent run with one child per run; see --tracking-uri).")
+@click.option("--tracking-uri", default=None, metavar="URI",
+              help="The mlflow tracking store (default: a local store in the study folder, OUT/mlflow.db).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, analyze_max, sets, threads, quick, study,
-            jobs_text, quiet):
+            jobs_text, track, tracking_uri, quiet):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -173,25 +178,24 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         raise UsageError("--windows must be at least 1")
     say = progress(quiet)
     started = time.perf_counter()
-    jobs = parse_jobs(jobs_text)
+    jobs = _executor(jobs_text, track, tracking_uri, study)
     if jobs == 1:
         say(f"torch threads: {setup_torch(threads)}")
     seed_list = _seeds(seeds)
-    if jobs != 1 and study in ("extension", "frequency"):
-        raise UsageError(f"--jobs does not apply to --study {study} yet (its runs depend on each other)",
-                         hint="drop --jobs; --jobs works with compare, --seeds and --study retrieval")
     if study == "extension":
         many = seed_list if seed_list and len(seed_list) > 1 else None
         seed = seed_list[0] if seed_list and not many else seed
-        return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
-                          say, seeds=many)
+        _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
+                   say, seeds=many)
+        return _track(track, out, tracking_uri, say)
     if study == "frequency":
         from pedsl.study.study_frequency import run_study_cli
 
         unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
                   "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
-        return run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
-                             command=_command_line(click.get_current_context()), say=say)
+        run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
+                      command=_command_line(click.get_current_context()), say=say)
+        return _track(track, out, tracking_uri, say)
     common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
               "quick": quick, "analyze_max": analyze_max, "sets": _sets(sets)}
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
@@ -210,7 +214,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
             _echo_table(title, header, rows)
         click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                    f"({res['meta']['wall_time_s']:.0f} s)")
-        return
+        return _track(track, out, tracking_uri, say)
     if seed_list:
         seed = seed_list[0]
     if jobs != 1:
@@ -226,6 +230,29 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         _echo_table(title, header, rows)
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+    _track(track, out, tracking_uri, say)
+
+
+def _executor(jobs_text: str, track: str | None, tracking_uri: str | None, study: str) -> int | str:
+    """--jobs (checked against the study), --track and --tracking-uri, checked before anything runs."""
+    jobs = parse_jobs(jobs_text)
+    if tracking_uri is not None and track != "mlflow":
+        raise UsageError("--tracking-uri applies to --track mlflow only", hint="add --track mlflow, or drop --tracking-uri")
+    if track:
+        from pedsl.study.tracking import require
+
+        require(track)  # a missing extra: one line now, not after the study trained
+    if jobs != 1 and study in ("extension", "frequency"):
+        raise UsageError(f"--jobs does not apply to --study {study} yet: it trains its runs one after another",
+                         hint="drop --jobs; --jobs works with compare, --seeds and --study retrieval")
+    return jobs
+
+
+def _track(track: str | None, out: str, uri: str | None, say) -> None:
+    if track:
+        from pedsl.study.tracking import track_study
+
+        track_study(track, out, uri=uri, say=say)
 
 
 def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:
