@@ -94,7 +94,7 @@ def test_bad_jobs_values_are_usage_errors(tmp_path):
         code, _, err = _cli("compare", "rope", "--out", str(tmp_path / "s"), "--jobs", bad)
         assert code == 2 and "--jobs expects a number of worker processes" in err, (bad, err)
     code, _, err = _cli("compare", "--study", "frequency", "--out", str(tmp_path / "f"), "--jobs", "2")
-    assert code == 2 and "--jobs does not apply to --study frequency" in err
+    assert code == 2 and "--jobs and --executor do not apply to --study frequency" in err
     assert not (tmp_path / "s").exists()
 
 
@@ -157,16 +157,16 @@ def test_a_killed_training_worker_resumes_from_its_checkpoint_and_a_rerun_reuses
     watcher = threading.Thread(target=kill_after_first_checkpoint, daemon=True)
     watcher.start()
     said: list[str] = []
-    parallel.prepare(parallel.compare_units(["rope"], out, **settings), out, jobs=1, threads=1, say=said.append,
-                     label="compare")
+    parallel.prepare(parallel.compare_units(["rope"], out, **settings), out,
+                     parallel.Executor(jobs=1, threads=1), say=said.append, label="compare")
     watcher.join(5)
     assert killed and killed[0] != os.getpid()
     assert any("the worker died (signal 9)" in s for s in said), said
     assert any("rope: resuming 40 steps" in s for s in said), "\n".join(said)
     assert json.loads((run / "DONE.json").read_text())["steps"] == 40
     said.clear()
-    parallel.prepare(parallel.compare_units(["rope"], out, **settings), out, jobs=1, threads=1, say=said.append,
-                     label="compare")
+    parallel.prepare(parallel.compare_units(["rope"], out, **settings), out,
+                     parallel.Executor(jobs=1, threads=1), say=said.append, label="compare")
     assert any("reusing the finished run" in s for s in said) and any("reusing eval.json" in s for s in said)
 
 

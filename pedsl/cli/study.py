@@ -148,10 +148,20 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
               "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.study_frequency).")
-@click.option("--jobs", "jobs_text", default="1", show_default=True, metavar="N|auto",
-              help="Runs trained side by side, each in its own worker process (auto: one per idle core); the CPU "
-              "threads are split between them (--threads pins the count per run). The report is written once "
-              "every run is done; a killed worker's run resumes from its last checkpoint.")
+@click.option("--jobs", "jobs_text", default=None, metavar="N|auto",
+              help="Runs trained side by side, each in its own worker process (default 1; auto: one per idle core); "
+              "the CPU threads are split between them (--threads pins the count per run). The report is written "
+              "once every run is done; a killed worker's run resumes from its last checkpoint. With --executor "
+              "ray or slurm: the most runs in flight (default: no limit).")
+@click.option("--executor", "executor_kind", type=click.Choice(["local", "ray", "slurm"]), default="local",
+              show_default=True, help="Where the runs go: local worker processes (--jobs), Ray tasks or Slurm jobs "
+              "(through submitit); on a cluster the study folder must be on a filesystem every node sees.")
+@click.option("--address", default=None, metavar="ADDR", help="--executor ray: the Ray cluster to join (default: a "
+              "local Ray started for the study).")
+@click.option("--gpus-per-run", type=click.FloatRange(0, 1024), default=0, help="--executor ray or slurm: GPUs per run.")
+@click.option("--partition", default=None, help="--executor slurm: the Slurm partition.")
+@click.option("--time", "time_min", type=click.IntRange(1, 10**6), default=None, metavar="MINUTES",
+              help="--executor slurm: the time limit of each run's job, in minutes.")
 @click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
               help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
               "and the study's) or mlflow (a parent run with one child per run; see --tracking-uri).")
@@ -159,7 +169,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               help="The mlflow tracking store (default: a local store in the study folder, OUT/mlflow.db).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, analyze_max, sets, threads, quick, study,
-            jobs_text, track, tracking_uri, quiet):
+            track, tracking_uri, quiet, **executor):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -178,8 +188,8 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         raise UsageError("--windows must be at least 1")
     say = progress(quiet)
     started = time.perf_counter()
-    jobs = _executor(jobs_text, track, tracking_uri, study)
-    if jobs == 1:
+    ex = _executor(executor, threads, track, tracking_uri, study)
+    if ex.serial:
         say(f"torch threads: {setup_torch(threads)}")
     seed_list = _seeds(seeds)
     if study == "extension":
@@ -203,11 +213,11 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
 
         name = None if study == "default" else study
         seeds_run = seed_list or ([seed] if seed is not None else None)
-        if jobs != 1:
+        if not ex.serial:
             from pedsl.study import parallel
 
-            parallel.prepare(parallel.seeded_units(name, list(schemes), out, seeds=seeds_run, **common), out,
-                             jobs=jobs, threads=threads, say=say, label="study")
+            parallel.prepare(parallel.seeded_units(name, list(schemes), out, seeds=seeds_run, **common), out, ex,
+                             say=say, label="study")
         res = run_seeded(name, list(schemes), out, seeds=seeds_run, **common,
                          command=_command_line(click.get_current_context()), quiet=quiet, say=say, started=started)
         for title, header, rows in res["summary"][:1]:
@@ -217,11 +227,11 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         return _track(track, out, tracking_uri, say)
     if seed_list:
         seed = seed_list[0]
-    if jobs != 1:
+    if not ex.serial:
         from pedsl.study import parallel
 
-        parallel.prepare(parallel.compare_units(list(schemes), out, seed=seed, **common), out,
-                         jobs=jobs, threads=threads, say=say, label="compare")
+        parallel.prepare(parallel.compare_units(list(schemes), out, seed=seed, **common), out, ex, say=say,
+                         label="compare")
     res = run_compare(list(schemes), out, seed=seed, **common,
                       command=_command_line(click.get_current_context()), quiet=quiet, say=say, started=started)
     from pedsl.study.report import tables
@@ -233,19 +243,34 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     _track(track, out, tracking_uri, say)
 
 
-def _executor(jobs_text: str, track: str | None, tracking_uri: str | None, study: str) -> int | str:
-    """--jobs (checked against the study), --track and --tracking-uri, checked before anything runs."""
-    jobs = parse_jobs(jobs_text)
+def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | None, study: str):
+    """The study's executor (--jobs, --executor and its options) and --track, checked before anything runs."""
+    from pedsl.study.parallel import Executor
+
+    kind = opts["executor_kind"]
+    jobs = parse_jobs(opts["jobs_text"]) if opts["jobs_text"] is not None else None
+    for flag, value, needs in (("--address", opts["address"], ("ray",)), ("--partition", opts["partition"], ("slurm",)),
+                               ("--time", opts["time_min"], ("slurm",)),
+                               ("--gpus-per-run", opts["gpus_per_run"] or None, ("ray", "slurm"))):
+        if value is not None and kind not in needs:
+            raise UsageError(f"{flag} applies to --executor {' or '.join(needs)} only",
+                             hint=f"add --executor {needs[0]}, or drop {flag}")
     if tracking_uri is not None and track != "mlflow":
         raise UsageError("--tracking-uri applies to --track mlflow only", hint="add --track mlflow, or drop --tracking-uri")
+    ex = Executor(kind=kind, jobs=jobs, threads=threads, address=opts["address"], gpus=opts["gpus_per_run"],
+                  partition=opts["partition"], time_min=opts["time_min"])
+    if not ex.serial and study in ("extension", "frequency"):
+        raise UsageError(f"--jobs and --executor do not apply to --study {study} yet: it trains its runs one after "
+                         "another", hint="drop them; they work with compare, --seeds and --study retrieval")
+    if kind != "local":
+        from pedsl.study.cluster import require as require_executor
+
+        require_executor(kind)
     if track:
         from pedsl.study.tracking import require
 
         require(track)  # a missing extra: one line now, not after the study trained
-    if jobs != 1 and study in ("extension", "frequency"):
-        raise UsageError(f"--jobs does not apply to --study {study} yet: it trains its runs one after another",
-                         hint="drop --jobs; --jobs works with compare, --seeds and --study retrieval")
-    return jobs
+    return ex
 
 
 def _track(track: str | None, out: str, uri: str | None, say) -> None:

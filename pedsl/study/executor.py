@@ -140,14 +140,14 @@ def run_units(units: list[Unit], *, jobs: int, threads: int, say: Say, label: st
             p.terminate()
             p.join()
     if errors:
-        raise _failure(units, errors)
+        raise failure(units, errors)
 
 
 def _how(exitcode: int | None) -> str:
     return f"signal {-exitcode}" if exitcode is not None and exitcode < 0 else f"exit status {exitcode}"
 
 
-def _failure(units: list[Unit], errors: dict[int, str]) -> TrainError:
+def failure(units: list[Unit], errors: dict[int, str]) -> TrainError:
     texts = sorted(set(errors.values()))
     if len(texts) == 1 and len(errors) > 1:
         what = f"{len(errors)} of {len(units)} runs failed: {texts[0]}"
@@ -173,24 +173,30 @@ def _relay(messages, units: list[Unit], errors: dict[int, str], say: Say, timeou
 
 
 def _work(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, index: int, messages) -> None:
-    """A worker process: set up torch, run the unit, report a failure as one message."""
-    from pedsl.torchenv import setup_torch
-
-    def say(msg: str) -> None:
-        messages.put(("say", index, msg))
-
+    """A local worker process: run the unit, send its messages and its failure (if any) to the parent."""
     try:
-        setup_torch(threads)
-        fn(**kwargs, say=say)
-    except PedslError as err:
-        messages.put(("error", index, str(err) + (f" ({err.hint})" if err.hint else "")))
-    except Exception as err:  # a bug: the message and where, never a silent success
-        where = traceback.extract_tb(err.__traceback__)[-1]
-        messages.put(("error", index, f"internal error {type(err).__name__}: {err} "
-                                      f"({where.filename}:{where.lineno})"))
+        err = call(fn, kwargs, threads, lambda msg: messages.put(("say", index, msg)))
+        if err is not None:
+            messages.put(("error", index, err))
     finally:
         messages.close()
         messages.join_thread()
 
 
-__all__ = ["AUTO", "StudyProgress", "Unit", "plan", "run_units"]
+def call(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, say: Say) -> str | None:
+    """Run one unit in this (worker) process with ``threads`` torch threads; its failure as one line,
+    None when it succeeded. A killed process returns nothing: the executor sees it die."""
+    from pedsl.torchenv import setup_torch
+
+    try:
+        setup_torch(threads)
+        fn(**kwargs, say=say)
+    except PedslError as err:
+        return str(err) + (f" ({err.hint})" if err.hint else "")
+    except Exception as err:  # a bug: the message and where, never a silent success
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        return f"internal error {type(err).__name__}: {err} ({where.filename}:{where.lineno})"
+    return None
+
+
+__all__ = ["AUTO", "StudyProgress", "Unit", "call", "failure", "plan", "run_units"]
