@@ -99,3 +99,51 @@ def test_tiny_study_end_to_end(tmp_path):
     assert (tmp_path / "frequency.png").exists() and "| positional energy |" in (tmp_path / "frequency.md").read_text()
     again = sf.run_frequency_study(tmp_path, steps=2, sets=dict(sets))
     assert [r["log_freq"] for r in again["runs"]] == [r["log_freq"] for r in res["runs"]]  # runs reused
+
+
+def test_cli_seeds_and_set_seeds_must_agree(tmp_path, capsys):
+    from pedsl.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--study", "frequency", "--out", str(tmp_path / "f"), "-q", "--seeds", "7,8",
+              "--set", "seeds=[1, 2]"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--seeds 7,8" in err and "--set seeds=[1, 2]" in err
+    assert not (tmp_path / "f").exists()
+
+
+def test_cli_frequency_study_honours_seeds(tmp_path, capsys, monkeypatch):
+    """`compare --study frequency --seeds 7,8` trains every width with seeds 7 and 8 (not the default
+    0, 1, 2), and the printed summary and the report state them."""
+    import json
+
+    import yaml
+
+    from pedsl.cli import main
+
+    monkeypatch.setattr("pedsl.study.plots.save_figure", lambda fig, out, name: [f"{name}.png"])
+    out = tmp_path / "f"
+    tiny = ["widths=[4, 6]", "seeds=[7, 8]", "d_model=16", "n_heads=1", "head_dim=16", "context=16",
+            "batch_size=2", "probe_samples=2", "eval_batches=1", "max_bytes=65536"]
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--study", "frequency", "--out", str(out), "-q", "--threads", "1", "--steps", "1",
+              "--seeds", "7,8", *[x for s in tiny for x in ("--set", s)]])  # the same seeds twice: accepted
+    printed = capsys.readouterr().out
+    assert exc.value.code == 0
+    runs = sorted(p.name for p in (out / "runs").iterdir())
+    assert runs == ["topic4_s7", "topic4_s8", "topic6_s7", "topic6_s8"]
+    assert {yaml.safe_load((out / "runs" / r / "config.yaml").read_text())["seed"] for r in runs} == {7, 8}
+    res = json.loads((out / "frequency.json").read_text())
+    assert res["meta"]["seeds"] == [7, 8] and sorted(r["seed"] for r in res["runs"]) == [7, 7, 8, 8]
+    assert "seeds [7, 8]" in (out / "frequency.md").read_text() and "seeds [7, 8]" in printed
+
+
+@pytest.mark.parametrize("sets", [{"seed": 3}, {"data": "stdlib"}, {"block_len": 9}, {"preset": "small"},
+                                  {"widths": [8, 64], "context": 100}])
+def test_study_refuses_settings_it_decides_per_run(sets, tmp_path):
+    from pedsl.errors import UsageError
+
+    with pytest.raises(UsageError) as exc:
+        sf.run_frequency_study(tmp_path, sets=dict(sets))
+    assert next(k for k in sets if k != "widths") in str(exc.value)
+    assert not (tmp_path / "runs").exists()

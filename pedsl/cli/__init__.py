@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from pedsl.errors import PedslError
+from pedsl.errors import PedslError, UsageError
 from pedsl.fsio import NotRegularFile
 
 # name -> (module, attribute, one-line help). Keep sorted by workflow, not alphabet.
@@ -42,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("pedsl.cli.hf", "export_cmd", "Export a trained run as a Hugging Face Llama model."),
     "lsp": ("pedsl.cli.lsp", "lsp", "Run the .pe language server over stdio (for editors; the 'lsp' extra)."),
 }
+
+
+# Commands that never resolve a scheme's imports (so --allow-import-root has nothing to allow there).
+READ_NO_IMPORTS = ("fmt", "schema", "list", "import-hf", "profile")
 
 
 class LazyGroup(click.Group):
@@ -81,6 +85,10 @@ def _module_exists(mod: str) -> bool:
                    "By default a scheme imports only from its own folder tree and the scheme library.")
 def cli(import_roots: tuple[str, ...]) -> None:
     """pedsl: declare a positional-encoding scheme, compile it, train and compare."""
+    command = click.get_current_context().invoked_subcommand
+    if import_roots and command in READ_NO_IMPORTS:
+        raise UsageError(f"--allow-import-root: not used by `pedsl {command}` (it resolves no imports)",
+                         hint="drop it, or give it to a command that loads schemes (check, show, train, ...)")
     loaded = sys.modules.get("pedsl.lang.imports")
     if import_roots or (loaded is not None and loaded.EXTRA_IMPORT_ROOTS):  # each command sets its own
         from pedsl.lang import imports

@@ -142,7 +142,8 @@ def graph(file, scheme, params, fmt, backend, no_grad):
 @click.option("--head-dim", type=click.IntRange(2, MAX_HEAD_DIM), default=None,
               help="Head dimension (default: the training preset's).")
 @click.option("--d-model", type=click.IntRange(2, MAX_D_MODEL), default=None,
-              help="Model width, for schemes that read x.")
+              help="Model width (default: the training preset's): train.yaml's d_model, and the "
+              "module's input width for schemes that read x.")
 def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     """Write OUT/<scheme>.py (a standalone torch module) and OUT/train.yaml, OUT/eval.yaml."""
     from pedsl.compiler import compile_graph
@@ -156,7 +157,7 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     if g.graph["backend"] == "reference" and backend != "reference":  # pragma: no cover - defensive
         raise CompileError("no fast backend can run this scheme")
     code = generate(sch, g.graph["plan"], d_model=d_model if sch.needs_x else None)
-    model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim})
+    model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim, "d_model": d_model})
     train_cfg = cfg.model_copy(update={"scheme": _scheme_reference(file, out), "backend": backend, "model": model})
     eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)
     out_dir = ensure_dir(out)

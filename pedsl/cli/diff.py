@@ -16,7 +16,8 @@ from pathlib import Path
 
 import click
 
-from pedsl.errors import PedslError, UsageError
+from pedsl.cli.option_rules import given, refuse_given
+from pedsl.errors import PedslError, UsageError, did_you_mean
 from pedsl.limits import MAX_LENGTH, MAX_SEED
 
 
@@ -96,10 +97,17 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     from pedsl.diffing import report
 
     if json_schema:
+        _refuse_beside_json_schema(a, b)
         click.echo(json.dumps(report.JSON_SCHEMA, indent=2))
         return 0
     if not a or not b:
         raise click.UsageError("pedsl diff needs two schemes: pedsl diff A.pe B.pe (or A.pe:NAME B.pe:NAME)")
+    if not (numeric or plot):
+        refuse_given(["lmax", "samples", "seed"], "not used without --numeric or --plot (they set the numeric "
+                     "comparison)", hint="add --numeric, or drop them")
+    if scheme_name is not None and split_target(a)[1] and split_target(b)[1]:
+        raise UsageError(f"--scheme {scheme_name}: both sides already name their scheme ({a}, {b})",
+                         hint="drop --scheme, or the :NAME of the files")
     try:
         shared, own_a, own_b = _parse(params), _parse(params_a), _parse(params_b)
         sa, path_a, pa = load_side(a, scheme_name, shared, own_a, "A")
@@ -107,10 +115,13 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
         unused = [k for k in shared if k not in sa.params and k not in sb.params]
         if unused:
             raise UsageError(f"-P {unused[0]}: neither {sa.name} nor {sb.name} has a parameter '{unused[0]}'",
-                             code="E992", hint="parameters of A: " + (", ".join(sa.params) or "none")
-                             + "; of B: " + (", ".join(sb.params) or "none"))
+                             code="E992", hint=" ".join(filter(None, [
+                                 did_you_mean(unused[0], [*sa.params, *sb.params]),
+                                 "parameters of A: " + (", ".join(sa.params) or "none")
+                                 + "; of B: " + (", ".join(sb.params) or "none")])))
         doc = build(sa, sb, path_a, path_b, pa, pb, numeric=numeric or bool(plot), plot=plot,
-                    lmax=lmax, samples=samples, seed=seed)
+                    lmax=lmax, samples=samples, seed=seed,
+                    sampling_given=tuple(f"--{n}" for n in ("samples", "seed") if given(n)))
     except PedslError as err:
         _fail(err)
     if as_json:
@@ -134,12 +145,24 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     click.get_current_context().exit(0 if doc["equivalent"] else 1)
 
 
+def _refuse_beside_json_schema(a, b) -> None:
+    """--json-schema prints the schema and nothing else: anything given beside it would be ignored."""
+    ctx = click.get_current_context()
+    others = [p.name for p in ctx.command.params if p.name != "json_schema" and isinstance(p, click.Option)]
+    if a or b:
+        raise UsageError("--json-schema prints the schema of --json and takes no schemes", hint="drop A and B")
+    refuse_given(others, "not used with --json-schema (it prints the schema of --json only)",
+                 hint="drop them, or drop --json-schema")
+
+
 def _label(path: str, s) -> str:
     return f"{path}:{s.name}"
 
 
-def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256, samples=8, seed=0) -> dict:
-    """The JSON document of a diff (what --json prints; the text report renders it)."""
+def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256, samples=8, seed=0,
+          sampling_given: tuple[str, ...] = ()) -> dict:
+    """The JSON document of a diff (what --json prints; the text report renders it). ``sampling_given``:
+    the sampling options the user gave (refused when neither side is sampled)."""
     from pedsl.diffing.edits import diff as diff_schemes
     from pedsl.diffing import report
     from pedsl.diffing.facts import scheme_facts
@@ -148,13 +171,15 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
     edits = diff_schemes(sa, sb)
     fa, fb = scheme_facts(sa), scheme_facts(sb)
     summary = summarize(fa, fb, edits)
-    num = numeric_section(sa, sb, lmax=lmax, samples=samples, seed=seed, plot=plot) if numeric else None
+    num = numeric_section(sa, sb, lmax=lmax, samples=samples, seed=seed, plot=plot,
+                          sampling_given=sampling_given) if numeric else None
     return report.to_json({"file": path_a, "scheme": sa.name, "params": pa},
                           {"file": path_b, "scheme": sb.name, "params": pb},
                           edits, summary, same_meaning_note(fa, fb), num)
 
 
-def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None) -> dict:
+def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None,
+                    sampling_given: tuple[str, ...] = ()) -> dict:
     from pedsl.diffing import numeric as N
     from pedsl.errors import EvalError, OutputError
     from pedsl.limits import check_tensor
@@ -173,6 +198,10 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
     except (RuntimeError, ValueError) as exc:
         raise EvalError(f"the numeric comparison failed: {exc}", code="E993",
                         hint="run without --numeric, or report this with the two files") from None
+    if sampling_given and not (ca.method.startswith("sampled") or cb.method.startswith("sampled")):
+        raise UsageError(f"{', '.join(sampling_given)}: not used here: {sa.name} and {sb.name} are static, so their "
+                         "curves are exact tables, not samples", hint="drop them (they matter for data-dependent "
+                         "or learned schemes)")
     rows = N.compare(ca, cb)
     out = {
         "lmax": lmax, "samples": samples, "seed": seed, "method_a": ca.method, "method_b": cb.method,
@@ -203,6 +232,9 @@ def explain(file, scheme_name, params, context):
     from pedsl.lang.api import load_with_warnings
 
     path, name = split_target(file)
+    if name and scheme_name is not None:
+        raise UsageError(f"--scheme {scheme_name}: '{file}' already names its scheme",
+                         hint="drop --scheme, or the :NAME of the file")
     try:
         overrides = _parse(params)
         scheme, warnings = load_with_warnings(Path(path), overrides or None, name or scheme_name)

@@ -78,7 +78,7 @@ def _plural(n: int, word: str) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the diagnostics as a JSON list.")
 @click.option("-P", "--param", "params", multiple=True, metavar="NAME=VALUE",
               help="Override a scheme parameter (repeatable).")
-@click.option("-q", "--quiet", is_flag=True, help="Print errors only: no warnings, no summary.")
+@click.option("-q", "--quiet", is_flag=True, help="Print errors only: no warnings (in --json too), no summary.")
 def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str, ...], quiet: bool) -> None:
     """Check .pe FILES (- reads standard input): syntax, names, types, layouts, parameters, then lint warnings.
 
@@ -97,7 +97,8 @@ def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str
     errors = sum(d.severity == "error" for d in all_diags)
     warnings = len(all_diags) - errors
     if as_json:
-        click.echo(json.dumps([d.to_json() for d in all_diags], indent=2))
+        shown = [d for d in all_diags if d.severity == "error"] if quiet else all_diags
+        click.echo(json.dumps([d.to_json() for d in shown], indent=2))
     else:
         for d in all_diags:
             if quiet and d.severity != "error":

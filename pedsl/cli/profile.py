@@ -6,6 +6,8 @@ import math
 
 import click
 
+from pedsl.cli.option_rules import refuse_given
+
 
 @click.command("profile")
 @click.argument("data", metavar="DATA")
@@ -49,6 +51,13 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     from pedsl.study.common import progress
     from pedsl.profile.run import run_profile, summary_text
 
+    if data != "blocks":
+        refuse_given(["block_len", "block_offset"],
+                     f"not used by DATA '{data}' (they shape the synthetic 'blocks' data)",
+                     hint="drop them, or profile DATA blocks")
+    if compare is None:
+        refuse_given(["steps"], "not used without --compare (it is the training budget of --compare)",
+                     hint="add --compare DIR, or drop it")
     if compare is not None:
         from pedsl.torchenv import setup_torch
 

@@ -12,6 +12,7 @@ import time
 import click
 
 from pedsl import limits as L
+from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import jobs as parse_jobs
 from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
@@ -110,6 +111,9 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 
     if samples < 1 or max_length < 2 or (window is not None and window < 1):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
+    if lengths:
+        refuse_given(["max_length"], "not used with --lengths (it caps the default lengths only)",
+                     hint="drop --max-length, or drop --lengths to analyze the training length x 1, 2, 4 ... up to it")
     setup_torch(threads)
     res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
                       max_length=max_length, out=out, say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
@@ -186,12 +190,15 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         raise UsageError("--steps must be at least 1")
     if windows is not None and windows < 1:
         raise UsageError("--windows must be at least 1")
+    seed_list = _seeds(seeds)
+    set_values = _compare_sets(study, sets, seed_list)
+    if quick:
+        _refuse_idle_quick(study, set_values)
     say = progress(quiet)
     started = time.perf_counter()
     ex = _executor(executor, threads, track, tracking_uri, study)
     if ex.serial:
         say(f"torch threads: {setup_torch(threads)}")
-    seed_list = _seeds(seeds)
     if study == "extension":
         many = seed_list if seed_list and len(seed_list) > 1 else None
         seed = seed_list[0] if seed_list and not many else seed
@@ -201,13 +208,11 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     if study == "frequency":
         from pedsl.study.study_frequency import run_study_cli
 
-        unused = {"--data": data, "--lengths": lengths, "--windows": windows, "--seed": seed,
-                  "--analyze-max": analyze_max, "--preset": None if preset == "tiny" else preset}
-        run_study_cli(click.echo, schemes, out, unused=unused, steps=steps, quick=quick, sets=_sets(sets),
+        run_study_cli(click.echo, schemes, out, steps=steps, quick=quick, sets=set_values,
                       command=_command_line(click.get_current_context()), say=say)
         return _track(track, out, tracking_uri, say)
     common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
-              "quick": quick, "analyze_max": analyze_max, "sets": _sets(sets)}
+              "quick": quick, "analyze_max": analyze_max, "sets": set_values}
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
         from pedsl.study.compare_seeds import run_seeded
 
@@ -278,6 +283,51 @@ def _track(track: str | None, out: str, uri: str | None, say) -> None:
         from pedsl.study.tracking import track_study
 
         track_study(track, out, uri=uri, say=say)
+
+
+# compare options -> the --set keys of the same training setting
+SET_BY_OPTION = {"preset": "preset", "steps": "steps", "seed": "seed", "data": "data,source,data.source"}
+
+
+def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None) -> dict:
+    """The --set values of a study, checked: keys some part of the study reads, none that a given
+    option also sets differently, and seeds given one way only."""
+    values = _sets(sets)
+    known = train_set_keys()
+    if study == "frequency":
+        from pedsl.study.study_frequency import RUN_KEYS, STUDY_KEYS, listish
+
+        known = (known - set(RUN_KEYS)) | set(STUDY_KEYS)
+        refuse_given(["data", "lengths", "windows", "seed", "analyze_max", "preset"], "not used by --study frequency",
+                     hint="it trains on its own synthetic task with its own model; set those with --set "
+                     "(task=, widths=, seeds=, context=, d_model= ...)")
+    check_set_keys(values, known)
+    set_conflicts(values, SET_BY_OPTION)
+    if seed_list is not None:
+        refuse_given(["seed"], "not used with --seeds (it gives the seed of every run)",
+                     hint="drop --seed (or give --seeds one seed)")
+        if study != "frequency" and "seed" in values:
+            raise UsageError(f"--seeds {','.join(map(str, seed_list))} and --set seed={values['seed']} both set the "
+                             "seed of every run", hint="drop --set seed")
+    if study == "frequency" and seed_list is not None:
+        if "seeds" in values and [int(s) for s in listish(values["seeds"])] != seed_list:
+            raise UsageError(f"--seeds {','.join(map(str, seed_list))} and --set seeds={values['seeds']} name "
+                             "different seeds", hint="give the seeds once (--seeds 0,1,2)")
+        values["seeds"] = seed_list
+    return values
+
+
+# what --quick chooses in each study, as (option, --set key) pairs: given all, --quick has nothing left to do
+QUICK_CHOOSES = {"default": (("steps", "steps"), ("lengths", None), ("windows", None), ("analyze_max", None)),
+                 "extension": (("steps", "steps"), ("lengths", None), ("windows", None)),
+                 "frequency": (("steps", "steps"), (None, "widths"), ("seeds", "seeds"))}
+
+
+def _refuse_idle_quick(study: str, sets: dict) -> None:
+    chooses = QUICK_CHOOSES.get(study)  # the retrieval study's quick depths are always its own
+    if chooses and all((opt and given(opt)) or (key and key in sets) for opt, key in chooses):
+        raise UsageError("--quick: not used here: every setting it would choose is given",
+                         hint="drop --quick (it picks a smaller budget only where none is given)")
 
 
 def _echo_table(title: str, header: list[str], rows: list[list[str]]) -> None:

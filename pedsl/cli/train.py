@@ -11,8 +11,14 @@ from pathlib import Path
 
 import click
 
+from pedsl.cli.option_rules import check_set_keys, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import key_values
 from pedsl.errors import UsageError
+
+# option -> the --set keys of the same setting (both given with different values: a usage error)
+SET_BY_OPTION = {"steps": "steps", "context": "context", "preset": "preset", "batch_size": "batch_size", "lr": "lr",
+                 "seed": "seed", "data": "data,source,data.source", "device": "device", "threads": "threads",
+                 "backend": "backend", "compile_": "compile"}
 
 
 @click.command("train")
@@ -59,20 +65,20 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     overrides = {"steps": steps, "context": context, "preset": preset, "batch_size": batch_size, "lr": lr,
                  "seed": seed, "data": data, "device": device, "threads": threads, "backend": backend,
                  "compile": compile_}
-    overrides.update(key_values(sets, "--set", "batch_size=8"))
+    set_values = key_values(sets, "--set", "batch_size=8")
+    check_set_keys(set_values, train_set_keys())
+    set_conflicts(set_values, SET_BY_OPTION)
+    overrides.update(set_values)
     cli_params = key_values(params, "-P", "base=500000")
+    if resume and force_new:
+        raise UsageError("--resume and --force-new exclude each other", hint="continue the run, or start over")
     if init_from is not None:
         if source is not None:
             raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",
                              hint=f"pass the new scheme as --scheme {source}")
-        from pedsl.train.recipe import from_scheme
-        from pedsl.train.loop import train as run_training
-        from pedsl.train.swap import init_config
-
-        cfg, scheme_obj = init_config(init_from, scheme=scheme, params=cli_params, overrides=overrides)
-        out_dir = Path(out) if out else Path("runs") / f"{scheme_obj.name}-from-{Path(init_from).name}"
-        run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), resume=resume, quiet=quiet)
-        return
+        _refuse_preset(set_values, "with --init-from (a fine-tune keeps the run's model and settings)")
+        return _fine_tune(init_from, scheme, cli_params, overrides, out, resume=resume, quiet=quiet,
+                          force_new=force_new)
     if source is None:
         raise UsageError("missing SCHEME.pe or train.yaml", hint="e.g. `pedsl train schemes/rope.pe --preset tiny`, "
                          "or `pedsl train --init-from RUN --scheme pi` to fine-tune a run")
@@ -80,6 +86,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         raise UsageError("--scheme goes with --init-from", hint=f"train the scheme directly: `pedsl train {scheme}`")
     src = Path(source)
     if src.suffix in (".yaml", ".yml"):
+        _refuse_preset(set_values, f"with a training config ('{source}' gives every setting)")
         base = TrainConfig.from_yaml(src)
         scheme_path = Path(base.scheme)
         if not scheme_path.is_absolute() and (src.parent / scheme_path).is_file():
@@ -112,6 +119,24 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     from pedsl.train.loop import train as run_training
 
     out_dir = Path(out) if out else Path("runs") / scheme.name
-    if resume and force_new:
-        raise UsageError("--resume and --force-new exclude each other", hint="continue the run, or start over")
     run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet, force_new=force_new)
+
+
+def _fine_tune(init_from: str, scheme: str | None, params: dict, overrides: dict, out: str | None, **how) -> None:
+    """``pedsl train --init-from RUN [--scheme S]``: the run's settings under the options, its weights."""
+    from pedsl.train.loop import train as run_training
+    from pedsl.train.recipe import from_scheme
+    from pedsl.train.swap import init_config
+
+    cfg, scheme_obj = init_config(init_from, scheme=scheme, params=params, overrides=overrides)
+    out_dir = Path(out) if out else Path("runs") / f"{scheme_obj.name}-from-{Path(init_from).name}"
+    run_training(cfg, out_dir, attention=from_scheme(cfg, scheme_obj), **how)
+
+
+def _refuse_preset(sets: dict, where: str) -> None:
+    """A preset is the first layer of settings; over a whole config (a run's, a train.yaml) it would
+    change only the name recorded, so --preset and --set preset= are refused there."""
+    hint = "change single settings with --set KEY=VALUE or the options (--context, --steps, ...)"
+    refuse_given(["preset"], f"not used {where}", hint=hint)
+    if "preset" in sets:
+        raise UsageError(f"--set preset={sets['preset']}: not used {where}", hint=hint)

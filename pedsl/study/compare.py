@@ -229,7 +229,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     context = min(contexts) if contexts else 0
     meta = {"command": command or "pedsl compare", "git": _git_commit(), **_versions(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "preset": preset, "steps": cfg_seen.steps if cfg_seen else steps,
+            "preset": cfg_seen.preset if cfg_seen else preset, "steps": cfg_seen.steps if cfg_seen else steps,
             "seed": cfg_seen.seed if cfg_seen else seed, "data": (results and next(iter(results.values()))["train"].get("data"))
             or (cfg_seen.data.source if cfg_seen else data), "context": context,
             "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0,

@@ -142,8 +142,8 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     first = next(iter(next(iter(per_seed.values())).values()))
     meta = {"study": study or "default", "command": command or "pedsl compare", "git": cmp._git_commit(),
             **cmp._versions(), "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "preset": preset, "steps": first["train"].get("steps"), "seeds": seed_list,
-            "data": data or "stdlib", "context": context, "depths": (ret or {}).get("depths"),
+            "preset": cfg.preset, "steps": first["train"].get("steps"), "seeds": seed_list,
+            "data": cfg.data.source, "context": context, "depths": (ret or {}).get("depths"),
             "samples": (ret or {}).get("samples"), "wall_time_s": time.perf_counter() - t0,
             "cpu_time_s": time.process_time() - c0,
             "compute_time_s": sum((r[k] or {}).get("wall_time_s") or 0 for runs in per_seed.values()

@@ -212,7 +212,7 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
         results[task] = rec
     meta = {"command": command or "pedsl compare --study extension", "git": _git_commit(), **_versions(),
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
-            "preset": preset, "methods": methods, "targets": list(targets), "notes": notes,
+            "preset": base_cfg.preset, "methods": methods, "targets": list(targets), "notes": notes,
             "blocks": {k.split(".")[-1]: v for k, v in BLOCKS.items() if k != "data"},
             "ft_lr": FT_LR, "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0,
             "compute_cpu_s": _compute_cpu(results)}

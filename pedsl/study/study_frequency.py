@@ -54,7 +54,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from pedsl.errors import ConfigError
+from pedsl.errors import ConfigError, UsageError
 from pedsl.formulas import channel_pairs
 
 WIDTHS = (8, 16, 32, 64)  # W: the block length (topic), the lag (lag), B - 1 (blocks)
@@ -67,6 +67,9 @@ DEFAULTS: dict[str, Any] = {"n_layers": 1, "d_model": 64, "n_heads": 2, "head_di
                             "eval_every": 100, "checkpoint_every": 500}
 QUICK = {"widths": (8, 32, 64), "seeds": (0,), "steps": 300}
 PROBE_SAMPLES = 8
+STUDY_KEYS = ("task", "widths", "seeds", "probe_samples")  # --set keys of the study itself
+# --set keys the study decides for each run itself (its DEFAULTS also cover every field of a preset)
+RUN_KEYS = ("data", "source", "data.source", "block_len", "data.block_len", "seed", "preset")
 MEASURE_VERSION = 2  # bump when measure_run changes: the study then re-measures (not retrains) its runs
 
 
@@ -244,14 +247,19 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
 
     t0 = time.perf_counter()
     sets = dict(sets or {})
-    widths = tuple(int(b) for b in _listish(sets.pop("widths", QUICK["widths"] if quick else WIDTHS)))
-    seeds = tuple(int(s) for s in _listish(sets.pop("seeds", QUICK["seeds"] if quick else SEEDS)))
+    widths = tuple(int(b) for b in listish(sets.pop("widths", QUICK["widths"] if quick else WIDTHS)))
+    seeds = tuple(int(s) for s in listish(sets.pop("seeds", QUICK["seeds"] if quick else SEEDS)))
     samples = int(sets.pop("probe_samples", PROBE_SAMPLES))
     task = str(sets.pop("task", "topic"))
     if task not in ("lag", "blocks", "topic"):
         raise ConfigError(f"unknown frequency-study task '{task}'", hint="--set task=topic (default), lag or blocks")
     if not widths or min(widths) < 3 or not seeds:
         raise ConfigError("--set widths= needs block lengths >= 3 and --set seeds= at least one seed")
+    if set(sets) & set(RUN_KEYS) or ("context" in sets and int(sets["context"]) < 2 * max(widths)):
+        bad = ", ".join(k for k in sets if k in RUN_KEYS) or f"context={sets['context']}"
+        raise UsageError(f"--set {bad}: the frequency study sets the task, its width, the seed, the model and a "
+                         f"context of at least two blocks ({2 * max(widths)} here) for each run itself",
+                         hint="choose them with --set task=, widths=, seeds= (or --seeds) and a longer context")
     overrides = {**DEFAULTS, **({"steps": QUICK["steps"]} if quick else {}), **sets}
     if steps is not None:
         overrides["steps"] = steps
@@ -299,26 +307,21 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     return result
 
 
-def run_study_cli(echo, schemes, out, unused: dict | None = None, **kw) -> None:
-    """``pedsl compare --study frequency``: run the study, print the fit table. ``unused``: compare
-    options the study has no use for (name -> value or None); any that is set is a usage error."""
-    from pedsl.errors import UsageError
-
+def run_study_cli(echo, schemes, out, **kw) -> None:
+    """``pedsl compare --study frequency``: run the study, print what it ran (task, widths, seeds)
+    and the fit table."""
     if schemes:
         raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
                          hint="drop the scheme names, or drop --study")
-    given = [k for k, v in (unused or {}).items() if v is not None]
-    if given:
-        raise UsageError(f"--study frequency does not use {', '.join(given)}",
-                         hint="it trains on its own synthetic task with its own model; set those with --set "
-                         "(task=, widths=, seeds=, context=, d_model= ...)")
     res = run_frequency_study(out, **kw)
     text = report(res).split("\n")
+    meta = res["meta"]
+    echo(f"frequency study: task {meta['task']}, widths {meta['widths']}, seeds {meta['seeds']}")
     echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))
     echo(f"report: {Path(out) / 'frequency.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
-def _listish(v) -> list:
+def listish(v) -> list:
     if isinstance(v, (list, tuple)):
         return list(v)
     if isinstance(v, str):
