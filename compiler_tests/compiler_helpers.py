@@ -74,3 +74,13 @@ def run_capped(args: list[str], *, timeout: float = 60, mem_gb: float = 2.0, cwd
     proc = subprocess.run([sys.executable, *args], capture_output=True, timeout=timeout, preexec_fn=cap,
                           cwd=cwd, env=env, input=stdin)
     return proc.returncode, proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+
+
+def without_keys(tree, keys: set[str]):
+    """``tree`` (JSON-like) with every dict entry named in ``keys`` removed, at every depth: results
+    compared without their wall-clock times and paths."""
+    if isinstance(tree, dict):
+        return {k: without_keys(v, keys) for k, v in tree.items() if k not in keys}
+    if isinstance(tree, list):
+        return [without_keys(v, keys) for v in tree]
+    return tree

@@ -10,6 +10,7 @@ import shutil
 import pytest
 
 from compiler_helpers import run_cli as _cli
+from compiler_helpers import without_keys
 from pedsl.errors import ConfigError
 from pedsl.study import cluster, parallel
 
@@ -22,11 +23,7 @@ TIMING = {"wall_time_s", "cpu_time_s", "tokens_per_s", "run"}
 
 
 def _strip(tree):
-    if isinstance(tree, dict):
-        return {k: _strip(v) for k, v in tree.items() if k not in TIMING}
-    if isinstance(tree, list):
-        return [_strip(v) for v in tree]
-    return tree
+    return without_keys(tree, TIMING)
 
 
 @pytest.fixture(scope="module")

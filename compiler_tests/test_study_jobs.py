@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from compiler_helpers import run_cli as _cli
+from compiler_helpers import without_keys
 from pedsl.errors import ConfigError, TrainError
 from pedsl.study import executor as ex
 from pedsl.study import parallel
@@ -99,11 +100,7 @@ def test_bad_jobs_values_are_usage_errors(tmp_path):
 
 
 def _strip(tree):
-    if isinstance(tree, dict):
-        return {k: _strip(v) for k, v in tree.items() if k not in TIMING}
-    if isinstance(tree, list):
-        return [_strip(v) for v in tree]
-    return tree
+    return without_keys(tree, TIMING)
 
 
 def _metrics(run: Path) -> list[dict]:
