@@ -261,14 +261,14 @@ def test_disk_full_hint_names_the_temporary_folders(trained, monkeypatch):
 
     leftover = trained / "checkpoints" / f"step_0000015.tmp-{os.getpid()}"  # a live pid: not cleaned
     leftover.mkdir()
-    real_open = open
+    real_write = ck.write_new_bytes
 
-    def full(path, mode="r", *a, **kw):
-        if "tmp-" in str(path) and "w" in mode:
+    def full(path, data):
+        if "tmp-" in str(path):
             raise OSError(28, "No space left on device")
-        return real_open(path, mode, *a, **kw)
+        return real_write(path, data)
 
-    monkeypatch.setattr("builtins.open", full)
+    monkeypatch.setattr(ck, "write_new_bytes", full)
     with pytest.raises(OutputError, match="No space left on device") as exc:
         _resume(trained, checkpoint_every=25)
     assert leftover.name in exc.value.hint

@@ -44,7 +44,7 @@ def test_exit_codes(capsys, tmp_path):
     ((s("rope"), s("pi"), "-P", "nonsense"), "name=value"),
     ((s("rope") + ":nothere", s("rope")), "no scheme named 'nothere'"),
     ((s("rope"), s("rope"), "--lmax", "0"), "--lmax"),
-    ((s("rope"), s("pi"), "--plot", "/nonexistent/dir/x.png"), "cannot write the plot"),
+    ((s("rope"), s("pi"), "--plot", "/nonexistent/dir/x.png"), "cannot write the figure"),
 ])
 def test_errors_exit_2_with_a_diagnostic(capsys, args, needle):
     code, out, err = run(*args, capsys=capsys)

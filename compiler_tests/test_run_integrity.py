@@ -141,7 +141,7 @@ def test_planted_symlinks_are_not_written_through(tmp_path, name):
 
 
 def test_metrics_are_appended_without_following_a_link(tmp_path):
-    from pedsl.train.loop import _open_append
+    from pedsl.fsio import open_append as _open_append
 
     target = tmp_path / "elsewhere"
     target.write_text("x\n")

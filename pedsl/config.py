@@ -26,7 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pedsl import limits as L
-from pedsl.errors import ConfigError, did_you_mean
+from pedsl.errors import ConfigError, did_you_mean, quoted
 from pedsl.yamlconfig import read_yaml, validate_model
 
 
@@ -157,13 +157,17 @@ class TrainConfig(_Frozen):
     def _check_schedule(self) -> "TrainConfig":
         if self.min_lr > self.lr:
             raise ValueError(f"min_lr {self.min_lr} is above lr {self.lr}")
+        return self
+
+    def step_memory_issue(self) -> str | None:
+        """Why a training step of this batch and context would not fit (a sentence), or None. Checked
+        where a training is asked for (:func:`resolve_train_config`), not when a scheme's ``train {}``
+        block is read: an imported 1M-position scheme describes inference and loads."""
         m = self.model  # the widest activation of a step: logits, the MLP's hidden layer or q, k, v
         width = max(m.vocab_size, int(m.mlp_ratio * m.d_model), 3 * m.n_heads * m.head_dim)
         too_big = L.check_tensor("a training step", self.batch_size * self.context * width, 4,
                                  f"batch {self.batch_size} x context {self.context} x width {width}, float32")
-        if too_big:
-            raise ValueError(too_big + ": a smaller batch_size or context")
-        return self
+        return None if too_big is None else too_big + ": a smaller batch_size or context"
 
     def to_yaml(self) -> str:
         d = self.model_dump(mode="json")
@@ -305,13 +309,15 @@ def resolve_train_config(
     params: Mapping[str, Any] | None = None,
     block: Mapping[str, Any] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    step_memory: bool = True,
 ) -> TrainConfig:
-    """defaults <- preset <- scheme ``train {}`` block <- overrides, validated."""
+    """defaults <- preset <- scheme ``train {}`` block <- overrides, validated; ``step_memory``: also
+    refuse a batch x context whose training step would not fit (off when a scheme is only loaded)."""
     block = dict(block or {})
     overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
     preset = overrides.get("preset", block.get("preset", "tiny"))
     if not isinstance(preset, str) or preset not in PRESETS:
-        raise ConfigError(f"unknown preset '{preset}'",
+        raise ConfigError(f"unknown preset {quoted(preset)}",
                           hint=did_you_mean(str(preset), PRESETS) or f"presets: {', '.join(PRESETS)}")
     d: dict[str, Any] = {"scheme": scheme, "preset": preset}
     for k, v in PRESETS[preset].items():
@@ -334,7 +340,12 @@ def resolve_train_config(
     resized_by_bl = "head_dim" not in ov and "head_dim" not in bl and bool({"d_model", "n_heads"} & set(bl))
     if resized_by_ov or resized_by_bl:
         d.get("model", {}).pop("head_dim", None)
-    return validate_model(TrainConfig, d, where="training config")
+    cfg = validate_model(TrainConfig, d, where="training config")
+    issue = cfg.step_memory_issue() if step_memory else None
+    if issue:
+        raise ConfigError(f"training config: {issue}",
+                          hint="pass --batch-size or --context (or --set batch_size=...) with smaller values")
+    return cfg
 
 
 def _flat_model(d: Mapping[str, Any]) -> dict[str, Any]:

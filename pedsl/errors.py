@@ -21,6 +21,9 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 
+MAX_MESSAGE = 4000  # characters of one diagnostic's message or hint
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """One finding about an input: an error or a warning, with a position."""
@@ -34,6 +37,13 @@ class Diagnostic:
     end_col: int | None = None  # exclusive, 1-based, same line
     hint: str | None = None
     source_line: str | None = None
+
+    def __post_init__(self) -> None:
+        # the last guard on a quoted value that escaped `quoted`: no diagnostic prints megabytes
+        for name in ("message", "hint"):
+            text = getattr(self, name)
+            if isinstance(text, str) and len(text) > MAX_MESSAGE:
+                object.__setattr__(self, name, f"{text[:MAX_MESSAGE]}... ({len(text):,} characters)")
 
     def render(self) -> str:
         where = self.file or ("<input>" if self.line is not None else "pedsl")
@@ -308,6 +318,20 @@ CODES: dict[str, tuple[str, str]] = {
     "W105": ("lint", "a `let` that nothing uses"),
     "W106": ("lint", "a bias term that does not depend on the distance"),
 }
+
+
+QUOTE_LIMIT = 200  # characters of a user's value quoted in a diagnostic
+
+
+def clip(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """``text`` cut to about ``limit`` characters, saying how long it was: a diagnostic quotes what the
+    user gave (or what a library said about it), never megabytes of it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """``repr(value)`` for a diagnostic, cut by :func:`clip` (a long string, an expanded config value)."""
+    return clip(repr(value), limit)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

@@ -1,14 +1,21 @@
-"""Atomic file output: every file pedsl writes goes through here.
+"""File output: every file pedsl writes goes through here, in one of three ways.
 
-A temporary file in the target's folder, written, flushed and fsynced, then
-``os.replace``d over the target and the folder fsynced: a crash leaves either
-the old file or the new one, never a torn mix. A symbolic link at the target is refused
+- :func:`atomic_write_bytes` / :func:`atomic_write_text` (almost everything): a temporary file in the
+  target's folder, written, flushed and fsynced, then ``os.replace``d over the target and the folder
+  fsynced: a crash leaves either the old file or the new one, never a torn mix;
+- :func:`write_new_bytes`: a file inside a fresh temporary folder that is renamed into place whole
+  (a checkpoint), created exclusively;
+- :func:`open_append`: a log appended to (``metrics.jsonl``);
+
+and figures through :func:`write_figure` (rendered in memory, then written atomically). A symbolic
+link at the target is refused
 (outputs are never written through links), unless the caller edits a file the user named. Failures become
 :class:`~pedsl.errors.OutputError` with the path and what to change.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import tempfile
@@ -37,7 +44,11 @@ def _umask() -> int:
 
 
 def ensure_dir(path: str | Path) -> Path:
+    """Create the output folder ``path`` (and its parents); OutputError when it cannot be, is not
+    writable, or is itself a symbolic link (its files would land in the folder the link points to;
+    links among its parents are the user's layout and are followed)."""
     p = Path(path)
+    refuse_symlink(p)
     try:
         p.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
@@ -112,6 +123,60 @@ def atomic_write_text(path: str | Path, text: str, *, follow_symlinks: bool = Fa
                           "(from a file or folder name that is not UTF-8?)",
                           hint="rename the input file with UTF-8 characters") from None
     atomic_write_bytes(path, data, follow_symlinks=follow_symlinks)
+
+
+def open_append(path: Path):
+    """A log file (``metrics.jsonl``) opened for appending text, never through a symbolic link
+    (O_NOFOLLOW); OutputError when it cannot be opened."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as exc:
+        raise OutputError(f"cannot write '{path}': {exc.strerror or exc}"
+                          + (" (it is a symbolic link)" if Path(path).is_symlink() else ""), file=str(path),
+                          hint="pedsl never writes through symbolic links; remove the link or choose another --out") from None
+    return os.fdopen(fd, "a")
+
+
+def write_new_bytes(path: str | Path, data: bytes) -> None:
+    """Write a file that must not exist yet, inside a fresh temporary folder that the caller then
+    renames into place (a checkpoint): created exclusively (O_EXCL, so never through a link),
+    written and fsynced. Raises OSError unchanged (the caller names the whole write, e.g. a full disk)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+FIGURE_FORMATS = ("png", "svg", "pdf")
+
+
+def figure_format(path: str | Path) -> str:
+    """The format of a figure file the user named, from its extension. OutputError for another
+    extension, a symbolic link or something other than a regular file at the path: checked before
+    the figure is computed, and again when it is written."""
+    p = Path(path)
+    ext = p.suffix.lower().lstrip(".")
+    if ext not in FIGURE_FORMATS:
+        raise OutputError(f"cannot write the figure '{p}': {('the extension ' + repr(p.suffix)) if p.suffix else 'a name without an extension'}"
+                          f" is not a figure format", file=str(p), hint="name the file .png, .svg or .pdf")
+    refuse_symlink(p)
+    if p.exists() and not p.is_file():
+        raise OutputError(f"cannot write the figure '{p}': it is not a regular file (a folder, device or FIFO)",
+                          file=str(p), hint="choose a file path for the figure")
+    if not p.absolute().parent.is_dir():
+        raise OutputError(f"cannot write the figure '{p}': its folder does not exist", file=str(p),
+                          hint="create the folder first, or choose another path")
+    return ext
+
+
+def write_figure(fig, path: str | Path, **savefig) -> None:
+    """A matplotlib figure rendered in memory in the format of ``path``'s extension, then written
+    atomically (:func:`atomic_write_bytes`)."""
+    ext = figure_format(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=ext, **savefig)
+    atomic_write_bytes(path, buf.getvalue())
 
 
 # ------------------------------------------------------------------ reading user paths

@@ -27,7 +27,9 @@ cap                        value               what it bounds
                                                x the widest activation: logits, MLP, q/k/v),
                                                of ``eval`` (windows x length),
                                                ``analyze`` (samples x heads x L x L) and
-                                               ``diff --numeric`` (samples x lmax x width);
+                                               ``diff --numeric`` (samples x lmax x width),
+                                               ``profile`` (``--max-bytes`` int64 symbols, the
+                                               ``--vocab`` x ``--vocab`` pair counts);
                                                and ``data.max_bytes``
 ``MAX_TEMPERATURE``        10,000              a temperature's magnitude (probed at positions 0, 1 and
                                                MAX_LENGTH - 1): it scales every attention score

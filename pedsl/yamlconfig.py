@@ -1,4 +1,4 @@
-"""Reading a YAML config file and validating it against a pydantic model, with one-paragraph
+"""Reading a YAML config file (strictly: :mod:`pedsl.strictparse`) and validating it against a pydantic model, with one-paragraph
 errors: a missing, oversized, non-UTF-8 or malformed file, a setting that is not known (with a
 did-you-mean), or a value out of range (naming the setting, for a positioned diagnostic)."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from pedsl import limits as L
-from pedsl.errors import ConfigError, did_you_mean
+from pedsl.errors import ConfigError, did_you_mean, quoted
+from pedsl.strictparse import StrictParseError, load_yaml
 
 MAX_YAML_BYTES = L.MAX_CONFIG_BYTES  # a config is a screenful of settings: more is the wrong file
 
@@ -25,7 +25,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         if len(raw) > MAX_YAML_BYTES:
             raise ConfigError(f"config file '{p}' is larger than {MAX_YAML_BYTES:,} bytes", file=str(p),
                               hint="a config is a screenful of settings: is this the right file?")
-        data = yaml.safe_load(raw.decode("utf-8"))
+        data = load_yaml(raw.decode("utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file '{p}' does not exist", file=str(p)) from None
     except OSError as exc:
@@ -33,10 +33,9 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"config file '{p}' is not UTF-8 text ({exc.reason} at byte {exc.start})",
                           file=str(p)) from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise ConfigError(f"'{p}' is not valid YAML: {getattr(exc, 'problem', exc)}", file=str(p),
-                          line=mark.line + 1 if mark else None) from None
+    except StrictParseError as exc:
+        raise ConfigError(f"'{p}' is not a config pedsl reads: {exc.message}", file=str(p), line=exc.line,
+                          hint="a config is plain YAML: no aliases (*name), each key once, a few levels deep") from None
     if not isinstance(data, dict):
         raise ConfigError(f"'{p}' must hold a mapping of settings, not {type(data).__name__}", file=str(p))
     return data
@@ -59,7 +58,7 @@ def validate_model(cls: type[BaseModel], data: Mapping[str, Any], *, where: str)
             raise ConfigError(f"{where}: unknown setting '{loc}'",
                               hint=did_you_mean(name, owner.model_fields)
                               or f"known: {', '.join(owner.model_fields)}") from None
-        got = f" (got {err.get('input')!r})" if loc else ""
+        got = f" (got {quoted(err.get('input'))})" if loc else ""
         msg = err["msg"].removeprefix("Value error, ")
         error = ConfigError(f"{where}: invalid value for '{loc or cls.__name__}': {msg}{got}",
                             hint=_LIMIT_HINT if "less than or equal" in err["msg"] else None)

@@ -181,9 +181,12 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
 def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None,
                     sampling_given: tuple[str, ...] = ()) -> dict:
     from pedsl.diffing import numeric as N
-    from pedsl.errors import EvalError, OutputError
+    from pedsl.errors import EvalError
+    from pedsl.fsio import figure_format
     from pedsl.limits import check_tensor
 
+    if plot:
+        figure_format(plot)  # a bad --plot path fails before the curves are computed
     for s in (sa, sb):  # the sampled inputs: (samples, lmax + STARTS, heads * head_dim) float64
         too_big = check_tensor("diff --numeric", samples * (lmax + N.STARTS) * s.heads * s.head_dim, 8,
                                f"{samples} samples x {lmax + N.STARTS} positions x {s.heads * s.head_dim} "
@@ -211,11 +214,7 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
         "plot": None,
     }
     if plot:
-        try:
-            N.plot(ca, cb, plot, (sa.name + " (A)", sb.name + " (B)"))
-        except OSError as exc:
-            raise OutputError(f"cannot write the plot {plot}: {exc.strerror or exc}", file=plot,
-                              hint="check the folder exists and is writable") from None
+        N.plot(ca, cb, plot, (sa.name + " (A)", sb.name + " (B)"))  # through pedsl.fsio: OutputError
         out["plot"] = plot
     return out
 

@@ -8,13 +8,14 @@ directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import click
 
 from pedsl import limits as L
 from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import jobs as parse_jobs
-from pedsl.cli.options import key_values
+from pedsl.cli.options import key_values, param_values
 from pedsl.errors import UsageError
 
 TASKS = ("ppl", "passkey", "blocks", "retrieval")
@@ -30,6 +31,16 @@ def _tasks(text: str | None) -> list[str] | None:
     return out
 
 
+def _output_writable(run_dir: str, out: str | None) -> None:
+    """Refuse an output that pedsl.fsio would refuse (a symbolic link, or RUN_DIR itself one) before the
+    work, not after it."""
+    from pedsl.fsio import refuse_symlink
+
+    refuse_symlink(Path(out).parent if out else Path(run_dir))
+    if out:
+        refuse_symlink(out)
+
+
 def _sets(items: tuple[str, ...]) -> dict:
     return key_values(items, "--set", "batch_size=8")
 
@@ -40,7 +51,7 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
         return None
     from pedsl.study.common import open_run
 
-    return open_run(run_dir, scheme=scheme, params=key_values(params, "-P", "factor=4"))
+    return open_run(run_dir, scheme=scheme, params=param_values(params))
 
 
 def _run_options(output: str):
@@ -78,6 +89,7 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_
 
     if windows is not None and windows < 1:
         raise UsageError("--windows must be at least 1")
+    _output_writable(run_dir, out)
     setup_torch(threads)
     res = evaluate_run(run_dir, lengths=parse_lengths(lengths), tasks=_tasks(tasks), windows=windows, out=out,
                        say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
@@ -114,6 +126,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
     if lengths:
         refuse_given(["max_length"], "not used with --lengths (it caps the default lengths only)",
                      hint="drop --max-length, or drop --lengths to analyze the training length x 1, 2, 4 ... up to it")
+    _output_writable(run_dir, out)
     setup_torch(threads)
     res = analyze_run(run_dir, lengths=parse_lengths(lengths), window=window, samples=samples,
                       max_length=max_length, out=out, say=progress(quiet), loaded=_swapped(run_dir, scheme, params))

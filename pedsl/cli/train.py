@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from pedsl.cli.option_rules import check_set_keys, refuse_given, set_conflicts, train_set_keys
-from pedsl.cli.options import key_values
+from pedsl.cli.options import key_values, param_values
 from pedsl.errors import UsageError
 
 # option -> the --set keys of the same setting (both given with different values: a usage error)
@@ -69,7 +69,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     check_set_keys(set_values, train_set_keys())
     set_conflicts(set_values, SET_BY_OPTION)
     overrides.update(set_values)
-    cli_params = key_values(params, "-P", "base=500000")
+    cli_params = param_values(params)
     if resume and force_new:
         raise UsageError("--resume and --force-new exclude each other", hint="continue the run, or start over")
     if init_from is not None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pedsl.fsio import write_figure
 from pedsl.lang.values import StaticEnv
 from pedsl.lang.scheme import Scheme
 
@@ -294,5 +295,7 @@ def plot(ca: Curves, cb: Curves, path: str, labels: tuple[str, str]) -> None:
     ax.set_title("temperature vs position")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    try:
+        write_figure(fig, path, dpi=100)
+    finally:
+        plt.close(fig)

@@ -3,7 +3,10 @@
 - :func:`import_config` / :func:`export_rope` (``pedsl import-hf`` / ``pedsl export-hf``): a model's
   rope parameters as an exact `.pe` scheme and back; no transformers needed.
 - :func:`use_pedsl_attention` (needs ``transformers``, the ``hf`` extra): a Llama-family model
-  attends through a compiled pedsl scheme, with HF's own rotary application turned off.
+  attends through a compiled pedsl scheme (HF's rope family through HF's own rotary application and
+  cache; other schemes over the whole cache each call).
+- :mod:`pedsl.hf.arch`: what each ``model_type`` does with ``partial_rotary_factor`` and which
+  architectures (M-RoPE, per-layer rope, interleaved pairs) import-hf refuses.
 - :func:`export_run` (``pedsl export RUN --hf DIR``): a pedsl run with ``arch: llama`` as a
   ``LlamaForCausalLM`` folder (config.json + model.safetensors).
 """

@@ -2,77 +2,202 @@
 
 One call makes a model (Llama, Mistral, Qwen2, Phi-3, ... - any model whose attention goes
 through transformers' ``AttentionInterface`` and whose rotary embedding is a ``rotary_emb``
-module) attend with a compiled pedsl scheme:
+module) attend with a compiled pedsl scheme. Two ways, chosen once per model:
 
-- HF's own rotary application is turned off: every ``rotary_emb`` returns cos = 1, sin = 0, so
-  q and k reach the attention (and HF's KV cache) un-rotated;
-- the attention is registered as ``attn_implementation="pedsl"`` and calls the compiled module's
-  general forward (:mod:`pedsl.compiler.stream`) with the keys' positions, HF's boolean mask
-  (padding, causality, sliding window) and grouped-query heads.
+- **HF's rotary path** (a scheme in HF's rope family: what ``export-hf`` accepts - one halves-layout
+  rotation of the first channels, no bias, no temperature - and a model whose own rotary application
+  computes exactly that rotation, which is probed once): ``rotary_emb`` returns the scheme's cos and
+  sin in the model's own format, so HF rotates q and k with them and every key enters HF's cache
+  rotated, once, with the table of its call, as in the native model. Beam search, contrastive
+  search, assisted decoding, cropping and several conversations with their own caches then
+  follow HF's cache by construction; attention is SDPA, at the native model's speed. Tables that read
+  the run-time length (``dynamic_ntk``, ``longrope``) use HF's length: ``max(position_ids) + 1``,
+  and for dynamic NTK the longest length seen until a call is shorter than the original (HF's
+  ``dynamic_rope_update``).
+- **the general path** (every other position-indexed scheme: biases, temperatures, interleaved or
+  scattered rotations, ...): every ``rotary_emb`` returns cos = 1, sin = 0, q and k reach HF's cache
+  un-rotated, and each call runs the compiled module's general forward (:mod:`pedsl.compiler.stream`)
+  on all cached keys with their positions, HF's boolean mask (padding, causality, sliding window) and
+  grouped-query heads. Nothing is kept between calls, so reordering or swapping HF's cache is exact.
+  A scheme whose table reads the run-time length cannot take this path (each key would need the table
+  of the call that cached it, which HF's cache does not hold): refused.
 
-Positions: the cache holds keys in slot order and the last query of a call is always a real token,
-so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position ``j - offset`` (left
-padding in ``generate`` gives each row its own offset; padded slots are masked). The run-time
-length of ``dynamic_ntk`` and ``longrope`` tables is HF's ``max(position_ids) + 1``. HF rotates
-each key once, when it enters its cache, with the table of that call; for schemes whose table reads
-the length the adapter keeps a pedsl cache per layer (``module.new_cache``) so keys keep their
-table the same way, and greedy ``generate`` matches HF past the original length too. (HF also keeps
-the longest dynamic-NTK table across separate calls until a call is shorter than
-``max_position_embeddings``; pedsl uses each call's own length.) Other schemes are stateless: every
-call rotates the full cached keys, which is what HF's cached rotated keys hold.
+Positions on the general path: the cache holds keys in slot order and the last query of a call is
+always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position
+``j - offset`` (left padding in ``generate`` gives each row its own offset; padded slots are masked).
 
-Schemes that read the hidden state or the tokens (data-dependent transports and gates) cannot run
-here: the attention interface receives q, k, v only.
+Every keyword HF passes to the attention function is applied or refused (:data:`APPLIED`,
+:data:`NO_EFFECT`): a logit soft-cap, attention sinks, a position bias, packed sequences or dropout
+are an :class:`~pedsl.errors.InteropError`, never dropped. Schemes that read the hidden state or the
+tokens cannot run here: the attention interface receives q, k, v only.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from pedsl.errors import InteropError
+from pedsl.compiler import compile_scheme
 from pedsl.compiler.plan import RUNTIME_LENGTH
+from pedsl.compiler.shapes import as_bhlp
+from pedsl.errors import InteropError, PedslError
+from pedsl.hf.rope import export_rope, import_config
+from pedsl.lang.api import load
+from pedsl.lang.scheme import Scheme
+from pedsl.runtime.torch_backend import Context
 
 NAME = "pedsl"
 _ATTR = "_pedsl_attention"
+F64 = torch.float64
+
+# The keywords HF's attention functions receive (transformers 5: the models' ``attention_interface(...)``
+# calls and ``TransformersKwargs``). Applied: scaling by the query scale, position_ids by the positions,
+# sliding_window by HF's mask (which carries the window), is_causal=True by causal attention.
+APPLIED = ("scaling", "position_ids", "sliding_window", "is_causal", "dropout")
+# Keywords that change nothing in the output of one attention call (bookkeeping for other layers or
+# for the model's return value) when they are None / False.
+NO_EFFECT = ("output_attentions", "output_hidden_states", "output_router_logits", "num_items_in_batch",
+             "use_cache", "cache_position", "return_dict", "layer_type")
+# What a refusal says for the keywords that would change the result.
+REFUSED = {
+    "softcap": "a logit soft-cap (tanh(s / cap) * cap, Gemma 2's attn_logit_softcapping)",
+    "s_aux": "attention sinks (GPT-OSS: a learned logit per head that takes probability mass)",
+    "sinks": "attention sinks (a learned logit per head that takes probability mass)",
+    "position_bias": "an additive position bias of the model's own (T5-style)",
+    "cu_seq_lens_q": "packed sequences (cumulative sequence lengths)", "cu_seq_lens_k": "packed sequences",
+    "max_length_q": "packed sequences", "max_length_k": "packed sequences", "seq_idx": "packed sequences",
+    "indices": "a sparse attention pattern (selected key indices)",
+    "block_indices": "a sparse attention pattern (selected key blocks)",
+}
 
 
-class _NoRotary(nn.Module):
-    """Wraps a model's rotary embedding and returns the identity rotation of the same shape."""
+def _refuse_kwarg(key: str, value) -> None:
+    what = REFUSED.get(key, "an argument pedsl's attention does not know")
+    raise InteropError(f"transformers passed '{key}={str(value)[:60]}' to pedsl's attention: {what}, which pedsl does "
+                       "not apply; the result would silently differ from the model's", code="E964",
+                       hint="use this model's own attention (attn_implementation='eager' or 'sdpa') or a model "
+                       "without that feature")
 
-    def __init__(self, inner: nn.Module) -> None:
-        super().__init__()
-        self.inner = inner
 
-    def forward(self, x, position_ids, *args, **kwargs):
-        cos, sin = self.inner(x, position_ids, *args, **kwargs)
-        return torch.ones_like(cos), torch.zeros_like(sin)
+def check_kwargs(dropout: float, kwargs: dict) -> None:
+    """Refuse every keyword of an attention call that would change its output and is not applied."""
+    if dropout:
+        _refuse_kwarg("dropout", dropout)
+    if kwargs.get("is_causal") is False:
+        raise InteropError("transformers asked pedsl's attention for bidirectional attention (is_causal=False); "
+                           "pedsl schemes are causal", code="E964", hint="use pedsl attention in decoders only")
+    if kwargs.get("output_attentions"):
+        raise InteropError("output_attentions=True: pedsl's attention does not return attention weights",
+                           code="E964", hint="use attn_implementation='eager' to inspect attention weights")
+    for key, value in kwargs.items():
+        if key in APPLIED or key in NO_EFFECT:
+            continue
+        if value is not None and value is not False:
+            _refuse_kwarg(key, value)
+
+
+# ---------------------------------------------------------------------- the shared state
 
 
 class _State:
-    """What the attention layers of one model share: the compiled scheme, and per layer the pedsl
-    cache with a fingerprint of the last key it saw (schemes whose table reads the length)."""
+    """What the attention layers and the rotary embedding of one model share: the compiled scheme,
+    which path it takes, and for HF's rotary path the rope type and original length of the table."""
 
-    def __init__(self, module) -> None:
+    def __init__(self, module, hf: dict | None) -> None:
         self.module = module
-        self.keep_cache = any(t.table == RUNTIME_LENGTH for t in module.transforms)
-        self.caches: dict[int, tuple] = {}
+        self.hf = hf  # export_rope() of the scheme on HF's rotary path; None on the general path
+        self.transform = module.transforms[0] if hf else None
+        rp = (hf or {}).get("rope_parameters", {})
+        self.rope_type = rp.get("rope_type")
+        self.original = (hf or {}).get("max_position_embeddings") if self.rope_type == "dynamic" else \
+            rp.get("original_max_position_embeddings")
+        self.longest = self.original  # HF's max_seq_len_cached of dynamic NTK
+        self._freqs: dict[int, torch.Tensor] = {}  # table length (0: static) -> (P,) float64 frequencies
+
+    def table_length(self, seq_len: int) -> int:
+        """The run-time length HF's rotary embedding uses for this call (``dynamic_rope_update``)."""
+        if self.rope_type != "dynamic":
+            return seq_len  # longrope: long factors above the original, short ones at or below
+        if seq_len > self.longest:
+            self.longest = seq_len
+        if seq_len < self.original < self.longest:
+            self.longest = self.original
+        return self.longest
+
+    def phases(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """(B, L, P) float64 phases of the scheme's rotation at HF's positions: position x the
+        per-pair frequencies of the call's table (HF's family is ``GRID * position [/ factor]``)."""
+        t = self.transform
+        n = self.table_length(int(position_ids.max()) + 1) if t.table == RUNTIME_LENGTH else 0
+        w = self._freqs.get(n)
+        if w is None or w.device != position_ids.device:
+            if len(self._freqs) > 64:  # a dynamic table per length: keep the recent ones
+                self._freqs.clear()
+            w = self._freqs[n] = self._phase_at_one(n or None, position_ids.device)
+        return position_ids[..., None].to(F64) * w
+
+    def _phase_at_one(self, n: int | None, device) -> torch.Tensor:
+        t, mod = self.transform, self.module
+        P = len(t.channels) // 2
+        ctx = Context(values=mod.values, heads=mod.heads, pairs=P, chans=2 * P, L=1, n=n,
+                      positions=torch.ones(1, 1, dtype=torch.long, device=device), device=device, dtype=F64)
+        return as_bhlp(mod.evaluator.run(t.expr, ctx, t.site), 1, P)[0, 0, 0]
 
 
-def _supported(scheme) -> None:
-    if scheme.needs_x or scheme.needs_tokens:
-        raise InteropError(f"scheme '{scheme.name}' reads the hidden state or the tokens, which transformers' "
-                           "attention interface does not pass", code="E964",
-                           hint="use a scheme of position-indexed rotations, biases and temperatures")
+def hf_cos_sin(phase: torch.Tensor, scale: float, width: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """HF's (cos, sin) of pair phases (B, L, P): ``cat(f, f)`` when the model's tables are 2P wide
+    (Llama's rotate_half), ``f`` when P wide (GPT-OSS's chunked halves), times the attention factor."""
+    cos, sin = torch.cos(phase), torch.sin(phase)
+    if scale != 1:
+        cos, sin = cos * scale, sin * scale
+    if width == 2 * phase.shape[-1]:
+        cos, sin = torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
+    return cos.to(dtype), sin.to(dtype)
+
+
+class _PedslRotary(nn.Module):
+    """Replaces a model's ``rotary_emb``: the scheme's cos/sin on HF's rotary path, the identity
+    rotation (cos = 1, sin = 0, in the model's shape) on the general path."""
+
+    def __init__(self, inner: nn.Module, state: _State, width: int | None) -> None:
+        super().__init__()
+        self.inner = inner
+        self.state = state
+        self.width = width
+
+    def forward(self, x, position_ids, *args, **kwargs):
+        st = self.state
+        if st.hf is None:
+            cos, sin = self.inner(x, position_ids, *args, **kwargs)
+            return torch.ones_like(cos), torch.zeros_like(sin)
+        return hf_cos_sin(st.phases(position_ids.to(x.device)), st.transform.scale, self.width, x.dtype)
+
+
+# ---------------------------------------------------------------------- the attention function
+
+
+def _general_mask(attention_mask, B: int, Lq: int, Lk: int, device) -> torch.Tensor:
+    """HF's boolean mask, or the causal one HF skips when nothing is padded: query i (of the last Lq)
+    sees key slots j <= i + Lk - Lq."""
+    if attention_mask is not None:
+        return attention_mask[:, :, :, :Lk]
+    i = torch.arange(Lq, device=device)[:, None] + (Lk - Lq)
+    return (torch.arange(Lk, device=device)[None, :] <= i).expand(B, 1, Lq, Lk)
 
 
 def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """The ``AttentionInterface`` function: q (B, H, Lq, D), un-rotated k, v (B, Hkv, Lk, D) from
-    HF's cache -> (B, Lq, H, D)."""
+    """The ``AttentionInterface`` function: q (B, H, Lq, D), k, v (B, Hkv, Lk, D) from HF's cache
+    (rotated on HF's rotary path, un-rotated on the general path) -> (B, Lq, H, D)."""
+    check_kwargs(dropout, kwargs)
     state: _State = getattr(module, _ATTR)
-    mod = state.module
+    if state.hf is not None:  # q and k carry the scheme's rotation: plain causal attention
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling)
     B, H, Lq, D = query.shape
     Lk = key.shape[2]
     dev = query.device
@@ -80,89 +205,135 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     last = (torch.full((B,), Lk - 1, device=dev, dtype=torch.long) if pos_ids is None
             else pos_ids[:, -1].to(dev).long().expand(B))
     kpos = (torch.arange(Lk, device=dev)[None, :] - ((Lk - 1) - last)[:, None]).clamp(min=0)  # (B, Lk)
-    mask = None if attention_mask is None else attention_mask[:, :, :, :Lk]
     if scaling is not None and abs(scaling * D ** 0.5 - 1) > 1e-12:  # pedsl scales scores by 1 / sqrt(D)
         query = query * (scaling * D ** 0.5)
-    cache = None
-    if state.keep_cache:
-        past = Lk - Lq
-        layer = getattr(module, "layer_idx", 0)
-        cache, seen = state.caches.get(layer, (None, None))
-        fresh = not (cache is not None and past > 0 and len(cache) == past and seen is not None
-                     and seen.shape == key[:, :, past - 1].shape and torch.equal(key[:, :, past - 1], seen))
-        if fresh:  # a new sequence (or HF's cache was cropped / reordered): start from all the keys
-            cache = mod.new_cache(B)
-        else:
-            key, value, kpos = key[:, :, past:], value[:, :, past:], kpos[:, past:]
-        state.caches[layer] = (cache, key[:, :, -1].clone())
-    o = mod(query, key, value, positions=kpos, attn_mask=mask, cache=cache)  # (B, H, Lq, D)
+    o = state.module(query, key, value, positions=kpos, attn_mask=_general_mask(attention_mask, B, Lq, Lk, dev))
     return o.transpose(1, 2).contiguous(), None
 
 
-def _mask_fn():
-    from transformers.masking_utils import sdpa_mask
-
-    def pedsl_mask(*args, **kwargs):
-        kwargs["allow_is_causal_skip"] = False  # always an explicit (B, 1, Lq, Lk) boolean mask
-        return sdpa_mask(*args, **kwargs)
-
-    return pedsl_mask
-
-
 def _register() -> None:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface
-
     AttentionInterface.register(NAME, pedsl_attention_forward)
-    AttentionMaskInterface.register(NAME, _mask_fn())
+    AttentionMaskInterface.register(NAME, sdpa_mask)  # boolean, or None for a plain causal call
 
 
-def scheme_for(model, scheme=None):
+# ---------------------------------------------------------------------- installing it
+
+
+def _dims(cfg) -> tuple[int, int]:
+    heads = cfg.num_attention_heads
+    return heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+
+
+def scheme_for(model, scheme=None) -> Scheme:
     """The resolved scheme to use: the model's own rope (import-hf of its config) when None, else a
     path / text / Scheme loaded with the model's heads and head_dim."""
-    from pedsl.hf.rope import import_config
-    from pedsl.lang.api import load
-    from pedsl.lang.scheme import Scheme
-
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    heads, head_dim = _dims(model.config)
     if scheme is None:
-        d = cfg.to_dict()
-        return load(import_config(d))
+        return load(import_config(model.config.to_dict()))
     if isinstance(scheme, (str, Path, Scheme)):
         return load(scheme, heads=heads, head_dim=head_dim)
     raise InteropError(f"scheme must be a path, .pe text or a pedsl Scheme, not {type(scheme).__name__}", code="E964")
+
+
+def _refuse_model_features(model, layers) -> None:
+    """Attention features of the model that pedsl's attention would not apply: refused up front."""
+    cfg = model.config
+    cap = getattr(cfg, "attn_logit_softcapping", None)
+    if cap is not None:
+        _refuse_kwarg("softcap", cap)
+    if any(isinstance(getattr(layer, "sinks", None), torch.Tensor) for layer in layers):
+        _refuse_kwarg("sinks", "per-head sink logits of the model")
+
+
+def _rope_width(inner: nn.Module) -> int | None:
+    """The last dimension of the cos table the model's rotary embedding returns (None: cannot tell)."""
+    try:
+        cos, _ = inner(torch.zeros(1, 1, 1), torch.zeros(1, 1, dtype=torch.long))
+    except Exception:  # noqa: BLE001 - any rotary embedding with another signature takes the general path
+        return None
+    return int(cos.shape[-1]) if isinstance(cos, torch.Tensor) else None
+
+
+def _model_rotates_like(layer, width: int, rot: int, D: int, scale: float) -> bool:
+    """Whether the model's own ``apply_rotary_pos_emb`` with our (cos, sin) rotates exactly the first
+    ``rot`` channels in pairs (p, p + rot/2), as the scheme does (probed on random vectors)."""
+    apply = getattr(sys.modules.get(type(layer).__module__), "apply_rotary_pos_emb", None)
+    if apply is None or width not in (rot, rot // 2):
+        return False
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 1, 3, D, generator=g, dtype=F64)
+    phase = torch.rand(1, 3, rot // 2, generator=g, dtype=F64) * 6
+    cos, sin = hf_cos_sin(phase, scale, width, F64)
+    try:
+        got, _ = apply(q, q, cos, sin)
+    except Exception:  # noqa: BLE001 - an application of another shape or signature: not HF's rotary path
+        return False
+    c, s = torch.cos(phase)[:, None] * scale, torch.sin(phase)[:, None] * scale
+    a, b = q[..., : rot // 2], q[..., rot // 2: rot]
+    want = torch.cat([a * c - b * s, b * c + a * s, q[..., rot:]], -1)
+    return got.shape == want.shape and bool(torch.allclose(got, want, atol=1e-12, rtol=0))
+
+
+def _hf_family(sch: Scheme):
+    """export_rope() of the scheme, or None when it is outside HF's rope family."""
+    try:
+        return export_rope(sch)
+    except PedslError:
+        return None
+
+
+def _choose_path(sch: Scheme, mod, layers, rotaries) -> tuple[dict | None, int | None]:
+    """(export_rope of the scheme, the model's cos width) for HF's rotary path, or (None, None)."""
+    hf = _hf_family(sch)
+    widths = {_rope_width(getattr(parent, name)) for parent, name in rotaries}
+    width = widths.pop() if len(widths) == 1 else None
+    if hf is not None and width is not None:
+        t = mod.transforms[0]
+        if all(_model_rotates_like(layer, width, len(t.channels), sch.head_dim, t.scale) for layer in layers[:1]):
+            return hf, width
+    if any(t.table == RUNTIME_LENGTH for t in mod.transforms):
+        why = ("it is outside HF's rope family" if hf is None else
+               f"{type(layers[0]).__name__}'s own rotary application does not compute its rotation")
+        raise InteropError(f"scheme '{sch.name}' has a table that reads the run-time length and {why}: each cached key "
+                           "would need the table of the call that cached it, which HF's cache does not hold",
+                           code="E964", hint="use a static table (e.g. ntk() instead of dynamic_ntk()) or a scheme "
+                           "in HF's rope family on a Llama-family model")
+    return None, None
 
 
 def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     """Make ``model`` attend with a compiled pedsl scheme (see the module docstring); returns the model.
 
     ``scheme``: a `.pe` path or text, or a loaded Scheme; by default the model's own rope parameters
-    imported with :func:`pedsl.hf.import_config` (then the logits equal the native model's)."""
-    from pedsl.compiler import compile_scheme
-
+    imported with :func:`pedsl.hf.import_config` (then the logits equal the native model's).
+    ``backend`` is the compiled module's (the general path; HF's rotary path attends with SDPA)."""
     sch = scheme_for(model, scheme)
-    _supported(sch)
-    cfg = model.config
-    heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    if sch.needs_x or sch.needs_tokens:
+        raise InteropError(f"scheme '{sch.name}' reads the hidden state or the tokens, which transformers' "
+                           "attention interface does not pass", code="E964",
+                           hint="use a scheme of position-indexed rotations, biases and temperatures")
+    heads, head_dim = _dims(model.config)
     if sch.heads != heads or sch.head_dim != head_dim:
         raise InteropError(f"scheme '{sch.name}' is for {sch.heads} heads of {sch.head_dim}; the model has {heads} "
                            f"of {head_dim}", code="E964", hint="drop heads/head_dim params from the scheme")
-    mod = compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend, requires_grad=False)
-    state = _State(mod)
     layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
     if not layers:
         raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
-    rotaries = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
-                if name == "rotary_emb" and not isinstance(child, _NoRotary)]
-    if not rotaries and not any(isinstance(m, _NoRotary) for m in model.modules()):
-        raise InteropError(f"{type(model).__name__} has no rotary_emb module to turn off", code="E964")
+    if any(isinstance(m, _PedslRotary) for m in model.modules()):
+        raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
+                           hint="call use_pedsl_attention once, on a fresh copy of the model")
+    rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
+                if name == "rotary_emb"]
+    if not rotaries:
+        raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
+    _refuse_model_features(model, layers)
+    mod = compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend, requires_grad=False)
+    hf, width = _choose_path(sch, mod, layers, rotaries)
+    state = _State(mod, hf)
     for layer in layers:
         object.__setattr__(layer, _ATTR, state)  # a plain attribute: not a submodule, not in the state_dict
     for parent, name in rotaries:
-        setattr(parent, name, _NoRotary(getattr(parent, name)))
+        setattr(parent, name, _PedslRotary(getattr(parent, name), state, width))
     _register()
     model.set_attn_implementation(NAME)
     if model.config._attn_implementation != NAME:  # pragma: no cover - a model without the attention interface
@@ -171,4 +342,5 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     return model
 
 
-__all__ = ["use_pedsl_attention", "pedsl_attention_forward", "NAME"]
+__all__ = ["use_pedsl_attention", "pedsl_attention_forward", "check_kwargs", "NAME", "APPLIED", "NO_EFFECT",
+           "REFUSED"]

@@ -14,8 +14,12 @@ import json
 from pathlib import Path
 
 import torch
+from safetensors.torch import save
 
 from pedsl.errors import InteropError
+from pedsl.fsio import atomic_write_bytes, atomic_write_text, ensure_dir
+from pedsl.hf.rope import export_rope
+from pedsl.study.common import open_run
 
 
 def halves_order(head_dim: int) -> list[int]:
@@ -51,8 +55,6 @@ def llama_state_dict(model, *, interleaved: bool) -> dict[str, torch.Tensor]:
 
 def llama_config(model, scheme, context: int) -> dict:
     """config.json of the Llama equivalent of ``model`` with ``scheme``'s rope parameters."""
-    from pedsl.hf.rope import export_rope
-
     cfg = model.cfg
     if cfg.arch != "llama":
         raise InteropError(f"the run's model has arch '{cfg.arch}' (GELU MLP), which has no Hugging Face Llama "
@@ -97,10 +99,6 @@ def llama_config(model, scheme, context: int) -> dict:
 
 def export_model(model, scheme, out_dir: str | Path, *, context: int) -> Path:
     """Write ``config.json`` + ``model.safetensors`` of a pedsl ``TransformerLM`` (``arch: llama``)."""
-    from safetensors.torch import save
-
-    from pedsl.fsio import atomic_write_bytes, atomic_write_text, ensure_dir
-
     config = llama_config(model, scheme, context)
     tensors = llama_state_dict(model, interleaved=scheme.layout == "interleaved")
     out = ensure_dir(out_dir)
@@ -111,7 +109,5 @@ def export_model(model, scheme, out_dir: str | Path, *, context: int) -> Path:
 
 def export_run(run: str | Path, out_dir: str | Path) -> Path:
     """Export a run directory's latest checkpoint (see the module docstring)."""
-    from pedsl.study.common import open_run
-
     model, cfg, meta = open_run(run)
     return export_model(model, meta["scheme"], out_dir, context=cfg.context)

@@ -18,16 +18,22 @@ bias, no temperature), or an error naming the part with no HF equivalent.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from pedsl.errors import InteropError
+from pedsl.errors import InteropError, quoted
+from pedsl.formulas import yarn_mscale_value
+from pedsl.limits import MAX_LENGTH
+from pedsl.fsio import read_text
+from pedsl.hf import arch
 from pedsl.lang import ast
-from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, fold_expr
+from pedsl.lang.api import format as fmt
+from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, bind_args, fold_expr
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.scheme import Scheme
+from pedsl.strictparse import StrictParseError, load_json
 
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
 # The keys each rope type reads (transformers 5 modeling_rope_utils); anything else is refused.
@@ -55,8 +61,6 @@ MAX_CONFIG_BYTES = 10_000_000  # config.json files are a few kB
 
 def read_config(path: str | Path) -> dict:
     """The dict of a config.json, or of the config.json inside a folder."""
-    from pedsl.fsio import read_text
-
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
@@ -73,12 +77,10 @@ def read_config(path: str | Path) -> dict:
         raise InteropError(f"{p} is over {MAX_CONFIG_BYTES // 1_000_000} MB: not a model config", code="E963",
                            file=str(p))
     try:
-        cfg = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InteropError(f"{p} is not valid JSON: {exc.msg} (line {exc.lineno})", code="E963", file=str(p),
-                           line=exc.lineno, col=exc.colno, hint="a Hugging Face config.json is one JSON object") from None
-    except RecursionError:  # [[[[...]]]] nested past the parser's stack
-        raise InteropError(f"{p} is not a model config: JSON nested too deeply", code="E963", file=str(p)) from None
+        cfg = load_json(text)
+    except StrictParseError as exc:  # malformed, a key given twice, [[[[...]]]] nested past the parser's stack
+        raise InteropError(f"{p} is not a model config pedsl reads: {exc.message}", code="E963", file=str(p),
+                           line=exc.line, hint="a Hugging Face config.json is one JSON object, each key once") from None
     if not isinstance(cfg, dict):
         raise InteropError(f"{p} holds a JSON {type(cfg).__name__}, not an object", code="E963", file=str(p))
     return cfg
@@ -92,29 +94,21 @@ def _number(cfg: dict, key: str, default=None, *, integer: bool = False, where: 
         raise InteropError(f"{where} key '{key}' must be a finite number below 2**63, got {str(v)[:40]}",
                            code="E963")
     if isinstance(v, bool) or not isinstance(v, (int, float)) or (integer and not float(v).is_integer()):
-        raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {v!r}",
+        raise InteropError(f"{where} key '{key}' must be {'an integer' if integer else 'a number'}, got {quoted(v)}",
                            code="E963")
     return int(v) if integer else v
 
 
-def rope_spec(cfg: dict) -> dict:
-    """The positional encoding of a config as a flat dict: head_dim, heads, rope_type, theta,
-    partial_rotary_factor and the type's knobs, standardised as transformers 5 does."""
+def _refusals(cfg: dict, raw: dict) -> list[str]:
+    """Every part of the config's positional encoding that pedsl cannot express exactly."""
+    why = arch.refusal(cfg)
+    if why:
+        return [why]
     problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)]
-    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    if not isinstance(raw, dict):
-        raise InteropError(f"rope_parameters must be an object, got {raw!r}", code="E963")
-    if any(isinstance(v, dict) for v in raw.values()):
-        problems.append("rope parameters per layer type (" + ", ".join(k for k, v in raw.items() if isinstance(v, dict))
-                        + ")")
-    heads = _number(cfg, "num_attention_heads", integer=True)
-    hidden = _number(cfg, "hidden_size", integer=True)
-    head_dim = _number(cfg, "head_dim", integer=True)
-    if head_dim is None:
-        if not heads or not hidden:
-            raise InteropError("the config gives neither head_dim nor hidden_size and num_attention_heads",
-                               code="E963", hint="a decoder config.json has num_attention_heads and hidden_size")
-        head_dim = hidden // heads
+    nested = [k for k, v in raw.items() if isinstance(v, dict)]
+    if nested:  # the keys are layer types: their own rope types are not read at this level
+        return problems + [f"rope parameters per layer type ({', '.join(nested)}); pedsl imports one scheme for all "
+                           "layers"]
     rope_type = raw.get("rope_type", raw.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         problems.append(f"rope_type '{rope_type}' (pedsl imports {', '.join(ROPE_TYPES)})")
@@ -123,23 +117,65 @@ def rope_spec(cfg: dict) -> dict:
         extra = sorted(set(raw) - COMMON - KEYS[rope_type] - {"original_max_position_embeddings"})
         problems += [f"'{k}' in rope_parameters (not read by rope_type '{rope_type}')" for k in extra
                      if raw[k] is not None]
-    if problems:
-        raise InteropError(
-            "this model's positional encoding cannot be expressed exactly in pedsl: " + "; ".join(problems),
-            code="E961", hint="pedsl imports the rope types of Llama-family models; nothing was written "
-            "(an approximation would not be the model's encoding)")
-    theta = _number(raw if "rope_theta" in raw else cfg, "rope_theta", DEFAULT_THETA)  # a string was exit 3
+    return problems
+
+
+def _head_dim(cfg: dict) -> tuple[int | None, int]:
+    """(num_attention_heads, head_dim) as transformers reads them: head_dim, else hidden_size // heads."""
+    heads = _number(cfg, "num_attention_heads", integer=True)
+    hidden = _number(cfg, "hidden_size", integer=True)
+    head_dim = _number(cfg, "head_dim", integer=True)
+    if head_dim is None:
+        if not heads or not hidden:
+            raise InteropError("the config gives neither head_dim nor hidden_size and num_attention_heads",
+                               code="E963", hint="a decoder config.json has num_attention_heads and hidden_size")
+        head_dim = hidden // heads
+    return heads, head_dim
+
+
+def _rotated_fraction(cfg: dict, raw: dict, rope_type: str, head_dim: int) -> tuple[float, str | None]:
+    """The fraction of channels the architecture rotates (and a note when it ignores the config's)."""
     prf = _number(raw if "partial_rotary_factor" in raw else cfg, "partial_rotary_factor", 1.0)
-    if prf is None:
-        prf = 1.0
-    max_pos = _number(cfg, "max_position_embeddings", integer=True)
-    spec: dict[str, Any] = dict(rope_type=rope_type, heads=heads or 1, head_dim=head_dim, theta=float(theta),
-                                partial_rotary_factor=float(prf), max_position_embeddings=max_pos)
+    prf = 1.0 if prf is None else float(prf)
+    try:
+        prf, note = arch.partial_rotary(cfg, rope_type, prf)
+    except ValueError as exc:
+        raise InteropError(str(exc), code="E961", hint="nothing was written") from None
     rot = int(head_dim * prf)
     if rot != head_dim * prf or rot % 2 or rot <= 0:
         raise InteropError(f"partial_rotary_factor {prf} of head_dim {head_dim} is {head_dim * prf:g} channels; "
                            "pedsl rotates an even whole number of channels", code="E961",
                            hint="HF truncates to int(head_dim * partial_rotary_factor); use a factor giving an even count")
+    return prf, note
+
+
+def rope_spec(cfg: dict) -> dict:
+    """The positional encoding of a config as a flat dict: head_dim, heads, rope_type, theta,
+    partial_rotary_factor (what the named architecture rotates, :mod:`pedsl.hf.arch`), a ``note``
+    when it ignores a field, and the type's knobs, standardised as transformers 5 does."""
+    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(raw, dict):
+        raise InteropError(f"rope_parameters must be an object, got {quoted(raw)}", code="E963")
+    problems = _refusals(cfg, raw)
+    if problems:
+        raise InteropError(
+            "this model's positional encoding cannot be expressed exactly in pedsl: " + "; ".join(problems),
+            code="E961", hint="pedsl imports the rope types of Llama-family models; nothing was written "
+            "(an approximation would not be the model's encoding)")
+    heads, head_dim = _head_dim(cfg)
+    rope_type = raw.get("rope_type", raw.get("type", "default"))
+    theta = _number(raw if "rope_theta" in raw else cfg, "rope_theta", DEFAULT_THETA)  # a string was exit 3
+    prf, note = _rotated_fraction(cfg, raw, rope_type, head_dim)
+    max_pos = _number(cfg, "max_position_embeddings", integer=True)
+    spec: dict[str, Any] = dict(rope_type=rope_type, heads=heads or 1, head_dim=head_dim, theta=float(theta),
+                                partial_rotary_factor=prf, max_position_embeddings=max_pos, note=note)
+    _type_knobs(spec, cfg, raw, int(head_dim * prf) // 2)
+    return spec
+
+
+def _type_knobs(spec: dict, cfg: dict, raw: dict, pairs: int) -> None:
+    """The knobs of the rope type into ``spec``, with HF's defaults."""
+    rope_type, max_pos = spec["rope_type"], spec["max_position_embeddings"]
     p = lambda k, d=None, **kw: _number(raw, k, d, where="rope_parameters", **kw)  # noqa: E731
     if rope_type in ("llama3", "yarn", "longrope"):
         # transformers 5: a top-level original_max_position_embeddings wins (Phi-3), else the dict's, else max
@@ -171,23 +207,26 @@ def rope_spec(cfg: dict) -> dict:
         spec["factor"] = float(factor)
         spec["attention_factor"] = float(p("attention_factor") or 0.0)
     if rope_type == "yarn":
-        spec["beta_fast"] = float(p("beta_fast") or 32.0)  # HF: `or 32`, `or 1`
-        spec["beta_slow"] = float(p("beta_slow") or 1.0)
-        spec["mscale"] = float(p("mscale") or 0.0)
-        spec["mscale_all_dim"] = float(p("mscale_all_dim") or 0.0)
-        truncate = raw.get("truncate", True)
-        if not isinstance(truncate, bool):
-            raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {truncate!r}", code="E963")
-        spec["truncate"] = truncate
+        _yarn_knobs(spec, raw, p)
     if rope_type == "longrope":
         for k in ("short_factor", "long_factor"):
             lst = raw.get(k)
-            if not isinstance(lst, list) or len(lst) != rot // 2 or not all(
+            if not isinstance(lst, list) or len(lst) != pairs or not all(
                     isinstance(x, (int, float)) and not isinstance(x, bool) for x in lst):
-                raise InteropError(f"rope_type 'longrope' needs {k}: a list of {rot // 2} numbers (one per rotated "
+                raise InteropError(f"rope_type 'longrope' needs {k}: a list of {pairs} numbers (one per rotated "
                                    f"pair), got {lst!r}"[:300], code="E963")
             spec[k] = [float(x) for x in lst]
-    return spec
+
+
+def _yarn_knobs(spec: dict, raw: dict, p) -> None:
+    spec["beta_fast"] = float(p("beta_fast") or 32.0)  # HF: `or 32`, `or 1`
+    spec["beta_slow"] = float(p("beta_slow") or 1.0)
+    spec["mscale"] = float(p("mscale") or 0.0)
+    spec["mscale_all_dim"] = float(p("mscale_all_dim") or 0.0)
+    truncate = raw.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {quoted(truncate)}", code="E963")
+    spec["truncate"] = truncate
 
 
 # ---------------------------------------------------------------------- writing a scheme
@@ -210,8 +249,6 @@ def _pe_text(value: Any) -> str:
 
 def import_config(config: dict | str | Path, name: str | None = None) -> str:
     """The `.pe` text (canonical form) of a config's positional encoding."""
-    from pedsl.lang.api import format as fmt
-
     cfg = config if isinstance(config, dict) else read_config(config)
     s = rope_spec(cfg)
     t = s["rope_type"]
@@ -222,6 +259,7 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {model_type}, "
              f"rope_type {t}).",
              "# Equal to the model's positional encoding: pedsl export-hf prints its rope_parameters back.",
+             *([f"# {s['note']}."] if s["note"] else []),
              f'scheme {name} "{t} rotary embedding of a Hugging Face {_pe_text(cfg.get("model_type", "model"))} '
              f'config" {{',
              f"  param heads: int = {s['heads']}",
@@ -258,7 +296,7 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     if scale:
         lines.append(f"  let m = {scale}")
     lines.append(f"  qk{on}: rotate(w * position{phase_tail}" + (", scale = m)" if scale else ")"))
-    if train_length is not None:
+    if train_length is not None and train_length <= MAX_LENGTH:  # longer: pedsl trains no such context
         lines += ["  train {", "    context = train_length", "  }"]
     lines += ["  allow frayed_frequencies", "}"]
     return fmt("\n".join(lines) + "\n")
@@ -286,9 +324,6 @@ def _static(scheme: Scheme, e, pairs: int):
 
 
 def _call_args(call: ast.Call) -> dict:
-    from pedsl.lang.builtins import FUNCTIONS
-    from pedsl.lang.fold import bind_args
-
     return bind_args(call, FUNCTIONS[call.func].params)
 
 
@@ -381,8 +416,6 @@ def _export_scale(scheme: Scheme, t, rp: dict) -> None:
             raise _refuse(scheme, f"a scale on the rotated channels ({t.scale:g}) with rope_type '{kind}', which has "
                           "no attention factor in HF")
         return
-    from pedsl.formulas import yarn_mscale_value
-
     if e is not None and e.kind == "call" and e.func == ("yarn_mscale" if kind == "yarn" else "longrope_mscale"):
         a = {k: (_static(scheme, v, 1) if isinstance(v, ast.Node) else v) for k, v in _call_args(e).items()}
         if kind == "yarn" and float(a["factor"]) != rp["factor"]:

@@ -95,10 +95,10 @@ def config_issue(section: str, values: dict[str, Any], train: dict[str, Any]) ->
 
     try:
         if section == "train":
-            config.resolve_train_config(block=values)
+            config.resolve_train_config(block=values, step_memory=False)  # checked by `pedsl train`
         else:
             try:
-                context = config.resolve_train_config(block=train).context
+                context = config.resolve_train_config(block=train, step_memory=False).context
             except ConfigError:
                 context = 128
             config.resolve_eval_config(block=values, context=context)

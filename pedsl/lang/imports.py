@@ -184,6 +184,11 @@ def real_path(path: Path) -> Path:
 
 
 def looks_like_text(x: str) -> bool:
+    """Whether a string given where a scheme is read is ``.pe`` source text rather than a path or a
+    library name: it holds a newline or a brace, or nothing - unless it names something that exists
+    (``d{1}/rope.pe`` is a path)."""
+    if len(x) < 4096 and os.path.lexists(x):
+        return False
     return "\n" in x or "{" in x or x.strip() == ""
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from pedsl.errors import ParamError, did_you_mean
+from pedsl.errors import ParamError, did_you_mean, quoted
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
 from pedsl.lang.fold import fold_expr
@@ -91,7 +91,7 @@ class ParamBinding(ResolverStage):
                     try:
                         value = _coerce(self.overrides[name], "int")
                     except TypeError:
-                        self._param_error("E302", f"'{name}' is an int, got {self.overrides[name]!r} (-P {name}=...)",
+                        self._param_error("E302", f"'{name}' is an int, got {quoted(self.overrides[name])} (-P {name}=...)",
                                           decl, self.src, hint=f"give -P {name}=<int>")
                     if value < 1:
                         self._param_error("E303", f"'{name}' must be >= 1, got {value} (-P {name}=...)", decl,
@@ -118,7 +118,7 @@ class ParamBinding(ResolverStage):
                     value = _coerce(raw, p.type)
                 except TypeError:
                     self._param_error("E302", f"parameter '{name}' of scheme '{self.m.name}' is {p.type}, "
-                                      f"got {raw!r} (-P {name}=...)", p, loc.src, hint=f"give -P {name}=<{p.type}>")
+                                      f"got {quoted(raw)} (-P {name}=...)", p, loc.src, hint=f"give -P {name}=<{p.type}>")
                 origin = "override"
             else:
                 try:
@@ -144,7 +144,7 @@ class ParamBinding(ResolverStage):
                     continue
                 if isinstance(bound, (int, float)) and isinstance(value, (int, float)) and not isinstance(value, bool):
                     if not _CMP[c.op](value, bound):
-                        msg = f"parameter '{name}' = {value!r} violates its constraint ({c.op} {bound!r})"
+                        msg = f"parameter '{name}' = {quoted(value)} violates its constraint ({c.op} {bound!r})"
                         if origin == "override":
                             self._param_error("E303", msg + f" (-P {name}=...)", c, loc.src,
                                               hint=f"choose {name} {c.op} {bound!r}")

@@ -11,7 +11,7 @@ import functools
 from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from pedsl.errors import DiagnosticSink, ParseError
+from pedsl.errors import DiagnosticSink, ParseError, quoted
 from pedsl.lang.grammar import lark_parser
 
 # How terminals read in a message.
@@ -162,7 +162,7 @@ def report_syntax(errors: list[UnexpectedInput], sink: DiagnosticSink) -> None:
             text = str(tok)
             sink.add(
                 "E111",
-                f"unexpected {text!r}; expected {_expected_words(e.expected)}",
+                f"unexpected {quoted(text)}; expected {_expected_words(e.expected)}",
                 line=line,
                 col=col,
                 end_col=col + max(1, len(text)),

@@ -19,6 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from functools import total_ordering
+from typing import Annotated
+
+from pydantic import PlainSerializer
 
 AXES = ("head", "pos", "dist", "pair", "chan")  # canonical order
 
@@ -65,12 +68,25 @@ class Dep(Enum):
 _RANK = {d: i for i, d in enumerate(Dep)}
 
 
+def _axes_in_order(axes: frozenset[str]) -> list[str]:
+    return [a for a in AXES if a in axes] + sorted(a for a in axes if a not in AXES)
+
+
+def _reads_in_order(reads: frozenset[Dep]) -> list[str]:
+    return [d.value for d in sorted(reads)]
+
+
+# JSON lists a set in a fixed order (a frozenset's own order changes with PYTHONHASHSEED)
+_AxesSet = Annotated[frozenset[str], PlainSerializer(_axes_in_order, when_used="json")]
+_ReadsSet = Annotated[frozenset["Dep"], PlainSerializer(_reads_in_order, when_used="json")]
+
+
 @dataclass(frozen=True)
 class Ty:
     kind: Kind
-    axes: frozenset[str] = field(default_factory=frozenset)
+    axes: _AxesSet = field(default_factory=frozenset)
     integer: bool = False
-    reads: frozenset[Dep] = field(default_factory=frozenset)  # the run-time inputs it depends on
+    reads: _ReadsSet = field(default_factory=frozenset)  # the run-time inputs it depends on
     detail: str = ""  # transports/steps: rotate | rotation | householder ; axis: its name
 
     def __post_init__(self):
@@ -99,8 +115,8 @@ class Ty:
 
     def to_json(self) -> dict:
         """Plain data: kind, axes and reads in canonical order, and the dependence class."""
-        return {"kind": self.kind.value, "axes": [a for a in AXES if a in self.axes],
-                "reads": [d.value for d in sorted(self.reads)], "dep": self.dep.value}
+        return {"kind": self.kind.value, "axes": _axes_in_order(self.axes),
+                "reads": _reads_in_order(self.reads), "dep": self.dep.value}
 
     def show(self) -> str:
         if self.kind == "num":

@@ -26,6 +26,7 @@ from typing import Callable
 
 
 from pedsl.errors import DataError, UsageError
+from pedsl.limits import check_tensor
 from pedsl.profile import mi as M
 from pedsl.profile import sources as S
 
@@ -47,6 +48,21 @@ def parse_granularities(text: str | None, is_text: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _check_options(max_bytes: int, max_distance: int, vocab: int, width_fraction: float, train_length: int,
+                   law_c: float) -> None:
+    """UsageError for an option out of range or over its cap, before anything is read or allocated."""
+    if max_bytes < MIN_SYMBOLS:
+        raise UsageError(f"--max-bytes {max_bytes} is too small", hint=f"use at least {MIN_SYMBOLS}")
+    if max_distance < 1 or not 0 < width_fraction < 1 or vocab < 2 or train_length < 8 or law_c <= 0:
+        raise UsageError("--max-distance must be >= 1, --width-fraction in (0, 1), --vocab >= 2, "
+                         "--train-length >= 8 and --law-c > 0")
+    too_big = (check_tensor("profile", max_bytes, 8, f"--max-bytes {max_bytes:,} as int64 symbols")
+               or check_tensor("profile", vocab * vocab, 8, f"--vocab {vocab:,}: a {vocab:,} x {vocab:,} table of "
+                                                           "pair counts, int64"))
+    if too_big:
+        raise UsageError(too_big, code="E994", hint="lower --max-bytes (or --vocab)")
+
+
 def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_000_000,
                 max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
                 width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
@@ -55,11 +71,7 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
                 compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
     """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
     t0 = time.perf_counter()
-    if max_bytes < MIN_SYMBOLS:
-        raise UsageError(f"--max-bytes {max_bytes} is too small", hint=f"use at least {MIN_SYMBOLS}")
-    if max_distance < 1 or not 0 < width_fraction < 1 or vocab < 2 or train_length < 8 or law_c <= 0:
-        raise UsageError("--max-distance must be >= 1, --width-fraction in (0, 1), --vocab >= 2, "
-                         "--train-length >= 8 and --law-c > 0")
+    _check_options(max_bytes, max_distance, vocab, width_fraction, train_length, law_c)
     if compare is not None and suggest is None:
         raise UsageError("--compare trains the suggested scheme: it needs --suggest FILE.pe")
     if compare is not None and data in S.SYNTHETIC and data != "blocks":

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from pedsl.errors import CheckpointError, EvalError, PedslError
 from pedsl.fsio import read_text
+from pedsl.strictparse import load_json
 from pedsl.limits import MAX_LENGTH, MAX_LIST
 
 
@@ -131,7 +132,7 @@ def read_json(path: str | Path) -> Any | None:
     """Parsed JSON, or None when the file is missing or unreadable (a half-written study), or over
     16 MiB (a planted huge file is never read whole)."""
     try:
-        return json.loads(read_text(path, 16 << 20))
+        return load_json(read_text(path, 16 << 20))
     except (OSError, ValueError):
         return None
 

@@ -21,7 +21,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from pedsl.errors import DataError
+from pedsl.errors import DataError, EvalError
 
 
 def window_ends(n_data: int, max_len: int, n: int, seed: int) -> torch.Tensor:
@@ -78,6 +78,9 @@ def perplexity(model: Callable, data: torch.Tensor, lengths: list[int], context:
         w = generate(windows, L + 1) if generate is not None else windows_at(data, ends, L)
         total, count = score_last(model, w, context, token_budget)
         nll = total / count
+        if not math.isfinite(nll):  # a non-finite result is an error, never a number in a report
+            raise EvalError(f"the perplexity at length {L} is not finite (the model's loss is {nll})",
+                            hint="the model's outputs overflow or are NaN; evaluate another checkpoint")
         out[str(L)] = {"nll": nll, "ppl": math.exp(min(nll, 700.0)), "bits_per_byte": nll / math.log(2),
                        "tokens": count, "windows": int(w.shape[0])}
         say(f"  ppl @ {L:>6}: {out[str(L)]['ppl']:.3f}")

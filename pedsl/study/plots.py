@@ -18,14 +18,14 @@ output stem; returns the file names written (relative), or [] when there is noth
 from __future__ import annotations
 
 import io
-import json
 import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import matplotlib
 
-from pedsl.fsio import atomic_write_bytes
+from pedsl.fsio import atomic_write_bytes, read_text
+from pedsl.strictparse import load_json
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -242,17 +242,20 @@ def band_plot(ax, x: Sequence[float], spreads: Sequence[Mapping], *, label: str,
                         alpha=0.15, linewidth=0)
 
 
+MAX_METRICS_BYTES = 1 << 30  # a metrics.jsonl of a long run is a few MB
+
+
 def read_metrics(run: Path) -> list[dict]:
     """The records of RUN/metrics.jsonl (half-written lines skipped); [] when absent."""
     try:
-        lines = (Path(run) / "metrics.jsonl").read_text().splitlines()
-    except OSError:
+        lines = read_text(Path(run) / "metrics.jsonl", MAX_METRICS_BYTES).splitlines()  # never a FIFO
+    except (OSError, ValueError):
         return []
     out = []
     for line in lines:
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+            out.append(load_json(line))
+        except ValueError:
             continue
     return out
 

@@ -2,6 +2,8 @@
 
 Run directory format (``pedsl train ... --out RUN``; read by :func:`load_run` and by eval)::
 
+    RUN/.pedsl-run        {"pedsl": "run folder", "format": 1}: written first, the proof that the
+                          folder is a pedsl run (pedsl.train.rundir.is_run)
     RUN/config.yaml       the resolved TrainConfig (pedsl.config), YAML
     RUN/scheme.pe         the main scheme file's source text
     RUN/scheme/           a copy of every file of the resolved scheme (the main file and its whole
@@ -21,6 +23,7 @@ Run directory format (``pedsl train ... --out RUN``; read by :func:`load_run` an
         state.json                  step, rng (torch base64, python), data {"next_step"},
                                     scheme_name, scheme_hash, config_hash, shapes {name: [..]},
                                     param_groups, files {name: sha256}
+    RUN/checkpoints/step_XXXXXXX.bad[.N]/  a checkpoint that did not restore, moved aside on --resume
     RUN/DONE.json         written at the end: steps, val_loss, unigram_baseline (nats/byte),
                           wall_time_s, tokens_per_s, n_params, scheme, scheme_hash, data, world_size
 
@@ -29,12 +32,12 @@ API: :func:`pedsl.train.loop.train` (what ``pedsl train`` runs) and :func:`load_
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pedsl.errors import CheckpointError
 from pedsl.fsio import read_text
+from pedsl.strictparse import load_json
 
 __all__ = ["load_run", "train"]
 
@@ -85,7 +88,7 @@ def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = Non
     model.to(device).eval()
     done_file = run / "DONE.json"
     try:
-        done = json.loads(read_text(done_file, 16 << 20)) if done_file.exists() else None  # never read whole
+        done = load_json(read_text(done_file, 16 << 20)) if done_file.exists() else None  # never read whole
     except (OSError, ValueError):
         done = None  # a damaged DONE.json: the checkpoint is what counts
     meta: dict[str, Any] = {"step": int(state["step"]), "checkpoint": path, "scheme": scheme,

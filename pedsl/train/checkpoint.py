@@ -30,8 +30,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from pedsl.errors import CheckpointError
-from pedsl.fsio import fsync_dir, open_regular, read_bytes
+from pedsl.errors import CheckpointError, clip, quoted
+from pedsl.fsio import fsync_dir, open_regular, read_bytes, write_new_bytes
+from pedsl.strictparse import load_json
 
 PREFIX = "step_"
 
@@ -116,10 +117,7 @@ def save_checkpoint(ckpt_root: Path, step: int, model: torch.nn.Module, optim: t
     try:
         for name, data in (("model.safetensors", model_bytes), ("optim.safetensors", optim_bytes),
                            ("state.json", json.dumps(state, indent=1).encode())):
-            with open(tmp / name, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+            write_new_bytes(tmp / name, data)
         fsync_dir(tmp)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)  # a full disk: leave no half-written folder behind
@@ -198,7 +196,7 @@ def validate_state(path: Path, state: Any) -> CheckpointState:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "the top level"
-        got = "" if first["type"] == "missing" else f" (found {str(first.get('input'))[:60]!r})"
+        got = "" if first["type"] == "missing" else f" (found {quoted(first.get('input'), 60)})"
         raise CheckpointError(f"'{state_file}' is invalid: {where}: {first['msg']}{got}", file=str(state_file),
                               hint=hint) from None
     name = path.name
@@ -242,7 +240,7 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
     """(model tensors, optimizer tensors, state) of one checkpoint, verified against its hashes."""
     state_file = path / "state.json"
     try:
-        state = json.loads(read_bytes(state_file, MAX_STATE_BYTES + 1).decode("utf-8"))
+        state = load_json(read_bytes(state_file, MAX_STATE_BYTES + 1).decode("utf-8"))
     except FileNotFoundError:
         raise CheckpointError(f"checkpoint '{path}' has no state.json", file=str(state_file),
                               hint=f"the checkpoint is incomplete; delete '{path}' to resume from an older one") from None
@@ -274,12 +272,30 @@ def read_checkpoint(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, torc
             tensors.append(st_load(data))
         except (SafetensorError, Exception) as exc:  # noqa: BLE001 - any decoding failure
             raise CheckpointError(f"checkpoint file '{f}' cannot be read: {exc}", file=str(f)) from None
+    _finite_weights(path, tensors[0])
     return tensors[0], tensors[1], state
+
+
+def _finite_weights(path: Path, model_t: dict[str, torch.Tensor]) -> None:
+    """CheckpointError when a weight is NaN or infinite: training stops before a non-finite step,
+    so such a checkpoint was edited or damaged, and every result from it would be NaN."""
+    for name, t in sorted(model_t.items()):
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"checkpoint '{path}' holds non-finite weights (NaN or infinity in '{clip(name, 80)}')",
+                                  file=str(path / "model.safetensors"),
+                                  hint=f"pedsl never saves such weights: the file was edited or damaged; delete "
+                                       f"'{path}' to use an older checkpoint")
 
 
 def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, config_hash: str,
                      model: torch.nn.Module) -> None:
     """Raise CheckpointError when a checkpoint belongs to another scheme, config or shape."""
+    check_hashes(path, state, scheme_hash=scheme_hash, config_hash=config_hash)
+    check_shapes(path, state, model)
+
+
+def check_hashes(path: Path, state: dict[str, Any], *, scheme_hash: str, config_hash: str) -> None:
+    """Raise CheckpointError when a checkpoint records another scheme or config than the run's."""
     f = str(path / "state.json")
     if state.get("scheme_hash") != scheme_hash:
         raise CheckpointError(
@@ -287,10 +303,15 @@ def check_compatible(path: Path, state: dict[str, Any], *, scheme_hash: str, con
             f"this scheme is {scheme_hash[:12]}...)", file=f,
             hint="resume with the run's own copy of its scheme (RUN/scheme/) or use another --out")
     if state.get("config_hash") != config_hash:
-        diff = state.get("config_diff_hint", "")
+        diff = clip(str(state.get("config_diff_hint", "")))
         raise CheckpointError(
             f"checkpoint '{path}' was trained with another configuration{diff}", file=f,
             hint="resume with the same settings as the run (see RUN/config.yaml) or use another --out")
+
+
+def check_shapes(path: Path, state: dict[str, Any], model: torch.nn.Module) -> None:
+    """Raise CheckpointError when the tensor shapes a checkpoint records differ from the model's."""
+    f = str(path / "state.json")
     own = {k: list(v.shape) for k, v in model.state_dict().items()}
     saved = state.get("shapes", {})
     for k in sorted(set(own) | set(saved)):
@@ -313,8 +334,8 @@ def _same_settings(saved: list[Any], own: list[dict[str, Any]]) -> None:
             if key in ("params", "lr") or key not in g:
                 continue
             if _to_json(g[key]) != _to_json(value):
-                raise ValueError(f"optimizer group {i} has {key} = {g[key]!r} in state.json, but the run's "
-                                 f"config gives {value!r}")
+                raise ValueError(f"optimizer group {i} has {key} = {quoted(g[key])} in state.json, but the run's "
+                                 f"config gives {quoted(value)}")
 
 
 def load_into(model: torch.nn.Module, optim: torch.optim.Optimizer | None, model_t: dict, optim_t: dict,
@@ -324,5 +345,52 @@ def load_into(model: torch.nn.Module, optim: torch.optim.Optimizer | None, model
     if optim is not None:
         optim_t = {k: v for k, v in optim_t.items() if k != "__empty__"}
         _same_settings(state["param_groups"], optim.state_dict()["param_groups"])
+        _fits_parameters(optim_t, state["param_groups"], optim)
         sd = unflatten_optimizer(optim_t, state["param_groups"])
         optim.load_state_dict(sd)  # AdamW moves state to the params' device
+
+
+_MOMENTS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq")  # AdamW's per-parameter tensors; "step" is a scalar
+
+
+def _fits_parameters(flat: dict[str, torch.Tensor], saved: list[dict], optim: torch.optim.Optimizer) -> None:
+    """ValueError when an optimizer tensor is not one AdamW keeps for a parameter of this model, or
+    has another shape (torch would load it and fail at the first step)."""
+    by_index: dict[int, torch.Tensor] = {}
+    for g, own in zip(saved, optim.param_groups):
+        ids = g.get("params")
+        if not isinstance(ids, list) or len(ids) != len(own["params"]):
+            raise ValueError(f"an optimizer group of state.json lists {len(ids) if isinstance(ids, list) else 'no'} "
+                             f"parameters, the model's has {len(own['params'])}")
+        by_index.update(zip(ids, own["params"]))
+    for key, t in flat.items():
+        _, idx, name = (key.split(".", 2) + ["", ""])[:3]
+        param = by_index.get(int(idx)) if idx.isdigit() else None
+        if param is None or name not in (*_MOMENTS, "step"):
+            raise ValueError(f"optim.safetensors holds {quoted(key, 80)}, which is no optimizer state of this model")
+        want = list(param.shape) if name in _MOMENTS else []
+        if list(t.shape) != want or not t.is_floating_point():
+            raise ValueError(f"optimizer tensor '{key}' is {t.dtype} of shape {list(t.shape)}; its parameter needs "
+                             f"floating point of shape {want}")
+
+
+def _check_rng(state: dict[str, Any]) -> None:
+    """The RNG states applied to throw-away generators first: a bad one fails before anything changes."""
+    torch.Generator().set_state(torch.frombuffer(bytearray(base64.b64decode(state["torch"])), dtype=torch.uint8))
+    random.Random().setstate(_from_json(state["python"]))
+
+
+def restore(path: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, model_t: dict, optim_t: dict,
+            state: dict[str, Any]) -> None:
+    """Load checkpoint ``path`` (read by :func:`read_checkpoint`) into the model, the optimizer and the
+    RNGs. CheckpointError when it cannot be: files that match their hashes but hold what no run
+    writes (an edited ``eps``, a bad RNG state, optimizer tensors of the wrong shape)."""
+    try:
+        _check_rng(state["rng"])
+        load_into(model, optim, model_t, optim_t, state)
+        set_rng_state(state["rng"])
+    except (ValueError, TypeError, KeyError, RuntimeError, IndexError, OverflowError) as exc:
+        raise CheckpointError(f"checkpoint '{path}' cannot be restored: {type(exc).__name__}: "
+                              f"{clip(str(exc), 300)}", file=str(path / "state.json"),
+                              hint=f"the checkpoint was edited or damaged; delete '{path}' to resume from an "
+                                   "older checkpoint") from None

@@ -24,8 +24,9 @@ import torch
 
 from pedsl.config import RESUMABLE_FIELDS, TrainConfig
 from pedsl.data.stream import TrainData
-from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError
-from pedsl.fsio import atomic_write_text, open_regular
+from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError, quoted
+from pedsl.fsio import atomic_write_text, open_append, open_regular
+from pedsl.strictparse import load_json
 from pedsl.model import TransformerLM
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
@@ -70,7 +71,7 @@ def _config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> 
         if isinstance(a, dict) and isinstance(b, dict) and k != "params":
             out += _config_diff(a, b, f"{prefix}{k}.")
         elif a != b:
-            out.append(f"{prefix}{k}: {a!r} in the run, {b!r} now")
+            out.append(f"{prefix}{k}: {quoted(a)} in the run, {quoted(b)} now")
     return out
 
 
@@ -120,7 +121,7 @@ def _truncate_metrics(path: Path, step: int) -> None:
                         pass
                     continue
                 try:
-                    rec = json.loads(raw)
+                    rec = load_json(raw)
                 except ValueError:  # a half-written last line after a crash
                     continue
                 if isinstance(rec, dict) and isinstance(rec.get("step", 0), int) and rec.get("step", 0) <= step:
@@ -142,9 +143,12 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeRecipe | No
         distributed.teardown(d)
 
 
-def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, dict]:
-    """The newest checkpoint that reads back whole; newer damaged ones are moved aside by the main
-    process (``step_N.bad``, so they no longer count as the newest) and said so."""
+def _resume(run: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, attn: SchemeRecipe,
+            cfg: TrainConfig, say, main: bool = True) -> dict:
+    """Restore the newest checkpoint that reads back whole and restores (:func:`ck.restore`) and
+    return its state. Newer damaged ones are moved aside by the main process (``step_N.bad``, so
+    they no longer count as the newest; never over anything already there) and said so. A
+    checkpoint of another scheme, config or model shape is refused, not passed over."""
     ckpts = ck.list_checkpoints(run / "checkpoints")
     if not ckpts:
         ck.latest_checkpoint(run / "checkpoints")  # raises: no checkpoint found
@@ -155,14 +159,31 @@ def _resume_state(run: Path, say, main: bool = True) -> tuple[Path, dict, dict, 
         except CheckpointError as err:
             bad.append((path, err))
             continue
+        ck.check_hashes(path, state, scheme_hash=attn.source_hash, config_hash=cfg.digest())  # another run's: refused
+        try:
+            ck.check_shapes(path, state, model)  # the config fixes the shapes: another one is damage
+            ck.restore(path, model, optim, model_t, optim_t, state)
+        except CheckpointError as err:
+            bad.append((path, err))
+            continue
         for p, err in bad if main else ():
-            aside = p.with_name(f"{p.name}.bad")
-            shutil.rmtree(aside, ignore_errors=True)
+            aside = _aside_name(p)
             os.replace(p, aside)
             say(f"warning: checkpoint {p.name} cannot be used ({err.diagnostics[0].message}); moved it to "
                 f"{aside.name} and resuming from {path.name}")
-        return path, model_t, optim_t, state
+        return state
     raise bad[0][1]
+
+
+def _aside_name(ckpt: Path) -> Path:
+    """``step_N.bad``, or ``step_N.bad.2``, ... when that name is taken (by anything: a folder, a file,
+    a link - never followed, never deleted)."""
+    for i in range(1, 10_000):
+        aside = ckpt.with_name(f"{ckpt.name}.bad" + (f".{i}" if i > 1 else ""))
+        if not aside.exists() and not aside.is_symlink():
+            return aside
+    raise OutputError(f"cannot move the damaged checkpoint {ckpt} aside: {ckpt.name}.bad ... .bad.9999 all exist",
+                      hint="delete the old step_N.bad folders")
 
 
 def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe | None,
@@ -187,17 +208,8 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     meta = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
     start = 0
     if resume:
-        path, model_t, optim_t, state = _resume_state(
-            run, lambda m: print(f"pedsl train: {m}", file=sys.stderr, flush=True), main=d.is_main)
-        ck.check_compatible(path, state, scheme_hash=attn.source_hash, config_hash=cfg.digest(), model=model)
-        try:
-            ck.load_into(model, optim, model_t, optim_t, state)
-            ck.set_rng_state(state["rng"])
-        except (ValueError, TypeError, KeyError, RuntimeError, IndexError) as exc:
-            raise CheckpointError(f"checkpoint '{path}' cannot be restored: {type(exc).__name__}: {str(exc)[:200]}",
-                                  file=str(path / "state.json"),
-                                  hint=f"the checkpoint was edited or damaged; delete '{path}' to resume from an "
-                                       f"older checkpoint") from None
+        state = _resume(run, model, optim, attn, cfg,
+                        lambda m: print(f"pedsl train: {m}", file=sys.stderr, flush=True), main=d.is_main)
         start = int(state["step"])
         if d.is_main:
             _truncate_metrics(run / "metrics.jsonl", start)
@@ -211,7 +223,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
     baseline = data.unigram_baseline()
     tokens_per_step = cfg.batch_size * cfg.context
-    metrics = _open_append(run / "metrics.jsonl") if d.is_main else None
+    metrics = open_append(run / "metrics.jsonl") if d.is_main else None
     show_bar = d.is_main and not quiet and sys.stderr.isatty()
     bar = None
 
@@ -323,17 +335,6 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         say(f"done: val loss {val_loss:.4f} nats/byte"
             + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
     return result
-
-
-def _open_append(path: Path):
-    """``metrics.jsonl`` for appending, never through a symbolic link (O_NOFOLLOW)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    except OSError as exc:
-        raise OutputError(f"cannot write '{path}': {exc.strerror or exc}"
-                          + (" (it is a symbolic link)" if path.is_symlink() else ""), file=str(path),
-                          hint="pedsl never writes through symbolic links; remove the link or choose another --out") from None
-    return os.fdopen(fd, "a")
 
 
 def _loss(model: torch.nn.Module, batch: torch.Tensor, answers: torch.Tensor | None = None,

@@ -8,14 +8,18 @@
   The files and their hash: :mod:`pedsl.train.schemefiles`.
 - **The lock.** ``RUN/.pedsl.lock`` under an exclusive ``fcntl.flock``: a second ``pedsl train`` into
   the same folder is refused (:mod:`pedsl.train.runlock`, with the temporary checkpoint folders).
-- **What may be written.** A run goes only into a new or empty folder or a pedsl run folder; no
-  file or folder of a run is written through a symbolic link.
+- **What may be written.** A run goes only into a new or empty folder or a pedsl run folder, which
+  pedsl proves by ``RUN/.pedsl-run`` (a marker it writes first, with the folder's format version);
+  a complete run from before the marker is recognised by its manifest, hashes and config (and gets
+  the marker when it is next trained). Anything else is refused unmodified. Neither the folder nor
+  any file or folder of a run is written through a symbolic link.
 - **One reader.** :func:`read` opens a run folder for ``load_run`` (eval, analyze, compare) and
   loads its scheme from the copy, verified against the recorded sha256.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -25,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
-from pedsl.fsio import atomic_write_bytes, atomic_write_text, read_text, refuse_symlink
+from pedsl.config import TrainConfig
+from pedsl.errors import CheckpointError, ConfigError, EvalError, OutputError, PedslError, quoted
+from pedsl.fsio import atomic_write_bytes, atomic_write_text, read_bytes, read_text, refuse_symlink
+from pedsl.strictparse import StrictParseError, load_json
 from pedsl.train.runlock import LOCK_NAME, RunLock, clean_temporary, describe_owner
 from pedsl.train.schemefiles import SchemeFiles, describe_change, scheme_files
 
@@ -38,22 +44,85 @@ MANIFEST = "scheme.json"
 # Writing: which folders may hold a run, no symbolic links, the copy of the scheme
 
 
+MARKER = ".pedsl-run"  # written first into every run folder: the proof that pedsl made it
+RUN_FORMAT = 1  # the layout of a run folder; a newer pedsl that changes it raises this
+
+
+def marker_format(run: Path) -> int | None:
+    """The format version in ``RUN/.pedsl-run``, or None when the folder has no valid marker."""
+    p = run / MARKER
+    if p.is_symlink() or not p.is_file():
+        return None
+    try:
+        data = load_json(read_text(p, 4096))
+    except (OSError, UnicodeDecodeError, StrictParseError):
+        return None
+    fmt = data.get("format") if isinstance(data, dict) and data.get("pedsl") == "run folder" else None
+    return fmt if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt >= 1 else None
+
+
+def write_marker(run: Path) -> None:
+    atomic_write_text(run / MARKER, json.dumps({"pedsl": "run folder", "format": RUN_FORMAT}) + "\n")
+
+
 def is_run(run: Path) -> bool:
-    """A pedsl run folder: it records a scheme hash, or holds nothing but pedsl's lock file."""
-    sha = run / "scheme.sha256"
-    if sha.is_file() and not sha.is_symlink():
-        try:
-            return re.fullmatch(r"[0-9a-f]{64}\s*", read_text(sha, 100)) is not None
-        except (OSError, UnicodeDecodeError):
-            return False
-    try:  # a run that stopped before writing anything (its lock file, a write probe)
-        return all(p.name == LOCK_NAME or p.name.startswith(".write-test-") for p in run.iterdir())
+    """A pedsl run folder: it holds pedsl's marker, or is a complete run of a pedsl from before the
+    marker (:func:`is_unmarked_run`), or holds nothing but pedsl's lock file (a run that stopped
+    before writing anything)."""
+    if marker_format(run) is not None:
+        return True
+    try:
+        if all(p.name == LOCK_NAME for p in run.iterdir()):
+            return True
     except OSError:
         return False
+    return is_unmarked_run(run)
+
+
+def is_unmarked_run(run: Path) -> bool:
+    """A run written before runs carried a marker, proven by what only pedsl writes together:
+    ``scheme.sha256`` equal to the manifest's sha256, ``scheme/`` holding exactly the files the
+    manifest lists (each with its sha256, no links), and a ``config.yaml`` that is a training config.
+    A folder that merely looks like a run (a hash file, a ``scheme/`` folder of other files) is not one."""
+    recorded, manifest, root = recorded_hash(run), recorded_manifest(run), run / SCHEME_DIR
+    if recorded is None or re.fullmatch(r"[0-9a-f]{64}", recorded) is None or manifest is None:
+        return False
+    listed = manifest.get("files")
+    if manifest.get("sha256") != recorded or not isinstance(listed, dict) or not listed:
+        return False
+    if root.is_symlink() or not root.is_dir() or _copied_files(root) != set(listed):
+        return False
+    for rel, digest in listed.items():
+        try:
+            if hashlib.sha256(read_bytes(root / rel, MAX_COPY_BYTES)).hexdigest() != digest:
+                return False
+        except OSError:
+            return False
+    try:
+        TrainConfig.from_yaml(run / "config.yaml")
+    except ConfigError:
+        return False
+    return not (run / "config.yaml").is_symlink()
+
+
+MAX_COPY_BYTES = 1 << 24  # a scheme's file is a few kB
+
+
+def _copied_files(root: Path) -> set[str] | None:
+    """The relative names of the regular files under ``root``; None when it holds anything else."""
+    out = set()
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            p = Path(folder) / name
+            if p.is_symlink() or not (p.is_dir() or p.is_file()):
+                return None
+        out |= {(Path(folder) / name).relative_to(root).as_posix() for name in files}
+    return out
 
 
 def check_out_folder(run: Path) -> None:
     """Refuse a ``--out`` that exists, is not empty and is not a pedsl run (its files would be overwritten)."""
+    refuse_symlink(run)  # a run is never written through a link (into the folder it points to)
     if not run.exists():
         return
     if not run.is_dir():
@@ -68,6 +137,10 @@ def check_out_folder(run: Path) -> None:
         raise OutputError(f"'{run}' is not empty and is not a pedsl run folder (it holds {shown})",
                           file=str(run), hint="choose a new or empty --out: a run never writes into "
                                               "another folder's files")
+    fmt = marker_format(run)
+    if fmt is not None and fmt > RUN_FORMAT:
+        raise OutputError(f"'{run}' is a run folder of a newer pedsl (format {fmt}; this one writes format "
+                          f"{RUN_FORMAT})", file=str(run / MARKER), hint="use the newer pedsl, or another --out")
 
 
 def no_links(run: Path, *names: str) -> None:
@@ -96,7 +169,7 @@ def write_scheme(run: Path, files: SchemeFiles, source: str) -> None:
 
 def recorded_manifest(run: Path) -> dict[str, Any] | None:
     try:
-        data = json.loads(read_text(run / MANIFEST, 1 << 20))
+        data = load_json(read_text(run / MANIFEST, 1 << 20))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
@@ -131,15 +204,16 @@ def open_for_training(run: Path, quiet: bool = False) -> RunLock:
     check_out_folder(run)
     try:
         run.mkdir(parents=True, exist_ok=True)
-        probe = run / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        if not os.access(run, os.W_OK):
+            raise PermissionError(13, "Permission denied")
     except OSError as exc:
         raise OutputError(f"cannot write the run directory '{run}': {exc.strerror or exc}",
                           hint="choose another --out") from None
     lock = RunLock(run).acquire()
     try:
-        no_links(run, "checkpoints", "config.yaml", "metrics.jsonl", "DONE.json")
+        no_links(run, MARKER, "checkpoints", "config.yaml", "metrics.jsonl", "DONE.json")
+        if marker_format(run) is None:  # a new folder, or a run from before the marker: from here on a run
+            write_marker(run)
         removed = clean_temporary(run / "checkpoints")
     except BaseException:
         lock.release()
@@ -173,7 +247,7 @@ class Run:
             return self.manifest["name"]
         if self.checkpoints:
             try:
-                return json.loads(read_text(self.checkpoints[-1] / "state.json")).get("scheme_name")
+                return load_json(read_text(self.checkpoints[-1] / "state.json", 64 << 20)).get("scheme_name")
             except (OSError, ValueError, AttributeError):
                 return None
         return None
@@ -181,19 +255,34 @@ class Run:
     def copy_root(self) -> Path:
         return self.path / SCHEME_DIR
 
+    def own_copy(self) -> Path | None:
+        """The run's copy of its main scheme file (``RUN/scheme/<main>`` as ``scheme.json`` names it),
+        None when the manifest names none. EvalError when the name leads out of ``RUN/scheme/``
+        (an absolute path, ``..``, a symbolic link): a run is read only through what it holds."""
+        main = (self.manifest or {}).get("main")
+        if not isinstance(main, str) or not main:
+            return None
+        root = self.copy_root()
+        if Path(main).is_absolute() or ".." in Path(main).parts or not _inside(root / main, root) \
+                or root.is_symlink():
+            raise EvalError(f"run '{self.path}' names its scheme {quoted(main, 120)}, which is outside its "
+                            f"copy of the scheme ({root})", file=str(self.path / MANIFEST),
+                            hint="the run directory was edited; train the run again")
+        return root / main
+
     def load_scheme(self):
         """``(scheme, files)``: the run's scheme from its own copy (``RUN/scheme/``; older runs:
-        ``RUN/scheme.pe``, then the original path), verified against ``RUN/scheme.sha256``."""
+        ``RUN/scheme.pe``), verified against ``RUN/scheme.sha256``. Nothing outside the run is read
+        for it (the library files its copy imports by name are hashed with it)."""
         from pedsl.lang.imports import allow_import_roots
         from pedsl.lang.api import load
 
-        candidates = []
-        main = (self.manifest or {}).get("main")
-        if isinstance(main, str) and main:
-            candidates.append(self.copy_root() / main)
-        candidates.append(self.path / "scheme.pe")
-        if self.cfg.scheme:
-            candidates.append(Path(self.cfg.scheme))
+        if self.scheme_hash is None or re.fullmatch(r"[0-9a-f]{64}", self.scheme_hash) is None:
+            raise EvalError(f"run '{self.path}' records no scheme hash (scheme.sha256): which scheme it was "
+                            "trained with cannot be checked", file=str(self.path / "scheme.sha256"),
+                            hint="the run directory is incomplete or was edited; train the run again")
+        candidates = [p for p in (self.own_copy(), self.path / "scheme.pe")
+                      if p is not None and _inside(p, self.path)]
         first_err, mismatch = None, None
         name = self.scheme_name()
         for candidate in candidates:
@@ -207,7 +296,7 @@ class Run:
             except PedslError as err:
                 first_err = first_err or err
                 continue
-            if self.scheme_hash is None or files.digest == self.scheme_hash:
+            if files.digest == self.scheme_hash:
                 return s, files
             mismatch = mismatch or describe_change(self.manifest, files)
         if first_err is not None and mismatch is None:
@@ -218,10 +307,16 @@ class Run:
                         hint="the run directory is incomplete or was edited")
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    """Whether ``path``, links followed, lies within ``folder`` (links followed too)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):
+        return False
+
+
 def read(run_dir: str | Path) -> Run:
     """Open a run folder: EvalError when it is missing or not a run, with a hint."""
-    from pedsl.config import TrainConfig
-    from pedsl.errors import ConfigError
     from pedsl.train import checkpoint as ck
 
     run = Path(run_dir)
@@ -230,6 +325,9 @@ def read(run_dir: str | Path) -> Run:
                         hint="pass the --out directory of `pedsl train` (or of `pedsl compare`: DIR/runs/<scheme>)")
     if not run.is_dir():
         raise EvalError(f"'{run}' is a file, not a run directory", hint="pass the --out directory of `pedsl train`")
+    if not is_run(run):
+        raise EvalError(f"'{run}' is not a pedsl run folder (no {MARKER} marker, and not a complete run of an "
+                        "earlier pedsl)", file=str(run), hint="pass the --out directory of `pedsl train`")
     cfg_file = run / "config.yaml"
     if not cfg_file.exists():
         raise EvalError(f"'{run}' is not a training run: it has no config.yaml", file=str(cfg_file),

@@ -28,6 +28,7 @@ from typing import Any
 
 from pedsl.errors import OutputError
 from pedsl.fsio import atomic_write_text, read_text, refuse_symlink
+from pedsl.strictparse import load_json
 
 LOCK_NAME = ".pedsl.lock"
 _TEMP = re.compile(r"^step_\d+\.(?:tmp|old)-(\d+)$")
@@ -168,7 +169,8 @@ def _read_owner(path: Path) -> tuple[dict | None, float | None]:
         raise OutputError(f"the lock file '{path}' is not a regular file", file=str(path),
                           hint="remove it (pedsl creates it), or choose another --out")
     try:
-        owner = json.loads(read_text(path, limit=4096) or "null")
+        text = read_text(path, limit=4096)
+        owner = load_json(text) if text.strip() else None
     except (OSError, ValueError):
         owner = None
     return (owner if isinstance(owner, dict) else None), time.time() - st.st_mtime

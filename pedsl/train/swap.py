@@ -36,14 +36,13 @@ def scheme_path(name_or_path: str | Path) -> Path:
 
 
 def run_scheme_file(run: Path) -> tuple[Path, str | None]:
-    """The run's own copy of its scheme (``RUN/scheme/<main>``, older runs ``RUN/scheme.pe``) and
-    the scheme name the run records."""
+    """The run's own copy of its scheme (``RUN/scheme/<main>``, older runs ``RUN/scheme.pe``), the one
+    verified against the run's hash, and the scheme name the run records."""
     from pedsl.train import rundir
 
     r = rundir.read(run)
-    main = (r.manifest or {}).get("main")
-    copy = r.copy_root() / main if isinstance(main, str) and main else None
-    return (copy if copy is not None and copy.is_file() else Path(run) / "scheme.pe"), r.scheme_name()
+    scheme, _ = r.load_scheme()
+    return Path(scheme.file), r.scheme_name()
 
 
 def swapped_scheme(run: Path, run_params: Mapping[str, Any], other: str | Path | None,
@@ -115,8 +114,8 @@ def check_swap(src: Mapping[str, Any], dst: Mapping[str, Any], *, run: str, run_
 
 def init_record(run: Path) -> dict:
     """The ``init_from`` entry of a fine-tune's config: the source run's newest checkpoint."""
-    import json
-
+    from pedsl.fsio import read_text
+    from pedsl.strictparse import load_json
     from pedsl.train import checkpoint as ck
 
     run = Path(run)
@@ -125,7 +124,7 @@ def init_record(run: Path) -> dict:
                           hint="pass the --out directory of `pedsl train` (or DIR/runs/<scheme> of `pedsl compare`)")
     path = ck.latest_checkpoint(run / "checkpoints")
     try:
-        state = json.loads((path / "state.json").read_text())
+        state = load_json(read_text(path / "state.json", ck.MAX_STATE_BYTES))
         return {"run": str(run.resolve()), "step": int(state["step"]), "scheme": state.get("scheme_name"),
                 "scheme_hash": state["scheme_hash"], "model_sha256": state["files"]["model.safetensors"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
