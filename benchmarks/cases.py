@@ -137,12 +137,12 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
     static_bias, gates = None, []
     for b in mod.biases:
         if b.kind != GATE_BIAS:
-            from pedsl.compiler.module import _as_hd
+            from pedsl.compiler.shapes import as_hd
 
             term = mod.evaluator.run(b.site.expr, mod._ctx(L, x, tokens, q.device), b.site.name)
             i = torch.arange(L)
             dist = (i[:, None] - i[None, :]).clamp(min=0)
-            tab = _as_hd(term, L, H).to(torch.float64)[:, dist].unsqueeze(0)  # (1, H, L, L), static
+            tab = as_hd(term, L, H).to(torch.float64)[:, dist].unsqueeze(0)  # (1, H, L, L), static
             static_bias = tab.to(q.dtype) if static_bias is None else static_bias + tab.to(q.dtype)
         else:
             gates.append(b)

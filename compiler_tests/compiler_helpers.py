@@ -76,6 +76,7 @@ def run_capped(args: list[str], *, timeout: float = 60, mem_gb: float = 2.0, cwd
     return proc.returncode, proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
 
 
+<<<<<<< HEAD
 def without_keys(tree, keys: set[str]):
     """``tree`` (JSON-like) with every dict entry named in ``keys`` removed, at every depth: results
     compared without their wall-clock times and paths."""
@@ -84,3 +85,36 @@ def without_keys(tree, keys: set[str]):
     if isinstance(tree, list):
         return [without_keys(v, keys) for v in tree]
     return tree
+=======
+def first_error(text: str, params=None):
+    """The first error diagnostic of checking ``text`` (it must have one)."""
+    from pedsl.errors import PedslError
+    from pedsl.lang.api import check
+
+    try:
+        diags = check(text, params)
+    except PedslError as err:
+        diags = err.diagnostics
+    errors = [d for d in diags if d.severity == "error"]
+    assert errors, [d.render() for d in diags]
+    return errors[0]
+
+
+def assert_generated_module_matches(mod, src: str, path: Path, lengths=(3, 40)) -> None:
+    """The module generated as ``src`` (written to ``path`` and imported) equals the in-process ``mod``, with
+    the same learned weights, in float64 at each length."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"gen_{path.stem}", path)
+    path.write_text(src)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    gen = module.Module()
+    gen.load_state_dict(mod.state_dict())  # same learned sub-module names
+    mod.double()
+    gen.double()
+    for L in lengths:
+        q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
+        torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok), mod(q, k, v, x=x, tokens=tok),
+                                   rtol=1e-9, atol=1e-10)
+>>>>>>> main

@@ -82,13 +82,13 @@ def builtin_tables() -> str:
     return "\n".join(out)
 
 
-CODES_BEGIN = "<!-- codes:begin (generated from pedsl.errors.CODES: python compiler_tests/lang_helpers.py) -->"
+CODES_BEGIN = "<!-- codes:begin (generated from pedsl.diagnostic_codes.CODES: python compiler_tests/lang_helpers.py) -->"
 CODES_END = "<!-- codes:end -->"
 
 
 def codes_table() -> str:
-    """Every error code of pedsl.errors.CODES (warnings have their own table, with their allow names)."""
-    from pedsl.errors import CODES
+    """Every error code of pedsl.diagnostic_codes.CODES (warnings have their own table, with their allow names)."""
+    from pedsl.diagnostic_codes import CODES
 
     rows = [f"| {code} | {stage} | {meaning} |" for code, (stage, meaning) in CODES.items() if code[0] == "E"]
     return "\n".join(["| code | stage | meaning |", "|---|---|---|", *rows])

@@ -169,7 +169,7 @@ def test_deep_nesting_is_a_clear_error_in_every_yaml_reader(tmp_path):
 
 
 def test_a_huge_value_is_quoted_short():
-    from pedsl.errors import ConfigError, quoted
+    from pedsl.errors import quoted
 
     assert len(quoted("x" * 10**6)) < 300 and quoted("x" * 10**6).endswith("(1,000,002 characters)")
     code, err = _timed_cli("train", "rope", "--set", "preset=" + "p" * 10**6)

@@ -17,7 +17,6 @@ and copied into each probe.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import re
 import shutil

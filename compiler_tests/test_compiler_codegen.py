@@ -10,7 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from compiler_helpers import D_MODEL, inputs
+from compiler_helpers import D_MODEL, assert_generated_module_matches, inputs
 from conftest import SCHEMES, library
 from pedsl.cli import cli
 from pedsl.compiler import compile_scheme
@@ -30,16 +30,7 @@ def test_generated_module_matches_in_process(path, tmp_path):
     mod = compile_scheme(path, d_model=D_MODEL)
     src = generate(mod.scheme, mod.plan, d_model=D_MODEL if mod.needs_x else None)
     assert src == generate(mod.scheme, mod.plan, d_model=D_MODEL if mod.needs_x else None)  # deterministic
-    file = tmp_path / f"{path.stem}.py"
-    file.write_text(src)
-    gen = _import(file, path.stem).Module()
-    gen.load_state_dict(mod.state_dict())  # same learned sub-module names
-    mod.double()
-    gen.double()
-    for L in (3, 40):
-        q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
-        torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok), mod(q, k, v, x=x, tokens=tok),
-                                   rtol=1e-9, atol=1e-10)
+    assert_generated_module_matches(mod, src, tmp_path / f"{path.stem}.py")
 
 
 @pytest.mark.parametrize("name", ["longrope", "dynamic_ntk"])

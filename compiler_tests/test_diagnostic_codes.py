@@ -1,4 +1,4 @@
-"""One table of diagnostic codes (pedsl.errors.CODES): every code used in pedsl/ is in it, every
+"""One table of diagnostic codes (pedsl.diagnostic_codes.CODES): every code used in pedsl/ is in it, every
 entry is used, documented in docs/language.md, and names a real stage."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ import re
 from conftest import ROOT
 from lang_helpers import DOC
 from pedsl import errors
-from pedsl.errors import CODES, PedslError
+from pedsl.diagnostic_codes import CODES
+from pedsl.errors import PedslError
 from pedsl.lang.builtins import WARNINGS
 
 CODE = re.compile(r"[EW]\d{3}")
@@ -38,7 +39,7 @@ def _subclasses(cls):
 def test_every_code_used_is_in_the_table():
     used = _codes_in_source()
     missing = {c: where for c, where in used.items() if c not in CODES}
-    assert not missing, f"add these to pedsl.errors.CODES: {missing}"
+    assert not missing, f"add these to pedsl.diagnostic_codes.CODES: {missing}"
     assert {"E209", "E500", "E900", "E950"} <= set(used)
 
 

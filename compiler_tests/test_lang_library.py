@@ -9,7 +9,7 @@ import pytest
 
 from lang_helpers import LIBRARY, SCHEMES
 from pedsl.lang.api import check, format, load, parse
-from pedsl.lang.lint import rotary_frequencies
+from pedsl.lang.frequencies import rotary_frequencies
 
 # name -> (groups with sizes, transports (kind, targets, group), bias kinds, temperature?, bases)
 EXPECTED = {
@@ -30,6 +30,8 @@ EXPECTED = {
     "fox": ({"all": 32}, [], ["gate"], False, ("nope",)),
     "path": ({"all": 32}, [("accumulate_householder", "qk", "all")], [], False, ("nope",)),
     "path_fox": ({"all": 32}, [("accumulate_householder", "qk", "all")], ["gate"], False, ("path", "nope")),
+    "path_fox_fla": ({"all": 32}, [("accumulate_householder", "qk", "all")], ["gate"], False,
+                     ("path_fox", "path", "nope")),
     "acc_random_qk": ({"all": 32}, [("accumulate_rotation", "qk", "all")], [], False, ("nope",)),
     "acc_random_qkv": ({"all": 32}, [("accumulate_rotation", "qkv", "all")], [], False, ("acc_random_qk", "nope")),
     "acc_random_position": ({"all": 32}, [("accumulate_rotation", "qk", "all")], [], False,

@@ -10,21 +10,11 @@ import math
 
 import pytest
 
-from compiler_helpers import run_cli
+from compiler_helpers import first_error, run_cli
 from pedsl import limits
 from pedsl.config import resolve_eval_config, resolve_train_config
 from pedsl.errors import ConfigError, PedslError
 from pedsl.lang.api import check, load
-
-
-def first_error(text: str, params=None):
-    try:
-        diags = check(text, params)
-    except PedslError as err:
-        diags = err.diagnostics
-    errors = [d for d in diags if d.severity == "error"]
-    assert errors, [d.render() for d in diags]
-    return errors[0]
 
 
 ROPE = "qk: rotate(geometric(10000) * position)"

@@ -219,4 +219,4 @@ def test_import_hf_config_text_cannot_inject_pe_source(tmp_path):
     assert code == 0, err
     text = (tmp_path / "m.pe").read_text()
     assert "scheme evil" not in text.replace("scheme evil ?", "")
-    assert [s.name for s in parse(tmp_path / "m.pe").schemes] == ["x_config_scheme_evil__default"]
+    assert [s.name for s in parse(tmp_path / "m.pe").schemes] == ["x_config_scheme_evil_default"]

@@ -271,7 +271,7 @@ def eval_block_keys() -> set[str]:
 
 def _set_flat(d: dict[str, Any], key: str, value: Any, *, where: str) -> None:
     train_fields = set(TrainConfig.model_fields)
-    if key == "scheme" and value not in ("", d.get("scheme")):  # `--set scheme=/other` made config.yaml lie
+    if key == "scheme" and value not in ("", d.get("scheme")):  # the run's scheme is the file the command names: config.yaml must say which
         raise ConfigError(f"{where}: 'scheme' cannot be set here",
                           hint="the scheme is the file (or library name) the command is given")
     if key in ("model", "data") and isinstance(value, Mapping):

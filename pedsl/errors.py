@@ -243,83 +243,6 @@ class UsageError(PedslError):
     exit_code = 2
 
 
-#: Every diagnostic code pedsl reports: code -> (stage, one-line meaning). One line per code; to add
-#: one, add its line here (in order), use it, and run ``python compiler_tests/lang_helpers.py`` to
-#: regenerate the table in docs/language.md. ``compiler_tests/test_diagnostic_codes.py`` checks that
-#: every code used in pedsl/ is here, every entry is used and documented.
-CODES: dict[str, tuple[str, str]] = {
-    "E000": ("pedsl", "an error without a more specific code"),
-    "E100": ("parse", "a syntax error without a more specific code"),
-    "E101": ("parse", "not UTF-8 text, or a control character in the text"),
-    "E102": ("parse", "file too large (over 1 MB) or too long (over ~20,000 tokens)"),
-    "E103": ("parse", "brackets or an expression nested too deeply"),
-    "E110": ("parse", "unexpected character (also: unterminated string)"),
-    "E111": ("parse", "unexpected token; says what was expected (and which keywords start a statement)"),
-    "E112": ("parse", "unexpected end of file (a `}` missing?)"),
-    "E113": ("parse", "a number too large for a float (`1e999`)"),
-    "E200": ("check", "a checking error without a more specific code"),
-    "E201": ("check", "unknown name (did you mean ...?)"),
-    "E202": ("check", "unknown function, or calling something that is not a function"),
-    "E203": ("check", "wrong arguments: too many, unknown keyword (did you mean ...?), missing, given twice"),
-    "E204": ("check", "type or axes mismatch (the type found and the type needed)"),
-    "E205": ("check", "duplicate: param/let/statement/group/scheme declared twice, a let defined in terms of "
-                      "itself, a builtin name reused"),
-    "E206": ("check", "`extends` an unknown scheme"),
-    "E207": ("check", "`extends` cycle (or a chain longer than 64 schemes)"),
-    "E208": ("check", "import cycle"),
-    "E209": ("check", "missing file (an import, or the file given; also a folder), a name that is neither "
-                      "a file nor a library scheme, or an import refused (outside the allowed folders, not a "
-                      "`.pe` file, not a regular file, or not parseable)"),
-    "E210": ("check", "a channel group does not fit `head_dim` (fraction, quarters, range, odd size)"),
-    "E211": ("check", "overlapping channel groups, or an unknown group in `on`"),
-    "E212": ("check", "a parameter default violates its constraint"),
-    "E213": ("check", "unknown `train`/`eval` key (the keys are the fields of `pedsl.config.TrainConfig` / "
-                      "`EvalConfig`)"),
-    "E214": ("check", "two transports on the same channels"),
-    "E215": ("check", "no scheme in the file, or no scheme of the given name"),
-    "E216": ("check", "unknown warning name in `allow`"),
-    "E217": ("check", "a value cannot be computed (division by zero, overflow, a grid that does not fit: "
-                      "`per_pair` length, `span` faster than its period, ...)"),
-    "E300": ("params", "a parameter override error without a more specific code"),
-    "E301": ("params", "unknown `-P` parameter"),
-    "E302": ("params", "`-P` value of the wrong type"),
-    "E303": ("params", "`-P` value violates a constraint"),
-    "E400": ("compile", "a valid scheme cannot be lowered as asked"),
-    "E401": ("compile", "unknown backend"),
-    "E402": ("compile", "the backend asked for cannot run this scheme"),
-    "E403": ("compile", "FlexAttention with gradients on CPU (it has no CPU backward)"),
-    "E404": ("compile", "Householder steps the blockwise kernel cannot run (several groups, or value transport)"),
-    "E405": ("compile", "the scheme reads the hidden state x but no `d_model` was given"),
-    "E410": ("compile", "tensors handed to a compiled module do not fit the scheme"),
-    "E500": ("config", "an invalid train/eval/compare configuration (unknown or invalid setting, bad YAML)"),
-    "E600": ("data", "training or evaluation data cannot be used"),
-    "E700": ("checkpoint", "a checkpoint is missing, truncated, or does not match the run"),
-    "E800": ("train", "training stopped (a non-finite loss, ...)"),
-    "E900": ("eval", "evaluation or analysis cannot run on the given run directory"),
-    "E950": ("output", "an output path cannot be written"),
-    "E960": ("pedsl", "a FIFO, device or other non-regular file where a file belongs"),
-    "E961": ("hf", "`pedsl import-hf`: the config has something with no exact pedsl form (`mrope_section`, "
-                   "per-layer-type rope, another rotary layout, an unknown rope type or key)"),
-    "E962": ("hf", "`pedsl export-hf` / `export --hf`: the scheme or model has no Hugging Face equivalent "
-                   "(says which part)"),
-    "E963": ("hf", "a config.json that cannot be read or lacks what its rope type needs"),
-    "E964": ("hf", "`pedsl.hf.use_pedsl_attention`: a scheme or model the adapter does not run"),
-    "E970": ("pedsl", "out of memory: sizes within the caps that this machine cannot hold"),
-    "E980": ("pedsl", "a command needs an optional extra that is not installed (`pip install 'pedsl[lsp]'`)"),
-    "E990": ("usage", "the command line is wrong (exit code 2)"),
-    "E991": ("usage", "malformed `-P` (exit code 2)"),
-    "E992": ("usage", "`pedsl diff -P NAME` that neither scheme declares (exit code 2)"),
-    "E993": ("eval", "`pedsl diff --numeric` failed to compute the curves of a scheme"),
-    "E994": ("usage", "a command-line value over its resource cap (`--threads`, `diff --numeric` sizes; exit code 2)"),
-    "W101": ("lint", "frayed frequencies: a rotated pair's period exceeds the training length"),
-    "W102": ("lint", "a temperature without a training length"),
-    "W103": ("lint", "value transport on non-orthogonal Householder steps"),
-    "W104": ("lint", "accumulated random steps without a spectral gap"),
-    "W105": ("lint", "a `let` that nothing uses"),
-    "W106": ("lint", "a bias term that does not depend on the distance"),
-}
-
-
 QUOTE_LIMIT = 200  # characters of a user's value quoted in a diagnostic
 
 
@@ -344,6 +267,19 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     return "did you mean " + ", ".join(f"'{m}'" for m in matches[:-1]) + f" or '{matches[-1]}'?"
 
 
+def source_line(source: str | None, line: int | None) -> str | None:
+    """Line ``line`` (1-based) of ``source``, or None when there is no such line."""
+    if source is None or line is None:
+        return None
+    lines = source.splitlines()
+    return lines[line - 1] if 1 <= line <= len(lines) else None
+
+
+def report_order(d: Diagnostic) -> tuple:
+    """The order diagnostics are reported in: errors first, then by file and position."""
+    return (d.severity != "error", d.file or "", d.line or 0, d.col or 0)
+
+
 @dataclass
 class DiagnosticSink:
     """Collects several diagnostics during one stage so a run can report them all."""
@@ -351,14 +287,6 @@ class DiagnosticSink:
     file: str | None = None
     source: str | None = None
     items: list[Diagnostic] = field(default_factory=list)
-
-    def _line(self, line: int | None) -> str | None:
-        if self.source is None or line is None:
-            return None
-        lines = self.source.splitlines()
-        if 1 <= line <= len(lines):
-            return lines[line - 1]
-        return None
 
     def add(
         self,
@@ -373,12 +301,7 @@ class DiagnosticSink:
         file: str | None = None,
         source: str | None = None,
     ) -> None:
-        src_line = None
-        if source is not None and line is not None:
-            lines = source.splitlines()
-            src_line = lines[line - 1] if 1 <= line <= len(lines) else None
-        else:
-            src_line = self._line(line)
+        src_line = source_line(source if source is not None else self.source, line)
         self.items.append(
             Diagnostic(
                 code=code,
@@ -399,8 +322,5 @@ class DiagnosticSink:
 
     def raise_if_errors(self, cls: type[PedslError] = CheckError) -> None:
         if self.has_errors:
-            ordered = sorted(
-                self.items,
-                key=lambda d: (d.severity != "error", d.file or "", d.line or 0, d.col or 0),
-            )
+            ordered = sorted(self.items, key=report_order)
             raise cls(ordered[0].message, diagnostics=ordered)

@@ -130,7 +130,7 @@ def cost_lines(f: SchemeFacts, L: int) -> list[str]:
 def graph_lines(f: SchemeFacts) -> list[str]:
     if f.compile_error:
         return [f"  does not compile: {f.compile_error}"]
-    from pedsl.compiler.plan import plan_lines
+    from pedsl.compiler.plan import plan_lines  # on use: networkx only for a scheme that compiles
 
     plan = f.graph.graph["plan"]
     return [f"  backend: {plan.backend} - {plan.backend_why}"] + ["  " + line for line in plan_lines(plan)[1:]]

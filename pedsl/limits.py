@@ -36,6 +36,8 @@ cap                        value               what it bounds
 ``MAX_CONFIG_BYTES``       1 MB                a ``train.yaml`` / ``eval.yaml`` file
 ``MAX_IMPORTS``            256                 ``.pe`` files loaded for one input (imports, transitively)
 ``MAX_IMPORT_DEPTH``       64                  nested imports (a imports b imports c ...)
+``MAX_NAME``               100                 characters of a name in a ``.pe`` file (a scheme's name
+                                               becomes file names, which stop at 255 bytes)
 =========================  ==================  ==================================================
 
 Every static number of a scheme (a folded constant, a frequency table, a slope) must also be
@@ -63,6 +65,7 @@ MAX_TEMPERATURE = 1e4
 MAX_CONFIG_BYTES = 1 << 20
 MAX_IMPORTS = 256
 MAX_IMPORT_DEPTH = 64
+MAX_NAME = 100
 
 # The largest float32 value: a static number beyond it overflows once it reaches a tensor.
 FLOAT32_MAX = 3.4028234663852886e38

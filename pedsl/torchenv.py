@@ -8,6 +8,9 @@ from __future__ import annotations
 import os
 import time
 
+from pedsl.errors import UsageError
+from pedsl.limits import MAX_THREADS
+
 
 def auto_threads(processes: int = 1) -> int:
     """CPU threads per process: the cores not already busy, split over ``processes`` (torchrun
@@ -50,10 +53,7 @@ def others_running(samples: int = 5, interval: float = 0.02) -> int | None:
 def setup_torch(threads: int = 0, *, processes: int = 1, flush_denormal: bool = True) -> int:
     """Flush denormals (docs/semantics.md §6: peaked softmax rows go denormal on CPU) and set the thread
     count (0: :func:`auto_threads`); returns the count torch now uses."""
-    import torch
-
-    from pedsl.errors import UsageError
-    from pedsl.limits import MAX_THREADS
+    import torch  # on use: importing pedsl.torchenv does not load torch
 
     if not 0 <= threads <= MAX_THREADS:  # thousands of threads crash or hang torch's pool
         raise UsageError(f"--threads {threads} is out of range (0 .. {MAX_THREADS}; 0: the idle cores)", code="E994")

@@ -11,14 +11,13 @@ from pydantic import BaseModel, ValidationError
 
 from pedsl import limits as L
 from pedsl.errors import ConfigError, did_you_mean, quoted
+from pedsl.fsio import read_bytes
 from pedsl.strictparse import StrictParseError, load_yaml
 
 MAX_YAML_BYTES = L.MAX_CONFIG_BYTES  # a config is a screenful of settings: more is the wrong file
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    from pedsl.fsio import read_bytes
-
     p = Path(path)
     try:
         raw = read_bytes(p, MAX_YAML_BYTES + 1)

@@ -20,9 +20,12 @@ def import_hf(config: str, out: str | None, name: str | None) -> None:
     The scheme is exact (head_dim, heads, theta, rope type and every parameter); what pedsl cannot
     express exactly (mrope_section, per-layer-type rope parameters, ...) is an error listing it."""
     from pedsl.hf.rope import import_config
+    from pedsl.lang.parser import name_problem
 
-    if name is not None and not name.isidentifier():
-        raise UsageError(f"--name must be a name ([A-Za-z_][A-Za-z0-9_]*), got '{name}'")
+    problem = None if name is None else name_problem(name)
+    if problem:
+        shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
+        raise UsageError(f"--name {shown}: {problem}", hint="e.g. --name llama3_8b")
     text = import_config(Path(config), name=name)
     if out is None:
         click.echo(text, nl=False)

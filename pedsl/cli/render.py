@@ -26,7 +26,7 @@ def _scalar(v: Any) -> str:
 def render_scheme(scheme) -> str:
     """A human-readable, YAML-like view of a resolved scheme."""
     from pedsl.lang.exprs import to_source
-    from pedsl.lang.lint import rotary_frequencies
+    from pedsl.lang.frequencies import rotary_frequencies
 
     lines = [f"scheme: {scheme.name}"]
     if scheme.doc:

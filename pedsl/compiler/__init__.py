@@ -51,13 +51,13 @@ def compile_scheme(
     attn_mask=None)`` takes q (B, H, Lq, D) and k, v (B, Hkv, L, D); ``x`` (B, L, d_model) feeds
     data-dependent steps and gates, ``tokens`` (B, L) token-indexed steps; the rest (positions,
     packed documents, padding and attention masks, ``module.new_cache(B)`` for decoding) is
-    described in :mod:`pedsl.compiler.stream`. ``compile=True`` wraps the module in ``torch.compile``.
+    described in :mod:`pedsl.compiler.general`. ``compile=True`` wraps the module in ``torch.compile``.
     """
     if backend not in BACKENDS:
         raise CompileError(f"unknown backend '{backend}'", code="E401", hint="choose one of: " + ", ".join(BACKENDS))
     sch = load(source, params=params, scheme=scheme, heads=num_heads, head_dim=head_dim)
     graph = compile_graph(sch, backend=backend, requires_grad=requires_grad, device=str(device).split(":")[0])
-    from pedsl.compiler.module import SchemeAttention
+    from pedsl.compiler.module import SchemeAttention  # on use: `import pedsl.compiler` stays free of torch
 
     module = SchemeAttention(sch, graph, d_model=d_model, vocab_size=vocab_size)
     if compile:

@@ -12,11 +12,11 @@ per module, and the result is parsed before it is returned (see :mod:`pedsl.comp
 
 Expressions become code over 5-d tensors laid out ``(batch, head, position,
 distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template`.
-The generated attention favours clarity: a generated ``_values`` method gives the
-per-token quantities (phases, step angles, w and beta, gates, temperature) and one
-engine in the kernels does the rest - positions, documents, masks, GQA and the
-decoding cache as in :mod:`pedsl.compiler.stream` - with explicit masks per block
-of queries, and PaTH steps by the decode rule (O(L^2 D)) rather than the blockwise kernel.
+A generated ``_values`` method gives the per-token quantities (phases, step angles,
+w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.general`,
+copied verbatim into the module, does the rest - positions, documents, masks, GQA and
+the decoding cache, exactly as SchemeAttention's general path - with plain-torch
+rotations and PaTH steps by the decode rule rather than the blockwise kernel.
 """
 
 from __future__ import annotations
@@ -36,6 +36,40 @@ from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
+from pedsl.runtime.walk import learned_calls
+from pedsl.lang.typed import node_types, type_of
+
+
+#: The bracket depth above which a sub-expression's code becomes a local of its own (a few levels of
+#: the kernels' wrapping come on top; Python's parser stops at 200).
+MAX_CODE_NESTING = 24
+
+
+def code_nesting(code: str) -> int:
+    """The deepest bracket nesting of generated code, brackets inside its string literals and comments not counted."""
+    depth = deepest = 0
+    quote, escaped, in_comment = None, False, False
+    for ch in code:
+        if in_comment:
+            in_comment = ch != "\n"
+        elif quote is not None:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            in_comment = True
+        elif ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    return deepest
+
 
 def class_name(name: str) -> str:
     return "".join(p[:1].upper() + p[1:] for p in re.split(r"[_\W]+", name) if p) or "Scheme"
@@ -54,23 +88,38 @@ class _Gen:
         self.init: list[str] = []  # __init__ lines
         self.buffers: dict[tuple, str] = {}
         self.conv_history = 0  # earlier tokens a decoding step re-reads (widest short convolution - 1)
+        self.shared: dict[str, str] = {}  # a let's learned call, by key: declared once, its code reused
+        self._temps = 0  # locals bound to deep sub-expressions so far
 
     def const(self, values: tuple[float, ...], axis: str, note: str) -> str:
         name = self.names.new(f"C{len(self.consts)}")
         self.consts.append(f"{name} = {literal(tuple(float(v) for v in values))}  {comment(note)}")
         return f"_axis({name}, {literal(axis)}, dev)"
 
-    def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None) -> str:
-        from pedsl.lang.typed import node_types
-
-        self._site, self._count, self._pairs, self._chans = site, 0, pairs, chans
+    def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None, into: list[str],
+             indent: str = "") -> str:
+        """The code of ``e``; the statements binding its deep sub-expressions are appended to ``into``
+        (at ``indent``) first, so that no line nests brackets more than about MAX_CODE_NESTING deep."""
+        self._pairs, self._chans = pairs, chans
+        self._keys = {id(call): key for call, key in learned_calls(e, site)}  # the walk's names
         self._types = node_types(e, self.values)
-        return self._e(e)
+        self._setup: list[str] = []
+        code = self._e(e)
+        into += [indent + line for line in self._setup]
+        return code
+
+    def _flat(self, code: str) -> str:
+        """``code``, or a local bound to it when it nests deeply: Python's parser refuses 200 nested
+        brackets, and a scheme nests as deep as its checker allows (chains of lets, long operator chains)."""
+        if code_nesting(code) <= MAX_CODE_NESTING:
+            return code
+        self._temps += 1
+        name = self.names.new(f"e{self._temps}")
+        self._setup.append(f"{name} = {code}")
+        return name
 
     def _type(self, e: ast.Expr):
         """The checker's type of a node of the expression (or of one made here, e.g. a record's input)."""
-        from pedsl.lang.typed import type_of
-
         return self._types.get(id(e)) or type_of(e, self.values)
 
     def _static(self, e):
@@ -97,25 +146,20 @@ class _Gen:
                 return "float(n_run)"
             raise CompileError(f"'{e.id}' has no run-time value")
         if k == "unary":
-            return f"(-{self._e(e.operand)})"
+            return self._flat(f"(-{self._e(e.operand)})")
         if k == "binary":
             if e.op not in ("+", "-", "*", "/", "**"):
                 raise CompileError(f"cannot generate code for the operator {e.op!r}")
             a, b = self._e(e.left), self._e(e.right)
-            return f"torch.pow(_t({a}, dev), {b})" if e.op == "**" else f"({a} {e.op} {b})"
+            return self._flat(f"torch.pow(_t({a}, dev), {b})" if e.op == "**" else f"({a} {e.op} {b})")
         if k == "call":
-            return self._call(e)
+            return self._flat(self._call(e))
         raise CompileError(f"cannot generate code for {to_source(e)}")
 
     def _at_length(self, e: ast.Call, n: float | None) -> str:
         """The constant a call that reads the length folds to at length n (None: no length)."""
         v = fold_expr(e, StaticEnv(values=self.values, pairs=self._pairs, n=n))
         return self.const(v.values, v.axis, f"{to_source(e)[:50]} at n = {n}")
-
-    def _site_key(self, kind: str) -> str:
-        key = P.param_key(self._site, kind, self._count)
-        self._count += 1
-        return key
 
     def _call(self, e: ast.Call) -> str:
         spec = FUNCTIONS[e.func]
@@ -126,10 +170,16 @@ class _Gen:
                   for p, kind in spec.static}
         if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
             return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
+        key = self._keys[id(e)] if spec.learned else None
+        if key in self.shared:  # a let's learned value: every use reads the one sub-module
+            return self.shared[key]
         names = {p: args[p].id if isinstance(args[p], ast.Name) else args[p] for p in spec.names}
         codes = [self._e(args[p]) for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: its sub-modules and buffers are declared through g
-            return spec.emit(SiteCode(self, spec), *codes, **names, **static)
+            code = spec.emit(SiteCode(self, key), *codes, **names, **static)
+            if e.bound is not None:
+                self.shared[key] = code
+            return code
         return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs), *codes, **static)
 
 
@@ -137,8 +187,8 @@ class SiteCode:
     """What a source record's ``emit`` may declare in the generated module (its ``g``): learned
     sub-modules named like the in-process module's sites, frozen buffers, the decoding history."""
 
-    def __init__(self, gen: _Gen, spec):
-        self.gen, self.spec = gen, spec
+    def __init__(self, gen: _Gen, key: str | None):
+        self.gen, self.key = gen, key  # key: the learned call's name (None for a frozen table)
         self.heads, self.pairs, self.chans = gen.scheme.heads, gen._pairs, gen._chans
 
     def width(self, to: str) -> int:
@@ -150,7 +200,7 @@ class SiteCode:
 
     def learned(self, constructor: str) -> str:
         """A learned sub-module at the next site of this builtin; the code that reads it."""
-        m = f"self.learned.sites[{literal(self.gen._site_key(self.spec.name))}]"
+        m = f"self.learned.sites[{literal(self.key)}]"
         self.init(f"{m} = {constructor}")
         return m
 
@@ -172,20 +222,22 @@ class SiteCode:
         self.gen.conv_history = max(self.gen.conv_history, tokens)
 
 
-#: Names every generated module binds or uses itself (imports, constants, locals of ``forward``); with the
-#: kernels' names, Python's keywords and builtins, no generated identifier may take one of these.
+#: Names every generated module binds or uses itself (imports, constants, locals of ``_values``); with the
+#: embedded sections' names, Python's keywords and builtins, no generated identifier may take one of these.
 _FIXED_NAMES = (
-    "annotations", "math", "torch", "F", "nn", "HEADS", "HEAD_DIM", "D_MODEL", "VOCAB_SIZE", "SCHEME_SOURCE", "Module",
-    "self", "q", "k", "v", "x", "tokens", "B", "H", "L", "D", "dev", "phase", "cos", "sin", "steps", "w_g", "w", "beta",
-    "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term", "o", "learned", "sites", "out", "pos5", "seg",
-    "n_run", "dt", "positions", "document_ids", "cache", "attn_mask", "batch_size", "TRANSFORMS", "BIASES",
-    "CONV_HISTORY",
+    "annotations", "math", "NamedTuple", "torch", "F", "nn", "Tensor", "HEADS", "HEAD_DIM", "D_MODEL", "VOCAB_SIZE",
+    "SCHEME_NAME", "SCHEME_SOURCE", "Module", "self", "q", "k", "v", "x", "tokens", "B", "H", "L", "D", "dev", "phase",
+    "cos", "sin", "steps", "w_g", "w", "beta", "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term",
+    "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
+    "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device",
 )
 
 
-def _kernels() -> str:
-    text = (Path(__file__).parent / "kernels_template.py").read_text(encoding="utf-8")
-    return text[text.index("\n# ----") + 1 :]
+def embedded_section(module: str) -> str:
+    """The text of a package module that every generated module carries verbatim: everything after its
+    ``# ----`` banner (``general``: the general forward; ``kernels_template``: the expression kernels)."""
+    text = (Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+    return text[text.index("\n# ----") + 1 :].rstrip() + "\n"
 
 
 def module_file_name(scheme: Scheme) -> str:
@@ -193,71 +245,68 @@ def module_file_name(scheme: Scheme) -> str:
     return module_file_stem(scheme.name) + ".py"
 
 
-def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
-    """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
-    function as the compiled scheme, with the same learned-parameter names."""
-    kernels = _kernels()
-    names = Names(module_names(kernels) | set(_FIXED_NAMES))
-    cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
-    gen = _Gen(scheme, d_model, vocab_size, names)
-    body: list[str] = ["out = {}"]
-    backend = plan.backend
-    fwd = body.append
-    transforms: list[str] = []
+def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str], list[str]]:
+    """The TRANSFORMS records and the ``_values`` lines of every transport (and of the temperature)."""
+    records, body = [], []
     for i, t in enumerate(plan.transports):
         ch = t.channels
         npairs = len(ch) // 2
         pairs = channel_pairs(ch, scheme.layout)
-        first, second = [a for a, _ in pairs], [b for _, b in pairs]
-        transforms.append(f"({literal(t.kind)}, {literal(t.targets)}, {literal(first)}, {literal(second)}, "
-                          f"{literal(list(ch))}, {literal(float(t.scale))}),  "
-                          + comment(f"group {t.group!r}: {t.kind}, kernel {t.kernel}"))
+        first, second = tuple(a for a, _ in pairs), tuple(b for _, b in pairs)
+        records.append(f"Transform({literal(t.kind)}, {literal(t.targets == 'qkv')}, {literal(tuple(ch))}, "
+                       f"{literal(first)}, {literal(second)}, {literal(float(t.scale))}),  "
+                       + comment(f"group {t.group!r}: {t.kind} of {t.targets}, kernel {t.kernel}"))
         if t.kind in (P.ROPE, P.SO2):
-            code = gen.expr(t.expr, t.site, npairs, len(ch))
             what = "phase" if t.kind == P.ROPE else "step angle"
-            fwd(comment(f"{t.kind} on {t.group}: {what} = {to_source(t.expr)}  ({t.why})"))
-            fwd(f"out['t{i}'] = ({code}) * torch.ones(1, 1, L, 1, {npairs}, dtype=F64, device=dev)")
+            body.append(comment(f"{t.kind} on {t.group}: {what} = {to_source(t.expr)}  ({t.why})"))
+            code = gen.expr(t.expr, t.site, npairs, len(ch), body)
+            body.append(f"out['t{i}'] = (({code}) * torch.ones(1, 1, L, 1, {npairs}, dtype=F64, device=dev))"
+                        "[:, :, :, 0, :]")
         else:
             (w, beta) = t.sites
-            wcode = gen.expr(w.expr, w.name, npairs, len(ch))
-            bcode = gen.expr(beta.expr, beta.name, npairs, len(ch))
-            fwd(comment(f"{t.kind} on {t.group}: w = {to_source(w.expr)}, beta = {to_source(beta.expr)}"))
-            fwd(f"w_g = (({wcode}) * torch.ones(B, HEADS, L, 1, {len(ch)}, device=dev, dtype=dt))[:, :, :, 0, :]")
-            fwd(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=dt))[:, :, :, 0, 0]")
-            fwd(f"out['t{i}'] = (w_g, beta)")
+            body.append(comment(f"{t.kind} on {t.group}: w = {to_source(w.expr)}, beta = {to_source(beta.expr)}"))
+            wcode = gen.expr(w.expr, w.name, npairs, len(ch), body)
+            bcode = gen.expr(beta.expr, beta.name, npairs, len(ch), body)
+            body.append(f"w_g = (({wcode}) * torch.ones(B, HEADS, L, 1, {len(ch)}, device=dev, dtype=dt))[:, :, :, 0, :]")
+            body.append(f"beta = (({bcode}) * torch.ones(B, HEADS, L, 1, 1, device=dev, dtype=dt))[:, :, :, 0, 0]")
+            body.append(f"out['t{i}'] = (w_g, beta)")
     if plan.temperature is not None:
         tau = plan.temperature.site
-        code = gen.expr(tau.expr, tau.name, None, None)
-        fwd(comment(f"temperature tau = {to_source(tau.expr)} (a scale of q)"))
-        fwd(f"out['tau'] = (({code}) * torch.ones(1, 1, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
-    biases: list[str] = []
-    table_body: list[str] = []
+        body.append(comment(f"temperature tau = {to_source(tau.expr)} (a scale of q)"))
+        code = gen.expr(tau.expr, tau.name, None, None, body)
+        body.append(f"out['tau'] = (({code}) * torch.ones(1, 1, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
+    return records, body
+
+
+def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]]:
+    """The BIASES kinds, the ``_values`` lines of the coordinate biases, the ``distance_table`` lines."""
+    kinds, body, tables = [], [], []
     for i, b in enumerate(plan.biases):
         src = f"bias = {to_source(b.site.expr)}"
         kind = b.kind
         if b.log_gate is not None:  # a gate, or a constant one read as ALiBi: the coordinate sums it over tokens
             kind = P.GATE_BIAS
-            code = gen.expr(b.log_gate, b.site.name, None, None)
-            fwd(comment(f"{src}: coordinate G_t = sum of the log gates {to_source(b.log_gate)} (float64), "
-                        "b(i, j) = G_i - G_j"))
-            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
+            body.append(comment(f"{src}: coordinate G_t = sum of the log gates {to_source(b.log_gate)} (float64), "
+                                "b(i, j) = G_i - G_j"))
+            code = gen.expr(b.log_gate, b.site.name, None, None, body)
+            body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
         elif b.kind == P.LINEAR_BIAS:
-            code = gen.expr(b.slope, b.site.name, None, None)
-            fwd(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
-            fwd(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
+            body.append(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
+            code = gen.expr(b.slope, b.site.name, None, None, body)
+            body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
         else:
-            code = gen.expr(b.site.expr, b.site.name, None, None)
-            table_body.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
-            table_body.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
-        biases.append(f"({literal(kind)}, {literal(b.site.name)}),")
-    body.append("return out")
-    table_body.append("raise IndexError(i)")
-    gen.consts.append("TRANSFORMS = (" + ("" if not transforms else "\n    " + "\n    ".join(transforms) + "\n") + ")")
-    gen.consts.append("BIASES = (" + " ".join(biases) + ")")
-    gen.consts.append(f"CONV_HISTORY = {int(gen.conv_history)}")
+            tables.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
+            tables.append("    L = size")
+            code = gen.expr(b.site.expr, b.site.name, None, None, tables, "    ")
+            tables.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
+        kinds.append(f"{literal(kind)},  {comment(b.site.name)}")
+    tables.append("raise IndexError(i)")
+    return kinds, body, tables
 
+
+def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
     source_file = Path(scheme.file).name if scheme.file else "<text>"
-    doc = "\n".join([
+    return "\n".join([
         f"{scheme.name}: {scheme.doc or 'a positional-encoding scheme'}",
         "",
         f"Generated by pedsl {__version__} from {source_file}; do not edit:",
@@ -267,14 +316,18 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"    sha256        {scheme.source_hash}",
         f"    parameters    {json.dumps(scheme.params, sort_keys=True)}",
         f"    heads         {scheme.heads}, head_dim {scheme.head_dim}, layout {scheme.layout}",
-        f"    compiled for  backend {backend}: {plan.backend_why}",
+        f"    compiled for  backend {plan.backend}: {plan.backend_why}",
         "",
         f"Usage: ``{cname}()(q, k, v, x=x, tokens=tokens)`` with q (B, H, Lq, D), k, v (B, Hkv, L, D);",
         "positions, document_ids, attn_mask and cache=module.new_cache(B) as in pedsl's SchemeAttention.",
         "The scheme's source text is SCHEME_SOURCE.",
     ])
+
+
+def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables: list[str]) -> list[str]:
+    """The module class: the scheme's side of the general forward (its values, tables and constants)."""
+    ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()"]
-    init_lines += gen.init
     checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
@@ -282,53 +335,89 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
     if scheme.needs_tokens:
         checks += ["if tokens is None:",
                    f"    raise ValueError({literal(scheme.name + ' reads the tokens: pass tokens=(B, L)')})"]
-    ind = "        "
-    out = [
-        text_block(doc),
-        "",
-        "from __future__ import annotations",
-        "",
-        "import math",
-        "",
-        "import torch",
-        "import torch.nn.functional as F",
-        "from torch import nn",
-        "",
-        f"HEADS = {int(scheme.heads)}",
-        f"HEAD_DIM = {int(scheme.head_dim)}",
-        f"D_MODEL = {literal(None if d_model is None else int(d_model))}",
-        f"VOCAB_SIZE = {int(vocab_size)}",
-        "SCHEME_SOURCE = " + text_block(scheme.source.rstrip("\n") + "\n"),
-        "",
-        *gen.consts,
-        "",
-        "",
-        kernels.rstrip(),
-        "",
-        "",
+    return [
         f"class {cname}(nn.Module):",
         "    " + literal(f"{scheme.doc or scheme.name} (generated by pedsl)."),
         "",
+        "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
+        "",
         "    def __init__(self) -> None:",
-        *[ind + line for line in init_lines],
+        *[ind + line for line in init_lines + gen.init],
         "",
         "    def forward(self, q, k, v, *, x=None, tokens=None, positions=None, document_ids=None, cache=None,",
         "                attn_mask=None):",
-        ind + literal("q (B, HEADS, Lq, HEAD_DIM), k, v (B, Hkv, L, HEAD_DIM) -> (B, HEADS, Lq, HEAD_DIM).") ,
+        ind + literal("q (B, HEADS, Lq, HEAD_DIM), k, v (B, Hkv, L, HEAD_DIM) -> (B, HEADS, Lq, HEAD_DIM)."),
         *[ind + line for line in checks],
-        ind + "return _forward(self, q, k, v, x, tokens, positions, document_ids, cache, attn_mask)",
+        ind + "check_call(self, q, k, v, cache)",
+        ind + "return general_forward(self, TorchKernels, q, k, v, x=x, tokens=tokens, positions=positions,",
+        ind + "                       document_ids=document_ids, cache=cache, attn_mask=attn_mask)",
         "",
         "    def new_cache(self, batch_size):",
         ind + literal("An empty decoding cache for batch_size sequences (pass it as cache= to every call)."),
-        ind + "return Cache(self, batch_size)",
+        ind + "return AttentionCache(self, batch_size, SCHEME_NAME)",
+        "",
+        "    def token_values(self, win, dt):",
+        ind + literal("The per-token values of the window's tokens, as the general forward reads them."),
+        ind + "p = win.parts",
+        ind + "B, L = p['positions'].shape",
+        ind + "out = self._values(B, L, p['x'], p['tokens'], p['positions'].to(F64).view(B, 1, L, 1, 1),",
+        ind + "                   (p['docs'], p['valid']), win.n, win.device, dt)",
+        ind + "return TokenValues([out[f't{i}'] for i in range(len(TRANSFORMS))],",
+        ind + "                   [(kind, out.get(f'b{i}')) for i, kind in enumerate(BIASES)], out.get('tau'))",
         "",
         "    def _values(self, B, L, x, tokens, pos5, seg, n_run, dev, dt):",
         ind + literal("Per-token quantities over L tokens at positions pos5 (B, 1, L, 1, 1), float64 where static."),
         *[ind + line for line in body],
         "",
-        "    def _table(self, i, L, dev):",
-        ind + literal("Bias table i over distances 0..L-1, (HEADS, L)."),
-        *[ind + line for line in table_body],
+        "    def distance_table(self, i, size, dev):",
+        ind + literal("Bias table i over distances 0..size-1, (HEADS, size)."),
+        *[ind + line for line in tables],
+    ]
+
+
+def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
+    """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
+    function as the compiled scheme, with the same learned-parameter names."""
+    general, kernels = embedded_section("general"), embedded_section("kernels_template")
+    names = Names(module_names(general) | module_names(kernels) | set(_FIXED_NAMES))
+    cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
+    gen = _Gen(scheme, d_model, vocab_size, names)
+    records, body = _transport_code(gen, plan, scheme)
+    kinds, bias_body, tables = _bias_code(gen, plan)
+    body = ["out = {}", *body, *bias_body, "return out"]
+    out = [
+        text_block(_docstring(scheme, plan, cname)),
+        "",
+        "from __future__ import annotations",
+        "",
+        "import math",
+        "from typing import NamedTuple",
+        "",
+        "import torch",
+        "import torch.nn.functional as F",
+        "from torch import Tensor, nn",
+        "",
+        f"HEADS = {int(scheme.heads)}",
+        f"HEAD_DIM = {int(scheme.head_dim)}",
+        f"D_MODEL = {literal(None if d_model is None else int(d_model))}",
+        f"VOCAB_SIZE = {int(vocab_size)}",
+        f"SCHEME_NAME = {literal(scheme.name)}",
+        "SCHEME_SOURCE = " + text_block(scheme.source.rstrip("\n") + "\n"),
+        "",
+        "",
+        general.rstrip(),
+        "",
+        "",
+        kernels.rstrip(),
+        "",
+        "",
+        *gen.consts,
+        "TRANSFORMS = (" + ("" if not records else "\n    " + "\n    ".join(records) + "\n") + ")",
+        "BIASES = (" + ("" if not kinds else "\n    " + "\n    ".join(kinds) + "\n") + ")",
+        f"CONV_HISTORY = {int(gen.conv_history)}",
+        "",
+        "",
+        *_class_lines(scheme, gen, cname, body, tables),
         "",
         "",
         f"Module = {cname}",

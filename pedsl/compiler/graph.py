@@ -42,47 +42,8 @@ def lower(scheme: Scheme) -> nx.DiGraph:
     g.add_edge("v", "softmax")
     g.add_edge("scores", "softmax")
 
-    def ensure(src: str) -> str:
-        if src not in g:
-            labels = {"x": "x (B, L, d_model)", "tokens": "tokens (B, L)", "length n": "run-time length n",
-                      "learned": "learned parameters"}
-            g.add_node(src, op="input", label=labels.get(src, src))
-        return src
-
     for idx, t in enumerate(scheme.transports):
-        grp = scheme.group(t.group)
-        node = site_name("transport", t.group)
-        attrs = dict(group=t.group, channels=grp.channels, targets=t.targets, index=idx)
-        if t.kind == "rotate":
-            table = site_name("phase", t.group)
-            g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
-                       dynamic=t.dynamic, ty=t.phase_ty)
-            for s in _sources(t.phase_ty):
-                g.add_edge(ensure(s), table)
-            g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (
-                f", q and k scaled by {t.scale:g}" if t.scale != 1 else ""), phase=table, scale=t.scale, **attrs)
-            g.add_edge(table, node)
-        elif t.kind == "accumulate_rotation":
-            steps = site_name("steps", t.group)
-            g.add_node(steps, op="step_angles", expr=t.angle, label=f"step angle = {to_source(t.angle)}",
-                       data=t.data, learned=t.learned, ty=t.angle_ty)
-            for s in _sources(t.angle_ty):
-                g.add_edge(ensure(s), steps)
-            g.add_node(node, op="accumulate_so2", label=f"accumulate SO(2) {t.targets} on {t.group}",
-                       steps=steps, **attrs)
-            g.add_edge(steps, node)
-        else:
-            w, beta = site_name("w", t.group), site_name("beta", t.group)
-            g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}", ty=t.w_ty)
-            g.add_node(beta, op="householder_beta", expr=t.beta, label=f"beta = {to_source(t.beta)}", ty=t.beta_ty)
-            for s in _sources(t.w_ty):
-                g.add_edge(ensure(s), w)
-            for s in _sources(t.beta_ty):
-                g.add_edge(ensure(s), beta)
-            g.add_node(node, op="accumulate_householder", label=f"accumulate Householder {t.targets} on {t.group}",
-                       w=w, beta=beta, orthogonal=t.orthogonal, **attrs)
-            g.add_edge(w, node)
-            g.add_edge(beta, node)
+        node = _add_transport(g, scheme, idx, t)
         g.add_edge("q", node)
         g.add_edge("k", node)
         g.add_edge(node, "scores")
@@ -106,16 +67,64 @@ def lower(scheme: Scheme) -> nx.DiGraph:
             g.add_node(node, op="gate_bias", index=idx, expr=b.log_gate,
                        label=f"bias = accumulate({to_source(b.log_gate)})", data=b.data, ty=b.log_gate_ty)
             for s in _sources(b.log_gate_ty):
-                g.add_edge(ensure(s), node)
+                g.add_edge(_ensure(g, s), node)
         g.add_edge(node, "scores")
     if scheme.temperature is not None:
         g.add_node(site_name("temperature"), op="temperature", expr=scheme.temperature,
                    label=f"tau = {to_source(scheme.temperature)}", ty=scheme.temperature_ty)
         for s in _sources(scheme.temperature_ty):
-            g.add_edge(ensure(s), "temperature")
+            g.add_edge(_ensure(g, s), "temperature")
         g.add_edge("temperature", "scores")
     assert nx.is_directed_acyclic_graph(g)
     return g
+
+
+def _ensure(g: nx.DiGraph, src: str) -> str:
+    """The input node ``src`` (x, tokens, the run-time length, learned parameters), added on first use."""
+    if src not in g:
+        labels = {"x": "x (B, L, d_model)", "tokens": "tokens (B, L)", "length n": "run-time length n",
+                  "learned": "learned parameters"}
+        g.add_node(src, op="input", label=labels.get(src, src))
+    return src
+
+
+def _add_transport(g: nx.DiGraph, scheme: Scheme, idx: int, t) -> str:
+    """The nodes of transport ``t`` (its phase table, step angles or Householder w and beta, and the
+    transform itself); the transform's node."""
+    grp = scheme.group(t.group)
+    node = site_name("transport", t.group)
+    attrs = dict(group=t.group, channels=grp.channels, targets=t.targets, index=idx)
+    if t.kind == "rotate":
+        table = site_name("phase", t.group)
+        g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
+                   dynamic=t.dynamic, ty=t.phase_ty)
+        for s in _sources(t.phase_ty):
+            g.add_edge(_ensure(g, s), table)
+        g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (
+            f", q and k scaled by {t.scale:g}" if t.scale != 1 else ""), phase=table, scale=t.scale, **attrs)
+        g.add_edge(table, node)
+    elif t.kind == "accumulate_rotation":
+        steps = site_name("steps", t.group)
+        g.add_node(steps, op="step_angles", expr=t.angle, label=f"step angle = {to_source(t.angle)}",
+                   data=t.data, learned=t.learned, ty=t.angle_ty)
+        for s in _sources(t.angle_ty):
+            g.add_edge(_ensure(g, s), steps)
+        g.add_node(node, op="accumulate_so2", label=f"accumulate SO(2) {t.targets} on {t.group}",
+                   steps=steps, **attrs)
+        g.add_edge(steps, node)
+    else:
+        w, beta = site_name("w", t.group), site_name("beta", t.group)
+        g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}", ty=t.w_ty)
+        g.add_node(beta, op="householder_beta", expr=t.beta, label=f"beta = {to_source(t.beta)}", ty=t.beta_ty)
+        for s in _sources(t.w_ty):
+            g.add_edge(_ensure(g, s), w)
+        for s in _sources(t.beta_ty):
+            g.add_edge(_ensure(g, s), beta)
+        g.add_node(node, op="accumulate_householder", label=f"accumulate Householder {t.targets} on {t.group}",
+                   w=w, beta=beta, orthogonal=t.orthogonal, **attrs)
+        g.add_edge(w, node)
+        g.add_edge(beta, node)
+    return node
 
 
 def transform_nodes(g: nx.DiGraph) -> list[str]:

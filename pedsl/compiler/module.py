@@ -4,7 +4,7 @@
 Shapes: q ``(B, Hq, Lq, D)``, k, v ``(B, Hkv, L, D)``; x ``(B, L, d_model)`` for data-dependent
 steps and gates; tokens ``(B, L)`` for token-indexed steps. Returns ``(B, Hq, Lq, D)``. A call with
 positions, documents, masks, a cache, fewer key/value heads or fewer queries than keys takes the
-general path of :mod:`pedsl.compiler.stream`; one full causal sequence takes the fused path below.
+general path of :mod:`pedsl.compiler.general`; one full causal sequence takes the fused path below.
 
 The forward pass executes the lowering plan (:mod:`pedsl.compiler.plan`): every transport
 step pre-rotates q and k (and v) by absolute angles (RoPE tables, cumulative SO(2)
@@ -24,18 +24,21 @@ from torch import Tensor, nn
 
 from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
-from pedsl.compiler.shapes import as_bhl as _as_bhl, as_bhlp as _as_bhlp, as_hd as _as_hd, as_table as _as_table
-from pedsl.compiler.shapes import angle_dtype as _angle_dtype, per_head as _per_head
+from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
+from pedsl.compiler.general import AttentionCache, InputError
+from pedsl.compiler.general import angle_dtype
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.ops.bias import materialized_bias_attention, scale_queries, separable_bias_attention
+from pedsl.ops.bias import flex_bias_attention, materialized_bias_attention, scale_queries, separable_bias_attention
+from pedsl.ops.path import path_attention
+from pedsl.compiler.reference import reference_forward, transported_scores
+from pedsl.lang.frequencies import rotary_frequencies
 
 F64 = torch.float64
 HALF = (torch.float16, torch.bfloat16)
 TABLE0 = 4096  # static cos/sin tables are prebuilt for this many positions (grown on demand)
-LONG = 8192  # beyond this length the key channel is applied per query chunk with an offset (precision)
 
 
 class SchemeAttention(nn.Module):
@@ -136,8 +139,6 @@ class SchemeAttention(nn.Module):
             if tokens.shape != (B, L):
                 raise ShapeError(f"tokens must be (B={B}, L={L}) for the L tokens of k and v, got {tuple(tokens.shape)}")
         if cache is not None:
-            from pedsl.compiler.cache import AttentionCache
-
             if not isinstance(cache, AttentionCache):
                 raise ShapeError(f"cache must come from module.new_cache(batch_size), got {type(cache).__name__}")
             if cache.scheme != self.scheme.name or cache.owner != id(self):
@@ -149,15 +150,16 @@ class SchemeAttention(nn.Module):
                                  hint="make the cache with module.new_cache(batch_size) for this batch")
 
     def new_cache(self, batch_size: int):
-        """An empty decoding cache for ``batch_size`` sequences (see :mod:`pedsl.compiler.stream`).
+        """An empty decoding cache for ``batch_size`` sequences (see :mod:`pedsl.compiler.general`).
 
         Pass it as ``cache=`` to every call: a prefill of any length, then one token or a chunk at a
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
         they were cached, as Hugging Face does). One cache per layer and batch of sequences.
         """
-        from pedsl.compiler.cache import AttentionCache
-
-        return AttentionCache(self, batch_size)
+        try:
+            return AttentionCache(self, batch_size, self.scheme.name)
+        except InputError as exc:
+            raise ShapeError(str(exc), hint=exc.hint) from None
 
     def rope_tables(self, t: P.TransportStep, L: int, device, dtype) -> tuple[Tensor, Tensor]:
         key = t.site
@@ -169,7 +171,7 @@ class SchemeAttention(nn.Module):
             return cached[1][:L], cached[2][:L]
         size = L if dynamic else max(L, 2 ** math.ceil(math.log2(max(L, 1))))
         phase = self.evaluator.run(t.expr, self._ctx(size, device=device, group=t), key)
-        ph = _as_table(phase, size, len(t.channels) // 2)  # (L, P) float64
+        ph = as_table(phase, size, len(t.channels) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
         cos, sin = torch.cos(ph), torch.sin(ph)
         scale = t.scale
@@ -181,7 +183,7 @@ class SchemeAttention(nn.Module):
 
     def step_angles(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> Tensor:
         a = self.evaluator.run(t.expr, self._ctx(L, x, tokens, device, dtype, group=t), t.site)
-        return _as_bhlp(a, L, len(t.channels) // 2)
+        return as_bhlp(a, L, len(t.channels) // 2)
 
     def _cos_sin(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
         if t.kind == P.ROPE:
@@ -198,12 +200,12 @@ class SchemeAttention(nn.Module):
                 continue
             if b.kind == P.LINEAR_BIAS:
                 slope = self.evaluator.run(b.slope, self._ctx(L, x, tokens, device), b.site.name)
-                s = _per_head(slope, self.heads).to(F64)  # (H,)
+                s = per_head(slope, self.heads).to(F64)  # (H,)
                 g = -s[:, None] * pos[None, :]  # (H, L): b = s (i - j) -> g(j) = -s j
                 g = g.unsqueeze(0)
             else:
                 lg = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
-                G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
+                G = torch.cumsum(as_bhl(lg, L, self.heads).to(F64), dim=-1)
                 g = -G  # b = G_i - G_j -> g(j) = -G_j
             total = g if total is None else total + g
         return total
@@ -218,10 +220,10 @@ class SchemeAttention(nn.Module):
         for b in self.biases:
             val = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
             if b.kind != P.GATE_BIAS:
-                full = _as_hd(val, L, self.heads).to(F64)[:, dist].unsqueeze(0)  # (H, L) over distance, gathered
+                full = as_hd(val, L, self.heads).to(F64)[:, dist].unsqueeze(0)  # (H, L) over distance, gathered
             else:
                 lg = val
-                G = torch.cumsum(_as_bhl(lg, L, self.heads).to(F64), dim=-1)
+                G = torch.cumsum(as_bhl(lg, L, self.heads).to(F64), dim=-1)
                 full = G.unsqueeze(-1) - (G if cols is None else G[..., cols]).unsqueeze(-2)
             total = full if total is None else total + full
         return total
@@ -246,14 +248,14 @@ class SchemeAttention(nn.Module):
             if t.kind == P.SO2:
                 # float64 cumulative sum reduced mod 2 pi, then cast (|A| < 2 pi keeps ~1e-7 rad in float32);
                 # one fused rotation for q, k (and v) whose backward gives the angle gradient directly
-                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(_angle_dtype(q.dtype))
+                A = cumulative_angles(self.step_angles(t, L, x, tokens, q.device, q.dtype)).to(angle_dtype(q.dtype))
                 if t.values:
                     q, k, v = rotary.rotate_many_by_angles([q, k, v], A, self.layout, ch)
                     undo.append((None, A, ch))
                 else:
                     q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
                 continue
-            cos, sin = self._cos_sin(t, L, x, tokens, q.device, _angle_dtype(q.dtype))  # half: float32, rounded once
+            cos, sin = self._cos_sin(t, L, x, tokens, q.device, angle_dtype(q.dtype))  # half: float32, rounded once
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
             if t.values:
@@ -274,19 +276,17 @@ class SchemeAttention(nn.Module):
                 positions: Tensor | None = None, document_ids: Tensor | None = None, cache=None,
                 attn_mask: Tensor | None = None):
         """q (B, Hq, Lq, D), k and v (B, Hkv, L, D) -> (B, Hq, Lq, D); see the module docstring and
-        :mod:`pedsl.compiler.stream` for positions, document_ids, cache and attn_mask."""
+        :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
                 or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general)):
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)
-            from pedsl.compiler.stream import stream_forward
+            from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
 
             return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
                                   document_ids=document_ids, cache=cache, attn_mask=attn_mask)
         if self.backend == "reference":
-            from pedsl.compiler.reference import reference_forward
-
             return reference_forward(self, q, k, v, x=x, tokens=tokens).to(q.dtype)
         L = q.shape[2]
         qt, kt, vt, restore = self.transform_qkv(q, k, v, x, tokens)
@@ -303,13 +303,11 @@ class SchemeAttention(nn.Module):
                 o = materialized_bias_attention(qt, kt, vt, bias, q_scale=q_scale)
         else:
             g = self._key_term(L, x, tokens, q.device)
-            o = separable_bias_attention(qt, kt, vt, None if g is None else g.to(q.dtype) if L <= LONG else g,
-                                         q_scale=q_scale, chunk_size=2048 if L > LONG else None)
+            # g in float64: offset per block of queries before the cast (pedsl.ops.bias, docs/semantics.md §5.7)
+            o = separable_bias_attention(qt, kt, vt, g, q_scale=q_scale)
         return restore(o)
 
     def _flex(self, q, k, v, bias, q_scale):
-        from pedsl.ops.bias import flex_bias_attention
-
         q = scale_queries(q, q_scale)
         if bias is None:
             return flex_bias_attention(q, k, v, None)
@@ -336,29 +334,25 @@ class SchemeAttention(nn.Module):
                 w = wv
             else:
                 w = w.index_copy(-1, torch.tensor(t.channels, device=device), wv)
-            beta = _as_bhl(bt, L, H).expand(B, H, L).to(dtype)
+            beta = as_bhl(bt, L, H).expand(B, H, L).to(dtype)
         log_forget = None
         for b in self.biases:
             if b.kind == P.LINEAR_BIAS:
                 slope = self.evaluator.run(b.slope, self._ctx(L, x, tokens, device), b.site.name)
-                lf = _per_head(slope, H).to(dtype)[None, :, None].expand(B, H, L)
+                lf = per_head(slope, H).to(dtype)[None, :, None].expand(B, H, L)
             else:
                 lg = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
-                lf = _as_bhl(lg, L, H).expand(B, H, L).to(dtype)
+                lf = as_bhl(lg, L, H).expand(B, H, L).to(dtype)
             log_forget = lf if log_forget is None else log_forget + lf
         return w, beta, log_forget
 
     def _blockwise(self, q, k, v, x, tokens, q_scale):
-        from pedsl.ops.path import path_attention
-
         w, beta, log_forget = self.householder_inputs(q.shape[0], q.shape[2], x, tokens, q.device, q.dtype)
         return path_attention(q, k, v, w, beta, log_forget, q_scale=q_scale)
 
     # ------------------------------------------------------------------ analysis
     def raw_scores(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
         """<q_i, T(j->i) k_j> for j <= i (no scale, temperature or bias), (B, H, L, L); -inf above the diagonal."""
-        from pedsl.compiler.reference import transported_scores
-
         self._check(q, k, k, x, tokens)
         if q.shape != k.shape:
             raise ShapeError(f"raw_scores needs q and k of one shape (B, H, L, D), got {tuple(q.shape)}, {tuple(k.shape)}")
@@ -378,8 +372,6 @@ class SchemeAttention(nn.Module):
 
     def rotary_groups(self) -> list[dict]:
         """Position-indexed rotary groups: channels, layout and angular frequency per pair (for frequency energy)."""
-        from pedsl.lang.lint import rotary_frequencies
-
         freqs = rotary_frequencies(self.scheme)
         return [dict(group=g, channels=self.scheme.group(g).channels, layout=self.layout, freqs=f)
                 for g, f in freqs.items()]

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
+from pedsl.runtime.walk import learned_calls, param_key, site_name  # noqa: F401 (the plan's names)
 
 # transport kinds
 ROPE = "rope-table"  # q, k (, v) rotated by position-indexed phases (cos/sin tables)
@@ -44,19 +45,6 @@ POSITIONS, TOKENS = "positions", "tokens"
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
-
-
-def site_name(role: str, owner: str | int | None = None) -> str:
-    """The name of a graph node; for an evaluation site also the prefix of its learned parameters:
-    ``phase[g]``, ``steps[g]``, ``w[g]``, ``beta[g]`` (channel group g), ``bias[i]``, ``temperature``
-    (and ``transport[g]``, the group's transform node)."""
-    return role if owner is None else f"{role}[{owner}]"
-
-
-def param_key(site: str, kind: str, count: int) -> str:
-    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
-    expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
-    return f"{site}__{kind}{count}"
 
 
 @dataclass(frozen=True)
@@ -162,6 +150,26 @@ class Plan:
         return tuple(t for t in self.transports if t.kind == kind)
 
 
+@dataclass(frozen=True)
+class LearnedSite:
+    """One set of learned parameters: its key in ``learned.sites``, the call, and the evaluation sites
+    that read it with how many times each (a let's value read twice is still one set)."""
+
+    key: str
+    call: ast.Call
+    readers: tuple[tuple[str, int], ...]
+
+
+def learned_sites(plan: Plan) -> tuple[LearnedSite, ...]:
+    """Every learned parameter set of the plan, in build order (the order the module creates them)."""
+    found: dict[str, tuple[ast.Call, dict[str, int]]] = {}
+    for site in plan.params:
+        for call, key in learned_calls(site.expr, site.name):
+            readers = found.setdefault(key, (call, {}))[1]
+            readers[site.name] = readers.get(site.name, 0) + 1
+    return tuple(LearnedSite(k, c, tuple(r.items())) for k, (c, r) in found.items())
+
+
 # ---------------------------------------------------------------------- rendering
 def plan_lines(plan: Plan) -> list[str]:
     """The plan as text (``pedsl graph``, ``pedsl explain``)."""
@@ -190,7 +198,18 @@ def plan_lines(plan: Plan) -> list[str]:
     if plan.half_via_general:
         out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
     out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
+    learned = learned_sites(plan)
+    if learned:
+        out.append("  learned parameters (one set per call; a let's value is one set, whatever reads it):")
+        width = max(len(ls.key) for ls in learned)
+        for ls in learned:
+            read = ", ".join(f"{r}" + (f" x{n}" if n > 1 else "") for r, n in ls.readers)
+            out.append(f"      {ls.key.ljust(width)}  {_short(to_source(ls.call))}  <- {read}")
     return out
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def plan_to_json(plan: Plan) -> dict:
@@ -210,4 +229,6 @@ def plan_to_json(plan: Plan) -> dict:
             "table": plan.temperature.table, "carried": plan.temperature.carried,
             "site": site(plan.temperature.site), "why": plan.temperature.why},
         "params": [s.name for s in plan.params],
+        "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
+                    for ls in learned_sites(plan)],
     }

@@ -114,9 +114,6 @@ class Names:
     def free(self, name: str) -> bool:
         return name.isidentifier() and name not in self.taken and not name.startswith("__")
 
-    def reserve(self, *names: str) -> None:
-        self.taken.update(names)
-
     def new(self, *hints: str) -> str:
         cands = [identifier(h) for h in hints] or ["_"]
         for c in cands:

@@ -92,6 +92,26 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         return c
 
     sch = mod.scheme
+    T, U = _stream_transports(mod, ctx, B, Hq, L, D, stepv)
+    bias = _stream_bias(mod, ctx, positions, B, Hq, L, stepv)
+    allowed = torch.zeros(B, Hq, L, L, dtype=torch.bool, device=dev)
+    for i in range(L):
+        for j in range(i + 1):
+            allowed[:, :, i, j] = ((docs[:, i] == docs[:, j]) & valid[:, j])[:, None]
+    if mask4 is not None:
+        allowed[:, :, L - Lq:] &= mask4.expand(B, Hq, Lq, L)
+    tau = None
+    if sch.temperature is not None:
+        tv = mod.evaluator.run(sch.temperature, ctx(), site_name("temperature"))
+        tau = (tv.align(("batch", "head", "pos")) if tv.axes else tv.t.reshape(1, 1, 1)).to(F64)
+        tau = tau.expand(tau.shape[0], tau.shape[1], L)
+    return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,
+                                   allowed=allowed, q_offset=L - Lq)
+
+
+def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor):
+    """The explicit transports (B, H, L, L, D, D) of every transform and of those that move values."""
+    sch, dev = mod.scheme, stepv.device
     T = U = None
     for t in sch.transports:
         ch = list(sch.group(t.group).channels)
@@ -121,35 +141,28 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         T = _compose(T, tr)
         if t.targets == "qkv":
             U = _compose(U, tr)
-    # biases, entry by entry
-    bias = None
-    if sch.biases:
-        bias = torch.zeros(B, Hq, L, L, dtype=F64, device=dev)
-        for idx, b in enumerate(sch.biases):
-            if b.kind == "distance":  # term(head, d) at d = p_i - p_j
-                top = int((positions.max() - positions.min()).clamp(min=0)) + 1
-                term = mod.evaluator.run(b.term, mod._ctx(top, device=dev, dtype=F64), site_name("bias", idx))
-                tab = as_hd(term, top, Hq).to(F64)  # (H, distance)
-                for i in range(L):
-                    for j in range(i + 1):
-                        d = (positions[:, i] - positions[:, j]).clamp(min=0)  # (B,)
-                        bias[:, :, i, j] += tab[:, d].T
-            else:  # the sum of the log gates of tokens j+1..i
-                lg = as_bhl(mod.evaluator.run(b.log_gate, ctx(), site_name("bias", idx)), L, Hq).to(F64)
-                lg = (lg * stepv[:, None, :]).expand(B, Hq, L)
-                for i in range(L):
-                    for j in range(i):
-                        bias[:, :, i, j] += lg[:, :, j + 1: i + 1].sum(-1)
-    allowed = torch.zeros(B, Hq, L, L, dtype=torch.bool, device=dev)
-    for i in range(L):
-        for j in range(i + 1):
-            allowed[:, :, i, j] = ((docs[:, i] == docs[:, j]) & valid[:, j])[:, None]
-    if mask4 is not None:
-        allowed[:, :, L - Lq:] &= mask4.expand(B, Hq, Lq, L)
-    tau = None
-    if sch.temperature is not None:
-        tv = mod.evaluator.run(sch.temperature, ctx(), site_name("temperature"))
-        tau = (tv.align(("batch", "head", "pos")) if tv.axes else tv.t.reshape(1, 1, 1)).to(F64)
-        tau = tau.expand(tau.shape[0], tau.shape[1], L)
-    return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,
-                                   allowed=allowed, q_offset=L - Lq)
+    return T, U
+
+
+def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Tensor) -> Tensor | None:
+    """The bias (B, H, L, L), entry by entry."""
+    sch, dev = mod.scheme, stepv.device
+    if not sch.biases:
+        return None
+    bias = torch.zeros(B, Hq, L, L, dtype=F64, device=dev)
+    for idx, b in enumerate(sch.biases):
+        if b.kind == "distance":  # term(head, d) at d = p_i - p_j
+            top = int((positions.max() - positions.min()).clamp(min=0)) + 1
+            term = mod.evaluator.run(b.term, mod._ctx(top, device=dev, dtype=F64), site_name("bias", idx))
+            tab = as_hd(term, top, Hq).to(F64)  # (H, distance)
+            for i in range(L):
+                for j in range(i + 1):
+                    d = (positions[:, i] - positions[:, j]).clamp(min=0)  # (B,)
+                    bias[:, :, i, j] += tab[:, d].T
+        else:  # the sum of the log gates of tokens j+1..i
+            lg = as_bhl(mod.evaluator.run(b.log_gate, ctx(), site_name("bias", idx)), L, Hq).to(F64)
+            lg = (lg * stepv[:, None, :]).expand(B, Hq, L)
+            for i in range(L):
+                for j in range(i):
+                    bias[:, :, i, j] += lg[:, :, j + 1: i + 1].sum(-1)
+    return bias

@@ -1,6 +1,6 @@
 """Labelled run-time values (:class:`~pedsl.runtime.torch_backend.LT`) as the tensor shapes the kernels take.
 
-Shared by the module (:mod:`pedsl.compiler.module`), its general forward (:mod:`pedsl.compiler.stream`)
+Shared by the module (:mod:`pedsl.compiler.module`), its general forward (:mod:`pedsl.compiler.module_values`)
 and the reference backend (:mod:`pedsl.compiler.reference`), so none imports another's internals.
 """
 
@@ -39,8 +39,3 @@ def as_hd(v: LT, L: int, H: int) -> Tensor:
 def per_head(v: LT, H: int) -> Tensor:
     t = v.align(("head",)) if v.axes else v.t.reshape(1)
     return t.expand(H)
-
-
-def angle_dtype(dtype: torch.dtype) -> torch.dtype:
-    """Rotation angles (|A| < 2 pi) stay in float32 for half-precision inputs (bfloat16 keeps ~0.03 rad)."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype

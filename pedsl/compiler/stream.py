@@ -1,42 +1,6 @@
-"""The general forward of a compiled scheme: positions, documents, padding and attention masks,
-grouped-query attention, queries behind their keys, and the decoding cache.
-
-``SchemeAttention.forward`` takes this path whenever a call is more than one full causal sequence
-at positions 0..L-1 with as many key/value heads as query heads (that case keeps the fused kernels
-of ``module.py``). What a call means:
-
-* k, v ``(B, Hkv, L, D)`` are L new tokens; q ``(B, Hq, Lq, D)`` are the queries of the *last* Lq
-  of them (Lq <= L); with a cache, every cached token precedes them. ``Hq`` is a multiple of
-  ``Hkv``: query head ``h`` reads key/value head ``h // (Hq / Hkv)`` (GQA / MQA). k and v stay at
-  ``Hkv`` heads unless the scheme's transport differs per head (learned per-head angles, PaTH),
-  which needs one transported key per query head.
-* ``positions (B, L)``: integer positions, read by every position-indexed quantity (RoPE phases,
-  distance biases, position-indexed steps, temperatures). Default: the index of the token inside
-  its document, counting only unpadded tokens, continuing the cache.
-* ``document_ids (B, L)``: a token attends only inside its document; every accumulated quantity
-  (cumulative angles, forget-gate sums, Householder products, short convolutions) restarts at a
-  boundary. (Transports and gate sums between two tokens of one document only involve that
-  document's steps, so they restart by construction; short convolutions are cut explicitly.)
-* ``attn_mask``: boolean. ``(B, L)`` or ``(B, Lc + L)`` marks padding: a padded token does not
-  exist - no query attends to it, its steps are the identity (angle 0, log-gate 0, beta 0) and
-  short convolutions read zeros there - so a left-padded row equals the row unpadded. ``(B, 1|Hq,
-  Lq, Lc + L)`` restricts attention only. An additive float mask of zeros and ``-inf`` (or the
-  dtype's minimum) is read as the boolean ``mask == 0``. A query with no key left gives zeros.
-* ``cache``: an :class:`AttentionCache` from ``module.new_cache(batch_size)``: it stores the keys
-  as the scheme transports them to the newest token (RoPE family: rotated at their positions;
-  accumulated SO(2): rotated by their cumulative angles; PaTH: moved through every later
-  Householder step), the values (rotated when values are transported), the bias coordinates
-  (ALiBi ``slope * position``, forget gates ``G_j = sum log f``, float64) and the running state
-  (cumulative angles, gate sums, the last tokens' inputs for short convolutions). Prefill plus
-  decoding equals one full forward, with one documented exception: a table that depends on the
-  run-time length n (dynamic NTK; n = the largest position of the call + 1) rotates each key with
-  the table in force when it was cached, as Hugging Face does, so past the original length a
-  decoded sequence differs from one full forward of it (tested in test_compiler_stream.py).
-
-Biases are differences of per-token float64 coordinates ``b(i, j) = c_i - c_j`` (the ALiBi and
-forget-gate forms), formed per block of queries in float64 and only then cast to the compute dtype,
-so a bfloat16 call is as exact as a hand-written bfloat16 bias.
-"""
+"""SchemeAttention's general path: the call of :mod:`pedsl.compiler.general` (whose docstring says
+what positions, document_ids, attn_mask and cache mean) with the module's values and fused kernels,
+the one-token decoding fast path of the RoPE family, and the float64 reference backend."""
 
 from __future__ import annotations
 
@@ -47,24 +11,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pedsl.compiler.attend import sdpa_forward
-from pedsl.compiler.cache import AttentionCache, cached
-from pedsl.compiler.inputs import (
-    Layout,
-    Window,
-    last_tokens,
-    layout,
-    query_scale,
-    token_values,
-)
-from pedsl.compiler.plan import POSITION_TABLE, ROPE
-from pedsl.compiler.shapes import angle_dtype as _angle_dtype
-from pedsl.compiler.stream_path import path_forward
+from pedsl.compiler.general import InputError, Layout, advance_rows, angle_dtype, cached, general_forward, layout
+from pedsl.compiler.module_values import TABLE_MAX, ModuleScheme
+from pedsl.compiler.plan import POSITION_TABLE
+from pedsl.compiler.reference import reference_stream
 from pedsl.errors import ShapeError
 from pedsl.ops import rotary
 from pedsl.ops.bias import scale_queries
 
-TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
 
 # ---------------------------------------------------------------------- decoding fast path
@@ -150,7 +104,7 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     if n > TABLE_MAX:
         return None
     dt = q.dtype
-    adt = _angle_dtype(dt)
+    adt = angle_dtype(dt)
     undo = []
     for t, ch, qkv in plan:
         full = _full_tables(mod, t, ch, n, q.device, adt)
@@ -225,86 +179,20 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
         o = decode_step(mod, q, k, v, cache)
         if o is not None:
             return o
-    B, Hq, Lq, D = q.shape
-    Hkv, L = k.shape[1], k.shape[2]
-    device = q.device
-    lay = layout(mod, B, L, Lq, positions, document_ids, attn_mask, cache, device)
-    if mod.backend == "reference":
-        return _reference(mod, q, k, v, x, tokens, lay, cache)
-    win = Window(mod, lay, x, tokens, cache, device)
-    dt = q.dtype
-    rots, coord, tables, hh, state = token_values(mod, win, lay, dt, cache)
-    tau = query_scale(mod, win, dt, Lq)
-    per_head = hh is not None or any((A[0] if isinstance(A, tuple) else A).shape[1] > 1 for _, A in rots)
-    if per_head and Hkv != Hq:  # transports differ per query head: one transported key per query head
-        k = k.repeat_interleave(Hq // Hkv, dim=1)
-        v = v.repeat_interleave(Hq // Hkv, dim=1)
-    # rotations (absolute angles) of q (its last Lq tokens), k and v
-    undo = []
-    for t, ang in rots:
-        ch = t.channels if len(t.channels) != D else None
-        if t.kind == ROPE:
-            ck, sk = ang
-            cq, sq = last_tokens(ck, Lq), last_tokens(sk, Lq)
-            q = rotary.apply_rotary_channels(q, cq, sq, ch, mod.layout)
-            k = rotary.apply_rotary_channels(k, ck, sk, ch, mod.layout)
-            if t.values:
-                v = rotary.apply_rotary_channels(v, ck, sk, ch, mod.layout)
-                undo.append(((cq, sq), ch))
-        else:
-            aq = last_tokens(ang, Lq)
-            ang_d = ang.to(_angle_dtype(dt))
-            q = rotary.rotate_many_by_angles([q], last_tokens(ang_d, Lq), mod.layout, ch)[0]
-            if t.values:
-                k, v = rotary.rotate_many_by_angles([k, v], ang_d, mod.layout, ch)
-                undo.append((aq, ch))
-            else:
-                k = rotary.rotate_many_by_angles([k], ang_d, mod.layout, ch)[0]
-    if tau is not None:
-        q = scale_queries(q, tau)
-    if hh is not None:
-        o = path_forward(mod, q, k, v, hh, coord, lay, cache, Lq)
-    else:
-        o = sdpa_forward(mod, q, k, v, coord, tables, lay, cache, Lq)
-    for aq, ch in reversed(undo):  # R(A_i)^T = R(-A_i) at the query's angle
-        if isinstance(aq, tuple):
-            o = rotary.apply_rotary_channels(o, aq[0], -aq[1], ch, mod.layout)
-        else:
-            o = rotary.rotate_many_by_angles([o], (-aq).to(_angle_dtype(o.dtype)), mod.layout, ch)[0]
-    if cache is not None:
-        _commit(cache, lay, state, win, mod)
-    return o
-
-
-def _commit(cache: AttentionCache, lay: Layout, state, win: Window, mod) -> None:
-    new_angles, new_gates = state
-    cache.angles.update({i: a.detach() for i, a in new_angles.items()})
-    cache.gates.update({i: g.detach() for i, g in new_gates.items()})
-    win.keep(mod, cache)
-    B, L = lay.valid.shape
-    if not lay.padded and cache.last_pos is not None and cache.one_doc and cache.all_valid and (
-            lay.docs is cache._doc_view):  # decoding: the row's document continues, nothing padded
-        cache.last_pos = lay.positions[:, -1]
-        cache.length += L
-        return
-    cache.all_valid = cache.all_valid and not lay.padded
-    first = cache.last_doc if cache.last_pos is not None else lay.docs[:, 0]
-    cache.one_doc = cache.one_doc and bool((lay.docs == first[:, None]).all())
-    if cache.last_pos is None:
-        cache.last_pos = torch.full((B,), -1, dtype=torch.long, device=lay.valid.device)
-        cache.last_doc = torch.zeros(B, dtype=torch.long, device=lay.valid.device)
-    any_v = lay.valid.any(1)
-    idx = torch.where(lay.valid, torch.arange(L, device=lay.valid.device), -1).max(1).values.clamp(min=0)
-    cache.last_pos = torch.where(any_v, lay.positions.gather(1, idx[:, None])[:, 0], cache.last_pos)
-    cache.last_doc = torch.where(any_v, lay.docs.gather(1, idx[:, None])[:, 0], cache.last_doc)
-    cache.length += L
+    try:
+        lay = layout(mod.heads, q.shape[0], k.shape[2], q.shape[2], positions, document_ids, attn_mask, cache,
+                     q.device)
+        if mod.backend == "reference":
+            return _reference(mod, q, k, v, x, tokens, lay, cache)
+        side = ModuleScheme.of(mod)
+        return general_forward(side, side.kernels, q, k, v, x=x, tokens=tokens, cache=cache, lay=lay)
+    except InputError as exc:
+        raise ShapeError(str(exc), hint=exc.hint) from None
 
 
 # ---------------------------------------------------------------------- reference backend
 def _reference(mod, q, k, v, x, tokens, lay: Layout, cache):
     """The naive float64 interpreter over every token so far (the cache keeps the raw inputs)."""
-    from pedsl.compiler.reference import reference_stream
-
     parts = dict(k=k, v=v, x=x, tokens=tokens, positions=lay.positions, docs=lay.docs, valid=lay.valid)
     if cache is not None:
         if cache.batch_size != k.shape[0]:
@@ -315,15 +203,7 @@ def _reference(mod, q, k, v, x, tokens, lay: Layout, cache):
             parts = {n: (None if t is None else torch.cat([old[n].to(t.dtype), t], dim=2 if n in ("k", "v") else 1))
                      for n, t in parts.items()}
         cache.raw = {n: (None if t is None else t.detach()) for n, t in parts.items()}
-        cache.length += k.shape[2]
-        B, L = lay.valid.shape
-        any_v = lay.valid.any(1)
-        idx = torch.where(lay.valid, torch.arange(L, device=q.device), -1).max(1).values.clamp(min=0)
-        if cache.last_pos is None:
-            cache.last_pos = torch.full((B,), -1, dtype=torch.long, device=q.device)
-            cache.last_doc = torch.zeros(B, dtype=torch.long, device=q.device)
-        cache.last_pos = torch.where(any_v, lay.positions.gather(1, idx[:, None])[:, 0], cache.last_pos)
-        cache.last_doc = torch.where(any_v, lay.docs.gather(1, idx[:, None])[:, 0], cache.last_doc)
+        advance_rows(cache, lay)
     valid = parts["valid"]
     if lay.key_valid_cached is not None:
         Lc = lay.key_valid_cached.shape[1]

@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from pedsl.data import tasks as _tasks
+from pedsl.data import tasks
 from pedsl.config import DataConfig
 from pedsl.data.corpus import load_corpus, sample_windows
 from pedsl.errors import DataError
@@ -63,7 +63,7 @@ def make_generator(*key: int) -> torch.Generator:
 # ---------------------------------------------------------------------------------------------
 # Mixtures
 
-GENERATED = ("passkey", "blocks", "lag", "topic", "copy") + tuple(t for t in _tasks.TASKS if t != "passkey")  # no corpus to read
+GENERATED = ("passkey", "blocks", "lag", "topic", "copy") + tuple(t for t in tasks.TASKS if t != "passkey")  # no corpus to read
 TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic", "copy"}  # may appear in a mixture (blocks too)
 MIX_TAG = 0x6D6978  # "mix": the generator that assigns rows to sources
 
@@ -121,13 +121,13 @@ def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.G
     ``length``). ``passkey`` alone (not
     ``mixed``) is the older :func:`pedsl.data.synthetic.passkey_batch`, in a mixture :func:`pedsl.data.tasks.passkey`."""
     digits = cfg.passkey_digits
-    if cfg.train_digits is not None and source in _tasks.TASKS:
+    if cfg.train_digits is not None and source in tasks.TASKS:
         lo, hi = cfg.train_digits
-        while hi > lo and _tasks.min_length(source, hi, cfg.multikey_keys) > length:
+        while hi > lo and tasks.min_length(source, hi, cfg.multikey_keys) > length:
             hi -= 1  # the longest answer this task fits in the row
         digits = int(torch.randint(lo, hi + 1, (1,), generator=g))
-    if source in _tasks.TASKS and (source != "passkey" or mixed):
-        b = _tasks.generate(source, n, length, digits=digits, keys=cfg.multikey_keys, g=g)
+    if source in tasks.TASKS and (source != "passkey" or mixed):
+        b = tasks.generate(source, n, length, digits=digits, keys=cfg.multikey_keys, g=g)
     elif source == "passkey":
         b = passkey_batch(n, length, digits=digits, g=g)
     elif source == "blocks":
@@ -164,8 +164,8 @@ class TrainData:
         self.mixture = parse_mixture(cfg.source)
         text = text_source(cfg)
         self.corpus = None if text is None else load_corpus(cfg.model_copy(update={"source": text}))
-        for name in [n for n, _ in self.mixture or [(cfg.source, 1.0)] if n in _tasks.TASKS]:
-            need = _tasks.min_length(name, max(cfg.passkey_digits, (cfg.train_digits or (1,))[0]), cfg.multikey_keys)
+        for name in [n for n, _ in self.mixture or [(cfg.source, 1.0)] if n in tasks.TASKS]:
+            need = tasks.min_length(name, max(cfg.passkey_digits, (cfg.train_digits or (1,))[0]), cfg.multikey_keys)
             if context + 1 < need:
                 raise DataError(f"context {context} is too short for the '{name}' task (it needs windows of "
                                 f"at least {need} bytes)", hint=f"raise --context to at least {need - 1}")

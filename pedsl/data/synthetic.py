@@ -14,7 +14,7 @@ from pedsl.errors import DataError
 # With word tokens "key is" is two tokens and unique; at byte level the original's "grass is",
 # "sky is", "sun is" make the bytes before a key ("y is ") recur in every sentence, so finding the
 # needle's first digit took a 5-byte match a 2-layer model did not learn (first digit at chance
-# while the others were copied). Measured in issue 16: README, "Retrieval, several seeds".
+# while the others were copied); README, "Retrieval, several seeds", has the measurement.
 FILLER = (b"The grass grows green. The sky looks blue. The sun shines yellow. "
           b"Here we go. There and back again. ")
 BLOCK_ALPHABET = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz"), dtype=torch.long)
@@ -95,7 +95,7 @@ def copy_batch(n: int, length: int, *, min_period: int = 3, max_period: int = 16
     only a content lookup ("what followed this byte last time?") predicts them all, not a fixed
     offset: a dense signal that teaches a small model the copying that retrieval needs. Short
     periods matter: with periods 3..16 the tiny preset copies 46% of the bytes of period-10..64 rows
-    after 200 steps; trained on periods 10..64 it copied 5% after 950 steps (probes, issue 16).
+    after 200 steps; trained on periods 10..64 it copied 5% after 950 steps (measured with probes).
     Returns tokens (n, length) long."""
     hi = max(1, min(max_period, length))
     lo = max(1, min(min_period, hi))

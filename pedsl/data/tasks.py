@@ -36,7 +36,7 @@ from typing import Callable
 
 import torch
 
-from pedsl.errors import DataError
+from pedsl.errors import DataError, did_you_mean
 from pedsl.data.synthetic import FILLER  # the haystack text every retrieval task shares
 
 TASKS = ("passkey", "multikey", "kv")
@@ -201,8 +201,6 @@ def generate(task: str, n: int, length: int, *, depth: float | None = None, digi
              g: torch.Generator) -> dict[str, torch.Tensor]:
     """Any task by name (``keys`` is used by ``multikey`` only)."""
     if task not in GENERATORS:
-        from pedsl.errors import did_you_mean
-
         raise DataError(f"unknown retrieval task '{task}'", hint=did_you_mean(task, TASKS) or f"tasks: {', '.join(TASKS)}")
     extra = {"keys": keys} if task == "multikey" else {}
     return GENERATORS[task](n, length, depth=depth, digits=digits, g=g, **extra)

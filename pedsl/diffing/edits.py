@@ -35,8 +35,9 @@ from typing import Any, Union
 from pedsl.diffing.match import (bias_expr, bias_source, match_groups, match_params, pair_up, rename,
                                  rename_text, transport_fields, transport_source)
 from pedsl.lang.channels import channel_ranges as ranges
-from pedsl.lang.exprs import to_source
+from pedsl.lang.exprs import to_source, walk
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.api import load
 
 # Edits on these paths change no meaning: two schemes differing only there are equivalent.
 METADATA = ("name", "doc", "allow")
@@ -123,8 +124,6 @@ def equivalent(edits: list[Edit]) -> bool:
 def as_scheme(x: Scheme | str | Path, params: dict | None = None, scheme: str | None = None) -> Scheme:
     if isinstance(x, Scheme) and not params:
         return x
-    from pedsl.lang.api import load
-
     return load(x, params=params, scheme=scheme)
 
 
@@ -186,6 +185,8 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     elif ta is not None:
         value("temperature", ta, tb)
 
+    value("learned.shared", _shared_learned(a, renamed), _shared_learned(b, {}))
+
     for section in ("train", "eval"):
         da, db = getattr(a, section), getattr(b, section)
         for k, v in da.items():
@@ -200,6 +201,20 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     if keep:
         out += [Keep("allow", n) for n in b.allow if n in a.allow]
     return out
+
+
+def _shared_learned(s: Scheme, renamed: dict) -> list[str]:
+    """The learned values read more than once (a let's, docs/language.md): ``"CALL read N times"``. The
+    inlined text of ``c * sigmoid(c)`` and of the same call written twice is one, so this is where
+    one set of parameters and two differ; let names do not show."""
+    exprs = [e for t in s.transports for e in transport_fields(t).values()] + [bias_expr(b) for b in s.biases]
+    uses: dict[tuple, tuple[str, int]] = {}
+    for e in exprs + ([s.temperature] if s.temperature is not None else []):
+        for node in walk(e):
+            if node.kind == "call" and node.bound is not None:
+                text, n = uses.get(node.bound, (to_source(rename(node, renamed)), 0))
+                uses[node.bound] = (text, n + 1)
+    return sorted(f"{text} read {n} times" for text, n in uses.values() if n > 1)
 
 
 def _transports(a: Scheme, b: Scheme, gmap: dict, renamed: dict, out: list, value) -> None:

@@ -21,6 +21,9 @@ from pedsl.lang.exprs import to_source, transform
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.types import Dep
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
+from pedsl.lang.frequencies import rotary_frequencies
+from pedsl.lang.channels import channel_ranges as ranges
+from pedsl.diffing.match import bias_source, transport_source
 
 TAU = 2 * math.pi
 
@@ -164,8 +167,6 @@ def temperature_at(s: Scheme, positions: list[int]) -> list[tuple[int, Any]]:
 
 
 def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
-    from pedsl.lang.lint import rotary_frequencies
-
     env = env_of(s)
     try:
         freqs = rotary_frequencies(s)
@@ -177,8 +178,6 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         gf = GroupFacts(name=g.name, spec=g.spec, channels=tuple(g.channels))
         t = by_group.get(g.name)
         if t is not None:
-            from pedsl.diffing.match import transport_source
-
             gf.kind, gf.targets, gf.source = t.kind, t.targets, transport_source(t)
             gf.freqs = freqs.get(g.name)
             if t.kind == "rotate":
@@ -192,8 +191,6 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         groups.append(gf)
     biases = []
     for b in s.biases:
-        from pedsl.diffing.match import bias_source
-
         if b.kind == "distance":
             slopes = _per(_static(b.slope, env), s.heads) if b.slope is not None else None
             biases.append(BiasFacts("distance", bias_source(b), slopes=slopes,
@@ -211,7 +208,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
     )
     if graph:
-        from pedsl.compiler import compile_graph
+        from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for
 
         try:
             g = compile_graph(s)
@@ -249,8 +246,6 @@ def fmt_num(v: float) -> str:
 
 def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = True) -> str:
     """One phrase for what a group's transport does."""
-    from pedsl.lang.channels import channel_ranges as ranges
-
     who = {"qk": "q, k", "qkv": "q, k, v"}.get(g.targets or "", "")
     where_ = (f"all {head_dim} channels" if len(g.channels) == head_dim
              else f"{len(g.channels)} of {head_dim} channels ({ranges(g.channels)})")

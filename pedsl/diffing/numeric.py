@@ -34,6 +34,13 @@ import numpy as np
 from pedsl.fsio import write_figure
 from pedsl.lang.values import StaticEnv
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.frequencies import frequencies
+from pedsl.lang import ast
+from pedsl.lang.fold import fold_expr
+from pedsl.lang.values import EvalIssue, Vec
+from pedsl.lang.exprs import transform
+from pedsl.diffing.facts import temperature_at
+from pedsl.lang.frequencies import rotary_frequencies
 
 LMAX = 256
 SAMPLES = 8
@@ -55,8 +62,6 @@ def unit_vectors(heads: int, head_dim: int, samples: int = SAMPLES, seed: int = 
 
 def _group_freqs(s: Scheme, t, L: int, static: dict) -> tuple[float, ...] | None:
     """|frequency| per pair of a fixed rotation table (a rotation, or constant steps) at run length L."""
-    from pedsl.lang.lint import frequencies
-
     if t.kind == "rotate" and t.dynamic:
         env = StaticEnv(values={**s.params, "heads": s.heads, "head_dim": s.head_dim}, n=L)
         f = frequencies(t.phase, env, len(s.group(t.group).channels) // 2)
@@ -67,11 +72,6 @@ def _group_freqs(s: Scheme, t, L: int, static: dict) -> tuple[float, ...] | None
 
 def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
     """b(d) per head of one static distance bias, (H, lmax + 1) float64; None if it is not static."""
-    from pedsl.lang import ast
-    from pedsl.lang.fold import fold_expr
-    from pedsl.lang.values import EvalIssue, Vec
-    from pedsl.lang.exprs import transform
-
     env = StaticEnv(values={**s.params, "heads": s.heads, "head_dim": s.head_dim})
     out = np.zeros((s.heads, lmax + 1))
 
@@ -91,8 +91,6 @@ def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
 
 
 def _static_temperature(s: Scheme, lmax: int) -> np.ndarray | None:
-    from pedsl.diffing.facts import temperature_at
-
     vals = temperature_at(s, list(range(lmax + 1)))
     if any(v is None for _, v in vals):
         return None
@@ -117,8 +115,6 @@ def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = S
            draws: Draws | None = None) -> Curves:
     """The three curves of one scheme: exact float64 tables when everything is static, else
     sampled at initialisation (:mod:`pedsl.diffing.sample`); numpy only, no torch."""
-    from pedsl.lang.lint import rotary_frequencies
-
     L = lmax + 1
     static = rotary_frequencies(s)
     freqs = {t.group: _group_freqs(s, t, L, static) for t in s.transports}
@@ -158,7 +154,7 @@ def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, sam
     Householder groups move each seeded unit key through the steps, H_i ... H_(j+1) u,
     O(L D) per key. A gate bias is G(j + d) - G(j) with G the cumulative log gate.
     """
-    from pedsl.diffing.sample import Sampler
+    from pedsl.diffing.sample import Sampler  # on use: networkx only for the curves that sample
 
     L = lmax + STARTS
     H, D = s.heads, s.head_dim

@@ -14,6 +14,7 @@ import math
 
 from pedsl.diffing.facts import (SchemeFacts, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num)
+from pedsl.diffing.edits import Insert, Move, Remove, Update
 
 
 def _rotation(f: SchemeFacts) -> str:
@@ -74,8 +75,6 @@ def _params(f: SchemeFacts) -> str:
 
 def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, str, str]]:
     """[(topic, before, after)] for the topics a reviewer cares about, in a fixed order."""
-    from pedsl.diffing.edits import Insert, Move, Remove, Update
-
     items = [
         ("shape", f"{a.heads} heads x {a.head_dim} channels", f"{b.heads} heads x {b.head_dim} channels"),
         ("rotation", _rotation(a), _rotation(b)),
@@ -89,6 +88,10 @@ def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, st
     note = _scale_note(a, b)
     if note:
         items.insert(3, ("frequency change", "", note))
+    shared = next((e for e in edits if e.path == "learned.shared"), None)
+    if shared is not None:  # the same text, but one set of learned parameters read twice, or two sets
+        items.append(("learned parameters", "; ".join(shared.old) or "no value read twice",
+                      "; ".join(shared.new) or "no value read twice"))
     pe = [e for e in edits if e.path.startswith("params.")]
     if pe:
         words = []

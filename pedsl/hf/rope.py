@@ -18,17 +18,19 @@ bias, no temperature), or an error naming the part with no HF equivalent.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
 
-from pedsl.errors import InteropError, quoted
+from pedsl import limits
+from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
-from pedsl.limits import MAX_LENGTH
 from pedsl.fsio import read_text
 from pedsl.hf import arch
 from pedsl.lang import ast
-from pedsl.lang.api import format as fmt
+from pedsl.lang.api import check, format as fmt
+from pedsl.lang.parser import name_problem
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, bind_args, fold_expr
 from pedsl.lang.exprs import format_number, to_source
@@ -87,9 +89,9 @@ def read_config(path: str | Path) -> dict:
 
 
 def _number(cfg: dict, key: str, default=None, *, integer: bool = False, where: str = "config"):
-    v = cfg.get(key, default)
-    if v is None:
-        return None
+    v = cfg.get(key)
+    if v is None:  # absent or null: HF's default
+        return default
     if isinstance(v, (int, float)) and not isinstance(v, bool) and (abs(v) > 2**63 or v != v):  # 1e400, NaN, 10**400
         raise InteropError(f"{where} key '{key}' must be a finite number below 2**63, got {str(v)[:40]}",
                            code="E963")
@@ -99,29 +101,51 @@ def _number(cfg: dict, key: str, default=None, *, integer: bool = False, where: 
     return int(v) if integer else v
 
 
-def _refusals(cfg: dict, raw: dict) -> list[str]:
-    """Every part of the config's positional encoding that pedsl cannot express exactly."""
-    why = arch.refusal(cfg)
-    if why:
-        return [why]
+def rope_spec(cfg: dict) -> dict:
+    """The positional encoding of a config as a flat dict: head_dim, heads, rope_type, theta,
+    partial_rotary_factor and the type's knobs, standardised as transformers 5 does, and ``fields``: the
+    config field each value was read from. A value no scheme can use (a rope_theta <= 1, a factor <= 0,
+    a head_dim of 2**62, ...) is an InteropError naming its field."""
+    section = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
+    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if not isinstance(raw, dict):
+        raise InteropError(f"{section} must be an object, got {quoted(raw, 80)}", code="E963")
+    rope_type = raw.get("rope_type", raw.get("type", "default"))
+    _refuse_inexact(cfg, raw, rope_type)
+    spec = _shape(cfg, raw, section)
+    spec["rope_type"] = rope_type
+    _architecture_rotation(spec, cfg)
+    _scaling_knobs(spec, cfg, raw, section)
+    _check_knobs(spec)
+    return spec
+
+
+def _refuse_inexact(cfg: dict, raw: dict, rope_type) -> None:
+    """Refuse (E961, listing every one) what pedsl cannot express exactly."""
     problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)]
     nested = [k for k, v in raw.items() if isinstance(v, dict)]
-    if nested:  # the keys are layer types: their own rope types are not read at this level
-        return problems + [f"rope parameters per layer type ({', '.join(nested)}); pedsl imports one scheme for all "
-                           "layers"]
-    rope_type = raw.get("rope_type", raw.get("type", "default"))
-    if rope_type not in ROPE_TYPES:
+    why = arch.refusal(cfg)
+    if why:  # the architecture itself (M-RoPE, another rotary layout): its keys are not the reason
+        problems = [why]
+    elif nested:  # the keys are layer types: their own rope types are not read at this level
+        problems.append(f"rope parameters per layer type ({', '.join(nested)}); pedsl imports one scheme for all "
+                        "layers")
+    elif rope_type not in ROPE_TYPES:
         problems.append(f"rope_type '{rope_type}' (pedsl imports {', '.join(ROPE_TYPES)})")
     else:
         # HF reads original_max_position_embeddings only for yarn/longrope/llama3: elsewhere it has no effect
         extra = sorted(set(raw) - COMMON - KEYS[rope_type] - {"original_max_position_embeddings"})
         problems += [f"'{k}' in rope_parameters (not read by rope_type '{rope_type}')" for k in extra
                      if raw[k] is not None]
-    return problems
+    if problems:
+        raise InteropError(
+            "this model's positional encoding cannot be expressed exactly in pedsl: " + "; ".join(problems),
+            code="E961", hint="pedsl imports the rope types of Llama-family models; nothing was written "
+            "(an approximation would not be the model's encoding)")
 
 
-def _head_dim(cfg: dict) -> tuple[int | None, int]:
-    """(num_attention_heads, head_dim) as transformers reads them: head_dim, else hidden_size // heads."""
+def _shape(cfg: dict, raw: dict, section: str) -> dict:
+    """heads, head_dim, theta, partial_rotary_factor and max_position_embeddings, each checked, with ``fields``."""
     heads = _number(cfg, "num_attention_heads", integer=True)
     hidden = _number(cfg, "hidden_size", integer=True)
     head_dim = _number(cfg, "head_dim", integer=True)
@@ -130,72 +154,84 @@ def _head_dim(cfg: dict) -> tuple[int | None, int]:
             raise InteropError("the config gives neither head_dim nor hidden_size and num_attention_heads",
                                code="E963", hint="a decoder config.json has num_attention_heads and hidden_size")
         head_dim = hidden // heads
-    return heads, head_dim
-
-
-def _rotated_fraction(cfg: dict, raw: dict, rope_type: str, head_dim: int) -> tuple[float, str | None]:
-    """The fraction of channels the architecture rotates (and a note when it ignores the config's)."""
-    prf = _number(raw if "partial_rotary_factor" in raw else cfg, "partial_rotary_factor", 1.0)
-    prf = 1.0 if prf is None else float(prf)
-    try:
-        prf, note = arch.partial_rotary(cfg, rope_type, prf)
-    except ValueError as exc:
-        raise InteropError(str(exc), code="E961", hint="nothing was written") from None
+    where = {k: (raw, section) if k in raw else (cfg, "config") for k in ("rope_theta", "partial_rotary_factor")}
+    theta = _number(where["rope_theta"][0], "rope_theta", DEFAULT_THETA, where=where["rope_theta"][1])
+    prf = _number(where["partial_rotary_factor"][0], "partial_rotary_factor", 1.0,
+                  where=where["partial_rotary_factor"][1])
+    fields = {"heads": "num_attention_heads", "max_position_embeddings": "max_position_embeddings",
+              "head_dim": "head_dim" if cfg.get("head_dim") is not None else "hidden_size / num_attention_heads",
+              **{k: f"{section}.{k}" for k in raw}}
+    for key, name in (("theta", "rope_theta"), ("partial_rotary_factor", "partial_rotary_factor")):
+        fields[key] = f"{section}.{name}" if name in raw else name
+    spec: dict[str, Any] = dict(heads=1 if heads is None else heads, head_dim=head_dim, theta=float(theta),
+                                partial_rotary_factor=1.0 if prf is None else float(prf),
+                                max_position_embeddings=_number(cfg, "max_position_embeddings", integer=True),
+                                fields=fields)
+    _check_value(spec, "heads", 1 <= spec["heads"] <= limits.MAX_HEADS, f"1 to {limits.MAX_HEADS:,} heads")
+    _check_value(spec, "head_dim", 1 <= head_dim <= limits.MAX_HEAD_DIM,
+                 f"a head_dim of 1 to {limits.MAX_HEAD_DIM:,} channels")
+    _check_value(spec, "theta", spec["theta"] > 1, "a rope_theta > 1 (the base of the frequencies)")
+    prf = spec["partial_rotary_factor"]
+    _check_value(spec, "partial_rotary_factor", 0 < prf <= 1, "a fraction in (0, 1]")
+    max_pos = spec["max_position_embeddings"]
+    _check_value(spec, "max_position_embeddings", max_pos is None or max_pos >= 2, "an integer >= 2")
     rot = int(head_dim * prf)
     if rot != head_dim * prf or rot % 2 or rot <= 0:
-        raise InteropError(f"partial_rotary_factor {prf} of head_dim {head_dim} is {head_dim * prf:g} channels; "
-                           "pedsl rotates an even whole number of channels", code="E961",
+        raise InteropError(f"{fields['partial_rotary_factor']} {prf} of {fields['head_dim']} = {head_dim} is "
+                           f"{head_dim * prf:g} channels; pedsl rotates an even whole number of channels", code="E961",
                            hint="HF truncates to int(head_dim * partial_rotary_factor); use a factor giving an even count")
-    return prf, note
-
-
-def rope_spec(cfg: dict) -> dict:
-    """The positional encoding of a config as a flat dict: head_dim, heads, rope_type, theta,
-    partial_rotary_factor (what the named architecture rotates, :mod:`pedsl.hf.arch`), a ``note``
-    when it ignores a field, and the type's knobs, standardised as transformers 5 does."""
-    raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
-    if not isinstance(raw, dict):
-        raise InteropError(f"rope_parameters must be an object, got {quoted(raw)}", code="E963")
-    problems = _refusals(cfg, raw)
-    if problems:
-        raise InteropError(
-            "this model's positional encoding cannot be expressed exactly in pedsl: " + "; ".join(problems),
-            code="E961", hint="pedsl imports the rope types of Llama-family models; nothing was written "
-            "(an approximation would not be the model's encoding)")
-    heads, head_dim = _head_dim(cfg)
-    rope_type = raw.get("rope_type", raw.get("type", "default"))
-    theta = _number(raw if "rope_theta" in raw else cfg, "rope_theta", DEFAULT_THETA)  # a string was exit 3
-    prf, note = _rotated_fraction(cfg, raw, rope_type, head_dim)
-    max_pos = _number(cfg, "max_position_embeddings", integer=True)
-    spec: dict[str, Any] = dict(rope_type=rope_type, heads=heads or 1, head_dim=head_dim, theta=float(theta),
-                                partial_rotary_factor=prf, max_position_embeddings=max_pos, note=note)
-    _type_knobs(spec, cfg, raw, int(head_dim * prf) // 2)
+    spec["rotated"] = rot
     return spec
 
 
-def _type_knobs(spec: dict, cfg: dict, raw: dict, pairs: int) -> None:
-    """The knobs of the rope type into ``spec``, with HF's defaults."""
+def _architecture_rotation(spec: dict, cfg: dict) -> None:
+    """The fraction of channels the named architecture really rotates (:mod:`pedsl.hf.arch`: Llama's
+    default rope ignores partial_rotary_factor), and a ``note`` when it ignores the config's."""
+    try:
+        prf, spec["note"] = arch.partial_rotary(cfg, spec["rope_type"], spec["partial_rotary_factor"])
+    except ValueError as exc:
+        raise InteropError(str(exc), code="E961", hint="nothing was written") from None
+    spec["partial_rotary_factor"] = prf
+    spec["rotated"] = int(spec["head_dim"] * prf)
+
+
+def _original(spec: dict, cfg: dict, raw: dict, section: str) -> int:
+    """The original length of llama3 / yarn / longrope: transformers 5 takes a top-level
+    original_max_position_embeddings (Phi-3), else the rope dict's, else max_position_embeddings."""
+    key = "original_max_position_embeddings"
+    if cfg.get(key) is not None:
+        spec["fields"]["original"] = key
+        return _number(cfg, key, integer=True)
+    if raw.get(key) is not None:
+        spec["fields"]["original"] = f"{section}.{key}"
+        return _number(raw, key, integer=True, where=section)
+    if spec["max_position_embeddings"] is None:
+        raise InteropError(f"rope_type '{spec['rope_type']}' needs original_max_position_embeddings (or "
+                           "max_position_embeddings)", code="E963")
+    spec["fields"]["original"] = "max_position_embeddings"
+    return spec["max_position_embeddings"]
+
+
+def _scaling_knobs(spec: dict, cfg: dict, raw: dict, section: str) -> None:
+    """The knobs of the scaled rope types, read as transformers 5 reads them (0 or absent: HF's default)."""
     rope_type, max_pos = spec["rope_type"], spec["max_position_embeddings"]
-    p = lambda k, d=None, **kw: _number(raw, k, d, where="rope_parameters", **kw)  # noqa: E731
+    p = lambda k, d=None, **kw: _number(raw, k, d, where=section, **kw)  # noqa: E731
     if rope_type in ("llama3", "yarn", "longrope"):
-        # transformers 5: a top-level original_max_position_embeddings wins (Phi-3), else the dict's, else max
-        orig = cfg.get("original_max_position_embeddings", raw.get("original_max_position_embeddings", max_pos))
-        if orig is None:
-            raise InteropError(f"rope_type '{rope_type}' needs original_max_position_embeddings (or "
-                               "max_position_embeddings)", code="E963")
-        spec["original"] = int(orig)
+        spec["original"] = _original(spec, cfg, raw, section)
+        _check_value(spec, "original", spec["original"] >= 2, _KNOBS["original"][1])
     if rope_type in ("linear", "dynamic", "llama3"):
         if p("factor") is None:
-            raise InteropError(f"rope_type '{rope_type}' needs a factor", code="E963")
+            raise InteropError(f"rope_type '{rope_type}' needs a factor ({section}.factor)", code="E963")
         spec["factor"] = float(p("factor"))
     if rope_type == "dynamic":
         if max_pos is None:
             raise InteropError("rope_type 'dynamic' needs max_position_embeddings (its original length)", code="E963")
         spec["original"] = max_pos
+        spec["fields"]["original"] = "max_position_embeddings"
     if rope_type == "llama3":
         for k in ("low_freq_factor", "high_freq_factor"):
             if p(k) is None:
-                raise InteropError(f"rope_type 'llama3' needs {k}", code="E963")
+                raise InteropError(f"rope_type 'llama3' needs {k} ({section}.{k})", code="E963")
             spec[k] = float(p(k))
     if rope_type in ("yarn", "longrope"):
         factor = p("factor")
@@ -204,29 +240,59 @@ def _type_knobs(spec: dict, cfg: dict, raw: dict, pairs: int) -> None:
                 raise InteropError(f"rope_type '{rope_type}' without a factor needs max_position_embeddings",
                                    code="E963")
             factor = max_pos / spec["original"]
+            spec["fields"]["factor"] = f"max_position_embeddings / {spec['fields']['original']} (no {section}.factor)"
         spec["factor"] = float(factor)
         spec["attention_factor"] = float(p("attention_factor") or 0.0)
     if rope_type == "yarn":
-        _yarn_knobs(spec, raw, p)
+        spec["beta_fast"] = float(p("beta_fast") or 32.0)  # HF: `or 32`, `or 1`
+        spec["beta_slow"] = float(p("beta_slow") or 1.0)
+        spec["mscale"] = float(p("mscale") or 0.0)
+        spec["mscale_all_dim"] = float(p("mscale_all_dim") or 0.0)
+        truncate = raw.get("truncate", True)
+        if not isinstance(truncate, bool):
+            raise InteropError(f"{section}.truncate must be true or false, got {quoted(truncate, 80)}", code="E963")
+        spec["truncate"] = truncate
     if rope_type == "longrope":
         for k in ("short_factor", "long_factor"):
             lst = raw.get(k)
-            if not isinstance(lst, list) or len(lst) != pairs or not all(
-                    isinstance(x, (int, float)) and not isinstance(x, bool) for x in lst):
-                raise InteropError(f"rope_type 'longrope' needs {k}: a list of {pairs} numbers (one per rotated "
-                                   f"pair), got {lst!r}"[:300], code="E963")
+            if not isinstance(lst, list) or len(lst) != spec["rotated"] // 2 or not all(
+                    isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < math.inf for x in lst):
+                f = spec["fields"]
+                raise InteropError(f"{section}.{k}: rope_type 'longrope' needs a list of {spec['rotated'] // 2} "
+                                   f"positive finite numbers, one per rotated pair ({f['head_dim']} = "
+                                   f"{spec['head_dim']}, {f['partial_rotary_factor']} = "
+                                   f"{spec['partial_rotary_factor']:g}), got {quoted(lst, 80)}", code="E963")
             spec[k] = [float(x) for x in lst]
 
 
-def _yarn_knobs(spec: dict, raw: dict, p) -> None:
-    spec["beta_fast"] = float(p("beta_fast") or 32.0)  # HF: `or 32`, `or 1`
-    spec["beta_slow"] = float(p("beta_slow") or 1.0)
-    spec["mscale"] = float(p("mscale") or 0.0)
-    spec["mscale_all_dim"] = float(p("mscale_all_dim") or 0.0)
-    truncate = raw.get("truncate", True)
-    if not isinstance(truncate, bool):
-        raise InteropError(f"rope_parameters key 'truncate' must be true or false, got {quoted(truncate)}", code="E963")
-    spec["truncate"] = truncate
+def _check_value(spec: dict, key: str, ok: bool, need: str) -> None:
+    """Refuse a value of the spec that the written scheme could not use, naming the config field it came from."""
+    if not ok:
+        field = spec["fields"].get(key, key)
+        raise InteropError(f"{field} = {quoted(spec[key], 80)}: pedsl needs {need}; nothing was written", code="E963",
+                           hint=f"correct {field.split(' ')[0]} in the config")
+
+
+#: The knobs of the scaled rope types and what pedsl's grids need of them (HF's unset 0s are allowed where HF
+#: reads 0 as "use the default").
+_KNOBS = {
+    "factor": (lambda v, s: v > 0, "a factor > 0"),
+    "original": (lambda v, s: v >= 2, "an integer >= 2 (a training length)"),
+    "low_freq_factor": (lambda v, s: v > 0, "a low_freq_factor > 0"),
+    "high_freq_factor": (lambda v, s: v > s["low_freq_factor"], "a high_freq_factor above low_freq_factor "
+                         "({low_freq_factor:g})"),
+    "beta_fast": (lambda v, s: v > 0, "beta_fast > 0"),
+    "beta_slow": (lambda v, s: v > 0, "beta_slow > 0"),
+    "mscale": (lambda v, s: v >= 0, "mscale >= 0"),
+    "mscale_all_dim": (lambda v, s: v >= 0, "mscale_all_dim >= 0"),
+    "attention_factor": (lambda v, s: v >= 0, "an attention_factor >= 0"),
+}
+
+
+def _check_knobs(spec: dict) -> None:
+    for key, (ok, need) in _KNOBS.items():
+        if key in spec:
+            _check_value(spec, key, ok(spec[key], spec), need.format(**spec))
 
 
 # ---------------------------------------------------------------------- writing a scheme
@@ -237,9 +303,10 @@ def _num(v) -> str:
 
 
 def scheme_name(cfg: dict, rope_type: str) -> str:
-    base = str(cfg.get("model_type") or "model")
-    name = re.sub(r"\W+", "_", f"{base}_{rope_type}").strip("_").lower()
-    return name if re.match(r"[A-Za-z_]", name) else f"m_{name}"
+    """MODELTYPE_ROPETYPE as a .pe name: ASCII letters, digits and '_' ('llamé' -> 'llam_default'), short."""
+    base = re.sub(r"[^0-9a-z]+", "_", str(cfg.get("model_type") or "model").lower()).strip("_") or "model"
+    base = base if base[0].isalpha() else f"m_{base}"
+    return f"{base[: limits.MAX_NAME - len(rope_type) - 1].rstrip('_')}_{rope_type}"
 
 
 def _pe_text(value: Any) -> str:
@@ -247,39 +314,56 @@ def _pe_text(value: Any) -> str:
     return "".join(c if c.isprintable() and c not in '"\\' else "?" for c in str(value))[:100]
 
 
+#: The constraints of the parameters an imported scheme declares: what the grids need (as in the library's
+#: schemes), so that a -P override the grids cannot take is refused where it is given.
+_CONSTRAINTS = {"base": "(> 1)", "train_length": "(>= 2)", "partial_rotary_factor": "(> 0, <= 1)",
+                "factor": "(> 0)", "original": "(>= 2)", "low_freq_factor": "(> 0)",
+                "high_freq_factor": "(> low_freq_factor)", "beta_fast": "(> 0)", "beta_slow": "(> 0)",
+                "mscale": "(>= 0)", "mscale_all_dim": "(>= 0)", "attention_factor": "(>= 0)"}
+_KNOB_ORDER = ("factor", "original", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "truncate",
+               "mscale", "mscale_all_dim", "attention_factor")
+
+
+def _train_length_key(s: dict) -> str:
+    """The spec value an imported scheme's train_length is: the original length of the scaled types."""
+    return "original" if s["rope_type"] in ("llama3", "yarn", "longrope", "dynamic") else "max_position_embeddings"
+
+
+def _param_lines(s: dict) -> list[str]:
+    lines = [f"  param heads: int = {s['heads']}", f"  param head_dim: int = {s['head_dim']}"]
+    values = {"base": s["theta"], "train_length": s.get(_train_length_key(s))}
+    if s["rotated"] != s["head_dim"]:
+        values["partial_rotary_factor"] = s["partial_rotary_factor"]
+    values.update({k: s[k] for k in _KNOB_ORDER if k in s})
+    for k, v in values.items():
+        if v is not None:
+            kind = "bool" if isinstance(v, bool) else "int" if k in ("original", "train_length") else "float"
+            lines.append(f"  param {k}: {kind} {_CONSTRAINTS.get(k, '')} = {_num(v)}")
+    return lines
+
+
 def import_config(config: dict | str | Path, name: str | None = None) -> str:
-    """The `.pe` text (canonical form) of a config's positional encoding."""
+    """The `.pe` text (canonical form) of a config's positional encoding; the text is checked before it is
+    returned (InteropError naming the config field otherwise), so what import-hf writes always loads."""
     cfg = config if isinstance(config, dict) else read_config(config)
+    if name is not None and name_problem(name):
+        raise InteropError(f"scheme name {quoted(name, 80)}: {name_problem(name)}", code="E963")
     s = rope_spec(cfg)
     t = s["rope_type"]
     name = name or scheme_name(cfg, t)
-    rot = int(s["head_dim"] * s["partial_rotary_factor"])
-    train_length = s.get("original") if t in ("llama3", "yarn", "longrope", "dynamic") else s["max_position_embeddings"]
     model_type = _pe_text(cfg.get("model_type", "?"))  # config text is data: never a line or a quote of .pe
     lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {model_type}, "
              f"rope_type {t}).",
              "# Equal to the model's positional encoding: pedsl export-hf prints its rope_parameters back.",
              *([f"# {s['note']}."] if s["note"] else []),
              f'scheme {name} "{t} rotary embedding of a Hugging Face {_pe_text(cfg.get("model_type", "model"))} '
-             f'config" {{',
-             f"  param heads: int = {s['heads']}",
-             f"  param head_dim: int = {s['head_dim']}",
-             f"  param base: float = {_num(s['theta'])}"]
-    if train_length is not None:
-        lines.append(f"  param train_length: int = {train_length}")
-    if rot != s["head_dim"]:
-        lines.append(f"  param partial_rotary_factor: float = {_num(s['partial_rotary_factor'])}")
-    for k in ("factor", "original", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "truncate",
-              "mscale", "mscale_all_dim", "attention_factor"):
-        if k in s:
-            kind = "bool" if isinstance(s[k], bool) else "int" if k == "original" else "float"
-            lines.append(f"  param {k}: {kind} = {_num(s[k])}")
+             f'config" {{', *_param_lines(s)]
     if t == "longrope":
         lines.append("  let short_factor = [" + ", ".join(_num(x) for x in s["short_factor"]) + "]")
         lines.append("  let long_factor = [" + ", ".join(_num(x) for x in s["long_factor"]) + "]")
     lines.append("  layout halves")
     on = ""
-    if rot != s["head_dim"]:
+    if s["rotated"] != s["head_dim"]:
         lines += ["  channels {", "    rot = fraction(partial_rotary_factor)", "    plain = rest", "  }"]
         on = " on rot"
     grid, phase_tail, scale = {
@@ -296,10 +380,41 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     if scale:
         lines.append(f"  let m = {scale}")
     lines.append(f"  qk{on}: rotate(w * position{phase_tail}" + (", scale = m)" if scale else ")"))
-    if train_length is not None and train_length <= MAX_LENGTH:  # longer: pedsl trains no such context
+    train_length = s.get(_train_length_key(s))
+    if train_length is not None and train_length <= limits.MAX_LENGTH:  # longer: pedsl trains no such context
         lines += ["  train {", "    context = train_length", "  }"]
     lines += ["  allow frayed_frequencies", "}"]
-    return fmt("\n".join(lines) + "\n")
+    text = fmt("\n".join(lines) + "\n")
+    _check_written(text, s)
+    return text
+
+
+def _check_written(text: str, s: dict) -> None:
+    """Refuse a scheme that `pedsl check` would reject, naming the config fields of the line at fault (a safety
+    net behind rope_spec's own checks: every value is checked there, by what the grids need)."""
+
+    try:
+        errors = [d for d in check(text) if d.severity == "error"]
+    except PedslError as err:
+        errors = [d for d in err.diagnostics if d.severity == "error"]
+    if not errors:
+        return
+    d = errors[0]
+    lines = text.split("\n")
+    lets = {m.group(1): m.group(2) for m in re.finditer(r"^\s*let (\w+) = (.*)$", text, re.M)}
+    todo = re.findall(r"[A-Za-z_]\w*", lines[d.line - 1] if d.line and d.line <= len(lines) else "")
+    used: list[str] = []
+    while todo:  # the names on the line at fault, and those of the lets it uses
+        word = todo.pop(0)
+        if word not in used:
+            used.append(word)
+            todo += re.findall(r"[A-Za-z_]\w*", lets.get(word, ""))
+    spec_key = {"base": "theta", "train_length": _train_length_key(s)}
+    fields = list(dict.fromkeys(s["fields"][k] for k in (spec_key.get(w, w) for w in used) if k in s["fields"]))
+    raise InteropError(f"the scheme written from this config would not check ({d.code} {d.message}); it comes from "
+                       f"{', '.join(fields) or 'the config'}; nothing was written", code="E963",
+                       hint="check those fields; if they are right, the message names a pedsl limit "
+                       "(pedsl/limits.py)")
 
 
 # ---------------------------------------------------------------------- exporting a scheme

@@ -13,13 +13,12 @@ from pedsl.lang.parser import decode, parse_module, read_bytes
 from pedsl.lang.imports import Loader, Source, load_source, looks_like_text
 from pedsl.lang.resolve import check_all, resolve
 from pedsl.lang.scheme import Scheme
+from pedsl.errors import CheckError
 
 
 def _text_of(path_or_text: str | Path) -> tuple[str, str | None]:
     if isinstance(path_or_text, Path) or not looks_like_text(path_or_text):
         p = Path(path_or_text)
-        from pedsl.errors import CheckError
-
         try:
             return decode(read_bytes(p), str(p)), str(p)
         except FileNotFoundError:
@@ -38,7 +37,7 @@ def parse(path_or_text: str | Path) -> ast.Module:
     return parse_module(text, file)
 
 
-def format(path_or_text: str | Path) -> str:  # noqa: A001 - the public name the issue asks for
+def format(path_or_text: str | Path) -> str:  # noqa: A001 - pedsl.format, as `pedsl fmt` names it
     """The canonical text of a file or text."""
     text, file = _text_of(path_or_text)
     return format_module(parse_module(text, file), text)

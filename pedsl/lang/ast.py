@@ -73,6 +73,9 @@ class Call(Node):
     func: str
     args: tuple["Expr", ...] = ()
     kwargs: tuple[Kwarg, ...] = ()
+    # set by the resolver on a learned call written in a `let` definition: (the let's name, its index among
+    # that definition's learned calls). Every inlined use of the let carries it, so all uses are one site.
+    bound: tuple[str, int] | None = None
 
 
 class ListExpr(Node):

@@ -90,7 +90,7 @@ def probe(expr: ast.Expr, env: StaticEnv, report: Report, what: str, *, bound: f
 def config_issue(section: str, values: dict[str, Any], train: dict[str, Any]) -> tuple[str, str | None, str | None]:
     """Validate a ``train {}`` / ``eval {}`` block with the config models:
     (message, the setting at fault or None, hint) or ('', None, None) when it is valid."""
-    from pedsl import config
+    from pedsl import config  # on use: `pedsl check` of a scheme without these blocks never loads yaml
     from pedsl.errors import ConfigError
 
     try:

@@ -124,6 +124,28 @@ def inline_lets(
     return transform(e, sub)
 
 
+def bind_calls(e: ast.Expr, let: str, learned: Callable[[str], bool]) -> ast.Expr:
+    """A let's definition with each learned call it writes marked ``bound = (let, index)``, indexed in
+    post-order (arguments before the call, in the order written). Inlined, the marks travel with every
+    use of the let: a name denotes one value, so its learned calls are one site however often it is used.
+    Calls of other lets are still names here; they get their own let's marks."""
+    count = 0
+
+    def mark(node: ast.Expr) -> ast.Expr | None:
+        nonlocal count
+        if node.kind != "call" or not learned(node.func):
+            return None
+        count += 1
+        return node.model_copy(update={"bound": (let, count - 1)})
+
+    return transform(e, mark)
+
+
+def bound_lets(e: ast.Expr) -> set[str]:
+    """The lets whose learned calls ``e`` uses (see :func:`bind_calls`)."""
+    return {n.bound[0] for n in walk(e) if n.kind == "call" and n.bound is not None}
+
+
 def neg(e: ast.Expr) -> ast.Expr:
     if e.kind == "unary":
         return e.operand
@@ -161,7 +183,3 @@ def distance_coefficient(e: ast.Expr) -> ast.Expr | None:
         c = distance_coefficient(e.left)
         return None if c is None else ast.Binary(op="/", left=c, right=e.right)
     return None
-
-
-def strip_spans(e: ast.Expr) -> ast.Expr:
-    return transform(e, lambda n: n.model_copy(update={"span": None}) if n.span is not None else None)

@@ -19,6 +19,7 @@ from pedsl import limits
 from pedsl.lang import ast
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
+from pedsl.lang.builtins import CONSTANTS, FUNCTIONS
 
 
 def fold_expr(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
@@ -66,8 +67,6 @@ def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
         return math.e
     if name == "n":
         return env.n if env.n is not None else DYNAMIC
-    from pedsl.lang.builtins import CONSTANTS
-
     if name in CONSTANTS and CONSTANTS[name].reads:  # reads a run-time input (docs/semantics.md §1a)
         return DYNAMIC
     if name in ("none", "all", "rest"):
@@ -148,8 +147,6 @@ def bind_args(node: ast.Call, names: tuple[tuple[str, object], ...]) -> dict[str
 
 
 def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
-    from pedsl.lang.builtins import FUNCTIONS
-
     spec = FUNCTIONS.get(node.func)
     if spec is None:
         raise EvalIssue(f"unknown function '{node.func}'", node)

@@ -15,7 +15,7 @@ from typing import Any
 from pedsl.errors import CheckError, Diagnostic, did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.imports import Source
-from pedsl.lang.report import node_pos, sink_for
+from pedsl.lang.diagnostics import node_pos, sink_for
 
 MAX_CHAIN = 64  # schemes in one extends chain
 

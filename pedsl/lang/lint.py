@@ -9,70 +9,30 @@
 - W104 no_spectral_gap: accumulated random steps whose pairs drift with a mean
   and mix too slowly to forget within the training length (docs/semantics.md §2b).
 - W105 unused: a ``let`` or ``param`` that nothing uses.
+- W106 constant_bias: a bias term that depends on neither the distance nor the route cancels in
+  the softmax (reported while the bias is resolved, since the term is dropped from the scheme).
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 from pedsl.errors import Diagnostic, DiagnosticSink
 from pedsl.lang import ast
+from pedsl.lang.diagnostics import node_pos
 from pedsl.lang.fold import fold_expr
-from pedsl.lang.exprs import names_in, transform
-from pedsl.lang.types import Dep
-from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
-
-if TYPE_CHECKING:  # pragma: no cover
-    from pedsl.lang.resolve import Resolver
-    from pedsl.lang.scheme import Scheme
+from pedsl.lang.exprs import calls_in, names_in, transform
+from pedsl.lang.frequencies import rotary_frequencies, scheme_env
+from pedsl.lang.imports import Source
+from pedsl.lang.scheme import Scheme
+from pedsl.lang.values import EvalIssue, StaticEnv, Vec
 
 
-def frequencies(expr: ast.Expr, env: StaticEnv, pairs: int, var: str = "position") -> tuple[float, ...] | None:
-    """d(expr)/d(var) per pair for an expression linear in ``var`` (None if not static)."""
-    try:
-        at1 = fold_expr(expr, StaticEnv(values={**env.values, var: 1}, lets=env.lets, pairs=pairs, n=env.n))
-        at0 = fold_expr(expr, StaticEnv(values={**env.values, var: 0}, lets=env.lets, pairs=pairs, n=env.n))
-    except EvalIssue:
-        return None
-    if at1 is DYNAMIC or at0 is DYNAMIC:
-        return None
-    if isinstance(at1, (int, float)):
-        return (float(at1 - at0),) * pairs
-    if isinstance(at1, Vec) and at1.axis == "pair":
-        return tuple(a - b for a, b in zip(at1.values, at0.values))
-    return None
 
-
-def scheme_env(scheme: "Scheme") -> StaticEnv:
-    return StaticEnv(values={**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim})
-
-
-def rotary_frequencies(scheme: "Scheme") -> dict[str, tuple[float, ...]]:
-    """Per group: the angular frequency per pair of position-indexed (or constant-step) rotations."""
-    env = scheme_env(scheme)
-    out = {}
-    for t in scheme.transports:
-        pairs = len(scheme.group(t.group).channels) // 2
-        if t.kind == "rotate":
-            f = frequencies(t.phase, env, pairs)
-        elif t.kind == "accumulate_rotation" and t.angle_ty.reads <= {Dep.LENGTH}:  # the same step everywhere
-            try:
-                v = fold_expr(t.angle, env.child(pairs=pairs))
-            except EvalIssue:
-                v = None
-            f = v.values if isinstance(v, Vec) else ((float(v),) * pairs if isinstance(v, (int, float)) else None)
-        else:
-            f = None
-        if f is not None:
-            out[t.group] = tuple(abs(x) for x in f)
-    return out
-
-
-def lint(scheme: "Scheme", resolver: "Resolver") -> list[Diagnostic]:
+def lint(scheme: Scheme, src: Source) -> list[Diagnostic]:
+    """The warnings about a resolved scheme of the file ``src`` (W101-W105)."""
     out: list[Diagnostic] = []
     allowed = set(scheme.allow)
-    src = resolver.src
     sink = DiagnosticSink(file=src.file, source=src.text)
 
     def where(node) -> dict:
@@ -110,7 +70,7 @@ def lint(scheme: "Scheme", resolver: "Resolver") -> list[Diagnostic]:
     if "no_spectral_gap" not in allowed and isinstance(train_length, (int, float)):
         env = scheme_env(scheme)
         for t in scheme.transports:
-            if t.kind != "accumulate_rotation" or "frozen_random" not in _calls(t.angle):
+            if t.kind != "accumulate_rotation" or "frozen_random" not in calls_in(t.angle):
                 continue
             pairs = len(scheme.group(t.group).channels) // 2
             spread = _random_part(t.angle, env, pairs, 1.0)
@@ -136,12 +96,6 @@ def lint(scheme: "Scheme", resolver: "Resolver") -> list[Diagnostic]:
                          hint="remove it or 'allow unused'", **where(st))
     out.extend(sink.items)
     return out
-
-
-def _calls(e: ast.Expr) -> set[str]:
-    from pedsl.lang.exprs import calls_in
-
-    return calls_in(e)
 
 
 def _random_part(angle: ast.Expr, env: StaticEnv, pairs: int, value: float):
@@ -174,3 +128,14 @@ def _exprs(st) -> list[ast.Expr]:
     if k == "section":
         return [e.value for e in st.entries]
     return []
+
+
+def constant_bias_terms(terms: list[ast.Expr], src: Source, allowed: set[str]) -> list[Diagnostic]:
+    """W106 for the bias terms that depend on neither i - j nor the route (they cancel in the softmax)."""
+    if "constant_bias" in allowed:
+        return []
+    sink = DiagnosticSink(file=src.file, source=src.text)
+    for term in terms:
+        sink.add("W106", "this bias term does not depend on the distance: it cancels in the softmax",
+                 severity="warning", hint="remove it, or 'allow constant_bias'", **node_pos(term))
+    return sink.items

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 from pedsl.errors import ParamError, did_you_mean, quoted
@@ -10,7 +11,8 @@ from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.imports import Source
-from pedsl.lang.report import FAILED, ResolverStage, node_pos, sink_for
+from pedsl.lang.diagnostics import node_pos, sink_for
+from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv
 
 
@@ -22,7 +24,8 @@ def parse_override(text: str) -> Any:
     try:
         return int(t)
     except ValueError:
-        pass
+        if t.lstrip("+-").isdigit():  # more digits than int() reads: kept as text, never read as inf
+            return t
     try:
         return float(t)
     except ValueError:
@@ -33,6 +36,10 @@ def parse_override(text: str) -> Any:
 
 
 def _coerce(value: Any, typ: str) -> Any:
+    """``value`` as a ``typ``; TypeError if it is not one (a number beyond the float range is none: it
+    overflows wherever it meets a float, as an integer literal that large is refused by the parser)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+        raise TypeError
     if typ == "int":
         if isinstance(value, bool):
             raise TypeError
@@ -69,6 +76,18 @@ _CMP = {
 }
 
 
+def _override_error(name: str, typ: str, raw: Any, scheme: str | None = None) -> tuple[str, str]:
+    """The message and hint of an override that is not a ``typ`` (a long value is cut)."""
+    shown = repr(raw)
+    if len(shown) > 60:
+        shown = f"{shown[:40]}... ({len(shown)} characters)"
+    hint = f"give -P {name}=<{typ}>"
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        hint += ", a finite number below about 1.8e308 in magnitude"
+    what = f"parameter '{name}' of scheme '{scheme}'" if scheme else f"'{name}'"
+    return f"{what} is {typ}, got {shown} (-P {name}=...)", hint
+
+
 def _type_name(v: Any) -> str:
     return {bool: "bool", int: "int", float: "float", str: "str"}.get(type(v), type(v).__name__)
 
@@ -91,8 +110,8 @@ class ParamBinding(ResolverStage):
                     try:
                         value = _coerce(self.overrides[name], "int")
                     except TypeError:
-                        self._param_error("E302", f"'{name}' is an int, got {quoted(self.overrides[name])} (-P {name}=...)",
-                                          decl, self.src, hint=f"give -P {name}=<int>")
+                        msg, hint = _override_error(name, "int", self.overrides[name])
+                        self._param_error("E302", msg, decl, self.src, hint=hint)
                     if value < 1:
                         self._param_error("E303", f"'{name}' must be >= 1, got {value} (-P {name}=...)", decl,
                                           self.src, hint=f"choose {name} >= 1")
@@ -117,8 +136,8 @@ class ParamBinding(ResolverStage):
                 try:
                     value = _coerce(raw, p.type)
                 except TypeError:
-                    self._param_error("E302", f"parameter '{name}' of scheme '{self.m.name}' is {p.type}, "
-                                      f"got {quoted(raw)} (-P {name}=...)", p, loc.src, hint=f"give -P {name}=<{p.type}>")
+                    msg, hint = _override_error(name, p.type, raw, scheme=self.m.name)
+                    self._param_error("E302", msg, p, loc.src, hint=hint)
                 origin = "override"
             else:
                 try:

@@ -11,20 +11,31 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from pathlib import Path
 
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from pedsl.errors import DiagnosticSink, ParseError, PedslError
 from pedsl.lang import ast
+from pedsl.lang.builtins import KEYWORDS
 from pedsl.lang.grammar import lark_parser
 from pedsl.lang.syntax_errors import repair, report_syntax, too_deep
 from pedsl.lang.transform import ToAst
+from pedsl.fsio import open_regular
 
 MAX_BYTES = 1_000_000  # a scheme file is a few lines; this bound keeps every input fast
 MAX_NESTING = 64
 MAX_TOKENS = 20_000  # ~100 schemes' worth; the LALR parser takes ~1 s per 20k tokens on a busy CPU
 _PUNCTUATION = "()[]{}=,;:+-*/<>"
+
+
+def _string_step(ch: str, escaped: bool) -> tuple[bool, bool]:
+    """One character inside a string literal, read as the grammar's STRING does (a backslash escapes the
+    next character): (still inside the string, the next character is escaped)."""
+    if escaped:
+        return True, False
+    return ch != '"', ch == "\\"
 
 
 def _check_text(text: str, sink: DiagnosticSink) -> None:
@@ -50,10 +61,10 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
         )
         return
     line, col, depth = 1, 1, 0
-    in_str = in_comment = False
+    in_str = in_comment = escaped = False
     for ch in text:
-        if ch == "\n":
-            line, col, in_comment = line + 1, 1, False
+        if ch == "\n":  # a string or a comment ends at the line's end (the grammar's STRING has no newline)
+            line, col, in_str, in_comment, escaped = line + 1, 1, False, False, False
             continue
         if ch == "\x00" or (ord(ch) < 32 and ch not in "\t\r\f\v"):
             sink.add(
@@ -64,26 +75,27 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
                 hint="a .pe file is UTF-8 text",
             )
             return
-        if not in_comment:
+        if in_str:
+            in_str, escaped = _string_step(ch, escaped)
+        elif not in_comment:
             if ch == '"':
-                in_str = not in_str
-            elif not in_str:
-                if ch == "#":
-                    in_comment = True
-                elif ch in "([{":
-                    depth += 1
-                    if depth > MAX_NESTING:
-                        sink.add(
-                            "E103",
-                            f"brackets nested more than {MAX_NESTING} deep",
-                            line=line,
-                            col=col,
-                            end_col=col + 1,
-                            hint="split the expression with 'let' definitions",
-                        )
-                        return
-                elif ch in ")]}":
-                    depth = max(0, depth - 1)
+                in_str = True
+            elif ch == "#":
+                in_comment = True
+            elif ch in "([{":
+                depth += 1
+                if depth > MAX_NESTING:
+                    sink.add(
+                        "E103",
+                        f"brackets nested more than {MAX_NESTING} deep",
+                        line=line,
+                        col=col,
+                        end_col=col + 1,
+                        hint="split the expression with 'let' definitions",
+                    )
+                    return
+            elif ch in ")]}":
+                depth = max(0, depth - 1)
         col += 1
 
 
@@ -93,8 +105,6 @@ def read_bytes(path: Path) -> bytes:
     A huge file (or an endless one such as /dev/zero) is refused with E102 after reading
     MAX_BYTES + 1 bytes, so every input is answered quickly; OSError propagates to the caller.
     """
-    from pedsl.fsio import open_regular
-
     with open_regular(path) as fh:  # a FIFO or a device is refused (it could block or never end)
         data = fh.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:
@@ -195,11 +205,31 @@ def _parse_cached(text: str, file: str | None) -> ast.Module:
     return ast.Module(file=file, imports=imports, schemes=schemes, comments=tuple(comments))
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be written as a scheme's name in a ``.pe`` file, or None when it can: the grammar's
+    NAME (ASCII letters, digits and '_', not starting with a digit), not a keyword, at most MAX_NAME long."""
+    if not _NAME.fullmatch(name):
+        return "a name is ASCII letters, digits and '_', not starting with a digit"
+    if name in KEYWORDS:
+        return f"'{name}' is a keyword of the language"
+    try:
+        parse_module(f"scheme {name} {{\n}}\n")
+    except ParseError as err:
+        return err.diagnostics[0].message if err.diagnostics else str(err)
+    return None
+
+
 def _comment_start(line: str) -> int | None:
-    in_str = False
+    """Where a line's comment starts (a ``#`` outside a string, whose backslash escapes are skipped)."""
+    in_str = escaped = False
     for i, ch in enumerate(line):
-        if ch == '"' and (i == 0 or line[i - 1] != "\\"):
-            in_str = not in_str
-        elif ch == "#" and not in_str:
+        if in_str:
+            in_str, escaped = _string_step(ch, escaped)
+        elif ch == '"':
+            in_str = True
+        elif ch == "#":
             return i
     return None

@@ -19,15 +19,16 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from pedsl.errors import CheckError, Diagnostic, ParamError, ParseError
+from pedsl.errors import CheckError, Diagnostic, ParseError, report_order
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
 from pedsl.lang.values import StaticEnv
-from pedsl.lang.exprs import inline_lets, walk
+from pedsl.lang.exprs import bind_calls, inline_lets, walk
 from pedsl.lang.imports import Source
 from pedsl.lang.inherit import Merged, chain, merge, select_scheme
+from pedsl.lang.lint import constant_bias_terms, lint
 from pedsl.lang.params import ParamBinding, parse_override
-from pedsl.lang.report import has_errors, node_pos, sink_for
+from pedsl.lang.diagnostics import has_errors, node_pos, sink_for
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.sections import SectionResolution
 from pedsl.lang.terms import TermResolution
@@ -121,11 +122,10 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
     def resolve(self) -> tuple[Scheme | None, list[Diagnostic]]:
         m = self.m
         self._current = self.src
-        try:
-            self.bind_params()
-        except ParamError:
-            raise
-        lets = {n: loc.stmt.value for n, loc in m.lets.items()}
+        self.bind_params()
+        # a let is one value: its learned calls are marked as its own, so every use reads one site
+        lets = {n: bind_calls(loc.stmt.value, n, lambda f: f in FUNCTIONS and FUNCTIONS[f].learned)
+                for n, loc in m.lets.items()}
         for n, loc in m.lets.items():
             if n in CONSTANTS or n in FUNCTIONS or n in KEYWORDS:
                 self.report("E205", f"'{n}' shadows a builtin name or keyword", loc.stmt, src=loc.src)
@@ -140,7 +140,11 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
         layout = m.layout.stmt.value if m.layout else "halves"
         groups = self.resolve_groups(env, head_dim)
         transports = self.resolve_transports(env, lets, groups)
+        self.check_shared_widths(transports, groups)
         biases = self.resolve_bias(lets)
+        if m.bias is not None:
+            allowed = {n for loc in m.allow for n in loc.stmt.names}
+            self.diags.extend(constant_bias_terms(self.constant_terms, m.bias.src, allowed))
         temperature = self.resolve_temperature(lets)
         self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
@@ -170,10 +174,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             source=self.src.text,
             source_hash=hashlib.sha256(self.src.text.encode()).hexdigest(),
         )
-        from pedsl.lang.lint import lint
-
-        for d in lint(scheme, self):
-            self.diags.append(d)
+        self.diags.extend(lint(scheme, self.src))
         return scheme, self.diags
 
     # limits (pedsl/limits.py) and values that would fail later -------------
@@ -237,7 +238,7 @@ def resolve(
         result, more = None, sink.items
     diags.extend(more)
     if result is None or has_errors(diags):
-        errs = sorted(diags, key=lambda d: (d.severity != "error", d.file or "", d.line or 0, d.col or 0))
+        errs = sorted(diags, key=report_order)
         raise CheckError(errs[0].message, diagnostics=errs)
     return result, diags
 

@@ -8,7 +8,8 @@ from pedsl.errors import did_you_mean
 from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import WARNINGS
 from pedsl.lang.inherit import Located
-from pedsl.lang.report import FAILED, ResolverStage, has_errors
+from pedsl.lang.diagnostics import has_errors
+from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.values import DYNAMIC, GroupSpec, StaticEnv, Vec
 
 
@@ -67,7 +68,7 @@ class SectionResolution(ResolverStage):
 def _config_fields(which: str) -> set[str] | None:
     """The keys a train/eval block may use: the fields of the config models the commands read."""
     try:
-        from pedsl import config
+        from pedsl import config  # on use: yaml only for a scheme with train/eval blocks
     except ImportError:  # pragma: no cover - the config module ships with pedsl
         return None
     return config.train_block_keys() if which == "train" else config.eval_block_keys()

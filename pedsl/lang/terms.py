@@ -7,8 +7,8 @@ from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.channels import channel_ranges, group_channels
 from pedsl.lang.fold import fold_expr
-from pedsl.lang.exprs import distance_coefficient, inline_lets, split_terms, to_source
-from pedsl.lang.report import FAILED, ResolverStage
+from pedsl.lang.exprs import distance_coefficient, inline_lets, neg, split_terms, to_source, walk
+from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
 from pedsl.lang.types import Ty
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
@@ -112,6 +112,28 @@ class TermResolution(ResolverStage):
             out.append(self._classify(st, value, t, gname, env, group))
         return [x for x in out if x is not None]
 
+    def check_shared_widths(self, transports: list, groups: dict[str, ChannelGroup]) -> None:
+        """A let's learned value is one site (docs/language.md, let): one holding a value per pair or
+        channel has the width of one channel group, so it cannot serve groups of different sizes."""
+        seen: dict[str, tuple[str, int]] = {}  # let -> (first group, its channels)
+        for t in transports:
+            width = len(groups[t.group].channels)
+            exprs = {"rotate": ("phase",), "accumulate_rotation": ("angle",)}.get(t.kind, ("w", "beta"))
+            for node in (n for f in exprs for n in walk(getattr(t, f))):
+                axes = self.type_of(node).axes if node.kind == "call" and node.bound is not None else set()
+                if not axes & {"pair", "chan"}:
+                    continue
+                let = node.bound[0]
+                first = seen.setdefault(let, (t.group, width))
+                if first[1] != width:
+                    loc = self.m.lets[let]
+                    self.report("E204", f"'{let}' holds one learned value per {'pair' if 'pair' in axes else 'channel'} "
+                                f"of a group, and a let is one value: it cannot serve group '{first[0]}' "
+                                f"({first[1]} channels) and group '{t.group}' ({width} channels)", loc.stmt,
+                                src=loc.src, hint="write one let per group (each its own learned value), or give "
+                                "the groups one size")
+                    return
+
     def _classify(self, st: ast.Transport, value: ast.Expr, t: Ty, gname: str, env: StaticEnv, group: ChannelGroup):
         fn = value
         if fn.kind == "call" and fn.func == "rotate":
@@ -179,6 +201,9 @@ class TermResolution(ResolverStage):
             self.report("E217", str(issue), issue.node or e, hint=issue.hint)
 
     def resolve_bias(self, lets) -> list:
+        """The bias's terms; ``self.constant_terms`` gets the terms that depend on neither i - j nor the
+        route (dropped: they cancel in the softmax; lint's W106 names them)."""
+        self.constant_terms: list[ast.Expr] = []
         loc = self.m.bias
         if loc is None:
             return []
@@ -202,16 +227,12 @@ class TermResolution(ResolverStage):
                 gate = _arg(term, "step")
                 out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
             elif term.kind == "unary" and term.operand.kind == "call" and term.operand.func == "accumulate":
-                from pedsl.lang.exprs import neg
-
                 gate = neg(_arg(term.operand, "step"))
                 out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
             elif "dist" in (ty := self.type_of(term)).axes:
                 out.append(DistanceBias(term=term, term_ty=ty, slope=distance_coefficient(term)))
-            elif "constant_bias" not in {n for loc in self.m.allow for n in loc.stmt.names}:
-                # a term that depends on neither i - j nor the route cancels in the softmax
-                self.report("W106", "this bias term does not depend on the distance: it cancels in the softmax",
-                            term, severity="warning", hint="remove it, or 'allow constant_bias'")
+            else:
+                self.constant_terms.append(term)
         return out
 
     def resolve_temperature(self, lets) -> ast.Expr | None:

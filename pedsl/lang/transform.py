@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import sys
 
 from lark import Token, Transformer, v_args
 
+from pedsl import limits
 from pedsl.errors import DiagnosticSink, ParseError
 from pedsl.lang import ast
 
@@ -35,10 +37,16 @@ def _unquote(tok: Token) -> str:
     return "".join(out)
 
 
-def _number(text: str) -> int | float:
+def _number(text: str) -> int | float | None:
+    """A NUMBER token's value; None for one beyond the float range ('1e999', an integer of 400 digits):
+    every number meets floats somewhere, where such a one overflows."""
     if any(c in text for c in ".eE"):
-        return float(text)
-    return int(text)
+        value = float(text)
+        return None if math.isinf(value) else value
+    if len(text.lstrip("0")) > 309:  # also before int(), which refuses more than 4300 digits
+        return None
+    value = int(text)
+    return value if value <= sys.float_info.max else None
 
 
 @v_args(meta=True)
@@ -49,15 +57,26 @@ class ToAst(Transformer):
         super().__init__()
         self.file, self.source = file, source
 
+    def _refuse(self, tok: Token, code: str, message: str, hint: str) -> None:
+        sink = DiagnosticSink(file=self.file, source=self.source)
+        sink.add(code, message, line=tok.line, col=tok.column, end_col=tok.end_column, hint=hint)
+        sink.raise_if_errors(ParseError)
+
+    def NAME(self, tok: Token) -> Token:  # noqa: N802 - lark calls a terminal's callback by the terminal's name
+        """Every identifier: a scheme's name becomes file names (``<name>.py``), which have a length limit."""
+        if len(tok) > limits.MAX_NAME:
+            self._refuse(tok, "E104", f"a name of {len(tok)} characters ('{tok[:20]}...'); the limit is "
+                         f"{limits.MAX_NAME}", "choose a shorter name")
+        return tok
+
     # expressions
     def number(self, meta, c):
         tok = c[0]
-        value = _number(str(tok))
-        if isinstance(value, float) and math.isinf(value):
-            sink = DiagnosticSink(file=self.file, source=self.source)
-            sink.add("E113", f"number {str(tok)} is too large for a float", line=tok.line, col=tok.column,
-                     end_col=tok.end_column, hint="numbers must be below about 1.8e308")
-            sink.raise_if_errors(ParseError)
+        text = str(tok)
+        value = _number(text)
+        if value is None:
+            self._refuse(tok, "E113", f"number {text[:40]}{'...' if len(text) > 40 else ''} is too large for a "
+                         "float", "numbers must be below about 1.8e308")
         return ast.Num(value=value, span=_tok_span(tok))
 
     def string(self, meta, c):

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from pedsl.lang import ast
 from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import BOOL, INT, NUM, STR, Ty
+from pedsl.lang.exprs import to_source
 
 _MAX_CACHED = 4096
 _cache: dict[int, tuple[ast.Expr, dict[int, Ty]]] = {}  # id(root) -> (root, its table), root kept alive
@@ -30,8 +31,6 @@ def _param_type(v: Any) -> Ty:
 
 
 def _unexpected(code: str, message: str, node=None, hint=None, **_) -> None:
-    from pedsl.lang.exprs import to_source
-
     where = f" in {to_source(node)}" if node is not None else ""
     raise AssertionError(f"a resolved expression failed to type ({code}: {message}{where})")
 

@@ -154,9 +154,3 @@ def join(*tys: Ty) -> Ty:
         axes |= t.axes
         reads |= t.reads
     return Ty(Kind.NUM, axes, integer=all(t.integer for t in tys), reads=reads)
-
-
-def describe_axes(axes) -> str:
-    if not axes:
-        return "a scalar"
-    return "a field over " + ", ".join(a for a in AXES if a in axes)

@@ -15,7 +15,7 @@ import re
 from lsprotocol import types as lsp
 
 from pedsl import config
-from pedsl.errors import CODES
+from pedsl.diagnostic_codes import CODES
 from pedsl.explain import frequency_lines
 from pedsl.diffing.facts import fmt_num, scheme_facts
 from pedsl.lang.builtins import CATEGORIES, CONSTANTS, FUNCTIONS, WARNINGS

@@ -14,20 +14,27 @@ and call the causal fused kernel with the *original* ``scale`` (1/sqrt(D)):
 dimension so SDPA stays on its fused (flash) path, forward and backward; the
 extra output channel is dropped.
 
-Precision: ``g(j)`` grows with ``j`` (ALiBi: ``m_h j``, up to ``0.5 * L`` for the
-first of 8 heads; forget gate: ``-G_j``, a sum of ``j`` negative logs). Stored in
-float32 it carries an absolute error of about ``6e-8 |g(j)|`` in the logit
-(~6e-5 at L = 2048, ~2e-3 at L = 65,536). ``chunk_size`` runs the queries in
-chunks and subtracts a per-chunk offset ``g(mid)`` (in the key term's own dtype,
-so pass a float64 key term) before the cast: the keys that matter keep small
-logits (error ~ 6e-8 * m * chunk_size / 2 instead of 6e-8 * m * L). Chunks
-use an explicit bottom-right boolean causal mask (SDPA's ``is_causal`` with
-``Lq != Lk`` is top-left aligned).
+Precision: ``g(j)`` grows with ``j`` (ALiBi: ``m_h j``; forget gate: ``-G_j``, a sum of ``j``
+negative logs). A float32 kernel adds it to the scores, so a row whose keys carry ``|g| ~ m L``
+rounds every logit to ``~6e-8 m L`` (ALiBi, H = 8: 1e-4 at L = 4,096) while a plain float32 bias,
+small near the diagonal, rounds to ``~6e-8``. So the queries run in blocks, and each block's key term
+is offset by ``g`` at the block's middle query (formed in the key term's own dtype - pass float64 -
+then cast): a block's logits near its diagonal stay below ``SPAN`` and the output is about as
+accurate as with a plain float32 bias. A head's blocks are the largest power of two (``MIN_BLOCK``
+.. L) over which its ``g`` varies by at most ``SPAN``: 64 queries for ALiBi's steepest head of 8,
+the whole sequence for its gentlest, ~512 for a forget gate that forgets ~0.05 a token.
 
-CPU fast path: when the key term needs no gradient (ALiBi, a frozen gate) the
-channel is replaced by a ``(B|1, H|1, 1, L)`` float mask broadcast (stride 0)
-over the queries and passed *with* ``is_causal`` to the CPU flash kernel: head
-dim stays D (about +4% over plain causal SDPA instead of ~+15% for D+1).
+CPU: each block is two calls of PyTorch's CPU flash kernel
+(``aten::_scaled_dot_product_flash_attention_for_cpu``, which accepts a float mask together with
+``is_causal``): the block's own keys (causal) and the keys before it (all visible), each with the
+key term as a ``(B|1, H|1, 1, keys)`` row broadcast over the queries (stride 0: no memory), merged by
+their log-sum-exps; heads that need the same block size share the calls. Head dim stays D. The
+backward (:class:`_BlockedKeyTerm`) is one call of the flash backward kernel over all queries, with
+the key term un-offset and each query's log-sum-exp shifted back by its block's offset (the same
+softmax, so the forward's speed is kept in training; the gradients carry the unblocked rounding), and
+the key term's gradient ``sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i``, the last sum riding in one
+more value channel of the backward. Elsewhere the blocks use the extra channel with an explicit
+bottom-right causal mask (SDPA's ``is_causal`` with ``Lq != Lk`` is top-left aligned).
 
 Temperature per query (docs/semantics.md §5.4) is ``q_scale (B|1, H|1, L)`` multiplying
 the rows of q before the kernel.
@@ -70,6 +77,12 @@ def _append(x: Tensor, col: Tensor | float) -> Tensor:
     return torch.cat([x, c], dim=-1)
 
 
+SPAN = 32.0  # |g(j) - g(mid)| over a block's own keys: float32 logits keep ~1e-6 (ALiBi, H = 8)
+MIN_BLOCK = 32
+_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+
+
 def separable_bias_attention(
     q: Tensor,
     k: Tensor,
@@ -82,11 +95,8 @@ def separable_bias_attention(
 ) -> Tensor:
     """Causal attention with logits ``scale * tau_i <q_i, k_j> + g(j)``; returns ``(B, H, L, D)``.
 
-    ``key_term``: ``g`` as ``(B|1, H|1, L)`` (None: no bias). ``chunk_size``: process
-    queries in chunks with a per-chunk offset (long contexts; see module docstring).
-    On CPU, a key term that needs no gradient uses a broadcast row mask instead of
-    the extra channel (see ``_cpu_row_mask``). With the channel, the output is a
-    view of a ``(B, H, L, D+1)`` tensor.
+    ``key_term``: ``g`` as ``(B|1, H|1, L)`` (None: no bias); pass it in float64 for full precision
+    (see module docstring). ``chunk_size``: the queries per block (None: :func:`query_block`).
     """
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
@@ -96,50 +106,127 @@ def separable_bias_attention(
     while key_term.dim() < 3:  # (L,) or (H, L) -> (1, H|1, L)
         key_term = key_term.unsqueeze(0)
     L = k.shape[-2]
-    if chunk_size is not None and chunk_size < L:
-        return _chunked(q, k, v, key_term, scale, int(chunk_size))
-    if q.device.type == "cpu" and not (torch.is_grad_enabled() and key_term.requires_grad):
-        out = _cpu_row_mask(q, k, v, key_term, scale)
-        if out is not None:
-            return out
-    qp = _append(q, 1.0)
-    kp = _append(k, (key_term / scale).to(k.dtype))
-    vp = _append(v, 0.0)
-    return F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, scale=scale)[..., :D]
+    if q.device.type != "cpu" or _FLASH is None or _FLASH_BWD is None or q.shape != k.shape:
+        return _chunked(q, k, v, key_term, scale, query_block(key_term, L) if chunk_size is None else chunk_size)
+    outs = []  # heads of one block size in one call: ALiBi's gentle heads need no blocks
+    for h0, h1, block in _head_groups(key_term, L) if chunk_size is None else [(0, q.shape[1], int(chunk_size))]:
+        heads = slice(h0, h1)
+        g = key_term if key_term.shape[1] == 1 else key_term[:, heads]
+        outs.append(_BlockedKeyTerm.apply(q[:, heads], k[:, heads], v[:, heads], g, scale, min(L, block)))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, 1)
 
 
-def _cpu_row_mask(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float) -> Tensor | None:
-    """CPU fast path for a key term that needs no gradient (ALiBi, frozen gates).
+def query_block(g: Tensor, L: int) -> int:
+    """Queries per block for all heads: the smallest of :func:`_blocks_per_head`."""
+    return min(_blocks_per_head(g, L))
 
-    PyTorch's CPU flash kernel (``aten::_scaled_dot_product_flash_attention_for_cpu``)
-    accepts ``is_causal`` together with a float mask; a ``(B|1, H|1, 1, L)`` row
-    expanded with stride 0 over the queries costs no memory and keeps head dim D
-    (about 4% over plain causal SDPA, against ~15% for the D+1 channel). The
-    public ``F.scaled_dot_product_attention`` refuses mask + is_causal, hence the
-    aten op; its backward gives no gradient to the mask, so a key term that
-    requires grad takes the channel path. Returns None if the op is unavailable.
-    """
-    op = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-    if op is None or q.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
-        return None
-    Lq, Lk = q.shape[-2], k.shape[-2]
-    mask = g.detach().to(q.dtype).unsqueeze(-2)  # (B|1, H|1, 1, L)
-    mask = mask.expand(mask.shape[0], mask.shape[1], Lq, Lk)
-    try:
-        return op(q, k, v, 0.0, True, attn_mask=mask, scale=scale)[0]
-    except (RuntimeError, TypeError):  # pragma: no cover - other torch builds
-        return None
+
+def _blocks_per_head(g: Tensor, L: int) -> list[int]:
+    """Per head of g, the largest power of two ``C`` (MIN_BLOCK .. L) such that g varies by at most
+    ``SPAN`` within every block of C queries (all batch rows): ALiBi's ``m (C - 1) <= SPAN``, a
+    forget gate's sum of C log gates."""
+    if torch.compiler.is_compiling() or L < 2:  # no data-dependent sizes in a trace
+        return [min(L, 2 * MIN_BLOCK)] * g.shape[1]
+    gd = g.detach()
+    chosen: list[int | None] = [None] * g.shape[1]
+    C = 2 ** math.ceil(math.log2(L))
+    while C >= MIN_BLOCK and None in chosen:
+        pad = -L % C  # the last block repeats its last value: no extra range
+        blocks = torch.cat([gd, gd[..., -1:].expand(*gd.shape[:-1], pad)], -1).unflatten(-1, (-1, C))
+        spread = (blocks.amax(-1) - blocks.amin(-1)).amax(dim=(0, 2))  # per head
+        for h, r in enumerate(spread.tolist()):
+            if chosen[h] is None and (r <= SPAN or not math.isfinite(r) and C == MIN_BLOCK):
+                chosen[h] = min(L, C)
+        C //= 2
+    return [min(L, MIN_BLOCK) if c is None else c for c in chosen]
+
+
+def _head_groups(g: Tensor, L: int) -> list[tuple[int, int, int]]:
+    """(first head, end, block) for runs of heads with one block size (all heads when g has one)."""
+    sizes = _blocks_per_head(g, L)
+    if len(sizes) == 1:
+        return [(0, None, sizes[0])]
+    groups: list[tuple[int, int, int]] = []
+    for h, size in enumerate(sizes):
+        if groups and groups[-1][2] == size:
+            groups[-1] = (groups[-1][0], h + 1, size)
+        else:
+            groups.append((h, h + 1, size))
+    return groups
+
+
+def _blocks(L: int, block: int) -> list[tuple[int, int]]:
+    return [(c0, min(L, c0 + block)) for c0 in range(0, L, block)]
+
+
+def _rows(g: Tensor, c0: int, c1: int, dtype: torch.dtype) -> Tensor:
+    """The key term of the keys 0..c1-1 for queries c0..c1-1, offset by its value at the block's middle
+    query (in g's dtype, then cast): ``(B|1, H|1, c1)``."""
+    return (g[..., :c1] - g[..., (c0 + c1) // 2].unsqueeze(-1)).to(dtype)
+
+
+def _row_mask(row: Tensor, queries: int) -> Tensor:
+    return row.unsqueeze(-2).expand(row.shape[0], row.shape[1], queries, row.shape[-1])  # stride 0 over queries
+
+
+class _BlockedKeyTerm(torch.autograd.Function):
+    """Causal attention with the key term offset per query block, on the CPU flash kernel (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, scale, block):
+        outs, lses = [], []
+        for c0, c1 in _blocks(q.shape[-2], block):
+            row, qb = _rows(g, c0, c1, q.dtype), q[:, :, c0:c1]
+            o, lse = _FLASH(qb, k[:, :, c0:c1], v[:, :, c0:c1], 0.0, True, attn_mask=_row_mask(row[..., c0:], c1 - c0),
+                            scale=scale)[:2]
+            if c0:  # the keys before the block, all visible: merged by log-sum-exp
+                op, lp = _FLASH(qb, k[:, :, :c0], v[:, :, :c0], 0.0, False,
+                                attn_mask=_row_mask(row[..., :c0], c1 - c0), scale=scale)[:2]
+                both = torch.logaddexp(lse, lp)
+                o = o * torch.exp(lse - both).unsqueeze(-1).to(o.dtype) + op * torch.exp(lp - both).unsqueeze(-1).to(o.dtype)
+                lse = both
+            outs.append(o)
+            lses.append(lse)
+        out, lse = torch.cat(outs, -2), torch.cat(lses, -1)
+        ctx.save_for_backward(q, k, v, g, out, lse)
+        ctx.scale, ctx.block = scale, block
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        """One call of the flash backward over all queries, with the key term un-offset and each query's
+        log-sum-exp shifted back by its block's offset (the softmax is the same): the kernel's speed."""
+        q, k, v, g, out, lse = ctx.saved_tensors
+        D, L, need_g = q.shape[-1], q.shape[-2], ctx.needs_input_grad[3]
+        shift = torch.cat([g[..., (c0 + c1) // 2].unsqueeze(-1).expand(*g.shape[:-1], c1 - c0)
+                           for c0, c1 in _blocks(L, ctx.block)], -1)
+        lse = (lse + shift).to(lse.dtype).expand(*q.shape[:-1]).contiguous()
+        dout = dout.contiguous()
+        if need_g:  # one more channel (zero in q, k, v and out; D_i = dout_i . out_i in dout) carries sum_i P_ij D_i
+            z = torch.zeros_like(q[..., :1])
+            dout, out = torch.cat([dout, (dout * out).sum(-1, keepdim=True)], -1), torch.cat([out, z], -1)
+            q, k, v = torch.cat([q, z], -1), torch.cat([k, z], -1), torch.cat([v, z], -1)
+        dq, dk, dv = _FLASH_BWD(dout, q, k, v, out.contiguous(), lse, 0.0, True,
+                                attn_mask=_row_mask(g.to(q.dtype), L), scale=ctx.scale)
+        dg = None
+        if need_g:  # sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i
+            dg = _sum_to((v[..., :D] * dv[..., :D]).sum(-1) - dv[..., D], g.shape).to(g.dtype)
+        return dq[..., :D], dk[..., :D], dv[..., :D], dg, None, None
+
+
+def _sum_to(t: Tensor, shape: torch.Size) -> Tensor:
+    """t summed over the dimensions that ``shape`` broadcasts (size 1)."""
+    dims = [d for d, n in enumerate(shape) if n == 1 and t.shape[d] != 1]
+    return t.sum(dims, keepdim=True) if dims else t
 
 
 def _chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, chunk: int) -> Tensor:
+    """The blocks with the key term in one more channel (any device; differentiable by autograd)."""
     D, L = q.shape[-1], q.shape[-2]
     outs = []
-    for c0 in range(0, L, chunk):
-        c1 = min(L, c0 + chunk)
-        mid = (c0 + c1) // 2  # offset g(mid): logits of the keys near the chunk's queries stay ~ m * chunk / 2
-        gk = ((g[..., :c1] - g[..., mid : mid + 1]) / scale).to(k.dtype)  # offset in g's dtype, then cast
+    for c0, c1 in _blocks(L, chunk):
         qp = _append(q[:, :, c0:c1], 1.0)
-        kp = _append(k[:, :, :c1], gk)
+        kp = _append(k[:, :, :c1], _rows(g, c0, c1, g.dtype).div(scale).to(k.dtype))
         vp = _append(v[:, :, :c1], 0.0)
         # bottom-right causal: query c0 + r sees keys j <= c0 + r
         mask = torch.ones(c1 - c0, c1, dtype=torch.bool, device=q.device).tril(diagonal=c0)

@@ -25,10 +25,13 @@ from pathlib import Path
 from typing import Callable
 
 
-from pedsl.errors import DataError, UsageError
+from pedsl.errors import DataError, OutputError, UsageError
 from pedsl.limits import check_tensor
 from pedsl.profile import mi as M
 from pedsl.profile import sources as S
+from pedsl.study.compare import run_compare
+from pedsl.fsio import atomic_write_text, ensure_dir
+from pedsl.study.common import write_json
 
 MIN_SYMBOLS = 1000
 LAW_C = math.pi  # theta* = c / W; the frequency-law study measures c (pedsl compare --study frequency)
@@ -48,9 +51,9 @@ def parse_granularities(text: str | None, is_text: bool) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def _check_options(max_bytes: int, max_distance: int, vocab: int, width_fraction: float, train_length: int,
-                   law_c: float) -> None:
-    """UsageError for an option out of range or over its cap, before anything is read or allocated."""
+def _check_arguments(data, out, max_bytes, max_distance, width_fraction, vocab, train_length, law_c,
+                     suggest, compare) -> None:
+    """Refuse bad settings, sizes over their caps and unwritable outputs before anything is read or allocated."""
     if max_bytes < MIN_SYMBOLS:
         raise UsageError(f"--max-bytes {max_bytes} is too small", hint=f"use at least {MIN_SYMBOLS}")
     if max_distance < 1 or not 0 < width_fraction < 1 or vocab < 2 or train_length < 8 or law_c <= 0:
@@ -61,38 +64,23 @@ def _check_options(max_bytes: int, max_distance: int, vocab: int, width_fraction
                                                            "pair counts, int64"))
     if too_big:
         raise UsageError(too_big, code="E994", hint="lower --max-bytes (or --vocab)")
-
-
-def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_000_000,
-                max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
-                width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
-                block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
-                suggest: str | Path | None = None, compare: str | Path | None = None,
-                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
-    t0 = time.perf_counter()
-    _check_options(max_bytes, max_distance, vocab, width_fraction, train_length, law_c)
     if compare is not None and suggest is None:
         raise UsageError("--compare trains the suggested scheme: it needs --suggest FILE.pe")
     if compare is not None and data in S.SYNTHETIC and data != "blocks":
         raise UsageError(f"--compare trains on the profiled data, and '{data}' is not a training source",
                          hint="profile stdlib, a file or folder, or blocks to compare the suggestion with RoPE")
     if out is not None:  # fail on an unwritable folder before the work
-        from pedsl.fsio import ensure_dir
-
         ensure_dir(out)
     if suggest is not None:
         parent = Path(suggest).expanduser().resolve().parent
         if not parent.is_dir():
-            from pedsl.errors import OutputError
-
             raise OutputError(f"cannot write the suggested scheme '{suggest}': folder {parent} does not exist",
                               hint="create the folder first, or choose another --suggest path")
-    x, desc, is_text = S.load_bytes(data, max_bytes, seed=seed, block_len=block_len, block_offset=block_offset)
-    if len(x) < MIN_SYMBOLS:
-        raise DataError(f"{desc} holds {len(x)} bytes, too few to profile (at least {MIN_SYMBOLS})",
-                        hint="point DATA at more text, or raise --max-bytes")
-    say(f"profile of {desc}: {len(x):,} bytes")
+
+
+def _profiles(x, granularities, is_text: bool, vocab: int, max_distance: int, width_fraction: float, seed: int,
+              say) -> list[M.Profile]:
+    """The mutual-information profile at every granularity with enough symbols."""
     profiles: list[M.Profile] = []
     for g in parse_granularities(granularities, is_text):
         codes, K, scale = S.words(x, vocab) if g == "words" else S.coarse(x, int(g), vocab)
@@ -108,6 +96,24 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
         say(f"  {name}: {len(codes):,} symbols, alphabet {K}, {len(p.r)} distances to {r_max}, "
             f"{int(p.significant.sum())} significant, W = {w if w is not None else '-'} symbols "
             f"({time.perf_counter() - t1:.1f} s)")
+    return profiles
+
+
+def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_000_000,
+                max_distance: int = 2048, granularities: str | None = None, vocab: int = 256,
+                width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
+                block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
+                suggest: str | Path | None = None, compare: str | Path | None = None,
+                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
+    """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
+    t0 = time.perf_counter()
+    _check_arguments(data, out, max_bytes, max_distance, width_fraction, vocab, train_length, law_c, suggest, compare)
+    x, desc, is_text = S.load_bytes(data, max_bytes, seed=seed, block_len=block_len, block_offset=block_offset)
+    if len(x) < MIN_SYMBOLS:
+        raise DataError(f"{desc} holds {len(x)} bytes, too few to profile (at least {MIN_SYMBOLS})",
+                        hint="point DATA at more text, or raise --max-bytes")
+    say(f"profile of {desc}: {len(x):,} bytes")
+    profiles = _profiles(x, granularities, is_text, vocab, max_distance, width_fraction, seed, say)
     byte = profiles[0]
     W = byte.width(width_fraction)
     sim = M.self_similarity(profiles, width_fraction)
@@ -125,8 +131,6 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
     }
     if suggest is not None:
         text = suggest_scheme(law, W, verdict, data=data, name=Path(suggest).stem)
-        from pedsl.fsio import atomic_write_text
-
         atomic_write_text(suggest, text)
         result["suggestion"] = {"file": str(suggest), "period": law["grid_period"], "train_length": train_length}
         say(f"suggested scheme -> {suggest}")
@@ -136,8 +140,6 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
                                         block_offset=block_offset, say=say)
     result["wall_time_s"] = time.perf_counter() - t0
     if out is not None:
-        from pedsl.study.common import write_json
-
         files = plot_profile(profiles, sim, W, Path(out))
         result["files"] = ["profile.json"] + files
         write_json(Path(out) / "profile.json", result)
@@ -149,8 +151,6 @@ def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int 
     """Train RoPE and the suggested scheme with one budget on the profiled data (``pedsl compare``,
     quick settings: lengths to 16x, 2 windows) and return each one's validation loss and perplexity
     ratios."""
-    from pedsl.study.compare import run_compare
-
     sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
     res = run_compare(["rope", str(suggested)], out, data=data, steps=steps, quick=True, sets=sets,
                       command=f"pedsl profile {data} --compare {out}", quiet=True, say=say)

@@ -36,7 +36,7 @@ def synthetic(name: str, n: int, *, seed: int = 0, block_len: int = 16, block_of
     if name == "iid":
         return LETTERS[rng.integers(0, 26, n)]
     if name == "blocks":
-        from pedsl.data.stream import make_generator
+        from pedsl.data.stream import make_generator  # on use: torch only for the generated sources
         from pedsl.data.synthetic import block_batch
 
         if n < 2 * block_len:

@@ -31,7 +31,7 @@ from pedsl.lang.fold import Vec
 F64 = torch.float64
 # the torch array namespace of the builtin records' run-time values (numpy's: builtin_defs.arrays)
 TORCH_OPS = Ops(log=torch.log, exp=torch.exp, sqrt=torch.sqrt, sin=torch.sin, cos=torch.cos, tanh=torch.tanh,
-                abs=torch.abs, sigmoid=torch.sigmoid, log_sigmoid=F.logsigmoid, floor=torch.floor, ceil=torch.ceil,
+                abs=torch.abs, sigmoid=torch.sigmoid, log_sigmoid=F.logsigmoid, erf=torch.erf, floor=torch.floor, ceil=torch.ceil,
                 minimum=torch.minimum, maximum=torch.maximum, norm=lambda x: x.norm(2, -1, keepdim=True),
                 moveaxis=torch.movedim, concat=torch.cat, rows=lambda table, idx: table.to(idx.device)[idx.long()])
 

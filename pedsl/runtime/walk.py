@@ -11,22 +11,75 @@ subclass: :class:`pedsl.runtime.torch_backend.Evaluator` (torch, trainable) and
 :class:`pedsl.runtime.numpy_backend.NumpyEvaluator` (numpy, at initialisation). The walk names
 no builtin: it reads their records.
 
-Sharing the walk keeps the two in step: a site is ``"{site}__{builtin}{count}"``, numbered in the
-order the walk visits the learned calls of one expression, so a compiled module's parameters can
-be loaded into the numpy evaluator by name.
+Sharing the walk keeps the two in step: a learned call is named by
+:func:`learned_calls` - ``"{site}__{builtin}{count}"``, numbered in the order
+the walk visits the learned calls of one expression, or ``"let[name]__{builtin}{index}"`` for a call
+written in a let, which is one value wherever it is used - so a compiled module's parameters can be
+loaded into the numpy evaluator by name. A let's learned value is computed once per evaluation of
+an expression and reused by its other uses there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pedsl.compiler.plan import param_key
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import bind_args, fold_expr
 from pedsl.lang.typed import node_types
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
+from pedsl.lang.exprs import to_source
+
+
+def param_key(site: str, kind: str, count: int) -> str:
+    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
+    expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
+    return f"{site}__{kind}{count}"
+
+
+def site_name(role: str, owner: str | int | None = None) -> str:
+    """The name of a graph node; for an evaluation site also the prefix of its learned parameters:
+    ``phase[g]``, ``steps[g]``, ``w[g]``, ``beta[g]`` (channel group g), ``bias[i]``, ``temperature``
+    (and ``transport[g]``, the group's transform node)."""
+    return role if owner is None else f"{role}[{owner}]"
+
+
+def learned_calls(e: ast.Expr, site: str) -> list[tuple[ast.Call, str]]:
+    """The learned calls of a site's expression with the key of each, in the order the run-time walk
+    visits them (post-order, a call's arguments in its record's parameter order): the one rule naming
+    learned parameters, for :class:`pedsl.runtime.walk.DynamicEvaluator` (the module, the reference
+    backend, the numpy sampler), codegen and :func:`pedsl.compiler.plan.learned_sites`.
+
+    A call written in a let (``call.bound = (let, index)``, set by the resolver) is named after the
+    let, ``let[name]__<kind><index>``, whichever site reads it: a name denotes one value, so every
+    use of the let reads one set of parameters. Any other call is the ``count``-th of its site."""
+    out: list[tuple[ast.Call, str]] = []
+
+    def visit(node) -> None:
+        if not isinstance(node, ast.Node):
+            return  # a parameter left at its default
+        if node.kind == "unary":
+            visit(node.operand)
+        elif node.kind == "binary":
+            visit(node.left)
+            visit(node.right)
+        elif node.kind == "list":
+            for item in node.items:
+                visit(item)
+        elif node.kind == "call":
+            spec = FUNCTIONS[node.func]
+            args = bind_args(node, spec.params)
+            for p, _ in spec.params:
+                visit(args[p])
+            if spec.learned:
+                key = param_key(site_name("let", node.bound[0]), node.func, node.bound[1]) if node.bound \
+                    else param_key(site, node.func, sum(1 for _, k in out if k.startswith(site + "__")))
+                out.append((node, key))
+
+    visit(e)
+    return out
+
 
 ORDER = ("batch", "head", "pos", "dist", "pair", "chan")
 INPUT_AXES = {"position": "pos"}  # the run-time inputs a builtin record may read (its ``inputs``)
@@ -54,7 +107,8 @@ class DynamicEvaluator:
     """
 
     def run(self, e: ast.Expr, ctx, site: str):
-        self._site, self._count = site, 0
+        self._keys = {id(call): key for call, key in learned_calls(e, site)}  # node -> its parameters' name
+        self._shared: dict[str, Any] = {}  # a let's learned value, by key: computed once, read by every use
         self._types = node_types(e, ctx.values)  # the checker's type of every node (docs/semantics.md §1a)
         return self._eval(e, ctx)
 
@@ -105,8 +159,6 @@ class DynamicEvaluator:
             return self.binary(e.op, self._eval(e.left, ctx), self._eval(e.right, ctx))
         if k == "call":
             return self._call(e, ctx)
-        from pedsl.lang.exprs import to_source
-
         raise CompileError(f"cannot evaluate {to_source(e)} at run time")
 
     def _call(self, e: ast.Call, ctx):
@@ -118,17 +170,17 @@ class DynamicEvaluator:
         names = {p: _name_of(args[p]) for p in spec.names}
         rest = [p for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: asks this backend for it at the call site
+            key = self._keys[id(e)] if spec.learned else None
+            if key in self._shared:
+                return self._shared[key]
             values = [self._eval(args[p], ctx) for p in rest]
-            return spec.site(At(self, ctx, self._next_site(spec.name) if spec.learned else None), *values,
-                             **names, **static)
+            out = spec.site(At(self, ctx, key), *values, **names, **static)
+            if e.bound is not None:
+                self._shared[key] = out
+            return out
         # a record's run-time value, over this backend's array namespace
         arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] + [self._eval(args[p], ctx) for p in rest]
         return self.apply(spec, arrays, static)
-
-    def _next_site(self, kind: str) -> str:
-        key = param_key(self._site, kind, self._count)
-        self._count += 1
-        return key
 
     # ------------------------------------------------------------------ arithmetic, for any array library
     # A value is a labelled array with ``.t`` (the array) and ``.axes``. Subclasses give ``wrap``,

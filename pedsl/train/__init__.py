@@ -43,9 +43,10 @@ __all__ = ["load_run", "train"]
 
 
 def train(*args, **kwargs):
-    from pedsl.train.loop import train as _train
+    """:func:`pedsl.train.loop.train` (imported on call: ``import pedsl.train`` stays free of torch)."""
+    from pedsl.train import loop
 
-    return _train(*args, **kwargs)
+    return loop.train(*args, **kwargs)
 
 
 def load_run(run_dir: str | Path, *, device: str = "cpu", step: int | None = None, attention=None):

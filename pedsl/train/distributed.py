@@ -45,13 +45,6 @@ class Dist:
         dist.all_reduce(v, op=dist.ReduceOp.SUM)
         return v / self.world
 
-    def broadcast_object(self, obj):
-        if not self.enabled:
-            return obj
-        box = [obj]
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
-
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name == "auto":

@@ -33,6 +33,7 @@ from pedsl.train import checkpoint as ck
 from pedsl.train import distributed, rundir
 from pedsl.train.runlock import temporary_folders
 from pedsl.train.schemefiles import attention_files
+from pedsl.train.swap import load_init
 from pedsl.train.recipe import SchemeRecipe, from_scheme
 
 
@@ -208,53 +209,133 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     meta = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
     start = 0
     if resume:
-        state = _resume(run, model, optim, attn, cfg,
-                        lambda m: print(f"pedsl train: {m}", file=sys.stderr, flush=True), main=d.is_main)
-        start = int(state["step"])
-        if d.is_main:
-            _truncate_metrics(run / "metrics.jsonl", start)
-            atomic_write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
-        d.barrier()
+        start = _restore(run, cfg, d, attn, model, optim)
     elif cfg.init_from is not None:  # a fine-tune: the source run's weights, a fresh optimizer, step 0
-        from pedsl.train.swap import load_init
-
         load_init(model, cfg, attn.name)
-    ddp = distributed.wrap(model, d)
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
+    log = _Progress(cfg, run, d, quiet, start)
+    log.say(f"pedsl train: scheme {attn.name}, {model.num_params():,} parameters, {data.describe()}, "
+            f"{d.world} process(es) on {d.device} ({threads} CPU thread(s) each), steps {start}..{cfg.steps}")
+    val_loss, t_train, trained = _loop(cfg, run, d, data, model, optim, meta, val_batches, log, start)
+    if val_loss is None:  # resumed a finished run
+        val_loss = validate(model, val_batches, d.device)
     baseline = data.unigram_baseline()
-    tokens_per_step = cfg.batch_size * cfg.context
-    metrics = open_append(run / "metrics.jsonl") if d.is_main else None
-    show_bar = d.is_main and not quiet and sys.stderr.isatty()
-    bar = None
+    result = {
+        "steps": cfg.steps,
+        "val_loss": val_loss,
+        "unigram_baseline": baseline,
+        "wall_time_s": time.perf_counter() - t_start,
+        "cpu_time_s": time.process_time() - c_start,  # this process's CPU seconds (all threads)
+        "tokens_per_s": cfg.batch_size * cfg.context * trained / t_train if trained else None,
+        "n_params": model.num_params(),
+        "scheme": attn.name,
+        "scheme_hash": attn.source_hash,
+        "data": data.describe(),
+        "world_size": d.world,
+    }
+    if d.is_main:
+        atomic_write_text(run / "DONE.json", json.dumps(result, indent=1) + "\n")
+        log.say(f"done: val loss {val_loss:.4f} nats/byte"
+                + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
+    return result
 
-    def say(msg: str) -> None:
-        if not d.is_main or quiet:
+
+def _restore(run: Path, cfg: TrainConfig, d: distributed.Dist, attn: SchemeRecipe, model, optim) -> int:
+    """Load the newest usable checkpoint into the model and optimizer; the step to continue from."""
+    state = _resume(run, model, optim, attn, cfg,
+                    lambda m: print(f"pedsl train: {m}", file=sys.stderr, flush=True), main=d.is_main)
+    start = int(state["step"])
+    if d.is_main:
+        _truncate_metrics(run / "metrics.jsonl", start)
+        atomic_write_text(run / "config.yaml", cfg.to_yaml())  # resumable fields (steps ...) may change
+    d.barrier()
+    return start
+
+
+class _Progress:
+    """What a run reports as it goes: messages (through the progress bar when there is one), the
+    metrics file and the bar."""
+
+    def __init__(self, cfg: TrainConfig, run: Path, d: distributed.Dist, quiet: bool, start: int):
+        self.d, self.quiet = d, quiet
+        self.metrics = open_append(run / "metrics.jsonl") if d.is_main else None
+        self.bar = None
+        if d.is_main and not quiet and sys.stderr.isatty():
+            from tqdm import tqdm  # only for a terminal
+
+            self.bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True, leave=False)
+
+    def say(self, msg: str) -> None:
+        if not self.d.is_main or self.quiet:
             return
-        if bar is not None:
-            bar.write(msg, file=sys.stderr)
+        if self.bar is not None:
+            self.bar.write(msg, file=sys.stderr)
         else:
             print(msg, file=sys.stderr, flush=True)
 
-    if show_bar:
-        from tqdm import tqdm
-        bar = tqdm(total=cfg.steps, initial=start, unit="step", dynamic_ncols=True, leave=False)
-    say(f"pedsl train: scheme {attn.name}, {model.num_params():,} parameters, {data.describe()}, "
-        f"{d.world} process(es) on {d.device} ({threads} CPU thread(s) each), steps {start}..{cfg.steps}")
+    def record(self, rec: dict) -> None:
+        if self.metrics is not None:
+            self.metrics.write(json.dumps(rec) + "\n")
+            self.metrics.flush()
 
-    def checkpoint(step: int) -> None:
-        if d.is_main:
-            try:
-                ck.save_checkpoint(run / "checkpoints", step, model, optim,
-                                   {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
-            except OSError as exc:
-                leftovers = [p.name for p in temporary_folders(run / "checkpoints")]
-                raise OutputError(f"cannot write the checkpoint of step {step} in '{run / 'checkpoints'}': "
-                                  f"{exc.strerror or exc}",
-                                  hint="free disk space or choose another --out"
-                                  + (f"; temporary folders of interrupted checkpoint writes can be deleted: "
-                                     f"{', '.join(leftovers)}" if leftovers else "")) from None
-        d.barrier()
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.metrics is not None:
+            self.metrics.close()
 
+
+def _checkpoint(run: Path, cfg: TrainConfig, d: distributed.Dist, step: int, model, optim, meta: dict) -> None:
+    if d.is_main:
+        try:
+            ck.save_checkpoint(run / "checkpoints", step, model, optim,
+                               {**meta, "data": {"next_step": step}}, cfg.keep_checkpoints)
+        except OSError as exc:
+            leftovers = [p.name for p in temporary_folders(run / "checkpoints")]
+            raise OutputError(f"cannot write the checkpoint of step {step} in '{run / 'checkpoints'}': "
+                              f"{exc.strerror or exc}",
+                              hint="free disk space or choose another --out"
+                              + (f"; temporary folders of interrupted checkpoint writes can be deleted: "
+                                 f"{', '.join(leftovers)}" if leftovers else "")) from None
+    d.barrier()
+
+
+def _step(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, ddp, model, optim,
+          step: int) -> tuple[float, float, float]:
+    """One optimisation step; (loss, gradient norm, learning rate). Stops before updating the weights
+    when the loss or the gradient is not finite."""
+    lr = lr_at(step, cfg)
+    for group in optim.param_groups:
+        group["lr"] = lr
+    batch, answers = data.train_rows(step, cfg.batch_size, d.rank, d.world)
+    loss = _loss(ddp, batch.to(d.device), answers.to(d.device), cfg.data.answer_weight)  # this rank's rows
+    loss_value = float(d.mean(loss.detach()))
+    if not math.isfinite(loss_value):
+        last = ck.list_checkpoints(run / "checkpoints")
+        raise TrainError(
+            f"the training loss became {loss_value} at step {step + 1}; stopped before updating "
+            f"the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
+            hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl check)")
+    optim.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(
+        model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
+    if not math.isfinite(grad_norm):  # a finite loss with a non-finite gradient
+        last = ck.list_checkpoints(run / "checkpoints")
+        raise TrainError(
+            f"the gradient norm became {grad_norm} at step {step + 1} (loss {loss_value:.4f}); stopped "
+            f"before updating the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
+            hint="lower --lr, or check the scheme's backward numerics (pedsl check)")
+    optim.step()
+    return loss_value, grad_norm, lr
+
+
+def _loop(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, model, optim, meta: dict,
+          val_batches, log: _Progress, start: int):
+    """Steps start..cfg.steps with validation, metrics and checkpoints; (last val loss, seconds spent
+    in steps, steps taken)."""
+    ddp = distributed.wrap(model, d)
+    tokens_per_step = cfg.batch_size * cfg.context
     val_loss = None
     t_log, steps_since = time.perf_counter(), 0
     t_train, trained = 0.0, 0
@@ -262,29 +343,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     try:
         for step in range(start, cfg.steps):
             t0 = time.perf_counter()
-            lr = lr_at(step, cfg)
-            for group in optim.param_groups:
-                group["lr"] = lr
-            batch, answers = data.train_rows(step, cfg.batch_size, d.rank, d.world)
-            loss = _loss(ddp, batch.to(d.device), answers.to(d.device), cfg.data.answer_weight)  # this rank's rows
-            loss_value = float(d.mean(loss.detach()))
-            if not math.isfinite(loss_value):
-                last = ck.list_checkpoints(run / "checkpoints")
-                raise TrainError(
-                    f"the training loss became {loss_value} at step {step + 1}; stopped before updating "
-                    f"the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
-                    hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl check)")
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(
-                model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
-            if not math.isfinite(grad_norm):  # a finite loss with a non-finite gradient
-                last = ck.list_checkpoints(run / "checkpoints")
-                raise TrainError(
-                    f"the gradient norm became {grad_norm} at step {step + 1} (loss {loss_value:.4f}); stopped "
-                    f"before updating the weights. Last good checkpoint: {last[-1] if last else 'none yet'}",
-                    hint="lower --lr, or check the scheme's backward numerics (pedsl check)")
-            optim.step()
+            loss_value, grad_norm, lr = _step(cfg, run, d, data, ddp, model, optim, step)
             done = step + 1
             t_train += time.perf_counter() - t0
             trained += 1
@@ -299,42 +358,19 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
                 if evaluate:
                     rec["val_loss"] = val_loss
                 t_log, steps_since = now, 0
-                if metrics is not None:
-                    metrics.write(json.dumps(rec) + "\n")
-                    metrics.flush()
+                log.record(rec)
                 if evaluate:
-                    say(f"step {done}/{cfg.steps}  loss {loss_value:.4f}  val {val_loss:.4f}  "
-                        f"{rec['tokens_per_s']:.0f} tok/s")
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_value:.3f}", tok_s=f"{tokens_per_step / max(time.perf_counter() - t0, 1e-9):.0f}")
+                    log.say(f"step {done}/{cfg.steps}  loss {loss_value:.4f}  val {val_loss:.4f}  "
+                            f"{rec['tokens_per_s']:.0f} tok/s")
+            if log.bar is not None:
+                log.bar.update(1)
+                log.bar.set_postfix(loss=f"{loss_value:.3f}",
+                                    tok_s=f"{tokens_per_step / max(time.perf_counter() - t0, 1e-9):.0f}")
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
-                checkpoint(done)
+                _checkpoint(run, cfg, d, done, model, optim, meta)
     finally:
-        if bar is not None:
-            bar.close()
-        if metrics is not None:
-            metrics.close()
-    if val_loss is None:  # resumed a finished run
-        val_loss = validate(model, val_batches, d.device)
-    result = {
-        "steps": cfg.steps,
-        "val_loss": val_loss,
-        "unigram_baseline": baseline,
-        "wall_time_s": time.perf_counter() - t_start,
-        "cpu_time_s": time.process_time() - c_start,  # this process's CPU seconds (all threads)
-        "tokens_per_s": tokens_per_step * trained / t_train if trained else None,
-        "n_params": model.num_params(),
-        "scheme": attn.name,
-        "scheme_hash": attn.source_hash,
-        "data": data.describe(),
-        "world_size": d.world,
-    }
-    if d.is_main:
-        atomic_write_text(run / "DONE.json", json.dumps(result, indent=1) + "\n")
-        say(f"done: val loss {val_loss:.4f} nats/byte"
-            + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
-    return result
+        log.close()
+    return val_loss, t_train, trained
 
 
 def _loss(model: torch.nn.Module, batch: torch.Tensor, answers: torch.Tensor | None = None,

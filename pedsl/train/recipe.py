@@ -21,6 +21,7 @@ from torch import nn
 
 from pedsl.config import ModelConfig, TrainConfig
 from pedsl.errors import CompileError
+from pedsl.train.schemefiles import scheme_files
 
 Factory = Callable[[int], nn.Module]
 
@@ -66,8 +67,6 @@ def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeRecipe:
             return compile_scheme(fixed, backend=cfg.backend, compile=cfg.compile, head_dim=m.head_dim,
                                   num_heads=m.n_heads, d_model=m.d_model, vocab_size=m.vocab_size)
         return make
-
-    from pedsl.train.schemefiles import scheme_files
 
     files = scheme_files(scheme)  # the main file and every import: the run's hash covers them all
     return SchemeRecipe(name=scheme.name, source=scheme.source, source_hash=files.digest,

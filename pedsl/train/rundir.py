@@ -274,7 +274,7 @@ class Run:
         """``(scheme, files)``: the run's scheme from its own copy (``RUN/scheme/``; older runs:
         ``RUN/scheme.pe``), verified against ``RUN/scheme.sha256``. Nothing outside the run is read
         for it (the library files its copy imports by name are hashed with it)."""
-        from pedsl.lang.imports import allow_import_roots
+        from pedsl.lang.imports import allow_import_roots  # on use: lark only when the scheme is read
         from pedsl.lang.api import load
 
         if self.scheme_hash is None or re.fullmatch(r"[0-9a-f]{64}", self.scheme_hash) is None:

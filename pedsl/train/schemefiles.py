@@ -55,7 +55,7 @@ def scheme_files(scheme: Any) -> SchemeFiles:
     imports as the loader does). Each file is named by where its import leads relative to the
     file that imports it, so the copy resolves alone; a library file imported by name sits next
     to its importer. A scheme given as text is that text alone."""
-    from pedsl.lang.parser import decode, parse_module, read_bytes
+    from pedsl.lang.parser import decode, parse_module, read_bytes  # on use: lark only when copying
     from pedsl.lang.imports import import_roots, import_target
 
     name = getattr(scheme, "name", None)

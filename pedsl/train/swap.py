@@ -30,7 +30,7 @@ PE_MARK = ".attn.pe."
 
 def scheme_path(name_or_path: str | Path) -> Path:
     """A library scheme name (``pi``) or a ``.pe`` file -> its path (E209 for an unknown name)."""
-    from pedsl.lang.library import scheme_file
+    from pedsl.lang.library import scheme_file  # on use: lark and torch only when a scheme or run is read
 
     return scheme_file(name_or_path)
 

@@ -1,4 +1,5 @@
-"""The elementwise math builtins: log, exp, ..., min, max, clamp, ramp (one record each)."""
+"""The elementwise math builtins: log, exp, ..., the activations silu, gelu, softplus, min, max, clamp, ramp
+(one record each)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,14 @@ def _log_sigmoid(v: float) -> float:
     return -math.log1p(math.exp(-v)) if v >= 0 else v - math.log1p(math.exp(v))
 
 
+def _softplus(v: float) -> float:
+    return -_log_sigmoid(-v)  # log(1 + exp(v)), stable at both ends
+
+
+def _gelu(v: float) -> float:
+    return 0.5 * v * (1.0 + math.erf(v / math.sqrt(2.0)))
+
+
 def _ramp(x: float, lo: float, hi: float) -> float:
     if hi == lo:
         raise ValueError("lo and hi are equal")
@@ -52,6 +61,15 @@ RECORDS = [
     _unary("abs", "absolute value", abs, "torch.abs"),
     _unary("sigmoid", "logistic function 1 / (1 + exp(-x))", _sigmoid, "torch.sigmoid"),
     _unary("log_sigmoid", "log(sigmoid(x)), computed stably", _log_sigmoid, "F.logsigmoid"),
+    # the activations, with the meanings of torch.nn.functional's: gelu is the exact (erf) form, not the tanh
+    # approximation; softplus is exact at every x (torch's F.softplus returns x itself above x = 20)
+    Builtin("silu", X, "x * sigmoid(x) (also called swish)", _elementwise, fold=lambda v: v * _sigmoid(v),
+            run=lambda ops, x: x * ops.sigmoid(x), emit=lambda x: f"F.silu(_t({x}, dev))"),
+    Builtin("gelu", X, "x * Phi(x), Phi the standard normal CDF (the exact form, not the tanh approximation)",
+            _elementwise, fold=_gelu, run=lambda ops, x: 0.5 * x * (1.0 + ops.erf(x * (0.5 ** 0.5))),
+            emit=lambda x: f"F.gelu(_t({x}, dev))"),
+    Builtin("softplus", X, "log(1 + exp(x)), computed stably", _elementwise, fold=_softplus,
+            run=lambda ops, x: -ops.log_sigmoid(-x), emit=lambda x: f"(-F.logsigmoid(-_t({x}, dev)))"),
     _unary("floor", "largest integer <= x", lambda v: float(math.floor(v)), "torch.floor"),
     _unary("ceil", "smallest integer >= x", lambda v: float(math.ceil(v)), "torch.ceil"),
     Builtin("min", AB, "elementwise minimum", _binary_math, fold=min,

@@ -1,38 +1,18 @@
-"""Diagnostic helpers shared by the resolver's stages (imports, extends, parameters, terms), and the
-state those stages read from the :class:`~pedsl.lang.resolve.Resolver` they are mixed into."""
+"""What the resolver's stage mixins (parameters, terms, sections) share: the state they read from the
+:class:`~pedsl.lang.resolve.Resolver` they are mixed into, and folding a value or reporting why not."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pedsl.errors import Diagnostic, DiagnosticSink
+from pedsl.errors import Diagnostic
 from pedsl.lang.fold import fold_expr
+from pedsl.lang.imports import Source
+from pedsl.lang.inherit import Merged
+from pedsl.lang.typecheck import Checker
 from pedsl.lang.values import EvalIssue
 
 FAILED = object()  # what ResolverStage.fold_or_report returns after reporting
-
-if TYPE_CHECKING:
-    from pedsl.lang.imports import Source
-    from pedsl.lang.inherit import Merged
-    from pedsl.lang.typecheck import Checker
-
-
-def sink_for(src: "Source") -> DiagnosticSink:
-    """A sink whose diagnostics point into ``src``."""
-    return DiagnosticSink(file=src.file, source=src.text)
-
-
-def node_pos(node: Any) -> dict:
-    """The position keywords (line, col, end_col) of a syntax node, or none when it has no span."""
-    span = getattr(node, "span", None)
-    if span is None:
-        return {}
-    end = span.end_col if span.end_line == span.line else None
-    return {"line": span.line, "col": span.col, "end_col": end}
-
-
-def has_errors(diags: list[Diagnostic]) -> bool:
-    return any(d.severity == "error" for d in diags)
 
 
 class ResolverStage:

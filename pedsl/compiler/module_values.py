@@ -1,0 +1,106 @@
+"""SchemeAttention's side of the general forward (:mod:`pedsl.compiler.general`): the per-token values
+its evaluator computes over a window (phases, static RoPE tables, step angles, Householder steps,
+slopes, gates, the temperature, distance tables), and pedsl's fused kernels as the primitives."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from pedsl.compiler import plan as PL
+from pedsl.compiler.general import F64, GATE_BIAS, LINEAR_BIAS, TABLE_BIAS, TokenValues, Window, angle_dtype
+from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
+from pedsl.ops import rotary
+from pedsl.ops.accumulate import cumulative_angles
+from pedsl.ops.path import path_attention, path_transported_keys
+
+TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
+
+
+class FusedKernels:
+    """The general forward's primitives as pedsl's kernels: rotations with fused autograd in the
+    scheme's layout, the two-level float64 angle sum, the blockwise PaTH kernel."""
+
+    path_attention = staticmethod(path_attention)
+    path_transported_keys = staticmethod(path_transported_keys)
+
+    def __init__(self, layout: str):
+        self.layout = layout
+
+    def rotate(self, x, cos, sin, t, channels):
+        return rotary.apply_rotary_channels(x, cos, sin, channels, self.layout)
+
+    def rotate_by_angles(self, xs, angles, t, channels):
+        return rotary.rotate_many_by_angles(xs, angles, self.layout, channels)
+
+    @staticmethod
+    def cumulative_angles(a):
+        return cumulative_angles(a, reduce=False)
+
+
+class ModuleScheme:
+    """What the general forward reads of a :class:`~pedsl.compiler.module.SchemeAttention` (made once per
+    module: ``of(mod)``)."""
+
+    def __init__(self, mod):
+        self.mod = mod
+        self.heads, self.head_dim = mod.heads, mod.head_dim
+        self.conv_history = mod._conv_history
+        self.transforms = mod.transforms
+        self.kernels = FusedKernels(mod.layout)
+
+    @staticmethod
+    def of(mod) -> "ModuleScheme":
+        side = mod.__dict__.get("_general_side")
+        if side is None:
+            side = mod.__dict__["_general_side"] = ModuleScheme(mod)
+        return side
+
+    def ctx(self, win: Window, dtype, group=None):
+        p = win.parts
+        c = self.mod._ctx(win.Lw, p["x"], p["tokens"], win.device, dtype, group=group)
+        c.n = win.n
+        c.positions = p["positions"]
+        if win.segmented:
+            c.docs, c.valid = p["docs"], p["valid"]
+        return c
+
+    def token_values(self, win: Window, dtype) -> TokenValues:
+        mod = self.mod
+        run = mod.evaluator.run
+        out = []
+        for t in mod.transforms:
+            P = len(t.channels) // 2
+            if t.static_table and win.n <= TABLE_MAX:
+                # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions
+                cos, sin = mod.rope_tables(t, win.n, win.device, angle_dtype(dtype))  # rotate's scale included
+                pos = win.parts["positions"][:, win.Lw - win.L:].clamp(0, cos.shape[0] - 1)  # padding: any position
+                out.append((cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)))  # (B, 1, L, P)
+            elif t.kind in (PL.ROPE, PL.SO2):
+                out.append(as_bhlp(run(t.expr, self.ctx(win, dtype, t), t.site), win.Lw, P))
+            else:
+                ctx = self.ctx(win, dtype, t)
+                wt, bt = (run(s.expr, ctx, s.name) for s in t.sites)
+                out.append((wt.align(("batch", "head", "pos", "chan")), as_bhl(bt, win.Lw, mod.heads)))
+        return TokenValues(out, [self._bias(b, win, dtype) for b in mod.biases], self._tau(win, dtype))
+
+    def _bias(self, b, win: Window, dtype):
+        mod = self.mod
+        if b.kind == PL.TABLE_BIAS:
+            return TABLE_BIAS, None
+        if b.log_gate is None and b.kind == PL.LINEAR_BIAS:
+            return LINEAR_BIAS, per_head(mod.evaluator.run(b.slope, self.ctx(win, dtype), b.site.name), mod.heads)
+        return GATE_BIAS, as_bhl(mod.evaluator.run(b.log_gate, self.ctx(win, dtype), b.site.name), win.Lw, mod.heads)
+
+    def _tau(self, win: Window, dtype) -> Tensor | None:
+        tau = self.mod.temperature
+        if tau is None:
+            return None
+        v = self.mod.evaluator.run(tau.site.expr, self.ctx(win, dtype), tau.site.name)
+        return (v.align(("batch", "head", "pos")) if v.axes else v.t.reshape(1, 1, 1)).to(F64)
+
+    def distance_table(self, i: int, size: int, device) -> Tensor:
+        mod = self.mod
+        b = mod.biases[i]
+        term = mod.evaluator.run(b.site.expr, mod._ctx(size, device=device), b.site.name)
+        return as_hd(term, size, mod.heads).to(F64)
+
