@@ -76,16 +76,6 @@ def run_capped(args: list[str], *, timeout: float = 60, mem_gb: float = 2.0, cwd
     return proc.returncode, proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
 
 
-<<<<<<< HEAD
-def without_keys(tree, keys: set[str]):
-    """``tree`` (JSON-like) with every dict entry named in ``keys`` removed, at every depth: results
-    compared without their wall-clock times and paths."""
-    if isinstance(tree, dict):
-        return {k: without_keys(v, keys) for k, v in tree.items() if k not in keys}
-    if isinstance(tree, list):
-        return [without_keys(v, keys) for v in tree]
-    return tree
-=======
 def first_error(text: str, params=None):
     """The first error diagnostic of checking ``text`` (it must have one)."""
     from pedsl.errors import PedslError
@@ -117,4 +107,13 @@ def assert_generated_module_matches(mod, src: str, path: Path, lengths=(3, 40)) 
         q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
         torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok), mod(q, k, v, x=x, tokens=tok),
                                    rtol=1e-9, atol=1e-10)
->>>>>>> main
+
+
+def without_keys(tree, keys: set[str]):
+    """``tree`` (JSON-like) with every dict entry named in ``keys`` removed, at every depth: results
+    compared without their wall-clock times and paths."""
+    if isinstance(tree, dict):
+        return {k: without_keys(v, keys) for k, v in tree.items() if k not in keys}
+    if isinstance(tree, list):
+        return [without_keys(v, keys) for v in tree]
+    return tree
