@@ -17,7 +17,7 @@ both sides, so only the computation differs. Two numbers per row:
   no pre-transform: its baseline is the float64 computation on the rounded inputs, with only the
   output rounded - the error every half-precision input/output implementation carries.
 
-``compiler_tests/test_compiler_low_precision.py`` asserts ``pedsl <= 2 x baseline`` for every row
+``compiler_tests/compiler/test_compiler_low_precision.py`` asserts ``pedsl <= 2 x baseline`` for every row
 (with the same shapes); this script prints the table quoted in benchmarks/README.md. The reference
 backend is the float64 interpreter (half inputs are upcast): at L = 2048 its explicit (i, j)
 transports do not fit in memory, and it is exact by construction. Flex compiles on CPU (slow):

@@ -1,4 +1,5 @@
-"""Helpers for the compiler tests: random inputs and the differential comparison."""
+"""Helpers shared by the tests: the repository's paths and the scheme library, the CLI runners,
+random inputs and the differential comparison of the compiler tests."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMES = ROOT / "schemes"
 D_MODEL = 24
+
+
+def library() -> list[Path]:
+    """The library's scheme files, sorted."""
+    return sorted(SCHEMES.glob("*.pe"))
 
 
 def rnd(*shape, seed=0, dtype=torch.float64):

@@ -7,9 +7,6 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMES = ROOT / "schemes"
-
 os.environ.setdefault("PEDSL_TEST", "1")
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # Two workers on two cores: one thread each (and in every subprocess they start), or the
@@ -22,9 +19,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     except ImportError:  # pragma: no cover
         pass
 
-
-def library() -> list[Path]:
-    return sorted(SCHEMES.glob("*.pe"))
+# After the thread settings above: compiler_helpers imports torch.
+from compiler_helpers import ROOT, SCHEMES, library  # noqa: E402,F401 - also importable from conftest
 
 
 @pytest.fixture(scope="module")

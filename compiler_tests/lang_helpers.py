@@ -1,4 +1,6 @@
-"""Shared helpers for the language front-end tests (not a test module)."""
+"""Shared helpers for the language front-end tests (not a test module): the library's texts, token-level
+mutants, the bad fixtures and their expectations. The generated tables of docs/language.md are
+``tools/doc_tables.py``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ROOT / "schemes"
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "lang" / "fixtures"
 BAD = FIXTURES / "bad"
 
 LIBRARY = sorted(SCHEMES.glob("*.pe"))
@@ -64,67 +66,3 @@ def expectation(path: Path) -> dict:
     p = _PARAMS.search(text)
     params = dict(kv.split("=", 1) for kv in p.group(1).split()) if p else None
     return {"code": m["code"], "line": int(m["line"]), "col": int(m["col"]), "hint": m["hint"], "params": params}
-
-
-# ------------------------------------------------------------------ docs/language.md builtin tables
-
-DOC = ROOT / "docs" / "language.md"
-BEGIN, END = "<!-- builtins:begin (generated: python compiler_tests/lang_helpers.py) -->", "<!-- builtins:end -->"
-def builtin_tables() -> str:
-    """The builtin-function tables of docs/language.md, from pedsl.lang.builtins.FUNCTIONS."""
-    from pedsl.lang.builtins import CATEGORIES, FUNCTIONS
-
-    out = []
-    for cat, title in CATEGORIES:
-        out += [f"#### {title}", "", "| signature | meaning |", "|---|---|"]
-        out += [f"| `{b.signature()}` | {b.doc} |" for b in FUNCTIONS.values() if b.category == cat]
-        out.append("")
-    return "\n".join(out)
-
-
-CODES_BEGIN = "<!-- codes:begin (generated from pedsl.diagnostic_codes.CODES: python compiler_tests/lang_helpers.py) -->"
-CODES_END = "<!-- codes:end -->"
-
-
-def codes_table() -> str:
-    """Every error code of pedsl.diagnostic_codes.CODES (warnings have their own table, with their allow names)."""
-    from pedsl.diagnostic_codes import CODES
-
-    rows = [f"| {code} | {stage} | {meaning} |" for code, (stage, meaning) in CODES.items() if code[0] == "E"]
-    return "\n".join(["| code | stage | meaning |", "|---|---|---|", *rows])
-
-
-def _replace_block(text: str, begin: str, end: str, body: str) -> str:
-    head, rest = text.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    return head + begin + body + end + tail
-
-
-def doc_with_tables(text: str) -> str:
-    text = _replace_block(text, BEGIN, END, "\n\n" + builtin_tables() + "\n")
-    return _replace_block(text, CODES_BEGIN, CODES_END, "\n" + codes_table() + "\n")
-
-
-# ------------------------------------------------------------------ the VS Code extension's TextMate grammar
-
-GRAMMAR = ROOT / "editors" / "vscode" / "syntaxes" / "pedsl.tmLanguage.json"
-
-
-def grammar_with_builtins(text: str) -> str:
-    """The TextMate grammar with its builtin-function and fixed-name patterns from the registry."""
-    import json
-
-    from pedsl.lang.builtins import CONSTANTS, FUNCTIONS
-
-    grammar = json.loads(text)
-    grammar["repository"]["builtin"]["patterns"] = [
-        {"name": "support.function.builtin.pedsl", "match": "\\b(" + "|".join(FUNCTIONS) + ")\\b(?=\\s*\\()"},
-        {"name": "support.constant.pedsl", "match": "\\b(" + "|".join(CONSTANTS) + ")\\b"},
-    ]
-    return json.dumps(grammar, indent=2) + "\n"
-
-
-if __name__ == "__main__":  # regenerate the tables in docs/language.md and the editor grammar's builtins
-    DOC.write_text(doc_with_tables(DOC.read_text()))
-    GRAMMAR.write_text(grammar_with_builtins(GRAMMAR.read_text()))
-    print(f"updated {DOC} and {GRAMMAR}")

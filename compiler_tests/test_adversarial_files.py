@@ -17,7 +17,7 @@ from compiler_helpers import run_cli
 from pedsl.errors import ConfigError, OutputError
 from pedsl.train import rundir
 from pedsl.train.loop import train
-from test_train_loop import helper, small_cfg
+from train_helpers import helper, small_cfg
 
 ROOT = Path(__file__).parent.parent
 # nine levels of x9 (about 400 bytes, 9**9 items expanded): a YAML file, and the same on one line

@@ -6,8 +6,8 @@ from __future__ import annotations
 import ast
 import re
 
-from conftest import ROOT
-from lang_helpers import DOC
+from compiler_helpers import ROOT
+from tools.doc_tables import DOC
 from pedsl import errors
 from pedsl.diagnostic_codes import CODES
 from pedsl.errors import PedslError
@@ -62,5 +62,5 @@ def test_error_classes_default_codes_match_their_stage():
 def test_every_code_is_documented():
     text = DOC.read_text(encoding="utf-8")
     for code in CODES:
-        assert f"| {code} |" in text, f"{code} is not in docs/language.md: run python compiler_tests/lang_helpers.py"
+        assert f"| {code} |" in text, f"{code} is not in docs/language.md: run python -m tools.doc_tables"
     assert errors.__doc__  # the module documents the diagnostics it renders

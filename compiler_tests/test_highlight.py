@@ -10,8 +10,8 @@ import tomllib
 import pytest
 from pygments.token import Error, Keyword, Name
 
-from conftest import ROOT, library
-from lang_helpers import GRAMMAR, grammar_with_builtins
+from compiler_helpers import ROOT, library
+from tools.doc_tables import GRAMMAR, grammar_with_builtins
 from pedsl.highlight import PeLexer
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS
 from pedsl.lsp.scan import STATEMENT_KEYWORDS
@@ -59,7 +59,7 @@ def test_the_textmate_grammar_knows_every_builtin_and_keyword():
     consts = set(re.search(r"\(([^)]*)\)", builtin[1]["match"])[1].split("|"))
     assert funcs == set(FUNCTIONS) and consts == set(CONSTANTS)
     text = GRAMMAR.read_text()
-    assert grammar_with_builtins(text) == text, "regenerate with: python compiler_tests/lang_helpers.py"
+    assert grammar_with_builtins(text) == text, "regenerate with: python -m tools.doc_tables"
     statements = grammar["repository"]["keyword"]["patterns"][1]["match"]
     assert set(STATEMENT_KEYWORDS) <= set(re.search(r"\(([^)]*)\)", statements)[1].split("|"))
     for pattern in (p["match"] for group in grammar["repository"].values() for p in group.get("patterns", [group])

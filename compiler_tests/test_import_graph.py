@@ -16,7 +16,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from conftest import ROOT
+from compiler_helpers import ROOT
 
 PKG = ROOT / "pedsl"
 

@@ -44,7 +44,7 @@ def test_auto_threads_without_a_load_average(monkeypatch):
 
 
 def test_train_applies_the_policy_when_threads_is_zero(monkeypatch, tmp_path, capsys):
-    from test_train_loop import helper, small_cfg
+    from train_helpers import helper, small_cfg
     from pedsl.train.loop import train
 
     before = torch.get_num_threads()

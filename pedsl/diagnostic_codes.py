@@ -1,7 +1,7 @@
 """The table of every diagnostic code pedsl reports (docs/language.md's table is generated from it)."""
 
 #: Every diagnostic code pedsl reports: code -> (stage, one-line meaning). One line per code; to add
-#: one, add its line here (in order), use it, and run ``python compiler_tests/lang_helpers.py`` to
+#: one, add its line here (in order), use it, and run ``python -m tools.doc_tables`` to
 #: regenerate the table in docs/language.md. ``compiler_tests/test_diagnostic_codes.py`` checks that
 #: every code used in pedsl/ is here, every entry is used and documented.
 CODES: dict[str, tuple[str, str]] = {

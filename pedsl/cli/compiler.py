@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
+import networkx as nx
 
 from pedsl.cli.options import raw_params
+from pedsl.compiler import compile_graph
+from pedsl.compiler.codegen import generate, module_file_name
+from pedsl.compiler.graph import lower
+from pedsl.compiler.passes import Options, optimize
+from pedsl.compiler.plan import plan_lines, plan_to_json, site_name
 from pedsl.errors import CompileError
+from pedsl.fsio import atomic_write_text, ensure_dir
+from pedsl.lang.api import load
+from pedsl.lang.exprs import to_source
+from pedsl.lang.library import is_library_name
 from pedsl.lang.types import Ty
 from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
+from pedsl.scheme_config import eval_config, train_config
 
 BACKEND_CHOICES = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
 
 
 def _scheme_and_shapes(file: str, scheme: str | None, params: dict, heads, head_dim, d_model):
     """The resolved scheme with the model shapes of its training config (so compile matches train)."""
-    from pedsl.config import resolve_train_config
-    from pedsl.lang.api import load
-
     sch = load(file, params=params or None, scheme=scheme)
-    cfg = resolve_train_config(scheme=file, params=params or None, block=sch.train)
+    cfg = train_config(sch, file, params=params)
     heads = heads or cfg.model.n_heads
     head_dim = head_dim or cfg.model.head_dim
     d_model = d_model or cfg.model.d_model
@@ -34,8 +43,6 @@ _PASS_STATE = ("note", "kernel")  # what the passes decide lives in the plan; no
 
 def _plan_notes(plan) -> dict[str, str]:
     """One line per graph node the plan has a decision for (the transport, bias and temperature nodes)."""
-    from pedsl.compiler.plan import site_name
-
     out = {site_name("transport", t.group): f"{t.kind}, table {t.table}, kernel {t.kernel}" for t in plan.transports}
     out.update({b.site.name: f"{b.kind}, carried as {b.carried}" for b in plan.biases})
     if plan.temperature is not None:
@@ -44,12 +51,8 @@ def _plan_notes(plan) -> dict[str, str]:
 
 
 def graph_to_json(g) -> dict:
-    from pedsl.compiler.plan import plan_to_json
-
     def clean(v):
         if hasattr(v, "model_dump"):
-            from pedsl.lang.exprs import to_source
-
             return to_source(v)
         if isinstance(v, tuple):
             return list(v)
@@ -90,10 +93,6 @@ def graph_to_dot(g) -> str:
 
 def graph_to_text(g) -> str:
     """The lowering plan, then the dataflow graph it was decided on."""
-    import networkx as nx
-
-    from pedsl.compiler.plan import plan_lines
-
     out = plan_lines(g.graph["plan"]) + ["", f"dataflow graph of {g.graph.get('scheme')}:"]
     notes = _plan_notes(g.graph["plan"])
     for n in nx.topological_sort(g):
@@ -117,10 +116,6 @@ def graph_to_text(g) -> str:
 @click.option("--no-grad", is_flag=True, help="Lower for inference (FlexAttention allowed on CPU).")
 def graph(file, scheme, params, fmt, backend, no_grad):
     """Print the lowering plan (what the compiler decided and why) and the dataflow graph after the passes."""
-    from pedsl.compiler.graph import lower
-    from pedsl.compiler.passes import Options, optimize
-    from pedsl.lang.api import load
-
     sch = load(file, params=raw_params(params) or None, scheme=scheme)
     g = optimize(lower(sch), Options(backend=backend, requires_grad=not no_grad))
     if fmt == "json":
@@ -146,11 +141,6 @@ def graph(file, scheme, params, fmt, backend, no_grad):
               "module's input width for schemes that read x.")
 def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     """Write OUT/<scheme>.py (a standalone torch module) and OUT/train.yaml, OUT/eval.yaml."""
-    from pedsl.compiler import compile_graph
-    from pedsl.compiler.codegen import generate, module_file_name
-    from pedsl.config import resolve_eval_config
-    from pedsl.fsio import atomic_write_text, ensure_dir
-
     p = raw_params(params)
     sch, cfg, d_model = _scheme_and_shapes(file, scheme, p, heads, head_dim, d_model)
     g = compile_graph(sch, backend=backend)
@@ -159,7 +149,7 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
     code = generate(sch, g.graph["plan"], d_model=d_model if sch.needs_x else None)
     model = cfg.model.model_copy(update={"n_heads": sch.heads, "head_dim": sch.head_dim, "d_model": d_model})
     train_cfg = cfg.model_copy(update={"scheme": _scheme_reference(file, out), "backend": backend, "model": model})
-    eval_cfg = resolve_eval_config(block=sch.eval, context=train_cfg.context)
+    eval_cfg = eval_config(sch, context=train_cfg.context)
     out_dir = ensure_dir(out)
     files = {
         out_dir / module_file_name(sch): code,
@@ -174,10 +164,6 @@ def compile_cmd(file, out, scheme, params, backend, heads, head_dim, d_model):
 def _scheme_reference(file: str, out: str) -> str:
     """How train.yaml names the scheme so it works from any folder: a library name as given, a path
     relative to the YAML's folder (``pedsl train`` resolves it against that folder)."""
-    import os
-
-    from pedsl.lang.library import is_library_name
-
     if is_library_name(file):
         return file
     return Path(os.path.relpath(os.path.abspath(file), os.path.abspath(out))).as_posix()

@@ -11,14 +11,23 @@ Exit code 0 when the schemes are equivalent, 1 when they differ, 2 on any error 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import click
 
 from pedsl.cli.option_rules import given, refuse_given
-from pedsl.errors import PedslError, UsageError, did_you_mean
-from pedsl.limits import MAX_LENGTH, MAX_SEED
+from pedsl.cli.options import raw_params as parse_params
+from pedsl.diffing import numeric as N, report
+from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update, diff as diff_schemes
+from pedsl.diffing.facts import scheme_facts
+from pedsl.diffing.summary import same_meaning_note, summarize
+from pedsl.errors import EvalError, PedslError, UsageError, did_you_mean
+from pedsl.explain import explain_text
+from pedsl.fsio import figure_format
+from pedsl.lang.api import load, load_with_warnings
+from pedsl.limits import MAX_LENGTH, MAX_SEED, check_tensor
 
 
 def _fail(err: PedslError) -> None:
@@ -37,15 +46,11 @@ def split_target(arg: str) -> tuple[str, str | None]:
 
 
 def _parse(items) -> dict[str, str]:
-    from pedsl.cli.options import raw_params as parse_params
-
     return parse_params(items)
 
 
 def load_side(target: str, scheme: str | None, shared: dict, own: dict, label: str):
     """Resolve one side: shared -P values apply where the scheme declares them, -A/-B ones always."""
-    from pedsl.lang.api import load
-
     path, name = split_target(target)
     name = name or scheme
     try:
@@ -56,8 +61,6 @@ def load_side(target: str, scheme: str | None, shared: dict, own: dict, label: s
     except PedslError as err:
         for i, d in enumerate(err.diagnostics):
             if d.file is None:
-                import dataclasses
-
                 err.diagnostics[i] = dataclasses.replace(d, file=path)
         raise
     return sch, path, {k: sch.params[k] for k in params if k in sch.params}
@@ -94,8 +97,6 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     Exit code 0 when the schemes are equivalent (at most the name, doc or lint
     allowances differ), 1 when they differ, 2 on an error.
     """
-    from pedsl.diffing import report
-
     if json_schema:
         _refuse_beside_json_schema(a, b)
         click.echo(json.dumps(report.JSON_SCHEMA, indent=2))
@@ -127,8 +128,6 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
     if as_json:
         click.echo(json.dumps(doc, indent=2))
     else:
-        from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update
-
         kinds = {"insert": Insert, "remove": Remove, "move": Move, "update": Update, "keep": Keep}
         edits = []
         for e in doc["edits"]:
@@ -163,11 +162,6 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
           sampling_given: tuple[str, ...] = ()) -> dict:
     """The JSON document of a diff (what --json prints; the text report renders it). ``sampling_given``:
     the sampling options the user gave (refused when neither side is sampled)."""
-    from pedsl.diffing.edits import diff as diff_schemes
-    from pedsl.diffing import report
-    from pedsl.diffing.facts import scheme_facts
-    from pedsl.diffing.summary import same_meaning_note, summarize
-
     edits = diff_schemes(sa, sb)
     fa, fb = scheme_facts(sa), scheme_facts(sb)
     summary = summarize(fa, fb, edits)
@@ -180,11 +174,6 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
 
 def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None,
                     sampling_given: tuple[str, ...] = ()) -> dict:
-    from pedsl.diffing import numeric as N
-    from pedsl.errors import EvalError
-    from pedsl.fsio import figure_format
-    from pedsl.limits import check_tensor
-
     if plot:
         figure_format(plot)  # a bad --plot path fails before the curves are computed
     for s in (sa, sb):  # the sampled inputs: (samples, lmax + STARTS, heads * head_dim) float64
@@ -227,9 +216,6 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
               help="Context length for the cost estimate (default: the training length).")
 def explain(file, scheme_name, params, context):
     """Summarise what one scheme does: channels, frequencies, bias, temperature, graph, cost, lints."""
-    from pedsl.explain import explain_text
-    from pedsl.lang.api import load_with_warnings
-
     path, name = split_target(file)
     if name and scheme_name is not None:
         raise UsageError(f"--scheme {scheme_name}: '{file}' already names its scheme",
@@ -241,8 +227,6 @@ def explain(file, scheme_name, params, context):
     except PedslError as err:  # like check/show: a diagnostic and exit code 1 (usage errors: 2)
         for i, d in enumerate(err.diagnostics):
             if d.file is None:
-                import dataclasses
-
                 err.diagnostics[i] = dataclasses.replace(d, file=path)
         raise
     click.echo(text)

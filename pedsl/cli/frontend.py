@@ -16,9 +16,16 @@ from typing import Iterable
 
 import click
 
-from pedsl.errors import Diagnostic, PedslError, UsageError
 from pedsl.cli.options import raw_params as parse_params
+from pedsl.cli.render import render_scheme
+from pedsl.errors import CheckError, Diagnostic, ParseError, PedslError, UsageError
 from pedsl.fsio import atomic_write_text
+from pedsl.lang.api import format_text, load_with_warnings, parse
+from pedsl.lang.imports import Loader, load_source
+from pedsl.lang.library import library_dir
+from pedsl.lang.parser import MAX_BYTES, decode, read_bytes
+from pedsl.lang.resolve import check_all
+from pedsl.lang.scheme import Scheme
 
 # ------------------------------------------------------------------ helpers
 
@@ -42,9 +49,6 @@ def _diagnostics_of(path: str, params: dict[str, str], loader=None) -> list[Diag
     ``loader`` (a :class:`pedsl.lang.imports.Loader`) is shared across the files of one run,
     so a file imported by several others is parsed once.
     """
-    from pedsl.lang.imports import Loader, load_source
-    from pedsl.lang.resolve import check_all
-
     try:
         if path == "-":  # standard input: imports resolve from the current directory
             src = (loader or Loader()).load_text(_read_stdin(), "<stdin>", Path.cwd())
@@ -85,8 +89,6 @@ def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str
     Exit code 0 when every file is valid, 1 when a file has an error (or a
     warning with --strict).
     """
-    from pedsl.lang.imports import Loader
-
     overrides = parse_params(params)
     loader = Loader()
     all_diags: list[Diagnostic] = []
@@ -118,9 +120,6 @@ def check(files: tuple[str, ...], strict: bool, as_json: bool, params: tuple[str
 
 
 def _read(path: str) -> str:
-    from pedsl.errors import CheckError
-    from pedsl.lang.parser import decode, read_bytes
-
     try:
         data = read_bytes(Path(path))
     except FileNotFoundError:
@@ -134,15 +133,9 @@ def _read(path: str) -> str:
 
 
 def _read_stdin() -> str:
-    from pedsl.lang.parser import decode
-
-    from pedsl.lang.parser import MAX_BYTES
-
     stream = sys.stdin
     data = stream.buffer.read(MAX_BYTES + 1) if hasattr(stream, "buffer") else stream.read().encode("utf-8")
     if len(data) > MAX_BYTES:
-        from pedsl.errors import ParseError
-
         raise ParseError(f"input too large (over {MAX_BYTES / 1e6:.0f} MB)", code="E102", file="<stdin>", line=1,
                          col=1, hint="a .pe file declares schemes in a few lines")
     return decode(data, "<stdin>")
@@ -168,8 +161,6 @@ def fmt(files: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
     `-` reads standard input and writes the canonical text to standard output.
     Comments are kept; the meaning never changes (parse(fmt(x)) == parse(x)).
     """
-    from pedsl.lang.api import format_text
-
     failed = False
     changed: list[str] = []
     for path in files:
@@ -221,8 +212,6 @@ def fmt(files: tuple[str, ...], check_only: bool, show_diff: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the resolved IR as JSON.")
 def show(file: str, scheme_name: str | None, params: tuple[str, ...], as_json: bool) -> None:
     """Show the resolved scheme of FILE: after imports, extends and parameters."""
-    from pedsl.lang.api import load_with_warnings
-
     overrides = parse_params(params)
     try:
         scheme, warnings = load_with_warnings(Path(file), overrides or None, scheme_name)
@@ -235,8 +224,6 @@ def show(file: str, scheme_name: str | None, params: tuple[str, ...], as_json: b
     if as_json:
         click.echo(json.dumps(scheme.model_dump(mode="json", exclude={"source"}), indent=2))
     else:
-        from pedsl.cli.render import render_scheme
-
         click.echo(render_scheme(scheme))
 
 
@@ -246,8 +233,6 @@ def show(file: str, scheme_name: str | None, params: tuple[str, ...], as_json: b
 @click.command()
 def schema() -> None:
     """Print the JSON Schema of the resolved IR (pedsl.lang.scheme.Scheme)."""
-    from pedsl.lang.scheme import Scheme
-
     click.echo(json.dumps(Scheme.model_json_schema(), indent=2))
 
 
@@ -258,10 +243,6 @@ def schema() -> None:
 @click.argument("directory", required=False)
 def list_schemes(directory: str | None) -> None:
     """List the schemes declared in DIR (default: the scheme library) with one-line descriptions."""
-    from pedsl.lang.api import parse
-
-    from pedsl.lang.library import library_dir
-
     folder = Path(directory) if directory else library_dir()
     if not folder.is_dir():
         raise UsageError(f"{folder} is not a folder", hint="give a folder of .pe files, or no argument for the library")

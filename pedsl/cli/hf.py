@@ -7,7 +7,13 @@ from pathlib import Path
 
 import click
 
+from pedsl.cli.options import raw_params
 from pedsl.errors import UsageError
+from pedsl.fsio import atomic_write_text
+from pedsl.hf.rope import export_rope, import_config
+from pedsl.lang.api import load
+from pedsl.lang.library import scheme_file
+from pedsl.lang.parser import name_problem
 
 
 @click.command("import-hf")
@@ -19,9 +25,6 @@ def import_hf(config: str, out: str | None, name: str | None) -> None:
 
     The scheme is exact (head_dim, heads, theta, rope type and every parameter); what pedsl cannot
     express exactly (mrope_section, per-layer-type rope parameters, ...) is an error listing it."""
-    from pedsl.hf.rope import import_config
-    from pedsl.lang.parser import name_problem
-
     problem = None if name is None else name_problem(name)
     if problem:
         shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
@@ -30,7 +33,6 @@ def import_hf(config: str, out: str | None, name: str | None) -> None:
     if out is None:
         click.echo(text, nl=False)
         return
-    from pedsl.fsio import atomic_write_text
 
     atomic_write_text(out, text)
     click.echo(f"wrote {out}", err=True)
@@ -45,11 +47,6 @@ def import_hf(config: str, out: str | None, name: str | None) -> None:
 def export_hf(file: str, scheme_name: str | None, params: tuple[str, ...], as_config: bool) -> None:
     """Print the Hugging Face rope_parameters JSON of a scheme (a .pe file or a library name) in HF's rope
     family; otherwise an error saying which part has no HF equivalent."""
-    from pedsl.cli.options import raw_params
-    from pedsl.hf.rope import export_rope
-    from pedsl.lang.api import load
-    from pedsl.lang.library import scheme_file
-
     sch = load(scheme_file(file), params=raw_params(params) or None, scheme=scheme_name)
     out = export_rope(sch)
     click.echo(json.dumps(out if as_config else out["rope_parameters"], indent=2))

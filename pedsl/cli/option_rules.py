@@ -4,7 +4,7 @@ part of the run reads is an error naming it.
 An option that a mode does not use, an option whose value a ``--set`` of the same setting would
 silently replace, a ``--set`` key that nothing reads: each is a usage error (exit 2) naming the
 option or key, never a run that quietly answers another question.
-``compiler_tests/test_cli_option_sweep.py`` walks the command tree and holds every command to it.
+``compiler_tests/cli/test_cli_option_sweep.py`` walks the command tree and holds every command to it.
 """
 
 from __future__ import annotations

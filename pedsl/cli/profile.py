@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import click
 
 from pedsl.cli.option_rules import refuse_given
+from pedsl.profile.run import run_profile, summary_text
+from pedsl.study.common import finite_json, progress
+from pedsl.torchenv import setup_torch
 
 
 @click.command("profile")
@@ -48,9 +52,6 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     4-byte symbols, words), a verdict on PI-style interpolation, and with --suggest a .pe scheme
     whose rotary grid is fitted to W.
     """
-    from pedsl.study.common import progress
-    from pedsl.profile.run import run_profile, summary_text
-
     if data != "blocks":
         refuse_given(["block_len", "block_offset"],
                      f"not used by DATA '{data}' (they shape the synthetic 'blocks' data)",
@@ -59,18 +60,12 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
         refuse_given(["steps"], "not used without --compare (it is the training budget of --compare)",
                      hint="add --compare DIR, or drop it")
     if compare is not None:
-        from pedsl.torchenv import setup_torch
-
         setup_torch(threads)
     res = run_profile(data, out=out, max_bytes=max_bytes, max_distance=max_distance, granularities=granularities,
                       vocab=vocab, width_fraction=width_fraction, seed=seed, block_len=block_len,
                       block_offset=block_offset, train_length=train_length, law_c=law_c, suggest=suggest,
                       compare=compare, compare_steps=steps, say=progress(quiet))
     if as_json:
-        import json
-
-        from pedsl.study.common import finite_json
-
         click.echo(json.dumps(finite_json(res), indent=1))
     else:
         click.echo(summary_text(res))

@@ -7,6 +7,8 @@ import math
 from typing import Any
 
 from pedsl.lang.channels import channel_ranges
+from pedsl.lang.exprs import format_number, to_source
+from pedsl.lang.frequencies import rotary_frequencies
 
 
 def _scalar(v: Any) -> str:
@@ -15,8 +17,6 @@ def _scalar(v: Any) -> str:
     if isinstance(v, str):
         return json.dumps(v)
     if isinstance(v, float):
-        from pedsl.lang.exprs import format_number
-
         return format_number(v)  # shortest round trip; a float keeps its '.0
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_scalar(x) for x in v) + "]"
@@ -25,9 +25,6 @@ def _scalar(v: Any) -> str:
 
 def render_scheme(scheme) -> str:
     """A human-readable, YAML-like view of a resolved scheme."""
-    from pedsl.lang.exprs import to_source
-    from pedsl.lang.frequencies import rotary_frequencies
-
     lines = [f"scheme: {scheme.name}"]
     if scheme.doc:
         lines.append(f"doc: {json.dumps(scheme.doc)}")

@@ -7,16 +7,24 @@ directory, bad lengths) are diagnostics with exit code 1, never tracebacks.
 
 from __future__ import annotations
 
+import json
+import shlex
 import time
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from pedsl import limits as L
 from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import jobs as parse_jobs
 from pedsl.cli.options import key_values, param_values
 from pedsl.errors import UsageError
+from pedsl.study.common import open_run, parse_lengths, progress
+from pedsl.torchenv import setup_torch
+
+# The modules that evaluate, analyze and run studies import torch and matplotlib: each command
+# imports its own inside, so `pedsl eval --help` and the other commands of this module stay light.
 
 TASKS = ("ppl", "passkey", "blocks", "retrieval")
 
@@ -49,7 +57,6 @@ def _swapped(run_dir: str, scheme: str | None, params: tuple[str, ...]):
     """The run opened under ``--scheme`` / ``-P`` (pedsl.train.swap), or None for its own scheme."""
     if scheme is None and not params:
         return None
-    from pedsl.study.common import open_run
 
     return open_run(run_dir, scheme=scheme, params=param_values(params))
 
@@ -83,8 +90,6 @@ def _run_options(output: str):
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_json, quiet):
     """Perplexity (and its ratio to the training length) and retrieval accuracy vs length."""
-    from pedsl.study.common import parse_lengths, progress
-    from pedsl.torchenv import setup_torch
     from pedsl.study.eval_run import eval_table, evaluate_run
 
     if windows is not None and windows < 1:
@@ -94,8 +99,6 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_
     res = evaluate_run(run_dir, lengths=parse_lengths(lengths), tasks=_tasks(tasks), windows=windows, out=out,
                        say=progress(quiet), loaded=_swapped(run_dir, scheme, params))
     if as_json:
-        import json
-
         click.echo(json.dumps(res, indent=1))
     else:
         click.echo(eval_table(res))
@@ -118,8 +121,6 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_
 def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, threads, quiet):
     """Far attention mass, score decoherence, frequency energy and key/query geometry per layer and head."""
     from pedsl.study.analyze import analysis_table, analyze_run
-    from pedsl.study.common import parse_lengths, progress
-    from pedsl.torchenv import setup_torch
 
     if samples < 1 or max_length < 2 or (window is not None and window < 1):
         raise UsageError("--samples and --window must be at least 1, --max-length at least 2")
@@ -164,7 +165,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "retrieval vs length and needle depth, trained on the retrieval tasks plus copy rows (default SCHEMES: the "
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
-              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.study_frequency).")
+              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.frequency).")
 @click.option("--jobs", "jobs_text", default=None, metavar="N|auto",
               help="Runs trained side by side, each in its own worker process (default 1; auto: one per idle core); "
               "the CPU threads are split between them (--threads pins the count per run). The report is written "
@@ -193,12 +194,6 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     study: rope, rope_id, alibi, acc_random_qk, acc_random_qkv, path. Finished runs in --out are
     reused, so rerunning an interrupted study continues it.
     """
-    from pathlib import Path
-
-    from pedsl.study.common import parse_lengths, progress
-    from pedsl.torchenv import setup_torch
-    from pedsl.study.compare import run_compare
-
     if steps is not None and steps < 1:
         raise UsageError("--steps must be at least 1")
     if windows is not None and windows < 1:
@@ -219,15 +214,13 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
                    say, seeds=many)
         return _track(track, out, tracking_uri, say)
     if study == "frequency":
-        from pedsl.study.study_frequency import run_study_cli
-
-        run_study_cli(click.echo, schemes, out, steps=steps, quick=quick, sets=set_values,
-                      command=_command_line(click.get_current_context()), say=say)
+        _frequency(schemes, out, steps=steps, quick=quick, sets=set_values,
+                   command=_command_line(click.get_current_context()), say=say)
         return _track(track, out, tracking_uri, say)
     common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
               "quick": quick, "analyze_max": analyze_max, "sets": set_values}
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
-        from pedsl.study.compare_seeds import run_seeded
+        from pedsl.study.seeded.run import run_seeded
 
         name = None if study == "default" else study
         seeds_run = seed_list or ([seed] if seed is not None else None)
@@ -243,6 +236,9 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                    f"({res['meta']['wall_time_s']:.0f} s)")
         return _track(track, out, tracking_uri, say)
+    from pedsl.study.compare.report import tables
+    from pedsl.study.compare.run import run_compare
+
     if seed_list:
         seed = seed_list[0]
     if not ex.serial:
@@ -252,9 +248,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
                          label="compare")
     res = run_compare(list(schemes), out, seed=seed, **common,
                       command=_command_line(click.get_current_context()), quiet=quiet, say=say, started=started)
-    from pedsl.study.report import tables
-
-    for title, header, rows, _ in tables(res["results"], res["meta"]["context"])[:1]:
+    for title, header, rows, _ in tables(res["results"], res["meta"])[:1]:
         _echo_table(title, header, rows)
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
@@ -308,7 +302,7 @@ def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None
     values = _sets(sets)
     known = train_set_keys()
     if study == "frequency":
-        from pedsl.study.study_frequency import RUN_KEYS, STUDY_KEYS, listish
+        from pedsl.study.frequency.run import RUN_KEYS, STUDY_KEYS, listish
 
         known = (known - set(RUN_KEYS)) | set(STUDY_KEYS)
         refuse_given(["data", "lengths", "windows", "seed", "analyze_max", "preset"], "not used by --study frequency",
@@ -367,10 +361,7 @@ def _seeds(text: str | None) -> list[int] | None:
 
 def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say,
                seeds=None):
-    from pathlib import Path
-
-    from pedsl.study.common import parse_lengths
-    from pedsl.study.study_extension import METHODS, run_extension
+    from pedsl.study.extension.run import METHODS, run_extension
 
     if analyze_max is not None:
         raise UsageError("--analyze-max does not apply to --study extension (it runs no analysis)")
@@ -382,7 +373,8 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
               windows=windows, quick=quick, sets=_sets(sets), command=_command_line(click.get_current_context()),
               quiet=quiet, say=say)
     if seeds:
-        from pedsl.study.extension_seeds import run_extension_seeds, summary
+        from pedsl.study.extension.seeds import run_extension_seeds
+        from pedsl.study.extension.seeds_report import summary
 
         res = run_extension_seeds(out, seeds=seeds, **kw)
         _echo_table(f"Extension study over seeds {','.join(map(str, seeds))}: perplexity ratio to each seed's base "
@@ -391,7 +383,7 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
         click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
         return
     res = run_extension(out, seed=seed, **kw)
-    from pedsl.study.report_extension import summary
+    from pedsl.study.extension.report import summary
 
     _echo_table("Extension study: perplexity ratio to the base RoPE at its training length (and block accuracy)",
                 *summary(res["results"]))
@@ -399,12 +391,24 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
+def _frequency(schemes, out, **kw) -> None:
+    """``--study frequency``: run the study, print what it ran (task, widths, seeds) and the fit table."""
+    from pedsl.study.frequency.report import report
+    from pedsl.study.frequency.run import run_frequency_study
+
+    if schemes:
+        raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
+                         hint="drop the scheme names, or drop --study")
+    res = run_frequency_study(out, **kw)
+    text = report(res).split("\n")
+    meta = res["meta"]
+    click.echo(f"frequency study: task {meta['task']}, widths {meta['widths']}, seeds {meta['seeds']}")
+    click.echo("\n".join(text[5:9 + bool(res["fit_learned"]) + bool(res.get("fit_peak"))]))
+    click.echo(f"report: {Path(out) / 'frequency.md'} ({res['meta']['wall_time_s']:.0f} s)")
+
+
 def _command_line(ctx: click.Context) -> str:
     """The exact command, rebuilt from the options given on the command line (not the defaults)."""
-    import shlex
-
-    from click.core import ParameterSource
-
     words = ["pedsl", ctx.info_name or "compare"]
     for p in ctx.command.params:
         if ctx.get_parameter_source(p.name) != ParameterSource.COMMANDLINE:

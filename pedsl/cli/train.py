@@ -13,7 +13,10 @@ import click
 
 from pedsl.cli.option_rules import check_set_keys, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.options import key_values, param_values
-from pedsl.errors import UsageError
+from pedsl.config import TrainConfig
+from pedsl.errors import ConfigError, UsageError
+from pedsl.lang.library import scheme_file
+from pedsl.scheme_config import train_config
 
 # option -> the --set keys of the same setting (both given with different values: a usage error)
 SET_BY_OPTION = {"steps": "steps", "context": "context", "preset": "preset", "batch_size": "batch_size", "lr": "lr",
@@ -58,9 +61,9 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     (e.g. RoPE -> PI + 60 steps at 4x the length); the new run's config.yaml records the source run,
     its step and scheme hash (``init_from``), and it resumes like any run.
     """
-    from pedsl.config import TrainConfig, resolve_train_config
-    from pedsl.lang.library import scheme_file
-    from pedsl.train.recipe import load_scheme
+    # pedsl.train imports torch: imported here, so loading this module (for --help) stays quick.
+    from pedsl.train.loop import train as run_training
+    from pedsl.train.recipe import from_scheme, load_scheme
 
     overrides = {"steps": steps, "context": context, "preset": preset, "batch_size": batch_size, "lr": lr,
                  "seed": seed, "data": data, "device": device, "threads": threads, "backend": backend,
@@ -94,30 +97,19 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         else:
             scheme_path = scheme_file(base.scheme)  # as given (from the current folder), or a library name
         if scheme_path.suffix != ".pe" or scheme_path.resolve().suffix != ".pe":  # never quote another file
-            from pedsl.errors import ConfigError
-
             target = scheme_path.resolve().name
             link = f" (a link to '{target}')" if target != scheme_path.name else ""
             raise ConfigError(f"'scheme: {base.scheme}'{link} is not a .pe file", file=str(src),
                               hint="a training config names a .pe scheme file or a library scheme")
         merged_params = {**base.params, **cli_params}
         scheme = load_scheme(scheme_path, merged_params)
-        block = base.model_dump(mode="json")
-        block.pop("scheme")
-        block.pop("params")
-        cfg = resolve_train_config(scheme=str(scheme_path), params=merged_params, block=block,
-                                   overrides={**{k: v for k, v in overrides.items() if v is not None}})
+        cfg = train_config(scheme, scheme_path, params=merged_params, overrides=overrides, base=base)
     else:
         src = scheme_file(source)  # a path, or the name of a library scheme
         if not src.exists():
-            from pedsl.errors import ConfigError
-
             raise ConfigError(f"scheme file '{src}' does not exist", file=str(src))
         scheme = load_scheme(src, cli_params)
-        cfg = resolve_train_config(scheme=str(src), params=cli_params, block=scheme.train, overrides=overrides)
-    from pedsl.train.recipe import from_scheme
-    from pedsl.train.loop import train as run_training
-
+        cfg = train_config(scheme, src, params=cli_params, overrides=overrides)
     out_dir = Path(out) if out else Path("runs") / scheme.name
     run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet, force_new=force_new)
 

@@ -2,7 +2,7 @@
 
 The rope utilities of transformers (``modeling_rope_utils``) are not the whole story: each model class
 decides which of them it calls and how it applies the table. Read from transformers 5's model files
-and checked against the model classes themselves (compiler_tests/test_hf_models.py):
+and checked against the model classes themselves (compiler_tests/hf/test_hf_models.py):
 
 - most Llama-family models compute their ``default`` table with their own
   ``compute_default_rope_parameters``, which ignores ``partial_rotary_factor``: every channel rotates.

@@ -14,7 +14,7 @@ constant phase that cancels in the score.
 Value rotation (``U = P``, docs/semantics.md §5.2): ``U(j->i) = R(-A_i) R(A_j)``, hence
 ``o_i = R(A_i)^T sum_j a_ij R(A_j) v_j``: rotate v by ``A_j`` before the kernel
 and the output back by ``-A_i`` after it (checked against the naive definition
-in compiler_tests/test_ops_accumulate.py).
+in compiler_tests/ops/test_ops_accumulate.py).
 
 Numerics (docs/semantics.md §6): ``A`` is a float64 cumulative sum, reduced mod 2 pi,
 and only the cos/sin tables are cast to the compute dtype. Gradients flow to

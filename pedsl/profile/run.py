@@ -29,7 +29,6 @@ from pedsl.errors import DataError, OutputError, UsageError
 from pedsl.limits import check_tensor
 from pedsl.profile import mi as M
 from pedsl.profile import sources as S
-from pedsl.study.compare import run_compare
 from pedsl.fsio import atomic_write_text, ensure_dir
 from pedsl.study.common import write_json
 
@@ -151,6 +150,8 @@ def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int 
     """Train RoPE and the suggested scheme with one budget on the profiled data (``pedsl compare``,
     quick settings: lengths to 16x, 2 windows) and return each one's validation loss and perplexity
     ratios."""
+    from pedsl.study.compare.run import run_compare  # on use: training (torch) only for --compare
+
     sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
     res = run_compare(["rope", str(suggested)], out, data=data, steps=steps, quick=True, sets=sets,
                       command=f"pedsl profile {data} --compare {out}", quiet=True, say=say)

@@ -25,6 +25,7 @@ analysis.json::
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -32,13 +33,16 @@ from typing import Any, Callable
 import torch
 
 from pedsl.compiler.plan import HOUSEHOLDER
+from pedsl.data.stream import make_generator, task_windows
 from pedsl.errors import EvalError
 from pedsl.formulas import channel_pairs
+from pedsl.limits import check_tensor
 from pedsl.study import instruments as ins
 from pedsl.study.common import eval_config, open_run, write_json
-from pedsl.study.eval_run import output_name, validation_data
+from pedsl.study.eval_run import output_name, swap_line, validation_data
 from pedsl.study.perplexity import window_ends, windows_at
-from pedsl.limits import check_tensor
+from pedsl.study.progress import Eta
+from pedsl.study.streaming import streamed_far_sink
 
 MAX_LENGTH = 1024
 DENSE_MAX = 2048  # longer analysis lengths stream far / sink mass over key blocks
@@ -51,8 +55,6 @@ def default_lengths(context: int, max_length: int = MAX_LENGTH) -> list[int]:
 
 def _inputs(cfg, data, L: int, n: int, seed: int) -> torch.Tensor:
     if data is None:
-        from pedsl.data.stream import make_generator, task_windows
-
         return task_windows(cfg.data, n, L, make_generator(seed, L))
     ends = window_ends(int(data.numel()), L, n, seed)
     return windows_at(data, ends, L - 1)  # (n, L)
@@ -100,8 +102,6 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
         notes.append("Householder (PaTH) steps are not absolute transforms: the geometry uses q and k before "
                      "them; far mass, sink mass and scores include them.")
     say(f"analyze {meta['scheme'].name}: lengths {lens}, far window W = {W}")
-    from pedsl.study.progress import Eta
-
     eta = Eta(sum(L * L for L in lens), say, "analyze")  # the (B, H, L, L) matrices dominate
     layers: list[dict[str, Any]] = [{"layer": i, "far_mass": {}, "sink_mass": {}, "decoherence": {}, "geometry": {},
                                      "frequency_energy": []} for i in range(len(model.blocks))]
@@ -118,8 +118,6 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
             q, k, v = cap["q"], cap["k"], cap["v"]
             rec = layers[li]
             if L > DENSE_MAX:
-                from pedsl.study.streaming import streamed_far_sink
-
                 fs = streamed_far_sink(mod, q, k, W, block=_stream_block(q.shape[0], q.shape[1], L), **kw)
                 rec["far_mass"][str(L)] = fs["far_mass"].tolist()
                 rec["sink_mass"][str(L)] = fs["sink_mass"].tolist()
@@ -183,8 +181,6 @@ def analysis_table(result: dict) -> str:
     head = f"{'length':>8} {'far mass':>9} {'sink':>7} {'k srank':>8} {'q srank':>8}"
     rows = [f"{result['scheme']} (far window W = {result['far_window']}; mean over layers and heads)"]
     if result.get("swap"):
-        from pedsl.study.eval_run import swap_line
-
         rows.append(swap_line(result["swap"]))
     rows += [head, "-" * len(head)]
     for L in result["lengths"]:
@@ -192,8 +188,6 @@ def analysis_table(result: dict) -> str:
         rows.append(f"{L:>8} {s['far_mass'][k]:>9.3f} {s['sink_mass'][k]:>7.3f} {s['k_stable_rank'][k]:>8.2f} "
                     f"{s['q_stable_rank'][k]:>8.2f}")
     for fe in s["frequency_energy"]:
-        import math
-
         rows.append(f"frequency energy, group {fe['group']}: log-mean frequency {fe['log_mean_freq']:.3f} "
                     f"(period {2 * math.pi / math.exp(fe['log_mean_freq']):.1f} tokens)")
     rows += result.get("notes", [])

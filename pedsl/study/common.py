@@ -9,17 +9,24 @@ and the compiled backend of the run (never the float64 reference). The process-w
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
 import math
+import os
+import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pedsl.errors import CheckpointError, EvalError, PedslError
-from pedsl.fsio import read_text
+import pedsl
+from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
+from pedsl.fsio import atomic_write_text, ensure_dir, read_text
+from pedsl.lang.api import load
 from pedsl.strictparse import load_json
 from pedsl.limits import MAX_LENGTH, MAX_LIST
+from pedsl.scheme_config import eval_config as _scheme_eval_config
 
 
 def progress(quiet: bool) -> Callable[[str], None]:
@@ -47,6 +54,8 @@ def open_run(run_dir: str | Path, scheme: str | Path | None = None, params: dict
     """
     if scheme is not None or params:
         return _open_swapped(Path(run_dir), scheme, params or {})
+    # pedsl.train, pedsl.model and pedsl.compiler import torch: they stay inside the functions that
+    # open a run, so the CLI modules that import this one for progress() or parse_lengths() stay light.
     from pedsl.train import load_run, rundir
 
     r = rundir.read(run_dir)
@@ -95,7 +104,6 @@ def eval_attention(cfg, scheme, digest: str | None = None):
 
     def build(m):
         from pedsl.compiler import compile_scheme
-        from pedsl.lang.api import load
 
         fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)
 
@@ -110,10 +118,7 @@ def eval_attention(cfg, scheme, digest: str | None = None):
 
 def eval_config(cfg, scheme, overrides: dict[str, Any] | None = None):
     """The run's EvalConfig: defaults <- the scheme's ``eval {}`` block <- overrides."""
-    from pedsl.config import resolve_eval_config
-
-    block = dict(getattr(scheme, "eval", None) or {})
-    return resolve_eval_config(block=block, overrides=overrides or {}, context=cfg.context)
+    return _scheme_eval_config(scheme, context=cfg.context, overrides=overrides)
 
 
 def write_json(path: str | Path, data: Any) -> None:
@@ -122,8 +127,6 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def write_text(path: str | Path, text: str) -> None:
-    from pedsl.fsio import atomic_write_text, ensure_dir
-
     ensure_dir(Path(path).parent)
     atomic_write_text(path, text)
 
@@ -169,5 +172,51 @@ def parse_lengths(text: str | None) -> list[int] | None:
     return sorted(set(out))
 
 
-__all__ = ["CheckpointError", "eval_config", "open_run", "parse_lengths", "progress", "read_json",
-           "write_json", "write_text"]
+def make_dir(path: str | Path) -> Path:
+    """``path`` created with its parents (an :class:`OutputError` naming it when that fails)."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the study directory '{path}': {exc.strerror or exc}",
+                          hint="choose another --out") from None
+    return path
+
+
+def git_commit() -> str | None:
+    """The short commit of the pedsl checkout the study ran from (``(with uncommitted changes)``
+    when its tracked files differ), or None outside a git checkout."""
+    try:
+        root = Path(pedsl.__file__).resolve().parent.parent
+        res = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        if res.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return res.stdout.strip() + (" (with uncommitted changes)" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def versions() -> dict[str, Any]:
+    """pedsl, torch and python versions, platform, CPUs and torch threads: what a report's
+    "Reproduce" section names."""
+    import torch  # only the studies call this; `pedsl eval --help` stays free of torch
+
+    return {"pedsl": getattr(pedsl, "__version__", "?"), "torch": torch.__version__,
+            "python": platform.python_version(), "platform": platform.platform(terse=True),
+            "cpus": os.cpu_count(), "threads": torch.get_num_threads()}
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def provenance() -> dict[str, Any]:
+    """``git``, the :func:`versions` and ``date``, in the order the studies' results.json keep them."""
+    return {"git": git_commit(), **versions(), "date": utc_now()}
+
+
+__all__ = ["CheckpointError", "eval_config", "git_commit", "make_dir", "open_run", "parse_lengths", "progress",
+           "provenance", "read_json", "utc_now", "versions", "write_json", "write_text"]

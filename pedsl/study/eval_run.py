@@ -22,9 +22,13 @@ from typing import Any, Callable
 
 import torch
 
+from pedsl.data.corpus import load_corpus
+from pedsl.data.stream import TrainData, make_generator, task_windows, text_source
+from pedsl.study.answers import blocks, passkey
 from pedsl.study.common import eval_config, open_run, write_json
 from pedsl.study.perplexity import perplexity
-from pedsl.study.retrieval import blocks, passkey
+from pedsl.study.progress import Eta, length_cost
+from pedsl.study.retrieval.score import evaluate_retrieval
 
 _CORPORA: dict[str, Any] = {}
 EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older eval.json files
@@ -33,9 +37,6 @@ EVAL_VERSION = 2  # bump when the scoring changes: compare then recomputes older
 def validation_data(cfg) -> torch.Tensor | None:
     """The run's validation bytes (cached per data config; a mixture's text corpus), or None for
     a generated task."""
-    from pedsl.data.corpus import load_corpus
-    from pedsl.data.stream import text_source
-
     text = text_source(cfg.data)
     if text is None:
         return None
@@ -61,8 +62,6 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
     L0 = cfg.context
     lens = sorted(set(ecfg.lengths))
     say(f"eval {meta['scheme'].name} (step {meta['step']}): lengths {lens}, tasks {', '.join(ecfg.tasks)}")
-    from pedsl.study.progress import Eta, length_cost
-
     eta = Eta(sum(length_cost(L) for L in lens) * len(ecfg.tasks), say, "eval")
     tick = lambda L: eta.done(length_cost(L), f"{L} tokens")  # noqa: E731
     result: dict[str, Any] = {"run": str(run_dir), "scheme": meta["scheme"].name, "scheme_hash": meta["scheme_hash"],
@@ -73,8 +72,6 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
         data = validation_data(cfg)
         gen = None
         if data is None:
-            from pedsl.data.stream import TrainData
-
             td = TrainData(cfg.data, L0, cfg.seed)
             gen = lambda n, length: _task_windows(td, n, length, ecfg.seed)  # noqa: E731
         result["ppl"] = perplexity(model, data, lens, L0, windows=ecfg.windows, seed=ecfg.seed, say=say,
@@ -86,8 +83,6 @@ def evaluate_run(run_dir: str | Path, *, lengths: list[int] | None = None, tasks
         result["blocks"] = blocks(model, lens, L0, samples=ecfg.windows, block_len=cfg.data.block_len,
                                   offset=cfg.data.block_offset, seed=ecfg.seed, say=say, tick=tick)
     if "retrieval" in ecfg.tasks:
-        from pedsl.study.study_retrieval import evaluate_retrieval
-
         result["retrieval"] = evaluate_retrieval(model, lens, samples=ecfg.windows, digits=cfg.data.passkey_digits,
                                                  keys=cfg.data.multikey_keys, seed=ecfg.seed, say=say)
         for L in lens:
@@ -106,8 +101,6 @@ def output_name(stem: str, meta: dict) -> str:
 
 
 def _task_windows(td, n: int, length: int, seed: int) -> torch.Tensor:
-    from pedsl.data.stream import make_generator, task_windows
-
     return task_windows(td.cfg, n, length, make_generator(seed, length))
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pedsl.study import cluster
-from pedsl.study import compare as cmp
-from pedsl.study import compare_seeds as seeded
+from pedsl.study import cluster, driver
+from pedsl.study.compare import run as cmp
+from pedsl.study.seeded import run as seeded
 from pedsl.study.executor import AUTO, Unit, plan, run_units
 from pedsl.torchenv import setup_torch
 
@@ -24,7 +24,7 @@ Say = Callable[[str], None]
 def compare_units(schemes: list[str], out: str | Path, **settings: Any) -> list[Unit]:
     """One unit per scheme of ``pedsl compare`` (``settings``: run_compare's keyword arguments)."""
     items = list(schemes) or list(cmp.DEFAULT_SCHEMES)
-    resolved = cmp.resolve_schemes(items)  # a misspelt or doubled scheme: one error here, not one per worker
+    resolved = driver.resolve_schemes(items)  # a misspelt or doubled scheme: one error here, not one per worker
     return [Unit(name, _compare_one, {"scheme": item, "out": str(out), **settings})
             for item, (name, _) in zip(items, resolved)]
 
@@ -33,9 +33,9 @@ def seeded_units(study: str | None, schemes: list[str], out: str | Path, *, seed
                  **settings: Any) -> list[Unit]:
     """One unit per scheme and seed of a seeded study (``settings``: run_seeded's keyword arguments)."""
     st = seeded.study_settings(study, quick=settings.get("quick", False), windows=settings.get("windows"),
-                               analyze_max=settings.get("analyze_max"))
+                               analyze_max=settings.get("analyze_max"), lengths=settings.get("lengths"))
     items = list(schemes) or list(st["schemes"])
-    resolved = cmp.resolve_schemes(items)
+    resolved = driver.resolve_schemes(items)
     return [Unit(f"{name} seed {seed}", _seeded_one,
                  {"study": study, "scheme": item, "out": str(out), "seed": seed, **settings})
             for seed in (seeds or [0]) for item, (name, _) in zip(items, resolved)]
@@ -68,7 +68,7 @@ def prepare(units: list[Unit], out: str | Path, executor: Executor, *, say: Say,
     """Train and measure every unit on ``executor``; sets this process's torch threads to the per-run
     count, so that what is left to do here (nothing, when every unit succeeded) runs alike. Returns
     the threads per run."""
-    cmp.study_dir(out)  # refuse a folder that is not a study before starting any worker
+    driver.study_dir(out)  # refuse a folder that is not a study before starting any worker
     cap = None if executor.jobs in (None, AUTO) else int(executor.jobs)
     if executor.kind == "ray":
         per_run = executor.threads or 1

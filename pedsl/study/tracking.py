@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from pedsl.errors import ConfigError, OutputError
 from pedsl.fsio import ensure_dir, read_text, refuse_symlink

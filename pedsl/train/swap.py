@@ -137,7 +137,8 @@ def init_config(run: str | Path, *, scheme: str | Path | None = None, params: Ma
     """``(cfg, scheme)`` of a fine-tune from ``run``: the run's settings (model, data, seed, optimizer)
     <- ``overrides`` (context, steps, lr ...), its newest checkpoint recorded in ``cfg.init_from``.
     The scheme's own ``train {}`` block is not applied: the model is the run's."""
-    from pedsl.config import TrainConfig, resolve_train_config
+    from pedsl.config import TrainConfig
+    from pedsl.scheme_config import train_config
 
     run = Path(run)
     rec = init_record(run)
@@ -145,12 +146,8 @@ def init_config(run: str | Path, *, scheme: str | Path | None = None, params: Ma
     new, _ = swapped_scheme(run, src.params, scheme, params)
     path = scheme_path(scheme) if scheme is not None else run / "scheme.pe"
     carried = {k: v for k, v in src.params.items() if k in new.params}
-    block = src.model_dump(mode="json")
-    for k in ("scheme", "params", "init_from"):
-        block.pop(k, None)
-    ov = {k: v for k, v in dict(overrides or {}).items() if v is not None}
-    cfg = resolve_train_config(scheme=str(path), params={**carried, **dict(params or {})}, block=block,
-                               overrides={**ov, "init_from": rec})
+    cfg = train_config(new, path, params={**carried, **dict(params or {})},
+                       overrides={**dict(overrides or {}), "init_from": rec}, base=src)
     return cfg, new
 
 

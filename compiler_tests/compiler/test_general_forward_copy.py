@@ -1,0 +1,40 @@
+"""The general forward is written once: every module `pedsl compile` writes carries the package's
+pedsl/compiler/general.py (and the expression kernels) byte for byte, and its definitions are those."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from compiler_helpers import ROOT
+from pedsl.compiler import compile_scheme
+from pedsl.compiler.codegen import embedded_section, generate
+
+SCHEMES = ROOT / "schemes"
+
+
+def _definitions(text: str) -> dict[str, str]:
+    tree = ast.parse(text)
+    return {n.name: ast.get_source_segment(text, n) for n in tree.body
+            if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+@pytest.mark.parametrize("name", ["rope", "fox", "path_fox", "acc_learned_qkv"])
+def test_generated_module_carries_the_package_general_forward_verbatim(name):
+    m = compile_scheme(SCHEMES / f"{name}.pe", num_heads=2, head_dim=8, d_model=16)
+    text = generate(m.scheme, m.plan, d_model=16)
+    for module in ("general", "kernels_template"):
+        section = embedded_section(module)
+        assert section.rstrip() in text, f"{module}.py is not copied verbatim"
+        package = (ROOT / "pedsl" / "compiler" / f"{module}.py").read_text(encoding="utf-8")
+        generated = _definitions(text)
+        for fn, src in _definitions(package).items():
+            assert generated.get(fn) == src, f"{fn} of {module}.py differs in the generated module"
+
+
+def test_the_section_is_the_whole_forward():
+    """What is copied holds the forward's steps and the cache (the banner sits above them)."""
+    names = set(_definitions(embedded_section("general")))
+    assert {"layout", "Window", "transports", "biases", "attend_blocks", "path_attend", "update_cache",
+            "AttentionCache", "general_forward", "TorchKernels"} <= names

@@ -1,0 +1,45 @@
+"""DDP: `torchrun --nproc-per-node 2` (gloo, CPU) gives the single-process loss curve with the
+same global batch (within float tolerance); only rank 0 writes the run directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pedsl.train.loop import train
+from train_helpers import helper, read_metrics, small_cfg
+
+HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def _env() -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    env.pop("WORLD_SIZE", None)
+    return env
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_match_one_process(tmp_path):
+    cfg = small_cfg(steps=12, log_every=2, eval_every=6, checkpoint_every=6, batch_size=8)
+    cfg_file = tmp_path / "cfg.json"
+    cfg_file.write_text(cfg.model_dump_json())
+    two = subprocess.run([*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(HELPER), str(cfg_file),
+                          str(tmp_path / "two")], capture_output=True, text=True, env=_env(), timeout=180)
+    assert two.returncode == 0, two.stderr[-3000:]
+    train(cfg, tmp_path / "one", attention=helper.spec(), quiet=True)  # one process, same global batch
+    a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    assert [r["step"] for r in a] == [r["step"] for r in b] == list(range(2, 13, 2))
+    for ra, rb in zip(a, b):
+        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4, abs=1e-5)
+        assert ("val_loss" in ra) == ("val_loss" in rb)
+        if "val_loss" in ra:
+            assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-4, abs=1e-5)
+    done = json.loads((tmp_path / "two" / "DONE.json").read_text())
+    assert done["world_size"] == 2
+    assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == ["step_0000006", "step_0000012"]

@@ -1,0 +1,33 @@
+"""Helpers shared by the training tests (not a test module): the stand-in attention modules of
+``fixtures/train_helper.py`` (loaded as ``helper``; also run as a script by the subprocess tests),
+a small training config and the CLI options of a tiny run."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+from pedsl.config import TrainConfig, resolve_train_config
+
+HELPER = Path(__file__).resolve().parent / "train" / "fixtures" / "train_helper.py"
+_spec = importlib.util.spec_from_file_location("train_helper", HELPER)
+helper = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(helper)
+
+SMALL = dict(steps=40, threads=1, context=32, batch_size=8, n_layers=1, d_model=32, n_heads=2, log_every=5,
+             eval_every=20, checkpoint_every=10, eval_batches=2, lr=1e-2, warmup=5, max_bytes=200_000)
+
+
+def small_cfg(**kw) -> TrainConfig:
+    return resolve_train_config(overrides={**SMALL, **kw})
+
+
+def read_metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+# `pedsl train` options of a tiny run
+TINY = ["--context", "32", "--batch-size", "8", "--threads", "1", "--set", "n_layers=1", "--set", "d_model=32",
+        "--set", "n_heads=2", "--set", "eval_every=15", "--set", "eval_batches=2", "--set", "log_every=5",
+        "--set", "checkpoint_every=15", "--set", "data.max_bytes=200000", "--set", "warmup=5", "--lr", "1e-2", "-q"]

@@ -1,0 +1,118 @@
+"""``pedsl compare --seeds 0,1,2`` and ``pedsl compare --study NAME``: studies over several seeds.
+
+Every scheme is trained once per seed (``DIR/runs/<scheme>/seed<k>``), evaluated and analyzed
+like ``pedsl compare`` does; the report gives every number as mean [min, max] over the seeds
+(:mod:`pedsl.study.seeds`), every curve with its min-max band, flags differences from RoPE
+within the spread as not significant, and draws a loss curve per run.
+
+Studies (:func:`study_settings`):
+
+- ``None`` (the default study with ``--seeds``): the default schemes on the text corpus,
+  perplexity at 1x..32x, the instruments up to 1024 (:mod:`pedsl.study.compare.run`);
+- ``"retrieval"`` (:mod:`pedsl.study.retrieval`): the default schemes plus fox and path_fox
+  trained on the retrieval tasks plus copy rows (the study's recipe: ``recipe.MIXTURE`` and
+  ``recipe.TRAIN``), accuracy vs length (1x..16x) and needle depth.
+
+Finished runs, eval.json, retrieval.json and analysis.json are reused when their settings match,
+so an interrupted study continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pedsl.errors import UsageError
+from pedsl.study import driver
+from pedsl.study import seeds as sd
+from pedsl.study.common import provenance, write_json, write_text
+from pedsl.study.compare import run as default_study
+from pedsl.study.page import html_page, markdown
+from pedsl.study.retrieval import recipe as retrieval_study
+from pedsl.study.seeded import report as rep
+from pedsl.study.seeded.plots import plots as seeded_plots
+
+PARTS = ("train", "eval", "retrieval", "analysis")
+
+
+def study_settings(study: str | None, *, quick: bool, windows: int | None, analyze_max: int | None,
+                   lengths: list[int] | None = None) -> dict:
+    """Schemes, data, training settings (under ``--steps`` and ``--set``) and :class:`Measures` of a study."""
+    if study == "retrieval":
+        return {"schemes": retrieval_study.SCHEMES, "data": retrieval_study.MIXTURE,
+                "train": dict(retrieval_study.TRAIN),
+                "measures": retrieval_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
+                                                     lengths=lengths)}
+    if study is not None:
+        raise UsageError(f"unknown study '{study}'", hint="studies: retrieval")
+    return {"schemes": default_study.DEFAULT_SCHEMES, "data": None, "train": {},
+            "measures": default_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
+                                               lengths=lengths)}
+
+
+def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds: list[int] | None = None,
+               preset: str = "tiny", steps: int | None = None, data: str | None = None,
+               lengths: list[int] | None = None, windows: int | None = None, quick: bool = False,
+               analyze_max: int | None = None, sets: dict | None = None, command: str | None = None,
+               quiet: bool = False, say: Callable[[str], None] = lambda m: None, report: bool = True,
+               started: float | None = None) -> dict:
+    """The whole study; returns ``{"results", "meta", "files", "per_seed", "summary"}`` (only
+    ``per_seed`` with ``report=False``: the runs of a parallel study, whose report the parent writes).
+    ``started``: the perf_counter time the study began, when its runs went to workers first."""
+    t0, c0 = started or time.perf_counter(), time.process_time()
+    out = driver.study_dir(out)
+    st = study_settings(study, quick=quick, windows=windows, analyze_max=analyze_max, lengths=lengths)
+    m = st["measures"]
+    items = driver.resolve_schemes(schemes, st["schemes"])
+    seed_list = list(seeds) if seeds else [0]
+    if quick and steps is None:
+        steps = default_study.QUICK["steps"]
+    data = data or st["data"]
+    eta = driver.progress_bar(m, len(items) * len(seed_list), say, "study")
+    per_seed: dict[str, dict[int, dict]] = {name: {} for name, _ in items}
+    context = None
+    for seed in seed_list:
+        for name, path in items:
+            run = out / "runs" / name / f"seed{seed}"
+            say(f"{name}, seed {seed}")
+            overrides = {**st["train"], **driver.given(preset=preset, steps=steps, seed=seed, data=data,
+                                                       **(sets or {}))}  # the study's, then yours
+            r = driver.train_and_measure(name, path, run, overrides, m, label=f"{name} seed {seed}", eta=eta,
+                                         say=say, quiet=quiet)
+            cfg = r.pop("config")
+            context = context or cfg.context
+            per_seed[name][seed] = {**r, "run_dir": str(run.relative_to(out)), "scheme_file": str(path)}
+    if not report:
+        return {"per_seed": per_seed}
+    results = {name: aggregate_runs(runs) for name, runs in per_seed.items()}
+    first = next(iter(next(iter(per_seed.values())).values()))
+    meta = {"study": study or "default", "command": command or "pedsl compare", **provenance(),
+            "preset": cfg.preset, "steps": first["train"].get("steps"), "seeds": seed_list,
+            "data": cfg.data.source, "context": context, "depths": (m.retrieval or {}).get("depths"),
+            "samples": (m.retrieval or {}).get("samples"), "wall_time_s": time.perf_counter() - t0,
+            "cpu_time_s": time.process_time() - c0,
+            "compute_time_s": sum((r[k] or {}).get("wall_time_s") or 0 for runs in per_seed.values()
+                                  for r in runs.values() for k in PARTS)}
+    say("writing the report")
+    plots = seeded_plots(results, per_seed, out, meta)
+    write_json(out / "results.json", {"meta": meta, "results": results})
+    page = rep.page(results, meta, plots)
+    write_text(out / "report.md", markdown(page))
+    write_text(out / "report.html", html_page(page))
+    files = ["report.md", "report.html", "results.json"] + [f for v in plots.values() for f in v]
+    summary = [(t.title, t.header, t.rows) for t in rep.tables(results, meta)]
+    return {"results": results, "meta": meta, "files": files, "per_seed": per_seed, "summary": summary}
+
+
+def aggregate_runs(runs: dict[int, dict]) -> dict:
+    """One scheme's runs over seeds -> ``{"seeds", "runs", "mean": {part: tree}, "spread": {part: tree}}``."""
+    out: dict[str, Any] = {"seeds": sorted(runs), "runs": {str(s): r["run_dir"] for s, r in runs.items()},
+                           "mean": {}, "spread": {}}
+    for part in PARTS:
+        m, s = sd.aggregate([r.get(part) for r in runs.values()])
+        if part == "analysis" and m:  # the per-layer detail stays in each run's analysis.json
+            m = {k: v for k, v in m.items() if k != "layers"}
+            s = {k: v for k, v in (s or {}).items() if k != "layers"}
+        out["mean"][part], out["spread"][part] = m, s
+    return out
