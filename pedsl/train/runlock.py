@@ -6,9 +6,12 @@ The lock works across hosts that share the run folder over NFS or another networ
 ``.pedsl.lock``, which fails when the lock exists), holding the owner's host, pid and a nonce. While
 held, a thread touches it every ``HEARTBEAT`` seconds. A lock is stale, and taken over (and said so),
 when its owner is on this host and its process is gone, or when its heartbeat is older than ``STALE``
-seconds (an owner on another host that died, was pre-empted, or lost the filesystem); the takeover
-renames the stale file away first, so of two processes taking it over only one wins. Release removes
-the file when it is still this owner's.
+seconds (an owner on another host that died, was pre-empted, or lost the filesystem). To take one
+over, a process first creates a claim on that very lock (``.pedsl.lock.claim-<its nonce>``, created
+like the lock): of several processes taking it over only the one whose claim was created removes it,
+and only after reading that the lock is still the abandoned one (a lock is never moved away and put
+back, which would let a third process in meanwhile). Release removes the file when it is still this
+owner's.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ def _alive(pid: int) -> bool:
 
 
 HEARTBEAT = 10.0  # seconds between touches of a held lock
+CLAIM_STALE = 30.0  # a takeover claim older than this was left by a process that died taking over
 STALE = 120.0  # a lock whose heartbeat is older is abandoned (allows for clock skew between hosts)
 
 
@@ -187,26 +191,40 @@ def _abandoned(owner: dict | None, age: float | None) -> bool:
 
 
 def _take_away(path: Path, owner: dict | None) -> bool:
-    """Move the abandoned lock of ``owner`` out of the way (a rename: of several processes, one
-    succeeds); a fresh lock that another process created meanwhile is put back. True when moved."""
-    aside = path.with_name(f"{LOCK_NAME}.stale-{socket.gethostname()}-{os.getpid()}")
+    """Remove the abandoned lock of ``owner`` when this process's claim on it is the one created and
+    the lock is still that one; True when removed (False: another process is taking it over)."""
     try:
-        os.rename(path, aside)
+        key = (owner or {}).get("nonce") or f"inode{os.lstat(path).st_ino}"
     except FileNotFoundError:
         return False
-    except OSError as exc:
-        raise OutputError(f"cannot take over the abandoned lock '{path}': {exc.strerror or exc}", file=str(path),
-                          hint="check the folder's permissions") from None
+    claim = path.with_name(f"{LOCK_NAME}.claim-{re.sub(r'[^0-9A-Za-z]', '', str(key))[:40]}")
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "nonce": uuid.uuid4().hex}
+    if not _create(claim, me):
+        _drop_dead_claim(claim)
+        return False
     try:
-        if _read_owner(aside)[0] != owner:  # not the lock judged abandoned: a new owner's, restore it
-            try:
-                os.link(aside, path)
-            except FileExistsError:
-                pass
+        if _read_owner(path)[0] != owner:  # taken over by another process meanwhile
             return False
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise OutputError(f"cannot take over the abandoned lock '{path}': {exc.strerror or exc}",
+                              file=str(path), hint="check the folder's permissions") from None
         return True
     finally:
-        aside.unlink(missing_ok=True)
+        claim.unlink(missing_ok=True)
+
+
+def _drop_dead_claim(claim: Path) -> None:
+    """Remove a claim left by a process that died while taking a lock over (a claim lives for
+    milliseconds: one older than ``CLAIM_STALE`` seconds is dead), so the lock can be taken over."""
+    try:
+        if time.time() - os.lstat(claim).st_mtime > CLAIM_STALE:
+            claim.unlink()
+    except OSError:
+        pass
 
 
 def _in_use(run: Path, path: Path, owner: dict | None) -> OutputError:
