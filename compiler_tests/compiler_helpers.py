@@ -135,3 +135,13 @@ def patch_save_figure(mp, fake) -> None:
     for name, module in list(sys.modules.items()):
         if name.startswith("pedsl.") and getattr(module, "save_figure", None) is real:
             mp.setattr(module, "save_figure", fake)
+
+
+def without_keys(tree, keys: set[str]):
+    """``tree`` (JSON-like) with every dict entry named in ``keys`` removed, at every depth: results
+    compared without their wall-clock times and paths."""
+    if isinstance(tree, dict):
+        return {k: without_keys(v, keys) for k, v in tree.items() if k not in keys}
+    if isinstance(tree, list):
+        return [without_keys(v, keys) for v in tree]
+    return tree

@@ -37,6 +37,18 @@ PRESENTATION = {
     "--quiet": "hides progress messages; the same work runs and the same files and results are written",
     "--threads": "torch's CPU thread count: how fast the same work runs, not what it computes "
                  "(the study also records it in run metadata; it is not part of any result)",
+    "--jobs": "compare: how many runs train side by side (worker processes); the same runs, results and report "
+              "(bit for bit with --threads pinned: test_study_jobs); refused by the studies it does not apply to",
+    "--executor": "compare: where the same runs train (this machine's workers, Ray, Slurm); the same results "
+                  "(test_study_cluster)",
+}
+
+# Options whose effect is files this sweep cannot compare (stamped with the wall-clock time), each with
+# the test that reads what they write back.
+TESTED_ELSEWHERE = {
+    "--track": "compare: exports the finished study to tensorboard event files or an mlflow store, both stamped "
+               "with wall-clock times (two equal runs write different bytes); test_study_tracking reads them back "
+               "with EventAccumulator and MlflowClient, test_study_jobs through the command",
 }
 
 # Options that change nothing by design, listed once with the reason.
@@ -99,10 +111,21 @@ COMPARE_FREQUENCY = ("compare", "--study", "frequency", "--out", "{study}", *QUI
 
 EVAL = ("eval", "ppl", "retrieval", "zero_shot", "analyze", "measure")  # every kind but training
 
+# compare's executor and tracking options: the executor's settings are refused without their executor,
+# --track exports the finished study (so every piece of work runs)
+CLUSTER_AND_TRACKING = {
+    "--address": Refused(("--address", "auto")),
+    "--gpus-per-run": Refused(("--gpus-per-run", "1")),
+    "--partition": Refused(("--partition", "gpu")),
+    "--time": Refused(("--time", "10")),
+    "--tracking-uri": Refused(("--tracking-uri", "sqlite:///x.db")),
+}
+
 
 def _compare_common(eval_kind: str = "eval") -> dict:
     """What every training-and-evaluation mode of compare does with the shared options."""
     return {
+        **CLUSTER_AND_TRACKING,
         "--preset": Acts((), ("--preset", "small"), fresh=True),
         "--steps": Acts((), ("--steps", "2"), fresh=True),
         "--out": Acts((), ("--out", "{root}/other"), fresh=True),
@@ -157,6 +180,7 @@ COMPARE_MODES = {
         "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--lengths", "16", "--windows", "1"))),
     }),
     "frequency": (COMPARE_FREQUENCY, {
+        **CLUSTER_AND_TRACKING,
         "--steps": Acts((), ("--steps", "2")),
         "--out": Acts((), ("--out", "{root}/other")),
         "--seeds": Acts((), ("--seeds", "7,8,9")),
@@ -567,7 +591,7 @@ def test_every_option_is_classified():
         assert path in SPEC, f"command '{path}' is not in the sweep: add it to SPEC with its options"
         names = {option_name(p) for p in _options(cmd)}
         for mode, (_, options) in SPEC[path].items():
-            for name in sorted(names - set(options) - set(PRESENTATION) - set(ACCEPTED)):
+            for name in sorted(names - set(options) - set(PRESENTATION) - set(ACCEPTED) - set(TESTED_ELSEWHERE)):
                 missing.append(f"pedsl {path} ({mode or 'its one mode'}): {name}")
             stale += [f"pedsl {path} ({mode}): {o} is no option of it" for o in set(options) - names]
     assert not missing, ("these options neither show that they act nor are refused; give each an Acts (two values, "
@@ -579,7 +603,7 @@ def test_every_option_is_classified():
 
 def test_presentation_options_exist():
     every = {option_name(p) for _, cmd in _commands() for p in _options(cmd)}
-    assert set(PRESENTATION) | set(ACCEPTED) <= every
+    assert set(PRESENTATION) | set(ACCEPTED) | set(TESTED_ELSEWHERE) <= every
 
 
 # ------------------------------------------------------------------ fixtures: inputs and trained runs

@@ -83,7 +83,7 @@ def test_the_lock_is_exclusive_within_one_process_too(tmp_path):
             runlock.RunLock(run).acquire()
     with runlock.RunLock(run):  # released, so free again
         pass
-    (run / runlock.LOCK_NAME).unlink()
+    assert not (run / runlock.LOCK_NAME).exists()  # released: removed
     os.mkfifo(run / runlock.LOCK_NAME)  # a planted FIFO: refused, never blocks
     with pytest.raises(OutputError, match="is not a regular file"):
         runlock.RunLock(run).acquire()

@@ -50,3 +50,19 @@ def param_values(items: Iterable[str]) -> dict[str, object]:
     :func:`~pedsl.lang.params.parse_override`: int, float, bool or text), for the commands that record
     the values (a run's config.yaml): ``-P base=0x10`` is the text '0x10' here as in ``pedsl check``."""
     return {name: parse_override(value) for name, value in raw_params(items).items()}
+
+
+def jobs(text: str) -> int | str:
+    """``--jobs``: a count of worker processes (1: the study runs in this process) or ``auto`` (the idle cores)."""
+    from pedsl.limits import MAX_THREADS
+
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_THREADS:
+        raise UsageError(f"--jobs expects a number of worker processes from 1 to {MAX_THREADS} or 'auto', got '{text}'",
+                         hint="e.g. --jobs 2, or --jobs auto for one per idle core")
+    return n

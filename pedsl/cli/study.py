@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from pathlib import Path
 
 import click
@@ -16,6 +17,7 @@ from click.core import ParameterSource
 
 from pedsl import limits as L
 from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
+from pedsl.cli.options import jobs as parse_jobs
 from pedsl.cli.options import key_values, param_values
 from pedsl.errors import UsageError
 from pedsl.study.common import open_run, parse_lengths, progress
@@ -164,9 +166,28 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
               "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.frequency).")
+@click.option("--jobs", "jobs_text", default=None, metavar="N|auto",
+              help="Runs trained side by side, each in its own worker process (default 1; auto: one per idle core); "
+              "the CPU threads are split between them (--threads pins the count per run). The report is written "
+              "once every run is done; a killed worker's run resumes from its last checkpoint. With --executor "
+              "ray or slurm: the most runs in flight (default: no limit).")
+@click.option("--executor", "executor_kind", type=click.Choice(["local", "ray", "slurm"]), default="local",
+              show_default=True, help="Where the runs go: local worker processes (--jobs), Ray tasks or Slurm jobs "
+              "(through submitit); on a cluster the study folder must be on a filesystem every node sees.")
+@click.option("--address", default=None, metavar="ADDR", help="--executor ray: the Ray cluster to join (default: a "
+              "local Ray started for the study).")
+@click.option("--gpus-per-run", type=click.FloatRange(0, 1024), default=0, help="--executor ray or slurm: GPUs per run.")
+@click.option("--partition", default=None, help="--executor slurm: the Slurm partition.")
+@click.option("--time", "time_min", type=click.IntRange(1, 10**6), default=None, metavar="MINUTES",
+              help="--executor slurm: the time limit of each run's job, in minutes.")
+@click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
+              help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
+              "and the study's) or mlflow (a parent run with one child per run; see --tracking-uri).")
+@click.option("--tracking-uri", default=None, metavar="URI",
+              help="The mlflow tracking store (default: a local store in the study folder, OUT/mlflow.db).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, analyze_max, sets, threads, quick, study,
-            quiet):
+            track, tracking_uri, quiet, **executor):
     """Train, evaluate and analyze schemes with one budget; write report.md / report.html with plots.
 
     SCHEMES are names from the scheme library (schemes/) or .pe files. With none, the default
@@ -182,40 +203,93 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     if quick:
         _refuse_idle_quick(study, set_values)
     say = progress(quiet)
-    say(f"torch threads: {setup_torch(threads)}")
+    started = time.perf_counter()
+    ex = _executor(executor, threads, track, tracking_uri, study)
+    if ex.serial:
+        say(f"torch threads: {setup_torch(threads)}")
     if study == "extension":
         many = seed_list if seed_list and len(seed_list) > 1 else None
         seed = seed_list[0] if seed_list and not many else seed
-        return _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
-                          say, seeds=many)
+        _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
+                   say, seeds=many)
+        return _track(track, out, tracking_uri, say)
     if study == "frequency":
-        return _frequency(schemes, out, steps=steps, quick=quick, sets=set_values,
-                          command=_command_line(click.get_current_context()), say=say)
+        _frequency(schemes, out, steps=steps, quick=quick, sets=set_values,
+                   command=_command_line(click.get_current_context()), say=say)
+        return _track(track, out, tracking_uri, say)
+    common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
+              "quick": quick, "analyze_max": analyze_max, "sets": set_values}
     if study == "retrieval" or (seed_list and len(seed_list) > 1):
         from pedsl.study.seeded.run import run_seeded
 
-        res = run_seeded(None if study == "default" else study, list(schemes), out,
-                         seeds=seed_list or ([seed] if seed is not None else None),
-                         preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths), windows=windows,
-                         quick=quick, analyze_max=analyze_max, sets=_sets(sets),
-                         command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+        name = None if study == "default" else study
+        seeds_run = seed_list or ([seed] if seed is not None else None)
+        if not ex.serial:
+            from pedsl.study import parallel
+
+            parallel.prepare(parallel.seeded_units(name, list(schemes), out, seeds=seeds_run, **common), out, ex,
+                             say=say, label="study")
+        res = run_seeded(name, list(schemes), out, seeds=seeds_run, **common,
+                         command=_command_line(click.get_current_context()), quiet=quiet, say=say, started=started)
         for title, header, rows in res["summary"][:1]:
             _echo_table(title, header, rows)
         click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                    f"({res['meta']['wall_time_s']:.0f} s)")
-        return
+        return _track(track, out, tracking_uri, say)
     from pedsl.study.compare.report import tables
     from pedsl.study.compare.run import run_compare
 
     if seed_list:
         seed = seed_list[0]
-    res = run_compare(list(schemes), out, preset=preset, steps=steps, seed=seed, data=data,
-                      lengths=parse_lengths(lengths), windows=windows, quick=quick, analyze_max=analyze_max,
-                      sets=_sets(sets), command=_command_line(click.get_current_context()), quiet=quiet, say=say)
+    if not ex.serial:
+        from pedsl.study import parallel
+
+        parallel.prepare(parallel.compare_units(list(schemes), out, seed=seed, **common), out, ex, say=say,
+                         label="compare")
+    res = run_compare(list(schemes), out, seed=seed, **common,
+                      command=_command_line(click.get_current_context()), quiet=quiet, say=say, started=started)
     for title, header, rows, _ in tables(res["results"], res["meta"])[:1]:
         _echo_table(title, header, rows)
     click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
                f"({res['meta']['wall_time_s']:.0f} s)")
+    _track(track, out, tracking_uri, say)
+
+
+def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | None, study: str):
+    """The study's executor (--jobs, --executor and its options) and --track, checked before anything runs."""
+    from pedsl.study.parallel import Executor
+
+    kind = opts["executor_kind"]
+    jobs = parse_jobs(opts["jobs_text"]) if opts["jobs_text"] is not None else None
+    for flag, value, needs in (("--address", opts["address"], ("ray",)), ("--partition", opts["partition"], ("slurm",)),
+                               ("--time", opts["time_min"], ("slurm",)),
+                               ("--gpus-per-run", opts["gpus_per_run"] or None, ("ray", "slurm"))):
+        if value is not None and kind not in needs:
+            raise UsageError(f"{flag} applies to --executor {' or '.join(needs)} only",
+                             hint=f"add --executor {needs[0]}, or drop {flag}")
+    if tracking_uri is not None and track != "mlflow":
+        raise UsageError("--tracking-uri applies to --track mlflow only", hint="add --track mlflow, or drop --tracking-uri")
+    ex = Executor(kind=kind, jobs=jobs, threads=threads, address=opts["address"], gpus=opts["gpus_per_run"],
+                  partition=opts["partition"], time_min=opts["time_min"])
+    if not ex.serial and study in ("extension", "frequency"):
+        raise UsageError(f"--jobs and --executor do not apply to --study {study} yet: it trains its runs one after "
+                         "another", hint="drop them; they work with compare, --seeds and --study retrieval")
+    if kind != "local":
+        from pedsl.study.cluster import require as require_executor
+
+        require_executor(kind)
+    if track:
+        from pedsl.study.tracking import require
+
+        require(track)  # a missing extra: one line now, not after the study trained
+    return ex
+
+
+def _track(track: str | None, out: str, uri: str | None, say) -> None:
+    if track:
+        from pedsl.study.tracking import track_study
+
+        track_study(track, out, uri=uri, say=say)
 
 
 # compare options -> the --set keys of the same training setting

@@ -1,9 +1,17 @@
-"""The lock of a run folder (``RUN/.pedsl.lock`` under ``fcntl.flock``) and the temporary checkpoint
-folders that interrupted processes leave behind.
+"""The lock of a run folder (``RUN/.pedsl.lock``) and the temporary checkpoint folders that
+interrupted processes leave behind.
 
-The lock file holds the pid and host of the process training into the folder: a second ``pedsl train``
-into the same folder is refused. The kernel drops the lock when its process dies, so a lock left by a
-killed run is taken over (and said so).
+The lock works across hosts that share the run folder over NFS or another network filesystem (where
+``flock`` may not): it is a file created atomically (written under a unique name, then hard-linked to
+``.pedsl.lock``, which fails when the lock exists), holding the owner's host, pid and a nonce. While
+held, a thread touches it every ``HEARTBEAT`` seconds. A lock is stale, and taken over (and said so),
+when its owner is on this host and its process is gone, or when its heartbeat is older than ``STALE``
+seconds (an owner on another host that died, was pre-empted, or lost the filesystem). To take one
+over, a process first creates a claim on that very lock (``.pedsl.lock.claim-<its nonce>``, created
+like the lock): of several processes taking it over only the one whose claim was created removes it,
+and only after reading that the lock is still the abandoned one (a lock is never moved away and put
+back, which would let a third process in meanwhile). Release removes the file when it is still this
+owner's.
 """
 
 from __future__ import annotations
@@ -13,13 +21,16 @@ import os
 import re
 import shutil
 import socket
+import stat
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pedsl.errors import OutputError
-from pedsl.fsio import refuse_symlink
+from pedsl.fsio import atomic_write_text, read_text, refuse_symlink
 from pedsl.strictparse import load_json
 
 LOCK_NAME = ".pedsl.lock"
@@ -68,78 +79,157 @@ def _alive(pid: int) -> bool:
     return True
 
 
+HEARTBEAT = 10.0  # seconds between touches of a held lock
+CLAIM_STALE = 30.0  # a takeover claim older than this was left by a process that died taking over
+STALE = 120.0  # a lock whose heartbeat is older is abandoned (allows for clock skew between hosts)
+
+
 @dataclass
 class RunLock:
-    """An exclusive lock on a run folder (``fcntl.flock`` on ``RUN/.pedsl.lock``, which names its owner)."""
+    """An exclusive lock on a run folder (``RUN/.pedsl.lock``: see the module's docstring)."""
 
     run: Path
-    fd: int | None = None
     stale: dict | None = field(default=None)
+    token: dict | None = None
+    _stop: threading.Event | None = None
 
     def acquire(self) -> "RunLock":
-        import errno
-        import fcntl
-
         path = self.run / LOCK_NAME
-        refuse_symlink(path)
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise OutputError(f"cannot create the lock file '{path}': {exc.strerror or exc}", file=str(path),
-                              hint="check the folder's permissions, or choose another --out") from None
-        import stat
+        me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "nonce": uuid.uuid4().hex}
+        for _ in range(3):  # a takeover raced by another process: look again
+            if _create(path, me):
+                self.token = me
+                self._beat(path)
+                return self
+            owner, age = _read_owner(path)
+            if not _abandoned(owner, age):
+                raise _in_use(self.run, path, owner)
+            if _take_away(path, owner) and owner:
+                self.stale = owner
+        raise _in_use(self.run, path, _read_owner(path)[0])
 
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise OutputError(f"the lock file '{path}' is not a regular file", file=str(path),
-                              hint="remove it (pedsl creates it), or choose another --out")
-        owner = _read_owner(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise OutputError(f"cannot lock the run directory '{self.run}': {exc.strerror or exc}",
-                                  file=str(path), hint="use a run folder on a local disk") from None
-            who = describe_owner(owner)
-            gone = (owner and owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int)
-                    and not _alive(owner["pid"]))
-            raise OutputError(
-                f"the run directory '{self.run}' is in use by another pedsl process ({who})", file=str(path),
-                hint=("that process is gone but a process it started still holds the lock; stop it"
-                      if gone else "wait for it to finish, or choose another --out")) from None
-        if owner and owner.get("pid") is not None and owner.get("pid") != os.getpid():
-            self.stale = owner  # its process ended without releasing the file: a killed run
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                   "since": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n").encode(), 0)
-        os.fsync(fd)
-        self.fd = fd
-        return self
+    def _beat(self, path: Path) -> None:
+        self._stop = threading.Event()
+
+        def beat(stop: threading.Event = self._stop) -> None:
+            while not stop.wait(HEARTBEAT):
+                try:
+                    os.utime(path, follow_symlinks=False)
+                except OSError:
+                    pass
+
+        threading.Thread(target=beat, name="pedsl-lock-heartbeat", daemon=True).start()
 
     def release(self) -> None:
-        if self.fd is not None:
+        if self.token is None:
+            return
+        if self._stop is not None:
+            self._stop.set()
+        path = self.run / LOCK_NAME
+        if _read_owner(path)[0] == self.token:  # never remove a lock another process took over
             try:
-                os.ftruncate(self.fd, 0)  # the file stays: unlinking a flock'd file races with a new owner
+                path.unlink()
             except OSError:
                 pass
-            os.close(self.fd)
-            self.fd = None
+        self.token = None
 
     def __enter__(self) -> "RunLock":
-        return self.acquire() if self.fd is None else self
+        return self.acquire() if self.token is None else self
 
     def __exit__(self, *exc: Any) -> None:
         self.release()
 
 
-def _read_owner(fd: int) -> dict | None:
+def _create(path: Path, owner: dict) -> bool:
+    """Create the lock holding ``owner`` atomically (a hard link of a fully written file); False when
+    a lock exists."""
+    refuse_symlink(path)
+    tmp = path.with_name(f"{LOCK_NAME}.{owner['host']}.{owner['pid']}.{owner['nonce'][:8]}")
     try:
-        data = os.pread(fd, 4096, 0)
-        owner = load_json(data) if data.strip() else None
+        atomic_write_text(tmp, json.dumps(owner) + "\n")
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create the lock file '{path}': {exc.strerror or exc}", file=str(path),
+                          hint="check the folder's permissions, or choose another --out") from None
+
+
+def _read_owner(path: Path) -> tuple[dict | None, float | None]:
+    """(owner, seconds since its last heartbeat) of the lock at ``path``; (None, None) when there is none.
+    Anything but a regular file is refused (never opened: a FIFO would block)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None, None
+    except OSError:
+        return None, None
+    if not stat.S_ISREG(st.st_mode):
+        raise OutputError(f"the lock file '{path}' is not a regular file", file=str(path),
+                          hint="remove it (pedsl creates it), or choose another --out")
+    try:
+        text = read_text(path, limit=4096)
+        owner = load_json(text) if text.strip() else None
     except (OSError, ValueError):
-        return None
-    return owner if isinstance(owner, dict) else None
+        owner = None
+    return (owner if isinstance(owner, dict) else None), time.time() - st.st_mtime
+
+
+def _abandoned(owner: dict | None, age: float | None) -> bool:
+    """Whether a lock may be taken over: gone already, its process dead on this host, an empty file
+    (released by an older pedsl), or no heartbeat for ``STALE`` seconds."""
+    if age is None or not owner:
+        return True
+    if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+        return not _alive(owner["pid"])
+    return age > STALE
+
+
+def _take_away(path: Path, owner: dict | None) -> bool:
+    """Remove the abandoned lock of ``owner`` when this process's claim on it is the one created and
+    the lock is still that one; True when removed (False: another process is taking it over)."""
+    try:
+        key = (owner or {}).get("nonce") or f"inode{os.lstat(path).st_ino}"
+    except FileNotFoundError:
+        return False
+    claim = path.with_name(f"{LOCK_NAME}.claim-{re.sub(r'[^0-9A-Za-z]', '', str(key))[:40]}")
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "nonce": uuid.uuid4().hex}
+    if not _create(claim, me):
+        _drop_dead_claim(claim)
+        return False
+    try:
+        if _read_owner(path)[0] != owner:  # taken over by another process meanwhile
+            return False
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise OutputError(f"cannot take over the abandoned lock '{path}': {exc.strerror or exc}",
+                              file=str(path), hint="check the folder's permissions") from None
+        return True
+    finally:
+        claim.unlink(missing_ok=True)
+
+
+def _drop_dead_claim(claim: Path) -> None:
+    """Remove a claim left by a process that died while taking a lock over (a claim lives for
+    milliseconds: one older than ``CLAIM_STALE`` seconds is dead), so the lock can be taken over."""
+    try:
+        if time.time() - os.lstat(claim).st_mtime > CLAIM_STALE:
+            claim.unlink()
+    except OSError:
+        pass
+
+
+def _in_use(run: Path, path: Path, owner: dict | None) -> OutputError:
+    return OutputError(f"the run directory '{run}' is in use by another pedsl process ({describe_owner(owner)})",
+                       file=str(path), hint="wait for it to finish, or choose another --out")
 
 
 def describe_owner(owner: dict | None) -> str:

@@ -49,9 +49,12 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
                 seed: int | None = None, data: str | None = None, lengths: list[int] | None = None,
                 windows: int | None = None, quick: bool = False, analyze_max: int | None = None,
                 sets: dict | None = None, command: str | None = None, quiet: bool = False,
-                say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole study; returns ``{"results": ..., "meta": ..., "files": [...]}``."""
-    t0, c0 = time.perf_counter(), time.process_time()
+                say: Callable[[str], None] = lambda m: None, report: bool = True,
+                started: float | None = None) -> dict:
+    """The whole study; returns ``{"results": ..., "meta": ..., "files": [...]}`` (only ``results``
+    with ``report=False``: the runs of a parallel study, whose report the parent writes).
+    ``started``: the perf_counter time the study began, when its runs went to workers first."""
+    t0, c0 = started or time.perf_counter(), time.process_time()
     out = driver.study_dir(out)
     items = driver.resolve_schemes(schemes, DEFAULT_SCHEMES)
     if quick and steps is None:
@@ -68,6 +71,8 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
         configs.append(r["config"])
         results[name] = {"train": r["train"], "eval": r["eval"], "analysis": r["analysis"],
                          "run_dir": str(run.relative_to(out)), "scheme_file": str(path)}
+    if not report:
+        return {"results": results}
     meta = {"command": command or "pedsl compare", **provenance(),
             **_settings(results, configs, preset, steps, seed, data), **_cost(results, t0, c0)}
     say("writing the report")

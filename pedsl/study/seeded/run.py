@@ -55,9 +55,12 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
                preset: str = "tiny", steps: int | None = None, data: str | None = None,
                lengths: list[int] | None = None, windows: int | None = None, quick: bool = False,
                analyze_max: int | None = None, sets: dict | None = None, command: str | None = None,
-               quiet: bool = False, say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole study; returns ``{"results", "meta", "files", "per_seed", "summary"}``."""
-    t0, c0 = time.perf_counter(), time.process_time()
+               quiet: bool = False, say: Callable[[str], None] = lambda m: None, report: bool = True,
+               started: float | None = None) -> dict:
+    """The whole study; returns ``{"results", "meta", "files", "per_seed", "summary"}`` (only
+    ``per_seed`` with ``report=False``: the runs of a parallel study, whose report the parent writes).
+    ``started``: the perf_counter time the study began, when its runs went to workers first."""
+    t0, c0 = started or time.perf_counter(), time.process_time()
     out = driver.study_dir(out)
     st = study_settings(study, quick=quick, windows=windows, analyze_max=analyze_max, lengths=lengths)
     m = st["measures"]
@@ -80,6 +83,8 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
             cfg = r.pop("config")
             context = context or cfg.context
             per_seed[name][seed] = {**r, "run_dir": str(run.relative_to(out)), "scheme_file": str(path)}
+    if not report:
+        return {"per_seed": per_seed}
     results = {name: aggregate_runs(runs) for name, runs in per_seed.items()}
     first = next(iter(next(iter(per_seed.values())).values()))
     meta = {"study": study or "default", "command": command or "pedsl compare", **provenance(),

@@ -1,0 +1,78 @@
+"""`pedsl compare --executor ray|slurm`: every run a Ray task on a local Ray of two CPUs, or a job of
+submitit's local executor; the study's numbers equal a serial study's (--threads pinned); a machine
+without Slurm or without the library is a clear error."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from compiler_helpers import run_cli as _cli
+from compiler_helpers import without_keys
+from pedsl.errors import ConfigError
+from pedsl.study import cluster, parallel
+
+SETS = {"context": 32, "batch_size": 4, "n_layers": 1, "d_model": 32, "n_heads": 2, "data.max_bytes": 100000,
+        "eval_every": 12, "eval_batches": 1, "warmup": 2}
+TINY = ["--steps", "12", "--lengths", "32,64", "--windows", "2", "--analyze-max", "64", "--threads", "1", "-q",
+        *[a for k, v in SETS.items() for a in ("--set", f"{k}={v}")]]
+SETTINGS = {"steps": 12, "lengths": [32, 64], "windows": 2, "analyze_max": 64, "sets": SETS, "preset": "tiny"}
+TIMING = {"wall_time_s", "cpu_time_s", "tokens_per_s", "run"}
+
+
+def _strip(tree):
+    return without_keys(tree, TIMING)
+
+
+@pytest.fixture(scope="module")
+def serial(tmp_path_factory):
+    out = tmp_path_factory.mktemp("serial") / "study"
+    code, _, err = _cli("compare", "rope", "alibi", "--out", out, *TINY)
+    assert code == 0, err
+    return json.loads((out / "results.json").read_text())["results"]
+
+
+@pytest.mark.slow
+def test_ray_tasks_on_a_local_ray_equal_a_serial_study(tmp_path, serial):
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")  # a small local Ray; the study joins it
+    try:
+        code, _, err = _cli("compare", "rope", "alibi", "--out", tmp_path / "s", *TINY, "--executor", "ray")
+    finally:
+        ray.shutdown()
+    assert code == 0, err
+    assert _strip(json.loads((tmp_path / "s" / "results.json").read_text())["results"]) == _strip(serial)
+
+
+@pytest.mark.slow
+def test_submitit_jobs_equal_a_serial_study(tmp_path, serial):
+    out = tmp_path / "s"
+    said: list[str] = []
+    units = parallel.compare_units(["rope", "alibi"], out, **SETTINGS)
+    parallel.prepare(units, out, parallel.Executor(kind="slurm", threads=1, cluster="local"), say=said.append,
+                     label="compare")
+    assert said[-1].startswith("compare: 2/2 runs done, 0 running, 0 left")
+    assert len(list((out / "slurm").glob("*_log.out"))) >= 2  # submitit's job logs beside the study
+    code, _, err = _cli("compare", "rope", "alibi", "--out", out, *TINY)  # reuses both runs, writes the report
+    assert code == 0, err
+    assert _strip(json.loads((out / "results.json").read_text())["results"]) == _strip(serial)
+
+
+def test_executor_options_are_checked_before_anything_runs(tmp_path, monkeypatch):
+    code, _, err = _cli("compare", "rope", "--out", tmp_path / "s", "--address", "auto")
+    assert code == 2 and "--address applies to --executor ray only" in err
+    code, _, err = _cli("compare", "rope", "--out", tmp_path / "s", "--executor", "ray", "--partition", "gpu")
+    assert code == 2 and "--partition applies to --executor slurm only" in err
+    monkeypatch.setattr(cluster.importlib.util, "find_spec", lambda name: None)
+    code, _, err = _cli("compare", "rope", "--out", tmp_path / "s", "--executor", "ray")
+    assert code == 1 and "pip install 'pedsl[ray]'" in err and len(err.strip().splitlines()) <= 3
+    assert not (tmp_path / "s").exists()
+
+
+def test_slurm_without_slurm_is_a_clear_error_never_a_local_run(tmp_path):
+    if shutil.which("srun"):
+        pytest.skip("this machine has Slurm")
+    with pytest.raises(ConfigError, match="no Slurm here"):
+        cluster.run_slurm([], threads=1, say=lambda m: None, folder=tmp_path / "slurm")

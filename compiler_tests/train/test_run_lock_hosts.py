@@ -1,0 +1,80 @@
+"""The run lock across hosts sharing a filesystem: an atomically created lock file with host, pid and
+a heartbeat; a live owner on another host keeps it, one whose heartbeat stopped loses it, of several
+processes taking over an abandoned lock exactly one wins, and a release never removes a lock that
+another process took over."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from pedsl.errors import OutputError
+from pedsl.train import runlock
+
+
+def _plant(run, owner: dict, age: float) -> None:
+    path = run / runlock.LOCK_NAME
+    path.write_text(json.dumps(owner))
+    os.utime(path, (time.time() - age, time.time() - age))
+
+
+OTHER = {"pid": 4242, "host": "node-that-is-not-this-one", "since": "2026-01-01 00:00:00", "nonce": "x"}
+
+
+def test_a_live_owner_on_another_host_keeps_the_lock(tmp_path):
+    _plant(tmp_path, OTHER, age=5)
+    with pytest.raises(OutputError, match="in use by another pedsl process \\(pid 4242 on host node-that-is-not"):
+        runlock.RunLock(tmp_path).acquire()
+    assert json.loads((tmp_path / runlock.LOCK_NAME).read_text()) == OTHER  # untouched
+
+
+def test_an_owner_whose_heartbeat_stopped_loses_the_lock(tmp_path):
+    _plant(tmp_path, OTHER, age=runlock.STALE + 5)
+    lock = runlock.RunLock(tmp_path).acquire()
+    assert lock.stale == OTHER
+    held = json.loads((tmp_path / runlock.LOCK_NAME).read_text())
+    assert held["pid"] == os.getpid() and held["host"] != OTHER["host"]
+    lock.release()
+    assert not (tmp_path / runlock.LOCK_NAME).exists()
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary or stale copies left
+
+
+def test_the_heartbeat_keeps_a_held_lock_fresh(tmp_path, monkeypatch):
+    monkeypatch.setattr(runlock, "HEARTBEAT", 0.05)
+    with runlock.RunLock(tmp_path):
+        path = tmp_path / runlock.LOCK_NAME
+        os.utime(path, (time.time() - 1000, time.time() - 1000))
+        time.sleep(0.5)
+        assert time.time() - path.stat().st_mtime < 5
+
+
+def test_of_several_takers_of_an_abandoned_lock_exactly_one_wins(tmp_path):
+    _plant(tmp_path, OTHER, age=runlock.STALE + 5)
+    go, won, refused = threading.Barrier(8), [], []
+
+    def take():
+        go.wait()
+        try:
+            won.append(runlock.RunLock(tmp_path).acquire())
+        except OutputError:
+            refused.append(1)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1 and len(refused) == 7
+    assert json.loads((tmp_path / runlock.LOCK_NAME).read_text())["nonce"] == won[0].token["nonce"]
+    won[0].release()
+
+
+def test_a_release_never_removes_a_lock_another_process_took_over(tmp_path):
+    lock = runlock.RunLock(tmp_path).acquire()
+    (tmp_path / runlock.LOCK_NAME).write_text(json.dumps(OTHER))  # taken over while we were paused
+    lock.release()
+    assert json.loads((tmp_path / runlock.LOCK_NAME).read_text()) == OTHER

@@ -1,0 +1,148 @@
+"""A study's runs on a cluster: each run a Ray task (``--executor ray``) or a Slurm job through
+submitit (``--executor slurm``). Same units as the local executor (:mod:`pedsl.study.executor`),
+same progress line, same rule on failures: a run whose process dies (killed, pre-empted, out of
+memory) is started once more and resumes from its last checkpoint; a pedsl error is reported.
+
+The run folders must be on a filesystem every node sees (the study folder is passed as a path);
+pedsl must be installed on every node. Ray: a local Ray is started on demand (and stopped at the
+end), ``address`` joins an existing cluster; each task asks for ``threads`` CPUs and ``gpus`` GPUs.
+Slurm: one job per run (``cpus_per_task`` = threads, ``gpus_per_node`` = gpus), logs in
+``DIR/slurm``; ``cluster="local"`` runs them as local processes (submitit's local executor, for tests
+and a first try).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from pedsl.errors import ConfigError
+from pedsl.study.executor import StudyProgress, Unit, call, failure
+
+Say = Callable[[str], None]
+EXTRAS = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}  # executor: (module, extra)
+
+
+def require(executor: str) -> None:
+    """A one-line error naming the extra when the executor's library is not installed (exit 1)."""
+    module, extra = EXTRAS[executor]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"--executor {executor} needs the optional package '{module}', which is not installed",
+                          hint=f"pip install 'pedsl[{extra}]'")
+
+
+def _ray_task(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, label: str) -> str | None:
+    return call(fn, kwargs, threads, lambda msg: print(f"[{label}] {msg}", file=sys.stderr, flush=True))
+
+
+def run_ray(units: list[Unit], *, threads: int, say: Say, label: str = "study", address: str | None = None,
+            gpus: float = 0, jobs: int | None = None, retries: int = 1, num_cpus: int | None = None) -> None:
+    """Every unit a Ray task (``threads`` CPUs, ``gpus`` GPUs each), at most ``jobs`` at a time (None:
+    as many as the cluster fits); returns when all are done (TrainError naming the failed runs)."""
+    require("ray")
+    import ray
+
+    ours = not ray.is_initialized()
+    if ours:
+        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+                 logging_level="ERROR", log_to_driver=True)
+    say(f"{label}: Ray cluster with {ray.cluster_resources().get('CPU', 0):.0f} CPUs")
+    task = ray.remote(_ray_task).options(num_cpus=threads, num_gpus=gpus, max_retries=retries)
+    try:
+        _drive(units, say, label, jobs,
+               submit=lambda u: task.remote(u.fn, u.kwargs, threads, u.label),
+               wait=lambda refs: ray.wait(refs, num_returns=1)[0],
+               result=lambda ref: _ray_result(ray, ref))
+    finally:
+        if ours:
+            ray.shutdown()
+
+
+def _ray_result(ray, ref) -> str | None:
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayError as exc:  # the task's process died more often than retried
+        return f"the Ray task failed: {str(exc).strip().splitlines()[0]}"
+
+
+def run_slurm(units: list[Unit], *, threads: int, say: Say, folder: str | Path, label: str = "study",
+              partition: str | None = None, time_min: int | None = None, gpus: int = 0, jobs: int | None = None,
+              retries: int = 1, cluster: str | None = None, poll: float = 1.0) -> None:
+    """Every unit a Slurm job through submitit (``cluster="local"``: submitit's local processes); at most ``jobs``
+    submitted at a time (None: all); a job that dies is submitted once more."""
+    require("slurm")
+    import submitit
+
+    try:
+        ex = submitit.AutoExecutor(folder=str(folder), cluster=cluster or "slurm")  # never a silent local fallback
+    except RuntimeError as exc:
+        raise ConfigError(f"--executor slurm: no Slurm here ({exc})",
+                          hint="run the study on a Slurm login node, or use --jobs N / --executor ray") from None
+    params: dict[str, Any] = {"name": "pedsl", "cpus_per_task": threads, "tasks_per_node": 1, "nodes": 1}
+    if time_min:
+        params["timeout_min"] = time_min
+    if gpus:
+        params["gpus_per_node"] = gpus
+    if partition:
+        params["slurm_partition"] = partition
+    ex.update_parameters(**params)
+    tries: dict[int, int] = {}
+
+    def submit(u: Unit):
+        return ex.submit(call, u.fn, u.kwargs, threads, lambda msg: print(f"[{u.label}] {msg}", file=sys.stderr))
+
+    def wait(jobs_now: list) -> list:
+        while True:
+            done = [j for j in jobs_now if j.done()]
+            if done:
+                return done
+            time.sleep(poll)
+
+    def result(job) -> str | None:
+        try:
+            return job.result()
+        except (submitit.core.utils.FailedJobError, submitit.core.utils.UncompletedJobError) as exc:
+            return _Died(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+    _drive(units, say, label, jobs, submit=submit, wait=wait, result=result, retries=retries, tries=tries)
+
+
+class _Died(str):
+    """A job whose process died (not a pedsl error): submitted again while retries are left."""
+
+
+def _drive(units: list[Unit], say: Say, label: str, jobs: int | None, *, submit: Callable[[Unit], Any],
+           wait: Callable[[list], list], result: Callable[[Any], str | None], retries: int = 0,
+           tries: dict[int, int] | None = None) -> None:
+    """Submit the units (at most ``jobs`` in flight), collect their results, retry the ones that died."""
+    tries = {} if tries is None else tries
+    view = StudyProgress(len(units), jobs or len(units), say, label)
+    pending, flying, errors = deque(range(len(units))), {}, {}
+    while pending or flying:
+        while pending and (jobs is None or len(flying) < jobs):
+            i = pending.popleft()
+            tries[i] = tries.get(i, 0) + 1
+            flying[submit(units[i])] = i
+            view.start(units[i].label)
+        for handle in wait(list(flying)):
+            i = flying.pop(handle)
+            err = result(handle)
+            if isinstance(err, _Died) and tries[i] <= retries:
+                say(f"[{units[i].label}] the job died ({err}); submitting it again: the run resumes from its "
+                    f"last checkpoint")
+                view.requeue(units[i].label)
+                pending.appendleft(i)
+            elif err is not None:
+                errors[i] = str(err)
+                view.finish(units[i].label, ok=False)
+            else:
+                view.finish(units[i].label)
+    if errors:
+        raise failure(units, errors)
+
+
+__all__ = ["EXTRAS", "require", "run_ray", "run_slurm"]
