@@ -5,7 +5,6 @@ EventAccumulator, mlflow's client); a missing library is a one-line error naming
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
