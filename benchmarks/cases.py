@@ -19,6 +19,7 @@ from torch import Tensor
 
 from benchmarks import baselines as bl
 from benchmarks.measure import Variant
+from pedsl.compiler.shapes import as_bhl, as_hd
 from pedsl.compiler.plan import GATE_BIAS, HOUSEHOLDER, ROPE, SO2
 from pedsl.ops import rotary
 
@@ -82,14 +83,10 @@ def build_case(name: str, mod, cmod, *, B: int, H: int, L: int, D: int, d_model:
 # ---------------------------------------------------------------------------- hand-written variants
 
 
-def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
-    """Yields ``(name, fn or None, reason)`` for the usual hand-written code of this scheme."""
+def _hand_transports(mod, q, x, tokens, cap_gb):
+    """The hand-written transports, each ``(q, k, v) -> (q, k, v, undo)`` for the timed region, or
+    ``(None, (name, None, reason))`` when there is no baseline for one."""
     B, H, L, D = q.shape
-    if fam == "path":
-        yield from _path_variants(mod, q, k, v, x, tokens, cap_gb)
-        return
-    if fam == "nope":
-        return
     pre = []  # functions (q, k, v) -> (q, k, v, undo) applied in the timed region
     for t in mod.transforms:
         full = len(t.channels) == D
@@ -104,21 +101,18 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
                     torch.cat((bl.hf_rotate(k[..., :m], c2, s2, mod.layout), k[..., m:]), -1), v, None))
                 continue
             if plan is not None and plan[0] != "embed":
-                yield "hf", None, f"channel group {plan[0]} not expressible as HF full-width tables"
-                return
+                return None, ("hf", None, f"channel group {plan[0]} not expressible as HF full-width tables")
             c2, s2 = bl.hf_tables(cos, sin, D, None if full else plan[1], mod.layout)
             pre.append(lambda q, k, v, c2=c2, s2=s2: (bl.hf_rotate(q, c2, s2, mod.layout),
                                                       bl.hf_rotate(k, c2, s2, mod.layout), v, None))
         elif t.kind == SO2:
             if not full:
-                yield "matrices", None, "partial-channel accumulated groups not in the baseline"
-                return
+                return None, ("matrices", None, "partial-channel accumulated groups not in the baseline")
             P = D // 2
             levels = max(1, (L - 1).bit_length()) + 2
             est = levels * 2 * B * H * L * P * 4 * 4
             if est > cap_gb * GB:
-                yield "matrices", None, f"est. {est / GB:.1f} GB > cap {cap_gb} GB"
-                return
+                return None, ("matrices", None, f"est. {est / GB:.1f} GB > cap {cap_gb} GB")
 
             def acc(q, k, v, t=t):
                 ang = mod.step_angles(t, L, x, tokens, q.device, q.dtype).to(q.dtype)  # (B|1, H|1, L, P)
@@ -130,15 +124,27 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
 
             pre.append(acc)
         else:  # pragma: no cover
-            yield "hand", None, f"no baseline for {t.kind}"
-            return
+            return None, ("hand", None, f"no baseline for {t.kind}")
+    return pre, None
+
+
+def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
+    """Yields ``(name, fn or None, reason)`` for the usual hand-written code of this scheme."""
+    B, H, L, D = q.shape
+    if fam == "path":
+        yield from _path_variants(mod, q, k, v, x, tokens, cap_gb)
+        return
+    if fam == "nope":
+        return
+    pre, refusal = _hand_transports(mod, q, x, tokens, cap_gb)
+    if refusal is not None:
+        yield refusal
+        return
     tau = mod.query_scale(L, q.device)
     tau = None if tau is None else tau.to(q.dtype).unsqueeze(-1)
     static_bias, gates = None, []
     for b in mod.biases:
         if b.kind != GATE_BIAS:
-            from pedsl.compiler.shapes import as_hd
-
             term = mod.evaluator.run(b.site.expr, mod._ctx(L, x, tokens, q.device), b.site.name)
             i = torch.arange(L)
             dist = (i[:, None] - i[None, :]).clamp(min=0)
@@ -152,8 +158,6 @@ def hand_variants(mod, fam, q, k, v, x, tokens, cap_gb):
         if est > cap_gb * GB:
             yield "materialised", None, f"est. {est / GB:.1f} GB (B|1, H, L, L) bias > cap {cap_gb} GB"
             return
-    from pedsl.compiler.shapes import as_bhl
-
     def run():
         qq, kk, vv = q, k, v
         undo = []
