@@ -78,9 +78,7 @@ _CMP = {
 
 def _override_error(name: str, typ: str, raw: Any, scheme: str | None = None) -> tuple[str, str]:
     """The message and hint of an override that is not a ``typ`` (a long value is cut)."""
-    shown = repr(raw)
-    if len(shown) > 60:
-        shown = f"{shown[:40]}... ({len(shown)} characters)"
+    shown = quoted(raw, 60)
     hint = f"give -P {name}=<{typ}>"
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         hint += ", a finite number below about 1.8e308 in magnitude"
