@@ -744,7 +744,7 @@ def test_a_key_nothing_reads_is_an_error_naming_it(base, flag, item, suggestion,
 def test_compile_d_model_reaches_train_yaml(tmp_path):
     import yaml
 
-    from compiler_tests.compiler_helpers import run_cli
+    from compiler_helpers import run_cli
 
     code, _, err = run_cli("compile", "rope", "-o", tmp_path, "--d-model", "96")
     assert code == 0, err
@@ -752,7 +752,7 @@ def test_compile_d_model_reaches_train_yaml(tmp_path):
 
 
 def test_check_quiet_json_lists_errors_only(tmp_path):
-    from compiler_tests.compiler_helpers import run_cli
+    from compiler_helpers import run_cli
 
     (tmp_path / "w.pe").write_text(WARNS)
     (tmp_path / "e.pe").write_text("scheme e {\n  qk: rotate(nope * position)\n}\n")
