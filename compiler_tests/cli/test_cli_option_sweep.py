@@ -218,6 +218,7 @@ TRAIN_SHARED = {
     "--param": Acts((), ("-P", "base=500")),
     "--resume": Acts((), ("--resume",)),
     "--force-new": Acts((), ("--force-new",)),
+    "--shard": Refused(("--shard", "fsdp")),  # one process here; under torchrun: test_train_fsdp
 }
 TRAIN_FROM_SCHEME = {
     **TRAIN_SHARED,

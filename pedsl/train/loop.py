@@ -131,12 +131,14 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeRecipe | None = None,
-          resume: bool = False, quiet: bool = False, force_new: bool = False) -> dict[str, Any]:
+          resume: bool = False, quiet: bool = False, force_new: bool = False, shard: str = "ddp") -> dict[str, Any]:
     """Train ``cfg`` into ``out_dir`` (see :mod:`pedsl.train` for the files); returns DONE.json.
 
     The run folder is locked while training (a second ``train`` into it is refused); ``force_new``
-    discards the run already in ``out_dir`` (its checkpoints, metrics and results) and starts over."""
-    d = distributed.setup(cfg.device)
+    discards the run already in ``out_dir`` (its checkpoints, metrics and results) and starts over.
+    ``shard``: how several processes (under torchrun) split the work, ``ddp`` or ``fsdp``
+    (:mod:`pedsl.train.distributed`); not part of the run (either resumes the other's checkpoints)."""
+    d = distributed.setup(cfg.device, shard)
     try:
         with contextlib.ExitStack() as held:
             return _train(cfg, Path(out_dir), d, attention, resume, quiet, held, force_new)
@@ -212,6 +214,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         start = _restore(run, cfg, d, attn, model, optim)
     elif cfg.init_from is not None:  # a fine-tune: the source run's weights, a fresh optimizer, step 0
         load_init(model, cfg, attn.name)
+    optim = distributed.shard(model, optim, d, lambda m: make_optimizer(m, cfg))  # FSDP: after loading whole
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
     log = _Progress(cfg, run, d, quiet, start)
     log.say(f"pedsl train: scheme {attn.name}, {model.num_params():,} parameters, {data.describe()}, "
@@ -232,6 +235,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         "scheme_hash": attn.source_hash,
         "data": data.describe(),
         "world_size": d.world,
+        **({"shard": d.shard} if d.enabled else {}),
     }
     if d.is_main:
         atomic_write_text(run / "DONE.json", json.dumps(result, indent=1) + "\n")
@@ -286,6 +290,7 @@ class _Progress:
 
 
 def _checkpoint(run: Path, cfg: TrainConfig, d: distributed.Dist, step: int, model, optim, meta: dict) -> None:
+    model, optim = distributed.full_state(model, optim, d)  # sharded: gathered on rank 0 (every rank takes part)
     if d.is_main:
         try:
             ck.save_checkpoint(run / "checkpoints", step, model, optim,
@@ -318,7 +323,7 @@ def _step(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, ddp
             hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl check)")
     optim.zero_grad(set_to_none=True)
     loss.backward()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(
+    grad_norm = distributed.to_float(torch.nn.utils.clip_grad_norm_(
         model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
     if not math.isfinite(grad_norm):  # a finite loss with a non-finite gradient
         last = ck.list_checkpoints(run / "checkpoints")
