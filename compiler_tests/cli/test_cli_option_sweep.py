@@ -37,10 +37,11 @@ PRESENTATION = {
     "--quiet": "hides progress messages; the same work runs and the same files and results are written",
     "--threads": "torch's CPU thread count: how fast the same work runs, not what it computes "
                  "(the study also records it in run metadata; it is not part of any result)",
-    "--jobs": "compare: how many runs train side by side (worker processes); the same runs, results and report "
-              "(bit for bit with --threads pinned: test_study_jobs); refused by the studies it does not apply to",
-    "--executor": "compare: where the same runs train (this machine's workers, Ray, Slurm); the same results "
-                  "(test_study_cluster)",
+    "--jobs": "compare (every study) and profile --compare: how many runs train side by side (worker processes); "
+              "the same runs, results and report (bit for bit with --threads pinned: test_study_jobs, "
+              "test_study_jobs_studies); profile refuses it without --compare",
+    "--executor": "compare (every study) and profile --compare: where the same runs train (this machine's workers, "
+                  "Ray, Slurm); the same results (test_study_cluster)",
 }
 
 # Options whose effect is files this sweep cannot compare (stamped with the wall-clock time), each with
@@ -326,6 +327,11 @@ SPEC: dict[str, dict[str, tuple[tuple[str, ...], dict[str, Any]]]] = {
         "--seed": Acts((), ("--seed", "3")),
         "--compare": Acts((), ("--compare", "{root}/cmp"), base=(*PROFILE_BLOCKS, "--suggest", "{root}/s.pe")),
         "--steps": (Refused(("--steps", "3")), Acts((), ("--steps", "3"), base=PROFILE_COMPARE)),
+        # where --compare's runs train: refused without --compare, and without their executor
+        "--address": (Refused(("--address", "auto")), Refused(("--address", "auto"), base=PROFILE_COMPARE)),
+        "--gpus-per-run": (Refused(("--gpus-per-run", "1")), Refused(("--gpus-per-run", "1"), base=PROFILE_COMPARE)),
+        "--partition": (Refused(("--partition", "gpu")), Refused(("--partition", "gpu"), base=PROFILE_COMPARE)),
+        "--time": (Refused(("--time", "10")), Refused(("--time", "10"), base=PROFILE_COMPARE)),
         "--json": Acts((), ("--json",)),
     })},
     "diff": {"": (DIFF, {
