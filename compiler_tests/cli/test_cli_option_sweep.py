@@ -47,9 +47,10 @@ PRESENTATION = {
 # Options whose effect is files this sweep cannot compare (stamped with the wall-clock time), each with
 # the test that reads what they write back.
 TESTED_ELSEWHERE = {
-    "--track": "compare: exports the finished study to tensorboard event files or an mlflow store, both stamped "
+    "--track": "compare: records the study live in tensorboard event files or an mlflow store, both stamped "
                "with wall-clock times (two equal runs write different bytes); test_study_tracking reads them back "
-               "with EventAccumulator and MlflowClient, test_study_jobs through the command",
+               "with EventAccumulator and MlflowClient (a run still training included), test_study_jobs through "
+               "the command",
 }
 
 # Options that change nothing by design, listed once with the reason.

@@ -194,14 +194,18 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     ex = _executor(executor, threads, track, tracking_uri)
     if ex.serial:
         say(f"torch threads: {setup_torch(threads)}")
+
+    def begin() -> None:  # once the arguments are checked, before the first run trains
+        _begin_tracking(track, out, tracking_uri)
+
     if study == "extension":
         many = seed_list if seed_list and len(seed_list) > 1 else None
         seed = seed_list[0] if seed_list and not many else seed
         _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
-                   say, seeds=many, ex=ex)
+                   say, seeds=many, ex=ex, begin=begin)
         return _track(track, out, tracking_uri, say)
     if study == "frequency":
-        _frequency(schemes, out, ex, steps=steps, quick=quick, sets=set_values,
+        _frequency(schemes, out, ex, begin, steps=steps, quick=quick, sets=set_values,
                    command=_command_line(click.get_current_context()), say=say)
         return _track(track, out, tracking_uri, say)
     common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
@@ -211,6 +215,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
 
         name = None if study == "default" else study
         seeds_run = seed_list or ([seed] if seed is not None else None)
+        begin()
         if not ex.serial:
             from pedsl.study import parallel
 
@@ -228,6 +233,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
 
     if seed_list:
         seed = seed_list[0]
+    begin()
     if not ex.serial:
         from pedsl.study import parallel
 
@@ -254,11 +260,28 @@ def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | N
     return ex
 
 
+def _begin_tracking(track: str | None, out: str, uri: str | None) -> None:
+    """Open the study's record in the tracker; from now on every run this process (or a worker it
+    starts) trains reports to it live (:mod:`pedsl.train.live`)."""
+    if track:
+        from pedsl.study.driver import study_dir
+        from pedsl.study.tracking import start_study
+        from pedsl.train import live
+
+        study_dir(out)  # refuse a folder that is not a study before the tracker writes into it
+        live.use(start_study(track, out, uri=uri))
+
+
 def _track(track: str | None, out: str, uri: str | None, say) -> None:
+    """Complete the study's record: runs trained before it was tracked, evaluations, report, plots."""
     if track:
         from pedsl.study.tracking import track_study
+        from pedsl.train import live
 
-        track_study(track, out, uri=uri, say=say)
+        try:
+            track_study(track, out, uri=uri, say=say, spec=live.current())
+        finally:
+            live.use(None)
 
 
 # compare options -> the --set keys of the same training setting
@@ -329,7 +352,7 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say,
-               seeds=None, ex=None):
+               seeds=None, ex=None, begin=lambda: None):
     from pedsl.study.extension.run import METHODS, run_extension
 
     if analyze_max is not None:
@@ -341,6 +364,7 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     kw = dict(methods=list(schemes) or None, preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths),
               windows=windows, quick=quick, sets=_sets(sets), command=_command_line(click.get_current_context()),
               quiet=quiet, say=say)
+    begin()
     if ex is not None and not ex.serial:
         from pedsl.study import parallel
 
@@ -367,7 +391,7 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
-def _frequency(schemes, out, ex, **kw) -> None:
+def _frequency(schemes, out, ex, begin, **kw) -> None:
     """``--study frequency``: run the study (its runs first on ``ex`` unless serial), print what it ran
     (task, widths, seeds) and the fit table."""
     from pedsl.study.frequency.report import report
@@ -376,6 +400,7 @@ def _frequency(schemes, out, ex, **kw) -> None:
     if schemes:
         raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
                          hint="drop the scheme names, or drop --study")
+    begin()
     if not ex.serial:
         from pedsl.study import parallel
 

@@ -27,8 +27,9 @@ from pedsl.study.measures import Measures
 from pedsl.study.progress import STUDY_WEIGHTS, Eta
 from pedsl.study.retrieval.score import VERSION as RETRIEVAL_VERSION
 from pedsl.study.retrieval.score import retrieval_run
+from pedsl.study.tracking import track_evaluation
 from pedsl.train import checkpoint as ck
-from pedsl.train import rundir, train
+from pedsl.train import live, rundir, train
 from pedsl.train.recipe import from_scheme, load_scheme
 from pedsl.train.schemefiles import attention_files
 
@@ -166,6 +167,8 @@ def measure(run: Path, done: dict, m: Measures, label: str, eta: Eta, say: Say) 
         and an.get("lengths") == alens
     an = step("analysis", an, fits, lambda: analyze_run(run, lengths=alens, say=say, loaded=loaded()),
               f"analyzing at lengths {alens}")
+    if live.current() is not None:  # the study is tracked: its evaluation now, as measured
+        track_evaluation(run)
     return {"eval": ev, "retrieval": rt, "analysis": an, "config": cfg}
 
 

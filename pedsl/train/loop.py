@@ -30,7 +30,7 @@ from pedsl.strictparse import load_json
 from pedsl.model import TransformerLM
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
-from pedsl.train import distributed, rundir
+from pedsl.train import distributed, live, rundir
 from pedsl.train.runlock import temporary_folders
 from pedsl.train.schemefiles import attention_files
 from pedsl.train.swap import load_init
@@ -216,7 +216,10 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         load_init(model, cfg, attn.name)
     optim = distributed.shard(model, optim, d, lambda m: make_optimizer(m, cfg))  # FSDP: after loading whole
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
-    log = _Progress(cfg, run, d, quiet, start)
+    sink = live.open_sink(run, start=start, params={"scheme": attn.name, "scheme_hash": attn.source_hash,
+                                                    **live.flat({"config": cfg.model_dump(mode="json")})}) \
+        if d.is_main else None
+    log = _Progress(cfg, run, d, quiet, start, sink)
     log.say(f"pedsl train: scheme {attn.name}, {model.num_params():,} parameters, {data.describe()}, "
             f"{d.world} process(es) on {d.device} ({threads} CPU thread(s) each), steps {start}..{cfg.steps}")
     val_loss, t_train, trained = _loop(cfg, run, d, data, model, optim, meta, val_batches, log, start)
@@ -260,8 +263,9 @@ class _Progress:
     """What a run reports as it goes: messages (through the progress bar when there is one), the
     metrics file and the bar."""
 
-    def __init__(self, cfg: TrainConfig, run: Path, d: distributed.Dist, quiet: bool, start: int):
-        self.d, self.quiet = d, quiet
+    def __init__(self, cfg: TrainConfig, run: Path, d: distributed.Dist, quiet: bool, start: int,
+                 sink: live.Sink | None = None):
+        self.d, self.quiet, self.sink, self.finished = d, quiet, sink, False
         self.metrics = open_append(run / "metrics.jsonl") if d.is_main else None
         self.bar = None
         if d.is_main and not quiet and sys.stderr.isatty():
@@ -281,8 +285,12 @@ class _Progress:
         if self.metrics is not None:
             self.metrics.write(json.dumps(rec) + "\n")
             self.metrics.flush()
+        if self.sink is not None:
+            self.sink.step(rec)
 
     def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close(self.finished)
         if self.bar is not None:
             self.bar.close()
         if self.metrics is not None:
@@ -373,6 +381,7 @@ def _loop(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, mod
                                     tok_s=f"{tokens_per_step / max(time.perf_counter() - t0, 1e-9):.0f}")
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
                 _checkpoint(run, cfg, d, done, model, optim, meta)
+        log.finished = True
     finally:
         log.close()
     return val_loss, t_train, trained
