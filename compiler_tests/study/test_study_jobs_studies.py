@@ -36,18 +36,27 @@ def _same_runs(a: Path, b: Path) -> int:
     return len(runs)
 
 
+def _serial_and_jobs_2(tmp_path: Path, *args: str) -> tuple[Path, Path]:
+    """The study of ``compare ARGS`` run serially and with --jobs 2: its two folders."""
+    serial, par = tmp_path / "serial", tmp_path / "par"
+    for out, extra in ((serial, ()), (par, ("--jobs", "2"))):
+        code, _, err = run_cli("compare", "--out", str(out), *args, *extra)
+        assert code == 0, err
+    return serial, par
+
+
+def _sets(*items: str) -> list[str]:
+    return [a for kv in items for a in ("--set", kv)]
+
+
 FREQ = ["--study", "frequency", "--steps", "3", "--threads", "1", "-q",
-        *[a for kv in ("widths=[4, 6]", "seeds=[0, 1]", "d_model=32", "n_heads=1", "head_dim=16", "context=16",
-                       "batch_size=2", "probe_samples=2", "eval_batches=1") for a in ("--set", kv)]]
+        *_sets("widths=[4, 6]", "seeds=[0, 1]", "d_model=32", "n_heads=1", "head_dim=16", "context=16",
+               "batch_size=2", "probe_samples=2", "eval_batches=1")]
 
 
 @pytest.mark.slow
 def test_frequency_study_with_jobs_2_equals_a_serial_one(tmp_path):
-    serial, par = tmp_path / "serial", tmp_path / "par"
-    code, _, err = run_cli("compare", "--out", str(serial), *FREQ)
-    assert code == 0, err
-    code, _, err = run_cli("compare", "--out", str(par), *FREQ, "--jobs", "2")
-    assert code == 0, err
+    serial, par = _serial_and_jobs_2(tmp_path, *FREQ)
     a = json.loads((serial / "frequency.json").read_text())
     b = json.loads((par / "frequency.json").read_text())
     assert _strip(a) == _strip(b) and len(a["runs"]) == 4
@@ -55,17 +64,13 @@ def test_frequency_study_with_jobs_2_equals_a_serial_one(tmp_path):
 
 
 EXT = ["--study", "extension", "pi", "--steps", "10", "--lengths", "32,64", "--windows", "1", "--threads", "1", "-q",
-       *[a for kv in ("context=32", "batch_size=4", "n_layers=1", "d_model=32", "n_heads=1", "data.max_bytes=100000",
-                      "eval_every=10", "eval_batches=1", "warmup=2") for a in ("--set", kv)]]
+       *_sets("context=32", "batch_size=4", "n_layers=1", "d_model=32", "n_heads=1", "data.max_bytes=100000",
+              "eval_every=10", "eval_batches=1", "warmup=2")]
 
 
 @pytest.mark.slow
 def test_extension_study_with_jobs_2_equals_a_serial_one(tmp_path):
-    serial, par = tmp_path / "serial", tmp_path / "par"
-    code, _, err = run_cli("compare", "--out", str(serial), *EXT)
-    assert code == 0, err
-    code, _, err = run_cli("compare", "--out", str(par), *EXT, "--jobs", "2")
-    assert code == 0, err
+    serial, par = _serial_and_jobs_2(tmp_path, *EXT)
     a = json.loads((serial / "extension" / "results.json").read_text())["results"]
     b = json.loads((par / "extension" / "results.json").read_text())["results"]
     assert _strip(a) == _strip(b) and set(a) == {"text", "blocks"} and a["text"]["fine_tuned"]["pi"]

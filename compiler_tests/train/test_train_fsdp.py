@@ -5,32 +5,23 @@ rank 0) and resume under FSDP or in one process to the same curve; FSDP on one p
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pedsl.errors import UsageError
 from pedsl.train.loop import train
-from train_helpers import helper, read_metrics, small_cfg
+from train_helpers import TORCHRUN, helper, read_metrics, small_cfg, torchrun_env
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-
-
-def _env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
-    env.pop("WORLD_SIZE", None)
-    return env
 
 
 def _fsdp(cfg_file: Path, out: Path, *extra: str) -> None:
     two = subprocess.run([*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(HELPER), str(cfg_file), str(out),
                           "--attention", "alibi", "--shard", "fsdp", *extra],
-                         capture_output=True, text=True, env=_env(), timeout=240)
+                         capture_output=True, text=True, env=torchrun_env(), timeout=240)
     assert two.returncode == 0, two.stderr[:3000]
 
 
@@ -91,7 +82,7 @@ def test_pedsl_train_shard_fsdp_under_torchrun_with_a_learned_scheme(tmp_path):
             "--set", "data.max_bytes=200000", "-q"]
     two = subprocess.run([*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "pedsl", "train", *args,
                           "--shard", "fsdp", "--out", str(tmp_path / "two")],
-                         capture_output=True, text=True, env=_env(), timeout=240, cwd=tmp_path)
+                         capture_output=True, text=True, env=torchrun_env(), timeout=240, cwd=tmp_path)
     assert two.returncode == 0, two.stderr[:3000]
     code, _, err = run_cli("train", *args, "--out", str(tmp_path / "one"))
     assert code == 0, err
