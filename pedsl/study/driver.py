@@ -64,9 +64,10 @@ def study_dir(out: str | Path) -> Path:
     return out
 
 
-def given(**settings: Any) -> dict[str, Any]:
-    """The settings that were given (None: not given, the preset or the study decides)."""
-    return {k: v for k, v in settings.items() if v is not None}
+def given(sets: dict | None = None, /, **settings: Any) -> dict[str, Any]:
+    """The settings that were given (None: not given, the preset or the study decides), then the
+    ``--set`` values (a ``--set`` of a setting an option also gives is refused by the CLI unless equal)."""
+    return {**{k: v for k, v in settings.items() if v is not None}, **(sets or {})}
 
 
 def train_scheme(name: str, path: Path, run: Path, overrides: dict, say: Say, quiet: bool) -> dict:

@@ -181,7 +181,7 @@ def _setup(out: Path, *, methods: list[str] | None, preset: str, steps: int | No
     methods = study_methods(methods)
     if quick and steps is None:
         steps = QUICK["steps"]
-    overrides = driver.given(preset=preset, steps=steps, seed=seed, data=data, **(sets or {}))
+    overrides = driver.given(sets, preset=preset, steps=steps, seed=seed, data=data)
     tasks = [("text", Path(base_run) if base_run is not None else out / "runs" / "rope", dict(overrides))]
     if blocks_task:
         tasks.append(("blocks", ext / "runs" / "rope_blocks", {**overrides, **BLOCKS}))
