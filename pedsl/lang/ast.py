@@ -116,6 +116,13 @@ class Layout(Node):
     value: Literal["halves", "interleaved"]
 
 
+class Axes(Node):
+    """``axes t, h, w``: the named axes of the scheme's positions (absent: one unnamed axis)."""
+
+    kind: Literal["axes"] = "axes"
+    names: tuple[str, ...]
+
+
 class Group(Node):
     name: str
     spec: Expr
@@ -160,7 +167,7 @@ class Allow(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, Section, Allow],
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, Section, Allow],
     Field(discriminator="kind"),
 ]
 

@@ -18,7 +18,7 @@ from typing import Any
 from pedsl import limits
 from pedsl.lang import ast
 from pedsl.lang.builtin_defs import RECORDS
-from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, pairs_of, show
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS
 
 
@@ -68,6 +68,8 @@ def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
     if name == "n":
         return env.n if env.n is not None else DYNAMIC
     if name in CONSTANTS and CONSTANTS[name].reads:  # reads a run-time input (docs/semantics.md §1a)
+        return DYNAMIC
+    if name.partition(".")[0] in CONSTANTS and CONSTANTS[name.partition(".")[0]].reads:  # position.AXIS
         return DYNAMIC
     if name in ("none", "all", "rest"):
         return GroupSpec(name) if name != "none" else None
@@ -151,6 +153,8 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     if spec is None:
         raise EvalIssue(f"unknown function '{node.func}'", node)
     bound = bind_args(node, spec.params)
+    if spec.axis_select is not None:
+        return _axis_selection(node, spec, bound, env, depth)
     if node.func in ARG_RULES:  # the static arguments of a run-time builtin: checked now, not at run time
         checked = _check_args(node, bound, env, depth)
         probe = [env.values.get(i) for i in spec.inputs]  # the checker's probe at one query position
@@ -183,6 +187,18 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     elif isinstance(out, float):
         finite(out, node, f"{node.func}() gives")
     return out
+
+
+def _axis_selection(node: ast.Call, spec, bound: dict, env: StaticEnv, depth: int) -> Any:
+    """sections()/interleave() where every position.AXIS has a value (the frequency probes): per pair, the
+    position of its axis; DYNAMIC otherwise."""
+    at = [env.values.get(f"position.{a}") for a in env.axes]
+    if not at or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in at):
+        return DYNAMIC
+    sizes = fold_expr(bound["sizes"], env, depth + 1)
+    if not isinstance(sizes, list):
+        return DYNAMIC
+    return Vec("pair", tuple(float(at[a]) for a in spec.axis_select(sizes, pairs_of(env, node))))
 
 
 # Static arguments of builtins, checked wherever the call is evaluated (the checker evaluates every
