@@ -18,6 +18,7 @@ import networkx as nx
 
 from pedsl.compiler.plan import site_name
 from pedsl.lang.exprs import to_source
+from pedsl.lang.frequencies import pair_axes
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.types import Dep, Ty
 
@@ -31,7 +32,8 @@ def _sources(ty: Ty) -> list[str]:
 
 
 def lower(scheme: Scheme) -> nx.DiGraph:
-    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim)
+    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
+                   axes=scheme.axes, pair_axes=pair_axes(scheme))
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")

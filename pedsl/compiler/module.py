@@ -80,7 +80,7 @@ class SchemeAttention(nn.Module):
             chans = len(group.channels)
             pairs = chans // 2
         return Context(values=self.values, heads=self.heads, pairs=pairs, chans=chans, L=L, n=L, x=x,
-                       tokens=tokens, device=device, dtype=dtype)
+                       tokens=tokens, device=device, dtype=dtype, axes=self.scheme.axes)
 
     def _build_learned(self) -> None:
         """Create every learned call site and fold every static sub-expression once, eagerly, by

@@ -218,7 +218,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         transports.append(P.TransportStep(
             group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
             targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
-            orthogonal=bool(d.get("orthogonal")), why=why))
+            orthogonal=bool(d.get("orthogonal")), why=why, pair_axes=g.graph.get("pair_axes", {}).get(d["group"], ())))
     biases = []
     for n in bias_nodes(g):
         d = g.nodes[n]
@@ -235,7 +235,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
-        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases))
+        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()))
     return g
 
 
