@@ -114,9 +114,11 @@ def main(argv=None) -> None:
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, L, D, generator=g).requires_grad_() for _ in range(3))
     vs, agree = variants(q, k, v)
-    res = interleaved(vs, repeats=args.repeats, backward=True, grad_out=torch.ones(B, H, L, D))
+    # one thread: the process CPU clock (time stolen by other processes on a shared machine is not counted)
+    clock = "cpu" if torch.get_num_threads() == 1 else "wall"
+    res = interleaved(vs, repeats=args.repeats, backward=True, grad_out=torch.ones(B, H, L, D), clock=clock)
     print(f"B={B} H={H} L={L} D={D} float32, forward + backward, {args.repeats} interleaved repeats, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads, {clock} clock")
     print("| variant | fwd+bwd ms | ratio to floor |")
     print("|---|---:|---:|")
     for name, r in res.items():

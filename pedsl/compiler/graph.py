@@ -99,7 +99,7 @@ def _add_transport(g: nx.DiGraph, scheme: Scheme, idx: int, t) -> str:
     if t.kind == "rotate":
         table = site_name("phase", t.group)
         g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
-                   dynamic=t.dynamic, ty=t.phase_ty)
+                   dynamic=t.dynamic, ty=t.phase_ty, per_token="head" in t.phase_ty.axes or t.phase_ty.learned)
         for s in _sources(t.phase_ty):
             g.add_edge(_ensure(g, s), table)
         g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (

@@ -186,6 +186,10 @@ class SchemeAttention(nn.Module):
         return as_bhlp(a, L, len(t.channels) // 2)
 
     def _cos_sin(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
+        if t.kind == P.ROPE and t.table == P.PER_TOKEN:  # per-head or learned phases: no cached table
+            ph = torch.remainder(as_bhlp(self.evaluator.run(t.expr, self._ctx(L, x, tokens, device, dtype, group=t),
+                                                            t.site), L, len(t.channels) // 2).to(F64), 2 * math.pi)
+            return (t.scale * torch.cos(ph)).to(dtype), (t.scale * torch.sin(ph)).to(dtype)
         if t.kind == P.ROPE:
             return self.rope_tables(t, L, device, dtype)
         A = cumulative_angles(self.step_angles(t, L, x, tokens, device, dtype).to(F64))

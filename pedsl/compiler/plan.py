@@ -66,7 +66,7 @@ class TransportStep:
     kind: str  # ROPE | SO2 | HOUSEHOLDER
     channels: tuple[int, ...]
     targets: str  # "qk" | "qkv" (values transported too, undone on the output)
-    table: str  # ROPE: STATIC | RUNTIME_LENGTH; SO2, HOUSEHOLDER: PER_TOKEN
+    table: str  # ROPE: STATIC | RUNTIME_LENGTH | PER_TOKEN (per-head or learned phases); SO2, HOUSEHOLDER: PER_TOKEN
     kernel: str  # "rotary" | "cumulative angles" | "blockwise"
     sites: tuple[Site, ...]  # ROPE: (phase,); SO2: (steps,); HOUSEHOLDER: (w, beta)
     scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m

@@ -108,11 +108,8 @@ def _arith(op: str, a: Any, b: Any, node) -> Any:
         if isinstance(v, (str, bool, GroupSpec)) or v is None:
             raise EvalIssue(f"arithmetic '{op}' on {show(v)}", node)
     if isinstance(a, Vec) and isinstance(b, Vec):
-        if a.axis != b.axis:
-            raise EvalIssue(
-                f"cannot combine a vector over {a.axis}s with one over {b.axis}s here", node,
-                hint="a per-head vector cannot stand where a per-pair one is needed",
-            )
+        if a.axis != b.axis:  # a (head, pair) field: the checker typed it; the run-time walk computes it
+            return DYNAMIC
         if len(a.values) != len(b.values):
             raise EvalIssue(f"vectors of different lengths ({len(a.values)} and {len(b.values)})", node)
         return Vec(a.axis, tuple(_op(op, x, y, node) for x, y in zip(a.values, b.values)))

@@ -14,9 +14,9 @@ from pedsl.lang.types import Ty
 
 def _rotate(a: dict[str, Ty]) -> Ty:
     t = a["phase"]
-    need_num(t, "phase", {"pos", "pair"}, " (a phase per position and rotary pair)")
+    need_num(t, "phase", {"pos", "pair", "head"}, " (a phase per position, head and rotary pair)")
     scalar(a, "scale")
-    if t.data or t.learned:
+    if t.data:
         raise TypeIssue(
             "a position-indexed rotation cannot depend on the data",
             "phase",
