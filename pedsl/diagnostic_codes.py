@@ -42,6 +42,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E231": ("check", "a bare `position` or `distance` in a scheme with several axes (which axis?)"),
     "E232": ("check", "`sections`/`interleave` sizes that do not fit the group's rotary pairs or the axes"),
     "E233": ("check", "a bias over `distance.AXIS` (per-axis distance biases are not implemented)"),
+    "E240": ("check", "a `window`/`chunk` that is not an integer >= 1 known when checking, `window` with `chunk`, "
+                      "or an unknown `sink` kind"),
     "E300": ("params", "a parameter override error without a more specific code"),
     "E301": ("params", "unknown `-P` parameter"),
     "E302": ("params", "`-P` value of the wrong type"),

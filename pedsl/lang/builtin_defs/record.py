@@ -35,6 +35,9 @@ A record's parts, each optional where the builtin has no such stage:
   at one length must not be reused at another); the walk folds it at each length, and its ``emit``
   is ``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the value folded at n.
 
+- ``checked_args``: arguments that must fold to a static value (``learned(init)``): the folder folds
+  them wherever the call is checked, so a bad start value is a positioned diagnostic.
+
 ``inputs``, ``reads_length`` and ``learned`` are the one source of what a call reads beyond its
 arguments (:func:`own_reads`); the checker adds what the arguments read and stores the result in the
 call's type (docs/semantics.md §1a).
@@ -91,6 +94,9 @@ class Builtin:
     # an axis selection (sections, interleave): (sizes, pairs) -> the position axis of each rotary pair;
     # its value is sum over axes a of [pair k reads a] * position.a (the walk and codegen build it)
     axis_select: Callable[[tuple[int, ...], int], tuple[int, ...]] | None = None
+    # arguments that must fold to a static value (a learned value's start): folded wherever the call
+    # is checked, so that their errors are positioned diagnostics, never a failure at compile time
+    checked_args: tuple[str, ...] = ()
 
     def signature(self) -> str:
         parts = []
