@@ -163,3 +163,58 @@ def test_mrope_on_text_is_rope():
     q, k, v = _qkv(1, 2, 7, 32)
     torch.testing.assert_close(mrope(q, k, v), rope(q, k, v), rtol=1e-12, atol=1e-12)
     assert math.isclose(mrope.scheme.params["base"], 1e6)
+
+
+def _official_mixed(q, k, v, freqs, t_x, t_y):
+    """naive-ai/rope-vit's compute_mixed_cis + apply_rotary_emb (complex multiply on interleaved pairs), in
+    float64: freqs (2, H, D/2) for (x, y); t_x the column, t_y the row of each token; then causal SDPA."""
+    H, N = freqs.shape[1], t_x.shape[0]
+    fx = (t_x.unsqueeze(-1) @ freqs[0].reshape(1, -1)).view(N, H, -1).permute(1, 0, 2)
+    fy = (t_y.unsqueeze(-1) @ freqs[1].reshape(1, -1)).view(N, H, -1).permute(1, 0, 2)
+    cis = torch.polar(torch.ones_like(fx), fx + fy)  # (H, N, D/2)
+
+    def rot(x):
+        xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+        return torch.view_as_real(xc * cis).flatten(3)
+
+    return F.scaled_dot_product_attention(rot(q), rot(k), v, is_causal=True)
+
+
+def test_rope_mixed_matches_the_official_rope_vit_code_with_its_start_and_gradients():
+    """The start (init_random_2d_freqs with the scheme's fixed directions a_h), the rotation and the gradients
+    of the learned frequencies: pedsl learns magnitudes m with f = m * cos(a_h) (f_y: sin), so
+    d/dm = cos(a_h) d/df_x (resp. sin(a_h) d/df_y)."""
+    H, D, theta, side = 4, 16, 10.0, 4
+    mod = compile_scheme(SCHEMES / "rope_mixed.pe", num_heads=H, head_dim=D).double()
+    a = torch.tensor([2 * math.pi * (h + 1) / H + 1 for h in range(H)], dtype=F64)
+    mag = 1 / (theta ** (torch.arange(0, D, 4, dtype=F64)[: D // 4] / D))
+    fx0 = torch.cat([mag * torch.cos(a)[:, None], mag * torch.cos(math.pi / 2 + a)[:, None]], -1)
+    fy0 = torch.cat([mag * torch.sin(a)[:, None], mag * torch.sin(math.pi / 2 + a)[:, None]], -1)
+    p = dict(mod.named_parameters())
+    key = "learned.sites.phase[{}]__learned{}.value"
+    for g, i in (("first", 0), ("second", 0), ("first", 1), ("second", 1)):
+        torch.testing.assert_close(p[key.format(g, i)], mag.expand(H, -1), rtol=1e-7, atol=0)  # float32 start
+    m = {(g, i): p[key.format(g, i)].detach() for g in ("first", "second") for i in (0, 1)}  # as rounded
+    fx0 = torch.cat([m["first", 0] * torch.cos(a)[:, None], m["second", 0] * torch.cos(math.pi / 2 + a)[:, None]], -1)
+    fy0 = torch.cat([m["first", 1] * torch.sin(a)[:, None], m["second", 1] * torch.sin(math.pi / 2 + a)[:, None]], -1)
+    idx = torch.arange(side * side)
+    t_x, t_y = (idx % side).to(F64), (idx // side).to(F64)
+    P = torch.stack([idx // side, idx % side])[:, None].expand(2, 2, -1).contiguous()
+    q, k, v = _qkv(2, H, side * side, D, seed=7)
+    freqs = torch.stack([fx0, fy0]).requires_grad_()
+    ours = mod(q, k, v, positions=P)
+    theirs = _official_mixed(q, k, v, freqs, t_x, t_y)
+    torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-11)
+    w = torch.randn(ours.shape, generator=torch.Generator().manual_seed(8), dtype=F64)
+    names = [key.format(g, i) for g in ("first", "second") for i in (0, 1)]
+    g_ours = torch.autograd.grad((ours * w).sum(), [q, k, v] + [p[n] for n in names])
+    g_theirs = torch.autograd.grad((theirs * w).sum(), [q, k, v, freqs])
+    for x, y in zip(g_ours[:3], g_theirs[:3]):
+        torch.testing.assert_close(x, y, rtol=1e-9, atol=1e-10)
+    gf = g_theirs[3]  # (2, H, D/2): x then y
+    half = D // 4
+    for n, gm, (axis, sl, ang) in zip(names, g_ours[3:], [(0, slice(0, half), a), (1, slice(0, half), a),
+                                                        (0, slice(half, None), a + math.pi / 2),
+                                                        (1, slice(half, None), a + math.pi / 2)]):
+        trig = torch.cos(ang) if axis == 0 else torch.sin(ang)
+        torch.testing.assert_close(gm, gf[axis][:, sl] * trig[:, None], rtol=1e-9, atol=1e-10)
