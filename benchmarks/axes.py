@@ -4,9 +4,9 @@ Forward + backward at L = 4096 (a 64 x 64 grid; video: 4 frames of 32 x 32), B =
 float32, interleaved in one process (:func:`benchmarks.measure.interleaved`). Variants:
 
 - ``floor``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True)``, no positional encoding;
-- ``hand axial 2-D``: rotary-embedding-torch style axial RoPE written by hand - cos/sin of the grid's
-  (h, w) positions cached outside the timer as full-width (L, D) tables ([c_h, c_h | c_w, c_w], each half
-  of the head rotate_half-paired within itself), ``q * cos + rot(q) * sin``, then SDPA;
+- ``hand axial 2-D``: rotary-embedding-torch's axial RoPE written by hand - cos/sin of the grid's (h, w)
+  positions cached outside the timer as full-width (L, D) tables (row frequencies on the first half of the
+  head, column frequencies on the second, pairs (2k, 2k + 1)), ``q * cos + rot(q) * sin``, then SDPA;
 - ``hand M-RoPE``: Hugging Face's Qwen2-VL path - cos/sin (B, L, D) from the (3, B, L) positions and the
   mrope_section recomposition computed inside the timer (HF does it per forward), rotate_half, SDPA;
 - ``pedsl rope_2d`` / ``pedsl rope_3d`` / ``pedsl mrope``: the library schemes compiled at this shape,
@@ -55,18 +55,22 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def hand_axial_tables(P: torch.Tensor, base: float = 100.0):
-    """Full-width (L, D) cos/sin of axial 2-D RoPE: each half of the head is a rotate_half group of one axis."""
+    """Full-width (L, D) cos/sin of axial 2-D RoPE as rotary-embedding-torch lays them out: the first half of
+    the head the row's frequencies, the second the column's, each repeated over its pair (2k, 2k + 1)."""
     half = D // 2
     inv = base ** (-torch.arange(0, half, 2, dtype=torch.float64) / half)
-    parts = [P[a, 0, :, None].double() * inv for a in range(2)]  # (L, D/4) each
-    ang = torch.cat([parts[0], parts[0], parts[1], parts[1]], -1)
+    ang = torch.cat([P[a, 0, :, None].double() * inv for a in range(2)], -1).repeat_interleave(2, -1)  # (L, D)
     return ang.cos().float(), ang.sin().float()
+
+
+def rotate_pairs_interleaved(x: torch.Tensor) -> torch.Tensor:
+    """rotary-embedding-torch's rotate_half: (x_2k, x_2k+1) -> (-x_2k+1, x_2k)."""
+    return torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
 
 
 def hand_axial(q, k, v, cos, sin):
     def rot(x):
-        xr, xc = x.chunk(2, dim=-1)
-        return x * cos + torch.cat([rotate_half(xr), rotate_half(xc)], -1) * sin
+        return x * cos + rotate_pairs_interleaved(x) * sin
 
     return F.scaled_dot_product_attention(rot(q), rot(k), v, is_causal=True)
 

@@ -131,8 +131,8 @@ def test_qwen2_vl_vision_rotary_is_axial_sections_over_the_whole_head():
 def test_rope_2d_matches_rotary_embedding_torch_axial_frequencies():
     ret = pytest.importorskip("rotary_embedding_torch")
     D, base, Hh, Ww = 32, 100.0, 3, 5
-    text = (SCHEMES / "rope_2d.pe").read_text() + '\nscheme rope_2d_gptj extends rope_2d { layout interleaved }\n'
-    mod = compile_scheme(text, scheme="rope_2d_gptj", num_heads=2, head_dim=D, params={"base": base}).double()
+    mod = compile_scheme(SCHEMES / "rope_2d.pe", num_heads=2, head_dim=D, params={"base": base}).double()
+    assert mod.scheme.layout == "interleaved"  # rotary-embedding-torch's pairs (2k, 2k + 1)
     inv = 1.0 / (base ** (torch.arange(0, D // 2, 2, dtype=F64) / (D // 2)))  # 'lang' frequencies of D/2 per axis
     emb = ret.RotaryEmbedding(dim=D // 2, custom_freqs=inv, cache_if_possible=False)
     freqs = emb.get_axial_freqs(Hh, Ww).reshape(Hh * Ww, D)  # (h, w) -> [h-half, w-half], interleaved pairs

@@ -453,11 +453,49 @@ def transports(scheme, kernels, vals: TokenValues, lay: Layout, cache, dtype) ->
     return Transports(rots, hh, angles, per_head)
 
 
+def full_layout_pairs(t: Transform, D: int, layout: str | None):
+    """The pairs of the whole head's layout (``layout``: the kernels' own, None for kernels that rotate
+    any pairs they are given) that a transform's pairs are: (first, second) of the whole head and the
+    indices k of the transform's pairs among them - interleaved (2k, 2k + 1) or halves (k, k + D/2) - or None."""
+    first, second = getattr(t, "first", None), getattr(t, "second", None)
+    if first is None:  # a plan's step: its pairs in the kernels' layout, within its channels
+        n = len(t.channels)
+        first, second = ((t.channels[0::2], t.channels[1::2]) if layout == "interleaved"
+                         else (t.channels[: n // 2], t.channels[n // 2:]))
+    if layout != "halves" and all(a % 2 == 0 and b == a + 1 for a, b in zip(first, second)):
+        return tuple(range(0, D, 2)), tuple(range(1, D, 2)), tuple(a // 2 for a in first)
+    if layout != "interleaved" and all(a < D // 2 and b == a + D // 2 for a, b in zip(first, second)):
+        return tuple(range(D // 2)), tuple(range(D // 2, D)), tuple(first)
+    return None
+
+
+def merged_rotations(rots: list, D: int, layout: str | None = None) -> list:
+    """Several RoPE-table rotations of q and k only (axial schemes: one group per axis) whose pairs are pairs
+    of one whole-head layout, as one rotation of the whole head (identity on the other pairs): one pass over
+    q and k instead of one per group. Anything else is returned as it is."""
+    table = [(t, ang) for t, ang in rots if t.kind == ROPE and not t.values]
+    if len(table) < 2:
+        return rots
+    full = [full_layout_pairs(t, D, layout) for t, _ in table]
+    if any(f is None for f in full) or len({f[0] for f in full}) != 1:
+        return rots
+    lead = torch.broadcast_shapes(*(ang[0].shape[:-1] for _, ang in table))
+    like = table[0][1][0]
+    cos = torch.ones(*lead, D // 2, dtype=like.dtype, device=like.device)
+    sin = torch.zeros(*lead, D // 2, dtype=like.dtype, device=like.device)
+    for (t, (c, s)), (_, _, ks) in zip(table, full):
+        idx = torch.tensor(ks, device=like.device)
+        cos = cos.index_copy(-1, idx, c.expand(*lead, c.shape[-1]))
+        sin = sin.index_copy(-1, idx, s.expand(*lead, s.shape[-1]))
+    whole = Transform(ROPE, False, tuple(range(D)), full[0][0], full[0][1])
+    return [(whole, (cos, sin))] + [r for r in rots if not (r[0].kind == ROPE and not r[0].values)]
+
+
 def transport_qkv(kernels, tr: Transports, q, k, v):
     """q (its last Lq tokens), k and v rotated by their absolute angles; what undoes the value rotation."""
     Lq, D, adt = q.shape[2], q.shape[3], angle_dtype(q.dtype)
     undo = []
-    for t, ang in tr.rots:
+    for t, ang in merged_rotations(tr.rots, D, getattr(kernels, "layout", None)):
         ch = t.channels if len(t.channels) != D else None
         if t.kind == ROPE:
             ck, sk = ang
