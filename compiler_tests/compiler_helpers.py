@@ -55,9 +55,46 @@ def inputs(mod, B=2, L=7, dtype=torch.float64, grad=True, seed=0):
     return q, k, v, x, tokens
 
 
-def forward_and_grads(mod, q, k, v, x, tokens):
+def axis_positions(mod, B: int, L: int, seed: int = 0):
+    """Positions (A, B, L) for a scheme with A > 1 position axes, None for one axis: each row a text
+    prefix, then a grid of ~sqrt(L) columns starting after it (per axis t = frame, h = row, w = column,
+    as Qwen2-VL lays out an image; 2 axes: (row, column)), then text again continuing at the largest
+    position + 1 - so positions go back along an axis, and the axes differ."""
+    axes = mod.scheme.axes
+    if len(axes) < 2:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    out = torch.zeros(len(axes), B, L, dtype=torch.long)
+    for b in range(B):
+        start = int(torch.randint(0, max(1, L // 3), (1,), generator=g))
+        width = max(1, int(L ** 0.5))
+        cells = int(torch.randint(1, L - start + 1, (1,), generator=g))
+        pos = torch.zeros(len(axes), L, dtype=torch.long)
+        pos[:, :start] = torch.arange(start)
+        idx = torch.arange(cells)
+        grid = [idx // width, idx % width] if len(axes) == 2 else [idx // (width * width), idx // width % width,
+                                                                     idx % width]
+        for a in range(len(axes)):
+            pos[a, start:start + cells] = start + (grid[a] if a < len(grid) else 0)
+        after = int(pos[:, :start + cells].max()) + 1
+        pos[:, start + cells:] = after + torch.arange(L - start - cells)
+        out[:, b] = pos
+    return out
+
+
+def as_axes(mod, pos):
+    """One-axis positions (B, L) in the form the scheme takes: unchanged for one axis, else (A, B, L) with
+    axis 0 = pos and the others moving differently (going back and forth), as an image's rows and columns."""
+    A = len(mod.scheme.axes)
+    if A < 2:
+        return pos
+    idx = torch.arange(pos.shape[-1])
+    return torch.stack([pos] + [(pos + a * idx) % (3 + a) for a in range(1, A)])
+
+
+def forward_and_grads(mod, q, k, v, x, tokens, positions=None):
     """Output and gradients of a fixed random functional w.r.t. q, k, v and every learned parameter."""
-    out = mod(q, k, v, x=x, tokens=tokens)
+    out = mod(q, k, v, x=x, tokens=tokens, positions=positions)
     weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
     params = [p for p in mod.parameters()]
     grads = torch.autograd.grad((out * weight).sum(), [q, k, v, *params], allow_unused=True)
@@ -114,8 +151,9 @@ def assert_generated_module_matches(mod, src: str, path: Path, lengths=(3, 40)) 
     gen.double()
     for L in lengths:
         q, k, v, x, tok = inputs(mod, L=L, grad=False, seed=L)
-        torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok), mod(q, k, v, x=x, tokens=tok),
-                                   rtol=1e-9, atol=1e-10)
+        pos = axis_positions(mod, q.shape[0], L, seed=L)
+        torch.testing.assert_close(gen(q, k, v, x=x, tokens=tok, positions=pos),
+                                   mod(q, k, v, x=x, tokens=tok, positions=pos), rtol=1e-9, atol=1e-10)
 
 
 def patch_save_figure(mp, fake) -> None:

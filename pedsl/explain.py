@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import math
 
-from pedsl.diffing.facts import (SchemeFacts, describe_bias, describe_freqs, describe_rotation,
+from pedsl.diffing.facts import (SchemeFacts, describe_axes, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num, scheme_facts)
+from pedsl.lang.frequencies import axis_runs
 from pedsl.formulas import channel_pairs
 from pedsl.lang.channels import channel_ranges
 from pedsl.lang.scheme import Scheme
@@ -31,6 +32,8 @@ def channel_lines(f: SchemeFacts) -> list[str]:
             pairs = channel_pairs(g.channels, f.layout)
             shown = ", ".join(f"({a}, {b})" for a, b in pairs[:4]) + (", ..." if len(pairs) > 4 else "")
             out.append(f"  {' ' * width}  pairs ({f.layout}): {shown} - {len(pairs)} pairs")
+        if g.pair_axes:
+            out.append(f"  {' ' * width}  axes read: {axis_runs(g.pair_axes)}")
     return out
 
 
@@ -42,12 +45,14 @@ def frequency_lines(f: SchemeFacts) -> list[str]:
             head = f"  [{g.name}]" + (" (table recomputed for each run-time length n; shown for n <= training length)"
                                       if g.dynamic else "")
             out.append(head)
-            out.append(f"    {'pair':>4}  {'channels':>9}  {'w (rad/token)':>13}  {'period':>10}  "
+            axis = f"  {'axis':>5}" if g.pair_axes else ""
+            out.append(f"    {'pair':>4}  {'channels':>9}{axis}  {'w (rad/token)':>13}  {'period':>10}  "
                        f"{'cycles in ' + str(L) if L else 'cycles':>14}  wraps in training")
             for k, ((a, b), w, p) in enumerate(zip(channel_pairs(g.channels, f.layout), g.freqs, g.periods)):
                 cyc = L / p if L and p != math.inf else 0.0
                 wraps = "yes" if L and p <= L else "no"
-                out.append(f"    {k:>4}  {f'{a}, {b}':>9}  {w:>13.6g}  {fmt_num(p):>10}  {fmt_num(cyc):>14}  {wraps}")
+                ax = f"  {g.pair_axes[k]:>5}" if g.pair_axes else ""
+                out.append(f"    {k:>4}  {f'{a}, {b}':>9}{ax}  {w:>13.6g}  {fmt_num(p):>10}  {fmt_num(cyc):>14}  {wraps}")
             d = describe_freqs(g, L)
             if d:
                 out.append(f"    {d}")
@@ -148,6 +153,9 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
                  + (f"; extends {' -> '.join(s.bases)}" if s.bases else ""))
     if s.params:
         lines.append("  parameters: " + ", ".join(f"{k} = {v}" for k, v in s.params.items()))
+    if s.axes:
+        lines.append(f"  positions: {describe_axes(f).split(':')[0]}; each pair's frequency is along the axis "
+                     "it reads (the table's axis column)")
     lines += ["", "Channels"] + channel_lines(f)
     lines += ["", "Frequencies"] + frequency_lines(f)
     lines += ["", "Bias"] + ([f"  {describe_bias(b)}" for b in f.biases] or ["  none"])

@@ -10,7 +10,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from compiler_helpers import D_MODEL, SCHEMES, assert_generated_module_matches, inputs, library
+from compiler_helpers import D_MODEL, SCHEMES, as_axes, assert_generated_module_matches, inputs, library
 from pedsl.cli import cli
 from pedsl.compiler import compile_scheme
 from pedsl.compiler.codegen import generate
@@ -113,7 +113,7 @@ def test_generated_module_general_call_and_cache_match_in_process(path, tmp_path
     x = torch.randn(B, L, D_MODEL, generator=g, dtype=torch.float64) if mod.needs_x else None
     tok = torch.randint(0, 256, (B, L), generator=g) if mod.needs_tokens else None
     docs = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1], [0] * 8])
-    pos = torch.tensor([[4, 5, 6, 0, 1, 2, 3, 4], [0, 0, 0, 1, 2, 3, 4, 5]])
+    pos = as_axes(mod, torch.tensor([[4, 5, 6, 0, 1, 2, 3, 4], [0, 0, 0, 1, 2, 3, 4, 5]]))
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[1, :2] = False
     kw = dict(x=x, tokens=tok, positions=pos, document_ids=docs, attn_mask=mask)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compiler_helpers import D_MODEL, forward_and_grads, inputs
+from compiler_helpers import D_MODEL, axis_positions, forward_and_grads, inputs
 from compiler_helpers import library
 from pedsl.compiler import compile_scheme
 from pedsl.errors import CompileError
@@ -50,10 +50,11 @@ def test_matches_reference(path):
         fast.load_state_dict(ref.state_dict())
         for L in (1, 4, 11):  # 11 > the table cached at L = 4
             q, k, v, x, tok = inputs(fast, L=L, seed=L)
+            pos = axis_positions(fast, q.shape[0], L, seed=L)  # several axes: (A, B, L) positions
             if L not in expected:
-                expected[L] = forward_and_grads(ref, q, k, v, x, tok)
+                expected[L] = forward_and_grads(ref, q, k, v, x, tok, pos)
             out_r, g_r = expected[L]
-            out_f, g_f = forward_and_grads(fast, q, k, v, x, tok)
+            out_f, g_f = forward_and_grads(fast, q, k, v, x, tok, pos)
             torch.testing.assert_close(out_f, out_r, rtol=1e-9, atol=1e-10)
             for a, b in zip(g_f, g_r):
                 torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL
-from compiler_helpers import SCHEMES, library
+from compiler_helpers import SCHEMES, as_axes, library
 from pedsl.compiler import compile_scheme
 from pedsl.errors import CompileError, ShapeError
 
@@ -52,6 +52,7 @@ def test_general_call_matches_the_reference(path):
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[2, :3] = False
     pos = torch.tensor([list(range(3, 12)), [0, 1, 2, 0, 1, 2, 3, 0, 1], [0, 0, 0] + list(range(6))])
+    pos = as_axes(ref, pos)  # a scheme with several axes: (A, B, L)
     q, k, v, x, tok = _data(ref, B, L, 2, grad=True)
     kw = dict(x=x, tokens=tok, positions=pos, document_ids=docs, attn_mask=mask)
     want = ref(q, k, v, **kw)

@@ -62,6 +62,8 @@ class FakeSite:
 
 
 def _kind(spec) -> str:
+    if spec.axis_select is not None:
+        return "select"
     if spec.site is not None:
         return "site"
     if spec.run is not None:
@@ -85,6 +87,10 @@ def test_every_record_has_every_part(name):
     assert {p for p, _ in spec.static} <= params and set(spec.names) <= params
     assert not spec.learned or kind == "site"
     assert (spec.channels is not None) == (spec.category == "channels")
+    if kind == "select":  # an axis selection: the walk and codegen build its value from per-pair constants
+        assert spec.category == "axes" and spec.run is None and spec.emit is None and spec.fold is None
+        assert sorted(spec.axis_select([2, 1], 3)) == [0, 0, 1]  # every pair one axis, as many as its size
+        return
     if kind == "transport":  # no value: pedsl.lang.terms reads the transport it names
         assert spec.category == "transport" and spec.emit is None and not spec.static
         assert name in (ROOT / "pedsl/lang/terms.py").read_text()

@@ -35,6 +35,8 @@ def render_scheme(scheme) -> str:
     lines.append(f"heads: {scheme.heads}")
     lines.append(f"head_dim: {scheme.head_dim}")
     lines.append(f"layout: {scheme.layout}")
+    if scheme.axes:
+        lines.append(f"axes: {', '.join(scheme.axes)}")
     if scheme.params:
         lines.append("params:")
         lines += [f"  {k}: {_scalar(v)}" for k, v in scheme.params.items()]

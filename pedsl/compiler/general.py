@@ -15,6 +15,11 @@ for byte). What a call means:
 * ``positions (B, L)``: integer positions, read by every position-indexed quantity (RoPE phases,
   distance biases, position-indexed steps, temperatures). Default: the index of the token inside
   its document, counting only unpadded tokens, continuing the cache.
+  A scheme with ``axes a_1, ..., a_A`` (A > 1) takes ``positions (A, B, L)``, Hugging Face's layout of
+  multi-axis ``position_ids``: ``position.a`` reads row a. Its one-axis position (the run-time length,
+  where decoding continues) is the largest over the axes; without positions every axis reads the
+  default above, so decoding after an image continues every axis at the largest position of the row's
+  last token + 1 (HF's ``rope_deltas``). Positions may go back along an axis (rows of an image).
 * ``document_ids (B, L)``: a token attends only inside its document; every accumulated quantity
   (cumulative angles, forget-gate sums, Householder products, short convolutions) restarts at a
   boundary. (Transports and gate sums between two tokens of one document only involve that
@@ -40,7 +45,7 @@ forget-gate forms), formed per block of queries in float64 and only then cast to
 so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 
 What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.module_values`,
-the generated class in a compiled module): ``heads``, ``head_dim``, ``conv_history`` (earlier tokens a
+the generated class in a compiled module): ``heads``, ``head_dim``, ``axes`` (its position axes), ``conv_history`` (earlier tokens a
 short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
 ``scale``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
@@ -101,6 +106,7 @@ class Layout(NamedTuple):
     key_valid_cached: Tensor | None  # (B, Lc) bool from a (B, Lc + L) mask (this call only)
     mask4: Tensor | None  # (B|1, 1|Hq, Lq, Lc + L) bool
     n: int  # the run-time length: max position + 1
+    axes_pos: Tensor | None = None  # (B, L, A) long: the per-axis positions of a scheme with A > 1 axes
 
 
 def bool_mask(m: Tensor) -> Tensor:
@@ -147,8 +153,38 @@ def _split_mask(attn_mask, heads: int, B: int, L: int, Lq: int, Lc: int, device)
         f"({B}, 1|{heads}, {Lq}, {total})", "True (or 0.0) = attend")
 
 
-def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device) -> Layout:
+def axis_positions(positions, axes: tuple, B: int, L: int, device) -> tuple[Tensor, Tensor | None]:
+    """The one-axis positions (B, L) of a call (the largest over the axes) and, for a scheme with A > 1
+    axes, its per-axis positions (B, L, A), from ``positions (A, B, L)``; one axis also takes (B, L)."""
+    A = max(1, len(axes))
+    if A == 1 and not (isinstance(positions, Tensor) and positions.dim() == 3):
+        return int_arg("positions", positions, B, L, device), None
+    named = f"{A} position axes ({', '.join(axes)})" if axes else "one position axis"
+    if (not isinstance(positions, Tensor) or positions.shape != (A, B, L) or positions.is_floating_point()
+            or positions.is_complex()):
+        got = (f"{tuple(positions.shape)} of {positions.dtype}" if isinstance(positions, Tensor)
+               else type(positions).__name__)
+        raise InputError(f"positions: the scheme has {named}, so positions must be an integer tensor "
+                         f"(A, B, L) = ({A}, {B}, {L}) (Hugging Face's layout of multi-axis position_ids), got {got}",
+                         f"row a holds every token's position along the a-th axis; text alone has every axis "
+                         f"the same: positions.expand({A}, {B}, {L})")
+    per_axis = positions.to(device=device, dtype=torch.long)
+    if A == 1:
+        return per_axis[0], None
+    return per_axis.max(0).values, per_axis.permute(1, 2, 0)
+
+
+def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device,
+           axes: tuple = ()) -> Layout:
     """Positions, documents, validity and masks of the L tokens of a call, continuing the cache."""
+    lay = _layout(heads, B, L, Lq, positions, document_ids, attn_mask, cache, device, axes)
+    if len(axes) > 1 and lay.axes_pos is None:  # every axis at the one-axis position (text, decoding)
+        lay = lay._replace(axes_pos=lay.positions[..., None].expand(B, L, len(axes)))
+    return lay
+
+
+def _layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device,
+            axes: tuple) -> Layout:
     Lc = cache.length if cache is not None else 0
     if (positions is None and document_ids is None and attn_mask is None and cache is not None
             and cache.last_pos is not None):  # decoding: the row's document and positions continue
@@ -159,6 +195,9 @@ def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_ma
     if (cache is not None and cache.dropped and isinstance(attn_mask, Tensor) and attn_mask.dim() in (2, 4)
             and attn_mask.shape[-1] == cache.dropped + Lc + L):  # a mask over every token so far
         attn_mask = attn_mask[..., cache.dropped:]
+    per_axis = None
+    if positions is not None:
+        positions, per_axis = axis_positions(positions, axes, B, L, device)
     valid, kv_cached, mask4 = _split_mask(attn_mask, heads, B, L, Lq, Lc, device)
     has_prev = last_pos = last_doc = None
     if cache is not None and cache.last_pos is not None:
@@ -191,12 +230,12 @@ def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_ma
             base0 = torch.where(cont, -(last_pos + 1), base0)
         pos = (c - 1 - torch.maximum(cm, base0[:, None])).clamp(min=0)
     else:
-        pos = int_arg("positions", positions, B, L, device)
+        pos = positions
         prev_pos = torch.gather(pos, 1, prev_c)
         if has_prev is not None:
             prev_pos = torch.where(inside, prev_pos, last_pos[:, None])
         bad = valid & same & (pos < prev_pos)
-        if bool(bad.any()):
+        if per_axis is None and bool(bad.any()):
             b, t = (int(i) for i in bad.nonzero()[0])
             raise InputError(
                 f"positions go backwards inside a document: row {b}, token {t} is at position {int(pos[b, t])} "
@@ -205,7 +244,7 @@ def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_ma
                 "and a new sequence needs a new cache")
     posv = pos[valid] if bool(valid.any()) else pos
     n = int(posv.max()) + 1 if posv.numel() else 1
-    return Layout(pos, docs, valid, not bool(valid.all()), kv_cached, mask4, max(n, 1))
+    return Layout(pos, docs, valid, not bool(valid.all()), kv_cached, mask4, max(n, 1), per_axis)
 
 
 def document_ids_vary(docs: Tensor) -> bool:
@@ -339,7 +378,7 @@ class Window:
 
     def __init__(self, lay: Layout, x, tokens, cache, device):
         self.L = lay.positions.shape[1]
-        parts = dict(x=x, tokens=tokens, positions=lay.positions, docs=lay.docs, valid=lay.valid)
+        parts = dict(x=x, tokens=tokens, positions=lay.positions, docs=lay.docs, valid=lay.valid, axes_pos=lay.axes_pos)
         w = cache.window if cache is not None else None
         if w is not None and w["positions"].shape[1]:
             parts = {k: (None if v is None else torch.cat([w[k].to(v.dtype), v], dim=1)) for k, v in parts.items()}
@@ -414,11 +453,49 @@ def transports(scheme, kernels, vals: TokenValues, lay: Layout, cache, dtype) ->
     return Transports(rots, hh, angles, per_head)
 
 
+def full_layout_pairs(t: Transform, D: int, layout: str | None):
+    """The pairs of the whole head's layout (``layout``: the kernels' own, None for kernels that rotate
+    any pairs they are given) that a transform's pairs are: (first, second) of the whole head and the
+    indices k of the transform's pairs among them - interleaved (2k, 2k + 1) or halves (k, k + D/2) - or None."""
+    first, second = getattr(t, "first", None), getattr(t, "second", None)
+    if first is None:  # a plan's step: its pairs in the kernels' layout, within its channels
+        n = len(t.channels)
+        first, second = ((t.channels[0::2], t.channels[1::2]) if layout == "interleaved"
+                         else (t.channels[: n // 2], t.channels[n // 2:]))
+    if layout != "halves" and all(a % 2 == 0 and b == a + 1 for a, b in zip(first, second)):
+        return tuple(range(0, D, 2)), tuple(range(1, D, 2)), tuple(a // 2 for a in first)
+    if layout != "interleaved" and all(a < D // 2 and b == a + D // 2 for a, b in zip(first, second)):
+        return tuple(range(D // 2)), tuple(range(D // 2, D)), tuple(first)
+    return None
+
+
+def merged_rotations(rots: list, D: int, layout: str | None = None) -> list:
+    """Several RoPE-table rotations of q and k only (axial schemes: one group per axis) whose pairs are pairs
+    of one whole-head layout, as one rotation of the whole head (identity on the other pairs): one pass over
+    q and k instead of one per group. Anything else is returned as it is."""
+    table = [(t, ang) for t, ang in rots if t.kind == ROPE and not t.values]
+    if len(table) < 2:
+        return rots
+    full = [full_layout_pairs(t, D, layout) for t, _ in table]
+    if any(f is None for f in full) or len({f[0] for f in full}) != 1:
+        return rots
+    lead = torch.broadcast_shapes(*(ang[0].shape[:-1] for _, ang in table))
+    like = table[0][1][0]
+    cos = torch.ones(*lead, D // 2, dtype=like.dtype, device=like.device)
+    sin = torch.zeros(*lead, D // 2, dtype=like.dtype, device=like.device)
+    for (t, (c, s)), (_, _, ks) in zip(table, full):
+        idx = torch.tensor(ks, device=like.device)
+        cos = cos.index_copy(-1, idx, c.expand(*lead, c.shape[-1]))
+        sin = sin.index_copy(-1, idx, s.expand(*lead, s.shape[-1]))
+    whole = Transform(ROPE, False, tuple(range(D)), full[0][0], full[0][1])
+    return [(whole, (cos, sin))] + [r for r in rots if not (r[0].kind == ROPE and not r[0].values)]
+
+
 def transport_qkv(kernels, tr: Transports, q, k, v):
     """q (its last Lq tokens), k and v rotated by their absolute angles; what undoes the value rotation."""
     Lq, D, adt = q.shape[2], q.shape[3], angle_dtype(q.dtype)
     undo = []
-    for t, ang in tr.rots:
+    for t, ang in merged_rotations(tr.rots, D, getattr(kernels, "layout", None)):
         ch = t.channels if len(t.channels) != D else None
         if t.kind == ROPE:
             ck, sk = ang
@@ -711,6 +788,9 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
         multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
+    if (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
+            and kcoord is None and shape is None and sink is None):  # one causal sequence at given positions
+        return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
     block = QUERY_CHUNK if shape is None else WINDOW_BLOCK
@@ -986,7 +1066,7 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
     if lay is None:
-        lay = layout(scheme.heads, B, L, Lq, positions, document_ids, attn_mask, cache, q.device)
+        lay = layout(scheme.heads, B, L, Lq, positions, document_ids, attn_mask, cache, q.device, scheme.axes)
     win = Window(lay, x, tokens, cache, q.device)
     vals = scheme.token_values(win, q.dtype)
     tr = transports(scheme, kernels, vals, lay, cache, q.dtype)

@@ -18,6 +18,7 @@ import networkx as nx
 
 from pedsl.compiler.plan import site_name
 from pedsl.lang.exprs import to_source
+from pedsl.lang.frequencies import pair_axes
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.types import Dep, Ty
 
@@ -32,7 +33,8 @@ def _sources(ty: Ty) -> list[str]:
 
 def lower(scheme: Scheme) -> nx.DiGraph:
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
-                   window=scheme.window, chunk=scheme.chunk, sink=scheme.sink)
+                   axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
+                   sink=scheme.sink)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")
@@ -98,7 +100,7 @@ def _add_transport(g: nx.DiGraph, scheme: Scheme, idx: int, t) -> str:
     if t.kind == "rotate":
         table = site_name("phase", t.group)
         g.add_node(table, op="phase_table", expr=t.phase, label=f"phase = {to_source(t.phase)}",
-                   dynamic=t.dynamic, ty=t.phase_ty)
+                   dynamic=t.dynamic, ty=t.phase_ty, per_token="head" in t.phase_ty.axes)
         for s in _sources(t.phase_ty):
             g.add_edge(_ensure(g, s), table)
         g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (

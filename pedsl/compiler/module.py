@@ -81,7 +81,7 @@ class SchemeAttention(nn.Module):
             chans = len(group.channels)
             pairs = chans // 2
         return Context(values=self.values, heads=self.heads, pairs=pairs, chans=chans, L=L, n=L, x=x,
-                       tokens=tokens, device=device, dtype=dtype)
+                       tokens=tokens, device=device, dtype=dtype, axes=self.scheme.axes)
 
     def _build_learned(self) -> None:
         """Create every learned call site and fold every static sub-expression once, eagerly, by
@@ -203,6 +203,10 @@ class SchemeAttention(nn.Module):
         return as_bhlp(a, L, len(t.channels) // 2)
 
     def _cos_sin(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> tuple[Tensor, Tensor]:
+        if t.kind == P.ROPE and t.table == P.PER_TOKEN:  # phases per head (learned or not): no cached table
+            ph = torch.remainder(as_bhlp(self.evaluator.run(t.expr, self._ctx(L, x, tokens, device, dtype, group=t),
+                                                            t.site), L, len(t.channels) // 2).to(F64), 2 * math.pi)
+            return (t.scale * torch.cos(ph)).to(dtype), (t.scale * torch.sin(ph)).to(dtype)
         if t.kind == P.ROPE:
             return self.rope_tables(t, L, device, dtype)
         A = cumulative_angles(self.step_angles(t, L, x, tokens, device, dtype).to(F64))

@@ -44,6 +44,7 @@ class ModuleScheme:
     def __init__(self, mod):
         self.mod = mod
         self.heads, self.head_dim = mod.heads, mod.head_dim
+        self.axes = mod.scheme.axes
         self.conv_history = mod._conv_history
         self.transforms = mod.transforms
         self.kernels = FusedKernels(mod.layout)
@@ -66,6 +67,7 @@ class ModuleScheme:
         c = self.mod._ctx(win.Lw, p["x"], p["tokens"], win.device, dtype, group=group)
         c.n = win.n
         c.positions = p["positions"]
+        c.axes_pos = p["axes_pos"]
         if win.segmented:
             c.docs, c.valid = p["docs"], p["valid"]
         return c
@@ -76,8 +78,9 @@ class ModuleScheme:
         out = []
         for t in mod.transforms:
             P = len(t.channels) // 2
-            if t.static_table and win.n <= TABLE_MAX:
+            if t.static_table and win.n <= TABLE_MAX and win.parts["axes_pos"] is None:
                 # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions
+                # (a call with several position axes evaluates its phases per token instead)
                 cos, sin = mod.rope_tables(t, win.n, win.device, angle_dtype(dtype))  # rotate's scale included
                 pos = win.parts["positions"][:, win.Lw - win.L:].clamp(0, cos.shape[0] - 1)  # padding: any position
                 out.append((cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)))  # (B, 1, L, P)

@@ -51,6 +51,8 @@ _STATIC_NOTE = "static table: folded in float64, cached as cos/sin buffers, grow
 def fold_static_tables(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Frequency/phase tables that depend only on positions are constants: compute once in float64."""
     return _decide(g, ("phase_table",), lambda d: (
+        (P.PER_TOKEN, "per head: the phases are evaluated (float64) at every call, no cached table")
+        if d.get("per_token") else
         (P.LEARNED_TABLE, "reads learned values: evaluated (float64) at every call, never cached")
         if d["ty"].learned else
         (P.RUNTIME_LENGTH, "depends on the run-time length n: recomputed (float64) for each new length")
@@ -220,7 +222,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         transports.append(P.TransportStep(
             group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
             targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
-            orthogonal=bool(d.get("orthogonal")), why=why))
+            orthogonal=bool(d.get("orthogonal")), why=why, pair_axes=g.graph.get("pair_axes", {}).get(d["group"], ())))
     biases = []
     for n in bias_nodes(g):
         d = g.nodes[n]
@@ -237,7 +239,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
-        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases),
+        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"))
     return g
 

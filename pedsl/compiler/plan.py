@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
+from pedsl.lang.frequencies import axis_runs
 from pedsl.runtime.walk import learned_calls, param_key, site_name  # noqa: F401 (the plan's names)
 
 # transport kinds
@@ -66,12 +67,13 @@ class TransportStep:
     kind: str  # ROPE | SO2 | HOUSEHOLDER
     channels: tuple[int, ...]
     targets: str  # "qk" | "qkv" (values transported too, undone on the output)
-    table: str  # ROPE: STATIC | RUNTIME_LENGTH | LEARNED_TABLE; SO2, HOUSEHOLDER: PER_TOKEN
+    table: str  # ROPE: STATIC | RUNTIME_LENGTH | LEARNED_TABLE | PER_TOKEN (phases per head); SO2, HOUSEHOLDER: PER_TOKEN
     kernel: str  # "rotary" | "cumulative angles" | "blockwise"
     sites: tuple[Site, ...]  # ROPE: (phase,); SO2: (steps,); HOUSEHOLDER: (w, beta)
     scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
     orthogonal: bool = False  # HOUSEHOLDER with beta = 2: reflections
     why: str = ""
+    pair_axes: tuple[str, ...] = ()  # a multi-axis scheme's rotation: the position axis each pair reads
 
     @property
     def expr(self) -> ast.Expr:
@@ -137,6 +139,7 @@ class Plan:
     # a half-precision call takes the general path, which differences the bias coordinates per query
     # block in float64 (a key channel g(j) loses the bias in half precision: |g| grows with j)
     half_via_general: bool = False
+    axes: tuple[str, ...] = ()  # the scheme's position axes (`axes t, h, w`); () for one axis
     # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
     # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
     window: int | None = None
@@ -185,12 +188,17 @@ def learned_sites(plan: Plan) -> tuple[LearnedSite, ...]:
 def plan_lines(plan: Plan) -> list[str]:
     """The plan as text (``pedsl graph``, ``pedsl explain``)."""
     out = [f"plan for {plan.scheme}: backend {plan.backend} - {plan.backend_why}"]
+    if plan.axes:
+        out.append(f"  positions: axes {', '.join(plan.axes)} (forward takes positions ({len(plan.axes)}, B, L); a "
+                   "call that gives them evaluates its phases per token, one without reads the tables below)")
     for t in plan.transports:
         extra = f", scale {t.scale:g}" if t.scale != 1 else ""
         out.append(f"  transport {t.group!r} ({len(t.channels)} channels, {t.targets}): {t.kind}, table "
                    f"{t.table}, kernel {t.kernel}{extra}")
         for s in t.sites:
             out.append(f"      {s.name} = {to_source(s.expr)}")
+        if t.pair_axes:
+            out.append(f"      axes read: {axis_runs(t.pair_axes)}")
         if t.why:
             out.append(f"      {t.why}")
     for b in plan.biases:
@@ -230,9 +238,11 @@ def plan_to_json(plan: Plan) -> dict:
     return {
         "scheme": plan.scheme, "layout": plan.layout, "heads": plan.heads, "head_dim": plan.head_dim,
         "backend": plan.backend, "backend_why": plan.backend_why, "half_via_general": plan.half_via_general,
+        "axes": list(plan.axes),
         "transports": [{"group": t.group, "index": t.index, "kind": t.kind, "channels": list(t.channels),
                         "targets": t.targets, "table": t.table, "kernel": t.kernel, "scale": t.scale,
-                        "orthogonal": t.orthogonal, "sites": [site(s) for s in t.sites], "why": t.why}
+                        "orthogonal": t.orthogonal, "sites": [site(s) for s in t.sites], "why": t.why,
+                        "pair_axes": list(t.pair_axes)}
                        for t in plan.transports],
         "biases": [{"index": b.index, "kind": b.kind, "carried": b.carried, "counts": b.counts, "site": site(b.site),
                     "slope": None if b.slope is None else to_source(b.slope), "why": b.why} for b in plan.biases],

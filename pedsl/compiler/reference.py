@@ -65,7 +65,7 @@ def transported_scores(mod, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Ten
 
 
 def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positions: Tensor, docs: Tensor,
-                     valid: Tensor, step_valid: Tensor, mask4: Tensor | None) -> Tensor:
+                     valid: Tensor, step_valid: Tensor, mask4: Tensor | None, axes_pos: Tensor | None = None) -> Tensor:
     """The oracle for the general forward, naively, in float64.
 
     k, v ``(B, Hkv, L, D)`` are every token; q ``(B, Hq, Lq, D)`` the queries of the last Lq of them.
@@ -75,6 +75,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     and ``mask4[b, h, i, j]``. Transports are explicit ordered products of the steps of tokens
     ``j+1..i``; a gate bias is the explicit sum of the log-gates of tokens ``j+1..i``; a distance
     bias is read at ``positions[i] - positions[j]``; a query with no visible key gives zeros.
+    ``axes_pos (B, L, A)``: the positions along each declared axis, read by ``position.AXIS``.
     """
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
@@ -89,6 +90,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     def ctx(group=None):  # the walk's context at the call's positions, documents and padding
         c = mod._ctx(L, x, tokens, dev, F64, group=group)
         c.n, c.positions, c.docs, c.valid = n, positions, docs, step_valid
+        c.axes_pos = axes_pos
         return c
 
     sch = mod.scheme

@@ -181,7 +181,7 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
             return o
     try:
         lay = layout(mod.heads, q.shape[0], k.shape[2], q.shape[2], positions, document_ids, attn_mask, cache,
-                     q.device)
+                     q.device, mod.scheme.axes)
         if mod.backend == "reference":
             return _reference(mod, q, k, v, x, tokens, lay, cache)
         side = ModuleScheme.of(mod)
@@ -193,7 +193,8 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
 # ---------------------------------------------------------------------- reference backend
 def _reference(mod, q, k, v, x, tokens, lay: Layout, cache):
     """The naive float64 interpreter over every token so far (the cache keeps the raw inputs)."""
-    parts = dict(k=k, v=v, x=x, tokens=tokens, positions=lay.positions, docs=lay.docs, valid=lay.valid)
+    parts = dict(k=k, v=v, x=x, tokens=tokens, positions=lay.positions, docs=lay.docs, valid=lay.valid,
+                 axes_pos=lay.axes_pos)
     if cache is not None:
         if cache.batch_size != k.shape[0]:
             raise ShapeError(f"cache: it was made for batch size {cache.batch_size}, this call has {k.shape[0]}",
@@ -210,4 +211,4 @@ def _reference(mod, q, k, v, x, tokens, lay: Layout, cache):
         valid = torch.cat([valid[:, :Lc] & lay.key_valid_cached, valid[:, Lc:]], 1)
     return reference_stream(mod, q, parts["k"], parts["v"], x=parts["x"], tokens=parts["tokens"],
                             positions=parts["positions"], docs=parts["docs"], valid=valid,
-                            step_valid=parts["valid"], mask4=lay.mask4).to(q.dtype)
+                            step_valid=parts["valid"], mask4=lay.mask4, axes_pos=parts["axes_pos"]).to(q.dtype)

@@ -145,7 +145,7 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
         elif keep:
             out.append(Keep(path, new))
 
-    for field in ("name", "doc", "heads", "head_dim", "layout"):
+    for field in ("name", "doc", "heads", "head_dim", "layout", "axes"):
         value(field, getattr(a, field), getattr(b, field))
 
     pmap = match_params(a, b)

@@ -21,7 +21,7 @@ from pedsl.lang.exprs import to_source, transform
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.types import Dep
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
-from pedsl.lang.frequencies import rotary_frequencies
+from pedsl.lang.frequencies import axis_runs, pair_axes, rotary_frequencies
 from pedsl.lang.channels import channel_ranges as ranges
 from pedsl.diffing.match import bias_source, transport_source
 
@@ -47,6 +47,7 @@ class GroupFacts:
     orthogonal: bool | None = None
     spread: tuple[float, ...] | None = None  # per-pair scale of random/learned step angles
     mean: tuple[float, ...] | None = None  # per-pair mean step angle (drift)
+    pair_axes: tuple[str, ...] = ()  # a multi-axis scheme's rotation: the position axis each pair reads
 
     @property
     def pairs(self) -> int:
@@ -84,6 +85,7 @@ class SchemeFacts:
     backend_note: str | None = None
     compile_error: str | None = None
     graph: Any = None
+    axes: tuple[str, ...] = ()  # the position axes (`axes t, h, w`)
 
     @property
     def rotating(self) -> list[GroupFacts]:
@@ -173,6 +175,10 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
     except Exception:  # a display nicety must never break diff/explain
         freqs = {}
     by_group = {t.group: t for t in s.transports}
+    try:
+        read = pair_axes(s)
+    except Exception:  # a display nicety must never break diff/explain
+        read = {}
     groups = []
     for g in s.groups:
         gf = GroupFacts(name=g.name, spec=g.spec, channels=tuple(g.channels))
@@ -180,6 +186,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         if t is not None:
             gf.kind, gf.targets, gf.source = t.kind, t.targets, transport_source(t)
             gf.freqs = freqs.get(g.name)
+            gf.pair_axes = read.get(g.name, ())
             if t.kind == "rotate":
                 gf.dynamic, gf.scale = t.dynamic, t.scale
             elif t.kind == "accumulate_rotation":
@@ -203,7 +210,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
     facts = SchemeFacts(
         name=s.name, heads=s.heads, head_dim=s.head_dim, layout=s.layout,
         train_length=train_length if isinstance(train_length, int) else None,
-        params=dict(s.params), groups=groups, biases=biases,
+        params=dict(s.params), groups=groups, biases=biases, axes=s.axes,
         temperature=None if s.temperature is None else to_source(s.temperature),
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
     )
@@ -308,3 +315,11 @@ def describe_temperature(f: SchemeFacts) -> str:
             v = "[" + ", ".join(fmt_num(x) for x in v) + "]"
         vals.append(f"{fmt_num(v) if not isinstance(v, str) else v} at {i + 1}")
     return f"{f.temperature}: tau = " + ", ".join(vals) if vals else f.temperature
+
+
+def describe_axes(f: SchemeFacts) -> str:
+    """The position axes and which pairs of each rotating group read which axis."""
+    if not f.axes:
+        return "one axis (positions (B, L))"
+    groups = "; ".join(f"[{g.name}] {axis_runs(g.pair_axes)}" for g in f.rotating if g.pair_axes)
+    return f"axes {', '.join(f.axes)} (positions ({len(f.axes)}, B, L))" + (f": {groups}" if groups else "")

@@ -34,7 +34,7 @@ class Sampler:
     def ctx(self, L: int, x=None, tokens=None, group: str | None = None) -> Ctx:
         chans = len(self.scheme.group(group).channels) if group is not None else None
         return Ctx(values=self.values, heads=self.heads, L=L, pairs=None if chans is None else chans // 2,
-                   chans=chans, x=x, tokens=tokens)
+                   chans=chans, x=x, tokens=tokens, axes=self.scheme.axes)
 
     def run(self, e, site: str, ctx: Ctx) -> NL:
         return self.evaluator.run(e, ctx, site)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from pedsl.diffing.facts import (SchemeFacts, describe_bias, describe_freqs, describe_rotation,
+from pedsl.diffing.facts import (SchemeFacts, describe_axes, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num)
 from pedsl.diffing.edits import Insert, Move, Remove, Update
 
@@ -85,6 +85,8 @@ def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, st
         ("backend", _backend(a), _backend(b)),
         ("training length", str(a.train_length), str(b.train_length)),
     ]
+    if a.axes or b.axes:  # multi-axis positions: which pairs read which axis
+        items.insert(1, ("position axes", describe_axes(a), describe_axes(b)))
     note = _scale_note(a, b)
     if note:
         items.insert(3, ("frequency change", "", note))

@@ -116,6 +116,13 @@ class Layout(Node):
     value: Literal["halves", "interleaved"]
 
 
+class Axes(Node):
+    """``axes t, h, w``: the named axes of the scheme's positions (absent: one unnamed axis)."""
+
+    kind: Literal["axes"] = "axes"
+    names: tuple[str, ...]
+
+
 class Group(Node):
     name: str
     spec: Expr
@@ -175,7 +182,7 @@ class Allow(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, WindowStmt, SinkStmt, Section, Allow],
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, WindowStmt, SinkStmt, Section, Allow],
     Field(discriminator="kind"),
 ]
 

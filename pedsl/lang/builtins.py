@@ -27,6 +27,7 @@ CATEGORIES = [
     ("channels", "Channel groups (inside `channels { ... }`)"),
     ("transport", "Transports and steps"),
     ("source", "Step sources (data-dependent or learned)"),
+    ("axes", "Position axes (schemes with `axes ...`)"),
 ]
 
 # Names with a fixed meaning. Structural ones (heads, head_dim) come from the model.
@@ -62,7 +63,7 @@ WARNINGS = {
 }
 
 KEYWORDS = {
-    "scheme", "extends", "import", "param", "let", "layout", "channels", "on", "bias",
+    "scheme", "extends", "import", "param", "let", "layout", "axes", "channels", "on", "bias",
     "temperature", "window", "chunk", "sink", "train", "eval", "allow", "qk", "qkv", "true", "false",
     "int", "float", "bool", "str", "halves", "interleaved",
 }

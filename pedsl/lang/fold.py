@@ -18,7 +18,7 @@ from typing import Any
 from pedsl import limits
 from pedsl.lang import ast
 from pedsl.lang.builtin_defs import RECORDS
-from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, show
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, pairs_of, show
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS
 
 
@@ -69,6 +69,8 @@ def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
         return env.n if env.n is not None else DYNAMIC
     if name in CONSTANTS and CONSTANTS[name].reads:  # reads a run-time input (docs/semantics.md §1a)
         return DYNAMIC
+    if name.partition(".")[0] in CONSTANTS and CONSTANTS[name.partition(".")[0]].reads:  # position.AXIS
+        return DYNAMIC
     if name in ("none", "all", "rest"):
         return GroupSpec(name) if name != "none" else None
     if name in ("head", "pair", "channel"):
@@ -106,11 +108,8 @@ def _arith(op: str, a: Any, b: Any, node) -> Any:
         if isinstance(v, (str, bool, GroupSpec)) or v is None:
             raise EvalIssue(f"arithmetic '{op}' on {show(v)}", node)
     if isinstance(a, Vec) and isinstance(b, Vec):
-        if a.axis != b.axis:
-            raise EvalIssue(
-                f"cannot combine a vector over {a.axis}s with one over {b.axis}s here", node,
-                hint="a per-head vector cannot stand where a per-pair one is needed",
-            )
+        if a.axis != b.axis:  # a (head, pair) field: the checker typed it; the run-time walk computes it
+            return DYNAMIC
         if len(a.values) != len(b.values):
             raise EvalIssue(f"vectors of different lengths ({len(a.values)} and {len(b.values)})", node)
         return Vec(a.axis, tuple(_op(op, x, y, node) for x, y in zip(a.values, b.values)))
@@ -151,6 +150,8 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     if spec is None:
         raise EvalIssue(f"unknown function '{node.func}'", node)
     bound = bind_args(node, spec.params)
+    if spec.axis_select is not None:
+        return _axis_selection(node, spec, bound, env, depth)
     if node.func in ARG_RULES:  # the static arguments of a run-time builtin: checked now, not at run time
         checked = _check_args(node, bound, env, depth)
         probe = [env.values.get(i) for i in spec.inputs]  # the checker's probe at one query position
@@ -186,6 +187,18 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     elif isinstance(out, float):
         finite(out, node, f"{node.func}() gives")
     return out
+
+
+def _axis_selection(node: ast.Call, spec, bound: dict, env: StaticEnv, depth: int) -> Any:
+    """sections()/interleave() where every position.AXIS has a value (the frequency probes): per pair, the
+    position of its axis; DYNAMIC otherwise."""
+    at = [env.values.get(f"position.{a}") for a in env.axes]
+    if not at or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in at):
+        return DYNAMIC
+    sizes = fold_expr(bound["sizes"], env, depth + 1)
+    if not isinstance(sizes, list):
+        return DYNAMIC
+    return Vec("pair", tuple(float(at[a]) for a in spec.axis_select(sizes, pairs_of(env, node))))
 
 
 def _checked_value(v: Any, arg, func: str, name: str) -> None:

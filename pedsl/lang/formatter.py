@@ -117,6 +117,8 @@ def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
         w.emit(depth, f"let {st.name} = {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "layout":
         w.emit(depth, f"layout {st.value}", st, last=_claim(st, nxt))
+    elif k == "axes":
+        w.emit(depth, "axes " + ", ".join(st.names), st, last=_claim(st, nxt))
     elif k == "transport":
         on = f" on {st.group}" if st.group else ""
         w.emit(depth, f"{st.targets}{on}: {to_source(st.value)}", st, last=_claim(st, nxt))

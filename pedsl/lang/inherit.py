@@ -1,6 +1,6 @@
 """Scheme lookup in a loaded file and the ``extends`` chain: finding a scheme's bases and merging them.
 
-Merging rule for ``extends``: ``param``/``let`` override by name; ``layout``,
+Merging rule for ``extends``: ``param``/``let`` override by name; ``layout``, ``axes``,
 ``bias``, ``temperature`` and the ``channels`` block as a whole; ``train`` and
 ``eval`` entries key by key; and the transports as a set: a child that declares
 any ``qk``/``qkv`` line replaces all of its base's transports.
@@ -121,6 +121,7 @@ class Merged:
     params: dict[str, Located] = field(default_factory=dict)
     lets: dict[str, Located] = field(default_factory=dict)
     layout: Located | None = None
+    axes: Located | None = None  # the `axes` statement (absent: one unnamed axis)
     channels: Located | None = None
     transports: list[Located] = field(default_factory=list)
     bias: Located | None = None
@@ -147,7 +148,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
             key = None
             if st.kind in ("param", "let"):
                 key = ("name", st.name)
-            elif st.kind in ("layout", "channels", "bias", "temperature", "window", "chunk", "sink"):
+            elif st.kind in ("layout", "axes", "channels", "bias", "temperature", "window", "chunk", "sink"):
                 key = (st.kind, "")
             if key is not None:
                 if key in seen:
@@ -165,6 +166,8 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                 (m.lets if st.kind == "param" else m.params).pop(st.name, None)
             elif st.kind == "layout":
                 m.layout = loc
+            elif st.kind == "axes":
+                m.axes = loc
             elif st.kind == "channels":
                 m.channels = loc
             elif st.kind == "transport":

@@ -22,7 +22,7 @@ from pedsl.lang import ast
 from pedsl.lang.diagnostics import node_pos
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import calls_in, names_in, transform
-from pedsl.lang.frequencies import rotary_frequencies, scheme_env
+from pedsl.lang.frequencies import axis_frequencies, rotary_frequencies, scheme_env
 from pedsl.lang.imports import Source
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.values import EvalIssue, StaticEnv, Vec
@@ -43,7 +43,19 @@ def lint(scheme: Scheme, src: Source) -> list[Diagnostic]:
     anchor = decl
     train_length = scheme.train.get("context")
 
-    if "frayed_frequencies" not in allowed and isinstance(train_length, (int, float)):
+    if "frayed_frequencies" not in allowed and isinstance(train_length, (int, float)) and scheme.axes:
+        for group, axis, count, pairs, longest, extent in frayed_axes(scheme, train_length):
+            sink.add(
+                "W101",
+                f"{count} of {pairs} rotary pairs in group '{group}' have periods along axis '{axis}' longer than "
+                f"the training extent along it ({longest:.4g} > {extent:g} positions): they never complete a cycle "
+                "in training and rotate out of distribution past it",
+                severity="warning",
+                hint="give that axis faster frequencies (a smaller base), fewer pairs, or "
+                "'allow frayed_frequencies' for a baseline",
+                **where(anchor),
+            )
+    elif "frayed_frequencies" not in allowed and isinstance(train_length, (int, float)):
         for group, freqs in rotary_frequencies(scheme).items():
             slow = [2 * math.pi / w for w in freqs if w > 0 and 2 * math.pi / w > train_length]
             if slow:
@@ -95,6 +107,30 @@ def lint(scheme: Scheme, src: Source) -> list[Diagnostic]:
                 sink.add("W105", f"'{st.name}' is defined but never used", severity="warning",
                          hint="remove it or 'allow unused'", **where(st))
     out.extend(sink.items)
+    return out
+
+
+def axis_extents(scheme: Scheme, context: float) -> dict[str, float]:
+    """The training extent along each axis of a multi-axis scheme: a grid of ``context = H x W`` tokens
+    of width ``grid_width`` (the grid tasks' setting; square when absent) for two axes, else ``context``
+    along every axis (no axis position goes further than the tokens of a text-like layout)."""
+    width = scheme.train.get("grid_width")
+    if len(scheme.axes) == 2:
+        w = width if isinstance(width, (int, float)) and width > 0 else math.isqrt(int(context))
+        return {scheme.axes[0]: max(1.0, context / w), scheme.axes[1]: float(w)}
+    return {a: float(context) for a in scheme.axes}
+
+
+def frayed_axes(scheme: Scheme, context: float) -> list[tuple[str, str, int, int, float, float]]:
+    """W101 per axis: (group, axis, frayed pairs, pairs, longest period, extent) where a pair reading the
+    axis has a period beyond the training extent along it."""
+    out = []
+    extents = axis_extents(scheme, context)
+    for group, per_axis in axis_frequencies(scheme).items():
+        for axis, freqs in per_axis.items():
+            slow = [2 * math.pi / w for w in freqs if w > 0 and 2 * math.pi / w > extents[axis]]
+            if slow:
+                out.append((group, axis, len(slow), len(freqs), max(slow), extents[axis]))
     return out
 
 

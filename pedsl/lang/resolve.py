@@ -75,7 +75,23 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             for name, loc in self.m.lets.items():
                 names[name] = (lambda name=name: self.let_type(name))
             self._names = names
-        return Checker(names, lambda code, msg, node, hint=None: self.report(code, msg, node, hint=hint))
+        return Checker(names, lambda code, msg, node, hint=None: self.report(code, msg, node, hint=hint),
+                       axes=self.axes)
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        """The declared position axes (``axes t, h, w``; () when absent: one unnamed axis)."""
+        return self.m.axes.stmt.names if self.m.axes is not None else ()
+
+    def check_axes(self) -> None:
+        """An axis declared twice, or named like a builtin input."""
+        if self.m.axes is None:
+            return
+        seen: set[str] = set()
+        for name in self.m.axes.stmt.names:
+            if name in seen:
+                self.report("E230", f"axis '{name}' is declared twice", self.m.axes.stmt, src=self.m.axes.src)
+            seen.add(name)
 
     def let_type(self, name: str) -> Ty | None:
         if name in self.types:
@@ -124,6 +140,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         m = self.m
         self._current = self.src
         self.bind_params()
+        self.check_axes()
         # a let is one value: its learned calls are marked as its own, so every use reads one site
         lets = {n: bind_calls(loc.stmt.value, n, lambda f: f in FUNCTIONS and FUNCTIONS[f].learned)
                 for n, loc in m.lets.items()}
@@ -166,6 +183,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             heads=heads,
             head_dim=head_dim,
             layout=layout,
+            axes=self.axes,
             groups=tuple(groups.values()),
             transports=tuple(transports),
             biases=tuple(biases),

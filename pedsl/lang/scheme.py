@@ -146,6 +146,7 @@ class Scheme(_Frozen):
     heads: int
     head_dim: int
     layout: Literal["halves", "interleaved"] = "halves"
+    axes: tuple[str, ...] = ()  # the named axes of the positions (`axes t, h, w`); () = one unnamed axis
     groups: tuple[ChannelGroup, ...] = ()
     transports: tuple[Transport, ...] = ()
     biases: tuple[Bias, ...] = ()

@@ -139,6 +139,7 @@ class TermResolution(ResolverStage):
         if fn.kind == "call" and fn.func == "rotate":
             phase = _arg(fn, "phase")
             self._check_static(phase, env, len(group.channels) // 2)
+            self._check_axis_selections(phase, env, len(group.channels) // 2)
             scale_expr = next((kw.value for kw in fn.kwargs if kw.name == "scale"),
                               fn.args[1] if len(fn.args) > 1 else None)
             scale = self._rotate_scale(scale_expr, st, env)
@@ -151,6 +152,7 @@ class TermResolution(ResolverStage):
             if step.kind == "call" and step.func == "rotation":
                 angle = _arg(step, "angle")
                 self._check_static(angle, env, len(group.channels) // 2)
+                self._check_axis_selections(angle, env, len(group.channels) // 2)
                 return RotationSteps(targets=st.targets, group=gname, angle=angle, angle_ty=self.type_of(angle))
             if step.kind == "call" and step.func == "householder":
                 w, beta = _arg(step, "w"), _arg(step, "beta")
@@ -200,6 +202,25 @@ class TermResolution(ResolverStage):
         except EvalIssue as issue:
             self.report("E217", str(issue), issue.node or e, hint=issue.hint)
 
+    def _check_axis_selections(self, e: ast.Expr, env: StaticEnv, pairs: int) -> None:
+        """Every sections()/interleave() of a rotation: one static size per declared axis, fitting the
+        group's pairs (E232 at the call)."""
+        axes = self.m.axes.stmt.names if self.m.axes is not None else ()
+        for node in walk(e):
+            if node.kind != "call" or FUNCTIONS[node.func].axis_select is None:
+                continue
+            sizes_expr = _arg(node, "sizes")
+            try:
+                sizes = fold_expr(sizes_expr, env)
+                if not isinstance(sizes, list):
+                    raise EvalIssue(f"{node.func}(): the sizes must be a list known at compile time")
+                if len(sizes) != len(axes):
+                    raise EvalIssue(f"{node.func}(): {len(sizes)} sizes for {len(axes)} axes ({', '.join(axes)})",
+                                    hint="give one size per declared axis, in the order of the axes statement")
+                FUNCTIONS[node.func].axis_select(sizes, pairs)
+            except EvalIssue as issue:
+                self.report("E232", str(issue), sizes_expr, hint=issue.hint)
+
     def resolve_bias(self, lets) -> list:
         """The bias's terms; ``self.constant_terms`` gets the terms that depend on neither i - j nor the
         route (dropped: they cancel in the softmax; lint's W106 names them)."""
@@ -213,6 +234,14 @@ class TermResolution(ResolverStage):
             return []
         t = self.checker().infer(value)
         if t is None:
+            return []
+        axis_distance = next((n for n in walk(inline_lets(value, lets)) if n.kind == "name" and "." in n.id), None)
+        if axis_distance is not None:
+            self.report("E233", f"'{axis_distance.id}': a bias over distances along one axis is not implemented "
+                        "(biases read the one-axis distance i - j)", next(
+                            (n for n in walk(value) if n.kind == "name" and n.id == axis_distance.id), value),
+                        hint="rotate by the axis instead (qk on GROUP: rotate(w * position.AXIS)); 2-D distance "
+                        "biases are future work")
             return []
         if t.kind == "num" and not t.axes <= {"head", "dist"}:
             self.report("E204", f"a bias is a field over head and distance, not {t.show()}", value,

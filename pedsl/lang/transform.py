@@ -91,6 +91,10 @@ class ToAst(Transformer):
     def name(self, meta, c):
         return ast.Name(id=str(c[0]), span=_tok_span(c[0]))
 
+    def dotted(self, meta, c):
+        """``position.h`` / ``distance.h``: one name, read along one declared axis (docs/language.md, axes)."""
+        return ast.Name(id=f"{c[0]}.{c[1]}", span=_span_of(meta))
+
     def _bin(op):  # noqa: N805 - a small factory used in the class body
         def build(self, meta, c):
             return ast.Binary(op=op, left=c[0], right=c[1], span=_span_of(meta))
@@ -131,6 +135,9 @@ class ToAst(Transformer):
 
     def layout(self, meta, c):
         return ast.Layout(value=str(c[0]), span=_span_of(meta))
+
+    def axes_decl(self, meta, c):
+        return ast.Axes(names=tuple(str(x) for x in c), span=_span_of(meta))
 
     def group(self, meta, c):
         return ast.Group(name=str(c[0]), spec=c[1], span=_span_of(meta))

@@ -11,6 +11,7 @@ from pedsl.lang.builtin_defs.record import own_reads
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, REQUIRED, TypeIssue
 from pedsl.lang.types import BOOL, NUM, STR, Ty, join
 
+AXIS_READERS = ("position", "distance")  # the names read along one axis in a multi-axis scheme
 Report = Callable[..., None]  # report(code, message, node, hint=None)
 
 
@@ -19,13 +20,17 @@ class Checker:
 
     ``names`` maps parameter and let names to a thunk giving their type, so lets can be
     typed lazily (and cycles found). ``seen``, when given, receives the type of every node
-    inferred, by ``id`` (:func:`pedsl.lang.typed.node_types`).
+    inferred, by ``id`` (:func:`pedsl.lang.typed.node_types`). ``axes`` are the scheme's declared
+    position axes (``()``: one unnamed axis); None types ``position.AXIS`` without checking the axis
+    (resolved expressions, checked once already).
     """
 
-    def __init__(self, names: dict[str, Callable[[], Ty]], report: Report, seen: dict[int, Ty] | None = None):
+    def __init__(self, names: dict[str, Callable[[], Ty]], report: Report, seen: dict[int, Ty] | None = None,
+                 axes: tuple[str, ...] | None = None):
         self.names = names
         self.report = report
         self.seen = seen
+        self.axes = axes
 
     def infer(self, e: ast.Expr) -> Ty | None:
         """The type of e, or None when an error was reported inside it."""
@@ -72,6 +77,15 @@ class Checker:
     def _name(self, e: ast.Name) -> Ty | None:
         if e.id in self.names:
             return self.names[e.id]()
+        if "." in e.id:
+            return self._axis_name(e)
+        if e.id in AXIS_READERS and self.axes:
+            first = self.axes[0]
+            self.report("E231", f"'{e.id}' in a scheme with axes {', '.join(self.axes)}: say which axis it reads",
+                        e, hint=f"write {e.id}.{first} (one axis)" + (
+                            ", or sections(position, [...]) / interleave(position, [...]) to give each rotary "
+                            "pair an axis" if e.id == "position" else ""))
+            return None
         if e.id in CONSTANTS:
             return CONSTANTS[e.id]
         if e.id in FUNCTIONS:
@@ -80,6 +94,40 @@ class Checker:
         hint = did_you_mean(e.id, list(self.names) + list(CONSTANTS))
         self.report("E201", f"unknown name '{e.id}'", e, hint=hint or "declare it with 'param' or 'let'")
         return None
+
+    def _axis_name(self, e: ast.Name) -> Ty | None:
+        """``position.AXIS`` / ``distance.AXIS``: the position (distance) along one declared axis."""
+        base, _, axis = e.id.partition(".")
+        if base not in AXIS_READERS:
+            self.report("E201", f"unknown name '{e.id}'", e,
+                        hint="only position and distance are read along an axis: position.AXIS, distance.AXIS")
+            return None
+        if self.axes is not None and axis not in self.axes:
+            if not self.axes:
+                self.report("E230", f"'{e.id}' reads axis '{axis}', but the scheme declares no axes", e,
+                            hint=f"declare the position axes first, e.g. 'axes {axis}, ...'")
+            else:
+                near = did_you_mean(axis, list(self.axes))
+                self.report("E230", f"'{e.id}' reads axis '{axis}', which the scheme does not declare "
+                            f"(its axes: {', '.join(self.axes)})", e, hint=near or f"add it: axes {', '.join(self.axes)}, {axis}")
+            return None
+        return CONSTANTS[base]
+
+    def _axis_selection(self, e: ast.Call, spec, arg) -> Ty | None:
+        """The first argument of sections()/interleave(): the bare name ``position`` of a multi-axis scheme."""
+        if not (isinstance(arg, ast.Name) and arg.id == "position"):
+            self.report("E204", f"{e.func}() gives each rotary pair one axis of the positions: its first argument "
+                        f"is the name position", arg if isinstance(arg, ast.Node) else e,
+                        hint=f"write {e.func}(position, [...])")
+            return None
+        if self.axes is not None and not self.axes:
+            self.report("E230", f"{e.func}() selects among position axes, but the scheme declares none", e,
+                        hint="declare them, e.g. 'axes t, h, w'")
+            return None
+        t = CONSTANTS["position"]
+        if self.seen is not None:
+            self.seen[id(arg)] = t
+        return t
 
     def _binary(self, e: ast.Binary) -> Ty | None:
         a, b = self.infer(e.left), self.infer(e.right)
@@ -134,7 +182,12 @@ class Checker:
             bound[kw.name] = kw.value
         types: dict[str, Ty] = {}
         for p, default in spec.params:
-            if p in bound:
+            if spec.axis_select is not None and p == pnames[0]:
+                t = self._axis_selection(e, spec, bound.get(p))
+                if t is None:
+                    return None
+                types[p] = t
+            elif p in bound:
                 t = self.infer(bound[p])
                 if t is None:
                     return None

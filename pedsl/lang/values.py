@@ -48,9 +48,11 @@ class StaticEnv:
     pairs: int | None = None  # rotary pairs of the group being evaluated
     n: int | None = None  # run-time sequence length, when known
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # let name -> value
+    axes: tuple[str, ...] = ()  # the scheme's position axes: an axis selection folds where each position.AXIS is given
 
     def child(self, **kw) -> "StaticEnv":
-        return StaticEnv(values=self.values, lets=self.lets, pairs=kw.get("pairs", self.pairs), n=kw.get("n", self.n))
+        return StaticEnv(values=self.values, lets=self.lets, pairs=kw.get("pairs", self.pairs), n=kw.get("n", self.n),
+                         axes=self.axes)
 
 
 def map_values(fn, v: Any, node) -> Any:

@@ -23,6 +23,7 @@ STATEMENTS = {
     "param": ("param ${1:name}: ${2|float,int,bool,str|} = ${3:0}", "a parameter: type, bounds, default"),
     "let": ("let ${1:name} = $0", "a named expression"),
     "layout": ("layout ${1|halves,interleaved|}", "how channels pair up for rotations"),
+    "axes": ("axes ${1:h}, ${2:w}", "the named axes of the positions (read as position.h; positions (A, B, L))"),
     "channels": ("channels {\n\t${1:rot} = ${2:fraction(0.5)}\n\t${3:plain} = rest\n}", "channel groups"),
     "qk": ("qk: rotate($0)", "a transport of queries and keys"),
     "qkv": ("qkv: rotate($0)", "a transport of queries, keys and values"),

@@ -23,7 +23,7 @@ _TOKEN = re.compile(r"""
 """, re.X | re.S)
 
 # Keywords that start a statement inside a scheme body (grammars/pe.lark).
-STATEMENT_KEYWORDS = ("param", "let", "layout", "channels", "qk", "qkv", "bias", "temperature", "train", "eval",
+STATEMENT_KEYWORDS = ("param", "let", "layout", "axes", "channels", "qk", "qkv", "bias", "temperature", "train", "eval",
                       "allow")
 _OPEN, _CLOSE = "([{", ")]}"
 

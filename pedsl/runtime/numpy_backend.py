@@ -58,6 +58,7 @@ class Ctx:
     x: np.ndarray | None = None  # (B, L, d_model)
     tokens: np.ndarray | None = None  # (B, L) integers
     n: int | None = None
+    axes: tuple[str, ...] = ()  # the scheme's declared position axes (each reads positions 0..L-1 here)
 
 
 class NumpyEvaluator(DynamicEvaluator):

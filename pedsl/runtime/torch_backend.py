@@ -65,6 +65,8 @@ class Context:
     positions: Tensor | None = None  # (B, L) integer positions read by `position`, log_length, frozen_random
     docs: Tensor | None = None  # (B, L) document ids: shortconv taps do not cross a boundary
     valid: Tensor | None = None  # (B, L) bool, False for padding: shortconv reads zeros there
+    axes: tuple[str, ...] = ()  # the scheme's declared position axes (`axes t, h, w`)
+    axes_pos: Tensor | None = None  # (B, L, A) per-axis positions read by position.AXIS (None: each = positions)
 
 
 class Learned(nn.Module):
@@ -132,6 +134,11 @@ class Evaluator(DynamicEvaluator):
         if axis == "pos" and ctx.positions is not None:
             return LT(ctx.positions.to(F64), ("batch", "pos"))
         return LT(torch.arange(ctx.L, dtype=F64, device=ctx.device), (axis,))
+
+    def axis_position(self, ctx: Context, axis: str) -> LT:
+        if ctx.axes_pos is not None:
+            return LT(ctx.axes_pos[..., ctx.axes.index(axis)].to(F64), ("batch", "pos"))
+        return self.arange(ctx, "pos")
 
     ops = TORCH_OPS
 

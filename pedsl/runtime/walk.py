@@ -28,7 +28,7 @@ from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import bind_args, fold_expr
 from pedsl.lang.typed import node_types
-from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
+from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec
 from pedsl.lang.exprs import to_source
 
 
@@ -103,7 +103,8 @@ class DynamicEvaluator:
 
     The context ``ctx`` must provide ``values`` (params, heads, head_dim), ``heads``, ``pairs`` and
     ``chans`` of the current channel group (or None), ``L`` (sequence length), ``n`` (run-time
-    length or None), ``x`` (B, L, d_model) and ``tokens`` (B, L), either possibly None.
+    length or None), ``x`` (B, L, d_model) and ``tokens`` (B, L), either possibly None, and ``axes``
+    (the scheme's declared position axes; () for one unnamed axis).
     """
 
     def run(self, e: ast.Expr, ctx, site: str):
@@ -148,6 +149,8 @@ class DynamicEvaluator:
             return value
         k = e.kind
         if k == "name":
+            if "." in e.id:  # position.AXIS (distance.AXIS is a bias term, read per axis by the biases)
+                return self.axis_position(ctx, e.id.partition(".")[2])
             if e.id in ("position", "distance"):
                 return self.arange(ctx, "pos" if e.id == "position" else "dist")
             if e.id == "n":
@@ -164,6 +167,8 @@ class DynamicEvaluator:
     def _call(self, e: ast.Call, ctx):
         spec = FUNCTIONS[e.func]
         args = bind_args(e, spec.params)
+        if spec.axis_select is not None:
+            return self._select_axes(spec, args, ctx)
         if spec.run is None and spec.site is None:
             raise CompileError(f"{e.func}() has no run-time value here")
         static = {p: kind(self.static_number(args[p], ctx)) for p, kind in spec.static}
@@ -181,6 +186,25 @@ class DynamicEvaluator:
         # a record's run-time value, over this backend's array namespace
         arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] + [self._eval(args[p], ctx) for p in rest]
         return self.apply(spec, arrays, static)
+
+    def _select_axes(self, spec, args: dict, ctx):
+        """An axis selection (sections, interleave): sum over axes a of [pair k reads a] * position.a."""
+        sizes = self.static(args["sizes"], ctx)
+        try:
+            axis_of = spec.axis_select(sizes, ctx.pairs)
+        except EvalIssue as issue:
+            raise CompileError(str(issue), hint=issue.hint) from None
+        total = None
+        for a, name in enumerate(ctx.axes):
+            onehot = Vec("pair", tuple(1.0 if x == a else 0.0 for x in axis_of))
+            term = self.binary("*", self.constant(onehot, ctx), self.axis_position(ctx, name))
+            total = term if total is None else self.binary("+", total, term)
+        return total
+
+    def axis_position(self, ctx, axis: str):
+        """The positions along one declared axis (``position.AXIS``): the call's per-axis positions, or
+        the one-axis positions where the call gave none (every axis then reads the same position)."""
+        return self.arange(ctx, "pos")
 
     # ------------------------------------------------------------------ arithmetic, for any array library
     # A value is a labelled array with ``.t`` (the array) and ``.axes``. Subclasses give ``wrap``,

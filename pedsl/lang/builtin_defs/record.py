@@ -42,7 +42,13 @@ A record's parts, each optional where the builtin has no such stage:
 arguments (:func:`own_reads`); the checker adds what the arguments read and stores the result in the
 call's type (docs/semantics.md §1a).
 
-A record with none of ``fold``, ``fold_env``, ``run`` and ``site`` is a transport (category
+``axis_select``: an axis selection of a multi-axis scheme (``sections``, ``interleave``): its first
+argument is the name ``position``, its second a static list of sizes; ``axis_select(sizes, pairs)``
+gives the axis index of every rotary pair (raising :class:`~pedsl.lang.values.EvalIssue` when the
+sizes do not fit), and its value is ``sum_a [axis of pair k = a] * position.a``, built by the walk and
+by codegen from per-pair constants (no ``run`` or ``emit``).
+
+A record with none of ``fold``, ``fold_env``, ``run``, ``site`` and ``axis_select`` is a transport (category
 ``transport``): it has no value, and :mod:`pedsl.lang.terms` reads the call as the transport it names
 (docs/semantics.md section 2).
 """
@@ -85,6 +91,9 @@ class Builtin:
     names: tuple[str, ...] = ()  # arguments passed as the name they hold (an axis, an input)
     site: Callable | None = None  # (at, *argument values, **names, **static) -> value
     learned: bool = False  # its site owns trainable parameters
+    # an axis selection (sections, interleave): (sizes, pairs) -> the position axis of each rotary pair;
+    # its value is sum over axes a of [pair k reads a] * position.a (the walk and codegen build it)
+    axis_select: Callable[[tuple[int, ...], int], tuple[int, ...]] | None = None
     # arguments that must fold to a static value (a learned value's start): folded wherever the call
     # is checked, so that their errors are positioned diagnostics, never a failure at compile time
     checked_args: tuple[str, ...] = ()

@@ -14,7 +14,7 @@ from pedsl.lang.types import Ty
 
 def _rotate(a: dict[str, Ty]) -> Ty:
     t = a["phase"]
-    need_num(t, "phase", {"pos", "pair"}, " (a phase per position and rotary pair)")
+    need_num(t, "phase", {"pos", "pair", "head"}, " (a phase per position, head and rotary pair)")
     scalar(a, "scale")
     if t.data:  # learned values (learned(init)) may stand in it: a phase per position, trained
         raise TypeIssue(
