@@ -47,7 +47,7 @@ from pedsl.compiler import compile_scheme
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
-from pedsl.hf.rope import export_rope, import_config
+from pedsl.hf.convert import export_rope, import_config
 from pedsl.lang.api import load
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.torch_backend import Context
