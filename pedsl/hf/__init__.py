@@ -4,9 +4,10 @@
   rope parameters as an exact `.pe` scheme and back (:mod:`pedsl.hf.rope` for the Llama family,
   :mod:`pedsl.hf.multimodal` for the 3-axis M-RoPE of Qwen2-VL, Qwen2.5-VL and Qwen3-VL); no
   transformers needed.
-- :func:`use_pedsl_attention` (needs ``transformers``, the ``hf`` extra): a Llama-family model
-  attends through a compiled pedsl scheme (HF's rope family through HF's own rotary application and
-  cache; other schemes over the whole cache each call).
+- :func:`use_pedsl_attention` (needs ``transformers``, the ``hf`` extra): a Llama-family model, or the
+  language model of Qwen2-VL, Qwen2.5-VL, Qwen3-VL at 3-axis positions, attends through a compiled
+  pedsl scheme (HF's rope family through HF's own rotary application and cache; other schemes over the
+  whole cache each call).
 - :mod:`pedsl.hf.arch`: what each ``model_type`` does with ``partial_rotary_factor`` and which
   architectures (other M-RoPE models, per-layer rope, interleaved pairs) import-hf refuses.
 - :func:`export_run` (``pedsl export RUN --hf DIR``): a pedsl run with ``arch: llama`` as a

@@ -13,14 +13,18 @@ module) attend with a compiled pedsl scheme. Two ways, chosen once per model:
   follow HF's cache by construction; attention is SDPA, at the native model's speed. Tables that read
   the run-time length (``dynamic_ntk``, ``longrope``) use HF's length: ``max(position_ids) + 1``,
   and for dynamic NTK the longest length seen until a call is shorter than the original (HF's
-  ``dynamic_rope_update``).
+  ``dynamic_rope_update``). Multi-axis models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: ``position_ids`` of
+  shape (3, B, L)) take this path with an M-RoPE scheme (``sections`` / ``interleave``): pair k's phase
+  is its frequency times the position of its axis; a one-axis scheme runs there only where the three
+  positions agree (text).
 - **the general path** (every other position-indexed scheme: biases, temperatures, interleaved or
   scattered rotations, ...): every ``rotary_emb`` returns cos = 1, sin = 0, q and k reach HF's cache
   un-rotated, and each call runs the compiled module's general forward (:mod:`pedsl.compiler.stream`)
   on all cached keys with their positions, HF's boolean mask (padding, causality, sliding window) and
   grouped-query heads. Nothing is kept between calls, so reordering or swapping HF's cache is exact.
   A scheme whose table reads the run-time length cannot take this path (each key would need the table
-  of the call that cached it, which HF's cache does not hold): refused.
+  of the call that cached it, which HF's cache does not hold): refused. So is a multi-axis model or
+  scheme: transformers passes 3-axis positions to the rotary embedding only, never to the attention.
 
 Positions on the general path: the cache holds keys in slot order and the last query of a call is
 always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position

@@ -241,7 +241,8 @@ def mrope_text(spec: dict, name: str | None = None) -> str:
              f"mrope_section {list(spec['sections'])}).",
              "# Equal to the language model's positional encoding at HF's 3-axis position_ids (t, h, w): pedsl "
              "export-hf prints its rope_parameters back.",
-             "# The vision tower's own rotary embedding and how positions are given to image tokens are not part of it.",
+             "# The vision tower's own rotary embedding and how positions are given to image tokens are not "
+             "part of it.",
              f'scheme {name} "{kind}M-RoPE of a Hugging Face {model_type} config" {{',
              "  axes t, h, w",
              f"  param heads: int = {spec['heads']}",
