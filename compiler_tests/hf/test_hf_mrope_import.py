@@ -265,3 +265,10 @@ def test_other_mrope_models_stay_refused():
     with pytest.raises(InteropError, match="M-RoPE"):
         convert.import_config({"model_type": "glm4v", "hidden_size": 64, "num_attention_heads": 2,
                                "rope_parameters": {"rope_type": "default", "mrope_section": [8, 12, 12]}})
+
+
+@pytest.mark.parametrize("model_type", [{"a": 1}, [1, 2], 3])
+def test_a_model_type_that_is_not_a_string_is_a_config_error(model_type):
+    assert multimodal.family_of({"model_type": model_type}) is None
+    with pytest.raises(InteropError):
+        convert.import_config({**legacy(), "model_type": model_type, "rope_scaling": None, "rope_theta": 0.5})

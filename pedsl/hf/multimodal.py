@@ -62,9 +62,11 @@ TEXT_FIELDS = ("rope_scaling", "rope_parameters", "rope_theta", "hidden_size", "
 def family_of(cfg: dict) -> tuple[str, bool] | None:
     """(the family, whether cfg is the composite config) of a config :mod:`pedsl.hf.multimodal` imports."""
     mt = cfg.get("model_type")
+    if not isinstance(mt, str):
+        return None
     if mt in FAMILIES:
-        return str(mt), True
-    if isinstance(mt, str) and mt.endswith("_text") and mt[: -len("_text")] in FAMILIES:
+        return mt, True
+    if mt.endswith("_text") and mt[: -len("_text")] in FAMILIES:
         return mt[: -len("_text")], False
     return None
 
