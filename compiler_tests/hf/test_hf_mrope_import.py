@@ -146,25 +146,21 @@ scheme qwen2_vl_mrope "M-RoPE of a Hugging Face qwen2_vl config" {
     assert "  qk: rotate(geometric(base) * interleave(position, [4, 4, 4]))\n" in text
 
 
-@pytest.mark.parametrize("family", list(FAMILY_CLASSES))
-def test_export_round_trip_rebuilds_the_same_table_and_spec(family):
-    rope = {"rope_type": "default", "rope_theta": 2500.0, "mrope_section": [4, 4, 4]}
-    if family == "qwen3_vl":
-        rope["mrope_interleaved"] = True
-    spec = multimodal.mrope_spec(v5_config(family, rope))
-    out = multimodal.mrope_parameters(spec)
-    assert out["rope_parameters"] == rope and (out["head_dim"], out["num_attention_heads"]) == (HEAD_DIM, HEADS)
-    text_cfg = {**text_kwargs(family, out["rope_parameters"]), "model_type": f"{family}_text"}
-    again = multimodal.mrope_spec(json.loads(json.dumps(text_cfg)))
-    keys = ("heads", "head_dim", "theta", "sections", "assignment", "max_position_embeddings")
-    assert {k: again[k] for k in keys} == {k: spec[k] for k in keys}
-    pos = image_positions()
-    torch.testing.assert_close(hf_table(family, text_cfg, pos), naive_table(spec, pos), rtol=0, atol=ATOL)
-
-
-def test_the_legacy_form_exports_in_the_v5_form():
-    out = multimodal.mrope_parameters(multimodal.mrope_spec(legacy()))
-    assert out["rope_parameters"] == {"rope_type": "default", "rope_theta": 1000.0, "mrope_section": [2, 5, 5]}
+def test_a_fixed_scaled_table_is_read_with_its_knobs_and_written_over_the_sections():
+    """YaRN, linear and Llama 3 tables split over the axes (Qwen2.5-VL's long-context recipe is YaRN with
+    mrope_section): the knobs as one-axis import-hf reads them, the same grids, the attention factor as scale."""
+    cfg = {**legacy("qwen2_5_vl"), "rope_scaling": {"type": "yarn", "mrope_section": [2, 5, 5], "factor": 4.0,
+                                                    "original_max_position_embeddings": 1024}}
+    spec = multimodal.mrope_spec(cfg)
+    assert (spec["rope_type"], spec["factor"], spec["original"], spec["beta_fast"]) == ("yarn", 4.0, 1024, 32.0)
+    text = multimodal.mrope_text(spec)
+    assert 'scheme qwen2_5_vl_mrope_yarn "M-RoPE over rope_type yarn of a Hugging Face qwen2_5_vl config" {' in text
+    assert "  let freq = yarn(base, factor, original, beta_fast, beta_slow, truncate)\n" in text
+    assert "  qk: rotate(freq * sections(position, [2, 5, 5]), scale = m)\n" in text
+    assert "  param original: int (>= 2) = 1024\n" in text and "  param train_length: int (>= 2) = 1024\n" in text
+    linear = multimodal.mrope_text(multimodal.mrope_spec(_nested(rope_type="linear", factor=2.0,
+                                                                  mrope_section=[4, 4, 4], mrope_interleaved=True)))
+    assert "  qk: rotate(freq * interleave(position, [4, 4, 4]) / factor)\n" in linear
 
 
 def test_defaults_are_transformers_defaults():
@@ -201,10 +197,17 @@ BAD = [
     ("string", {**legacy(), "rope_scaling": {"type": "mrope", "mrope_section": "16,24,24"}}, "mrope_section"),
     ("unknown key", {**legacy(), "rope_scaling": {"type": "mrope", "mrope_section": [2, 5, 5], "foo": 1}},
      "rope_scaling.foo: not read"),
-    ("yarn", {**legacy(), "rope_scaling": {"type": "yarn", "mrope_section": [2, 5, 5], "factor": 2.0}},
-     "rope_scaling.type = 'yarn'"),
-    ("rope_type", _nested(rope_type="linear", factor=2.0, mrope_section=[4, 4, 4]),
-     "text_config.rope_parameters.rope_type = 'linear'"),
+    ("dynamic", {**legacy(), "rope_scaling": {"type": "dynamic", "mrope_section": [2, 5, 5], "factor": 2.0}},
+     "rope_scaling.type = 'dynamic'"),
+    ("rope_type", _nested(rope_type="longrope", factor=2.0, mrope_section=[4, 4, 4]),
+     "text_config.rope_parameters.rope_type = 'longrope'"),
+    ("knob of another type", {**legacy(), "rope_scaling": {"type": "linear", "mrope_section": [2, 5, 5],
+                                                           "factor": 2.0, "beta_fast": 3.0}},
+     "rope_scaling.beta_fast: not read by M-RoPE with rope_type 'linear'"),
+    ("no factor", {**legacy(), "rope_scaling": {"type": "linear", "mrope_section": [2, 5, 5]}},
+     "needs a factor (rope_scaling.factor)"),
+    ("bad factor", _nested(rope_type="yarn", factor=-2.0, original_max_position_embeddings=64, mrope_section=[4, 4, 4]),
+     "text_config.rope_parameters.factor = -2.0"),
     ("contradicting type", {**legacy(), "rope_scaling": {"type": "yarn", "rope_type": "default"}},
      "rope_scaling.type = 'yarn' contradicts"),
     ("interleave sizes", _nested(mrope_section=[2, 5, 5], mrope_interleaved=True),

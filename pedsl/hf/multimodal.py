@@ -15,19 +15,20 @@ the top, ``rope_scaling: {type: mrope, mrope_section}``), a nested ``text_config
 absent, and refuses (naming the field) everything the scheme would not carry: another rope type, a
 rope key the rotary does not read, a sliding window, sections that do not cover the pairs, fields that
 contradict each other. :func:`mrope_text` writes the scheme in the multi-axis syntax (``axes t, h, w``,
-``sections(position, [...])`` / ``interleave(position, [...])``); :func:`mrope_parameters` is the way
-back, and :func:`export_mrope` reads a resolved scheme of that form.
+``sections(position, [...])`` / ``interleave(position, [...])``) over the same frequency tables as one-axis
+rope (default, linear, llama3, yarn: :mod:`pedsl.hf.rope`); :func:`export_mrope` reads a resolved scheme of
+that form back into rope_parameters.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
 from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.hf import arch
-from pedsl.hf.rope import _call_args, _check_written, _pe_text, _refuse, _shape, _static, scheme_name
+from pedsl.hf import rope
+from pedsl.hf.rope import (_call_args, _check_knobs, _check_written, _param_lines, _pe_text, _refuse, _scaling_knobs,
+                           _shape, _static, _train_length_key, scheme_name)
 from pedsl.lang import ast
 from pedsl.lang.api import format as fmt
 from pedsl.lang.exprs import format_number
@@ -52,8 +53,19 @@ FAMILIES = {
     "qwen3_vl": Family("interleave", 500000.0, (24, 20, 20), False),
 }
 assert set(FAMILIES) | {f"{f}_text" for f in FAMILIES} == arch.MROPE_IMPORTED
-# The keys of the rope dict these rotary embeddings read; any other key with a value is refused.
+# The keys of the rope dict these rotary embeddings read besides the rope type's own (rope.KEYS); any other
+# key with a value is refused.
 ROPE_KEYS = ("rope_type", "type", "rope_theta", "mrope_section", "mrope_interleaved")
+# The rope types whose table M-RoPE can take: those of a fixed table (dynamic NTK and LongRoPE read the run-time
+# length, which HF takes from the 3-axis positions' maximum: not imported). Their frequencies and attention
+# factor, as import-hf writes them for one axis (pedsl.hf.rope).
+GRIDS = {
+    "default": ("geometric(base)", "", None),
+    "linear": ("geometric(base)", " / factor", None),
+    "llama3": ("llama3(base, factor, original, low_freq_factor, high_freq_factor)", "", None),
+    "yarn": ("yarn(base, factor, original, beta_fast, beta_slow, truncate)", "",
+             "yarn_mscale(factor, mscale, mscale_all_dim, attention_factor)"),
+}
 # Text fields a composite config may repeat at its top level (transformers then reads text_config's).
 TEXT_FIELDS = ("rope_scaling", "rope_parameters", "rope_theta", "hidden_size", "num_attention_heads", "head_dim",
                "max_position_embeddings", "partial_rotary_factor", "use_sliding_window", "layer_types")
@@ -118,12 +130,13 @@ def _rope_dict(text: str | dict, prefix: str) -> tuple[dict, str]:
     return dict(scaling or params or {}), prefix + key
 
 
-def _refuse_unread(text: dict, raw: dict, section: str, prefix: str) -> None:
+def _refuse_unread(text: dict, raw: dict, section: str, prefix: str, kind: str) -> None:
     """Refuse every rope key, partial rotation or window that the rotary embedding would not carry."""
-    problems = [f"{section}.{k}" for k, v in raw.items() if k not in ROPE_KEYS and v is not None]
+    known = {*ROPE_KEYS, *rope.KEYS[kind], "original_max_position_embeddings"}  # HF reads the last for some types
+    problems = [f"{section}.{k}" for k, v in raw.items() if k not in known and v is not None]
     if problems:
-        problems = [f"{', '.join(problems)}: not read by M-RoPE's default table (pedsl imports "
-                    f"{', '.join(ROPE_KEYS)})"]
+        problems = [f"{', '.join(problems)}: not read by M-RoPE with rope_type '{kind}' (pedsl imports "
+                    f"{', '.join(sorted(known))})"]
     prf = text.get("partial_rotary_factor")
     if prf is not None and prf != 1:
         problems.append(f"{prefix}partial_rotary_factor = {quoted(prf, 40)}: transformers' M-RoPE rotates every "
@@ -138,16 +151,19 @@ def _refuse_unread(text: dict, raw: dict, section: str, prefix: str) -> None:
         raise _refuse_config("; ".join(dict.fromkeys(problems)))
 
 
-def _rope_type(raw: dict, section: str) -> None:
-    """M-RoPE over the default table: rope_type 'default' (or the legacy type 'mrope'), nothing else."""
+def _rope_type(raw: dict, section: str) -> str:
+    """The rope type of the table M-RoPE splits over the axes: one of :data:`GRIDS` (the legacy type 'mrope' is
+    'default', as transformers reads it)."""
     rt, legacy = raw.get("rope_type"), raw.get("type")
     kind = rt if rt is not None else legacy if legacy is not None else "default"
-    if kind not in ("default", "mrope"):
+    kind = "default" if kind == "mrope" else kind
+    if kind not in GRIDS:
         raise _refuse_config(f"{section}.{'rope_type' if rt is not None else 'type'} = {quoted(kind, 40)}; pedsl "
-                             "imports M-RoPE over the default frequencies (rope_type 'default' or type 'mrope')")
+                             f"imports M-RoPE over a fixed table ({', '.join(GRIDS)}; or the legacy type 'mrope')")
     if rt is not None and legacy not in (None, "mrope", "default", rt):
         raise _refuse_config(f"{section}.type = {quoted(legacy, 40)} contradicts {section}.rope_type = "
                              f"{quoted(rt, 40)}")
+    return kind
 
 
 def assignment(kind: str, sections: list[int], pairs: int) -> list[int]:
@@ -204,16 +220,19 @@ def mrope_spec(cfg: dict) -> dict:
     family, composite = found
     text, prefix = _text_part(cfg, family, composite)
     raw, section = _rope_dict(text, prefix)
-    _rope_type(raw, section)
-    _refuse_unread(text, raw, section, prefix)
+    kind = _rope_type(raw, section)
+    _refuse_unread(text, raw, section, prefix, kind)
     if text.get("num_attention_heads") is None:
         raise _bad(f"{prefix}num_attention_heads is missing: the scheme needs the model's heads")
     _interleaved(raw, section, family)
     shaped = dict(text, rope_theta=raw.get("rope_theta", text.get("rope_theta", FAMILIES[family].theta)))
     if family == "qwen3_vl" and shaped.get("head_dim") is None:
         shaped["head_dim"] = 128  # Qwen3VLTextConfig's default: the attention and the table read config.head_dim
-    spec = _shape(shaped, {k: raw[k] for k in ("rope_theta",) if k in raw}, section)
+    spec = _shape(shaped, raw, section)
+    spec["rope_type"] = kind
+    _scaling_knobs(spec, text, raw, section)
     spec["fields"] = {k: v if v.startswith(prefix) or prefix == "" else prefix + v for k, v in spec["fields"].items()}
+    _check_knobs(spec)
     if "rope_theta" not in raw and text.get("rope_theta") is None:
         spec["fields"]["theta"] = f"rope_theta (transformers' {family} default)"
     heads, hidden = text.get("num_attention_heads"), text.get("hidden_size")
@@ -221,8 +240,8 @@ def mrope_spec(cfg: dict) -> dict:
             text["head_dim"] != hidden // heads:
         raise _refuse_config(f"{prefix}head_dim = {text['head_dim']} but {prefix}hidden_size / num_attention_heads "
                              f"= {hidden // heads}: transformers' {family} attention and rotary table disagree")
-    spec.update(family=family, assignment=FAMILIES[family].assignment, rope_type="default",
-                model_type=str(cfg.get("model_type")), note=None)
+    spec.update(family=family, assignment=FAMILIES[family].assignment, model_type=str(cfg.get("model_type")),
+                note=None)
     spec["sections"] = _sections(raw, section, spec, family)
     return spec
 
@@ -237,23 +256,26 @@ def _call(spec: dict) -> str:
 def mrope_text(spec: dict, name: str | None = None) -> str:
     """The `.pe` text of an :func:`mrope_spec` (before formatting)."""
     kind = "interleaved " if spec["assignment"] == "interleave" else ""
-    name = name or scheme_name({"model_type": spec["model_type"]}, "mrope" if not kind else "mrope_interleaved")
+    t = spec["rope_type"]
+    suffix = ("mrope_interleaved" if kind else "mrope") + ("" if t == "default" else f"_{t}")
+    name = name or scheme_name({"model_type": spec["model_type"]}, suffix)
     model_type = _pe_text(spec["model_type"])
-    lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {model_type}, {kind}M-RoPE, "
+    over = "" if t == "default" else f" over rope_type {t}"
+    lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {model_type}, {kind}M-RoPE{over}, "
              f"mrope_section {list(spec['sections'])}).",
              "# Equal to the language model's positional encoding at HF's 3-axis position_ids (t, h, w): pedsl "
              "export-hf prints its rope_parameters back.",
              "# The vision tower's own rotary embedding and how positions are given to image tokens are not "
              "part of it.",
-             f'scheme {name} "{kind}M-RoPE of a Hugging Face {model_type} config" {{',
-             "  axes t, h, w",
-             f"  param heads: int = {spec['heads']}",
-             f"  param head_dim: int = {spec['head_dim']}",
-             f"  param base: float (> 1) = {format_number(spec['theta'])}"]
-    train_length = spec["max_position_embeddings"]
-    if train_length is not None:
-        lines.append(f"  param train_length: int (>= 2) = {train_length}")
-    lines += ["  layout halves", f"  qk: rotate(geometric(base) * {_call(spec)})"]
+             f'scheme {name} "{kind}M-RoPE{over} of a Hugging Face {model_type} config" {{',
+             "  axes t, h, w", *_param_lines(spec), "  layout halves"]
+    grid, tail, scale = GRIDS[t]
+    if t == "default":
+        lines.append(f"  qk: rotate(geometric(base) * {_call(spec)})")
+    else:
+        lines += [f"  let freq = {grid}", *([f"  let m = {scale}"] if scale else []),
+                  f"  qk: rotate(freq * {_call(spec)}{tail}" + (", scale = m)" if scale else ")")]
+    train_length = spec.get(_train_length_key(spec))
     if train_length is not None and train_length <= limits.MAX_LENGTH:  # longer: pedsl trains no such context
         lines += ["  train {", "    context = train_length", "  }"]
     return "\n".join(lines + ["  allow frayed_frequencies", "}"]) + "\n"
@@ -274,17 +296,11 @@ def import_mrope(cfg: dict, name: str | None = None) -> str:
     return text
 
 
-def mrope_parameters(spec: dict) -> dict:
-    """``{"head_dim", "num_attention_heads", "rope_parameters"}`` of an M-RoPE spec, in transformers 5's form."""
-    rp: dict[str, Any] = {"rope_type": "default", "rope_theta": float(spec["theta"]),
-                          "mrope_section": [int(s) for s in spec["sections"]]}
-    if spec["assignment"] == "interleave":
-        rp["mrope_interleaved"] = True
-    return {"head_dim": spec["head_dim"], "num_attention_heads": spec["heads"], "rope_parameters": rp}
-
-
 def match_phase(phase) -> tuple[ast.Call, ast.Call] | None:
-    """(the frequency call, the sections / interleave call) of a phase ``FREQS * sections(position, [...])``."""
+    """(the frequency call, the sections / interleave call) of a phase ``FREQS * sections(position, [...])``
+    (optionally ``/ factor``)."""
+    if phase.kind == "binary" and phase.op == "/":
+        phase = phase.left
     if phase.kind != "binary" or phase.op != "*":
         return None
     for grid, pick in ((phase.left, phase.right), (phase.right, phase.left)):
@@ -295,34 +311,44 @@ def match_phase(phase) -> tuple[ast.Call, ast.Call] | None:
     return None
 
 
+def _one_axis(phase, pick: ast.Call):
+    """The phase with the axis selection replaced by ``position``: the same table read at one position."""
+    if phase is pick:
+        return ast.Name(id="position")
+    if phase.kind == "binary":
+        return phase.model_copy(update={"left": _one_axis(phase.left, pick), "right": _one_axis(phase.right, pick)})
+    return phase
+
+
 def export_mrope(scheme: Scheme, axes: int) -> dict:
-    """:func:`mrope_parameters` of a resolved 3-axis scheme of M-RoPE's form (one halves-layout rotation of
-    every channel, phase ``geometric(base) * sections|interleave(position, [...])``, no scale, bias or
-    temperature); InteropError naming the part with no Hugging Face equivalent otherwise."""
-    hint = ("HF's M-RoPE: rotate(geometric(base) * sections(position, [s_t, s_h, s_w])) or interleave(...) "
-            "over 3 axes, halves layout, every channel, no bias or temperature")
+    """The rope fields of a resolved 3-axis scheme of M-RoPE's form: one halves-layout rotation of every channel
+    whose phase is one of HF's fixed tables (:data:`GRIDS`) times ``sections|interleave(position, [...])``, no
+    bias or temperature; the table's rope_parameters are :func:`pedsl.hf.rope.export_rope`'s of the same scheme
+    read at one position, plus ``mrope_section`` (and ``mrope_interleaved``). InteropError naming the part with
+    no Hugging Face equivalent otherwise."""
+    hint = ("HF's M-RoPE: rotate(FREQS * sections(position, [s_t, s_h, s_w])) or interleave(...) over 3 axes, "
+            f"FREQS a {'/'.join(GRIDS)} table, halves layout, every channel, no bias or temperature")
     t = scheme.transports[0] if len(scheme.transports) == 1 else None
-    problem = ("a logit bias" if scheme.biases else "a temperature" if scheme.temperature is not None else
-               f"{axes} position axes (HF's M-RoPE has t, h, w)" if axes != 3 else
-               f"{len(scheme.transports)} transports" if t is None else
-               f"a {t.kind} transport" if t.kind != "rotate" else
-               "value rotation (qkv)" if t.targets != "qk" else
-               "the interleaved layout" if scheme.layout != "halves" else
-               "a rotation of some channels only" if len(scheme.group(t.group).channels) != scheme.head_dim else
-               f"a scale on the rotated channels ({t.scale:g})" if t.scale != 1 else None)
-    if problem:
-        raise _refuse(scheme, problem, hint)
-    found = match_phase(t.phase)
-    if found is None or found[0].func != "geometric":
-        raise _refuse(scheme, "a phase that is not geometric(base) * sections|interleave(position, [...])", hint)
-    grid, pick = found
+    if axes != 3:
+        raise _refuse(scheme, f"{axes} position axes (HF's M-RoPE has t, h, w)", hint)
+    found = match_phase(t.phase) if t is not None and t.kind == "rotate" else None
+    if found is None:
+        raise _refuse(scheme, "no rotation whose phase is a frequency table times sections|interleave(position, "
+                      "[...])", hint)
+    pick = found[1]
+    one = scheme.model_copy(update={"axes": (), "transports": (
+        t.model_copy(update={"phase": _one_axis(t.phase, pick)}),)})
+    out = rope.export_rope(one)
+    rp = out["rope_parameters"]
+    if rp["rope_type"] not in GRIDS or "partial_rotary_factor" in rp:
+        raise _refuse(scheme, f"rope_type '{rp['rope_type']}'" if rp["rope_type"] not in GRIDS else
+                      "a rotation of some channels only", hint)
     pairs = scheme.head_dim // 2
-    base = _static(scheme, _call_args(grid)["base"], pairs)
-    sizes = _static(scheme, pick.args[1], pairs)
-    spec = {"assignment": pick.func, "theta": float(base), "sections": [int(s) for s in sizes],
-            "head_dim": scheme.head_dim, "heads": scheme.heads}
-    if pick.func == "interleave" and [assignment("interleave", spec["sections"], pairs).count(a)
-                                      for a in range(3)] != spec["sections"]:
-        raise _refuse(scheme, f"interleave sizes {spec['sections']} that transformers' Qwen3-VL assignment does not "
-                      "give each axis", hint)
-    return mrope_parameters(spec)
+    sizes = [int(s) for s in _static(scheme, pick.args[1], pairs)]
+    if pick.func == "interleave" and [assignment("interleave", sizes, pairs).count(a) for a in range(3)] != sizes:
+        raise _refuse(scheme, f"interleave sizes {sizes} that transformers' Qwen3-VL assignment does not give each "
+                      "axis", hint)
+    rp["mrope_section"] = sizes
+    if pick.func == "interleave":
+        rp["mrope_interleaved"] = True
+    return out
