@@ -233,6 +233,8 @@ BAD = [
     ("text model type", {**_nested(mrope_section=[4, 4, 4]), "text_config": {"model_type": "llama"}},
      "text_config.model_type 'llama'"),
     ("rope not a dict", {**legacy(), "rope_scaling": [1, 2]}, "rope_scaling must be an object"),
+    ("rope type a list", {**legacy(), "rope_scaling": {"type": [1], "mrope_section": [2, 5, 5]}},
+     "rope_scaling.type = [1]"),
 ]
 
 

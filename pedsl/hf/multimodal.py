@@ -157,7 +157,7 @@ def _rope_type(raw: dict, section: str) -> str:
     rt, legacy = raw.get("rope_type"), raw.get("type")
     kind = rt if rt is not None else legacy if legacy is not None else "default"
     kind = "default" if kind == "mrope" else kind
-    if kind not in GRIDS:
+    if not isinstance(kind, str) or kind not in GRIDS:
         raise _refuse_config(f"{section}.{'rope_type' if rt is not None else 'type'} = {quoted(kind, 40)}; pedsl "
                              f"imports M-RoPE over a fixed table ({', '.join(GRIDS)}; or the legacy type 'mrope')")
     if rt is not None and legacy not in (None, "mrope", "default", rt):
