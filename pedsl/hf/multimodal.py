@@ -23,18 +23,15 @@ that form back into rope_parameters.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
-from pedsl.hf import arch
-from pedsl.hf import rope
-from pedsl.hf.rope import (_call_args, _check_knobs, _check_written, _param_lines, _pe_text, _refuse, _scaling_knobs,
-                           _shape, _static, _train_length_key, scheme_name)
+from pedsl.hf import arch, rope
+from pedsl.hf.rope import (_check_knobs, _check_written, _param_lines, _pe_text, _refuse, _scaling_knobs, _shape,
+                           _static, _train_length_key, scheme_name)
 from pedsl.lang import ast
 from pedsl.lang.api import format as fmt
-from pedsl.lang.exprs import format_number
 from pedsl.lang.scheme import Scheme
-
-AXES = ("t", "h", "w")
 
 
 @dataclass(frozen=True)
