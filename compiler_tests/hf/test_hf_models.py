@@ -269,8 +269,9 @@ def test_long_context_configs_load_and_run(model_type, max_pos, theta):
 # ---------------------------------------------------------------------- refusals that say the real reason
 
 
-def test_qwen2_vl_is_refused_as_m_rope():
-    for cfg in (transformers.Qwen2VLConfig().to_dict(), transformers.Qwen2VLConfig().to_dict()["text_config"]):
+def test_glm4v_is_refused_as_m_rope():
+    """Qwen-VL's M-RoPE is imported (pedsl.hf.multimodal); other multimodal rotaries are not."""
+    for cfg in (transformers.Glm4vConfig().to_dict(), transformers.Glm4vConfig().to_dict()["text_config"]):
         with pytest.raises(InteropError) as err:
             import_config(cfg)
         assert "M-RoPE" in str(err.value) and "head_dim" not in str(err.value)

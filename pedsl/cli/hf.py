@@ -10,7 +10,7 @@ import click
 from pedsl.cli.options import raw_params
 from pedsl.errors import UsageError
 from pedsl.fsio import atomic_write_text
-from pedsl.hf.rope import export_rope, import_config
+from pedsl.hf.convert import export_rope, import_config
 from pedsl.lang.api import load
 from pedsl.lang.library import scheme_file
 from pedsl.lang.parser import name_problem
@@ -23,8 +23,9 @@ from pedsl.lang.parser import name_problem
 def import_hf(config: str, out: str | None, name: str | None) -> None:
     """Write the .pe scheme of a model's positional encoding, from its config.json (or a folder holding one).
 
-    The scheme is exact (head_dim, heads, theta, rope type and every parameter); what pedsl cannot
-    express exactly (mrope_section, per-layer-type rope parameters, ...) is an error listing it."""
+    The scheme is exact (head_dim, heads, theta, rope type and every parameter; the t, h, w sections of
+    Qwen2-VL, Qwen2.5-VL and Qwen3-VL's M-RoPE); what pedsl cannot express exactly (per-layer-type rope
+    parameters, other multimodal rotaries, ...) is an error naming the config field."""
     problem = None if name is None else name_problem(name)
     if problem:
         shown = repr(name[:40]) + ("..." if len(name) > 40 else "")

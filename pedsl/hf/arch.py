@@ -10,7 +10,8 @@ and checked against the model classes themselves (compiler_tests/hf/test_hf_mode
   ``apply_rotary_pos_emb`` then multiplies a full-width q by a narrower table: the native model fails;
 - Phi-3, Phi, StableLM, Persimmon, GPT-NeoX and Nemotron rotate the first
   ``int(head_dim * partial_rotary_factor)`` channels (pairs p, p + rot/2) and pass the rest through;
-- some rotate interleaved pairs (2p, 2p + 1) or use multimodal M-RoPE (3-D positions): refused.
+- some rotate interleaved pairs (2p, 2p + 1) or use multimodal M-RoPE (3-D positions): refused, except
+  the Qwen-VL families of :data:`MROPE_IMPORTED`, which :mod:`pedsl.hf.multimodal` imports as 3-axis schemes.
 
 A config without ``model_type`` is read as the rope utilities read it (the factor applies).
 """
@@ -32,6 +33,8 @@ INTERLEAVED = frozenset({"cohere", "cohere2", "helium", "ernie4_5", "ernie4_5_mo
 MROPE = frozenset({"qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen2_5_omni", "qwen3_vl",
                    "qwen3_vl_text", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_omni_moe", "glm4v", "glm4v_text",
                    "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe", "glm_image"})
+# The M-RoPE models that pedsl.hf.multimodal imports (their composite and text configs).
+MROPE_IMPORTED = frozenset({"qwen2_vl", "qwen2_vl_text", "qwen2_5_vl", "qwen2_5_vl_text", "qwen3_vl", "qwen3_vl_text"})
 # Layers of different kinds with their own rope parameters.
 PER_LAYER_ROPE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text",
                             "modernbert", "cohere2"})

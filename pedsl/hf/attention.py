@@ -13,14 +13,18 @@ module) attend with a compiled pedsl scheme. Two ways, chosen once per model:
   follow HF's cache by construction; attention is SDPA, at the native model's speed. Tables that read
   the run-time length (``dynamic_ntk``, ``longrope``) use HF's length: ``max(position_ids) + 1``,
   and for dynamic NTK the longest length seen until a call is shorter than the original (HF's
-  ``dynamic_rope_update``).
+  ``dynamic_rope_update``). Multi-axis models (Qwen2-VL, Qwen2.5-VL, Qwen3-VL: ``position_ids`` of
+  shape (3, B, L)) take this path with an M-RoPE scheme (``sections`` / ``interleave``): pair k's phase
+  is its frequency times the position of its axis; a one-axis scheme runs there only where the three
+  positions agree (text).
 - **the general path** (every other position-indexed scheme: biases, temperatures, interleaved or
   scattered rotations, ...): every ``rotary_emb`` returns cos = 1, sin = 0, q and k reach HF's cache
   un-rotated, and each call runs the compiled module's general forward (:mod:`pedsl.compiler.stream`)
   on all cached keys with their positions, HF's boolean mask (padding, causality, sliding window) and
   grouped-query heads. Nothing is kept between calls, so reordering or swapping HF's cache is exact.
   A scheme whose table reads the run-time length cannot take this path (each key would need the table
-  of the call that cached it, which HF's cache does not hold): refused.
+  of the call that cached it, which HF's cache does not hold): refused. So is a multi-axis model or
+  scheme: transformers passes 3-axis positions to the rotary embedding only, never to the attention.
 
 Positions on the general path: the cache holds keys in slot order and the last query of a call is
 always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position
@@ -47,7 +51,8 @@ from pedsl.compiler import compile_scheme
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
-from pedsl.hf.rope import export_rope, import_config
+from pedsl.hf import arch
+from pedsl.hf.convert import export_rope, import_config
 from pedsl.lang.api import load
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.torch_backend import Context
@@ -118,7 +123,8 @@ class _State:
         self.original = (hf or {}).get("max_position_embeddings") if self.rope_type == "dynamic" else \
             rp.get("original_max_position_embeddings")
         self.longest = self.original  # HF's max_seq_len_cached of dynamic NTK
-        self._freqs: dict[int, torch.Tensor] = {}  # table length (0: static) -> (P,) float64 frequencies
+        self.axes = tuple(getattr(module.scheme, "axes", ()))  # () one axis; M-RoPE: ("t", "h", "w")
+        self._freqs: dict[int, torch.Tensor] = {}  # table length (0: static) -> (A, P) float64 frequencies
 
     def table_length(self, seq_len: int) -> int:
         """The run-time length HF's rotary embedding uses for this call (``dynamic_rope_update``)."""
@@ -131,23 +137,45 @@ class _State:
         return self.longest
 
     def phases(self, position_ids: torch.Tensor) -> torch.Tensor:
-        """(B, L, P) float64 phases of the scheme's rotation at HF's positions: position x the
-        per-pair frequencies of the call's table (HF's family is ``GRID * position [/ factor]``)."""
+        """(B, L, P) float64 phases of the scheme's rotation at HF's positions: each axis's position x the
+        per-pair frequencies of that axis in the call's table (HF's family is ``GRID * position [/ factor]``,
+        M-RoPE's ``GRID * sections(position, ...)``: linear in the positions). ``position_ids`` is (B, L) or,
+        for a multi-axis model (Qwen-VL), (A, B, L)."""
+        pos = self._axis_positions(position_ids)
         t = self.transform
-        n = self.table_length(int(position_ids.max()) + 1) if t.table == RUNTIME_LENGTH else 0
+        n = self.table_length(int(pos.max()) + 1) if t.table == RUNTIME_LENGTH else 0
         w = self._freqs.get(n)
-        if w is None or w.device != position_ids.device:
+        if w is None or w.device != pos.device:
             if len(self._freqs) > 64:  # a dynamic table per length: keep the recent ones
                 self._freqs.clear()
-            w = self._freqs[n] = self._phase_at_one(n or None, position_ids.device)
-        return position_ids[..., None].to(F64) * w
+            w = self._freqs[n] = self._axis_frequencies(n or None, pos.device)
+        return torch.einsum("abl,ap->blp", pos.to(F64), w)
 
-    def _phase_at_one(self, n: int | None, device) -> torch.Tensor:
+    def _axis_positions(self, position_ids: torch.Tensor) -> torch.Tensor:
+        """(A, B, L) positions for the scheme's A axes: HF's (B, L) is every axis's position (as Qwen-VL's
+        rotary expands it); a one-axis scheme reads a model's 3-axis positions only where they agree."""
+        A = max(len(self.axes), 1)
+        if position_ids.dim() == 2:
+            return position_ids[None].expand(A, *position_ids.shape)
+        if position_ids.shape[0] == A:
+            return position_ids
+        if A == 1 and bool((position_ids == position_ids[:1]).all()):
+            return position_ids[:1]
+        raise InteropError(f"the model passed {position_ids.shape[0]}-axis positions that differ between axes (an "
+                           f"image or video) to a scheme with {A} axis(es); a one-axis scheme reads one position "
+                           "per token", code="E964", hint="use a multi-axis scheme (axes t, h, w), e.g. the model's "
+                           "own: use_pedsl_attention(model) imports it")
+
+    def _axis_frequencies(self, n: int | None, device) -> torch.Tensor:
+        """(A, P): the phase of each pair per unit position along each axis (the phase at the unit position
+        of that axis, every other axis at 0)."""
         t, mod = self.transform, self.module
-        P = len(t.channels) // 2
+        P, A = len(t.channels) // 2, max(len(self.axes), 1)
+        extra = {"axes": self.axes, "axes_pos": torch.eye(A, device=device)[:, None, :]} if self.axes else {}
         ctx = Context(values=mod.values, heads=mod.heads, pairs=P, chans=2 * P, L=1, n=n,
-                      positions=torch.ones(1, 1, dtype=torch.long, device=device), device=device, dtype=F64)
-        return as_bhlp(mod.evaluator.run(t.expr, ctx, t.site), 1, P)[0, 0, 0]
+                      positions=torch.ones(A, 1, dtype=torch.long, device=device), device=device, dtype=F64, **extra)
+        w = as_bhlp(mod.evaluator.run(t.expr, ctx, t.site), 1, P)[:, 0, 0]
+        return w.expand(A, P)
 
 
 def hf_cos_sin(phase: torch.Tensor, scale: float, width: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -220,6 +248,7 @@ def _register() -> None:
 
 
 def _dims(cfg) -> tuple[int, int]:
+    cfg = cfg.get_text_config()  # a vision-language model's language model (the config itself otherwise)
     heads = cfg.num_attention_heads
     return heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
 
@@ -301,6 +330,32 @@ def _choose_path(sch: Scheme, mod, layers, rotaries) -> tuple[dict | None, int |
     return None, None
 
 
+def _set_text_attention(model) -> bool:
+    """Attend through pedsl in the language model only: a vision-language model's vision tower (bidirectional,
+    its own 2-D rotary) keeps its attention. Whether the language model now dispatches to pedsl."""
+    cfg = model.config
+    subs = list(getattr(cfg, "sub_configs", None) or ())
+    if "text_config" in subs and len(subs) > 1:
+        model.set_attn_implementation({k: NAME if k == "text_config" else getattr(cfg, k)._attn_implementation
+                                       for k in subs})
+    else:
+        model.set_attn_implementation(NAME)
+    return cfg.get_text_config()._attn_implementation == NAME
+
+
+def _refuse_general_multi_axis(model, sch: Scheme) -> None:
+    """The general path reads each cached key's position from the attention call; transformers gives a
+    multi-axis model's positions (Qwen-VL's (3, B, L)) to its rotary embedding only."""
+    multi = [mt for mt in arch.model_types(model.config.to_dict()) if mt in arch.MROPE]
+    if getattr(sch, "axes", ()) or multi:
+        what = f"model_type '{multi[0]}' (3-axis positions)" if multi else f"{len(sch.axes)} position axes"
+        raise InteropError(f"scheme '{sch.name}' is outside HF's rope family (or M-RoPE) and has {what}: pedsl's "
+                           "general path needs every cached key's positions in the attention call, and transformers "
+                           "passes multi-axis positions to the rotary embedding only", code="E964",
+                           hint="on a Qwen-VL model use a scheme HF's rotary application computes: a rope or M-RoPE "
+                           "rotation of every channel (e.g. the model's own, use_pedsl_attention(model))")
+
+
 def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     """Make ``model`` attend with a compiled pedsl scheme (see the module docstring); returns the model.
 
@@ -329,14 +384,15 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     _refuse_model_features(model, layers)
     mod = compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend, requires_grad=False)
     hf, width = _choose_path(sch, mod, layers, rotaries)
+    if hf is None:
+        _refuse_general_multi_axis(model, sch)
     state = _State(mod, hf)
     for layer in layers:
         object.__setattr__(layer, _ATTR, state)  # a plain attribute: not a submodule, not in the state_dict
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), state, width))
     _register()
-    model.set_attn_implementation(NAME)
-    if model.config._attn_implementation != NAME:  # pragma: no cover - a model without the attention interface
+    if not _set_text_attention(model):  # pragma: no cover - a model without the attention interface
         raise InteropError(f"{type(model).__name__} does not dispatch through transformers' AttentionInterface",
                            code="E964")
     return model
