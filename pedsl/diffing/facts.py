@@ -84,6 +84,7 @@ class SchemeFacts:
     backend_note: str | None = None
     compile_error: str | None = None
     graph: Any = None
+    shape: str = "causal"  # which keys a query sees and the sink (docs/semantics.md §11), in words
 
     @property
     def rotating(self) -> list[GroupFacts]:
@@ -92,6 +93,14 @@ class SchemeFacts:
     @property
     def value_groups(self) -> list[str]:
         return [g.name for g in self.groups if g.targets == "qkv"]
+
+
+def attention_shape(s: Scheme) -> str:
+    """The keys a query sees and the sink, in words."""
+    seen = (f"sliding window of {s.window}" if s.window is not None else
+            f"chunks of {s.chunk} positions" if s.chunk is not None else "causal")
+    sink = {"logit": ", learned sink logit", "token": ", learned sink token"}.get(s.sink or "", "")
+    return seen + sink
 
 
 def env_of(s: Scheme, n: int | None = None) -> StaticEnv:
@@ -206,6 +215,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         params=dict(s.params), groups=groups, biases=biases,
         temperature=None if s.temperature is None else to_source(s.temperature),
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
+        shape=attention_shape(s),
     )
     if graph:
         from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for
