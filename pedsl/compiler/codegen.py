@@ -176,7 +176,7 @@ class _Gen:
         names = {p: args[p].id if isinstance(args[p], ast.Name) else args[p] for p in spec.names}
         codes = [self._e(args[p]) for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: its sub-modules and buffers are declared through g
-            code = spec.emit(SiteCode(self, key), *codes, **names, **static)
+            code = spec.emit(SiteCode(self, key, self._type(e).axes), *codes, **names, **static)
             if e.bound is not None:
                 self.shared[key] = code
             return code
@@ -187,9 +187,10 @@ class SiteCode:
     """What a source record's ``emit`` may declare in the generated module (its ``g``): learned
     sub-modules named like the in-process module's sites, frozen buffers, the decoding history."""
 
-    def __init__(self, gen: _Gen, key: str | None):
+    def __init__(self, gen: _Gen, key: str | None, axes: frozenset[str] = frozenset()):
         self.gen, self.key = gen, key  # key: the learned call's name (None for a frozen table)
         self.heads, self.pairs, self.chans = gen.scheme.heads, gen._pairs, gen._chans
+        self.axes = axes  # the axes of the call's value (its checked type)
 
     def width(self, to: str) -> int:
         """The per-head width of an output ``to = pair | channel | head``."""

@@ -181,15 +181,22 @@ class SchemeAttention(nn.Module):
             return cached[1][:L], cached[2][:L]
         size = L if dynamic else max(L, 2 ** math.ceil(math.log2(max(L, 1))))
         phase = self.evaluator.run(t.expr, self._ctx(size, device=device, group=t), key)
+        if t.table == P.LEARNED_TABLE:  # trained values: a new table (and autograd graph) per call
+            return self._cos_sin_of(phase, t, size, dtype)
+        cos, sin = self._cos_sin_of(phase, t, size, dtype)
+        self._rope_cache[key] = (size, cos, sin)
+        return cos[:L], sin[:L]
+
+    @staticmethod
+    def _cos_sin_of(phase, t: P.TransportStep, size: int, dtype) -> tuple[Tensor, Tensor]:
+        """(cos, sin) (size, P) of a phase table, reduced mod 2 pi in float64, then cast."""
         ph = as_table(phase, size, len(t.channels) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
         cos, sin = torch.cos(ph), torch.sin(ph)
         scale = t.scale
         if scale != 1:  # HF's attention factor: q and k of the group scaled by multiplying cos and sin
             cos, sin = cos * scale, sin * scale
-        cos, sin = cos.to(dtype), sin.to(dtype)
-        self._rope_cache[key] = (size, cos, sin)
-        return cos[:L], sin[:L]
+        return cos.to(dtype), sin.to(dtype)
 
     def step_angles(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> Tensor:
         a = self.evaluator.run(t.expr, self._ctx(L, x, tokens, device, dtype, group=t), t.site)

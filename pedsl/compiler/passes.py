@@ -51,6 +51,8 @@ _STATIC_NOTE = "static table: folded in float64, cached as cos/sin buffers, grow
 def fold_static_tables(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Frequency/phase tables that depend only on positions are constants: compute once in float64."""
     return _decide(g, ("phase_table",), lambda d: (
+        (P.LEARNED_TABLE, "reads learned values: evaluated (float64) at every call, never cached")
+        if d["ty"].learned else
         (P.RUNTIME_LENGTH, "depends on the run-time length n: recomputed (float64) for each new length")
         if d.get("dynamic") else (P.STATIC, _STATIC_NOTE)))
 
