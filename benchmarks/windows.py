@@ -25,6 +25,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -90,14 +91,31 @@ def timing(L: int, window: int, repeats: int) -> dict:
     return {n: statistics.median(ts) * 1000 for n, ts in times.items()}
 
 
+def rss() -> int:
+    """This process's resident set now, in bytes (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
 def peak_child(name: str, L: int, window: int) -> None:
-    """(child process) the rise of the peak resident set, in MiB, of one forward + backward."""
+    """(child process) the rise of the resident set over the inputs during one forward + backward, in
+    MiB, sampled every millisecond by a thread (large tensors are mapped and unmapped as they live)."""
     fn = variants(window)[name]
     q, k, v = inputs(L)
     fwd_bwd(fn, *inputs(256, seed=1))  # allocator and kernels warmed on a small input
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    base, top, done = rss(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            top[0] = max(top[0], rss())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=sample)
+    th.start()
     fwd_bwd(fn, q, k, v)
-    print(json.dumps({"peak_mib": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}))
+    done.set()
+    th.join()
+    print(json.dumps({"peak_mib": max(0, top[0] - base) / 2**20}))
 
 
 def peak(name: str, L: int, window: int, threads: int) -> float:
@@ -136,16 +154,25 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--decode", type=int, default=32768)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--parts", default="timing,decode", help="timing (with peak memory), decode")
     ap.add_argument("--peak-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     setup_torch(a.threads)
     if a.peak_child:
         return peak_child(a.peak_child, a.length, a.window)
     L, N = a.length, a.window
-    ms = timing(L, N, a.repeats)
-    peaks = {n: peak(n, L, N, a.threads) for n in ms}
+    parts = set(a.parts.split(","))
+    if "timing" in parts:
+        report_timing(L, N, a.repeats, a.threads)
+    if "decode" in parts:
+        report_decode(N, a.decode)
+
+
+def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
+    ms = timing(L, N, repeats)
+    peaks = {n: peak(n, L, N, threads) for n in ms}
     print(f"Windowed attention, forward + backward, float32 CPU, B={B} H={H} D={D} L={L} window={N}, "
-          f"{a.threads} thread(s), median of {a.repeats}")
+          f"{threads} thread(s), median of {repeats}")
     print(f"| variant | fwd+bwd ms | / full causal | / windowed floor | peak MiB over inputs |")
     print("|---|---|---|---|---|")
     for n, t in ms.items():
@@ -153,13 +180,16 @@ def main(argv=None) -> None:
     print(f"speed-up of pedsl over full causal: {ms['full causal'] / ms['pedsl rope_local']:.1f}x "
           "(target >= 5x); pedsl / windowed floor: "
           f"{ms['pedsl rope_local'] / ms['windowed floor']:.2f} (target <= 1.5)")
-    marks = sorted({min(4096, a.decode), a.decode})
-    print(f"\nDecoding one token at a time to {a.decode} tokens (B={B} H={H} D={D}, float32; ms per token: median "
+
+
+def report_decode(N: int, total: int) -> None:
+    marks = sorted({min(4096, total), total})
+    print(f"\nDecoding one token at a time to {total} tokens (B={B} H={H} D={D}, float32; ms per token: median "
           "of the 256 tokens before the mark)")
     print("| scheme | tokens | ms / token | cache MiB | tokens held |")
     print("|---|---|---|---|---|")
     for scheme, params in (("rope_local", {"width": N}), ("rope", {})):
-        for m, (t, nbytes, held) in decode(scheme, params, a.decode, marks).items():
+        for m, (t, nbytes, held) in decode(scheme, params, total, marks).items():
             print(f"| {scheme} | {m} | {t:.3f} | {nbytes / 2**20:.2f} | {held} |")
 
 
