@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import sys
 from pathlib import Path
 
 from pedsl.config import TrainConfig, resolve_train_config
@@ -14,6 +16,16 @@ HELPER = Path(__file__).resolve().parent / "train" / "fixtures" / "train_helper.
 _spec = importlib.util.spec_from_file_location("train_helper", HELPER)
 helper = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(helper)
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+
+
+def torchrun_env() -> dict:
+    """The environment of a ``torchrun`` test: one thread per process, gloo over the loopback."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
+    env.pop("WORLD_SIZE", None)
+    return env
+
 
 SMALL = dict(steps=40, threads=1, context=32, batch_size=8, n_layers=1, d_model=32, n_heads=2, log_every=5,
              eval_every=20, checkpoint_every=10, eval_batches=2, lr=1e-2, warmup=5, max_bytes=200_000)

@@ -37,18 +37,20 @@ PRESENTATION = {
     "--quiet": "hides progress messages; the same work runs and the same files and results are written",
     "--threads": "torch's CPU thread count: how fast the same work runs, not what it computes "
                  "(the study also records it in run metadata; it is not part of any result)",
-    "--jobs": "compare: how many runs train side by side (worker processes); the same runs, results and report "
-              "(bit for bit with --threads pinned: test_study_jobs); refused by the studies it does not apply to",
-    "--executor": "compare: where the same runs train (this machine's workers, Ray, Slurm); the same results "
-                  "(test_study_cluster)",
+    "--jobs": "compare (every study) and profile --compare: how many runs train side by side (worker processes); "
+              "the same runs, results and report (bit for bit with --threads pinned: test_study_jobs, "
+              "test_study_jobs_studies); profile refuses it without --compare",
+    "--executor": "compare (every study) and profile --compare: where the same runs train (this machine's workers, "
+                  "Ray, Slurm); the same results (test_study_cluster)",
 }
 
 # Options whose effect is files this sweep cannot compare (stamped with the wall-clock time), each with
 # the test that reads what they write back.
 TESTED_ELSEWHERE = {
-    "--track": "compare: exports the finished study to tensorboard event files or an mlflow store, both stamped "
+    "--track": "compare: records the study live in tensorboard event files or an mlflow store, both stamped "
                "with wall-clock times (two equal runs write different bytes); test_study_tracking reads them back "
-               "with EventAccumulator and MlflowClient, test_study_jobs through the command",
+               "with EventAccumulator and MlflowClient (a run still training included), test_study_jobs through "
+               "the command",
 }
 
 # Options that change nothing by design, listed once with the reason.
@@ -218,6 +220,7 @@ TRAIN_SHARED = {
     "--param": Acts((), ("-P", "base=500")),
     "--resume": Acts((), ("--resume",)),
     "--force-new": Acts((), ("--force-new",)),
+    "--shard": Refused(("--shard", "fsdp")),  # one process here; under torchrun: test_train_fsdp
 }
 TRAIN_FROM_SCHEME = {
     **TRAIN_SHARED,
@@ -325,6 +328,11 @@ SPEC: dict[str, dict[str, tuple[tuple[str, ...], dict[str, Any]]]] = {
         "--seed": Acts((), ("--seed", "3")),
         "--compare": Acts((), ("--compare", "{root}/cmp"), base=(*PROFILE_BLOCKS, "--suggest", "{root}/s.pe")),
         "--steps": (Refused(("--steps", "3")), Acts((), ("--steps", "3"), base=PROFILE_COMPARE)),
+        # where --compare's runs train: refused without --compare, and without their executor
+        "--address": (Refused(("--address", "auto")), Refused(("--address", "auto"), base=PROFILE_COMPARE)),
+        "--gpus-per-run": (Refused(("--gpus-per-run", "1")), Refused(("--gpus-per-run", "1"), base=PROFILE_COMPARE)),
+        "--partition": (Refused(("--partition", "gpu")), Refused(("--partition", "gpu"), base=PROFILE_COMPARE)),
+        "--time": (Refused(("--time", "10")), Refused(("--time", "10"), base=PROFILE_COMPARE)),
         "--json": Acts((), ("--json",)),
     })},
     "diff": {"": (DIFF, {

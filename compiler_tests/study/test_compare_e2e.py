@@ -71,3 +71,12 @@ def test_compare_two_schemes_end_to_end(tmp_path, monkeypatch):
 def test_compare_unknown_scheme_is_a_clear_error(tmp_path):
     code, _, err = _cli("compare", "ropee", "--out", str(tmp_path / "s"))
     assert code == 1 and "rope" in err and "Traceback" not in err
+
+
+def test_set_of_a_setting_with_an_option_of_its_own_reaches_the_runs():
+    """`compare --set steps=150` (no --steps): the --set value, not a clash of two keyword arguments."""
+    from pedsl.study import driver
+
+    assert driver.given({"steps": 150}, preset="tiny", steps=None, seed=None, data=None) == {"preset": "tiny",
+                                                                                           "steps": 150}
+    assert driver.given(None, preset="tiny", steps=3) == {"preset": "tiny", "steps": 3}

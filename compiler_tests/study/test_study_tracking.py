@@ -1,10 +1,14 @@
 """`pedsl compare --track tensorboard|mlflow`: a study's runs, metrics, evaluation, configuration and
-report exported to the tracker, read back with each library's own reader (tensorboard's
-EventAccumulator, mlflow's client); a missing library is a one-line error naming the extra."""
+report in the tracker, read back with each library's own reader (tensorboard's EventAccumulator,
+mlflow's client): written live while a run trains (read back before it finished), completed from the
+study's files at the end (runs trained before tracking, evaluations, report and plots); a missing
+library is a one-line error naming the extra."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -48,8 +52,9 @@ def test_tensorboard_event_files_read_back(tmp_path):
 
     out = _study(tmp_path)
     tracking.track_study("tensorboard", out)
-    tracking.track_study("tensorboard", out)  # again: replaces its event files, no doubled points
-    assert len(list((out / "runs" / "rope" / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    tracking.track_study("tensorboard", out)  # again: no doubled points (one file of steps, one of evaluation)
+    files = sorted(p.name.rsplit(".", 1)[-1] for p in (out / "runs" / "rope" / "tensorboard").glob("events.out.tfevents.*"))
+    assert files == ["eval", "train"]
     acc = EventAccumulator(str(out / "runs" / "alibi" / "seed1" / "tensorboard"))
     acc.Reload()
     loss = acc.Scalars("train/loss")
@@ -98,3 +103,113 @@ def test_a_missing_tracker_library_is_one_line_naming_the_extra(tmp_path, monkey
     assert code == 1 and "pip install 'pedsl[mlflow]'" in err_text and not (tmp_path / "s").exists()
     code, _, err_text = _cli("compare", "rope", "--out", tmp_path / "s", "--tracking-uri", "file:/x", "-q")
     assert code == 2 and "--tracking-uri applies to --track mlflow only" in err_text
+
+
+def _train_live(run: Path, spec, steps: int = 24) -> tuple[threading.Thread, list]:
+    """Train a small run in a thread of this process, reporting to ``spec``; slow steps (a sleeping
+    attention) so that it is still training while the test reads the tracker."""
+    from pedsl.train import live
+    from pedsl.train.loop import train
+    from train_helpers import helper, small_cfg
+
+    cfg = small_cfg(steps=steps, log_every=1, eval_every=steps, checkpoint_every=steps)
+    errors: list = []
+
+    def work() -> None:
+        live.use(spec)
+        try:
+            train(cfg, run, attention=helper.spec("nope", sleep=0.15), quiet=True)
+        except Exception as exc:  # reported by the test
+            errors.append(exc)
+        finally:
+            live.use(None)
+
+    t = threading.Thread(target=work)
+    t.start()
+    return t, errors
+
+
+def _wait_for(cond, t: threading.Thread, timeout: float = 120.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        got = cond()
+        if got:
+            return got
+        assert t.is_alive(), "the run finished before the tracker was read"
+        time.sleep(0.2)
+    raise AssertionError("nothing was tracked while the run trained")
+
+
+def test_tensorboard_is_written_live_while_the_run_trains(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from pedsl.train import live
+
+    run = tmp_path / "study" / "runs" / "nope"
+    t, errors = _train_live(run, live.Spec("tensorboard"))
+
+    def seen():
+        if not (run / "tensorboard").is_dir():
+            return None
+        acc = EventAccumulator(str(run / "tensorboard"))
+        acc.Reload()
+        return acc.Scalars("train/loss") if "train/loss" in acc.Tags()["scalars"] and \
+            len(acc.Scalars("train/loss")) >= 3 else None
+
+    early = _wait_for(seen, t)
+    assert not (run / "DONE.json").exists() and t.is_alive()  # read while it trains
+    t.join()
+    assert not errors, errors
+    acc = EventAccumulator(str(run / "tensorboard"))
+    acc.Reload()
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [
+        (r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in logged]
+    assert [e.step for e in early] == [r["step"] for r in logged][:len(early)]
+    assert {"train/lr", "train/tokens_per_s", "train/grad_norm", "train/val_loss"} <= set(acc.Tags()["scalars"])
+
+
+def test_mlflow_child_run_is_written_live_and_the_study_completes_it(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from pedsl.train import live
+
+    out = tmp_path / "study"
+    spec = tracking.start_study("mlflow", out)
+    client = MlflowClient(tracking_uri=spec.uri)
+    assert client.get_run(spec.parent).info.status == "RUNNING"
+    run = out / "runs" / "nope"
+    t, errors = _train_live(run, spec)
+
+    def seen():
+        child = live.find_child(client, spec, run)
+        history = client.get_metric_history(child, "train/loss") if child else []
+        return (child, history) if len(history) >= 3 else None
+
+    child, early = _wait_for(seen, t)
+    assert not (run / "DONE.json").exists() and t.is_alive()  # read while it trains
+    assert client.get_run(child).info.status == "RUNNING"
+    assert client.get_run(child).data.tags["mlflow.parentRunId"] == spec.parent
+    t.join()
+    assert not errors, errors
+    logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    history = sorted((m.step, m.value) for m in client.get_metric_history(child, "train/loss"))
+    assert history == [(r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in logged]
+    finished = client.get_run(child)
+    assert finished.info.status == "FINISHED" and finished.data.params["scheme"] == "nope"
+    import yaml
+
+    context = yaml.safe_load((run / "config.yaml").read_text())["context"]
+    assert finished.data.params["config.context"] == str(context) and finished.data.params["commit"] == str(spec.commit)
+    # the study measures the run and ends: its evaluation and report are added, the live child is kept
+    (run / "eval.json").write_text(json.dumps({"ppl": {"32": {"ppl": 50.0, "ratio": 1.0},
+                                                       "64": {"ppl": 60.0, "ratio": 1.25}}}))
+    (out / "report.md").write_text("# report\n")
+    tracking.track_study("mlflow", out, spec=spec)
+    tracking.track_study("mlflow", out, spec=spec)  # again: no second child, no doubled points
+    children = client.search_runs([spec.experiment], filter_string=f"tags.mlflow.parentRunId = '{spec.parent}'")
+    assert [c.info.run_id for c in children] == [child]
+    ratio = sorted((m.step, m.value) for m in client.get_metric_history(child, "eval/ppl_ratio"))
+    assert ratio == [(32, 1.0), (64, 1.25)]
+    assert "report.md" in {a.path for a in client.list_artifacts(spec.parent)}
+    assert client.get_run(spec.parent).info.status == "FINISHED"

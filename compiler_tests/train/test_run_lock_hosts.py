@@ -1,7 +1,8 @@
 """The run lock across hosts sharing a filesystem: an atomically created lock file with host, pid and
 a heartbeat; a live owner on another host keeps it, one whose heartbeat stopped loses it, of several
 processes taking over an abandoned lock exactly one wins, and a release never removes a lock that
-another process took over."""
+another process took over. A takeover claim left by a taker that died (gone on this host, or stale
+from another host) is removed by the next taker; a live claim is not."""
 
 from __future__ import annotations
 
@@ -78,3 +79,65 @@ def test_a_release_never_removes_a_lock_another_process_took_over(tmp_path):
     (tmp_path / runlock.LOCK_NAME).write_text(json.dumps(OTHER))  # taken over while we were paused
     lock.release()
     assert json.loads((tmp_path / runlock.LOCK_NAME).read_text()) == OTHER
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def _plant_claim(run, lock_owner: dict, taker: dict, age: float):
+    claim = runlock._claim_path(run / runlock.LOCK_NAME, lock_owner)
+    claim.write_text(json.dumps(taker))
+    os.utime(claim, (time.time() - age, time.time() - age))
+    return claim
+
+
+def test_a_claim_left_by_a_taker_that_died_on_this_host_is_taken_over(tmp_path):
+    import socket
+
+    dead_owner = {"pid": _dead_pid(), "host": socket.gethostname(), "since": "2026-01-01 00:00:00", "nonce": "own"}
+    _plant(tmp_path, dead_owner, age=1)  # a fresh heartbeat, but its process is gone
+    taker = {"pid": _dead_pid(), "host": socket.gethostname(), "since": "2026-01-01 00:00:01", "nonce": "tk"}
+    claim = _plant_claim(tmp_path, dead_owner, taker, age=1)  # a fresh claim, its process gone too
+    lock = runlock.RunLock(tmp_path).acquire()
+    assert lock.stale == dead_owner and not claim.exists()
+    assert json.loads((tmp_path / runlock.LOCK_NAME).read_text())["pid"] == os.getpid()
+    lock.release()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stale_claim_from_another_host_is_taken_over(tmp_path):
+    _plant(tmp_path, OTHER, age=runlock.STALE + 5)
+    taker = {"pid": 777, "host": "another-node", "since": "2026-01-01 00:00:01", "nonce": "tk"}
+    claim = _plant_claim(tmp_path, OTHER, taker, age=runlock.CLAIM_STALE + 5)
+    lock = runlock.RunLock(tmp_path).acquire()
+    assert lock.stale == OTHER and not claim.exists()
+    lock.release()
+
+
+@pytest.mark.parametrize("where", ["this host", "another host"])
+def test_a_live_claim_is_not_stolen(tmp_path, where):
+    import socket
+    import subprocess
+    import sys
+
+    _plant(tmp_path, OTHER, age=runlock.STALE + 5)  # an abandoned lock ...
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        taker = ({"pid": live.pid, "host": socket.gethostname()} if where == "this host"
+                 else {"pid": 4243, "host": "another-node"})  # ... being taken over right now by a live process
+        taker |= {"since": "2026-01-01 00:00:01", "nonce": "tk"}
+        claim = _plant_claim(tmp_path, OTHER, taker, age=runlock.CLAIM_STALE + 5 if where == "this host" else 1)
+        with pytest.raises(OutputError, match=f"being taken over by another pedsl process \\(pid {taker['pid']}"):
+            runlock.RunLock(tmp_path).acquire()
+        assert json.loads(claim.read_text()) == taker
+        assert json.loads((tmp_path / runlock.LOCK_NAME).read_text()) == OTHER  # untouched
+    finally:
+        live.kill()
+        live.wait()

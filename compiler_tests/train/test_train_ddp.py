@@ -4,24 +4,15 @@ same global batch (within float tolerance); only rank 0 writes the run directory
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pedsl.train.loop import train
-from train_helpers import helper, read_metrics, small_cfg
+from train_helpers import TORCHRUN, helper, read_metrics, small_cfg, torchrun_env
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
-
-
-def _env() -> dict:
-    env = dict(os.environ, OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1")
-    env.pop("WORLD_SIZE", None)
-    return env
 
 
 @pytest.mark.slow
@@ -30,7 +21,7 @@ def test_ddp_two_processes_match_one_process(tmp_path):
     cfg_file = tmp_path / "cfg.json"
     cfg_file.write_text(cfg.model_dump_json())
     two = subprocess.run([*TORCHRUN, "--standalone", "--nproc-per-node", "2", str(HELPER), str(cfg_file),
-                          str(tmp_path / "two")], capture_output=True, text=True, env=_env(), timeout=180)
+                          str(tmp_path / "two")], capture_output=True, text=True, env=torchrun_env(), timeout=180)
     assert two.returncode == 0, two.stderr[-3000:]
     train(cfg, tmp_path / "one", attention=helper.spec(), quiet=True)  # one process, same global batch
     a, b = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")

@@ -7,7 +7,9 @@ import math
 
 import click
 
+from pedsl.cli.executors import executor_options, given_executor, make_executor
 from pedsl.cli.option_rules import refuse_given
+from pedsl.errors import UsageError
 from pedsl.profile.run import run_profile, summary_text
 from pedsl.study.common import finite_json, progress
 from pedsl.torchenv import setup_torch
@@ -39,10 +41,11 @@ from pedsl.torchenv import setup_torch
               help="Also train RoPE and the --suggest scheme on DATA with one budget (pedsl compare --quick) in DIR.")
 @click.option("--steps", type=int, default=None, help="Training steps of --compare (default: 150, compare --quick).")
 @click.option("--threads", type=int, default=0, help="torch CPU threads for --compare (0: the idle cores).")
+@executor_options
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON summary instead of the table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, granularities, vocab, width_fraction,
-            block_len, block_offset, seed, compare, steps, threads, as_json, quiet):
+            block_len, block_offset, seed, compare, steps, threads, as_json, quiet, **executor):
     """Measure how far the dependencies in DATA reach, and whether they are self-similar.
 
     DATA is stdlib, a file or a folder (its training split, as `pedsl train --data` reads it), or a
@@ -59,12 +62,18 @@ def profile(data, out, suggest, train_length, law_c, max_bytes, max_distance, gr
     if compare is None:
         refuse_given(["steps"], "not used without --compare (it is the training budget of --compare)",
                      hint="add --compare DIR, or drop it")
+        if given_executor(executor):
+            raise UsageError(f"{given_executor(executor)[0]}: not used without --compare (it says where the runs "
+                             "of --compare train)", hint="add --compare DIR, or drop it")
+    ex = None
     if compare is not None:
-        setup_torch(threads)
+        ex = make_executor(executor, threads)
+        if ex.serial:
+            setup_torch(threads)
     res = run_profile(data, out=out, max_bytes=max_bytes, max_distance=max_distance, granularities=granularities,
                       vocab=vocab, width_fraction=width_fraction, seed=seed, block_len=block_len,
                       block_offset=block_offset, train_length=train_length, law_c=law_c, suggest=suggest,
-                      compare=compare, compare_steps=steps, say=progress(quiet))
+                      compare=compare, compare_steps=steps, executor=ex, say=progress(quiet))
     if as_json:
         click.echo(json.dumps(finite_json(res), indent=1))
     else:

@@ -17,7 +17,7 @@ from click.core import ParameterSource
 
 from pedsl import limits as L
 from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
-from pedsl.cli.options import jobs as parse_jobs
+from pedsl.cli.executors import executor_options, make_executor
 from pedsl.cli.options import key_values, param_values
 from pedsl.errors import UsageError
 from pedsl.study.common import open_run, parse_lengths, progress
@@ -166,20 +166,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
               "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.frequency).")
-@click.option("--jobs", "jobs_text", default=None, metavar="N|auto",
-              help="Runs trained side by side, each in its own worker process (default 1; auto: one per idle core); "
-              "the CPU threads are split between them (--threads pins the count per run). The report is written "
-              "once every run is done; a killed worker's run resumes from its last checkpoint. With --executor "
-              "ray or slurm: the most runs in flight (default: no limit).")
-@click.option("--executor", "executor_kind", type=click.Choice(["local", "ray", "slurm"]), default="local",
-              show_default=True, help="Where the runs go: local worker processes (--jobs), Ray tasks or Slurm jobs "
-              "(through submitit); on a cluster the study folder must be on a filesystem every node sees.")
-@click.option("--address", default=None, metavar="ADDR", help="--executor ray: the Ray cluster to join (default: a "
-              "local Ray started for the study).")
-@click.option("--gpus-per-run", type=click.FloatRange(0, 1024), default=0, help="--executor ray or slurm: GPUs per run.")
-@click.option("--partition", default=None, help="--executor slurm: the Slurm partition.")
-@click.option("--time", "time_min", type=click.IntRange(1, 10**6), default=None, metavar="MINUTES",
-              help="--executor slurm: the time limit of each run's job, in minutes.")
+@executor_options
 @click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
               help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
               "and the study's) or mlflow (a parent run with one child per run; see --tracking-uri).")
@@ -204,17 +191,21 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         _refuse_idle_quick(study, set_values)
     say = progress(quiet)
     started = time.perf_counter()
-    ex = _executor(executor, threads, track, tracking_uri, study)
+    ex = _executor(executor, threads, track, tracking_uri)
     if ex.serial:
         say(f"torch threads: {setup_torch(threads)}")
+
+    def begin() -> None:  # once the arguments are checked, before the first run trains
+        _begin_tracking(track, out, tracking_uri)
+
     if study == "extension":
         many = seed_list if seed_list and len(seed_list) > 1 else None
         seed = seed_list[0] if seed_list and not many else seed
         _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
-                   say, seeds=many)
+                   say, seeds=many, ex=ex, begin=begin)
         return _track(track, out, tracking_uri, say)
     if study == "frequency":
-        _frequency(schemes, out, steps=steps, quick=quick, sets=set_values,
+        _frequency(schemes, out, ex, begin, steps=steps, quick=quick, sets=set_values,
                    command=_command_line(click.get_current_context()), say=say)
         return _track(track, out, tracking_uri, say)
     common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
@@ -224,6 +215,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
 
         name = None if study == "default" else study
         seeds_run = seed_list or ([seed] if seed is not None else None)
+        begin()
         if not ex.serial:
             from pedsl.study import parallel
 
@@ -241,6 +233,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
 
     if seed_list:
         seed = seed_list[0]
+    begin()
     if not ex.serial:
         from pedsl.study import parallel
 
@@ -255,29 +248,11 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
     _track(track, out, tracking_uri, say)
 
 
-def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | None, study: str):
+def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | None):
     """The study's executor (--jobs, --executor and its options) and --track, checked before anything runs."""
-    from pedsl.study.parallel import Executor
-
-    kind = opts["executor_kind"]
-    jobs = parse_jobs(opts["jobs_text"]) if opts["jobs_text"] is not None else None
-    for flag, value, needs in (("--address", opts["address"], ("ray",)), ("--partition", opts["partition"], ("slurm",)),
-                               ("--time", opts["time_min"], ("slurm",)),
-                               ("--gpus-per-run", opts["gpus_per_run"] or None, ("ray", "slurm"))):
-        if value is not None and kind not in needs:
-            raise UsageError(f"{flag} applies to --executor {' or '.join(needs)} only",
-                             hint=f"add --executor {needs[0]}, or drop {flag}")
+    ex = make_executor(opts, threads)
     if tracking_uri is not None and track != "mlflow":
         raise UsageError("--tracking-uri applies to --track mlflow only", hint="add --track mlflow, or drop --tracking-uri")
-    ex = Executor(kind=kind, jobs=jobs, threads=threads, address=opts["address"], gpus=opts["gpus_per_run"],
-                  partition=opts["partition"], time_min=opts["time_min"])
-    if not ex.serial and study in ("extension", "frequency"):
-        raise UsageError(f"--jobs and --executor do not apply to --study {study} yet: it trains its runs one after "
-                         "another", hint="drop them; they work with compare, --seeds and --study retrieval")
-    if kind != "local":
-        from pedsl.study.cluster import require as require_executor
-
-        require_executor(kind)
     if track:
         from pedsl.study.tracking import require
 
@@ -285,11 +260,28 @@ def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | N
     return ex
 
 
+def _begin_tracking(track: str | None, out: str, uri: str | None) -> None:
+    """Open the study's record in the tracker; from now on every run this process (or a worker it
+    starts) trains reports to it live (:mod:`pedsl.train.live`)."""
+    if track:
+        from pedsl.study.driver import study_dir
+        from pedsl.study.tracking import start_study
+        from pedsl.train import live
+
+        study_dir(out)  # refuse a folder that is not a study before the tracker writes into it
+        live.use(start_study(track, out, uri=uri))
+
+
 def _track(track: str | None, out: str, uri: str | None, say) -> None:
+    """Complete the study's record: runs trained before it was tracked, evaluations, report, plots."""
     if track:
         from pedsl.study.tracking import track_study
+        from pedsl.train import live
 
-        track_study(track, out, uri=uri, say=say)
+        try:
+            track_study(track, out, uri=uri, say=say, spec=live.current())
+        finally:
+            live.use(None)
 
 
 # compare options -> the --set keys of the same training setting
@@ -360,7 +352,7 @@ def _seeds(text: str | None) -> list[int] | None:
 
 
 def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet, say,
-               seeds=None):
+               seeds=None, ex=None, begin=lambda: None):
     from pedsl.study.extension.run import METHODS, run_extension
 
     if analyze_max is not None:
@@ -372,6 +364,14 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     kw = dict(methods=list(schemes) or None, preset=preset, steps=steps, data=data, lengths=parse_lengths(lengths),
               windows=windows, quick=quick, sets=_sets(sets), command=_command_line(click.get_current_context()),
               quiet=quiet, say=say)
+    begin()
+    if ex is not None and not ex.serial:
+        from pedsl.study import parallel
+
+        unit_kw = {k: v for k, v in kw.items() if k not in ("methods", "command", "quiet", "say")}
+        for stage, units in zip(("base models", "swaps and fine-tunes"),
+                                parallel.extension_units(out, methods=kw["methods"], seeds=seeds, seed=seed, **unit_kw)):
+            parallel.prepare(units, out, ex, say=say, label=f"extension: {stage}")
     if seeds:
         from pedsl.study.extension.seeds import run_extension_seeds
         from pedsl.study.extension.seeds_report import summary
@@ -391,14 +391,21 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
-def _frequency(schemes, out, **kw) -> None:
-    """``--study frequency``: run the study, print what it ran (task, widths, seeds) and the fit table."""
+def _frequency(schemes, out, ex, begin, **kw) -> None:
+    """``--study frequency``: run the study (its runs first on ``ex`` unless serial), print what it ran
+    (task, widths, seeds) and the fit table."""
     from pedsl.study.frequency.report import report
     from pedsl.study.frequency.run import run_frequency_study
 
     if schemes:
         raise UsageError("--study frequency trains rope.pe itself and takes no SCHEMES",
                          hint="drop the scheme names, or drop --study")
+    begin()
+    if not ex.serial:
+        from pedsl.study import parallel
+
+        parallel.prepare(parallel.frequency_units(out, steps=kw["steps"], quick=kw["quick"], sets=kw["sets"]), out, ex,
+                         say=kw["say"], label="frequency")
     res = run_frequency_study(out, **kw)
     text = report(res).split("\n")
     meta = res["meta"]

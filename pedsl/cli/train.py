@@ -2,11 +2,13 @@
 
 Settings resolve as: defaults <- preset <- the scheme's ``train {}`` block <- a train.yaml (when
 given instead of a .pe file) <- these options. Works unchanged under
-``torchrun --nproc-per-node N -m pedsl train ...`` (DDP; rank 0 writes the run directory).
+``torchrun --nproc-per-node N -m pedsl train ...`` (DDP; rank 0 writes the run directory), and
+``torchrun ... -m pedsl train --shard fsdp ...`` shards the model over the processes (FSDP2).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -47,12 +49,16 @@ SET_BY_OPTION = {"steps": "steps", "context": "context", "preset": "preset", "ba
               "overridden). No SCHEME argument: --scheme, or the run's own scheme.")
 @click.option("--scheme", "scheme", default=None, metavar="NAME|FILE.pe",
               help="With --init-from: the scheme to fine-tune with (library name or .pe file).")
+@click.option("--shard", type=click.Choice(["ddp", "fsdp"]), default=None,
+              help="Under torchrun with several processes: ddp (the default) keeps the whole model on every "
+              "process; fsdp shards parameters, gradients and optimizer state over them (FSDP2). Checkpoints hold "
+              "the whole model either way, so either resumes the other's run.")
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its latest checkpoint.")
 @click.option("--force-new", is_flag=True,
               help="Discard the run already in --out (checkpoints, metrics, results) and start over.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
 def train(source, out, steps, context, preset, batch_size, lr, seed, data, device, threads, backend,
-          compile_, sets, params, init_from, scheme, resume, force_new, quiet):
+          compile_, sets, params, init_from, scheme, shard, resume, force_new, quiet):
     """Train a small byte-level language model whose attention is the scheme.
 
     --out must be new, empty or a pedsl run folder; it is locked while training.
@@ -75,13 +81,17 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
     cli_params = param_values(params)
     if resume and force_new:
         raise UsageError("--resume and --force-new exclude each other", hint="continue the run, or start over")
+    if shard is not None and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        raise UsageError(f"--shard {shard} needs several processes: one process has nothing to split the model "
+                         "or the batch over", hint="launch with torchrun --nproc-per-node N -m pedsl train ... "
+                         "(N >= 2), or drop --shard")
+    how = {"resume": resume, "quiet": quiet, "force_new": force_new, "shard": shard or "ddp"}
     if init_from is not None:
         if source is not None:
             raise UsageError(f"--init-from takes no SCHEME argument (got '{source}')",
                              hint=f"pass the new scheme as --scheme {source}")
         _refuse_preset(set_values, "with --init-from (a fine-tune keeps the run's model and settings)")
-        return _fine_tune(init_from, scheme, cli_params, overrides, out, resume=resume, quiet=quiet,
-                          force_new=force_new)
+        return _fine_tune(init_from, scheme, cli_params, overrides, out, **how)
     if source is None:
         raise UsageError("missing SCHEME.pe or train.yaml", hint="e.g. `pedsl train schemes/rope.pe --preset tiny`, "
                          "or `pedsl train --init-from RUN --scheme pi` to fine-tune a run")
@@ -111,7 +121,7 @@ def train(source, out, steps, context, preset, batch_size, lr, seed, data, devic
         scheme = load_scheme(src, cli_params)
         cfg = train_config(scheme, src, params=cli_params, overrides=overrides)
     out_dir = Path(out) if out else Path("runs") / scheme.name
-    run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), resume=resume, quiet=quiet, force_new=force_new)
+    run_training(cfg, out_dir, attention=from_scheme(cfg, scheme), **how)
 
 
 def _fine_tune(init_from: str, scheme: str | None, params: dict, overrides: dict, out: str | None, **how) -> None:

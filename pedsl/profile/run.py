@@ -22,7 +22,7 @@ import datetime as _dt
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 
 from pedsl.errors import DataError, OutputError, UsageError
@@ -103,8 +103,11 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
                 width_fraction: float = M.WIDTH_FRACTION, seed: int = 0, block_len: int = 16,
                 block_offset: int = 0, train_length: int = 128, law_c: float = LAW_C,
                 suggest: str | Path | None = None, compare: str | Path | None = None,
-                compare_steps: int | None = None, say: Callable[[str], None] = lambda m: None) -> dict:
-    """The whole profile; returns the JSON summary (also written to ``out/profile.json``)."""
+                compare_steps: int | None = None, executor: Any = None,
+                say: Callable[[str], None] = lambda m: None) -> dict:
+    """The whole profile; returns the JSON summary (also written to ``out/profile.json``).
+    ``executor``: where ``compare``'s two runs train (a :class:`pedsl.study.parallel.Executor`;
+    None: one after the other here)."""
     t0 = time.perf_counter()
     _check_arguments(data, out, max_bytes, max_distance, width_fraction, vocab, train_length, law_c, suggest, compare)
     x, desc, is_text = S.load_bytes(data, max_bytes, seed=seed, block_len=block_len, block_offset=block_offset)
@@ -136,7 +139,7 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
         if compare is not None:
             say(f"training RoPE and {Path(suggest).name} on {data} -> {compare}")
             result["loop"] = close_loop(data, suggest, compare, steps=compare_steps, block_len=block_len,
-                                        block_offset=block_offset, say=say)
+                                        block_offset=block_offset, executor=executor, say=say)
     result["wall_time_s"] = time.perf_counter() - t0
     if out is not None:
         files = plot_profile(profiles, sim, W, Path(out))
@@ -146,15 +149,21 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
 
 
 def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int | None = None,
-               block_len: int = 16, block_offset: int = 0, say: Callable[[str], None] = lambda m: None) -> dict:
+               block_len: int = 16, block_offset: int = 0, executor: Any = None,
+               say: Callable[[str], None] = lambda m: None) -> dict:
     """Train RoPE and the suggested scheme with one budget on the profiled data (``pedsl compare``,
-    quick settings: lengths to 16x, 2 windows) and return each one's validation loss and perplexity
-    ratios."""
+    quick settings: lengths to 16x, 2 windows), each run on ``executor`` first unless it is serial,
+    and return each one's validation loss and perplexity ratios."""
     from pedsl.study.compare.run import run_compare  # on use: training (torch) only for --compare
 
     sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
-    res = run_compare(["rope", str(suggested)], out, data=data, steps=steps, quick=True, sets=sets,
-                      command=f"pedsl profile {data} --compare {out}", quiet=True, say=say)
+    schemes, settings = ["rope", str(suggested)], {"data": data, "steps": steps, "quick": True, "sets": sets}
+    if executor is not None and not executor.serial:
+        from pedsl.study import parallel
+
+        parallel.prepare(parallel.compare_units(schemes, out, **settings), out, executor, say=say,
+                         label="profile --compare")
+    res = run_compare(schemes, out, **settings, command=f"pedsl profile {data} --compare {out}", quiet=True, say=say)
     rows = {}
     for name, r in res["results"].items():
         ppl = (r.get("eval") or {}).get("ppl", {})

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from pedsl.errors import ConfigError
 from pedsl.study.executor import StudyProgress, Unit, call, failure
+from pedsl.train import live
 
 Say = Callable[[str], None]
 EXTRAS = {"ray": ("ray", "ray"), "slurm": ("submitit", "slurm")}  # executor: (module, extra)
@@ -35,8 +36,9 @@ def require(executor: str) -> None:
                           hint=f"pip install 'pedsl[{extra}]'")
 
 
-def _ray_task(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, label: str) -> str | None:
-    return call(fn, kwargs, threads, lambda msg: print(f"[{label}] {msg}", file=sys.stderr, flush=True))
+def _ray_task(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, label: str,
+              tracking: live.Spec | None = None) -> str | None:
+    return call(fn, kwargs, threads, lambda msg: print(f"[{label}] {msg}", file=sys.stderr, flush=True), tracking)
 
 
 def run_ray(units: list[Unit], *, threads: int, say: Say, label: str = "study", address: str | None = None,
@@ -54,7 +56,7 @@ def run_ray(units: list[Unit], *, threads: int, say: Say, label: str = "study", 
     task = ray.remote(_ray_task).options(num_cpus=threads, num_gpus=gpus, max_retries=retries)
     try:
         _drive(units, say, label, jobs,
-               submit=lambda u: task.remote(u.fn, u.kwargs, threads, u.label),
+               submit=lambda u: task.remote(u.fn, u.kwargs, threads, u.label, live.current()),
                wait=lambda refs: ray.wait(refs, num_returns=1)[0],
                result=lambda ref: _ray_result(ray, ref))
     finally:
@@ -93,7 +95,8 @@ def run_slurm(units: list[Unit], *, threads: int, say: Say, folder: str | Path, 
     tries: dict[int, int] = {}
 
     def submit(u: Unit):
-        return ex.submit(call, u.fn, u.kwargs, threads, lambda msg: print(f"[{u.label}] {msg}", file=sys.stderr))
+        return ex.submit(call, u.fn, u.kwargs, threads, lambda msg: print(f"[{u.label}] {msg}", file=sys.stderr),
+                         live.current())
 
     def wait(jobs_now: list) -> list:
         while True:

@@ -27,8 +27,9 @@ from pedsl.study.measures import Measures
 from pedsl.study.progress import STUDY_WEIGHTS, Eta
 from pedsl.study.retrieval.score import VERSION as RETRIEVAL_VERSION
 from pedsl.study.retrieval.score import retrieval_run
+from pedsl.study.tracking import track_evaluation
 from pedsl.train import checkpoint as ck
-from pedsl.train import rundir, train
+from pedsl.train import live, rundir, train
 from pedsl.train.recipe import from_scheme, load_scheme
 from pedsl.train.schemefiles import attention_files
 
@@ -63,9 +64,10 @@ def study_dir(out: str | Path) -> Path:
     return out
 
 
-def given(**settings: Any) -> dict[str, Any]:
-    """The settings that were given (None: not given, the preset or the study decides)."""
-    return {k: v for k, v in settings.items() if v is not None}
+def given(sets: dict | None = None, /, **settings: Any) -> dict[str, Any]:
+    """The settings that were given (None: not given, the preset or the study decides), then the
+    ``--set`` values (a ``--set`` of a setting an option also gives is refused by the CLI unless equal)."""
+    return {**{k: v for k, v in settings.items() if v is not None}, **(sets or {})}
 
 
 def train_scheme(name: str, path: Path, run: Path, overrides: dict, say: Say, quiet: bool) -> dict:
@@ -166,6 +168,8 @@ def measure(run: Path, done: dict, m: Measures, label: str, eta: Eta, say: Say) 
         and an.get("lengths") == alens
     an = step("analysis", an, fits, lambda: analyze_run(run, lengths=alens, say=say, loaded=loaded()),
               f"analyzing at lengths {alens}")
+    if live.current() is not None:  # the study is tracked: its evaluation now, as measured
+        track_evaluation(run)
     return {"eval": ev, "retrieval": rt, "analysis": an, "config": cfg}
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 from pedsl.errors import PedslError, TrainError
 from pedsl.study.progress import duration
+from pedsl.train import live
 from pedsl.torchenv import auto_threads
 
 Say = Callable[[str], None]
@@ -113,7 +114,7 @@ def run_units(units: list[Unit], *, jobs: int, threads: int, say: Say, label: st
             while pending and len(running) < jobs:
                 i = pending.popleft()
                 attempts[i] += 1
-                p = ctx.Process(target=_work, args=(units[i].fn, units[i].kwargs, threads, i, messages),
+                p = ctx.Process(target=_work, args=(units[i].fn, units[i].kwargs, threads, i, messages, live.current()),
                                 name=f"pedsl-{units[i].label}")
                 p.start()
                 running[i] = p
@@ -172,10 +173,11 @@ def _relay(messages, units: list[Unit], errors: dict[int, str], say: Say, timeou
             errors[i] = text
 
 
-def _work(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, index: int, messages) -> None:
+def _work(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, index: int, messages,
+          tracking: live.Spec | None = None) -> None:
     """A local worker process: run the unit, send its messages and its failure (if any) to the parent."""
     try:
-        err = call(fn, kwargs, threads, lambda msg: messages.put(("say", index, msg)))
+        err = call(fn, kwargs, threads, lambda msg: messages.put(("say", index, msg)), tracking)
         if err is not None:
             messages.put(("error", index, err))
     finally:
@@ -183,12 +185,15 @@ def _work(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, index: i
         messages.join_thread()
 
 
-def call(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, say: Say) -> str | None:
-    """Run one unit in this (worker) process with ``threads`` torch threads; its failure as one line,
-    None when it succeeded. A killed process returns nothing: the executor sees it die."""
+def call(fn: Callable[..., Any], kwargs: dict[str, Any], threads: int, say: Say,
+         tracking: live.Spec | None = None) -> str | None:
+    """Run one unit in this (worker) process with ``threads`` torch threads, its runs reporting live
+    to ``tracking`` (the study's tracker, if any); its failure as one line, None when it succeeded. A
+    killed process returns nothing: the executor sees it die."""
     from pedsl.torchenv import setup_torch
 
     try:
+        live.use(tracking)
         setup_torch(threads)
         fn(**kwargs, say=say)
     except PedslError as err:

@@ -1,7 +1,9 @@
 """The runs of a study as executor units (:mod:`pedsl.study.executor`), and the study run on them.
 
-Each unit is the study itself restricted to one run (one scheme; one scheme and one seed) with its
-report left out: it trains, evaluates and analyzes that run folder exactly as the whole study would.
+Each unit is the study itself restricted to one run (one scheme; one scheme and one seed; one width
+and seed of the frequency study; one task and method of the extension study) with its report left
+out: it trains, evaluates and analyzes that run folder exactly as the whole study would. The
+extension study runs in two stages, since its swaps and fine-tunes start from its base models.
 :func:`prepare` runs them all on the chosen :class:`Executor` (local workers, Ray, Slurm); the caller then runs the whole study, which reuses every
 run and writes the report once.
 """
@@ -14,6 +16,8 @@ from typing import Any, Callable
 
 from pedsl.study import cluster, driver
 from pedsl.study.compare import run as cmp
+from pedsl.study.extension import run as ext
+from pedsl.study.frequency import run as freq
 from pedsl.study.seeded import run as seeded
 from pedsl.study.executor import AUTO, Unit, plan, run_units
 from pedsl.torchenv import setup_torch
@@ -39,6 +43,32 @@ def seeded_units(study: str | None, schemes: list[str], out: str | Path, *, seed
     return [Unit(f"{name} seed {seed}", _seeded_one,
                  {"study": study, "scheme": item, "out": str(out), "seed": seed, **settings})
             for seed in (seeds or [0]) for item, (name, _) in zip(items, resolved)]
+
+
+def frequency_units(out: str | Path, *, steps: int | None, quick: bool, sets: dict) -> list[Unit]:
+    """One unit per width and seed of ``--study frequency`` (its settings checked here, once)."""
+    plan = freq.plan_study(steps=steps, quick=quick, sets=sets)
+    return [Unit(f"{plan.task}{B}_s{s}", _frequency_one,
+                 {"out": str(out), "steps": steps, "quick": quick, "sets": sets, "width": B, "seed": s})
+            for B, s in plan.runs()]
+
+
+def extension_units(out: str | Path, *, methods: list[str] | None, seeds: list[int] | None,
+                    seed: int | None = None, **settings: Any) -> tuple[list[Unit], list[Unit]]:
+    """``--study extension`` in two stages of units: the base models (per task, and per seed with
+    ``seeds``), then one unit per task and method (and seed): its zero-shot evaluations and
+    fine-tunes at every target. ``settings``: run_extension's keyword arguments."""
+    names = ext.study_methods(methods)
+    where = ([(k, f" seed {k}", {"base_run": str(Path(out) / "runs" / "rope" / f"seed{k}"),
+                                  "ext_dir": str(Path(out) / "extension" / f"seed{k}")}) for k in seeds]
+             if seeds else [(seed, "", {})])
+    bases, swaps = [], []
+    for k, tag, paths in where:
+        for task in ("text", "blocks"):
+            common = {"out": str(out), "task": task, "seed": k, **paths, **settings}
+            bases.append(Unit(f"{task} base{tag}", _extension_one, {**common, "methods": []}))
+            swaps += [Unit(f"{task} {m}{tag}", _extension_one, {**common, "methods": [m]}) for m in names]
+    return bases, swaps
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,14 @@ def prepare(units: list[Unit], out: str | Path, executor: Executor, *, say: Say,
     return per_run
 
 
+def _frequency_one(out: str, steps: int | None, quick: bool, sets: dict, width: int, seed: int, say: Say) -> None:
+    freq.run_one(Path(out), freq.plan_study(steps=steps, quick=quick, sets=sets), width, seed, say=say, quiet=True)
+
+
+def _extension_one(out: str, say: Say, **settings: Any) -> None:
+    ext.run_part(out, say=say, **{**settings, "quiet": True})
+
+
 def _compare_one(scheme: str, out: str, say: Say, **settings: Any) -> None:
     cmp.run_compare([scheme], out, report=False, say=say, **{**settings, "quiet": True})
 
@@ -95,4 +133,4 @@ def _seeded_one(study: str | None, scheme: str, out: str, seed: int, say: Say, *
     seeded.run_seeded(study, [scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
 
 
-__all__ = ["Executor", "compare_units", "prepare", "seeded_units"]
+__all__ = ["Executor", "compare_units", "extension_units", "frequency_units", "prepare", "seeded_units"]

@@ -1,16 +1,19 @@
-"""A finished study exported to an experiment tracker (``pedsl compare --track tensorboard|mlflow``).
+"""A study tracked in an experiment tracker (``pedsl compare --track tensorboard|mlflow``).
 
-Read from the study's own files, so every study and every executor is tracked alike, and a study
-can be tracked again after the fact (the same command reuses every run):
+Live, while the study runs: :func:`start_study` opens the study's record (mlflow: its parent run,
+found again when the same study is run again) and returns the :class:`pedsl.train.live.Spec` every
+run reports to as it trains (:mod:`pedsl.train.live`: losses, learning rate, gradient norm and
+throughput at every logged step); :func:`track_evaluation` adds a run's evaluation when the study
+measures it (perplexity ratio, passkey and block accuracy by length; retrieval accuracy).
 
-- every run folder under ``DIR/runs`` with a DONE.json: its per-step metrics (metrics.jsonl: loss,
-  learning rate, gradient norm, throughput, validation loss), its evaluation (eval.json: perplexity
-  ratio, passkey and block accuracy by length; retrieval.json), its configuration and scheme hash;
-- the study: report.md / report.html, its plots (PNG) and the commit of results.json.
+At the end, :func:`track_study` completes the record from the study's own files, so every study and
+every executor is tracked alike, and a study can be tracked after the fact (the same command reuses
+every run): a run trained without tracking gets its per-step metrics from metrics.jsonl, every run
+its evaluation, and the study its report (report.md / report.html), plots (PNG) and results.json.
 
-tensorboard: event files in ``RUN/tensorboard`` (per run) and ``DIR/tensorboard`` (the plots as
-images); a new export replaces pedsl's earlier event files there. mlflow: one parent run for the
-study (the report and plots as artifacts) and one child run per run folder, in the store at
+tensorboard: event files in ``RUN/tensorboard`` (per run; the evaluation in its own ``*.eval`` file,
+replaced when written again) and ``DIR/tensorboard`` (the plots as images). mlflow: one parent run
+for the study (the report and plots as artifacts) and one child run per run folder, in the store at
 ``--tracking-uri`` (default: a local store in the study folder, ``DIR/mlflow.db`` with the artifacts in
 ``DIR/mlartifacts``: a SQLite file, since mlflow 3 refuses new folder stores such as ``./mlruns``).
 
@@ -19,6 +22,7 @@ Both libraries are optional extras (``pip install 'pedsl[tensorboard]'``, ``'ped
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 from pathlib import Path
@@ -26,9 +30,13 @@ from typing import Callable, Iterator
 
 from pedsl.errors import ConfigError, OutputError
 from pedsl.fsio import ensure_dir, read_text, refuse_symlink
+from pedsl.study.common import git_commit
+from pedsl.train import live
+from pedsl.train.live import EVENTS
 
 TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "mlflow": ("mlflow", "mlflow")}  # name: (module, extra)
-EVENTS = "tensorboard"
+EVAL_SUFFIX = ".eval"  # the event file of a run's evaluation (replaced when written again)
+TRAIN_SUFFIX = ".train"  # the event file of a run's steps exported from metrics.jsonl
 Say = Callable[[str], None]
 
 
@@ -40,28 +48,85 @@ def require(tracker: str) -> None:
                           hint=f"pip install 'pedsl[{extra}]'")
 
 
-def track_study(tracker: str, out: str | Path, *, uri: str | None = None, say: Say = lambda m: None) -> str:
-    """Export the study in ``out`` to ``tracker``; returns where it went (a folder or an mlflow run id)."""
+def start_study(tracker: str, out: str | Path, *, uri: str | None = None) -> live.Spec:
+    """Open the study's record and return where its runs report (see the module docstring)."""
     require(tracker)
     out = Path(out)
+    if tracker == "tensorboard":
+        return live.Spec("tensorboard")
+    from mlflow.exceptions import MlflowException
+
+    store = uri or _local_store(out)
+    try:
+        return _mlflow_parent(out, store, None if uri else (out / "mlartifacts").resolve().as_uri())
+    except MlflowException as exc:
+        raise _store_error(store, exc) from None
+
+
+def _local_store(out: Path) -> str:
+    ensure_dir(out)
+    return f"sqlite:///{(out / 'mlflow.db').resolve()}"
+
+
+def _store_error(uri: str, exc: Exception) -> OutputError:
+    return OutputError(f"mlflow could not record the study in '{uri}': {str(exc).splitlines()[0]}",
+                       hint="check --tracking-uri (e.g. sqlite:///mlflow.db or http://host:5000)")
+
+
+def track_study(tracker: str, out: str | Path, *, uri: str | None = None, say: Say = lambda m: None,
+                spec: live.Spec | None = None) -> str:
+    """Complete the study's record in ``tracker`` (opened by :func:`start_study`, or now when ``spec``
+    is None); returns where it went (a folder or the mlflow parent run id)."""
+    out = Path(out)
+    spec = spec or start_study(tracker, out, uri=uri)
     runs = list(run_folders(out))
     if tracker == "tensorboard":
         for label, run in runs:
-            _tensorboard_run(run, label)
+            if not _train_events(run):
+                _tensorboard_run(run, label)
+            track_evaluation(run, spec)
         _tensorboard_study(out)
         say(f"tensorboard: {len(runs)} runs -> tensorboard --logdir {out}")
         return str(out)
     from mlflow.exceptions import MlflowException
 
-    local = uri is None
-    uri = uri or f"sqlite:///{(out / 'mlflow.db').resolve()}"
     try:
-        parent = _mlflow_study(out, runs, uri, (out / "mlartifacts").resolve().as_uri() if local else None)
+        _mlflow_study(out, runs, spec)
     except MlflowException as exc:
-        raise OutputError(f"mlflow could not record the study in '{uri}': {str(exc).splitlines()[0]}",
-                          hint="check --tracking-uri (e.g. sqlite:///mlflow.db or http://host:5000)") from None
-    say(f"mlflow: study run {parent} with {len(runs)} child runs in {uri} (mlflow ui --backend-store-uri {uri})")
-    return parent
+        raise _store_error(str(spec.uri), exc) from None
+    say(f"mlflow: study run {spec.parent} with {len(runs)} child runs in {spec.uri} "
+        f"(mlflow ui --backend-store-uri {spec.uri})")
+    return str(spec.parent)
+
+
+def track_evaluation(run: Path, spec: live.Spec | None = None) -> None:
+    """Record the evaluation of ``run`` (eval.json, retrieval.json) in the tracker the runs report to
+    (``spec``, default: this process's): tensorboard replaces the run's ``*.eval`` event file, mlflow
+    logs the curves to the run's child unless it holds these very values already."""
+    spec = spec or live.current()
+    curves = eval_metrics(run)
+    if spec is None or not curves:
+        return
+    if spec.kind == "tensorboard":
+        from torch.utils.tensorboard import SummaryWriter
+
+        with SummaryWriter(log_dir=str(_fresh_events(run / EVENTS, EVAL_SUFFIX)), filename_suffix=EVAL_SUFFIX) as w:
+            for tag, by_length in curves.items():  # x axis: the evaluation length in tokens
+                for length, value in sorted(by_length.items()):
+                    w.add_scalar(tag, value, length)
+        return
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=spec.uri)
+    child = live.find_child(client, spec, run)
+    key = hashlib.sha256(json.dumps(curves, sort_keys=True).encode()).hexdigest()[:16]
+    if child is None or client.get_run(child).data.tags.get("pedsl.eval") == key:
+        return
+    metrics = [Metric(tag, v, 0, length) for tag, by in curves.items() for length, v in by.items()]
+    for i in range(0, len(metrics), 100):  # mlflow's batch limit
+        client.log_batch(child, metrics=metrics[i:i + 100])
+    client.set_tag(child, "pedsl.eval", key)
 
 
 def run_folders(out: Path) -> Iterator[tuple[str, Path]]:
@@ -106,18 +171,8 @@ def run_params(run: Path, commit: str | None) -> dict[str, str]:
     done = _json(run / "DONE.json") or {}
     cfg = yaml.safe_load(read_text(run / "config.yaml")) if (run / "config.yaml").is_file() else {}
     params = {"scheme": str(done.get("scheme")), "scheme_hash": str(done.get("scheme_hash")), "commit": str(commit)}
-    params.update({f"config.{k}": v for k, v in _flat(cfg or {}).items()})
+    params.update(live.flat(cfg or {}, "config."))
     return params
-
-
-def _flat(tree: dict, prefix: str = "") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in tree.items():
-        if isinstance(v, dict) and v:
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = json.dumps(v) if not isinstance(v, str) else v
-    return out
 
 
 def plots(out: Path) -> list[Path]:
@@ -125,28 +180,34 @@ def plots(out: Path) -> list[Path]:
     return sorted(p for p in out.glob("*.png") if p.is_file())
 
 
-def _fresh_events(folder: Path) -> Path:
-    """``folder`` for new event files, without pedsl's earlier ones (never a symbolic link)."""
+def _fresh_events(folder: Path, suffix: str) -> Path:
+    """``folder`` for a new event file, without pedsl's earlier ones ending in ``suffix`` (never a
+    symbolic link)."""
     refuse_symlink(folder)
     ensure_dir(folder)
     for old in folder.glob("events.out.tfevents.*"):
+        if not old.name.endswith(suffix):
+            continue
         if old.is_symlink() or not old.is_file():
             raise OutputError(f"'{old}' is not a regular file", file=str(old), hint="remove it")
         old.unlink()
     return folder
 
 
+def _train_events(run: Path) -> list[Path]:
+    """The run's event files of its training (live or exported), not of its evaluation."""
+    return [p for p in (run / EVENTS).glob("events.out.tfevents.*") if not p.name.endswith(EVAL_SUFFIX)]
+
+
 def _tensorboard_run(run: Path, label: str) -> None:
+    """A run trained without tracking: its per-step metrics from metrics.jsonl."""
     from torch.utils.tensorboard import SummaryWriter
 
-    with SummaryWriter(log_dir=str(_fresh_events(run / EVENTS))) as w:
+    with SummaryWriter(log_dir=str(_fresh_events(run / EVENTS, TRAIN_SUFFIX)), filename_suffix=TRAIN_SUFFIX) as w:
         for rec in step_metrics(run):
-            for key in ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s"):
+            for key in live.STEP_KEYS:
                 if isinstance(rec.get(key), (int, float)):
                     w.add_scalar(f"train/{key}", rec[key], rec["step"])
-        for tag, by_length in eval_metrics(run).items():  # x axis: the evaluation length in tokens
-            for length, value in sorted(by_length.items()):
-                w.add_scalar(tag, value, length)
         w.add_text("run", f"{label}: scheme {run_params(run, None)['scheme']}")
 
 
@@ -154,41 +215,59 @@ def _tensorboard_study(out: Path) -> None:
     from matplotlib.image import imread
     from torch.utils.tensorboard import SummaryWriter
 
-    with SummaryWriter(log_dir=str(_fresh_events(out / EVENTS))) as w:
+    with SummaryWriter(log_dir=str(_fresh_events(out / EVENTS, ""))) as w:
         for png in plots(out):
             w.add_image(f"report/{png.stem}", imread(str(png))[..., :3], 0, dataformats="HWC")
         if (out / "report.md").is_file():
             w.add_text("report", read_text(out / "report.md"))
 
 
-def _mlflow_study(out: Path, runs: list[tuple[str, Path]], uri: str, artifacts: str | None) -> str:
-    from mlflow.entities import Metric, Param
+def _mlflow_parent(out: Path, uri: str, artifacts: str | None) -> live.Spec:
+    """The study's parent run (the one of an earlier start of this study, or a new one), RUNNING."""
+    from mlflow.entities import Param
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     name = f"pedsl:{out.resolve()}"
     exp = client.get_experiment_by_name(name)
     exp_id = exp.experiment_id if exp else client.create_experiment(name, artifact_location=artifacts)
+    found = client.search_runs([exp_id], filter_string=f"tags.`pedsl.study` = '{out.resolve()}'",
+                               order_by=["attributes.start_time DESC"], max_results=1)
+    # a study tracked after the fact: the commit it ran from; one starting now: this checkout's
+    commit = (_json(out / "results.json") or {}).get("meta", {}).get("git") or git_commit()
+    if found:
+        parent = found[0].info.run_id
+        client.update_run(parent, status="RUNNING")
+    else:
+        parent = client.create_run(exp_id, run_name=out.name, tags={"pedsl.study": str(out.resolve())}).info.run_id
+        client.log_batch(parent, params=[Param("commit", str(commit))])
+    return live.Spec("mlflow", uri=uri, experiment=exp_id, parent=parent, commit=commit)
+
+
+def _mlflow_study(out: Path, runs: list[tuple[str, Path]], spec: live.Spec) -> None:
+    """Complete the study's mlflow record: a child for every run trained without tracking, every run's
+    evaluation, the report and plots on the parent."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=spec.uri)
     meta = (_json(out / "results.json") or {}).get("meta", {})
-    parent = client.create_run(exp_id, run_name=out.name, tags={"pedsl.study": str(out.resolve())}).info.run_id
-    client.log_batch(parent, params=[Param(k, str(v)[:6000]) for k, v in
-                                     {"command": meta.get("command"), "commit": meta.get("git"),
-                                      "study": meta.get("study", "default")}.items()])
+    client.set_tag(spec.parent, "pedsl.command", str(meta.get("command"))[:5000])
+    client.set_tag(spec.parent, "pedsl.kind", str(meta.get("study", "default")))
     for label, run in runs:
-        child = client.create_run(exp_id, run_name=label, tags={"mlflow.parentRunId": parent,
-                                                                "pedsl.run": str(run.resolve())}).info.run_id
-        params = [Param(k, v[:6000]) for k, v in run_params(run, meta.get("git")).items()]
-        metrics = [Metric(f"train/{k}", float(rec[k]), 0, int(rec["step"])) for rec in step_metrics(run)
-                   for k in ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s") if isinstance(rec.get(k), (int, float))]
-        metrics += [Metric(tag, v, 0, length) for tag, by in eval_metrics(run).items() for length, v in by.items()]
-        for i in range(0, max(len(params), len(metrics), 1), 100):  # mlflow's batch limits
-            client.log_batch(child, params=params[i:i + 100], metrics=metrics[i:i + 100])
-        client.set_terminated(child)
+        if live.find_child(client, spec, run) is None:  # trained before the study was tracked
+            child = live.child_run(client, spec, run, label, run_params(run, meta.get("git") or spec.commit))
+            metrics = [Metric(f"train/{k}", float(rec[k]), 0, int(rec["step"])) for rec in step_metrics(run)
+                       for k in live.STEP_KEYS if isinstance(rec.get(k), (int, float))]
+            for i in range(0, len(metrics), 100):  # mlflow's batch limit
+                client.log_batch(child, metrics=metrics[i:i + 100])
+            client.set_terminated(child)
+        track_evaluation(run, spec)
     for f in [out / "report.md", out / "report.html", out / "results.json", *plots(out)]:
         if f.is_file():
-            client.log_artifact(parent, str(f))
-    client.set_terminated(parent)
-    return parent
+            client.log_artifact(spec.parent, str(f))
+    client.set_terminated(spec.parent)
 
 
-__all__ = ["TRACKERS", "eval_metrics", "require", "run_folders", "run_params", "step_metrics", "track_study"]
+__all__ = ["TRACKERS", "eval_metrics", "require", "run_folders", "run_params", "start_study", "step_metrics",
+           "track_evaluation", "track_study"]

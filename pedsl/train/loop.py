@@ -30,7 +30,7 @@ from pedsl.strictparse import load_json
 from pedsl.model import TransformerLM
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
-from pedsl.train import distributed, rundir
+from pedsl.train import distributed, live, rundir
 from pedsl.train.runlock import temporary_folders
 from pedsl.train.schemefiles import attention_files
 from pedsl.train.swap import load_init
@@ -131,12 +131,14 @@ def _truncate_metrics(path: Path, step: int) -> None:
 
 
 def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeRecipe | None = None,
-          resume: bool = False, quiet: bool = False, force_new: bool = False) -> dict[str, Any]:
+          resume: bool = False, quiet: bool = False, force_new: bool = False, shard: str = "ddp") -> dict[str, Any]:
     """Train ``cfg`` into ``out_dir`` (see :mod:`pedsl.train` for the files); returns DONE.json.
 
     The run folder is locked while training (a second ``train`` into it is refused); ``force_new``
-    discards the run already in ``out_dir`` (its checkpoints, metrics and results) and starts over."""
-    d = distributed.setup(cfg.device)
+    discards the run already in ``out_dir`` (its checkpoints, metrics and results) and starts over.
+    ``shard``: how several processes (under torchrun) split the work, ``ddp`` or ``fsdp``
+    (:mod:`pedsl.train.distributed`); not part of the run (either resumes the other's checkpoints)."""
+    d = distributed.setup(cfg.device, shard)
     try:
         with contextlib.ExitStack() as held:
             return _train(cfg, Path(out_dir), d, attention, resume, quiet, held, force_new)
@@ -212,8 +214,12 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         start = _restore(run, cfg, d, attn, model, optim)
     elif cfg.init_from is not None:  # a fine-tune: the source run's weights, a fresh optimizer, step 0
         load_init(model, cfg, attn.name)
+    optim = distributed.shard(model, optim, d, lambda m: make_optimizer(m, cfg))  # FSDP: after loading whole
     val_batches = [data.val_batch(i, cfg.batch_size) for i in range(cfg.eval_batches)]
-    log = _Progress(cfg, run, d, quiet, start)
+    sink = live.open_sink(run, start=start, params={"scheme": attn.name, "scheme_hash": attn.source_hash,
+                                                    **live.flat({"config": cfg.model_dump(mode="json")})}) \
+        if d.is_main else None
+    log = _Progress(cfg, run, d, quiet, start, sink)
     log.say(f"pedsl train: scheme {attn.name}, {model.num_params():,} parameters, {data.describe()}, "
             f"{d.world} process(es) on {d.device} ({threads} CPU thread(s) each), steps {start}..{cfg.steps}")
     val_loss, t_train, trained = _loop(cfg, run, d, data, model, optim, meta, val_batches, log, start)
@@ -232,6 +238,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         "scheme_hash": attn.source_hash,
         "data": data.describe(),
         "world_size": d.world,
+        **({"shard": d.shard} if d.enabled else {}),
     }
     if d.is_main:
         atomic_write_text(run / "DONE.json", json.dumps(result, indent=1) + "\n")
@@ -256,8 +263,9 @@ class _Progress:
     """What a run reports as it goes: messages (through the progress bar when there is one), the
     metrics file and the bar."""
 
-    def __init__(self, cfg: TrainConfig, run: Path, d: distributed.Dist, quiet: bool, start: int):
-        self.d, self.quiet = d, quiet
+    def __init__(self, cfg: TrainConfig, run: Path, d: distributed.Dist, quiet: bool, start: int,
+                 sink: live.Sink | None = None):
+        self.d, self.quiet, self.sink, self.finished = d, quiet, sink, False
         self.metrics = open_append(run / "metrics.jsonl") if d.is_main else None
         self.bar = None
         if d.is_main and not quiet and sys.stderr.isatty():
@@ -277,8 +285,12 @@ class _Progress:
         if self.metrics is not None:
             self.metrics.write(json.dumps(rec) + "\n")
             self.metrics.flush()
+        if self.sink is not None:
+            self.sink.step(rec)
 
     def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close(self.finished)
         if self.bar is not None:
             self.bar.close()
         if self.metrics is not None:
@@ -286,6 +298,7 @@ class _Progress:
 
 
 def _checkpoint(run: Path, cfg: TrainConfig, d: distributed.Dist, step: int, model, optim, meta: dict) -> None:
+    model, optim = distributed.full_state(model, optim, d)  # sharded: gathered on rank 0 (every rank takes part)
     if d.is_main:
         try:
             ck.save_checkpoint(run / "checkpoints", step, model, optim,
@@ -318,7 +331,7 @@ def _step(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, ddp
             hint="lower --lr, raise warmup, or check the scheme's numerics (pedsl check)")
     optim.zero_grad(set_to_none=True)
     loss.backward()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(
+    grad_norm = distributed.to_float(torch.nn.utils.clip_grad_norm_(
         model.parameters(), cfg.grad_clip if cfg.grad_clip > 0 else math.inf))
     if not math.isfinite(grad_norm):  # a finite loss with a non-finite gradient
         last = ck.list_checkpoints(run / "checkpoints")
@@ -368,6 +381,7 @@ def _loop(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, mod
                                     tok_s=f"{tokens_per_step / max(time.perf_counter() - t0, 1e-9):.0f}")
             if done % cfg.checkpoint_every == 0 or done == cfg.steps:
                 _checkpoint(run, cfg, d, done, model, optim, meta)
+        log.finished = True
     finally:
         log.close()
     return val_loss, t_train, trained

@@ -8,9 +8,11 @@ held, a thread touches it every ``HEARTBEAT`` seconds. A lock is stale, and take
 when its owner is on this host and its process is gone, or when its heartbeat is older than ``STALE``
 seconds (an owner on another host that died, was pre-empted, or lost the filesystem). To take one
 over, a process first creates a claim on that very lock (``.pedsl.lock.claim-<its nonce>``, created
-like the lock): of several processes taking it over only the one whose claim was created removes it,
-and only after reading that the lock is still the abandoned one (a lock is never moved away and put
-back, which would let a third process in meanwhile). Release removes the file when it is still this
+like the lock, with its host and pid): of several processes taking it over only the one whose claim
+was created removes it, and only after reading that the lock is still the abandoned one (a lock is
+never moved away and put back, which would let a third process in meanwhile). A claim left by a
+process that died taking over (gone on this host, or older than ``CLAIM_STALE`` seconds from another
+host) is removed by the next taker; a claim whose process lives is never removed. Release removes the file when it is still this
 owner's.
 """
 
@@ -107,7 +109,13 @@ class RunLock:
                 raise _in_use(self.run, path, owner)
             if _take_away(path, owner) and owner:
                 self.stale = owner
-        raise _in_use(self.run, path, _read_owner(path)[0])
+        owner, age = _read_owner(path)
+        taker = _claim_owner(path, owner) if owner and _abandoned(owner, age) else None
+        if taker:
+            raise OutputError(f"the run directory '{self.run}' is being taken over by another pedsl process "
+                              f"({describe_owner(taker)}) from its dead owner ({describe_owner(owner)})",
+                              file=str(path), hint="wait for it to finish, or choose another --out")
+        raise _in_use(self.run, path, owner)
 
     def _beat(self, path: Path) -> None:
         self._stop = threading.Event()
@@ -190,15 +198,32 @@ def _abandoned(owner: dict | None, age: float | None) -> bool:
     return age > STALE
 
 
-def _take_away(path: Path, owner: dict | None) -> bool:
-    """Remove the abandoned lock of ``owner`` when this process's claim on it is the one created and
-    the lock is still that one; True when removed (False: another process is taking it over)."""
+def _claim_path(path: Path, owner: dict | None) -> Path | None:
+    """The takeover claim on the lock of ``owner`` (None when the lock is gone)."""
     try:
         key = (owner or {}).get("nonce") or f"inode{os.lstat(path).st_ino}"
     except FileNotFoundError:
+        return None
+    return path.with_name(f"{LOCK_NAME}.claim-{re.sub(r'[^0-9A-Za-z]', '', str(key))[:40]}")
+
+
+def _claim_owner(path: Path, owner: dict | None) -> dict | None:
+    """Who holds the takeover claim on the lock of ``owner``, if anyone."""
+    claim = _claim_path(path, owner)
+    try:
+        return _read_owner(claim)[0] if claim is not None else None
+    except OutputError:
+        return None
+
+
+def _take_away(path: Path, owner: dict | None) -> bool:
+    """Remove the abandoned lock of ``owner`` when this process's claim on it is the one created and
+    the lock is still that one; True when removed (False: another process is taking it over)."""
+    claim = _claim_path(path, owner)
+    if claim is None:
         return False
-    claim = path.with_name(f"{LOCK_NAME}.claim-{re.sub(r'[^0-9A-Za-z]', '', str(key))[:40]}")
-    me = {"pid": os.getpid(), "host": socket.gethostname(), "nonce": uuid.uuid4().hex}
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+          "nonce": uuid.uuid4().hex}
     if not _create(claim, me):
         _drop_dead_claim(claim)
         return False
@@ -218,13 +243,24 @@ def _take_away(path: Path, owner: dict | None) -> bool:
 
 
 def _drop_dead_claim(claim: Path) -> None:
-    """Remove a claim left by a process that died while taking a lock over (a claim lives for
-    milliseconds: one older than ``CLAIM_STALE`` seconds is dead), so the lock can be taken over."""
+    """Remove a claim left by a process that died while taking a lock over, so the lock can be taken
+    over: a claim of this host whose process is gone, or one older than ``CLAIM_STALE`` seconds (a
+    claim lives for milliseconds) of another host. A claim whose process is alive on this host stays."""
     try:
-        if time.time() - os.lstat(claim).st_mtime > CLAIM_STALE:
+        owner, age = _read_owner(claim)
+    except OutputError:  # not a regular file: not pedsl's, left alone
+        return
+    if age is None:
+        return
+    if owner and owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
+        dead = not _alive(owner["pid"])
+    else:
+        dead = age > CLAIM_STALE
+    if dead:
+        try:
             claim.unlink()
-    except OSError:
-        pass
+        except OSError:
+            pass
 
 
 def _in_use(run: Path, path: Path, owner: dict | None) -> OutputError:

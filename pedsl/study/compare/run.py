@@ -59,7 +59,7 @@ def run_compare(schemes: list[str], out: str | Path, *, preset: str = "tiny", st
     items = driver.resolve_schemes(schemes, DEFAULT_SCHEMES)
     if quick and steps is None:
         steps = QUICK["steps"]
-    overrides = driver.given(preset=preset, steps=steps, seed=seed, data=data, **(sets or {}))
+    overrides = driver.given(sets, preset=preset, steps=steps, seed=seed, data=data)
     m = measures(quick=quick, windows=windows, analyze_max=analyze_max, lengths=lengths)
     eta = driver.progress_bar(m, len(items), say, "compare")
     results: dict[str, dict[str, Any]] = {}

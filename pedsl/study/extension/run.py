@@ -139,18 +139,8 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
     and ``DIR/extension/seed<k>``)."""
     t0, c0 = time.perf_counter(), time.process_time()
     out = Path(out)
-    ext = Path(ext_dir) if ext_dir is not None else out / "extension"
-    make_dir(ext / "evals")
-    methods = list(methods or METHODS)
-    if "rope" not in methods:
-        methods.insert(0, "rope")
-    driver.resolve_schemes(methods)  # unknown names fail before anything trains
-    if quick and steps is None:
-        steps = QUICK["steps"]
-    overrides = driver.given(preset=preset, steps=steps, seed=seed, data=data, **(sets or {}))
-    tasks = [("text", Path(base_run) if base_run is not None else out / "runs" / "rope", dict(overrides))]
-    if blocks_task:
-        tasks.append(("blocks", ext / "runs" / "rope_blocks", {**overrides, **BLOCKS}))
+    ext, methods, tasks = _setup(out, methods=methods, preset=preset, steps=steps, seed=seed, data=data, quick=quick,
+                                 blocks_task=blocks_task, sets=sets, base_run=base_run, ext_dir=ext_dir)
     results: dict[str, Any] = {}
     notes: list[str] = []
     for task, base, ov in tasks:
@@ -170,6 +160,50 @@ def run_extension(out: str | Path, *, methods: list[str] | None = None, preset: 
     write_text(ext / "report.md", markdown(p))
     write_text(ext / "report.html", html_page(p))
     return {"results": results, "meta": meta, "files": ["report.md", "report.html", "results.json", *files]}
+
+
+def study_methods(methods: list[str] | None) -> list[str]:
+    """The methods the study runs: those named (all by default), plain rope (the baseline) first;
+    an unknown name fails here, before anything trains."""
+    methods = list(methods or METHODS)
+    if "rope" not in methods:
+        methods.insert(0, "rope")
+    driver.resolve_schemes(methods)
+    return methods
+
+
+def _setup(out: Path, *, methods: list[str] | None, preset: str, steps: int | None, seed: int | None,
+           data: str | None, quick: bool, blocks_task: bool, sets: dict | None, base_run: Path | None,
+           ext_dir: Path | None) -> tuple[Path, list[str], list[tuple[str, Path, dict]]]:
+    """The study's folder, its methods (rope first) and its tasks: (task, base run, training settings)."""
+    ext = Path(ext_dir) if ext_dir is not None else out / "extension"
+    make_dir(ext / "evals")
+    methods = study_methods(methods)
+    if quick and steps is None:
+        steps = QUICK["steps"]
+    overrides = driver.given(sets, preset=preset, steps=steps, seed=seed, data=data)
+    tasks = [("text", Path(base_run) if base_run is not None else out / "runs" / "rope", dict(overrides))]
+    if blocks_task:
+        tasks.append(("blocks", ext / "runs" / "rope_blocks", {**overrides, **BLOCKS}))
+    return ext, methods, tasks
+
+
+def run_part(out: str | Path, *, task: str, methods: list[str], preset: str = "tiny", steps: int | None = None,
+             seed: int | None = None, data: str | None = None, lengths: list[int] | None = None,
+             windows: int | None = None, quick: bool = False, targets: tuple[int, ...] = TARGETS,
+             ft_steps: int | None = None, sets: dict | None = None, quiet: bool = False,
+             say: Callable[[str], None] = lambda m: None, base_run: Path | None = None,
+             ext_dir: Path | None = None) -> None:
+    """What the whole study does for ``task`` and ``methods`` (none: the task's base model only),
+    writing the same run folders and evaluations, without the report: an executor unit
+    (:mod:`pedsl.study.parallel`). ``methods`` are taken as given (rope is not added)."""
+    out = Path(out)
+    ext, _, tasks = _setup(out, methods=["rope"], preset=preset, steps=steps, seed=seed, data=data, quick=quick,
+                           blocks_task=task == "blocks", sets=sets, base_run=base_run, ext_dir=ext_dir)
+    driver.resolve_schemes(methods)
+    _, base, ov = next(t for t in tasks if t[0] == task)
+    _study_task(task, base, ov, out=out, ext=ext, methods=methods, targets=targets, lengths=lengths, windows=windows,
+                quick=quick, ft_steps=ft_steps, notes=[], say=say, quiet=quiet)
 
 
 def _study_task(task: str, base_run: Path, overrides: dict, *, out: Path, ext: Path, methods: list[str],

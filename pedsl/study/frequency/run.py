@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,11 +35,23 @@ RUN_KEYS = ("data", "source", "data.source", "block_len", "data.block_len", "see
 MEASURE_VERSION = 2  # bump when measure_run changes: the study then re-measures (not retrains) its runs
 
 
-def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: bool = False,
-                        sets: dict | None = None, command: str | None = None, quiet: bool = True,
-                        say: Callable[[str], None] = lambda m: None) -> dict:
-    """Train RoPE over widths x seeds, measure, fit, plot and write the report."""
-    t0 = time.perf_counter()
+@dataclass(frozen=True)
+class Plan:
+    """What the study runs: the task, widths x seeds, the probe samples and every run's settings."""
+
+    task: str
+    widths: tuple[int, ...]
+    seeds: tuple[int, ...]
+    samples: int
+    overrides: dict[str, Any]
+
+    def runs(self) -> list[tuple[int, int]]:
+        """(width, seed) of every run, in the study's order."""
+        return [(B, s) for B in self.widths for s in self.seeds]
+
+
+def plan_study(*, steps: int | None = None, quick: bool = False, sets: dict | None = None) -> Plan:
+    """The study's runs and settings from the command's options (errors for bad --set values)."""
     sets = dict(sets or {})
     widths = tuple(int(b) for b in listish(sets.pop("widths", QUICK["widths"] if quick else WIDTHS)))
     seeds = tuple(int(s) for s in listish(sets.pop("seeds", QUICK["seeds"] if quick else SEEDS)))
@@ -56,30 +69,46 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     overrides = {**DEFAULTS, **({"steps": QUICK["steps"]} if quick else {}), **sets}
     if steps is not None:
         overrides["steps"] = steps
-    overrides["context"] = max(int(overrides["context"]), 2 * max(widths))
-    rope = library_dir() / "rope.pe"
+    overrides["context"] = max(int(overrides["context"]), 2 * max(widths))  # one context for every width
+    return Plan(task, widths, seeds, samples, overrides)
+
+
+def run_one(out: Path, plan: Plan, B: int, s: int, *, say: Callable[[str], None], quiet: bool,
+            prefix: str = "") -> dict:
+    """Train (or reuse) the run of width ``B`` and seed ``s`` and measure it (or reuse its
+    frequency.json when it measured this very run)."""
+    task, samples = plan.task, plan.samples
+    name = f"{task}{B}_s{s}"
+    run = out / "runs" / name
+    Wd = B - 1 if task == "blocks" else B
+    say(f"{prefix}{name}: RoPE on the {task} task, W = {Wd}")
+    done = driver.train_scheme(name, library_dir() / "rope.pe", run,
+                               {**plan.overrides, "data": task, "block_len": B, "seed": s}, say, quiet)
+    m = read_json(run / "frequency.json")
+    if not (m and m.get("step") == done.get("steps") and m.get("samples") == samples
+            and m.get("scheme_hash") == done.get("scheme_hash") and m.get("task") == task
+            and m.get("version") == MEASURE_VERSION):
+        m = {**measure_run(run, B, task, samples=samples), "step": done.get("steps"), "samples": samples,
+             "scheme_hash": done.get("scheme_hash"), "seed": s, "val_loss": done.get("val_loss"),
+             "version": MEASURE_VERSION}
+        write_json(run / "frequency.json", m)
+    say(f"  theta = {math.exp(m['log_freq']):.4g} (period {2 * math.pi / math.exp(m['log_freq']):.1f}; "
+        f"pi / W = {math.pi / Wd:.4g}), all-channel {math.exp(m['all_channel_log_freq']):.4g}, "
+        f"copy accuracy {m['copy_accuracy']:.2f}")
+    return m
+
+
+def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: bool = False,
+                        sets: dict | None = None, command: str | None = None, quiet: bool = True,
+                        say: Callable[[str], None] = lambda m: None) -> dict:
+    """Train RoPE over widths x seeds, measure, fit, plot and write the report."""
+    t0 = time.perf_counter()
+    plan = plan_study(steps=steps, quick=quick, sets=sets)
+    task, widths, seeds, overrides = plan.task, plan.widths, plan.seeds, plan.overrides
     out = Path(out)
     runs = []
-    n_all = len(widths) * len(seeds)
-    for n, (B, s) in enumerate(((B, s) for B in widths for s in seeds), 1):
-        name = f"{task}{B}_s{s}"
-        run = out / "runs" / name
-        Wd = B - 1 if task == "blocks" else B
-        say(f"[{n}/{n_all}] {name}: RoPE on the {task} task, W = {Wd}")
-        ov = {**overrides, "data": task, "block_len": B, "seed": s}
-        done = driver.train_scheme(name, rope, run, ov, say, quiet)
-        m = read_json(run / "frequency.json")
-        if not (m and m.get("step") == done.get("steps") and m.get("samples") == samples
-                and m.get("scheme_hash") == done.get("scheme_hash") and m.get("task") == task
-                and m.get("version") == MEASURE_VERSION):
-            m = {**measure_run(run, B, task, samples=samples), "step": done.get("steps"), "samples": samples,
-                 "scheme_hash": done.get("scheme_hash"), "seed": s, "val_loss": done.get("val_loss"),
-                 "version": MEASURE_VERSION}
-            write_json(run / "frequency.json", m)
-        say(f"  theta = {math.exp(m['log_freq']):.4g} (period {2 * math.pi / math.exp(m['log_freq']):.1f}; "
-            f"pi / W = {math.pi / Wd:.4g}), all-channel {math.exp(m['all_channel_log_freq']):.4g}, "
-            f"copy accuracy {m['copy_accuracy']:.2f}")
-        runs.append(m)
+    for n, (B, s) in enumerate(plan.runs(), 1):
+        runs.append(run_one(out, plan, B, s, say=say, quiet=quiet, prefix=f"[{n}/{len(plan.runs())}] "))
     W = np.array([r["W"] for r in runs], float)
     fit = fit_law(W, np.exp([r["log_freq"] for r in runs]))
     fit_all = fit_law(W, np.exp([r["all_channel_log_freq"] for r in runs]))

@@ -76,8 +76,8 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
         for name, path in items:
             run = out / "runs" / name / f"seed{seed}"
             say(f"{name}, seed {seed}")
-            overrides = {**st["train"], **driver.given(preset=preset, steps=steps, seed=seed, data=data,
-                                                       **(sets or {}))}  # the study's, then yours
+            overrides = {**st["train"], **driver.given(sets, preset=preset, steps=steps, seed=seed,
+                                                       data=data)}  # the study's, then yours
             r = driver.train_and_measure(name, path, run, overrides, m, label=f"{name} seed {seed}", eta=eta,
                                          say=say, quiet=quiet)
             cfg = r.pop("config")
