@@ -160,6 +160,7 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Frequencies"] + frequency_lines(f)
     lines += ["", "Bias"] + ([f"  {describe_bias(b)}" for b in f.biases] or ["  none"])
     lines += ["", "Temperature", f"  {describe_temperature(f)}"]
+    lines += ["", "Attention", f"  {f.shape}"]
     vg = f.value_groups
     lines += ["", "Value transport",
               f"  U = T on {', '.join(vg)}: values are transported like keys and the output is rotated back"

@@ -200,3 +200,22 @@ def test_sink_logit_matches_gpt_oss_eager_attention():
 
     hf, _ = gpt_oss.eager_attention_forward(Layer(), q, k, v, additive[None, None], scaling=D ** -0.5)
     torch.testing.assert_close(mod(q, k, v), hf.transpose(1, 2), rtol=1e-10, atol=1e-11)
+
+
+@pytest.mark.parametrize("extra", ["window = 5\nsink = logit", "chunk = 6\nsink = token"])
+def test_analysis_sees_the_window_and_the_sink(extra):
+    """probs() (rows sum to one minus the sink's share) and the streamed far/sink masses of `pedsl
+    analyze` agree with the forward."""
+    from pedsl.study.instruments import far_mass, sink_mass
+    from pedsl.study.streaming import streamed_far_sink
+
+    fast, _ = _pair("alibi", extra)
+    q, k, v, _ = _qkv(B=1, L=40, seed=6)
+    a = fast.probs(q, k)
+    out = a.to(v.dtype) @ v
+    if "token" in extra:  # the sink token's value, by the weight the rows leave
+        out = out + (1 - a.sum(-1, keepdim=True)) * fast.sink_value.detach().double()[None, :, None, :]
+    torch.testing.assert_close(out, fast(q, k, v), rtol=1e-9, atol=1e-10)
+    got = streamed_far_sink(fast, q, k, 3, block=16)
+    torch.testing.assert_close(got["far_mass"], far_mass(a, 3), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got["sink_mass"], sink_mass(a), rtol=1e-9, atol=1e-12)

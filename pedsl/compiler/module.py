@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
-from pedsl.compiler.general import AttentionCache, InputError
+from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
 from pedsl.compiler.general import angle_dtype
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
@@ -380,7 +380,8 @@ class SchemeAttention(nn.Module):
         return transported_scores(self, q, k, x=x, tokens=tokens)
 
     def probs(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
-        """The attention matrix a(i, j), (B, H, L, L) (materialised: for analysis at moderate L)."""
+        """The attention matrix a(i, j), (B, H, L, L) (materialised: for analysis at moderate L); with a
+        sink the rows sum to less than one (the sink's share is left out)."""
         L, D = q.shape[2], q.shape[3]
         s = self.raw_scores(q, k, x=x, tokens=tokens) / math.sqrt(D)
         tau = self.query_scale(L, q.device)
@@ -389,7 +390,34 @@ class SchemeAttention(nn.Module):
         bias = self.bias_table(L, x, tokens, q.device)
         if bias is not None:
             s = s + bias.to(s.dtype)
-        return torch.softmax(s, dim=-1)
+        s = self.window_mask(s)
+        sink = self.sink_logits(q)
+        if sink is None:
+            return torch.softmax(s, dim=-1)
+        s = torch.cat([s, sink.to(s.dtype).expand(s.shape[0], -1, -1).unsqueeze(-1)], dim=-1)
+        return torch.softmax(s, dim=-1)[..., :-1]
+
+    def window_mask(self, s: Tensor, cols: slice | None = None) -> Tensor:
+        """Scores (B, H, L, keys) of one sequence at positions 0..L-1 with the keys outside the window or
+        chunk at -inf (``cols``: the key columns they hold)."""
+        shape = shape_of(self.plan)
+        if shape is None:
+            return s
+        L = s.shape[2]
+        i = torch.arange(L, device=s.device)
+        j = i if cols is None else i[cols]
+        return s.masked_fill(~visible(shape, i[None], j[None])[0], float("-inf"))
+
+    def sink_logits(self, q: Tensor) -> Tensor | None:
+        """The sink's logit per query, (B|1, H, L) float64 (docs/semantics.md §11), or None without one."""
+        if self.plan.sink is None:
+            return None
+        B, H, L, D = q.shape
+        if self.plan.sink == "logit":
+            return self.sink_logit.detach().to(F64)[None, :, None].expand(1, H, L)
+        s = torch.einsum("bhld,hd->bhl", q.to(F64), self.sink_key.detach().to(F64)) / math.sqrt(D)
+        tau = self.query_scale(L, q.device)
+        return s if tau is None else s * tau
 
     def rotary_groups(self) -> list[dict]:
         """Position-indexed rotary groups: channels, layout and angular frequency per pair (for frequency energy)."""

@@ -185,6 +185,15 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     elif ta is not None:
         value("temperature", ta, tb)
 
+    for name in ("window", "chunk", "sink"):  # the attention's shape (docs/semantics.md §11)
+        sa, sb = getattr(a, name), getattr(b, name)
+        if sa is None and sb is not None:
+            out.append(Insert(name, str(sb)))
+        elif sa is not None and sb is None:
+            out.append(Remove(name, str(sa)))
+        elif sa is not None:
+            value(name, sa, sb)
+
     value("learned.shared", _shared_learned(a, renamed), _shared_learned(b, {}))
 
     for section in ("train", "eval"):

@@ -86,6 +86,7 @@ class SchemeFacts:
     compile_error: str | None = None
     graph: Any = None
     axes: tuple[str, ...] = ()  # the position axes (`axes t, h, w`)
+    shape: str = "causal"  # which keys a query sees and the sink (docs/semantics.md §11), in words
 
     @property
     def rotating(self) -> list[GroupFacts]:
@@ -94,6 +95,14 @@ class SchemeFacts:
     @property
     def value_groups(self) -> list[str]:
         return [g.name for g in self.groups if g.targets == "qkv"]
+
+
+def attention_shape(s: Scheme) -> str:
+    """The keys a query sees and the sink, in words."""
+    seen = (f"sliding window of {s.window}" if s.window is not None else
+            f"chunks of {s.chunk} positions" if s.chunk is not None else "causal")
+    sink = {"logit": ", learned sink logit", "token": ", learned sink token"}.get(s.sink or "", "")
+    return seen + sink
 
 
 def env_of(s: Scheme, n: int | None = None) -> StaticEnv:
@@ -213,6 +222,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         params=dict(s.params), groups=groups, biases=biases, axes=s.axes,
         temperature=None if s.temperature is None else to_source(s.temperature),
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
+        shape=attention_shape(s),
     )
     if graph:
         from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for

@@ -442,12 +442,21 @@ def _call_args(call: ast.Call) -> dict:
     return bind_args(call, FUNCTIONS[call.func].params)
 
 
+def _refuse_shape(scheme: Scheme) -> None:
+    """A window, chunk or sink has no place in rope_parameters (the model's config fields hold them)."""
+    shape = [f"{n} = {getattr(scheme, n)}" for n in ("window", "chunk", "sink") if getattr(scheme, n) is not None]
+    if shape:
+        raise _refuse(scheme, f"{', '.join(shape)}; rope_parameters hold the rotation only (the attention's "
+                      "shape lives in the model's own config fields)")
+
+
 def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
     """``{"head_dim", "num_attention_heads", "max_position_embeddings"?, "rope_parameters"}`` of a scheme
     in HF's rope family; :class:`InteropError` naming the part that has no HF equivalent otherwise.
     ``allow_interleaved``: accept the interleaved layout (the caller permutes q/k weights to halves)."""
     if scheme.biases:
         raise _refuse(scheme, f"a logit bias ({scheme.biases[0].kind}); HF rope has none")
+    _refuse_shape(scheme)
     if scheme.temperature is not None:
         raise _refuse(scheme, f"temperature = {to_source(scheme.temperature)} scales every channel's logit; HF's "
                       "attention factor scales the rotated channels only", "write rotate(..., scale = m) instead "

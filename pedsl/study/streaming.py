@@ -53,7 +53,7 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         bias = mod.bias_table(L, x, tokens, q.device, cols=cols)
         if bias is not None:
             s = s + bias.to(F64)
-        s = s.masked_fill(j[None, :] > i[:, None], -math.inf)
+        s = mod.window_mask(s.masked_fill(j[None, :] > i[:, None], -math.inf), cols)
         if j0 == 0:
             s0 = s[..., 0].clone()
         new_m = torch.maximum(m, s.amax(-1))
@@ -82,6 +82,9 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
             if len(pending) == block or j == 0:
                 absorb(torch.stack(pending[::-1], dim=-1), j)
                 pending = []
+    learned = mod.sink_logits(q)  # a learned sink joins the normaliser (its own share is neither far nor first)
+    if learned is not None:
+        S = S + torch.exp(learned.to(F64) - m)
     lse_m = m
     sink = torch.exp(s0 - lse_m) / S
     return {"far_mass": (Fs / S).mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2))}

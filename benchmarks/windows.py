@@ -1,0 +1,197 @@
+"""Sliding-window attention: time, peak memory and decoding, side by side in one run.
+
+    python -m benchmarks.windows [--length 8192] [--window 512] [--repeats 5] [--decode 32768] [--threads N]
+
+Variants, interleaved (each repeat runs every variant once, the first one rotating), forward plus
+backward in float32 on CPU at B=1, H=8, D=64:
+
+* ``full causal``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` over the whole
+  sequence (what a window saves);
+* ``windowed floor``: no positional encoding, SDPA per block of 128 queries over the keys the block
+  can see with the band as its mask (the least a windowed kernel can do with SDPA);
+* ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window.
+
+Peak memory: each variant once more in a fresh process, the rise of its peak resident set over the
+inputs (``ru_maxrss``). Decoding: ``rope_local`` and plain ``rope`` decode token by token from one
+token to ``--decode`` tokens; the table gives the median time per token and the cache's bytes
+around 4K and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from pedsl.compiler import compile_scheme
+from pedsl.torchenv import setup_torch
+
+SCHEMES = Path(__file__).resolve().parents[1] / "schemes"
+B, H, D = 1, 8, 64
+BLOCK = 128
+
+
+def windowed_floor(q, k, v, window: int):
+    """No-PE sliding-window attention: SDPA per block of queries over the keys it can see."""
+    L = q.shape[2]
+    outs = []
+    for r0 in range(0, L, BLOCK):
+        r1 = min(L, r0 + BLOCK)
+        k0 = max(0, r0 - window + 1)
+        i = torch.arange(r0, r1)[:, None]
+        j = torch.arange(k0, r1)[None, :]
+        band = (j <= i) & (i - j < window)
+        outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], k[:, :, k0:r1], v[:, :, k0:r1], attn_mask=band))
+    return torch.cat(outs, dim=2)
+
+
+def variants(window: int) -> dict:
+    mod = compile_scheme(SCHEMES / "rope_local.pe", params={"width": window}, num_heads=H, head_dim=D)
+    return {
+        "full causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "windowed floor": lambda q, k, v: windowed_floor(q, k, v, window),
+        "pedsl rope_local": lambda q, k, v: mod(q, k, v),
+    }
+
+
+def inputs(L: int, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, L, D, generator=g).requires_grad_(True) for _ in range(3)]
+
+
+def fwd_bwd(fn, q, k, v) -> float:
+    t0 = time.perf_counter()
+    fn(q, k, v).sum().backward()
+    dt = time.perf_counter() - t0
+    for t in (q, k, v):
+        t.grad = None
+    return dt
+
+
+def timing(L: int, window: int, repeats: int) -> dict:
+    fns = variants(window)
+    names = list(fns)
+    q, k, v = inputs(L)
+    times = {n: [] for n in names}
+    for r in range(repeats + 1):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for n in order:
+            dt = fwd_bwd(fns[n], q, k, v)
+            if r:  # the first repeat warms up
+                times[n].append(dt)
+    return {n: statistics.median(ts) * 1000 for n, ts in times.items()}
+
+
+def rss() -> int:
+    """This process's resident set now, in bytes (Linux /proc)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def peak_child(name: str, L: int, window: int) -> None:
+    """(child process) the rise of the resident set over the inputs during one forward + backward, in
+    MiB, sampled every millisecond by a thread (large tensors are mapped and unmapped as they live)."""
+    fn = variants(window)[name]
+    q, k, v = inputs(L)
+    fwd_bwd(fn, *inputs(256, seed=1))  # allocator and kernels warmed on a small input
+    base, top, done = rss(), [0], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            top[0] = max(top[0], rss())
+            time.sleep(0.001)
+
+    th = threading.Thread(target=sample)
+    th.start()
+    fwd_bwd(fn, q, k, v)
+    done.set()
+    th.join()
+    print(json.dumps({"peak_mib": max(0, top[0] - base) / 2**20}))
+
+
+def peak(name: str, L: int, window: int, threads: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "benchmarks.windows", "--peak-child", name, "--length", str(L),
+                          "--window", str(window), "--threads", str(threads)], capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_mib"]
+
+
+def cache_bytes(cache) -> int:
+    return sum(b.numel() * b.element_size() for b in cache._buf.values())
+
+
+def decode(scheme: str, params: dict, total: int, marks: list[int], span: int = 256) -> dict:
+    """Decode ``total`` tokens one at a time; per mark, the median ms per token over the ``span``
+    tokens before it and the cache's bytes there."""
+    mod = compile_scheme(SCHEMES / f"{scheme}.pe", params=params, num_heads=H, head_dim=D)
+    g = torch.Generator().manual_seed(0)
+    cache = mod.new_cache(B)
+    out, times = {}, []
+    with torch.no_grad():
+        for t in range(total):
+            q, k, v = (torch.randn(B, H, 1, D, generator=g) for _ in range(3))
+            t0 = time.perf_counter()
+            mod(q, k, v, cache=cache)
+            times.append(time.perf_counter() - t0)
+            if t + 1 in marks:
+                out[t + 1] = (statistics.median(times[-span:]) * 1000, cache_bytes(cache), len(cache))
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--length", type=int, default=8192)
+    ap.add_argument("--window", type=int, default=512)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--decode", type=int, default=32768)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--parts", default="timing,decode", help="timing (with peak memory), decode")
+    ap.add_argument("--peak-child", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    setup_torch(a.threads)
+    if a.peak_child:
+        return peak_child(a.peak_child, a.length, a.window)
+    L, N = a.length, a.window
+    parts = set(a.parts.split(","))
+    if "timing" in parts:
+        report_timing(L, N, a.repeats, a.threads)
+    if "decode" in parts:
+        report_decode(N, a.decode)
+
+
+def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
+    ms = timing(L, N, repeats)
+    peaks = {n: peak(n, L, N, threads) for n in ms}
+    print(f"Windowed attention, forward + backward, float32 CPU, B={B} H={H} D={D} L={L} window={N}, "
+          f"{threads} thread(s), median of {repeats}")
+    print(f"| variant | fwd+bwd ms | / full causal | / windowed floor | peak MiB over inputs |")
+    print("|---|---|---|---|---|")
+    for n, t in ms.items():
+        print(f"| {n} | {t:.1f} | {t / ms['full causal']:.3f} | {t / ms['windowed floor']:.2f} | {peaks[n]:.0f} |")
+    print(f"speed-up of pedsl over full causal: {ms['full causal'] / ms['pedsl rope_local']:.1f}x "
+          "(target >= 5x); pedsl / windowed floor: "
+          f"{ms['pedsl rope_local'] / ms['windowed floor']:.2f} (target <= 1.5)")
+
+
+def report_decode(N: int, total: int) -> None:
+    marks = sorted({min(4096, total), total})
+    print(f"\nDecoding one token at a time to {total} tokens (B={B} H={H} D={D}, float32; ms per token: median "
+          "of the 256 tokens before the mark)")
+    print("| scheme | tokens | ms / token | cache MiB | tokens held |")
+    print("|---|---|---|---|---|")
+    for scheme, params in (("rope_local", {"width": N}), ("rope", {})):
+        for m, (t, nbytes, held) in decode(scheme, params, total, marks).items():
+            print(f"| {scheme} | {m} | {t:.3f} | {nbytes / 2**20:.2f} | {held} |")
+
+
+if __name__ == "__main__":
+    main()
