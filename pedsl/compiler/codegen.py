@@ -254,7 +254,8 @@ def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str],
         pairs = channel_pairs(ch, scheme.layout)
         first, second = tuple(a for a, _ in pairs), tuple(b for _, b in pairs)
         records.append(f"Transform({literal(t.kind)}, {literal(t.targets == 'qkv')}, {literal(tuple(ch))}, "
-                       f"{literal(first)}, {literal(second)}, {literal(float(t.scale))}),  "
+                       f"{literal(first)}, {literal(second)}, {literal(float(t.scale))}, "
+                       f"{literal(float(t.xpos_gamma))}, {literal(tuple(t.xpos_zeta))}),  "
                        + comment(f"group {t.group!r}: {t.kind} of {t.targets}, kernel {t.kernel}"))
         if t.kind in (P.ROPE, P.SO2):
             what = "phase" if t.kind == P.ROPE else "step angle"

@@ -234,6 +234,7 @@ class AttentionCache:
         self._doc_view = None  # the document ids layout() gave a continuing decoding call
         self.path_pending: Tensor | None = None  # PaTH: product of the steps since the last flush, (B*H, D, D)
         self.path_flushed: int | None = None  # PaTH: keys before this index wait for path_pending (None: none)
+        self.centres: dict[int, int] = {}  # transform index -> xPos: the centre c its cached keys are scaled at
         self.one_doc = True  # every cached token of a row is in the row's current document
         self.all_valid = True  # no cached token is padding
 
@@ -381,10 +382,14 @@ def transports(scheme, kernels, vals: TokenValues, lay: Layout, cache, dtype) ->
     for i, (t, raw) in enumerate(zip(scheme.transforms, vals.transports)):
         if t.kind == ROPE:
             if isinstance(raw, tuple):
-                rots.append((t, tuple(last_tokens(c, L) for c in raw)))
+                cs = tuple(last_tokens(c, L) for c in raw)
             else:
                 ph = torch.remainder(last_tokens(raw, L).to(F64), TWO_PI)
-                rots.append((t, ((t.scale * torch.cos(ph)).to(adt), (t.scale * torch.sin(ph)).to(adt))))
+                cs = ((t.scale * torch.cos(ph)).to(adt), (t.scale * torch.sin(ph)).to(adt))
+            if t.xpos_gamma:
+                up = xpos_scale(t, lay.positions, xpos_centre(kernels, t, i, lay, cache))
+                cs = cs + (up.unsqueeze(1).to(adt),)
+            rots.append((t, cs))
         elif t.kind == SO2:
             a = last_tokens(raw, L).to(F64) * valid[:, None, :, None]
             A = kernels.cumulative_angles(a)
@@ -408,6 +413,38 @@ def transports(scheme, kernels, vals: TokenValues, lay: Layout, cache, dtype) ->
     return Transports(rots, hh, angles, per_head)
 
 
+def xpos_scale(t, positions: Tensor, centre: int) -> Tensor:
+    """xPos's scale of q's pairs at ``positions`` (B, L): ``zeta_k ** ((p - centre) / gamma)``, (B, L, P)
+    float64; k's pairs take its inverse (docs/semantics.md §2c)."""
+    z = torch.tensor(t.xpos_zeta, dtype=F64, device=positions.device)
+    return z ** ((positions.to(F64) - centre) / t.xpos_gamma).unsqueeze(-1)
+
+
+def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:
+    """The centre c of xPos's exponents (p - c) / gamma in this call. Without a cache, n // 2 (as
+    rotary-embedding-torch and x-transformers), so the scales stay within zeta^(+-n / (2 gamma)). With a
+    cache, the centre its keys were stored at, as long as it is within gamma of n // 2; past that the
+    cached keys are rescaled once to the new centre (``zeta^((c_new - c_old) / gamma)`` per pair), so a
+    long decode stays as far from overflow as one full forward. The logits read only c's differences,
+    so every centre gives the same attention."""
+    c = lay.n // 2
+    if cache is None:
+        return c
+    old = cache.centres.get(i)
+    if old is None or cache.length == 0:
+        cache.centres[i] = c
+        return c
+    if abs(c - old) <= t.xpos_gamma:
+        return old
+    K = cached(cache, "k", cache.length)
+    f = torch.tensor(t.xpos_zeta, dtype=F64, device=K.device) ** ((c - old) / t.xpos_gamma)
+    f = f.to(angle_dtype(K.dtype)).expand(1, 1, K.shape[2], len(t.xpos_zeta))
+    ch = t.channels if len(t.channels) != K.shape[-1] else None
+    K.copy_(kernels.rotate(K, f, torch.zeros_like(f), t, ch))  # angle 0: a scale of each pair
+    cache.centres[i] = c
+    return c
+
+
 def transport_qkv(kernels, tr: Transports, q, k, v):
     """q (its last Lq tokens), k and v rotated by their absolute angles; what undoes the value rotation."""
     Lq, D, adt = q.shape[2], q.shape[3], angle_dtype(q.dtype)
@@ -415,8 +452,11 @@ def transport_qkv(kernels, tr: Transports, q, k, v):
     for t, ang in tr.rots:
         ch = t.channels if len(t.channels) != D else None
         if t.kind == ROPE:
-            ck, sk = ang
+            ck, sk = ang[:2]
             cq, sq = last_tokens(ck, Lq), last_tokens(sk, Lq)
+            if len(ang) == 3:  # xPos: q's pairs times zeta^((i - c) / gamma), k's divided by zeta^((j - c) / gamma)
+                up = ang[2]
+                cq, sq, ck, sk = cq * last_tokens(up, Lq), sq * last_tokens(up, Lq), ck / up, sk / up
             q = kernels.rotate(q, cq, sq, t, ch)
             k = kernels.rotate(k, ck, sk, t, ch)
             if t.values:
@@ -763,7 +803,8 @@ def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, tot
 # ---------------------------------------------------------------------- kernels and the forward
 class Transform(NamedTuple):
     """A transport as the general forward reads it: its kind, whether it also turns the values, its
-    channels, the pairs (first[k], second[k]) its rotations turn, and rotate's scale of q and k."""
+    channels, the pairs (first[k], second[k]) its rotations turn, rotate's scale of q and k, and xPos's
+    gamma and per-pair decays."""
 
     kind: str
     values: bool
@@ -771,6 +812,8 @@ class Transform(NamedTuple):
     first: tuple
     second: tuple
     scale: float = 1.0
+    xpos_gamma: float = 0.0  # xpos(...): gamma and each pair's decay zeta_k; 0 and () for other transports
+    xpos_zeta: tuple = ()
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:

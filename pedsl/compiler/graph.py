@@ -101,7 +101,9 @@ def _add_transport(g: nx.DiGraph, scheme: Scheme, idx: int, t) -> str:
         for s in _sources(t.phase_ty):
             g.add_edge(_ensure(g, s), table)
         g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (
-            f", q and k scaled by {t.scale:g}" if t.scale != 1 else ""), phase=table, scale=t.scale, **attrs)
+            f", q and k scaled by {t.scale:g}" if t.scale != 1 else "") + (
+            f", xPos decay (gamma {t.xpos_gamma:g}, zeta {t.xpos_zeta:g})" if t.xpos_gamma is not None else ""),
+            phase=table, scale=t.scale, xpos_decay=None if t.xpos_gamma is None else (t.xpos_gamma, t.xpos_zeta), **attrs)
         g.add_edge(table, node)
     elif t.kind == "accumulate_rotation":
         steps = site_name("steps", t.group)

@@ -26,7 +26,7 @@ from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError
-from pedsl.compiler.general import angle_dtype
+from pedsl.compiler.general import angle_dtype, xpos_scale
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -256,6 +256,11 @@ class SchemeAttention(nn.Module):
                     q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
                 continue
             cos, sin = self._cos_sin(t, L, x, tokens, q.device, angle_dtype(q.dtype))  # half: float32, rounded once
+            if t.xpos_gamma:  # positions 0..L-1: the centre L // 2 of the general path without a cache
+                up = xpos_scale(t, torch.arange(L, device=q.device)[None], L // 2)[0].to(cos.dtype)
+                q = rotary.apply_rotary_channels(q, cos * up, sin * up, ch, self.layout)
+                k = rotary.apply_rotary_channels(k, cos / up, sin / up, ch, self.layout)
+                continue
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
             if t.values:

@@ -16,6 +16,7 @@ import networkx as nx
 from pedsl.compiler import plan as P
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.errors import CompileError
+from pedsl.formulas import xpos_decays
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS
 from pedsl.lang.exprs import to_source
@@ -205,6 +206,14 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 _KINDS = {"rotate": P.ROPE, "accumulate_so2": P.SO2, "accumulate_householder": P.HOUSEHOLDER}
 
 
+def _xpos_fields(d: dict) -> dict:
+    """The plan's xPos fields of a transform node: gamma and the decay of each of its pairs."""
+    if not d.get("xpos_decay"):
+        return {}
+    gamma, zeta = d["xpos_decay"]
+    return {"xpos_gamma": float(gamma), "xpos_zeta": xpos_decays(zeta, len(d["channels"]) // 2)}
+
+
 def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """The decisions of the passes as a typed :class:`~pedsl.compiler.plan.Plan` in ``graph.graph["plan"]``."""
     g = g.copy()
@@ -218,7 +227,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         transports.append(P.TransportStep(
             group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
             targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
-            orthogonal=bool(d.get("orthogonal")), why=why))
+            orthogonal=bool(d.get("orthogonal")), why=why, **_xpos_fields(d)))
     biases = []
     for n in bias_nodes(g):
         d = g.nodes[n]

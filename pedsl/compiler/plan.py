@@ -71,6 +71,10 @@ class TransportStep:
     scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
     orthogonal: bool = False  # HOUSEHOLDER with beta = 2: reflections
     why: str = ""
+    # ROPE written xpos(...): pair k of q times xpos_zeta[k]^((i - c) / xpos_gamma), of k its inverse at j
+    # (docs/semantics.md §2c); 0 and () for every other transport
+    xpos_gamma: float = 0.0
+    xpos_zeta: tuple[float, ...] = ()
 
     @property
     def expr(self) -> ast.Expr:
@@ -175,7 +179,7 @@ def plan_lines(plan: Plan) -> list[str]:
     """The plan as text (``pedsl graph``, ``pedsl explain``)."""
     out = [f"plan for {plan.scheme}: backend {plan.backend} - {plan.backend_why}"]
     for t in plan.transports:
-        extra = f", scale {t.scale:g}" if t.scale != 1 else ""
+        extra = (f", scale {t.scale:g}" if t.scale != 1 else "") + (f", xPos gamma {t.xpos_gamma:g}" if t.xpos_gamma else "")
         out.append(f"  transport {t.group!r} ({len(t.channels)} channels, {t.targets}): {t.kind}, table "
                    f"{t.table}, kernel {t.kernel}{extra}")
         for s in t.sites:
@@ -221,7 +225,8 @@ def plan_to_json(plan: Plan) -> dict:
         "backend": plan.backend, "backend_why": plan.backend_why, "half_via_general": plan.half_via_general,
         "transports": [{"group": t.group, "index": t.index, "kind": t.kind, "channels": list(t.channels),
                         "targets": t.targets, "table": t.table, "kernel": t.kernel, "scale": t.scale,
-                        "orthogonal": t.orthogonal, "sites": [site(s) for s in t.sites], "why": t.why}
+                        "orthogonal": t.orthogonal, "xpos_gamma": t.xpos_gamma, "xpos_zeta": list(t.xpos_zeta),
+                        "sites": [site(s) for s in t.sites], "why": t.why}
                        for t in plan.transports],
         "biases": [{"index": b.index, "kind": b.kind, "carried": b.carried, "counts": b.counts, "site": site(b.site),
                     "slope": None if b.slope is None else to_source(b.slope), "why": b.why} for b in plan.biases],

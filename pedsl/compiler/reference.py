@@ -128,6 +128,8 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
                 s = torch.ones(D, dtype=F64, device=dev)
                 s[ch] = t.scale
                 tr = tr * (s[:, None] * s[None, :])
+            if t.xpos_gamma is not None:  # xPos: pair k of T(j->i) times zeta_k^((p_i - p_j) / gamma)
+                tr = ref.xpos_decay(c.positions, t.xpos_gamma, t.xpos_zeta, mod.layout, ch, D).to(dev) @ tr
         elif t.kind == "accumulate_rotation":
             a = as_bhlp(run(t.angle, "steps"), L, P).to(F64) * stepv[:, None, :, None]
             tr = ref.accumulated_transport(ref.so2_step_matrices(a, mod.layout, ch, D))

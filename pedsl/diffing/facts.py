@@ -41,6 +41,7 @@ class GroupFacts:
     freqs: tuple[float, ...] | None = None  # angular frequency per pair (static rotations)
     dynamic: bool = False  # table depends on the run-time length
     scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
+    xpos: tuple[float, float] | None = None  # xpos(...): (gamma, zeta)
     data: bool = False  # steps depend on tokens or x
     learned: bool = False
     reads_x: bool = False  # steps read the hidden state x (a projection such as linear(x): costs FLOPs)
@@ -182,6 +183,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
             gf.freqs = freqs.get(g.name)
             if t.kind == "rotate":
                 gf.dynamic, gf.scale = t.dynamic, t.scale
+                gf.xpos = None if t.xpos_gamma is None else (t.xpos_gamma, t.xpos_zeta)
             elif t.kind == "accumulate_rotation":
                 gf.data, gf.learned, gf.reads_x = t.data, t.learned, Dep.DATA in t.reads
                 if gf.freqs is None:
@@ -253,6 +255,9 @@ def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = T
         how = "rotated by position (RoPE form" + (", table recomputed for each length n)" if g.dynamic else ")")
         if g.scale != 1:
             how += f" and scaled by {g.scale:.4g} (the group's logits x {g.scale ** 2:.4g})"
+        if g.xpos is not None:
+            how += (f" with xPos's decay zeta_k^((i - j) / {g.xpos[0]:g}) per pair (zeta {g.xpos[1]:g}: the "
+                    "slowest pairs decay least)")
     elif g.kind == "accumulate_rotation":
         if g.freqs is not None:
             how = "rotated by accumulated constant steps (= RoPE)"

@@ -42,6 +42,10 @@ class RotateTransport(_Frozen):
     # group's share of the logit scales by scale^2, the other channels' does not
     scale: float = 1.0
     scale_expr: Expr | None = None  # the scale as written (lets inlined), None when absent
+    # xpos(phase, gamma, zeta): pair k of q times zeta_k^(i / gamma), of k times zeta_k^(-j / gamma)
+    # (docs/semantics.md §2c); None for a plain rotation
+    xpos_gamma: float | None = None
+    xpos_zeta: float | None = None
 
     @property
     def dynamic(self) -> bool:

@@ -146,6 +146,8 @@ class TermResolution(ResolverStage):
                 return None
             return RotateTransport(targets=st.targets, group=gname, phase=phase, phase_ty=self.type_of(phase),
                                    scale=scale, scale_expr=scale_expr)
+        if fn.kind == "call" and fn.func == "xpos":
+            return self._xpos(st, fn, gname, env, group)
         if fn.kind == "call" and fn.func == "accumulate":
             step = _arg(fn, "step")
             if step.kind == "call" and step.func == "rotation":
@@ -164,6 +166,34 @@ class TermResolution(ResolverStage):
         self.report("E204", "write a transport as rotate(PHASE), accumulate(rotation(ANGLE)) or "
                     "accumulate(householder(w = ..., beta = ...))", st.value)
         return None
+
+    def _xpos(self, st: ast.Transport, fn: ast.Call, gname: str, env: StaticEnv, group: ChannelGroup):
+        """xpos(phase, gamma, zeta): a rotation whose pairs also decay with the distance (a static gamma > 0
+        and zeta > 0, on q and k only: a value scaled by zeta^(-j/gamma) would not be undone)."""
+        phase = _arg(fn, "phase")
+        self._check_static(phase, env, len(group.channels) // 2)
+        got = {}
+        names = [p for p, _ in FUNCTIONS["xpos"].params]
+        for name, default in FUNCTIONS["xpos"].params[1:]:
+            at = names.index(name)
+            expr = next((kw.value for kw in fn.kwargs if kw.name == name), fn.args[at] if len(fn.args) > at else None)
+            if expr is None:
+                got[name] = float(default)
+                continue
+            value = self.fold_or_report(expr, env)
+            if value is FAILED:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                self.report("E217", f"xpos(): {name} must be a positive number, got {value!r}", expr,
+                            hint="gamma is the scale base (512 in the paper), zeta the decay offset (0.4)")
+                return None
+            got[name] = float(value)
+        if st.targets == "qkv":
+            self.report("E204", "xpos() scales q and k by inverse factors; it cannot go with value rotation (qkv)",
+                        fn, hint="write 'qk:'")
+            return None
+        return RotateTransport(targets=st.targets, group=gname, phase=phase, phase_ty=self.type_of(phase),
+                               xpos_gamma=got["gamma"], xpos_zeta=got["zeta"])
 
     def type_of(self, e: ast.Expr) -> Ty:
         """The checker's type of a resolved (let-inlined) expression, stored with it on the IR."""

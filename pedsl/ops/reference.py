@@ -82,6 +82,25 @@ def rotation_transport(phases: Tensor, layout: str, channels=None, dim: int | No
     return _rot_matrices(diff, pairs, dim)
 
 
+def xpos_decay(positions: Tensor, gamma: float, zeta: float, layout: str, channels=None, dim: int | None = None) -> Tensor:
+    """xPos's factor on ``T(j->i)`` (docs/semantics.md §2c): the diagonal matrix that multiplies both channels
+    of pair k by ``zeta_k ** ((p_i - p_j) / gamma)``, ``zeta_k = (2k / m + zeta) / (1 + zeta)`` for a group of
+    m channels (Sun et al. 2022, eq. 10), identity elsewhere. ``positions``: ``(B, L)``; returns
+    ``(B, 1, L, L, D, D)``, written entry by entry."""
+    pos = positions.to(F64)
+    B, L = pos.shape
+    pairs = _pairs(channels, layout, dim)
+    dim = dim if dim is not None else 2 * len(pairs)
+    m = 2 * len(pairs)
+    out = torch.eye(dim, dtype=F64).expand(B, 1, L, L, dim, dim).clone()
+    delta = (pos[:, :, None] - pos[:, None, :]) / gamma  # [b, i, j] = (p_i - p_j) / gamma
+    for p, (a, b) in enumerate(pairs):
+        f = ((2 * p / m + zeta) / (1 + zeta)) ** delta
+        out[:, 0, :, :, a, a] = f
+        out[:, 0, :, :, b, b] = f
+    return out
+
+
 def so2_step_matrices(step_angles: Tensor, layout: str, channels=None, dim: int | None = None) -> Tensor:
     """Step matrices ``M_t`` (docs/semantics.md §2b): pair k rotated by ``-a(t, k)``. ``(B, H, L, P) -> (B, H, L, D, D)``."""
     a = _expand_bh(step_angles.to(F64), 4)
