@@ -42,6 +42,7 @@ EXPECTED = {
     "acc_random_alibi": ({"all": 32}, [("accumulate_rotation", "qk", "all")], ["distance"], False,
                          ("acc_random_qk", "nope")),
     "xpos": ({"all": 32}, [("rotate", "qk", "all")], [], False, ()),
+    "stick_breaking": ({"all": 32}, [], [], False, ()),
 }
 
 

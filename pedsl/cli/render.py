@@ -86,6 +86,8 @@ def render_scheme(scheme) -> str:
                 lines.append(f"    log_gate: {to_source(b.log_gate)}")
     if scheme.temperature is not None:
         lines.append(f"temperature: {to_source(scheme.temperature)}")
+    if scheme.normalize != "softmax":
+        lines.append(f"normalize: {scheme.normalize}  # own key {'included' if scheme.attend_current else 'left out'}")
     for name in ("train", "eval"):
         table = getattr(scheme, name)
         if table:

@@ -42,7 +42,7 @@ so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.module_values`,
 the generated class in a compiled module): ``heads``, ``head_dim``, ``conv_history`` (earlier tokens a
 short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
-``scale``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
+``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
 cumulative sums of angles, the blockwise PaTH kernel) come as ``kernels``: :class:`TorchKernels` here,
 pedsl's fused ones in process.
@@ -55,6 +55,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
 
 # ---------------------------------------------------------------------------------------------
@@ -624,6 +625,11 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache):
     for r0 in range(0, Lq, QUERY_CHUNK):
         r1 = min(Lq, r0 + QUERY_CHUNK)
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kpos, kdoc, kvalid, multi_doc)
+        if scheme.normalize != "softmax":
+            bias = bias_rows(scheme, bi.tables, None if cq_all is None else cq_all[..., r0:r1], kcoord,
+                             qpos_all[:, r0:r1], kpos, q.dtype)
+            outs.append(stick_breaking_rows(q[:, :, r0:r1], K, V, mask, bias, Lc + L - Lq + r0, scheme.attend_current))
+            continue
         if mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and kcoord is None:
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
@@ -632,6 +638,42 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache):
                          qpos_all[:, r0:r1], kpos, q.dtype)
         outs.append(attend(q[:, :, r0:r1], K, V, mask, bias))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+
+def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
+    """Stick-breaking weights (Tan et al. 2024) of scores ``s (..., Lk)`` over the keys ``ok`` in key order:
+    ``w_j = sigmoid(s_j) * prod_{t > j, ok_t} (1 - sigmoid(s_t))``, the nearest key breaking the stick
+    first; formed in log space (float32 at least) with an exclusive suffix sum, so nothing is subtracted."""
+    s = s.to(torch.promote_types(s.dtype, torch.float32))
+    log_rest = F.logsigmoid(-s).masked_fill(~ok, 0.0)
+    suffix = torch.flip(torch.cumsum(torch.flip(log_rest, [-1]), -1), [-1])  # sum over t >= j
+    after = torch.cat([suffix[..., 1:], torch.zeros_like(suffix[..., :1])], -1)  # sum over t > j
+    return torch.exp(F.logsigmoid(s) + after).masked_fill(~ok, 0.0)
+
+
+def _stick_breaking_block(q, K, V, ok, bias):
+    s = (q @ K.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if bias is not None:
+        s = s + bias
+    return stick_breaking_weights(s, ok).to(V.dtype) @ V
+
+
+def stick_breaking_rows(q, K, V, mask, bias, q0: int, attend_current: bool) -> Tensor:
+    """Stick-breaking attention of a block of queries (global token index q0, q0 + 1, ...) over every key
+    (docs/semantics.md §1b): key j counts for query i when j <= i (j < i without ``attend_current``) and
+    ``mask`` allows it; no key gives zeros. With gradients the block is recomputed in the backward pass
+    (activation checkpointing), so training holds O(L x block) scores, not O(L^2)."""
+    Hq, Hk = q.shape[1], K.shape[1]
+    if Hq != Hk:
+        K, V = K.repeat_interleave(Hq // Hk, dim=1), V.repeat_interleave(Hq // Hk, dim=1)
+    Lk, rows = K.shape[2], q.shape[2]
+    qi = torch.arange(q0, q0 + rows, device=q.device)[:, None]
+    kj = torch.arange(Lk, device=q.device)[None, :]
+    ok = ((kj <= qi) if attend_current else (kj < qi))[None, None]
+    ok = ok if mask is None else ok & mask
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V) if t is not None):
+        return torch.utils.checkpoint.checkpoint(_stick_breaking_block, q, K, V, ok, bias, use_reentrant=False)
+    return _stick_breaking_block(q, K, V, ok, bias)
 
 
 # ---------------------------------------------------------------------- PaTH

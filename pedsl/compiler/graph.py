@@ -31,12 +31,15 @@ def _sources(ty: Ty) -> list[str]:
 
 
 def lower(scheme: Scheme) -> nx.DiGraph:
-    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim)
+    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
+                   normalizer=scheme.normalize, attend_current=scheme.attend_current)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")
     g.add_node("scores", op="scores", label="scores <q_i, T(j->i) k_j> / sqrt(D)")
-    g.add_node("softmax", op="softmax", label="causal softmax over j")
+    g.add_node("softmax", op="softmax", label="causal softmax over j" if scheme.normalize == "softmax" else
+               "stick-breaking over j (nearest key first" + (", its own key included)" if scheme.attend_current
+                                                              else ", its own key left out)"))
     g.add_node("output", op="output", label="o (B, H, L, D)")
     g.add_edge("softmax", "output")
     g.add_edge("v", "softmax")

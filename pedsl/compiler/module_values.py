@@ -46,6 +46,7 @@ class ModuleScheme:
         self.heads, self.head_dim = mod.heads, mod.head_dim
         self.conv_history = mod._conv_history
         self.transforms = mod.transforms
+        self.normalize, self.attend_current = mod.plan.normalize, mod.plan.attend_current
         self.kernels = FusedKernels(mod.layout)
 
     @staticmethod

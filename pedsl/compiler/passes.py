@@ -200,6 +200,9 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
     }[backend]
+    if g.graph.get("normalizer", P.SOFTMAX) != P.SOFTMAX and backend != "reference":
+        g.graph["backend_note"] = ("stick-breaking weights: every call runs the general path's blocks of explicit "
+                                   "scores in log space (memory O(L x block)); " + backend + " names its bias carrier")
     return g
 
 
@@ -244,7 +247,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
-        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases))
+        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases),
+        normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True))
     return g
 
 

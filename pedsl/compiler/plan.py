@@ -43,6 +43,8 @@ GATE_BIAS = "forget-gate"  # b(i, j) = G_i - G_j, G = cumsum(log gate) (FoX)
 POSITIONS, TOKENS = "positions", "tokens"
 # how the fused full-sequence path carries a bias
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
+# normalisers
+SOFTMAX, STICK_BREAKING = "softmax", "stick_breaking"
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
 
@@ -140,6 +142,15 @@ class Plan:
     # a half-precision call takes the general path, which differences the bias coordinates per query
     # block in float64 (a key channel g(j) loses the bias in half precision: |g| grows with j)
     half_via_general: bool = False
+    # how scores become weights (docs/semantics.md §1b): SOFTMAX, or STICK_BREAKING, which every call runs
+    # on the general path's explicit blocks of scores; attend_current: a query's own key takes part
+    normalize: str = "softmax"
+    attend_current: bool = True
+
+    @property
+    def explicit_scores(self) -> bool:
+        """The weights are not a softmax: no fused kernel computes them, the general path does."""
+        return self.normalize != SOFTMAX
 
     @property
     def params(self) -> tuple[Site, ...]:

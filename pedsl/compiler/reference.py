@@ -106,7 +106,8 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         tau = (tv.align(("batch", "head", "pos")) if tv.axes else tv.t.reshape(1, 1, 1)).to(F64)
         tau = tau.expand(tau.shape[0], tau.shape[1], L)
     return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,
-                                   allowed=allowed, q_offset=L - Lq)
+                                   allowed=allowed, q_offset=L - Lq, normalize=sch.normalize,
+                                   attend_current=sch.attend_current)
 
 
 def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor):

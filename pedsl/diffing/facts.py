@@ -81,6 +81,7 @@ class SchemeFacts:
     biases: list[BiasFacts]
     temperature: str | None
     temperature_at: list[tuple[int, float | tuple[float, ...] | None]] = field(default_factory=list)
+    normalize: str = "softmax"  # softmax | stick-breaking, with or without the query's own key
     backend: str | None = None
     backend_note: str | None = None
     compile_error: str | None = None
@@ -208,6 +209,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         params=dict(s.params), groups=groups, biases=biases,
         temperature=None if s.temperature is None else to_source(s.temperature),
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
+        normalize="softmax" if s.normalize == "softmax" else
+        "stick-breaking (" + ("own key included" if s.attend_current else "own key left out") + ")",
     )
     if graph:
         from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for

@@ -81,6 +81,7 @@ def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, st
         ("frequencies", _freqs(a), _freqs(b)),
         ("bias", _bias(a), _bias(b)),
         ("temperature", describe_temperature(a), describe_temperature(b)),
+        ("weights", a.normalize, b.normalize),
         ("value transport", _value(a), _value(b)),
         ("backend", _backend(a), _backend(b)),
         ("training length", str(a.train_length), str(b.train_length)),

@@ -452,6 +452,8 @@ def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
         raise _refuse(scheme, f"temperature = {to_source(scheme.temperature)} scales every channel's logit; HF's "
                       "attention factor scales the rotated channels only", "write rotate(..., scale = m) instead "
                       "(logits of the rotated channels times m^2)")
+    if scheme.normalize != "softmax":
+        raise _refuse(scheme, f"normalize = {scheme.normalize}; HF's attention is a softmax")
     if len(scheme.transports) != 1:
         raise _refuse(scheme, "no rotary transport (NoPE)" if not scheme.transports else
                       f"{len(scheme.transports)} transports; HF rotates one channel group")

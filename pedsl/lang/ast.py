@@ -143,6 +143,13 @@ class TemperatureStmt(Node):
     value: Expr
 
 
+class NormalizeStmt(Node):
+    """``normalize = softmax | stick_breaking | stick_breaking(current = false)``: how scores become weights."""
+
+    kind: Literal["normalize"] = "normalize"
+    value: Expr
+
+
 class Entry(Node):
     name: str
     value: Expr
@@ -160,7 +167,7 @@ class Allow(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, Section, Allow],
+    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, Section, Allow],
     Field(discriminator="kind"),
 ]
 

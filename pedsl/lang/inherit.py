@@ -125,6 +125,7 @@ class Merged:
     transports: list[Located] = field(default_factory=list)
     bias: Located | None = None
     temperature: Located | None = None
+    normalize: Located | None = None
     train: dict[str, Located] = field(default_factory=dict)
     eval: dict[str, Located] = field(default_factory=dict)
     allow: list[Located] = field(default_factory=list)
@@ -144,7 +145,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
             key = None
             if st.kind in ("param", "let"):
                 key = ("name", st.name)
-            elif st.kind in ("layout", "channels", "bias", "temperature"):
+            elif st.kind in ("layout", "channels", "bias", "temperature", "normalize"):
                 key = (st.kind, "")
             if key is not None:
                 if key in seen:
@@ -170,6 +171,8 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                 m.bias = loc
             elif st.kind == "temperature":
                 m.temperature = loc
+            elif st.kind == "normalize":
+                m.normalize = loc
             elif st.kind == "section":
                 table = m.train if st.section == "train" else m.eval
                 for entry in st.entries:

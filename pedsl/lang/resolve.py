@@ -146,6 +146,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             allowed = {n for loc in m.allow for n in loc.stmt.names}
             self.diags.extend(constant_bias_terms(self.constant_terms, m.bias.src, allowed))
         temperature = self.resolve_temperature(lets)
+        normalize = self.resolve_normalize(transports, env) or ("softmax", True)
         self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
         evals = self.resolve_section(m.eval, env, "eval")
@@ -168,6 +169,8 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             biases=tuple(biases),
             temperature=temperature,
             temperature_ty=self.type_of(temperature) if temperature is not None else None,
+            normalize=normalize[0],
+            attend_current=normalize[1],
             train=train,
             eval=evals,
             allow=tuple(allow),

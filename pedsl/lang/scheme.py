@@ -155,6 +155,10 @@ class Scheme(_Frozen):
     biases: tuple[Bias, ...] = ()
     temperature: Expr | None = None
     temperature_ty: Ty | None = None
+    # how scores become weights (docs/semantics.md §1b): softmax, or stick-breaking (Tan et al. 2024), where
+    # attend_current says whether a query's own key takes part (True: A_ii = sigmoid(s_ii))
+    normalize: Literal["softmax", "stick_breaking"] = "softmax"
+    attend_current: bool = True
     train: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] = Field(default_factory=dict)
     allow: tuple[str, ...] = ()

@@ -151,6 +151,9 @@ class ToAst(Transformer):
     def temperature(self, meta, c):
         return ast.TemperatureStmt(value=c[0], span=_span_of(meta))
 
+    def normalize(self, meta, c):
+        return ast.NormalizeStmt(value=c[0], span=_span_of(meta))
+
     def entry(self, meta, c):
         return ast.Entry(name=str(c[0]), value=c[1], span=_span_of(meta))
 

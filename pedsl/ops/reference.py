@@ -140,12 +140,14 @@ def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
-                        allowed: Tensor | None = None, q_offset: int = 0) -> Tensor:
+                        allowed: Tensor | None = None, q_offset: int = 0, normalize: str = "softmax",
+                        attend_current: bool = True) -> Tensor:
     """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
     ``(B, H, L, L)`` bool restricts the keys of each query further (a query with none gives
     zeros); q's row ``r`` is the query of token ``q_offset + r`` (k and v hold every token).
+    ``normalize = "stick_breaking"`` replaces the softmax by :func:`stick_breaking_loop`.
     """
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     B, H, L, D = k.shape
@@ -172,6 +174,11 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
             scores.append(s.expand(B, H))
             vals.append(vs[j] if U_rows is None else (U_rows[i][j] @ vs[j].unsqueeze(-1)).squeeze(-1))
         s = torch.stack(scores, dim=-1)  # (B, H, i+1)
+        if normalize == "stick_breaking":
+            ok = torch.ones_like(s, dtype=torch.bool) if allowed is None else allowed[:, :, i, : i + 1].expand(B, H, i + 1)
+            a = stick_breaking_loop(s, ok, attend_current)
+            outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))
+            continue
         if allowed is not None:
             ok = allowed[:, :, i, : i + 1]
             any_ok = ok.any(-1, keepdim=True)
@@ -181,3 +188,22 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
             a = torch.softmax(s, dim=-1)
         outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))  # (B, H, D)
     return torch.stack(outs, dim=2)
+
+
+def stick_breaking_loop(s: Tensor, ok: Tensor, attend_current: bool) -> Tensor:
+    """Stick-breaking weights of one query ``i`` over its keys ``0..i`` (the last is its own), written as the
+    formula (Tan et al. 2024), in float64 with no logarithm: ``a_j = sigmoid(s_j) * prod_{t} (1 - sigmoid(s_t))``
+    over the allowed keys t with ``j < t <= i`` (``j < t < i`` and ``a_i = 0`` without ``attend_current``).
+    ``s``, ``ok``: ``(B, H, i + 1)``."""
+    n = s.shape[-1]
+    beta = torch.sigmoid(s.to(F64))
+    keep = ok.clone()
+    if not attend_current:
+        keep[..., n - 1] = False
+    out = []
+    for j in range(n):
+        w = beta[..., j]
+        for t in range(j + 1, n):
+            w = w * torch.where(keep[..., t], 1 - beta[..., t], torch.ones_like(w))
+        out.append(torch.where(keep[..., j], w, torch.zeros_like(w)))
+    return torch.stack(out, dim=-1)
