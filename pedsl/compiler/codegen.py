@@ -176,7 +176,7 @@ class _Gen:
         names = {p: args[p].id if isinstance(args[p], ast.Name) else args[p] for p in spec.names}
         codes = [self._e(args[p]) for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: its sub-modules and buffers are declared through g
-            code = spec.emit(SiteCode(self, key), *codes, **names, **static)
+            code = spec.emit(SiteCode(self, key, self._type(e).axes), *codes, **names, **static)
             if e.bound is not None:
                 self.shared[key] = code
             return code
@@ -187,9 +187,10 @@ class SiteCode:
     """What a source record's ``emit`` may declare in the generated module (its ``g``): learned
     sub-modules named like the in-process module's sites, frozen buffers, the decoding history."""
 
-    def __init__(self, gen: _Gen, key: str | None):
+    def __init__(self, gen: _Gen, key: str | None, axes: frozenset[str] = frozenset()):
         self.gen, self.key = gen, key  # key: the learned call's name (None for a frozen table)
         self.heads, self.pairs, self.chans = gen.scheme.heads, gen._pairs, gen._chans
+        self.axes = axes  # the axes of the call's value (its checked type)
 
     def width(self, to: str) -> int:
         """The per-head width of an output ``to = pair | channel | head``."""
@@ -229,7 +230,8 @@ _FIXED_NAMES = (
     "SCHEME_NAME", "SCHEME_SOURCE", "Module", "self", "q", "k", "v", "x", "tokens", "B", "H", "L", "D", "dev", "phase",
     "cos", "sin", "steps", "w_g", "w", "beta", "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term",
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
-    "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "NORMALIZE", "ATTEND_CURRENT",
+    "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device",
+    "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE", "ATTEND_CURRENT",
 )
 
 
@@ -328,7 +330,8 @@ def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
 def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables: list[str]) -> list[str]:
     """The module class: the scheme's side of the general forward (its values, tables and constants)."""
     ind = "        "
-    init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()"]
+    init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
+                  *_sink_init(scheme)]
     checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
@@ -342,6 +345,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "",
         "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
         "    normalize, attend_current = NORMALIZE, ATTEND_CURRENT",
+        "    window, chunk, sink = WINDOW, CHUNK, SINK",
         "",
         "    def __init__(self) -> None:",
         *[ind + line for line in init_lines + gen.init],
@@ -375,6 +379,16 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         ind + literal("Bias table i over distances 0..size-1, (HEADS, size)."),
         *[ind + line for line in tables],
     ]
+
+
+def _sink_init(scheme: Scheme) -> list[str]:
+    """The learned sink's parameters, named as SchemeAttention names them (a state dict loads into both)."""
+    if scheme.sink == "logit":
+        return ["self.sink_logit = nn.Parameter(torch.zeros(HEADS))"]
+    if scheme.sink == "token":
+        return ["self.sink_key = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * HEAD_DIM ** -0.5)",
+                "self.sink_value = nn.Parameter(torch.zeros(HEADS, HEAD_DIM))"]
+    return []
 
 
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
@@ -420,6 +434,9 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"CONV_HISTORY = {int(gen.conv_history)}",
         f"NORMALIZE = {literal(plan.normalize)}",
         f"ATTEND_CURRENT = {literal(bool(plan.attend_current))}",
+        f"WINDOW = {literal(plan.window)}",
+        f"CHUNK = {literal(plan.chunk)}",
+        f"SINK = {literal(plan.sink)}",
         "",
         "",
         *_class_lines(scheme, gen, cname, body, tables),

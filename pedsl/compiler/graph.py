@@ -32,6 +32,7 @@ def _sources(ty: Ty) -> list[str]:
 
 def lower(scheme: Scheme) -> nx.DiGraph:
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
+                   window=scheme.window, chunk=scheme.chunk, sink=scheme.sink,
                    normalizer=scheme.normalize, attend_current=scheme.attend_current)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")

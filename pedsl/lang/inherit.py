@@ -126,6 +126,9 @@ class Merged:
     bias: Located | None = None
     temperature: Located | None = None
     normalize: Located | None = None
+    window: Located | None = None  # window = N
+    chunk: Located | None = None  # chunk = N
+    sink: Located | None = None  # sink = logit | token
     train: dict[str, Located] = field(default_factory=dict)
     eval: dict[str, Located] = field(default_factory=dict)
     allow: list[Located] = field(default_factory=list)
@@ -145,7 +148,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
             key = None
             if st.kind in ("param", "let"):
                 key = ("name", st.name)
-            elif st.kind in ("layout", "channels", "bias", "temperature", "normalize"):
+            elif st.kind in ("layout", "channels", "bias", "temperature", "normalize", "window", "chunk", "sink"):
                 key = (st.kind, "")
             if key is not None:
                 if key in seen:
@@ -173,6 +176,8 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                 m.temperature = loc
             elif st.kind == "normalize":
                 m.normalize = loc
+            elif st.kind in ("window", "chunk", "sink"):
+                setattr(m, st.kind, loc)
             elif st.kind == "section":
                 table = m.train if st.section == "train" else m.eval
                 for entry in st.entries:

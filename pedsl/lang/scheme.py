@@ -159,6 +159,12 @@ class Scheme(_Frozen):
     # attend_current says whether a query's own key takes part (True: A_ii = sigmoid(s_ii))
     normalize: Literal["softmax", "stick_breaking"] = "softmax"
     attend_current: bool = True
+    # the attention's shape (docs/semantics.md §11): key j is visible to query i iff 0 <= p_i - p_j < window,
+    # or iff p_i // chunk == p_j // chunk; sink: a learned logit per head in the normaliser, or a learned
+    # key/value slot every query sees
+    window: int | None = None
+    chunk: int | None = None
+    sink: Literal["logit", "token"] | None = None
     train: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] = Field(default_factory=dict)
     allow: tuple[str, ...] = ()

@@ -297,6 +297,15 @@ class TermResolution(ResolverStage):
             return None
         return name, attend_current
 
+    def check_sink_normalizer(self, sink: str | None, normalize: str) -> None:
+        """A sink is one more term of the softmax's normaliser: stick-breaking has none (E204)."""
+        if sink is None or normalize == "softmax" or self.m.normalize is None:
+            return
+        self._current = self.m.normalize.src
+        self.report("E204", f"normalize = {normalize} cannot go with sink = {sink}: a sink is one more term of the "
+                    "softmax's normaliser", self.m.normalize.stmt,
+                    hint="drop the sink: stick-breaking weights need not sum to one (what no key takes is left out)")
+
     def resolve_temperature(self, lets) -> ast.Expr | None:
         loc = self.m.temperature
         if loc is None:
