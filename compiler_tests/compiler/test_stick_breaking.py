@@ -142,3 +142,29 @@ def test_extends_overrides_and_resets_the_normaliser(tmp_path):
 
     assert load(f, scheme="a").normalize == "stick_breaking" and load(f, scheme="c").normalize == "stick_breaking"
     assert load(f, scheme="b").normalize == "softmax"
+
+
+@pytest.mark.parametrize("shape", ["window = 4", "chunk = 5"])
+def test_a_window_or_chunk_limits_the_stick_to_the_keys_in_view(tmp_path, shape):
+    """Each block of queries reads only its key span: the stick breaks over the keys the window or chunk
+    shows, as the reference's formula loop over the allowed keys says."""
+    text = ROPE_ALIBI.replace("NORM", "stick_breaking").replace("  layout interleaved", f"  layout interleaved\n  {shape}")
+    ref, m = _mod(text, "reference", tmp=tmp_path), _mod(text, tmp=tmp_path)
+    q = _rand(2, 4, 13, 8, seed=1).requires_grad_()
+    k, v = (_rand(2, 4, 13, 8, seed=s).requires_grad_() for s in (2, 3))
+    want, got = ref(q, k, v), m(q, k, v)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    for a, b in zip(torch.autograd.grad(got.sum(), (q, k, v)), torch.autograd.grad(want.sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)
+    cache = m.new_cache(2)
+    steps = [m(q[:, :, :6].detach(), k[:, :, :6].detach(), v[:, :, :6].detach(), cache=cache)]
+    steps += [m(q[:, :, t:t + 1].detach(), k[:, :, t:t + 1].detach(), v[:, :, t:t + 1].detach(), cache=cache)
+              for t in range(6, 13)]
+    torch.testing.assert_close(torch.cat(steps, dim=2), want.detach(), rtol=1e-9, atol=1e-10)
+
+
+def test_stick_breaking_with_a_sink_is_refused(tmp_path):
+    f = tmp_path / "bad.pe"
+    f.write_text('scheme bad "bad" {\n  sink = logit\n  normalize = stick_breaking\n}\n')
+    (d,) = check(f)
+    assert d.code == "E204" and "sink" in d.message and d.line == 3
