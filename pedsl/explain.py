@@ -161,6 +161,9 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Bias"] + ([f"  {describe_bias(b)}" for b in f.biases] or ["  none"])
     lines += ["", "Temperature", f"  {describe_temperature(f)}"]
     lines += ["", "Attention", f"  {f.shape}"]
+    lines += ["", "Weights", "  softmax over the visible keys" if f.normalize == "softmax" else
+              f"  {f.normalize}: w(i, j) = sigmoid(s(i, j)) * prod over the nearer keys t of (1 - sigmoid(s(i, t)));"
+              " no softmax, the weights sum to at most 1 (docs/semantics.md §1b)"]
     vg = f.value_groups
     lines += ["", "Value transport",
               f"  U = T on {', '.join(vg)}: values are transported like keys and the output is rotated back"

@@ -103,3 +103,10 @@ def channel_pairs(channels, layout: str) -> list[tuple[int, int]]:
     if layout == "interleaved":
         return [(ch[2 * k], ch[2 * k + 1]) for k in range(m // 2)]
     raise ValueError(f"unknown rotary pairing layout {layout!r}")
+
+
+def xpos_decays(zeta: float, pairs: int) -> tuple[float, ...]:
+    """xPos's per-pair decay zeta_k = (2k / d + zeta) / (1 + zeta), d = 2 * pairs the group's width
+    (Sun et al. 2022; rotary-embedding-torch and x-transformers: ``(arange(0, d, 2) + 0.4 d) / (1.4 d)``)."""
+    d = 2 * pairs
+    return tuple((2 * k / d + zeta) / (1 + zeta) for k in range(pairs))

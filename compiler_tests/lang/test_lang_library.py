@@ -45,6 +45,8 @@ EXPECTED = {
     "rope_id_alibi": ({"rot": 16, "plain": 16}, [("rotate", "qk", "rot")], ["distance"], True, ("rope_id",)),
     "acc_random_alibi": ({"all": 32}, [("accumulate_rotation", "qk", "all")], ["distance"], False,
                          ("acc_random_qk", "nope")),
+    "xpos": ({"all": 32}, [("rotate", "qk", "all")], [], False, ()),
+    "stick_breaking": ({"all": 32}, [], [], False, ()),
 }
 
 
@@ -91,6 +93,13 @@ def test_rope_details():
     assert load(SCHEMES / "rope_interleaved.pe").layout == "interleaved"
     freqs = rotary_frequencies(s)["all"]
     assert freqs == pytest.approx([10000 ** (-2 * k / 32) for k in range(16)], rel=1e-12)
+
+
+def test_xpos_details():
+    s = load(SCHEMES / "xpos.pe")
+    (t,) = s.transports
+    assert s.layout == "interleaved" and (t.xpos_gamma, t.xpos_zeta) == (512.0, 0.4) and t.scale == 1.0
+    assert rotary_frequencies(s)["all"] == pytest.approx([10000 ** (-2 * k / 32) for k in range(16)], rel=1e-12)
 
 
 def test_rope_id_details():

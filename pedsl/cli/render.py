@@ -59,6 +59,9 @@ def render_scheme(scheme) -> str:
                     lines.append("    dynamic: true  # the table depends on the run-time length n")
                 if t.scale != 1:
                     lines.append(f"    scale: {t.scale!r}  # q and k of the group (logits of the group x scale^2)")
+                if t.xpos_gamma is not None:
+                    lines.append(f"    xpos: {{gamma: {t.xpos_gamma!r}, zeta: {t.xpos_zeta!r}}}  # pair k decays as "
+                                 "zeta_k^((i - j) / gamma)")
             elif t.kind == "accumulate_rotation":
                 lines.append(f"    angle: {to_source(t.angle)}")
                 lines.append(f"    data: {_scalar(t.data)}")
@@ -85,6 +88,8 @@ def render_scheme(scheme) -> str:
                 lines.append(f"    log_gate: {to_source(b.log_gate)}")
     if scheme.temperature is not None:
         lines.append(f"temperature: {to_source(scheme.temperature)}")
+    if scheme.normalize != "softmax":
+        lines.append(f"normalize: {scheme.normalize}  # own key {'included' if scheme.attend_current else 'left out'}")
     for name in ("window", "chunk", "sink"):
         if getattr(scheme, name) is not None:
             lines.append(f"{name}: {getattr(scheme, name)}")

@@ -247,7 +247,8 @@ _FIXED_NAMES = (
     "cos", "sin", "steps", "w_g", "w", "beta", "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term",
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5",
-    "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink",
+    "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
+    "ATTEND_CURRENT",
 )
 
 
@@ -272,7 +273,8 @@ def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str],
         pairs = channel_pairs(ch, scheme.layout)
         first, second = tuple(a for a, _ in pairs), tuple(b for _, b in pairs)
         records.append(f"Transform({literal(t.kind)}, {literal(t.targets == 'qkv')}, {literal(tuple(ch))}, "
-                       f"{literal(first)}, {literal(second)}, {literal(float(t.scale))}),  "
+                       f"{literal(first)}, {literal(second)}, {literal(float(t.scale))}, "
+                       f"{literal(float(t.xpos_gamma))}, {literal(tuple(t.xpos_zeta))}),  "
                        + comment(f"group {t.group!r}: {t.kind} of {t.targets}, kernel {t.kernel}"))
         if t.kind in (P.ROPE, P.SO2):
             what = "phase" if t.kind == P.ROPE else "step angle"
@@ -361,6 +363,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "",
         "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
         "    axes = AXES",
+        "    normalize, attend_current = NORMALIZE, ATTEND_CURRENT",
         "    window, chunk, sink = WINDOW, CHUNK, SINK",
         "",
         "    def __init__(self) -> None:",
@@ -430,6 +433,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "",
         "import torch",
         "import torch.nn.functional as F",
+        "import torch.utils.checkpoint",
         "from torch import Tensor, nn",
         "",
         f"HEADS = {int(scheme.heads)}",
@@ -451,6 +455,8 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "TRANSFORMS = (" + ("" if not records else "\n    " + "\n    ".join(records) + "\n") + ")",
         "BIASES = (" + ("" if not kinds else "\n    " + "\n    ".join(kinds) + "\n") + ")",
         f"CONV_HISTORY = {int(gen.conv_history)}",
+        f"NORMALIZE = {literal(plan.normalize)}",
+        f"ATTEND_CURRENT = {literal(bool(plan.attend_current))}",
         f"WINDOW = {literal(plan.window)}",
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",

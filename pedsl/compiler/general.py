@@ -47,7 +47,7 @@ so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.module_values`,
 the generated class in a compiled module): ``heads``, ``head_dim``, ``axes`` (its position axes), ``conv_history`` (earlier tokens a
 short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
-``scale``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
+``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
 cumulative sums of angles, the blockwise PaTH kernel) come as ``kernels``: :class:`TorchKernels` here,
 pedsl's fused ones in process.
@@ -60,6 +60,7 @@ from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 from torch import Tensor
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +279,7 @@ class AttentionCache:
         self._doc_view = None  # the document ids layout() gave a continuing decoding call
         self.path_pending: Tensor | None = None  # PaTH: product of the steps since the last flush, (B*H, D, D)
         self.path_flushed: int | None = None  # PaTH: keys before this index wait for path_pending (None: none)
+        self.centres: dict[int, int] = {}  # transform index -> xPos: the centre c its cached keys are scaled at
         self.one_doc = True  # every cached token of a row is in the row's current document
         self.all_valid = True  # no cached token is padding
         self.dropped = 0  # tokens a window or chunk no longer sees, dropped from the front
@@ -426,10 +428,14 @@ def transports(scheme, kernels, vals: TokenValues, lay: Layout, cache, dtype) ->
     for i, (t, raw) in enumerate(zip(scheme.transforms, vals.transports)):
         if t.kind == ROPE:
             if isinstance(raw, tuple):
-                rots.append((t, tuple(last_tokens(c, L) for c in raw)))
+                cs = tuple(last_tokens(c, L) for c in raw)
             else:
                 ph = torch.remainder(last_tokens(raw, L).to(F64), TWO_PI)
-                rots.append((t, ((t.scale * torch.cos(ph)).to(adt), (t.scale * torch.sin(ph)).to(adt))))
+                cs = ((t.scale * torch.cos(ph)).to(adt), (t.scale * torch.sin(ph)).to(adt))
+            if t.xpos_gamma:
+                up = xpos_scale(t, lay.positions, xpos_centre(kernels, t, i, lay, cache))
+                cs = cs + (up.unsqueeze(1).to(adt),)
+            rots.append((t, cs))
         elif t.kind == SO2:
             a = last_tokens(raw, L).to(F64) * valid[:, None, :, None]
             A = kernels.cumulative_angles(a)
@@ -489,6 +495,36 @@ def merged_rotations(rots: list, D: int, layout: str | None = None) -> list:
         sin = sin.index_copy(-1, idx, s.expand(*lead, s.shape[-1]))
     whole = Transform(ROPE, False, tuple(range(D)), full[0][0], full[0][1])
     return [(whole, (cos, sin))] + [r for r in rots if not (r[0].kind == ROPE and not r[0].values)]
+def xpos_scale(t, positions: Tensor, centre: int) -> Tensor:
+    """xPos's scale of q's pairs at ``positions`` (B, L): ``zeta_k ** ((p - centre) / gamma)``, (B, L, P)
+    float64; k's pairs take its inverse (docs/semantics.md §2c)."""
+    z = torch.tensor(t.xpos_zeta, dtype=F64, device=positions.device)
+    return z ** ((positions.to(F64) - centre) / t.xpos_gamma).unsqueeze(-1)
+
+
+def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:
+    """The centre c of xPos's exponents (p - c) / gamma in this call. Without a cache, n // 2 (as
+    rotary-embedding-torch and x-transformers), so the scales stay within zeta^(+-n / (2 gamma)). With a
+    cache, the centre its keys were stored at, as long as it is within gamma of n // 2; past that the
+    cached keys are rescaled once to the new centre (``zeta^((c_new - c_old) / gamma)`` per pair), so a
+    long decode stays as far from overflow as one full forward. The logits read only c's differences,
+    so every centre gives the same attention."""
+    c = lay.n // 2
+    if cache is None:
+        return c
+    old = cache.centres.get(i)
+    if old is None or cache.length == 0:
+        cache.centres[i] = c
+        return c
+    if abs(c - old) <= t.xpos_gamma:
+        return old
+    K = cached(cache, "k", cache.length)
+    f = torch.tensor(t.xpos_zeta, dtype=F64, device=K.device) ** ((c - old) / t.xpos_gamma)
+    f = f.to(angle_dtype(K.dtype)).expand(1, 1, K.shape[2], len(t.xpos_zeta))
+    ch = t.channels if len(t.channels) != K.shape[-1] else None
+    K.copy_(kernels.rotate(K, f, torch.zeros_like(f), t, ch))  # angle 0: a scale of each pair
+    cache.centres[i] = c
+    return c
 
 
 def transport_qkv(kernels, tr: Transports, q, k, v):
@@ -498,8 +534,11 @@ def transport_qkv(kernels, tr: Transports, q, k, v):
     for t, ang in merged_rotations(tr.rots, D, getattr(kernels, "layout", None)):
         ch = t.channels if len(t.channels) != D else None
         if t.kind == ROPE:
-            ck, sk = ang
+            ck, sk = ang[:2]
             cq, sq = last_tokens(ck, Lq), last_tokens(sk, Lq)
+            if len(ang) == 3:  # xPos: q's pairs times zeta^((i - c) / gamma), k's divided by zeta^((j - c) / gamma)
+                up = ang[2]
+                cq, sq, ck, sk = cq * last_tokens(up, Lq), sq * last_tokens(up, Lq), ck / up, sk / up
             q = kernels.rotate(q, cq, sq, t, ch)
             k = kernels.rotate(k, ck, sk, t, ch)
             if t.values:
@@ -804,14 +843,54 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
         if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and kcoord is None
-                and shape is None and sink is None):
+                and shape is None and sink is None and scheme.normalize == "softmax"):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
         bias = bias_rows(scheme, bi.tables, None if cq_all is None else cq_all[..., r0:r1],
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype)
+        if scheme.normalize != "softmax":  # key index k - k0 of this span; the query's own key is q0 + r - k0
+            outs.append(stick_breaking_rows(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
+                                            q0 + r0 - k0, scheme.attend_current))
+            continue
         outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1)))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+
+def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
+    """Stick-breaking weights (Tan et al. 2024) of scores ``s (..., Lk)`` over the keys ``ok`` in key order:
+    ``w_j = sigmoid(s_j) * prod_{t > j, ok_t} (1 - sigmoid(s_t))``, the nearest key breaking the stick
+    first; formed in log space (float32 at least) with an exclusive suffix sum, so nothing is subtracted."""
+    s = s.to(torch.promote_types(s.dtype, torch.float32))
+    log_rest = F.logsigmoid(-s).masked_fill(~ok, 0.0)
+    suffix = torch.flip(torch.cumsum(torch.flip(log_rest, [-1]), -1), [-1])  # sum over t >= j
+    after = torch.cat([suffix[..., 1:], torch.zeros_like(suffix[..., :1])], -1)  # sum over t > j
+    return torch.exp(F.logsigmoid(s) + after).masked_fill(~ok, 0.0)
+
+
+def _stick_breaking_block(q, K, V, ok, bias):
+    s = (q @ K.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    if bias is not None:
+        s = s + bias
+    return stick_breaking_weights(s, ok).to(V.dtype) @ V
+
+
+def stick_breaking_rows(q, K, V, mask, bias, q0: int, attend_current: bool) -> Tensor:
+    """Stick-breaking attention of a block of queries (global token index q0, q0 + 1, ...) over every key
+    (docs/semantics.md §1b): key j counts for query i when j <= i (j < i without ``attend_current``) and
+    ``mask`` allows it; no key gives zeros. With gradients the block is recomputed in the backward pass
+    (activation checkpointing), so training holds O(L x block) scores, not O(L^2)."""
+    Hq, Hk = q.shape[1], K.shape[1]
+    if Hq != Hk:
+        K, V = K.repeat_interleave(Hq // Hk, dim=1), V.repeat_interleave(Hq // Hk, dim=1)
+    Lk, rows = K.shape[2], q.shape[2]
+    qi = torch.arange(q0, q0 + rows, device=q.device)[:, None]
+    kj = torch.arange(Lk, device=q.device)[None, :]
+    ok = ((kj <= qi) if attend_current else (kj < qi))[None, None]
+    ok = ok if mask is None else ok & mask
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V) if t is not None):
+        return torch.utils.checkpoint.checkpoint(_stick_breaking_block, q, K, V, ok, bias, use_reentrant=False)
+    return _stick_breaking_block(q, K, V, ok, bias)
 
 
 def key_validity(lay: Layout, kvalid, Lc: int):
@@ -1002,7 +1081,8 @@ def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, tot
 # ---------------------------------------------------------------------- kernels and the forward
 class Transform(NamedTuple):
     """A transport as the general forward reads it: its kind, whether it also turns the values, its
-    channels, the pairs (first[k], second[k]) its rotations turn, and rotate's scale of q and k."""
+    channels, the pairs (first[k], second[k]) its rotations turn, rotate's scale of q and k, and xPos's
+    gamma and per-pair decays."""
 
     kind: str
     values: bool
@@ -1010,6 +1090,8 @@ class Transform(NamedTuple):
     first: tuple
     second: tuple
     scale: float = 1.0
+    xpos_gamma: float = 0.0  # xpos(...): gamma and each pair's decay zeta_k; 0 and () for other transports
+    xpos_zeta: tuple = ()
 
 
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:

@@ -34,12 +34,15 @@ def _sources(ty: Ty) -> list[str]:
 def lower(scheme: Scheme) -> nx.DiGraph:
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
                    axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
-                   sink=scheme.sink)
+                   sink=scheme.sink,
+                   normalizer=scheme.normalize, attend_current=scheme.attend_current)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")
     g.add_node("scores", op="scores", label="scores <q_i, T(j->i) k_j> / sqrt(D)")
-    g.add_node("softmax", op="softmax", label="causal softmax over j")
+    g.add_node("softmax", op="softmax", label="causal softmax over j" if scheme.normalize == "softmax" else
+               "stick-breaking over j (nearest key first" + (", its own key included)" if scheme.attend_current
+                                                              else ", its own key left out)"))
     g.add_node("output", op="output", label="o (B, H, L, D)")
     g.add_edge("softmax", "output")
     g.add_edge("v", "softmax")
@@ -104,7 +107,9 @@ def _add_transport(g: nx.DiGraph, scheme: Scheme, idx: int, t) -> str:
         for s in _sources(t.phase_ty):
             g.add_edge(_ensure(g, s), table)
         g.add_node(node, op="rotate", label=f"rotate {t.targets} on {t.group}" + (
-            f", q and k scaled by {t.scale:g}" if t.scale != 1 else ""), phase=table, scale=t.scale, **attrs)
+            f", q and k scaled by {t.scale:g}" if t.scale != 1 else "") + (
+            f", xPos decay (gamma {t.xpos_gamma:g}, zeta {t.xpos_zeta:g})" if t.xpos_gamma is not None else ""),
+            phase=table, scale=t.scale, xpos_decay=None if t.xpos_gamma is None else (t.xpos_gamma, t.xpos_zeta), **attrs)
         g.add_edge(table, node)
     elif t.kind == "accumulate_rotation":
         steps = site_name("steps", t.group)

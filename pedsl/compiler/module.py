@@ -26,7 +26,7 @@ from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
-from pedsl.compiler.general import angle_dtype
+from pedsl.compiler.general import angle_dtype, stick_breaking_weights, xpos_scale
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -277,6 +277,11 @@ class SchemeAttention(nn.Module):
                     q, k = rotary.rotate_many_by_angles([q, k], A, self.layout, ch)
                 continue
             cos, sin = self._cos_sin(t, L, x, tokens, q.device, angle_dtype(q.dtype))  # half: float32, rounded once
+            if t.xpos_gamma:  # positions 0..L-1: the centre L // 2 of the general path without a cache
+                up = xpos_scale(t, torch.arange(L, device=q.device)[None], L // 2)[0].to(cos.dtype)
+                q = rotary.apply_rotary_channels(q, cos * up, sin * up, ch, self.layout)
+                k = rotary.apply_rotary_channels(k, cos / up, sin / up, ch, self.layout)
+                continue
             q = rotary.apply_rotary_channels(q, cos, sin, ch, self.layout)
             k = rotary.apply_rotary_channels(k, cos, sin, ch, self.layout)
             if t.values:
@@ -300,7 +305,8 @@ class SchemeAttention(nn.Module):
         :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped):
+                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped
+                or self.plan.explicit_scores):  # stick-breaking: the general path's explicit blocks of scores
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
@@ -390,6 +396,13 @@ class SchemeAttention(nn.Module):
         bias = self.bias_table(L, x, tokens, q.device)
         if bias is not None:
             s = s + bias.to(s.dtype)
+        if self.plan.explicit_scores:  # stick-breaking: weights of the visible keys j <= i (j < i without attend_current)
+            ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if self.plan.attend_current else -1)
+            shape = shape_of(self.plan)
+            if shape is not None:
+                i = torch.arange(L, device=q.device)
+                ok = ok & visible(shape, i[None], i[None])[0]
+            return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok).to(s.dtype)
         s = self.window_mask(s)
         sink = self.sink_logits(q)
         if sink is None:

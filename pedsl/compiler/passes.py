@@ -16,6 +16,7 @@ import networkx as nx
 from pedsl.compiler import plan as P
 from pedsl.compiler.graph import bias_nodes, transform_nodes
 from pedsl.errors import CompileError
+from pedsl.formulas import xpos_decays
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS
 from pedsl.lang.exprs import to_source
@@ -203,10 +204,21 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
     }[backend]
+    if g.graph.get("normalizer", P.SOFTMAX) != P.SOFTMAX and backend != "reference":
+        g.graph["backend_note"] = ("stick-breaking weights: every call runs the general path's blocks of explicit "
+                                   "scores in log space (memory O(L x block)); " + backend + " names its bias carrier")
     return g
 
 
 _KINDS = {"rotate": P.ROPE, "accumulate_so2": P.SO2, "accumulate_householder": P.HOUSEHOLDER}
+
+
+def _xpos_fields(d: dict) -> dict:
+    """The plan's xPos fields of a transform node: gamma and the decay of each of its pairs."""
+    if not d.get("xpos_decay"):
+        return {}
+    gamma, zeta = d["xpos_decay"]
+    return {"xpos_gamma": float(gamma), "xpos_zeta": xpos_decays(zeta, len(d["channels"]) // 2)}
 
 
 def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -222,7 +234,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         transports.append(P.TransportStep(
             group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
             targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
-            orthogonal=bool(d.get("orthogonal")), why=why, pair_axes=g.graph.get("pair_axes", {}).get(d["group"], ())))
+            orthogonal=bool(d.get("orthogonal")), why=why, **_xpos_fields(d), pair_axes=g.graph.get("pair_axes", {}).get(d["group"], ())))
     biases = []
     for n in bias_nodes(g):
         d = g.nodes[n]
@@ -240,7 +252,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
         half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
-        window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"))
+        window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
+        normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True))
     return g
 
 

@@ -45,6 +45,8 @@ GATE_BIAS = "forget-gate"  # b(i, j) = G_i - G_j, G = cumsum(log gate) (FoX)
 POSITIONS, TOKENS = "positions", "tokens"
 # how the fused full-sequence path carries a bias
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
+# normalisers
+SOFTMAX, STICK_BREAKING = "softmax", "stick_breaking"
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
 
@@ -74,6 +76,10 @@ class TransportStep:
     orthogonal: bool = False  # HOUSEHOLDER with beta = 2: reflections
     why: str = ""
     pair_axes: tuple[str, ...] = ()  # a multi-axis scheme's rotation: the position axis each pair reads
+    # ROPE written xpos(...): pair k of q times xpos_zeta[k]^((i - c) / xpos_gamma), of k its inverse at j
+    # (docs/semantics.md §2c); 0 and () for every other transport
+    xpos_gamma: float = 0.0
+    xpos_zeta: tuple[float, ...] = ()
 
     @property
     def expr(self) -> ast.Expr:
@@ -140,6 +146,16 @@ class Plan:
     # block in float64 (a key channel g(j) loses the bias in half precision: |g| grows with j)
     half_via_general: bool = False
     axes: tuple[str, ...] = ()  # the scheme's position axes (`axes t, h, w`); () for one axis
+    # how scores become weights (docs/semantics.md §1b): SOFTMAX, or STICK_BREAKING, which every call runs
+    # on the general path's explicit blocks of scores; attend_current: a query's own key takes part
+    normalize: str = "softmax"
+    attend_current: bool = True
+
+    @property
+    def explicit_scores(self) -> bool:
+        """The weights are not a softmax: no fused kernel computes them, the general path does."""
+        return self.normalize != SOFTMAX
+
     # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
     # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
     window: int | None = None
@@ -192,7 +208,7 @@ def plan_lines(plan: Plan) -> list[str]:
         out.append(f"  positions: axes {', '.join(plan.axes)} (forward takes positions ({len(plan.axes)}, B, L); a "
                    "call that gives them evaluates its phases per token, one without reads the tables below)")
     for t in plan.transports:
-        extra = f", scale {t.scale:g}" if t.scale != 1 else ""
+        extra = (f", scale {t.scale:g}" if t.scale != 1 else "") + (f", xPos gamma {t.xpos_gamma:g}" if t.xpos_gamma else "")
         out.append(f"  transport {t.group!r} ({len(t.channels)} channels, {t.targets}): {t.kind}, table "
                    f"{t.table}, kernel {t.kernel}{extra}")
         for s in t.sites:
@@ -242,7 +258,8 @@ def plan_to_json(plan: Plan) -> dict:
         "transports": [{"group": t.group, "index": t.index, "kind": t.kind, "channels": list(t.channels),
                         "targets": t.targets, "table": t.table, "kernel": t.kernel, "scale": t.scale,
                         "orthogonal": t.orthogonal, "sites": [site(s) for s in t.sites], "why": t.why,
-                        "pair_axes": list(t.pair_axes)}
+                        "pair_axes": list(t.pair_axes), "xpos_gamma": t.xpos_gamma,
+                        "xpos_zeta": list(t.xpos_zeta)}
                        for t in plan.transports],
         "biases": [{"index": b.index, "kind": b.kind, "carried": b.carried, "counts": b.counts, "site": site(b.site),
                     "slope": None if b.slope is None else to_source(b.slope), "why": b.why} for b in plan.biases],

@@ -109,7 +109,8 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         tau = (tv.align(("batch", "head", "pos")) if tv.axes else tv.t.reshape(1, 1, 1)).to(F64)
         tau = tau.expand(tau.shape[0], tau.shape[1], L)
     return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,
-                                   allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq))
+                                   allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq),
+                                   normalize=sch.normalize, attend_current=sch.attend_current)
 
 
 def _stream_window(sch, allowed: Tensor, positions: Tensor) -> None:
@@ -162,6 +163,8 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
                 s = torch.ones(D, dtype=F64, device=dev)
                 s[ch] = t.scale
                 tr = tr * (s[:, None] * s[None, :])
+            if t.xpos_gamma is not None:  # xPos: pair k of T(j->i) times zeta_k^((p_i - p_j) / gamma)
+                tr = ref.xpos_decay(c.positions, t.xpos_gamma, t.xpos_zeta, mod.layout, ch, D).to(dev) @ tr
         elif t.kind == "accumulate_rotation":
             a = as_bhlp(run(t.angle, "steps"), L, P).to(F64) * stepv[:, None, :, None]
             tr = ref.accumulated_transport(ref.so2_step_matrices(a, mod.layout, ch, D))

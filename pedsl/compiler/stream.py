@@ -29,8 +29,9 @@ def _fast_decode_plan(mod):
     plan = mod.__dict__.get("_fast_decode")
     if plan is None:
         ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod) and not mod.plan.shaped
+              and not mod.plan.explicit_scores
               and not mod._conv_history and mod.transforms
-              and all(t.static_table for t in mod.transforms))
+              and all(t.static_table and not t.xpos_gamma for t in mod.transforms))
         D = mod.head_dim
         plan = [(t, t.channels if len(t.channels) != D else None, t.values)
                 for t in mod.transforms] if ok else False

@@ -194,6 +194,7 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
         elif sa is not None:
             value(name, sa, sb)
 
+    value("normalize", _normalizer(a), _normalizer(b))
     value("learned.shared", _shared_learned(a, renamed), _shared_learned(b, {}))
 
     for section in ("train", "eval"):
@@ -285,3 +286,10 @@ def _biases(a: Scheme, b: Scheme, renamed: dict, out: list, value) -> None:
 
 
 __all__ = ["Edit", "Insert", "Remove", "Move", "Update", "Keep", "diff", "equivalent", "is_semantic", "edit_kind"]
+
+
+def _normalizer(s: Scheme) -> str:
+    """The normalize statement's value as written (``softmax`` when absent)."""
+    if s.normalize == "softmax":
+        return "softmax"
+    return "stick_breaking" if s.attend_current else "stick_breaking(current = false)"

@@ -41,6 +41,7 @@ class GroupFacts:
     freqs: tuple[float, ...] | None = None  # angular frequency per pair (static rotations)
     dynamic: bool = False  # table depends on the run-time length
     scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
+    xpos: tuple[float, float] | None = None  # xpos(...): (gamma, zeta)
     data: bool = False  # steps depend on tokens or x
     learned: bool = False
     reads_x: bool = False  # steps read the hidden state x (a projection such as linear(x): costs FLOPs)
@@ -81,6 +82,7 @@ class SchemeFacts:
     biases: list[BiasFacts]
     temperature: str | None
     temperature_at: list[tuple[int, float | tuple[float, ...] | None]] = field(default_factory=list)
+    normalize: str = "softmax"  # softmax | stick-breaking, with or without the query's own key
     backend: str | None = None
     backend_note: str | None = None
     compile_error: str | None = None
@@ -198,6 +200,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
             gf.pair_axes = read.get(g.name, ())
             if t.kind == "rotate":
                 gf.dynamic, gf.scale = t.dynamic, t.scale
+                gf.xpos = None if t.xpos_gamma is None else (t.xpos_gamma, t.xpos_zeta)
             elif t.kind == "accumulate_rotation":
                 gf.data, gf.learned, gf.reads_x = t.data, t.learned, Dep.DATA in t.reads
                 if gf.freqs is None:
@@ -223,6 +226,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         temperature=None if s.temperature is None else to_source(s.temperature),
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
         shape=attention_shape(s),
+        normalize="softmax" if s.normalize == "softmax" else
+        "stick-breaking (" + ("own key included" if s.attend_current else "own key left out") + ")",
     )
     if graph:
         from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for
@@ -270,6 +275,9 @@ def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = T
         how = "rotated by position (RoPE form" + (", table recomputed for each length n)" if g.dynamic else ")")
         if g.scale != 1:
             how += f" and scaled by {g.scale:.4g} (the group's logits x {g.scale ** 2:.4g})"
+        if g.xpos is not None:
+            how += (f" with xPos's decay zeta_k^((i - j) / {g.xpos[0]:g}) per pair (zeta {g.xpos[1]:g}: the "
+                    "slowest pairs decay least)")
     elif g.kind == "accumulate_rotation":
         if g.freqs is not None:
             how = "rotated by accumulated constant steps (= RoPE)"

@@ -23,6 +23,8 @@ from pedsl.lang.scheme import Scheme
 
 
 def transport_fields(t) -> dict[str, ast.Expr]:
+    if t.kind == "rotate" and t.xpos_gamma is not None:  # xpos(...): its static gamma and zeta as numbers
+        return {"phase": t.phase, "gamma": ast.Num(value=t.xpos_gamma), "zeta": ast.Num(value=t.xpos_zeta)}
     if t.kind == "rotate":
         return {"phase": t.phase, **({"scale": t.scale_expr} if t.scale_expr is not None else {})}
     if t.kind == "accumulate_rotation":
@@ -33,6 +35,8 @@ def transport_fields(t) -> dict[str, ast.Expr]:
 def transport_source(t) -> str:
     """The transport as one would write it in a `.pe` file (without the targets)."""
     f = {k: to_source(v) for k, v in transport_fields(t).items()}
+    if t.kind == "rotate" and "gamma" in f:
+        return f"xpos({f['phase']}, gamma = {f['gamma']}, zeta = {f['zeta']})"
     if t.kind == "rotate":
         return f"rotate({f['phase']}" + (f", scale = {f['scale']})" if "scale" in f else ")")
     if t.kind == "accumulate_rotation":

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pedsl.formulas import xpos_decays
+
 from pedsl.fsio import write_figure
 from pedsl.lang.values import StaticEnv
 from pedsl.lang.scheme import Scheme
@@ -138,8 +140,11 @@ def _rotation_part(s: Scheme, freqs: dict, L: int) -> np.ndarray:
         moved |= set(s.group(t.group).channels)
         if freqs[t.group] is not None:
             gain = getattr(t, "scale", 1.0) ** 2  # rotate(..., scale = m): q and k of the group times m
-            for w in freqs[t.group]:
-                c += gain * (2.0 / D) * np.cos(np.remainder(w * d, 2 * math.pi))
+            ws = freqs[t.group]
+            decays = [1.0] * len(ws) if getattr(t, "xpos_gamma", None) is None else xpos_decays(t.xpos_zeta, len(ws))
+            for w, z in zip(ws, decays):  # xpos: pair k also decays as zeta_k^(d / gamma)
+                fall = 1.0 if z == 1.0 else z ** (d / t.xpos_gamma)
+                c += gain * (2.0 / D) * fall * np.cos(np.remainder(w * d, 2 * math.pi))
     return c + (D - len(moved)) / D
 
 

@@ -82,6 +82,7 @@ def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, st
         ("bias", _bias(a), _bias(b)),
         ("temperature", describe_temperature(a), describe_temperature(b)),
         ("attention", a.shape, b.shape),
+        ("weights", a.normalize, b.normalize),
         ("value transport", _value(a), _value(b)),
         ("backend", _backend(a), _backend(b)),
         ("training length", str(a.train_length), str(b.train_length)),

@@ -461,6 +461,8 @@ def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
         raise _refuse(scheme, f"temperature = {to_source(scheme.temperature)} scales every channel's logit; HF's "
                       "attention factor scales the rotated channels only", "write rotate(..., scale = m) instead "
                       "(logits of the rotated channels times m^2)")
+    if scheme.normalize != "softmax":
+        raise _refuse(scheme, f"normalize = {scheme.normalize}; HF's attention is a softmax")
     if len(scheme.transports) != 1:
         raise _refuse(scheme, "no rotary transport (NoPE)" if not scheme.transports else
                       f"{len(scheme.transports)} transports; HF rotates one channel group")
@@ -469,6 +471,8 @@ def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
         raise _refuse(scheme, f"a {t.kind} transport; HF applies a position-indexed rotation")
     if t.targets != "qk":
         raise _refuse(scheme, "value rotation (qkv); HF rotates q and k only")
+    if t.xpos_gamma is not None:
+        raise _refuse(scheme, "xPos's per-pair decay of q and k; HF's rotary has no per-position scale")
     if scheme.layout != "halves" and not allow_interleaved:
         raise _refuse(scheme, "the interleaved layout; HF's rotate_half pairs channel k with k + rot/2",
                       "use layout halves (pedsl export --hf permutes trained weights for you)")

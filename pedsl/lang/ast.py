@@ -150,6 +150,13 @@ class TemperatureStmt(Node):
     value: Expr
 
 
+class NormalizeStmt(Node):
+    """``normalize = softmax | stick_breaking | stick_breaking(current = false)``: how scores become weights."""
+
+    kind: Literal["normalize"] = "normalize"
+    value: Expr
+
+
 class WindowStmt(Node):
     """``window = N`` (sliding) or ``chunk = N`` (chunked): which keys a query sees (docs/semantics.md §11)."""
 
@@ -182,7 +189,7 @@ class Allow(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, WindowStmt, SinkStmt, Section, Allow],
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, WindowStmt, SinkStmt, Section, Allow],
     Field(discriminator="kind"),
 ]
 

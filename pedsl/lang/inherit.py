@@ -126,6 +126,7 @@ class Merged:
     transports: list[Located] = field(default_factory=list)
     bias: Located | None = None
     temperature: Located | None = None
+    normalize: Located | None = None
     window: Located | None = None  # window = N
     chunk: Located | None = None  # chunk = N
     sink: Located | None = None  # sink = logit | token
@@ -148,7 +149,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
             key = None
             if st.kind in ("param", "let"):
                 key = ("name", st.name)
-            elif st.kind in ("layout", "axes", "channels", "bias", "temperature", "window", "chunk", "sink"):
+            elif st.kind in ("layout", "axes", "channels", "bias", "temperature", "normalize", "window", "chunk", "sink"):
                 key = (st.kind, "")
             if key is not None:
                 if key in seen:
@@ -176,6 +177,8 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                 m.bias = loc
             elif st.kind == "temperature":
                 m.temperature = loc
+            elif st.kind == "normalize":
+                m.normalize = loc
             elif st.kind in ("window", "chunk", "sink"):
                 setattr(m, st.kind, loc)
             elif st.kind == "section":

@@ -164,8 +164,10 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             allowed = {n for loc in m.allow for n in loc.stmt.names}
             self.diags.extend(constant_bias_terms(self.constant_terms, m.bias.src, allowed))
         temperature = self.resolve_temperature(lets)
+        normalize = self.resolve_normalize(transports, env) or ("softmax", True)
         window, chunk, sink = self.resolve_shape(env, lets)
         self.check_sink_transports(sink, transports)
+        self.check_sink_normalizer(sink, normalize[0])
         self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
         evals = self.resolve_section(m.eval, env, "eval")
@@ -189,6 +191,8 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             biases=tuple(biases),
             temperature=temperature,
             temperature_ty=self.type_of(temperature) if temperature is not None else None,
+            normalize=normalize[0],
+            attend_current=normalize[1],
             window=window,
             chunk=chunk,
             sink=sink,

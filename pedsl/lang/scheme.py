@@ -42,6 +42,10 @@ class RotateTransport(_Frozen):
     # group's share of the logit scales by scale^2, the other channels' does not
     scale: float = 1.0
     scale_expr: Expr | None = None  # the scale as written (lets inlined), None when absent
+    # xpos(phase, gamma, zeta): pair k of q times zeta_k^(i / gamma), of k times zeta_k^(-j / gamma)
+    # (docs/semantics.md §2c); None for a plain rotation
+    xpos_gamma: float | None = None
+    xpos_zeta: float | None = None
 
     @property
     def dynamic(self) -> bool:
@@ -152,6 +156,10 @@ class Scheme(_Frozen):
     biases: tuple[Bias, ...] = ()
     temperature: Expr | None = None
     temperature_ty: Ty | None = None
+    # how scores become weights (docs/semantics.md §1b): softmax, or stick-breaking (Tan et al. 2024), where
+    # attend_current says whether a query's own key takes part (True: A_ii = sigmoid(s_ii))
+    normalize: Literal["softmax", "stick_breaking"] = "softmax"
+    attend_current: bool = True
     # the attention's shape (docs/semantics.md §11): key j is visible to query i iff 0 <= p_i - p_j < window,
     # or iff p_i // chunk == p_j // chunk; sink: a learned logit per head in the normaliser, or a learned
     # key/value slot every query sees

@@ -158,6 +158,9 @@ class ToAst(Transformer):
     def temperature(self, meta, c):
         return ast.TemperatureStmt(value=c[0], span=_span_of(meta))
 
+    def normalize(self, meta, c):
+        return ast.NormalizeStmt(value=c[0], span=_span_of(meta))
+
     def window(self, meta, c):
         return ast.WindowStmt(kind="window", value=c[0], span=_span_of(meta))
 

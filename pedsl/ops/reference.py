@@ -82,6 +82,25 @@ def rotation_transport(phases: Tensor, layout: str, channels=None, dim: int | No
     return _rot_matrices(diff, pairs, dim)
 
 
+def xpos_decay(positions: Tensor, gamma: float, zeta: float, layout: str, channels=None, dim: int | None = None) -> Tensor:
+    """xPos's factor on ``T(j->i)`` (docs/semantics.md §2c): the diagonal matrix that multiplies both channels
+    of pair k by ``zeta_k ** ((p_i - p_j) / gamma)``, ``zeta_k = (2k / m + zeta) / (1 + zeta)`` for a group of
+    m channels (Sun et al. 2022, eq. 10), identity elsewhere. ``positions``: ``(B, L)``; returns
+    ``(B, 1, L, L, D, D)``, written entry by entry."""
+    pos = positions.to(F64)
+    B, L = pos.shape
+    pairs = _pairs(channels, layout, dim)
+    dim = dim if dim is not None else 2 * len(pairs)
+    m = 2 * len(pairs)
+    out = torch.eye(dim, dtype=F64).expand(B, 1, L, L, dim, dim).clone()
+    delta = (pos[:, :, None] - pos[:, None, :]) / gamma  # [b, i, j] = (p_i - p_j) / gamma
+    for p, (a, b) in enumerate(pairs):
+        f = ((2 * p / m + zeta) / (1 + zeta)) ** delta
+        out[:, 0, :, :, a, a] = f
+        out[:, 0, :, :, b, b] = f
+    return out
+
+
 def so2_step_matrices(step_angles: Tensor, layout: str, channels=None, dim: int | None = None) -> Tensor:
     """Step matrices ``M_t`` (docs/semantics.md §2b): pair k rotated by ``-a(t, k)``. ``(B, H, L, P) -> (B, H, L, D, D)``."""
     a = _expand_bh(step_angles.to(F64), 4)
@@ -121,12 +140,14 @@ def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
-                        allowed: Tensor | None = None, q_offset: int = 0, sink=None) -> Tensor:
+                        allowed: Tensor | None = None, q_offset: int = 0, sink=None, normalize: str = "softmax",
+                        attend_current: bool = True) -> Tensor:
     """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
     ``(B, H, L, L)`` bool restricts the keys of each query further (a query with none gives
     zeros); q's row ``r`` is the query of token ``q_offset + r`` (k and v hold every token).
+    ``normalize = "stick_breaking"`` replaces the softmax by :func:`stick_breaking_loop`.
     ``sink``: (logit ``(B|1, H, Lq)``, value ``(H, D)`` or None for zero): one more key every query
     sees, whose score is that logit as it stands (no scale, temperature or bias).
     """
@@ -155,6 +176,11 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
             scores.append(s.expand(B, H))
             vals.append(vs[j] if U_rows is None else (U_rows[i][j] @ vs[j].unsqueeze(-1)).squeeze(-1))
         s = torch.stack(scores, dim=-1)  # (B, H, i+1)
+        if normalize == "stick_breaking":
+            ok = torch.ones_like(s, dtype=torch.bool) if allowed is None else allowed[:, :, i, : i + 1].expand(B, H, i + 1)
+            a = stick_breaking_loop(s, ok, attend_current)
+            outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))
+            continue
         ok = allowed[:, :, i, : i + 1] if allowed is not None else torch.ones_like(s, dtype=torch.bool)
         if sink is not None:
             ok = torch.cat([ok.expand(B, H, i + 1), ok.new_ones(B, H, 1)], dim=-1)
@@ -166,3 +192,22 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
         a = torch.softmax(s, dim=-1) * any_ok
         outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))  # (B, H, D)
     return torch.stack(outs, dim=2)
+
+
+def stick_breaking_loop(s: Tensor, ok: Tensor, attend_current: bool) -> Tensor:
+    """Stick-breaking weights of one query ``i`` over its keys ``0..i`` (the last is its own), written as the
+    formula (Tan et al. 2024), in float64 with no logarithm: ``a_j = sigmoid(s_j) * prod_{t} (1 - sigmoid(s_t))``
+    over the allowed keys t with ``j < t <= i`` (``j < t < i`` and ``a_i = 0`` without ``attend_current``).
+    ``s``, ``ok``: ``(B, H, i + 1)``."""
+    n = s.shape[-1]
+    beta = torch.sigmoid(s.to(F64))
+    keep = ok.clone()
+    if not attend_current:
+        keep[..., n - 1] = False
+    out = []
+    for j in range(n):
+        w = beta[..., j]
+        for t in range(j + 1, n):
+            w = w * torch.where(keep[..., t], 1 - beta[..., t], torch.ones_like(w))
+        out.append(torch.where(keep[..., j], w, torch.zeros_like(w)))
+    return torch.stack(out, dim=-1)

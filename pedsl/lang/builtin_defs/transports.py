@@ -25,6 +25,20 @@ def _rotate(a: dict[str, Ty]) -> Ty:
     return Ty("transport", detail="rotate")
 
 
+def _xpos(a: dict[str, Ty]) -> Ty:
+    t = a["phase"]
+    need_num(t, "phase", {"pos", "pair"}, " (a phase per position and rotary pair)")
+    scalar(a, "gamma")
+    scalar(a, "zeta")
+    if t.data or t.learned:
+        raise TypeIssue(
+            "xPos rotates by position: its phase cannot depend on the data",
+            "phase",
+            hint="use accumulate(rotation(...)) for data-dependent angles",
+        )
+    return Ty("transport", detail="xpos")
+
+
 def _rotation(a: dict[str, Ty]) -> Ty:
     t = a["angle"]
     need_num(t, "angle", {"pos", "pair", "head"}, " (a step angle per position, head and rotary pair)")
@@ -61,6 +75,10 @@ RECORDS = [
     Builtin("rotate", (("phase", REQUIRED), ("scale", 1.0)),
             "position-indexed rotation of each pair by its phase; q and k of the group are also multiplied by scale "
             "(Hugging Face's attention factor: the group's logits scale by scale^2)", _rotate, "transport"),
+    Builtin("xpos", (("phase", REQUIRED), ("gamma", 512.0), ("zeta", 0.4)),
+            "xPos (Sun et al. 2022): rotate each pair by its phase and scale pair k of q by zeta_k^(i / gamma), of k "
+            "by zeta_k^(-j / gamma), zeta_k = (2k / d + zeta) / (1 + zeta): the pair's logit decays as "
+            "zeta_k^((i - j) / gamma)", _xpos, "transport"),
     Builtin("accumulate", (("step", REQUIRED),),
             "ordered product of per-token steps from j+1 to i (or sum of log-gates: a bias)", _accumulate,
             "transport"),
