@@ -173,7 +173,7 @@ def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
     peaks = {n: peak(n, L, N, threads) for n in ms}
     print(f"Windowed attention, forward + backward, float32 CPU, B={B} H={H} D={D} L={L} window={N}, "
           f"{threads} thread(s), median of {repeats}")
-    print(f"| variant | fwd+bwd ms | / full causal | / windowed floor | peak MiB over inputs |")
+    print("| variant | fwd+bwd ms | / full causal | / windowed floor | peak MiB over inputs |")
     print("|---|---|---|---|---|")
     for n, t in ms.items():
         print(f"| {n} | {t:.1f} | {t / ms['full causal']:.3f} | {t / ms['windowed floor']:.2f} | {peaks[n]:.0f} |")

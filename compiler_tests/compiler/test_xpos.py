@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compiler_helpers import D_MODEL, SCHEMES, first_error
+from compiler_helpers import D_MODEL, SCHEMES
 from pedsl.compiler import compile_scheme
 from pedsl.lang.api import check
 
