@@ -47,7 +47,17 @@ EXPECTED = {
                          ("acc_random_qk", "nope")),
     "xpos": ({"all": 32}, [("rotate", "qk", "all")], [], False, ()),
     "stick_breaking": ({"all": 32}, [], [], False, ()),
+    "mrope": ({"all": 32}, [("rotate", "qk", "all")], [], False, ()),
+    "mrope_interleaved": ({"all": 32}, [("rotate", "qk", "all")], [], False, ()),
+    "rope_2d": ({"row": 16, "col": 16}, [("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False, ()),
+    "rope_3d": ({"time": 8, "row": 12, "col": 12},
+                [("rotate", "qk", "time"), ("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False, ()),
+    "rope_mixed": ({"first": 16, "second": 16}, [("rotate", "qk", "first"), ("rotate", "qk", "second")], [], False,
+                   ()),
 }
+# Schemes of several position axes train on grids: their training length is a grid's token count (16 x 16,
+# 8 x 8 x 8 frames), and they are evaluated at grid sizes, not at token lengths (no eval block).
+GRID_LENGTH = {"rope_2d": 256, "rope_3d": 512, "rope_mixed": 256}
 
 
 def test_library_is_what_the_issue_lists():
@@ -81,9 +91,13 @@ def test_structure(path):
     assert [b.kind for b in s.biases] == biases
     assert (s.temperature is not None) == temperature
     assert s.bases == bases
-    assert s.train == {"context": 128}
-    assert s.eval == {"lengths": [128, 256, 512, 1024, 2048, 4096]}
-    assert s.params["train_length"] == 128
+    length = GRID_LENGTH.get(path.stem, 128)
+    assert s.train == {"context": length}
+    assert s.params["train_length"] == length
+    if s.axes:
+        assert s.eval == {}
+    else:
+        assert s.eval == {"lengths": [128, 256, 512, 1024, 2048, 4096]}
 
 
 def test_rope_details():
@@ -151,7 +165,7 @@ def test_library_loads_with_other_lengths():
     for path in LIBRARY:
         s = load(path, {"train_length": 512})
         assert s.train["context"] == 512
-        assert s.eval["lengths"][-1] == 512 * 32
+        assert s.axes or s.eval["lengths"][-1] == 512 * 32
 
 
 def test_longrope_needs_16_pairs():
@@ -186,6 +200,11 @@ def test_allowed_fraying_is_real_and_rope_id_does_not_fray():
     and RoPE-ID, which does not allow it, has no pair slower than the training length."""
     for path in LIBRARY:
         s = load(path)
+        if s.axes:  # fraying along each axis: a W101 per axis once the allow is taken away
+            text = path.read_text().replace("allow frayed_frequencies", "")
+            frays = any(d.code == "W101" for d in check(text))
+            assert frays == ("frayed_frequencies" in s.allow), path.stem
+            continue
         slow = sum(2 * math.pi / w > s.train["context"] for f in rotary_frequencies(s).values() for w in f if w > 0)
         if "frayed_frequencies" in s.allow:
             assert slow > 0, path.stem

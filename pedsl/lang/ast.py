@@ -230,7 +230,7 @@ def canonical(obj: Any) -> Any:
     if isinstance(obj, BaseModel):
         out = {}
         for name in type(obj).model_fields:
-            if name in ("span", "file", "comments"):
+            if name in ("span", "file", "comments") or name.endswith("_span"):
                 continue
             out[name] = canonical(getattr(obj, name))
         return out
