@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from pedsl.study import cluster, driver
 from pedsl.study.compare import run as cmp
+from pedsl.study.grid import run as grid
 from pedsl.study.seeded import run as seeded
 from pedsl.study.executor import AUTO, Unit, plan, run_units
 from pedsl.torchenv import setup_torch
@@ -39,6 +40,14 @@ def seeded_units(study: str | None, schemes: list[str], out: str | Path, *, seed
     return [Unit(f"{name} seed {seed}", _seeded_one,
                  {"study": study, "scheme": item, "out": str(out), "seed": seed, **settings})
             for seed in (seeds or [0]) for item, (name, _) in zip(items, resolved)]
+
+
+def grid_units(schemes: list[str], out: str | Path, *, seeds: list[int] | None, **settings: Any) -> list[Unit]:
+    """One unit per scheme and seed of ``--study grid`` (``settings``: run_grid's keyword arguments)."""
+    items, _ = grid.study_schemes(list(schemes))  # the candidates this pedsl loads, when none are named
+    resolved = driver.resolve_schemes(items)
+    return [Unit(f"{name} seed {seed}", _grid_one, {"scheme": item, "out": str(out), "seed": seed, **settings})
+            for seed in (seeds or grid.SEEDS) for item, (name, _) in zip(items, resolved)]
 
 
 @dataclass(frozen=True)
@@ -91,8 +100,12 @@ def _compare_one(scheme: str, out: str, say: Say, **settings: Any) -> None:
     cmp.run_compare([scheme], out, report=False, say=say, **{**settings, "quiet": True})
 
 
+def _grid_one(scheme: str, out: str, seed: int, say: Say, **settings: Any) -> None:
+    grid.run_grid([scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
+
+
 def _seeded_one(study: str | None, scheme: str, out: str, seed: int, say: Say, **settings: Any) -> None:
     seeded.run_seeded(study, [scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
 
 
-__all__ = ["Executor", "compare_units", "prepare", "seeded_units"]
+__all__ = ["Executor", "compare_units", "grid_units", "prepare", "seeded_units"]
