@@ -410,8 +410,9 @@ def _grid(schemes, out, ex, seeds, **kw) -> None:
     """``--study grid``: its runs on the executor first (--jobs), then the study, which reuses them and
     writes the report; prints the accuracy table."""
     from pedsl.study.grid.report import tables
-    from pedsl.study.grid.run import run_grid
+    from pedsl.study.grid.run import run_grid, settings
 
+    settings(data=kw["data"], quick=kw["quick"], windows=kw["windows"], sets=kw["sets"])  # refused before any run
     if not ex.serial:
         from pedsl.study import parallel
 

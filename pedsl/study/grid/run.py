@@ -121,8 +121,8 @@ def run_grid(schemes: list[str], out: str | Path, *, seeds: list[int] | None = N
     """The whole study; returns ``{"results", "meta", "files", "per_seed", "skipped"}`` (only
     ``per_seed`` with ``report=False``: a parallel study's runs, whose report the parent writes)."""
     t0, c0 = started or time.perf_counter(), time.process_time()
+    st = settings(data=data, quick=quick, windows=windows, sets=sets)  # bad settings: before any folder is made
     out = driver.study_dir(out)
-    st = settings(data=data, quick=quick, windows=windows, sets=sets)
     names, skipped = study_schemes(schemes)
     for name, why in skipped.items():
         say(f"{name}: left out ({why})")
