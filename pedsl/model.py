@@ -56,10 +56,15 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def scheme_axes(scheme) -> int:
+    """How many position axes a resolved scheme reads (1 for none: a stand-in module)."""
+    axes = getattr(scheme, "axes", None)
+    return len(axes) if axes else 1
+
+
 def axis_count(pe: nn.Module) -> int:
     """How many position axes a layer's scheme module reads (1 for a module without a scheme)."""
-    axes = getattr(getattr(pe, "scheme", None), "axes", None)
-    return len(axes) if axes else 1
+    return scheme_axes(getattr(pe, "scheme", None))
 
 
 def layer_positions(pe: nn.Module, positions: torch.Tensor | None) -> torch.Tensor | None:

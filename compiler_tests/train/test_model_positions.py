@@ -74,3 +74,16 @@ def test_training_on_a_grid_passes_its_positions(tmp_path):
     assert done["steps"] == 2
     want = grids.grid_positions(4, 4)[:, :-1]                                 # the window's first L = 16
     assert seen and all(s.shape[0] == 2 and s.shape[2] == 16 and torch.equal(s[:, 0], want) for s in seen)
+
+
+@pytest.mark.parametrize("axes,data,needle", [(("h", "w"), "copy", "reads 2 position axes"),
+                                              (("t", "h", "w"), "grid_image", "reads 3 position axes")])
+def test_a_multi_axis_scheme_on_data_without_its_axes_is_refused_before_the_run(tmp_path, axes, data, needle):
+    from pedsl.errors import ConfigError
+
+    src = "# test stand-in\n"
+    recipe = SchemeRecipe(name="multi", source=src, source_hash=hashlib.sha256(src.encode()).hexdigest(),
+                          build=lambda m: (lambda i: Recorder(axes, [])), scheme=SimpleNamespace(name="multi", axes=axes))
+    with pytest.raises(ConfigError, match=needle):
+        train(small_cfg(context=16, steps=1, data=data), tmp_path / "run", attention=recipe, quiet=True)
+    assert not (tmp_path / "run").exists()

@@ -200,6 +200,11 @@ class TrainData:
             raise DataError(f"context {context} holds less than two blocks of {cfg.block_len}",
                             hint="raise --context or lower data.block_len")
 
+    @property
+    def axes(self) -> int:
+        """How many position axes the windows carry: 2 for a grid task, else 1 (the token index)."""
+        return 1 if self.grid is None else 2
+
     def positions(self, n: int) -> torch.Tensor | None:
         """The (h, w) positions of ``n`` windows of a grid task, ``(2, n, context + 1)`` long (the
         layout of :mod:`pedsl.data.grids`); None for every other source (a window's token index is

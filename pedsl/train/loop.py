@@ -27,7 +27,7 @@ from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError, quoted
 from pedsl.fsio import atomic_write_text, open_append, open_regular
 from pedsl.strictparse import load_json
-from pedsl.model import TransformerLM
+from pedsl.model import TransformerLM, scheme_axes
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed, rundir
@@ -205,6 +205,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
                           hint=f"use a multiple of {d.world}")
     attn = attn or from_scheme(cfg)
     data = TrainData(cfg.data, cfg.context, cfg.seed)  # bad data fails before the run dir is touched
+    _check_axes(scheme_axes(attn.scheme), data, attn.name)
     if d.is_main:
         held.callback(rundir.open_for_training(run, quiet=quiet).release)  # locked until train() returns
         _prepare_run_dir(run, cfg, attn, resume, force_new)
@@ -245,6 +246,16 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         log.say(f"done: val loss {val_loss:.4f} nats/byte"
                 + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
     return result
+
+
+def _check_axes(want: int, data: TrainData, name: str) -> None:
+    """A scheme of ``want`` > 1 position axes needs data with as many (a one-axis scheme reads any
+    data in its token order: a grid in raster order)."""
+    if want > 1 and want != data.axes:
+        raise ConfigError(f"scheme '{name}' reads {want} position axes, but {data.describe()} gives "
+                          f"{data.axes} ({'the token index' if data.axes == 1 else '(h, w) per token'})",
+                          hint="train a 2-axis scheme on a grid task (--data grid_image or grid_copy)"
+                          if want == 2 else "train it on data with as many position axes")
 
 
 def _restore(run: Path, cfg: TrainConfig, d: distributed.Dist, attn: SchemeRecipe, model, optim) -> int:
