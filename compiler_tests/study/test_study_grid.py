@@ -86,6 +86,7 @@ def test_candidates_join_when_they_load(monkeypatch, tmp_path):
     assert items == ["rope"] and set(skipped) == {"later", "nothere"}
     assert "no_such_library_scheme" in skipped["nothere"]
     assert gr.study_schemes(["alibi"]) == (["alibi"], {})              # named schemes are never filtered
+    assert gr.study_schemes(["later"]) == ([str(tmp_path / "later.pe")], {})  # a candidate by its name
 
 
 def test_units_are_the_runs_of_the_study(monkeypatch):

@@ -74,10 +74,11 @@ def available(c: Candidate) -> str | None:
 
 
 def study_schemes(schemes: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The scheme items to run (SCHEMES as given, else the loadable candidates) and the candidates
-    left out, ``{name: why}``."""
+    """The scheme items to run (SCHEMES as given, a candidate's name meaning its file; else the
+    loadable candidates) and the candidates left out, ``{name: why}``."""
     if schemes:
-        return list(schemes), {}
+        by_name = {c.name: c.source for c in CANDIDATES}
+        return [by_name.get(s, s) for s in schemes], {}
     items, skipped = [], {}
     for c in CANDIDATES:
         why = available(c)
