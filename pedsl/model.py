@@ -12,6 +12,15 @@ There are no absolute position embeddings: every layer's attention is a module b
 where q, k, v are (B, H, L, D), ``x`` is the normalised layer input (B, L, d_model) that
 data-dependent steps and gates read, and ``tokens`` are the byte ids (B, L).
 
+**Positions.** ``forward(tokens, positions=P)`` takes the tokens' positions: ``(B, L)`` for one
+axis, ``(A, B, L)`` for ``A`` axes (Hugging Face's layout of multi-axis ``position_ids``; the grid
+tasks of :mod:`pedsl.data.grids` give ``(2, B, L)``, the (h, w) of every token). Each layer's
+scheme module gets them as ``positions=`` (:func:`layer_positions`): multi-axis positions go as
+they are to a scheme of as many axes, and to a one-axis scheme not at all, since multi-axis data
+comes in raster order, whose token index is the raster position that scheme reads (the "raster
+1-D" reading of a grid); without positions a module reads the token index, 0..L-1, and is called
+as before (its fast path).
+
 ``qk_conv: W > 0`` adds a causal depthwise convolution of width W over the queries and keys (per
 head and channel, identity at init) before the scheme module sees them: a short convolution as in
 linear-attention and PaTH layers, which lets a 2-layer model match on the bytes just before a
@@ -31,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pedsl.config import ModelConfig
+from pedsl.errors import ShapeError
 
 AttentionFactory = Callable[[int], nn.Module]
 
@@ -44,6 +54,36 @@ def causal_conv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     for i in range(1, taps):
         out = out + xp[..., taps - 1 - i: taps - 1 - i + L, :] * w[i][:, None, :]
     return out
+
+
+def scheme_axes(scheme) -> int:
+    """How many position axes a resolved scheme reads (1 for none: a stand-in module)."""
+    axes = getattr(scheme, "axes", None)
+    return len(axes) if axes else 1
+
+
+def axis_count(pe: nn.Module) -> int:
+    """How many position axes a layer's scheme module reads (1 for a module without a scheme)."""
+    return scheme_axes(getattr(pe, "scheme", None))
+
+
+def layer_positions(pe: nn.Module, positions: torch.Tensor | None) -> torch.Tensor | None:
+    """The ``positions=`` a layer's scheme module gets from the model's ``positions`` (module
+    docstring): None, ``(B, L)`` as given, ``(A, B, L)`` as given to a scheme of ``A`` axes and
+    None (the raster token index) to a one-axis scheme; a scheme of another axis count is a
+    :class:`ShapeError`."""
+    if positions is None or positions.dim() == 2:
+        return positions
+    want = axis_count(pe)
+    if want == 1:
+        return None
+    if positions.dim() != 3 or positions.shape[0] != want:
+        name = getattr(getattr(pe, "scheme", None), "name", "?")
+        raise ShapeError(f"scheme '{name}' reads {want} position axes, but the data gives positions of shape "
+                         f"{tuple(positions.shape)} ({positions.shape[0] if positions.dim() == 3 else '?'} axes)",
+                         hint="train it on data with as many axes (a 2-axis scheme on the grid tasks), "
+                              "or use a scheme with that many axes")
+    return positions
 
 
 class RMSNorm(nn.Module):
@@ -81,7 +121,7 @@ class Attention(nn.Module):
             self.qk_conv = nn.Parameter(w)
         self.captured: list[dict[str, torch.Tensor]] | None = None
 
-    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         B, L, _ = x.shape                                                   # x: (B, L, C), normalised
         qkv = self.qkv(x).view(B, L, 3, self.n_heads, self.head_dim)        # (B, L, 3, H, D)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)                      # 3 x (B, H, L, D)
@@ -92,9 +132,12 @@ class Attention(nn.Module):
             kwargs["x"] = x
         if getattr(self.pe, "needs_tokens", True):
             kwargs["tokens"] = tokens
+        pos = layer_positions(self.pe, positions)
+        if pos is not None:
+            kwargs["positions"] = pos
         if self.captured is not None:
             self.captured.append({"q": q.detach(), "k": k.detach(), "v": v.detach(),
-                                  "x": x.detach(), "tokens": tokens})
+                                  "x": x.detach(), "tokens": tokens, "positions": pos})
         o = self.pe(q, k, v, **kwargs)                                      # (B, H, L, D)
         o = o.transpose(1, 2).reshape(B, L, self.n_heads * self.head_dim)   # (B, L, H*D)
         return self.proj(o)                                                 # (B, L, C)
@@ -131,13 +174,14 @@ class Block(nn.Module):
         self.norm1, self.attn = make_norm(cfg), Attention(cfg, pe)
         self.norm2, self.mlp = make_norm(cfg), (SwiGLU(cfg) if cfg.arch == "llama" else MLP(cfg))
 
-    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.norm1(x), tokens)
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x), tokens, positions)
         return x + self.mlp(self.norm2(x))
 
 
 class TransformerLM(nn.Module):
-    """Byte-level language model: ``forward(tokens (B, L)) -> logits (B, L, V)``."""
+    """Byte-level language model: ``forward(tokens (B, L), positions=None) -> logits (B, L, V)``
+    (positions: module docstring)."""
 
     def __init__(self, cfg: ModelConfig, attention_factory: AttentionFactory) -> None:
         super().__init__()
@@ -164,29 +208,31 @@ class TransformerLM(nn.Module):
             for m in (blk.attn.proj, blk.mlp.proj):
                 nn.init.normal_(m.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         x = self.embed(tokens)                                              # (B, L, C)
         for blk in self.blocks:
-            x = blk(x, tokens)                                              # (B, L, C)
+            x = blk(x, tokens, positions)                                   # (B, L, C)
         x = self.norm(x)
         weight = self.embed.weight if self.head is None else self.head.weight
         return F.linear(x, weight)                                          # (B, L, V)
 
-    def loss(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Mean next-byte cross-entropy (nats) of a (B, L + 1) window."""
-        logits = self(tokens[:, :-1])                                       # (B, L, V)
+    def loss(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean next-byte cross-entropy (nats) of a (B, L + 1) window (``positions``: the window's,
+        ``(..., B, L + 1)``)."""
+        logits = self(tokens[:, :-1], None if positions is None else positions[..., :-1])  # (B, L, V)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
                                tokens[:, 1:].reshape(-1))
 
     @torch.no_grad()
-    def capture(self, tokens: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+    def capture(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> list[dict[str, torch.Tensor]]:
         """Per layer, the inputs of its scheme module: ``q, k, v`` (B, H, L, D), ``x`` (B, L, C),
-        ``tokens`` (B, L). For the analysis instruments (runs the model once, no grad)."""
+        ``tokens`` (B, L), and ``positions`` (what the layer's module was given, or None). For the
+        analysis instruments and the grid study's attention maps (runs the model once, no grad)."""
         out: list[dict[str, torch.Tensor]] = []
         for blk in self.blocks:
             blk.attn.captured = out
         try:
-            self(tokens)
+            self(tokens, positions)
         finally:
             for blk in self.blocks:
                 blk.attn.captured = None

@@ -110,8 +110,10 @@ COMPARE_EXTENSION = ("compare", "--study", "extension", "pi", "--out", "{study}"
                      "--set", "context=16", *QUIET)
 COMPARE_EXTENSION_SEEDS = (*COMPARE_EXTENSION, "--seeds", "0,1")
 COMPARE_FREQUENCY = ("compare", "--study", "frequency", "--out", "{study}", *QUIET)
+COMPARE_GRID = ("compare", "--study", "grid", "rope", "--out", "{study}", "--steps", "1", *TINY,
+                *_sets("batch_size=1", "context=16", "sizes=4"), *QUIET)
 
-EVAL = ("eval", "ppl", "retrieval", "zero_shot", "analyze", "measure")  # every kind but training
+EVAL = ("eval", "ppl", "retrieval", "zero_shot", "analyze", "measure", "grid")  # every kind but training
 
 # compare's executor and tracking options: the executor's settings are refused without their executor,
 # --track exports the finished study (so every piece of work runs)
@@ -196,6 +198,21 @@ COMPARE_MODES = {
         "--seed": Refused(("--seed", "3")),
         "--data": Refused(("--data", "stdlib")),
         "--analyze-max": Refused(("--analyze-max", "64")),
+    }),
+    "grid": (COMPARE_GRID, {
+        **CLUSTER_AND_TRACKING,
+        "--preset": Acts((), ("--preset", "small"), fresh=True),
+        "--steps": Acts((), ("--steps", "2"), fresh=True),
+        "--out": Acts((), ("--out", "{root}/other"), fresh=True),
+        "--windows": Acts(("--windows", "1"), ("--windows", "2")),
+        "--data": Acts((), ("--data", "grid_copy"), fresh=True),
+        "--set": Acts((), _sets("warmup=3"), fresh=True),
+        "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--windows", "1"))),
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
+        "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
+        "--lengths": Refused(("--lengths", "16")),
+        "--analyze-max": Refused(("--analyze-max", "64")),
+        "--study": Selects("compare's study modes are each swept"),
     }),
 }
 
@@ -407,6 +424,7 @@ STOPS = {  # kind -> (module, attribute) of the call that does that work
     "retrieval": ("pedsl.study.retrieval.score", "retrieval_run"),
     "measure": ("pedsl.study.frequency.run", "measure_run"),
     "zero_shot": ("pedsl.study.extension.run", "_evaluate"),
+    "grid": ("pedsl.study.grid.measure", "measure_grid"),
 }
 # where the studies' driver calls the same work (it imports the names at its top)
 CALLED_FROM = {"train": ("pedsl.study.driver",), "eval": ("pedsl.study.driver",),
@@ -616,7 +634,7 @@ def test_presentation_options_exist():
 
 # ------------------------------------------------------------------ fixtures: inputs and trained runs
 
-TEMPLATED = {"default", "seeds", "retrieval", "extension", "extension-seeds"}  # compare modes with a trained study
+TEMPLATED = {"default", "seeds", "retrieval", "extension", "extension-seeds", "grid"}  # compare modes with a trained study
 
 
 @pytest.fixture(scope="module")

@@ -158,14 +158,17 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
-@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency"]), default="default",
+@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency", "grid"]), default="default",
               show_default=True,
               help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
               "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). retrieval: learned "
               "retrieval vs length and needle depth, trained on the retrieval tasks plus copy rows (default SCHEMES: the "
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "
-              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.frequency).")
+              "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.frequency). grid: resolution "
+              "extrapolation on 2-D data: trained on 16x16 grids (--data grid_image or grid_copy), evaluated at "
+              "16..64 a side (--set sizes=16,32), 3 seeds by default (default SCHEMES: raster 1-D RoPE, rope_2d, "
+              "rope_mixed, M-RoPE-style sections, a 2-D distance bias; see pedsl.study.grid).")
 @executor_options
 @click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
               help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
@@ -203,6 +206,11 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         seed = seed_list[0] if seed_list and not many else seed
         _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
                    say, seeds=many, ex=ex, begin=begin)
+        return _track(track, out, tracking_uri, say)
+    if study == "grid":
+        _grid(schemes, out, ex, begin, seed_list or ([seed] if seed is not None else None), preset=preset, steps=steps,
+              data=data, windows=windows, quick=quick, sets=set_values, quiet=quiet, say=say, started=started,
+              command=_command_line(click.get_current_context()))
         return _track(track, out, tracking_uri, say)
     if study == "frequency":
         _frequency(schemes, out, ex, begin, steps=steps, quick=quick, sets=set_values,
@@ -300,6 +308,12 @@ def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None
         refuse_given(["data", "lengths", "windows", "seed", "analyze_max", "preset"], "not used by --study frequency",
                      hint="it trains on its own synthetic task with its own model; set those with --set "
                      "(task=, widths=, seeds=, context=, d_model= ...)")
+    if study == "grid":
+        from pedsl.study.grid.run import STUDY_KEYS as GRID_KEYS
+
+        known = known | set(GRID_KEYS)
+        refuse_given(["lengths", "analyze_max"], "not used by --study grid",
+                     hint="it evaluates whole grids: choose their sides with --set sizes=16,24,32 (it runs no analysis)")
     check_set_keys(values, known)
     set_conflicts(values, SET_BY_OPTION)
     if seed_list is not None:
@@ -319,7 +333,8 @@ def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None
 # what --quick chooses in each study, as (option, --set key) pairs: given all, --quick has nothing left to do
 QUICK_CHOOSES = {"default": (("steps", "steps"), ("lengths", None), ("windows", None), ("analyze_max", None)),
                  "extension": (("steps", "steps"), ("lengths", None), ("windows", None)),
-                 "frequency": (("steps", "steps"), (None, "widths"), ("seeds", "seeds"))}
+                 "frequency": (("steps", "steps"), (None, "widths"), ("seeds", "seeds")),
+                 "grid": (("steps", "steps"), (None, "sizes"), ("windows", None))}
 
 
 def _refuse_idle_quick(study: str, sets: dict) -> None:
@@ -389,6 +404,30 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
                 *summary(res["results"]))
     ext = Path(out) / "extension"
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
+
+
+def _grid(schemes, out, ex, begin, seeds, **kw) -> None:
+    """``--study grid``: its runs on the executor first (--jobs), then the study, which reuses them and
+    writes the report; prints the accuracy table."""
+    from pedsl.study.grid.report import tables
+    from pedsl.study.grid.run import run_grid, settings
+
+    settings(data=kw["data"], quick=kw["quick"], windows=kw["windows"], sets=kw["sets"])  # refused before any run
+    begin()
+    if not ex.serial:
+        from pedsl.study import parallel
+
+        parallel.prepare(parallel.grid_units(list(schemes), out, seeds=seeds,
+                                             **{k: v for k, v in kw.items() if k not in ("say", "started", "command",
+                                                                                         "quiet")}),
+                         out, ex, say=kw["say"], label="grid study")
+    res = run_grid(list(schemes), out, seeds=seeds, **kw)
+    for t in tables(res["results"], res["meta"])[:1]:
+        _echo_table(t.title, t.header, t.rows)
+    for name, why in res["skipped"].items():
+        click.echo(f"left out: {name} ({why})")
+    click.echo(f"report: {Path(out) / 'report.html'} and {Path(out) / 'report.md'} "
+               f"({res['meta']['wall_time_s']:.0f} s)")
 
 
 def _frequency(schemes, out, ex, begin, **kw) -> None:

@@ -89,6 +89,11 @@ class DataConfig(_Frozen):
         "retrieval-task rows (passkey, multikey, kv); 0: every byte weighs the same"))
     block_len: int = Field(16, ge=2, le=L.MAX_LENGTH, description="latent block length B of the block task")
     block_offset: int = Field(0, ge=0, description="the last token of a block copies this offset")
+    grid_width: int | None = Field(None, ge=1, le=L.MAX_LENGTH, description=(
+        "columns W of the grid tasks (grid_image, grid_copy: context = H x W); None: a square grid"))
+    grid_offset: tuple[Annotated[int, Field(ge=-L.MAX_LENGTH, le=L.MAX_LENGTH)],
+                       Annotated[int, Field(ge=-L.MAX_LENGTH, le=L.MAX_LENGTH)]] = Field((-2, 1), description=(
+        "[dh, dw]: the cell a grid_copy cell copies (earlier in raster order: dh < 0, or dh = 0 and dw < 0)"))
 
     @model_validator(mode="after")
     def _offset_inside(self) -> "DataConfig":
@@ -96,6 +101,10 @@ class DataConfig(_Frozen):
             raise ValueError(f"train_digits {list(self.train_digits)} must be [lo, hi] with lo <= hi")
         if self.block_offset >= self.block_len - 1:
             raise ValueError(f"block_offset {self.block_offset} must be < block_len - 1 = {self.block_len - 1}")
+        dh, dw = self.grid_offset
+        if not (dh < 0 or (dh == 0 and dw < 0)):
+            raise ValueError(f"grid_offset {list(self.grid_offset)} must point at an earlier cell in raster order "
+                             "(dh < 0, or dh = 0 and dw < 0), e.g. [-2, 1]")
         return self
 
 
@@ -174,7 +183,8 @@ class TrainConfig(_Frozen):
             d.pop(k, None)
         if d.get("init_from") is None:  # runs from before the field keep their digest
             d.pop("init_from", None)
-        for key, default in (("answer_weight", 0), ("train_digits", None)):  # likewise
+        for key, default in (("answer_weight", 0), ("train_digits", None), ("grid_width", None),
+                             ("grid_offset", [-2, 1])):  # likewise
             if d["data"].get(key) == default:
                 d["data"].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()

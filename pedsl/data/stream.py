@@ -23,6 +23,10 @@ Sources (``DataConfig.source``):
   (:func:`pedsl.data.synthetic.copy_batch`): dense content-based copying (induction heads).
 - ``"multikey"``, ``"kv"`` - the RULER-style retrieval tasks of :mod:`pedsl.data.tasks` (needle at a
   random depth).
+- ``"grid_image"``, ``"grid_copy"`` - the 2-D tasks of :mod:`pedsl.data.grids`: a window of
+  ``context + 1`` tokens is one grid of ``context = H x W`` cells after a start token, in raster
+  order, and :meth:`TrainData.positions` gives its (h, w) positions (a grid source is never mixed:
+  its rows carry positions the others do not).
 - a **mixture** ``"NAME:WEIGHT,NAME:WEIGHT,..."``, e.g. ``"stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"``
   (:func:`parse_mixture`): every row of a batch draws its source with these probabilities
   (weights are normalised). At most one text source (``stdlib`` or a path); in a mixture
@@ -46,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from pedsl.data import tasks
+from pedsl.data import grids, tasks
 from pedsl.config import DataConfig
 from pedsl.data.corpus import load_corpus, sample_windows
 from pedsl.errors import DataError
@@ -63,7 +67,8 @@ def make_generator(*key: int) -> torch.Generator:
 # ---------------------------------------------------------------------------------------------
 # Mixtures
 
-GENERATED = ("passkey", "blocks", "lag", "topic", "copy") + tuple(t for t in tasks.TASKS if t != "passkey")  # no corpus to read
+GENERATED = (("passkey", "blocks", "lag", "topic", "copy") + tuple(t for t in tasks.TASKS if t != "passkey")
+             + grids.GRID_TASKS)  # no corpus to read
 TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic", "copy"}  # may appear in a mixture (blocks too)
 MIX_TAG = 0x6D6978  # "mix": the generator that assigns rows to sources
 
@@ -92,6 +97,11 @@ def parse_mixture(source: str) -> list[tuple[str, float]] | None:
                             hint="drop a source instead of giving it weight 0")
         out.append((name.strip(), weight))
     names = [n for n, _ in out]
+    gridded = [n for n in names if n in grids.GRID_TASKS]
+    if gridded:
+        raise DataError(f"data mixture '{source}' names a grid task ({', '.join(gridded)})",
+                        hint="a grid task's rows carry (h, w) positions that text and 1-D task rows do not: train "
+                             "on it alone (--data grid_image)")
     if len(set(names)) != len(names):
         raise DataError(f"data mixture '{source}' names a source twice", hint="give each source once")
     texts = [n for n in names if n not in TASK_SOURCES]
@@ -126,6 +136,10 @@ def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.G
         while hi > lo and tasks.min_length(source, hi, cfg.multikey_keys) > length:
             hi -= 1  # the longest answer this task fits in the row
         digits = int(torch.randint(lo, hi + 1, (1,), generator=g))
+    if source in grids.GRID_TASKS:
+        H, W = grids.grid_shape(length - 1, cfg.grid_width)
+        b = grids.generate(source, n, H, W, offset=cfg.grid_offset, g=g)
+        return b["tokens"], b["answers"]
     if source in tasks.TASKS and (source != "passkey" or mixed):
         b = tasks.generate(source, n, length, digits=digits, keys=cfg.multikey_keys, g=g)
     elif source == "passkey":
@@ -149,6 +163,10 @@ def task_windows(cfg: DataConfig, n: int, length: int, g: torch.Generator) -> to
     what perplexity and the instruments read for a run trained without text."""
     mix = parse_mixture(cfg.source)
     src = cfg.source if mix is None else next(n for n, _ in mix if n in TASK_SOURCES)
+    if src in grids.GRID_TASKS:  # its windows need their (h, w) positions, which these callers do not pass
+        raise DataError(f"a run trained on the grid task '{src}' is evaluated with its 2-D positions by the grid "
+                        "study, not by pedsl eval / analyze (which read 1-D windows)",
+                        hint="pedsl compare --study grid (pedsl.study.grid)")
     return generated_rows(cfg, src, n, length, g, mixed=mix is not None)[0]
 
 
@@ -176,10 +194,24 @@ class TrainData:
                         f"the {name} split of {self.corpus.description} holds {part.numel()} bytes, "
                         f"fewer than one window of context + 1 = {context + 1}",
                         hint="lower --context, raise data.max_bytes, or use more data")
+        self.grid = grids.grid_shape(context, cfg.grid_width) if cfg.source in grids.GRID_TASKS else None
         if any(n in ("blocks", "lag", "topic") for n, _ in self.mixture or [(cfg.source, 1.0)]) \
                 and context + 1 < 2 * cfg.block_len:
             raise DataError(f"context {context} holds less than two blocks of {cfg.block_len}",
                             hint="raise --context or lower data.block_len")
+
+    @property
+    def axes(self) -> int:
+        """How many position axes the windows carry: 2 for a grid task, else 1 (the token index)."""
+        return 1 if self.grid is None else 2
+
+    def positions(self, n: int) -> torch.Tensor | None:
+        """The (h, w) positions of ``n`` windows of a grid task, ``(2, n, context + 1)`` long (the
+        layout of :mod:`pedsl.data.grids`); None for every other source (a window's token index is
+        its position)."""
+        if self.grid is None:
+            return None
+        return grids.grid_positions(*self.grid)[:, None, :].expand(-1, n, -1)
 
     def unigram_baseline(self) -> float | None:
         return None if self.corpus is None else self.corpus.unigram_baseline()

@@ -18,6 +18,7 @@ from pedsl.study import cluster, driver
 from pedsl.study.compare import run as cmp
 from pedsl.study.extension import run as ext
 from pedsl.study.frequency import run as freq
+from pedsl.study.grid import run as grid
 from pedsl.study.seeded import run as seeded
 from pedsl.study.executor import AUTO, Unit, plan, run_units
 from pedsl.torchenv import setup_torch
@@ -69,6 +70,14 @@ def extension_units(out: str | Path, *, methods: list[str] | None, seeds: list[i
             bases.append(Unit(f"{task} base{tag}", _extension_one, {**common, "methods": []}))
             swaps += [Unit(f"{task} {m}{tag}", _extension_one, {**common, "methods": [m]}) for m in names]
     return bases, swaps
+
+
+def grid_units(schemes: list[str], out: str | Path, *, seeds: list[int] | None, **settings: Any) -> list[Unit]:
+    """One unit per scheme and seed of ``--study grid`` (``settings``: run_grid's keyword arguments)."""
+    items, _ = grid.study_schemes(list(schemes))  # the candidates this pedsl loads, when none are named
+    resolved = driver.resolve_schemes(items)
+    return [Unit(f"{name} seed {seed}", _grid_one, {"scheme": item, "out": str(out), "seed": seed, **settings})
+            for seed in (seeds or grid.SEEDS) for item, (name, _) in zip(items, resolved)]
 
 
 @dataclass(frozen=True)
@@ -129,8 +138,12 @@ def _compare_one(scheme: str, out: str, say: Say, **settings: Any) -> None:
     cmp.run_compare([scheme], out, report=False, say=say, **{**settings, "quiet": True})
 
 
+def _grid_one(scheme: str, out: str, seed: int, say: Say, **settings: Any) -> None:
+    grid.run_grid([scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
+
+
 def _seeded_one(study: str | None, scheme: str, out: str, seed: int, say: Say, **settings: Any) -> None:
     seeded.run_seeded(study, [scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
 
 
-__all__ = ["Executor", "compare_units", "extension_units", "frequency_units", "prepare", "seeded_units"]
+__all__ = ["Executor", "compare_units", "extension_units", "frequency_units", "grid_units", "prepare", "seeded_units"]

@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -27,7 +27,7 @@ from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ConfigError, OutputError, TrainError, quoted
 from pedsl.fsio import atomic_write_text, open_append, open_regular
 from pedsl.strictparse import load_json
-from pedsl.model import TransformerLM
+from pedsl.model import TransformerLM, scheme_axes
 from pedsl.torchenv import setup_torch
 from pedsl.train import checkpoint as ck
 from pedsl.train import distributed, live, rundir
@@ -55,12 +55,19 @@ def make_optimizer(model: torch.nn.Module, cfg: TrainConfig) -> torch.optim.Adam
 
 
 @torch.no_grad()
-def validate(model: TransformerLM, batches: list[torch.Tensor], device: torch.device) -> float:
+def validate(model: TransformerLM, batches: list[torch.Tensor], device: torch.device,
+             positions: Callable[[int], torch.Tensor | None] = lambda n: None) -> float:
+    """Mean loss over the validation ``batches``; ``positions(n)``: the positions of ``n`` windows
+    (:meth:`pedsl.data.stream.TrainData.positions`; None: the token index)."""
     was = model.training
     model.eval()
-    total = sum(float(model.loss(b.to(device))) for b in batches) / len(batches)
+    total = sum(float(model.loss(b.to(device), _on(positions(b.shape[0]), device))) for b in batches) / len(batches)
     model.train(was)
     return total
+
+
+def _on(positions: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if positions is None else positions.to(device)
 
 
 def _config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:
@@ -200,6 +207,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
                           hint=f"use a multiple of {d.world}")
     attn = attn or from_scheme(cfg)
     data = TrainData(cfg.data, cfg.context, cfg.seed)  # bad data fails before the run dir is touched
+    _check_axes(scheme_axes(attn.scheme), data, attn.name)
     if d.is_main:
         held.callback(rundir.open_for_training(run, quiet=quiet).release)  # locked until train() returns
         _prepare_run_dir(run, cfg, attn, resume, force_new)
@@ -224,7 +232,7 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
             f"{d.world} process(es) on {d.device} ({threads} CPU thread(s) each), steps {start}..{cfg.steps}")
     val_loss, t_train, trained = _loop(cfg, run, d, data, model, optim, meta, val_batches, log, start)
     if val_loss is None:  # resumed a finished run
-        val_loss = validate(model, val_batches, d.device)
+        val_loss = validate(model, val_batches, d.device, data.positions)
     baseline = data.unigram_baseline()
     result = {
         "steps": cfg.steps,
@@ -245,6 +253,16 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
         log.say(f"done: val loss {val_loss:.4f} nats/byte"
                 + (f" (unigram baseline {baseline:.4f})" if baseline is not None else "") + f" -> {run}")
     return result
+
+
+def _check_axes(want: int, data: TrainData, name: str) -> None:
+    """A scheme of ``want`` > 1 position axes needs data with as many (a one-axis scheme reads any
+    data in its token order: a grid in raster order)."""
+    if want > 1 and want != data.axes:
+        raise ConfigError(f"scheme '{name}' reads {want} position axes, but {data.describe()} gives "
+                          f"{data.axes} ({'the token index' if data.axes == 1 else '(h, w) per token'})",
+                          hint="train a 2-axis scheme on a grid task (--data grid_image or grid_copy)"
+                          if want == 2 else "train it on data with as many position axes")
 
 
 def _restore(run: Path, cfg: TrainConfig, d: distributed.Dist, attn: SchemeRecipe, model, optim) -> int:
@@ -321,7 +339,8 @@ def _step(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, ddp
     for group in optim.param_groups:
         group["lr"] = lr
     batch, answers = data.train_rows(step, cfg.batch_size, d.rank, d.world)
-    loss = _loss(ddp, batch.to(d.device), answers.to(d.device), cfg.data.answer_weight)  # this rank's rows
+    loss = _loss(ddp, batch.to(d.device), answers.to(d.device), cfg.data.answer_weight,  # this rank's rows
+                 _on(data.positions(batch.shape[0]), d.device))
     loss_value = float(d.mean(loss.detach()))
     if not math.isfinite(loss_value):
         last = ck.list_checkpoints(run / "checkpoints")
@@ -363,7 +382,7 @@ def _loop(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, mod
             steps_since += 1
             evaluate = done % cfg.eval_every == 0 or done == cfg.steps
             if evaluate:
-                val_loss = validate(model, val_batches, d.device)
+                val_loss = validate(model, val_batches, d.device, data.positions)
             if done % cfg.log_every == 0 or evaluate:
                 now = time.perf_counter()
                 rec = {"step": done, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
@@ -388,11 +407,13 @@ def _loop(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, mod
 
 
 def _loss(model: torch.nn.Module, batch: torch.Tensor, answers: torch.Tensor | None = None,
-          answer_weight: float = 0.0) -> torch.Tensor:
+          answer_weight: float = 0.0, positions: torch.Tensor | None = None) -> torch.Tensor:
     """Next-byte loss through the (possibly DDP-wrapped) model's forward, so DDP syncs gradients:
     the mean over every byte, plus ``answer_weight`` times the mean over the bytes ``answers``
-    marks (batch-shaped bool; the answers of retrieval-task rows; nothing when none is marked)."""
-    logits = model(batch[:, :-1])                                          # (B, L, V)
+    marks (batch-shaped bool; the answers of retrieval-task rows; nothing when none is marked).
+    ``positions``: the batch's, ``(..., B, L + 1)`` (the grid tasks' (h, w)), or None."""
+    x = batch[:, :-1]
+    logits = model(x) if positions is None else model(x, positions[..., :-1])  # (B, L, V)
     nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)).float(),
                                             batch[:, 1:].reshape(-1), reduction="none")
     loss = nll.mean()
