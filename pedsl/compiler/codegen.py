@@ -33,7 +33,7 @@ from pedsl.errors import CompileError
 from pedsl.formulas import channel_pairs
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
+from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, derived_static, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.walk import learned_calls
@@ -166,8 +166,12 @@ class _Gen:
         args = bind_args(e, spec.params)
         if spec.emit is None:
             raise CompileError(f"{e.func}() cannot be generated")
-        static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
-                  for p, kind in spec.static}
+        number = lambda a: self._static(a) if isinstance(a, ast.Node) else a  # noqa: E731
+        static = {p: kind(number(args[p])) for p, kind in spec.static}
+        try:
+            static = {p: literal(v) for p, v in derived_static(e, static, number).items()}
+        except EvalIssue as issue:
+            raise CompileError(str(issue)) from None
         if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
             return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
         key = self._keys[id(e)] if spec.learned else None

@@ -481,16 +481,24 @@ def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
     return Biases(coord, tables, gates)
 
 
+def distance_tables(scheme, tables, qpos, kpos) -> dict:
+    """The distance-table biases over every distance of the call, (H, top) float64 each: computed once per
+    call (O(H L)), then gathered per block of queries."""
+    if not tables:
+        return {}
+    top = int((qpos.max() - kpos.min()).clamp(min=0)) + 1 if qpos.numel() and kpos.numel() else 1
+    return {i: scheme.distance_table(i, top, kpos.device) for i in tables}
+
+
 def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype):
-    """Float64 biases (B, H, rows, Lk) of a block of queries, cast to ``dtype`` at the end."""
+    """Float64 biases (B, H, rows, Lk) of a block of queries, cast to ``dtype`` at the end (``tables``: the
+    distance tables of :func:`distance_tables`)."""
     bias = None
     if kcoord is not None:
         bias = coord_q.unsqueeze(-1) - kcoord.unsqueeze(-2)
     if tables:
         dist = (qpos[:, :, None] - kpos[:, None, :]).clamp(min=0)  # (B, rows, Lk)
-        top = int(dist.max()) + 1 if dist.numel() else 1
-        for i in tables:
-            tab = scheme.distance_table(i, top, kpos.device)  # (H, top) float64
+        for tab in tables.values():  # (H, top) float64
             full = tab[:, dist].permute(1, 0, 2, 3)  # (B, H, rows, Lk)
             bias = full if bias is None else bias + full
     return None if bias is None else bias.to(dtype)
@@ -580,6 +588,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache):
         kvalid = None
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
+    tables = distance_tables(scheme, bi.tables, qpos_all, kpos)
     outs = []
     for r0 in range(0, Lq, QUERY_CHUNK):
         r1 = min(Lq, r0 + QUERY_CHUNK)
@@ -588,7 +597,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
-        bias = bias_rows(scheme, bi.tables, None if cq_all is None else cq_all[..., r0:r1], kcoord,
+        bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1], kcoord,
                          qpos_all[:, r0:r1], kpos, q.dtype)
         outs.append(attend(q[:, :, r0:r1], K, V, mask, bias))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)

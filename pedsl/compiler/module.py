@@ -286,7 +286,8 @@ class SchemeAttention(nn.Module):
         :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general)):
+                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general)
+                or any(b.carried == P.QUERY_BLOCKS for b in self.biases)):
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy

@@ -44,6 +44,7 @@ GATE_BIAS = "forget-gate"  # b(i, j) = G_i - G_j, G = cumsum(log gate) (FoX)
 POSITIONS, TOKENS = "positions", "tokens"
 # how the fused full-sequence path carries a bias
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
+QUERY_BLOCKS = "table per query block"  # a (head, distance) table gathered per block of queries (general path)
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
 
@@ -96,7 +97,7 @@ class BiasTerm:
     index: int  # position among the scheme's biases
     kind: str  # TABLE_BIAS | LINEAR_BIAS | GATE_BIAS
     site: Site  # TABLE_BIAS, LINEAR_BIAS: the term over distance; GATE_BIAS: the per-step log gate
-    carried: str  # KEY_CHANNEL | "table" | MATERIALISED | SCORE_MOD | STEP_LOG_TERM (fused full-sequence path)
+    carried: str  # KEY_CHANNEL | "table" | MATERIALISED | SCORE_MOD | STEP_LOG_TERM | QUERY_BLOCKS (fused full-sequence path)
     slope: ast.Expr | None = None  # LINEAR_BIAS: the slope per head
     counts: str = POSITIONS  # LINEAR_BIAS: POSITIONS, or TOKENS when written as a constant gate
     why: str = ""
