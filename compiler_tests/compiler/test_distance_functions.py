@@ -266,7 +266,6 @@ def test_the_numpy_sampler_computes_the_modules_table(name):
     ("mlp(log(1 + distance), hidden = 0)", 42, "hidden = 0 is out of range"),
     ("mlp(log(1 + distance), to = pair)", 38, "write to = head"),
     ("mlp(x)", 14, "'features' must be a number"),
-    ("mlp(learned(1.0) * distance)", 14, "not of learned values or the data"),
     ("-slopes(heads, first = 9) * distance", 11, "first = 9 must be a whole number of heads"),
     ("sinusoid_dot(distance, dim = 1)", 39, "dim = 1 is out of range"),
     ("sinusoid_dot(position)", 23, "'distance' varies along pos"),
@@ -275,3 +274,85 @@ def test_bad_input_is_a_positioned_diagnostic(value, col, words):
     d = first_error(f'scheme s "" {{\n  bias = {value}\n}}')
     assert words in d.message, d.message
     assert (d.line, d.col) == (2, col), (d.line, d.col, d.message)
+
+
+# ---------------------------------------------------------------------- FIRE: a bias that reads the query position
+def test_fire_is_the_papers_formula():
+    """b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(|c x| + 1), f = Linear-ReLU-Linear; learned c, L."""
+    H, L = 4, 60
+    mod = _moved(_scheme("fire", H=H), scale=0.05)
+    with torch.no_grad():  # a threshold inside the sequence: both sides of max(L, i) are exercised
+        mod.learned.sites["let[threshold]__learned0"].value.fill_(20 / 512)
+    c = float(mod.learned.sites["let[c]__learned0"].value.detach())
+    thr = abs(512 * float(mod.learned.sites["let[threshold]__learned0"].value.detach()))
+    net = mod.learned.sites["bias[0]__mlp0"]
+    w1, b1, w2, b2 = (t.detach().double() for t in (net[0].weight, net[0].bias, net[2].weight, net[2].bias))
+
+    def f(h, i, d):
+        x = math.log(abs(c * d) + 1) / (math.log(abs(c * max(i, thr)) + 1) + 1e-6)
+        hidden = torch.relu(w1[:, 0] * x + b1)
+        return float(w2[h] @ hidden + b2[h])
+
+    b = torch.zeros(H, L, L, dtype=F64)
+    for h in range(H):
+        for i in range(L):
+            for j in range(i + 1):
+                b[h, i, j] = f(h, i, i - j)
+    q, k, v = _qkv(H, L)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, b), rtol=1e-10, atol=1e-12)
+    assert mod.biases[0].query and mod.biases[0].carried == QUERY_BLOCKS
+
+
+def test_fire_gradients_reach_c_and_the_threshold_and_decoding_matches():
+    mod = _moved(_scheme("fire"), scale=0.05)
+    with torch.no_grad():
+        mod.learned.sites["let[threshold]__learned0"].value.fill_(20 / 512)
+    q, k, v = _qkv(4, 60)
+    mod(q, k, v).square().sum().backward()
+    for key in ("let[c]__learned0", "let[threshold]__learned0"):
+        assert float(mod.learned.sites[key].value.grad.abs()) > 0, key
+    with torch.no_grad():
+        full = mod(q, k, v)
+        cache = mod.new_cache(2)
+        parts = [mod(q[:, :, :50], k[:, :, :50], v[:, :, :50], cache=cache)]
+        parts += [mod(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache=cache) for t in range(50, 60)]
+    torch.testing.assert_close(torch.cat(parts, dim=2), full, rtol=1e-9, atol=1e-10)
+
+
+def test_fire_generated_module_equals_the_compiled_one(tmp_path):
+    mod = _moved(compile_scheme(SCHEMES / "fire.pe", num_heads=4, head_dim=16), scale=0.05)
+    assert_generated_module_matches(mod, generate(mod.scheme, mod.plan), tmp_path / "fire.py", lengths=(3, 300))
+
+
+@pytest.mark.parametrize("value, col, words", [
+    ("-log(1 + distance / max(position, 8))", 34, "a bias cannot read 'position'"),
+    ("mlp(linear(x, to = head) * query_position)", 14, "varies along head"),
+    ("mlp(log(1 + distance), relu = 2)", 40, "'relu' must be true or false"),
+])
+def test_bad_query_position_biases_are_positioned_diagnostics(value, col, words):
+    d = first_error(f'scheme s "" {{\n  bias = {value}\n}}')
+    assert words in d.message, d.message
+    assert (d.line, d.col) == (2, col), (d.line, d.col, d.message)
+
+
+def test_a_query_position_term_alone_cancels():
+    """A term that reads only the query position is constant along each softmax row: dropped, with W106."""
+    from pedsl.lang.api import check
+
+    diags = check('scheme s "" {\n  bias = -log(1 + distance) + query_position\n}')
+    assert [d.code for d in diags] == ["W106"]
+
+
+def test_numeric_diff_samples_learned_distance_biases_at_their_start():
+    """``pedsl diff --numeric`` (numpy, no torch) draws a learned bias at its start: learned ALiBi is ALiBi,
+    a T5 table starts at zero, FIRE's query-dependent bias is averaged over the queries."""
+    import pedsl
+    from pedsl.diffing import numeric as N
+
+    def bias(name):
+        return N.curves(pedsl.load(SCHEMES / f"{name}.pe"), lmax=32).bias
+
+    np.testing.assert_allclose(bias("alibi_learned"), bias("alibi"), rtol=1e-12, atol=1e-12)
+    assert np.all(bias("t5_bias") == 0)
+    fire = bias("fire")
+    assert fire.shape == (4, 33) and np.all(np.isfinite(fire)) and np.ptp(fire) > 0

@@ -138,7 +138,7 @@ class _Gen:
             return literal(float(v))
         k = e.kind
         if k == "name":
-            if e.id == "position":
+            if e.id in ("position", "query_position"):
                 return "pos5"
             if e.id == "distance":
                 return "_distances(L, dev)"
@@ -234,7 +234,7 @@ _FIXED_NAMES = (
     "SCHEME_NAME", "SCHEME_SOURCE", "Module", "self", "q", "k", "v", "x", "tokens", "B", "H", "L", "D", "dev", "phase",
     "cos", "sin", "steps", "w_g", "w", "beta", "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term",
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
-    "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device",
+    "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "qpos",
 )
 
 
@@ -299,6 +299,13 @@ def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]
             body.append(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
             code = gen.expr(b.slope, b.site.name, None, None, body)
             body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
+        elif b.query:  # reads query_position: evaluated at the block's query positions qpos (B, rows)
+            kind = "query-table"
+            tables.append(f"if i == {i}:  " + comment(f"{src}: a (head, query, distance) table, per block of queries"))
+            tables.append("    L = size")
+            tables.append("    pos5 = qpos.to(F64).view(qpos.shape[0], 1, -1, 1, 1)")
+            code = gen.expr(b.site.expr, b.site.name, None, None, tables, "    ")
+            tables.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[..., 0]")
         else:
             tables.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
             tables.append("    L = size")
@@ -374,9 +381,13 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         ind + literal("Per-token quantities over L tokens at positions pos5 (B, 1, L, 1, 1), float64 where static."),
         *[ind + line for line in body],
         "",
-        "    def distance_table(self, i, size, dev):",
-        ind + literal("Bias table i over distances 0..size-1, (HEADS, size)."),
+        "    def distance_table(self, i, size, dev, qpos=None):",
+        ind + literal("Bias table i over distances 0..size-1, (HEADS, size); one that reads query_position at the "
+                      "queries' positions qpos (B, rows): (B|1, HEADS, rows, size)."),
         *[ind + line for line in tables],
+        "",
+        "    def query_table(self, i, qpos, size, dev):",
+        ind + "return self.distance_table(i, size, dev, qpos)",
     ]
 
 

@@ -85,17 +85,19 @@ def _table_at(emb, index, rows):
     return emb.weight.to(F64)[index.clamp(0, rows - 1).long()[0, 0, 0, :, 0]].t().reshape(1, -1, 1, index.shape[3], 1)
 
 
-def _mlp_module(hidden, depth, heads):
-    layers = [nn.Linear(1, hidden), nn.SiLU()]
+def _mlp_module(hidden, depth, heads, relu=False):
+    act = nn.ReLU if relu else nn.SiLU
+    layers = [nn.Linear(1, hidden), act()]
     for _ in range(depth - 1):
-        layers += [nn.Linear(hidden, hidden), nn.SiLU()]
+        layers += [nn.Linear(hidden, hidden), act()]
     return nn.Sequential(*layers, nn.Linear(hidden, heads))
 
 
 def _mlp_at(net, features):
-    """The MLP of a 5-d feature per distance (1, 1, 1, L, 1): (1, HEADS, 1, L, 1), float64."""
-    f = _t(features).reshape(-1, 1).to(net[0].weight.dtype)
-    return net(f).to(F64).t().reshape(1, -1, 1, f.shape[0], 1)
+    """The MLP of a 5-d feature (B|1, 1, rows|1, L, 1) per distance (and query): (B|1, HEADS, rows|1, L, 1), float64."""
+    f = _t(features)
+    out = net(f.to(net[0].weight.dtype))  # (B|1, 1, rows|1, L, HEADS)
+    return out.to(F64).permute(0, 4, 2, 3, 1)
 
 
 def _frozen_at(seed, pairs, pos):

@@ -226,7 +226,10 @@ class SchemeAttention(nn.Module):
         dist = (i[:, None] - j[None, :]).clamp(min=0)
         for b in self.biases:
             val = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
-            if b.kind != P.GATE_BIAS:
+            if b.query:  # (H, query, distance) gathered at each query's distances
+                tab = val.align(("head", "pos", "dist")).to(F64).expand(self.heads, L, L)
+                full = torch.gather(tab, 2, dist.expand(self.heads, *dist.shape)).unsqueeze(0)
+            elif b.kind != P.GATE_BIAS:
                 full = as_hd(val, L, self.heads).to(F64)[:, dist].unsqueeze(0)  # (H, L) over distance, gathered
             else:
                 lg = val

@@ -196,6 +196,8 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
     elif backend == "sdpa" and table_bias:  # every bias through the general path's blocks of queries
         g = _decide(g, ("distance_bias", "gate_bias"), lambda d: (P.QUERY_BLOCKS, (
+            "a (head, query, distance) table evaluated per block of queries at their positions (it reads "
+            "query_position): no (B, H, L, L) tensor" if "pos" in d["ty"].axes else
             "a (head, distance) table computed once per call (O(H L)), gathered per block of queries: "
             "no (B, H, L, L) tensor") if d.get("kernel") == "table" else (
             P.QUERY_BLOCKS, "its float64 coordinate differenced per block of queries (with the table biases)")))
@@ -233,7 +235,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         kind = P.GATE_BIAS if d["op"] == "gate_bias" else P.LINEAR_BIAS if d.get("slope") is not None else P.TABLE_BIAS
         biases.append(P.BiasTerm(index=d["index"], kind=kind, site=P.Site(n, "bias", d["expr"]),
                                  carried=d["kernel"], slope=d.get("slope") if kind == P.LINEAR_BIAS else None,
-                                 counts=d.get("counts", P.POSITIONS), why=d.get("note", "")))
+                                 counts=d.get("counts", P.POSITIONS), why=d.get("note", ""),
+                                 query=kind == P.TABLE_BIAS and "pos" in d["ty"].axes))
     tau = None
     if "temperature" in g:
         d = g.nodes["temperature"]

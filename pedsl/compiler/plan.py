@@ -101,6 +101,7 @@ class BiasTerm:
     slope: ast.Expr | None = None  # LINEAR_BIAS: the slope per head
     counts: str = POSITIONS  # LINEAR_BIAS: POSITIONS, or TOKENS when written as a constant gate
     why: str = ""
+    query: bool = False  # TABLE_BIAS that reads the query position too (query_position): (H, queries, distances)
 
     @property
     def coordinate(self) -> bool:
@@ -186,6 +187,7 @@ def plan_lines(plan: Plan) -> list[str]:
             out.append(f"      {t.why}")
     for b in plan.biases:
         out.append(f"  bias {b.index}: {b.kind}" + (f" (counting {b.counts})" if b.kind == LINEAR_BIAS else "")
+                   + (" (and the query position)" if b.query else "")
                    + f", carried as {b.carried}")
         out.append(f"      {b.site.name} = {to_source(b.site.expr)}"
                    + (f"  (slope {to_source(b.slope)})" if b.slope is not None else ""))

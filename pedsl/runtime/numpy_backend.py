@@ -124,7 +124,8 @@ class NumpyEvaluator(DynamicEvaluator):
         p = self._site_weights(site, lambda g: {"weight": std * g.standard_normal((rows, n_out))})
         return p["weight"][np.asarray(index).astype(np.int64)]
 
-    def mlp(self, site: str, features: np.ndarray, hidden: int, depth: int, n_out: int) -> np.ndarray:
+    def mlp(self, site: str, features: np.ndarray, hidden: int, depth: int, n_out: int,
+            relu: bool = False) -> np.ndarray:
         sizes = [1] + [hidden] * depth + [n_out]
 
         def make(g):  # torch nn.Linear's default: weights and biases U(+-1/sqrt(fan_in))
@@ -139,7 +140,7 @@ class NumpyEvaluator(DynamicEvaluator):
         for k in range(len(sizes) - 1):
             h = h @ p[f"{2 * k}.weight"].T + p[f"{2 * k}.bias"]
             if k < len(sizes) - 2:
-                h = h * np.exp(-np.logaddexp(0.0, -h))  # silu: h * sigmoid(h)
+                h = np.maximum(h, 0.0) if relu else h * np.exp(-np.logaddexp(0.0, -h))  # relu or silu
         return h
 
     def causal_conv(self, site: str, flat: np.ndarray, width: int, ctx: Ctx) -> np.ndarray:

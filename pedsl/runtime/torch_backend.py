@@ -84,13 +84,14 @@ class LearnedValue(nn.Module):
         self.value = nn.Parameter(start.to(torch.get_default_dtype()))
 
 
-def mlp_layers(hidden: int, depth: int, n_out: int) -> nn.Sequential:
+def mlp_layers(hidden: int, depth: int, n_out: int, relu: bool = False) -> nn.Sequential:
     """mlp()'s layers: Linear(1, hidden), SiLU, (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, n_out)
     (x-transformers' DynamicPositionBias without its optional norm; its ``mlp.{k}.0`` is layer ``2 k`` here and
     its last ``mlp.{depth}`` is layer ``2 depth``)."""
-    layers: list[nn.Module] = [nn.Linear(1, hidden), nn.SiLU()]
+    act = nn.ReLU if relu else nn.SiLU
+    layers: list[nn.Module] = [nn.Linear(1, hidden), act()]
     for _ in range(depth - 1):
-        layers += [nn.Linear(hidden, hidden), nn.SiLU()]
+        layers += [nn.Linear(hidden, hidden), act()]
     return nn.Sequential(*layers, nn.Linear(hidden, n_out))
 
 
@@ -195,9 +196,9 @@ class Evaluator(DynamicEvaluator):
         weight = self.learned.sites[site].weight
         return weight.to(F64)[index.long().to(weight.device)]
 
-    def mlp(self, site: str, features: Tensor, hidden: int, depth: int, n_out: int) -> Tensor:
+    def mlp(self, site: str, features: Tensor, hidden: int, depth: int, n_out: int, relu: bool = False) -> Tensor:
         if self._build:
-            self.learned.sites[site] = mlp_layers(hidden, depth, n_out)
+            self.learned.sites[site] = mlp_layers(hidden, depth, n_out, relu)
         net = self.learned.sites[site]
         return net(features.to(net[0].weight.dtype)).to(F64)
 

@@ -148,8 +148,8 @@ class DynamicEvaluator:
             return value
         k = e.kind
         if k == "name":
-            if e.id in ("position", "distance"):
-                return self.arange(ctx, "pos" if e.id == "position" else "dist")
+            if e.id in ("position", "distance", "query_position"):
+                return self.arange(ctx, "dist" if e.id == "distance" else "pos")
             if e.id == "n":
                 return self.constant(float(ctx.n if ctx.n is not None else ctx.L), ctx)
             raise CompileError(f"'{e.id}' cannot be used as a number here")
@@ -253,9 +253,9 @@ class DynamicEvaluator:
         index.shape + (n_out,), float64: N(0, std^2) start values."""
         raise NotImplementedError
 
-    def mlp(self, site: str, features, hidden: int, depth: int, n_out: int):
+    def mlp(self, site: str, features, hidden: int, depth: int, n_out: int, relu: bool = False):
         """The learned MLP at ``site`` of ``features`` (..., 1) -> (..., n_out), float64: Linear(1, hidden),
-        SiLU, (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, n_out), torch's default start."""
+        SiLU (ReLU), (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, n_out), torch's default start."""
         raise NotImplementedError
 
 
@@ -314,5 +314,5 @@ class At:
     def indexed(self, index, rows: int, n_out: int, std: float):
         return self.ev.indexed(self.site, index, rows, n_out, std)
 
-    def mlp(self, features, hidden: int, depth: int, n_out: int):
-        return self.ev.mlp(self.site, features, hidden, depth, n_out)
+    def mlp(self, features, hidden: int, depth: int, n_out: int, relu: bool = False):
+        return self.ev.mlp(self.site, features, hidden, depth, n_out, relu)

@@ -149,28 +149,30 @@ def _emit_table(g, index, *, to, size, init):
 
 def _mlp_rule(a: dict[str, Ty]) -> Ty:
     f = a["features"]
-    need_num(f, "features", {"dist"}, " (one input feature per distance, such as log(1 + distance))")
-    if f.learned or f.data:
-        raise TypeIssue("'features' must be a function of the distance, not of learned values or the data",
+    need_num(f, "features", {"dist", "pos"}, " (one input feature per distance, such as log(1 + distance))")
+    if f.data:
+        raise TypeIssue("'features' must be a function of the distance (and query_position), not of the data",
                         "features")
     to = a["to"]
     if to.kind != "axis" or to.detail != "head":
         raise TypeIssue("an mlp gives one value per head: write to = head", "to")
     scalar(a, "hidden", "depth", integer=True)
+    if a["relu"].kind != "bool":
+        raise TypeIssue("'relu' must be true or false", "relu")
     return num(*(f.axes | {"head"}))
 
 
-def _mlp(at, features, *, to, hidden, depth):
-    """x-transformers' DynamicPositionBias MLP of one feature per distance: Linear(1, hidden), SiLU, then
-    depth - 1 x (Linear(hidden, hidden), SiLU), then Linear(hidden, heads)."""
+def _mlp(at, features, *, to, hidden, depth, relu):
+    """x-transformers' DynamicPositionBias MLP of one feature per distance: Linear(1, hidden), SiLU (ReLU: FIRE),
+    then depth - 1 x (Linear(hidden, hidden), SiLU), then Linear(hidden, heads)."""
     t, axes = at.aligned_with(features, ())
-    out = at.mlp(t[..., None], hidden, depth, at.heads)  # (*feature dims, H)
+    out = at.mlp(t[..., None], hidden, depth, at.heads, relu)  # (*feature dims, H)
     out_axes = tuple(a for a in ("batch", "head", "pos", "dist") if a in axes or a == "head")
     return at.wrap(at.ops.moveaxis(out, -1, out_axes.index("head")), out_axes)
 
 
-def _emit_mlp(g, features, *, to, hidden, depth):
-    m = g.learned(f"_mlp_module({int(hidden)}, {int(depth)}, HEADS)")
+def _emit_mlp(g, features, *, to, hidden, depth, relu):
+    m = g.learned(f"_mlp_module({int(hidden)}, {int(depth)}, HEADS, {relu})")
     return f"_mlp_at({m}, {features})"
 
 
@@ -189,10 +191,11 @@ RECORDS += [
             arg_rules={"size": (0, limits.MAX_LIST, False, "rows of the table (0: the index's range)"),
                        "init": (0, limits.MAX_INIT, False, "a standard deviation")},
             check=None, derive={"size": "index"}, learned=True, site=_table, emit=_emit_table),
-    Builtin("mlp", (("features", REQUIRED), ("hidden", 32), ("to", "head"), ("depth", 2)),
+    Builtin("mlp", (("features", REQUIRED), ("hidden", 32), ("to", "head"), ("depth", 2), ("relu", False)),
             "a learned MLP of one feature per distance to a value per head (x-transformers' dynamic position "
-            "bias: Linear(1, hidden), SiLU, (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, heads))",
-            _mlp_rule, "source", names=("to",), static=(("hidden", int), ("depth", int)),
+            "bias: Linear(1, hidden), SiLU, (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, heads); "
+            "relu = true: ReLU instead of SiLU, as FIRE)",
+            _mlp_rule, "source", names=("to",), static=(("hidden", int), ("depth", int), ("relu", bool)),
             arg_rules={"hidden": (1, limits.MAX_RANK, False, "the width of the hidden layers"),
                        "depth": (1, 16, False, "hidden layers")},
             learned=True, site=_mlp, emit=_emit_mlp),
