@@ -38,6 +38,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E216": ("check", "unknown warning name in `allow`"),
     "E217": ("check", "a value cannot be computed (division by zero, overflow, a grid that does not fit: "
                       "`per_pair` length, `span` faster than its period, ...)"),
+    "E240": ("check", "a `window`/`chunk` that is not an integer >= 1 known when checking, `window` with `chunk`, "
+                      "or an unknown `sink` kind"),
     "E300": ("params", "a parameter override error without a more specific code"),
     "E301": ("params", "unknown `-P` parameter"),
     "E302": ("params", "`-P` value of the wrong type"),

@@ -31,7 +31,8 @@ def _sources(ty: Ty) -> list[str]:
 
 
 def lower(scheme: Scheme) -> nx.DiGraph:
-    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim)
+    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
+                   window=scheme.window, chunk=scheme.chunk, sink=scheme.sink)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")

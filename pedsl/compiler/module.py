@@ -63,6 +63,7 @@ class SchemeAttention(nn.Module):
         self.needs_tokens = scheme.needs_tokens
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
         self._build_learned()
+        self._build_sink()
         # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
         self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
                                   if isinstance(m, nn.Conv1d)], default=0)
@@ -98,6 +99,15 @@ class SchemeAttention(nn.Module):
             for expr in (site.expr, slopes.get(site.name)):
                 if expr is not None:
                     self.evaluator.run(expr, ctx, site.name, build=True)
+
+    def _build_sink(self) -> None:
+        """The learned sink (docs/semantics.md §11): a logit per head (``sink = logit``, zero at first: the
+        sink weighs as much as one key of logit 0), or a key and a value per head (``sink = token``)."""
+        if self.plan.sink == "logit":
+            self.sink_logit = nn.Parameter(torch.zeros(self.heads))
+        elif self.plan.sink == "token":
+            self.sink_key = nn.Parameter(torch.randn(self.heads, self.head_dim) * self.head_dim ** -0.5)
+            self.sink_value = nn.Parameter(torch.zeros(self.heads, self.head_dim))
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
@@ -289,7 +299,7 @@ class SchemeAttention(nn.Module):
         :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general)
+                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped
                 or any(b.carried == P.QUERY_BLOCKS for b in self.biases)):
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)

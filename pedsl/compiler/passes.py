@@ -246,7 +246,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
-        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases))
+        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases),
+        window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"))
     return g
 
 

@@ -139,6 +139,16 @@ class Plan:
     # a half-precision call takes the general path, which differences the bias coordinates per query
     # block in float64 (a key channel g(j) loses the bias in half precision: |g| grows with j)
     half_via_general: bool = False
+    # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
+    # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
+    window: int | None = None
+    chunk: int | None = None
+    sink: str | None = None
+
+    @property
+    def shaped(self) -> bool:
+        """A window, a chunk or a sink: the attention is not plain causal attention."""
+        return self.window is not None or self.chunk is not None or self.sink is not None
 
     @property
     def params(self) -> tuple[Site, ...]:

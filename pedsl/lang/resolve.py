@@ -34,13 +34,14 @@ from pedsl.lang.sections import SectionResolution
 from pedsl.lang.terms import TermResolution
 from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
+from pedsl.lang.windows import WindowResolution
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
 # ------------------------------------------------------------------ the resolver
 
 
-class Resolver(ParamBinding, TermResolution, SectionResolution):
+class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
         self.overrides = overrides
@@ -146,6 +147,8 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             allowed = {n for loc in m.allow for n in loc.stmt.names}
             self.diags.extend(constant_bias_terms(self.constant_terms, m.bias.src, allowed))
         temperature = self.resolve_temperature(lets)
+        window, chunk, sink = self.resolve_shape(env, lets)
+        self.check_sink_transports(sink, transports)
         self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
         evals = self.resolve_section(m.eval, env, "eval")
@@ -168,6 +171,9 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             biases=tuple(biases),
             temperature=temperature,
             temperature_ty=self.type_of(temperature) if temperature is not None else None,
+            window=window,
+            chunk=chunk,
+            sink=sink,
             train=train,
             eval=evals,
             allow=tuple(allow),
