@@ -93,7 +93,7 @@ def test_passes_choose_backends_and_explain_themselves():
         for step in (*plan.transports, *plan.biases):
             assert step.why, (name, step)
     g = compile_graph(load('scheme t { bias = -log(1 + distance) }'), requires_grad=True)
-    assert g.graph["backend"] == "masked"  # a non-separable bias, CPU training
+    assert g.graph["backend"] == "sdpa"  # a non-separable bias, CPU training: SDPA per block of queries
     g = compile_graph(load('scheme t { bias = -log(1 + distance) }'), requires_grad=False)
     assert g.graph["backend"] == "flex"
 

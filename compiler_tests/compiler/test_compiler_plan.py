@@ -43,7 +43,8 @@ def test_the_plan_records_what_the_passes_decided():
     tau = _plan("rope_id").temperature
     assert (tau.table, tau.carried, tau.site.name) == (P.POSITION_TABLE, "q scale", "temperature")
     table = compile_plan(load("scheme t { bias = -log(1 + distance) }"))
-    assert table.biases[0].kind == P.TABLE_BIAS and table.backend == "masked" and not table.biases[0].coordinate
+    assert table.biases[0].kind == P.TABLE_BIAS and table.backend == "sdpa" and not table.biases[0].coordinate
+    assert table.biases[0].carried == P.QUERY_BLOCKS  # the general path's blocks: no (H, L, L) tensor
 
 
 @pytest.mark.parametrize("name", ["rope", "alibi", "path_fox"])

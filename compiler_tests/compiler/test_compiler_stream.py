@@ -70,7 +70,8 @@ def test_general_call_matches_the_reference(path):
         torch.testing.assert_close(out, want, rtol=1e-9, atol=1e-10)
         for a, b in zip(torch.autograd.grad((out * wgt).sum(), (q, k, v)), gw):
             torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)
-    assert "blockwise" in ran
+    # a distance table (T5, DPB, KERPLE, FIRE, Sandwich) has no blockwise scan: it runs on the other two
+    assert "blockwise" in ran or (ran == ["sdpa", "masked"] and any(b.kind == "distance-table" for b in ref.biases))
     assert want[2, :, :3].abs().max() == 0  # padded queries see no key: zeros, not NaN
 
 

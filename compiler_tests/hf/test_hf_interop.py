@@ -401,6 +401,29 @@ def test_any_position_scheme_runs_in_an_hf_model(name):
     assert (full[:, 23:29] - rope[:, 23:29]).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_log", "alibi_learned"])
+def test_learned_distance_schemes_run_in_an_hf_model(name):
+    """A learned table, MLP or learned values run inside the attention (it passes q, k, v): generate's
+    per-step logits equal one forward, and the scheme's parameters are the model's, so they train."""
+    native = model_for("default")
+    ours = use_pedsl_attention(copy.deepcopy(native), _lib(name))
+    keys = [k for k in ours.state_dict() if k.startswith("pedsl_scheme.")]
+    assert keys and all(".learned.sites." in k for k in keys)
+    with torch.no_grad():  # move the learned values off their start (a zero table is NoPE)
+        for p in ours.pedsl_scheme.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=p.dtype))
+    tok, mask = _padded_batch(24)
+    out = ours.generate(tok, attention_mask=mask, max_new_tokens=4, do_sample=False, output_logits=True,
+                        return_dict_in_generate=True)
+    full_mask = torch.cat([mask, torch.ones(3, 4, dtype=mask.dtype)], dim=1)
+    full = ours(out.sequences, attention_mask=full_mask).logits
+    steps = torch.stack(out.logits, dim=1)
+    torch.testing.assert_close(steps.double(), full[:, 23:27].detach().double(), atol=1e-5, rtol=0)
+    full[:, -1].logsumexp(-1).sum().backward()
+    grads = [p.grad for p in ours.pedsl_scheme.parameters()]
+    assert all(g is not None for g in grads) and any(float(g.abs().max()) > 0 for g in grads)
+
+
 def test_adapter_refuses_data_dependent_schemes():
     with pytest.raises(InteropError, match="hidden state or the tokens") as err:
         use_pedsl_attention(model_for("default"), _lib("acc_random_qk"))

@@ -33,7 +33,7 @@ from pedsl.errors import CompileError
 from pedsl.formulas import channel_pairs
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, fold_expr
+from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, derived_static, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.walk import learned_calls
@@ -140,7 +140,7 @@ class _Gen:
         if k == "name":
             if "." in e.id:  # position.AXIS: its row of the per-axis positions (every axis = pos5 without them)
                 return f"(pos5 if apos5 is None else apos5[{self.scheme.axes.index(e.id.partition('.')[2])}])"
-            if e.id == "position":
+            if e.id in ("position", "query_position"):
                 return "pos5"
             if e.id == "distance":
                 return "_distances(L, dev)"
@@ -182,8 +182,12 @@ class _Gen:
             return self._select_axes(e, spec, args)
         if spec.emit is None:
             raise CompileError(f"{e.func}() cannot be generated")
-        static = {p: literal(kind(self._static(args[p]) if isinstance(args[p], ast.Node) else args[p]))
-                  for p, kind in spec.static}
+        number = lambda a: self._static(a) if isinstance(a, ast.Node) else a  # noqa: E731
+        static = {p: kind(number(args[p])) for p, kind in spec.static}
+        try:
+            static = {p: literal(v) for p, v in derived_static(e, static, number).items()}
+        except EvalIssue as issue:
+            raise CompileError(str(issue)) from None
         if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
             return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
         key = self._keys[id(e)] if spec.learned else None
@@ -246,7 +250,7 @@ _FIXED_NAMES = (
     "SCHEME_NAME", "SCHEME_SOURCE", "Module", "self", "q", "k", "v", "x", "tokens", "B", "H", "L", "D", "dev", "phase",
     "cos", "sin", "steps", "w_g", "w", "beta", "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term",
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
-    "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5",
+    "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT",
 )
@@ -314,6 +318,13 @@ def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]
             body.append(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
             code = gen.expr(b.slope, b.site.name, None, None, body)
             body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
+        elif b.query:  # reads query_position: evaluated at the block's query positions qpos (B, rows)
+            kind = "query-table"
+            tables.append(f"if i == {i}:  " + comment(f"{src}: a (head, query, distance) table, per block of queries"))
+            tables.append("    L = size")
+            tables.append("    pos5 = qpos.to(F64).view(qpos.shape[0], 1, -1, 1, 1)")
+            code = gen.expr(b.site.expr, b.site.name, None, None, tables, "    ")
+            tables.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[..., 0]")
         else:
             tables.append(f"if i == {i}:  " + comment(f"{src}: a (head, distance) table gathered at p_i - p_j"))
             tables.append("    L = size")
@@ -397,9 +408,13 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
                       "(A, B, 1, L, 1, 1)), float64 where static."),
         *[ind + line for line in body],
         "",
-        "    def distance_table(self, i, size, dev):",
-        ind + literal("Bias table i over distances 0..size-1, (HEADS, size)."),
+        "    def distance_table(self, i, size, dev, qpos=None):",
+        ind + literal("Bias table i over distances 0..size-1, (HEADS, size); one that reads query_position at the "
+                      "queries' positions qpos (B, rows): (B|1, HEADS, rows, size)."),
         *[ind + line for line in tables],
+        "",
+        "    def query_table(self, i, qpos, size, dev):",
+        ind + "return self.distance_table(i, size, dev, qpos)",
     ]
 
 

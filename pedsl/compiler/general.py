@@ -73,6 +73,7 @@ F64 = torch.float64
 TWO_PI = 2.0 * math.pi
 ROPE, SO2, HOUSEHOLDER = "rope-table", "accumulated-so2", "householder"  # transport kinds
 TABLE_BIAS, LINEAR_BIAS, GATE_BIAS = "distance-table", "linear-distance", "forget-gate"  # bias kinds
+QUERY_BIAS = "query-table"  # a distance table that reads the query position too: evaluated per block of queries
 QUERY_CHUNK = 256  # queries per block of explicit masks (memory: B * H * 256 * L_keys)
 PATH_FLUSH = 32  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
@@ -579,15 +580,16 @@ class Biases(NamedTuple):
     coord: Tensor | None  # (B, H, L) float64: b(i, j) = c_i - c_j summed over the coordinate biases
     tables: list  # indices of the distance-table biases
     gates: dict  # bias index -> the running log-gate sums to keep in the cache
+    queries: tuple = ()  # indices of the biases that read the query position (QUERY_BIAS)
 
 
 def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
     """Float64 coordinates of the L new tokens (gate sums continue the cache's) and the table biases."""
     B, L = lay.valid.shape
-    coord, tables, gates = None, [], {}
+    coord, tables, gates, queries = None, [], {}, []
     for i, (kind, raw) in enumerate(vals.biases):
-        if kind == TABLE_BIAS:
-            tables.append(i)
+        if kind in (TABLE_BIAS, QUERY_BIAS):
+            (tables if kind == TABLE_BIAS else queries).append(i)
             continue
         if kind == LINEAR_BIAS:
             c = raw.to(F64)[None, :, None] * lay.positions.to(F64)[:, None, :]  # (B, H, L): s (p_i - p_j)
@@ -600,20 +602,35 @@ def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
             gates[i] = c[..., -1]
             c = c.expand(B, scheme.heads, L)
         coord = c if coord is None else coord + c
-    return Biases(coord, tables, gates)
+    return Biases(coord, tables, gates, tuple(queries))
 
 
-def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype):
-    """Float64 biases (B, H, rows, Lk) of a block of queries, cast to ``dtype`` at the end."""
+def distance_tables(scheme, tables, qpos, kpos) -> dict:
+    """The distance-table biases over every distance of the call, (H, top) float64 each: computed once per
+    call (O(H L)), then gathered per block of queries."""
+    if not tables:
+        return {}
+    top = int((qpos.max() - kpos.min()).clamp(min=0)) + 1 if qpos.numel() and kpos.numel() else 1
+    return {i: scheme.distance_table(i, top, kpos.device) for i in tables}
+
+
+def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=()):
+    """Float64 biases (B, H, rows, Lk) of a block of queries, cast to ``dtype`` at the end (``tables``: the
+    distance tables of :func:`distance_tables`; ``queries``: the biases that read the query position,
+    evaluated here at the block's query positions)."""
     bias = None
     if kcoord is not None:
         bias = coord_q.unsqueeze(-1) - kcoord.unsqueeze(-2)
-    if tables:
+    if tables or queries:
         dist = (qpos[:, :, None] - kpos[:, None, :]).clamp(min=0)  # (B, rows, Lk)
-        top = int(dist.max()) + 1 if dist.numel() else 1
-        for i in tables:
-            tab = scheme.distance_table(i, top, kpos.device)  # (H, top) float64
+        for tab in tables.values():  # (H, top) float64
             full = tab[:, dist].permute(1, 0, 2, 3)  # (B, H, rows, Lk)
+            bias = full if bias is None else bias + full
+        top = int(dist.max()) + 1 if dist.numel() else 1
+        for i in queries:  # (B|1, H, rows, top) at the block's query positions, gathered at each key's distance
+            tab = scheme.query_table(i, qpos, top, kpos.device)
+            B, H = dist.shape[0], tab.shape[1]
+            full = torch.gather(tab.expand(B, H, *tab.shape[2:]), 3, dist[:, None].expand(B, H, *dist.shape[1:]))
             bias = full if bias is None else bias + full
     return None if bias is None else bias.to(dtype)
 
@@ -833,6 +850,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
+    tables = distance_tables(scheme, bi.tables, qpos_all, kpos)
     block = QUERY_CHUNK if shape is None else WINDOW_BLOCK
     starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     q0 = Lc + L - Lq
@@ -843,13 +861,13 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
         kp, kd = kpos[:, k0:k1], kdoc[:, k0:k1]
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
-        if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and kcoord is None
-                and shape is None and sink is None and scheme.normalize == "softmax"):
+        if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and not bi.queries
+                and kcoord is None and shape is None and sink is None and scheme.normalize == "softmax"):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
-        bias = bias_rows(scheme, bi.tables, None if cq_all is None else cq_all[..., r0:r1],
-                         None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype)
+        bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1],
+                         None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries)
         if scheme.normalize != "softmax":  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(stick_breaking_rows(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                             q0 + r0 - k0, scheme.attend_current))

@@ -5,6 +5,8 @@ Kept as a real module so it is linted and importable; codegen copies the text af
 banner verbatim, next to the general forward (:mod:`pedsl.compiler.general`, which defines ``F64``).
 """
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -63,6 +65,39 @@ class _LearnedValue(nn.Module):
 
     def at5(self):
         return self.value.to(F64).view(self.view5)
+
+
+def _t5_bucket(d, buckets, max_distance, bidirectional):
+    """T5's bucket of distances d >= 0 (Hugging Face's _relative_position_bucket at j - i = -d), float64."""
+    n = buckets // 2 if bidirectional else buckets
+    exact = n // 2
+    far = exact + torch.floor(torch.log(d.clamp(min=exact) / exact) / math.log(max_distance / exact) * (n - exact))
+    return torch.where(d < exact, d, far.clamp(max=n - 1))
+
+
+def _sinusoid_dot(d, dim, base):
+    """sum_{k=1..dim/2} cos(d base^(-2k/dim)) (Sandwich), float64."""
+    return sum(torch.cos(d * base ** (-2 * k / dim)) for k in range(1, dim // 2 + 1))
+
+
+def _table_at(emb, index, rows):
+    """A learned (rows, HEADS) table read at a 5-d integer-valued index (1, 1, 1, L, 1): (1, HEADS, 1, L, 1)."""
+    return emb.weight.to(F64)[index.clamp(0, rows - 1).long()[0, 0, 0, :, 0]].t().reshape(1, -1, 1, index.shape[3], 1)
+
+
+def _mlp_module(hidden, depth, heads, relu=False):
+    act = nn.ReLU if relu else nn.SiLU
+    layers = [nn.Linear(1, hidden), act()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(hidden, hidden), act()]
+    return nn.Sequential(*layers, nn.Linear(hidden, heads))
+
+
+def _mlp_at(net, features):
+    """The MLP of a 5-d feature (B|1, 1, rows|1, L, 1) per distance (and query): (B|1, HEADS, rows|1, L, 1), float64."""
+    f = _t(features)
+    out = net(f.to(net[0].weight.dtype))  # (B|1, 1, rows|1, L, HEADS)
+    return out.to(F64).permute(0, 4, 2, 3, 1)
 
 
 def _frozen_at(seed, pairs, pos):

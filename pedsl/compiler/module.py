@@ -240,7 +240,10 @@ class SchemeAttention(nn.Module):
         dist = (i[:, None] - j[None, :]).clamp(min=0)
         for b in self.biases:
             val = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
-            if b.kind != P.GATE_BIAS:
+            if b.query:  # (H, query, distance) gathered at each query's distances
+                tab = val.align(("head", "pos", "dist")).to(F64).expand(self.heads, L, L)
+                full = torch.gather(tab, 2, dist.expand(self.heads, *dist.shape)).unsqueeze(0)
+            elif b.kind != P.GATE_BIAS:
                 full = as_hd(val, L, self.heads).to(F64)[:, dist].unsqueeze(0)  # (H, L) over distance, gathered
             else:
                 lg = val
@@ -306,7 +309,8 @@ class SchemeAttention(nn.Module):
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
                 or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped
-                or self.plan.explicit_scores):  # stick-breaking: the general path's explicit blocks of scores
+                or self.plan.explicit_scores  # stick-breaking: the general path's explicit blocks of scores
+                or any(b.carried == P.QUERY_BLOCKS for b in self.biases)):
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy

@@ -7,7 +7,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
-from pedsl.compiler.general import F64, GATE_BIAS, LINEAR_BIAS, TABLE_BIAS, TokenValues, Window, angle_dtype
+from pedsl.compiler.general import (F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TokenValues, Window,
+                                    angle_dtype)
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
@@ -96,7 +97,7 @@ class ModuleScheme:
     def _bias(self, b, win: Window, dtype):
         mod = self.mod
         if b.kind == PL.TABLE_BIAS:
-            return TABLE_BIAS, None
+            return (QUERY_BIAS if b.query else TABLE_BIAS), None
         if b.log_gate is None and b.kind == PL.LINEAR_BIAS:
             return LINEAR_BIAS, per_head(mod.evaluator.run(b.slope, self.ctx(win, dtype), b.site.name), mod.heads)
         return GATE_BIAS, as_bhl(mod.evaluator.run(b.log_gate, self.ctx(win, dtype), b.site.name), win.Lw, mod.heads)
@@ -107,6 +108,17 @@ class ModuleScheme:
             return None
         v = self.mod.evaluator.run(tau.site.expr, self.ctx(win, dtype), tau.site.name)
         return (v.align(("batch", "head", "pos")) if v.axes else v.t.reshape(1, 1, 1)).to(F64)
+
+    def query_table(self, i: int, qpos: Tensor, size: int, device) -> Tensor:
+        """Bias i (it reads query_position) at the queries' positions qpos (B, rows) over distances
+        0..size-1: (B|1, H, rows, size) float64."""
+        mod = self.mod
+        b = mod.biases[i]
+        ctx = mod._ctx(size, device=device)
+        ctx.positions = qpos
+        term = mod.evaluator.run(b.site.expr, ctx, b.site.name)
+        t = term.align(("batch", "head", "pos", "dist")).to(F64)
+        return t.expand(t.shape[0], mod.heads, qpos.shape[1], size)
 
     def distance_table(self, i: int, size: int, device) -> Tensor:
         mod = self.mod

@@ -144,13 +144,13 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     hh_groups = sum(d["op"] == "accumulate_householder" for _, d in g.nodes(data=True))
     can = {
         "reference": True,
-        "sdpa": not householder and not table_bias,
+        "sdpa": not householder,  # a distance table: gathered per block of queries (general path)
         "masked": not householder,
         "flex": not householder and opt.device != "meta",
         "blockwise": not table_bias and not hh_value and hh_groups <= 1,
     }
     why = {
-        "sdpa": "it has Householder steps (not orthogonal: no pre-transform) or a bias that is not separable",
+        "sdpa": "it has Householder steps (not orthogonal: no pre-transform)",
         "masked": "it has Householder steps",
         "flex": "it has Householder steps",
         "blockwise": "it has a non-linear distance bias, value transport on Householder steps, or Householder "
@@ -186,7 +186,7 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
             )
         backend = "blockwise"
     elif table_bias:
-        backend = "flex" if (not opt.requires_grad or opt.device != "cpu") else "masked"
+        backend = "flex" if (not opt.requires_grad or opt.device != "cpu") else "sdpa"
     else:
         backend = "sdpa"
     g.graph["backend"] = backend
@@ -197,8 +197,16 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
                "flex": (P.SCORE_MOD, "score_mod on (h, i - j)")}.get(backend)
     if carrier is not None:
         g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
+    elif backend == "sdpa" and table_bias:  # every bias through the general path's blocks of queries
+        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: (P.QUERY_BLOCKS, (
+            "a (head, query, distance) table evaluated per block of queries at their positions (it reads "
+            "query_position): no (B, H, L, L) tensor" if "pos" in d["ty"].axes else
+            "a (head, distance) table computed once per call (O(H L)), gathered per block of queries: "
+            "no (B, H, L, L) tensor") if d.get("kernel") == "table" else (
+            P.QUERY_BLOCKS, "its float64 coordinate differenced per block of queries (with the table biases)")))
     g.graph["backend_note"] = {
-        "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor",
+        "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor" + (
+            " (distance tables: SDPA per block of queries, the table gathered)" if table_bias else ""),
         "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
         "masked": "scaled_dot_product_attention with a materialised (H, L, L) bias",
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
@@ -241,7 +249,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         kind = P.GATE_BIAS if d["op"] == "gate_bias" else P.LINEAR_BIAS if d.get("slope") is not None else P.TABLE_BIAS
         biases.append(P.BiasTerm(index=d["index"], kind=kind, site=P.Site(n, "bias", d["expr"]),
                                  carried=d["kernel"], slope=d.get("slope") if kind == P.LINEAR_BIAS else None,
-                                 counts=d.get("counts", P.POSITIONS), why=d.get("note", "")))
+                                 counts=d.get("counts", P.POSITIONS), why=d.get("note", ""),
+                                 query=kind == P.TABLE_BIAS and "pos" in d["ty"].axes))
     tau = None
     if "temperature" in g:
         d = g.nodes["temperature"]

@@ -47,6 +47,7 @@ POSITIONS, TOKENS = "positions", "tokens"
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
 # normalisers
 SOFTMAX, STICK_BREAKING = "softmax", "stick_breaking"
+QUERY_BLOCKS = "table per query block"  # a (head, distance) table gathered per block of queries (general path)
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
 
@@ -104,10 +105,11 @@ class BiasTerm:
     index: int  # position among the scheme's biases
     kind: str  # TABLE_BIAS | LINEAR_BIAS | GATE_BIAS
     site: Site  # TABLE_BIAS, LINEAR_BIAS: the term over distance; GATE_BIAS: the per-step log gate
-    carried: str  # KEY_CHANNEL | "table" | MATERIALISED | SCORE_MOD | STEP_LOG_TERM (fused full-sequence path)
+    carried: str  # KEY_CHANNEL | "table" | MATERIALISED | SCORE_MOD | STEP_LOG_TERM | QUERY_BLOCKS (fused full-sequence path)
     slope: ast.Expr | None = None  # LINEAR_BIAS: the slope per head
     counts: str = POSITIONS  # LINEAR_BIAS: POSITIONS, or TOKENS when written as a constant gate
     why: str = ""
+    query: bool = False  # TABLE_BIAS that reads the query position too (query_position): (H, queries, distances)
 
     @property
     def coordinate(self) -> bool:
@@ -219,6 +221,7 @@ def plan_lines(plan: Plan) -> list[str]:
             out.append(f"      {t.why}")
     for b in plan.biases:
         out.append(f"  bias {b.index}: {b.kind}" + (f" (counting {b.counts})" if b.kind == LINEAR_BIAS else "")
+                   + (" (and the query position)" if b.query else "")
                    + f", carried as {b.carried}")
         out.append(f"      {b.site.name} = {to_source(b.site.expr)}"
                    + (f"  (slope {to_source(b.slope)})" if b.slope is not None else ""))

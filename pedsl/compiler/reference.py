@@ -188,7 +188,17 @@ def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Te
         return None
     bias = torch.zeros(B, Hq, L, L, dtype=F64, device=dev)
     for idx, b in enumerate(sch.biases):
-        if b.kind == "distance":  # term(head, d) at d = p_i - p_j
+        if b.kind == "distance" and "pos" in b.term_ty.axes:  # term(head, p_i, d): query_position read too
+            top = int((positions.max() - positions.min()).clamp(min=0)) + 1
+            c = mod._ctx(top, device=dev, dtype=F64)
+            c.positions = positions
+            term = mod.evaluator.run(b.term, c, site_name("bias", idx))
+            tab = term.align(("batch", "head", "pos", "dist")).to(F64).expand(B, Hq, L, top)
+            for i in range(L):
+                for j in range(i + 1):
+                    d = (positions[:, i] - positions[:, j]).clamp(min=0)  # (B,)
+                    bias[:, :, i, j] += tab[torch.arange(B), :, i, d]
+        elif b.kind == "distance":  # term(head, d) at d = p_i - p_j
             top = int((positions.max() - positions.min()).clamp(min=0)) + 1
             term = mod.evaluator.run(b.term, mod._ctx(top, device=dev, dtype=F64), site_name("bias", idx))
             tab = as_hd(term, top, Hq).to(F64)  # (H, distance)

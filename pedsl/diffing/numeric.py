@@ -184,6 +184,9 @@ def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, sam
         if b is not None:
             bias += b
             continue
+        if s.biases[idx].kind == "distance":  # learned (a table, an MLP, learned values): at its start
+            bias += sm.distance_bias(idx, lmax)
+            continue
         G = np.cumsum(sm.log_gate(idx, L, x, tokens), axis=-1)  # (B|1, H, L)
         for j in range(STARTS):
             bias += (G[:, :, j: j + lmax + 1] - G[:, :, j: j + 1]).mean(axis=0) / STARTS

@@ -61,6 +61,16 @@ class Sampler:
         a = g.align(("batch", "head", "pos"))
         return np.broadcast_to(a, (a.shape[0], self.heads, L))
 
+    def distance_bias(self, index: int, lmax: int) -> np.ndarray:
+        """Distance bias ``index`` (learned: a table, an MLP, learned values) at d = 0..lmax, (H, lmax + 1); one that
+        reads the query position is b(i, i - d) averaged over the queries i >= d of 0..lmax."""
+        L = lmax + 1
+        v = self.run(self.scheme.biases[index].term, self.plan.biases[index].site.name, self.ctx(L))
+        if "pos" not in v.axes:
+            return np.broadcast_to(v.align(("head", "dist")), (self.heads, L)).copy()
+        tab = np.broadcast_to(v.align(("head", "pos", "dist")), (self.heads, L, L))
+        return np.stack([tab[:, d:, d].mean(axis=-1) for d in range(L)], axis=-1)
+
     def temperature(self, L: int) -> np.ndarray:
         """tau at query positions 0..L-1, (H|1, L)."""
         if self.scheme.temperature is None:

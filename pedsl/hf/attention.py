@@ -30,6 +30,11 @@ Positions on the general path: the cache holds keys in slot order and the last q
 always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position
 ``j - offset`` (left padding in ``generate`` gives each row its own offset; padded slots are masked).
 
+A scheme with learned parameters (``learned(...)``, ``table``, ``mlp``: T5's relative bias, dynamic
+position bias, KERPLE, learned ALiBi) runs on the general path inside the attention, which gets q, k and
+v; its one compiled module is the model's submodule ``pedsl_scheme``, shared by every layer as T5 and
+x-transformers share their relative bias, so its parameters train, move and save with the model.
+
 Every keyword HF passes to the attention function is applied or refused (:data:`APPLIED`,
 :data:`NO_EFFECT`): a logit soft-cap, attention sinks, a position bias, packed sequences or dropout
 are an :class:`~pedsl.errors.InteropError`, never dropped. Schemes that read the hidden state or the
@@ -387,6 +392,8 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     if hf is None:
         _refuse_general_multi_axis(model, sch)
     state = _State(mod, hf)
+    if any(True for _ in mod.parameters()):  # learned values, tables, MLPs: trained, moved and saved with the model
+        model.add_module(SCHEME_MODULE, mod)
     for layer in layers:
         object.__setattr__(layer, _ATTR, state)  # a plain attribute: not a submodule, not in the state_dict
     for parent, name in rotaries:
@@ -397,6 +404,8 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
                            code="E964")
     return model
 
+
+SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learned parameters
 
 __all__ = ["use_pedsl_attention", "pedsl_attention_forward", "check_kwargs", "NAME", "APPLIED", "NO_EFFECT",
            "REFUSED"]

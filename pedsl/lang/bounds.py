@@ -71,7 +71,8 @@ def probe(expr: ast.Expr, env: StaticEnv, report: Report, what: str, *, bound: f
     """Evaluate ``expr`` at a few query positions (and equal distances); report math errors and values
     that are not finite (or exceed ``bound`` in magnitude)."""
     for i in PROBES:
-        penv = StaticEnv(values={**env.values, "position": i, "distance": i}, lets=env.lets, n=i + 1)
+        penv = StaticEnv(values={**env.values, "position": i, "distance": i, "query_position": i}, lets=env.lets,
+                         n=i + 1)
         try:
             v = fold_expr(expr, penv)
         except EvalIssue as issue:

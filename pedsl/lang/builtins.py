@@ -36,6 +36,8 @@ CONSTANTS: dict[str, Ty] = {
     "e": NUM,
     "position": num("pos", integer=True, reads=frozenset({Dep.POSITION})),
     "distance": num("dist", integer=True, reads=frozenset({Dep.POSITION})),
+    # the query's position i, readable in a bias (FIRE's normaliser); elsewhere it is ``position``
+    "query_position": num("pos", integer=True, reads=frozenset({Dep.POSITION})),
     "n": INT.with_(reads=frozenset({Dep.LENGTH})),
     "heads": INT,
     "head_dim": INT,

@@ -217,7 +217,51 @@ ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
 CHECKED_ARGS = frozenset(name for name, spec in RECORDS.items() if spec.checked_args)
 
 
+def index_rows(arg, number) -> int | None:
+    """The number of values of an integer index ``arg`` (a call whose record has ``index_rows``, its static
+    arguments folded by ``number``), or None when unknown."""
+    if not isinstance(arg, ast.Call) or arg.func not in FUNCTIONS or FUNCTIONS[arg.func].index_rows is None:
+        return None
+    spec = FUNCTIONS[arg.func]
+    bound = bind_args(arg, spec.params)
+    return spec.index_rows(**{p: kind(number(bound[p])) for p, kind in spec.static})
+
+
+def derived_static(node: ast.Call, static: dict, number) -> dict:
+    """A call's static arguments with its record's ``derive`` filled in: a parameter left at 0 takes the
+    ``index_rows`` of the call in its source argument (the walk, codegen and the checker agree on it)."""
+    spec = FUNCTIONS[node.func]
+    if not spec.derive:
+        return static
+    bound = bind_args(node, spec.params)
+    out = dict(static)
+    for p, src in spec.derive.items():
+        if not out.get(p):
+            rows = index_rows(bound[src], number)
+            if rows is None:
+                raise EvalIssue(f"{node.func}(): give {p} = N: its {src} is not a call with a known range "
+                                "(such as bucket(...))", node, hint=f"e.g. {node.func}(min(distance, 63), {p} = 64)")
+            out[p] = rows
+    return out
+
+
 def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict[str, float]:
+    out = _checked_ranges(node, bound, env, depth)
+    spec = FUNCTIONS[node.func]
+    if spec.check is not None or spec.derive:
+        def number(a):
+            return a if not isinstance(a, ast.Node) else fold_expr(a, env, depth + 1)
+        static = {p: number(bound[p]) for p, _ in spec.static}
+        if any(v is DYNAMIC for v in static.values()):
+            return out
+        static = derived_static(node, static, number)
+        why = spec.check(**static) if spec.check is not None else None
+        if why:
+            raise EvalIssue(f"{node.func}(): {why}", node)
+    return out
+
+
+def _checked_ranges(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict[str, float]:
     out = {}
     for name, (lo, hi, open_lo, meaning) in ARG_RULES[node.func].items():
         arg = bound.get(name)

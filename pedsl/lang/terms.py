@@ -273,9 +273,11 @@ class TermResolution(ResolverStage):
                         hint="rotate by the axis instead (qk on GROUP: rotate(w * position.AXIS)); 2-D distance "
                         "biases are future work")
             return []
-        if t.kind == "num" and not t.axes <= {"head", "dist"}:
+        if t.kind == "num" and not t.axes <= {"head", "dist", "pos"}:
             self.report("E204", f"a bias is a field over head and distance, not {t.show()}", value,
                         hint="e.g. -slopes(heads) * distance, or accumulate(log_sigmoid(linear(x, to = head)))")
+            return []
+        if t.kind == "num" and "pos" in t.axes and not self._query_position_only(value, lets):
             return []
         if t.kind not in ("num", "bias"):
             self.report("E204", f"a bias must be a number field or accumulate(log-gate), not {t.show()}", value)
@@ -289,7 +291,9 @@ class TermResolution(ResolverStage):
                 gate = neg(_arg(term.operand, "step"))
                 out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
             elif "dist" in (ty := self.type_of(term)).axes:
-                out.append(DistanceBias(term=term, term_ty=ty, slope=distance_coefficient(term)))
+                # (a slope that reads the query position is no ALiBi slope: the term is a table per query)
+                out.append(DistanceBias(term=term, term_ty=ty,
+                                        slope=None if "pos" in ty.axes else distance_coefficient(term)))
             else:
                 self.constant_terms.append(term)
         return out
@@ -334,6 +338,16 @@ class TermResolution(ResolverStage):
         self.report("E204", f"normalize = {normalize} cannot go with sink = {sink}: a sink is one more term of the "
                     "softmax's normaliser", self.m.normalize.stmt,
                     hint="drop the sink: stick-breaking weights need not sum to one (what no key takes is left out)")
+
+    def _query_position_only(self, value: ast.Expr, lets) -> bool:
+        """A bias reads positions only as ``distance`` and ``query_position`` (a bare ``position`` would not
+        say whether it is the query's or the key's); reports otherwise."""
+        for node in walk(inline_lets(value, lets)):
+            if node.kind == "name" and node.id == "position":
+                self.report("E204", "a bias cannot read 'position': it would not say whose (the query's or the key's)",
+                            node, hint="write query_position (the query's position i) or distance (i - j)")
+                return False
+        return True
 
     def resolve_temperature(self, lets) -> ast.Expr | None:
         loc = self.m.temperature

@@ -121,6 +121,29 @@ class NumpyEvaluator(DynamicEvaluator):
         p = self._site_weights(site, lambda g: {"value": np.broadcast_to(start, shape).astype(np.float64)})
         return np.asarray(p["value"], dtype=np.float64).reshape(shape)
 
+    def indexed(self, site: str, index: np.ndarray, rows: int, n_out: int, std: float) -> np.ndarray:
+        p = self._site_weights(site, lambda g: {"weight": std * g.standard_normal((rows, n_out))})
+        return p["weight"][np.asarray(index).astype(np.int64)]
+
+    def mlp(self, site: str, features: np.ndarray, hidden: int, depth: int, n_out: int,
+            relu: bool = False) -> np.ndarray:
+        sizes = [1] + [hidden] * depth + [n_out]
+
+        def make(g):  # torch nn.Linear's default: weights and biases U(+-1/sqrt(fan_in))
+            out = {}
+            for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+                out[f"{2 * k}.weight"] = g.uniform(-1, 1, (b, a)) / math.sqrt(a)
+                out[f"{2 * k}.bias"] = g.uniform(-1, 1, b) / math.sqrt(a)
+            return out
+
+        p = self._site_weights(site, make)
+        h = features
+        for k in range(len(sizes) - 1):
+            h = h @ p[f"{2 * k}.weight"].T + p[f"{2 * k}.bias"]
+            if k < len(sizes) - 2:
+                h = np.maximum(h, 0.0) if relu else h * np.exp(-np.logaddexp(0.0, -h))  # relu or silu
+        return h
+
     def causal_conv(self, site: str, flat: np.ndarray, width: int, ctx: Ctx) -> np.ndarray:
         def make(g):  # near the identity: the newest token dominates
             w = 0.1 * g.standard_normal((flat.shape[1], 1, width))

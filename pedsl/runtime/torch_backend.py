@@ -86,6 +86,17 @@ class LearnedValue(nn.Module):
         self.value = nn.Parameter(start.to(torch.get_default_dtype()))
 
 
+def mlp_layers(hidden: int, depth: int, n_out: int, relu: bool = False) -> nn.Sequential:
+    """mlp()'s layers: Linear(1, hidden), SiLU, (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, n_out)
+    (x-transformers' DynamicPositionBias without its optional norm; its ``mlp.{k}.0`` is layer ``2 k`` here and
+    its last ``mlp.{depth}`` is layer ``2 depth``)."""
+    act = nn.ReLU if relu else nn.SiLU
+    layers: list[nn.Module] = [nn.Linear(1, hidden), act()]
+    for _ in range(depth - 1):
+        layers += [nn.Linear(hidden, hidden), act()]
+    return nn.Sequential(*layers, nn.Linear(hidden, n_out))
+
+
 class Evaluator(DynamicEvaluator):
     """Evaluates run-time expressions as torch tensors; ``build=True`` creates the learned call
     sites instead of reading them (the walk itself is :class:`pedsl.runtime.walk.DynamicEvaluator`)."""
@@ -183,6 +194,20 @@ class Evaluator(DynamicEvaluator):
             self.learned.sites[site] = LearnedValue(start.detach().cpu().expand(shape).clone())
         value = self.learned.sites[site].value
         return value.to(F64)
+
+    def indexed(self, site: str, index: Tensor, rows: int, n_out: int, std: float) -> Tensor:
+        if self._build:
+            emb = nn.Embedding(rows, n_out)
+            nn.init.normal_(emb.weight, std=std)
+            self.learned.sites[site] = emb
+        weight = self.learned.sites[site].weight
+        return weight.to(F64)[index.long().to(weight.device)]
+
+    def mlp(self, site: str, features: Tensor, hidden: int, depth: int, n_out: int, relu: bool = False) -> Tensor:
+        if self._build:
+            self.learned.sites[site] = mlp_layers(hidden, depth, n_out, relu)
+        net = self.learned.sites[site]
+        return net(features.to(net[0].weight.dtype)).to(F64)
 
     def causal_conv(self, site: str, flat: Tensor, width: int, ctx: Context) -> Tensor:
         feats = flat.shape[1]

@@ -26,7 +26,7 @@ from typing import Any
 from pedsl.errors import CompileError
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.fold import bind_args, fold_expr
+from pedsl.lang.fold import bind_args, derived_static, fold_expr
 from pedsl.lang.typed import node_types
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec
 from pedsl.lang.exprs import to_source
@@ -122,10 +122,10 @@ class DynamicEvaluator:
 
     def static_number(self, arg, ctx) -> float:
         """A call argument that must be a static number (a literal default, or an expression)."""
-        if isinstance(arg, (int, float)) and not isinstance(arg, bool):
+        if isinstance(arg, (int, float)):  # a default (a bool for a flag such as bucket's bidirectional)
             return arg
         v = self.static(arg, ctx)
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if not isinstance(v, (int, float)):
             raise CompileError(f"expected a static number, got {v!r}")
         return v
 
@@ -151,8 +151,8 @@ class DynamicEvaluator:
         if k == "name":
             if "." in e.id:  # position.AXIS (distance.AXIS is a bias term, read per axis by the biases)
                 return self.axis_position(ctx, e.id.partition(".")[2])
-            if e.id in ("position", "distance"):
-                return self.arange(ctx, "pos" if e.id == "position" else "dist")
+            if e.id in ("position", "distance", "query_position"):
+                return self.arange(ctx, "dist" if e.id == "distance" else "pos")
             if e.id == "n":
                 return self.constant(float(ctx.n if ctx.n is not None else ctx.L), ctx)
             raise CompileError(f"'{e.id}' cannot be used as a number here")
@@ -172,6 +172,11 @@ class DynamicEvaluator:
         if spec.run is None and spec.site is None:
             raise CompileError(f"{e.func}() has no run-time value here")
         static = {p: kind(self.static_number(args[p], ctx)) for p, kind in spec.static}
+        if spec.derive:
+            try:
+                static = derived_static(e, static, lambda a: self.static_number(a, ctx))
+            except EvalIssue as issue:
+                raise CompileError(str(issue), hint=issue.hint) from None
         names = {p: _name_of(args[p]) for p in spec.names}
         rest = [p for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: asks this backend for it at the call site
@@ -267,6 +272,16 @@ class DynamicEvaluator:
         ``shape``); read in float64."""
         raise NotImplementedError
 
+    def indexed(self, site: str, index, rows: int, n_out: int, std: float):
+        """The learned (rows, n_out) table at ``site`` read at the integer-valued ``index`` (in range),
+        index.shape + (n_out,), float64: N(0, std^2) start values."""
+        raise NotImplementedError
+
+    def mlp(self, site: str, features, hidden: int, depth: int, n_out: int, relu: bool = False):
+        """The learned MLP at ``site`` of ``features`` (..., 1) -> (..., n_out), float64: Linear(1, hidden),
+        SiLU (ReLU), (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, n_out), torch's default start."""
+        raise NotImplementedError
+
 
 def _name_of(arg) -> str | None:
     """The name an argument holds (``to = pair``, ``index = token``), or its default."""
@@ -319,3 +334,9 @@ class At:
 
     def parameter(self, start, shape: tuple[int, ...]):
         return self.ev.parameter(self.site, start, shape)
+
+    def indexed(self, index, rows: int, n_out: int, std: float):
+        return self.ev.indexed(self.site, index, rows, n_out, std)
+
+    def mlp(self, features, hidden: int, depth: int, n_out: int, relu: bool = False):
+        return self.ev.mlp(self.site, features, hidden, depth, n_out, relu)

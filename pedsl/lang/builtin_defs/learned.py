@@ -1,4 +1,4 @@
-"""Learned values: learned (one record).
+"""Learned values and learned functions of distance: learned, bucket, table, mlp.
 
 ``learned(init)`` is a trainable parameter that starts at the static value ``init`` and has its axes:
 a scalar, one value per head (``learned(slopes(heads))``), per rotary pair (``learned(geometric(base))``),
@@ -15,7 +15,10 @@ in float64 and rounded once where they are used.
 
 from __future__ import annotations
 
-from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue, need_num
+import math
+
+from pedsl import limits
+from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue, need_num, scalar
 from pedsl.lang.types import Ty, num
 
 _PER = {"head": "head", "pair": "pair"}
@@ -61,4 +64,139 @@ RECORDS = [
             "a trainable value starting at the static init, with its axes (a number, per head, per pair); "
             "per = head or per = pair copies it along one more axis", _learned_rule, "source", names=("per",),
             learned=True, site=_learned, emit=_emit_learned, checked_args=("init",)),
+]
+
+
+# ------------------------------------------------------------------ bucket, table, mlp: learned functions of distance
+
+
+def bucket_of(d: float, buckets: int, max_distance: int, bidirectional: bool) -> int:
+    """T5's bucket of a distance d = i - j >= 0 (Hugging Face's ``_relative_position_bucket`` at
+    relative_position = j - i <= 0: causal attention sees no key after the query, so a bidirectional
+    layout uses only its first half, the buckets of the past)."""
+    n = buckets // 2 if bidirectional else buckets
+    exact = n // 2
+    if d < exact:
+        return int(d)
+    large = exact + int(math.log(d / exact) / math.log(max_distance / exact) * (n - exact))
+    return min(large, n - 1)
+
+
+def _bucket_rule(a: dict[str, Ty]) -> Ty:
+    d = a["distance"]
+    need_num(d, "distance", {"dist"}, " (the distance i - j)")
+    if not d.integer:
+        raise TypeIssue("'distance' must be an integer distance (distance, or an integer expression of it)", "distance")
+    scalar(a, "buckets", "max_distance", integer=True)
+    if a["bidirectional"].kind != "bool":
+        raise TypeIssue("'bidirectional' must be true or false", "bidirectional")
+    return d.with_(integer=True)
+
+
+def _bucket_check(buckets: int = 32, max_distance: int = 128, bidirectional: bool = False) -> str | None:
+    exact = (buckets // 2 if bidirectional else buckets) // 2
+    if exact < 1:
+        return f"{buckets} buckets leave no exact bucket" + (" (bidirectional: half of them are for later keys)"
+                                                           if bidirectional else "")
+    if max_distance <= exact:
+        return (f"max_distance = {max_distance} must exceed the {exact} exact buckets (the log-spaced ones reach "
+                "from there to max_distance)")
+    return None
+
+
+def _bucket_run(ops, d, *, buckets, max_distance, bidirectional):
+    n = buckets // 2 if bidirectional else buckets
+    exact = n // 2
+    far = exact + ops.floor(ops.log(ops.maximum(d, d * 0 + exact) / exact) / math.log(max_distance / exact)
+                            * (n - exact))
+    small = (d < exact) * 1.0
+    return small * d + (1.0 - small) * ops.minimum(far, far * 0 + (n - 1))
+
+
+def _emit_bucket(d, *, buckets, max_distance, bidirectional):
+    return f"_t5_bucket(_t({d}, dev), {buckets}, {max_distance}, {bidirectional})"
+
+
+def _table_rule(a: dict[str, Ty]) -> Ty:
+    i = a["index"]
+    need_num(i, "index", {"dist"}, " (an integer index per distance, such as bucket(distance))")
+    if not i.integer:
+        raise TypeIssue("'index' must be an integer (bucket(distance, ...), or an integer expression of distance)",
+                        "index", hint="floor(...) or bucket(...) give integers")
+    if i.learned or i.data:
+        raise TypeIssue("'index' must be a function of the distance, not of learned values or the data", "index")
+    to = a["to"]
+    if to.kind != "axis" or to.detail != "head":
+        raise TypeIssue("a table gives one value per head: write to = head", "to")
+    scalar(a, "size", integer=True)
+    scalar(a, "init")
+    return num(*(i.axes | {"head"}))
+
+
+def _table(at, index, *, to, size, init):
+    """The learned (size, heads) table read at the index (clamped into the table), over index axes + head."""
+    t, axes = at.aligned_with(index, ())
+    rows = at.indexed(t.clip(0, size - 1), size, at.heads, init)  # (*index dims, H)
+    out_axes = tuple(a for a in ("batch", "head", "pos", "dist") if a in axes or a == "head")
+    return at.wrap(at.ops.moveaxis(rows, -1, out_axes.index("head")), out_axes)
+
+
+def _emit_table(g, index, *, to, size, init):
+    m = g.learned(f"nn.Embedding({int(size)}, HEADS)")
+    g.init(f"nn.init.normal_({m}.weight, std={init})")
+    return f"_table_at({m}, {index}, {int(size)})"
+
+
+def _mlp_rule(a: dict[str, Ty]) -> Ty:
+    f = a["features"]
+    need_num(f, "features", {"dist", "pos"}, " (one input feature per distance, such as log(1 + distance))")
+    if f.data:
+        raise TypeIssue("'features' must be a function of the distance (and query_position), not of the data",
+                        "features")
+    to = a["to"]
+    if to.kind != "axis" or to.detail != "head":
+        raise TypeIssue("an mlp gives one value per head: write to = head", "to")
+    scalar(a, "hidden", "depth", integer=True)
+    if a["relu"].kind != "bool":
+        raise TypeIssue("'relu' must be true or false", "relu")
+    return num(*(f.axes | {"head"}))
+
+
+def _mlp(at, features, *, to, hidden, depth, relu):
+    """x-transformers' DynamicPositionBias MLP of one feature per distance: Linear(1, hidden), SiLU (ReLU: FIRE),
+    then depth - 1 x (Linear(hidden, hidden), SiLU), then Linear(hidden, heads)."""
+    t, axes = at.aligned_with(features, ())
+    out = at.mlp(t[..., None], hidden, depth, at.heads, relu)  # (*feature dims, H)
+    out_axes = tuple(a for a in ("batch", "head", "pos", "dist") if a in axes or a == "head")
+    return at.wrap(at.ops.moveaxis(out, -1, out_axes.index("head")), out_axes)
+
+
+def _emit_mlp(g, features, *, to, hidden, depth, relu):
+    m = g.learned(f"_mlp_module({int(hidden)}, {int(depth)}, HEADS, {relu})")
+    return f"_mlp_at({m}, {features})"
+
+
+RECORDS += [
+    Builtin("bucket", (("distance", REQUIRED), ("buckets", 32), ("max_distance", 128), ("bidirectional", False)),
+            "T5's bucket of the distance: exact below buckets / 2, log-spaced up to max_distance, then the last "
+            "(Hugging Face's _relative_position_bucket; bidirectional: the encoder's layout, half for later keys)",
+            _bucket_rule, "bias", static=(("buckets", int), ("max_distance", int), ("bidirectional", bool)),
+            arg_rules={"buckets": (2, limits.MAX_LIST, False, "the number of buckets"),
+                       "max_distance": (1, limits.MAX_LENGTH, False, "the distance where the last bucket starts")},
+            check=_bucket_check, run=_bucket_run, emit=_emit_bucket, index_rows=lambda buckets, **_: int(buckets)),
+    Builtin("table", (("index", REQUIRED), ("to", "head"), ("size", 0), ("init", 0.0)),
+            "a learned table, one value per head and index (size rows; 0: the index's own range, e.g. a bucket "
+            "count), starting at N(0, init^2)", _table_rule, "source", names=("to",),
+            static=(("size", int), ("init", float)),
+            arg_rules={"size": (0, limits.MAX_LIST, False, "rows of the table (0: the index's range)"),
+                       "init": (0, limits.MAX_INIT, False, "a standard deviation")},
+            check=None, derive={"size": "index"}, learned=True, site=_table, emit=_emit_table),
+    Builtin("mlp", (("features", REQUIRED), ("hidden", 32), ("to", "head"), ("depth", 2), ("relu", False)),
+            "a learned MLP of one feature per distance to a value per head (x-transformers' dynamic position "
+            "bias: Linear(1, hidden), SiLU, (depth - 1) x [Linear(hidden, hidden), SiLU], Linear(hidden, heads); "
+            "relu = true: ReLU instead of SiLU, as FIRE)",
+            _mlp_rule, "source", names=("to",), static=(("hidden", int), ("depth", int), ("relu", bool)),
+            arg_rules={"hidden": (1, limits.MAX_RANK, False, "the width of the hidden layers"),
+                       "depth": (1, 16, False, "hidden layers")},
+            learned=True, site=_mlp, emit=_emit_mlp),
 ]

@@ -35,6 +35,10 @@ A record's parts, each optional where the builtin has no such stage:
   at one length must not be reused at another); the walk folds it at each length, and its ``emit``
   is ``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the value folded at n.
 
+- ``check``: a check across the static arguments, ``check(**static values) -> message or None``, run
+  with ``arg_rules``; ``index_rows``: an integer-valued builtin's number of values from its static
+  arguments (``bucket``); ``derive``: ``{param: other}``, a static parameter that left at 0 takes the
+  ``index_rows`` of the call in argument ``other`` (:func:`pedsl.lang.fold.derived_static`);
 - ``checked_args``: arguments that must fold to a static value (``learned(init)``): the folder folds
   them wherever the call is checked, so a bad start value is a positioned diagnostic.
 
@@ -97,6 +101,14 @@ class Builtin:
     # arguments that must fold to a static value (a learned value's start): folded wherever the call
     # is checked, so that their errors are positioned diagnostics, never a failure at compile time
     checked_args: tuple[str, ...] = ()
+    # a check across the static arguments (folded, defaults filled in), run with ``arg_rules``: the
+    # message of what is wrong, or None
+    check: Callable[..., str | None] | None = None
+    # an integer-valued builtin's number of values, from its static arguments (bucket: its bucket count)
+    index_rows: Callable[..., int] | None = None
+    # static parameters that, left at 0, take the ``index_rows`` of the call in another argument
+    # ({"size": "index"}: a table as large as its bucket index)
+    derive: dict[str, str] | None = None
 
     def signature(self) -> str:
         parts = []

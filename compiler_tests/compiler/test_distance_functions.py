@@ -1,0 +1,358 @@
+"""Learned functions of distance - bucket, table, mlp - and the library schemes built on them, against
+the implementations people use (Hugging Face's T5 buckets, x-transformers' RelativePositionBias,
+DynamicPositionBias and AlibiPositionalBias, loaded into the pedsl module) and, where no peer exists
+(KERPLE, Sandwich), against a naive float64 loop of the paper's formula.
+
+How a peer's parameters load into the pedsl module (the same mapping the README documents):
+
+- ``RelativePositionBias`` (x-transformers): ``learned.sites["bias[0]__table0"].weight`` =
+  ``relative_attention_bias.weight * scale`` (x-transformers adds the scaled table to q.k / sqrt(D), as
+  pedsl adds its bias); ``causal=True`` is ``bucket(...)``, ``causal=False`` is ``bidirectional = true``.
+- ``DynamicPositionBias(dim, heads, depth, log_distance=True)``: its ``mlp.{k}.0`` (k < depth) is pedsl's
+  layer ``2 k`` of ``learned.sites["bias[0]__mlp0"]`` and its last ``mlp.{depth}`` is layer ``2 depth``.
+- ``AlibiPositionalBias(heads=k, total_heads=H)`` is ``alibi_partial`` with ``alibi_heads = k``; a learned
+  slope ``s_h`` is ``learned.sites["bias[0]__learned0"].value[h] = log(s_h)`` in ``alibi_learned``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from compiler_helpers import SCHEMES, assert_generated_module_matches, first_error, rnd
+from pedsl.compiler import compile_scheme
+from pedsl.compiler.codegen import generate
+from pedsl.compiler.module_values import ModuleScheme
+from pedsl.compiler.plan import QUERY_BLOCKS
+from pedsl.lang.builtin_defs.learned import bucket_of
+
+F64 = torch.float64
+
+
+def _attend(q, k, v, bias):
+    """softmax(q k^T / sqrt(D) + bias, causal) v in float64: bias (H, L, L) or (1, H, L, L)."""
+    L, D = q.shape[2], q.shape[3]
+    s = q @ k.transpose(-1, -2) / math.sqrt(D) + bias.reshape(1, -1, L, L)
+    s = s.masked_fill(torch.ones(L, L, dtype=torch.bool).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _qkv(H, L, D=16, seed=0):
+    return (rnd(2, H, L, D, seed=seed + i) for i in range(3))
+
+
+def _scheme(name, H=4, D=16, **params):
+    return compile_scheme(SCHEMES / f"{name}.pe", num_heads=H, head_dim=D, params=params or None).double()
+
+
+def _moved(mod, scale=0.3, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return mod
+
+
+# ---------------------------------------------------------------------- bucket
+@pytest.mark.parametrize("buckets, max_distance", [(32, 128), (64, 256), (8, 20), (16, 1000)])
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_buckets_equal_hugging_face_t5(buckets, max_distance, bidirectional):
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    d = torch.arange(0, 20000)
+    hf = T5Attention._relative_position_bucket(-d, bidirectional=bidirectional, num_buckets=buckets,
+                                               max_distance=max_distance)
+    mod = compile_scheme(f'scheme s "" {{ bias = table(bucket(distance, buckets = {buckets}, max_distance = '
+                         f'{max_distance}, bidirectional = {str(bidirectional).lower()})) }}', num_heads=1, head_dim=8)
+    # the module's table is the identity on buckets: its weight row b = b
+    with torch.no_grad():
+        mod.learned.sites["bias[0]__table0"].weight.copy_(torch.arange(buckets, dtype=torch.float32)[:, None])
+    ours = mod.evaluator.run(mod.biases[0].site.expr, mod._ctx(20000), "bias[0]").t.reshape(-1)
+    assert torch.equal(ours.long(), hf)
+    assert [bucket_of(float(x), buckets, max_distance, bidirectional) for x in range(0, 3000)] == hf[:3000].tolist()
+
+
+# ---------------------------------------------------------------------- peers: x-transformers
+@pytest.mark.parametrize("causal", [True, False])
+def test_t5_bias_equals_x_transformers_relative_position_bias(causal):
+    from x_transformers.x_transformers import RelativePositionBias
+
+    H, L, D = 4, 300, 16  # 300 > max_distance: the last bucket is reached
+    peer = RelativePositionBias(scale=D ** 0.5, causal=causal, num_buckets=32, max_distance=128, heads=H).double()
+    text = ('scheme s "" { bias = table(bucket(distance, buckets = 32, max_distance = '
+            f'128, bidirectional = {str(not causal).lower()}), to = head) }}')
+    mod = compile_scheme(text, num_heads=H, head_dim=D).double()
+    with torch.no_grad():
+        mod.learned.sites["bias[0]__table0"].weight.copy_(peer.relative_attention_bias.weight * peer.scale)
+    q, k, v = _qkv(H, L)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, peer(L, L)), rtol=1e-10, atol=1e-12)
+
+
+def test_the_library_t5_bias_is_unidirectional_t5():
+    from x_transformers.x_transformers import RelativePositionBias
+
+    mod = _moved(_scheme("t5_bias"))
+    peer = RelativePositionBias(scale=1.0, causal=True, num_buckets=32, max_distance=128, heads=4).double()
+    with torch.no_grad():
+        peer.relative_attention_bias.weight.copy_(mod.learned.sites["bias[0]__table0"].weight)
+    q, k, v = _qkv(4, 200)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, peer(200, 200)), rtol=1e-10, atol=1e-12)
+
+
+def test_dynamic_position_bias_equals_x_transformers():
+    from x_transformers.x_transformers import DynamicPositionBias
+
+    H, L, hidden = 4, 97, 32
+    peer = DynamicPositionBias(dim=hidden, heads=H, depth=2, log_distance=True).double()
+    mod = _scheme("dynamic_position_bias", H=H, hidden=hidden)
+    net = mod.learned.sites["bias[0]__mlp0"]
+    state = {f"{2 * k}.{p}": peer.mlp[k][0].state_dict()[p] for k in range(2) for p in ("weight", "bias")}
+    state.update({f"4.{p}": w for p, w in peer.mlp[2].state_dict().items()})
+    net.load_state_dict(state)
+    q, k, v = _qkv(H, L)
+    ours = mod(q, k, v)
+    # the peer's forward reads its distances in float32 (``.float()``): compare there at float32's precision,
+    # then its own layers on the float64 features of its log_distance (sign(d) log(|d| + 1), d = i - j >= 0)
+    torch.testing.assert_close(ours, _attend(q, k, v, peer.float()(L, L).double()), rtol=1e-5, atol=1e-6)
+    peer.double()
+    d = torch.arange(L, dtype=F64)[:, None]
+    feat = torch.sign(d) * torch.log(d.abs() + 1)
+    for layer in peer.mlp:
+        feat = layer(feat)
+    i = torch.arange(L)
+    table = feat[(i[:, None] - i[None, :]).clamp(min=0)].permute(2, 0, 1)  # (H, L, L) at d = i - j
+    torch.testing.assert_close(ours, _attend(q, k, v, table), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("H, alibi_heads", [(8, 3), (6, 6), (4, 1)])
+def test_alibi_partial_equals_x_transformers_alibi_num_heads(H, alibi_heads):
+    from x_transformers.x_transformers import AlibiPositionalBias
+
+    peer = AlibiPositionalBias(heads=alibi_heads, total_heads=H).double()
+    mod = _scheme("alibi_partial", H=H, alibi_heads=alibi_heads)
+    q, k, v = _qkv(H, 64)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, peer(64, 64)), rtol=1e-10, atol=1e-12)
+
+
+def test_alibi_learned_starts_as_alibi_and_equals_x_transformers_with_its_slopes():
+    from x_transformers.x_transformers import AlibiPositionalBias
+
+    H, L = 6, 50
+    mod = _scheme("alibi_learned", H=H)
+    q, k, v = _qkv(H, L)
+    torch.testing.assert_close(mod(q, k, v), _scheme("alibi", H=H)(q, k, v), rtol=1e-6, atol=1e-7)  # float32 start
+    _moved(mod)
+    slopes = mod.learned.sites["bias[0]__learned0"].value.exp()
+    peer = AlibiPositionalBias(heads=H).double()
+    peer.slopes = slopes.detach().reshape(H, 1, 1)  # its constructor rounds a slope list to float32
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, peer(L, L)), rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- no peer: the paper's formula, naively
+def _naive(H, L, fn):
+    b = torch.zeros(H, L, L, dtype=F64)
+    for h in range(H):
+        for i in range(L):
+            for j in range(i + 1):
+                b[h, i, j] = fn(h, i - j)
+    return b
+
+
+def test_kerple_log_is_the_papers_formula():
+    H, L = 4, 40
+    mod = _moved(_scheme("kerple_log", H=H))
+    r1 = mod.learned.sites["bias[0]__learned0"].value.tolist()
+    r2 = mod.learned.sites["bias[0]__learned1"].value.tolist()
+    b = _naive(H, L, lambda h, d: -max(r1[h], 0.01) * math.log(1 + max(r2[h], 0.01) * d))
+    q, k, v = _qkv(H, L)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, b), rtol=1e-10, atol=1e-12)
+
+
+def test_kerple_power_is_the_papers_formula():
+    H, L = 4, 40
+    mod = _moved(_scheme("kerple_power", H=H), scale=0.8)
+    r1 = mod.learned.sites["bias[0]__learned0"].value.tolist()
+    r2 = mod.learned.sites["bias[0]__learned1"].value.tolist()
+    b = _naive(H, L, lambda h, d: -max(r1[h], 0.01) * float(d) ** min(max(r2[h], 0.01), 2.0))
+    q, k, v = _qkv(H, L)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, b), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("H", [4, 8])
+def test_sandwich_is_the_papers_formula(H):
+    L, dim = 70, 128
+    mod = _scheme("sandwich", H=H)
+    b = _naive(H, L, lambda h, d: (sum(math.cos(d / 10000 ** (2 * k / dim)) for k in range(1, dim // 2 + 1))
+                                   - dim / 2) / ((h + 1) * 8 / H))
+    q, k, v = _qkv(H, L)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, b), rtol=1e-10, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- kernels, decoding, codegen, numpy
+@pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_log", "sandwich"])
+def test_a_distance_table_is_never_a_square_tensor(name, monkeypatch):
+    """Carried per block of queries from one (H, distances) table a call: no (B, H, L, L) bias."""
+    from pedsl.compiler import general
+
+    mod = _scheme(name)
+    assert mod.backend == "sdpa" and mod.biases[0].carried == QUERY_BLOCKS
+    calls, shapes = [], []
+    real_attend, orig = general.attend, ModuleScheme.distance_table
+
+    def table(self, i, size, device):
+        calls.append(size)
+        return orig(self, i, size, device)
+
+    def attend(q, k, v, mask, bias, *args, **kw):
+        shapes.append(tuple(bias.shape))
+        return real_attend(q, k, v, mask, bias, *args, **kw)
+
+    monkeypatch.setattr(ModuleScheme, "distance_table", table)
+    monkeypatch.setattr(general, "attend", attend)
+    L = 3 * general.QUERY_CHUNK + 5
+    q, k, v = _qkv(4, L)
+    mod(q, k, v)
+    assert calls == [L]  # once per call, over every distance
+    assert shapes and all(s[2] <= general.QUERY_CHUNK for s in shapes)
+
+
+@pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_power", "sandwich", "alibi_partial"])
+def test_decoding_with_a_cache_equals_one_forward(name):
+    mod = _moved(_scheme(name))
+    q, k, v = _qkv(4, 150)
+    full = mod(q, k, v)
+    cache = mod.new_cache(2)
+    parts = [mod(q[:, :, :140], k[:, :, :140], v[:, :, :140], cache=cache)]
+    parts += [mod(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache=cache) for t in range(140, 150)]
+    torch.testing.assert_close(torch.cat(parts, dim=2), full, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_log", "sandwich", "alibi_partial"])
+def test_generated_module_equals_the_compiled_one(name, tmp_path):
+    mod = _moved(compile_scheme(SCHEMES / f"{name}.pe", num_heads=4, head_dim=16))
+    assert_generated_module_matches(mod, generate(mod.scheme, mod.plan), tmp_path / f"{name}.py", lengths=(3, 140))
+
+
+@pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_log"])
+def test_the_numpy_sampler_computes_the_modules_table(name):
+    """``pedsl diff --numeric``'s numpy walk, loaded with the module's parameters, gives its distance table;
+    unloaded, a table starts at zeros (init 0) and an MLP from torch's default distribution."""
+    from pedsl.diffing.sample import Sampler
+
+    mod = _moved(compile_scheme(SCHEMES / f"{name}.pe", num_heads=4, head_dim=16).double())
+    weights = {s: {k: w.double().numpy() for k, w in m.state_dict().items()} for s, m in mod.learned.sites.items()}
+    sm = Sampler(mod.scheme, d_model=64, weights=weights)
+    b = mod.scheme.biases[0]
+    got = sm.run(b.term, "bias[0]", sm.ctx(200))
+    want = ModuleScheme.of(mod).distance_table(0, 200, None)
+    np.testing.assert_allclose(got.align(("head", "dist")), want.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- diagnostics
+@pytest.mark.parametrize("value, col, words", [
+    ("table(bucket(distance, buckets = 1))", 43, "buckets = 1 is out of range"),
+    ("table(bucket(distance, buckets = 32, max_distance = 16))", 16, "must exceed the 16 exact buckets"),
+    ("table(bucket(distance, buckets = 2, bidirectional = true))", 16, "leave no exact bucket"),
+    ("table(bucket(distance, bidirectional = 3))", 49, "'bidirectional' must be true or false"),
+    ("table(bucket(position))", 23, "'distance' varies along pos"),
+    ("table(bucket(distance / 2))", 23, "must be an integer distance"),
+    ("table(min(distance, 63))", 10, "give size = N"),
+    ("table(min(distance, 63), size = 64, to = pair)", 51, "write to = head"),
+    ("table(log(1 + distance), size = 64)", 16, "'index' must be an integer"),
+    ("table(bucket(distance), size = -3)", 41, "size = -3 is out of range"),
+    ("mlp(log(1 + distance), hidden = 0)", 42, "hidden = 0 is out of range"),
+    ("mlp(log(1 + distance), to = pair)", 38, "write to = head"),
+    ("mlp(x)", 14, "'features' must be a number"),
+    ("-slopes(heads, first = 9) * distance", 11, "first = 9 must be a whole number of heads"),
+    ("sinusoid_dot(distance, dim = 1)", 39, "dim = 1 is out of range"),
+    ("sinusoid_dot(position)", 23, "'distance' varies along pos"),
+])
+def test_bad_input_is_a_positioned_diagnostic(value, col, words):
+    d = first_error(f'scheme s "" {{\n  bias = {value}\n}}')
+    assert words in d.message, d.message
+    assert (d.line, d.col) == (2, col), (d.line, d.col, d.message)
+
+
+# ---------------------------------------------------------------------- FIRE: a bias that reads the query position
+def test_fire_is_the_papers_formula():
+    """b(i, j) = f(psi(i - j) / psi(max(L, i))), psi(x) = log(|c x| + 1), f = Linear-ReLU-Linear; learned c, L."""
+    H, L = 4, 60
+    mod = _moved(_scheme("fire", H=H), scale=0.05)
+    with torch.no_grad():  # a threshold inside the sequence: both sides of max(L, i) are exercised
+        mod.learned.sites["let[threshold]__learned0"].value.fill_(20 / 512)
+    c = float(mod.learned.sites["let[c]__learned0"].value.detach())
+    thr = abs(512 * float(mod.learned.sites["let[threshold]__learned0"].value.detach()))
+    net = mod.learned.sites["bias[0]__mlp0"]
+    w1, b1, w2, b2 = (t.detach().double() for t in (net[0].weight, net[0].bias, net[2].weight, net[2].bias))
+
+    def f(h, i, d):
+        x = math.log(abs(c * d) + 1) / (math.log(abs(c * max(i, thr)) + 1) + 1e-6)
+        hidden = torch.relu(w1[:, 0] * x + b1)
+        return float(w2[h] @ hidden + b2[h])
+
+    b = torch.zeros(H, L, L, dtype=F64)
+    for h in range(H):
+        for i in range(L):
+            for j in range(i + 1):
+                b[h, i, j] = f(h, i, i - j)
+    q, k, v = _qkv(H, L)
+    torch.testing.assert_close(mod(q, k, v), _attend(q, k, v, b), rtol=1e-10, atol=1e-12)
+    assert mod.biases[0].query and mod.biases[0].carried == QUERY_BLOCKS
+
+
+def test_fire_gradients_reach_c_and_the_threshold_and_decoding_matches():
+    mod = _moved(_scheme("fire"), scale=0.05)
+    with torch.no_grad():
+        mod.learned.sites["let[threshold]__learned0"].value.fill_(20 / 512)
+    q, k, v = _qkv(4, 60)
+    mod(q, k, v).square().sum().backward()
+    for key in ("let[c]__learned0", "let[threshold]__learned0"):
+        assert float(mod.learned.sites[key].value.grad.abs()) > 0, key
+    with torch.no_grad():
+        full = mod(q, k, v)
+        cache = mod.new_cache(2)
+        parts = [mod(q[:, :, :50], k[:, :, :50], v[:, :, :50], cache=cache)]
+        parts += [mod(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1], cache=cache) for t in range(50, 60)]
+    torch.testing.assert_close(torch.cat(parts, dim=2), full, rtol=1e-9, atol=1e-10)
+
+
+def test_fire_generated_module_equals_the_compiled_one(tmp_path):
+    mod = _moved(compile_scheme(SCHEMES / "fire.pe", num_heads=4, head_dim=16), scale=0.05)
+    assert_generated_module_matches(mod, generate(mod.scheme, mod.plan), tmp_path / "fire.py", lengths=(3, 300))
+
+
+@pytest.mark.parametrize("value, col, words", [
+    ("-log(1 + distance / max(position, 8))", 34, "a bias cannot read 'position'"),
+    ("mlp(linear(x, to = head) * query_position)", 14, "varies along head"),
+    ("mlp(log(1 + distance), relu = 2)", 40, "'relu' must be true or false"),
+])
+def test_bad_query_position_biases_are_positioned_diagnostics(value, col, words):
+    d = first_error(f'scheme s "" {{\n  bias = {value}\n}}')
+    assert words in d.message, d.message
+    assert (d.line, d.col) == (2, col), (d.line, d.col, d.message)
+
+
+def test_a_query_position_term_alone_cancels():
+    """A term that reads only the query position is constant along each softmax row: dropped, with W106."""
+    from pedsl.lang.api import check
+
+    diags = check('scheme s "" {\n  bias = -log(1 + distance) + query_position\n}')
+    assert [d.code for d in diags] == ["W106"]
+
+
+def test_numeric_diff_samples_learned_distance_biases_at_their_start():
+    """``pedsl diff --numeric`` (numpy, no torch) draws a learned bias at its start: learned ALiBi is ALiBi,
+    a T5 table starts at zero, FIRE's query-dependent bias is averaged over the queries."""
+    import pedsl
+    from pedsl.diffing import numeric as N
+
+    def bias(name):
+        return N.curves(pedsl.load(SCHEMES / f"{name}.pe"), lmax=32).bias
+
+    np.testing.assert_allclose(bias("alibi_learned"), bias("alibi"), rtol=1e-12, atol=1e-12)
+    assert np.all(bias("t5_bias") == 0)
+    fire = bias("fire")
+    assert fire.shape == (4, 33) and np.all(np.isfinite(fire)) and np.ptp(fire) > 0
