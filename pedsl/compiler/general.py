@@ -845,7 +845,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
     if (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
-            and kcoord is None and shape is None and sink is None
+            and not bi.queries and kcoord is None and shape is None and sink is None
             and scheme.normalize == "softmax"):  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     qpos_all = last_tokens(lay.positions, Lq, 1)
