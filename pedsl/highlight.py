@@ -34,7 +34,7 @@ class PeLexer(RegexLexer):
             (rf"\b(extends)(\s+)({_NAME})", bygroups(Keyword, Whitespace, Name.Class)),
             (rf"\b(param|let)(\s+)({_NAME})", bygroups(Keyword.Declaration, Whitespace, Name.Variable)),
             (words(("import", "scheme", "param", "let", "layout", "channels", "on", "bias", "temperature",
-                    "train", "eval", "allow", "qk", "qkv", "extends"), suffix=r"\b"), Keyword),
+                    "train", "eval", "allow", "layers", "qk", "qkv", "extends"), suffix=r"\b"), Keyword),
             (words(("int", "float", "bool", "str"), suffix=r"\b"), Keyword.Type),
             (words(("true", "false", "halves", "interleaved"), suffix=r"\b"), Keyword.Constant),
             (words(tuple(FUNCTIONS), suffix=r"\b(?=\s*\()"), Name.Builtin),

@@ -9,6 +9,7 @@ from typing import Any
 from pedsl.lang.channels import channel_ranges
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.frequencies import rotary_frequencies
+from pedsl.lang.layers import layer_map_lines
 
 
 def _scalar(v: Any) -> str:
@@ -35,6 +36,11 @@ def render_scheme(scheme) -> str:
     lines.append(f"heads: {scheme.heads}")
     lines.append(f"head_dim: {scheme.head_dim}")
     lines.append(f"layout: {scheme.layout}")
+    if scheme.layers is not None:
+        lines += ["layers:", *layer_map_lines(scheme.layers)]
+        lines += ["parts:"] + [f"  {n}: {p.file or '-'}" + (f" (extends {' -> '.join(p.bases)})" if p.bases else "")
+                               for n, p in scheme.layers.parts.items()]
+        return "\n".join(lines + _settings_lines(scheme))  # the layers' attention is their parts'
     if scheme.params:
         lines.append("params:")
         lines += [f"  {k}: {_scalar(v)}" for k, v in scheme.params.items()]
@@ -83,6 +89,12 @@ def render_scheme(scheme) -> str:
                 lines.append(f"    log_gate: {to_source(b.log_gate)}")
     if scheme.temperature is not None:
         lines.append(f"temperature: {to_source(scheme.temperature)}")
+    return "\n".join(lines + _settings_lines(scheme))
+
+
+def _settings_lines(scheme) -> list[str]:
+    """The train / eval blocks and ``allow``."""
+    lines = []
     for name in ("train", "eval"):
         table = getattr(scheme, name)
         if table:
@@ -90,4 +102,4 @@ def render_scheme(scheme) -> str:
             lines += [f"  {k}: {_scalar(v)}" for k, v in table.items()]
     if scheme.allow:
         lines.append("allow: [" + ", ".join(scheme.allow) + "]")
-    return "\n".join(lines)
+    return lines

@@ -159,8 +159,23 @@ class Allow(Node):
     names: tuple[str, ...]
 
 
+class LayerRule(Node):
+    """One rule of a ``layers`` block: ``rule(args) = value`` (``pattern``, ``default``, ``every(k)``,
+    ``first(n)``, ``last(n)``, ``at([i, ...])``); ``args`` is None without parentheses. The resolver
+    checks the rule name, its arguments and its value (scheme names, ``name * count`` in a pattern)."""
+
+    rule: str
+    args: tuple[Expr, ...] | None = None
+    value: Expr
+
+
+class Layers(Node):
+    kind: Literal["layers"] = "layers"
+    rules: tuple[LayerRule, ...] = ()
+
+
 Stmt = Annotated[
-    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, Section, Allow],
+    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, Section, Allow, Layers],
     Field(discriminator="kind"),
 ]
 

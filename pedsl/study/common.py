@@ -100,17 +100,10 @@ def eval_attention(cfg, scheme, digest: str | None = None):
     """``scheme`` compiled for evaluation (requires_grad=False, the run's backend), as a
     :class:`~pedsl.train.recipe.SchemeRecipe` whose hash is ``digest`` (the run's recorded
     hash of the resolved scheme) or the scheme's own."""
-    from pedsl.train.recipe import SchemeRecipe
+    from pedsl.train.recipe import SchemeRecipe, per_layer
 
     def build(m):
-        from pedsl.compiler import compile_scheme
-
-        fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)
-
-        def make(layer: int):
-            return compile_scheme(fixed, backend=cfg.backend, head_dim=m.head_dim, num_heads=m.n_heads,
-                                  d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
-        return make
+        return per_layer(scheme, m, backend=cfg.backend, requires_grad=False)
 
     return SchemeRecipe(name=scheme.name, source=scheme.source, source_hash=digest or scheme.source_hash,
                            build=build, scheme=scheme)
