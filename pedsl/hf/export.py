@@ -53,6 +53,32 @@ def llama_state_dict(model, *, interleaved: bool) -> dict[str, torch.Tensor]:
     return {k: v.detach().to(torch.float32).contiguous().clone() for k, v in out.items()}
 
 
+def _one_rope(scheme, n_layers: int) -> dict:
+    """The rope of every layer: LlamaForCausalLM has one. A ``layers`` scheme exports when each of its
+    layers' parts has the same HF rope; otherwise the refusal names the layers that differ."""
+    if scheme.layers is None:
+        return export_rope(scheme, allow_interleaved=True)
+    parts = scheme.layers.assign(n_layers)
+    first = {name: parts.index(name) for name in dict.fromkeys(parts)}
+    ropes = {}
+    for name, i in first.items():
+        try:
+            ropes[name] = export_rope(scheme.layers.parts[name], allow_interleaved=True)
+        except InteropError as err:
+            raise InteropError(f"layer {i} of scheme '{scheme.name}' ({name}): {err.diagnostics[0].message}",
+                               code="E962", hint=err.diagnostics[0].hint) from None
+    if len({json.dumps(r, sort_keys=True) for r in ropes.values()}) > 1:
+        shown = "; ".join(f"layer {i} ({name}): {json.dumps(ropes[name]['rope_parameters'], sort_keys=True)}"
+                          for name, i in first.items())
+        raise InteropError(f"scheme '{scheme.name}' gives its layers different rotary embeddings, and "
+                           f"LlamaForCausalLM has one for every layer: {shown}", code="E962",
+                           hint="export a run whose layers share one rope, or use the run with pedsl")
+    if len({scheme.layers.parts[n].layout for n in ropes}) > 1:
+        raise InteropError(f"the parts of scheme '{scheme.name}' pair channels differently (halves and "
+                           "interleaved)", code="E962", hint="give the parts one layout")
+    return next(iter(ropes.values()))
+
+
 def llama_config(model, scheme, context: int) -> dict:
     """config.json of the Llama equivalent of ``model`` with ``scheme``'s rope parameters."""
     cfg = model.cfg
@@ -64,10 +90,10 @@ def llama_config(model, scheme, context: int) -> dict:
         raise InteropError(f"the run's model convolves its queries and keys (qk_conv = {cfg.qk_conv}), which "
                            "LlamaForCausalLM has no place for", code="E962",
                            hint="train without the convolution (`--set qk_conv=0`) to export to Hugging Face")
-    if list(model.blocks[0].attn.pe.parameters()):
+    if any(list(blk.attn.pe.parameters()) for blk in model.blocks):
         raise InteropError(f"scheme '{scheme.name}' has learned parameters, which Hugging Face's rotary embedding "
                            "cannot hold", code="E962")
-    rope = export_rope(scheme, allow_interleaved=True)
+    rope = _one_rope(scheme, cfg.n_layers)
     rp = rope["rope_parameters"]
     if rp.get("partial_rotary_factor", 1.0) != 1.0:
         raise InteropError(f"scheme '{scheme.name}' rotates {rp['partial_rotary_factor']:g} of each head; "
@@ -100,7 +126,8 @@ def llama_config(model, scheme, context: int) -> dict:
 def export_model(model, scheme, out_dir: str | Path, *, context: int) -> Path:
     """Write ``config.json`` + ``model.safetensors`` of a pedsl ``TransformerLM`` (``arch: llama``)."""
     config = llama_config(model, scheme, context)
-    tensors = llama_state_dict(model, interleaved=scheme.layout == "interleaved")
+    layout = next(iter(scheme.layers.parts.values())).layout if scheme.layers is not None else scheme.layout
+    tensors = llama_state_dict(model, interleaved=layout == "interleaved")
     out = ensure_dir(out_dir)
     atomic_write_bytes(out / "model.safetensors", save(tensors, metadata={"format": "pt"}))
     atomic_write_text(out / "config.json", json.dumps(config, indent=2) + "\n")
