@@ -47,7 +47,8 @@ from pedsl.compiler import compile_scheme
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
-from pedsl.hf.rope import export_rope, import_config
+from pedsl.hf.layered import import_any, part_window
+from pedsl.hf.rope import export_rope
 from pedsl.lang.api import load
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.torch_backend import Context
@@ -118,6 +119,7 @@ class _State:
         self.original = (hf or {}).get("max_position_embeddings") if self.rope_type == "dynamic" else \
             rp.get("original_max_position_embeddings")
         self.longest = self.original  # HF's max_seq_len_cached of dynamic NTK
+        self.hf_tuning: tuple[float, float] | None = None  # Llama 4 NoPE layer: its query scale, undone
         self._freqs: dict[int, torch.Tensor] = {}  # table length (0: static) -> (P,) float64 frequencies
 
     def table_length(self, seq_len: int) -> int:
@@ -174,7 +176,10 @@ class _PedslRotary(nn.Module):
     def forward(self, x, position_ids, *args, **kwargs):
         st = self.state
         if st.hf is None:
-            cos, sin = self.inner(x, position_ids, *args, **kwargs)
+            out = self.inner(x, position_ids, *args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.is_complex():  # Llama 4's freqs_cis: rotation by 1 + 0i
+                return torch.ones_like(out)
+            cos, sin = out
             return torch.ones_like(cos), torch.zeros_like(sin)
         return hf_cos_sin(st.phases(position_ids.to(x.device)), st.transform.scale, self.width, x.dtype)
 
@@ -207,8 +212,18 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     kpos = (torch.arange(Lk, device=dev)[None, :] - ((Lk - 1) - last)[:, None]).clamp(min=0)  # (B, Lk)
     if scaling is not None and abs(scaling * D ** 0.5 - 1) > 1e-12:  # pedsl scales scores by 1 / sqrt(D)
         query = query * (scaling * D ** 0.5)
+    if state.hf_tuning is not None:  # the scheme's temperature replaces the model's own
+        query = query / llama4_tuning(state.hf_tuning, Lk - Lq, Lq, dev).to(query.dtype)
     o = state.module(query, key, value, positions=kpos, attn_mask=_general_mask(attention_mask, B, Lq, Lk, dev))
     return o.transpose(1, 2).contiguous(), None
+
+
+def llama4_tuning(tuning: tuple[float, float], past: int, Lq: int, device) -> torch.Tensor:
+    """(1, 1, Lq, 1) the query scale Llama 4's NoPE layers apply before the attention function (in float32,
+    at positions past .. past + Lq - 1 as HF counts them): log1p(floor((p + 1) / floor_scale)) * attn_scale + 1."""
+    floor_scale, attn_scale = tuning
+    p = torch.arange(Lq, device=device) + past
+    return (torch.log1p(torch.floor((p.float() + 1.0) / floor_scale)) * attn_scale + 1.0).view(1, 1, Lq, 1)
 
 
 def _register() -> None:
@@ -229,7 +244,7 @@ def scheme_for(model, scheme=None) -> Scheme:
     path / text / Scheme loaded with the model's heads and head_dim."""
     heads, head_dim = _dims(model.config)
     if scheme is None:
-        return load(import_config(model.config.to_dict()))
+        return load(import_any(model.config.to_dict()))
     if isinstance(scheme, (str, Path, Scheme)):
         return load(scheme, heads=heads, head_dim=head_dim)
     raise InteropError(f"scheme must be a path, .pe text or a pedsl Scheme, not {type(scheme).__name__}", code="E964")
@@ -307,7 +322,11 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     ``scheme``: a `.pe` path or text, or a loaded Scheme; by default the model's own rope parameters
     imported with :func:`pedsl.hf.import_config` (then the logits equal the native model's).
     ``backend`` is the compiled module's (the general path; HF's rotary path attends with SDPA)."""
+    # the model's own attention features pedsl does not apply, before its config is read for a scheme
+    _refuse_model_features(model, [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")])
     sch = scheme_for(model, scheme)
+    if sch.layers is not None:
+        return _use_layers(model, sch, backend)
     if sch.needs_x or sch.needs_tokens:
         raise InteropError(f"scheme '{sch.name}' reads the hidden state or the tokens, which transformers' "
                            "attention interface does not pass", code="E964",
@@ -316,17 +335,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     if sch.heads != heads or sch.head_dim != head_dim:
         raise InteropError(f"scheme '{sch.name}' is for {sch.heads} heads of {sch.head_dim}; the model has {heads} "
                            f"of {head_dim}", code="E964", hint="drop heads/head_dim params from the scheme")
-    layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
-    if not layers:
-        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
-    if any(isinstance(m, _PedslRotary) for m in model.modules()):
-        raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
-                           hint="call use_pedsl_attention once, on a fresh copy of the model")
-    rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
-                if name == "rotary_emb"]
-    if not rotaries:
-        raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
-    _refuse_model_features(model, layers)
+    layers, rotaries = _attention_layers(model)
     mod = compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend, requires_grad=False)
     hf, width = _choose_path(sch, mod, layers, rotaries)
     state = _State(mod, hf)
@@ -339,6 +348,75 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     if model.config._attn_implementation != NAME:  # pragma: no cover - a model without the attention interface
         raise InteropError(f"{type(model).__name__} does not dispatch through transformers' AttentionInterface",
                            code="E964")
+    return model
+
+
+# ---------------------------------------------------------------------- a layers scheme
+
+
+def _attention_layers(model) -> tuple[list, list]:
+    """(the attention layers, the (parent, name) of every rotary embedding), refused when absent or when the
+    model attends through pedsl already."""
+    layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
+    if not layers:
+        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
+    if any(isinstance(m, _PedslRotary) for m in model.modules()):
+        raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
+                           hint="call use_pedsl_attention once, on a fresh copy of the model")
+    rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
+                if name == "rotary_emb"]
+    if not rotaries:
+        raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
+    return layers, rotaries
+
+
+def _hf_mask_window(layer, cfg, index: int) -> tuple[int | None, int | None]:
+    """(sliding window, chunk) of the mask HF builds for this layer."""
+    kind = (getattr(cfg, "layer_types", None) or [None] * (index + 1))[index]
+    chunk = getattr(cfg, "attention_chunk_size", None) if kind == "chunked_attention" else None
+    return getattr(layer, "sliding_window", None), chunk
+
+
+def _layer_state(layer, cfg, index: int, name: str, part: Scheme, module) -> _State:
+    """The general path of one layer: its part's module, checked against the mask HF gives the layer."""
+    if part.needs_x or part.needs_tokens:
+        raise InteropError(f"layer {index} ({name}) reads the hidden state or the tokens, which transformers' "
+                           "attention interface does not pass", code="E964")
+    hf_window, hf_chunk = _hf_mask_window(layer, cfg, index)
+    window, chunk, _ = part_window(part)
+    if (hf_window, hf_chunk) != (window, chunk):
+        say = lambda w, c: f"window {w}" if w else f"chunk {c}" if c else "no window"  # noqa: E731
+        raise InteropError(f"layer {index}: the model masks with {say(hf_window, hf_chunk)} but the scheme's part "
+                           f"'{name}' has {say(window, chunk)}; HF's mask and the scheme must agree", code="E964",
+                           hint="use the scheme import-hf writes for this config (pedsl.hf.layered.import_any)")
+    state = _State(module, None)
+    if getattr(layer, "attn_temperature_tuning", False) and not getattr(layer, "use_rope", True):
+        state.hf_tuning = (float(layer.floor_scale), float(layer.attn_scale))  # undone: the part's applies
+    return state
+
+
+def _use_layers(model, sch: Scheme, backend: str):
+    """A ``layers`` scheme: each attention layer runs its part on the general path (the rotary embeddings
+    return the identity), with HF's mask, which must carry the part's window or chunk."""
+    cfg = model.config
+    heads, head_dim = _dims(cfg)
+    sch = load(sch, heads=heads, head_dim=head_dim, layers=cfg.num_hidden_layers)
+    names = sch.layers.assign(cfg.num_hidden_layers)
+    layers, rotaries = _attention_layers(model)
+    modules: dict[str, nn.Module] = {}
+    for layer in layers:
+        index = layer.layer_idx
+        name = names[index]
+        part = sch.layers.parts[name]
+        if name not in modules:
+            modules[name] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
+                                           requires_grad=False)
+        object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, index, name, part, modules[name]))
+    identity = _State(next(iter(modules.values())), None)
+    for parent, name in rotaries:
+        setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None))
+    _register()
+    model.set_attn_implementation(NAME)
     return model
 
 

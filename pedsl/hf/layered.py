@@ -163,13 +163,13 @@ def _nope_text(cfg: dict, name: str) -> str:
 
 
 def layer_rules(kinds: list[str], names: dict[str, str]) -> list[str]:
-    """The ``layers`` rules of a kind per layer: a repeating pattern when one repeats, ``first(n)`` for a
-    prefix of another kind (Qwen2), else ``default`` with ``at([...])`` for the other kinds."""
+    """The ``layers`` rules of a kind per layer: a pattern when a cycle repeats at least twice, ``first(n)``
+    for a prefix of another kind (Qwen2), else ``default`` with ``at([...])`` for the other kinds."""
     n = len(kinds)
     period = next(p for p in range(1, n + 1) if all(kinds[i] == kinds[i % p] for i in range(n)))
     if period == 1:
         return [f"default = {names[kinds[0]]}"]
-    if period < n:
+    if 2 * period <= n:  # a cycle that repeats (cut at the last layer as the models cut theirs)
         runs: list[list] = []
         for k in kinds[:period]:
             if runs and runs[-1][0] == k:
