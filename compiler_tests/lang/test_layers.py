@@ -212,3 +212,12 @@ def test_cli_check_show_explain_graph(tmp_path):
     assert json.loads(out)["layers"] == ["rope_local"] * 5 + ["rope_global", "rope_local"]
     code, out, err = run_cli("compile", f, "-o", tmp_path / "out")
     assert code == 1 and "E400" in out + err and "compile a part" in out + err
+
+
+def test_diff_refuses_a_layers_scheme(tmp_path):
+    f = tmp_path / "gemma3.pe"
+    f.write_text(GEMMA3)
+    code, out, err = run_cli("diff", f"{f}:gemma3", f"{f}:rope_local")
+    assert code == 2 and "pedsl diff compares two attentions" in out + err and "FILE:rope_local" in out + err
+    code, out, err = run_cli("diff", f"{f}:rope_local", f"{f}:rope_global")
+    assert code == 1 and "1000000" in out

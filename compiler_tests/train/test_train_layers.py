@@ -83,6 +83,9 @@ def test_train_resume_eval_analyze_export(mix, tmp_path):
     assert ev["ppl"]["32"]["ratio"] == 1.0 and ev["ppl"]["64"]["ppl"] > 1
     code, out, err = run_cli("analyze", run, "--max-length", "64", "--out", tmp_path / "an.json")
     assert code == 0, out + err
+    # layers 0 and 2 rotate group 'all' at different frequencies: summarised apart, never averaged together
+    fe = json.loads((tmp_path / "an.json").read_text())["summary"]["frequency_energy"]
+    assert [g["group"] for g in fe] == ["all (layers 0)", "all (layers 2)"] and fe[0]["freqs"] != fe[1]["freqs"]
     # LlamaForCausalLM has one rope for every layer: a NoPE layer has none, so export refuses and names it
     code, out, err = run_cli("export", run, "--hf", tmp_path / "hf")
     assert code == 1 and "E962" in out + err and "layer 1 of scheme 'mix' (nope)" in out + err
