@@ -141,7 +141,8 @@ def test_description_cannot_run_code_on_import(tmp_path):
     # the general forward's classes and the module's own class Evil, and no second class Evil
     from pedsl.compiler.codegen import embedded_section
 
-    general = [s.name for s in ast.parse(embedded_section("general")).body if isinstance(s, ast.ClassDef)]
+    general = [s.name for s in ast.parse(embedded_section("general") + embedded_section("kernels_template")).body
+               if isinstance(s, ast.ClassDef)]
     assert [s.name for s in tree.body if isinstance(s, ast.ClassDef)] == general + ["Evil"]
     assert ast.get_docstring(tree).startswith("evil: " + _payload(batch.sentinel))
     batch.add(pe, by_name=True)

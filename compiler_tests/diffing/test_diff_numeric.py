@@ -115,7 +115,8 @@ scheme kitchen "every run-time builtin once" {
     b = rest
   }
   qk on a: accumulate(rotation(0.1 * tanh(silu(linear(x, to = pair, rank = 4))) + min(abs(sin(frozen_random(token, seed = 3))),
-    0.5) * max(cos(embedding(token, to = pair, init = 0.5)), 0.2) - frozen_random(position, seed = 1) / 8))
+    0.5) * max(cos(embedding(token, to = pair, init = 0.5)), 0.2) - frozen_random(position, seed = 1) / 8
+    + 0.01 * learned(geometric(100.0), per = head)))
   qk on b: accumulate(householder(w = normalize(shortconv(linear(x, to = channel), width = 4)),
     beta = 2 * sigmoid(exp(-abs(gelu(linear(x, to = head)))) - 0.1 * softplus(linear(x, to = head)))))
   bias = accumulate(log_sigmoid(sqrt(1 + ramp(linear(x, to = head, init_bias = 2), 0, 4)) + 1))

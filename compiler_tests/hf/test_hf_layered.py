@@ -191,4 +191,4 @@ def test_layers_that_do_not_fit_the_model_are_refused():
     from pedsl.errors import CheckError
     with pytest.raises(CheckError) as err:
         use_pedsl_attention(_llama4(), text)
-    assert err.value.diagnostics[0].code == "E244"
+    assert err.value.diagnostics[0].code == "E254"

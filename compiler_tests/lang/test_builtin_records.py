@@ -25,7 +25,7 @@ CONSUMERS = ["pedsl/lang/fold.py", "pedsl/lang/channels.py", "pedsl/runtime/walk
              "pedsl/lang/builtins.py"]
 # strings that spell a builtin's name but mean something else: codegen's reserved local names, and the
 # lowered graph's operations (a rotate transform, a linear distance bias) that the kernels dispatch on
-NOT_BUILTINS = {"pedsl/compiler/codegen.py": {"cos", "sin", "rotate"},
+NOT_BUILTINS = {"pedsl/compiler/codegen.py": {"cos", "sin", "rotate", "learned"},  # learned: the module's attribute
                 "pedsl/compiler/kernels_template.py": {"rotate", "linear"},
                 "pedsl/compiler/passes.py": {"rotate", "linear"}}
 
@@ -34,6 +34,7 @@ class FakeSite:
     """Stands in for codegen's SiteCode: records what a source's emit declares."""
 
     heads, pairs, chans = 4, 8, 16
+    axes = frozenset({"head", "pair"})  # the axes of the call's value
 
     def __init__(self):
         self.lines, self.modules = [], 0
@@ -102,7 +103,7 @@ def test_every_record_has_every_part(name):
         code = spec.emit(*spec.inputs, *values, **static)
     else:
         g = FakeSite()
-        names = {"index": "token", "to": "pair", "input": "x"}
+        names = {"index": "token", "to": "pair", "input": "x", "per": "head"}
         code = spec.emit(g, *values, **{p: names[p] for p in spec.names}, **static)
         assert bool(g.modules) == spec.learned  # a learned site declares its sub-module
         for line in g.lines:

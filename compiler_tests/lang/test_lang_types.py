@@ -138,7 +138,7 @@ def test_what_builtins_read_comes_from_their_records():
     def reading(dep):
         return {n for n, b in FUNCTIONS.items() if dep in own_reads(b)}
 
-    assert reading(W) == {"embedding", "linear", "shortconv"}
+    assert reading(W) == {"embedding", "linear", "shortconv", "learned"}
     assert reading(L) == {"dynamic_ntk", "longrope"}
     assert reading(P) == {"log_length"}
     assert reading(T) == reading(D) == set()  # only the names token and x read those

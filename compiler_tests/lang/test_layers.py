@@ -40,7 +40,7 @@ def test_pattern_repeats_and_is_cut_like_gemma3(n):
     if n < 6:
         with pytest.raises(CheckError) as err:
             load(GEMMA3, scheme="gemma3", params={"layers": n})
-        assert err.value.diagnostics[0].code == "E244"
+        assert err.value.diagnostics[0].code == "E254"
         return
     s = load(GEMMA3, scheme="gemma3", params={"layers": n})
     want = ["rope_local" if t == "sliding_attention" else "rope_global" for t in gemma3_hf_layer_types(n)]
@@ -115,7 +115,7 @@ def test_load_again_with_the_models_layer_count():
     assert load(s, layers=12).layers.count == 12
     with pytest.raises(CheckError) as err:
         load(s, layers=3)
-    assert err.value.diagnostics[0].code == "E244"
+    assert err.value.diagnostics[0].code == "E254"
     with pytest.raises(ParamError) as err:
         load(GEMMA3, scheme="gemma3", params={"layers": 12}, layers=6)
     assert err.value.diagnostics[0].code == "E303"
@@ -136,23 +136,23 @@ def _err(body: str, params=None):
 
 
 @pytest.mark.parametrize("body, code, line, col, words", [
-    ("layers { patern = [rope_local] }", "E240", 1, 10, "did you mean 'pattern'"),
-    ("layers { default = rope_locl }", "E241", 1, 20, "did you mean 'rope_local'"),
-    ("layers { pattern = [rope_local * 0, nope] }", "E240", 1, 21, "name * count"),
-    ("layers { pattern = [] }", "E240", 1, 20, "list of scheme names"),
-    ("layers { every = nope }", "E240", 1, 10, "one argument"),
-    ("layers { default(2) = nope }", "E240", 1, 10, "no arguments"),
-    ("layers { every(0) = nope }", "E240", 1, 16, "whole number"),
-    ("layers { at(3) = nope }", "E240", 1, 13, "list of layer indices"),
-    ("layers { default = [nope] }", "E240", 1, 20, "one scheme by name"),
-    ("layers { at([1, 1]) = nope }", "E243", 1, 13, "twice"),
-    ("layers { default = nope\n default = rope_local }", "E243", 2, 2, "two defaults"),
-    ("layers { pattern = [nope]\n default = rope_local }", "E243", 2, 2, "a pattern and a default"),
-    ("layers { default = nope\n every(2) = rope_local\n every(3) = rope_local }", "E243", 3, 2, "layer 5"),
-    ("layers { first(2) = nope\n first(3) = rope_local }", "E243", 2, 2, "two first rules"),
-    ("layers { at([0]) = nope\n at([2, 0]) = rope_local }", "E243", 2, 2, "layer 0"),
-    ("param p: int = 1\nlayers { default = nope }", "E240", 1, 1, "not 'param'"),
-    ("layers { }", "E240", 1, 1, "empty"),
+    ("layers { patern = [rope_local] }", "E250", 1, 10, "did you mean 'pattern'"),
+    ("layers { default = rope_locl }", "E251", 1, 20, "did you mean 'rope_local'"),
+    ("layers { pattern = [rope_local * 0, nope] }", "E250", 1, 21, "name * count"),
+    ("layers { pattern = [] }", "E250", 1, 20, "list of scheme names"),
+    ("layers { every = nope }", "E250", 1, 10, "one argument"),
+    ("layers { default(2) = nope }", "E250", 1, 10, "no arguments"),
+    ("layers { every(0) = nope }", "E250", 1, 16, "whole number"),
+    ("layers { at(3) = nope }", "E250", 1, 13, "list of layer indices"),
+    ("layers { default = [nope] }", "E250", 1, 20, "one scheme by name"),
+    ("layers { at([1, 1]) = nope }", "E253", 1, 13, "twice"),
+    ("layers { default = nope\n default = rope_local }", "E253", 2, 2, "two defaults"),
+    ("layers { pattern = [nope]\n default = rope_local }", "E253", 2, 2, "a pattern and a default"),
+    ("layers { default = nope\n every(2) = rope_local\n every(3) = rope_local }", "E253", 3, 2, "layer 5"),
+    ("layers { first(2) = nope\n first(3) = rope_local }", "E253", 2, 2, "two first rules"),
+    ("layers { at([0]) = nope\n at([2, 0]) = rope_local }", "E253", 2, 2, "layer 0"),
+    ("param p: int = 1\nlayers { default = nope }", "E250", 1, 1, "not 'param'"),
+    ("layers { }", "E250", 1, 1, "empty"),
 ])
 def test_positioned_diagnostics(body, code, line, col, words):
     d, got_line = _err(body)
@@ -169,7 +169,7 @@ def test_positioned_diagnostics(body, code, line, col, words):
 ])
 def test_fit_to_the_layer_count(body, n, words):
     d, line = _err(body, {"layers": n})
-    assert d.code in ("E244", "E243") and line and d.col, d.render()
+    assert d.code in ("E254", "E253") and line and d.col, d.render()
     assert words in d.message
     load(PARTS + "scheme m {\n" + body + "\n}\n", scheme="m")  # without a count: nothing to say
 
@@ -177,13 +177,13 @@ def test_fit_to_the_layer_count(body, n, words):
 def test_nesting_extends_and_shapes_are_refused():
     text = PARTS + "scheme inner { layers { default = nope } }\nscheme outer { layers { default = inner } }\n"
     d = first_error(text)
-    assert d.code == "E242" and "has a layers block of its own" in d.message
+    assert d.code == "E252" and "has a layers block of its own" in d.message
     d = first_error(PARTS + "scheme m extends nope { layers { default = nope } }\n")
-    assert d.code == "E240" and "extends nothing" in d.message
+    assert d.code == "E250" and "extends nothing" in d.message
     text = PARTS + "scheme wide { param heads: int = 8\n qk: rotate(geometric(10.0) * position) }\n" \
                    "scheme m { layers { default = nope\n every(2) = wide } }\n"
     d = first_error(text)
-    assert d.code == "E242" and "heads 8" in d.message
+    assert d.code == "E252" and "heads 8" in d.message
 
 
 def test_part_errors_point_into_the_part():
@@ -198,7 +198,7 @@ def test_cli_check_show_explain_graph(tmp_path):
     code, out, err = run_cli("check", f, "-P", "layers=26")
     assert code == 0, out + err
     code, out, err = run_cli("check", f, "-P", "layers=4")
-    assert code == 1 and "E244" in out + err and "gemma3.pe:" in out + err
+    assert code == 1 and "E254" in out + err and "gemma3.pe:" in out + err
     code, out, _ = run_cli("show", f, "-P", "layers=8")
     assert code == 0 and "0-4  rope_local" in out and "5  rope_global" in out and "6-7  rope_local" in out
     code, out, _ = run_cli("show", f, "--json")

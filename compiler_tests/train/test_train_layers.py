@@ -65,7 +65,7 @@ def test_a_layer_count_the_rules_do_not_fit(tmp_path):
     with pytest.raises(CheckError) as err:
         _model(f, n_layers=2)
     d = err.value.diagnostics[0]
-    assert d.code == "E244" and d.file == str(f) and d.line == 7 and "model of 2 layers" in d.message
+    assert d.code == "E254" and d.file == str(f) and d.line == 7 and "model of 2 layers" in d.message
 
 
 def test_train_resume_eval_analyze_export(mix, tmp_path):

@@ -89,6 +89,9 @@ def render_scheme(scheme) -> str:
                 lines.append(f"    log_gate: {to_source(b.log_gate)}")
     if scheme.temperature is not None:
         lines.append(f"temperature: {to_source(scheme.temperature)}")
+    for name in ("window", "chunk", "sink"):
+        if getattr(scheme, name) is not None:
+            lines.append(f"{name}: {getattr(scheme, name)}")
     return "\n".join(lines + _settings_lines(scheme))
 
 

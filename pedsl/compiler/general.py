@@ -70,6 +70,8 @@ TABLE_BIAS, LINEAR_BIAS, GATE_BIAS = "distance-table", "linear-distance", "forge
 QUERY_CHUNK = 256  # queries per block of explicit masks (memory: B * H * 256 * L_keys)
 PATH_FLUSH = 32  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
+WINDOW_BLOCK = 128  # queries per block of a windowed call (keys per block: WINDOW_BLOCK + window - 1)
+RANK = 1 << 40  # windows: a document's rank times this plus a position orders a row's keys (positions < 2^40)
 
 
 class InputError(ValueError):
@@ -154,6 +156,9 @@ def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_ma
         cache._doc_view = cache.last_doc[:, None].expand(B, L)
         return Layout(pos, cache._doc_view, torch.ones(B, L, dtype=torch.bool, device=device),
                       False, None, None, int(pos.max()) + 1)
+    if (cache is not None and cache.dropped and isinstance(attn_mask, Tensor) and attn_mask.dim() in (2, 4)
+            and attn_mask.shape[-1] == cache.dropped + Lc + L):  # a mask over every token so far
+        attn_mask = attn_mask[..., cache.dropped:]
     valid, kv_cached, mask4 = _split_mask(attn_mask, heads, B, L, Lq, Lc, device)
     has_prev = last_pos = last_doc = None
     if cache is not None and cache.last_pos is not None:
@@ -236,6 +241,7 @@ class AttentionCache:
         self.path_flushed: int | None = None  # PaTH: keys before this index wait for path_pending (None: none)
         self.one_doc = True  # every cached token of a row is in the row's current document
         self.all_valid = True  # no cached token is padding
+        self.dropped = 0  # tokens a window or chunk no longer sees, dropped from the front
 
     def __len__(self) -> int:
         return self.length
@@ -520,35 +526,143 @@ def all_keys(cache, lay: Layout, k, v, coord, Lc: int):
             cat(old[4], lay.valid, 1), cat(old[5], coord, 2))
 
 
-def allowed_mask(lay: Layout, Lc: int, L: int, r0: int, r1: int, Lq: int, kpos, kdoc, kvalid, multi_doc: bool):
-    """Boolean (B, 1|H, r1 - r0, Lk) mask of the query rows r0..r1, or None when every key is allowed."""
-    Lk = Lc + L
+def allowed_mask(lay: Layout, Lc: int, L: int, r0: int, r1: int, Lq: int, kpos, kdoc, kvalid, multi_doc: bool,
+                 shape=None, k0: int = 0):
+    """Boolean (B, 1|H, r1 - r0, Lk) mask of the query rows r0..r1 over the keys k0..k0 + Lk (``kpos``,
+    ``kdoc``, ``kvalid`` are those keys'), or None when every key is allowed. ``shape``: the scheme's
+    (window, chunk), or None."""
+    Lk = kpos.shape[1]
     B = lay.valid.shape[0]
     m = None
     q0 = Lc + L - Lq  # global index of query row 0
     if Lq > 1 and not (r1 - r0 == 1 and r0 == Lq - 1):
         qi = torch.arange(q0 + r0, q0 + r1, device=kpos.device)
-        m = (torch.arange(Lk, device=kpos.device)[None, :] <= qi[:, None])[None, None]
+        m = (torch.arange(k0, k0 + Lk, device=kpos.device)[None, :] <= qi[:, None])[None, None]
     if multi_doc:
         qd = lay.docs[:, L - Lq + r0: L - Lq + r1]
         d = (qd[:, :, None] == kdoc[:, None, :])[:, None]
         m = d if m is None else m & d
     kv = kvalid
-    if lay.key_valid_cached is not None:
+    if lay.key_valid_cached is not None and k0 < Lc:
         if kv is None:
             kv = torch.ones(B, Lk, dtype=torch.bool, device=kpos.device)
-        kv = torch.cat([kv[:, :Lc] & lay.key_valid_cached, kv[:, Lc:]], dim=1)
+        n = min(Lk, Lc - k0)
+        kv = torch.cat([kv[:, :n] & lay.key_valid_cached[:, k0:k0 + n], kv[:, n:]], dim=1)
     if kv is not None and not bool(kv.all()):
         m = kv[:, None, None, :] if m is None else m & kv[:, None, None, :]
     if lay.mask4 is not None:
-        m4 = lay.mask4[:, :, r0:r1]
+        m4 = lay.mask4[:, :, r0:r1, k0:k0 + Lk]
         m = m4 if m is None else m & m4
+    if shape is not None:
+        w = visible(shape, lay.positions[:, L - Lq + r0: L - Lq + r1], kpos)[:, None]
+        m = w if m is None else m & w
     return m
 
 
-def attend(q, k, v, mask, bias, scale=None):
-    """SDPA of a block of queries with a boolean mask and an additive bias; rows with no key give zeros."""
+# ---------------------------------------------------------------------- windows
+class Shape(NamedTuple):
+    """The attention's shape (docs/semantics.md §11): key j is visible to query i iff
+    ``0 <= p_i - p_j < window`` (sliding) or ``p_i // chunk == p_j // chunk`` (chunked), inside
+    the causal, document and padding masks."""
+
+    window: int | None
+    chunk: int | None
+
+
+def shape_of(scheme) -> Shape | None:
+    w, c = getattr(scheme, "window", None), getattr(scheme, "chunk", None)
+    return None if w is None and c is None else Shape(w, c)
+
+
+def visible(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
+    """(B, rows, keys) bool: the keys at ``kpos (B, keys)`` the window lets the queries at ``qpos (B, rows)`` see."""
+    if shape.window is not None:
+        return (qpos[:, :, None] - kpos[:, None, :]) < shape.window
+    return torch.div(qpos, shape.chunk, rounding_mode="floor")[:, :, None] == \
+        torch.div(kpos, shape.chunk, rounding_mode="floor")[:, None, :]
+
+
+def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq: int, block: int) -> list:
+    """The first key any query of each block of ``block`` queries can see (an index into the keys).
+
+    The keys of a row are ordered by ``rank(document) * RANK + position`` (a running maximum over
+    the valid ones, so padding keeps the order); a query sees no key whose order is below its own
+    document's rank plus the lowest position its window reaches, so a binary search bounds the span."""
+    B, Lk = kpos.shape
+    rank = torch.zeros_like(kpos)
+    if Lk > 1:
+        rank[:, 1:] = torch.cumsum((kdoc[:, 1:] != kdoc[:, :-1]).long(), dim=1)
+    order = rank * RANK + kpos
+    if kvalid is not None:
+        order = torch.where(kvalid, order, torch.full_like(order, -(1 << 62)))
+    order = torch.cummax(order, dim=1).values
+    L = lay.positions.shape[1]
+    qp = lay.positions[:, L - Lq:]
+    low = qp - (shape.window - 1) if shape.window is not None else torch.div(
+        qp, shape.chunk, rounding_mode="floor") * shape.chunk
+    lo = torch.searchsorted(order.contiguous(), (rank[:, Lk - Lq:] * RANK + low).contiguous())  # (B, Lq)
+    nb = -(-Lq // block)
+    pad = nb * block - Lq
+    if pad:
+        lo = torch.cat([lo, lo.new_full((B, pad), Lk)], dim=1)
+    return lo.view(B, nb, block).amin(dim=(0, 2)).tolist()
+
+
+def trim_cache(cache: AttentionCache, shape: Shape) -> None:
+    """Drop the cached tokens no later query can see (before the first one a future query of the row's
+    document could see, in every row), once there are at least ``max(64, width)`` of them: the
+    cache then holds at most about twice the window (or chunk), however long decoding goes."""
+    Lc = cache.length
+    if not Lc or cache.last_pos is None:
+        return
+    pos, doc, valid = (cached(cache, n, Lc) for n in ("pos", "doc", "valid"))
+    last, ldoc = cache.last_pos[:, None], cache.last_doc[:, None]
+    if shape.window is not None:
+        alive = pos > last - shape.window
+    else:
+        alive = torch.div(pos, shape.chunk, rounding_mode="floor") == torch.div(last, shape.chunk,
+                                                                                rounding_mode="floor")
+    alive = alive & (doc == ldoc) & valid
+    first = torch.where(alive.any(1), alive.long().argmax(1), torch.full_like(cache.last_pos, Lc))
+    d = int(first.min())
+    if d < max(64, shape.window or shape.chunk):
+        return
+    path_flush(cache, cache.path_flushed or 0, cache.path_pending)  # PaTH: every kept key up to date
+    keep = Lc - d
+    for name, b in cache._buf.items():
+        ax = token_axis(b)
+        b.narrow(ax, 0, keep).copy_(b.narrow(ax, d, keep).clone())
+    cache.length = keep
+    cache.dropped += d
+
+
+def sink_column(scheme, q: Tensor, tau) -> tuple | None:
+    """The sink as one more key column: (its logit (B, Hq, Lq) in q's dtype, its value (1, Hq, 1, D) or
+    None for a zero value). ``sink = logit``: the learned logit of the head (GPT-OSS); ``sink = token``:
+    ``<q_i, k_s> / sqrt(D)`` with the query as given (no transport; times the temperature) and the
+    learned value ``v_s``. None without a sink."""
+    kind = getattr(scheme, "sink", None)
+    if kind is None:
+        return None
+    B, Hq, Lq, D = q.shape
+    if kind == "logit":
+        return scheme.sink_logit.to(q.dtype)[None, :, None].expand(B, Hq, Lq), None
+    qs = scale_by_temperature(q, tau)
+    col = torch.einsum("bhld,hd->bhl", qs, scheme.sink_key.to(q.dtype)) * D ** -0.5
+    return col, scheme.sink_value.to(q.dtype)[None, :, None, :]
+
+
+def sink_rows(sink, r0: int, r1: int):
+    return None if sink is None else (sink[0][..., r0:r1], sink[1])
+
+
+def attend(q, k, v, mask, bias, scale=None, sink=None):
+    """SDPA of a block of queries with a boolean mask and an additive bias; rows with no key give zeros.
+    ``sink``: (logit column (B, Hq, rows), value (1, Hq, 1, D) or None), one more key every row sees."""
     Hq, Hk = q.shape[1], k.shape[1]
+    if sink is not None:
+        q, k, v, mask, bias = with_sink(q, k, v, mask, bias, sink)
+        Hk = k.shape[1]
     ok = None
     if mask is not None:
         ok = mask.any(-1, keepdim=True)
@@ -566,11 +680,30 @@ def attend(q, k, v, mask, bias, scale=None):
     return o
 
 
-def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache):
-    """Attention of the queries over every key, the cache's and this call's, by blocks of queries."""
+def with_sink(q, k, v, mask, bias, sink):
+    """q, k, v, mask and bias with the sink as one more key: a zero key whose bias is the sink's logit."""
+    col, vs = sink
+    B, Hq, R, D = q.shape
+    Hk, Lk = k.shape[1], k.shape[2]
+    if vs is not None and Hk != Hq:  # a value per query head: one key/value head per query head
+        k, v = k.repeat_interleave(Hq // Hk, dim=1), v.repeat_interleave(Hq // Hk, dim=1)
+        Hk = Hq
+    k = torch.cat([k, k.new_zeros(B, Hk, 1, D)], dim=2)
+    v = torch.cat([v, v.new_zeros(B, Hk, 1, D) if vs is None else vs.expand(B, Hk, 1, D)], dim=2)
+    base = bias if bias is not None else q.new_zeros(1, 1, 1, 1)
+    bias = torch.cat([base.expand(B, Hq, R, Lk), col.to(q.dtype).unsqueeze(-1)], dim=-1)
+    if mask is not None:
+        mask = torch.cat([mask.expand(B, mask.shape[1], R, Lk), mask.new_ones(B, mask.shape[1], R, 1)], dim=-1)
+    return q, k, v, mask, bias
+
+
+def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+    """Attention of the queries over every key, the cache's and this call's, by blocks of queries (with
+    a window or chunk: each block over the span of keys it can see, O(L N) time and memory)."""
     Hq, Lq = q.shape[1], q.shape[2]
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
+    shape = shape_of(scheme)
     K, V, kpos, kdoc, kvalid, kcoord = all_keys(cache, lay, k, v, bi.coord, Lc)
     if cache is not None and Lc and cache.one_doc and lay.docs is cache._doc_view:
         multi_doc = False  # decoding inside the cached document
@@ -580,22 +713,38 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache):
         kvalid = None
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
+    block = QUERY_CHUNK if shape is None else WINDOW_BLOCK
+    starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
+    q0 = Lc + L - Lq
     outs = []
-    for r0 in range(0, Lq, QUERY_CHUNK):
-        r1 = min(Lq, r0 + QUERY_CHUNK)
-        mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kpos, kdoc, kvalid, multi_doc)
-        if mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and kcoord is None:
+    for b, r0 in enumerate(range(0, Lq, block)):
+        r1 = min(Lq, r0 + block)
+        k0, k1 = (0, Lc + L) if starts is None else (min(starts[b], q0 + r0), q0 + r1)
+        kp, kd = kpos[:, k0:k1], kdoc[:, k0:k1]
+        kva = None if kvalid is None else kvalid[:, k0:k1]
+        mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
+        if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and kcoord is None
+                and shape is None and sink is None):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
-        bias = bias_rows(scheme, bi.tables, None if cq_all is None else cq_all[..., r0:r1], kcoord,
-                         qpos_all[:, r0:r1], kpos, q.dtype)
-        outs.append(attend(q[:, :, r0:r1], K, V, mask, bias))
+        bias = bias_rows(scheme, bi.tables, None if cq_all is None else cq_all[..., r0:r1],
+                         None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype)
+        outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1)))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
+def key_validity(lay: Layout, kvalid, Lc: int):
+    """Every key's validity (the cached keys' as this call's (B, cached + L) mask says), or None."""
+    if lay.key_valid_cached is None:
+        return kvalid
+    kv = lay.key_valid_cached
+    rest = lay.valid if kvalid is None else kvalid[:, Lc:]
+    return torch.cat([kv if kvalid is None else kvalid[:, :Lc] & kv, rest], dim=1)
+
+
 # ---------------------------------------------------------------------- PaTH
-def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache):
+def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
     and left padding become hard resets of the log-gate), otherwise the decode rule token by token:
     each new token's step ``H_t`` moves every earlier key, ``Kt <- Kt - beta_t (Kt w_t) w_t^T``, then
@@ -606,15 +755,17 @@ def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache):
     Lc = cache.length if cache is not None else 0
     left_pad = not lay.padded or bool((lay.valid.long().diff(dim=1) >= 0).all())
     if (kernels.path_attention is not None and Lc == 0 and Lq == L and lay.mask4 is None
-            and lay.key_valid_cached is None and left_pad):
+            and lay.key_valid_cached is None and left_pad and shape is None and sink is None):
         return _path_blockwise(kernels, q, k, v, w, beta, coord, lay, cache)
     if cache is not None:
         check_cache(cache, B, H)
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, w, beta))
     if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == angle_dtype(k.dtype)):
         cdt = angle_dtype(k.dtype)  # half precision: the cache and the pending product in float32
-        return path_decode_inplace(*(t.to(cdt) for t in (q, k, v, w, beta)), coord, lay, cache).to(q.dtype)
-    return _path_decode_rule(q, k, v, w, beta, coord, lay, cache, grad)
+        sink = None if sink is None else (sink[0].to(cdt), None if sink[1] is None else sink[1].to(cdt))
+        return path_decode_inplace(*(t.to(cdt) for t in (q, k, v, w, beta)), coord, lay, cache, shape,
+                                   sink).to(q.dtype)
+    return _path_decode_rule(q, k, v, w, beta, coord, lay, cache, grad, shape, sink)
 
 
 def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
@@ -636,7 +787,7 @@ def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
     return o
 
 
-def _path_decode_rule(q, k, v, w, beta, coord, lay: Layout, cache, grad: bool):
+def _path_decode_rule(q, k, v, w, beta, coord, lay: Layout, cache, grad: bool, shape=None, sink=None):
     """The decode rule with autograd (or without a cache): every earlier key moved by each new step."""
     B, H, L, D = k.shape
     Lq = q.shape[2]
@@ -667,10 +818,10 @@ def _path_decode_rule(q, k, v, w, beta, coord, lay: Layout, cache, grad: bool):
         if r < 0:
             continue
         n = Lc + t + 1
-        mask = allowed_mask(lay, Lc, L, r, r + 1, Lq, kpos, kdoc, kvalid, multi_doc)
+        mask = allowed_mask(lay, Lc, L, r, r + 1, Lq, kpos, kdoc, kvalid, multi_doc, shape)
         mask = None if mask is None else mask[..., :n]  # keys after this query are not moved yet (causal)
         bias = None if kco is None else (kco[..., Lc + t: Lc + t + 1].unsqueeze(-1) - kco[..., :n].unsqueeze(-2)).to(q.dtype)
-        outs.append(attend(q[:, :, r: r + 1], Kt, Vall[:, :, :n], mask, bias))
+        outs.append(attend(q[:, :, r: r + 1], Kt, Vall[:, :, :n], mask, bias, sink=sink_rows(sink, r, r + 1)))
     if cache is not None:
         cache.heads_kv = H
         cache.put("k", Kt.detach(), 0)  # every key moved to the newest token
@@ -687,7 +838,7 @@ def path_flush(cache: AttentionCache, nf: int, P) -> None:
     cache.path_pending, cache.path_flushed = None, None
 
 
-def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCache):
+def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCache, shape=None, sink=None):
     """The decode rule without autograd, on the cache's own buffers, with the steps applied lazily.
 
     The keys cached before the last flush are stored as transported to the flush point f; the
@@ -724,8 +875,8 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
         cache.put("k", k[:, :, t: t + 1], n)
         r = t - (L - Lq)
         if r >= 0:
-            mask = allowed_mask(lay, Lc, L, r, r + 1, Lq, kpos, kdoc, kvalid, multi_doc)
-            outs.append(_path_score_one(cache, q[:, :, r], P, nf, n, kco, mask, total))
+            mask = allowed_mask(lay, Lc, L, r, r + 1, Lq, kpos, kdoc, kvalid, multi_doc, shape)
+            outs.append(_path_score_one(cache, q[:, :, r], P, nf, n, kco, mask, total, sink_rows(sink, r, r + 1)))
         if n + 1 - nf >= PATH_FLUSH:
             path_flush(cache, nf, P)
             nf, P = n + 1, None
@@ -733,7 +884,7 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
     return torch.cat(outs, dim=2)
 
 
-def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, total: int):
+def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, total: int, sink=None):
     """One query (B, H, D) over the n + 1 cached keys, the first nf of them scored through ``P^T q``."""
     B, H, D = q.shape
     Z = B * H
@@ -752,7 +903,15 @@ def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, tot
         mask = mask[..., : n + 1]
         s = s.masked_fill(~mask, float("-inf"))
         ok = mask.any(-1, keepdim=True)
-        s = s.masked_fill(~ok, 0.0)
+        if sink is None:
+            s = s.masked_fill(~ok, 0.0)
+    if sink is not None:  # one more key every query sees: its logit, its value (zero for a logit sink)
+        s = torch.cat([s.expand(B, H, 1, n + 1), sink[0].reshape(B, H, 1, 1).to(s.dtype)], dim=-1)
+        p = torch.softmax(s, dim=-1)
+        o = torch.bmm(p[..., :-1].reshape(Z, 1, n + 1), cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
+        if sink[1] is not None:
+            o = o + p[..., -1:].reshape(Z, 1, 1) * sink[1].expand(B, H, 1, D).reshape(Z, 1, D)
+        return o.view(B, H, 1, D)
     p = torch.softmax(s, dim=-1)
     if ok is not None:
         p = p * ok
@@ -834,13 +993,17 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     bi = biases(scheme, vals, lay, cache)
     if tr.per_head and Hkv != Hq:  # transports differ per query head: one transported key per query head
         k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
+    tau = None if vals.tau is None else last_tokens(vals.tau, Lq, -1)
+    sink = sink_column(scheme, q, tau)
     q, k, v, undo = transport_qkv(kernels, tr, q, k, v)
-    q = scale_by_temperature(q, None if vals.tau is None else last_tokens(vals.tau, Lq, -1))
+    q = scale_by_temperature(q, tau)
     if tr.householder is not None:
-        o = path_attend(kernels, q, k, v, tr.householder, bi.coord, lay, cache)
+        o = path_attend(kernels, q, k, v, tr.householder, bi.coord, lay, cache, shape_of(scheme), sink)
     else:
-        o = attend_blocks(scheme, q, k, v, bi, lay, cache)
+        o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink)
     o = undo_values(kernels, undo, o)
     if cache is not None:
         update_cache(cache, lay, tr, bi, win, scheme.conv_history)
+        if shape_of(scheme) is not None:
+            trim_cache(cache, shape_of(scheme))
     return o

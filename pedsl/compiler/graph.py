@@ -37,7 +37,8 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         raise CompileError(f"scheme '{scheme.name}' gives its layers different schemes ({parts}): one attention "
                            "module is one of them", code="E400",
                            hint="compile a part (--scheme NAME), or train a model with the layers scheme")
-    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim)
+    g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
+                   window=scheme.window, chunk=scheme.chunk, sink=scheme.sink)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")

@@ -7,6 +7,7 @@ banner verbatim, next to the general forward (:mod:`pedsl.compiler.general`, whi
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from pedsl.compiler.general import F64
 
@@ -48,6 +49,20 @@ def _per_head_site(module, inp, B, L, heads, width):
     """A learned map of x or of the tokens, one value per head (and pair or channel): (B, H, L, 1, W)."""
     out = module(inp)  # (B, L, H * W)
     return out.view(B, L, heads, width).permute(0, 2, 1, 3).unsqueeze(3)
+
+
+class _LearnedValue(nn.Module):
+    """A learned(init) value: ``value`` over its axes (heads, pairs; None where it does not vary), starting
+    at init (a number or a 5-d tensor), read as a float64 5-d tensor."""
+
+    def __init__(self, init, heads, pairs):
+        super().__init__()
+        self.view5 = (1, heads or 1, 1, 1, pairs or 1)
+        start = _t(init).to(F64).expand(self.view5).reshape([s for s in (heads, pairs) if s is not None])
+        self.value = nn.Parameter(start.to(torch.get_default_dtype()))
+
+    def at5(self):
+        return self.value.to(F64).view(self.view5)
 
 
 def _frozen_at(seed, pairs, pos):

@@ -63,6 +63,7 @@ class SchemeAttention(nn.Module):
         self.needs_tokens = scheme.needs_tokens
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
         self._build_learned()
+        self._build_sink()
         # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
         self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
                                   if isinstance(m, nn.Conv1d)], default=0)
@@ -98,6 +99,15 @@ class SchemeAttention(nn.Module):
             for expr in (site.expr, slopes.get(site.name)):
                 if expr is not None:
                     self.evaluator.run(expr, ctx, site.name, build=True)
+
+    def _build_sink(self) -> None:
+        """The learned sink (docs/semantics.md §11): a logit per head (``sink = logit``, zero at first: the
+        sink weighs as much as one key of logit 0), or a key and a value per head (``sink = token``)."""
+        if self.plan.sink == "logit":
+            self.sink_logit = nn.Parameter(torch.zeros(self.heads))
+        elif self.plan.sink == "token":
+            self.sink_key = nn.Parameter(torch.randn(self.heads, self.head_dim) * self.head_dim ** -0.5)
+            self.sink_value = nn.Parameter(torch.zeros(self.heads, self.head_dim))
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
@@ -171,15 +181,22 @@ class SchemeAttention(nn.Module):
             return cached[1][:L], cached[2][:L]
         size = L if dynamic else max(L, 2 ** math.ceil(math.log2(max(L, 1))))
         phase = self.evaluator.run(t.expr, self._ctx(size, device=device, group=t), key)
+        if t.table == P.LEARNED_TABLE:  # trained values: a new table (and autograd graph) per call
+            return self._cos_sin_of(phase, t, size, dtype)
+        cos, sin = self._cos_sin_of(phase, t, size, dtype)
+        self._rope_cache[key] = (size, cos, sin)
+        return cos[:L], sin[:L]
+
+    @staticmethod
+    def _cos_sin_of(phase, t: P.TransportStep, size: int, dtype) -> tuple[Tensor, Tensor]:
+        """(cos, sin) (size, P) of a phase table, reduced mod 2 pi in float64, then cast."""
         ph = as_table(phase, size, len(t.channels) // 2)  # (L, P) float64
         ph = torch.remainder(ph, 2 * math.pi)
         cos, sin = torch.cos(ph), torch.sin(ph)
         scale = t.scale
         if scale != 1:  # HF's attention factor: q and k of the group scaled by multiplying cos and sin
             cos, sin = cos * scale, sin * scale
-        cos, sin = cos.to(dtype), sin.to(dtype)
-        self._rope_cache[key] = (size, cos, sin)
-        return cos[:L], sin[:L]
+        return cos.to(dtype), sin.to(dtype)
 
     def step_angles(self, t: P.TransportStep, L: int, x, tokens, device, dtype) -> Tensor:
         a = self.evaluator.run(t.expr, self._ctx(L, x, tokens, device, dtype, group=t), t.site)
@@ -279,7 +296,7 @@ class SchemeAttention(nn.Module):
         :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask."""
         self._check(q, k, v, x, tokens, cache)
         if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general)):
+                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped):
             # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
             # forms c_i - c_j per query block in float64 and casts only the difference)
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy

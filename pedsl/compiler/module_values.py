@@ -47,6 +47,12 @@ class ModuleScheme:
         self.conv_history = mod._conv_history
         self.transforms = mod.transforms
         self.kernels = FusedKernels(mod.layout)
+        self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
+
+    # the learned sink's parameters (read on use: they follow the module's device and dtype)
+    sink_logit = property(lambda self: self.mod.sink_logit)
+    sink_key = property(lambda self: self.mod.sink_key)
+    sink_value = property(lambda self: self.mod.sink_value)
 
     @staticmethod
     def of(mod) -> "ModuleScheme":

@@ -51,6 +51,8 @@ _STATIC_NOTE = "static table: folded in float64, cached as cos/sin buffers, grow
 def fold_static_tables(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Frequency/phase tables that depend only on positions are constants: compute once in float64."""
     return _decide(g, ("phase_table",), lambda d: (
+        (P.LEARNED_TABLE, "reads learned values: evaluated (float64) at every call, never cached")
+        if d["ty"].learned else
         (P.RUNTIME_LENGTH, "depends on the run-time length n: recomputed (float64) for each new length")
         if d.get("dynamic") else (P.STATIC, _STATIC_NOTE)))
 
@@ -235,7 +237,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
-        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases))
+        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases),
+        window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"))
     return g
 
 

@@ -34,6 +34,7 @@ SO2 = "accumulated-so2"  # accumulated SO(2) steps: cumulative angles rotate q, 
 HOUSEHOLDER = "householder"  # accumulated Householder steps (PaTH): no absolute factoring
 # phase tables
 STATIC, RUNTIME_LENGTH, PER_TOKEN = "static", "run-time length", "per token"
+LEARNED_TABLE = "learned"  # a phase of learned values (learned(init)): evaluated at every call, never cached
 # bias kinds
 TABLE_BIAS = "distance-table"  # b(i, j) = term(head, i - j), non-linear: a (head, distance) table
 LINEAR_BIAS = "linear-distance"  # b(i, j) = slope * (p_i - p_j): coordinate c = slope * p (ALiBi)
@@ -65,7 +66,7 @@ class TransportStep:
     kind: str  # ROPE | SO2 | HOUSEHOLDER
     channels: tuple[int, ...]
     targets: str  # "qk" | "qkv" (values transported too, undone on the output)
-    table: str  # ROPE: STATIC | RUNTIME_LENGTH; SO2, HOUSEHOLDER: PER_TOKEN
+    table: str  # ROPE: STATIC | RUNTIME_LENGTH | LEARNED_TABLE; SO2, HOUSEHOLDER: PER_TOKEN
     kernel: str  # "rotary" | "cumulative angles" | "blockwise"
     sites: tuple[Site, ...]  # ROPE: (phase,); SO2: (steps,); HOUSEHOLDER: (w, beta)
     scale: float = 1.0  # rotate(..., scale = m): q and k of the group times m
@@ -136,6 +137,16 @@ class Plan:
     # a half-precision call takes the general path, which differences the bias coordinates per query
     # block in float64 (a key channel g(j) loses the bias in half precision: |g| grows with j)
     half_via_general: bool = False
+    # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
+    # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
+    window: int | None = None
+    chunk: int | None = None
+    sink: str | None = None
+
+    @property
+    def shaped(self) -> bool:
+        """A window, a chunk or a sink: the attention is not plain causal attention."""
+        return self.window is not None or self.chunk is not None or self.sink is not None
 
     @property
     def params(self) -> tuple[Site, ...]:

@@ -28,7 +28,7 @@ from typing import Iterable
 THIRD_PARTY = frozenset({
     "torch", "torchgen", "functorch", "triton", "numpy", "sympy", "mpmath", "networkx", "jinja2",
     "markupsafe", "filelock", "fsspec", "typing_extensions", "tqdm", "setuptools", "pkg_resources",
-    "packaging", "nvidia", "opt_einsum", "optree", "pedsl",
+    "packaging", "nvidia", "opt_einsum", "optree", "pedsl", "dill",  # torch imports dill when installed
 })
 #: Every name a Python module cannot safely bind at top level or as a local.
 PYTHON_RESERVED = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist) | frozenset(dir(builtins))

@@ -100,13 +100,45 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
             allowed[:, :, i, j] = ((docs[:, i] == docs[:, j]) & valid[:, j])[:, None]
     if mask4 is not None:
         allowed[:, :, L - Lq:] &= mask4.expand(B, Hq, Lq, L)
+    _stream_window(sch, allowed, positions)
     tau = None
     if sch.temperature is not None:
         tv = mod.evaluator.run(sch.temperature, ctx(), site_name("temperature"))
         tau = (tv.align(("batch", "head", "pos")) if tv.axes else tv.t.reshape(1, 1, 1)).to(F64)
         tau = tau.expand(tau.shape[0], tau.shape[1], L)
     return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,
-                                   allowed=allowed, q_offset=L - Lq)
+                                   allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq))
+
+
+def _stream_window(sch, allowed: Tensor, positions: Tensor) -> None:
+    """Keep only the keys the window or chunk shows each query: entry by entry, from the positions."""
+    if sch.window is None and sch.chunk is None:
+        return
+    L = positions.shape[1]
+    for i in range(L):
+        for j in range(i + 1):
+            pi, pj = positions[:, i], positions[:, j]  # (B,)
+            if sch.window is not None:
+                keep = (pi - pj) < sch.window
+            else:
+                keep = torch.div(pi, sch.chunk, rounding_mode="floor") == torch.div(pj, sch.chunk,
+                                                                                    rounding_mode="floor")
+            allowed[:, :, i, j] &= keep[:, None]
+
+
+def _stream_sink(mod, q: Tensor, tau, offset: int):
+    """The sink's logit per query (B|1, H, Lq) and its value: the head's learned logit, or the learned
+    key scored against the query as given, ``tau_i <q_i, k_s> / sqrt(D)``, with the learned value."""
+    kind = mod.scheme.sink
+    if kind is None:
+        return None
+    B, H, Lq, D = q.shape
+    if kind == "logit":
+        return mod.sink_logit.to(F64)[None, :, None].expand(1, H, Lq), None
+    logit = torch.einsum("bhld,hd->bhl", q.to(F64), mod.sink_key.to(F64)) / D ** 0.5
+    if tau is not None:
+        logit = logit * tau[..., offset:offset + Lq]
+    return logit, mod.sink_value
 
 
 def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor):

@@ -28,7 +28,7 @@ def _fast_decode_plan(mod):
     the module: the checks run once, not per token."""
     plan = mod.__dict__.get("_fast_decode")
     if plan is None:
-        ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod)
+        ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod) and not mod.plan.shaped
               and not mod._conv_history and mod.transforms
               and all(t.static_table for t in mod.transforms))
         D = mod.head_dim

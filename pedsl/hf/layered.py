@@ -278,7 +278,9 @@ def export_layers(scheme, n_layers: int) -> dict:
             continue
         kind = SLIDING if window is not None else CHUNKED if chunk is not None else FULL
         windows.add((kind, window or chunk))
-        rope = export_rope(part, allow_interleaved=True)["rope_parameters"]
+        # the rotation alone: the window, chunk and sink are the config's own fields (written below)
+        rotation = part.model_copy(update={"window": None, "chunk": None, "sink": None})
+        rope = export_rope(rotation, allow_interleaved=True)["rope_parameters"]
         if ropes.setdefault(kind, rope) != rope:
             raise InteropError(f"layer {i} ({name}) has another rope than the earlier {kind} layers; HF gives one rope "
                                "per layer type", code="E962")

@@ -143,6 +143,21 @@ class TemperatureStmt(Node):
     value: Expr
 
 
+class WindowStmt(Node):
+    """``window = N`` (sliding) or ``chunk = N`` (chunked): which keys a query sees (docs/semantics.md §11)."""
+
+    kind: Literal["window", "chunk"] = "window"
+    value: Expr
+
+
+class SinkStmt(Node):
+    """``sink = logit`` (a learned per-head logit in the normaliser) or ``sink = token`` (a learned key/value slot)."""
+
+    kind: Literal["sink"] = "sink"
+    value: str
+    value_span: Span | None = Field(default=None, repr=False)
+
+
 class Entry(Node):
     name: str
     value: Expr
@@ -175,7 +190,7 @@ class Layers(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, Section, Allow, Layers],
+    Union[Param, Let, Layout, Channels, Transport, BiasStmt, TemperatureStmt, WindowStmt, SinkStmt, Section, Allow, Layers],
     Field(discriminator="kind"),
 ]
 

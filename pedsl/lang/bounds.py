@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from pedsl import limits
 from pedsl.lang import ast
-from pedsl.lang.fold import ARG_RULES, fold_expr
+from pedsl.lang.fold import ARG_RULES, CHECKED_ARGS, fold_expr
 from pedsl.lang.exprs import walk
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
@@ -39,10 +39,11 @@ def structural_issue(name: str, value: Any) -> str | None:
     return None
 
 
-def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set) -> None:
+def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set, *, checked_args: bool = True) -> None:
     """Evaluate the static arguments of every run-time builtin and slopes() call in ``expr``, and
     refuse a number (a literal or a parameter) beyond float32: next to a run-time value it becomes
-    a float32 tensor, infinite (``1e300 * sigmoid(...)``)."""
+    a float32 tensor, infinite (``1e300 * sigmoid(...)``). ``checked_args=False`` leaves the calls with
+    arguments that must fold (``learned(init)``) to a caller that folds them with the group's pairs."""
     for node in walk(expr):
         if node.kind == "num" or (node.kind == "name" and node.id in env.values):
             v = node.value if node.kind == "num" else env.values[node.id]
@@ -53,7 +54,8 @@ def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set) -> No
                     report("E217", f"{v:g} is beyond the float32 range (+-3.4e38): it overflows in a tensor", node,
                            hint="rescale the constant")
             continue
-        if node.kind != "call" or (node.func not in ARG_RULES and node.func != "slopes"):
+        if node.kind != "call" or (node.func not in ARG_RULES and node.func != "slopes"
+                                   and not (checked_args and node.func in CHECKED_ARGS)):
             continue
         key = (node.span.line, node.span.col) if node.span else id(node)
         if key in seen:

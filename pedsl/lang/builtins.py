@@ -63,7 +63,7 @@ WARNINGS = {
 
 KEYWORDS = {
     "scheme", "extends", "import", "param", "let", "layout", "channels", "on", "bias",
-    "temperature", "train", "eval", "allow", "qk", "qkv", "true", "false",
+    "temperature", "window", "chunk", "sink", "train", "eval", "allow", "qk", "qkv", "true", "false",
     "int", "float", "bool", "str", "halves", "interleaved",
 }
 

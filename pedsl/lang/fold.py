@@ -159,6 +159,9 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
             return spec.fold(*probe, *(checked[p] for p, _ in spec.static))
         return DYNAMIC
     if spec.fold is None and spec.fold_env is None:  # a run-time value, or a transport: never static
+        for p in spec.checked_args:  # a learned value's start: static, and its errors surface here
+            if isinstance(bound[p], ast.Node):
+                _checked_value(fold_expr(bound[p], env, depth + 1), bound[p], node.func, p)
         return DYNAMIC
     vals = {}
     for k, v in bound.items():
@@ -185,10 +188,20 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
     return out
 
 
+def _checked_value(v: Any, arg, func: str, name: str) -> None:
+    """A checked argument's value must be a finite number or per-axis vector (a learned value's start)."""
+    if v is DYNAMIC or isinstance(v, (bool, str, list, GroupSpec)) or v is None:
+        raise EvalIssue(f"{func}(): '{name}' must be a number known at compile time, not {show(v)}", arg)
+    for x in (v.values if isinstance(v, Vec) else (v,)):
+        finite(x, arg, f"{func}(): '{name}' is")
+
+
 # Static arguments of builtins, checked wherever the call is evaluated (the checker evaluates every
 # transport, bias and temperature): (lowest, highest, lowest is exclusive, what it means).
 ARG_RULES: dict[str, dict[str, tuple[float, float, bool, str]]] = {
     name: spec.arg_rules for name, spec in RECORDS.items() if spec.arg_rules}
+# Builtins with arguments that must fold (``checked_args``): folded, like ARG_RULES', wherever checked.
+CHECKED_ARGS = frozenset(name for name, spec in RECORDS.items() if spec.checked_args)
 
 
 def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict[str, float]:

@@ -132,6 +132,10 @@ def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
         w.emit(depth, f"bias = {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "temperature":
         w.emit(depth, f"temperature = {to_source(st.value)}", st, last=_claim(st, nxt))
+    elif k in ("window", "chunk"):
+        w.emit(depth, f"{k} = {to_source(st.value)}", st, last=_claim(st, nxt))
+    elif k == "sink":
+        w.emit(depth, f"sink = {st.value}", st, last=_claim(st, nxt))
     elif k == "allow":
         w.emit(depth, "allow " + ", ".join(st.names), st, last=_claim(st, nxt))
     elif k in ("channels", "section", "layers"):

@@ -125,6 +125,9 @@ class Merged:
     transports: list[Located] = field(default_factory=list)
     bias: Located | None = None
     temperature: Located | None = None
+    window: Located | None = None  # window = N
+    chunk: Located | None = None  # chunk = N
+    sink: Located | None = None  # sink = logit | token
     train: dict[str, Located] = field(default_factory=dict)
     eval: dict[str, Located] = field(default_factory=dict)
     allow: list[Located] = field(default_factory=list)
@@ -144,7 +147,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
             key = None
             if st.kind in ("param", "let"):
                 key = ("name", st.name)
-            elif st.kind in ("layout", "channels", "bias", "temperature"):
+            elif st.kind in ("layout", "channels", "bias", "temperature", "window", "chunk", "sink"):
                 key = (st.kind, "")
             if key is not None:
                 if key in seen:
@@ -170,6 +173,8 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                 m.bias = loc
             elif st.kind == "temperature":
                 m.temperature = loc
+            elif st.kind in ("window", "chunk", "sink"):
+                setattr(m, st.kind, loc)
             elif st.kind == "section":
                 table = m.train if st.section == "train" else m.eval
                 for entry in st.entries:

@@ -4,8 +4,8 @@ A ``layers`` block names other schemes (its parts, declared in the file or an im
 resolved as an ordinary scheme, ``extends`` included) and says which layer takes which. Its rules and
 their precedence (docs/semantics.md "Per-layer schemes"): ``at([i, ...])`` over ``first(n)`` /
 ``last(n)`` over ``every(k)`` over ``pattern = [...]`` / ``default``. Checked here: the rule names and
-arguments (E240), the parts (unknown E241; nested or disagreeing parts E242), rules of one tier that
-name the same layer (E243) and, when the model's layer count is known, the fit (E244).
+arguments (E250), the parts (unknown E251; nested or disagreeing parts E252), rules of one tier that
+name the same layer (E253) and, when the model's layer count is known, the fit (E254).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _int_literal(expr: ast.Expr, least: int) -> int | None:
 
 def _pattern_parts(value: ast.Expr, report: _Reporter) -> tuple[str, ...] | None:
     if value.kind != "list" or not value.items:
-        report("E240", "a pattern is a list of scheme names, each optionally repeated", value,
+        report("E250", "a pattern is a list of scheme names, each optionally repeated", value,
                hint="write pattern = [local * 5, global]")
         return None
     out: list[str] = []
@@ -60,12 +60,12 @@ def _pattern_parts(value: ast.Expr, report: _Reporter) -> tuple[str, ...] | None
             continue
         count = _int_literal(item.right, 1) if item.kind == "binary" and item.op == "*" else None
         if count is None or item.left.kind != "name":
-            report("E240", "a pattern item is a scheme name or 'name * count' (a whole number >= 1)", item,
+            report("E250", "a pattern item is a scheme name or 'name * count' (a whole number >= 1)", item,
                    hint="write local * 5")
             return None
         out.extend([item.left.id] * count)
     if len(out) > limits.MAX_LAYERS:
-        report("E240", f"the pattern is {len(out)} layers long; the limit is {limits.MAX_LAYERS}", value)
+        report("E250", f"the pattern is {len(out)} layers long; the limit is {limits.MAX_LAYERS}", value)
         return None
     return tuple(out)
 
@@ -73,21 +73,21 @@ def _pattern_parts(value: ast.Expr, report: _Reporter) -> tuple[str, ...] | None
 def _rule(r: ast.LayerRule, report: _Reporter) -> LayerRule | None:
     """The checked rule, or None after reporting what is wrong with it."""
     if r.rule not in LAYER_RULES:
-        report("E240", f"unknown layer rule '{r.rule}'", r,
+        report("E250", f"unknown layer rule '{r.rule}'", r,
                hint=did_you_mean(r.rule, LAYER_RULES) or "the rules are: " + ", ".join(LAYER_RULES))
         return None
     pos = {"line": r.span.line, "col": r.span.col} if r.span else {}
     wants_args = r.rule in ("every", "first", "last", "at")
     if wants_args != (r.args is not None and len(r.args) == 1):
         form = {"every": "every(4)", "first": "first(2)", "last": "last(2)", "at": "at([0, 5])"}.get(r.rule)
-        report("E240", f"'{r.rule}' takes " + ("one argument" if wants_args else "no arguments"), r,
+        report("E250", f"'{r.rule}' takes " + ("one argument" if wants_args else "no arguments"), r,
                hint=f"write {form} = scheme" if form else f"write {r.rule} = ...")
         return None
     if r.rule == "pattern":
         parts = _pattern_parts(r.value, report)
         return None if parts is None else LayerRule(rule="pattern", parts=parts, **pos)
     if r.value.kind != "name":
-        report("E240", f"'{r.rule}' takes one scheme by name", r.value, hint=f"write {r.rule} = my_scheme"
+        report("E250", f"'{r.rule}' takes one scheme by name", r.value, hint=f"write {r.rule} = my_scheme"
                + (" (a list is for pattern = [...])" if r.value.kind == "list" else ""))
         return None
     part = (r.value.id,)
@@ -98,16 +98,16 @@ def _rule(r: ast.LayerRule, report: _Reporter) -> LayerRule | None:
         items = arg.items if arg.kind == "list" else ()
         layers = [_int_literal(x, 0) for x in items]
         if not items or None in layers:
-            report("E240", "at([...]) takes a list of layer indices (whole numbers from 0)", arg,
+            report("E250", "at([...]) takes a list of layer indices (whole numbers from 0)", arg,
                    hint="write at([0, 5, 9]) = scheme")
             return None
         if len(set(layers)) != len(layers):
-            report("E243", "at([...]) names a layer twice", arg)
+            report("E253", "at([...]) names a layer twice", arg)
             return None
         return LayerRule(rule="at", parts=part, layers=tuple(layers), **pos)
     n = _int_literal(r.args[0], 1)
     if n is None:
-        report("E240", f"{r.rule}(n) takes a whole number >= 1", r.args[0], hint=f"write {r.rule}(2) = scheme")
+        report("E250", f"{r.rule}(n) takes a whole number >= 1", r.args[0], hint=f"write {r.rule}(2) = scheme")
         return None
     return LayerRule(rule=r.rule, parts=part, n=n, **pos)
 
@@ -121,14 +121,14 @@ def _static_overlaps(rules: list[tuple[LayerRule, ast.LayerRule]], report: _Repo
                 "every": [("every", rule.n)], "at": []}[rule.rule]
         for layer in rule.layers:
             if layer in at_layers:
-                report("E243", f"layer {layer} is named by two at([...]) rules", node, hint=_first_on(at_layers[layer]))
+                report("E253", f"layer {layer} is named by two at([...]) rules", node, hint=_first_on(at_layers[layer]))
             at_layers.setdefault(layer, node)
         for key in keys:
             if key in seen:
                 what = "a pattern and a default" if key == ("cycle",) else f"two {rule.rule} rules"
                 what = "two patterns" if key == ("cycle",) and seen[key].rule == rule.rule == "pattern" else what
                 what = "two defaults" if key == ("cycle",) and seen[key].rule == rule.rule == "default" else what
-                report("E243", f"{what}: both would give every layer they name a part", node,
+                report("E253", f"{what}: both would give every layer they name a part", node,
                        hint=_first_on(seen[key]))
             seen.setdefault(key, node)
     everies = [(r, n) for r, n in rules if r.rule == "every"]
@@ -136,7 +136,7 @@ def _static_overlaps(rules: list[tuple[LayerRule, ast.LayerRule]], report: _Repo
         for b, node in everies[i + 1:]:
             both = math.lcm(a.n, b.n)
             if a.n != b.n and both <= limits.MAX_LAYERS:
-                report("E243", f"every({a.n}) and every({b.n}) both name layer {both - 1} (and every {both}th layer)",
+                report("E253", f"every({a.n}) and every({b.n}) both name layer {both - 1} (and every {both}th layer)",
                        node, hint="rules of one rank may not share a layer: name such layers with at([...]), "
                        "which ranks above every(k)")
 
@@ -156,12 +156,12 @@ def _parts(rules: list[tuple[LayerRule, ast.LayerRule]], decl: ast.SchemeDecl, s
             where = _name_node(node.value, name)
             found = scope.get(name)
             if found is None:
-                report("E241", f"the layers of '{decl.name}' name unknown scheme '{name}'", where,
+                report("E251", f"the layers of '{decl.name}' name unknown scheme '{name}'", where,
                        hint=did_you_mean(name, plain) or "declare it in this file or import the file that declares it")
                 continue
             nested = [d.name for d, _ in chain(*found, []) if is_layered(d)]
             if nested:
-                report("E242", f"'{name}' has a layers block of its own ({nested[-1]}): the parts of a layers "
+                report("E252", f"'{name}' has a layers block of its own ({nested[-1]}): the parts of a layers "
                        "block are ordinary schemes", where, hint="name the schemes of its layers here directly")
                 continue
             out[name] = found
@@ -193,7 +193,7 @@ def layer_count_override(raw: Any, count: int | None, decl: ast.SchemeDecl, src:
 
 
 def check_fit(layer_map: LayerMap, count: int, report: Callable[[str, str, dict, str | None], None]) -> None:
-    """Report (E244, E243) where the rules do not fit a model of ``count`` layers: a rule naming a
+    """Report (E254, E253) where the rules do not fit a model of ``count`` layers: a rule naming a
     layer the model does not have, a layer with no part, two rules of one tier on one layer."""
     pos = lambda r: {"line": r.line, "col": r.col} if r.line else {}  # noqa: E731
     for r in layer_map.rules:
@@ -203,19 +203,19 @@ def check_fit(layer_map: LayerMap, count: int, report: Callable[[str, str, dict,
             what = {"pattern": f"the pattern is {len(r.parts)} layers long",
                     "at": "it names layer " + ", ".join(str(i) for i in r.layers if i >= count)}.get(
                         r.rule, f"{r.rule}({r.n}) asks for {r.n} layers")
-            report("E244", f"'{r.text}' does not fit a model of {count} layers: {what} (layers are 0 .. {count - 1})",
+            report("E254", f"'{r.text}' does not fit a model of {count} layers: {what} (layers are 0 .. {count - 1})",
                    pos(r), "give the model more layers (n_layers) or change the rule")
     missing = [i for i in range(count) if layer_map.rule_for(i, count) is None]
     if missing:
         shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
-        report("E244", f"layers {shown} of the model's {count} have no part", pos(layer_map.rules[0]),
+        report("E254", f"layers {shown} of the model's {count} have no part", pos(layer_map.rules[0]),
                "add default = scheme (or a pattern) for the layers no other rule names")
     for i in range(count):
         named = [r for r in layer_map.rules if r.names(i, count)]
         best = min((LAYER_TIERS[r.rule] for r in named), default=None)
         top = [r for r in named if LAYER_TIERS[r.rule] == best]
         if len(top) > 1 and {r.rule for r in top} != {"pattern", "default"}:  # those two are refused statically
-            report("E243", f"layer {i} of {count} is named by both '{top[0].text}' and '{top[1].text}', which rank "
+            report("E253", f"layer {i} of {count} is named by both '{top[0].text}' and '{top[1].text}', which rank "
                    "the same", pos(top[1]), "precedence: at > first / last > every > pattern / default")
             return
 
@@ -227,18 +227,18 @@ def resolve_layered(decl: ast.SchemeDecl, src: Source, overrides: dict[str, Any]
     ``resolve_shell(overrides, struct)`` the scheme's own train/eval/allow statements."""
     report = _Reporter(src)
     if decl.base is not None:
-        report("E240", f"'{decl.name}' has a layers block and extends '{decl.base}': a layers scheme extends "
+        report("E250", f"'{decl.name}' has a layers block and extends '{decl.base}': a layers scheme extends "
                "nothing", decl, hint="extend the parts instead (scheme local extends base { ... })")
     blocks = [st for st in decl.body if st.kind == "layers"]
     for st in blocks[1:]:
         report("E205", f"'layers' is declared twice in scheme '{decl.name}'", st, hint=_first_on(blocks[0]))
     for st in decl.body:
         if st.kind not in SHELL_STATEMENTS:
-            report("E240", f"a scheme with a layers block holds only layers, train, eval and allow, not '{st.kind}'",
+            report("E250", f"a scheme with a layers block holds only layers, train, eval and allow, not '{st.kind}'",
                    st, hint="put it in a part (each part is an ordinary scheme)")
     rules = [(r, node) for node in blocks[0].rules if (r := _rule(node, report)) is not None]
     if not blocks[0].rules:
-        report("E240", f"the layers block of '{decl.name}' is empty", blocks[0], hint="write default = scheme")
+        report("E250", f"the layers block of '{decl.name}' is empty", blocks[0], hint="write default = scheme")
     _static_overlaps(rules, report)
     found = _parts(rules, decl, src, report)
     if has_errors(report.diags):
@@ -295,7 +295,7 @@ def _resolve_parts(found, decl, src, overrides, struct, resolve_part, report) ->
     shapes = {(p.heads, p.head_dim) for p in parts.values()}
     if len(shapes) > 1:
         shown = ", ".join(f"{n}: heads {p.heads}, head_dim {p.head_dim}" for n, p in parts.items())
-        report("E242", f"the parts of '{decl.name}' disagree on the attention's shape ({shown})", blocks_of(decl),
+        report("E252", f"the parts of '{decl.name}' disagree on the attention's shape ({shown})", blocks_of(decl),
                hint="every layer of a model has the same heads and head_dim: give the parts the same ones")
         return None
     return parts

@@ -121,7 +121,7 @@ def _exprs(st) -> list[ast.Expr]:
     k = st.kind
     if k == "param":
         return [st.default] + [c.value for c in st.constraints]
-    if k in ("let", "transport", "bias", "temperature"):
+    if k in ("let", "transport", "bias", "temperature", "window", "chunk"):
         return [st.value]
     if k == "channels":
         return [g.spec for g in st.groups]

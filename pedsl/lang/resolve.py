@@ -35,13 +35,14 @@ from pedsl.lang.sections import SectionResolution
 from pedsl.lang.terms import TermResolution
 from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
+from pedsl.lang.windows import WindowResolution
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
 # ------------------------------------------------------------------ the resolver
 
 
-class Resolver(ParamBinding, TermResolution, SectionResolution):
+class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
         self.overrides = overrides
@@ -147,6 +148,8 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             allowed = {n for loc in m.allow for n in loc.stmt.names}
             self.diags.extend(constant_bias_terms(self.constant_terms, m.bias.src, allowed))
         temperature = self.resolve_temperature(lets)
+        window, chunk, sink = self.resolve_shape(env, lets)
+        self.check_sink_transports(sink, transports)
         self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
         evals = self.resolve_section(m.eval, env, "eval")
@@ -169,6 +172,9 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
             biases=tuple(biases),
             temperature=temperature,
             temperature_ty=self.type_of(temperature) if temperature is not None else None,
+            window=window,
+            chunk=chunk,
+            sink=sink,
             train=train,
             eval=evals,
             allow=tuple(allow),
@@ -201,7 +207,8 @@ class Resolver(ParamBinding, TermResolution, SectionResolution):
         seen: set = set()
         for loc in self.m.transports:
             self._current = loc.src
-            bounds.check_calls(inline_lets(loc.stmt.value, lets), env, self.report, seen)
+            # (a learned start value is folded with the group's pairs by the transport's own check)
+            bounds.check_calls(inline_lets(loc.stmt.value, lets), env, self.report, seen, checked_args=False)
         if self.m.bias is not None:
             self._current = self.m.bias.src
             value = inline_lets(self.m.bias.stmt.value, lets)

@@ -151,6 +151,12 @@ class Scheme(_Frozen):
     biases: tuple[Bias, ...] = ()
     temperature: Expr | None = None
     temperature_ty: Ty | None = None
+    # the attention's shape (docs/semantics.md §11): key j is visible to query i iff 0 <= p_i - p_j < window,
+    # or iff p_i // chunk == p_j // chunk; sink: a learned logit per head in the normaliser, or a learned
+    # key/value slot every query sees
+    window: int | None = None
+    chunk: int | None = None
+    sink: Literal["logit", "token"] | None = None
     train: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] = Field(default_factory=dict)
     allow: tuple[str, ...] = ()

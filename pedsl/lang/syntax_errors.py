@@ -41,7 +41,7 @@ _TOKEN_WORDS = {
     "$END": "the end of the file",
 }
 
-_STATEMENTS = "param, let, layout, channels, qk, qkv, bias, temperature, train, eval, allow, layers"
+_STATEMENTS = "param, let, layout, channels, qk, qkv, bias, temperature, window, chunk, sink, train, eval, allow, layers"
 
 
 @functools.lru_cache(maxsize=1)

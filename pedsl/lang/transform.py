@@ -151,6 +151,15 @@ class ToAst(Transformer):
     def temperature(self, meta, c):
         return ast.TemperatureStmt(value=c[0], span=_span_of(meta))
 
+    def window(self, meta, c):
+        return ast.WindowStmt(kind="window", value=c[0], span=_span_of(meta))
+
+    def chunk(self, meta, c):
+        return ast.WindowStmt(kind="chunk", value=c[0], span=_span_of(meta))
+
+    def sink(self, meta, c):
+        return ast.SinkStmt(value=str(c[0]), value_span=_tok_span(c[0]), span=_span_of(meta))
+
     def entry(self, meta, c):
         return ast.Entry(name=str(c[0]), value=c[1], span=_span_of(meta))
 

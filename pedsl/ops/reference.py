@@ -121,12 +121,14 @@ def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
 
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
-                        allowed: Tensor | None = None, q_offset: int = 0) -> Tensor:
+                        allowed: Tensor | None = None, q_offset: int = 0, sink=None) -> Tensor:
     """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
     ``(B, H, L, L)`` bool restricts the keys of each query further (a query with none gives
     zeros); q's row ``r`` is the query of token ``q_offset + r`` (k and v hold every token).
+    ``sink``: (logit ``(B|1, H, Lq)``, value ``(H, D)`` or None for zero): one more key every query
+    sees, whose score is that logit as it stands (no scale, temperature or bias).
     """
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     B, H, L, D = k.shape
@@ -153,12 +155,14 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
             scores.append(s.expand(B, H))
             vals.append(vs[j] if U_rows is None else (U_rows[i][j] @ vs[j].unsqueeze(-1)).squeeze(-1))
         s = torch.stack(scores, dim=-1)  # (B, H, i+1)
-        if allowed is not None:
-            ok = allowed[:, :, i, : i + 1]
-            any_ok = ok.any(-1, keepdim=True)
-            s = s.masked_fill(~ok, float("-inf")).masked_fill(~any_ok, 0.0)
-            a = torch.softmax(s, dim=-1) * any_ok
-        else:
-            a = torch.softmax(s, dim=-1)
+        ok = allowed[:, :, i, : i + 1] if allowed is not None else torch.ones_like(s, dtype=torch.bool)
+        if sink is not None:
+            ok = torch.cat([ok.expand(B, H, i + 1), ok.new_ones(B, H, 1)], dim=-1)
+            s = torch.cat([s, sink[0][..., i - q_offset].to(F64).expand(B, H).unsqueeze(-1)], dim=-1)
+            sv = torch.zeros(H, D, dtype=F64, device=q.device) if sink[1] is None else sink[1].to(F64)
+            vals.append(sv.expand(B, H, D))
+        any_ok = ok.any(-1, keepdim=True)
+        s = s.masked_fill(~ok, float("-inf")).masked_fill(~any_ok, 0.0)
+        a = torch.softmax(s, dim=-1) * any_ok
         outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))  # (B, H, D)
     return torch.stack(outs, dim=2)

@@ -8,7 +8,8 @@ numpy, never torch (``import torch`` alone takes 1.2-1.7 s on a laptop CPU):
 - the learned layers a source's call site asks for are drawn from the distributions the
   compiled module initialises them with - ``dense``: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``
   weights (torch's ``nn.Linear`` default) with ``init_bias`` on the output layer; ``lookup``:
-  ``N(0, std^2)``; ``causal_conv``: ``N(0, 0.1^2)`` taps plus 1 on the newest token - each
+  ``N(0, std^2)``; ``causal_conv``: ``N(0, 0.1^2)`` taps plus 1 on the newest token; ``parameter``
+  (``learned(init)``): ``init`` itself - each
   from its own generator seeded by (seed, site name), so a site that two schemes share gets
   the same weights in both and a diff isolates what changed;
 - frozen tables come from numpy's generator seeded like the module's torch table: the same
@@ -114,6 +115,10 @@ class NumpyEvaluator(DynamicEvaluator):
         if "0.weight" in p:
             return (ctx.x @ p["0.weight"].T) @ p["1.weight"].T + p["1.bias"]
         return ctx.x @ p["weight"].T + p["bias"]
+
+    def parameter(self, site: str, start: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        p = self._site_weights(site, lambda g: {"value": np.broadcast_to(start, shape).astype(np.float64)})
+        return np.asarray(p["value"], dtype=np.float64).reshape(shape)
 
     def causal_conv(self, site: str, flat: np.ndarray, width: int, ctx: Ctx) -> np.ndarray:
         def make(g):  # near the identity: the newest token dominates

@@ -75,6 +75,15 @@ class Learned(nn.Module):
         self.sites = nn.ModuleDict()
 
 
+class LearnedValue(nn.Module):
+    """The parameter of one ``learned(init)`` call: ``value`` over the call's axes (head, pair), in the
+    module's parameter dtype; the walk reads it in float64."""
+
+    def __init__(self, start: Tensor) -> None:
+        super().__init__()
+        self.value = nn.Parameter(start.to(torch.get_default_dtype()))
+
+
 class Evaluator(DynamicEvaluator):
     """Evaluates run-time expressions as torch tensors; ``build=True`` creates the learned call
     sites instead of reading them (the walk itself is :class:`pedsl.runtime.walk.DynamicEvaluator`)."""
@@ -161,6 +170,12 @@ class Evaluator(DynamicEvaluator):
         if ctx.x is None:
             raise CompileError("this scheme reads the hidden state: pass x=(B, L, d_model)")
         return self.learned.sites[site](ctx.x)
+
+    def parameter(self, site: str, start: Tensor, shape: tuple[int, ...]) -> Tensor:
+        if self._build:
+            self.learned.sites[site] = LearnedValue(start.detach().cpu().expand(shape).clone())
+        value = self.learned.sites[site].value
+        return value.to(F64)
 
     def causal_conv(self, site: str, flat: Tensor, width: int, ctx: Context) -> Tensor:
         feats = flat.shape[1]

@@ -33,7 +33,7 @@ from pedsl.lang.exprs import to_source
 
 
 def param_key(site: str, kind: str, count: int) -> str:
-    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv) inside a site's
+    """The name of the ``count``-th learned call (``kind``: linear, embedding, shortconv, learned) inside a site's
     expression: the key of ``learned.sites`` in the module, in generated code and in the sampler."""
     return f"{site}__{kind}{count}"
 
@@ -238,6 +238,11 @@ class DynamicEvaluator:
         near the identity at the start: N(0, 0.1^2) taps plus 1 on the newest token."""
         raise NotImplementedError
 
+    def parameter(self, site: str, start, shape: tuple[int, ...]):
+        """The learned value at ``site``, of ``shape``, starting at ``start`` (float64, broadcast to
+        ``shape``); read in float64."""
+        raise NotImplementedError
+
 
 def _name_of(arg) -> str | None:
     """The name an argument holds (``to = pair``, ``index = token``), or its default."""
@@ -287,3 +292,6 @@ class At:
 
     def causal_conv(self, flat, width: int):
         return self.ev.causal_conv(self.site, flat, width, self.ctx)
+
+    def parameter(self, start, shape: tuple[int, ...]):
+        return self.ev.parameter(self.site, start, shape)

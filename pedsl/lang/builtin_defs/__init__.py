@@ -5,7 +5,7 @@ of the docs' tables."""
 
 from __future__ import annotations
 
-from pedsl.lang.builtin_defs import bias, channels, elementwise, grids, sources, temperature, transports
+from pedsl.lang.builtin_defs import bias, channels, elementwise, grids, learned, sources, temperature, transports
 
-RECORDS = {b.name: b for family in (elementwise, grids, bias, temperature, channels, transports, sources)
+RECORDS = {b.name: b for family in (elementwise, grids, bias, temperature, channels, transports, sources, learned)
            for b in family.RECORDS}

@@ -35,6 +35,9 @@ A record's parts, each optional where the builtin has no such stage:
   at one length must not be reused at another); the walk folds it at each length, and its ``emit``
   is ``emit(fold_at, pairs, **static literals)``, ``fold_at(n)`` the code of the value folded at n.
 
+- ``checked_args``: arguments that must fold to a static value (``learned(init)``): the folder folds
+  them wherever the call is checked, so a bad start value is a positioned diagnostic.
+
 ``inputs``, ``reads_length`` and ``learned`` are the one source of what a call reads beyond its
 arguments (:func:`own_reads`); the checker adds what the arguments read and stores the result in the
 call's type (docs/semantics.md §1a).
@@ -82,6 +85,9 @@ class Builtin:
     names: tuple[str, ...] = ()  # arguments passed as the name they hold (an axis, an input)
     site: Callable | None = None  # (at, *argument values, **names, **static) -> value
     learned: bool = False  # its site owns trainable parameters
+    # arguments that must fold to a static value (a learned value's start): folded wherever the call
+    # is checked, so that their errors are positioned diagnostics, never a failure at compile time
+    checked_args: tuple[str, ...] = ()
 
     def signature(self) -> str:
         parts = []

@@ -16,7 +16,7 @@ def _rotate(a: dict[str, Ty]) -> Ty:
     t = a["phase"]
     need_num(t, "phase", {"pos", "pair"}, " (a phase per position and rotary pair)")
     scalar(a, "scale")
-    if t.data or t.learned:
+    if t.data:  # learned values (learned(init)) may stand in it: a phase per position, trained
         raise TypeIssue(
             "a position-indexed rotation cannot depend on the data",
             "phase",

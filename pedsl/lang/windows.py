@@ -1,0 +1,92 @@
+"""The attention's shape: ``window = N``, ``chunk = N`` and ``sink = logit | token``, checked.
+
+``N`` is an integer >= 1 known when the scheme is checked (a literal, a param, arithmetic on them);
+a scheme has a window or a chunk, never both; ``none`` drops one inherited through ``extends``.
+What they mean (positions, documents, padding, decoding): docs/semantics.md §11.
+"""
+
+from __future__ import annotations
+
+from pedsl.errors import did_you_mean
+from pedsl.lang import ast
+from pedsl.lang.exprs import inline_lets
+from pedsl.lang.stage import FAILED, ResolverStage
+from pedsl.lang.values import DYNAMIC, StaticEnv
+from pedsl.limits import MAX_LENGTH
+
+SINK_KINDS = ("logit", "token")
+
+
+class WindowResolution(ResolverStage):
+    """The Resolver's stage for the window, the chunk and the sink."""
+
+    def resolve_shape(self, env: StaticEnv, lets) -> tuple[int | None, int | None, str | None]:
+        """(window, chunk, sink) of the merged scheme, each None when absent; reports what is wrong."""
+        window = self._width(self.m.window, env, lets)
+        chunk = self._width(self.m.chunk, env, lets)
+        if window is not None and chunk is not None:
+            later = max((self.m.window, self.m.chunk), key=lambda loc: _line(loc.stmt))
+            self._current = later.src
+            self.report("E240", "a scheme has a sliding window or chunked attention, not both "
+                        f"(window = {window}, chunk = {chunk})", later.stmt,
+                        hint="keep one; `window = none` or `chunk = none` drops one inherited through extends")
+        return window, chunk, self._sink()
+
+    def check_sink_transports(self, sink: str | None, transports) -> None:
+        """A sink token's value is not transported: refused beside a transport of the values (qkv)."""
+        if sink != "token" or not any(t.targets == "qkv" for t in transports):
+            return
+        self._current = self.m.sink.src
+        self.report("E240", "sink = token with a transport of the values (qkv): the sink's value has no "
+                    "position to be transported from", self.m.sink.stmt,
+                    hint="use sink = logit, or transport only q and k (qk:)")
+
+    def _width(self, loc, env: StaticEnv, lets) -> int | None:
+        if loc is None:
+            return None
+        st: ast.WindowStmt = loc.stmt
+        self._current = loc.src
+        value = st.value
+        if value.kind == "name" and value.id == "none":
+            return None
+        t = self.checker().infer(value)
+        if t is None:
+            return None
+        what = "a sliding window" if st.kind == "window" else "a chunk"
+        hint = f"write {st.kind} = 512, or {st.kind} = a param of type int"
+        if t.kind != "num" or t.axes or t.reads:
+            self.report("E240", f"{what} is a number of tokens known when the scheme is checked, not {t.show()}",
+                        value, hint=hint)
+            return None
+        folded = self.fold_or_report(inline_lets(value, lets), env)
+        if folded is FAILED:
+            return None
+        if folded is DYNAMIC or isinstance(folded, bool) or not isinstance(folded, int):
+            self.report("E240", f"{what} must be an integer number of tokens, got {folded!r}", value, hint=hint)
+            return None
+        if not 1 <= folded <= MAX_LENGTH:
+            self.report("E240", f"{what} of {folded} tokens; it must be between 1 and {MAX_LENGTH:,}", value,
+                        hint="1 is each token alone; a width at least the sequence length is full causal attention")
+            return None
+        return folded
+
+    def _sink(self) -> str | None:
+        loc = self.m.sink
+        if loc is None:
+            return None
+        st: ast.SinkStmt = loc.stmt
+        if st.value == "none":
+            return None
+        if st.value not in SINK_KINDS:
+            self._current = loc.src
+            near = did_you_mean(st.value, SINK_KINDS)
+            self.report("E240", f"unknown sink '{st.value}'" + (f"; {near}" if near else ""),
+                        ast.Name(id=st.value, span=st.value_span),
+                        hint="sink = logit (a learned logit per head in the softmax's normaliser, GPT-OSS) or "
+                             "sink = token (a learned key/value slot every query sees)")
+            return None
+        return st.value
+
+
+def _line(node) -> int:
+    return node.span.line if node.span is not None else 0
