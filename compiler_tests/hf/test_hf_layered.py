@@ -37,7 +37,8 @@ def configs(n: int) -> dict:
                                                      floor_scale=4, attention_chunk_size=None, **SMALL),
         "qwen2": transformers.Qwen2Config(num_hidden_layers=n, use_sliding_window=True, max_window_layers=2,
                                           sliding_window=5, **SMALL),
-        "gpt_oss": transformers.GptOssConfig(num_hidden_layers=n, num_local_experts=2, sliding_window=5, **SMALL),
+        "gpt_oss": transformers.GptOssConfig(num_hidden_layers=n, num_local_experts=2, num_experts_per_tok=1,
+                                           sliding_window=5, **SMALL),
     }
 
 
@@ -192,3 +193,54 @@ def test_layers_that_do_not_fit_the_model_are_refused():
     with pytest.raises(CheckError) as err:
         use_pedsl_attention(_llama4(), text)
     assert err.value.diagnostics[0].code == "E254"
+
+
+def _native(family: str, n: int = 6):
+    cfg = configs(n)[family]
+    if family == "gemma2":  # the attention soft-cap is refused (test_hf_models.py); the final one too
+        cfg.attn_logit_softcapping = cfg.final_logit_softcapping = None
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    if family == "gpt_oss":
+        model.set_experts_implementation("eager")  # the grouped kernel has no float64
+    model = model.to(torch.float64).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+            if name.endswith("sinks"):  # HF's init leaves them empty: logits of their own
+                p.normal_()
+    return model
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "qwen2", "gpt_oss"])
+def test_windowed_models_match_the_native_model_past_the_window(family):
+    """Sliding windows of 5 (HF's masks; the parts' windows agree), Gemma 3's rope per layer type, Qwen2's
+    first full layers, GPT-OSS's sinks (the parts take the layers' own logits) and YaRN: the native float64
+    logits on 30 tokens and the same greedy tokens 30 past the prompt."""
+    native = _native(family)
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, native(ids).logits, atol=1e-5, rtol=1e-6)
+    out_n = native.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
+    out_p = ours.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
+    assert out_p.shape[1] == 36 and torch.equal(out_n, out_p)
+
+
+def test_the_windows_ropes_and_sinks_matter():
+    """Controls: the same models under schemes that differ in one feature give other logits or are refused."""
+    ids = torch.randint(1, 96, (1, 30), generator=torch.Generator().manual_seed(2))
+    native = _native("gemma3_text")
+    text = import_any(native.config.to_dict())
+    swapped = text.replace("param base: float (> 1) = 10000.0", "param base: float (> 1) = 1000000.0")
+    with torch.no_grad():
+        diff = (use_pedsl_attention(copy.deepcopy(native), swapped)(ids).logits - native(ids).logits).abs().max()
+    assert diff > 1e-3  # the local layers' base is read per layer type
+    oss = _native("gpt_oss")
+    with pytest.raises(InteropError) as err:
+        use_pedsl_attention(copy.deepcopy(oss), import_any(oss.config.to_dict()).replace("  sink = logit\n", ""))
+    assert "the model has a sink logit per head but the scheme's part" in str(err.value)
+    with pytest.raises(InteropError) as err:
+        use_pedsl_attention(copy.deepcopy(oss), import_any(oss.config.to_dict()).replace("window = 5", "window = 6"))
+    assert "masks with window 5" in str(err.value) and "window 6" in str(err.value)

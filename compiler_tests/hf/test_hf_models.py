@@ -199,9 +199,11 @@ def test_every_hf_attention_keyword_is_applied_or_refused(scheme):
     ("gpt_oss", {}, "sinks"),
 ])
 def test_models_with_softcap_or_sinks_are_refused(model_type, extra, what):
+    """The soft-cap always; the sinks under a scheme without them (GPT-OSS's own layers scheme takes them:
+    test_hf_layered.py)."""
     model = tiny(model_type, dtype=torch.float32, attn_implementation="eager", **extra)
     with pytest.raises(InteropError, match=what):
-        use_pedsl_attention(model)
+        use_pedsl_attention(model, None if what == "soft-cap" else "scheme r { qk: rotate(geometric(1e4) * position) }")
 
 
 # ---------------------------------------------------------------------- partial_rotary_factor per architecture

@@ -199,8 +199,10 @@ def _general_mask(attention_mask, B: int, Lq: int, Lk: int, device) -> torch.Ten
 def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The ``AttentionInterface`` function: q (B, H, Lq, D), k, v (B, Hkv, Lk, D) from HF's cache
     (rotated on HF's rotary path, un-rotated on the general path) -> (B, Lq, H, D)."""
-    check_kwargs(dropout, kwargs)
     state: _State = getattr(module, _ATTR)
+    if state.module is not None and getattr(state.module, "sink_logit", None) is getattr(module, "sinks", 0):
+        kwargs.pop("s_aux", None)  # the model's sinks are the part's sink logits (_layer_state)
+    check_kwargs(dropout, kwargs)
     if state.hf is not None:  # q and k carry the scheme's rotation: plain causal attention
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling)
     B, H, Lq, D = query.shape
@@ -251,12 +253,13 @@ def scheme_for(model, scheme=None) -> Scheme:
 
 
 def _refuse_model_features(model, layers) -> None:
-    """Attention features of the model that pedsl's attention would not apply: refused up front."""
+    """Attention features of the model that pedsl's attention would not apply: refused up front (the sinks
+    of a model whose scheme has none: a ``layers`` scheme's parts may take them, see _layer_state)."""
     cfg = model.config
     cap = getattr(cfg, "attn_logit_softcapping", None)
     if cap is not None:
         _refuse_kwarg("softcap", cap)
-    if any(isinstance(getattr(layer, "sinks", None), torch.Tensor) for layer in layers):
+    if layers and any(isinstance(getattr(layer, "sinks", None), torch.Tensor) for layer in layers):
         _refuse_kwarg("sinks", "per-head sink logits of the model")
 
 
@@ -323,10 +326,11 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     imported with :func:`pedsl.hf.import_config` (then the logits equal the native model's).
     ``backend`` is the compiled module's (the general path; HF's rotary path attends with SDPA)."""
     # the model's own attention features pedsl does not apply, before its config is read for a scheme
-    _refuse_model_features(model, [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")])
+    _refuse_model_features(model, [])
     sch = scheme_for(model, scheme)
     if sch.layers is not None:
         return _use_layers(model, sch, backend)
+    _refuse_model_features(model, [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")])
     if sch.needs_x or sch.needs_tokens:
         raise InteropError(f"scheme '{sch.name}' reads the hidden state or the tokens, which transformers' "
                            "attention interface does not pass", code="E964",
@@ -389,6 +393,13 @@ def _layer_state(layer, cfg, index: int, name: str, part: Scheme, module) -> _St
         raise InteropError(f"layer {index}: the model masks with {say(hf_window, hf_chunk)} but the scheme's part "
                            f"'{name}' has {say(window, chunk)}; HF's mask and the scheme must agree", code="E964",
                            hint="use the scheme import-hf writes for this config (pedsl.hf.layered.import_any)")
+    sinks = getattr(layer, "sinks", None)
+    if isinstance(sinks, torch.Tensor) or part.sink is not None:
+        if part.sink != "logit" or not isinstance(sinks, nn.Parameter):
+            raise InteropError(f"layer {index}: the model has {'a sink logit per head' if sinks is not None else 'no sink'}"
+                               f" but the scheme's part '{name}' has " + (f"sink = {part.sink}" if part.sink else "none"),
+                               code="E964", hint="a part with sink = logit takes the model's sink logits")
+        module.sink_logit = sinks  # the layer's own trained logits (the part's module is this layer's)
     state = _State(module, None)
     if getattr(layer, "attn_temperature_tuning", False) and not getattr(layer, "use_rope", True):
         state.hf_tuning = (float(layer.floor_scale), float(layer.attn_scale))  # undone: the part's applies
@@ -403,15 +414,16 @@ def _use_layers(model, sch: Scheme, backend: str):
     sch = load(sch, heads=heads, head_dim=head_dim, layers=cfg.num_hidden_layers)
     names = sch.layers.assign(cfg.num_hidden_layers)
     layers, rotaries = _attention_layers(model)
-    modules: dict[str, nn.Module] = {}
+    modules: dict[tuple, nn.Module] = {}
     for layer in layers:
         index = layer.layer_idx
         name = names[index]
         part = sch.layers.parts[name]
-        if name not in modules:
-            modules[name] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
-                                           requires_grad=False)
-        object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, index, name, part, modules[name]))
+        key = (name, index if part.sink is not None else None)  # a sink is each layer's own parameter
+        if key not in modules:
+            modules[key] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
+                                          requires_grad=False)
+        object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, index, name, part, modules[key]))
     identity = _State(next(iter(modules.values())), None)
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None))
