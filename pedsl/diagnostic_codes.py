@@ -44,6 +44,13 @@ CODES: dict[str, tuple[str, str]] = {
     "E233": ("check", "a bias over `distance.AXIS` (per-axis distance biases are not implemented)"),
     "E240": ("check", "a `window`/`chunk` that is not an integer >= 1 known when checking, `window` with `chunk`, "
                       "or an unknown `sink` kind"),
+    "E250": ("check", "a malformed `layers` block: an unknown rule (did you mean ...?), bad arguments or value, "
+                      "`extends` or a statement other than train/eval/allow beside it"),
+    "E251": ("check", "a `layers` rule names an unknown scheme (did you mean ...?)"),
+    "E252": ("check", "a part of a `layers` block that has a `layers` block itself, or parts that disagree on "
+                      "heads / head_dim"),
+    "E253": ("check", "two `layers` rules of the same rank name the same layer"),
+    "E254": ("check", "the `layers` rules do not fit the model's layer count (a layer beyond it, or one with no part)"),
     "E300": ("params", "a parameter override error without a more specific code"),
     "E301": ("params", "unknown `-P` parameter"),
     "E302": ("params", "`-P` value of the wrong type"),

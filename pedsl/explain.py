@@ -18,6 +18,7 @@ from pedsl.lang.frequencies import axis_runs
 from pedsl.formulas import channel_pairs
 from pedsl.lang.channels import channel_ranges
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.layers import layer_map_lines
 
 PATH_BLOCK = 64  # the blockwise PaTH kernel's block size C (pedsl.ops.path.path_attention)
 
@@ -142,6 +143,8 @@ def graph_lines(f: SchemeFacts) -> list[str]:
 
 
 def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: str | None = None) -> str:
+    if s.layers is not None:
+        return _explain_layers(s, warnings, context=context, file=file)
     f = scheme_facts(s)
     L = context or f.train_length or 2048
     title = f"pedsl explain: {s.name}" + (f"  ({file})" if file else "")
@@ -173,4 +176,17 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Lint"]
     warns = list(warnings)
     lines += [("  " + d.render().replace("\n", "\n  ")) for d in warns] or ["  no findings"]
+    return "\n".join(lines)
+
+
+def _explain_layers(s: Scheme, warnings, *, context: int | None, file: str | None) -> str:
+    """A layers scheme: its layer map, then each part explained as a scheme of its own."""
+    lines = [f"pedsl explain: {s.name}" + (f"  ({file})" if file else "")]
+    if s.doc:
+        lines.append(f"  {s.doc}")
+    lines += ["", "Layers"] + layer_map_lines(s.layers)
+    for name, part in s.layers.parts.items():
+        lines += ["", f"=== part {name} ===", explain_text(part, (), context=context, file=part.file)]
+    lines += ["", "Lint"]
+    lines += [("  " + d.render().replace("\n", "\n  ")) for d in warnings] or ["  no findings"]
     return "\n".join(lines)

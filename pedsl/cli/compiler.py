@@ -19,6 +19,7 @@ from pedsl.errors import CompileError
 from pedsl.fsio import atomic_write_text, ensure_dir
 from pedsl.lang.api import load
 from pedsl.lang.exprs import to_source
+from pedsl.lang.layers import layer_map_lines
 from pedsl.lang.library import is_library_name
 from pedsl.lang.types import Ty
 from pedsl.limits import MAX_D_MODEL, MAX_HEAD_DIM, MAX_HEADS
@@ -117,6 +118,9 @@ def graph_to_text(g) -> str:
 def graph(file, scheme, params, fmt, backend, no_grad):
     """Print the lowering plan (what the compiler decided and why) and the dataflow graph after the passes."""
     sch = load(file, params=raw_params(params) or None, scheme=scheme)
+    if sch.layers is not None:
+        _layered_graph(sch, fmt, Options(backend=backend, requires_grad=not no_grad))
+        return
     g = optimize(lower(sch), Options(backend=backend, requires_grad=not no_grad))
     if fmt == "json":
         click.echo(json.dumps(graph_to_json(g), indent=2))
@@ -124,6 +128,23 @@ def graph(file, scheme, params, fmt, backend, no_grad):
         click.echo(graph_to_dot(g))
     else:
         click.echo(graph_to_text(g))
+
+
+def _layered_graph(sch, fmt: str, options: Options) -> None:
+    """A layers scheme: its layer map, then the graph of each part."""
+    graphs = {name: optimize(lower(part), options) for name, part in sch.layers.parts.items()}
+    if fmt == "json":
+        count = sch.layers.count
+        click.echo(json.dumps({"scheme": sch.name, "rules": [r.text for r in sch.layers.rules], "count": count,
+                               "layers": list(sch.layers.assign(count)) if count else None,
+                               "parts": {n: graph_to_json(g) for n, g in graphs.items()}}, indent=2))
+    elif fmt == "dot":
+        click.echo("\n".join(graph_to_dot(g) for g in graphs.values()))
+    else:
+        text = [f"layers of {sch.name}", *layer_map_lines(sch.layers)]
+        for name, g in graphs.items():
+            text += ["", f"part {name}:", graph_to_text(g)]
+        click.echo("\n".join(text))
 
 
 @click.command("compile")

@@ -233,7 +233,11 @@ def show(file: str, scheme_name: str | None, params: tuple[str, ...], as_json: b
 @click.command()
 def schema() -> None:
     """Print the JSON Schema of the resolved IR (pedsl.lang.scheme.Scheme)."""
-    click.echo(json.dumps(Scheme.model_json_schema(), indent=2))
+    schema = Scheme.model_json_schema()
+    if "$ref" in schema:  # Scheme refers to itself (a layers scheme's parts): its definition at the root
+        name = schema.pop("$ref").rsplit("/", 1)[-1]
+        schema = {**schema["$defs"][name], "$defs": schema["$defs"]}
+    click.echo(json.dumps(schema, indent=2))
 
 
 # ------------------------------------------------------------------ list

@@ -11,6 +11,7 @@ from pedsl.cli.options import raw_params
 from pedsl.errors import UsageError
 from pedsl.fsio import atomic_write_text
 from pedsl.hf.convert import export_rope, import_config
+from pedsl.hf.layered import export_layers
 from pedsl.lang.api import load
 from pedsl.lang.library import scheme_file
 from pedsl.lang.parser import name_problem
@@ -24,8 +25,9 @@ def import_hf(config: str, out: str | None, name: str | None) -> None:
     """Write the .pe scheme of a model's positional encoding, from its config.json (or a folder holding one).
 
     The scheme is exact (head_dim, heads, theta, rope type and every parameter; the t, h, w sections of
-    Qwen2-VL, Qwen2.5-VL and Qwen3-VL's M-RoPE); what pedsl cannot express exactly (per-layer-type rope
-    parameters, other multimodal rotaries, ...) is an error naming the config field."""
+    Qwen2-VL, Qwen2.5-VL and Qwen3-VL's M-RoPE); a config whose layers differ (Gemma 2 / 3, Llama 4 text,
+    Qwen2 with sliding windows, GPT-OSS) is written as a layers scheme with a part per kind of layer. What
+    pedsl cannot express exactly (other multimodal rotaries, ...) is an error naming the config field."""
     problem = None if name is None else name_problem(name)
     if problem:
         shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
@@ -49,6 +51,12 @@ def export_hf(file: str, scheme_name: str | None, params: tuple[str, ...], as_co
     """Print the Hugging Face rope_parameters JSON of a scheme (a .pe file or a library name) in HF's rope
     family; otherwise an error saying which part has no HF equivalent."""
     sch = load(scheme_file(file), params=raw_params(params) or None, scheme=scheme_name)
+    if sch.layers is not None:  # the config fields of its layers (layer_types, sliding_window, ...)
+        if sch.layers.count is None:
+            raise UsageError(f"scheme '{sch.name}' gives its layers different schemes: export-hf needs the model's "
+                             "layer count", hint="give -P layers=N")
+        click.echo(json.dumps(export_layers(sch, sch.layers.count), indent=2))
+        return
     out = export_rope(sch)
     click.echo(json.dumps(out if as_config else out["rope_parameters"], indent=2))
 

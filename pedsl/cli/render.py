@@ -9,6 +9,7 @@ from typing import Any
 from pedsl.lang.channels import channel_ranges
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.frequencies import rotary_frequencies
+from pedsl.lang.layers import layer_map_lines
 
 
 def _scalar(v: Any) -> str:
@@ -37,6 +38,11 @@ def render_scheme(scheme) -> str:
     lines.append(f"layout: {scheme.layout}")
     if scheme.axes:
         lines.append(f"axes: {', '.join(scheme.axes)}")
+    if scheme.layers is not None:
+        lines += ["layers:", *layer_map_lines(scheme.layers)]
+        lines += ["parts:"] + [f"  {n}: {p.file or '-'}" + (f" (extends {' -> '.join(p.bases)})" if p.bases else "")
+                               for n, p in scheme.layers.parts.items()]
+        return "\n".join(lines + _settings_lines(scheme))  # the layers' attention is their parts'
     if scheme.params:
         lines.append("params:")
         lines += [f"  {k}: {_scalar(v)}" for k, v in scheme.params.items()]
@@ -93,6 +99,12 @@ def render_scheme(scheme) -> str:
     for name in ("window", "chunk", "sink"):
         if getattr(scheme, name) is not None:
             lines.append(f"{name}: {getattr(scheme, name)}")
+    return "\n".join(lines + _settings_lines(scheme))
+
+
+def _settings_lines(scheme) -> list[str]:
+    """The train / eval blocks and ``allow``."""
+    lines = []
     for name in ("train", "eval"):
         table = getattr(scheme, name)
         if table:
@@ -100,4 +112,4 @@ def render_scheme(scheme) -> str:
             lines += [f"  {k}: {_scalar(v)}" for k, v in table.items()]
     if scheme.allow:
         lines.append("allow: [" + ", ".join(scheme.allow) + "]")
-    return "\n".join(lines)
+    return lines

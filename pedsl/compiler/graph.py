@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import networkx as nx
 
+from pedsl.errors import CompileError
 from pedsl.compiler.plan import site_name
 from pedsl.lang.exprs import to_source
 from pedsl.lang.frequencies import pair_axes
@@ -32,6 +33,11 @@ def _sources(ty: Ty) -> list[str]:
 
 
 def lower(scheme: Scheme) -> nx.DiGraph:
+    if scheme.layers is not None:
+        parts = ", ".join(scheme.layers.parts)
+        raise CompileError(f"scheme '{scheme.name}' gives its layers different schemes ({parts}): one attention "
+                           "module is one of them", code="E400",
+                           hint="compile a part (--scheme NAME), or train a model with the layers scheme")
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
                    axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
                    sink=scheme.sink,

@@ -36,6 +36,7 @@ from pedsl.diffing.match import (bias_expr, bias_source, match_groups, match_par
                                  rename_text, transport_fields, transport_source)
 from pedsl.lang.channels import channel_ranges as ranges
 from pedsl.lang.exprs import to_source, walk
+from pedsl.errors import UsageError
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.api import load
 
@@ -137,6 +138,10 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     :class:`Keep` for every matched, unchanged element.
     """
     a, b = as_scheme(a), as_scheme(b)
+    for s in (a, b):
+        if s.layers is not None:  # its attention is its parts': a diff of the shell would read as NoPE
+            raise UsageError(f"scheme '{s.name}' gives its layers different schemes ({', '.join(s.layers.parts)}); "
+                             "pedsl diff compares two attentions", hint=f"diff its parts (FILE:{next(iter(s.layers.parts))})")
     out: list[Edit] = []
 
     def value(path: str, old: Any, new: Any) -> None:

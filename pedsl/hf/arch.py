@@ -40,6 +40,18 @@ PER_LAYER_ROPE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text", 
                             "modernbert", "cohere2"})
 
 
+# Layers of different kinds (sliding windows, chunks, NoPE layers, sinks): pedsl.hf.layered writes a layers
+# scheme for them; import_config alone refuses them (it writes one scheme for every layer).
+LAYERED = frozenset({"gemma2", "gemma3", "gemma3_text", "qwen2", "gpt_oss", "llama4", "llama4_text"})
+# Set by pedsl.hf.layered on the config of one kind of layer, of which import_config writes the rope only.
+PART = "_pedsl_layer_part"
+
+
+def _layers_differ(cfg: dict, mt: str) -> bool:
+    return (any(t != "full_attention" for t in cfg.get("layer_types") or ()) or bool(cfg.get("use_sliding_window"))
+            or (mt in ("gemma2", "gpt_oss") and cfg.get("sliding_window") is not None) or mt == "gpt_oss")
+
+
 def model_types(cfg: dict) -> list[str]:
     """The config's model_type and, for a composite (vision-language) config, its text model's."""
     out = [str(cfg.get("model_type"))] if cfg.get("model_type") else []
@@ -56,7 +68,10 @@ def refusal(cfg: dict) -> str | None:
             return (f"model_type '{mt}' uses M-RoPE (multimodal rotary embedding: each rotated pair reads one of "
                     "three positions - time, height, width - split by mrope_section), whose positions are not "
                     "one token index")
-        if mt in PER_LAYER_ROPE:
+        if mt in LAYERED and not cfg.get(PART) and _layers_differ(cfg, mt):
+            return (f"model_type '{mt}' has layers of different kinds (sliding windows, sinks): pedsl import-hf "
+                    "writes it as a layers scheme (pedsl.hf.import_config), not one scheme for every layer")
+        if mt in PER_LAYER_ROPE and not cfg.get(PART):
             return (f"model_type '{mt}' gives its layer types different rope parameters (e.g. Gemma 3: local "
                     "sliding-window layers and global layers with another base and scaling); pedsl imports one "
                     "scheme for all layers")

@@ -58,6 +58,7 @@ from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
 from pedsl.hf import arch
 from pedsl.hf.convert import export_rope, import_config
+from pedsl.hf.layered import part_window
 from pedsl.lang.api import load
 from pedsl.lang.scheme import Scheme
 from pedsl.runtime.torch_backend import Context
@@ -129,6 +130,7 @@ class _State:
             rp.get("original_max_position_embeddings")
         self.longest = self.original  # HF's max_seq_len_cached of dynamic NTK
         self.axes = tuple(getattr(module.scheme, "axes", ()))  # () one axis; M-RoPE: ("t", "h", "w")
+        self.hf_tuning: tuple[float, float] | None = None  # Llama 4 NoPE layer: its query scale, undone
         self._freqs: dict[int, torch.Tensor] = {}  # table length (0: static) -> (A, P) float64 frequencies
 
     def table_length(self, seq_len: int) -> int:
@@ -207,7 +209,10 @@ class _PedslRotary(nn.Module):
     def forward(self, x, position_ids, *args, **kwargs):
         st = self.state
         if st.hf is None:
-            cos, sin = self.inner(x, position_ids, *args, **kwargs)
+            out = self.inner(x, position_ids, *args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.is_complex():  # Llama 4's freqs_cis: rotation by 1 + 0i
+                return torch.ones_like(out)
+            cos, sin = out
             return torch.ones_like(cos), torch.zeros_like(sin)
         return hf_cos_sin(st.phases(position_ids.to(x.device)), st.transform.scale, self.width, x.dtype)
 
@@ -227,8 +232,10 @@ def _general_mask(attention_mask, B: int, Lq: int, Lk: int, device) -> torch.Ten
 def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """The ``AttentionInterface`` function: q (B, H, Lq, D), k, v (B, Hkv, Lk, D) from HF's cache
     (rotated on HF's rotary path, un-rotated on the general path) -> (B, Lq, H, D)."""
-    check_kwargs(dropout, kwargs)
     state: _State = getattr(module, _ATTR)
+    if state.module is not None and getattr(state.module, "sink_logit", None) is getattr(module, "sinks", 0):
+        kwargs.pop("s_aux", None)  # the model's sinks are the part's sink logits (_layer_state)
+    check_kwargs(dropout, kwargs)
     if state.hf is not None:  # q and k carry the scheme's rotation: plain causal attention
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling)
     B, H, Lq, D = query.shape
@@ -240,8 +247,18 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     kpos = (torch.arange(Lk, device=dev)[None, :] - ((Lk - 1) - last)[:, None]).clamp(min=0)  # (B, Lk)
     if scaling is not None and abs(scaling * D ** 0.5 - 1) > 1e-12:  # pedsl scales scores by 1 / sqrt(D)
         query = query * (scaling * D ** 0.5)
+    if state.hf_tuning is not None:  # the scheme's temperature replaces the model's own
+        query = query / llama4_tuning(state.hf_tuning, Lk - Lq, Lq, dev).to(query.dtype)
     o = state.module(query, key, value, positions=kpos, attn_mask=_general_mask(attention_mask, B, Lq, Lk, dev))
     return o.transpose(1, 2).contiguous(), None
+
+
+def llama4_tuning(tuning: tuple[float, float], past: int, Lq: int, device) -> torch.Tensor:
+    """(1, 1, Lq, 1) the query scale Llama 4's NoPE layers apply before the attention function (in float32,
+    at positions past .. past + Lq - 1 as HF counts them): log1p(floor((p + 1) / floor_scale)) * attn_scale + 1."""
+    floor_scale, attn_scale = tuning
+    p = torch.arange(Lq, device=device) + past
+    return (torch.log1p(torch.floor((p.float() + 1.0) / floor_scale)) * attn_scale + 1.0).view(1, 1, Lq, 1)
 
 
 def _register() -> None:
@@ -270,12 +287,13 @@ def scheme_for(model, scheme=None) -> Scheme:
 
 
 def _refuse_model_features(model, layers) -> None:
-    """Attention features of the model that pedsl's attention would not apply: refused up front."""
+    """Attention features of the model that pedsl's attention would not apply: refused up front (the sinks
+    of a model whose scheme has none: a ``layers`` scheme's parts may take them, see _layer_state)."""
     cfg = model.config
     cap = getattr(cfg, "attn_logit_softcapping", None)
     if cap is not None:
         _refuse_kwarg("softcap", cap)
-    if any(isinstance(getattr(layer, "sinks", None), torch.Tensor) for layer in layers):
+    if layers and any(isinstance(getattr(layer, "sinks", None), torch.Tensor) for layer in layers):
         _refuse_kwarg("sinks", "per-head sink logits of the model")
 
 
@@ -367,7 +385,12 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     ``scheme``: a `.pe` path or text, or a loaded Scheme; by default the model's own rope parameters
     imported with :func:`pedsl.hf.import_config` (then the logits equal the native model's).
     ``backend`` is the compiled module's (the general path; HF's rotary path attends with SDPA)."""
+    # the model's own attention features pedsl does not apply, before its config is read for a scheme
+    _refuse_model_features(model, [])
     sch = scheme_for(model, scheme)
+    if sch.layers is not None:
+        return _use_layers(model, sch, backend)
+    _refuse_model_features(model, [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")])
     if sch.needs_x or sch.needs_tokens:
         raise InteropError(f"scheme '{sch.name}' reads the hidden state or the tokens, which transformers' "
                            "attention interface does not pass", code="E964",
@@ -376,17 +399,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     if sch.heads != heads or sch.head_dim != head_dim:
         raise InteropError(f"scheme '{sch.name}' is for {sch.heads} heads of {sch.head_dim}; the model has {heads} "
                            f"of {head_dim}", code="E964", hint="drop heads/head_dim params from the scheme")
-    layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
-    if not layers:
-        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
-    if any(isinstance(m, _PedslRotary) for m in model.modules()):
-        raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
-                           hint="call use_pedsl_attention once, on a fresh copy of the model")
-    rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
-                if name == "rotary_emb"]
-    if not rotaries:
-        raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
-    _refuse_model_features(model, layers)
+    layers, rotaries = _attention_layers(model)
     mod = compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend, requires_grad=False)
     hf, width = _choose_path(sch, mod, layers, rotaries)
     if hf is None:
@@ -406,6 +419,84 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
 
 
 SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learned parameters
+
+
+# ---------------------------------------------------------------------- a layers scheme
+
+
+def _attention_layers(model) -> tuple[list, list]:
+    """(the attention layers, the (parent, name) of every rotary embedding), refused when absent or when the
+    model attends through pedsl already."""
+    layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
+    if not layers:
+        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
+    if any(isinstance(m, _PedslRotary) for m in model.modules()):
+        raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
+                           hint="call use_pedsl_attention once, on a fresh copy of the model")
+    rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
+                if name == "rotary_emb"]
+    if not rotaries:
+        raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
+    return layers, rotaries
+
+
+def _hf_mask_window(layer, cfg, index: int) -> tuple[int | None, int | None]:
+    """(sliding window, chunk) of the mask HF builds for this layer."""
+    kind = (getattr(cfg, "layer_types", None) or [None] * (index + 1))[index]
+    chunk = getattr(cfg, "attention_chunk_size", None) if kind == "chunked_attention" else None
+    return getattr(layer, "sliding_window", None), chunk
+
+
+def _layer_state(layer, cfg, index: int, name: str, part: Scheme, module) -> _State:
+    """The general path of one layer: its part's module, checked against the mask HF gives the layer."""
+    if part.needs_x or part.needs_tokens:
+        raise InteropError(f"layer {index} ({name}) reads the hidden state or the tokens, which transformers' "
+                           "attention interface does not pass", code="E964")
+    hf_window, hf_chunk = _hf_mask_window(layer, cfg, index)
+    window, chunk, _ = part_window(part)
+    if (hf_window, hf_chunk) != (window, chunk):
+        say = lambda w, c: f"window {w}" if w else f"chunk {c}" if c else "no window"  # noqa: E731
+        raise InteropError(f"layer {index}: the model masks with {say(hf_window, hf_chunk)} but the scheme's part "
+                           f"'{name}' has {say(window, chunk)}; HF's mask and the scheme must agree", code="E964",
+                           hint="use the scheme import-hf writes for this config (pedsl.hf.import_config)")
+    sinks = getattr(layer, "sinks", None)
+    if isinstance(sinks, torch.Tensor) or part.sink is not None:
+        if part.sink != "logit" or not isinstance(sinks, nn.Parameter):
+            raise InteropError(f"layer {index}: the model has {'a sink logit per head' if sinks is not None else 'no sink'}"
+                               f" but the scheme's part '{name}' has " + (f"sink = {part.sink}" if part.sink else "none"),
+                               code="E964", hint="a part with sink = logit takes the model's sink logits")
+        module.sink_logit = sinks  # the layer's own trained logits (the part's module is this layer's)
+    state = _State(module, None)
+    if getattr(layer, "attn_temperature_tuning", False) and not getattr(layer, "use_rope", True):
+        state.hf_tuning = (float(layer.floor_scale), float(layer.attn_scale))  # undone: the part's applies
+    return state
+
+
+def _use_layers(model, sch: Scheme, backend: str):
+    """A ``layers`` scheme: each attention layer runs its part on the general path (the rotary embeddings
+    return the identity), with HF's mask, which must carry the part's window or chunk."""
+    cfg = model.config
+    heads, head_dim = _dims(cfg)
+    sch = load(sch, heads=heads, head_dim=head_dim, layers=cfg.num_hidden_layers)
+    names = sch.layers.assign(cfg.num_hidden_layers)
+    layers, rotaries = _attention_layers(model)
+    modules: dict[tuple, nn.Module] = {}
+    for layer in layers:
+        index = layer.layer_idx
+        name = names[index]
+        part = sch.layers.parts[name]
+        key = (name, index if part.sink is not None else None)  # a sink is each layer's own parameter
+        if key not in modules:
+            modules[key] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
+                                          requires_grad=False)
+        object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, index, name, part, modules[key]))
+    identity = _State(next(iter(modules.values())), None)
+    for parent, name in rotaries:
+        setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None))
+    _register()
+    model.set_attn_implementation(NAME)
+    return model
+
 
 __all__ = ["use_pedsl_attention", "pedsl_attention_forward", "check_kwargs", "NAME", "APPLIED", "NO_EFFECT",
            "REFUSED"]

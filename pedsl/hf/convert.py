@@ -1,7 +1,9 @@
 """``pedsl import-hf`` / ``pedsl export-hf``: which converter reads a config and which writes a scheme back.
 
-One-axis rope (the Llama family, :mod:`pedsl.hf.rope`) and the three-axis M-RoPE of the Qwen-VL families
-(:mod:`pedsl.hf.multimodal`) share the entry points here, so callers never choose.
+One-axis rope (the Llama family, :mod:`pedsl.hf.rope`), the three-axis M-RoPE of the Qwen-VL families
+(:mod:`pedsl.hf.multimodal`) and the models whose layers differ (Gemma 2 / 3, Llama 4 text, Qwen2 with
+sliding windows, GPT-OSS: a ``layers`` scheme, :mod:`pedsl.hf.layered`) share the entry points here, so
+callers never choose.
 """
 
 from __future__ import annotations
@@ -9,17 +11,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from pedsl.errors import InteropError, quoted
-from pedsl.hf import multimodal, rope
+from pedsl.hf import layered, multimodal, rope
 from pedsl.lang.parser import name_problem
 from pedsl.lang.scheme import Scheme
 
 
 def import_config(config: dict | str | Path, name: str | None = None) -> str:
-    """The checked `.pe` text of a config's positional encoding (see :func:`pedsl.hf.rope.import_config`
-    and :func:`pedsl.hf.multimodal.import_mrope`)."""
+    """The checked `.pe` text of a config's positional encoding (see :func:`pedsl.hf.rope.import_config`,
+    :func:`pedsl.hf.multimodal.import_mrope` and :func:`pedsl.hf.layered.import_layered`)."""
     cfg = config if isinstance(config, dict) else rope.read_config(config)
     if multimodal.family_of(cfg) is None:
-        return rope.import_config(cfg, name)
+        return layered.import_layered(cfg, name) if layered.is_layered(cfg) else rope.import_config(cfg, name)
     if name is not None and name_problem(name):
         raise InteropError(f"scheme name {quoted(name, 80)}: {name_problem(name)}", code="E963")
     return multimodal.import_mrope(cfg, name)

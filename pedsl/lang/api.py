@@ -67,16 +67,19 @@ def load(
     *,
     heads: int | None = None,
     head_dim: int | None = None,
+    layers: int | None = None,
 ) -> Scheme:
     """The resolved, checked scheme (after imports, extends and parameters).
 
     ``path_or_text`` is a path (str or Path) or the text of a `.pe` file; a file with
     several schemes needs ``scheme`` unless one is named like the file. ``params``
     overrides parameters (values or ``-P``-style strings); ``heads``/``head_dim`` set
-    the structural names the model fixes.
+    the structural names the model fixes, ``layers`` its layer count (read by a ``layers`` scheme).
     """
     if isinstance(path_or_text, Scheme):
-        if not params and heads in (None, path_or_text.heads) and head_dim in (None, path_or_text.head_dim):
+        same_count = layers is None or path_or_text.layers is None or path_or_text.layers.count == layers
+        if not params and heads in (None, path_or_text.heads) and head_dim in (None, path_or_text.head_dim) \
+                and same_count:
             return path_or_text
         src = Loader().load_text(path_or_text.source, path_or_text.file,
                                  Path(path_or_text.file).parent if path_or_text.file else None)
@@ -84,7 +87,7 @@ def load(
         params = {**path_or_text.params, **(params or {})}
     else:
         src = load_source(path_or_text)
-    result, _ = resolve(src, scheme, params, {"heads": heads, "head_dim": head_dim})
+    result, _ = resolve(src, scheme, params, {"heads": heads, "head_dim": head_dim, "layers": layers})
     return result
 
 

@@ -188,8 +188,24 @@ class Allow(Node):
     names: tuple[str, ...]
 
 
+class LayerRule(Node):
+    """One rule of a ``layers`` block: ``rule(args) = value`` (``pattern``, ``default``, ``every(k)``,
+    ``first(n)``, ``last(n)``, ``at([i, ...])``); ``args`` is None without parentheses. The resolver
+    checks the rule name, its arguments and its value (scheme names, ``name * count`` in a pattern)."""
+
+    rule: str
+    args: tuple[Expr, ...] | None = None
+    value: Expr
+
+
+class Layers(Node):
+    kind: Literal["layers"] = "layers"
+    rules: tuple[LayerRule, ...] = ()
+
+
 Stmt = Annotated[
-    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, WindowStmt, SinkStmt, Section, Allow],
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, WindowStmt, SinkStmt, Section, Allow,
+          Layers],
     Field(discriminator="kind"),
 ]
 

@@ -105,6 +105,14 @@ def _claim(node, nxt) -> int:
     return end - 1 if nxt is not None and _line(nxt) == end else end
 
 
+def _item_head(item) -> str:
+    """The left side of a block's line: a group or entry name, or a layer rule with its arguments."""
+    if isinstance(item, ast.LayerRule):
+        args = "" if item.args is None else "(" + ", ".join(to_source(a) for a in item.args) + ")"
+        return item.rule + args
+    return item.name
+
+
 def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
     w.lead(st, depth)
     k = st.kind
@@ -134,16 +142,16 @@ def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
         w.emit(depth, f"sink = {st.value}", st, last=_claim(st, nxt))
     elif k == "allow":
         w.emit(depth, "allow " + ", ".join(st.names), st, last=_claim(st, nxt))
-    elif k in ("channels", "section"):
-        head = "channels" if k == "channels" else st.section
-        items = st.groups if k == "channels" else st.entries
+    elif k in ("channels", "section", "layers"):
+        head = {"channels": "channels", "layers": "layers"}.get(k) or st.section
+        items = {"channels": lambda: st.groups, "layers": lambda: st.rules}.get(k, lambda: st.entries)()
         first_item = _line(items[0]) if items else _end(st)
         w.emit(depth, head + " {", st, last=first_item - 1, inner=depth + 1)
         for i, it in enumerate(items):
             w.lead(it, depth + 1)
             value = it.spec if k == "channels" else it.value
             nxt_item = items[i + 1] if i + 1 < len(items) else None
-            w.emit(depth + 1, f"{it.name} = {to_source(value)}", it, last=_claim(it, nxt_item))
+            w.emit(depth + 1, f"{_item_head(it)} = {to_source(value)}", it, last=_claim(it, nxt_item))
         w.close(depth, "}", st, shared=nxt is not None and _line(nxt) == _end(st))
     else:  # pragma: no cover
         raise ValueError(k)

@@ -26,6 +26,7 @@ from pedsl.lang.values import StaticEnv
 from pedsl.lang.exprs import bind_calls, inline_lets, walk
 from pedsl.lang.imports import Source
 from pedsl.lang.inherit import Merged, chain, merge, select_scheme
+from pedsl.lang.layers import is_layered, layer_count_override, resolve_layered
 from pedsl.lang.lint import constant_bias_terms, lint
 from pedsl.lang.params import ParamBinding, parse_override
 from pedsl.lang.diagnostics import has_errors, node_pos, sink_for
@@ -252,11 +253,14 @@ def resolve(
     """Resolve one scheme of a loaded file; raise CheckError with every error found."""
     decl = select_scheme(src, scheme)
     diags: list[Diagnostic] = []
-    links = chain(decl, src, diags)
-    merged = merge(links, diags)
     struct = dict(STRUCTURAL_DEFAULTS)
     struct.update({k: int(v) for k, v in (structural or {}).items() if v is not None})
     overrides = {k: (parse_override(v) if isinstance(v, str) else v) for k, v in (params or {}).items()}
+    count = struct.pop("layers", None)  # the model's layer count: only a `layers` block reads it
+    if is_layered(decl):
+        return _resolve_layered(decl, src, overrides, struct, count)
+    links = chain(decl, src, diags)
+    merged = merge(links, diags)
     try:
         result, more = Resolver(merged, overrides, struct, src).resolve() if not has_errors(diags) else (None, [])
     except RecursionError:  # a safety net: every input must end in a diagnostic
@@ -266,6 +270,26 @@ def resolve(
                  hint="shorten chains of lets that refer to each other")
         result, more = None, sink.items
     diags.extend(more)
+    if result is None or has_errors(diags):
+        errs = sorted(diags, key=report_order)
+        raise CheckError(errs[0].message, diagnostics=errs)
+    return result, diags
+
+
+def _resolve_layered(decl: ast.SchemeDecl, src: Source, overrides: dict[str, Any], struct: dict[str, int],
+                     count: int | None) -> tuple[Scheme, list[Diagnostic]]:
+    """A scheme with a ``layers`` block: its parts resolved by :func:`resolve`, its own statements by the
+    Resolver (``-P layers=N`` gives the layer count when the model does not)."""
+    if "layers" in overrides:
+        count = layer_count_override(overrides.pop("layers"), count, decl, src)
+
+    def shell(own: dict[str, Any], shape: dict[str, int]) -> tuple[Scheme | None, list[Diagnostic]]:
+        notes: list[Diagnostic] = []
+        merged = merge([(decl, src)], notes)
+        result, more = Resolver(merged, own, shape, src).resolve()
+        return result, notes + more
+
+    result, diags = resolve_layered(decl, src, overrides, struct, count, resolve, shell)
     if result is None or has_errors(diags):
         errs = sorted(diags, key=report_order)
         raise CheckError(errs[0].message, diagnostics=errs)
@@ -291,6 +315,8 @@ def check_all(src: Source, params: dict[str, Any] | None = None) -> list[Diagnos
             continue
         names[decl.name] = decl
         own = {k: v for k, v in (params or {}).items()}
+        if not is_layered(decl) and any(is_layered(d) for d in src.module.schemes):
+            own.pop("layers", None)  # -P layers=N is the layer count of the file's layers schemes
         try:
             _, diags = resolve(src, decl.name, own)
         except CheckError as err:

@@ -171,6 +171,9 @@ class Scheme(_Frozen):
     allow: tuple[str, ...] = ()
     source: str = Field(default="", repr=False)
     source_hash: str = ""
+    # set on a scheme whose body is a `layers { ... }` block: its parts per layer (then transports, biases
+    # and temperature are empty: each layer's attention is its part's)
+    layers: "LayerMap | None" = None
 
     @property
     def value_transport(self) -> bool:
@@ -196,3 +199,81 @@ class Scheme(_Frozen):
                 return g
         raise KeyError(name)
 
+
+
+# ------------------------------------------------------------------ per-layer schemes
+
+LAYER_RULES = ("pattern", "default", "every", "first", "last", "at")
+# precedence of the rules, highest first (docs/semantics.md "Per-layer schemes"): a layer takes the part of
+# the highest tier whose rule names it; two rules of one tier may not both name a layer (E243)
+LAYER_TIERS = {"at": 0, "first": 1, "last": 1, "every": 2, "pattern": 3, "default": 3}
+
+
+class LayerRule(_Frozen):
+    """One rule of a ``layers`` block. ``parts``: the part for every other rule; for ``pattern`` the
+    cycle written out (``[a * 2, b]`` is ``(a, a, b)``). ``n``: k of ``every(k)``, n of ``first(n)`` /
+    ``last(n)``. ``layers``: the 0-based layers of ``at([...])``. ``line``/``col``: where it is written,
+    for the diagnostics that need the model's layer count."""
+
+    rule: Literal["pattern", "default", "every", "first", "last", "at"]
+    parts: tuple[str, ...]
+    n: int = 0
+    layers: tuple[int, ...] = ()
+    line: int = 0
+    col: int = 0
+
+    def names(self, layer: int, count: int) -> bool:
+        """Whether this rule assigns ``layer`` (0-based) of a model of ``count`` layers."""
+        if self.rule in ("pattern", "default"):
+            return True
+        if self.rule == "every":
+            return (layer + 1) % self.n == 0
+        if self.rule == "first":
+            return layer < self.n
+        if self.rule == "last":
+            return layer >= count - self.n
+        return layer in self.layers
+
+    def part(self, layer: int) -> str:
+        return self.parts[layer % len(self.parts)] if self.rule == "pattern" else self.parts[0]
+
+    @property
+    def text(self) -> str:
+        """The rule as written (canonically)."""
+        if self.rule == "pattern":
+            runs: list[list] = []
+            for p in self.parts:
+                if runs and runs[-1][0] == p:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([p, 1])
+            return "pattern = [" + ", ".join(p if k == 1 else f"{p} * {k}" for p, k in runs) + "]"
+        arg = {"default": "", "at": "([" + ", ".join(map(str, self.layers)) + "])"}.get(self.rule, f"({self.n})")
+        return f"{self.rule}{arg} = {self.parts[0]}"
+
+
+class LayerMap(_Frozen):
+    """The ``layers`` block of a scheme: its rules and every part, resolved (each an ordinary scheme).
+    ``count`` is the model's layer count when it was known at resolution (``-P layers=N`` or the model)."""
+
+    rules: tuple[LayerRule, ...]
+    parts: dict[str, "Scheme"]
+    count: int | None = None
+
+    def rule_for(self, layer: int, count: int) -> LayerRule | None:
+        """The rule that gives ``layer`` its part (the highest tier naming it), or None when none does."""
+        named = [r for r in self.rules if r.names(layer, count)]
+        return min(named, key=lambda r: LAYER_TIERS[r.rule]) if named else None
+
+    def assign(self, count: int) -> tuple[str, ...]:
+        """The part of each layer of a ``count``-layer model (call after the fit is checked)."""
+        out = []
+        for layer in range(count):
+            rule = self.rule_for(layer, count)
+            if rule is None:
+                raise ValueError(f"layer {layer} has no part")  # the checker reports this first (E244)
+            out.append(rule.part(layer))
+        return tuple(out)
+
+
+Scheme.model_rebuild(_types_namespace={"LayerMap": LayerMap})

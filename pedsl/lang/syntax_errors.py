@@ -41,7 +41,8 @@ _TOKEN_WORDS = {
     "$END": "the end of the file",
 }
 
-_STATEMENTS = "param, let, layout, channels, qk, qkv, bias, temperature, normalize, window, chunk, sink, train, eval, allow"
+_STATEMENTS = ("param, let, layout, axes, channels, qk, qkv, bias, temperature, normalize, window, chunk, sink, train, "
+               "eval, allow, layers")
 
 
 @functools.lru_cache(maxsize=1)

@@ -179,6 +179,16 @@ class ToAst(Transformer):
     def allow(self, meta, c):
         return ast.Allow(names=tuple(str(x) for x in c), span=_span_of(meta))
 
+    def layer_args(self, meta, c):
+        return ("layer_args", tuple(x for x in c if x is not None))
+
+    def layer_rule(self, meta, c):
+        args = c[1][1] if len(c) == 3 else None
+        return ast.LayerRule(rule=str(c[0]), args=args, value=c[-1], span=_span_of(meta))
+
+    def layers(self, meta, c):
+        return ast.Layers(rules=tuple(c), span=_span_of(meta))
+
     def extends_clause(self, meta, c):
         return ("extends", str(c[0]))
 

@@ -35,6 +35,7 @@ STATEMENTS = {
     "train": ("train {\n\tcontext = ${1:train_length}\n}", "training settings"),
     "eval": ("eval {\n\tlengths = ${1:train_length * [1, 2, 4, 8]}\n}", "evaluation settings"),
     "allow": ("allow ${1|" + ",".join(WARNINGS) + "|}", "silence a lint warning"),
+    "layers": ("layers {\n\tpattern = [${1:local} * ${2:5}, ${3:global}]\n}", "a scheme per layer (other schemes by name)"),
 }
 TOP_LEVEL = {
     "scheme": ('scheme ${1:name} "${2:description}" {\n\t$0\n}', "declare a scheme"),

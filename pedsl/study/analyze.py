@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
@@ -163,15 +164,19 @@ def summarize(layers: list[dict], lens: list[int]) -> dict:
         out[key] = {str(L): _mean([r[key][str(L)] for r in layers]) for L in lens}
     for key in ("k_stable_rank", "q_stable_rank", "k_sigma1", "q_sigma1"):
         out[key] = {str(L): _mean([r["geometry"][str(L)][key] for r in layers]) for L in lens}
-    groups: dict[str, list[dict]] = {}
-    for r in layers:
+    # a group's layers are averaged when they rotate at the same frequencies (the layers of a `layers`
+    # scheme may give one group name other frequencies: those are summarised apart, named by their layers)
+    groups: dict[tuple, list[tuple[int, dict]]] = {}
+    for i, r in enumerate(layers):
         for fe in r["frequency_energy"]:
-            groups.setdefault(fe["group"], []).append(fe)
+            groups.setdefault((fe["group"], tuple(fe["freqs"])), []).append((i, fe))
+    names = Counter(g for g, _ in groups)
     out["frequency_energy"] = []
-    for g, recs in groups.items():
-        P = len(recs[0]["freqs"])
-        energy = [_mean([[row[p] for row in fe["energy"]] for fe in recs]) for p in range(P)]
-        out["frequency_energy"].append({"group": g, "freqs": recs[0]["freqs"], "energy": energy,
+    for (g, freqs), found in groups.items():
+        recs = [fe for _, fe in found]
+        energy = [_mean([[row[p] for row in fe["energy"]] for fe in recs]) for p in range(len(freqs))]
+        label = g if names[g] == 1 else f"{g} (layers {', '.join(str(i) for i, _ in found)})"
+        out["frequency_energy"].append({"group": label, "freqs": list(freqs), "energy": energy,
                                         "log_mean_freq": _mean([fe["log_mean_freq"] for fe in recs])})
     return out
 

@@ -23,7 +23,6 @@ from typing import Any, Callable
 import pedsl
 from pedsl.errors import CheckpointError, EvalError, OutputError, PedslError
 from pedsl.fsio import atomic_write_text, ensure_dir, read_text
-from pedsl.lang.api import load
 from pedsl.strictparse import load_json
 from pedsl.limits import MAX_LENGTH, MAX_LIST
 from pedsl.scheme_config import eval_config as _scheme_eval_config
@@ -100,17 +99,10 @@ def eval_attention(cfg, scheme, digest: str | None = None):
     """``scheme`` compiled for evaluation (requires_grad=False, the run's backend), as a
     :class:`~pedsl.train.recipe.SchemeRecipe` whose hash is ``digest`` (the run's recorded
     hash of the resolved scheme) or the scheme's own."""
-    from pedsl.train.recipe import SchemeRecipe
+    from pedsl.train.recipe import SchemeRecipe, per_layer
 
     def build(m):
-        from pedsl.compiler import compile_scheme
-
-        fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)
-
-        def make(layer: int):
-            return compile_scheme(fixed, backend=cfg.backend, head_dim=m.head_dim, num_heads=m.n_heads,
-                                  d_model=m.d_model, vocab_size=m.vocab_size, requires_grad=False)
-        return make
+        return per_layer(scheme, m, backend=cfg.backend, requires_grad=False)
 
     return SchemeRecipe(name=scheme.name, source=scheme.source, source_hash=digest or scheme.source_hash,
                            build=build, scheme=scheme)

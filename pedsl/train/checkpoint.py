@@ -167,6 +167,7 @@ class CheckpointState(BaseModel):
     param_groups: list[dict[str, Any]]
     scheme_name: str | None = None
     scheme_hash: str | None = None
+    scheme_layers: list[str] | None = None  # a layers scheme: the part each layer was built with
     config_hash: str | None = None
     data: dict[str, int] | None = None
 

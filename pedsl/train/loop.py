@@ -217,6 +217,9 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     model = TransformerLM(cfg.model, attn.factory(cfg.model)).to(d.device)
     optim = make_optimizer(model, cfg)
     meta = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
+    parts = attn.layer_parts(cfg.model)
+    if parts is not None:  # a layers scheme: which part each layer was built with
+        meta["scheme_layers"] = list(parts)
     start = 0
     if resume:
         start = _restore(run, cfg, d, attn, model, optim)

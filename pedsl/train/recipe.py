@@ -38,6 +38,14 @@ class SchemeRecipe:
     def factory(self, model_cfg: ModelConfig) -> Factory:
         return self.build(model_cfg)
 
+    def layer_parts(self, model_cfg: ModelConfig) -> tuple[str, ...] | None:
+        """The scheme part of each layer (None when every layer has the one scheme)."""
+        if getattr(self.scheme, "layers", None) is None:
+            return None
+        from pedsl.lang.api import load
+
+        return layer_parts(load(self.scheme, layers=model_cfg.n_layers), model_cfg.n_layers)
+
 
 def load_scheme(path_or_text: str | Path, params: dict[str, Any] | None = None, name: str | None = None):
     try:
@@ -54,23 +62,40 @@ def from_scheme(cfg: TrainConfig, scheme: Any = None) -> SchemeRecipe:
         scheme = load_scheme(cfg.scheme, cfg.params)
 
     def build(m: ModelConfig) -> Factory:
-        from pedsl.lang.api import load
-
-        try:
-            from pedsl.compiler import compile_scheme
-        except ImportError as exc:
-            raise CompileError(f"the pedsl compiler is not available ({exc})") from None
-
-        fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim)  # the structural names the model fixes
-
-        def make(layer: int) -> nn.Module:
-            return compile_scheme(fixed, backend=cfg.backend, compile=cfg.compile, head_dim=m.head_dim,
-                                  num_heads=m.n_heads, d_model=m.d_model, vocab_size=m.vocab_size)
-        return make
+        return per_layer(scheme, m, backend=cfg.backend, compile=cfg.compile)
 
     files = scheme_files(scheme)  # the main file and every import: the run's hash covers them all
     return SchemeRecipe(name=scheme.name, source=scheme.source, source_hash=files.digest,
                            build=build, scheme=scheme, files=files)
+
+
+def per_layer(scheme: Any, m: ModelConfig, **options: Any) -> Factory:
+    """``layer -> module``: the scheme (a ``layers`` scheme: the layer's part) compiled for the model's
+    shapes with ``options`` of :func:`pedsl.compiler.compile_scheme`."""
+    from pedsl.lang.api import load
+
+    try:
+        from pedsl.compiler import compile_scheme
+    except ImportError as exc:
+        raise CompileError(f"the pedsl compiler is not available ({exc})") from None
+
+    # the structural names the model fixes; a layers scheme checks its rules against the layer count
+    fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim, layers=m.n_layers)
+    parts = layer_parts(fixed, m.n_layers)
+
+    def make(layer: int) -> nn.Module:
+        part = fixed if parts is None else fixed.layers.parts[parts[layer]]
+        return compile_scheme(part, head_dim=m.head_dim, num_heads=m.n_heads, d_model=m.d_model,
+                              vocab_size=m.vocab_size, **options)
+    return make
+
+
+def layer_parts(scheme: Any, n_layers: int) -> tuple[str, ...] | None:
+    """The part of each layer of a ``layers`` scheme checked for ``n_layers`` layers (None for an ordinary
+    scheme: every layer is the scheme itself); what checkpoints record as ``scheme_layers``."""
+    if scheme is None or getattr(scheme, "layers", None) is None:
+        return None
+    return scheme.layers.assign(n_layers)
 
 
 class CausalSDPA(nn.Module):

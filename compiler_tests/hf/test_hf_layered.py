@@ -1,0 +1,247 @@
+"""Hugging Face configs whose layers differ (Gemma 2 / 3, Llama 4 text, Qwen2, GPT-OSS) as pedsl `layers`
+schemes: the layer map against the config classes' own layer types, the parts' ropes against the
+one-rope import, the config fields written back, and `use_pedsl_attention` on tiny random models
+(float64 logits and greedy `generate` against the native model)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from compiler_helpers import run_cli  # noqa: E402
+from pedsl.errors import InteropError, ParseError  # noqa: E402
+from pedsl.hf import use_pedsl_attention  # noqa: E402
+from pedsl.hf.layered import (FULL, NOPE, SLIDING, export_layers, is_layered, layer_kinds,  # noqa: E402
+                              layer_rules, layered_text)
+from pedsl.hf.convert import import_config as import_any  # noqa: E402 - the dispatcher import-hf uses
+from pedsl.hf.rope import import_config  # noqa: E402
+from pedsl.lang.api import load, parse  # noqa: E402
+
+SMALL = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+             head_dim=8, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+GEMMA3_ROPE = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+               "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}}
+
+
+def configs(n: int) -> dict:
+    """Tiny configs of each family, built by transformers' own config classes (their defaults included)."""
+    return {
+        "gemma2": transformers.Gemma2Config(num_hidden_layers=n, sliding_window=5, **SMALL),
+        "gemma3_text": transformers.Gemma3TextConfig(num_hidden_layers=n, sliding_window=5,
+                                                     rope_parameters=copy.deepcopy(GEMMA3_ROPE), **SMALL),
+        "llama4_text": transformers.Llama4TextConfig(num_hidden_layers=n, intermediate_size_mlp=48, num_local_experts=2,
+                                                     floor_scale=4, attention_chunk_size=None, **SMALL),
+        "qwen2": transformers.Qwen2Config(num_hidden_layers=n, use_sliding_window=True, max_window_layers=2,
+                                          sliding_window=5, **SMALL),
+        "gpt_oss": transformers.GptOssConfig(num_hidden_layers=n, num_local_experts=2, num_experts_per_tok=1,
+                                           sliding_window=5, **SMALL),
+    }
+
+
+def window_statements() -> bool:
+    """Whether this pedsl has the `window` statement (branch windows); until then windowed imports refuse."""
+    try:
+        parse("scheme s { window = 4 }")
+        return True
+    except ParseError:
+        return False
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 7, 13, 26, 34])
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "llama4_text", "qwen2", "gpt_oss"])
+def test_layer_map_is_the_config_classes_own(family, n):
+    cfg = configs(n)[family]
+    d = cfg.to_dict()
+    kinds = layer_kinds(d)
+    if family == "llama4_text":
+        assert [k != NOPE for k in kinds] == [bool(x) for x in cfg.no_rope_layers]
+    else:
+        assert [k if k != NOPE else FULL for k in kinds] == list(cfg.layer_types)
+    # the rules written for the kinds give every layer its kind back (through the LayerMap of the checker)
+    names = {k: f"p_{k.split('_')[0]}" for k in dict.fromkeys(kinds)}
+    text = "".join(f"scheme {v} {{ }}\n" for v in names.values())
+    text += "scheme m { layers {\n" + "\n".join(layer_rules(kinds, names)) + "\n} }\n"
+    assert load(text, scheme="m", params={"layers": n}).layers.assign(n) == tuple(names[k] for k in kinds)
+    # old config files without layer_types: the class's default rule
+    legacy = {k: v for k, v in d.items() if k not in ("layer_types", "no_rope_layers")}
+    if family in ("gemma2", "gpt_oss", "qwen2", "gemma3_text", "llama4_text"):
+        assert layer_kinds(legacy) == kinds
+
+
+def test_rules_read_like_the_models():
+    def rules(family, n):
+        kinds = layer_kinds(configs(n)[family].to_dict())
+        return layer_rules(kinds, {k: k.split("_")[0] for k in dict.fromkeys(kinds)})
+    assert rules("gemma3_text", 26) == ["pattern = [sliding * 5, full]"]
+    assert rules("gemma2", 6) == ["pattern = [sliding, full]"]
+    assert rules("llama4_text", 8) == ["pattern = [full * 3, nope]"]
+    assert rules("qwen2", 6) == ["default = sliding", "first(2) = full"]
+    assert layer_rules([FULL, SLIDING, FULL, FULL, SLIDING, FULL, SLIDING], {FULL: "f", SLIDING: "s"}) == \
+        ["default = f", "at([1, 4, 6]) = s"]
+    assert rules("gemma3_text", 6) == ["default = full", "first(5) = sliding"]  # a cycle seen once
+
+
+def test_parts_carry_the_rope_of_their_layer_type_window_chunk_and_sink():
+    c = configs(12)
+    g3 = layered_text(c["gemma3_text"].to_dict())
+    sliding, full, main = g3.split("\nscheme ")[1:4]
+    assert "param base: float (> 1) = 10000.0" in sliding and "window = 5" in sliding and "factor" not in sliding
+    assert "param base: float (> 1) = 1000000.0" in full and "qk: rotate(w * position / factor)" in full
+    assert "window" not in full and "pattern = [gemma3_text_sliding * 5, gemma3_text_full]" in main
+    assert "# query_pre_attn_scalar = 256: not positional" in g3
+    # Gemma 3's legacy fields: rope_theta + rope_scaling for the global layers, rope_local_base_freq for the local
+    legacy = {k: v for k, v in c["gemma3_text"].to_dict().items() if k != "rope_parameters"}
+    legacy.update(rope_theta=1000000.0, rope_scaling={"rope_type": "linear", "factor": 8.0}, rope_local_base_freq=10000.0)
+    assert layered_text(legacy) == g3
+    oss = layered_text(c["gpt_oss"].to_dict())
+    assert oss.count("sink = logit") == 2 and "window = 5" in oss and "yarn(base, factor" in oss
+    l4 = layered_text({**c["llama4_text"].to_dict(), "attention_chunk_size": 64,
+                       "layer_types": None})
+    assert "chunk = 64" in l4 and "layout interleaved" in l4 and "floor_scale: float (> 0) = 4.0" in l4
+    assert "default = qwen2_sliding\n    first(2) = qwen2_full" in layered_text(c["qwen2"].to_dict())
+
+
+def test_one_rope_import_refuses_layers_that_differ():
+    for family in ("gemma2", "gemma3_text", "qwen2", "gpt_oss"):
+        with pytest.raises(InteropError) as err:
+            import_config(configs(6)[family].to_dict())
+        assert err.value.code == "E961" and "layers scheme" in str(err.value)
+    plain = transformers.Qwen2Config(num_hidden_layers=4, **SMALL).to_dict()  # no sliding window: one scheme
+    assert not is_layered(plain) and import_any(plain) == import_config(plain)
+
+
+def test_windowed_imports_load_or_refuse_clearly():
+    for family in ("gemma2", "gemma3_text", "qwen2", "gpt_oss"):
+        d = configs(6)[family].to_dict()
+        if window_statements():
+            assert load(import_any(d)).layers is not None
+        else:
+            with pytest.raises(InteropError) as err:
+                import_any(d)
+            assert err.value.code == "E961" and "window" in str(err.value) and "nothing was written" in str(err.value)
+
+
+def test_llama4_import_and_export_round_trip(tmp_path):
+    d = configs(8)["llama4_text"].to_dict()
+    sch = load(import_any(d), layers=8)
+    assert sch.layers.assign(8) == tuple("llama4_text_nope" if not r else "llama4_text_full" for r in d["no_rope_layers"])
+    back = export_layers(sch, 8)
+    for key in ("no_rope_layers", "layer_types", "rope_parameters", "attn_temperature_tuning", "floor_scale",
+                "attn_scale", "num_hidden_layers"):
+        assert back[key] == d[key], key
+    f = tmp_path / "l4.pe"
+    code, out, err = run_cli("import-hf", "-o", f, json_file(tmp_path, d))
+    assert code == 0 and f.read_text() == import_any(d)
+    code, out, err = run_cli("export-hf", f, "-P", "layers=8")
+    assert code == 0 and json.loads(out)["no_rope_layers"] == d["no_rope_layers"]
+    code, out, err = run_cli("export-hf", f)
+    assert code == 2 and "-P layers=N" in out + err
+
+
+def json_file(tmp_path, d: dict):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(d))
+    return p
+
+
+def _llama4(n=4):
+    torch.manual_seed(0)
+    model = transformers.Llama4ForCausalLM(configs(n)["llama4_text"]).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model
+
+
+def test_llama4_nope_layers_and_temperature_tuning_match_the_native_model():
+    native = _llama4()
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    ids = torch.randint(1, 96, (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, got = native(ids).logits, ours(ids).logits
+    # HF rotates and tunes in float32 (xq.float(), positions.float()); pedsl in float64
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    out_n = native.generate(ids[:1, :6], max_new_tokens=40, do_sample=False)
+    out_p = ours.generate(ids[:1, :6], max_new_tokens=40, do_sample=False)
+    assert out_p.shape[1] == 46 and torch.equal(out_n, out_p)
+    # the temperature matters: the same layers without it (HF's tuning undone, nothing applied) differ
+    text = import_any(native.config.to_dict()).replace(
+        "  temperature = log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1\n", "")
+    with torch.no_grad():
+        other = use_pedsl_attention(copy.deepcopy(native), text)(ids).logits
+    assert (other - want).abs().max() > 1e-3
+
+
+def test_a_scheme_whose_window_is_not_the_models_mask_is_refused():
+    torch.manual_seed(0)
+    model = transformers.Qwen2ForCausalLM(configs(4)["qwen2"]).to(torch.float64).eval()
+    text = "scheme r { qk: rotate(geometric(10000.0) * position) }\nscheme m { layers { default = r } }\n"
+    with pytest.raises(InteropError) as err:
+        use_pedsl_attention(model, text)
+    msg = str(err.value)
+    assert err.value.code == "E964" and "layer 2: the model masks with window 5" in msg and "'r' has no window" in msg
+
+
+def test_layers_that_do_not_fit_the_model_are_refused():
+    text = "scheme r { qk: rotate(geometric(10000.0) * position) }\nscheme m { layers { pattern = [r * 9] } }\n"
+    from pedsl.errors import CheckError
+    with pytest.raises(CheckError) as err:
+        use_pedsl_attention(_llama4(), text)
+    assert err.value.diagnostics[0].code == "E254"
+
+
+def _native(family: str, n: int = 6):
+    cfg = configs(n)[family]
+    if family == "gemma2":  # the attention soft-cap is refused (test_hf_models.py); the final one too
+        cfg.attn_logit_softcapping = cfg.final_logit_softcapping = None
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    if family == "gpt_oss":
+        model.set_experts_implementation("eager")  # the grouped kernel has no float64
+    model = model.to(torch.float64).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+            if name.endswith("sinks"):  # HF's init leaves them empty: logits of their own
+                p.normal_()
+    return model
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3_text", "qwen2", "gpt_oss"])
+def test_windowed_models_match_the_native_model_past_the_window(family):
+    """Sliding windows of 5 (HF's masks; the parts' windows agree), Gemma 3's rope per layer type, Qwen2's
+    first full layers, GPT-OSS's sinks (the parts take the layers' own logits) and YaRN: the native float64
+    logits on 30 tokens and the same greedy tokens 30 past the prompt."""
+    native = _native(family)
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, native(ids).logits, atol=1e-5, rtol=1e-6)
+    out_n = native.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
+    out_p = ours.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
+    assert out_p.shape[1] == 36 and torch.equal(out_n, out_p)
+
+
+def test_the_windows_ropes_and_sinks_matter():
+    """Controls: the same models under schemes that differ in one feature give other logits or are refused."""
+    ids = torch.randint(1, 96, (1, 30), generator=torch.Generator().manual_seed(2))
+    native = _native("gemma3_text")
+    text = import_any(native.config.to_dict())
+    swapped = text.replace("param base: float (> 1) = 10000.0", "param base: float (> 1) = 1000000.0")
+    with torch.no_grad():
+        diff = (use_pedsl_attention(copy.deepcopy(native), swapped)(ids).logits - native(ids).logits).abs().max()
+    assert diff > 1e-3  # the local layers' base is read per layer type
+    oss = _native("gpt_oss")
+    with pytest.raises(InteropError) as err:
+        use_pedsl_attention(copy.deepcopy(oss), import_any(oss.config.to_dict()).replace("  sink = logit\n", ""))
+    assert "the model has a sink logit per head but the scheme's part" in str(err.value)
+    with pytest.raises(InteropError) as err:
+        use_pedsl_attention(copy.deepcopy(oss), import_any(oss.config.to_dict()).replace("window = 5", "window = 6"))
+    assert "masks with window 5" in str(err.value) and "window 6" in str(err.value)

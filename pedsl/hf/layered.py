@@ -1,0 +1,304 @@
+"""Hugging Face configs whose layers differ, as a pedsl ``layers`` scheme, and back; no transformers needed.
+
+Read from transformers 5's configs and model files:
+
+- **Gemma 2 / Gemma 3 text**: ``layer_types`` (``sliding_attention`` / ``full_attention``; absent in old
+  files: Gemma 2 alternates from a sliding layer 0, Gemma 3 has a full layer every
+  ``sliding_window_pattern`` = 6), ``sliding_window`` (key j visible to query i iff i - j < N:
+  ``window = N``), one rope for both (Gemma 2) or ``rope_parameters`` per layer type (Gemma 3; in
+  legacy files ``rope_theta`` + ``rope_scaling`` for the full layers and ``rope_local_base_freq`` for
+  the sliding ones). ``query_pre_attn_scalar`` and ``attn_logit_softcapping`` are not positional: the
+  model passes them to its attention function (``scaling``, ``softcap``) and the scheme does not
+  carry them (the written header names them).
+- **Llama 4 text**: ``no_rope_layers`` (1: a RoPE layer, 0: a NoPE layer), rotary pairs (2k, 2k + 1)
+  (``layout interleaved``), ``attention_chunk_size`` on the RoPE layers (``chunk = N``) and, on the
+  NoPE layers, ``attn_temperature_tuning``: q is scaled by
+  ``log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1`` (a ``temperature``).
+- **Qwen2**: ``use_sliding_window`` with the layers from ``max_window_layers`` on sliding
+  (``layer_types`` when present).
+- **GPT-OSS**: ``layer_types`` alternating a ``sliding_window`` (128) with full layers, a learned
+  per-head sink logit in every layer (``sink = logit``) and YaRN (a part's rope, as import-hf writes it).
+
+The mixture-of-experts blocks, norms and MLPs of these models are not positional: not read.
+Each part's rope is written by :func:`pedsl.hf.rope.import_config` on the config restricted to that
+layer kind; :func:`export_layers` writes the config fields back from a resolved ``layers`` scheme.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pedsl import limits
+from pedsl.errors import InteropError, PedslError, quoted
+from pedsl.hf import arch
+from pedsl.hf.rope import _pe_text, export_rope, import_config, read_config
+from pedsl.lang.api import check
+from pedsl.lang.exprs import format_number
+from pedsl.lang.parser import name_problem
+
+FULL, SLIDING, CHUNKED, NOPE = "full_attention", "sliding_attention", "chunked_attention", "nope"
+# the temperature of Llama 4's NoPE layers (HF: log1p(floor((positions + 1) / floor_scale)) * attn_scale + 1)
+LLAMA4_TEMPERATURE = "log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1"
+# config keys import_config must not see in a part's config: the layered module reads them
+_LAYER_KEYS = ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers", "no_rope_layers",
+               "attention_chunk_size", "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern",
+               "no_rope_layer_interval")
+
+
+def text_config(cfg: dict) -> dict:
+    """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself."""
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) and cfg.get("model_type") in ("llama4", "gemma3") else cfg
+
+
+def _int(cfg: dict, key: str, default=None, least: int = 1):
+    v = cfg.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or not \
+            least <= v <= limits.MAX_LENGTH * 1024:
+        raise InteropError(f"config key '{key}' must be a whole number >= {least}, got {quoted(v, 60)}", code="E963")
+    return int(v)
+
+
+def layer_kinds(cfg: dict) -> list[str]:
+    """The kind of every layer: full_attention, sliding_attention, chunked_attention or nope, read as the
+    model's config class reads it (defaults included)."""
+    mt = (arch.model_types(cfg) or [""])[-1]
+    n = _int(cfg, "num_hidden_layers")
+    if n is None or n > limits.MAX_LAYERS:
+        raise InteropError(f"num_hidden_layers must be 1 .. {limits.MAX_LAYERS}, got {quoted(cfg.get('num_hidden_layers'))}",
+                           code="E963")
+    if mt.startswith("llama4"):
+        nope = cfg.get("no_rope_layers") or [int((i + 1) % (_int(cfg, "no_rope_layer_interval", 4)) != 0)
+                                             for i in range(n)]
+        if not isinstance(nope, list) or len(nope) != n or any(x not in (0, 1) for x in nope):
+            raise InteropError(f"no_rope_layers must list 0 or 1 for each of the {n} layers, got {quoted(nope, 80)}",
+                               code="E963")
+        chunked = cfg.get("attention_chunk_size") is not None
+        return [NOPE if not r else CHUNKED if chunked else FULL for r in nope]
+    types = cfg.get("layer_types")
+    if types is None:
+        if mt == "gemma2" or mt == "gpt_oss":
+            types = [SLIDING if (i + 1) % 2 else FULL for i in range(n)]
+        elif mt.startswith("gemma3"):
+            every = _int(cfg, "sliding_window_pattern", _int(cfg, "_sliding_window_pattern", 6))
+            types = [SLIDING if (i + 1) % every else FULL for i in range(n)]
+        elif mt == "qwen2":
+            start = _int(cfg, "max_window_layers", n, least=0)
+            types = [SLIDING if cfg.get("use_sliding_window") and i >= start else FULL for i in range(n)]
+        else:
+            types = [FULL] * n
+    if not isinstance(types, list) or len(types) != n or any(t not in (FULL, SLIDING) for t in types):
+        raise InteropError(f"layer_types must name full_attention or sliding_attention for each of the {n} layers, "
+                           f"got {quoted(types, 80)}", code="E961")
+    if mt == "qwen2" and not cfg.get("use_sliding_window"):
+        types = [FULL] * n  # Qwen2's attention windows no layer unless use_sliding_window
+    return list(types)
+
+
+def is_layered(cfg: dict) -> bool:
+    """Whether the config's layers differ (or carry a window, a chunk, sinks): :func:`import_layered`'s."""
+    cfg = text_config(cfg)
+    mt = (arch.model_types(cfg) or [""])[-1]
+    if mt not in arch.LAYERED:
+        return False
+    return mt == "gpt_oss" or mt.startswith("gemma3") or any(k != FULL for k in layer_kinds(cfg))
+
+
+def _rope_for(cfg: dict, kind: str, mt: str) -> dict:
+    """The config a part's rope is imported from: the layer kind's rope parameters, no layer keys."""
+    sub = {k: v for k, v in cfg.items() if k not in _LAYER_KEYS}
+    sub[arch.PART] = True
+    rp = cfg.get("rope_parameters")
+    if mt.startswith("gemma3"):
+        key = SLIDING if kind == SLIDING else FULL
+        if isinstance(rp, dict) and isinstance(rp.get(key), dict):
+            sub["rope_parameters"] = rp[key]
+        elif kind == SLIDING:  # legacy file: the local layers' base, no scaling
+            sub.pop("rope_scaling", None)
+            sub.pop("rope_parameters", None)
+            sub["rope_theta"] = cfg.get("rope_local_base_freq", 10000.0)
+    return sub
+
+
+def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
+    """One part: the layer kind's rope (or Llama 4's NoPE layer) with its window, chunk and sink."""
+    extra = []
+    if kind == SLIDING:
+        extra.append(f"window = {_int(cfg, 'sliding_window')}")
+    if kind == CHUNKED:
+        extra.append(f"chunk = {_int(cfg, 'attention_chunk_size')}")
+    if mt == "gpt_oss":
+        extra.append("sink = logit")
+    if kind == NOPE:
+        return _nope_text(cfg, name)
+    text = import_config(_rope_for(cfg, kind, mt), name=name)
+    if mt.startswith("llama4"):
+        text = text.replace("  layout halves\n", "  layout interleaved\n")
+    lines = text.rstrip("\n").split("\n")
+    at = next(i for i, line in enumerate(lines) if line.startswith(("  train {", "  allow", "}")))
+    return "\n".join(lines[:at] + [f"  {e}" for e in extra] + lines[at:]) + "\n"
+
+
+def _nope_text(cfg: dict, name: str) -> str:
+    heads = _int(cfg, "num_attention_heads")
+    head_dim = _int(cfg, "head_dim") or _int(cfg, "hidden_size") // heads
+    lines = [f'scheme {name} "NoPE layer of a Hugging Face Llama 4 text config" {{',
+             f"  param heads: int = {heads}", f"  param head_dim: int = {head_dim}"]
+    if cfg.get("attn_temperature_tuning", True):
+        floor_scale = cfg.get("floor_scale", 8192)
+        attn_scale = cfg.get("attn_scale", 0.1)
+        for key, v in (("floor_scale", floor_scale), ("attn_scale", attn_scale)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+                raise InteropError(f"config key '{key}' must be a positive number, got {quoted(v, 60)}", code="E963")
+        lines += [f"  param floor_scale: float (> 0) = {format_number(float(floor_scale))}",
+                  f"  param attn_scale: float (> 0) = {format_number(float(attn_scale))}",
+                  f"  temperature = {LLAMA4_TEMPERATURE}", "  allow temperature_without_length"]
+    return "\n".join(lines + ["}"]) + "\n"
+
+
+def layer_rules(kinds: list[str], names: dict[str, str]) -> list[str]:
+    """The ``layers`` rules of a kind per layer: a pattern when a cycle repeats at least twice, ``first(n)``
+    for a prefix of another kind (Qwen2), else ``default`` with ``at([...])`` for the other kinds."""
+    n = len(kinds)
+    period = next(p for p in range(1, n + 1) if all(kinds[i] == kinds[i % p] for i in range(n)))
+    if period == 1:
+        return [f"default = {names[kinds[0]]}"]
+    if 2 * period <= n:  # a cycle that repeats (cut at the last layer as the models cut theirs)
+        runs: list[list] = []
+        for k in kinds[:period]:
+            if runs and runs[-1][0] == k:
+                runs[-1][1] += 1
+            else:
+                runs.append([k, 1])
+        return ["pattern = [" + ", ".join(names[k] + (f" * {c}" if c > 1 else "") for k, c in runs) + "]"]
+    head = next(i for i in range(n) if kinds[i] != kinds[0])
+    if len(set(kinds[head:])) == 1:
+        return [f"default = {names[kinds[-1]]}", f"first({head}) = {names[kinds[0]]}"]
+    common = Counter(kinds).most_common(1)[0][0]
+    rules = [f"default = {names[common]}"]
+    for kind in dict.fromkeys(kinds):
+        if kind != common:
+            rules.append(f"at([{', '.join(str(i) for i, k in enumerate(kinds) if k == kind)}]) = {names[kind]}")
+    return rules
+
+
+def layered_text(config: dict, name: str | None = None) -> str:
+    """The `.pe` text (parts, then the ``layers`` scheme) of a layered config, not yet checked."""
+    cfg = text_config(config)
+    mt = (arch.model_types(cfg) or ["model"])[-1]
+    base = name or _base_name(mt)
+    kinds = layer_kinds(cfg)
+    short = {FULL: "full", SLIDING: "sliding", CHUNKED: "chunked", NOPE: "nope"}
+    names = {k: f"{base}_{short[k]}" for k in dict.fromkeys(kinds)}
+    notes = [f"# Imported by pedsl import-hf from a Hugging Face {_pe_text(mt)} config: {len(kinds)} layers."]
+    for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(key) is not None:
+            notes.append(f"# {key} = {_pe_text(cfg[key])}: not positional (the model applies it; not in the scheme).")
+    parts = [_part_text(cfg, k, mt, names[k]) for k in names]
+    rules = layer_rules(kinds, names)
+    main = [f'scheme {base} "the layers of a Hugging Face {_pe_text(mt)} config" {{', "  layers {",
+            *(f"    {r}" for r in rules), "  }", "}"]
+    # written in the canonical form (the parts come formatted from import_config): `pedsl fmt` keeps it
+    return "\n".join(notes) + "\n\n" + "\n".join(parts) + "\n" + "\n".join(main) + "\n"
+
+
+def _base_name(mt: str) -> str:
+    base = re.sub(r"[^0-9a-z]+", "_", mt.lower()).strip("_") or "model"
+    return (base if base[0].isalpha() else f"m_{base}")[: limits.MAX_NAME - 10]
+
+
+def import_layered(config: dict | str | Path, name: str | None = None) -> str:
+    """:func:`layered_text`, checked: InteropError (E961) when pedsl cannot load what it wrote."""
+    cfg = config if isinstance(config, dict) else read_config(config)
+    if name is not None and name_problem(name):
+        raise InteropError(f"scheme name {quoted(name, 80)}: {name_problem(name)}", code="E963")
+    text = layered_text(cfg, name)
+    try:
+        errors = [d for d in check(text) if d.severity == "error"]
+    except PedslError as err:
+        errors = [d for d in err.diagnostics if d.severity == "error"]
+    if errors:
+        d = errors[0]
+        raise InteropError(f"the layers scheme written from this config does not load in this pedsl ({d.code} line "
+                           f"{d.line}: {d.message}); nothing was written", code="E961",
+                           hint="a window, chunk or sink statement needs a pedsl with them (`window = N`, "
+                           "`chunk = N`, `sink = logit`)")
+    return text
+
+
+# ---------------------------------------------------------------------- writing the config back
+
+
+def part_window(part) -> tuple[int | None, int | None, Any]:
+    """(window, chunk, sink) of a resolved part; None where it has none."""
+    return getattr(part, "window", None), getattr(part, "chunk", None), getattr(part, "sink", None)
+
+
+def _nope_tuning(part) -> dict | None:
+    """Llama 4's attn_temperature_tuning fields of a NoPE part whose temperature is the one import writes;
+    {} for no temperature; None for another temperature."""
+    from pedsl.lang.exprs import to_source
+
+    if part.temperature is None:
+        return {"attn_temperature_tuning": False}
+    if to_source(part.temperature) != LLAMA4_TEMPERATURE or not {"floor_scale", "attn_scale"} <= set(part.params):
+        return None
+    return {"attn_temperature_tuning": True, "floor_scale": part.params["floor_scale"],
+            "attn_scale": part.params["attn_scale"]}
+
+
+def export_layers(scheme, n_layers: int) -> dict:
+    """The config fields of a resolved ``layers`` scheme for a model of ``n_layers`` layers: ``layer_types``,
+    ``sliding_window``, ``rope_parameters`` (one, or per layer type as Gemma 3's), ``no_rope_layers`` and
+    Llama 4's temperature fields; InteropError (E962) naming the layer whose part has no such field."""
+    parts = scheme.layers.assign(n_layers)
+    kinds, ropes, tuning, windows = [], {}, {}, set()
+    for i, name in enumerate(parts):
+        part = scheme.layers.parts[name]
+        window, chunk, sink = part_window(part)
+        if not part.transports:
+            t = _nope_tuning(part)
+            if t is None:
+                raise InteropError(f"layer {i} ({name}): a NoPE layer whose temperature is not Llama 4's "
+                                   f"({LLAMA4_TEMPERATURE})", code="E962")
+            tuning[i] = t
+            kinds.append(NOPE)
+            continue
+        kind = SLIDING if window is not None else CHUNKED if chunk is not None else FULL
+        windows.add((kind, window or chunk))
+        # the rotation alone: the window, chunk and sink are the config's own fields (written below)
+        rotation = part.model_copy(update={"window": None, "chunk": None, "sink": None})
+        rope = export_rope(rotation, allow_interleaved=True)["rope_parameters"]
+        if ropes.setdefault(kind, rope) != rope:
+            raise InteropError(f"layer {i} ({name}) has another rope than the earlier {kind} layers; HF gives one rope "
+                               "per layer type", code="E962")
+        kinds.append(kind)
+    return _fields(scheme, kinds, ropes, tuning, windows)
+
+
+def _fields(scheme, kinds, ropes, tuning, windows) -> dict:
+    out: dict[str, Any] = {"num_hidden_layers": len(kinds)}
+    for kind, key in ((SLIDING, "sliding_window"), (CHUNKED, "attention_chunk_size")):
+        sizes = {n for k, n in windows if k == kind}
+        if len(sizes) > 1:
+            raise InteropError(f"scheme '{scheme.name}' gives its {kind} layers different sizes "
+                               f"({', '.join(map(str, sorted(sizes)))}); HF has one {key}", code="E962")
+        if sizes:
+            out[key] = sizes.pop()
+    if NOPE in kinds:
+        if len({tuple(sorted(t.items())) for t in tuning.values()}) > 1:
+            raise InteropError(f"scheme '{scheme.name}' has NoPE layers with different temperatures; Llama 4 has one "
+                               "attn_temperature_tuning", code="E962")
+        out.update(next(iter(tuning.values())))
+        out["no_rope_layers"] = [0 if k == NOPE else 1 for k in kinds]
+    out["layer_types"] = [FULL if k == NOPE else k for k in kinds]
+    if ropes:
+        unique = {str(sorted(r.items())) for r in ropes.values()}
+        out["rope_parameters"] = next(iter(ropes.values())) if len(unique) == 1 else dict(ropes)
+    return out
