@@ -280,12 +280,14 @@ def test_glm4v_is_refused_as_m_rope():
 
 
 def test_gemma3_is_refused_for_its_per_layer_rope_only():
+    from pedsl.hf import rope
+
     for cfg in (transformers.Gemma3TextConfig().to_dict(),
                 {**transformers.Gemma3TextConfig().to_dict(), "model_type": "some_gemma_like"}):
         with pytest.raises(InteropError) as err:
-            import_config(cfg)
+            rope.import_config(cfg)
         msg = str(err.value)
-        # import_config writes one scheme for every layer: Gemma 3 is pedsl.hf.layered's (a layers scheme)
+        # rope.import_config writes one scheme for every layer: Gemma 3 is pedsl.hf.layered's (a layers scheme)
         assert ("layer types" in msg or "per layer type" in msg or "layers of different kinds" in msg) \
             and "not read by rope_type" not in msg
 

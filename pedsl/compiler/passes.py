@@ -133,6 +133,25 @@ def separable_biases(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     return _decide(g, ("distance_bias", "gate_bias"), carry)
 
 
+def _carry_biases(g: nx.DiGraph, backend: str, table_bias: bool) -> nx.DiGraph:
+    """How each bias reaches the chosen backend (the plan's ``carried``, with the reason)."""
+    carrier = {"blockwise": (P.STEP_LOG_TERM, "enters the blockwise scan as a per-step log term: "
+                                              "b(i, j) = sum_{s=j+1..i} log f_s"),
+               "masked": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
+               "reference": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
+               "flex": (P.SCORE_MOD, "score_mod on (h, i - j)")}.get(backend)
+    if carrier is not None:
+        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
+    elif backend == "sdpa" and table_bias:  # every bias through the general path's blocks of queries
+        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: (P.QUERY_BLOCKS, (
+            "a (head, query, distance) table evaluated per block of queries at their positions (it reads "
+            "query_position): no (B, H, L, L) tensor" if "pos" in d["ty"].axes else
+            "a (head, distance) table computed once per call (O(H L)), gathered per block of queries: "
+            "no (B, H, L, L) tensor") if d.get("kernel") == "table" else (
+            P.QUERY_BLOCKS, "its float64 coordinate differenced per block of queries (with the table biases)")))
+    return g
+
+
 def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Pick the fastest backend that can run the scheme, or check a forced one."""
     g = g.copy()
@@ -190,20 +209,7 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     else:
         backend = "sdpa"
     g.graph["backend"] = backend
-    carrier = {"blockwise": (P.STEP_LOG_TERM, "enters the blockwise scan as a per-step log term: "
-                                              "b(i, j) = sum_{s=j+1..i} log f_s"),
-               "masked": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
-               "reference": (P.MATERIALISED, "materialised as a (B, H, L, L) bias"),
-               "flex": (P.SCORE_MOD, "score_mod on (h, i - j)")}.get(backend)
-    if carrier is not None:
-        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
-    elif backend == "sdpa" and table_bias:  # every bias through the general path's blocks of queries
-        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: (P.QUERY_BLOCKS, (
-            "a (head, query, distance) table evaluated per block of queries at their positions (it reads "
-            "query_position): no (B, H, L, L) tensor" if "pos" in d["ty"].axes else
-            "a (head, distance) table computed once per call (O(H L)), gathered per block of queries: "
-            "no (B, H, L, L) tensor") if d.get("kernel") == "table" else (
-            P.QUERY_BLOCKS, "its float64 coordinate differenced per block of queries (with the table biases)")))
+    g = _carry_biases(g, backend, table_bias)
     g.graph["backend_note"] = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor" + (
             " (distance tables: SDPA per block of queries, the table gathered)" if table_bias else ""),

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from pedsl.diffing.match import (bias_expr, bias_source, match_groups, match_params, pair_up, rename,
                                  rename_text, transport_fields, transport_source)
@@ -131,6 +131,16 @@ def as_scheme(x: Scheme | str | Path, params: dict | None = None, scheme: str | 
 # ---------------------------------------------------------------------- the edit script
 
 
+def _optional(name: str, old: Any, new: Any, out: list, value: Callable, show: Callable = lambda v: v) -> None:
+    """An element a scheme may lack (a temperature, a window ...): inserted, removed, or compared."""
+    if old is None and new is not None:
+        out.append(Insert(name, show(new)))
+    elif old is not None and new is None:
+        out.append(Remove(name, show(old)))
+    elif old is not None:
+        value(name, old, new)
+
+
 def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) -> list[Edit]:
     """The edits that turn scheme ``a`` into scheme ``b`` (Schemes, paths or `.pe` texts).
 
@@ -183,21 +193,9 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
 
     ta = None if a.temperature is None else to_source(rename(a.temperature, renamed))
     tb = None if b.temperature is None else to_source(b.temperature)
-    if ta is None and tb is not None:
-        out.append(Insert("temperature", tb))
-    elif ta is not None and tb is None:
-        out.append(Remove("temperature", ta))
-    elif ta is not None:
-        value("temperature", ta, tb)
-
+    _optional("temperature", ta, tb, out, value)
     for name in ("window", "chunk", "sink"):  # the attention's shape (docs/semantics.md §11)
-        sa, sb = getattr(a, name), getattr(b, name)
-        if sa is None and sb is not None:
-            out.append(Insert(name, str(sb)))
-        elif sa is not None and sb is None:
-            out.append(Remove(name, str(sa)))
-        elif sa is not None:
-            value(name, sa, sb)
+        _optional(name, getattr(a, name), getattr(b, name), out, value, show=str)
 
     value("normalize", _normalizer(a), _normalizer(b))
     value("learned.shared", _shared_learned(a, renamed), _shared_learned(b, {}))

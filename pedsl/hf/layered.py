@@ -105,8 +105,8 @@ def is_layered(cfg: dict) -> bool:
     """Whether the config's layers differ (or carry a window, a chunk, sinks): :func:`import_layered`'s."""
     cfg = text_config(cfg)
     mt = (arch.model_types(cfg) or [""])[-1]
-    if mt not in arch.LAYERED:
-        return False
+    if mt not in arch.LAYERED or (mt == "qwen2" and not cfg.get("use_sliding_window")):
+        return False  # Qwen2's attention windows no layer unless use_sliding_window
     return mt == "gpt_oss" or mt.startswith("gemma3") or any(k != FULL for k in layer_kinds(cfg))
 
 

@@ -450,10 +450,9 @@ def _refuse_shape(scheme: Scheme) -> None:
                       "shape lives in the model's own config fields)")
 
 
-def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
-    """``{"head_dim", "num_attention_heads", "max_position_embeddings"?, "rope_parameters"}`` of a scheme
-    in HF's rope family; :class:`InteropError` naming the part that has no HF equivalent otherwise.
-    ``allow_interleaved``: accept the interleaved layout (the caller permutes q/k weights to halves)."""
+def _one_rotation(scheme: Scheme):
+    """The one position-indexed rotation of q and k that HF's rope family can carry; :class:`InteropError`
+    naming what the scheme has beyond it (a bias, a window, a temperature, other transports ...)."""
     if scheme.biases:
         raise _refuse(scheme, f"a logit bias ({scheme.biases[0].kind}); HF rope has none")
     _refuse_shape(scheme)
@@ -473,6 +472,14 @@ def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
         raise _refuse(scheme, "value rotation (qkv); HF rotates q and k only")
     if t.xpos_gamma is not None:
         raise _refuse(scheme, "xPos's per-pair decay of q and k; HF's rotary has no per-position scale")
+    return t
+
+
+def export_rope(scheme: Scheme, *, allow_interleaved: bool = False) -> dict:
+    """``{"head_dim", "num_attention_heads", "max_position_embeddings"?, "rope_parameters"}`` of a scheme
+    in HF's rope family; :class:`InteropError` naming the part that has no HF equivalent otherwise.
+    ``allow_interleaved``: accept the interleaved layout (the caller permutes q/k weights to halves)."""
+    t = _one_rotation(scheme)
     if scheme.layout != "halves" and not allow_interleaved:
         raise _refuse(scheme, "the interleaved layout; HF's rotate_half pairs channel k with k + rot/2",
                       "use layout halves (pedsl export --hf permutes trained weights for you)")
