@@ -269,6 +269,9 @@ def test_the_numpy_sampler_computes_the_modules_table(name):
     ("-slopes(heads, first = 9) * distance", 11, "first = 9 must be a whole number of heads"),
     ("sinusoid_dot(distance, dim = 1)", 39, "dim = 1 is out of range"),
     ("sinusoid_dot(position)", 23, "'distance' varies along pos"),
+    ("-log(1 + distance / max(position, 8))", 34, "a bias cannot read 'position'"),  # FIRE's query position
+    ("mlp(linear(x, to = head) * query_position)", 14, "varies along head"),
+    ("mlp(log(1 + distance), relu = 2)", 40, "'relu' must be true or false"),
 ])
 def test_bad_input_is_a_positioned_diagnostic(value, col, words):
     d = first_error(f'scheme s "" {{\n  bias = {value}\n}}')
@@ -322,17 +325,6 @@ def test_fire_gradients_reach_c_and_the_threshold_and_decoding_matches():
 def test_fire_generated_module_equals_the_compiled_one(tmp_path):
     mod = _moved(compile_scheme(SCHEMES / "fire.pe", num_heads=4, head_dim=16), scale=0.05)
     assert_generated_module_matches(mod, generate(mod.scheme, mod.plan), tmp_path / "fire.py", lengths=(3, 300))
-
-
-@pytest.mark.parametrize("value, col, words", [
-    ("-log(1 + distance / max(position, 8))", 34, "a bias cannot read 'position'"),
-    ("mlp(linear(x, to = head) * query_position)", 14, "varies along head"),
-    ("mlp(log(1 + distance), relu = 2)", 40, "'relu' must be true or false"),
-])
-def test_bad_query_position_biases_are_positioned_diagnostics(value, col, words):
-    d = first_error(f'scheme s "" {{\n  bias = {value}\n}}')
-    assert words in d.message, d.message
-    assert (d.line, d.col) == (2, col), (d.line, d.col, d.message)
 
 
 def test_a_query_position_term_alone_cancels():

@@ -111,8 +111,13 @@ def setup(device: str = "auto", shard: str = "ddp") -> Dist:
     return Dist(rank=rank, world=world, local_rank=local_rank, device=dev, shard=shard)
 
 
-def teardown(d: Dist) -> None:
+def teardown(d: Dist, finished: bool = False) -> None:
+    """Leave the process group; after a finished run every rank leaves together (a rank that tears gloo
+    down while another still sends aborts that one: "terminate called without an active exception",
+    seen on a loaded machine). After a failure no barrier: the other ranks may never reach it."""
     if d.enabled and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -146,11 +146,14 @@ def train(cfg: TrainConfig, out_dir: str | Path, *, attention: SchemeRecipe | No
     ``shard``: how several processes (under torchrun) split the work, ``ddp`` or ``fsdp``
     (:mod:`pedsl.train.distributed`); not part of the run (either resumes the other's checkpoints)."""
     d = distributed.setup(cfg.device, shard)
+    finished = False
     try:
         with contextlib.ExitStack() as held:
-            return _train(cfg, Path(out_dir), d, attention, resume, quiet, held, force_new)
+            done = _train(cfg, Path(out_dir), d, attention, resume, quiet, held, force_new)
+        finished = True
+        return done
     finally:
-        distributed.teardown(d)
+        distributed.teardown(d, finished)
 
 
 def _resume(run: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, attn: SchemeRecipe,
