@@ -129,7 +129,7 @@ def test_qwen2_vl_vision_rotary_is_axial_sections_over_the_whole_head():
 
 
 def test_rope_2d_matches_rotary_embedding_torch_axial_frequencies():
-    ret = pytest.importorskip("rotary_embedding_torch")
+    import rotary_embedding_torch as ret  # a test dependency (the test extra)
     D, base, Hh, Ww = 32, 100.0, 3, 5
     mod = compile_scheme(SCHEMES / "rope_2d.pe", num_heads=2, head_dim=D, params={"base": base}).double()
     assert mod.scheme.layout == "interleaved"  # rotary-embedding-torch's pairs (2k, 2k + 1)
