@@ -14,13 +14,13 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from compiler_helpers import run_cli  # noqa: E402
-from pedsl.errors import InteropError, ParseError  # noqa: E402
+from pedsl.errors import InteropError  # noqa: E402
 from pedsl.hf import use_pedsl_attention  # noqa: E402
 from pedsl.hf.layered import (FULL, NOPE, SLIDING, export_layers, is_layered, layer_kinds,  # noqa: E402
                               layer_rules, layered_text)
 from pedsl.hf.convert import import_config as import_any  # noqa: E402 - the dispatcher import-hf uses
 from pedsl.hf.rope import import_config  # noqa: E402
-from pedsl.lang.api import load, parse  # noqa: E402
+from pedsl.lang.api import load  # noqa: E402
 
 SMALL = dict(vocab_size=96, hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
              head_dim=8, pad_token_id=0, bos_token_id=None, eos_token_id=None)
@@ -41,15 +41,6 @@ def configs(n: int) -> dict:
         "gpt_oss": transformers.GptOssConfig(num_hidden_layers=n, num_local_experts=2, num_experts_per_tok=1,
                                            sliding_window=5, **SMALL),
     }
-
-
-def window_statements() -> bool:
-    """Whether this pedsl has the `window` statement (branch windows); until then windowed imports refuse."""
-    try:
-        parse("scheme s { window = 4 }")
-        return True
-    except ParseError:
-        return False
 
 
 @pytest.mark.parametrize("n", [1, 2, 5, 6, 7, 13, 26, 34])
@@ -115,15 +106,9 @@ def test_one_rope_import_refuses_layers_that_differ():
     assert not is_layered(plain) and import_any(plain) == import_config(plain)
 
 
-def test_windowed_imports_load_or_refuse_clearly():
+def test_windowed_imports_load_as_layers_schemes():
     for family in ("gemma2", "gemma3_text", "qwen2", "gpt_oss"):
-        d = configs(6)[family].to_dict()
-        if window_statements():
-            assert load(import_any(d)).layers is not None
-        else:
-            with pytest.raises(InteropError) as err:
-                import_any(d)
-            assert err.value.code == "E961" and "window" in str(err.value) and "nothing was written" in str(err.value)
+        assert load(import_any(configs(6)[family].to_dict())).layers is not None
 
 
 def test_llama4_import_and_export_round_trip(tmp_path):
