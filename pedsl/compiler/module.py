@@ -402,10 +402,9 @@ class SchemeAttention(nn.Module):
             s = s + bias.to(s.dtype)
         if self.plan.explicit_scores:  # stick-breaking: weights of the visible keys j <= i (j < i without attend_current)
             ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if self.plan.attend_current else -1)
-            shape = shape_of(self.plan)
-            if shape is not None:
-                i = torch.arange(L, device=q.device)
-                ok = ok & visible(shape, i[None], i[None])[0]
+            seen = self.window_visible(L, q.device)
+            if seen is not None:
+                ok = ok & seen
             return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok).to(s.dtype)
         s = self.window_mask(s)
         sink = self.sink_logits(q)
@@ -414,16 +413,20 @@ class SchemeAttention(nn.Module):
         s = torch.cat([s, sink.to(s.dtype).expand(s.shape[0], -1, -1).unsqueeze(-1)], dim=-1)
         return torch.softmax(s, dim=-1)[..., :-1]
 
+    def window_visible(self, L: int, device, cols: slice | None = None) -> Tensor | None:
+        """(L, keys) bool: which keys (``cols``: the key columns held) the window or chunk lets each query of
+        one sequence at positions 0..L-1 see; None without a window or chunk."""
+        shape = shape_of(self.plan)
+        if shape is None:
+            return None
+        i = torch.arange(L, device=device)
+        return visible(shape, i[None], (i if cols is None else i[cols])[None])[0]
+
     def window_mask(self, s: Tensor, cols: slice | None = None) -> Tensor:
         """Scores (B, H, L, keys) of one sequence at positions 0..L-1 with the keys outside the window or
         chunk at -inf (``cols``: the key columns they hold)."""
-        shape = shape_of(self.plan)
-        if shape is None:
-            return s
-        L = s.shape[2]
-        i = torch.arange(L, device=s.device)
-        j = i if cols is None else i[cols]
-        return s.masked_fill(~visible(shape, i[None], j[None])[0], float("-inf"))
+        seen = self.window_visible(s.shape[2], s.device, cols)
+        return s if seen is None else s.masked_fill(~seen, float("-inf"))
 
     def sink_logits(self, q: Tensor) -> Tensor | None:
         """The sink's logit per query, (B|1, H, L) float64 (docs/semantics.md §11), or None without one."""
