@@ -158,7 +158,8 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
-@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency", "grid"]), default="default",
+@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency", "grid", "counting"]),
+              default="default",
               show_default=True,
               help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
               "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). retrieval: learned "
@@ -168,7 +169,10 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.frequency). grid: resolution "
               "extrapolation on 2-D data: trained on 16x16 grids (--data grid_image or grid_copy), evaluated at "
               "16..64 a side (--set sizes=16,32), 3 seeds by default (default SCHEMES: raster 1-D RoPE, rope_2d, "
-              "rope_mixed, M-RoPE-style sections, a 2-D distance bias; see pedsl.study.grid).")
+              "rope_mixed, M-RoPE-style sections, a 2-D distance bias; see pedsl.study.grid). counting: the k-th "
+              "last marker or sentence with segments of variable length (--data select_last, sentence_first or a "
+              "mixture), evaluated with more and longer segments (--set evals=1x1,4x1,2x2,4x4), 3 seeds by default "
+              "(default SCHEMES: rope, nope, alibi, cope; see pedsl.study.counting).")
 @executor_options
 @click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
               help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
@@ -207,10 +211,10 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyze_max, sets, quick, quiet,
                    say, seeds=many, ex=ex, begin=begin)
         return _track(track, out, tracking_uri, say)
-    if study == "grid":
-        _grid(schemes, out, ex, begin, seed_list or ([seed] if seed is not None else None), preset=preset, steps=steps,
-              data=data, windows=windows, quick=quick, sets=set_values, quiet=quiet, say=say, started=started,
-              command=_command_line(click.get_current_context()))
+    if study in PER_SEED_STUDIES:
+        _per_seed_study(study, schemes, out, ex, begin, seed_list or ([seed] if seed is not None else None),
+                        preset=preset, steps=steps, data=data, windows=windows, quick=quick, sets=set_values,
+                        quiet=quiet, say=say, started=started, command=_command_line(click.get_current_context()))
         return _track(track, out, tracking_uri, say)
     if study == "frequency":
         _frequency(schemes, out, ex, begin, steps=steps, quick=quick, sets=set_values,
@@ -314,6 +318,13 @@ def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None
         known = known | set(GRID_KEYS)
         refuse_given(["lengths", "analyze_max"], "not used by --study grid",
                      hint="it evaluates whole grids: choose their sides with --set sizes=16,24,32 (it runs no analysis)")
+    if study == "counting":
+        from pedsl.study.counting.run import STUDY_KEYS as COUNTING_KEYS
+
+        known = known | set(COUNTING_KEYS)
+        refuse_given(["lengths", "analyze_max"], "not used by --study counting",
+                     hint="it evaluates rows with more and longer segments: choose them with --set evals=1x1,4x1,2x2 "
+                          "(RxS: rows R times the context, segments S times as long; it runs no analysis)")
     check_set_keys(values, known)
     set_conflicts(values, SET_BY_OPTION)
     if seed_list is not None:
@@ -334,7 +345,8 @@ def _compare_sets(study: str, sets: tuple[str, ...], seed_list: list[int] | None
 QUICK_CHOOSES = {"default": (("steps", "steps"), ("lengths", None), ("windows", None), ("analyze_max", None)),
                  "extension": (("steps", "steps"), ("lengths", None), ("windows", None)),
                  "frequency": (("steps", "steps"), (None, "widths"), ("seeds", "seeds")),
-                 "grid": (("steps", "steps"), (None, "sizes"), ("windows", None))}
+                 "grid": (("steps", "steps"), (None, "sizes"), ("windows", None)),
+                 "counting": (("steps", "steps"), (None, "evals"), ("windows", None))}
 
 
 def _refuse_idle_quick(study: str, sets: dict) -> None:
@@ -406,23 +418,28 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
     click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
 
 
-def _grid(schemes, out, ex, begin, seeds, **kw) -> None:
-    """``--study grid``: its runs on the executor first (--jobs), then the study, which reuses them and
-    writes the report; prints the accuracy table."""
-    from pedsl.study.grid.report import tables
-    from pedsl.study.grid.run import run_grid, settings
+# the studies that train every scheme once per seed on a generated task and measure it themselves
+PER_SEED_STUDIES = {"grid": ("pedsl.study.grid", "run_grid", "grid_units"),
+                    "counting": ("pedsl.study.counting", "run_counting", "counting_units")}
 
-    settings(data=kw["data"], quick=kw["quick"], windows=kw["windows"], sets=kw["sets"])  # refused before any run
+
+def _per_seed_study(study, schemes, out, ex, begin, seeds, **kw) -> None:
+    """``--study grid`` / ``--study counting``: its runs on the executor first (--jobs), then the study,
+    which reuses them and writes the report; prints the first table."""
+    import importlib
+
+    package, run_name, units_name = PER_SEED_STUDIES[study]
+    run_mod, report_mod = (importlib.import_module(f"{package}.{m}") for m in ("run", "report"))
+    run_mod.settings(data=kw["data"], quick=kw["quick"], windows=kw["windows"], sets=kw["sets"])  # before any run
     begin()
     if not ex.serial:
         from pedsl.study import parallel
 
-        parallel.prepare(parallel.grid_units(list(schemes), out, seeds=seeds,
-                                             **{k: v for k, v in kw.items() if k not in ("say", "started", "command",
-                                                                                         "quiet")}),
-                         out, ex, say=kw["say"], label="grid study")
-    res = run_grid(list(schemes), out, seeds=seeds, **kw)
-    for t in tables(res["results"], res["meta"])[:1]:
+        units = getattr(parallel, units_name)(list(schemes), out, seeds=seeds, **{
+            k: v for k, v in kw.items() if k not in ("say", "started", "command", "quiet")})
+        parallel.prepare(units, out, ex, say=kw["say"], label=f"{study} study")
+    res = getattr(run_mod, run_name)(list(schemes), out, seeds=seeds, **kw)
+    for t in report_mod.tables(res["results"], res["meta"])[:1]:
         _echo_table(t.title, t.header, t.rows)
     for name, why in res["skipped"].items():
         click.echo(f"left out: {name} ({why})")

@@ -94,6 +94,8 @@ class DataConfig(_Frozen):
     grid_offset: tuple[Annotated[int, Field(ge=-L.MAX_LENGTH, le=L.MAX_LENGTH)],
                        Annotated[int, Field(ge=-L.MAX_LENGTH, le=L.MAX_LENGTH)]] = Field((-2, 1), description=(
         "[dh, dw]: the cell a grid_copy cell copies (earlier in raster order: dh < 0, or dh = 0 and dw < 0)"))
+    count_back: int = Field(3, ge=1, le=9, description=(
+        "the counting tasks (select_last, sentence_first) ask for the k-th last write or sentence, k in 1..count_back"))
 
     @model_validator(mode="after")
     def _offset_inside(self) -> "DataConfig":
@@ -184,7 +186,7 @@ class TrainConfig(_Frozen):
         if d.get("init_from") is None:  # runs from before the field keep their digest
             d.pop("init_from", None)
         for key, default in (("answer_weight", 0), ("train_digits", None), ("grid_width", None),
-                             ("grid_offset", [-2, 1])):  # likewise
+                             ("grid_offset", [-2, 1]), ("count_back", 3)):  # likewise
             if d["data"].get(key) == default:
                 d["data"].pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()

@@ -27,6 +27,10 @@ Sources (``DataConfig.source``):
   ``context + 1`` tokens is one grid of ``context = H x W`` cells after a start token, in raster
   order, and :meth:`TrainData.positions` gives its (h, w) positions (a grid source is never mixed:
   its rows carry positions the others do not).
+- ``"select_last"``, ``"sentence_first"`` - the counting tasks of :mod:`pedsl.data.counting`: the
+  value after the k-th last marker, the first letter of the k-th last sentence, with segments of
+  variable length (``data.count_back``: the largest k); their answers are marked like the retrieval
+  tasks'.
 - a **mixture** ``"NAME:WEIGHT,NAME:WEIGHT,..."``, e.g. ``"stdlib:0.7,passkey:0.1,multikey:0.1,kv:0.1"``
   (:func:`parse_mixture`): every row of a batch draws its source with these probabilities
   (weights are normalised). At most one text source (``stdlib`` or a path); in a mixture
@@ -50,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from pedsl.data import grids, tasks
+from pedsl.data import counting, grids, tasks
 from pedsl.config import DataConfig
 from pedsl.data.corpus import load_corpus, sample_windows
 from pedsl.errors import DataError
@@ -68,8 +72,9 @@ def make_generator(*key: int) -> torch.Generator:
 # Mixtures
 
 GENERATED = (("passkey", "blocks", "lag", "topic", "copy") + tuple(t for t in tasks.TASKS if t != "passkey")
-             + grids.GRID_TASKS)  # no corpus to read
-TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic", "copy"}  # may appear in a mixture (blocks too)
+             + grids.GRID_TASKS + counting.TASKS)  # no corpus to read
+# may appear in a mixture (blocks too)
+TASK_SOURCES = {"passkey", "multikey", "kv", "blocks", "lag", "topic", "copy", *counting.TASKS}
 MIX_TAG = 0x6D6978  # "mix": the generator that assigns rows to sources
 
 
@@ -124,8 +129,8 @@ def text_source(cfg: DataConfig) -> str | None:
 def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.Generator, *,
                    mixed: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` rows of ``length`` bytes of a generated source and their **answer mask** (same shape,
-    bool): True at the answer bytes of the retrieval tasks (their ``answer_positions``), False
-    everywhere else (copy, blocks, lag and topic rows have none). Task rows have
+    bool): True at the answer bytes of the retrieval tasks (their ``answer_positions``) and of the
+    counting and grid tasks, False everywhere else (copy, blocks, lag and topic rows have none). Task rows have
     ``cfg.passkey_digits`` answer digits, or with ``cfg.train_digits = (lo, hi)`` a count drawn
     from ``g`` in lo..hi (the same for the ``n`` rows; hi lowered to what the task fits in
     ``length``). ``passkey`` alone (not
@@ -139,6 +144,9 @@ def generated_rows(cfg: DataConfig, source: str, n: int, length: int, g: torch.G
     if source in grids.GRID_TASKS:
         H, W = grids.grid_shape(length - 1, cfg.grid_width)
         b = grids.generate(source, n, H, W, offset=cfg.grid_offset, g=g)
+        return b["tokens"], b["answers"]
+    if source in counting.TASKS:
+        b = counting.generate(source, n, length, back=cfg.count_back, g=g)
         return b["tokens"], b["answers"]
     if source in tasks.TASKS and (source != "passkey" or mixed):
         b = tasks.generate(source, n, length, digits=digits, keys=cfg.multikey_keys, g=g)
@@ -187,6 +195,8 @@ class TrainData:
             if context + 1 < need:
                 raise DataError(f"context {context} is too short for the '{name}' task (it needs windows of "
                                 f"at least {need} bytes)", hint=f"raise --context to at least {need - 1}")
+        for name in [n for n, _ in self.mixture or [(cfg.source, 1.0)] if n in counting.TASKS]:
+            counting.check(name, context + 1, cfg.count_back, 1)  # too short a window: now, not at the first batch
         if self.corpus is not None:
             for name, part in (("training", self.corpus.train), ("validation", self.corpus.val)):
                 if part.numel() < context + 1:

@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from pedsl.study import cluster, driver
 from pedsl.study.compare import run as cmp
+from pedsl.study.counting import run as counting
 from pedsl.study.extension import run as ext
 from pedsl.study.frequency import run as freq
 from pedsl.study.grid import run as grid
@@ -80,6 +81,14 @@ def grid_units(schemes: list[str], out: str | Path, *, seeds: list[int] | None, 
             for seed in (seeds or grid.SEEDS) for item, (name, _) in zip(items, resolved)]
 
 
+def counting_units(schemes: list[str], out: str | Path, *, seeds: list[int] | None, **settings: Any) -> list[Unit]:
+    """One unit per scheme and seed of ``--study counting`` (``settings``: run_counting's keyword arguments)."""
+    items, _ = counting.study_schemes(list(schemes))  # the candidates this pedsl loads, when none are named
+    resolved = driver.resolve_schemes(items)
+    return [Unit(f"{name} seed {seed}", _counting_one, {"scheme": item, "out": str(out), "seed": seed, **settings})
+            for seed in (seeds or counting.SEEDS) for item, (name, _) in zip(items, resolved)]
+
+
 @dataclass(frozen=True)
 class Executor:
     """Where a study's runs go: ``local`` worker processes (``jobs`` of them: a count or ``"auto"``),
@@ -142,8 +151,12 @@ def _grid_one(scheme: str, out: str, seed: int, say: Say, **settings: Any) -> No
     grid.run_grid([scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
 
 
+def _counting_one(scheme: str, out: str, seed: int, say: Say, **settings: Any) -> None:
+    counting.run_counting([scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
+
+
 def _seeded_one(study: str | None, scheme: str, out: str, seed: int, say: Say, **settings: Any) -> None:
     seeded.run_seeded(study, [scheme], out, seeds=[seed], report=False, say=say, **{**settings, "quiet": True})
 
 
-__all__ = ["Executor", "compare_units", "extension_units", "frequency_units", "grid_units", "prepare", "seeded_units"]
+__all__ = ["Executor", "compare_units", "counting_units", "extension_units", "frequency_units", "grid_units", "prepare", "seeded_units"]
