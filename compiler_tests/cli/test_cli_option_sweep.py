@@ -113,7 +113,10 @@ COMPARE_FREQUENCY = ("compare", "--study", "frequency", "--out", "{study}", *QUI
 COMPARE_GRID = ("compare", "--study", "grid", "rope", "--out", "{study}", "--steps", "1", *TINY,
                 *_sets("batch_size=1", "context=16", "sizes=4"), *QUIET)
 
-EVAL = ("eval", "ppl", "retrieval", "zero_shot", "analyze", "measure", "grid")  # every kind but training
+COMPARE_COUNTING = ("compare", "--study", "counting", "rope", "--out", "{study}", "--steps", "1", *TINY,
+                    *_sets("batch_size=1", "context=16", "evals=1x1"), *QUIET)
+
+EVAL = ("eval", "ppl", "retrieval", "zero_shot", "analyze", "measure", "grid", "counting")  # every kind but training
 
 # compare's executor and tracking options: the executor's settings are refused without their executor,
 # --track exports the finished study (so every piece of work runs)
@@ -206,6 +209,21 @@ COMPARE_MODES = {
         "--out": Acts((), ("--out", "{root}/other"), fresh=True),
         "--windows": Acts(("--windows", "1"), ("--windows", "2")),
         "--data": Acts((), ("--data", "grid_copy"), fresh=True),
+        "--set": Acts((), _sets("warmup=3"), fresh=True),
+        "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--windows", "1"))),
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
+        "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
+        "--lengths": Refused(("--lengths", "16")),
+        "--analyze-max": Refused(("--analyze-max", "64")),
+        "--study": Selects("compare's study modes are each swept"),
+    }),
+    "counting": (COMPARE_COUNTING, {
+        **CLUSTER_AND_TRACKING,
+        "--preset": Acts((), ("--preset", "small"), fresh=True),
+        "--steps": Acts((), ("--steps", "2"), fresh=True),
+        "--out": Acts((), ("--out", "{root}/other"), fresh=True),
+        "--windows": Acts(("--windows", "1"), ("--windows", "2")),
+        "--data": Acts((), ("--data", "select_last"), fresh=True),
         "--set": Acts((), _sets("warmup=3"), fresh=True),
         "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--windows", "1"))),
         "--seed": Acts((), ("--seed", "3"), fresh=True),
@@ -425,6 +443,7 @@ STOPS = {  # kind -> (module, attribute) of the call that does that work
     "measure": ("pedsl.study.frequency.run", "measure_run"),
     "zero_shot": ("pedsl.study.extension.run", "_evaluate"),
     "grid": ("pedsl.study.grid.measure", "measure_grid"),
+    "counting": ("pedsl.study.counting.measure", "measure_counting"),
 }
 # where the studies' driver calls the same work (it imports the names at its top)
 CALLED_FROM = {"train": ("pedsl.study.driver",), "eval": ("pedsl.study.driver",),
@@ -634,7 +653,7 @@ def test_presentation_options_exist():
 
 # ------------------------------------------------------------------ fixtures: inputs and trained runs
 
-TEMPLATED = {"default", "seeds", "retrieval", "extension", "extension-seeds", "grid"}  # compare modes with a trained study
+TEMPLATED = {"default", "seeds", "retrieval", "extension", "extension-seeds", "grid", "counting"}  # compare modes with a trained study
 
 
 @pytest.fixture(scope="module")
