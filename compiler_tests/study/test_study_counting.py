@@ -9,9 +9,11 @@ import json
 import pytest
 import torch
 
-from compiler_helpers import run_cli
+from compiler_helpers import run_cli, without_keys
 from pedsl.data import counting
+from pedsl.data.stream import make_generator
 from pedsl.study import parallel
+from pedsl.study.common import open_run
 from pedsl.study.counting import measure as cm
 from pedsl.study.counting import run as cr
 
@@ -88,9 +90,6 @@ def test_study_writes_its_report_and_numbers(study):
 
 def test_the_measure_is_the_scorer_on_the_runs_predictions(study):
     """counting.json of a run equals scoring that run's own greedy predictions on the same rows."""
-    from pedsl.data.stream import make_generator
-    from pedsl.study.common import open_run
-
     out, _ = study
     run = out / "runs" / "rope" / "seed1"
     model, cfg, _ = open_run(run)
@@ -137,6 +136,7 @@ def test_parse_evals():
     (("--analyze-max", "64"), "--analyze-max"),
     (("--data", "stdlib"), "counting tasks"),
     (("--data", "select_last:1,kv:1"), "'kv'"),
+    (("--data", "sentence_frst"), "did you mean 'sentence_first'"),
     (("--set", "seed=3"), "--set seed"),
     (("--set", "evals=2x4"), "evals"),
     (("--set", "evals=abc"), "RxS"),
@@ -158,3 +158,17 @@ def test_a_condition_too_short_for_its_stretch_is_one_diagnostic(tmp_path):
     code, _, err = run_cli("compare", "--study", "counting", "rope", "--out", tmp_path / "s", "--seeds", "0", *args)
     assert code == 2 and "too short" in err and "Traceback" not in err, err
     assert (tmp_path / "s" / "runs" / "rope" / "seed0" / "DONE.json").is_file()
+
+
+def test_jobs_2_gives_the_serial_numbers(tmp_path):
+    """--jobs 2 trains and measures the runs in worker processes; with --threads 1 every number of
+    results.json and every run's metrics equal a serial study's."""
+    timing = {"wall_time_s", "cpu_time_s", "tokens_per_s", "train_cpu_s", "date", "command", "time_s", "elapsed_s"}
+    got = []
+    for out, extra in ((tmp_path / "serial", ()), (tmp_path / "par", ("--jobs", "2"))):
+        code, _, err = run_cli("compare", "--study", "counting", "nope", "--out", out, "--seeds", "0,1", *TINY, *extra)
+        assert code == 0, err
+        metrics = [[without_keys(json.loads(x), timing) for x in (out / "runs" / "nope" / f"seed{s}" / "metrics.jsonl")
+                    .read_text().splitlines()] for s in (0, 1)]
+        got.append((without_keys(json.loads((out / "results.json").read_text())["results"], timing), metrics))
+    assert got[0] == got[1]

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from pedsl.config import TrainConfig
 from pedsl.data import counting
 from pedsl.data.stream import parse_mixture
-from pedsl.errors import DataError, PedslError, UsageError
+from pedsl.errors import DataError, PedslError, UsageError, did_you_mean
 from pedsl.lang.library import scheme_file
 from pedsl.study import driver
 from pedsl.study import seeds as sd
@@ -59,9 +59,8 @@ CANDIDATES = (
 SEEDS = (0, 1, 2)
 EVALS = ((1, 1), (4, 1), (2, 2), (4, 4))
 WINDOWS = 16
-STEPS = 600
 QUICK = {"steps": 150, "evals": ((1, 1), (2, 2)), "windows": 4}
-TRAIN = {"data": ",".join(f"{t}:1" for t in counting.TASKS), "answer_weight": 1.0, "steps": STEPS}
+TRAIN = {"data": ",".join(f"{t}:1" for t in counting.TASKS), "answer_weight": 1.0}
 STUDY_KEYS = ("evals",)  # --set keys of the study itself
 EVAL_SEED = 4321         # the same evaluation rows for every scheme and seed
 MAX_ROWS = 64            # an evaluation row is at most this many training contexts
@@ -120,9 +119,10 @@ def study_tasks(source: str) -> list[str]:
     names = [source] if mix is None else [n for n, _ in mix]
     bad = [n for n in names if n not in counting.TASKS]
     if bad:
+        near = did_you_mean(bad[0], counting.TASKS)
         raise UsageError(f"--study counting trains on the counting tasks, not '{bad[0]}'",
-                         hint=f"--data takes one of {', '.join(counting.TASKS)} or a mixture of them, "
-                              f"e.g. {TRAIN['data']}")
+                         hint=(f"{near} " if near else "") + f"--data takes one of {', '.join(counting.TASKS)} or a "
+                              f"mixture of them, e.g. {TRAIN['data']}")
     return [t for t in counting.TASKS if t in names]
 
 
