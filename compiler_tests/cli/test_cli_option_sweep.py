@@ -146,6 +146,26 @@ def _compare_common(eval_kind: str = "eval") -> dict:
     }
 
 
+def _per_seed_study(other_data: tuple[str, ...]) -> dict:
+    """The studies that train each scheme once per seed on their own generated task and measure it
+    themselves (grid, counting): ``other_data`` another task of theirs."""
+    return {
+        **CLUSTER_AND_TRACKING,
+        "--preset": Acts((), ("--preset", "small"), fresh=True),
+        "--steps": Acts((), ("--steps", "2"), fresh=True),
+        "--out": Acts((), ("--out", "{root}/other"), fresh=True),
+        "--windows": Acts(("--windows", "1"), ("--windows", "2")),
+        "--data": Acts((), other_data, fresh=True),
+        "--set": Acts((), _sets("warmup=3"), fresh=True),
+        "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--windows", "1"))),
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
+        "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
+        "--lengths": Refused(("--lengths", "16")),
+        "--analyze-max": Refused(("--analyze-max", "64")),
+        "--study": Selects("compare's study modes are each swept"),
+    }
+
+
 SEEDED_COMPARE = {
     **_compare_common(),
     "--seed": Refused(("--seed", "3")),
@@ -202,36 +222,8 @@ COMPARE_MODES = {
         "--data": Refused(("--data", "stdlib")),
         "--analyze-max": Refused(("--analyze-max", "64")),
     }),
-    "grid": (COMPARE_GRID, {
-        **CLUSTER_AND_TRACKING,
-        "--preset": Acts((), ("--preset", "small"), fresh=True),
-        "--steps": Acts((), ("--steps", "2"), fresh=True),
-        "--out": Acts((), ("--out", "{root}/other"), fresh=True),
-        "--windows": Acts(("--windows", "1"), ("--windows", "2")),
-        "--data": Acts((), ("--data", "grid_copy"), fresh=True),
-        "--set": Acts((), _sets("warmup=3"), fresh=True),
-        "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--windows", "1"))),
-        "--seed": Acts((), ("--seed", "3"), fresh=True),
-        "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
-        "--lengths": Refused(("--lengths", "16")),
-        "--analyze-max": Refused(("--analyze-max", "64")),
-        "--study": Selects("compare's study modes are each swept"),
-    }),
-    "counting": (COMPARE_COUNTING, {
-        **CLUSTER_AND_TRACKING,
-        "--preset": Acts((), ("--preset", "small"), fresh=True),
-        "--steps": Acts((), ("--steps", "2"), fresh=True),
-        "--out": Acts((), ("--out", "{root}/other"), fresh=True),
-        "--windows": Acts(("--windows", "1"), ("--windows", "2")),
-        "--data": Acts((), ("--data", "select_last"), fresh=True),
-        "--set": Acts((), _sets("warmup=3"), fresh=True),
-        "--quick": (Acts((), ("--quick",)), Refused(("--quick", "--windows", "1"))),
-        "--seed": Acts((), ("--seed", "3"), fresh=True),
-        "--seeds": Acts((), ("--seeds", "3,1"), fresh=True),
-        "--lengths": Refused(("--lengths", "16")),
-        "--analyze-max": Refused(("--analyze-max", "64")),
-        "--study": Selects("compare's study modes are each swept"),
-    }),
+    "grid": (COMPARE_GRID, _per_seed_study(("--data", "grid_copy"))),
+    "counting": (COMPARE_COUNTING, _per_seed_study(("--data", "select_last"))),
 }
 
 # ------------------------------------------------------------------ the other commands

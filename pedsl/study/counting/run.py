@@ -23,31 +23,20 @@ continues; ``--jobs`` trains the runs in worker processes first (:mod:`pedsl.stu
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from pedsl.config import TrainConfig
 from pedsl.data import counting
 from pedsl.data.stream import parse_mixture
-from pedsl.errors import DataError, PedslError, UsageError, did_you_mean
-from pedsl.lang.library import scheme_file
+from pedsl.errors import DataError, UsageError, did_you_mean
 from pedsl.study import driver
 from pedsl.study import seeds as sd
+from pedsl.study.candidates import Candidate, pick
 from pedsl.study.common import provenance, read_json, write_json, write_text
 from pedsl.study.counting import measure as cm
 from pedsl.study.counting.report import page, plots
 from pedsl.study.page import html_page, markdown
-from pedsl.train.recipe import load_scheme
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A scheme the study compares by default: its run name, library name or file, and what it is."""
-
-    name: str
-    source: str
-    title: str
 
 
 CANDIDATES = (
@@ -66,28 +55,9 @@ EVAL_SEED = 4321         # the same evaluation rows for every scheme and seed
 MAX_ROWS = 64            # an evaluation row is at most this many training contexts
 
 
-def available(c: Candidate) -> str | None:
-    """None when this pedsl loads the candidate, else why not (one line)."""
-    try:
-        load_scheme(scheme_file(c.source))
-    except PedslError as err:
-        return err.diagnostics[0].message.splitlines()[0]
-    return None
-
-
 def study_schemes(schemes: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The scheme items to run (SCHEMES as given; else the loadable candidates) and the candidates
-    left out, ``{name: why}``."""
-    if schemes:
-        return list(schemes), {}
-    items, skipped = [], {}
-    for c in CANDIDATES:
-        why = available(c)
-        if why is None:
-            items.append(c.source)
-        else:
-            skipped[c.name] = why
-    return items, skipped
+    """The scheme items to run and the candidates left out (:func:`pedsl.study.candidates.pick`)."""
+    return pick(schemes, CANDIDATES)
 
 
 def parse_evals(value: Any) -> list[tuple[int, int]]:

@@ -19,32 +19,21 @@ continues; ``--jobs`` trains the runs in worker processes first (:mod:`pedsl.stu
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from pedsl.config import TrainConfig
 from pedsl.data.grids import GRID_TASKS, grid_shape
-from pedsl.errors import PedslError, UsageError
-from pedsl.lang.library import scheme_file
+from pedsl.errors import UsageError
 from pedsl.study import driver
 from pedsl.study import seeds as sd
+from pedsl.study.candidates import Candidate, pick
 from pedsl.study.common import provenance, read_json, write_json, write_text
 from pedsl.study.grid import measure as gm
 from pedsl.study.grid.report import page, plots
 from pedsl.study.page import html_page, markdown
-from pedsl.train.recipe import load_scheme
 
 HERE = Path(__file__).resolve().parent
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """A scheme the study compares by default: its run name, library name or file, and what it is."""
-
-    name: str
-    source: str
-    title: str
 
 
 CANDIDATES = (
@@ -64,29 +53,9 @@ STUDY_KEYS = ("sizes",)  # --set keys of the study itself
 EVAL_SEED = 4321         # the same evaluation grids for every scheme and seed
 
 
-def available(c: Candidate) -> str | None:
-    """None when this pedsl loads the candidate, else why not (one line)."""
-    try:
-        load_scheme(scheme_file(c.source))
-    except PedslError as err:
-        return err.diagnostics[0].message.splitlines()[0]
-    return None
-
-
 def study_schemes(schemes: list[str]) -> tuple[list[str], dict[str, str]]:
-    """The scheme items to run (SCHEMES as given, a candidate's name meaning its file; else the
-    loadable candidates) and the candidates left out, ``{name: why}``."""
-    if schemes:
-        by_name = {c.name: c.source for c in CANDIDATES}
-        return [by_name.get(s, s) for s in schemes], {}
-    items, skipped = [], {}
-    for c in CANDIDATES:
-        why = available(c)
-        if why is None:
-            items.append(c.source)
-        else:
-            skipped[c.name] = why
-    return items, skipped
+    """The scheme items to run and the candidates left out (:func:`pedsl.study.candidates.pick`)."""
+    return pick(schemes, CANDIDATES)
 
 
 def parse_sizes(value: Any) -> list[int]:
