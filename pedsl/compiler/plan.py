@@ -23,6 +23,7 @@ Networkx and torch free: importing it costs nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
@@ -153,10 +154,14 @@ class Plan:
     normalize: str = "softmax"
     attend_current: bool = True
 
+    # score-dependent positions (CoPE, a lang.scheme.ContextualPositions): the logits read the scores
+    contextual: Any = None
+
     @property
     def explicit_scores(self) -> bool:
-        """The weights are not a softmax: no fused kernel computes them, the general path does."""
-        return self.normalize != SOFTMAX
+        """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): no fused
+        kernel computes them, the general path's explicit blocks of scores do."""
+        return self.normalize != SOFTMAX or self.contextual is not None
 
     # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
     # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
