@@ -238,6 +238,10 @@ def plan_lines(plan: Plan) -> list[str]:
         out.append(f"      {tau.site.name} = {to_source(tau.site.expr)}")
         if tau.why:
             out.append(f"      {tau.why}")
+    if plan.contextual is not None:
+        c = plan.contextual
+        out.append(f"  contextual positions: {c.source()}, carried as explicit blocks of scores; learned "
+                   f"contextual_embedding ({'' if c.shared else 'heads x '}{c.max_pos} x head_dim)")
     if plan.half_via_general:
         out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
     out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
@@ -275,6 +279,9 @@ def plan_to_json(plan: Plan) -> dict:
             "table": plan.temperature.table, "carried": plan.temperature.carried,
             "site": site(plan.temperature.site), "why": plan.temperature.why},
         "params": [s.name for s in plan.params],
+        "contextual": None if plan.contextual is None else {"kind": plan.contextual.kind,
+                                                            "max_pos": plan.contextual.max_pos,
+                                                            "shared": plan.contextual.shared},
         "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
                     for ls in learned_sites(plan)],
     }

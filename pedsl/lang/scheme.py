@@ -151,6 +151,16 @@ class ContextualPositions(_Frozen):
     max_pos: int
     shared: bool = True
 
+    def source(self) -> str:
+        """The statement's value as it would be written (``shared = true`` is the default, left out)."""
+        return f"cope(max_pos = {self.max_pos}" + ("" if self.shared else ", shared = false") + ")"
+
+    def describe(self) -> str:
+        """In words, for diff summaries and explain."""
+        return (f"CoPE: gated counts sum_(t = j..i) sigmoid(s(i, t)), clamped to {self.max_pos - 1}, "
+                f"+ q_i . e[p] (e: {self.max_pos} x head_dim, " + ("shared by the heads)" if self.shared
+                                                                  else "one per head)"))
+
 
 class Scheme(_Frozen):
     name: str
