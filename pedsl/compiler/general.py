@@ -861,10 +861,12 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     block = QUERY_CHUNK if shape is None else WINDOW_BLOCK
     starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     q0 = Lc + L - Lq
+    # explicit scores are formed for every key of the span: stop at the block's last query (causal)
+    last = (lambda r1: q0 + r1) if explicit_scores(scheme) else (lambda r1: Lc + L)
     outs = []
     for b, r0 in enumerate(range(0, Lq, block)):
         r1 = min(Lq, r0 + block)
-        k0, k1 = (0, Lc + L) if starts is None else (min(starts[b], q0 + r0), q0 + r1)
+        k0, k1 = (0, last(r1)) if starts is None else (min(starts[b], q0 + r0), q0 + r1)
         kp, kd = kpos[:, k0:k1], kdoc[:, k0:k1]
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
@@ -920,8 +922,11 @@ def explicit_weights(scheme, s: Tensor, ok: Tensor, qc, emb) -> Tensor:
         s = s + cope_term(s, ok, qc, emb)
     if scheme.normalize != "softmax":
         return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok)
+    s = s.masked_fill(~ok, float("-inf"))
     seen = ok.any(-1, keepdim=True)
-    return torch.softmax(s.masked_fill(~ok, float("-inf")).masked_fill(~seen, 0.0), -1) * seen
+    if bool(seen.all()):
+        return torch.softmax(s, -1)
+    return torch.softmax(s.masked_fill(~seen, 0.0), -1) * seen  # a query with no key: zeros
 
 
 def _explicit_block(scheme, q, K, V, ok, bias, qc, emb):
