@@ -11,28 +11,28 @@ one warm-up repeat dropped), ratios are medians over repeats of variant / floor 
 - ``x-transformers``: its ``Attend(causal=True, cope=CoPE(...))`` - the whole ``(B, H, L, L)`` logits, gates,
   positions and interpolated embedding materialised, with the same ``pos_emb`` (checked equal first).
 
-Also reported per variant: what autograd keeps for the backward pass (MiB of the tensors saved, counted
-once per storage), the memory that decides how long a sequence fits. ``--profile`` prints the operators
-that take the time (self CPU time of one fwd+bwd under ``torch.profiler``). Shape B=1, H=8, D=64, float32.
+Timing and memory come from :mod:`benchmarks.measure` (process CPU time with one thread, wall time
+otherwise; the peak of bytes allocated during one fwd+bwd above what was live before it). ``--profile``
+prints the operators that take the time (self CPU time of one fwd+bwd under ``torch.profiler``). Shape
+B=1, H=8, D=64, float32.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.measure import Variant, interleaved, peak_extra_bytes, profile_table
 from pedsl.compiler import compile_scheme
 from pedsl.fsio import atomic_write_text
 
 B, H, D = 1, 8, 64
 
 
-def _variants(L: int, max_pos: int) -> dict:
+def _variants(L: int, max_pos: int) -> list[Variant]:
     from x_transformers.attend import Attend
     from x_transformers.x_transformers import CoPE
 
@@ -44,72 +44,35 @@ def _variants(L: int, max_pos: int) -> dict:
     att = Attend(heads=H, causal=True, cope=cope, scale=D ** -0.5)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, L, D, generator=g).requires_grad_(True) for _ in range(3))
-
-    def floor():
-        F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
-
-    def pedsl():
-        mod(q, k, v).sum().backward()
-
-    def peer():
-        att(q, k, v)[0].sum().backward()
-
     with torch.no_grad():  # both compute the same function
         gap = float((mod(q, k, v) - att(q, k, v)[0]).abs().max())
         assert gap < 1e-4, gap
-    return {"floor": floor, "pedsl": pedsl, "x-transformers": peer}
+    return [Variant("floor", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v]),
+            Variant("pedsl", lambda: mod(q, k, v), [q, k, v, mod.contextual_embedding]),
+            Variant("x-transformers", lambda: att(q, k, v)[0], [q, k, v, cope.pos_emb])]
 
 
-def saved_mib(fn) -> float:
-    """MiB of the tensors autograd saves for the backward pass of ``fn`` (each storage once)."""
-    seen: dict[int, int] = {}
-
-    def pack(t):
-        s = t.untyped_storage()
-        seen[s.data_ptr()] = s.nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        fn()
-    return sum(seen.values()) / 2**20
-
-
-def measure(L: int, repeats: int, max_pos: int) -> dict:
+def measure(L: int, repeats: int, max_pos: int, clock: str) -> dict:
     variants = _variants(L, max_pos)
-    names = list(variants)
-    times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(repeats + 1):
-        order = names[r % len(names):] + names[: r % len(names)]
-        for n in order:
-            t0 = time.perf_counter()
-            variants[n]()
-            dt = time.perf_counter() - t0
-            if r:  # the first repeat warms up
-                times[n].append(dt)
-    ratio = {n: statistics.median(t / f for t, f in zip(times[n], times["floor"])) for n in names}
-    saved = {n: saved_mib(variants[n]) for n in names}
-    return {"L": L, "max_pos": max_pos, "ms": {n: 1000 * statistics.median(times[n]) for n in names},
-            "ratio": ratio, "saved_mib": saved}
+    stats = interleaved(variants, repeats=repeats, clock=clock)
+    return {"L": L, "max_pos": max_pos, "ms": {n: 1000 * s["total"]["median"] for n, s in stats.items()},
+            "ratio": {n: s["total"]["ratio"] for n, s in stats.items()},
+            "peak_mib": {v.name: peak_extra_bytes(v, True) / 2**20 for v in variants}}
 
 
 def profile(L: int, max_pos: int, top: int = 10) -> str:
     """The operators that take the time of one fwd+bwd of pedsl and of x-transformers (self CPU time)."""
-    variants = _variants(L, max_pos)
-    out = []
-    for name in ("pedsl", "x-transformers"):
-        variants[name]()  # warm-up
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            variants[name]()
-        out.append(f"{name}, L = {L}: top operators by self CPU time\n")
-        out.append(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top))
-    return "\n".join(out)
+    variants = {v.name: v for v in _variants(L, max_pos)}
+    return "\n".join(f"{name}, L = {L}: top operators by self CPU time\n" + profile_table(variants[name], True,
+                                                                                       row_limit=top)
+                     for name in ("pedsl", "x-transformers"))
 
 
 def table(rows: list[dict]) -> str:
-    out = ["| L, fwd+bwd | variant | ms | ratio to the floor | saved for backward MiB |", "|---|---|---|---|---|"]
+    out = ["| L, fwd+bwd | variant | ms | ratio to the floor | peak extra MiB |", "|---|---|---|---|---|"]
     for r in rows:
         for n in r["ms"]:
-            out.append(f"| {r['L']} | {n} | {r['ms'][n]:.0f} | {r['ratio'][n]:.2f} | {r['saved_mib'][n]:.0f} |")
+            out.append(f"| {r['L']} | {n} | {r['ms'][n]:.0f} | {r['ratio'][n]:.2f} | {r['peak_mib'][n]:.0f} |")
         out.append(f"| {r['L']} | pedsl / x-transformers | {r['ms']['pedsl'] / r['ms']['x-transformers']:.2f} | | |")
     return "\n".join(out) + "\n"
 
@@ -126,8 +89,9 @@ def main(argv=None) -> None:
     if a.threads:
         torch.set_num_threads(a.threads)
     torch.set_flush_denormal(True)
+    clock = "cpu" if torch.get_num_threads() == 1 else "wall"  # one thread: process CPU time (measure.py)
     lengths = [int(L) for L in a.lengths.split(",")]
-    text = table([measure(L, a.repeats, a.max_pos) for L in lengths])
+    text = table([measure(L, a.repeats, a.max_pos, clock) for L in lengths])
     print(text)
     if a.profile:
         print(profile(lengths[0], a.max_pos))
