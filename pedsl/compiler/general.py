@@ -47,7 +47,8 @@ so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.module_values`,
 the generated class in a compiled module): ``heads``, ``head_dim``, ``axes`` (its position axes), ``conv_history`` (earlier tokens a
 short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
-``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
+``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``cope_max_pos`` (None, or
+CoPE's positions, with its ``contextual_embedding``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
 cumulative sums of angles, the blockwise PaTH kernel) come as ``kernels``: :class:`TorchKernels` here,
 pedsl's fused ones in process.
@@ -830,6 +831,11 @@ def with_sink(q, k, v, mask, bias, sink):
     return q, k, v, mask, bias
 
 
+def own_key_counts(scheme) -> bool:
+    """Whether a query's own key takes part: always under softmax, unless ``stick_breaking(current = false)``."""
+    return scheme.attend_current or scheme.normalize == "softmax"
+
+
 def explicit_scores(scheme) -> bool:
     """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): every call
     runs the explicit blocks of :func:`explicit_rows`."""
@@ -947,8 +953,7 @@ def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
     Lk, rows = K.shape[2], q.shape[2]
     qi = torch.arange(q0, q0 + rows, device=q.device)[:, None]
     kj = torch.arange(Lk, device=q.device)[None, :]
-    current = scheme.attend_current or scheme.normalize == "softmax"
-    ok = ((kj <= qi) if current else (kj < qi))[None, None]
+    ok = ((kj <= qi) if own_key_counts(scheme) else (kj < qi))[None, None]
     ok = ok if mask is None else ok & mask
     emb = scheme.contextual_embedding if scheme.cope_max_pos is not None else None
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V, qc, emb, bias) if t is not None):
