@@ -145,6 +145,24 @@ def test_low_precision_stays_close_to_float64(dtype, tol):
     assert err < tol * max(1.0, want.abs().max().item()), err
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_is_within_twice_the_error_of_x_transformers_at_that_precision(dtype):
+    """The hand-written layer at the same precision: x-transformers' Attend with CoPE, run in the dtype
+    (its softmax in float32, as it does); both against the float64 forward of one set of parameters."""
+    H, D, L = 4, 16, 300
+    att, cope = _x_transformers_attend(H, D, 16)
+    m = compile_scheme(SCHEMES / "cope.pe", num_heads=H, head_dim=D).double()
+    m.load_state_dict({"contextual_embedding": cope.pos_emb.detach()}, strict=False)
+    att.attn_fn = lambda s: s.softmax(dim=-1, dtype=torch.float32)
+    q, k, v = (_rand(2, H, L, D, seed=s) for s in (1, 2, 3))
+    with torch.no_grad():
+        want = m(q, k, v)
+        low = [t.to(dtype) for t in (q, k, v)]
+        ours = (m.to(dtype)(*low).double() - want).abs().max().item()
+        peer = (att.to(dtype)(*low)[0].double() - want).abs().max().item()
+    assert ours <= 2 * peer, (ours, peer)
+
+
 def test_memory_is_blockwise_and_backward_recomputes():
     """At L = 1024 with gradients no (B, H, L, L) tensor is kept for the backward pass: the saved tensors
     hold O(L x block), not the 1024 x 1024 scores."""
