@@ -166,3 +166,34 @@ def test_the_generated_module_runs_the_same_banded_kernel(tmp_path, monkeypatch)
     out = gen.Module().double()(q, k, v)
     assert seen
     torch.testing.assert_close(out, ref(q, k, v), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("extra", ["window = 5", "window = 1", "chunk = 4", "window = 70"])
+def test_windowed_decoding_takes_the_one_token_fast_path_and_equals_one_forward(extra, monkeypatch):
+    """A windowed (chunked) RoPE scheme decodes token by token without the general layout (made to fail
+    for one-token calls), equals one full forward with grouped key/value heads, and its cache stays
+    bounded by the window plus the batch of dead tokens trimmed at once."""
+    from pedsl.compiler import stream
+
+    fast, _ = _windowed(extra)
+    assert stream._fast_decode_plan(fast) is not None
+    B, L, P = 2, 300, 7
+    q, k, v = _qkv(B=B, L=L, Hkv=2, seed=9)
+    with torch.no_grad():
+        full = fast(q, k, v)
+        real = stream.layout
+
+        def no_single_token_layout(heads, B_, L_, *a, **kw):
+            assert L_ != 1, "a one-token decoding call went through the general layout"
+            return real(heads, B_, L_, *a, **kw)
+
+        monkeypatch.setattr(stream, "layout", no_single_token_layout)
+        cache = fast.new_cache(B)
+        outs, most = [fast(q[:, :, :P], k[:, :, :P], v[:, :, :P], cache=cache)], 0
+        for t in range(P, L):
+            s = slice(t, t + 1)
+            outs.append(fast(q[:, :, s], k[:, :, s], v[:, :, s], cache=cache))
+            most = max(most, len(cache))
+    torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-9, atol=1e-10)
+    n = int(extra.split("=")[1])
+    assert cache.dropped > 0 and most <= n + max(64, n) + 1
