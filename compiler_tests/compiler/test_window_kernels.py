@@ -11,7 +11,7 @@ import importlib.util
 import pytest
 import torch
 
-from compiler_helpers import SCHEMES
+from compiler_helpers import SCHEMES, forbid_single_token_layout
 from pedsl.compiler import compile_scheme
 from pedsl.compiler import window_kernels as W
 from pedsl.compiler.codegen import generate
@@ -181,13 +181,7 @@ def test_windowed_decoding_takes_the_one_token_fast_path_and_equals_one_forward(
     q, k, v = _qkv(B=B, L=L, Hkv=2, seed=9)
     with torch.no_grad():
         full = fast(q, k, v)
-        real = stream.layout
-
-        def no_single_token_layout(heads, B_, L_, *a, **kw):
-            assert L_ != 1, "a one-token decoding call went through the general layout"
-            return real(heads, B_, L_, *a, **kw)
-
-        monkeypatch.setattr(stream, "layout", no_single_token_layout)
+        forbid_single_token_layout(monkeypatch)
         cache = fast.new_cache(B)
         outs, most = [fast(q[:, :, :P], k[:, :, :P], v[:, :, :P], cache=cache)], 0
         for t in range(P, L):
