@@ -22,9 +22,9 @@ from pedsl.train import load_run
 from train_helpers import TINY, read_metrics
 
 NAMES = ["t5_bias", "dynamic_position_bias", "kerple_log", "kerple_power", "fire", "sandwich", "xpos",
-         "alibi_learned", "alibi_partial", "stick_breaking"]
+         "alibi_learned", "alibi_partial", "stick_breaking", "cope"]
 # the schemes with learned positional values (the others are fixed functions of the distance)
-LEARNED = {"t5_bias", "dynamic_position_bias", "kerple_log", "kerple_power", "fire", "alibi_learned"}
+LEARNED = {"t5_bias", "dynamic_position_bias", "kerple_log", "kerple_power", "fire", "alibi_learned", "cope"}
 STEPS = 30  # checkpoints at 15 and 30 (TINY's checkpoint_every)
 F64 = torch.float64
 
