@@ -357,9 +357,11 @@ class TermResolution(ResolverStage):
         """A bias reads positions only as ``distance`` and ``query_position`` (a bare ``position`` would not
         say whether it is the query's or the key's); reports otherwise."""
         for node in walk(inline_lets(value, lets)):
-            if node.kind == "name" and node.id == "position":
-                self.report("E204", "a bias cannot read 'position': it would not say whose (the query's or the key's)",
-                            node, hint="write query_position (the query's position i) or distance (i - j)")
+            if node.kind == "name" and node.id.partition(".")[0] == "position":
+                axis = node.id.partition(".")[2]
+                self.report("E204", f"a bias cannot read '{node.id}': it would not say whose (the query's or the key's)",
+                            node, hint=f"write distance.{axis} (i_{axis} - j_{axis}, per axis)" if axis else
+                            "write query_position (the query's position i) or distance (i - j)")
                 return False
         return True
 
