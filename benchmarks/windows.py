@@ -9,6 +9,9 @@ backward in float32 on CPU at B=1, H=8, D=64:
   sequence (what a window saves);
 * ``windowed floor``: no positional encoding, SDPA per block of 128 queries over the keys the block
   can see with the band as its mask (the least a windowed kernel can do with SDPA);
+* ``banded kernel (no PE)``: ``pedsl.compiler.window_kernels.sliding_window_attention``, the kernel a
+  rotation-only window runs (unmasked middle runs, causal diagonal tiles, one masked edge tile per
+  block, merged by log-sum-exp), without the rotation: what the rotation itself costs on top;
 * ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window.
 
 Peak memory: each variant once more in a fresh process, the rise of its peak resident set over the
@@ -33,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from pedsl.compiler import compile_scheme
+from pedsl.compiler.window_kernels import sliding_window_attention
 from pedsl.torchenv import setup_torch
 
 SCHEMES = Path(__file__).resolve().parents[1] / "schemes"
@@ -59,6 +63,7 @@ def variants(window: int) -> dict:
     return {
         "full causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "windowed floor": lambda q, k, v: windowed_floor(q, k, v, window),
+        "banded kernel (no PE)": lambda q, k, v: sliding_window_attention(q, k, v, window),
         "pedsl rope_local": lambda q, k, v: mod(q, k, v),
     }
 
@@ -183,7 +188,7 @@ def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
 
 
 def report_decode(N: int, total: int) -> None:
-    marks = sorted({min(4096, total), total})
+    marks = sorted({min(1024, total), min(4096, total), total})
     print(f"\nDecoding one token at a time to {total} tokens (B={B} H={H} D={D}, float32; ms per token: median "
           "of the 256 tokens before the mark)")
     print("| scheme | tokens | ms / token | cache MiB | tokens held |")

@@ -183,3 +183,17 @@ def without_keys(tree, keys: set[str]):
     if isinstance(tree, list):
         return [without_keys(v, keys) for v in tree]
     return tree
+
+
+def forbid_single_token_layout(monkeypatch) -> None:
+    """Make the general path's layout fail for one-token calls: a decoding step that gets through took
+    the fast path of ``pedsl.compiler.stream.decode_step``."""
+    from pedsl.compiler import stream
+
+    real = stream.layout
+
+    def no_single_token_layout(heads, B, L, *a, **kw):
+        assert L != 1, "a one-token decoding call went through the general layout"
+        return real(heads, B, L, *a, **kw)
+
+    monkeypatch.setattr(stream, "layout", no_single_token_layout)

@@ -109,6 +109,8 @@ COMPARE_EXTENSION = ("compare", "--study", "extension", "pi", "--out", "{study}"
                      *_sets("batch_size=1"),
                      "--set", "context=16", *QUIET)
 COMPARE_EXTENSION_SEEDS = (*COMPARE_EXTENSION, "--seeds", "0,1")
+COMPARE_BIAS = ("compare", "--study", "bias", "alibi", "--out", "{study}", "--steps", "1", *TINY,
+                *_sets("batch_size=1", "context=16"), *QUIET)
 COMPARE_FREQUENCY = ("compare", "--study", "frequency", "--out", "{study}", *QUIET)
 COMPARE_GRID = ("compare", "--study", "grid", "rope", "--out", "{study}", "--steps", "1", *TINY,
                 *_sets("batch_size=1", "context=16", "sizes=4"), *QUIET)
@@ -168,6 +170,11 @@ COMPARE_MODES = {
         "--seeds": Acts((), ("--seeds", "4,5"), fresh=True),
         "--analyze-max": Acts(("--lengths", "128,256", "--analyze-max", "128"),
                               ("--lengths", "128,256", "--analyze-max", "256"), run=("train", "eval", "retrieval")),
+    }),
+    "bias": (COMPARE_BIAS, {  # seeds 0, 1, 2 unless given: --seed and --seeds both choose them
+        **SEEDED_COMPARE,
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
+        "--seeds": Acts((), ("--seeds", "4,5"), fresh=True),
     }),
     "extension": (COMPARE_EXTENSION, {
         **_compare_common(),
@@ -634,7 +641,7 @@ def test_presentation_options_exist():
 
 # ------------------------------------------------------------------ fixtures: inputs and trained runs
 
-TEMPLATED = {"default", "seeds", "retrieval", "extension", "extension-seeds", "grid"}  # compare modes with a trained study
+TEMPLATED = {"default", "seeds", "retrieval", "bias", "extension", "extension-seeds", "grid"}  # compare modes with a trained study
 
 
 @pytest.fixture(scope="module")

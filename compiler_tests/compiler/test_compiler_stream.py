@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL
-from compiler_helpers import SCHEMES, as_axes, library
+from compiler_helpers import SCHEMES, as_axes, forbid_single_token_layout, library
 from pedsl.compiler import compile_scheme
 from pedsl.errors import CompileError, ShapeError
 
@@ -301,13 +301,7 @@ def test_decode_fast_path_equals_the_general_path(name, tmp_path, monkeypatch):
     B, L, P = 2, 14, 4
     q, k, v, _, _ = _data(m, B, L, 2, seed=3)
     full = m(q, k, v)
-    layout = stream.layout
-
-    def no_single_token_layout(mod, B_, L_, *a, **kw):
-        assert L_ != 1, "a one-token decoding call went through the general layout"
-        return layout(mod, B_, L_, *a, **kw)
-
-    monkeypatch.setattr(stream, "layout", no_single_token_layout)
+    forbid_single_token_layout(monkeypatch)
     c = m.new_cache(B)
     outs, s = [], 0
     with torch.no_grad():

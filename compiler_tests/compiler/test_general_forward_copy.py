@@ -9,7 +9,7 @@ import pytest
 
 from compiler_helpers import ROOT
 from pedsl.compiler import compile_scheme
-from pedsl.compiler.codegen import embedded_section, generate
+from pedsl.compiler.codegen import EMBEDDED, embedded_section, generate
 
 SCHEMES = ROOT / "schemes"
 
@@ -24,7 +24,7 @@ def _definitions(text: str) -> dict[str, str]:
 def test_generated_module_carries_the_package_general_forward_verbatim(name):
     m = compile_scheme(SCHEMES / f"{name}.pe", num_heads=2, head_dim=8, d_model=16)
     text = generate(m.scheme, m.plan, d_model=16)
-    for module in ("general", "kernels_template"):
+    for module in EMBEDDED:
         section = embedded_section(module)
         assert section.rstrip() in text, f"{module}.py is not copied verbatim"
         package = (ROOT / "pedsl" / "compiler" / f"{module}.py").read_text(encoding="utf-8")

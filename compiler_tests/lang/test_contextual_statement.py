@@ -90,3 +90,9 @@ def test_explain_graph_and_diff_show_it(tmp_path):
 def test_export_hf_refuses_with_the_reason():
     with pytest.raises(PedslError, match="CoPE"):
         export_rope(load(SCHEMES / "cope.pe"))
+
+
+def test_numeric_diff_says_what_its_curves_cannot_show():
+    code, out, err = run_cli("diff", "--numeric", "--lmax", "16", str(SCHEMES / "nope.pe"), str(SCHEMES / "cope.pe"))
+    assert code == 1, err
+    assert "not in these curves: cope: contextual = cope(max_pos = 16)" in out

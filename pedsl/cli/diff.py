@@ -172,6 +172,16 @@ def build(sa, sb, path_a, path_b, pa, pb, *, numeric=False, plot=None, lmax=256,
                           edits, summary, same_meaning_note(fa, fb), num)
 
 
+def score_dependent(s) -> list[str]:
+    """What of scheme ``s`` depends on the scores, which no curve over distances shows."""
+    out = []
+    if s.contextual is not None:
+        out.append(f"{s.name}: contextual = {s.contextual.source()} (its positions are counted from the scores)")
+    if s.normalize != "softmax":
+        out.append(f"{s.name}: normalize = {s.normalize} (its weights are products over the scores)")
+    return out
+
+
 def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | None,
                     sampling_given: tuple[str, ...] = ()) -> dict:
     if plot:
@@ -200,7 +210,7 @@ def numeric_section(sa, sb, *, lmax: int, samples: int, seed: int, plot: str | N
         "largest": vars(N.largest(rows)), "curves": [vars(r) for r in rows],
         "noise": N.seed_noise([(sa, ca), (sb, cb)], lmax=lmax, samples=samples, seed=seed),
         "transport_a": [float(v) for v in ca.transport], "transport_b": [float(v) for v in cb.transport],
-        "plot": None,
+        "plot": None, "not_in_curves": score_dependent(sa) + score_dependent(sb),
     }
     if plot:
         N.plot(ca, cb, plot, (sa.name + " (A)", sb.name + " (B)"))  # through pedsl.fsio: OutputError

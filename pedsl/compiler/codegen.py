@@ -14,7 +14,8 @@ Expressions become code over 5-d tensors laid out ``(batch, head, position,
 distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template`.
 A generated ``_values`` method gives the per-token quantities (phases, step angles,
 w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.general`,
-copied verbatim into the module, does the rest - positions, documents, masks, GQA and
+copied verbatim into the module with the banded window kernels of
+:mod:`pedsl.compiler.window_kernels`, does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
 rotations and PaTH steps by the decode rule rather than the blockwise kernel.
 """
@@ -258,6 +259,9 @@ _FIXED_NAMES = (
 )
 
 
+EMBEDDED = ("general", "window_kernels", "kernels_template")  # the package modules every generated module carries
+
+
 def embedded_section(module: str) -> str:
     """The text of a package module that every generated module carries verbatim: everything after its
     ``# ----`` banner (``general``: the general forward; ``kernels_template``: the expression kernels)."""
@@ -460,8 +464,8 @@ def _contextual_init(scheme: Scheme) -> list[str]:
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
-    general, kernels = embedded_section("general"), embedded_section("kernels_template")
-    names = Names(module_names(general) | module_names(kernels) | set(_FIXED_NAMES))
+    general, window, kernels = (embedded_section(m) for m in EMBEDDED)
+    names = Names(module_names(general) | module_names(window) | module_names(kernels) | set(_FIXED_NAMES))
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
     records, body = _transport_code(gen, plan, scheme)
@@ -490,6 +494,9 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "",
         "",
         general.rstrip(),
+        "",
+        "",
+        window.rstrip(),
         "",
         "",
         kernels.rstrip(),

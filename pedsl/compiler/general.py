@@ -1,11 +1,12 @@
 """The general forward of a compiled scheme, written once: positions, documents, padding and attention
 masks, grouped-query attention, queries behind their keys, and the decoding cache.
 
-This file needs nothing but torch. ``SchemeAttention`` runs it (through :mod:`pedsl.compiler.stream`)
-whenever a call is more than one full causal sequence at positions 0..L-1 with as many key/value heads
-as query heads (that case keeps the fused kernels of ``module.py``), and ``pedsl compile`` copies
-everything below the ``# ----`` banner verbatim into the module it writes (a test checks the copy byte
-for byte). What a call means:
+This file needs nothing but torch and :mod:`pedsl.compiler.window_kernels` (the O(L N) banded
+kernels of sliding windows and chunks, torch only too). ``SchemeAttention`` runs it (through
+:mod:`pedsl.compiler.stream`) whenever a call is more than one full causal sequence at positions 0..L-1
+with as many key/value heads as query heads (that case keeps the fused kernels of ``module.py``), and
+``pedsl compile`` copies everything below the ``# ----`` banner of both verbatim into the module it
+writes (a test checks the copy byte for byte). What a call means:
 
 * k, v ``(B, Hkv, L, D)`` are L new tokens; q ``(B, Hq, Lq, D)`` are the queries of the *last* Lq
   of them (Lq <= L); with a cache, every cached token precedes them. ``Hq`` is a multiple of
@@ -63,6 +64,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
+
+from pedsl.compiler.window_kernels import banded_attention, flash_supports
 
 # ---------------------------------------------------------------------------------------------
 # The general forward (pedsl.compiler.general, copied verbatim). Steps: layout (positions,
@@ -764,6 +767,17 @@ def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq
     return lo.view(B, nb, block).amin(dim=(0, 2)).tolist()
 
 
+def banded(shape: Shape, pos: Tensor, q: Tensor) -> bool:
+    """Whether :func:`banded_attention` computes the window (chunk) of this call: a kernel dtype on CPU
+    and consecutive positions in every row (a chunk's from a multiple of the chunk), so that the
+    band by positions is the band by token index."""
+    if not flash_supports(q) or pos.shape[1] < 2:
+        return False
+    if not bool((pos[:, 1:] - pos[:, :-1] == 1).all()):
+        return False
+    return shape.chunk is None or bool((pos[:, 0] % shape.chunk == 0).all())
+
+
 def trim_cache(cache: AttentionCache, shape: Shape) -> None:
     """Drop the cached tokens no later query can see (before the first one a future query of the row's
     document could see, in every row), once there are at least ``max(64, width)`` of them: the
@@ -879,10 +893,12 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
-    if (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
-            and not bi.queries and not bi.axial and kcoord is None and shape is None and sink is None
-            and not explicit_scores(scheme)):  # one causal sequence at given positions
+    plain = (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
+             and not bi.queries and not bi.axial and kcoord is None and sink is None and not explicit_scores(scheme))
+    if plain and shape is None:  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
+    if plain and banded(shape, lay.positions, q):  # the band without a mask on its bulk (O(L N))
+        return banded_attention(q, K, V, shape.window, shape.chunk)
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
     tables = distance_tables(scheme, bi.tables, qpos_all, kpos)

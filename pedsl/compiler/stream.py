@@ -11,7 +11,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from pedsl.compiler.general import InputError, Layout, advance_rows, angle_dtype, cached, general_forward, layout
+from pedsl.compiler.general import (
+    InputError,
+    Layout,
+    Shape,
+    advance_rows,
+    angle_dtype,
+    cached,
+    general_forward,
+    layout,
+    shape_of,
+    trim_cache,
+)
 from pedsl.compiler.module_values import TABLE_MAX, ModuleScheme
 from pedsl.compiler.plan import POSITION_TABLE
 from pedsl.compiler.reference import reference_stream
@@ -24,11 +35,11 @@ from pedsl.ops.bias import scale_queries
 # ---------------------------------------------------------------------- decoding fast path
 def _fast_decode_plan(mod):
     """The static rotations of a scheme whose decode step needs nothing but them (RoPE family: static
-    phase tables, no bias, no temperature, no short convolution, SDPA backend), else None. Cached on
-    the module: the checks run once, not per token."""
+    phase tables, no bias, no temperature, no short convolution, no sink, SDPA backend; a window or
+    chunk allowed), else None. Cached on the module: the checks run once, not per token."""
     plan = mod.__dict__.get("_fast_decode")
     if plan is None:
-        ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod) and not mod.plan.shaped
+        ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod) and mod.plan.sink is None
               and not mod.plan.explicit_scores
               and not mod._conv_history and mod.transforms
               and all(t.static_table and not t.xpos_gamma for t in mod.transforms))
@@ -92,7 +103,8 @@ def _group_rotate(x: Tensor, c: Tensor, s: Tensor, *, ch, layout) -> Tensor:
 def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     """One decoding token of a RoPE-family scheme (no positions, documents, mask or gradient; the cache
     continues one document with nothing padded): rotate q and k by one row of the cached tables, append
-    to the cache, SDPA over the cache. Returns None when the general path is needed. Same result as
+    to the cache, SDPA over the cached keys its window or chunk sees (dropping the dead ones as the
+    general path does). Returns None when the general path is needed. Same result as
     :func:`stream_forward` (tested), without its per-call layout work."""
     plan = _fast_decode_plan(mod)
     if (plan is None or cache.last_pos is None or not cache.one_doc or not cache.all_valid
@@ -103,6 +115,10 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     pos, p = _next_positions(cache)  # (B,); p: the shared position of every row, else None
     n = (p if p is not None else int(pos.max())) + 1
     if n > TABLE_MAX:
+        return None
+    shape = shape_of(mod.plan)
+    first = 0 if shape is None else _first_visible(cache, shape, pos)
+    if first is None:
         return None
     dt = q.dtype
     adt = angle_dtype(dt)
@@ -134,7 +150,7 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     cache.put("pos", pos[:, None], Lc)
     cache.put("doc", cache.last_doc[:, None], Lc)
     cache.put("valid", ones, Lc)
-    K, V = cached(cache, "k", Lc + 1), cached(cache, "v", Lc + 1)
+    K, V = cached(cache, "k", Lc + 1)[:, :, first:], cached(cache, "v", Lc + 1)[:, :, first:]
     o = F.scaled_dot_product_attention(q, K, V, enable_gqa=q.shape[1] != K.shape[1])
     for rot, c, s in reversed(undo):
         o = rot(o, c, -s)
@@ -142,7 +158,21 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     cache.length = Lc + 1
     if p is not None:
         cache.__dict__["_fast_pos"] = (pos, p)
+    if shape is not None and first >= max(64, shape.window or shape.chunk):  # as many dead keys as trim drops
+        trim_cache(cache, shape)
     return o
+
+
+def _first_visible(cache, shape: Shape, pos: Tensor) -> int | None:
+    """The first cached key the window (chunk) lets the token at ``pos (B,)`` see, the same in every row
+    (the cache holds one document per row, positions never decrease, so the visible keys are a suffix),
+    else None (rows that differ: the general path masks them)."""
+    kpos = cached(cache, "pos", cache.length)
+    low = pos - (shape.window - 1) if shape.window is not None else torch.div(pos, shape.chunk,
+                                                                              rounding_mode="floor") * shape.chunk
+    first = torch.searchsorted(kpos.contiguous(), low[:, None].contiguous())
+    lo, hi = int(first.min()), int(first.max())
+    return lo if lo == hi else None
 
 
 def _next_positions(cache) -> tuple[Tensor, int | None]:

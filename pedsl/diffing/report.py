@@ -79,6 +79,7 @@ JSON_SCHEMA: dict = {
                         "transport_a": {"type": "array", "items": {"type": "number"}},
                         "transport_b": {"type": "array", "items": {"type": "number"}},
                         "plot": {"type": ["string", "null"]},
+                        "not_in_curves": {"type": "array", "items": {"type": "string"}},
                         "noise": {"oneOf": [{"type": "null"},
                                             {"type": "object", "additionalProperties": {"type": "number"}}]},
                     },
@@ -262,8 +263,11 @@ def numeric_lines(n: dict) -> list[str]:
         out.append("  per curve: " + "; ".join(f"{c['curve']} {c['max_abs']:.3g} at {c['at']}{_within_noise(c, noise)}"
                                                for c in rows))
     if noise:
+        moved = "; ".join(f"{k} {v:.3g}" for k, v in noise.items() if v > 0)
         out.append(f"  sampling noise (a data-dependent side drawn at seeds {n['seed']} and {n['seed'] + 1}): "
-                   + "; ".join(f"{k} {v:.3g}" for k, v in noise.items() if v > 0))
+                   + (moved or "none: every curve is the same at both seeds (its learned values start at constants)"))
+    for what in n.get("not_in_curves") or ():
+        out.append(f"  not in these curves: {what}")
     if n.get("plot"):
         out.append(f"  plot: {n['plot']}")
     return out

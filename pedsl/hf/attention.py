@@ -494,7 +494,8 @@ def _use_layers(model, sch: Scheme, backend: str):
         index = layer.layer_idx
         name = names[index]
         part = sch.layers.parts[name]
-        key = (name, index if part.sink is not None else None)  # a sink is each layer's own parameter
+        # a sink and CoPE's embedding are each layer's own parameters
+        key = (name, index if part.sink is not None or part.contextual is not None else None)
         if key not in modules:
             modules[key] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
                                           requires_grad=False)

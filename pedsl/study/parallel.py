@@ -43,7 +43,7 @@ def seeded_units(study: str | None, schemes: list[str], out: str | Path, *, seed
     resolved = driver.resolve_schemes(items)
     return [Unit(f"{name} seed {seed}", _seeded_one,
                  {"study": study, "scheme": item, "out": str(out), "seed": seed, **settings})
-            for seed in (seeds or [0]) for item, (name, _) in zip(items, resolved)]
+            for seed in (seeds or st.get("seeds") or [0]) for item, (name, _) in zip(items, resolved)]
 
 
 def frequency_units(out: str | Path, *, steps: int | None, quick: bool, sets: dict) -> list[Unit]:

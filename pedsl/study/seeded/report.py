@@ -1,11 +1,12 @@
-"""The seeded studies' report (``--seeds``, ``--study retrieval``): every number as mean [min, max]
-over the seeds, a difference from RoPE within the spread flagged (n.s.), and the plots of
-:mod:`pedsl.study.seeded.plots`."""
+"""The seeded studies' report (``--seeds``, ``--study retrieval``, ``--study bias``): every number as mean
+[min, max] over the seeds, a difference from RoPE within the spread flagged (n.s.), the bias study's
+claims table (:mod:`pedsl.study.bias.claims`), and the plots of :mod:`pedsl.study.seeded.plots`."""
 
 from __future__ import annotations
 
 from pedsl.data.tasks import TASKS
 from pedsl.study import seeds as sd
+from pedsl.study.bias.claims import claims_table
 from pedsl.study.page import Page, Table, figures
 from pedsl.study.seeded.series import TASK_TITLES, acc_points, depth_points, ppl_source
 
@@ -109,6 +110,16 @@ def _intro(meta: dict, n: int) -> str:
             f"{meta.get('wall_time_s', 0):.0f} s ({meta.get('cpu_time_s', 0):.0f} s CPU); all runs' training, "
             f"evaluation and analysis took {meta.get('compute_time_s', 0):.0f} s in total.")
 
+def study_tables(results: dict, meta: dict) -> list[Table]:
+    """:func:`tables`, and in the bias study its claims table after the perplexity table."""
+    out = tables(results, meta)
+    claims = claims_table(results, meta) if meta.get("study") == "bias" else None
+    if claims is not None:
+        at = next((i + 1 for i, t in enumerate(out) if t.title.startswith("Perplexity ratio")), len(out))
+        out.insert(at, claims)
+    return out
+
+
 def page(results: dict, meta: dict, plots: dict[str, list[str]]) -> Page:
     return Page(_title(meta, len(results)), _intro(meta, len(results)),
-                [*tables(results, meta), figures(plots, CAPTIONS)], meta)
+                [*study_tables(results, meta), figures(plots, CAPTIONS)], meta)

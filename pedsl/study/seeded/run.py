@@ -11,7 +11,9 @@ Studies (:func:`study_settings`):
   perplexity at 1x..32x, the instruments up to 1024 (:mod:`pedsl.study.compare.run`);
 - ``"retrieval"`` (:mod:`pedsl.study.retrieval`): the default schemes plus fox and path_fox
   trained on the retrieval tasks plus copy rows (the study's recipe: ``recipe.MIXTURE`` and
-  ``recipe.TRAIN``), accuracy vs length (1x..16x) and needle depth.
+  ``recipe.TRAIN``), accuracy vs length (1x..16x) and needle depth;
+- ``"bias"`` (:mod:`pedsl.study.bias`): the distance-bias schemes on the text corpus, seeds 0, 1, 2
+  unless given, perplexity at 1x..32x and the claims table (FIRE, KERPLE vs T5, ALiBi).
 
 Finished runs, eval.json, retrieval.json and analysis.json are reused when their settings match,
 so an interrupted study continues where it stopped.
@@ -27,6 +29,7 @@ from pedsl.errors import UsageError
 from pedsl.study import driver
 from pedsl.study import seeds as sd
 from pedsl.study.common import provenance, write_json, write_text
+from pedsl.study.bias import recipe as bias_study
 from pedsl.study.compare import run as default_study
 from pedsl.study.page import html_page, markdown
 from pedsl.study.retrieval import recipe as retrieval_study
@@ -38,14 +41,20 @@ PARTS = ("train", "eval", "retrieval", "analysis")
 
 def study_settings(study: str | None, *, quick: bool, windows: int | None, analyze_max: int | None,
                    lengths: list[int] | None = None) -> dict:
-    """Schemes, data, training settings (under ``--steps`` and ``--set``) and :class:`Measures` of a study."""
+    """Schemes, data, training settings (under ``--steps`` and ``--set``), seeds (unless given) and
+    :class:`Measures` of a study."""
+    if study == "bias":
+        return {"schemes": bias_study.SCHEMES, "data": None, "seeds": bias_study.SEEDS,
+                "train": dict(bias_study.TRAIN),
+                "measures": bias_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
+                                                lengths=lengths)}
     if study == "retrieval":
         return {"schemes": retrieval_study.SCHEMES, "data": retrieval_study.MIXTURE,
                 "train": dict(retrieval_study.TRAIN),
                 "measures": retrieval_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
                                                      lengths=lengths)}
     if study is not None:
-        raise UsageError(f"unknown study '{study}'", hint="studies: retrieval")
+        raise UsageError(f"unknown study '{study}'", hint="studies: retrieval, bias")
     return {"schemes": default_study.DEFAULT_SCHEMES, "data": None, "train": {},
             "measures": default_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
                                                lengths=lengths)}
@@ -65,7 +74,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     st = study_settings(study, quick=quick, windows=windows, analyze_max=analyze_max, lengths=lengths)
     m = st["measures"]
     items = driver.resolve_schemes(schemes, st["schemes"])
-    seed_list = list(seeds) if seeds else [0]
+    seed_list = list(seeds or st.get("seeds") or [0])
     if quick and steps is None:
         steps = default_study.QUICK["steps"]
     data = data or st["data"]
@@ -101,7 +110,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     write_text(out / "report.md", markdown(page))
     write_text(out / "report.html", html_page(page))
     files = ["report.md", "report.html", "results.json"] + [f for v in plots.values() for f in v]
-    summary = [(t.title, t.header, t.rows) for t in rep.tables(results, meta)]
+    summary = [(t.title, t.header, t.rows) for t in rep.study_tables(results, meta)]
     return {"results": results, "meta": meta, "files": files, "per_seed": per_seed, "summary": summary}
 
 

@@ -1,0 +1,30 @@
+"""The bias study's recipe (``pedsl compare --study bias``, see :mod:`pedsl.study.bias`): what it
+trains, how long, with which seeds, and where it measures."""
+
+from __future__ import annotations
+
+from pedsl.study.measures import Measures
+
+# ALiBi first: the report flags every difference from the first scheme within the spread (n.s.); sandwich,
+# rope and the other library schemes join by name
+SCHEMES = ("alibi", "t5_bias", "kerple_log", "kerple_power", "fire")
+# the claims the study checks: each claimant should extrapolate flatter than each baseline
+CLAIMANTS = ("fire", "kerple_log", "kerple_power")
+BASELINES = ("t5_bias", "alibi")
+SEEDS = (0, 1, 2)
+# A budget that fits its 15 runs into ~25 min of a 2-core machine with --jobs 2 --threads 1 (README, "Learned
+# distance biases past the training length"); --steps (and --quick: 150) and --set override it.
+TRAIN = {"steps": 300}
+MULTIPLIERS = (1, 2, 4, 8, 16, 32)
+WINDOWS = 4  # perplexity windows per length
+ANALYZE_MAX = 512
+QUICK = {"multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 256}
+
+
+def measures(*, quick: bool, windows: int | None, analyze_max: int | None,
+             lengths: list[int] | None = None) -> Measures:
+    """Perplexity at 1x..32x the training length (16x with --quick), the instruments up to 512 tokens."""
+    q = QUICK if quick else {}
+    return Measures(multipliers=tuple(q.get("multipliers", MULTIPLIERS)), windows=windows or q.get("windows", WINDOWS),
+                    tasks=("ppl",), analyze_max=analyze_max or q.get("analyze_max", ANALYZE_MAX),
+                    lengths=tuple(lengths) if lengths else None)
