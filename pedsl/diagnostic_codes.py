@@ -41,7 +41,6 @@ CODES: dict[str, tuple[str, str]] = {
     "E230": ("check", "a position axis used but not declared (`position.h` without `axes ..., h`), or declared twice"),
     "E231": ("check", "a bare `position` or `distance` in a scheme with several axes (which axis?)"),
     "E232": ("check", "`sections`/`interleave` sizes that do not fit the group's rotary pairs or the axes"),
-    "E233": ("check", "a bias over `distance.AXIS` (per-axis distance biases are not implemented)"),
     "E240": ("check", "a `window`/`chunk` that is not an integer >= 1 known when checking, `window` with `chunk`, "
                       "or an unknown `sink` kind"),
     "E241": ("check", "a malformed `contextual` statement: not `cope(...)`, a `max_pos` that is not an integer "

@@ -105,6 +105,9 @@ def cost_rows(f: SchemeFacts, L: int) -> list[tuple[str, float, float, str]]:
     for b in f.biases:
         if b.kind == "distance" and b.slopes is not None:
             rows.append(("distance bias (extra key channel)", 4.0 * L, 2.0, "one more channel in q.k and v: 4 L"))
+        elif b.kind == "distance" and b.axes:
+            rows.append((f"distance bias over axes {', '.join(b.axes)}", 3.0 * len(b.axes) * L, float(len(b.axes)),
+                         f"per pair: {len(b.axes)} distances and the term, ~3 A L per token; A positions per key"))
         elif b.kind == "distance":
             rows.append(("distance bias (table)", 1.0 * L, 1.0 * L, "add an (L, L) table: L per token, L floats"))
         else:

@@ -35,9 +35,9 @@ def _pair(path, backend):
 
 
 def _has_table(path) -> bool:
-    from pedsl.compiler.plan import TABLE_BIAS
+    from pedsl.compiler.plan import AXIS_BIAS, TABLE_BIAS
 
-    return any(b.kind == TABLE_BIAS for b in compile_scheme(path, d_model=D_MODEL).plan.biases)
+    return any(b.kind in (TABLE_BIAS, AXIS_BIAS) for b in compile_scheme(path, d_model=D_MODEL).plan.biases)
 
 
 @pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)

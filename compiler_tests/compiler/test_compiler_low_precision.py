@@ -39,7 +39,7 @@ def test_every_scheme_and_backend_within_twice_a_hand_written_baseline(name):
     (L, L, D, D) transports do not fit at this length; flex compiles (see the test below)."""
     torch.set_flush_denormal(True)
     path = "path" in name
-    table = any(b.kind == "distance-table" for b in compile_scheme(SCHEMES / f"{name}.pe", d_model=D_MODEL).plan.biases)
+    table = any(b.kind in ("distance-table", "axis-distance") for b in compile_scheme(SCHEMES / f"{name}.pe", d_model=D_MODEL).plan.biases)
     _check(measure(name, length=L), ("blockwise",) if path else ("sdpa", "masked") if table  # no blockwise scan
            else ("sdpa", "masked", "blockwise"))
 

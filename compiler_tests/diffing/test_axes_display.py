@@ -39,3 +39,20 @@ def test_diff_reports_the_axis_assignment_change():
     assert "position axes" not in out  # one-axis schemes say nothing about axes
     code, out, _ = run_cli("diff", str(SCHEMES / "rope.pe"), str(SCHEMES / "mrope.pe"))
     assert "~ axes: [] -> [t, h, w]" in out
+
+
+def test_graph_and_diff_give_the_frequencies_of_each_axis():
+    """graph lists each axis's pairs with their frequency along it; diff the periods per axis, so VideoRoPE's
+    temporal allocation (t on the slowest pairs) reads against M-RoPE's (t on the fastest)."""
+    code, out, _ = run_cli("graph", str(SCHEMES / "mrope_interleaved.pe"))
+    assert code == 0
+    lines = out.split("frequencies per axis")[1].splitlines()
+    assert lines[1] == "  [all] t: 0: 1, 3: 0.05546, 6: 0.003075, 9: 0.0001705, 12: 9.457e-06, 15: 5.245e-07"
+    assert lines[2].startswith("  [all] h: 1: 0.3813, 4: ") and lines[3].startswith("  [all] w: 2: 0.1454, ")
+    code, out, _ = run_cli("graph", str(SCHEMES / "rope.pe"))
+    assert "frequencies per axis" not in out
+    code, out, _ = run_cli("diff", str(SCHEMES / "mrope.pe"), str(SCHEMES / "video_rope.pe"))
+    assert ("was: [all] t: periods 6.283 .. 83.79 over 4 pairs; h: periods 198.7 .. 1.49e+04 over 6 pairs; "
+            "w: periods 3.533e+04 .. 2.65e+06 over 6 pairs") in out
+    assert ("now: [row] h: periods 6.283 .. 3.533e+04 over 6 pairs; [col] w: periods 14.9 .. 8.379e+04 over 6 pairs; "
+            "[time] t: periods 1.99e+05 .. 2.65e+06 over 4 pairs") in out

@@ -70,6 +70,21 @@ def test_w101_per_axis_against_the_grid_extent():
     assert axis_extents(wide, 256) == {"h": 4.0, "w": 64.0}
     assert {a for _, a, *_ in frayed_axes(wide, 256)} == {"h"}  # periods up to 47 < 64 along w
     assert axis_extents(load(SCHEMES / "mrope.pe"), 128) == {"t": 128.0, "h": 128.0, "w": 128.0}
+
+
+def test_w101_per_axis_of_a_three_axis_clip():
+    """Three axes and a context that is a cube: an 8 x 8 x 8 clip, each axis's extent 8 (128 is no cube: the
+    whole context per axis, as text with images has); rope_3d frays along every axis there."""
+    s = load(SCHEMES / "rope_3d.pe")
+    assert axis_extents(s, 512) == {"t": 8.0, "h": 8.0, "w": 8.0}
+    assert axis_extents(s, 1000) == {"t": 10.0, "h": 10.0, "w": 10.0}
+    assert axis_extents(s, 128) == {"t": 128.0, "h": 128.0, "w": 128.0}
+    found = {(g, a): (n, ext) for g, a, n, _, _, ext in frayed_axes(s, 512)}
+    assert set(found) == {("time", "t"), ("row", "h"), ("col", "w")}
+    assert found[("time", "t")] == (sum(1 for k in range(4) if 2 * math.pi * 100.0 ** (2 * k / 8) > 8), 8.0)
+    assert "allow frayed_frequencies" in (SCHEMES / "rope_3d.pe").read_text()
+    text = (SCHEMES / "rope_3d.pe").read_text().replace("allow frayed_frequencies", "")
+    assert [d.code for d in check(text)].count("W101") == 3
     codes = [d.code for d in check(AXIAL)]
     assert codes.count("W101") == 2
     assert not [d for d in check(AXIAL.replace("train {", "allow frayed_frequencies\n  train {"))

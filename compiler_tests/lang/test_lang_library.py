@@ -63,10 +63,13 @@ EXPECTED = {
                 [("rotate", "qk", "time"), ("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False, ()),
     "rope_mixed": ({"first": 16, "second": 16}, [("rotate", "qk", "first"), ("rotate", "qk", "second")], [], False,
                    ()),
+    "alibi_2d": ({"all": 32}, [], ["distance"], False, ()),
+    "video_rope": ({"row": 12, "col": 12, "time": 8},
+                   [("rotate", "qk", "row"), ("rotate", "qk", "col"), ("rotate", "qk", "time")], [], False, ()),
 }
 # Schemes of several position axes train on grids: their training length is a grid's token count (16 x 16,
 # 8 x 8 x 8 frames), and they are evaluated at grid sizes, not at token lengths (no eval block).
-GRID_LENGTH = {"rope_2d": 256, "rope_3d": 512, "rope_mixed": 256}
+GRID_LENGTH = {"rope_2d": 256, "rope_3d": 512, "rope_mixed": 256, "alibi_2d": 256}
 
 
 def test_library_is_what_the_issue_lists():

@@ -19,6 +19,7 @@ from pedsl.errors import CompileError
 from pedsl.fsio import atomic_write_text, ensure_dir
 from pedsl.lang.api import load
 from pedsl.lang.exprs import to_source
+from pedsl.lang.frequencies import axis_frequencies
 from pedsl.lang.layers import layer_map_lines
 from pedsl.lang.library import is_library_name
 from pedsl.lang.types import Ty
@@ -127,7 +128,21 @@ def graph(file, scheme, params, fmt, backend, no_grad):
     elif fmt == "dot":
         click.echo(graph_to_dot(g))
     else:
-        click.echo(graph_to_text(g))
+        click.echo("\n".join([graph_to_text(g), *axis_frequency_lines(sch)]))
+
+
+def axis_frequency_lines(sch) -> list[str]:
+    """A multi-axis scheme's static rotation frequencies per group and axis: for each axis, the pairs that
+    read it and their angular frequency along it (rad per position); [] for one axis."""
+    per_group = axis_frequencies(sch)
+    if not per_group:
+        return []
+    out = ["", "frequencies per axis (pair: rad per position along the axis; pairs that do not read it left out):"]
+    for group, per_axis in per_group.items():
+        for axis, freqs in per_axis.items():
+            read = [f"{k}: {w:.4g}" for k, w in enumerate(freqs) if w != 0]
+            out.append(f"  [{group}] {axis}: " + (", ".join(read) if read else "no pair"))
+    return out
 
 
 def _layered_graph(sch, fmt: str, options: Options) -> None:

@@ -89,6 +89,8 @@ def render_scheme(scheme) -> str:
                 lines.append(f"    term: {to_source(b.term)}")
                 if b.slope is not None:
                     lines.append(f"    slope: {to_source(b.slope)}")
+                if b.axes:
+                    lines.append(f"    axes: [{', '.join(b.axes)}]  # signed per-axis distances, evaluated per pair of tokens")
             else:
                 lines.append("  - kind: gate")
                 lines.append(f"    log_gate: {to_source(b.log_gate)}")

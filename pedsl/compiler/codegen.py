@@ -139,6 +139,8 @@ class _Gen:
             return literal(float(v))
         k = e.kind
         if k == "name":
+            if e.id.startswith("distance."):  # distance.AXIS: its slice of a block's per-axis distances
+                return f"dist5[{self.scheme.axes.index(e.id.partition('.')[2])}]"
             if "." in e.id:  # position.AXIS: its row of the per-axis positions (every axis = pos5 without them)
                 return f"(pos5 if apos5 is None else apos5[{self.scheme.axes.index(e.id.partition('.')[2])}])"
             if e.id in ("position", "query_position"):
@@ -306,9 +308,10 @@ def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str],
     return records, body
 
 
-def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]]:
-    """The BIASES kinds, the ``_values`` lines of the coordinate biases, the ``distance_table`` lines."""
-    kinds, body, tables = [], [], []
+def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The BIASES kinds, the ``_values`` lines of the coordinate biases, the ``distance_table`` lines and the
+    ``axis_table`` lines."""
+    kinds, body, tables, axial = [], [], [], []
     for i, b in enumerate(plan.biases):
         src = f"bias = {to_source(b.site.expr)}"
         kind = b.kind
@@ -322,6 +325,11 @@ def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]
             body.append(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
             code = gen.expr(b.slope, b.site.name, None, None, body)
             body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
+        elif b.kind == P.AXIS_BIAS:  # over per-axis distances: evaluated at a block's (query, key) pairs
+            axial.append(f"if i == {i}:  " + comment(f"{src}: at the per-axis distances dist5 of a block of pairs"))
+            code = gen.expr(b.site.expr, b.site.name, None, None, axial, "    ")
+            axial.append(f"    t = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[..., 0]")
+            axial.append("    return t.expand(t.shape[0], HEADS, rows, keys)")
         elif b.query:  # reads query_position: evaluated at the block's query positions qpos (B, rows)
             kind = "query-table"
             tables.append(f"if i == {i}:  " + comment(f"{src}: a (head, query, distance) table, per block of queries"))
@@ -336,7 +344,8 @@ def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]
             tables.append(f"    return (({code}) * torch.ones(1, HEADS, 1, L, 1, dtype=F64, device=dev))[0, :, 0, :, 0]")
         kinds.append(f"{literal(kind)},  {comment(b.site.name)}")
     tables.append("raise IndexError(i)")
-    return kinds, body, tables
+    axial.append("raise IndexError(i)")
+    return kinds, body, tables, axial
 
 
 def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
@@ -360,7 +369,8 @@ def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
     ])
 
 
-def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables: list[str]) -> list[str]:
+def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables: list[str],
+                 axial: list[str]) -> list[str]:
     """The module class: the scheme's side of the general forward (its values, tables and constants)."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
@@ -420,6 +430,15 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "",
         "    def query_table(self, i, qpos, size, dev):",
         ind + "return self.distance_table(i, size, dev, qpos)",
+        "",
+        "    def axis_table(self, i, dist, qpos):",
+        ind + literal("Bias i over per-axis distances at a block of (query, key) pairs: dist (B, rows, keys, A) their "
+                      "signed distances i_a - j_a, qpos (B, rows) the queries' positions; (B|1, HEADS, rows, keys)."),
+        ind + "B, rows, keys, _ = dist.shape",
+        ind + "dev, L = dist.device, keys",
+        ind + "pos5 = qpos.to(F64).view(qpos.shape[0], 1, rows, 1, 1)",
+        ind + "dist5 = dist.to(F64).permute(3, 0, 1, 2).reshape(dist.shape[3], B, 1, rows, keys, 1)",
+        *[ind + line for line in axial],
     ]
 
 
@@ -450,7 +469,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
     records, body = _transport_code(gen, plan, scheme)
-    kinds, bias_body, tables = _bias_code(gen, plan)
+    kinds, bias_body, tables, axial = _bias_code(gen, plan)
     body = ["out = {}", *body, *bias_body, "return out"]
     out = [
         text_block(_docstring(scheme, plan, cname)),
@@ -495,7 +514,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",
         "",
-        *_class_lines(scheme, gen, cname, body, tables),
+        *_class_lines(scheme, gen, cname, body, tables, axial),
         "",
         "",
         f"Module = {cname}",

@@ -78,6 +78,7 @@ TWO_PI = 2.0 * math.pi
 ROPE, SO2, HOUSEHOLDER = "rope-table", "accumulated-so2", "householder"  # transport kinds
 TABLE_BIAS, LINEAR_BIAS, GATE_BIAS = "distance-table", "linear-distance", "forget-gate"  # bias kinds
 QUERY_BIAS = "query-table"  # a distance table that reads the query position too: evaluated per block of queries
+AXIS_BIAS = "axis-distance"  # a term over per-axis distances i_a - j_a: evaluated per block of (query, key) pairs
 QUERY_CHUNK = 256  # queries per block of explicit masks (memory: B * H * 256 * L_keys)
 PATH_FLUSH = 32  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
@@ -333,6 +334,8 @@ def append_layout(cache: AttentionCache, lay: Layout, v: Tensor, coord: Tensor |
     cache.put("pos", lay.positions, Lc)
     cache.put("doc", lay.docs, Lc)
     cache.put("valid", lay.valid, Lc)
+    if lay.axes_pos is not None:  # (B, A, L): the per-axis positions a bias over distance.AXIS reads
+        cache.put("axes", lay.axes_pos.permute(0, 2, 1), Lc)
     if coord is not None:
         cache.put("coord", coord.detach(), Lc)
 
@@ -585,15 +588,16 @@ class Biases(NamedTuple):
     tables: list  # indices of the distance-table biases
     gates: dict  # bias index -> the running log-gate sums to keep in the cache
     queries: tuple = ()  # indices of the biases that read the query position (QUERY_BIAS)
+    axial: tuple = ()  # indices of the biases over per-axis distances (AXIS_BIAS)
 
 
 def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
     """Float64 coordinates of the L new tokens (gate sums continue the cache's) and the table biases."""
     B, L = lay.valid.shape
-    coord, tables, gates, queries = None, [], {}, []
+    coord, tables, gates, queries, axial = None, [], {}, [], []
     for i, (kind, raw) in enumerate(vals.biases):
-        if kind in (TABLE_BIAS, QUERY_BIAS):
-            (tables if kind == TABLE_BIAS else queries).append(i)
+        if kind in (TABLE_BIAS, QUERY_BIAS, AXIS_BIAS):
+            {TABLE_BIAS: tables, QUERY_BIAS: queries, AXIS_BIAS: axial}[kind].append(i)
             continue
         if kind == LINEAR_BIAS:
             c = raw.to(F64)[None, :, None] * lay.positions.to(F64)[:, None, :]  # (B, H, L): s (p_i - p_j)
@@ -606,7 +610,7 @@ def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
             gates[i] = c[..., -1]
             c = c.expand(B, scheme.heads, L)
         coord = c if coord is None else coord + c
-    return Biases(coord, tables, gates, tuple(queries))
+    return Biases(coord, tables, gates, tuple(queries), tuple(axial))
 
 
 def distance_tables(scheme, tables, qpos, kpos) -> dict:
@@ -618,13 +622,31 @@ def distance_tables(scheme, tables, qpos, kpos) -> dict:
     return {i: scheme.distance_table(i, top, kpos.device) for i in tables}
 
 
-def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=()):
+def axis_rows(lay: Layout) -> Tensor:
+    """(B, A, L): the call's tokens' positions along each axis (one axis: the positions)."""
+    return lay.positions[:, None] if lay.axes_pos is None else lay.axes_pos.permute(0, 2, 1)
+
+
+def key_axis_rows(cache, lay: Layout, kpos: Tensor) -> Tensor:
+    """(B, A, keys): every key's positions along each axis, the cache's then this call's (after all_keys)."""
+    if lay.axes_pos is None:
+        return kpos[:, None]
+    return axis_rows(lay) if cache is None else cached(cache, "axes", kpos.shape[1])
+
+
+def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=(), axial=(), qax=None, kax=None):
     """Float64 biases (B, H, rows, Lk) of a block of queries, cast to ``dtype`` at the end (``tables``: the
     distance tables of :func:`distance_tables`; ``queries``: the biases that read the query position,
-    evaluated here at the block's query positions)."""
+    evaluated here at the block's query positions; ``axial``: the biases over per-axis distances, evaluated
+    at the block's (query, key) pairs from their per-axis positions ``qax (B, A, rows)``, ``kax (B, A, Lk)``)."""
     bias = None
     if kcoord is not None:
         bias = coord_q.unsqueeze(-1) - kcoord.unsqueeze(-2)
+    if axial:
+        d = (qax[..., :, None] - kax[..., None, :]).permute(0, 2, 3, 1)  # (B, rows, Lk, A): i_a - j_a
+        for i in axial:
+            full = scheme.axis_table(i, d, qpos)
+            bias = full if bias is None else bias + full
     if tables or queries:
         dist = (qpos[:, :, None] - kpos[:, None, :]).clamp(min=0)  # (B, rows, Lk)
         for tab in tables.values():  # (H, top) float64
@@ -872,7 +894,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
     plain = (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
-             and not bi.queries and kcoord is None and sink is None and not explicit_scores(scheme))
+             and not bi.queries and not bi.axial and kcoord is None and sink is None and not explicit_scores(scheme))
     if plain and shape is None:  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     if plain and banded(shape, lay.positions, q):  # the band without a mask on its bulk (O(L N))
@@ -880,6 +902,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
     tables = distance_tables(scheme, bi.tables, qpos_all, kpos)
+    qax = last_tokens(axis_rows(lay), Lq, -1) if bi.axial else None
+    kax = key_axis_rows(cache, lay, kpos) if bi.axial else None
     block = QUERY_CHUNK if shape is None else WINDOW_BLOCK
     starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     q0 = Lc + L - Lq
@@ -893,12 +917,13 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
         if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and not bi.queries
-                and kcoord is None and shape is None and sink is None and not explicit_scores(scheme)):
+                and not bi.axial and kcoord is None and shape is None and sink is None and not explicit_scores(scheme)):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
         bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1],
-                         None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries)
+                         None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries,
+                         bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1])
         if explicit_scores(scheme):  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                       q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))

@@ -83,7 +83,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         node = site_name("bias", idx)
         if b.kind == "distance":
             g.add_node(node, op="distance_bias", index=idx, expr=b.term, slope=b.slope,
-                       label=f"bias = {to_source(b.term)}", linear=b.slope is not None, ty=b.term_ty)
+                       label=f"bias = {to_source(b.term)}", linear=b.slope is not None, ty=b.term_ty, axes=b.axes)
             g.add_edge("positions", node)
         else:
             g.add_node(node, op="gate_bias", index=idx, expr=b.log_gate,

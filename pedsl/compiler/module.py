@@ -250,7 +250,8 @@ class SchemeAttention(nn.Module):
         dist = (i[:, None] - j[None, :]).clamp(min=0)
         for b in self.biases:
             val = self.evaluator.run(b.site.expr, self._ctx(L, x, tokens, device), b.site.name)
-            if b.query:  # (H, query, distance) gathered at each query's distances
+            if b.query or (b.kind == P.AXIS_BIAS and "pos" in val.axes):  # (H, query, distance) gathered
+                # (a bias over distance.AXIS reads i - j on every axis here: one sequence at positions 0..L-1)
                 tab = val.align(("head", "pos", "dist")).to(F64).expand(self.heads, L, L)
                 full = torch.gather(tab, 2, dist.expand(self.heads, *dist.shape)).unsqueeze(0)
             elif b.kind != P.GATE_BIAS:
@@ -261,6 +262,16 @@ class SchemeAttention(nn.Module):
                 full = G.unsqueeze(-1) - (G if cols is None else G[..., cols]).unsqueeze(-2)
             total = full if total is None else total + full
         return total
+
+    def axis_bias(self, b: P.BiasTerm, dist: Tensor, qpos: Tensor) -> Tensor:
+        """A bias over per-axis distances at (query, key) pairs: ``dist (B, rows, keys, A)`` their signed
+        distances i_a - j_a, ``qpos (B, rows)`` the queries' positions (query_position); (B|1, H, rows, keys)
+        float64."""
+        B, rows, keys, _ = dist.shape
+        ctx = self._ctx(keys, device=dist.device)
+        ctx.positions, ctx.axis_dist = qpos, dist
+        t = self.evaluator.run(b.site.expr, ctx, b.site.name).align(("batch", "head", "pos", "dist")).to(F64)
+        return t.expand(t.shape[0], self.heads, rows, keys)
 
     def query_scale(self, L: int, device) -> Tensor | None:
         if self.temperature is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
-from pedsl.compiler.general import (F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TokenValues, Window,
+from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TokenValues, Window,
                                     angle_dtype)
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
@@ -100,6 +100,8 @@ class ModuleScheme:
         mod = self.mod
         if b.kind == PL.TABLE_BIAS:
             return (QUERY_BIAS if b.query else TABLE_BIAS), None
+        if b.kind == PL.AXIS_BIAS:
+            return AXIS_BIAS, None
         if b.log_gate is None and b.kind == PL.LINEAR_BIAS:
             return LINEAR_BIAS, per_head(mod.evaluator.run(b.slope, self.ctx(win, dtype), b.site.name), mod.heads)
         return GATE_BIAS, as_bhl(mod.evaluator.run(b.log_gate, self.ctx(win, dtype), b.site.name), win.Lw, mod.heads)
@@ -121,6 +123,11 @@ class ModuleScheme:
         term = mod.evaluator.run(b.site.expr, ctx, b.site.name)
         t = term.align(("batch", "head", "pos", "dist")).to(F64)
         return t.expand(t.shape[0], mod.heads, qpos.shape[1], size)
+
+    def axis_table(self, i: int, dist: Tensor, qpos: Tensor) -> Tensor:
+        """Bias i (over per-axis distances) at a block of (query, key) pairs: ``dist (B, rows, keys, A)`` their
+        signed distances i_a - j_a, ``qpos (B, rows)`` the queries' positions; (B|1, H, rows, keys) float64."""
+        return self.mod.axis_bias(self.mod.biases[i], dist, qpos)
 
     def distance_table(self, i: int, size: int, device) -> Tensor:
         mod = self.mod

@@ -126,6 +126,9 @@ def separable_biases(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         if d["op"] == "gate_bias":
             return P.KEY_CHANNEL, "G_i - G_j with G = cumsum(log gate) in float64: the key term -G_j rides in one " \
                                   "extra channel"
+        if d.get("axes"):
+            return "table", (f"over the per-axis distances of {', '.join(d['axes'])}: evaluated per pair of tokens "
+                             "(score_mod or mask), in blocks of queries on the general path")
         if d.get("linear"):
             return P.KEY_CHANNEL, "slope * (i - j): the key term -slope * j rides in one extra channel (no L x L tensor)"
         return "table", "non-linear in the distance: a per-(head, distance) table (score_mod or mask)"
@@ -144,6 +147,8 @@ def _carry_biases(g: nx.DiGraph, backend: str, table_bias: bool) -> nx.DiGraph:
         g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
     elif backend == "sdpa" and table_bias:  # every bias through the general path's blocks of queries
         g = _decide(g, ("distance_bias", "gate_bias"), lambda d: (P.QUERY_BLOCKS, (
+            "evaluated per block of queries at the per-axis distances of its (query, key) pairs: no (B, H, L, L) "
+            "tensor" if d.get("axes") else
             "a (head, query, distance) table evaluated per block of queries at their positions (it reads "
             "query_position): no (B, H, L, L) tensor" if "pos" in d["ty"].axes else
             "a (head, distance) table computed once per call (O(H L)), gathered per block of queries: "
@@ -256,11 +261,12 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     biases = []
     for n in bias_nodes(g):
         d = g.nodes[n]
-        kind = P.GATE_BIAS if d["op"] == "gate_bias" else P.LINEAR_BIAS if d.get("slope") is not None else P.TABLE_BIAS
+        kind = (P.GATE_BIAS if d["op"] == "gate_bias" else P.AXIS_BIAS if d.get("axes") else P.LINEAR_BIAS
+                if d.get("slope") is not None else P.TABLE_BIAS)
         biases.append(P.BiasTerm(index=d["index"], kind=kind, site=P.Site(n, "bias", d["expr"]),
                                  carried=d["kernel"], slope=d.get("slope") if kind == P.LINEAR_BIAS else None,
                                  counts=d.get("counts", P.POSITIONS), why=d.get("note", ""),
-                                 query=kind == P.TABLE_BIAS and "pos" in d["ty"].axes))
+                                 query=kind == P.TABLE_BIAS and "pos" in d["ty"].axes, axes=tuple(d.get("axes", ()))))
     tau = None
     if "temperature" in g:
         d = g.nodes["temperature"]

@@ -41,6 +41,8 @@ LEARNED_TABLE = "learned"  # a phase of learned values (learned(init)): evaluate
 TABLE_BIAS = "distance-table"  # b(i, j) = term(head, i - j), non-linear: a (head, distance) table
 LINEAR_BIAS = "linear-distance"  # b(i, j) = slope * (p_i - p_j): coordinate c = slope * p (ALiBi)
 GATE_BIAS = "forget-gate"  # b(i, j) = G_i - G_j, G = cumsum(log gate) (FoX)
+# b(i, j) = term(head, i_a - j_a for each axis a it reads): evaluated per pair of tokens, in blocks of queries
+AXIS_BIAS = "axis-distance"
 # what a linear bias counts between two tokens: their positions (-m * distance), or the tokens on the
 # route (accumulate(-m): a sum of per-token log gates; the two agree on contiguous, unpadded positions)
 POSITIONS, TOKENS = "positions", "tokens"
@@ -104,18 +106,19 @@ class TransportStep:
 @dataclass(frozen=True)
 class BiasTerm:
     index: int  # position among the scheme's biases
-    kind: str  # TABLE_BIAS | LINEAR_BIAS | GATE_BIAS
+    kind: str  # TABLE_BIAS | LINEAR_BIAS | GATE_BIAS | AXIS_BIAS
     site: Site  # TABLE_BIAS, LINEAR_BIAS: the term over distance; GATE_BIAS: the per-step log gate
     carried: str  # KEY_CHANNEL | "table" | MATERIALISED | SCORE_MOD | STEP_LOG_TERM | QUERY_BLOCKS (fused full-sequence path)
     slope: ast.Expr | None = None  # LINEAR_BIAS: the slope per head
     counts: str = POSITIONS  # LINEAR_BIAS: POSITIONS, or TOKENS when written as a constant gate
     why: str = ""
     query: bool = False  # TABLE_BIAS that reads the query position too (query_position): (H, queries, distances)
+    axes: tuple[str, ...] = ()  # AXIS_BIAS: the position axes whose distances (distance.AXIS) the term reads
 
     @property
     def coordinate(self) -> bool:
         """b(i, j) = c_i - c_j of a per-token float64 coordinate (the general path, codegen, decoding)."""
-        return self.kind != TABLE_BIAS
+        return self.kind in (LINEAR_BIAS, GATE_BIAS)
 
     @property
     def log_gate(self) -> ast.Expr | None:
@@ -227,6 +230,7 @@ def plan_lines(plan: Plan) -> list[str]:
     for b in plan.biases:
         out.append(f"  bias {b.index}: {b.kind}" + (f" (counting {b.counts})" if b.kind == LINEAR_BIAS else "")
                    + (" (and the query position)" if b.query else "")
+                   + (f" over axes {', '.join(b.axes)}" if b.axes else "")
                    + f", carried as {b.carried}")
         out.append(f"      {b.site.name} = {to_source(b.site.expr)}"
                    + (f"  (slope {to_source(b.slope)})" if b.slope is not None else ""))
@@ -274,7 +278,8 @@ def plan_to_json(plan: Plan) -> dict:
                         "xpos_zeta": list(t.xpos_zeta)}
                        for t in plan.transports],
         "biases": [{"index": b.index, "kind": b.kind, "carried": b.carried, "counts": b.counts, "site": site(b.site),
-                    "slope": None if b.slope is None else to_source(b.slope), "why": b.why} for b in plan.biases],
+                    "slope": None if b.slope is None else to_source(b.slope), "why": b.why, "axes": list(b.axes)}
+                   for b in plan.biases],
         "temperature": None if plan.temperature is None else {
             "table": plan.temperature.table, "carried": plan.temperature.carried,
             "site": site(plan.temperature.site), "why": plan.temperature.why},

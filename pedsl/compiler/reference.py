@@ -95,7 +95,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
 
     sch = mod.scheme
     T, U = _stream_transports(mod, ctx, B, Hq, L, D, stepv)
-    bias = _stream_bias(mod, ctx, positions, B, Hq, L, stepv)
+    bias = _stream_bias(mod, ctx, positions, B, Hq, L, stepv, axes_pos)
     allowed = torch.zeros(B, Hq, L, L, dtype=torch.bool, device=dev)
     for i in range(L):
         for j in range(i + 1):
@@ -182,14 +182,17 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
     return T, U
 
 
-def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Tensor) -> Tensor | None:
+def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Tensor,
+                 axes_pos: Tensor | None = None) -> Tensor | None:
     """The bias (B, H, L, L), entry by entry."""
     sch, dev = mod.scheme, stepv.device
     if not sch.biases:
         return None
     bias = torch.zeros(B, Hq, L, L, dtype=F64, device=dev)
     for idx, b in enumerate(sch.biases):
-        if b.kind == "distance" and "pos" in b.term_ty.axes:  # term(head, p_i, d): query_position read too
+        if b.kind == "distance" and b.axes:
+            bias += _axis_distance_bias(mod, b, idx, positions, axes_pos, Hq)
+        elif b.kind == "distance" and "pos" in b.term_ty.axes:  # term(head, p_i, d): query_position read too
             top = int((positions.max() - positions.min()).clamp(min=0)) + 1
             c = mod._ctx(top, device=dev, dtype=F64)
             c.positions = positions
@@ -214,3 +217,22 @@ def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Te
                 for j in range(i):
                     bias[:, :, i, j] += lg[:, :, j + 1: i + 1].sum(-1)
     return bias
+
+
+def _axis_distance_bias(mod, b, idx: int, positions: Tensor, axes_pos: Tensor | None, Hq: int) -> Tensor:
+    """A term over per-axis distances (docs/semantics.md §3a), (B, H, L, L) with zeros for j > i: entry by entry,
+    d_a(i, j) = axes_pos[i, a] - axes_pos[j, a] (without per-axis positions every axis reads ``positions``),
+    the term evaluated at every (i, j) with query_position = positions[i]."""
+    B, L = positions.shape
+    A = max(1, len(mod.scheme.axes))
+    ap = positions[..., None].expand(B, L, A) if axes_pos is None else axes_pos
+    d = torch.zeros(B, L, L, A, dtype=F64, device=positions.device)
+    for i in range(L):
+        for j in range(i + 1):
+            for a in range(A):
+                d[:, i, j, a] = (ap[:, i, a] - ap[:, j, a]).to(F64)
+    c = mod._ctx(L, device=positions.device, dtype=F64)
+    c.positions, c.axis_dist = positions, d
+    tab = mod.evaluator.run(b.term, c, site_name("bias", idx)).align(("batch", "head", "pos", "dist")).to(F64)
+    tab = tab.expand(B, Hq, L, L)
+    return tab * torch.ones(L, L, dtype=F64, device=positions.device).tril()

@@ -99,6 +99,31 @@ def grid_positions(H: int, W: int) -> torch.Tensor:
     return torch.stack([torch.cat([zero, h]), torch.cat([zero, w])])
 
 
+def video_positions(frames: int, rows: int, cols: int, *, spacing: int = 2, text_before: int = 0,
+                    text_after: int = 0) -> torch.Tensor:
+    """VideoRoPE's (t, h, w) positions (Wei et al. 2025, the official ``get_t_scale_rope_index``) of
+    ``text_before`` text tokens, a video of ``frames x rows x cols`` tokens in raster order per frame, then
+    ``text_after`` text tokens: ``(3, L)`` long, the ``(A, B, L)`` positions of ``video_rope`` for one row.
+
+    Text sits at one position on every axis. Frame ``f`` sits at ``t = text_before + spacing * f``
+    (adjustable temporal spacing, delta = ``spacing``), and its cell ``(r, c)`` at ``h = t + r -
+    (rows - 1) // 2``, ``w = t + c - (cols - 1) // 2`` (the diagonal layout: a frame's centre on the
+    text's diagonal). The text after the video continues at the last frame's ``t + 1``, as the official
+    code does (so its h and w positions may lie below the video's largest)."""
+    if not (isinstance(spacing, int) and spacing >= 1) or min(frames, rows, cols) < 1 or min(text_before,
+                                                                                          text_after) < 0:
+        raise DataError(f"video_positions: frames, rows and cols must be at least 1, the text lengths at least 0 "
+                        f"and the spacing a whole number >= 1 (pedsl's positions are integers); got frames={frames}, "
+                        f"rows={rows}, cols={cols}, spacing={spacing!r}, text {text_before}/{text_after}",
+                        hint="the official VideoRoPE uses spacing = 2")
+    f, r, c = torch.meshgrid(torch.arange(frames), torch.arange(rows), torch.arange(cols), indexing="ij")
+    t = text_before + spacing * f.flatten()
+    video = torch.stack([t, t + r.flatten() - (rows - 1) // 2, t + c.flatten() - (cols - 1) // 2])
+    start = int(t.max()) + 1
+    return torch.cat([torch.arange(text_before).expand(3, text_before), video,
+                      (start + torch.arange(text_after)).expand(3, text_after)], 1)
+
+
 def _flat(cells: torch.Tensor, fill: int | bool) -> torch.Tensor:
     """(n, H, W) -> (n, 1 + H*W) with ``fill`` in front (the start token's slot)."""
     n = cells.shape[0]

@@ -68,6 +68,7 @@ class BiasFacts:
     slopes: tuple[float, ...] | None = None  # d(bias)/d(distance) per head (linear distance biases)
     init_log_gate: float | None = None  # gate bias: the log-gate per token at initialisation
     data: bool = False
+    axes: tuple[str, ...] = ()  # the position axes whose distances (distance.AXIS) a distance bias reads
 
 
 @dataclass
@@ -215,7 +216,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         if b.kind == "distance":
             slopes = _per(_static(b.slope, env), s.heads) if b.slope is not None else None
             biases.append(BiasFacts("distance", bias_source(b), slopes=slopes,
-                                    data=b.term_ty.data))
+                                    data=b.term_ty.data, axes=b.axes))
         else:
             biases.append(BiasFacts("gate", bias_source(b), init_log_gate=_init_value(b.log_gate, env),
                                     data=b.data))
@@ -316,6 +317,9 @@ def describe_bias(b: BiasFacts) -> str:
         if b.slopes is not None:
             return (f"linear distance bias (ALiBi form) {b.source}: slope per head "
                     + ", ".join(fmt_num(x) for x in b.slopes))
+        if b.axes:
+            return (f"distance bias {b.source} over the signed distances along {', '.join(b.axes)} (evaluated per "
+                    "pair of tokens; without per-axis positions every axis reads i - j)")
         return f"distance bias {b.source} (not linear in the distance)"
     text = f"data-dependent forget gate (FoX form) {b.source}"
     if b.init_log_gate is not None and b.init_log_gate < 0:

@@ -84,8 +84,8 @@ def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
         if b.slope is not None:
             return per_head(fold_expr(b.slope, env))[:, None] * np.arange(lmax + 1, dtype=np.float64)[None, :]
         for i in range(lmax + 1):
-            e = transform(b.term, lambda n, i=i: ast.Num(value=i)
-                          if n.kind == "name" and n.id == "distance" else None)
+            e = transform(b.term, lambda n, i=i: ast.Num(value=i)  # distance.AXIS: text, every axis at i - j
+                          if n.kind == "name" and n.id.partition(".")[0] == "distance" else None)
             out[:, i] = per_head(fold_expr(e, env))
     except (EvalIssue, TypeError, ValueError, AttributeError):
         return None

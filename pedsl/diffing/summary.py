@@ -26,6 +26,13 @@ def _rotation(f: SchemeFacts) -> str:
 def _freqs(f: SchemeFacts) -> str:
     parts = []
     for g in f.rotating:
+        if g.pair_axes and g.periods is not None:  # several axes: the periods of the pairs reading each axis
+            by: dict[str, list[float]] = {}
+            for axis, p in zip(g.pair_axes, g.periods):
+                by.setdefault(axis, []).append(p)
+            parts.append(f"[{g.name}] " + "; ".join(f"{axis}: periods {fmt_num(min(ps))} .. {fmt_num(max(ps))} over "
+                                                    f"{len(ps)} pairs" for axis, ps in by.items()))
+            continue
         d = describe_freqs(g, f.train_length)
         if d is not None:
             parts.append(f"[{g.name}] {d}")

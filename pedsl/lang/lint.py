@@ -112,12 +112,18 @@ def lint(scheme: Scheme, src: Source) -> list[Diagnostic]:
 
 def axis_extents(scheme: Scheme, context: float) -> dict[str, float]:
     """The training extent along each axis of a multi-axis scheme: a grid of ``context = H x W`` tokens
-    of width ``grid_width`` (the grid tasks' setting; square when absent) for two axes, else ``context``
-    along every axis (no axis position goes further than the tokens of a text-like layout)."""
+    of width ``grid_width`` (the grid tasks' setting; square when absent) for two axes; for A >= 3 axes a
+    clip of equal sides when the context is a whole A-th power (``context = 512``: 8 x 8 x 8 frames, rows and
+    columns), else ``context`` along every axis (no axis position goes further than the tokens of a text-like
+    layout, as text interleaved with images has)."""
     width = scheme.train.get("grid_width")
-    if len(scheme.axes) == 2:
+    A = len(scheme.axes)
+    if A == 2:
         w = width if isinstance(width, (int, float)) and width > 0 else math.isqrt(int(context))
         return {scheme.axes[0]: max(1.0, context / w), scheme.axes[1]: float(w)}
+    side = round(context ** (1.0 / A)) if A and context >= 1 else 0
+    if A >= 3 and side >= 2 and side ** A == context:
+        return {a: float(side) for a in scheme.axes}
     return {a: float(context) for a in scheme.axes}
 
 

@@ -109,12 +109,18 @@ Transport = Annotated[Union[RotateTransport, RotationSteps, HouseholderSteps], F
 
 
 class DistanceBias(_Frozen):
-    """b(i, j) = term(head, d = i - j). ``slope`` is set when the term is slope * d (ALiBi-like)."""
+    """b(i, j) = term(head, d = i - j). ``slope`` is set when the term is slope * d (ALiBi-like).
+
+    ``axes``: the declared position axes whose distances the term reads (``distance.h``: the signed
+    ``i_h - j_h``), in the order of the ``axes`` statement; () for a term over the one-axis distance.
+    A term over per-axis distances is evaluated per (query, key) pair (docs/semantics.md §3a) and never
+    has a slope."""
 
     kind: Literal["distance"] = "distance"
     term: Expr
     term_ty: Ty
     slope: Expr | None = None
+    axes: tuple[str, ...] = ()
 
     @property
     def reads(self) -> frozenset[Dep]:

@@ -7,7 +7,7 @@ from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.channels import channel_ranges, group_channels
 from pedsl.lang.fold import fold_expr
-from pedsl.lang.exprs import distance_coefficient, inline_lets, neg, split_terms, to_source, walk
+from pedsl.lang.exprs import calls_in, distance_coefficient, inline_lets, neg, split_terms, to_source, uses_name, walk
 from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
 from pedsl.lang.types import Ty
@@ -265,13 +265,8 @@ class TermResolution(ResolverStage):
         t = self.checker().infer(value)
         if t is None:
             return []
-        axis_distance = next((n for n in walk(inline_lets(value, lets)) if n.kind == "name" and "." in n.id), None)
-        if axis_distance is not None:
-            self.report("E233", f"'{axis_distance.id}': a bias over distances along one axis is not implemented "
-                        "(biases read the one-axis distance i - j)", next(
-                            (n for n in walk(value) if n.kind == "name" and n.id == axis_distance.id), value),
-                        hint="rotate by the axis instead (qk on GROUP: rotate(w * position.AXIS)); 2-D distance "
-                        "biases are future work")
+        declared = self.m.axes.stmt.names if self.m.axes is not None else ()
+        if not self._axis_biases_fit(value, lets):
             return []
         if t.kind == "num" and not t.axes <= {"head", "dist", "pos"}:
             self.report("E204", f"a bias is a field over head and distance, not {t.show()}", value,
@@ -291,9 +286,11 @@ class TermResolution(ResolverStage):
                 gate = neg(_arg(term.operand, "step"))
                 out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
             elif "dist" in (ty := self.type_of(term)).axes:
-                # (a slope that reads the query position is no ALiBi slope: the term is a table per query)
-                out.append(DistanceBias(term=term, term_ty=ty,
-                                        slope=None if "pos" in ty.axes else distance_coefficient(term)))
+                # (a slope that reads the query position is no ALiBi slope: the term is a table per query;
+                # a term over per-axis distances is evaluated per pair of tokens, never as a slope)
+                axes = tuple(a for a in declared if uses_name(term, f"distance.{a}"))
+                out.append(DistanceBias(term=term, term_ty=ty, axes=axes,
+                                        slope=None if "pos" in ty.axes or axes else distance_coefficient(term)))
             else:
                 self.constant_terms.append(term)
         return out
@@ -339,13 +336,32 @@ class TermResolution(ResolverStage):
                     "softmax's normaliser", self.m.normalize.stmt,
                     hint="drop the sink: stick-breaking weights need not sum to one (what no key takes is left out)")
 
+    def _axis_biases_fit(self, value: ast.Expr, lets) -> bool:
+        """A bias over ``distance.AXIS`` (docs/semantics.md §3a) is evaluated per pair of tokens in blocks of
+        queries; PaTH's Householder steps attend by their own kernel and decode rule, which take the
+        one-axis coordinate biases only (E204 at the axis distance); reports and returns False then."""
+        node = next((n for n in walk(value) if n.kind == "name" and n.id.startswith("distance.")), None)
+        if node is None:
+            node = next((n for n in walk(inline_lets(value, lets)) if n.kind == "name"
+                         and n.id.startswith("distance.")), None)
+        if node is None or not any("householder" in calls_in(inline_lets(t.stmt.value, lets))
+                                   for t in self.m.transports):
+            return True
+        self.report("E204", f"'{node.id}': a bias over per-axis distances cannot go with accumulate(householder(...)) "
+                    "(PaTH's blockwise kernel and decode rule add only biases of the one-axis position)", node,
+                    hint="rotate by the axes (qk on GROUP: rotate(w * position.AXIS)) with PaTH, or drop the "
+                    "Householder steps")
+        return False
+
     def _query_position_only(self, value: ast.Expr, lets) -> bool:
         """A bias reads positions only as ``distance`` and ``query_position`` (a bare ``position`` would not
         say whether it is the query's or the key's); reports otherwise."""
         for node in walk(inline_lets(value, lets)):
-            if node.kind == "name" and node.id == "position":
-                self.report("E204", "a bias cannot read 'position': it would not say whose (the query's or the key's)",
-                            node, hint="write query_position (the query's position i) or distance (i - j)")
+            if node.kind == "name" and node.id.partition(".")[0] == "position":
+                axis = node.id.partition(".")[2]
+                self.report("E204", f"a bias cannot read '{node.id}': it would not say whose (the query's or the key's)",
+                            node, hint=f"write distance.{axis} (i_{axis} - j_{axis}, per axis)" if axis else
+                            "write query_position (the query's position i) or distance (i - j)")
                 return False
         return True
 

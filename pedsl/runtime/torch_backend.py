@@ -67,6 +67,9 @@ class Context:
     valid: Tensor | None = None  # (B, L) bool, False for padding: shortconv reads zeros there
     axes: tuple[str, ...] = ()  # the scheme's declared position axes (`axes t, h, w`)
     axes_pos: Tensor | None = None  # (B, L, A) per-axis positions read by position.AXIS (None: each = positions)
+    # (B, rows, keys, A) signed per-axis distances i_a - j_a of a block of (query, key) pairs, read by distance.AXIS
+    # (None: a table over the one-axis distance)
+    axis_dist: Tensor | None = None
 
 
 class Learned(nn.Module):
@@ -150,6 +153,11 @@ class Evaluator(DynamicEvaluator):
         if ctx.axes_pos is not None:
             return LT(ctx.axes_pos[..., ctx.axes.index(axis)].to(F64), ("batch", "pos"))
         return self.arange(ctx, "pos")
+
+    def axis_distance(self, ctx: Context, axis: str) -> LT:
+        if ctx.axis_dist is not None:
+            return LT(ctx.axis_dist[..., ctx.axes.index(axis)].to(F64), ("batch", "pos", "dist"))
+        return self.arange(ctx, "dist")
 
     ops = TORCH_OPS
 

@@ -149,8 +149,9 @@ class DynamicEvaluator:
             return value
         k = e.kind
         if k == "name":
-            if "." in e.id:  # position.AXIS (distance.AXIS is a bias term, read per axis by the biases)
-                return self.axis_position(ctx, e.id.partition(".")[2])
+            if "." in e.id:  # position.AXIS, distance.AXIS
+                base, _, axis = e.id.partition(".")
+                return self.axis_distance(ctx, axis) if base == "distance" else self.axis_position(ctx, axis)
             if e.id in ("position", "distance", "query_position"):
                 return self.arange(ctx, "dist" if e.id == "distance" else "pos")
             if e.id == "n":
@@ -210,6 +211,12 @@ class DynamicEvaluator:
         """The positions along one declared axis (``position.AXIS``): the call's per-axis positions, or
         the one-axis positions where the call gave none (every axis then reads the same position)."""
         return self.arange(ctx, "pos")
+
+    def axis_distance(self, ctx, axis: str):
+        """The signed distances ``i_a - j_a`` along one declared axis (``distance.AXIS``) of the (query, key)
+        pairs a bias is evaluated at; a context that gives none evaluates the bias over the one-axis
+        distance (text: every axis at one position, so ``i_a - j_a = i - j``)."""
+        return self.arange(ctx, "dist")
 
     # ------------------------------------------------------------------ arithmetic, for any array library
     # A value is a labelled array with ``.t`` (the array) and ``.axes``. Subclasses give ``wrap``,

@@ -2,8 +2,8 @@
 
 **Schemes** (:data:`CANDIDATES`, when no SCHEMES are given): raster-order 1-D RoPE (``rope``, the
 grid read as one sequence), axial 2-D RoPE (``rope_2d``), RoPE-Mixed (``rope_mixed``), M-RoPE-style
-contiguous sections over (h, w) and a 2-D distance bias (the study's own schemes, in
-``pedsl/study/grid/schemes/``). The list is data: a candidate this pedsl cannot load (a library
+contiguous sections over (h, w) (the study's own scheme, in ``pedsl/study/grid/schemes/``) and a 2-D
+distance bias (``alibi_2d``: ALiBi's slopes over |dh| + |dw|). The list is data: a candidate this pedsl cannot load (a library
 scheme it does not have, a construct its language lacks) is left out with the reason, which the
 report and the progress messages state, and joins the study once it loads.
 
@@ -41,7 +41,7 @@ CANDIDATES = (
     Candidate("rope_2d", "rope_2d", "axial 2-D RoPE"),
     Candidate("rope_mixed", "rope_mixed", "RoPE-Mixed (learned mixed frequencies)"),
     Candidate("mrope_hw", str(HERE / "schemes" / "mrope_hw.pe"), "M-RoPE-style sections over (h, w)"),
-    Candidate("distance_2d", str(HERE / "schemes" / "distance_2d.pe"), "2-D distance bias"),
+    Candidate("alibi_2d", "alibi_2d", "2-D distance bias (ALiBi over |dh| + |dw|)"),
 )
 SIZES = (16, 24, 32, 48, 64)
 TRAIN_SIZE = 16
