@@ -158,7 +158,8 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any other training setting for every run.")
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
-@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency", "grid"]), default="default",
+@click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency", "grid", "layers"]),
+              default="default",
               show_default=True,
               help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
               "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). retrieval: learned "
@@ -168,7 +169,11 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "--set task=topic|lag|blocks widths=[8,16] seeds=[0,1]; see pedsl.study.frequency). grid: resolution "
               "extrapolation on 2-D data: trained on 16x16 grids (--data grid_image or grid_copy), evaluated at "
               "16..64 a side (--set sizes=16,32), 3 seeds by default (default SCHEMES: raster 1-D RoPE, rope_2d, "
-              "rope_mixed, M-RoPE-style sections, a 2-D distance bias; see pedsl.study.grid).")
+              "rope_mixed, M-RoPE-style sections, a 2-D distance bias; see pedsl.study.grid). layers: per-layer "
+              "schemes past the training length, 3 seeds by default: full RoPE, a sliding window, Gemma-3-style 5:1 "
+              "local/global, Llama-4-style NoPE interleaving, each with and without a learned sink logit, and RoPE "
+              "with a sink token; perplexity to 32x, retrieval to 16x, far and sink attention mass (6 layers; see "
+              "pedsl.study.layers).")
 @executor_options
 @click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
               help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
@@ -218,7 +223,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         return _track(track, out, tracking_uri, say)
     common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
               "quick": quick, "analyze_max": analyze_max, "sets": set_values}
-    if study == "retrieval" or (seed_list and len(seed_list) > 1):
+    if study in ("retrieval", "layers") or (seed_list and len(seed_list) > 1):
         from pedsl.study.seeded.run import run_seeded
 
         name = None if study == "default" else study
