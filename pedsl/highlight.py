@@ -35,7 +35,7 @@ class PeLexer(RegexLexer):
             (rf"\b(param|let)(\s+)({_NAME})", bygroups(Keyword.Declaration, Whitespace, Name.Variable)),
             (rf"\b(position|distance)(\.)({_NAME})", bygroups(Name.Builtin.Pseudo, Punctuation, Name.Attribute)),
             (words(("import", "scheme", "param", "let", "layout", "axes", "channels", "on", "bias", "temperature",
-                    "train", "eval", "allow", "qk", "qkv", "extends", "window", "chunk", "sink", "layers"), suffix=r"\b"),
+                    "train", "eval", "allow", "qk", "qkv", "extends", "window", "chunk", "sink", "softcap", "layers"), suffix=r"\b"),
              Keyword),
             (words(("int", "float", "bool", "str"), suffix=r"\b"), Keyword.Type),
             (words(("true", "false", "halves", "interleaved"), suffix=r"\b"), Keyword.Constant),

@@ -252,7 +252,7 @@ _FIXED_NAMES = (
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
-    "ATTEND_CURRENT",
+    "ATTEND_CURRENT", "SOFTCAP", "softcap",
 )
 
 
@@ -375,7 +375,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
         "    axes = AXES",
         "    normalize, attend_current = NORMALIZE, ATTEND_CURRENT",
-        "    window, chunk, sink = WINDOW, CHUNK, SINK",
+        "    window, chunk, sink, softcap = WINDOW, CHUNK, SINK, SOFTCAP",
         "",
         "    def __init__(self) -> None:",
         *[ind + line for line in init_lines + gen.init],
@@ -475,6 +475,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"WINDOW = {literal(plan.window)}",
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",
+        f"SOFTCAP = {literal(plan.softcap)}",
         "",
         "",
         *_class_lines(scheme, gen, cname, body, tables),

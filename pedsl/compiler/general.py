@@ -789,9 +789,12 @@ def sink_rows(sink, r0: int, r1: int):
     return None if sink is None else (sink[0][..., r0:r1], sink[1])
 
 
-def attend(q, k, v, mask, bias, scale=None, sink=None):
+def attend(q, k, v, mask, bias, scale=None, sink=None, softcap=None):
     """SDPA of a block of queries with a boolean mask and an additive bias; rows with no key give zeros.
-    ``sink``: (logit column (B, Hq, rows), value (1, Hq, 1, D) or None), one more key every row sees."""
+    ``sink``: (logit column (B, Hq, rows), value (1, Hq, 1, D) or None), one more key every row sees.
+    ``softcap``: the scores (with the bias) pass through softcap * tanh(s / softcap) first (explicit scores)."""
+    if softcap is not None:
+        return capped_attend(q, k, v, mask, bias, softcap, sink, scale)
     Hq, Hk = q.shape[1], k.shape[1]
     if sink is not None:
         q, k, v, mask, bias = with_sink(q, k, v, mask, bias, sink)
@@ -811,6 +814,39 @@ def attend(q, k, v, mask, bias, scale=None, sink=None):
     if ok is not None:
         o = o * ok.to(o.dtype)
     return o
+
+
+def soft_cap(s: Tensor, cap) -> Tensor:
+    """Logit soft-capping (Gemma 2): ``cap * tanh(s / cap)``; ``s`` itself without a cap. A score of
+    -inf (a key masked already) stays -inf: the cap bounds scores, it does not unmask keys."""
+    return s if cap is None else torch.where(s == float("-inf"), s, cap * torch.tanh(s / cap))
+
+
+def _capped_block(q, k, v, mask, bias, cap, col, vs, scale):
+    s = soft_cap((q @ k.transpose(-1, -2)) * scale + (0.0 if bias is None else bias), cap)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    if col is not None:  # the sink's logit, uncapped, one more column every row sees
+        s = torch.cat([s, col.to(s.dtype).unsqueeze(-1).expand(*s.shape[:-1], 1)], dim=-1)
+    ok = torch.isfinite(s).any(-1, keepdim=True)  # a row with no key gives zeros
+    p = torch.softmax(s.masked_fill(~ok, 0.0), dim=-1) * ok
+    o = p[..., : k.shape[2]].to(v.dtype) @ v
+    return o if vs is None else o + p[..., -1:].to(v.dtype) * vs
+
+
+def capped_attend(q, k, v, mask, bias, cap: float, sink=None, scale=None) -> Tensor:
+    """:func:`attend` with soft-capped scores, on explicit (rows, keys) scores in float32 at least; with
+    gradients the block is recomputed in the backward pass, so training holds one block of scores."""
+    Hq, Hk, D = q.shape[1], k.shape[1], q.shape[3]
+    if Hq != Hk:
+        k, v = k.repeat_interleave(Hq // Hk, dim=1), v.repeat_interleave(Hq // Hk, dim=1)
+    dt = torch.promote_types(q.dtype, torch.float32)
+    col, vs = (None, None) if sink is None else sink
+    args = (q.to(dt), k.to(dt), v, mask, None if bias is None else bias.to(dt), cap, col,
+            None if vs is None else vs.to(v.dtype), D ** -0.5 if scale is None else scale)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, bias, col, vs) if t is not None):
+        return torch.utils.checkpoint.checkpoint(_capped_block, *args, use_reentrant=False).to(q.dtype)
+    return _capped_block(*args).to(q.dtype)
 
 
 def with_sink(q, k, v, mask, bias, sink):
@@ -836,7 +872,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
     Hq, Lq = q.shape[1], q.shape[2]
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
-    shape = shape_of(scheme)
+    shape, cap = shape_of(scheme), getattr(scheme, "softcap", None)
     K, V, kpos, kdoc, kvalid, kcoord = all_keys(cache, lay, k, v, bi.coord, Lc)
     if cache is not None and Lc and cache.one_doc and lay.docs is cache._doc_view:
         multi_doc = False  # decoding inside the cached document
@@ -845,7 +881,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
     if (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
-            and not bi.queries and kcoord is None and shape is None and sink is None
+            and not bi.queries and kcoord is None and shape is None and sink is None and cap is None
             and scheme.normalize == "softmax"):  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     qpos_all = last_tokens(lay.positions, Lq, 1)
@@ -862,7 +898,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
         if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and not bi.queries
-                and kcoord is None and shape is None and sink is None and scheme.normalize == "softmax"):
+                and kcoord is None and shape is None and sink is None and cap is None and scheme.normalize == "softmax"):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
@@ -870,9 +906,10 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries)
         if scheme.normalize != "softmax":  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(stick_breaking_rows(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
-                                            q0 + r0 - k0, scheme.attend_current))
+                                            q0 + r0 - k0, scheme.attend_current, cap))
             continue
-        outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1)))
+        outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1),
+                           softcap=cap))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
@@ -887,14 +924,14 @@ def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
     return torch.exp(F.logsigmoid(s) + after).masked_fill(~ok, 0.0)
 
 
-def _stick_breaking_block(q, K, V, ok, bias):
+def _stick_breaking_block(q, K, V, ok, bias, cap=None):
     s = (q @ K.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if bias is not None:
         s = s + bias
-    return stick_breaking_weights(s, ok).to(V.dtype) @ V
+    return stick_breaking_weights(soft_cap(s, cap), ok).to(V.dtype) @ V
 
 
-def stick_breaking_rows(q, K, V, mask, bias, q0: int, attend_current: bool) -> Tensor:
+def stick_breaking_rows(q, K, V, mask, bias, q0: int, attend_current: bool, cap=None) -> Tensor:
     """Stick-breaking attention of a block of queries (global token index q0, q0 + 1, ...) over every key
     (docs/semantics.md §1b): key j counts for query i when j <= i (j < i without ``attend_current``) and
     ``mask`` allows it; no key gives zeros. With gradients the block is recomputed in the backward pass
@@ -908,8 +945,8 @@ def stick_breaking_rows(q, K, V, mask, bias, q0: int, attend_current: bool) -> T
     ok = ((kj <= qi) if attend_current else (kj < qi))[None, None]
     ok = ok if mask is None else ok & mask
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V) if t is not None):
-        return torch.utils.checkpoint.checkpoint(_stick_breaking_block, q, K, V, ok, bias, use_reentrant=False)
-    return _stick_breaking_block(q, K, V, ok, bias)
+        return torch.utils.checkpoint.checkpoint(_stick_breaking_block, q, K, V, ok, bias, cap, use_reentrant=False)
+    return _stick_breaking_block(q, K, V, ok, bias, cap)
 
 
 def key_validity(lay: Layout, kvalid, Lc: int):

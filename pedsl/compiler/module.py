@@ -26,7 +26,7 @@ from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
-from pedsl.compiler.general import angle_dtype, stick_breaking_weights, xpos_scale
+from pedsl.compiler.general import angle_dtype, soft_cap, stick_breaking_weights, xpos_scale
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -400,6 +400,7 @@ class SchemeAttention(nn.Module):
         bias = self.bias_table(L, x, tokens, q.device)
         if bias is not None:
             s = s + bias.to(s.dtype)
+        s = soft_cap(s, self.plan.softcap)
         if self.plan.explicit_scores:  # stick-breaking: weights of the visible keys j <= i (j < i without attend_current)
             ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if self.plan.attend_current else -1)
             seen = self.window_visible(L, q.device)

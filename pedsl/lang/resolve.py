@@ -167,6 +167,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         temperature = self.resolve_temperature(lets)
         normalize = self.resolve_normalize(transports, env) or ("softmax", True)
         window, chunk, sink = self.resolve_shape(env, lets)
+        softcap = self.resolve_softcap(env, lets, transports)
         self.check_sink_transports(sink, transports)
         self.check_sink_normalizer(sink, normalize[0])
         self.check_values(env, lets, temperature)
@@ -197,6 +198,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             window=window,
             chunk=chunk,
             sink=sink,
+            softcap=softcap,
             train=train,
             eval=evals,
             allow=tuple(allow),

@@ -21,6 +21,7 @@ import math
 import torch
 from torch import Tensor
 
+from pedsl.compiler.general import soft_cap
 from pedsl.compiler.plan import HOUSEHOLDER
 
 F64 = torch.float64
@@ -54,7 +55,7 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         bias = mod.bias_table(L, x, tokens, q.device, cols=cols)
         if bias is not None:
             s = s + bias.to(F64)
-        s = mod.window_mask(s.masked_fill(j[None, :] > i[:, None], -math.inf), cols)
+        s = mod.window_mask(soft_cap(s, mod.plan.softcap).masked_fill(j[None, :] > i[:, None], -math.inf), cols)
         if j0 == 0:
             s0 = s[..., 0].clone()
         new_m = torch.maximum(m, s.amax(-1))
