@@ -39,6 +39,8 @@ def tables(results: dict, meta: dict) -> list[Table]:
                     "Whole answer right (5 digits, greedy); mean [min, max] over seeds "
                     f"{meta.get('seeds')}, {meta.get('samples')} samples per length and depth, depths "
                     f"{meta.get('depths')} averaged. Chance is 1e-5 (a digit: 0.1)." + flag_note))
+        if task == "all":
+            out.append(_digits(results, lens, ctx, ref, flag_note))
     depths = sorted({d for r in results.values() for d in depth_points(r, "all", ctx)[0]})
     if depths:
         header = ["scheme"] + [f"depth {d:g}" for d in depths]
@@ -83,6 +85,22 @@ def tables(results: dict, meta: dict) -> list[Table]:
     out.append(Table("Training runs (times: mean per seed)", header, rows,
                 f"Data: {meta.get('data')}" + (" (the validation loss is on the mixture)." if mixed else ".")))
     return out
+
+def _digits(results: dict, lens: list[int], ctx: int, ref: str, flag_note: str) -> Table:
+    """Digit accuracy vs length, mean over the tasks: where few whole answers are right, it still tells
+    a model that reads some of the needle from one at chance (0.1)."""
+    rows = []
+    for name, r in results.items():
+        row = [name]
+        for L in lens:
+            s = _cell(r, "retrieval", "overall", str(L), "digit_accuracy")
+            mark = "" if name == ref else sd.flag(s, _cell(results[ref], "retrieval", "overall", str(L), "digit_accuracy"))
+            row.append(sd.fmt(s, ".2f") + mark)
+        rows.append(row)
+    return Table("Retrieval digit accuracy vs length: mean over the three tasks",
+                 ["scheme"] + [f"{L} ({L / ctx:g}x)" for L in lens], rows,
+                 "Answer digits right (greedy), mean [min, max] over seeds; chance is 0.1." + flag_note)
+
 
 def _learned_sinks(results: dict) -> bool:
     """Whether a run of the study has a learned sink (its analysis measured a share for it)."""
