@@ -96,7 +96,7 @@ def render_scheme(scheme) -> str:
         lines.append(f"temperature: {to_source(scheme.temperature)}")
     if scheme.normalize != "softmax":
         lines.append(f"normalize: {scheme.normalize}  # own key {'included' if scheme.attend_current else 'left out'}")
-    for name in ("window", "chunk", "sink"):
+    for name in ("window", "chunk", "sink", "softcap"):
         if getattr(scheme, name) is not None:
             lines.append(f"{name}: {getattr(scheme, name)}")
     return "\n".join(lines + _settings_lines(scheme))
