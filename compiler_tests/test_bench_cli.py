@@ -55,3 +55,19 @@ def test_decode_benchmark_tiny_run_times_the_general_path_too(tmp_path):
     for name in ("floor", "rope", "alibi", "rope/general"):
         assert f"| 24 | {name} |" in text
     assert "alibi/general" not in text and "min-max over repeats" in text
+
+
+def test_cope_benchmark_tiny_run_compares_with_x_transformers(tmp_path):
+    from benchmarks import cope
+
+    md = tmp_path / "cope.md"
+    threads = torch.get_num_threads()
+    try:
+        cope.main(["--lengths", "32", "--repeats", "1", "--threads", "1", "--max-pos", "4", "--md", str(md)])
+    finally:  # the benchmark sets process-wide state: put it back for the other tests
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
+    rows = md.read_text().splitlines()
+    assert [r.split("|")[2].strip() for r in rows[2:]] == ["floor", "pedsl", "x-transformers",
+                                                           "pedsl / x-transformers"]
+    assert rows[2].split("|")[4].strip() == "1.00"
