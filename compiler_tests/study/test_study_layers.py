@@ -36,7 +36,7 @@ def test_the_schemes_are_what_the_study_says():
     by = {name: _layers(str(scheme_file(item))) for name, item in
           (("rope", "rope"), ("rope_sink", "rope_sink"), ("rope_sink_token", "rope_sink_token"), *lr.OWN.items())}
     assert set(by) == {"rope", "rope_swa", "gemma3", "llama4", "rope_sink", "rope_swa_sink", "gemma3_sink",
-                       "llama4_sink", "rope_sink_token"} and len(lr.SCHEMES) == 9
+                       "llama4_sink", "rope_sink_token"} and len(lr.SCHEMES) == 10 and lr.SCHEMES[-1] == "rope_id"
     for name, layers in by.items():
         sinks = {p.sink for _, p in layers}
         assert sinks == ({"logit"} if name.endswith("_sink") else {"token"} if name.endswith("token") else {None}), name
@@ -60,7 +60,7 @@ def test_default_seeds_measures_and_units(tmp_path):
     assert m.analysis_lengths(128) == [128, 256, 512, 1024]
     units = parallel.seeded_units("layers", [], tmp_path / "s", seeds=None, quick=False, windows=None,
                                   analyze_max=None, lengths=None)
-    assert len(units) == 27 and {u.label for u in units} >= {"gemma3 seed 2", "rope_sink_token seed 0"}
+    assert len(units) == 30 and {u.label for u in units} >= {"gemma3 seed 2", "rope_sink_token seed 0"}
     named = parallel.seeded_units("layers", ["gemma3", "rope"], tmp_path / "s", seeds=[4], quick=True,
                                   windows=None, analyze_max=None, lengths=None)
     assert [u.label for u in named] == ["gemma3 seed 4", "rope seed 4"]

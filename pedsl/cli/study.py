@@ -172,8 +172,8 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "rope_mixed, M-RoPE-style sections, a 2-D distance bias; see pedsl.study.grid). layers: per-layer "
               "schemes past the training length, 3 seeds by default: full RoPE, a sliding window, Gemma-3-style 5:1 "
               "local/global, Llama-4-style NoPE interleaving, each with and without a learned sink logit, and RoPE "
-              "with a sink token; perplexity to 32x, retrieval to 16x, far and sink attention mass (6 layers; see "
-              "pedsl.study.layers).")
+              "with a sink token, and RoPE-ID; perplexity to 32x, retrieval to 16x, far and sink attention mass (6 "
+              "layers; see pedsl.study.layers).")
 @executor_options
 @click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
               help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "

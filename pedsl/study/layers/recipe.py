@@ -9,17 +9,19 @@ from pedsl.study.measures import Measures
 
 HERE = Path(__file__).resolve().parent / "schemes"
 
-# (run name, library name or the study's file): without a sink, then the same with a learned sink logit
+# library names or the study's files: without a sink, then the same with a learned sink logit, RoPE with a
+# sink token, and RoPE-ID (NoPE channels in every head of every layer: the comparison for Llama 4's NoPE layers)
 SCHEMES = ("rope", str(HERE / "rope_swa.pe"), str(HERE / "gemma3.pe"), str(HERE / "llama4.pe"),
            "rope_sink", str(HERE / "rope_swa_sink.pe"), str(HERE / "gemma3_sink.pe"), str(HERE / "llama4_sink.pe"),
-           "rope_sink_token")
+           "rope_sink_token", "rope_id")
 OWN = {Path(s).stem: s for s in SCHEMES if s.endswith(".pe")}  # SCHEMES may name the study's files by stem
 SEEDS = (0, 1, 2)
 # Text for the perplexity, the three retrieval tasks and copy rows (the retrieval study's recipe,
 # pedsl.study.retrieval.recipe: answer loss weighted up, answer lengths varied, a width-8 causal
 # convolution over q and k). Six layers (Gemma 3's 5 : 1 pattern needs six), narrowed to width 64
-# (4 heads of 16) so that 27 runs and their measures fit in about 30 minutes on two idle cores with
-# --jobs 2 --threads 1 (one run: 0.18 s of one core a step).
+# (4 heads of 16) so that 30 runs and their measures fit in about 30 minutes on two idle cores with
+# --jobs 2 --threads 1 (one run, gemma3: 103 s of one core for its 400 steps, perplexity, retrieval
+# and analysis; 0.18 s a step).
 MIXTURE = "stdlib:0.4,passkey:0.25,multikey:0.1,kv:0.1,copy:0.15"
 TRAIN = {"steps": 400, "n_layers": 6, "d_model": 64, "n_heads": 4, "head_dim": 16, "context": 128,
          "answer_weight": 1.0, "train_digits": [2, 10], "qk_conv": 8}  # under --steps and --set
