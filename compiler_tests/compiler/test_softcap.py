@@ -49,9 +49,9 @@ CAPS = ["softcap = 1.5", "softcap = 0.5\nwindow = 4", "softcap = 2.0\nchunk = 5\
 
 def _cases():
     """Without the combinations the language refuses: a sink token beside a value transport, a sink with
-    stick-breaking."""
+    stick-breaking or CoPE."""
     return [(b, e) for b in BASES for e in CAPS
-            if not (b == "acc_learned_qkv" and "token" in e) and not (b == "stick_breaking" and "sink" in e)]
+            if not (b == "acc_learned_qkv" and "token" in e) and not (b in ("stick_breaking", "cope") and "sink" in e)]
 
 
 def _id(case):
