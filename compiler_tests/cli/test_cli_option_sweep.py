@@ -105,6 +105,8 @@ COMPARE_SEEDS = (*COMPARE_DEFAULT, "--seeds", "0,1")
 COMPARE_RETRIEVAL = ("compare", "--study", "retrieval", "rope", "--out", "{study}", "--steps", "1", *TINY,
                      *_sets("batch_size=1"),
                      "--set", "context=128", *QUIET)
+COMPARE_LAYERS = ("compare", "--study", "layers", "rope", "--out", "{study}", "--steps", "1", *TINY,
+                  *_sets("batch_size=1"), "--set", "context=128", *QUIET)
 COMPARE_EXTENSION = ("compare", "--study", "extension", "pi", "--out", "{study}", "--steps", "1", *TINY,
                      *_sets("batch_size=1"),
                      "--set", "context=16", *QUIET)
@@ -198,6 +200,15 @@ COMPARE_MODES = {
         **SEEDED_COMPARE,
         "--seed": Acts((), ("--seed", "3"), fresh=True),
         "--seeds": Acts((), ("--seeds", "4,5"), fresh=True),
+    }),
+    "layers": (COMPARE_LAYERS, {
+        **SEEDED_COMPARE,
+        "--quick": Acts((), ("--quick",)),  # its smaller depths, samples and retrieval lengths are always its own
+        "--lengths": Acts(("--lengths", "128"), ("--lengths", "128,256")),
+        "--seed": Acts((), ("--seed", "3"), fresh=True),
+        "--seeds": Acts((), ("--seeds", "4,5"), fresh=True),
+        "--analyze-max": Acts(("--lengths", "128,256", "--analyze-max", "128"),
+                              ("--lengths", "128,256", "--analyze-max", "256"), run=("train", "eval", "retrieval")),
     }),
     "extension": (COMPARE_EXTENSION, {
         **_compare_common(),
@@ -652,7 +663,7 @@ def test_presentation_options_exist():
 
 # ------------------------------------------------------------------ fixtures: inputs and trained runs
 
-TEMPLATED = {"default", "seeds", "retrieval", "bias", "extension", "extension-seeds", "grid",
+TEMPLATED = {"default", "seeds", "retrieval", "bias", "layers", "extension", "extension-seeds", "grid",
              "counting"}  # compare modes with a trained study
 
 

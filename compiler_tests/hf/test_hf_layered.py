@@ -183,8 +183,8 @@ def test_layers_that_do_not_fit_the_model_are_refused():
 
 def _native(family: str, n: int = 6):
     cfg = configs(n)[family]
-    if family == "gemma2":  # the attention soft-cap is refused (test_hf_models.py); the final one too
-        cfg.attn_logit_softcapping = cfg.final_logit_softcapping = None
+    if family == "gemma2":  # a cap the scores reach (HF's default, 50, hardly bends these tiny models' scores)
+        cfg.attn_logit_softcapping, cfg.query_pre_attn_scalar = 1.0, 2
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(cfg)
     if family == "gpt_oss":
@@ -212,6 +212,39 @@ def test_windowed_models_match_the_native_model_past_the_window(family):
     out_n = native.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
     out_p = ours.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
     assert out_p.shape[1] == 36 and torch.equal(out_n, out_p)
+
+
+def test_gemma2_soft_cap_imports_matters_and_exports():
+    """import-hf writes attn_logit_softcapping as every part's softcap; the native model with the cap differs
+    from the same weights without it (so the logits test above checks the cap); a scheme without the model's
+    cap, or with another, is refused; export-hf writes it back."""
+    d = configs(6)["gemma2"].to_dict()
+    text = import_any(d)
+    assert text.count("softcap = 50.0") == 2 and "attn_logit_softcapping" not in text
+    assert export_layers(load(text, layers=6), 6)["attn_logit_softcapping"] == 50.0
+    full = {**d, "layer_types": ["full_attention"] * 6}  # no window in any layer: the cap alone makes it layered
+    assert is_layered(full) and load(import_any(full)).layers.parts["gemma2_full"].softcap == 50.0
+    with pytest.raises(InteropError) as err:
+        import_any({**d, "attn_logit_softcapping": -3})
+    assert err.value.code == "E963" and "attn_logit_softcapping" in str(err.value)
+    mixed = text.replace("softcap = 50.0\n", "", 1)
+    with pytest.raises(InteropError) as err:
+        export_layers(load(mixed, layers=6), 6)
+    assert err.value.code == "E962" and "soft-caps its layers differently" in str(err.value)
+    native = _native("gemma2")
+    ids = torch.randint(1, 96, (1, 30), generator=torch.Generator().manual_seed(2))
+    uncapped = copy.deepcopy(native)
+    uncapped.config.attn_logit_softcapping = None
+    for layer in uncapped.model.layers:
+        layer.self_attn.attn_logit_softcapping = None
+    with torch.no_grad():
+        assert (uncapped(ids).logits - native(ids).logits).abs().max() > 1e-3
+    own = import_any(native.config.to_dict())
+    for other, words in ((own.replace("  softcap = 1.0\n", ""), "has no softcap"),
+                         (own.replace("softcap = 1.0", "softcap = 2.0"), "caps at 2")):
+        with pytest.raises(InteropError) as err:
+            use_pedsl_attention(copy.deepcopy(native), other)
+        assert err.value.code == "E964" and "soft-caps its attention scores at 1" in str(err.value) and words in str(err.value)
 
 
 def test_the_windows_ropes_and_sinks_matter():

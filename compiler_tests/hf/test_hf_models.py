@@ -195,15 +195,15 @@ def test_every_hf_attention_keyword_is_applied_or_refused(scheme):
 
 
 @pytest.mark.parametrize("model_type, extra, what", [
-    ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-cap"),
+    ("gemma2", {"attn_logit_softcapping": 50.0}, "soft-caps its attention scores at 50"),
     ("gpt_oss", {}, "sinks"),
 ])
 def test_models_with_softcap_or_sinks_are_refused(model_type, extra, what):
-    """The soft-cap always; the sinks under a scheme without them (GPT-OSS's own layers scheme takes them:
-    test_hf_layered.py)."""
+    """The soft-cap and the sinks under a scheme without them (the model's own layers scheme, import-hf of
+    its config, takes both: test_hf_layered.py)."""
     model = tiny(model_type, dtype=torch.float32, attn_implementation="eager", **extra)
     with pytest.raises(InteropError, match=what):
-        use_pedsl_attention(model, None if what == "soft-cap" else "scheme r { qk: rotate(geometric(1e4) * position) }")
+        use_pedsl_attention(model, "scheme r { qk: rotate(geometric(1e4) * position) }")
 
 
 # ---------------------------------------------------------------------- partial_rotary_factor per architecture

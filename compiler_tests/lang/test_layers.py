@@ -179,11 +179,60 @@ def test_nesting_extends_and_shapes_are_refused():
     d = first_error(text)
     assert d.code == "E252" and "has a layers block of its own" in d.message
     d = first_error(PARTS + "scheme m extends nope { layers { default = nope } }\n")
-    assert d.code == "E250" and "extends nothing" in d.message
+    assert d.code == "E250" and "extends only another layers scheme" in d.message and d.line == PARTS.count("\n") + 1
     text = PARTS + "scheme wide { param heads: int = 8\n qk: rotate(geometric(10.0) * position) }\n" \
                    "scheme m { layers { default = nope\n every(2) = wide } }\n"
     d = first_error(text)
     assert d.code == "E252" and "heads 8" in d.message
+
+
+def test_a_scheme_extending_a_layers_scheme_inherits_its_map():
+    text = GEMMA3.replace('scheme gemma3 "5 local : 1 global" {', 'scheme gemma3 "5 local : 1 global" {\n  train { context = 256 }') + """
+scheme gemma3_short extends gemma3 "at a shorter context" {
+  train { steps = 7 }
+  eval { lengths = [64, 128] }
+}
+"""
+    s = load(text, scheme="gemma3_short", params={"layers": 12, "base": "500.0"})
+    base = load(text, scheme="gemma3", params={"layers": 12})
+    assert s.name == "gemma3_short" and s.doc == "at a shorter context"
+    assert s.layers.assign(12) == base.layers.assign(12)
+    assert s.train == {"context": 256, "steps": 7} and s.eval["lengths"] == [64, 128]  # sections merge down the chain
+    assert all(p.params["base"] == 500.0 for p in s.layers.parts.values())            # -P still reaches the parts
+    # its own layers block replaces the base's
+    text += "scheme all_global extends gemma3_short { layers { default = rope_global } }\n"
+    s = load(text, scheme="all_global", params={"layers": 3})
+    assert s.layers.assign(3) == ("rope_global",) * 3 and s.train == {"context": 256, "steps": 7}
+
+
+def test_extending_a_layers_scheme_across_files(tmp_path):
+    (tmp_path / "g.pe").write_text(GEMMA3)  # the parts are visible from g.pe only
+    (tmp_path / "mine.pe").write_text('import "g.pe"\nscheme mine extends gemma3 { train { context = 64 } }\n')
+    s = load(tmp_path / "mine.pe", params={"layers": 6})
+    assert s.layers.assign(6) == ("rope_local",) * 5 + ("rope_global",)
+    assert s.layers.parts["rope_local"].file.endswith("g.pe")
+
+
+def test_parts_extending_library_schemes_keep_their_statements(tmp_path):
+    (tmp_path / "m.pe").write_text('import "rope.pe"\nimport "nope.pe"\n'
+                                   'scheme local extends rope { window = 16\n sink = logit }\n'
+                                   'scheme m { layers { pattern = [local * 2, nope] } }\n')
+    s = load(tmp_path / "m.pe", params={"layers": 3, "base": "500.0"})
+    local = s.layers.parts["local"]
+    assert local.window == 16 and local.sink == "logit" and local.transports and local.params["base"] == 500.0
+    assert not s.layers.parts["nope"].transports
+
+
+@pytest.mark.parametrize("child, words, line", [
+    ("scheme c extends gemma3 { qk: rotate(geometric(10.0) * position) }", "extending the layers scheme 'gemma3' "
+     "holds only layers, train, eval and allow, not 'transport'", 1),
+    ("scheme c extends gemma3 { param base: float = 3.0 }", "not 'param'", 1),
+    ("scheme c extends gemma3 {\n layers { default = rope_lcal } }", "did you mean 'rope_local'", 2),
+])
+def test_extending_a_layers_scheme_wrongly(child, words, line):
+    d = first_error(GEMMA3 + child + "\n")
+    assert d.code in ("E250", "E251") and words in d.message + (d.hint or "")
+    assert d.line == GEMMA3.count("\n") + line and d.col
 
 
 def test_part_errors_point_into_the_part():

@@ -100,7 +100,7 @@ def render_scheme(scheme) -> str:
         lines.append(f"normalize: {scheme.normalize}  # own key {'included' if scheme.attend_current else 'left out'}")
     if scheme.contextual is not None:
         lines.append(f"contextual: {scheme.contextual.source()}")
-    for name in ("window", "chunk", "sink"):
+    for name in ("window", "chunk", "sink", "softcap"):
         if getattr(scheme, name) is not None:
             lines.append(f"{name}: {getattr(scheme, name)}")
     return "\n".join(lines + _settings_lines(scheme))

@@ -159,7 +159,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 @click.option("--threads", type=click.IntRange(0, L.MAX_THREADS), default=0, help="torch CPU threads (0: the idle cores, from the load average).")
 @click.option("--quick", is_flag=True, help="A smoke-test study: 150 steps, lengths to 16x, 2 windows.")
 @click.option("--study", type=click.Choice(["default", "extension", "retrieval", "frequency", "grid", "bias",
-                                                 "counting"]),
+                                                 "counting", "layers"]),
               default="default",
               show_default=True,
               help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
@@ -176,7 +176,11 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "see pedsl.study.bias). "
               "counting: the k-th last marker or sentence with segments of variable length (--data select_last, "
               "sentence_first or a mixture), evaluated with more and longer segments (--set evals=1x1,4x1,2x2,4x4), "
-              "3 seeds by default (default SCHEMES: rope, nope, alibi, cope; see pedsl.study.counting).")
+              "3 seeds by default (default SCHEMES: rope, nope, alibi, cope; see pedsl.study.counting). layers: "
+              "per-layer schemes past the training length, 3 seeds by default: full RoPE, a sliding window, "
+              "Gemma-3-style 5:1 local/global, Llama-4-style NoPE interleaving, each with and without a learned sink "
+              "logit, and RoPE with a sink token, and RoPE-ID; perplexity to 32x, retrieval to 16x, far and sink "
+              "attention mass (6 layers; see pedsl.study.layers).")
 @executor_options
 @click.option("--track", type=click.Choice(["tensorboard", "mlflow"]), default=None,
               help="Export the finished study to an experiment tracker: tensorboard (event files in each run folder "
@@ -226,7 +230,7 @@ def compare(schemes, preset, steps, out, lengths, windows, seed, seeds, data, an
         return _track(track, out, tracking_uri, say)
     common = {"preset": preset, "steps": steps, "data": data, "lengths": parse_lengths(lengths), "windows": windows,
               "quick": quick, "analyze_max": analyze_max, "sets": set_values}
-    if study in ("retrieval", "bias") or (seed_list and len(seed_list) > 1):
+    if study in ("retrieval", "bias", "layers") or (seed_list and len(seed_list) > 1):
         from pedsl.study.seeded.run import run_seeded
 
         name = None if study == "default" else study

@@ -255,7 +255,7 @@ _FIXED_NAMES = (
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
-    "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding",
+    "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap",
 )
 
 
@@ -389,7 +389,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
         "    axes = AXES",
         "    normalize, attend_current = NORMALIZE, ATTEND_CURRENT",
-        "    window, chunk, sink = WINDOW, CHUNK, SINK",
+        "    window, chunk, sink, softcap = WINDOW, CHUNK, SINK, SOFTCAP",
         "    cope_max_pos = COPE_MAX_POS",
         "",
         "    def __init__(self) -> None:",
@@ -511,6 +511,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"WINDOW = {literal(plan.window)}",
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",
+        f"SOFTCAP = {literal(plan.softcap)}",
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",
         "",

@@ -826,9 +826,12 @@ def sink_rows(sink, r0: int, r1: int):
     return None if sink is None else (sink[0][..., r0:r1], sink[1])
 
 
-def attend(q, k, v, mask, bias, scale=None, sink=None):
+def attend(q, k, v, mask, bias, scale=None, sink=None, softcap=None):
     """SDPA of a block of queries with a boolean mask and an additive bias; rows with no key give zeros.
-    ``sink``: (logit column (B, Hq, rows), value (1, Hq, 1, D) or None), one more key every row sees."""
+    ``sink``: (logit column (B, Hq, rows), value (1, Hq, 1, D) or None), one more key every row sees.
+    ``softcap``: the scores (with the bias) pass through softcap * tanh(s / softcap) first (explicit scores)."""
+    if softcap is not None:
+        return capped_attend(q, k, v, mask, bias, softcap, sink, scale)
     Hq, Hk = q.shape[1], k.shape[1]
     if sink is not None:
         q, k, v, mask, bias = with_sink(q, k, v, mask, bias, sink)
@@ -848,6 +851,39 @@ def attend(q, k, v, mask, bias, scale=None, sink=None):
     if ok is not None:
         o = o * ok.to(o.dtype)
     return o
+
+
+def soft_cap(s: Tensor, cap) -> Tensor:
+    """Logit soft-capping (Gemma 2): ``cap * tanh(s / cap)``; ``s`` itself without a cap. A score of
+    -inf (a key masked already) stays -inf: the cap bounds scores, it does not unmask keys."""
+    return s if cap is None else torch.where(s == float("-inf"), s, cap * torch.tanh(s / cap))
+
+
+def _capped_block(q, k, v, mask, bias, cap, col, vs, scale):
+    s = soft_cap((q @ k.transpose(-1, -2)) * scale + (0.0 if bias is None else bias), cap)
+    if mask is not None:
+        s = s.masked_fill(~mask, float("-inf"))
+    if col is not None:  # the sink's logit, uncapped, one more column every row sees
+        s = torch.cat([s, col.to(s.dtype).unsqueeze(-1).expand(*s.shape[:-1], 1)], dim=-1)
+    ok = torch.isfinite(s).any(-1, keepdim=True)  # a row with no key gives zeros
+    p = torch.softmax(s.masked_fill(~ok, 0.0), dim=-1) * ok
+    o = p[..., : k.shape[2]].to(v.dtype) @ v
+    return o if vs is None else o + p[..., -1:].to(v.dtype) * vs
+
+
+def capped_attend(q, k, v, mask, bias, cap: float, sink=None, scale=None) -> Tensor:
+    """:func:`attend` with soft-capped scores, on explicit (rows, keys) scores in float32 at least; with
+    gradients the block is recomputed in the backward pass, so training holds one block of scores."""
+    Hq, Hk, D = q.shape[1], k.shape[1], q.shape[3]
+    if Hq != Hk:
+        k, v = k.repeat_interleave(Hq // Hk, dim=1), v.repeat_interleave(Hq // Hk, dim=1)
+    dt = torch.promote_types(q.dtype, torch.float32)
+    col, vs = (None, None) if sink is None else sink
+    args = (q.to(dt), k.to(dt), v, mask, None if bias is None else bias.to(dt), cap, col,
+            None if vs is None else vs.to(v.dtype), D ** -0.5 if scale is None else scale)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, bias, col, vs) if t is not None):
+        return torch.utils.checkpoint.checkpoint(_capped_block, *args, use_reentrant=False).to(q.dtype)
+    return _capped_block(*args).to(q.dtype)
 
 
 def with_sink(q, k, v, mask, bias, sink):
@@ -885,7 +921,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     Hq, Lq = q.shape[1], q.shape[2]
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
-    shape = shape_of(scheme)
+    shape, cap = shape_of(scheme), getattr(scheme, "softcap", None)
     K, V, kpos, kdoc, kvalid, kcoord = all_keys(cache, lay, k, v, bi.coord, Lc)
     if cache is not None and Lc and cache.one_doc and lay.docs is cache._doc_view:
         multi_doc = False  # decoding inside the cached document
@@ -894,7 +930,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
     plain = (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
-             and not bi.queries and not bi.axial and kcoord is None and sink is None and not explicit_scores(scheme))
+             and not bi.queries and not bi.axial and kcoord is None and sink is None and cap is None
+             and not explicit_scores(scheme))
     if plain and shape is None:  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     if plain and banded(shape, lay.positions, q):  # the band without a mask on its bulk (O(L N))
@@ -917,7 +954,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
         if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and not bi.queries
-                and not bi.axial and kcoord is None and shape is None and sink is None and not explicit_scores(scheme)):
+                and not bi.axial and kcoord is None and shape is None and sink is None and cap is None
+                and not explicit_scores(scheme)):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
@@ -928,7 +966,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
             outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                       q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))
             continue
-        outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1)))
+        outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1),
+                           softcap=cap))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
@@ -980,6 +1019,7 @@ def _explicit_block(scheme, q, K, V, ok, bias, qc, emb):
     s = (q @ K.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if bias is not None:
         s = s + bias
+    s = soft_cap(s, getattr(scheme, "softcap", None))
     return explicit_weights(scheme, s, ok, qc, emb).to(V.dtype) @ V
 
 

@@ -26,7 +26,7 @@ from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
-from pedsl.compiler.general import angle_dtype, explicit_weights, own_key_counts, xpos_scale
+from pedsl.compiler.general import angle_dtype, explicit_weights, own_key_counts, soft_cap, xpos_scale
 from pedsl.compiler.module_values import ModuleScheme
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
@@ -421,6 +421,7 @@ class SchemeAttention(nn.Module):
         bias = self.bias_table(L, x, tokens, q.device)
         if bias is not None:
             s = s + bias.to(s.dtype)
+        s = soft_cap(s, self.plan.softcap)
         if self.plan.explicit_scores:  # stick-breaking, CoPE: weights of the visible keys j <= i (or j < i)
             ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if own_key_counts(self.plan) else -1)
             seen = self.window_visible(L, q.device)

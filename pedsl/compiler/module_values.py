@@ -51,6 +51,7 @@ class ModuleScheme:
         self.normalize, self.attend_current = mod.plan.normalize, mod.plan.attend_current
         self.kernels = FusedKernels(mod.layout)
         self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
+        self.softcap = mod.plan.softcap
         self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
 
     # the learned sink's parameters (read on use: they follow the module's device and dtype)

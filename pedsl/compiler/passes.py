@@ -278,6 +278,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         backend_why=g.graph["backend_note"],
         half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
+        softcap=g.graph.get("softcap"),
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
         contextual=g.graph.get("contextual"))
     return g

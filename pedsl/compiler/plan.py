@@ -171,11 +171,14 @@ class Plan:
     window: int | None = None
     chunk: int | None = None
     sink: str | None = None
+    # logit soft-capping (Gemma 2): scores s -> softcap * tanh(s / softcap), on the general forward's
+    # explicit blocks of scores (no fused kernel caps them)
+    softcap: float | None = None
 
     @property
     def shaped(self) -> bool:
-        """A window, a chunk or a sink: the attention is not plain causal attention."""
-        return self.window is not None or self.chunk is not None or self.sink is not None
+        """A window, a chunk, a sink or a soft cap: the attention is not plain causal attention."""
+        return self.window is not None or self.chunk is not None or self.sink is not None or self.softcap is not None
 
     @property
     def params(self) -> tuple[Site, ...]:

@@ -194,7 +194,7 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     ta = None if a.temperature is None else to_source(rename(a.temperature, renamed))
     tb = None if b.temperature is None else to_source(b.temperature)
     _optional("temperature", ta, tb, out, value)
-    for name in ("window", "chunk", "sink"):  # the attention's shape (docs/semantics.md §11)
+    for name in ("window", "chunk", "sink", "softcap"):  # the attention's shape (docs/semantics.md §11)
         _optional(name, getattr(a, name), getattr(b, name), out, value, show=str)
 
     value("normalize", _normalizer(a), _normalizer(b))

@@ -103,11 +103,11 @@ class SchemeFacts:
 
 
 def attention_shape(s: Scheme) -> str:
-    """The keys a query sees and the sink, in words."""
+    """The keys a query sees, the sink and the soft cap, in words."""
     seen = (f"sliding window of {s.window}" if s.window is not None else
             f"chunks of {s.chunk} positions" if s.chunk is not None else "causal")
     sink = {"logit": ", learned sink logit", "token": ", learned sink token"}.get(s.sink or "", "")
-    return seen + sink
+    return seen + sink + ("" if s.softcap is None else f", scores soft-capped at {s.softcap:g}")
 
 
 def env_of(s: Scheme, n: int | None = None) -> StaticEnv:

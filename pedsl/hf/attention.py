@@ -237,6 +237,8 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     state: _State = getattr(module, _ATTR)
     if state.module is not None and getattr(state.module, "sink_logit", None) is getattr(module, "sinks", 0):
         kwargs.pop("s_aux", None)  # the model's sinks are the part's sink logits (_layer_state)
+    if kwargs.get("softcap") is not None and state.module is not None and state.module.plan.softcap == kwargs["softcap"]:
+        kwargs.pop("softcap")  # the scheme caps the scores alike (_check_softcap)
     check_kwargs(dropout, kwargs)
     if state.hf is not None:  # q and k carry the scheme's rotation: plain causal attention
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling)
@@ -291,12 +293,25 @@ def scheme_for(model, scheme=None) -> Scheme:
 def _refuse_model_features(model, layers) -> None:
     """Attention features of the model that pedsl's attention would not apply: refused up front (the sinks
     of a model whose scheme has none: a ``layers`` scheme's parts may take them, see _layer_state)."""
-    cfg = model.config
-    cap = getattr(cfg, "attn_logit_softcapping", None)
-    if cap is not None:
-        _refuse_kwarg("softcap", cap)
     if layers and any(isinstance(getattr(layer, "sinks", None), torch.Tensor) for layer in layers):
         _refuse_kwarg("sinks", "per-head sink logits of the model")
+
+
+def _check_softcap(model, sch: Scheme) -> None:
+    """A model that soft-caps its scores (Gemma 2's attn_logit_softcapping) needs a scheme that caps them
+    alike in every layer (the default scheme, import-hf of its config, does); pedsl then applies the cap."""
+    cap = getattr(model.config.get_text_config(), "attn_logit_softcapping", None)
+    if cap is None:
+        return
+    parts = sch.layers.parts.items() if sch.layers is not None else [(sch.name, sch)]
+    other = [(name, p.softcap) for name, p in parts if p.softcap is None or abs(p.softcap - cap) > 1e-12 * cap]
+    if other:
+        name, got = other[0]
+        raise InteropError(f"the model soft-caps its attention scores at {cap:g} (attn_logit_softcapping) but the "
+                           f"scheme's '{name}' " + ("has no softcap" if got is None else f"caps at {got:g}") +
+                           ": pedsl's attention would silently differ from the model's", code="E964",
+                           hint=f"add softcap = {cap:g} to the scheme (import-hf writes it), or use a model without "
+                           "soft-capping")
 
 
 def _rope_width(inner: nn.Module) -> int | None:
@@ -338,7 +353,7 @@ def _hf_family(sch: Scheme):
 
 def _choose_path(sch: Scheme, mod, layers, rotaries) -> tuple[dict | None, int | None]:
     """(export_rope of the scheme, the model's cos width) for HF's rotary path, or (None, None)."""
-    hf = _hf_family(sch)
+    hf = _hf_family(sch) if getattr(sch, "softcap", None) is None else None  # HF's SDPA does not cap
     widths = {_rope_width(getattr(parent, name)) for parent, name in rotaries}
     width = widths.pop() if len(widths) == 1 else None
     if hf is not None and width is not None:
@@ -387,9 +402,8 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     ``scheme``: a `.pe` path or text, or a loaded Scheme; by default the model's own rope parameters
     imported with :func:`pedsl.hf.import_config` (then the logits equal the native model's).
     ``backend`` is the compiled module's (the general path; HF's rotary path attends with SDPA)."""
-    # the model's own attention features pedsl does not apply, before its config is read for a scheme
-    _refuse_model_features(model, [])
     sch = scheme_for(model, scheme)
+    _check_softcap(model, sch)
     if sch.layers is not None:
         return _use_layers(model, sch, backend)
     _refuse_model_features(model, [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")])

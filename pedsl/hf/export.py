@@ -125,7 +125,8 @@ def llama4_config(model, scheme, context: int) -> dict:
     why = ("a sliding window (Llama 4 has chunks only)" if "sliding_window" in fields else
            "no RoPE layer" if rp is None else "different ropes in its layers" if "rope_type" not in rp else
            "a partial rotation" if rp.get("partial_rotary_factor", 1.0) != 1.0 else
-           "sinks" if any(part_window(p)[2] for p in scheme.layers.parts.values()) else None)
+           "sinks" if any(part_window(p)[2] for p in scheme.layers.parts.values()) else
+           "a logit soft-cap (Llama 4 has none)" if "attn_logit_softcapping" in fields else None)
     if why:
         raise InteropError(f"scheme '{scheme.name}' has NoPE layers, which Llama 4 text can hold, but also {why}",
                            code="E962", hint="export a run whose RoPE layers share one full rotation")

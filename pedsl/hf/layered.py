@@ -7,9 +7,9 @@ Read from transformers 5's configs and model files:
   ``sliding_window_pattern`` = 6), ``sliding_window`` (key j visible to query i iff i - j < N:
   ``window = N``), one rope for both (Gemma 2) or ``rope_parameters`` per layer type (Gemma 3; in
   legacy files ``rope_theta`` + ``rope_scaling`` for the full layers and ``rope_local_base_freq`` for
-  the sliding ones). ``query_pre_attn_scalar`` and ``attn_logit_softcapping`` are not positional: the
-  model passes them to its attention function (``scaling``, ``softcap``) and the scheme does not
-  carry them (the written header names them).
+  the sliding ones), ``attn_logit_softcapping`` (every part's ``softcap = c``: the scores pass
+  through ``c * tanh(s / c)``). ``query_pre_attn_scalar`` is not positional: the model passes it to
+  its attention function (``scaling``) and the scheme does not carry it (the written header names it).
 - **Llama 4 text**: ``no_rope_layers`` (1: a RoPE layer, 0: a NoPE layer), rotary pairs (2k, 2k + 1)
   (``layout interleaved``), ``attention_chunk_size`` on the RoPE layers (``chunk = N``) and, on the
   NoPE layers, ``attn_temperature_tuning``: q is scaled by
@@ -102,12 +102,13 @@ def layer_kinds(cfg: dict) -> list[str]:
 
 
 def is_layered(cfg: dict) -> bool:
-    """Whether the config's layers differ (or carry a window, a chunk, sinks): :func:`import_layered`'s."""
+    """Whether the config's layers differ (or carry a window, a chunk, sinks, a soft cap): :func:`import_layered`'s."""
     cfg = text_config(cfg)
     mt = (arch.model_types(cfg) or [""])[-1]
     if mt not in arch.LAYERED or (mt == "qwen2" and not cfg.get("use_sliding_window")):
         return False  # Qwen2's attention windows no layer unless use_sliding_window
-    return mt == "gpt_oss" or mt.startswith("gemma3") or any(k != FULL for k in layer_kinds(cfg))
+    return (mt == "gpt_oss" or mt.startswith("gemma3") or cfg.get("attn_logit_softcapping") is not None
+            or any(k != FULL for k in layer_kinds(cfg)))
 
 
 def _rope_for(cfg: dict, kind: str, mt: str) -> dict:
@@ -135,8 +136,14 @@ def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
         extra.append(f"chunk = {_int(cfg, 'attention_chunk_size')}")
     if mt == "gpt_oss":
         extra.append("sink = logit")
+    cap = cfg.get("attn_logit_softcapping")
+    if cap is not None:
+        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not 0 < cap < math.inf:
+            raise InteropError(f"config key 'attn_logit_softcapping' must be a positive number or null, got "
+                               f"{quoted(cap, 60)}", code="E963")
+        extra.append(f"softcap = {format_number(float(cap))}")
     if kind == NOPE:
-        return _nope_text(cfg, name)
+        return _nope_text(cfg, name, extra)
     text = import_config(_rope_for(cfg, kind, mt), name=name)
     if mt.startswith("llama4"):
         text = text.replace("  layout halves\n", "  layout interleaved\n")
@@ -145,7 +152,7 @@ def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
     return "\n".join(lines[:at] + [f"  {e}" for e in extra] + lines[at:]) + "\n"
 
 
-def _nope_text(cfg: dict, name: str) -> str:
+def _nope_text(cfg: dict, name: str, extra: list[str]) -> str:
     heads = _int(cfg, "num_attention_heads")
     head_dim = _int(cfg, "head_dim") or _int(cfg, "hidden_size") // heads
     lines = [f'scheme {name} "NoPE layer of a Hugging Face Llama 4 text config" {{',
@@ -158,7 +165,10 @@ def _nope_text(cfg: dict, name: str) -> str:
                 raise InteropError(f"config key '{key}' must be a positive number, got {quoted(v, 60)}", code="E963")
         lines += [f"  param floor_scale: float (> 0) = {format_number(float(floor_scale))}",
                   f"  param attn_scale: float (> 0) = {format_number(float(attn_scale))}",
-                  f"  temperature = {LLAMA4_TEMPERATURE}", "  allow temperature_without_length"]
+                  f"  temperature = {LLAMA4_TEMPERATURE}"]
+    lines += [f"  {e}" for e in extra]
+    if cfg.get("attn_temperature_tuning", True):
+        lines.append("  allow temperature_without_length")
     return "\n".join(lines + ["}"]) + "\n"
 
 
@@ -197,7 +207,7 @@ def layered_text(config: dict, name: str | None = None) -> str:
     short = {FULL: "full", SLIDING: "sliding", CHUNKED: "chunked", NOPE: "nope"}
     names = {k: f"{base}_{short[k]}" for k in dict.fromkeys(kinds)}
     notes = [f"# Imported by pedsl import-hf from a Hugging Face {_pe_text(mt)} config: {len(kinds)} layers."]
-    for key in ("query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping"):
+    for key in ("query_pre_attn_scalar", "final_logit_softcapping"):
         if cfg.get(key) is not None:
             notes.append(f"# {key} = {_pe_text(cfg[key])}: not positional (the model applies it; not in the scheme).")
     parts = [_part_text(cfg, k, mt, names[k]) for k in names]
@@ -240,6 +250,17 @@ def part_window(part) -> tuple[int | None, int | None, Any]:
     return getattr(part, "window", None), getattr(part, "chunk", None), getattr(part, "sink", None)
 
 
+def _softcap(scheme, parts: list[str]) -> dict:
+    """``attn_logit_softcapping`` of the layers' parts: one cap for every layer (HF has one), or none."""
+    caps = {name: getattr(scheme.layers.parts[name], "softcap", None) for name in dict.fromkeys(parts)}
+    if len(set(caps.values())) > 1:
+        shown = ", ".join(f"{n}: {c if c is not None else 'none'}" for n, c in caps.items())
+        raise InteropError(f"scheme '{scheme.name}' soft-caps its layers differently ({shown}); HF has one "
+                           "attn_logit_softcapping for every layer", code="E962")
+    cap = next(iter(caps.values()))
+    return {} if cap is None else {"attn_logit_softcapping": cap}
+
+
 def _nope_tuning(part) -> dict | None:
     """Llama 4's attn_temperature_tuning fields of a NoPE part whose temperature is the one import writes;
     {} for no temperature; None for another temperature."""
@@ -255,8 +276,8 @@ def _nope_tuning(part) -> dict | None:
 
 def export_layers(scheme, n_layers: int) -> dict:
     """The config fields of a resolved ``layers`` scheme for a model of ``n_layers`` layers: ``layer_types``,
-    ``sliding_window``, ``rope_parameters`` (one, or per layer type as Gemma 3's), ``no_rope_layers`` and
-    Llama 4's temperature fields; InteropError (E962) naming the layer whose part has no such field."""
+    ``sliding_window``, ``rope_parameters`` (one, or per layer type as Gemma 3's), ``no_rope_layers``,
+    Llama 4's temperature fields and ``attn_logit_softcapping``; InteropError (E962) naming the layer whose part has no such field."""
     parts = scheme.layers.assign(n_layers)
     kinds, ropes, tuning, windows = [], {}, {}, set()
     for i, name in enumerate(parts):
@@ -273,13 +294,13 @@ def export_layers(scheme, n_layers: int) -> dict:
         kind = SLIDING if window is not None else CHUNKED if chunk is not None else FULL
         windows.add((kind, window or chunk))
         # the rotation alone: the window, chunk and sink are the config's own fields (written below)
-        rotation = part.model_copy(update={"window": None, "chunk": None, "sink": None})
+        rotation = part.model_copy(update={"window": None, "chunk": None, "sink": None, "softcap": None})
         rope = export_rope(rotation, allow_interleaved=True)["rope_parameters"]
         if ropes.setdefault(kind, rope) != rope:
             raise InteropError(f"layer {i} ({name}) has another rope than the earlier {kind} layers; HF gives one rope "
                                "per layer type", code="E962")
         kinds.append(kind)
-    return _fields(scheme, kinds, ropes, tuning, windows)
+    return {**_fields(scheme, kinds, ropes, tuning, windows), **_softcap(scheme, parts)}
 
 
 def _fields(scheme, kinds, ropes, tuning, windows) -> dict:

@@ -443,8 +443,9 @@ def _call_args(call: ast.Call) -> dict:
 
 
 def _refuse_shape(scheme: Scheme) -> None:
-    """A window, chunk or sink has no place in rope_parameters (the model's config fields hold them)."""
-    shape = [f"{n} = {getattr(scheme, n)}" for n in ("window", "chunk", "sink") if getattr(scheme, n) is not None]
+    """A window, chunk, sink or soft cap has no place in rope_parameters (the model's config fields hold them)."""
+    shape = [f"{n} = {getattr(scheme, n)}" for n in ("window", "chunk", "sink", "softcap")
+             if getattr(scheme, n, None) is not None]
     if shape:
         raise _refuse(scheme, f"{', '.join(shape)}; rope_parameters hold the rotation only (the attention's "
                       "shape lives in the model's own config fields)")

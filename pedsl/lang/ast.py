@@ -165,9 +165,10 @@ class ContextualStmt(Node):
 
 
 class WindowStmt(Node):
-    """``window = N`` (sliding) or ``chunk = N`` (chunked): which keys a query sees (docs/semantics.md §11)."""
+    """``window = N`` (sliding) or ``chunk = N`` (chunked): which keys a query sees; ``softcap = c``: the
+    scores pass through ``c * tanh(s / c)`` before the softmax (Gemma 2; docs/semantics.md §11)."""
 
-    kind: Literal["window", "chunk"] = "window"
+    kind: Literal["window", "chunk", "softcap"] = "window"
     value: Expr
 
 

@@ -66,7 +66,7 @@ WARNINGS = {
 
 KEYWORDS = {
     "scheme", "extends", "import", "param", "let", "layout", "axes", "channels", "on", "bias",
-    "temperature", "window", "chunk", "sink", "train", "eval", "allow", "qk", "qkv", "true", "false",
+    "temperature", "window", "chunk", "sink", "softcap", "train", "eval", "allow", "qk", "qkv", "true", "false",
     "int", "float", "bool", "str", "halves", "interleaved",
 }
 

@@ -131,6 +131,7 @@ class Merged:
     window: Located | None = None  # window = N
     chunk: Located | None = None  # chunk = N
     sink: Located | None = None  # sink = logit | token
+    softcap: Located | None = None  # softcap = c
     train: dict[str, Located] = field(default_factory=dict)
     eval: dict[str, Located] = field(default_factory=dict)
     allow: list[Located] = field(default_factory=list)
@@ -151,7 +152,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
             if st.kind in ("param", "let"):
                 key = ("name", st.name)
             elif st.kind in ("layout", "axes", "channels", "bias", "temperature", "normalize", "contextual", "window",
-                             "chunk", "sink"):
+                             "chunk", "sink", "softcap"):
                 key = (st.kind, "")
             if key is not None:
                 if key in seen:
@@ -181,7 +182,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                 m.temperature = loc
             elif st.kind == "normalize":
                 m.normalize = loc
-            elif st.kind in ("contextual", "window", "chunk", "sink"):
+            elif st.kind in ("contextual", "window", "chunk", "sink", "softcap"):
                 setattr(m, st.kind, loc)
             elif st.kind == "section":
                 table = m.train if st.section == "train" else m.eval

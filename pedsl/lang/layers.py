@@ -1,7 +1,9 @@
 """Per-layer schemes: a scheme whose body is a ``layers { ... }`` block, resolved into a :class:`LayerMap`.
 
 A ``layers`` block names other schemes (its parts, declared in the file or an imported one; each is
-resolved as an ordinary scheme, ``extends`` included) and says which layer takes which. Its rules and
+resolved as an ordinary scheme, ``extends`` included) and says which layer takes which. A scheme that
+extends a ``layers`` scheme inherits its map and may add training / evaluation settings or a
+``layers`` block of its own, which replaces the base's. Its rules and
 their precedence (docs/semantics.md "Per-layer schemes"): ``at([i, ...])`` over ``first(n)`` /
 ``last(n)`` over ``every(k)`` over ``pattern = [...]`` / ``default``. Checked here: the rule names and
 arguments (E250), the parts (unknown E251; nested or disagreeing parts E252), rules of one tier that
@@ -220,22 +222,40 @@ def check_fit(layer_map: LayerMap, count: int, report: Callable[[str, str, dict,
             return
 
 
-def resolve_layered(decl: ast.SchemeDecl, src: Source, overrides: dict[str, Any], struct: dict[str, int],
+def _check_chain(links: list[tuple[ast.SchemeDecl, Source]]) -> list[Diagnostic]:
+    """A scheme that extends a ``layers`` scheme inherits its layer map (the nearest ``layers`` block of the
+    chain is the one that counts) and may add only what a ``layers`` scheme holds; a ``layers`` scheme
+    extends only another one."""
+    diags: list[Diagnostic] = []
+    for i, (d, s) in enumerate(links):
+        report = _Reporter(s)
+        base = links[i - 1][0] if i else None
+        if base is not None and is_layered(d) and not any(is_layered(b) for b, _ in links[:i]):
+            report("E250", f"'{d.name}' has a layers block and extends '{base.name}', which has none: a layers "
+                   "scheme extends only another layers scheme", d,
+                   hint="extend the parts instead (scheme local extends base { ... })")
+        blocks = [st for st in d.body if st.kind == "layers"]
+        for st in blocks[1:]:
+            report("E205", f"'layers' is declared twice in scheme '{d.name}'", st, hint=_first_on(blocks[0]))
+        for st in d.body:
+            if st.kind not in SHELL_STATEMENTS:
+                what = "a scheme with a layers block" if blocks else f"a scheme extending the layers scheme '{base.name}'"
+                report("E250", f"{what} holds only layers, train, eval and allow, not '{st.kind}'", st,
+                       hint="put it in a part (each part is an ordinary scheme)")
+        diags.extend(report.diags)
+    return diags
+
+
+def resolve_layered(links: list[tuple[ast.SchemeDecl, Source]], overrides: dict[str, Any], struct: dict[str, int],
                     count: int | None, resolve_part: PartResolver, resolve_shell: Callable[[dict, dict], tuple]
                     ) -> tuple[Scheme | None, list[Diagnostic]]:
-    """The scheme with its :class:`LayerMap`. ``resolve_part`` resolves one part (the ordinary resolver),
-    ``resolve_shell(overrides, struct)`` the scheme's own train/eval/allow statements."""
+    """The scheme (the last of its ``extends`` chain ``links``, root first) with its :class:`LayerMap`.
+    ``resolve_part`` resolves one part (the ordinary resolver), ``resolve_shell(overrides, struct)`` the
+    chain's train/eval/allow statements."""
+    decl, src = next((d, s) for d, s in reversed(links) if is_layered(d))  # the block that counts
     report = _Reporter(src)
-    if decl.base is not None:
-        report("E250", f"'{decl.name}' has a layers block and extends '{decl.base}': a layers scheme extends "
-               "nothing", decl, hint="extend the parts instead (scheme local extends base { ... })")
+    report.diags.extend(_check_chain(links))
     blocks = [st for st in decl.body if st.kind == "layers"]
-    for st in blocks[1:]:
-        report("E205", f"'layers' is declared twice in scheme '{decl.name}'", st, hint=_first_on(blocks[0]))
-    for st in decl.body:
-        if st.kind not in SHELL_STATEMENTS:
-            report("E250", f"a scheme with a layers block holds only layers, train, eval and allow, not '{st.kind}'",
-                   st, hint="put it in a part (each part is an ordinary scheme)")
     rules = [(r, node) for node in blocks[0].rules if (r := _rule(node, report)) is not None]
     if not blocks[0].rules:
         report("E250", f"the layers block of '{decl.name}' is empty", blocks[0], hint="write default = scheme")

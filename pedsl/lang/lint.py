@@ -163,7 +163,7 @@ def _exprs(st) -> list[ast.Expr]:
     k = st.kind
     if k == "param":
         return [st.default] + [c.value for c in st.constraints]
-    if k in ("let", "transport", "bias", "temperature", "window", "chunk"):
+    if k in ("let", "transport", "bias", "temperature", "window", "chunk", "softcap"):
         return [st.value]
     if k == "channels":
         return [g.spec for g in st.groups]

@@ -168,6 +168,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         temperature = self.resolve_temperature(lets)
         normalize = self.resolve_normalize(transports, env) or ("softmax", True)
         window, chunk, sink = self.resolve_shape(env, lets)
+        softcap = self.resolve_softcap(env, lets, transports)
         self.check_sink_transports(sink, transports)
         self.check_sink_normalizer(sink, normalize[0])
         contextual = self.resolve_contextual(env, lets, transports, sink)
@@ -200,6 +201,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             window=window,
             chunk=chunk,
             sink=sink,
+            softcap=softcap,
             train=train,
             eval=evals,
             allow=tuple(allow),
@@ -260,9 +262,9 @@ def resolve(
     struct.update({k: int(v) for k, v in (structural or {}).items() if v is not None})
     overrides = {k: (parse_override(v) if isinstance(v, str) else v) for k, v in (params or {}).items()}
     count = struct.pop("layers", None)  # the model's layer count: only a `layers` block reads it
-    if is_layered(decl):
-        return _resolve_layered(decl, src, overrides, struct, count)
     links = chain(decl, src, diags)
+    if any(is_layered(d) for d, _ in links):
+        return _resolve_layered(links, diags, src, overrides, struct, count)
     merged = merge(links, diags)
     try:
         result, more = Resolver(merged, overrides, struct, src).resolve() if not has_errors(diags) else (None, [])
@@ -279,20 +281,27 @@ def resolve(
     return result, diags
 
 
-def _resolve_layered(decl: ast.SchemeDecl, src: Source, overrides: dict[str, Any], struct: dict[str, int],
-                     count: int | None) -> tuple[Scheme, list[Diagnostic]]:
-    """A scheme with a ``layers`` block: its parts resolved by :func:`resolve`, its own statements by the
-    Resolver (``-P layers=N`` gives the layer count when the model does not)."""
+def _resolve_layered(links: list[tuple[ast.SchemeDecl, Source]], found: list[Diagnostic], src: Source,
+                     overrides: dict[str, Any], struct: dict[str, int], count: int | None
+                     ) -> tuple[Scheme, list[Diagnostic]]:
+    """A scheme with a ``layers`` block (its own or its base's; ``links``: its extends chain, root first,
+    ``found``: what the chain reported): its parts resolved by :func:`resolve`, the chain's own
+    statements by the Resolver (``-P layers=N`` gives the layer count when the model does not)."""
+    decl = links[-1][0]
+    if has_errors(found):
+        errs = sorted(found, key=report_order)
+        raise CheckError(errs[0].message, diagnostics=errs)
     if "layers" in overrides:
         count = layer_count_override(overrides.pop("layers"), count, decl, src)
 
     def shell(own: dict[str, Any], shape: dict[str, int]) -> tuple[Scheme | None, list[Diagnostic]]:
         notes: list[Diagnostic] = []
-        merged = merge([(decl, src)], notes)
+        merged = merge(links, notes)
         result, more = Resolver(merged, own, shape, src).resolve()
         return result, notes + more
 
-    result, diags = resolve_layered(decl, src, overrides, struct, count, resolve, shell)
+    result, diags = resolve_layered(links, overrides, struct, count, resolve, shell)
+    diags = found + diags
     if result is None or has_errors(diags):
         errs = sorted(diags, key=report_order)
         raise CheckError(errs[0].message, diagnostics=errs)
@@ -318,7 +327,7 @@ def check_all(src: Source, params: dict[str, Any] | None = None) -> list[Diagnos
             continue
         names[decl.name] = decl
         own = {k: v for k, v in (params or {}).items()}
-        if not is_layered(decl) and any(is_layered(d) for d in src.module.schemes):
+        if not any(is_layered(d) for d, _ in chain(decl, src, [])) and any(is_layered(d) for d in src.module.schemes):
             own.pop("layers", None)  # -P layers=N is the layer count of the file's layers schemes
         try:
             _, diags = resolve(src, decl.name, own)

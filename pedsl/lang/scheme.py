@@ -194,6 +194,9 @@ class Scheme(_Frozen):
     window: int | None = None
     chunk: int | None = None
     sink: Literal["logit", "token"] | None = None
+    # logit soft-capping (Gemma 2's attn_logit_softcapping): every score s (after scale, temperature and
+    # bias) becomes softcap * tanh(s / softcap) before the mask and the softmax
+    softcap: float | None = None
     train: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] = Field(default_factory=dict)
     allow: tuple[str, ...] = ()

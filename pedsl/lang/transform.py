@@ -170,6 +170,9 @@ class ToAst(Transformer):
     def chunk(self, meta, c):
         return ast.WindowStmt(kind="chunk", value=c[0], span=_span_of(meta))
 
+    def softcap(self, meta, c):
+        return ast.WindowStmt(kind="softcap", value=c[0], span=_span_of(meta))
+
     def sink(self, meta, c):
         return ast.SinkStmt(value=str(c[0]), value_span=_tok_span(c[0]), span=_span_of(meta))
 

@@ -1,11 +1,14 @@
-"""The attention's shape: ``window = N``, ``chunk = N`` and ``sink = logit | token``, checked.
+"""The attention's shape: ``window = N``, ``chunk = N``, ``sink = logit | token`` and ``softcap = c``, checked.
 
 ``N`` is an integer >= 1 known when the scheme is checked (a literal, a param, arithmetic on them);
-a scheme has a window or a chunk, never both; ``none`` drops one inherited through ``extends``.
+a scheme has a window or a chunk, never both; ``c`` is a number > 0 known alike (Gemma 2's logit
+soft-capping: every score s becomes c * tanh(s / c)); ``none`` drops one inherited through ``extends``.
 What they mean (positions, documents, padding, decoding): docs/semantics.md §11.
 """
 
 from __future__ import annotations
+
+import math
 
 from pedsl.errors import did_you_mean
 from pedsl.lang import ast
@@ -40,6 +43,35 @@ class WindowResolution(ResolverStage):
         self.report("E240", "sink = token with a transport of the values (qkv): the sink's value has no "
                     "position to be transported from", self.m.sink.stmt,
                     hint="use sink = logit, or transport only q and k (qk:)")
+
+    def resolve_softcap(self, env: StaticEnv, lets, transports) -> float | None:
+        """``softcap = c`` of the merged scheme: a number > 0 known when the scheme is checked, or None."""
+        loc = self.m.softcap
+        if loc is None or (loc.stmt.value.kind == "name" and loc.stmt.value.id == "none"):
+            return None
+        self._current = loc.src
+        value = loc.stmt.value
+        hint = "write softcap = 50.0 (Gemma 2's attn_logit_softcapping), or softcap = a param of type float"
+        t = self.checker().infer(value)
+        if t is None:
+            return None
+        if t.kind != "num" or t.axes or t.reads:
+            self.report("E240", f"softcap is a number known when the scheme is checked, not {t.show()}", value,
+                        hint=hint)
+            return None
+        folded = self.fold_or_report(inline_lets(value, lets), env)
+        if folded is FAILED:
+            return None
+        if folded is DYNAMIC or isinstance(folded, bool) or not isinstance(folded, (int, float)) \
+                or not math.isfinite(folded) or folded <= 0:
+            self.report("E240", f"softcap must be a finite number > 0 (the scores' bound), got {folded!r}", value,
+                        hint=hint)
+            return None
+        if any(t.kind == "accumulate_householder" for t in transports):
+            self.report("E240", "softcap with PaTH's Householder transport is not lowered: its kernels score keys "
+                        "without an explicit score matrix to cap", loc.stmt, hint="drop softcap, or the PaTH transport")
+            return None
+        return float(folded)
 
     def _width(self, loc, env: StaticEnv, lets) -> int | None:
         if loc is None:

@@ -33,6 +33,7 @@ STATEMENTS = {
     "window": ("window = ${1:512}", "a sliding window: a query sees itself and the N - 1 tokens before it"),
     "chunk": ("chunk = ${1:8192}", "chunked attention: a query sees the keys of its chunk of N positions"),
     "sink": ("sink = ${1|logit,token|}", "a learned attention sink: a logit per head, or a key/value slot"),
+    "softcap": ("softcap = ${1:50.0}", "logit soft-capping (Gemma 2): every score s becomes c * tanh(s / c)"),
     "train": ("train {\n\tcontext = ${1:train_length}\n}", "training settings"),
     "eval": ("eval {\n\tlengths = ${1:train_length * [1, 2, 4, 8]}\n}", "evaluation settings"),
     "allow": ("allow ${1|" + ",".join(WARNINGS) + "|}", "silence a lint warning"),

@@ -141,7 +141,8 @@ def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
                         allowed: Tensor | None = None, q_offset: int = 0, sink=None, normalize: str = "softmax",
-                        attend_current: bool = True, cope: Tensor | None = None) -> Tensor:
+                        attend_current: bool = True, cope: Tensor | None = None,
+                        softcap: float | None = None) -> Tensor:
     """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
@@ -149,9 +150,11 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
     zeros); q's row ``r`` is the query of token ``q_offset + r`` (k and v hold every token).
     ``normalize = "stick_breaking"`` replaces the softmax by :func:`stick_breaking_loop`.
     ``sink``: (logit ``(B|1, H, Lq)``, value ``(H, D)`` or None for zero): one more key every query
-    sees, whose score is that logit as it stands (no scale, temperature or bias).
+    sees, whose score is that logit as it stands (no scale, temperature, bias or cap).
     ``cope``: CoPE's learned embedding, ``(max_pos, D)`` shared by the heads or ``(H, max_pos, D)``: every
     score gains :func:`cope_loop`'s term, read by the query as given.
+    ``softcap``: each score (after scale, temperature and bias, before CoPE's term) becomes
+    ``softcap * tanh(s / softcap)``.
     """
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     B, H, L, D = k.shape
@@ -175,6 +178,8 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
                 s = s * tau_s[i]
             if bias_rows is not None:
                 s = s + bias_rows[i][j]
+            if softcap is not None:
+                s = softcap * torch.tanh(s / softcap)
             scores.append(s.expand(B, H))
             vals.append(vs[j] if U_rows is None else (U_rows[i][j] @ vs[j].unsqueeze(-1)).squeeze(-1))
         s = torch.stack(scores, dim=-1)  # (B, H, i+1)

@@ -14,11 +14,12 @@ transforms: its "post-transport" q and k are the pre-transforms only (none), not
 analysis.json::
 
     {"run", "scheme", "step", "context", "far_window", "lengths", "settings",
-     "layers": [{"layer", "far_mass": {"<L>": [H]}, "sink_mass": {"<L>": [H]},
+     "layers": [{"layer", "far_mass": {"<L>": [H]}, "sink_mass": {"<L>": [H]}, "learned_sink_mass": {"<L>": [H]},
                  "decoherence": {"<L>": {"bins", "mean": [H][bins], "std": [H][bins], "count"}},
                  "geometry": {"<L>": {"k_sigma1": [H], "k_stable_rank": [H], "q_sigma1", "q_stable_rank"}},
                  "frequency_energy": [{"group", "freqs": [P], "energy": [H][P], "log_mean_freq": [H]}]}],
-     "summary": {"far_mass" | "sink_mass" | "k_stable_rank" | "q_stable_rank": {"<L>": mean over layers, heads},
+     "summary": {"far_mass" | "sink_mass" | "learned_sink_mass" | "k_stable_rank" | "q_stable_rank":
+                 {"<L>": mean over layers, heads},
                  "frequency_energy": [{"group", "freqs", "energy": [P] (mean), "log_mean_freq"}]},
      "notes": [...], "wall_time_s"}
 """
@@ -104,8 +105,9 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
                      "them; far mass, sink mass and scores include them.")
     say(f"analyze {meta['scheme'].name}: lengths {lens}, far window W = {W}")
     eta = Eta(sum(L * L for L in lens), say, "analyze")  # the (B, H, L, L) matrices dominate
-    layers: list[dict[str, Any]] = [{"layer": i, "far_mass": {}, "sink_mass": {}, "decoherence": {}, "geometry": {},
-                                     "frequency_energy": []} for i in range(len(model.blocks))]
+    layers: list[dict[str, Any]] = [{"layer": i, "far_mass": {}, "sink_mass": {}, "learned_sink_mass": {},
+                                     "decoherence": {}, "geometry": {}, "frequency_energy": []}
+                                    for i in range(len(model.blocks))]
     for L in lens:
         tokens = _inputs(cfg, data, L, samples, ecfg.seed)
         captured = model.capture(tokens)
@@ -122,10 +124,12 @@ def analyze_run(run_dir: str | Path, *, lengths: list[int] | None = None, window
                 fs = streamed_far_sink(mod, q, k, W, block=_stream_block(q.shape[0], q.shape[1], L), **kw)
                 rec["far_mass"][str(L)] = fs["far_mass"].tolist()
                 rec["sink_mass"][str(L)] = fs["sink_mass"].tolist()
+                rec["learned_sink_mass"][str(L)] = fs["learned_sink_mass"].tolist()
             else:
                 a = mod.probs(q, k, **kw)  # (B, H, L, L)
                 rec["far_mass"][str(L)] = ins.far_mass(a, W).tolist()
                 rec["sink_mass"][str(L)] = ins.sink_mass(a).tolist()
+                rec["learned_sink_mass"][str(L)] = ins.learned_sink_mass(a, mod.sink_logits(q) is not None).tolist()
                 del a
                 rec["decoherence"][str(L)] = ins.score_decoherence(mod.raw_scores(q, k, **kw))
             qt, kt, _, _ = mod.transform_qkv(q, k, v, kw.get("x"), kw.get("tokens"))
@@ -160,8 +164,8 @@ def _mean(rows: list[list[float]]) -> float:
 
 def summarize(layers: list[dict], lens: list[int]) -> dict:
     out: dict[str, Any] = {}
-    for key in ("far_mass", "sink_mass"):
-        out[key] = {str(L): _mean([r[key][str(L)] for r in layers]) for L in lens}
+    for key in ("far_mass", "sink_mass", "learned_sink_mass"):
+        out[key] = {str(L): _mean([r[key][str(L)] for r in layers if key in r]) for L in lens}
     for key in ("k_stable_rank", "q_stable_rank", "k_sigma1", "q_sigma1"):
         out[key] = {str(L): _mean([r["geometry"][str(L)][key] for r in layers]) for L in lens}
     # a group's layers are averaged when they rotate at the same frequencies (the layers of a `layers`

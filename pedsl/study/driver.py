@@ -158,11 +158,12 @@ def measure(run: Path, done: dict, m: Measures, label: str, eta: Eta, say: Say) 
     rt = None
     if m.retrieval:
         ret = m.retrieval
+        rlens = m.retrieval_lengths(context)
         rt = read_json(run / "retrieval.json")
-        rt = step("retrieval", rt, reusable(rt, done, version=RETRIEVAL_VERSION, lengths=lens,
+        rt = step("retrieval", rt, reusable(rt, done, version=RETRIEVAL_VERSION, lengths=rlens,
                                             depths=ret["depths"], samples=ret["samples"]),
-                  lambda: retrieval_run(run, lens, depths=ret["depths"], samples=ret["samples"], say=say,
-                                        loaded=loaded()), f"scoring retrieval at lengths {lens}")
+                  lambda: retrieval_run(run, rlens, depths=ret["depths"], samples=ret["samples"], say=say,
+                                        loaded=loaded()), f"scoring retrieval at lengths {rlens}")
     an = read_json(run / "analysis.json")
     fits = bool(an) and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash") \
         and an.get("lengths") == alens

@@ -58,6 +58,15 @@ def sink_mass(a: Tensor) -> Tensor:
     return a[..., 0].to(F64).mean(dim=(0, 2))
 
 
+def learned_sink_mass(a: Tensor, has_sink: bool) -> Tensor:
+    """The share of attention a learned sink (``sink = logit`` / ``token``) takes, mean over queries and
+    batch, per head: what the rows of ``a`` (the attention over the tokens) leave of one. Zero without
+    a sink (a row of stick-breaking weights also sums to less than one: that rest is no sink's)."""
+    if not has_sink:
+        return torch.zeros(a.shape[1], dtype=F64, device=a.device)
+    return (1.0 - a.to(F64).sum(-1)).mean(dim=(0, 2))
+
+
 def distance_bins(L: int) -> list[tuple[int, int]]:
     """Log-spaced distance bins [lo, hi] (inclusive) covering 0 .. L - 1."""
     bins = [(0, 0)]

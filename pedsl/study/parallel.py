@@ -40,7 +40,7 @@ def seeded_units(study: str | None, schemes: list[str], out: str | Path, *, seed
     """One unit per scheme and seed of a seeded study (``settings``: run_seeded's keyword arguments)."""
     st = seeded.study_settings(study, quick=settings.get("quick", False), windows=settings.get("windows"),
                                analyze_max=settings.get("analyze_max"), lengths=settings.get("lengths"))
-    items = list(schemes) or list(st["schemes"])
+    items = seeded.study_items(st, list(schemes)) or list(st["schemes"])
     resolved = driver.resolve_schemes(items)
     return [Unit(f"{name} seed {seed}", _seeded_one,
                  {"study": study, "scheme": item, "out": str(out), "seed": seed, **settings})

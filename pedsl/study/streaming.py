@@ -21,6 +21,7 @@ import math
 import torch
 from torch import Tensor
 
+from pedsl.compiler.general import soft_cap
 from pedsl.compiler.plan import HOUSEHOLDER
 
 F64 = torch.float64
@@ -29,8 +30,9 @@ F64 = torch.float64
 @torch.no_grad()
 def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=None,
                       block: int = 512) -> dict[str, Tensor]:
-    """``{"far_mass": (H,), "sink_mass": (H,)}`` (mean over queries and batch), as
-    ``far_mass(mod.probs(q, k), window)`` and ``sink_mass(...)`` would give."""
+    """``{"far_mass": (H,), "sink_mass": (H,), "learned_sink_mass": (H,)}`` (mean over queries and
+    batch), as ``far_mass(mod.probs(q, k), window)``, ``sink_mass(...)`` and ``learned_sink_mass(...)``
+    would give."""
     B, H, L, D = q.shape
     qt, kt, _, _ = mod.transform_qkv(q, k, k, x, tokens)
     qt, kt = qt.to(F64), kt.to(F64)
@@ -53,7 +55,7 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         bias = mod.bias_table(L, x, tokens, q.device, cols=cols)
         if bias is not None:
             s = s + bias.to(F64)
-        s = mod.window_mask(s.masked_fill(j[None, :] > i[:, None], -math.inf), cols)
+        s = mod.window_mask(soft_cap(s, mod.plan.softcap).masked_fill(j[None, :] > i[:, None], -math.inf), cols)
         if j0 == 0:
             s0 = s[..., 0].clone()
         new_m = torch.maximum(m, s.amax(-1))
@@ -83,8 +85,11 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
                 absorb(torch.stack(pending[::-1], dim=-1), j)
                 pending = []
     learned = mod.sink_logits(q)  # a learned sink joins the normaliser (its own share is neither far nor first)
+    share = torch.zeros_like(S)
     if learned is not None:
-        S = S + torch.exp(learned.to(F64) - m)
+        share = torch.exp(learned.to(F64) - m)
+        S = S + share
     lse_m = m
     sink = torch.exp(s0 - lse_m) / S
-    return {"far_mass": (Fs / S).mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2))}
+    return {"far_mass": (Fs / S).mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2)),
+            "learned_sink_mass": (share / S).mean(dim=(0, 2))}

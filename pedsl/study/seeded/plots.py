@@ -7,6 +7,8 @@
   length (x) by depth (y), colour = accuracy (mean over seeds).
 - ``ppl_ratio``: perplexity ratio vs length on the text corpus, with bands.
 - ``far_mass``: far attention mass vs length, with bands.
+- ``sink_mass``: attention on the first token and, when a scheme has one, on its learned sink vs
+  length, with bands (one panel each).
 - ``loss_curves``: training (and validation) loss vs step, one panel per scheme, a line per seed.
 """
 
@@ -64,6 +66,7 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
         files[f"niah_{task}"] = heatmap(results, out_dir, task, ctx)
     files["ppl_ratio"] = ppl_ratio(results, out_dir, ctx, ppl_source(meta))
     files["far_mass"] = far_mass(results, out_dir, ctx)
+    files["sink_mass"] = sink_mass(results, out_dir, ctx)
     files["loss_curves"] = loss_curves({name: {s: Path(out_dir) / r["run_dir"] for s, r in runs.items()}
                                         for name, runs in per_seed.items()}, out_dir)
     return {k: v for k, v in files.items() if v}
@@ -156,3 +159,29 @@ def far_mass(results: dict, out_dir: Path, ctx: int) -> list[str]:
             W = ((r.get("mean") or {}).get("analysis") or {}).get("far_window", W)
     return far_mass_figure(series, W, ctx, out_dir, "Far attention mass vs length (band: min-max over seeds)",
                            legend_size=7)
+
+
+def sink_mass(results: dict, out_dir: Path, ctx: int) -> list[str]:
+    """First-token mass and learned-sink share vs length (mean over layers and heads), with bands."""
+    keys = [("sink_mass", "attention on the first token")]
+    if any(v for r in results.values() for v in ((((r.get("mean") or {}).get("analysis") or {})
+                                                  .get("summary") or {}).get("learned_sink_mass") or {}).values()):
+        keys.append(("learned_sink_mass", "share of the learned sink"))
+    fig, axes = plt.subplots(1, len(keys), figsize=(6.5 * len(keys), 4.2), squeeze=False)
+    lengths: set[int] = set()
+    for ax, (key, title) in zip(axes[0], keys):
+        for n, (name, r) in enumerate(results.items()):
+            sm = ((((r.get("spread") or {}).get("analysis") or {}).get("summary") or {}).get(key) or {})
+            pts = sorted((int(L), v) for L, v in sm.items() if isinstance(v, dict))
+            if pts:
+                band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=name, marker=MARKERS[n % len(MARKERS)])
+                lengths |= {p[0] for p in pts}
+        ax.set_title(f"{title} (band: min-max over seeds)", fontsize=9)
+        ax.set_ylabel("mass (mean over layers, heads, queries)")
+    if not lengths:
+        return _close(fig)
+    for ax in axes[0]:
+        length_axis(ax, sorted(lengths))
+        mark_train(ax, ctx)
+    _legend(axes[0][-1])
+    return save_figure(fig, out_dir, "sink_mass")

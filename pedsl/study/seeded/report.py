@@ -40,6 +40,8 @@ def tables(results: dict, meta: dict) -> list[Table]:
                     "Whole answer right (5 digits, greedy); mean [min, max] over seeds "
                     f"{meta.get('seeds')}, {meta.get('samples')} samples per length and depth, depths "
                     f"{meta.get('depths')} averaged. Chance is 1e-5 (a digit: 0.1)." + flag_note))
+        if task == "all":
+            out.append(_digits(results, lens, ctx, ref, flag_note))
     depths = sorted({d for r in results.values() for d in depth_points(r, "all", ctx)[0]})
     if depths:
         header = ["scheme"] + [f"depth {d:g}" for d in depths]
@@ -68,17 +70,7 @@ def tables(results: dict, meta: dict) -> list[Table]:
     al = sorted({int(L) for r in results.values() for L in ((((r.get("mean") or {}).get("analysis") or {})
                                                               .get("summary") or {}).get("far_mass") or {})})
     if al:
-        header = (["scheme"] + [f"far mass @ {L}" for L in al]
-                  + [f"sink @ {al[-1]}", f"k sigma_1 @ {al[-1]}", f"k stable rank @ {al[-1]}"])
-        rows = []
-        for name, r in results.items():
-            rows.append([name] + [sd.fmt(_cell(r, "analysis", "summary", "far_mass", str(L)), ".3f") for L in al]
-                        + [sd.fmt(_cell(r, "analysis", "summary", key, str(al[-1])), spec)
-                           for key, spec in (("sink_mass", ".3f"), ("k_sigma1", ".1f"), ("k_stable_rank", ".2f"))])
-        W = next((((r.get("mean") or {}).get("analysis") or {}).get("far_window") for r in results.values()), None)
-        out.append(Table("Instruments on the same runs (mean over layers and heads)", header, rows,
-                    f"Far mass: attention beyond W = {W:g} tokens; sink: attention on the first token; sigma_1 and "
-                    "stable rank ||K||_F^2 / sigma_1^2 of the post-transport keys."))
+        out.append(_instruments(results, al))
     header = ["scheme", "seeds", "steps", "val loss (nats/byte)", "train time (s)", "eval + retrieval + analysis (s)"]
     rows = []
     for name, r in results.items():
@@ -87,16 +79,62 @@ def tables(results: dict, meta: dict) -> list[Table]:
         steps = t.get("steps")
         rows.append([name, ",".join(str(s) for s in r.get("seeds", [])), f"{steps:.0f}" if steps else "-",
                      sd.fmt(_cell(r, "train", "val_loss"), ".3f"), f"{t.get('wall_time_s') or 0:.0f}", f"{other:.0f}"])
+    if meta.get("schemes"):
+        out.append(Table("Schemes", ["scheme", "what it is"], [[n, d] for n, d in meta["schemes"].items()],
+                         "Library schemes by name; the others are files (the study's own, or as given)."))
     mixed = ":" in str(meta.get("data") or "")
     out.append(Table("Training runs (times: mean per seed)", header, rows,
                 f"Data: {meta.get('data')}" + (" (the validation loss is on the mixture)." if mixed else ".")))
     return out
 
+def _digits(results: dict, lens: list[int], ctx: int, ref: str, flag_note: str) -> Table:
+    """Digit accuracy vs length, mean over the tasks: where few whole answers are right, it still tells
+    a model that reads some of the needle from one at chance (0.1)."""
+    rows = []
+    for name, r in results.items():
+        row = [name]
+        for L in lens:
+            s = _cell(r, "retrieval", "overall", str(L), "digit_accuracy")
+            mark = "" if name == ref else sd.flag(s, _cell(results[ref], "retrieval", "overall", str(L), "digit_accuracy"))
+            row.append(sd.fmt(s, ".2f") + mark)
+        rows.append(row)
+    return Table("Retrieval digit accuracy vs length: mean over the three tasks",
+                 ["scheme"] + [f"{L} ({L / ctx:g}x)" for L in lens], rows,
+                 "Answer digits right (greedy), mean [min, max] over seeds; chance is 0.1." + flag_note)
+
+
+def _learned_sinks(results: dict) -> bool:
+    """Whether a run of the study has a learned sink (its analysis measured a share for it)."""
+    return any(v for r in results.values() for v in ((((r.get("mean") or {}).get("analysis") or {})
+                                                      .get("summary") or {}).get("learned_sink_mass") or {}).values())
+
+
+def _instruments(results: dict, al: list[int]) -> Table:
+    learned = _learned_sinks(results)
+    sinks = [("sink_mass", L, "first token") for L in dict.fromkeys((al[0], al[-1]))]
+    if learned:
+        sinks += [("learned_sink_mass", L, "learned sink") for L in dict.fromkeys((al[0], al[-1]))]
+    header = (["scheme"] + [f"far mass @ {L}" for L in al] + [f"{what} @ {L}" for _, L, what in sinks]
+              + [f"k sigma_1 @ {al[-1]}", f"k stable rank @ {al[-1]}"])
+    rows = []
+    for name, r in results.items():
+        rows.append([name] + [sd.fmt(_cell(r, "analysis", "summary", "far_mass", str(L)), ".3f") for L in al]
+                    + [sd.fmt(_cell(r, "analysis", "summary", key, str(L)), ".3f") for key, L, _ in sinks]
+                    + [sd.fmt(_cell(r, "analysis", "summary", key, str(al[-1])), spec)
+                       for key, spec in (("k_sigma1", ".1f"), ("k_stable_rank", ".2f"))])
+    W = next((((r.get("mean") or {}).get("analysis") or {}).get("far_window") for r in results.values()), None)
+    return Table("Instruments on the same runs (mean over layers and heads)", header, rows,
+                 f"Far mass: attention beyond W = {W:g} tokens; first token: attention on the first token"
+                 + ("; learned sink: the share of the softmax the learned sink (logit or token) takes" if learned else "")
+                 + "; sigma_1 and stable rank ||K||_F^2 / sigma_1^2 of the post-transport keys.")
+
+
 CAPTIONS = {"acc_vs_length": "Accuracy vs length (band: min-max over seeds)",
             "acc_vs_depth": "Accuracy vs needle depth at the training length",
             "niah_all": "Needle in a haystack, mean over tasks", "niah_passkey": "Needle in a haystack: passkey",
             "niah_multikey": "Needle in a haystack: multi-key", "niah_kv": "Needle in a haystack: key-value",
-            "ppl_ratio": "Perplexity ratio vs length", "far_mass": "Far attention mass vs length", "loss_curves": "Loss curves, one panel per scheme, a line per run"}
+            "ppl_ratio": "Perplexity ratio vs length", "far_mass": "Far attention mass vs length",
+            "sink_mass": "Attention on the first token and on the learned sink vs length", "loss_curves": "Loss curves, one panel per scheme, a line per run"}
 
 def _title(meta: dict, n: int) -> str:
     study = meta.get("study")

@@ -14,6 +14,9 @@ Studies (:func:`study_settings`):
   ``recipe.TRAIN``), accuracy vs length (1x..16x) and needle depth;
 - ``"bias"`` (:mod:`pedsl.study.bias`): the distance-bias schemes on the text corpus, seeds 0, 1, 2
   unless given, perplexity at 1x..32x and the claims table (FIRE, KERPLE vs T5, ALiBi).
+- ``"layers"`` (:mod:`pedsl.study.layers`): full, windowed, Gemma-3-style and Llama-4-style layer maps
+  with and without learned sinks, 6 layers, 3 seeds, on text plus the retrieval tasks: perplexity to
+  32x, retrieval to 16x, far, first-token and learned-sink attention mass.
 
 Finished runs, eval.json, retrieval.json and analysis.json are reused when their settings match,
 so an interrupted study continues where it stopped.
@@ -31,18 +34,20 @@ from pedsl.study import seeds as sd
 from pedsl.study.common import provenance, write_json, write_text
 from pedsl.study.bias import recipe as bias_study
 from pedsl.study.compare import run as default_study
+from pedsl.study.layers import recipe as layers_study
 from pedsl.study.page import html_page, markdown
 from pedsl.study.retrieval import recipe as retrieval_study
 from pedsl.study.seeded import report as rep
 from pedsl.study.seeded.plots import plots as seeded_plots
+from pedsl.train.recipe import load_scheme
 
 PARTS = ("train", "eval", "retrieval", "analysis")
 
 
 def study_settings(study: str | None, *, quick: bool, windows: int | None, analyze_max: int | None,
                    lengths: list[int] | None = None) -> dict:
-    """Schemes, data, training settings (under ``--steps`` and ``--set``), seeds (unless given) and
-    :class:`Measures` of a study."""
+    """Schemes, data, training settings (under ``--steps`` and ``--set``), default seeds (``seeds``; one
+    seed, 0, where absent), the study's own scheme files by name (``own``) and :class:`Measures` of a study."""
     if study == "bias":
         return {"schemes": bias_study.SCHEMES, "data": None, "seeds": bias_study.SEEDS,
                 "train": dict(bias_study.TRAIN),
@@ -53,11 +58,22 @@ def study_settings(study: str | None, *, quick: bool, windows: int | None, analy
                 "train": dict(retrieval_study.TRAIN),
                 "measures": retrieval_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
                                                      lengths=lengths)}
+    if study == "layers":
+        return {"schemes": layers_study.SCHEMES, "data": layers_study.MIXTURE, "train": dict(layers_study.TRAIN),
+                "seeds": layers_study.SEEDS, "own": layers_study.OWN,
+                "measures": layers_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
+                                                  lengths=lengths)}
     if study is not None:
-        raise UsageError(f"unknown study '{study}'", hint="studies: retrieval, bias")
+        raise UsageError(f"unknown study '{study}'", hint="studies: retrieval, bias, layers")
     return {"schemes": default_study.DEFAULT_SCHEMES, "data": None, "train": {},
             "measures": default_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
                                                lengths=lengths)}
+
+
+def study_items(st: dict, schemes: list[str]) -> list[str]:
+    """SCHEMES as given, a name of one of the study's own files meaning that file."""
+    own = st.get("own") or {}
+    return [own.get(s, s) for s in schemes]
 
 
 def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds: list[int] | None = None,
@@ -73,7 +89,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
     out = driver.study_dir(out)
     st = study_settings(study, quick=quick, windows=windows, analyze_max=analyze_max, lengths=lengths)
     m = st["measures"]
-    items = driver.resolve_schemes(schemes, st["schemes"])
+    items = driver.resolve_schemes(study_items(st, schemes), st["schemes"])
     seed_list = list(seeds or st.get("seeds") or [0])
     if quick and steps is None:
         steps = default_study.QUICK["steps"]
@@ -101,6 +117,7 @@ def run_seeded(study: str | None, schemes: list[str], out: str | Path, *, seeds:
             "data": cfg.data.source, "context": context, "depths": (m.retrieval or {}).get("depths"),
             "samples": (m.retrieval or {}).get("samples"), "wall_time_s": time.perf_counter() - t0,
             "cpu_time_s": time.process_time() - c0,
+            "schemes": {name: describe(path, cfg.model.n_layers) for name, path in items},
             "compute_time_s": sum((r[k] or {}).get("wall_time_s") or 0 for runs in per_seed.values()
                                   for r in runs.values() for k in PARTS)}
     say("writing the report")
@@ -125,3 +142,16 @@ def aggregate_runs(runs: dict[int, dict]) -> dict:
             s = {k: v for k, v in (s or {}).items() if k != "layers"}
         out["mean"][part], out["spread"][part] = m, s
     return out
+
+
+def describe(path: Path, n_layers: int) -> str:
+    """A scheme's description line and, for a ``layers`` scheme, the part of each of the model's layers."""
+    scheme = load_scheme(path)
+    if scheme.layers is None:
+        return scheme.doc
+    parts, runs, start = scheme.layers.assign(n_layers), [], 0
+    for i in range(1, n_layers + 1):  # runs of one part: "0-4 local, 5 global"
+        if i == n_layers or parts[i] != parts[start]:
+            runs.append(f"{start}{'' if i - 1 == start else f'-{i - 1}'} {parts[start]}")
+            start = i
+    return f"{scheme.doc} (layers {', '.join(runs)})"
