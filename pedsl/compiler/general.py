@@ -49,8 +49,8 @@ the generated class in a compiled module): ``heads``, ``head_dim``, ``axes`` (it
 short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
 ``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
-cumulative sums of angles, the blockwise PaTH kernel, the Toeplitz kernel of distance tables) come as ``kernels``: :class:`TorchKernels` here,
-pedsl's fused ones in process.
+cumulative sums of angles, the blockwise PaTH kernel, the Toeplitz kernel of distance tables) come as
+``kernels``: :class:`TorchKernels` here, pedsl's fused ones in process.
 """
 
 from __future__ import annotations
