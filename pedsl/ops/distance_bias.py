@@ -1,26 +1,27 @@
 """Causal attention with a bias that depends on the distance only, ``b(i, j) = t[h, i - j]``
 (T5's buckets, dynamic position bias, KERPLE, Sandwich: a Toeplitz bias), without an (H, L, L) tensor.
 
-The table ``t (H|1, >= L)`` is computed once per call (O(H L)); each block of ``block`` queries
-``c0 .. c1 - 1`` reads its bias rows as one strided copy of the reversed table: with
-``u = [t[L-1], ..., t[0], -inf x block]``, row ``r`` of the block over the keys ``0 .. c1 - 1`` is
-``u[L - 1 - c0 - r + j]`` - a window of ``u`` sliding one step per row (``unfold``) - so the causal
-``-inf`` above the diagonal comes with it and no index tensor is read. Forward: one call of PyTorch's
-CPU flash kernel (``aten::_scaled_dot_product_flash_attention_for_cpu``, float mask) per block over
-its visible keys only (0 .. c1 - 1: the causal half of the work of the full square), which also
-returns each query's log-sum-exp. Memory: O(B H block L) per block, freed before the next.
+The table ``t (H|1, >= L)`` is computed once per call (O(H L)) by the caller. The keys are taken in
+reverse order (one flip of k and v per call); then the bias of the block of queries ``c0 .. c1 - 1``
+over the keys ``c1 - 1, ..., 0`` is, at row r and column j', ``t[c0 + r - c1 + 1 + j']``: both indices
+step the distance by +1, so with ``tp = [-inf x block, t]`` the block's rows are a view of ``tp`` with
+strides (1, 1) - no copy, no index tensor, and the causal ``-inf`` comes with it. Forward: one call of
+PyTorch's CPU flash kernel (``aten::_scaled_dot_product_flash_attention_for_cpu``, float mask read in
+place) per block over the keys it can see (the causal half of the work), which also returns each
+query's log-sum-exp.
 
-Backward (:class:`_DistanceBias`), per block, with the forward's output and log-sum-exp:
+Backward (:class:`_DistanceBias`), per block, from the forward's output and log-sum-exp:
 
 * table frozen (Sandwich): the flash backward kernel with the same rows;
-* table learned: the block's probabilities are recomputed, ``P = exp(scale q K^T + bias - lse)``,
-  ``dS = P * (dO V^T - rowsum(dO * O))``, and dq, dk, dv are its matmuls. The table's gradient is the
-  sum of ``dS`` along each diagonal (``dt[h, d] = sum over i - j = d``): ``dS`` is written through a
-  skewed view of a zero buffer whose row ``r`` is shifted by ``n - 1 - r``, so that each column of the
-  buffer is one diagonal and the sum is one column reduction (no scatter).
+* table learned: per tile of ``block`` queries by ``KEY_TILE`` keys (scores kept in cache) the
+  probabilities are recomputed and ``dS = P * (dO V^T - rowsum(dO * O))`` formed, with the scale, the
+  log-sum-exp and the row sums folded into the matmuls by one more channel; dq, dk, dv are its matmuls.
+  The table's gradient is the sum of ``dS`` along each distance: ``dS`` is written through a skewed view
+  of a buffer whose row r is shifted by r, so that each column is one distance and the gradient is a
+  column sum (no scatter).
 
-Denormals (docs/semantics.md §6): peaked rows fill the softmax with denormal floats; the
-application owns ``torch.set_flush_denormal``.
+Memory: O(B H block (block + KEY_TILE)) beyond the inputs and outputs. Denormals (docs/semantics.md
+§6): peaked rows fill the softmax with denormal floats; the application owns ``torch.set_flush_denormal``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import math
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from pedsl.errors import ShapeError
 from pedsl.ops.bias import _FLASH, _FLASH_BWD, _blocks
@@ -60,7 +62,9 @@ def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, s
     if not distance_bias_supported(q):
         raise ShapeError(f"distance_bias_attention runs on CPU in float32 or float64, got {q.dtype} on {q.device}",
                          hint="elsewhere use SchemeAttention's blocks of queries (pedsl.compiler.general)")
-    block = min(BLOCK if block is None else int(block), max(L, 1))
+    if L == 0:
+        return torch.zeros_like(q)
+    block = min(BLOCK if block is None else int(block), L)
     return _DistanceBias.apply(q, k, v, table, scale, block, max(1, KEY_TILE if key_tile is None else int(key_tile)))
 
 
@@ -100,6 +104,7 @@ class _DistanceBias(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         q, kr, vr, table, out, lse = ctx.saved_tensors
         B, _, L, _ = q.shape
