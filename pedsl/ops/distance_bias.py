@@ -149,8 +149,8 @@ def _explicit_backward(q, kr, vr, dout, out, lse, tp, scale, block, key_tile):
 
 def _tile(q1, k1, v1, do1, rows, c0, c1, a, e, dq, dk, dv, dtab) -> None:
     """One tile: queries c0 .. c1-1, reversed keys a .. e-1 of the first c1 (original keys c1-1-a down to
-    c1-e). dS is written through a skewed view of a zero buffer whose row r is shifted by r, so that
-    each column holds one distance and the table's gradient is a column sum (no scatter)."""
+    c1-e). dS is written through a skewed view of a buffer whose row r is shifted by r (the gaps between
+    the rows zeroed), so that each column holds one distance and the table's gradient is a column sum."""
     B, H, L, D1 = q1.shape
     n, m = c1 - c0, e - a
     keys = slice(L - c1 + a, L - c1 + e)
