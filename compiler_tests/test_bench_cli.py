@@ -77,3 +77,19 @@ def test_distance_bias_benchmark_tiny_run_has_every_variant_and_ratio(tmp_path):
     t5 = data["rows"][0]
     assert set(t5["ratio"]) == {"floor", "pedsl", "materialised"} and t5["ratio"]["floor"] == 1.0
     assert all(v >= 0 for v in t5["peak_mib"].values())
+
+
+def test_cope_benchmark_tiny_run_compares_with_x_transformers(tmp_path):
+    from benchmarks import cope
+
+    md = tmp_path / "cope.md"
+    threads = torch.get_num_threads()
+    try:
+        cope.main(["--lengths", "32", "--repeats", "1", "--threads", "1", "--max-pos", "4", "--md", str(md)])
+    finally:  # the benchmark sets process-wide state: put it back for the other tests
+        torch.set_flush_denormal(False)
+        torch.set_num_threads(threads)
+    rows = md.read_text().splitlines()
+    assert [r.split("|")[2].strip() for r in rows[2:]] == ["floor", "pedsl", "x-transformers",
+                                                           "pedsl / x-transformers"]
+    assert rows[2].split("|")[4].strip() == "1.00"

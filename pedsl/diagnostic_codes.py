@@ -44,6 +44,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E233": ("check", "a bias over `distance.AXIS` (per-axis distance biases are not implemented)"),
     "E240": ("check", "a `window`/`chunk` that is not an integer >= 1 known when checking, `window` with `chunk`, "
                       "or an unknown `sink` kind"),
+    "E241": ("check", "a malformed `contextual` statement: not `cope(...)`, a `max_pos` that is not an integer "
+                      ">= 1 known when checking, an unknown option, or CoPE beside a sink or PaTH"),
     "E250": ("check", "a malformed `layers` block: an unknown rule (did you mean ...?), bad arguments or value, "
                       "`extends` or a statement other than train/eval/allow beside it"),
     "E251": ("check", "a `layers` rule names an unknown scheme (did you mean ...?)"),

@@ -112,6 +112,11 @@ def cost_rows(f: SchemeFacts, L: int) -> list[tuple[str, float, float, str]]:
                          "gate linear 2 d / H + log-sigmoid + cumsum, then one more channel: 4 L"))
     if f.temperature is not None:
         rows.append(("temperature (q scale)", float(D), 0.0, "D multiplies on q"))
+    if f.cope_max_pos is not None:
+        P = f.cope_max_pos
+        rows.append(("CoPE (gates, counts, embedding)", 2.0 * P * D + 8.0 * L, 0.0,
+                     f"q . e at {P} positions 2 P D + sigmoid, suffix sum, clamp, two gathers, interpolation ~8 L; "
+                     "nothing cached beyond K, V"))
     return rows
 
 
@@ -167,6 +172,10 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Weights", "  softmax over the visible keys" if f.normalize == "softmax" else
               f"  {f.normalize}: w(i, j) = sigmoid(s(i, j)) * prod over the nearer keys t of (1 - sigmoid(s(i, t)));"
               " no softmax, the weights sum to at most 1 (docs/semantics.md §1b)"]
+    if s.contextual is not None:
+        lines += ["", "Contextual positions", f"  {s.contextual.describe()}: key j of query i sits at p(i, j), "
+                  "counted by the query's own gates on the scores of the keys j..i; the logit gains q_i . e[p(i, j)] "
+                  "read between integer positions (docs/semantics.md §1c)"]
     vg = f.value_groups
     lines += ["", "Value transport",
               f"  U = T on {', '.join(vg)}: values are transported like keys and the output is rotated back"

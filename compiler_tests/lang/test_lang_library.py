@@ -55,6 +55,7 @@ EXPECTED = {
     "kerple_power": ({"all": 32}, [], ["distance"], False, ("nope",)),
     "sandwich": ({"all": 32}, [], ["distance"], False, ("nope",)),
     "t5_bias": ({"all": 32}, [], ["distance"], False, ("nope",)),
+    "cope": ({"all": 32}, [], [], False, ("nope",)),
     "mrope": ({"all": 32}, [("rotate", "qk", "all")], [], False, ()),
     "mrope_interleaved": ({"all": 32}, [("rotate", "qk", "all")], [], False, ()),
     "rope_2d": ({"row": 16, "col": 16}, [("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False, ()),

@@ -1,4 +1,4 @@
-"""xpos and stick_breaking train end to end (a tiny budget: the loss falls, the run evaluates), and
+"""xpos, stick_breaking and cope train end to end (a tiny budget: the loss falls, the run evaluates), and
 `pedsl compile` writes a standalone module for each."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from compiler_helpers import SCHEMES, run_cli
 from train_helpers import TINY, read_metrics
 
 
-@pytest.mark.parametrize("name", ["xpos", "stick_breaking"])
+@pytest.mark.parametrize("name", ["xpos", "stick_breaking", "cope"])
 def test_trains_with_a_falling_loss(tmp_path, name):
     run = tmp_path / name
     code, _, err = run_cli("train", str(SCHEMES / f"{name}.pe"), "--out", str(run), "--steps", "30", *TINY)
@@ -21,7 +21,7 @@ def test_trains_with_a_falling_loss(tmp_path, name):
     assert losses and all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
 
 
-@pytest.mark.parametrize("name", ["xpos", "stick_breaking"])
+@pytest.mark.parametrize("name", ["xpos", "stick_breaking", "cope"])
 def test_compile_writes_a_standalone_module(tmp_path, name):
     code, _, err = run_cli("compile", str(SCHEMES / f"{name}.pe"), "-o", str(tmp_path))
     assert code == 0, err

@@ -96,6 +96,8 @@ def render_scheme(scheme) -> str:
         lines.append(f"temperature: {to_source(scheme.temperature)}")
     if scheme.normalize != "softmax":
         lines.append(f"normalize: {scheme.normalize}  # own key {'included' if scheme.attend_current else 'left out'}")
+    if scheme.contextual is not None:
+        lines.append(f"contextual: {scheme.contextual.source()}")
     for name in ("window", "chunk", "sink"):
         if getattr(scheme, name) is not None:
             lines.append(f"{name}: {getattr(scheme, name)}")

@@ -252,7 +252,7 @@ _FIXED_NAMES = (
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
-    "ATTEND_CURRENT",
+    "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding",
 )
 
 
@@ -360,7 +360,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
     """The module class: the scheme's side of the general forward (its values, tables and constants)."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
-                  *_sink_init(scheme)]
+                  *_sink_init(scheme), *_contextual_init(scheme)]
     checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
@@ -376,6 +376,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "    axes = AXES",
         "    normalize, attend_current = NORMALIZE, ATTEND_CURRENT",
         "    window, chunk, sink = WINDOW, CHUNK, SINK",
+        "    cope_max_pos = COPE_MAX_POS",
         "",
         "    def __init__(self) -> None:",
         *[ind + line for line in init_lines + gen.init],
@@ -428,6 +429,15 @@ def _sink_init(scheme: Scheme) -> list[str]:
     return []
 
 
+def _contextual_init(scheme: Scheme) -> list[str]:
+    """CoPE's embedding, named and shaped as SchemeAttention's (a state dict loads into both)."""
+    c = scheme.contextual
+    if c is None:
+        return []
+    return [f"self.contextual_embedding = nn.Parameter(torch.zeros({'' if c.shared else 'HEADS, '}COPE_MAX_POS, "
+            "HEAD_DIM))"]
+
+
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
@@ -475,6 +485,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"WINDOW = {literal(plan.window)}",
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",
+        f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",
         "",
         *_class_lines(scheme, gen, cname, body, tables),

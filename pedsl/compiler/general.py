@@ -47,7 +47,8 @@ so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.module_values`,
 the generated class in a compiled module): ``heads``, ``head_dim``, ``axes`` (its position axes), ``conv_history`` (earlier tokens a
 short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
-``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
+``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``cope_max_pos`` (None, or
+CoPE's positions, with its ``contextual_embedding``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
 cumulative sums of angles, the blockwise PaTH kernel, the Toeplitz kernel of distance tables) come as
 ``kernels``: :class:`TorchKernels` here, pedsl's fused ones in process.
@@ -830,9 +831,21 @@ def with_sink(q, k, v, mask, bias, sink):
     return q, k, v, mask, bias
 
 
-def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+def own_key_counts(scheme) -> bool:
+    """Whether a query's own key takes part: always under softmax, unless ``stick_breaking(current = false)``."""
+    return scheme.attend_current or scheme.normalize == "softmax"
+
+
+def explicit_scores(scheme) -> bool:
+    """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): every call
+    runs the explicit blocks of :func:`explicit_rows`."""
+    return scheme.normalize != "softmax" or scheme.cope_max_pos is not None
+
+
+def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None):
     """Attention of the queries over every key, the cache's and this call's, by blocks of queries (with
-    a window or chunk: each block over the span of keys it can see, O(L N) time and memory)."""
+    a window or chunk: each block over the span of keys it can see, O(L N) time and memory). ``qc``: the
+    queries as given (before transports and temperature), which CoPE's embedding term reads."""
     Hq, Lq = q.shape[1], q.shape[2]
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
@@ -846,7 +859,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
         kvalid = None
     if (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
             and not bi.queries and kcoord is None and shape is None and sink is None
-            and scheme.normalize == "softmax"):  # one causal sequence at given positions
+            and not explicit_scores(scheme)):  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
@@ -854,23 +867,25 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
     block = QUERY_CHUNK if shape is None else WINDOW_BLOCK
     starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     q0 = Lc + L - Lq
+    # explicit scores are formed for every key of the span: stop at the block's last query (causal)
+    last = (lambda r1: q0 + r1) if explicit_scores(scheme) else (lambda r1: Lc + L)
     outs = []
     for b, r0 in enumerate(range(0, Lq, block)):
         r1 = min(Lq, r0 + block)
-        k0, k1 = (0, Lc + L) if starts is None else (min(starts[b], q0 + r0), q0 + r1)
+        k0, k1 = (0, last(r1)) if starts is None else (min(starts[b], q0 + r0), q0 + r1)
         kp, kd = kpos[:, k0:k1], kdoc[:, k0:k1]
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
         if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and not bi.queries
-                and kcoord is None and shape is None and sink is None and scheme.normalize == "softmax"):
+                and kcoord is None and shape is None and sink is None and not explicit_scores(scheme)):
             outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
                                                        enable_gqa=Hq != K.shape[1]))
             continue
         bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1],
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries)
-        if scheme.normalize != "softmax":  # key index k - k0 of this span; the query's own key is q0 + r - k0
-            outs.append(stick_breaking_rows(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
-                                            q0 + r0 - k0, scheme.attend_current))
+        if explicit_scores(scheme):  # key index k - k0 of this span; the query's own key is q0 + r - k0
+            outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
+                                      q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))
             continue
         outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1)))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
@@ -880,11 +895,12 @@ def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, si
     """Biases that are all distance tables, over one fresh causal sequence at consecutive positions (each
     row may start anywhere), on the kernels' Toeplitz kernel: the tables summed once (H, distances), each
     block of queries reading its rows as a view of it. None where the call needs :func:`attend_blocks`
-    (no such kernel or dtype, a cache, padding, documents, masks, windows, sinks, other biases, GQA)."""
+    (no such kernel or dtype, a cache, padding, documents, masks, windows, sinks, CoPE, other biases, GQA)."""
     run = getattr(kernels, "distance_attention", None)
     if (run is None or not bi.tables or bi.queries or bi.coord is not None or cache is not None or sink is not None
             or q.shape != k.shape or lay.padded or lay.mask4 is not None or lay.axes_pos is not None
-            or shape_of(scheme) is not None or scheme.normalize != "softmax" or not kernels.distance_supported(q)
+            or shape_of(scheme) is not None or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
+            or not kernels.distance_supported(q)
             or document_ids_vary(lay.docs)):
         return None
     pos = lay.positions
@@ -905,29 +921,64 @@ def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
     return torch.exp(F.logsigmoid(s) + after).masked_fill(~ok, 0.0)
 
 
-def _stick_breaking_block(q, K, V, ok, bias):
+def cope_term(s: Tensor, ok: Tensor, qc: Tensor, emb: Tensor) -> Tensor:
+    """CoPE's term of the logits (Golovneva et al. 2024; docs/semantics.md §1c) for scores ``s (B, H, rows, Lk)``
+    over the keys ``ok`` in key order: gates ``sigmoid(s)`` on the visible keys, contextual positions
+    ``p_j = sum_{t >= j} gate_t`` (the keys after the query are not visible) clamped to ``max_pos - 1``, and
+    ``qc_i . e[p]`` read between the integer rows ``floor(p)`` and ``ceil(p)`` by linear interpolation.
+    ``emb``: ``(max_pos, D)`` shared by the heads or ``(H, max_pos, D)``. In float32 at least."""
+    ft = torch.promote_types(s.dtype, torch.float32)
+    gates = torch.sigmoid(s.to(ft)).masked_fill(~ok, 0.0)
+    pos = torch.flip(torch.cumsum(torch.flip(gates, [-1]), -1), [-1]).clamp(max=emb.shape[-2] - 1)
+    qe = (torch.einsum("bhrd,pd->bhrp", qc, emb.to(qc.dtype)) if emb.dim() == 2
+          else torch.einsum("bhrd,hpd->bhrp", qc, emb.to(qc.dtype))).to(ft)  # (B, H, rows, max_pos)
+    low = pos.floor()
+    frac = pos - low
+    at_low = torch.gather(qe, -1, low.long())
+    at_high = torch.gather(qe, -1, pos.ceil().long())
+    return at_high * frac + at_low * (1 - frac)
+
+
+def explicit_weights(scheme, s: Tensor, ok: Tensor, qc, emb) -> Tensor:
+    """The weights of scores ``s`` over the keys ``ok`` when they are not a plain softmax: CoPE's term added
+    first, then softmax (a query with no key gets zeros) or stick-breaking; float32 at least."""
+    s = s.to(torch.promote_types(s.dtype, torch.float32))
+    if emb is not None:
+        s = s + cope_term(s, ok, qc, emb)
+    if scheme.normalize != "softmax":
+        return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok)
+    s = s.masked_fill(~ok, float("-inf"))
+    seen = ok.any(-1, keepdim=True)
+    if bool(seen.all()):
+        return torch.softmax(s, -1)
+    return torch.softmax(s.masked_fill(~seen, 0.0), -1) * seen  # a query with no key: zeros
+
+
+def _explicit_block(scheme, q, K, V, ok, bias, qc, emb):
     s = (q @ K.transpose(-1, -2)) * q.shape[-1] ** -0.5
     if bias is not None:
         s = s + bias
-    return stick_breaking_weights(s, ok).to(V.dtype) @ V
+    return explicit_weights(scheme, s, ok, qc, emb).to(V.dtype) @ V
 
 
-def stick_breaking_rows(q, K, V, mask, bias, q0: int, attend_current: bool) -> Tensor:
-    """Stick-breaking attention of a block of queries (global token index q0, q0 + 1, ...) over every key
-    (docs/semantics.md §1b): key j counts for query i when j <= i (j < i without ``attend_current``) and
-    ``mask`` allows it; no key gives zeros. With gradients the block is recomputed in the backward pass
-    (activation checkpointing), so training holds O(L x block) scores, not O(L^2)."""
+def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
+    """Attention of a block of queries (global token index q0, q0 + 1, ...) over every key with explicit
+    scores (:func:`explicit_weights`): key j counts for query i when j <= i (j < i for stick-breaking without
+    ``attend_current``) and ``mask`` allows it; no key gives zeros. With gradients the block is recomputed
+    in the backward pass (activation checkpointing), so training holds O(L x block) scores, not O(L^2)."""
     Hq, Hk = q.shape[1], K.shape[1]
     if Hq != Hk:
         K, V = K.repeat_interleave(Hq // Hk, dim=1), V.repeat_interleave(Hq // Hk, dim=1)
     Lk, rows = K.shape[2], q.shape[2]
     qi = torch.arange(q0, q0 + rows, device=q.device)[:, None]
     kj = torch.arange(Lk, device=q.device)[None, :]
-    ok = ((kj <= qi) if attend_current else (kj < qi))[None, None]
+    ok = ((kj <= qi) if own_key_counts(scheme) else (kj < qi))[None, None]
     ok = ok if mask is None else ok & mask
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V) if t is not None):
-        return torch.utils.checkpoint.checkpoint(_stick_breaking_block, q, K, V, ok, bias, use_reentrant=False)
-    return _stick_breaking_block(q, K, V, ok, bias)
+    emb = scheme.contextual_embedding if scheme.cope_max_pos is not None else None
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V, qc, emb, bias) if t is not None):
+        return torch.utils.checkpoint.checkpoint(_explicit_block, scheme, q, K, V, ok, bias, qc, emb,
+                                                 use_reentrant=False)
+    return _explicit_block(scheme, q, K, V, ok, bias, qc, emb)
 
 
 def key_validity(lay: Layout, kvalid, Lc: int):
@@ -1195,6 +1246,7 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
         k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)
     tau = None if vals.tau is None else last_tokens(vals.tau, Lq, -1)
     sink = sink_column(scheme, q, tau)
+    qc = q if scheme.cope_max_pos is not None else None  # CoPE reads the query as given
     q, k, v, undo = transport_qkv(kernels, tr, q, k, v)
     q = scale_by_temperature(q, tau)
     if tr.householder is not None:
@@ -1202,7 +1254,7 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     else:
         o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
         if o is None:
-            o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink)
+            o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc)
     o = undo_values(kernels, undo, o)
     if cache is not None:
         update_cache(cache, lay, tr, bi, win, scheme.conv_history)

@@ -41,7 +41,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
                    axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
                    sink=scheme.sink,
-                   normalizer=scheme.normalize, attend_current=scheme.attend_current)
+                   normalizer=scheme.normalize, attend_current=scheme.attend_current, contextual=scheme.contextual)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")
@@ -52,7 +52,17 @@ def lower(scheme: Scheme) -> nx.DiGraph:
     g.add_node("output", op="output", label="o (B, H, L, D)")
     g.add_edge("softmax", "output")
     g.add_edge("v", "softmax")
-    g.add_edge("scores", "softmax")
+    if scheme.contextual is None:
+        g.add_edge("scores", "softmax")
+    else:  # CoPE: gates on the scores count the keys in between; q reads the embedding at that count
+        c = scheme.contextual
+        g.add_node("contextual", op="contextual", max_pos=c.max_pos, shared=c.shared,
+                   label=f"CoPE: p(i, j) = sum_(t = j..i) sigmoid(s(i, t)) clamped to {c.max_pos - 1}, "
+                   f"+ q_i . e[p(i, j)] (e: {c.max_pos} x D learned" + (", shared by the heads)" if c.shared
+                                                                          else " per head)"))
+        g.add_edge("scores", "contextual")
+        g.add_edge("q", "contextual")
+        g.add_edge("contextual", "softmax")
 
     for idx, t in enumerate(scheme.transports):
         node = _add_transport(g, scheme, idx, t)

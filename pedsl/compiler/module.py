@@ -26,7 +26,8 @@ from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
-from pedsl.compiler.general import angle_dtype, stick_breaking_weights, xpos_scale
+from pedsl.compiler.general import angle_dtype, explicit_weights, own_key_counts, xpos_scale
+from pedsl.compiler.module_values import ModuleScheme
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -64,6 +65,7 @@ class SchemeAttention(nn.Module):
         self._rope_cache: dict[str, tuple[int, Tensor, Tensor]] = {}
         self._build_learned()
         self._build_sink()
+        self._build_contextual()
         # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
         self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
                                   if isinstance(m, nn.Conv1d)], default=0)
@@ -108,6 +110,14 @@ class SchemeAttention(nn.Module):
         elif self.plan.sink == "token":
             self.sink_key = nn.Parameter(torch.randn(self.heads, self.head_dim) * self.head_dim ** -0.5)
             self.sink_value = nn.Parameter(torch.zeros(self.heads, self.head_dim))
+
+    def _build_contextual(self) -> None:
+        """CoPE's learned embedding (docs/semantics.md §1c): (max_pos, head_dim) shared by the heads, or
+        (heads, max_pos, head_dim); zero at first, as the paper and x-transformers (the term starts at 0)."""
+        c = self.plan.contextual
+        if c is not None:
+            self.contextual_embedding = nn.Parameter(torch.zeros(*(() if c.shared else (self.heads,)),
+                                                                 c.max_pos, self.head_dim))
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
@@ -400,12 +410,13 @@ class SchemeAttention(nn.Module):
         bias = self.bias_table(L, x, tokens, q.device)
         if bias is not None:
             s = s + bias.to(s.dtype)
-        if self.plan.explicit_scores:  # stick-breaking: weights of the visible keys j <= i (j < i without attend_current)
-            ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if self.plan.attend_current else -1)
+        if self.plan.explicit_scores:  # stick-breaking, CoPE: weights of the visible keys j <= i (or j < i)
+            ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if own_key_counts(self.plan) else -1)
             seen = self.window_visible(L, q.device)
             if seen is not None:
                 ok = ok & seen
-            return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok).to(s.dtype)
+            emb = None if self.plan.contextual is None else self.contextual_embedding.detach()
+            return explicit_weights(ModuleScheme.of(self), s, ok, q, emb).to(s.dtype)
         s = self.window_mask(s)
         sink = self.sink_logits(q)
         if sink is None:

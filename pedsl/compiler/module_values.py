@@ -55,11 +55,13 @@ class ModuleScheme:
         self.normalize, self.attend_current = mod.plan.normalize, mod.plan.attend_current
         self.kernels = FusedKernels(mod.layout)
         self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
+        self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
 
     # the learned sink's parameters (read on use: they follow the module's device and dtype)
     sink_logit = property(lambda self: self.mod.sink_logit)
     sink_key = property(lambda self: self.mod.sink_key)
     sink_value = property(lambda self: self.mod.sink_value)
+    contextual_embedding = property(lambda self: self.mod.contextual_embedding)
 
     @staticmethod
     def of(mod) -> "ModuleScheme":

@@ -221,6 +221,10 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     if g.graph.get("normalizer", P.SOFTMAX) != P.SOFTMAX and backend != "reference":
         g.graph["backend_note"] = ("stick-breaking weights: every call runs the general path's blocks of explicit "
                                    "scores in log space (memory O(L x block)); " + backend + " names its bias carrier")
+    if g.graph.get("contextual") is not None and backend != "reference":
+        g.graph["backend_note"] = ("CoPE: every call runs the general path's blocks of explicit scores (gates, "
+                                   "their suffix sums and the interpolated embedding per block of queries, memory "
+                                   "O(L x block)); " + backend + " names its bias carrier")
     return g
 
 
@@ -268,7 +272,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         backend_why=g.graph["backend_note"],
         half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
-        normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True))
+        normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
+        contextual=g.graph.get("contextual"))
     return g
 
 

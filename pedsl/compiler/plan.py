@@ -23,6 +23,7 @@ Networkx and torch free: importing it costs nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
@@ -153,10 +154,14 @@ class Plan:
     normalize: str = "softmax"
     attend_current: bool = True
 
+    # score-dependent positions (CoPE, a lang.scheme.ContextualPositions): the logits read the scores
+    contextual: Any = None
+
     @property
     def explicit_scores(self) -> bool:
-        """The weights are not a softmax: no fused kernel computes them, the general path does."""
-        return self.normalize != SOFTMAX
+        """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): no fused
+        kernel computes them, the general path's explicit blocks of scores do."""
+        return self.normalize != SOFTMAX or self.contextual is not None
 
     # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
     # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
@@ -233,6 +238,10 @@ def plan_lines(plan: Plan) -> list[str]:
         out.append(f"      {tau.site.name} = {to_source(tau.site.expr)}")
         if tau.why:
             out.append(f"      {tau.why}")
+    if plan.contextual is not None:
+        c = plan.contextual
+        out.append(f"  contextual positions: {c.source()}, carried as explicit blocks of scores; learned "
+                   f"contextual_embedding ({'' if c.shared else 'heads x '}{c.max_pos} x head_dim)")
     if plan.half_via_general:
         out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
     out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
@@ -270,6 +279,9 @@ def plan_to_json(plan: Plan) -> dict:
             "table": plan.temperature.table, "carried": plan.temperature.carried,
             "site": site(plan.temperature.site), "why": plan.temperature.why},
         "params": [s.name for s in plan.params],
+        "contextual": None if plan.contextual is None else {"kind": plan.contextual.kind,
+                                                            "max_pos": plan.contextual.max_pos,
+                                                            "shared": plan.contextual.shared},
         "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
                     for ls in learned_sites(plan)],
     }

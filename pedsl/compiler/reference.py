@@ -110,7 +110,8 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         tau = tau.expand(tau.shape[0], tau.shape[1], L)
     return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,
                                    allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq),
-                                   normalize=sch.normalize, attend_current=sch.attend_current)
+                                   normalize=sch.normalize, attend_current=sch.attend_current,
+                                   cope=None if sch.contextual is None else mod.contextual_embedding)
 
 
 def _stream_window(sch, allowed: Tensor, positions: Tensor) -> None:

@@ -198,6 +198,8 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
         _optional(name, getattr(a, name), getattr(b, name), out, value, show=str)
 
     value("normalize", _normalizer(a), _normalizer(b))
+    _optional("contextual", None if a.contextual is None else a.contextual.source(),
+              None if b.contextual is None else b.contextual.source(), out, value)
     value("learned.shared", _shared_learned(a, renamed), _shared_learned(b, {}))
 
     for section in ("train", "eval"):

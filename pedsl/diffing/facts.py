@@ -83,6 +83,8 @@ class SchemeFacts:
     temperature: str | None
     temperature_at: list[tuple[int, float | tuple[float, ...] | None]] = field(default_factory=list)
     normalize: str = "softmax"  # softmax | stick-breaking, with or without the query's own key
+    contextual: str = "none"  # score-dependent positions (CoPE), in words
+    cope_max_pos: int | None = None  # CoPE's embedding rows, None without CoPE
     backend: str | None = None
     backend_note: str | None = None
     compile_error: str | None = None
@@ -228,6 +230,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         shape=attention_shape(s),
         normalize="softmax" if s.normalize == "softmax" else
         "stick-breaking (" + ("own key included" if s.attend_current else "own key left out") + ")",
+        contextual="none" if s.contextual is None else s.contextual.describe(),
+        cope_max_pos=None if s.contextual is None else s.contextual.max_pos,
     )
     if graph:
         from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for

@@ -83,6 +83,7 @@ def summarize(a: SchemeFacts, b: SchemeFacts, edits: list) -> list[tuple[str, st
         ("temperature", describe_temperature(a), describe_temperature(b)),
         ("attention", a.shape, b.shape),
         ("weights", a.normalize, b.normalize),
+        ("contextual positions", a.contextual, b.contextual),
         ("value transport", _value(a), _value(b)),
         ("backend", _backend(a), _backend(b)),
         ("training length", str(a.train_length), str(b.train_length)),

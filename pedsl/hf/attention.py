@@ -33,7 +33,9 @@ always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slo
 A scheme with learned parameters (``learned(...)``, ``table``, ``mlp``: T5's relative bias, dynamic
 position bias, KERPLE, learned ALiBi) runs on the general path inside the attention, which gets q, k and
 v; its one compiled module is the model's submodule ``pedsl_scheme``, shared by every layer as T5 and
-x-transformers share their relative bias, so its parameters train, move and save with the model.
+x-transformers share their relative bias, so its parameters train, move and save with the model. CoPE
+(``contextual = cope(...)``) is the exception: every layer has its own embedding, as in the paper and
+x-transformers, so ``pedsl_scheme`` is a ModuleList of one compiled module per attention layer.
 
 Every keyword HF passes to the attention function is applied or refused (:data:`APPLIED`,
 :data:`NO_EFFECT`): a logit soft-cap, attention sinks, a position bias, packed sequences or dropout
@@ -405,10 +407,17 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     if hf is None:
         _refuse_general_multi_axis(model, sch)
     state = _State(mod, hf)
-    if any(True for _ in mod.parameters()):  # learned values, tables, MLPs: trained, moved and saved with the model
-        model.add_module(SCHEME_MODULE, mod)
-    for layer in layers:
-        object.__setattr__(layer, _ATTR, state)  # a plain attribute: not a submodule, not in the state_dict
+    if sch.contextual is not None:  # CoPE: each layer its own embedding, as the paper and x-transformers
+        mods = nn.ModuleList([mod] + [compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend,
+                                                     requires_grad=False) for _ in layers[1:]])
+        model.add_module(SCHEME_MODULE, mods)
+        states = [state] + [_State(m, hf) for m in mods[1:]]
+    else:
+        if any(True for _ in mod.parameters()):  # learned values, tables, MLPs: trained, moved, saved with the model
+            model.add_module(SCHEME_MODULE, mod)
+        states = [state] * len(layers)
+    for layer, st in zip(layers, states):
+        object.__setattr__(layer, _ATTR, st)  # a plain attribute: not a submodule, not in the state_dict
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), state, width))
     _register()

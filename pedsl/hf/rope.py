@@ -462,6 +462,10 @@ def _one_rotation(scheme: Scheme):
                       "(logits of the rotated channels times m^2)")
     if scheme.normalize != "softmax":
         raise _refuse(scheme, f"normalize = {scheme.normalize}; HF's attention is a softmax")
+    if scheme.contextual is not None:
+        raise _refuse(scheme, f"contextual = {scheme.contextual.source()}: CoPE's learned embedding and gated "
+                      "counts have no rope_parameters", "load the model with use_pedsl_attention, which carries "
+                      "CoPE inside the attention")
     if len(scheme.transports) != 1:
         raise _refuse(scheme, "no rotary transport (NoPE)" if not scheme.transports else
                       f"{len(scheme.transports)} transports; HF rotates one channel group")

@@ -157,6 +157,13 @@ class NormalizeStmt(Node):
     value: Expr
 
 
+class ContextualStmt(Node):
+    """``contextual = cope(max_pos = N, shared = BOOL)``: positions counted by gates on the scores (CoPE)."""
+
+    kind: Literal["contextual"] = "contextual"
+    value: Expr
+
+
 class WindowStmt(Node):
     """``window = N`` (sliding) or ``chunk = N`` (chunked): which keys a query sees (docs/semantics.md §11)."""
 
@@ -204,7 +211,7 @@ class Layers(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, WindowStmt, SinkStmt, Section, Allow,
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, ContextualStmt, WindowStmt, SinkStmt, Section, Allow,
           Layers],
     Field(discriminator="kind"),
 ]

@@ -136,7 +136,7 @@ def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
         w.emit(depth, f"temperature = {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "normalize":
         w.emit(depth, f"normalize = {to_source(st.value)}", st, last=_claim(st, nxt))
-    elif k in ("window", "chunk"):
+    elif k in ("contextual", "window", "chunk"):
         w.emit(depth, f"{k} = {to_source(st.value)}", st, last=_claim(st, nxt))
     elif k == "sink":
         w.emit(depth, f"sink = {st.value}", st, last=_claim(st, nxt))

@@ -127,6 +127,7 @@ class Merged:
     bias: Located | None = None
     temperature: Located | None = None
     normalize: Located | None = None
+    contextual: Located | None = None  # contextual = cope(...)
     window: Located | None = None  # window = N
     chunk: Located | None = None  # chunk = N
     sink: Located | None = None  # sink = logit | token
@@ -149,7 +150,8 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
             key = None
             if st.kind in ("param", "let"):
                 key = ("name", st.name)
-            elif st.kind in ("layout", "axes", "channels", "bias", "temperature", "normalize", "window", "chunk", "sink"):
+            elif st.kind in ("layout", "axes", "channels", "bias", "temperature", "normalize", "contextual", "window",
+                             "chunk", "sink"):
                 key = (st.kind, "")
             if key is not None:
                 if key in seen:
@@ -179,7 +181,7 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                 m.temperature = loc
             elif st.kind == "normalize":
                 m.normalize = loc
-            elif st.kind in ("window", "chunk", "sink"):
+            elif st.kind in ("contextual", "window", "chunk", "sink"):
                 setattr(m, st.kind, loc)
             elif st.kind == "section":
                 table = m.train if st.section == "train" else m.eval

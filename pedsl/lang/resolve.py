@@ -36,13 +36,14 @@ from pedsl.lang.terms import TermResolution
 from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
 from pedsl.lang.windows import WindowResolution
+from pedsl.lang.contextual import ContextualResolution
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
 # ------------------------------------------------------------------ the resolver
 
 
-class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution):
+class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, ContextualResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
         self.overrides = overrides
@@ -169,6 +170,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         window, chunk, sink = self.resolve_shape(env, lets)
         self.check_sink_transports(sink, transports)
         self.check_sink_normalizer(sink, normalize[0])
+        contextual = self.resolve_contextual(env, lets, transports, sink)
         self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
         evals = self.resolve_section(m.eval, env, "eval")
@@ -194,6 +196,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             temperature_ty=self.type_of(temperature) if temperature is not None else None,
             normalize=normalize[0],
             attend_current=normalize[1],
+            contextual=contextual,
             window=window,
             chunk=chunk,
             sink=sink,

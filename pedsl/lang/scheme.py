@@ -141,6 +141,27 @@ class GateBias(_Frozen):
 Bias = Annotated[Union[DistanceBias, GateBias], Field(discriminator="kind")]
 
 
+class ContextualPositions(_Frozen):
+    """CoPE (Golovneva et al. 2024; docs/semantics.md §1c): key j of query i sits at the contextual position
+    ``p(i, j) = sum over the visible keys t, j <= t <= i, of sigmoid(s(i, t))`` (s: the logit before this
+    term), clamped to ``max_pos - 1``; the logit gains ``q_i . e[p(i, j)]``, e a learned (max_pos, head_dim)
+    table (one per head unless shared) read between its integer rows by linear interpolation."""
+
+    kind: Literal["cope"] = "cope"
+    max_pos: int
+    shared: bool = True
+
+    def source(self) -> str:
+        """The statement's value as it would be written (``shared = true`` is the default, left out)."""
+        return f"cope(max_pos = {self.max_pos}" + ("" if self.shared else ", shared = false") + ")"
+
+    def describe(self) -> str:
+        """In words, for diff summaries and explain."""
+        return (f"CoPE: gated counts sum_(t = j..i) sigmoid(s(i, t)), clamped to {self.max_pos - 1}, "
+                f"+ q_i . e[p] (e: {self.max_pos} x head_dim, " + ("shared by the heads)" if self.shared
+                                                                  else "one per head)"))
+
+
 class Scheme(_Frozen):
     name: str
     doc: str = ""
@@ -160,6 +181,7 @@ class Scheme(_Frozen):
     # attend_current says whether a query's own key takes part (True: A_ii = sigmoid(s_ii))
     normalize: Literal["softmax", "stick_breaking"] = "softmax"
     attend_current: bool = True
+    contextual: ContextualPositions | None = None  # score-dependent positions (CoPE), added to the logits
     # the attention's shape (docs/semantics.md §11): key j is visible to query i iff 0 <= p_i - p_j < window,
     # or iff p_i // chunk == p_j // chunk; sink: a learned logit per head in the normaliser, or a learned
     # key/value slot every query sees

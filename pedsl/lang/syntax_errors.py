@@ -41,7 +41,7 @@ _TOKEN_WORDS = {
     "$END": "the end of the file",
 }
 
-_STATEMENTS = ("param, let, layout, axes, channels, qk, qkv, bias, temperature, normalize, window, chunk, sink, train, "
+_STATEMENTS = ("param, let, layout, axes, channels, qk, qkv, bias, temperature, normalize, contextual, window, chunk, sink, train, "
                "eval, allow, layers")
 
 

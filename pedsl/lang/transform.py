@@ -161,6 +161,9 @@ class ToAst(Transformer):
     def normalize(self, meta, c):
         return ast.NormalizeStmt(value=c[0], span=_span_of(meta))
 
+    def contextual(self, meta, c):
+        return ast.ContextualStmt(value=c[0], span=_span_of(meta))
+
     def window(self, meta, c):
         return ast.WindowStmt(kind="window", value=c[0], span=_span_of(meta))
 

@@ -29,6 +29,7 @@ STATEMENTS = {
     "qkv": ("qkv: rotate($0)", "a transport of queries, keys and values"),
     "bias": ("bias = $0", "an additive attention bias"),
     "temperature": ("temperature = $0", "a per-query logit scale"),
+    "contextual": ("contextual = cope(max_pos = ${1:16})", "CoPE: positions counted by sigmoid gates on the scores"),
     "window": ("window = ${1:512}", "a sliding window: a query sees itself and the N - 1 tokens before it"),
     "chunk": ("chunk = ${1:8192}", "chunked attention: a query sees the keys of its chunk of N positions"),
     "sink": ("sink = ${1|logit,token|}", "a learned attention sink: a logit per head, or a key/value slot"),

@@ -24,7 +24,7 @@ _TOKEN = re.compile(r"""
 
 # Keywords that start a statement inside a scheme body (grammars/pe.lark).
 STATEMENT_KEYWORDS = ("param", "let", "layout", "axes", "channels", "qk", "qkv", "bias", "temperature", "train", "eval",
-                      "allow", "window", "chunk", "sink", "layers")
+                      "allow", "window", "chunk", "sink", "layers", "contextual")
 _OPEN, _CLOSE = "([{", ")]}"
 
 

@@ -141,7 +141,7 @@ def _as_tensor(tr, B: int, H: int, L: int, D: int) -> Tensor | None:
 def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, value_transport=None,
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
                         allowed: Tensor | None = None, q_offset: int = 0, sink=None, normalize: str = "softmax",
-                        attend_current: bool = True) -> Tensor:
+                        attend_current: bool = True, cope: Tensor | None = None) -> Tensor:
     """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
@@ -150,6 +150,8 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
     ``normalize = "stick_breaking"`` replaces the softmax by :func:`stick_breaking_loop`.
     ``sink``: (logit ``(B|1, H, Lq)``, value ``(H, D)`` or None for zero): one more key every query
     sees, whose score is that logit as it stands (no scale, temperature or bias).
+    ``cope``: CoPE's learned embedding, ``(max_pos, D)`` shared by the heads or ``(H, max_pos, D)``: every
+    score gains :func:`cope_loop`'s term, read by the query as given.
     """
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     B, H, L, D = k.shape
@@ -176,6 +178,12 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
             scores.append(s.expand(B, H))
             vals.append(vs[j] if U_rows is None else (U_rows[i][j] @ vs[j].unsqueeze(-1)).squeeze(-1))
         s = torch.stack(scores, dim=-1)  # (B, H, i+1)
+        if cope is not None:
+            keys = torch.ones_like(s, dtype=torch.bool) if allowed is None else allowed[:, :, i, : i + 1].expand(B, H, i + 1)
+            if normalize == "stick_breaking" and not attend_current:
+                keys = keys.clone()
+                keys[..., i] = False
+            s = s + cope_loop(s, keys, qi.expand(B, H, D), cope)
         if normalize == "stick_breaking":
             ok = torch.ones_like(s, dtype=torch.bool) if allowed is None else allowed[:, :, i, : i + 1].expand(B, H, i + 1)
             a = stick_breaking_loop(s, ok, attend_current)
@@ -192,6 +200,29 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
         a = torch.softmax(s, dim=-1) * any_ok
         outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))  # (B, H, D)
     return torch.stack(outs, dim=2)
+
+
+def cope_loop(s: Tensor, ok: Tensor, qi: Tensor, emb: Tensor) -> Tensor:
+    """CoPE's term (Golovneva et al. 2024) of one query ``i`` over its keys ``0..i``, written as the formula in
+    float64: ``p_j = sum_{t = j..i, ok_t} sigmoid(s_t)``, clamped to ``max_pos - 1``, and ``qi . e[p_j]`` read
+    between the rows ``floor(p_j)`` and ``floor(p_j) + 1`` with weights ``1 - frac(p_j)`` and ``frac(p_j)``.
+    ``s``, ``ok``: ``(B, H, i + 1)``; ``qi``: ``(B, H, D)``; ``emb``: ``(max_pos, D)`` or ``(H, max_pos, D)``."""
+    n, P = s.shape[-1], emb.shape[-2]
+    e = emb.to(F64) if emb.dim() == 3 else emb.to(F64).expand(s.shape[1], P, emb.shape[-1])  # (H, P, D)
+    qe = torch.einsum("bhd,hpd->bhp", qi.to(F64), e)  # q_i . e[p] for every integer position p
+    out = []
+    for j in range(n):
+        p = torch.zeros_like(s[..., 0], dtype=F64)
+        for t in range(j, n):
+            p = p + torch.where(ok[..., t], torch.sigmoid(s[..., t].to(F64)), torch.zeros_like(p))
+        p = torch.clamp(p, max=P - 1)
+        low = torch.floor(p)
+        frac = p - low
+        lo = low.long()
+        hi = torch.clamp(lo + 1, max=P - 1)
+        term = (1 - frac) * qe.gather(-1, lo[..., None])[..., 0] + frac * qe.gather(-1, hi[..., None])[..., 0]
+        out.append(term)
+    return torch.stack(out, dim=-1)
 
 
 def stick_breaking_loop(s: Tensor, ok: Tensor, attend_current: bool) -> Tensor:

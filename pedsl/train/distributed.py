@@ -18,6 +18,7 @@ Only rank 0 writes files. Without torchrun everything here is a no-op, and ``fsd
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -114,11 +115,18 @@ def setup(device: str = "auto", shard: str = "ddp") -> Dist:
 def teardown(d: Dist, finished: bool = False) -> None:
     """Leave the process group; after a finished run every rank leaves together (a rank that tears gloo
     down while another still sends aborts that one: "terminate called without an active exception",
-    seen on a loaded machine). After a failure no barrier: the other ranks may never reach it."""
+    seen on a loaded machine). After a failure no barrier: the other ranks may never reach it.
+
+    The garbage collector runs first and last: a sharded model's FSDP state sits in reference
+    cycles that can keep the group and its work objects (with their tensors) alive; released only
+    at the interpreter's shutdown, a gloo thread that needs the GIL then aborts the process with
+    that same message (seen once in CI on a finished FSDP run, not reproduced in 30 runs here)."""
     if d.enabled and dist.is_initialized():
+        gc.collect()
         if finished:
             dist.barrier()
         dist.destroy_process_group()
+        gc.collect()
 
 
 def wrap(model: torch.nn.Module, d: Dist) -> torch.nn.Module:
