@@ -197,3 +197,23 @@ def forbid_single_token_layout(monkeypatch) -> None:
         return real(heads, B, L, *a, **kw)
 
     monkeypatch.setattr(stream, "layout", no_single_token_layout)
+
+
+def largest_allocation(fn) -> int:
+    """The bytes of the largest storage any torch op allocates while ``fn()`` runs (forward and backward
+    alike; views of an existing tensor count as its storage, which was allocated before)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    sizes = [0]
+
+    class Storage(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else [out]:
+                if isinstance(t, torch.Tensor):
+                    sizes.append(t.untyped_storage().nbytes())
+            return out
+
+    with Storage():
+        fn()
+    return max(sizes)

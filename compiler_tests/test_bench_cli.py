@@ -57,6 +57,28 @@ def test_decode_benchmark_tiny_run_times_the_general_path_too(tmp_path):
     assert "alibi/general" not in text and "min-max over repeats" in text
 
 
+def test_distance_bias_benchmark_tiny_run_has_every_variant_and_ratio(tmp_path):
+    """`python -m benchmarks.distance_bias`: one repeat at L = 48; T5 against x-transformers' materialised
+    bias (checked equal first), xPos without one; ratios, peak memory and the load average recorded."""
+    from benchmarks import distance_bias
+
+    threads = torch.get_num_threads()
+    md, js = tmp_path / "d.md", tmp_path / "d.json"
+    try:
+        distance_bias.main(["t5_bias", "xpos", "--lengths", "48", "--repeats", "1", "--threads", "1",
+                            "--md", str(md), "--json", str(js)])
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+    text = md.read_text()
+    assert "| t5_bias | 48 |" in text and "| xpos | 48 |" in text and "skipped (no bias)" in text
+    data = json.loads(js.read_text())
+    assert data["meta"]["clock"] == "cpu" and len(data["meta"]["loadavg_start"]) == 3
+    t5 = data["rows"][0]
+    assert set(t5["ratio"]) == {"floor", "pedsl", "materialised"} and t5["ratio"]["floor"] == 1.0
+    assert all(v >= 0 for v in t5["peak_mib"].values())
+
+
 def test_cope_benchmark_tiny_run_compares_with_x_transformers(tmp_path):
     from benchmarks import cope
 

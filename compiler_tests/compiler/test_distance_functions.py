@@ -22,12 +22,14 @@ import numpy as np
 import pytest
 import torch
 
-from compiler_helpers import SCHEMES, assert_generated_module_matches, first_error, rnd
+from compiler_helpers import (SCHEMES, assert_generated_module_matches, first_error, forward_and_grads, inputs,
+                              largest_allocation, rnd)
 from pedsl.compiler import compile_scheme
 from pedsl.compiler.codegen import generate
-from pedsl.compiler.module_values import ModuleScheme
+from pedsl.compiler.module_values import FusedKernels, ModuleScheme
 from pedsl.compiler.plan import QUERY_BLOCKS
 from pedsl.lang.builtin_defs.learned import bucket_of
+from pedsl.ops import distance_bias as DB
 
 F64 = torch.float64
 
@@ -44,8 +46,9 @@ def _qkv(H, L, D=16, seed=0):
     return (rnd(2, H, L, D, seed=seed + i) for i in range(3))
 
 
-def _scheme(name, H=4, D=16, **params):
-    return compile_scheme(SCHEMES / f"{name}.pe", num_heads=H, head_dim=D, params=params or None).double()
+def _scheme(name, H=4, D=16, backend="auto", **params):
+    return compile_scheme(SCHEMES / f"{name}.pe", num_heads=H, head_dim=D, params=params or None,
+                          backend=backend).double()
 
 
 def _moved(mod, scale=0.3, seed=5):
@@ -192,9 +195,13 @@ def test_sandwich_is_the_papers_formula(H):
 
 
 # ---------------------------------------------------------------------- kernels, decoding, codegen, numpy
+TOEPLITZ = ["t5_bias", "dynamic_position_bias", "kerple_log", "kerple_power", "sandwich"]
+
+
 @pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_log", "sandwich"])
 def test_a_distance_table_is_never_a_square_tensor(name, monkeypatch):
-    """Carried per block of queries from one (H, distances) table a call: no (B, H, L, L) bias."""
+    """Packed documents take the blocks of queries: one (H, distances) table a call, gathered per block of
+    queries - no (B, H, L, L) bias."""
     from pedsl.compiler import general
 
     mod = _scheme(name)
@@ -214,9 +221,71 @@ def test_a_distance_table_is_never_a_square_tensor(name, monkeypatch):
     monkeypatch.setattr(general, "attend", attend)
     L = 3 * general.QUERY_CHUNK + 5
     q, k, v = _qkv(4, L)
-    mod(q, k, v)
-    assert calls == [L]  # once per call, over every distance
+    docs = (torch.arange(L) >= 100).long().expand(2, L)  # positions restart at 100: no longer Toeplitz in i - j
+    mod(q, k, v, document_ids=docs)
+    assert calls == [L - 100]  # once per call, over every distance
     assert shapes and all(s[2] <= general.QUERY_CHUNK for s in shapes)
+
+
+def _spy_kernel(monkeypatch):
+    """Counts the calls of the Toeplitz kernel through the module's fused kernels."""
+    calls = []
+    real = FusedKernels.distance_attention
+
+    def spy(q, k, v, table, **kw):
+        calls.append(tuple(table.shape))
+        return real(q, k, v, table, **kw)
+
+    monkeypatch.setattr(FusedKernels, "distance_attention", staticmethod(spy))
+    return calls
+
+
+@pytest.mark.parametrize("name", TOEPLITZ)
+@pytest.mark.parametrize("L", [5, 37, 48])
+def test_the_toeplitz_kernel_equals_the_reference_interpreter_forward_and_backward(name, L, monkeypatch):
+    """Blocks of 16 queries, backward tiles of 8 keys: L below, across and at a multiple of the block; the
+    gradients of q, k, v and of every learned parameter of the bias (T5's table, the MLP, KERPLE's r1 r2)."""
+    monkeypatch.setattr(DB, "BLOCK", 16)
+    monkeypatch.setattr(DB, "KEY_TILE", 8)
+    calls = _spy_kernel(monkeypatch)
+    mod = _moved(_scheme(name))
+    ref = _scheme(name, backend="reference")
+    ref.load_state_dict(mod.state_dict())
+    q, k, v, x, tokens = inputs(mod, B=2, L=L)
+    for positions in (None, torch.arange(L).expand(2, L) + torch.tensor([[0], [7]])):  # rows may start anywhere
+        out, grads = forward_and_grads(mod, q, k, v, x, tokens, positions=positions)
+        rout, rgrads = forward_and_grads(ref, q, k, v, x, tokens, positions=positions)
+        torch.testing.assert_close(out, rout, rtol=1e-10, atol=1e-12)
+        assert len(grads) == 3 + len(list(mod.parameters()))
+        for a, b in zip(grads, rgrads):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    assert len(calls) == 2  # both calls ran the kernel (its backward is the gradients above)
+
+
+@pytest.mark.parametrize("name", ["t5_bias", "kerple_power"])
+def test_documents_and_padding_keep_the_blocks_and_equal_the_reference(name, monkeypatch):
+    calls = _spy_kernel(monkeypatch)
+    mod = _moved(_scheme(name))
+    ref = _scheme(name, backend="reference")
+    ref.load_state_dict(mod.state_dict())
+    q, k, v, _, _ = inputs(mod, B=2, L=30)
+    docs = (torch.arange(30) >= 11).long().expand(2, 30)
+    mask = torch.ones(2, 30, dtype=torch.bool)
+    mask[1, :4] = False
+    for kw in (dict(document_ids=docs), dict(attn_mask=mask)):
+        torch.testing.assert_close(mod(q, k, v, **kw), ref(q, k, v, **kw), rtol=1e-10, atol=1e-12)
+    assert calls == []
+
+
+@pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias"])
+def test_training_at_a_long_length_holds_no_square_tensor(name):
+    """Forward and backward of the module at L = 2,000 (float32): no allocation of (B, H, L, L) floats."""
+    H, L = 4, 2000
+    mod = compile_scheme(SCHEMES / f"{name}.pe", num_heads=H, head_dim=16)
+    q, k, v = (rnd(1, H, L, 16, seed=s, dtype=torch.float32).requires_grad_(True) for s in range(3))
+    most = largest_allocation(lambda: mod(q, k, v).sum().backward())
+    assert most <= 4 * H * DB.BLOCK * (DB.KEY_TILE + DB.BLOCK + 1)
+    assert most < 4 * H * L * L / 4
 
 
 @pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_power", "sandwich", "alibi_partial"])

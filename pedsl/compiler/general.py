@@ -51,8 +51,8 @@ short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, 
 ``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``cope_max_pos`` (None, or
 CoPE's positions, with its ``contextual_embedding``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
-cumulative sums of angles, the blockwise PaTH kernel) come as ``kernels``: :class:`TorchKernels` here,
-pedsl's fused ones in process.
+cumulative sums of angles, the blockwise PaTH kernel, the Toeplitz kernel of distance tables) come as
+``kernels``: :class:`TorchKernels` here, pedsl's fused ones in process.
 """
 
 from __future__ import annotations
@@ -971,6 +971,25 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
+def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+    """Biases that are all distance tables, over one fresh causal sequence at consecutive positions (each
+    row may start anywhere), on the kernels' Toeplitz kernel: the tables summed once (H, distances), each
+    block of queries reading its rows as a view of it. None where the call needs :func:`attend_blocks`
+    (no such kernel or dtype, a cache, padding, documents, masks, windows, sinks, CoPE, other biases, GQA)."""
+    run = getattr(kernels, "distance_attention", None)
+    if (run is None or not bi.tables or bi.queries or bi.coord is not None or cache is not None or sink is not None
+            or q.shape != k.shape or lay.padded or lay.mask4 is not None or lay.axes_pos is not None
+            or shape_of(scheme) is not None or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
+            or not kernels.distance_supported(q)
+            or document_ids_vary(lay.docs)):
+        return None
+    pos = lay.positions
+    if pos.shape[1] > 1 and not bool((pos.diff(dim=1) == 1).all()):
+        return None
+    tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
+    return run(q, k, v, sum(tables[1:], tables[0]))
+
+
 def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
     """Stick-breaking weights (Tan et al. 2024) of scores ``s (..., Lk)`` over the keys ``ok`` in key order:
     ``w_j = sigmoid(s_j) * prod_{t > j, ok_t} (1 - sigmoid(s_t))``, the nearest key breaking the stick
@@ -1259,9 +1278,10 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
     (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernel
-    (PaTH runs by its decode rule)."""
+    (PaTH runs by its decode rule), and no Toeplitz distance-bias kernel (distance tables run by blocks
+    of queries)."""
 
-    path_attention = path_transported_keys = None
+    path_attention = path_transported_keys = distance_attention = None
 
     @staticmethod
     def rotate(x, cos, sin, t, channels):
@@ -1313,7 +1333,9 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     if tr.householder is not None:
         o = path_attend(kernels, q, k, v, tr.householder, bi.coord, lay, cache, shape_of(scheme), sink)
     else:
-        o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc)
+        o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
+        if o is None:
+            o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc)
     o = undo_values(kernels, undo, o)
     if cache is not None:
         update_cache(cache, lay, tr, bi, win, scheme.conv_history)

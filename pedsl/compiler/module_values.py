@@ -12,6 +12,7 @@ from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUER
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
+from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_supported
 from pedsl.ops.path import path_attention, path_transported_keys
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
@@ -19,10 +20,13 @@ TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, ph
 
 class FusedKernels:
     """The general forward's primitives as pedsl's kernels: rotations with fused autograd in the
-    scheme's layout, the two-level float64 angle sum, the blockwise PaTH kernel."""
+    scheme's layout, the two-level float64 angle sum, the blockwise PaTH kernel, the Toeplitz kernel of
+    distance-table biases (:mod:`pedsl.ops.distance_bias`)."""
 
     path_attention = staticmethod(path_attention)
     path_transported_keys = staticmethod(path_transported_keys)
+    distance_attention = staticmethod(distance_bias_attention)
+    distance_supported = staticmethod(distance_bias_supported)
 
     def __init__(self, layout: str):
         self.layout = layout

@@ -4,6 +4,8 @@
 - :mod:`accumulate`: accumulated SO(2) transports (docs/semantics.md §2b, 5.1, 5.2);
 - :mod:`alibi`: ALiBi slopes (docs/semantics.md §3);
 - :mod:`bias`: separable / materialised / FlexAttention biased causal attention (docs/semantics.md §5.6, 5.7);
+- :mod:`distance_bias`: causal attention with a bias of the distance only (a Toeplitz bias: T5, DPB,
+  KERPLE, Sandwich), the table read in place per block of queries (docs/semantics.md §3);
 - :mod:`path`: PaTH Householder transports (docs/semantics.md §2b, 5.3);
 - :mod:`reference`: the naive float64 oracle of docs/semantics.md §1 (tests only).
 """
@@ -19,6 +21,7 @@ from pedsl.ops.bias import (
     materialized_bias_attention,
     separable_bias_attention,
 )
+from pedsl.ops.distance_bias import distance_bias_attention
 from pedsl.ops.rotary import (
     apply_rotary,
     apply_rotary_channels,
@@ -38,6 +41,7 @@ __all__ = [
     "apply_rotary",
     "apply_rotary_channels",
     "cumulative_angles",
+    "distance_bias_attention",
     "flex_bias_attention",
     "forget_key_term",
     "geometric_freqs",

@@ -1,0 +1,176 @@
+"""Causal attention with a bias that depends on the distance only, ``b(i, j) = t[h, i - j]``
+(T5's buckets, dynamic position bias, KERPLE, Sandwich: a Toeplitz bias), without an (H, L, L) tensor.
+
+The table ``t (H|1, >= L)`` is computed once per call (O(H L)) by the caller. The keys are taken in
+reverse order (one flip of k and v per call); then the bias of the block of queries ``c0 .. c1 - 1``
+over the keys ``c1 - 1, ..., 0`` is, at row r and column j', ``t[c0 + r - c1 + 1 + j']``: both indices
+step the distance by +1, so with ``tp = [-inf x block, t]`` the block's rows are a view of ``tp`` with
+strides (1, 1) - no copy, no index tensor, and the causal ``-inf`` comes with it. Forward: one call of
+PyTorch's CPU flash kernel (``aten::_scaled_dot_product_flash_attention_for_cpu``, float mask read in
+place) per block over the keys it can see (the causal half of the work), which also returns each
+query's log-sum-exp.
+
+Backward (:class:`_DistanceBias`), per block, from the forward's output and log-sum-exp:
+
+* table frozen (Sandwich): the flash backward kernel with the same rows;
+* table learned: per tile of ``block`` queries by ``KEY_TILE`` keys (scores kept in cache) the
+  probabilities are recomputed and ``dS = P * (dO V^T - rowsum(dO * O))`` formed, with the scale, the
+  log-sum-exp and the row sums folded into the matmuls by one more channel; dq, dk, dv are its matmuls.
+  The table's gradient is the sum of ``dS`` along each distance: ``dS`` is written through a skewed view
+  of a buffer whose row r is shifted by r, so that each column is one distance and the gradient is a
+  column sum (no scatter).
+
+Memory: O(B H block (block + KEY_TILE)) beyond the inputs and outputs. Denormals (docs/semantics.md
+§6): peaked rows fill the softmax with denormal floats; the application owns ``torch.set_flush_denormal``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+from torch.autograd.function import once_differentiable
+
+from pedsl.errors import ShapeError
+from pedsl.ops.bias import _FLASH, _FLASH_BWD, _blocks
+
+BLOCK = 256  # queries per block of the forward (the flash kernel reads the bias rows in place)
+KEY_TILE = 1024  # keys per tile of the learned table's backward: B * H * 256 * 1024 scores stay in the L3 cache
+
+
+def distance_bias_supported(q: Tensor) -> bool:
+    """Whether :func:`distance_bias_attention` runs for tensors like ``q`` (PyTorch's CPU flash kernel)."""
+    return q.device.type == "cpu" and _FLASH is not None and _FLASH_BWD is not None and q.dtype in (
+        torch.float32, torch.float64)
+
+
+def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, scale: float | None = None,
+                            block: int | None = None, key_tile: int | None = None) -> Tensor:
+    """Causal attention ``softmax_j<=i(scale <q_i, k_j> + table[h, i - j]) v_j`` of q, k, v ``(B, H, L, D)``
+    (one sequence at positions 0 .. L-1); ``table (H|1, >= L)`` in any float dtype (float64: cast once),
+    differentiable. CPU, float32 / float64 (:func:`distance_bias_supported`). ``block``: queries per block
+    (default :data:`BLOCK`); ``key_tile``: keys per tile of the learned table's backward (:data:`KEY_TILE`)."""
+    D, L = q.shape[-1], q.shape[-2]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ShapeError(f"distance_bias_attention: q, k and v must be (B, H, L, D) alike, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}", hint="one causal sequence: as many keys as queries")
+    if table.dim() != 2 or table.shape[-1] < L or table.shape[0] not in (1, q.shape[1]):
+        raise ShapeError(f"distance_bias_attention: table must be (1 or {q.shape[1]}, >= {L}), got "
+                         f"{tuple(table.shape)}", hint="one value per head (or one for all) and distance 0 .. L-1")
+    if not distance_bias_supported(q):
+        raise ShapeError(f"distance_bias_attention runs on CPU in float32 or float64, got {q.dtype} on {q.device}",
+                         hint="elsewhere use SchemeAttention's blocks of queries (pedsl.compiler.general)")
+    if L == 0:
+        return torch.zeros_like(q)
+    block = min(BLOCK if block is None else int(block), L)
+    return _DistanceBias.apply(q, k, v, table, scale, block, max(1, KEY_TILE if key_tile is None else int(key_tile)))
+
+
+def _padded_table(table: Tensor, L: int, block: int, dtype: torch.dtype) -> Tensor:
+    """``[-inf x block, t[0], ..., t[L-1]]``: (H|1, block + L) in the compute dtype, contiguous."""
+    t = table[..., :L].to(dtype)
+    return torch.cat([t.new_full((t.shape[0], block), float("-inf")), t], -1).contiguous()
+
+
+def _bias_rows(tp: Tensor, block: int, c0: int, c1: int) -> Tensor:
+    """Bias of the queries c0 .. c1-1 over the keys c1-1, c1-2, ..., 0 (reversed), ``-inf`` where the key
+    follows the query: (H|1, c1 - c0, c1), a view of the padded table (row r, column j' reads distance
+    c0 + r - (c1 - 1 - j'): both strides 1)."""
+    return tp.as_strided((tp.shape[0], c1 - c0, c1), (tp.stride(0), 1, 1),
+                         tp.storage_offset() + block + c0 - c1 + 1)
+
+
+def _mask(rows: Tensor, B: int) -> Tensor:
+    return rows.unsqueeze(0).expand(B, *rows.shape)
+
+
+class _DistanceBias(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, table, scale, block, key_tile):
+        B, _, L, _ = q.shape
+        tp = _padded_table(table.detach(), L, block, q.dtype)
+        kr, vr = k.flip(-2), v.flip(-2)  # keys in reverse order: the first c1 keys are kr[..., L - c1:, :]
+        outs, lses = [], []
+        for c0, c1 in _blocks(L, block):
+            o, lse = _FLASH(q[:, :, c0:c1], kr[:, :, L - c1:], vr[:, :, L - c1:], 0.0, False,
+                            attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)[:2]
+            outs.append(o)
+            lses.append(lse)
+        out, lse = torch.cat(outs, -2), torch.cat(lses, -1)
+        ctx.save_for_backward(q, kr, vr, table, out, lse)
+        ctx.scale, ctx.block, ctx.key_tile = scale, block, key_tile
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, kr, vr, table, out, lse = ctx.saved_tensors
+        B, _, L, _ = q.shape
+        scale, block = ctx.scale, ctx.block
+        tp = _padded_table(table.detach(), L, block, q.dtype)
+        dout = dout.contiguous()
+        if ctx.needs_input_grad[3]:
+            dq, dk, dv, dtab = _explicit_backward(q, kr, vr, dout, out, lse, tp, scale, block, ctx.key_tile)
+            dt = torch.zeros_like(table)
+            dt[..., :L] = dtab.to(table.dtype)
+            return dq, dk.flip(-2), dv.flip(-2), dt, None, None, None
+        dq, dk, dv = torch.empty_like(q), torch.zeros_like(kr), torch.zeros_like(vr)  # dk, dv: reversed keys
+        for c0, c1 in _blocks(L, block):
+            keys = slice(L - c1, L)
+            gq, gk, gv = _FLASH_BWD(dout[:, :, c0:c1], q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys],
+                                    out[:, :, c0:c1], lse[:, :, c0:c1], 0.0, False,
+                                    attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)
+            dq[:, :, c0:c1] = gq
+            dk[:, :, keys] += gk
+            dv[:, :, keys] += gv
+        return dq, dk.flip(-2), dv.flip(-2), None, None, None, None
+
+
+def _explicit_backward(q, kr, vr, dout, out, lse, tp, scale, block, key_tile):
+    """dq, dk, dv (keys reversed) and the table's gradient (H|1, L) from the recomputed probabilities, per
+    tile of ``block`` queries by ``key_tile`` keys (a tile's scores stay in cache). Folded into the
+    matmuls by one more channel: ``[q scale, -lse] . [k, 1]`` gives the logits minus the log-sum-exp, and
+    ``[dO, -delta] . [v, 1]`` gives ``dP - delta`` (delta = rowsum(dO * O))."""
+    B, H, L, D = q.shape
+    one = q.new_ones(B, H, L, 1)
+    q1 = torch.cat([q * scale, -lse.unsqueeze(-1).to(q.dtype)], -1)
+    do1 = torch.cat([dout, -(dout * out).sum(-1, keepdim=True)], -1)
+    k1, v1 = torch.cat([kr, one], -1), torch.cat([vr, one], -1)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(kr), torch.zeros_like(vr)
+    dtab = torch.zeros(tp.shape[0], L, dtype=q.dtype, device=q.device)
+    for c0, c1 in _blocks(L, block):
+        rows = _bias_rows(tp, block, c0, c1)
+        for a in range(0, c1, key_tile):
+            _tile(q1, k1, v1, do1, rows, c0, c1, a, min(c1, a + key_tile), dq, dk, dv, dtab)
+    return dq.mul_(scale), dk, dv, dtab
+
+
+def _tile(q1, k1, v1, do1, rows, c0, c1, a, e, dq, dk, dv, dtab) -> None:
+    """One tile: queries c0 .. c1-1, reversed keys a .. e-1 of the first c1 (original keys c1-1-a down to
+    c1-e). dS is written through a skewed view of a buffer whose row r is shifted by r (the gaps between
+    the rows zeroed), so that each column holds one distance and the table's gradient is a column sum."""
+    B, H, L, D1 = q1.shape
+    n, m = c1 - c0, e - a
+    keys = slice(L - c1 + a, L - c1 + e)
+    qb, K, V, do = q1[:, :, c0:c1], k1[:, :, keys], v1[:, :, keys], do1[:, :, c0:c1]
+    p = torch.empty(B, H, n, m, dtype=q1.dtype, device=q1.device)
+    for b in range(B):  # logits - lse in one pass (baddbmm broadcasts the bias rows over the heads)
+        torch.baddbmm(rows[:, :, a:e].expand(H, n, m), qb[b], K[b].transpose(-1, -2), out=p[b])
+    p.exp_()
+    dpd = do @ V.transpose(-1, -2)  # dP - delta
+    width = m + n - 1  # column r + j'' is the distance base + r + j''
+    flat = torch.empty(B, H, n * (width + 1), dtype=q1.dtype, device=q1.device)
+    flat.as_strided((B, H, n, n), (H * n * (width + 1), n * (width + 1), width + 1, 1), m).zero_()
+    ds = flat.as_strided((B, H, n, m), (H * n * (width + 1), n * (width + 1), width + 1, 1))
+    torch.mul(p, dpd, out=ds)
+    D = D1 - 1
+    dq[:, :, c0:c1] += ds @ K[..., :D]
+    dk[:, :, keys] += ds.transpose(-1, -2) @ qb[..., :D]
+    dv[:, :, keys] += p.transpose(-1, -2) @ do[..., :D]
+    sums = flat[..., : n * width].view(B, H, n, width).sum(dim=(0, 2))
+    sums = sums if dtab.shape[0] > 1 else sums.sum(0, keepdim=True)
+    base = c0 - c1 + 1 + a
+    lo = max(base, 0)
+    dtab[:, lo: base + width] += sums[:, lo - base:]
