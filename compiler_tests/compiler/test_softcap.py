@@ -42,7 +42,7 @@ def _kw(mod, x, **more):
     return dict(x=x, **more) if mod.needs_x else more
 
 
-BASES = ["rope", "alibi", "fox", "rope_accumulated", "acc_learned_qkv", "stick_breaking", "nope", "cope"]
+BASES = ["rope", "alibi", "fox", "rope_accumulated", "acc_learned_qkv", "stick_breaking", "nope", "cope", "t5_bias"]
 CAPS = ["softcap = 1.5", "softcap = 0.5\nwindow = 4", "softcap = 2.0\nchunk = 5\nsink = logit",
         "softcap = 1.0\nsink = token"]
 

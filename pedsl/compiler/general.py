@@ -975,9 +975,11 @@ def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, si
     """Biases that are all distance tables, over one fresh causal sequence at consecutive positions (each
     row may start anywhere), on the kernels' Toeplitz kernel: the tables summed once (H, distances), each
     block of queries reading its rows as a view of it. None where the call needs :func:`attend_blocks`
-    (no such kernel or dtype, a cache, padding, documents, masks, windows, sinks, CoPE, other biases, GQA)."""
+    (no such kernel or dtype, a cache, padding, documents, masks, windows, sinks, CoPE, soft-capping, other
+    biases, GQA)."""
     run = getattr(kernels, "distance_attention", None)
-    if (run is None or not bi.tables or bi.queries or bi.coord is not None or cache is not None or sink is not None
+    if (run is None or not bi.tables or bi.queries or bi.axial or bi.coord is not None or cache is not None
+            or sink is not None or getattr(scheme, "softcap", None) is not None
             or q.shape != k.shape or lay.padded or lay.mask4 is not None or lay.axes_pos is not None
             or shape_of(scheme) is not None or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
             or not kernels.distance_supported(q)
