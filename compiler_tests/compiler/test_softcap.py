@@ -126,9 +126,11 @@ def test_capped_attention_matches_gemma2_eager_attention():
     assert (mod(q, k, v) - uncapped.transpose(1, 2)).abs().max() > 1e-2
 
 
-@pytest.mark.parametrize("extra", ["softcap = 1.0", "softcap = 1.0\nwindow = 6\nsink = logit"], ids=["cap", "window"])
-def test_capped_decoding_equals_one_forward(extra):
-    fast, _ = _pair("fox", extra)
+@pytest.mark.parametrize("base", ["fox", "rope"])  # rope: the one-token fast path must keep the cap too
+@pytest.mark.parametrize("extra", ["softcap = 1.0", "softcap = 1.0\nwindow = 6", "softcap = 1.0\nwindow = 6\nsink = logit"],
+                         ids=["cap", "window", "window_sink"])
+def test_capped_decoding_equals_one_forward(base, extra):
+    fast, _ = _pair(base, extra)
     B, L, P = 2, 90, 11
     q, k, v, x = _qkv(B=B, L=L, seed=4)
     with torch.no_grad():

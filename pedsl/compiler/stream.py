@@ -35,12 +35,12 @@ from pedsl.ops.bias import scale_queries
 # ---------------------------------------------------------------------- decoding fast path
 def _fast_decode_plan(mod):
     """The static rotations of a scheme whose decode step needs nothing but them (RoPE family: static
-    phase tables, no bias, no temperature, no short convolution, no sink, SDPA backend; a window or
-    chunk allowed), else None. Cached on the module: the checks run once, not per token."""
+    phase tables, no bias, no temperature, no short convolution, no sink, no soft cap, SDPA backend; a
+    window or chunk allowed), else None. Cached on the module: the checks run once, not per token."""
     plan = mod.__dict__.get("_fast_decode")
     if plan is None:
         ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod) and mod.plan.sink is None
-              and not mod.plan.explicit_scores
+              and mod.plan.softcap is None and not mod.plan.explicit_scores
               and not mod._conv_history and mod.transforms
               and all(t.static_table and not t.xpos_gamma for t in mod.transforms))
         D = mod.head_dim
