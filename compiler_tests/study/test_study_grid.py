@@ -107,3 +107,12 @@ def test_refused(args, needle, tmp_path):
     code, _, err = run_cli("compare", "--study", "grid", "rope", "--out", tmp_path / "s", *args)
     assert code == 2 and needle in err, err
     assert not (tmp_path / "s" / "runs").exists()
+
+
+def test_a_study_with_every_candidate_left_out_is_refused_not_a_traceback(tmp_path):
+    from pedsl.errors import UsageError
+    from pedsl.study.candidates import train_each
+
+    with pytest.raises(UsageError, match="no scheme to train"):
+        train_each([], tmp_path, [0], {}, key="grid", measured=lambda run, done: {}, preset="tiny", steps=1,
+                   say=lambda m: None, quiet=True)

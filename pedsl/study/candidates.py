@@ -8,9 +8,12 @@ others is left out (a library scheme this pedsl does not have yet, a construct i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
 
-from pedsl.errors import PedslError
+from pedsl.errors import PedslError, UsageError
 from pedsl.lang.library import scheme_file
+from pedsl.study import driver
 from pedsl.train.recipe import load_scheme
 
 
@@ -46,3 +49,23 @@ def pick(schemes: list[str], candidates: tuple[Candidate, ...]) -> tuple[list[st
         else:
             skipped[c.name] = why
     return items, skipped
+
+
+def train_each(names: list[str], out: Path, seeds: list[int], train: dict, *, key: str,
+               measured: Callable[[Path, dict], dict], preset: str, steps: int | None,
+               say: Callable[[str], None], quiet: bool) -> dict[str, dict[int, dict]]:
+    """Train (or reuse) every scheme at every seed in ``out/runs/<name>/seed<k>`` with the study's
+    ``train`` settings, and measure each run: ``{name: {seed: {"train", key, "run_dir"}}}``."""
+    if not names:
+        raise UsageError("no scheme to train: every default candidate was left out",
+                         hint="name the schemes to compare (pedsl compare --study ... SCHEMES)")
+    items = driver.resolve_schemes(names)
+    per_seed: dict[str, dict[int, dict]] = {name: {} for name, _ in items}
+    for seed in seeds:
+        for name, path in items:
+            run = out / "runs" / name / f"seed{seed}"
+            say(f"{name}, seed {seed}")
+            overrides = {**train, **driver.given(preset=preset, steps=steps, seed=seed)}
+            done = driver.train_scheme(name, path, run, overrides, say, quiet)
+            per_seed[name][seed] = {"train": done, key: measured(run, done), "run_dir": str(run.relative_to(out))}
+    return per_seed

@@ -27,7 +27,7 @@ from pedsl.data.grids import GRID_TASKS, grid_shape
 from pedsl.errors import UsageError
 from pedsl.study import driver
 from pedsl.study import seeds as sd
-from pedsl.study.candidates import Candidate, pick
+from pedsl.study.candidates import Candidate, pick, train_each
 from pedsl.study.common import provenance, read_json, write_json, write_text
 from pedsl.study.grid import measure as gm
 from pedsl.study.grid.report import page, plots
@@ -96,19 +96,11 @@ def run_grid(schemes: list[str], out: str | Path, *, seeds: list[int] | None = N
     names, skipped = study_schemes(schemes)
     for name, why in skipped.items():
         say(f"{name}: left out ({why})")
-    items = driver.resolve_schemes(names)
     seed_list = list(seeds or SEEDS)
     if quick and steps is None:
         steps = QUICK["steps"]
-    per_seed: dict[str, dict[int, dict]] = {name: {} for name, _ in items}
-    for seed in seed_list:
-        for name, path in items:
-            run = out / "runs" / name / f"seed{seed}"
-            say(f"{name}, seed {seed}")
-            overrides = {**st["train"], **driver.given(preset=preset, steps=steps, seed=seed)}
-            done = driver.train_scheme(name, path, run, overrides, say, quiet)
-            per_seed[name][seed] = {"train": done, "grid": _measured(run, done, st, say),
-                                    "run_dir": str(run.relative_to(out))}
+    per_seed = train_each(names, out, seed_list, st["train"], key="grid", preset=preset, steps=steps,
+                          measured=lambda run, done: _measured(run, done, st, say), say=say, quiet=quiet)
     if not report:
         return {"per_seed": per_seed}
     first = next(iter(next(iter(per_seed.values())).values()))
