@@ -424,6 +424,26 @@ def test_learned_distance_schemes_run_in_an_hf_model(name):
     assert all(g is not None for g in grads) and any(float(g.abs().max()) > 0 for g in grads)
 
 
+def test_learned_parts_of_a_layers_scheme_are_the_models_parameters(tmp_path):
+    """A layers scheme whose part has learned values (T5's table on every other layer): the part's module
+    is the model's submodule, so its table trains, moves and saves with the model."""
+    src = tmp_path / "m.pe"
+    src.write_text(f'import "{_lib("t5_bias")}"\n'
+                   "scheme r { qk: rotate(geometric(10000.0) * position) }\n"
+                   "scheme m { layers { default = r\n every(2) = t5_bias } }\n")
+    ours = use_pedsl_attention(model_for("default"), src)
+    keys = [k for k in ours.state_dict() if k.startswith("pedsl_scheme.")]
+    assert keys and all(".learned.sites." in k for k in keys)
+    params = list(ours.pedsl_scheme.parameters())
+    assert params and all(p.requires_grad for p in params)
+    with torch.no_grad():  # off the zero start, so the bias acts
+        for p in params:
+            p.add_(0.5 * torch.randn(p.shape, generator=torch.Generator().manual_seed(1), dtype=p.dtype))
+    tok, mask = _padded_batch(24)
+    ours(tok, attention_mask=mask).logits[:, -1].logsumexp(-1).sum().backward()
+    assert any(p.grad is not None and float(p.grad.abs().max()) > 0 for p in params)
+
+
 def test_adapter_refuses_data_dependent_schemes():
     with pytest.raises(InteropError, match="hidden state or the tokens") as err:
         use_pedsl_attention(model_for("default"), _lib("acc_random_qk"))

@@ -35,7 +35,9 @@ position bias, KERPLE, learned ALiBi) runs on the general path inside the attent
 v; its one compiled module is the model's submodule ``pedsl_scheme``, shared by every layer as T5 and
 x-transformers share their relative bias, so its parameters train, move and save with the model. CoPE
 (``contextual = cope(...)``) is the exception: every layer has its own embedding, as in the paper and
-x-transformers, so ``pedsl_scheme`` is a ModuleList of one compiled module per attention layer.
+x-transformers, so ``pedsl_scheme`` is a ModuleList of one compiled module per attention layer. A
+``layers`` scheme with learned values in any part keeps its parts' modules in a ModuleList
+``pedsl_scheme`` too.
 
 Every keyword HF passes to the attention function is applied or refused (:data:`APPLIED`,
 :data:`NO_EFFECT`): a logit soft-cap, attention sinks, a position bias, packed sequences or dropout
@@ -514,6 +516,8 @@ def _use_layers(model, sch: Scheme, backend: str):
             modules[key] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
                                           requires_grad=False)
         object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, index, name, part, modules[key]))
+    if any(True for m in modules.values() for _ in m.parameters()):  # learned parts train, move, save with the model
+        model.add_module(SCHEME_MODULE, nn.ModuleList(list(modules.values())))
     identity = _State(next(iter(modules.values())), None)
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None))
