@@ -14,6 +14,8 @@ from typing import Callable
 from pedsl.errors import PedslError, UsageError
 from pedsl.lang.library import scheme_file
 from pedsl.study import driver
+from pedsl.study.common import write_json, write_text
+from pedsl.study.page import Page, html_page, markdown
 from pedsl.train.recipe import load_scheme
 
 
@@ -69,3 +71,17 @@ def train_each(names: list[str], out: Path, seeds: list[int], train: dict, *, ke
             done = driver.train_scheme(name, path, run, overrides, say, quiet)
             per_seed[name][seed] = {"train": done, key: measured(run, done), "run_dir": str(run.relative_to(out))}
     return per_seed
+
+
+def train_cpu_s(per_seed: dict[str, dict[int, dict]]) -> float:
+    """The CPU seconds of every run's training (0 for a run without the figure)."""
+    return sum((r["train"] or {}).get("cpu_time_s") or 0 for runs in per_seed.values() for r in runs.values())
+
+
+def publish(out: Path, results: dict, meta: dict, files: dict[str, list[str]], p: Page) -> list[str]:
+    """Write the study's results.json and its report page (Markdown and HTML); every file it made,
+    the plots ``files`` included."""
+    write_json(out / "results.json", {"meta": meta, "results": results})
+    write_text(out / "report.md", markdown(p))
+    write_text(out / "report.html", html_page(p))
+    return ["report.md", "report.html", "results.json"] + [f for v in files.values() for f in v]

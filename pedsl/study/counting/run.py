@@ -32,11 +32,10 @@ from pedsl.data.stream import parse_mixture
 from pedsl.errors import DataError, UsageError, did_you_mean
 from pedsl.study import driver
 from pedsl.study import seeds as sd
-from pedsl.study.candidates import Candidate, pick, train_each
-from pedsl.study.common import provenance, read_json, write_json, write_text
+from pedsl.study.candidates import Candidate, pick, publish, train_cpu_s, train_each
+from pedsl.study.common import provenance, read_json, write_json
 from pedsl.study.counting import measure as cm
 from pedsl.study.counting.report import page, plots
-from pedsl.study.page import html_page, markdown
 
 
 CANDIDATES = (
@@ -165,16 +164,11 @@ def _write(out: Path, per_seed: dict, skipped: dict, st: dict, seed_list: list[i
             "windows": st["windows"], "seeds": seed_list, "skipped": skipped,
             "titles": {n: titles.get(n, n) for n in results}, "wall_time_s": time.perf_counter() - t0,
             "cpu_time_s": time.process_time() - c0,
-            "train_cpu_s": sum((r["train"] or {}).get("cpu_time_s") or 0 for runs in per_seed.values()
-                               for r in runs.values())}
+            "train_cpu_s": train_cpu_s(per_seed)}
     say("writing the report")
     files = plots(results, per_seed, out, meta)
-    write_json(out / "results.json", {"meta": meta, "results": results})
-    p = page(results, meta, files)
-    write_text(out / "report.md", markdown(p))
-    write_text(out / "report.html", html_page(p))
     return {"results": results, "meta": meta, "per_seed": per_seed, "skipped": skipped,
-            "files": ["report.md", "report.html", "results.json"] + [f for v in files.values() for f in v]}
+            "files": publish(out, results, meta, files, page(results, meta, files))}
 
 
 def aggregate(runs: dict[int, dict]) -> dict:
