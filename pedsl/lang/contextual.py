@@ -30,12 +30,8 @@ class ContextualResolution(ResolverStage):
 
     def resolve_contextual(self, env: StaticEnv, lets, transports, sink) -> ContextualPositions | None:
         """The contextual positions of the merged scheme, None when absent or after reporting (E241)."""
-        loc = self.m.contextual
-        if loc is None:
-            return None
-        self._current = loc.src
-        value = loc.stmt.value
-        if value.kind == "name" and value.id == "none":
+        value = self.given_value(self.m.contextual)
+        if value is None:
             return None
         if value.kind != "call" or value.func not in CONTEXTUAL_KINDS:
             name = value.func if value.kind == "call" else (value.id if value.kind == "name" else None)
@@ -51,7 +47,7 @@ class ContextualResolution(ResolverStage):
             self.report("E241", f"contextual = cope(...) cannot go with {what}: "
                         + ("a sink has no position to count from" if sink is not None else
                            "PaTH's blockwise kernel and decode rule do not see the scores CoPE's gates read"),
-                        loc.stmt, hint="drop one of the two")
+                        self.m.contextual.stmt, hint="drop one of the two")
             return None
         return ContextualPositions(kind="cope", **options)
 

@@ -32,6 +32,15 @@ class ResolverStage:
 
         def checker(self) -> Checker: ...
 
+    def given_value(self, loc: Any) -> Any:
+        """The value of a statement that may be absent or ``none`` (which drops an inherited one): None
+        for either, else the value, with diagnostics pointed at the statement's file."""
+        if loc is None:
+            return None
+        self._current = loc.src
+        value = loc.stmt.value
+        return None if value.kind == "name" and value.id == "none" else value
+
     def fold_or_report(self, expr: Any, env: Any) -> Any:
         """The static value of ``expr`` in ``env``, or :data:`FAILED` after reporting why it cannot be
         folded (E217, at the sub-expression at fault, with its hint)."""

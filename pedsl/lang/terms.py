@@ -255,12 +255,8 @@ class TermResolution(ResolverStage):
         """The bias's terms; ``self.constant_terms`` gets the terms that depend on neither i - j nor the
         route (dropped: they cancel in the softmax; lint's W106 names them)."""
         self.constant_terms: list[ast.Expr] = []
-        loc = self.m.bias
-        if loc is None:
-            return []
-        self._current = loc.src
-        value = loc.stmt.value
-        if value.kind == "name" and value.id == "none":
+        value = self.given_value(self.m.bias)
+        if value is None:
             return []
         t = self.checker().infer(value)
         if t is None:
@@ -366,12 +362,8 @@ class TermResolution(ResolverStage):
         return True
 
     def resolve_temperature(self, lets) -> ast.Expr | None:
-        loc = self.m.temperature
-        if loc is None:
-            return None
-        self._current = loc.src
-        value = loc.stmt.value
-        if value.kind == "name" and value.id == "none":
+        value = self.given_value(self.m.temperature)
+        if value is None:
             return None
         t = self.checker().infer(value)
         if t is None:

@@ -74,16 +74,13 @@ class WindowResolution(ResolverStage):
         return float(folded)
 
     def _width(self, loc, env: StaticEnv, lets) -> int | None:
-        if loc is None:
-            return None
-        st: ast.WindowStmt = loc.stmt
-        self._current = loc.src
-        value = st.value
-        if value.kind == "name" and value.id == "none":
+        value = self.given_value(loc)
+        if value is None:
             return None
         t = self.checker().infer(value)
         if t is None:
             return None
+        st: ast.WindowStmt = loc.stmt
         what = "a sliding window" if st.kind == "window" else "a chunk"
         hint = f"write {st.kind} = 512, or {st.kind} = a param of type int"
         if t.kind != "num" or t.axes or t.reads:
