@@ -42,7 +42,7 @@ from torch import Tensor
 # ---------------------------------------------------------------------------------------------
 FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
-BAND_BLOCK = 128  # queries per block (each block reads at most BAND_BLOCK + N - 1 keys)
+BAND_BLOCK = 256  # queries per block (each block reads at most BAND_BLOCK + N - 1 keys)
 FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
@@ -125,16 +125,19 @@ def window_head_call(g: WindowGeometry, dtype, device) -> tuple[bool, Tensor | N
     return False, band_mask(g.head, g.head, g.N, dtype, device)
 
 
-def merge_softmaxes(outs: list[Tensor], lses: list[Tensor]) -> tuple[Tensor, Tensor]:
-    """Softmaxes over disjoint key sets merged into one: (output in the parts' dtype, log-sum-exp)."""
-    if len(outs) == 1:
-        return outs[0], lses[0]
-    lse = torch.logsumexp(torch.stack(lses), dim=0)
-    acc = None
-    for o, l in zip(outs, lses):
-        term = torch.exp(l - lse).unsqueeze(-1) * o.to(lse.dtype)
-        acc = term if acc is None else acc + term
-    return acc.to(outs[0].dtype), lse
+def merge_softmaxes(outs: list[Tensor], lses: list[Tensor], out: Tensor, lse: Tensor) -> None:
+    """Softmaxes over disjoint key sets merged into one, written into ``out`` (the parts' shape and dtype)
+    and ``lse`` (their log-sum-exp's): in place where the parts are in the log-sum-exp's precision,
+    through a float32 (float64) sum otherwise (bfloat16, float16)."""
+    torch.logsumexp(torch.stack(lses), dim=0, out=lse)
+    weights = [torch.exp(l - lse).unsqueeze(-1) for l in lses]
+    if outs[0].dtype != lse.dtype:
+        acc = sum((w * o.to(lse.dtype) for w, o in zip(weights[1:], outs[1:])), weights[0] * outs[0].to(lse.dtype))
+        out.copy_(acc)
+        return
+    torch.mul(outs[0], weights[0], out=out)
+    for w, o in zip(weights[1:], outs[1:]):
+        out.addcmul_(o, w)
 
 
 def padded_tokens(x: Tensor, Lp: int) -> Tensor:
@@ -166,9 +169,7 @@ class SlidingWindowAttention(torch.autograd.Function):
                              p.causal, attn_mask=p.mask)
                 outs.append(o)
                 lses.append(l)
-            o, l = merge_softmaxes(outs, lses)
-            out[:, g.head:] = o.reshape(B * H, nb * g.Bq, D)
-            lse[:, g.head:] = l.reshape(B * H, nb * g.Bq)
+            merge_softmaxes(outs, lses, key_runs(out, g.head, g.Bq, nb, g.Bq), lse[:, g.head:].view(B * H, nb, g.Bq))
         ctx.save_for_backward(qp, kp, vp, out, lse)
         ctx.shape, ctx.N = (B, H, L, D), N
         return out[:, :L].view(B, H, L, D)
@@ -180,23 +181,28 @@ class SlidingWindowAttention(torch.autograd.Function):
         B, H, L, D = ctx.shape
         g = window_geometry(L, ctx.N)
         dop = padded_tokens(dout.to(qp.dtype), g.Lp)
-        dq, dk, dv = torch.zeros_like(qp), torch.zeros_like(kp), torch.zeros_like(vp)
+        # every token's gradient is first written (the head's call, then the body's diagonal tiles), then added to
+        dq, dk, dv = torch.empty_like(qp), torch.empty_like(kp), torch.empty_like(vp)
         if g.head:
             h = slice(0, g.head)
             causal, mask = window_head_call(g, qp.dtype, qp.device)
-            gq, gk, gv = FLASH_BACKWARD(dop[:, None, h], qp[:, None, h], kp[:, None, h], vp[:, None, h],
-                                        out[:, None, h], lse[:, None, h], 0.0, causal, attn_mask=mask)
-            dq[:, h] += gq[:, 0]
-            dk[:, h] += gk[:, 0]
-            dv[:, h] += gv[:, 0]
+            grads = FLASH_BACKWARD(dop[:, None, h], qp[:, None, h], kp[:, None, h], vp[:, None, h],
+                                   out[:, None, h], lse[:, None, h], 0.0, causal, attn_mask=mask)
+            for dst, grad in zip((dq, dk, dv), grads):
+                dst[:, h] = grad[:, 0]
         nb = g.body_blocks
         if nb:
             sub = lambda x: key_runs(x, g.head, g.Bq, nb, g.Bq)  # noqa: E731
             qb, ob, dob = sub(qp), sub(out), sub(dop)
             lb = lse[:, g.head:].view(B * H, nb, g.Bq)
-            for p in window_parts(g, qp.dtype, qp.device):
+            for first, p in enumerate(window_parts(g, qp.dtype, qp.device)):
                 kr, vr = key_runs(kp, p.start, p.size, nb, g.Bq), key_runs(vp, p.start, p.size, nb, g.Bq)
                 gq, gk, gv = FLASH_BACKWARD(dob, qb, kr, vr, ob, lb, 0.0, p.causal, attn_mask=p.mask)
+                if first == 0:  # the diagonal tiles: the body's queries and keys, once each
+                    sub(dq).copy_(gq)
+                    sub(dk).copy_(gk)
+                    sub(dv).copy_(gv)
+                    continue
                 sub(dq).add_(gq)
                 add_key_runs(dk, gk, p.start, g.Bq)
                 add_key_runs(dv, gv, p.start, g.Bq)
