@@ -263,3 +263,65 @@ def test_the_windows_ropes_and_sinks_matter():
     with pytest.raises(InteropError) as err:
         use_pedsl_attention(copy.deepcopy(oss), import_any(oss.config.to_dict()).replace("window = 5", "window = 6"))
     assert "masks with window 5" in str(err.value) and "window 6" in str(err.value)
+
+
+def _spy_banded(monkeypatch):
+    """Record (window, chunk) of every call of the banded kernels the general forward makes."""
+    from pedsl.compiler import general
+    seen, real = [], general.banded_attention
+
+    def spy(q, k, v, window, chunk):
+        seen.append((window, chunk))
+        return real(q, k, v, window, chunk)
+
+    monkeypatch.setattr(general, "banded_attention", spy)
+    return seen
+
+
+@pytest.mark.parametrize("family", ["gemma3_text", "qwen2", "llama4_chunked"])
+def test_an_unpadded_prompt_takes_the_banded_kernel_and_a_padded_batch_the_masks(family, monkeypatch):
+    """HF hands the attention a 4-D mask; where it is the layer's own causal band (a fresh unpadded batch)
+    the sliding (chunked) layers run the banded kernel and give the native logits past the window; a
+    left-padded batch (padded key slots inside the band) keeps the masked path and the native logits (Llama 4:
+    the unpadded row; its padded row differs on the masked path already, see the comment below)."""
+    if family == "llama4_chunked":
+        cfg = transformers.Llama4TextConfig(num_hidden_layers=4, intermediate_size_mlp=48, num_local_experts=2,
+                                            floor_scale=4, attention_chunk_size=8, **SMALL)
+        torch.manual_seed(0)
+        native = transformers.Llama4ForCausalLM(cfg).to(torch.float64).eval()
+        want_band = (None, 8)
+    else:
+        native, want_band = _native(family), (5, None)
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    seen = _spy_banded(monkeypatch)
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, native(ids).logits, atol=1e-5, rtol=1e-6)
+    assert seen and set(seen) == {want_band}
+    seen.clear()
+    mask = torch.ones(2, 30, dtype=torch.long)
+    mask[1, :7] = 0  # row 1 left-padded by 7 tokens
+    with torch.no_grad():
+        got, want = ours(ids, attention_mask=mask).logits, native(ids, attention_mask=mask).logits
+    assert seen == []
+    torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-6)
+    if family != "llama4_chunked":  # HF starts a padded row's chunks at its first token, pedsl at position 0
+        torch.testing.assert_close(got[1, 7:], want[1, 7:], atol=1e-5, rtol=1e-6)
+
+
+def test_a_mask_covers_the_band_only_where_every_entry_of_the_band_is_true():
+    """The check behind the dispatch reads every entry of the band: one missing entry anywhere (or a
+    float mask) keeps the masked path; entries outside the band do not matter."""
+    from pedsl.compiler.general import Shape
+    from pedsl.hf.attention import mask_covers_band
+    L = 37
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    for shape, band in ((None, j <= i), (Shape(5, None), (j <= i) & (i - j < 5)),
+                        (Shape(None, 8), (j <= i) & (i // 8 == j // 8)), (Shape(40, None), j <= i)):
+        m = band[None, None].expand(2, 1, L, L)
+        assert mask_covers_band(m, shape) and mask_covers_band(torch.ones(2, 1, L, L, dtype=torch.bool), shape)
+        assert not mask_covers_band(m.float(), shape)
+        for a, b in band.nonzero()[:: 7].tolist() + [[L - 1, L - 1], [0, 0]]:
+            holed = m.clone()
+            holed[1, 0, a, b] = False
+            assert not mask_covers_band(holed, shape), (shape, a, b)

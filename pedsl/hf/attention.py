@@ -57,6 +57,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from pedsl.compiler import compile_scheme
+from pedsl.compiler.general import Shape, shape_of
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
@@ -224,13 +225,57 @@ class _PedslRotary(nn.Module):
 # ---------------------------------------------------------------------- the attention function
 
 
-def _general_mask(attention_mask, B: int, Lq: int, Lk: int, device) -> torch.Tensor:
+def _general_mask(attention_mask, B: int, Lq: int, Lk: int, device, fresh: bool = False,
+                  shape: Shape | None = None) -> torch.Tensor | None:
     """HF's boolean mask, or the causal one HF skips when nothing is padded: query i (of the last Lq)
-    sees key slots j <= i + Lk - Lq."""
+    sees key slots j <= i + Lk - Lq. None where the call is ``fresh`` (a new sequence, positions
+    0..L-1 in every row) and HF's mask allows every key the scheme's own causal band ``shape`` does:
+    the module intersects the two, so the result is the same and the call may take the unmasked kernels
+    (SDPA's causal one, the banded ones of a window or chunk)."""
+    if fresh and (attention_mask is None or mask_covers_band(attention_mask[:, :, :, :Lk], shape)):
+        return None
     if attention_mask is not None:
         return attention_mask[:, :, :, :Lk]
     i = torch.arange(Lq, device=device)[:, None] + (Lk - Lq)
     return (torch.arange(Lk, device=device)[None, :] <= i).expand(B, 1, Lq, Lk)
+
+
+def mask_covers_band(mask: torch.Tensor, shape: Shape | None) -> bool:
+    """Whether the boolean mask ``(B|1, 1|H, L, L)`` is True wherever causal attention inside ``shape`` (a
+    sliding window or chunk over token indices, None: plain causal) lets query i see key j. Exact: every
+    entry of the band is read, as strided views of the mask (O(L N) for a window or chunk of N, O(L^2)
+    for plain causal, in slabs of rows)."""
+    if mask.dtype != torch.bool:
+        return False
+    L = mask.shape[-1]
+    window = shape.window if shape is not None and shape.window is not None and shape.window < L else None
+    chunk = shape.chunk if shape is not None and shape.chunk is not None and shape.chunk < L else None
+    if window is not None:
+        if not _lower_triangles_true(mask[..., :window - 1, :window - 1]):
+            return False
+        # rows i >= window - 1: entries (i, i - window + 1 .. i), one row of the view per query
+        *lead, si, sj = mask.stride()
+        band = mask.as_strided((*mask.shape[:-2], L - window + 1, window), (*lead, si + sj, sj),
+                               mask.storage_offset() + (window - 1) * si)
+        return bool(band.all())
+    if chunk is not None:
+        full = L // chunk
+        *lead, si, sj = mask.stride()
+        tiles = mask.as_strided((*mask.shape[:-2], full, chunk, chunk), (*lead, chunk * (si + sj), si, sj),
+                                mask.storage_offset())
+        return _lower_triangles_true(tiles) and _lower_triangles_true(mask[..., full * chunk:, full * chunk:])
+    return _lower_triangles_true(mask)
+
+
+def _lower_triangles_true(tiles: torch.Tensor, slab: int = 1024) -> bool:
+    """Whether the square tiles ``(..., n, n)`` are True on and below their diagonals (in slabs of rows)."""
+    n = tiles.shape[-1]
+    for r0 in range(0, n, slab):
+        r1 = min(n, r0 + slab)
+        below = torch.ones(r1 - r0, r1, dtype=torch.bool, device=tiles.device).tril(r0)
+        if not bool((tiles[..., r0:r1, :r1] | ~below).all()):
+            return False
+    return True
 
 
 def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -255,7 +300,9 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
         query = query * (scaling * D ** 0.5)
     if state.hf_tuning is not None:  # the scheme's temperature replaces the model's own
         query = query / llama4_tuning(state.hf_tuning, Lk - Lq, Lq, dev).to(query.dtype)
-    o = state.module(query, key, value, positions=kpos, attn_mask=_general_mask(attention_mask, B, Lq, Lk, dev))
+    fresh = Lq == Lk and bool((last == Lk - 1).all())  # key slot j at position j in every row
+    mask = _general_mask(attention_mask, B, Lq, Lk, dev, fresh, shape_of(state.module.plan))
+    o = state.module(query, key, value, positions=kpos, attn_mask=mask)
     return o.transpose(1, 2).contiguous(), None
 
 
