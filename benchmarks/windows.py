@@ -14,10 +14,11 @@ backward in float32 on CPU at B=1, H=8, D=64:
   block, merged by log-sum-exp), without the rotation: what the rotation itself costs on top;
 * ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window.
 
-Peak memory: each variant once more in a fresh process, the rise of its peak resident set over the
-inputs (``ru_maxrss``). Decoding: ``rope_local`` and plain ``rope`` decode token by token from one
-token to ``--decode`` tokens; the table gives the median time per token and the cache's bytes
-around 4K and at the end.
+Times are this process's CPU time (``time.process_time``: robust to other load on the machine; at
+``--threads 1`` it is the kernel's own time). Peak memory: each variant once more in a fresh process, the rise of its peak resident set over the
+inputs (sampled from /proc). Decoding (``--parts decode``): ``rope_local`` and plain ``rope`` decode token
+by token from one token to ``--decode`` tokens (the one-token fast path of ``stream.decode_step``); the
+table gives the median time per token and the cache's bytes at 1K, 4K and the end.
 """
 
 from __future__ import annotations
@@ -74,9 +75,9 @@ def inputs(L: int, seed: int = 0):
 
 
 def fwd_bwd(fn, q, k, v) -> float:
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     fn(q, k, v).sum().backward()
-    dt = time.perf_counter() - t0
+    dt = time.process_time() - t0
     for t in (q, k, v):
         t.grad = None
     return dt
@@ -144,9 +145,9 @@ def decode(scheme: str, params: dict, total: int, marks: list[int], span: int = 
     with torch.no_grad():
         for t in range(total):
             q, k, v = (torch.randn(B, H, 1, D, generator=g) for _ in range(3))
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             mod(q, k, v, cache=cache)
-            times.append(time.perf_counter() - t0)
+            times.append(time.process_time() - t0)
             if t + 1 in marks:
                 out[t + 1] = (statistics.median(times[-span:]) * 1000, cache_bytes(cache), len(cache))
     return out
@@ -176,7 +177,7 @@ def main(argv=None) -> None:
 def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
     ms = timing(L, N, repeats)
     peaks = {n: peak(n, L, N, threads) for n in ms}
-    print(f"Windowed attention, forward + backward, float32 CPU, B={B} H={H} D={D} L={L} window={N}, "
+    print(f"Windowed attention, forward + backward (process CPU ms), float32 CPU, B={B} H={H} D={D} L={L} window={N}, "
           f"{threads} thread(s), median of {repeats}")
     print("| variant | fwd+bwd ms | / full causal | / windowed floor | peak MiB over inputs |")
     print("|---|---|---|---|---|")
@@ -189,8 +190,8 @@ def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
 
 def report_decode(N: int, total: int) -> None:
     marks = sorted({min(1024, total), min(4096, total), total})
-    print(f"\nDecoding one token at a time to {total} tokens (B={B} H={H} D={D}, float32; ms per token: median "
-          "of the 256 tokens before the mark)")
+    print(f"\nDecoding one token at a time to {total} tokens (B={B} H={H} D={D}, float32; process CPU ms per "
+          "token: median of the 256 tokens before the mark)")
     print("| scheme | tokens | ms / token | cache MiB | tokens held |")
     print("|---|---|---|---|---|")
     for scheme, params in (("rope_local", {"width": N}), ("rope", {})):
