@@ -1,6 +1,7 @@
 """Sliding-window attention: time, peak memory and decoding, side by side in one run.
 
-    python -m benchmarks.windows [--length 8192] [--window 512] [--repeats 5] [--decode 32768] [--threads N]
+    python -m benchmarks.windows [--length 8192] [--window 512] [--repeats 5] [--decode 32768] [--contrast 8192]
+        [--threads N] [--parts timing,decode]
 
 Variants, interleaved (each repeat runs every variant once, the first one rotating), forward plus
 backward in float32 on CPU at B=1, H=8, D=64:
@@ -15,10 +16,11 @@ backward in float32 on CPU at B=1, H=8, D=64:
 * ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window.
 
 Times are this process's CPU time (``time.process_time``: robust to other load on the machine; at
-``--threads 1`` it is the kernel's own time). Peak memory: each variant once more in a fresh process, the rise of its peak resident set over the
-inputs (sampled from /proc). Decoding (``--parts decode``): ``rope_local`` and plain ``rope`` decode token
-by token from one token to ``--decode`` tokens (the one-token fast path of ``stream.decode_step``); the
-table gives the median time per token and the cache's bytes at 1K, 4K and the end.
+``--threads 1`` it is the kernel's own time). Peak memory: each variant once more in a fresh process,
+the rise of its peak resident set over the inputs (sampled from /proc). Decoding (``--parts decode``):
+``rope_local`` decodes token by token to ``--decode`` tokens (the one-token fast path of
+``stream.decode_step``), plain ``rope`` to ``--contrast`` tokens (its cache and time per token grow
+with the length); the table gives the median time per token and the cache's bytes at 1K, 4K and the end.
 """
 
 from __future__ import annotations
@@ -159,6 +161,8 @@ def main(argv=None) -> None:
     ap.add_argument("--window", type=int, default=512)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--decode", type=int, default=32768)
+    ap.add_argument("--contrast", type=int, default=8192,
+                    help="plain rope (a cache that grows, each token slower) decodes this many tokens")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--parts", default="timing,decode", help="timing (with peak memory), decode")
     ap.add_argument("--peak-child", default=None, help=argparse.SUPPRESS)
@@ -171,7 +175,7 @@ def main(argv=None) -> None:
     if "timing" in parts:
         report_timing(L, N, a.repeats, a.threads)
     if "decode" in parts:
-        report_decode(N, a.decode)
+        report_decode(N, a.decode, a.contrast)
 
 
 def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
@@ -188,14 +192,14 @@ def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
           f"{ms['pedsl rope_local'] / ms['windowed floor']:.2f} (target <= 1.5)")
 
 
-def report_decode(N: int, total: int) -> None:
-    marks = sorted({min(1024, total), min(4096, total), total})
+def report_decode(N: int, total: int, contrast: int) -> None:
     print(f"\nDecoding one token at a time to {total} tokens (B={B} H={H} D={D}, float32; process CPU ms per "
           "token: median of the 256 tokens before the mark)")
     print("| scheme | tokens | ms / token | cache MiB | tokens held |")
     print("|---|---|---|---|---|")
-    for scheme, params in (("rope_local", {"width": N}), ("rope", {})):
-        for m, (t, nbytes, held) in decode(scheme, params, total, marks).items():
+    for scheme, params, n in (("rope_local", {"width": N}, total), ("rope", {}, min(contrast, total))):
+        marks = sorted({min(1024, n), min(4096, n), n})
+        for m, (t, nbytes, held) in decode(scheme, params, n, marks).items():
             print(f"| {scheme} | {m} | {t:.3f} | {nbytes / 2**20:.2f} | {held} |")
 
 
