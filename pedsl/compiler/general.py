@@ -735,10 +735,14 @@ def shape_of(scheme) -> Shape | None:
 
 def visible(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
     """(B, rows, keys) bool: the keys at ``kpos (B, keys)`` the window lets the queries at ``qpos (B, rows)`` see."""
+    return visible_pairs(shape, qpos[:, :, None], kpos[:, None, :])
+
+
+def visible_pairs(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
+    """Whether the window lets a query at ``qpos`` see a key at ``kpos`` (broadcast against each other)."""
     if shape.window is not None:
-        return (qpos[:, :, None] - kpos[:, None, :]) < shape.window
-    return torch.div(qpos, shape.chunk, rounding_mode="floor")[:, :, None] == \
-        torch.div(kpos, shape.chunk, rounding_mode="floor")[:, None, :]
+        return (qpos - kpos) < shape.window
+    return torch.div(qpos, shape.chunk, rounding_mode="floor") == torch.div(kpos, shape.chunk, rounding_mode="floor")
 
 
 def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq: int, block: int) -> list:
@@ -1084,8 +1088,10 @@ def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sin
     Lq = q.shape[2]
     Lc = cache.length if cache is not None else 0
     left_pad = not lay.padded or bool((lay.valid.long().diff(dim=1) >= 0).all())
-    if (kernels.path_attention is not None and Lc == 0 and Lq == L and lay.mask4 is None
-            and lay.key_valid_cached is None and left_pad and shape is None and sink is None):
+    fresh = Lc == 0 and Lq == L and lay.mask4 is None and lay.key_valid_cached is None
+    if fresh and shape is not None and getattr(kernels, "path_local_attention", None) is not None:
+        return _path_local(kernels, q, k, v, w, beta, coord, lay, cache, shape, sink)
+    if kernels.path_attention is not None and fresh and left_pad and shape is None and sink is None:
         return _path_blockwise(kernels, q, k, v, w, beta, coord, lay, cache)
     if cache is not None:
         check_cache(cache, B, H)
@@ -1109,12 +1115,36 @@ def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
         lf = torch.zeros(B, H, L, dtype=F64, device=q.device) if lf is None else lf.clone()
         lf = lf.masked_fill(start[:, None, :].expand(B, H, L), HARD_RESET)
     o = kernels.path_attention(q, k, v, w, beta, lf)
-    if lay.padded:
+    if lay.padded:  # left padding: its queries see no key
         o = o * lay.valid[:, None, :, None].to(o.dtype)
+    return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
+
+
+def _path_prefilled(kernels, o, k, v, w, beta, coord, lay: Layout, cache):
+    """A fresh sequence's PaTH output ``o``; a cache gets every key moved to the last token."""
     if cache is not None:  # half-precision calls keep PaTH's cache in float32 (steps accumulate there)
         cdt = angle_dtype(k.dtype)
         all_keys(cache, lay, kernels.path_transported_keys(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
     return o
+
+
+def _path_local(kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Shape, sink):
+    """PaTH inside a window or chunk over a fresh sequence: the kernel scores each block of queries
+    against the keys it can see only (O(L N)), the steps between them composed inside the window; the
+    window, documents and padding decide each pair. ``reach``: how far back (in tokens) any query sees."""
+    L = k.shape[2]
+    pos, docs = lay.positions, lay.docs
+    kvalid = lay.valid if lay.padded else None
+    first = torch.tensor(key_starts(shape, lay, pos, docs, kvalid, L, 1), device=pos.device)
+    reach = int((torch.arange(L, device=pos.device) - first).max()) if L else 0
+
+    def allowed(i: Tensor, j: Tensor) -> Tensor:  # token indices (n, C, 1), (n, 1, m) -> (B, n, C, m)
+        ok = visible_pairs(shape, pos[:, i], pos[:, j]) & (docs[:, i] == docs[:, j])
+        return ok if kvalid is None else ok & kvalid[:, j]
+
+    lf = None if coord is None else torch.diff(coord, dim=-1, prepend=coord[..., :1])
+    o = kernels.path_local_attention(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink)
+    return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
 
 
 def _path_decode_rule(q, k, v, w, beta, coord, lay: Layout, cache, grad: bool, shape=None, sink=None):
@@ -1283,7 +1313,7 @@ class TorchKernels:
     (PaTH runs by its decode rule), and no Toeplitz distance-bias kernel (distance tables run by blocks
     of queries)."""
 
-    path_attention = path_transported_keys = distance_attention = None
+    path_attention = path_local_attention = path_transported_keys = distance_attention = None
 
     @staticmethod
     def rotate(x, cos, sin, t, channels):

@@ -13,7 +13,7 @@ from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
 from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_supported
-from pedsl.ops.path import path_attention, path_transported_keys
+from pedsl.ops.path import path_attention, path_attention_local, path_transported_keys
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
@@ -24,6 +24,7 @@ class FusedKernels:
     distance-table biases (:mod:`pedsl.ops.distance_bias`)."""
 
     path_attention = staticmethod(path_attention)
+    path_local_attention = staticmethod(path_attention_local)
     path_transported_keys = staticmethod(path_transported_keys)
     distance_attention = staticmethod(distance_bias_attention)
     distance_supported = staticmethod(distance_bias_supported)
