@@ -80,6 +80,7 @@ TABLE_BIAS, LINEAR_BIAS, GATE_BIAS = "distance-table", "linear-distance", "forge
 QUERY_BIAS = "query-table"  # a distance table that reads the query position too: evaluated per block of queries
 AXIS_BIAS = "axis-distance"  # a term over per-axis distances i_a - j_a: evaluated per block of (query, key) pairs
 QUERY_CHUNK = 256  # queries per block of explicit masks (memory: B * H * 256 * L_keys)
+PATH_BLOCK = 64  # PaTH inside a window: steps per block of the windowed kernel
 PATH_FLUSH = 32  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
 WINDOW_BLOCK = 128  # queries per block of a windowed call (keys per block: WINDOW_BLOCK + window - 1)
@@ -1080,7 +1081,9 @@ def key_validity(lay: Layout, kvalid, Lc: int):
 # ---------------------------------------------------------------------- PaTH
 def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
-    and left padding become hard resets of the log-gate), otherwise the decode rule token by token:
+    and left padding become hard resets of the log-gate), the windowed kernel for a fresh sequence
+    inside a window or chunk (its mask decides documents, padding and the sink), otherwise the decode
+    rule token by token:
     each new token's step ``H_t`` moves every earlier key, ``Kt <- Kt - beta_t (Kt w_t) w_t^T``, then
     its query attends."""
     w, beta = hh
@@ -1143,7 +1146,8 @@ def _path_local(kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Sha
         return ok if kvalid is None else ok & kvalid[:, j]
 
     lf = None if coord is None else torch.diff(coord, dim=-1, prepend=coord[..., :1])
-    o = kernels.path_local_attention(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink)
+    o = kernels.path_local_attention(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink,
+                                     block_size=PATH_BLOCK)
     return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
 
 
@@ -1309,7 +1313,7 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
 
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
-    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernel
+    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernels
     (PaTH runs by its decode rule), and no Toeplitz distance-bias kernel (distance tables run by blocks
     of queries)."""
 
