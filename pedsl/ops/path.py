@@ -229,7 +229,8 @@ def path_attention_local(q, k, v, w, beta, log_forget=None, scale=None, *, reach
         ok = ((j >= 0) & (j <= i) & (i - j <= reach) & (j < L)).unsqueeze(0)
         if allowed is not None:
             ok = ok & allowed(i.clamp(max=L - 1), j.clamp(0, L - 1))
-        return _local_rows(Qt[n0:n1], Sd[n0:n1], keys, None if G is None else G[n0:n1], ok, n0, nd, B,
+        shifted = [None if x is None else _shifted(x, n0, n1 - n0, nd) for x in keys]
+        return _local_rows(Qt[n0:n1], Sd[n0:n1], shifted, None if G is None else G[n0:n1], ok, B,
                            None if logit is None else logit[n0:n1], value)
 
     step = max(1, _LOCAL_SCORES // (B * H * C * nd * C))
@@ -241,20 +242,27 @@ def path_attention_local(q, k, v, w, beta, log_forget=None, scale=None, *, reach
     return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
 
-def _local_rows(Qt, Sd, keys, Gq, ok, n0: int, nd: int, B: int, logit, value):
-    """Outputs (n, Z, C, D) of the query blocks n0 .. n0 + n - 1 of :func:`path_attention_local`: the
-    scores of each block over key blocks n .. n - nd + 1 (``keys``: moved keys, block products, values
-    and float64 gate sums, each with nd - 1 blocks in front), masked by ``ok`` (B|1, n, C, nd C)."""
-    Kp, Pp, Vp, Gp = keys
+def _shifted(x: torch.Tensor, n0: int, n: int, nd: int) -> tuple:
+    """Key block n - d of each query block n = n0 .. n0 + n - 1, for d = 0 .. nd - 1, from ``x`` with nd - 1
+    blocks in front: one gather (whose backward is one scatter, not a zero-filled copy per offset)."""
+    idx = torch.cat([torch.arange(n0 + nd - 1 - d, n0 + nd - 1 - d + n, device=x.device) for d in range(nd)])
+    return x.index_select(0, idx).view(nd, n, *x.shape[1:]).unbind(0)
+
+
+def _local_rows(Qt, Sd, keys, Gq, ok, B: int, logit, value):
+    """Outputs (n, Z, C, D) of n query blocks of :func:`path_attention_local`: the scores of each block over
+    key blocks n, n - 1, ... (``keys``: per offset d, the moved keys, block products, values and float64
+    gate sums of key block n - d, from :func:`_shifted`), masked by ``ok`` (B|1, n, C, nd C)."""
+    ks, ps, vs, gs = keys
     n, Z, C, _ = Qt.shape
-    rows = lambda x, d: x[n0 + nd - 1 - d: n0 + nd - 1 - d + n]  # noqa: E731  (key block n - d of each)
+    nd = len(ks)
     s, R = [Sd], Qt
     for d in range(1, nd):
-        s.append(R @ rows(Kp, d).transpose(-1, -2))
+        s.append(R @ ks[d].transpose(-1, -2))
         if d < nd - 1:
-            R = R @ rows(Pp, d)  # the query moved through key block n - d
+            R = R @ ps[d]  # the queries moved through key block n - d
     if Gq is not None:  # G_i - G_j formed in float64, cast once
-        s = [sd + (Gq.unsqueeze(-1) - rows(Gp, d).unsqueeze(-2)).to(sd.dtype) for d, sd in enumerate(s)]
+        s = [sd + (Gq.unsqueeze(-1) - gs[d].unsqueeze(-2)).to(sd.dtype) for d, sd in enumerate(s)]
     S = torch.cat(s, -1)
     m = S.shape[-1]
     okz = ok.transpose(0, 1).unsqueeze(2)  # (n, B|1, 1, C, m)
@@ -268,11 +276,12 @@ def _local_rows(Qt, Sd, keys, Gq, ok, n0: int, nd: int, B: int, logit, value):
         else:  # a query with no key: zeros
             p = torch.softmax(S.masked_fill(~seen, 0.0), -1) * seen
         p = p.view(n, Z, C, m)
-    o = p[..., :C] @ Vp[n0 + nd - 1: n0 + nd - 1 + n]
+    parts = p.split(C, -1)  # one backward (a cat), not a zero-filled copy of p per slice
+    o = parts[0] @ vs[0]
     for d in range(1, nd):
-        o = o + p[..., d * C:(d + 1) * C] @ rows(Vp, d)
+        o = o + parts[d] @ vs[d]
     if value is not None:
-        o = o + p[..., m:] * value
+        o = o + parts[nd] * value
     return o
 
 
