@@ -60,6 +60,15 @@ def length_axis(ax, lengths: list[int]) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+def place_legend(ax, size: int = 8) -> None:
+    """The legend where it hides nothing: inside the axes for a few lines, beside them for many."""
+    handles = ax.get_legend_handles_labels()[0]
+    if len(handles) > 6:
+        ax.legend(fontsize=size, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    elif handles:
+        ax.legend(fontsize=size)
+
+
 def ratio_axis(ax) -> None:
     """The y axis of a perplexity-ratio plot: a log axis (ticks as plain numbers) only when some line
     rises past 3x, where a scheme breaks down; smaller ratios read better on a linear axis."""
@@ -123,7 +132,7 @@ def far_mass_figure(series: Mapping[str, Sequence[tuple[int, Mapping]]], window:
     w = "?" if window is None else f"{window:g}"
     ax.set_ylabel(f"far mass rho (attention beyond {w} tokens,\nmean over queries, layers, heads)")
     ax.set_title(title)
-    ax.legend(fontsize=legend_size)
+    place_legend(ax, legend_size)
     return save_figure(fig, out_dir, "far_mass")
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pedsl.data.tasks import TASKS
 from pedsl.study.plots import (MARKERS, band_plot, far_mass_figure, length_axis, loss_curves, mark_train, plt,
-                               ratio_axis, save_figure)
+                               place_legend, ratio_axis, save_figure)
 from pedsl.study.seeded.series import TASK_TITLES, acc_points, depth_points, ppl_source
 
 
@@ -74,8 +74,7 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
 
 
 def _legend(ax) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    place_legend(ax, 7)
 
 
 def _close(fig) -> list[str]:
