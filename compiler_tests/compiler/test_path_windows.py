@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compiler_helpers import D_MODEL, SCHEMES, largest_allocation
+from compiler_helpers import D_MODEL, SCHEMES, fast_and_reference, largest_allocation
 from pedsl.compiler import compile_scheme
 from pedsl.compiler import general as G
 
@@ -17,15 +17,7 @@ H, D = 2, 8
 
 
 def _pair(base: str, extra: str):
-    src = f'import "{SCHEMES / (base + ".pe")}"\nscheme s extends {base} {{\n{extra}\n}}'
-    fast = compile_scheme(src, num_heads=H, head_dim=D, d_model=D_MODEL)
-    ref = compile_scheme(src, num_heads=H, head_dim=D, d_model=D_MODEL, backend="reference")
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in fast.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    ref.load_state_dict(fast.state_dict())
-    return fast.double(), ref.double()
+    return fast_and_reference(base, extra, H, D)
 
 
 def _qkvx(B, L, seed=0):
