@@ -38,7 +38,7 @@ from pedsl.ops.bias import _FLASH, _blocks
 from pedsl.ops.distance_bias import TileGrads, add_at_distances, column_sums, distance_bias_supported, skewed_buffer
 
 BLOCK = 256  # queries per block
-KEY_TILE = 512  # keys per tile: the range of x over a tile decides which units are evaluated per point
+KEY_TILE = 256  # keys per tile: the range of x over a tile decides which units are evaluated per point
 
 
 class Mlp:
