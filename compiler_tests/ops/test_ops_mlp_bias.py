@@ -43,21 +43,21 @@ def _grads(out, inputs, seed=3):
     return torch.autograd.grad((out * w).sum(), inputs, retain_graph=True)
 
 
-@pytest.mark.parametrize("B, H, L, block, key_tile, threshold", [
-    (2, 3, 37, 16, 5, 10.0),    # L not a multiple of the block, tiles of 5 keys, the threshold inside
-    (1, 2, 5, 16, 2, 10.0),     # L < block: every query below the threshold (a Toeplitz bias)
-    (2, 2, 64, 16, 16, 64.0),   # L a multiple of the block and the tile, the threshold at L
-    (1, 2, 40, 64, 512, 0.5),   # one block, one tile, every query above the threshold
-    (1, 1, 1, 8, 4, 10.0),      # one token
-    (2, 2, 50, 16, 8, 100.0),   # the threshold past L
+@pytest.mark.parametrize("B, H, L, block, key_tile, score_tile, threshold", [
+    (2, 3, 37, 16, 5, 10, 10.0),    # L not a multiple of the block, tiles of 5 keys, the threshold inside
+    (1, 2, 5, 16, 2, 4, 10.0),      # L < block: every query below the threshold (a Toeplitz bias)
+    (2, 2, 64, 16, 16, 32, 64.0),   # L a multiple of the block and the tiles, the threshold at L
+    (1, 2, 40, 64, 512, 512, 0.5),  # one block, one tile, every query above the threshold
+    (1, 1, 1, 8, 4, 4, 10.0),       # one token
+    (2, 2, 50, 16, 8, 12, 100.0),   # the threshold past L; score tiles not a multiple of the bias tiles
 ])
-def test_forward_and_gradients_equal_the_dense_float64_reference(B, H, L, block, key_tile, threshold):
+def test_forward_and_gradients_equal_the_dense_float64_reference(B, H, L, block, key_tile, score_tile, threshold):
     """Gradients of q, k, v, the MLP and, through u and w, FIRE's c and threshold."""
     q, k, v = (rnd(B, H, L, 8, seed=s).requires_grad_(True) for s in range(3))
     c, thr, u, w = _fire_factors(L, threshold=threshold)
     mlp = _mlp(H, 12, seed=L)
     inputs = [q, k, v, c, thr, *mlp]
-    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=block, key_tile=key_tile)
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=block, key_tile=key_tile, score_tile=score_tile)
     want = _dense(q, k, v, u, w, *mlp)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     got, ref = _grads(out, inputs), _grads(want, inputs)

@@ -15,13 +15,13 @@ shared by the heads, so the bias of a tile is one small matrix product ``(H, F) 
 
 Forward: per block of ``block`` queries over the keys it can see (reversed, as in
 :mod:`pedsl.ops.distance_bias`: ``u``'s rows are strided views), the bias is formed and the CPU flash kernel
-runs with it as its float mask. Backward: per tile of ``block`` queries by ``key_tile`` keys the bias and
-the probabilities are recomputed (:class:`pedsl.ops.distance_bias.TileGrads`, its folded channel), and the
+runs with it as its float mask. Backward: per tile of ``block`` queries by ``score_tile`` keys the bias (by
+tiles of ``key_tile`` keys) and the probabilities are recomputed (:class:`pedsl.ops.distance_bias.TileGrads`, its folded channel), and the
 parameters' gradients come from per-tile moments: ``dS @ features^T`` (W2, b2, the always-on units'
 W1, b1), ``Y = W2_in^T dS`` masked by the in-range units' activity (their W1, b1), and
 ``dx = sum_h f_h'(x) dS`` per point, summed along the rows (``w``) and along the distances (``u``, a skewed
-column sum). Memory: O(B H block keys) for the forward's mask of a block, O(B H block key_tile) in the
-backward.
+column sum). Memory: O(H block keys) for the forward's mask of a block, O(B H block score_tile) in the
+backward, and one tile's features, O((2 + K) block key_tile).
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ from pedsl.ops.bias import _FLASH, _blocks
 from pedsl.ops.distance_bias import TileGrads, add_at_distances, column_sums, distance_bias_supported, skewed_buffer
 
 BLOCK = 256  # queries per block
-KEY_TILE = 256  # keys per tile: the range of x over a tile decides which units are evaluated per point
+KEY_TILE = 256  # keys per tile of the bias: the range of x over a tile decides which units are evaluated per point
+SCORE_TILE = 256  # keys per tile of the backward's recomputed scores (1024 measured slower at L = 2048)
 
 
 class Mlp:
@@ -90,11 +91,13 @@ def mlp_bias_supported(q: Tensor) -> bool:
 
 def mlp_bias_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1: Tensor, b1: Tensor, w2: Tensor,
                        b2: Tensor, *, scale: float | None = None, block: int | None = None,
-                       key_tile: int | None = None) -> Tensor:
+                       key_tile: int | None = None, score_tile: int | None = None) -> Tensor:
     """Causal ``softmax_j<=i(scale <q_i, k_j> + f_h(u[i - j] w[i])) v_j`` of q, k, v ``(B, H, L, D)`` (one sequence;
     query i is row i): ``u (>= L,)`` over distances, ``w (L,)`` over the queries, the MLP ``f_h(x) = b2[h] +
     W2[h] relu(W1 x + b1)`` given by ``w1, b1 (K,)``, ``w2 (H, K)``, ``b2 (H,)``; all differentiable.
-    CPU, float32 / float64 (:func:`mlp_bias_supported`)."""
+    CPU, float32 / float64 (:func:`mlp_bias_supported`). ``block``: queries per block (:data:`BLOCK`);
+    ``key_tile``: keys per tile of the bias (:data:`KEY_TILE`); ``score_tile``: keys per tile of the backward's
+    scores (:data:`SCORE_TILE`)."""
     B, H, L, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
@@ -112,8 +115,9 @@ def mlp_bias_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1
     if L == 0:
         return torch.zeros_like(q)
     block = min(BLOCK if block is None else int(block), L)
-    return _MlpBias.apply(q, k, v, u, w, w1.reshape(K), b1, w2, b2, scale, block,
-                          max(1, KEY_TILE if key_tile is None else int(key_tile)))
+    key_tile = max(1, KEY_TILE if key_tile is None else int(key_tile))
+    score_tile = max(1, SCORE_TILE if score_tile is None else int(score_tile))
+    return _MlpBias.apply(q, k, v, u, w, w1.reshape(K), b1, w2, b2, scale, block, key_tile, score_tile)
 
 
 class _Tables:
@@ -147,6 +151,18 @@ class _Tables:
             out += self.rows(self.mask, c0, c1, a, e)
         return out
 
+    def span(self, c0: int, c1: int, a0: int, e0: int, key_tile: int) -> tuple[Tensor, list]:
+        """The bias (H, n, e0 - a0) of the queries c0 .. c1-1 over the reversed keys a0 .. e0-1, formed per tile of
+        ``key_tile`` keys, and each tile's (a, e, split, features)."""
+        parts = []
+        bias = self.w.new_empty(self.mlp.w2.shape[0], c1 - c0, e0 - a0)
+        for a in range(a0, e0, key_tile):
+            e = min(e0, a + key_tile)
+            sp, f = self.features(c0, c1, a, e)
+            bias[:, :, a - a0: e - a0] = self.bias(sp, f, c0, c1, a, e)
+            parts.append((a, e, sp, f))
+        return bias, parts
+
     def features(self, c0: int, c1: int, a: int, e: int) -> tuple[Split, Tensor]:
         """The tile's split and features (2 + K', n * m)."""
         sp = self.split(c0, c1, a, e)
@@ -159,24 +175,20 @@ class _Tables:
 
 class _MlpBias(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, u, w, w1, b1, w2, b2, scale, block, key_tile):
+    def forward(ctx, q, k, v, u, w, w1, b1, w2, b2, scale, block, key_tile, score_tile):
         B, H, L, _ = q.shape
         tabs = _Tables(u, w, Mlp(w1, b1, w2, b2, q.dtype), L, block, q.dtype)
         kr, vr = k.flip(-2), v.flip(-2)
         outs, lses = [], []
         for c0, c1 in _blocks(L, block):
-            bias = q.new_empty(H, c1 - c0, c1)
-            for a in range(0, c1, key_tile):
-                e = min(c1, a + key_tile)
-                sp, f = tabs.features(c0, c1, a, e)
-                bias[:, :, a:e] = tabs.bias(sp, f, c0, c1, a, e)
+            bias = tabs.span(c0, c1, 0, c1, key_tile)[0]
             o, lse = _FLASH(q[:, :, c0:c1], kr[:, :, L - c1:], vr[:, :, L - c1:], 0.0, False,
                             attn_mask=bias.unsqueeze(0).expand(B, *bias.shape), scale=scale)[:2]
             outs.append(o)
             lses.append(lse)
         out, lse = torch.cat(outs, -2), torch.cat(lses, -1)
         ctx.save_for_backward(q, kr, vr, u, w, w1, b1, w2, b2, out, lse)
-        ctx.scale, ctx.block, ctx.key_tile = scale, block, key_tile
+        ctx.scale, ctx.block, ctx.key_tile, ctx.score_tile = scale, block, key_tile, score_tile
         return out
 
     @staticmethod
@@ -189,17 +201,19 @@ class _MlpBias(torch.autograd.Function):
         acc = _Moments(mlp, L)
         grads = TileGrads(q, kr, vr, dout.contiguous(), out, lse, ctx.scale)
         for c0, c1 in _blocks(L, ctx.block):
-            for a in range(0, c1, ctx.key_tile):
-                e = min(c1, a + ctx.key_tile)
-                sp, f = tabs.features(c0, c1, a, e)
-                ds = grads.tile(tabs.bias(sp, f, c0, c1, a, e), c0, c1, a, e)
-                acc.add(tabs, sp, ds.sum(0) if B > 1 else ds[0], f, c0, c1, a, e)
+            for a0 in range(0, c1, ctx.score_tile):
+                e0 = min(c1, a0 + ctx.score_tile)
+                bias, parts = tabs.span(c0, c1, a0, e0, ctx.key_tile)
+                ds = grads.tile(bias, c0, c1, a0, e0)
+                ds = ds.sum(0) if B > 1 else ds[0]
+                for a, e, sp, f in parts:
+                    acc.add(tabs, sp, ds[:, :, a - a0: e - a0], f, c0, c1, a, e)
         dq, dk, dv = grads.result()
         du, dw, dw1, db1, dw2, db2 = acc.result()
         du_full = torch.zeros_like(u)
         du_full[:L] = du.to(u.dtype)
         return (dq, dk.flip(-2), dv.flip(-2), du_full, dw.to(w.dtype), dw1.to(w1.dtype), db1.to(b1.dtype),
-                dw2.to(w2.dtype), db2.to(b2.dtype), None, None, None)
+                dw2.to(w2.dtype), db2.to(b2.dtype), None, None, None, None)
 
 
 class _Moments:
