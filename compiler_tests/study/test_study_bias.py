@@ -75,9 +75,10 @@ def test_the_study_defaults_are_its_schemes_seeds_and_budget(tmp_path):
     m = st["measures"]
     assert m.eval_lengths(128) == [128 * k for k in (1, 2, 4, 8, 16, 32)] and m.tasks == ("ppl",)
     units = parallel.seeded_units("bias", [], tmp_path, seeds=None)
-    assert sorted(u.label for u in units) == sorted(f"{s} seed {k}" for s in recipe.SCHEMES for k in (0, 1, 2))
-    units = parallel.seeded_units("bias", ["fire"], tmp_path, seeds=[7])
-    assert [u.label for u in units] == ["fire seed 7"]
+    names = ["alibi", "t5_bias", "t5_bias_init", "kerple_log", "kerple_power", "fire"]  # the study's own file by stem
+    assert sorted(u.label for u in units) == sorted(f"{s} seed {k}" for s in names for k in (0, 1, 2))
+    units = parallel.seeded_units("bias", ["fire", "t5_bias_init"], tmp_path, seeds=[7])
+    assert [u.label for u in units] == ["fire seed 7", "t5_bias_init seed 7"]
 
 
 TOY = ["--steps", "2", "--lengths", "16,32", "--windows", "1", "--analyze-max", "16", "--threads", "1", "-q",

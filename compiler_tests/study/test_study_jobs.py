@@ -3,7 +3,7 @@
 With --threads pinned the study's numbers and weights equal a serial study's bit for bit; a worker
 killed with SIGKILL is started again and its run resumes from its last checkpoint; a unit that fails
 stops the study with one error naming it, after the others finished; the progress line counts runs
-done, running and left; bad --jobs values are usage errors."""
+done, running and left; bad --jobs values are usage errors; SIGTERM stops the study and its workers."""
 
 from __future__ import annotations
 
@@ -175,3 +175,52 @@ def test_a_seeded_study_is_one_unit_per_scheme_and_seed(tmp_path):
     assert [u.label for u in parallel.compare_units([], tmp_path)] == list(parallel.cmp.DEFAULT_SCHEMES)
     with pytest.raises(ConfigError, match="named twice"):
         parallel.compare_units(["rope", "rope"], tmp_path)
+
+
+def _children(pid: int) -> set[int]:
+    """The live child processes of ``pid`` (Linux /proc)."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads child processes from Linux /proc")
+def test_sigterm_stops_the_study_and_its_worker_processes(tmp_path):
+    import subprocess
+    import sys
+
+    out = tmp_path / "study"
+    lock = out / "runs" / "rope" / ".pedsl.lock"
+    args = [a if a != "12" else "4000" for a in TINY]  # long enough to be training when the signal comes
+    proc = subprocess.Popen([sys.executable, "-m", "pedsl", "compare", "rope", "alibi", "--out", str(out), *args,
+                             "--jobs", "2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None and not (lock.exists() and lock.read_text().strip()):
+        time.sleep(0.1)
+    workers = _children(proc.pid)
+    assert workers, "the study never started its workers"
+    try:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)  # orphans would hold stderr open: this would time out
+        assert proc.returncode == 128 + signal.SIGTERM and "pedsl: terminated (SIGTERM)" in err, err
+        assert "Traceback" not in err
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(_alive(p) for p in workers):
+            time.sleep(0.1)
+        assert not [p for p in workers if _alive(p)], "worker processes outlived the study"
+    finally:
+        for p in workers | {proc.pid}:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

@@ -13,7 +13,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -108,8 +110,28 @@ def _out_of_memory(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text.lower())
 
 
+class Terminated(BaseException):
+    """SIGTERM (``kill``, a scheduler stopping the job) raised where the program is, so that it unwinds
+    as Ctrl-C does: a study stops its worker processes and shuts its Ray down instead of leaving them
+    training as orphans; files being written stay as they were (pedsl writes them atomically)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI and map every failure to a diagnostic and exit code."""
+    if threading.current_thread() is not threading.main_thread():  # signals go to the main thread only
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: list[str] | None) -> None:
     for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed escaped, never a crash
         if hasattr(stream, "reconfigure"):
             try:
@@ -130,6 +152,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("pedsl: interrupted", err=True)
         sys.exit(130)
+    except Terminated:
+        click.echo("pedsl: terminated (SIGTERM)", err=True)
+        sys.exit(128 + signal.SIGTERM)
     except BrokenPipeError:
         sys.exit(1)
     except NotRegularFile as err:  # a FIFO or device where a file belongs, met by a reader without its own message

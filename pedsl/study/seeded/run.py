@@ -49,7 +49,7 @@ def study_settings(study: str | None, *, quick: bool, windows: int | None, analy
     """Schemes, data, training settings (under ``--steps`` and ``--set``), default seeds (``seeds``; one
     seed, 0, where absent), the study's own scheme files by name (``own``) and :class:`Measures` of a study."""
     if study == "bias":
-        return {"schemes": bias_study.SCHEMES, "data": None, "seeds": bias_study.SEEDS,
+        return {"schemes": bias_study.SCHEMES, "data": None, "seeds": bias_study.SEEDS, "own": bias_study.OWN,
                 "train": dict(bias_study.TRAIN),
                 "measures": bias_study.measures(quick=quick, windows=windows, analyze_max=analyze_max,
                                                 lengths=lengths)}
