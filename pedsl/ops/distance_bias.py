@@ -45,6 +45,16 @@ def distance_bias_supported(q: Tensor) -> bool:
         torch.float32, torch.float64)
 
 
+def check_causal_inputs(name: str, q: Tensor, k: Tensor, v: Tensor) -> None:
+    """A :class:`ShapeError` unless q, k, v are (B, H, L, D) alike, on CPU in float32 or float64."""
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ShapeError(f"{name}: q, k and v must be (B, H, L, D) alike, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}", hint="one causal sequence: as many keys as queries")
+    if not distance_bias_supported(q):
+        raise ShapeError(f"{name} runs on CPU in float32 or float64, got {q.dtype} on {q.device}",
+                         hint="elsewhere use SchemeAttention's blocks of queries (pedsl.compiler.general)")
+
+
 def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, scale: float | None = None,
                             block: int | None = None, key_tile: int | None = None) -> Tensor:
     """Causal attention ``softmax_j<=i(scale <q_i, k_j> + table[h, i - j]) v_j`` of q, k, v ``(B, H, L, D)``
@@ -53,15 +63,10 @@ def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, s
     (default :data:`BLOCK`); ``key_tile``: keys per tile of the learned table's backward (:data:`KEY_TILE`)."""
     D, L = q.shape[-1], q.shape[-2]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
-        raise ShapeError(f"distance_bias_attention: q, k and v must be (B, H, L, D) alike, got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}", hint="one causal sequence: as many keys as queries")
+    check_causal_inputs("distance_bias_attention", q, k, v)
     if table.dim() != 2 or table.shape[-1] < L or table.shape[0] not in (1, q.shape[1]):
         raise ShapeError(f"distance_bias_attention: table must be (1 or {q.shape[1]}, >= {L}), got "
                          f"{tuple(table.shape)}", hint="one value per head (or one for all) and distance 0 .. L-1")
-    if not distance_bias_supported(q):
-        raise ShapeError(f"distance_bias_attention runs on CPU in float32 or float64, got {q.dtype} on {q.device}",
-                         hint="elsewhere use SchemeAttention's blocks of queries (pedsl.compiler.general)")
     if L == 0:
         return torch.zeros_like(q)
     block = min(BLOCK if block is None else int(block), L)

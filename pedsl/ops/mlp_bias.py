@@ -35,7 +35,8 @@ from torch.autograd.function import once_differentiable
 
 from pedsl.errors import ShapeError
 from pedsl.ops.bias import _FLASH, _blocks
-from pedsl.ops.distance_bias import TileGrads, add_at_distances, column_sums, distance_bias_supported, skewed_buffer
+from pedsl.ops.distance_bias import (TileGrads, add_at_distances, check_causal_inputs, column_sums,
+                                    distance_bias_supported, skewed_buffer)
 
 BLOCK = 256  # queries per block
 KEY_TILE = 256  # keys per tile of the bias: the range of x over a tile decides which units are evaluated per point
@@ -100,18 +101,13 @@ def mlp_bias_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1
     scores (:data:`SCORE_TILE`)."""
     B, H, L, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
-        raise ShapeError(f"mlp_bias_attention: q, k and v must be (B, H, L, D) alike, got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}", hint="one causal sequence: as many keys as queries")
+    check_causal_inputs("mlp_bias_attention", q, k, v)
     K = w1.numel()
     if (u.dim() != 1 or u.shape[0] < L or w.shape != (L,) or b1.shape != (K,) or w2.shape != (H, K)
             or b2.shape != (H,)):
         raise ShapeError(f"mlp_bias_attention: expected u (>= {L},), w ({L},), w1 and b1 ({K},), w2 ({H}, {K}), "
                          f"b2 ({H},); got {tuple(u.shape)}, {tuple(w.shape)}, {tuple(b1.shape)}, {tuple(w2.shape)}, "
                          f"{tuple(b2.shape)}", hint="one MLP input per distance times one per query")
-    if not mlp_bias_supported(q):
-        raise ShapeError(f"mlp_bias_attention runs on CPU in float32 or float64, got {q.dtype} on {q.device}",
-                         hint="elsewhere use SchemeAttention's blocks of queries (pedsl.compiler.general)")
     if L == 0:
         return torch.zeros_like(q)
     block = min(BLOCK if block is None else int(block), L)
