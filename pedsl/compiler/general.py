@@ -976,25 +976,50 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
-def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
-    """Biases that are all distance tables, over one fresh causal sequence at consecutive positions (each
-    row may start anywhere), on the kernels' Toeplitz kernel: the tables summed once (H, distances), each
-    block of queries reading its rows as a view of it. None where the call needs :func:`attend_blocks`
-    (no such kernel or dtype, a cache, padding, documents, masks, windows, sinks, CoPE, soft-capping, other
-    biases, GQA)."""
-    run = getattr(kernels, "distance_attention", None)
-    if (run is None or not bi.tables or bi.queries or bi.axial or bi.coord is not None or cache is not None
-            or sink is not None or getattr(scheme, "softcap", None) is not None
-            or q.shape != k.shape or lay.padded or lay.mask4 is not None or lay.axes_pos is not None
-            or shape_of(scheme) is not None or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
-            or not kernels.distance_supported(q)
+def one_fresh_sequence(scheme, kernels, q, k, bi: Biases, lay: Layout, cache, sink=None) -> bool:
+    """Whether the call is one fresh causal sequence at consecutive positions (each row may start anywhere)
+    with nothing but softmax and biases that are distance tables or read the query position: no cache,
+    padding, documents, masks, several position axes, windows, sinks, CoPE, soft-capping, coordinate or
+    per-axis biases, GQA; and a dtype the kernels take. The kernels' Toeplitz and MLP-bias kernels run only then."""
+    if (bi.axial or bi.coord is not None or cache is not None or sink is not None
+            or getattr(scheme, "softcap", None) is not None or q.shape != k.shape or lay.padded
+            or lay.mask4 is not None or lay.axes_pos is not None or shape_of(scheme) is not None
+            or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
+            or getattr(kernels, "distance_supported", None) is None or not kernels.distance_supported(q)
             or document_ids_vary(lay.docs)):
+        return False
+    pos = lay.positions
+    return pos.shape[1] < 2 or bool((pos.diff(dim=1) == 1).all())
+
+
+def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+    """Biases that are all distance tables, over one fresh causal sequence (:func:`one_fresh_sequence`), on
+    the kernels' Toeplitz kernel: the tables summed once (H, distances), each block of queries reading its rows
+    as a view of it; or one bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`).
+    None where the call needs :func:`attend_blocks`."""
+    if bi.queries:
+        return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
+    run = getattr(kernels, "distance_attention", None)
+    if run is None or not bi.tables or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink):
         return None
     pos = lay.positions
-    if pos.shape[1] > 1 and not bool((pos.diff(dim=1) == 1).all()):
-        return None
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
     return run(q, k, v, sum(tables[1:], tables[0]))
+
+
+def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+    """One bias ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE; the scheme's
+    ``query_mlp``) and no other bias, over one fresh causal sequence whose rows all start at the same
+    position (w reads it), on the kernels' MLP-bias kernel. None otherwise."""
+    run = getattr(kernels, "mlp_attention", None)
+    if (run is None or bi.tables or len(bi.queries) != 1 or not hasattr(scheme, "query_mlp")
+            or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink)):
+        return None
+    pos = lay.positions
+    if pos.shape[0] > 1 and not bool((pos == pos[:1]).all()):
+        return None
+    factors = scheme.query_mlp(bi.queries[0], pos[0], q.device)
+    return None if factors is None else run(q, k, v, *factors)
 
 
 def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
@@ -1314,10 +1339,10 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
     (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernels
-    (PaTH runs by its decode rule), and no Toeplitz distance-bias kernel (distance tables run by blocks
-    of queries)."""
+    (PaTH runs by its decode rule), and no Toeplitz distance-bias or MLP-bias kernel (distance tables and
+    biases that read the query position run by blocks of queries)."""
 
-    path_attention = path_local_attention = path_transported_keys = distance_attention = None
+    path_attention = path_local_attention = path_transported_keys = distance_attention = mlp_attention = None
 
     @staticmethod
     def rotate(x, cos, sin, t, channels):
