@@ -12,8 +12,9 @@ variant / floor in the same repeat:
 - ``floor``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` - no positional encoding;
 - ``pedsl``: ``compile_scheme(<scheme>)`` called as ``module(q, k, v)``: a distance table computed once per
   call (O(H L)) and read per block of 256 queries as a strided view by the flash kernel
-  (:mod:`pedsl.ops.distance_bias`); FIRE's bias, which reads the query position, per block of queries
-  (``pedsl.compiler.general.attend_blocks``); xPos a rotation of q and k;
+  (:mod:`pedsl.ops.distance_bias`); FIRE's bias, which reads the query position, on the MLP-bias kernel
+  (:mod:`pedsl.ops.mlp_bias`: per tile only the MLP's units whose kink falls in the tile's range); xPos a
+  rotation of q and k;
 - ``materialised``: what x-transformers does - the whole ``(1, H, L, L)`` bias built every call from the
   learned parameters (``RelativePositionBias`` for T5, ``DynamicPositionBias`` for DPB; for KERPLE, FIRE and
   Sandwich, which x-transformers does not have, the module's own bias materialised by ``bias_table``), with
@@ -43,9 +44,6 @@ from pedsl.fsio import atomic_write_text
 
 SCHEMES = ("t5_bias", "dynamic_position_bias", "kerple_log", "kerple_power", "fire", "sandwich", "xpos")
 NO_BIAS = ("xpos",)
-# FIRE's bias reads the query position: the general path keeps every block's MLP activations for the
-# backward, about 440 bytes per causal (query, key) pair (219 MiB measured at L = 1,024)
-PEAK_BYTES_PER_PAIR = {"fire": 440}
 B, H, D = 1, 8, 64
 
 
@@ -74,9 +72,6 @@ def _variants(name: str, L: int, mem_cap_gb: float) -> tuple[list[Variant], str]
     q, k, v = (torch.randn(B, H, L, D, generator=g).requires_grad_(True) for _ in range(3))
     leaves = [q, k, v, *mod.parameters()]
     out = [Variant("floor", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v])]
-    est = PEAK_BYTES_PER_PAIR.get(name, 0) * L * L / 2 / 2**30
-    if est > mem_cap_gb:
-        return out, f"pedsl and materialised: est. {est:.0f} GB > cap {mem_cap_gb:g} GB"
     out.append(Variant("pedsl", lambda: mod(q, k, v), leaves))
     if name in NO_BIAS:
         return out, "no bias"

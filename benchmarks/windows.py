@@ -13,7 +13,10 @@ backward in float32 on CPU at B=1, H=8, D=64:
 * ``banded kernel (no PE)``: ``pedsl.compiler.window_kernels.sliding_window_attention``, the kernel a
   rotation-only window runs (unmasked middle runs, causal diagonal tiles, one masked edge tile per
   block, merged by log-sum-exp), without the rotation: what the rotation itself costs on top;
-* ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window.
+* ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window;
+* ``pedsl path (full)``: ``schemes/path.pe`` over the whole sequence (the blockwise PaTH kernel), and
+  ``pedsl path + window``: the same scheme with ``window = N`` (the windowed PaTH kernel,
+  ``pedsl.ops.path.path_attention_local``), both with their layer input x and its projections.
 
 Times are this process's CPU time (``time.process_time``: robust to other load on the machine; at
 ``--threads 1`` it is the kernel's own time). Peak memory: each variant once more in a fresh process,
@@ -63,12 +66,28 @@ def windowed_floor(q, k, v, window: int):
 
 def variants(window: int) -> dict:
     mod = compile_scheme(SCHEMES / "rope_local.pe", params={"width": window}, num_heads=H, head_dim=D)
+    path = compile_scheme(SCHEMES / "path.pe", num_heads=H, head_dim=D, d_model=H * D)
+    local = compile_scheme(f'import "{SCHEMES / "path.pe"}"\nscheme path_window extends path {{ window = {window} }}',
+                           num_heads=H, head_dim=D, d_model=H * D)
     return {
         "full causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "windowed floor": lambda q, k, v: windowed_floor(q, k, v, window),
         "banded kernel (no PE)": lambda q, k, v: sliding_window_attention(q, k, v, window),
         "pedsl rope_local": lambda q, k, v: mod(q, k, v),
+        "pedsl path (full)": lambda q, k, v: path(q, k, v, x=model_input(q)),
+        "pedsl path + window": lambda q, k, v: local(q, k, v, x=model_input(q)),
     }
+
+
+def model_input(q):
+    """The layer input x (B, L, H D) PaTH's steps are computed from, fixed per length."""
+    L = q.shape[2]
+    if L not in _X:
+        _X[L] = torch.randn(B, L, H * D, generator=torch.Generator().manual_seed(7))
+    return _X[L]
+
+
+_X: dict = {}
 
 
 def inputs(L: int, seed: int = 0):
@@ -190,6 +209,8 @@ def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
     print(f"speed-up of pedsl over full causal: {ms['full causal'] / ms['pedsl rope_local']:.1f}x "
           "(target >= 5x); pedsl / windowed floor: "
           f"{ms['pedsl rope_local'] / ms['windowed floor']:.2f} (target <= 1.5)")
+    print(f"PaTH inside the window: {ms['pedsl path (full)'] / ms['pedsl path + window']:.1f}x faster than full PaTH, "
+          f"{ms['pedsl path + window'] / ms['windowed floor']:.2f}x the windowed floor")
 
 
 def report_decode(N: int, total: int, contrast: int) -> None:

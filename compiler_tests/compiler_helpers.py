@@ -8,9 +8,26 @@ from pathlib import Path
 
 import torch
 
+from pedsl.compiler import compile_scheme
+
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES = ROOT / "schemes"
 D_MODEL = 24
+
+
+def fast_and_reference(base: str, extra: str, heads: int, head_dim: int, **kw):
+    """The library scheme ``base`` plus the statements ``extra``, compiled for the fast backends (``kw``) and
+    for the reference, in float64, with the same parameters perturbed from their initial values (so that
+    sinks, gates and learned values are not at their starting points)."""
+    src = f'import "{SCHEMES / (base + ".pe")}"\nscheme s extends {base} {{\n{extra}\n}}'
+    fast = compile_scheme(src, num_heads=heads, head_dim=head_dim, d_model=D_MODEL, **kw)
+    ref = compile_scheme(src, num_heads=heads, head_dim=head_dim, d_model=D_MODEL, backend="reference")
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    ref.load_state_dict(fast.state_dict())
+    return fast.double(), ref.double()
 
 
 def library() -> list[Path]:

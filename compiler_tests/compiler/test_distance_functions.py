@@ -417,3 +417,86 @@ def test_numeric_diff_samples_learned_distance_biases_at_their_start():
     assert np.all(bias("t5_bias") == 0)
     fire = bias("fire")
     assert fire.shape == (4, 33) and np.all(np.isfinite(fire)) and np.ptp(fire) > 0
+
+
+# ---------------------------------------------------------------------- FIRE on the MLP-bias kernel
+def _spy_mlp_kernel(monkeypatch):
+    calls = []
+    real = FusedKernels.mlp_attention
+
+    def spy(q, k, v, *factors, **kw):
+        calls.append(tuple(q.shape))
+        return real(q, k, v, *factors, **kw)
+
+    monkeypatch.setattr(FusedKernels, "mlp_attention", staticmethod(spy))
+    return calls
+
+
+def _fire_pair(threshold, source=None):
+    mod = _moved(compile_scheme(source or SCHEMES / "fire.pe", num_heads=4, head_dim=16).double(), scale=0.05)
+    with torch.no_grad():
+        mod.learned.sites["let[threshold]__learned0"].value.fill_(threshold / 512)
+    ref = compile_scheme(source or SCHEMES / "fire.pe", num_heads=4, head_dim=16, backend="reference").double()
+    ref.load_state_dict(mod.state_dict())
+    return mod, ref
+
+
+@pytest.mark.parametrize("L", [5, 16, 37, 48])
+@pytest.mark.parametrize("threshold", [3.0, 20.0, 47.0, 200.0])
+def test_fire_kernel_equals_the_reference_interpreter_forward_and_backward(L, threshold, monkeypatch):
+    """Blocks of 16 queries, bias tiles of 8 keys, score tiles of 16: L below, across and at a multiple of both; the threshold below,
+    inside and past L; gradients of q, k, v, the MLP, c and the threshold; rows that start at one later position."""
+    from pedsl.ops import mlp_bias as MB
+
+    monkeypatch.setattr(MB, "BLOCK", 16)
+    monkeypatch.setattr(MB, "KEY_TILE", 8)
+    monkeypatch.setattr(MB, "SCORE_TILE", 16)
+    calls = _spy_mlp_kernel(monkeypatch)
+    mod, ref = _fire_pair(threshold)
+    q, k, v, x, tokens = inputs(mod, B=2, L=L)
+    for positions in (None, torch.arange(L).expand(2, L) + 7):
+        out, grads = forward_and_grads(mod, q, k, v, x, tokens, positions=positions)
+        rout, rgrads = forward_and_grads(ref, q, k, v, x, tokens, positions=positions)
+        torch.testing.assert_close(out, rout, rtol=1e-10, atol=1e-12)
+        assert len(grads) == 3 + 6  # q, k, v, c, threshold, W1, b1, W2, b2
+        for a, b in zip(grads, rgrads):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    assert len(calls) == 2
+
+
+def test_fire_keeps_the_blocks_wherever_the_kernel_does_not_apply(monkeypatch):
+    """Each refusal, checked to equal the reference interpreter and to leave the kernel uncalled: a cache,
+    padding, documents, a (B, 1, L, L) mask, rows at different positions, GQA, a window, a sink, soft-capping,
+    a term added to the MLP, a SiLU MLP, two hidden layers, features that are not a product."""
+    calls = _spy_mlp_kernel(monkeypatch)
+    mod, ref = _fire_pair(20.0)
+    L = 30
+    q, k, v, _, _ = inputs(mod, B=2, L=L)
+    docs = (torch.arange(L) >= 11).long().expand(2, L)
+    pad = torch.ones(2, L, dtype=torch.bool)
+    pad[1, :4] = False
+    mask4 = torch.ones(2, 1, L, L, dtype=torch.bool).tril()
+    mask4[0, 0, 20:, :3] = False
+    shifted = torch.arange(L).expand(2, L) + torch.tensor([[0], [5]])
+    for kw in (dict(document_ids=docs), dict(attn_mask=pad), dict(attn_mask=mask4), dict(positions=shifted)):
+        torch.testing.assert_close(mod(q, k, v, **kw), ref(q, k, v, **kw), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(mod(q, k[:, :2], v[:, :2]), ref(q, k[:, :2], v[:, :2]), rtol=1e-10, atol=1e-12)
+    cache = mod.new_cache(2)
+    torch.testing.assert_close(mod(q, k, v, cache=cache), ref(q, k, v), rtol=1e-10, atol=1e-12)
+    assert calls == []
+    fire = 'log(abs(c * distance) + 1) / (log(abs(c * max(query_position, threshold)) + 1) + 1.0e-6)'
+    head = f'import "{SCHEMES / "fire.pe"}"\nscheme f extends fire "" {{\n'
+    variants = [
+        "  window = 12\n", "  sink = logit\n", "  softcap = 5.0\n",
+        f"  bias = mlp({fire}, hidden = 32, depth = 1, relu = true, to = head) - 0.1 * distance\n",
+        f"  bias = mlp({fire}, hidden = 32, depth = 1, relu = false, to = head)\n",
+        f"  bias = mlp({fire}, hidden = 8, depth = 2, relu = true, to = head)\n",
+        "  bias = mlp(log(abs(c * distance) + 1) - log(query_position + 2), hidden = 8, depth = 1, relu = true, to = head)\n",
+    ]
+    for body in variants:
+        src = head + body + "}\n"
+        m = compile_scheme(src, num_heads=4, head_dim=16).double()
+        r = compile_scheme(src, num_heads=4, head_dim=16, backend="reference").double()
+        r.load_state_dict(m.state_dict())
+        torch.testing.assert_close(m(q, k, v), r(q, k, v), rtol=1e-10, atol=1e-12, msg=lambda s, b=body: f"{b}: {s}")
+    assert calls == []

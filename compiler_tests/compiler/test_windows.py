@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compiler_helpers import D_MODEL, SCHEMES, assert_generated_module_matches
+from compiler_helpers import D_MODEL, SCHEMES, fast_and_reference, assert_generated_module_matches
 from pedsl.compiler import compile_scheme
 from pedsl.compiler import general as G
 from pedsl.compiler.codegen import generate
@@ -19,15 +19,7 @@ H, D = 4, 8
 def _pair(base: str, extra: str, **kw):
     """The scheme ``base`` plus ``extra``, compiled for the fast backends and for the reference, with the
     same (perturbed, so that sinks and learned values are not at their initial values) parameters."""
-    src = f'import "{SCHEMES / (base + ".pe")}"\nscheme s extends {base} {{\n{extra}\n}}'
-    fast = compile_scheme(src, num_heads=H, head_dim=D, d_model=D_MODEL, **kw)
-    ref = compile_scheme(src, num_heads=H, head_dim=D, d_model=D_MODEL, backend="reference")
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in fast.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    ref.load_state_dict(fast.state_dict())
-    return fast.double(), ref.double()
+    return fast_and_reference(base, extra, H, D, **kw)
 
 
 def _qkv(B=2, L=21, Hkv=H, seed=0, grad=False):

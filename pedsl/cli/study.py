@@ -172,7 +172,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
               "16..64 a side (--set sizes=16,32), 3 seeds by default (default SCHEMES: raster 1-D RoPE, rope_2d, "
               "rope_mixed, M-RoPE-style sections, a 2-D distance bias; see pedsl.study.grid). bias: do FIRE and "
               "KERPLE extrapolate flatter than T5 and ALiBi? perplexity ratio at 1x..32x over seeds 0,1,2 (--seeds) "
-              "at 300 steps, with a claims table (default SCHEMES: alibi, t5_bias, kerple_log, kerple_power, fire; "
+              "at 300 steps, with a claims table (default SCHEMES: alibi, t5_bias, t5_bias_init, kerple_log, kerple_power, fire; "
               "see pedsl.study.bias). "
               "counting: the k-th last marker or sentence with segments of variable length (--data select_last, "
               "sentence_first or a mixture), evaluated with more and longer segments (--set evals=1x1,4x1,2x2,4x4), "

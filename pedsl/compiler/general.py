@@ -80,6 +80,7 @@ TABLE_BIAS, LINEAR_BIAS, GATE_BIAS = "distance-table", "linear-distance", "forge
 QUERY_BIAS = "query-table"  # a distance table that reads the query position too: evaluated per block of queries
 AXIS_BIAS = "axis-distance"  # a term over per-axis distances i_a - j_a: evaluated per block of (query, key) pairs
 QUERY_CHUNK = 256  # queries per block of explicit masks (memory: B * H * 256 * L_keys)
+PATH_BLOCK = 64  # PaTH inside a window: steps per block of the windowed kernel
 PATH_FLUSH = 32  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
 WINDOW_BLOCK = 128  # queries per block of a windowed call (keys per block: WINDOW_BLOCK + window - 1)
@@ -735,10 +736,14 @@ def shape_of(scheme) -> Shape | None:
 
 def visible(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
     """(B, rows, keys) bool: the keys at ``kpos (B, keys)`` the window lets the queries at ``qpos (B, rows)`` see."""
+    return visible_pairs(shape, qpos[:, :, None], kpos[:, None, :])
+
+
+def visible_pairs(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
+    """Whether the window lets a query at ``qpos`` see a key at ``kpos`` (broadcast against each other)."""
     if shape.window is not None:
-        return (qpos[:, :, None] - kpos[:, None, :]) < shape.window
-    return torch.div(qpos, shape.chunk, rounding_mode="floor")[:, :, None] == \
-        torch.div(kpos, shape.chunk, rounding_mode="floor")[:, None, :]
+        return (qpos - kpos) < shape.window
+    return torch.div(qpos, shape.chunk, rounding_mode="floor") == torch.div(kpos, shape.chunk, rounding_mode="floor")
 
 
 def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq: int, block: int) -> list:
@@ -971,25 +976,50 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
-def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
-    """Biases that are all distance tables, over one fresh causal sequence at consecutive positions (each
-    row may start anywhere), on the kernels' Toeplitz kernel: the tables summed once (H, distances), each
-    block of queries reading its rows as a view of it. None where the call needs :func:`attend_blocks`
-    (no such kernel or dtype, a cache, padding, documents, masks, windows, sinks, CoPE, soft-capping, other
-    biases, GQA)."""
-    run = getattr(kernels, "distance_attention", None)
-    if (run is None or not bi.tables or bi.queries or bi.axial or bi.coord is not None or cache is not None
-            or sink is not None or getattr(scheme, "softcap", None) is not None
-            or q.shape != k.shape or lay.padded or lay.mask4 is not None or lay.axes_pos is not None
-            or shape_of(scheme) is not None or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
-            or not kernels.distance_supported(q)
+def one_fresh_sequence(scheme, kernels, q, k, bi: Biases, lay: Layout, cache, sink=None) -> bool:
+    """Whether the call is one fresh causal sequence at consecutive positions (each row may start anywhere)
+    with nothing but softmax and biases that are distance tables or read the query position: no cache,
+    padding, documents, masks, several position axes, windows, sinks, CoPE, soft-capping, coordinate or
+    per-axis biases, GQA; and a dtype the kernels take. The kernels' Toeplitz and MLP-bias kernels run only then."""
+    if (bi.axial or bi.coord is not None or cache is not None or sink is not None
+            or getattr(scheme, "softcap", None) is not None or q.shape != k.shape or lay.padded
+            or lay.mask4 is not None or lay.axes_pos is not None or shape_of(scheme) is not None
+            or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
+            or getattr(kernels, "distance_supported", None) is None or not kernels.distance_supported(q)
             or document_ids_vary(lay.docs)):
+        return False
+    pos = lay.positions
+    return pos.shape[1] < 2 or bool((pos.diff(dim=1) == 1).all())
+
+
+def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+    """Biases that are all distance tables, over one fresh causal sequence (:func:`one_fresh_sequence`), on
+    the kernels' Toeplitz kernel: the tables summed once (H, distances), each block of queries reading its rows
+    as a view of it; or one bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`).
+    None where the call needs :func:`attend_blocks`."""
+    if bi.queries:
+        return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
+    run = getattr(kernels, "distance_attention", None)
+    if run is None or not bi.tables or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink):
         return None
     pos = lay.positions
-    if pos.shape[1] > 1 and not bool((pos.diff(dim=1) == 1).all()):
-        return None
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
     return run(q, k, v, sum(tables[1:], tables[0]))
+
+
+def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+    """One bias ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE; the scheme's
+    ``query_mlp``) and no other bias, over one fresh causal sequence whose rows all start at the same
+    position (w reads it), on the kernels' MLP-bias kernel. None otherwise."""
+    run = getattr(kernels, "mlp_attention", None)
+    if (run is None or bi.tables or len(bi.queries) != 1 or not hasattr(scheme, "query_mlp")
+            or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink)):
+        return None
+    pos = lay.positions
+    if pos.shape[0] > 1 and not bool((pos == pos[:1]).all()):
+        return None
+    factors = scheme.query_mlp(bi.queries[0], pos[0], q.device)
+    return None if factors is None else run(q, k, v, *factors)
 
 
 def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
@@ -1076,7 +1106,9 @@ def key_validity(lay: Layout, kvalid, Lc: int):
 # ---------------------------------------------------------------------- PaTH
 def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
-    and left padding become hard resets of the log-gate), otherwise the decode rule token by token:
+    and left padding become hard resets of the log-gate), the windowed kernel for a fresh sequence
+    inside a window or chunk (its mask decides documents, padding and the sink), otherwise the decode
+    rule token by token:
     each new token's step ``H_t`` moves every earlier key, ``Kt <- Kt - beta_t (Kt w_t) w_t^T``, then
     its query attends."""
     w, beta = hh
@@ -1084,8 +1116,10 @@ def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sin
     Lq = q.shape[2]
     Lc = cache.length if cache is not None else 0
     left_pad = not lay.padded or bool((lay.valid.long().diff(dim=1) >= 0).all())
-    if (kernels.path_attention is not None and Lc == 0 and Lq == L and lay.mask4 is None
-            and lay.key_valid_cached is None and left_pad and shape is None and sink is None):
+    fresh = Lc == 0 and Lq == L and lay.mask4 is None and lay.key_valid_cached is None
+    if fresh and shape is not None and getattr(kernels, "path_local_attention", None) is not None:
+        return _path_local(kernels, q, k, v, w, beta, coord, lay, cache, shape, sink)
+    if kernels.path_attention is not None and fresh and left_pad and shape is None and sink is None:
         return _path_blockwise(kernels, q, k, v, w, beta, coord, lay, cache)
     if cache is not None:
         check_cache(cache, B, H)
@@ -1109,12 +1143,37 @@ def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
         lf = torch.zeros(B, H, L, dtype=F64, device=q.device) if lf is None else lf.clone()
         lf = lf.masked_fill(start[:, None, :].expand(B, H, L), HARD_RESET)
     o = kernels.path_attention(q, k, v, w, beta, lf)
-    if lay.padded:
+    if lay.padded:  # left padding: its queries see no key
         o = o * lay.valid[:, None, :, None].to(o.dtype)
+    return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
+
+
+def _path_prefilled(kernels, o, k, v, w, beta, coord, lay: Layout, cache):
+    """A fresh sequence's PaTH output ``o``; a cache gets every key moved to the last token."""
     if cache is not None:  # half-precision calls keep PaTH's cache in float32 (steps accumulate there)
         cdt = angle_dtype(k.dtype)
         all_keys(cache, lay, kernels.path_transported_keys(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
     return o
+
+
+def _path_local(kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Shape, sink):
+    """PaTH inside a window or chunk over a fresh sequence: the kernel scores each block of queries
+    against the keys it can see only (O(L N)), the steps between them composed inside the window; the
+    window, documents and padding decide each pair. ``reach``: how far back (in tokens) any query sees."""
+    L = k.shape[2]
+    pos, docs = lay.positions, lay.docs
+    kvalid = lay.valid if lay.padded else None
+    first = torch.tensor(key_starts(shape, lay, pos, docs, kvalid, L, 1), device=pos.device)
+    reach = int((torch.arange(L, device=pos.device) - first).max()) if L else 0
+
+    def allowed(i: Tensor, j: Tensor) -> Tensor:  # token indices (n, C, 1), (n, 1, m) -> (B, n, C, m)
+        ok = visible_pairs(shape, pos[:, i], pos[:, j]) & (docs[:, i] == docs[:, j])
+        return ok if kvalid is None else ok & kvalid[:, j]
+
+    lf = None if coord is None else torch.diff(coord, dim=-1, prepend=coord[..., :1])
+    o = kernels.path_local_attention(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink,
+                                     block_size=PATH_BLOCK)
+    return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
 
 
 def _path_decode_rule(q, k, v, w, beta, coord, lay: Layout, cache, grad: bool, shape=None, sink=None):
@@ -1279,11 +1338,11 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
 
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
-    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernel
-    (PaTH runs by its decode rule), and no Toeplitz distance-bias kernel (distance tables run by blocks
-    of queries)."""
+    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernels
+    (PaTH runs by its decode rule), and no Toeplitz distance-bias or MLP-bias kernel (distance tables and
+    biases that read the query position run by blocks of queries)."""
 
-    path_attention = path_transported_keys = distance_attention = None
+    path_attention = path_local_attention = path_transported_keys = distance_attention = mlp_attention = None
 
     @staticmethod
     def rotate(x, cos, sin, t, channels):

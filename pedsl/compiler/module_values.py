@@ -4,6 +4,8 @@ slopes, gates, the temperature, distance tables), and pedsl's fused kernels as t
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
@@ -12,8 +14,14 @@ from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUER
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
+from pedsl.lang import ast
+from pedsl.lang.fold import bind_args
+from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.typed import node_types
 from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_supported
-from pedsl.ops.path import path_attention, path_transported_keys
+from pedsl.ops.mlp_bias import mlp_bias_attention
+from pedsl.runtime.walk import learned_calls
+from pedsl.ops.path import path_attention, path_attention_local, path_transported_keys
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
@@ -24,9 +32,11 @@ class FusedKernels:
     distance-table biases (:mod:`pedsl.ops.distance_bias`)."""
 
     path_attention = staticmethod(path_attention)
+    path_local_attention = staticmethod(path_attention_local)
     path_transported_keys = staticmethod(path_transported_keys)
     distance_attention = staticmethod(distance_bias_attention)
     distance_supported = staticmethod(distance_bias_supported)
+    mlp_attention = staticmethod(mlp_bias_attention)
 
     def __init__(self, layout: str):
         self.layout = layout
@@ -134,9 +144,69 @@ class ModuleScheme:
         signed distances i_a - j_a, ``qpos (B, rows)`` the queries' positions; (B|1, H, rows, keys) float64."""
         return self.mod.axis_bias(self.mod.biases[i], dist, qpos)
 
+    def query_mlp(self, i: int, qpos: Tensor, device):
+        """Bias i as ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE): u over the
+        distances 0 .. L-1, w at the queries' positions ``qpos (L,)`` (float64), and the MLP's W1 (K,), b1,
+        W2 (H, K), b2, all differentiable, for :func:`pedsl.ops.mlp_bias.mlp_bias_attention`; None for any
+        other bias (it keeps the blocks of queries)."""
+        mod = self.mod
+        b = mod.biases[i]
+        cache = self.__dict__.setdefault("_factors", {})
+        if i not in cache:
+            cache[i] = separable_mlp(b.site.expr, mod.values, b.site.name)
+        f = cache[i]
+        if f is None:
+            return None
+        L = qpos.shape[0]
+        ctx = mod._ctx(L, device=device)
+        u = mod.evaluator.run(b.site.expr, ctx, b.site.name, part=f.dist).align(("dist",)).to(F64).expand(L)
+        ctx.positions = qpos[None]
+        w = mod.evaluator.run(b.site.expr, ctx, b.site.name, part=f.query).align(("batch", "pos")).to(F64)[0].expand(L)
+        u, w = (1.0 / u if f.invert == "dist" else u), (1.0 / w if f.invert == "query" else w)
+        net = mod.learned.sites[f.key]
+        return u, w, net[0].weight[:, 0], net[0].bias, net[2].weight, net[2].bias
+
     def distance_table(self, i: int, size: int, device) -> Tensor:
         mod = self.mod
         b = mod.biases[i]
         term = mod.evaluator.run(b.site.expr, mod._ctx(size, device=device), b.site.name)
         return as_hd(term, size, mod.heads).to(F64)
 
+
+
+class SeparableMlp(NamedTuple):
+    """A bias ``mlp(features, depth = 1, relu = true)`` whose features are a product (or quotient) of a term
+    over the distance and a term over the query position: those terms, which one divides, the MLP's key."""
+
+    key: str  # the MLP's entry in learned.sites
+    dist: ast.Expr
+    query: ast.Expr
+    invert: str | None  # "dist" or "query": the features divide by that term
+
+
+def separable_mlp(expr: ast.Expr, values, site: str) -> SeparableMlp | None:
+    """FIRE's form of a bias, or None. Exact about what it accepts: the bias is the MLP itself (one hidden
+    layer, ReLU: piecewise linear in its one input), its input ``a * b`` or ``a / b`` with one factor over the
+    distance only and the other over the query position only, neither reading the data nor the run-time
+    length."""
+    if not (isinstance(expr, ast.Call) and expr.func == "mlp"):
+        return None
+    args = bind_args(expr, FUNCTIONS["mlp"].params)
+    depth, relu, feats = args["depth"], args["relu"], args["features"]
+    depth = depth.value if isinstance(depth, ast.Num) else depth
+    relu = relu.value if isinstance(relu, ast.Bool) else relu
+    if depth != 1 or relu is not True or not (isinstance(feats, ast.Binary) and feats.op in ("*", "/")):
+        return None
+    types = node_types(expr, values)
+    kinds = []
+    for side in (feats.left, feats.right):
+        ty = types[id(side)]
+        if ty.data or ty.runtime or not ty.axes or len(ty.axes) != 1 or next(iter(ty.axes)) not in ("dist", "pos"):
+            return None
+        kinds.append(next(iter(ty.axes)))
+    if sorted(kinds) != ["dist", "pos"]:
+        return None
+    dist, query = (feats.left, feats.right) if kinds[0] == "dist" else (feats.right, feats.left)
+    invert = None if feats.op == "*" else ("dist" if feats.right is dist else "query")
+    key = dict((id(call), k) for call, k in learned_calls(expr, site))[id(expr)]
+    return SeparableMlp(key, dist, query, invert)

@@ -45,6 +45,16 @@ def distance_bias_supported(q: Tensor) -> bool:
         torch.float32, torch.float64)
 
 
+def check_causal_inputs(name: str, q: Tensor, k: Tensor, v: Tensor) -> None:
+    """A :class:`ShapeError` unless q, k, v are (B, H, L, D) alike, on CPU in float32 or float64."""
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        raise ShapeError(f"{name}: q, k and v must be (B, H, L, D) alike, got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}", hint="one causal sequence: as many keys as queries")
+    if not distance_bias_supported(q):
+        raise ShapeError(f"{name} runs on CPU in float32 or float64, got {q.dtype} on {q.device}",
+                         hint="elsewhere use SchemeAttention's blocks of queries (pedsl.compiler.general)")
+
+
 def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, scale: float | None = None,
                             block: int | None = None, key_tile: int | None = None) -> Tensor:
     """Causal attention ``softmax_j<=i(scale <q_i, k_j> + table[h, i - j]) v_j`` of q, k, v ``(B, H, L, D)``
@@ -53,15 +63,10 @@ def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, s
     (default :data:`BLOCK`); ``key_tile``: keys per tile of the learned table's backward (:data:`KEY_TILE`)."""
     D, L = q.shape[-1], q.shape[-2]
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
-    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
-        raise ShapeError(f"distance_bias_attention: q, k and v must be (B, H, L, D) alike, got {tuple(q.shape)}, "
-                         f"{tuple(k.shape)}, {tuple(v.shape)}", hint="one causal sequence: as many keys as queries")
+    check_causal_inputs("distance_bias_attention", q, k, v)
     if table.dim() != 2 or table.shape[-1] < L or table.shape[0] not in (1, q.shape[1]):
         raise ShapeError(f"distance_bias_attention: table must be (1 or {q.shape[1]}, >= {L}), got "
                          f"{tuple(table.shape)}", hint="one value per head (or one for all) and distance 0 .. L-1")
-    if not distance_bias_supported(q):
-        raise ShapeError(f"distance_bias_attention runs on CPU in float32 or float64, got {q.dtype} on {q.device}",
-                         hint="elsewhere use SchemeAttention's blocks of queries (pedsl.compiler.general)")
     if L == 0:
         return torch.zeros_like(q)
     block = min(BLOCK if block is None else int(block), L)
@@ -130,47 +135,82 @@ class _DistanceBias(torch.autograd.Function):
 
 def _explicit_backward(q, kr, vr, dout, out, lse, tp, scale, block, key_tile):
     """dq, dk, dv (keys reversed) and the table's gradient (H|1, L) from the recomputed probabilities, per
-    tile of ``block`` queries by ``key_tile`` keys (a tile's scores stay in cache). Folded into the
-    matmuls by one more channel: ``[q scale, -lse] . [k, 1]`` gives the logits minus the log-sum-exp, and
-    ``[dO, -delta] . [v, 1]`` gives ``dP - delta`` (delta = rowsum(dO * O))."""
+    tile of ``block`` queries by ``key_tile`` keys (:class:`TileGrads`). dS is written through a skewed view
+    (:func:`skewed_buffer`), so that the table's gradient is a column sum (no scatter)."""
     B, H, L, D = q.shape
-    one = q.new_ones(B, H, L, 1)
-    q1 = torch.cat([q * scale, -lse.unsqueeze(-1).to(q.dtype)], -1)
-    do1 = torch.cat([dout, -(dout * out).sum(-1, keepdim=True)], -1)
-    k1, v1 = torch.cat([kr, one], -1), torch.cat([vr, one], -1)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(kr), torch.zeros_like(vr)
+    grads = TileGrads(q, kr, vr, dout, out, lse, scale)
     dtab = torch.zeros(tp.shape[0], L, dtype=q.dtype, device=q.device)
     for c0, c1 in _blocks(L, block):
         rows = _bias_rows(tp, block, c0, c1)
         for a in range(0, c1, key_tile):
-            _tile(q1, k1, v1, do1, rows, c0, c1, a, min(c1, a + key_tile), dq, dk, dv, dtab)
-    return dq.mul_(scale), dk, dv, dtab
+            e = min(c1, a + key_tile)
+            flat, ds = skewed_buffer((B, H), c1 - c0, e - a, q.dtype, q.device)
+            grads.tile(rows[:, :, a:e], c0, c1, a, e, ds=ds)
+            sums = column_sums(flat, c1 - c0, e - a).sum(0)
+            add_at_distances(dtab, sums if dtab.shape[0] > 1 else sums.sum(0, keepdim=True), c0 - c1 + 1 + a)
+    dq, dk, dv = grads.result()
+    return dq, dk, dv, dtab
 
 
-def _tile(q1, k1, v1, do1, rows, c0, c1, a, e, dq, dk, dv, dtab) -> None:
-    """One tile: queries c0 .. c1-1, reversed keys a .. e-1 of the first c1 (original keys c1-1-a down to
-    c1-e). dS is written through a skewed view of a buffer whose row r is shifted by r (the gaps between
-    the rows zeroed), so that each column holds one distance and the table's gradient is a column sum."""
-    B, H, L, D1 = q1.shape
-    n, m = c1 - c0, e - a
-    keys = slice(L - c1 + a, L - c1 + e)
-    qb, K, V, do = q1[:, :, c0:c1], k1[:, :, keys], v1[:, :, keys], do1[:, :, c0:c1]
-    p = torch.empty(B, H, n, m, dtype=q1.dtype, device=q1.device)
-    for b in range(B):  # logits - lse in one pass (baddbmm broadcasts the bias rows over the heads)
-        torch.baddbmm(rows[:, :, a:e].expand(H, n, m), qb[b], K[b].transpose(-1, -2), out=p[b])
-    p.exp_()
-    dpd = do @ V.transpose(-1, -2)  # dP - delta
-    width = m + n - 1  # column r + j'' is the distance base + r + j''
-    flat = torch.empty(B, H, n * (width + 1), dtype=q1.dtype, device=q1.device)
-    flat.as_strided((B, H, n, n), (H * n * (width + 1), n * (width + 1), width + 1, 1), m).zero_()
-    ds = flat.as_strided((B, H, n, m), (H * n * (width + 1), n * (width + 1), width + 1, 1))
-    torch.mul(p, dpd, out=ds)
-    D = D1 - 1
-    dq[:, :, c0:c1] += ds @ K[..., :D]
-    dk[:, :, keys] += ds.transpose(-1, -2) @ qb[..., :D]
-    dv[:, :, keys] += p.transpose(-1, -2) @ do[..., :D]
-    sums = flat[..., : n * width].view(B, H, n, width).sum(dim=(0, 2))
-    sums = sums if dtab.shape[0] > 1 else sums.sum(0, keepdim=True)
-    base = c0 - c1 + 1 + a
+class TileGrads:
+    """dq, dk, dv (keys reversed) of causal attention with a float bias, accumulated per tile of queries by
+    reversed keys from the probabilities recomputed with the saved log-sum-exp. Folded into the matmuls by
+    one more channel: ``[q scale, -lse] . [k, 1]`` gives the logits minus the log-sum-exp, and
+    ``[dO, -delta] . [v, 1]`` gives ``dP - delta`` (delta = rowsum(dO * O))."""
+
+    def __init__(self, q, kr, vr, dout, out, lse, scale):
+        B, H, L, D = q.shape
+        one = q.new_ones(B, H, L, 1)
+        self.scale = scale
+        self.q1 = torch.cat([q * scale, -lse.unsqueeze(-1).to(q.dtype)], -1)
+        self.do1 = torch.cat([dout, -(dout * out).sum(-1, keepdim=True)], -1)
+        self.k1, self.v1 = torch.cat([kr, one], -1), torch.cat([vr, one], -1)
+        self.dq, self.dk, self.dv = torch.zeros_like(q), torch.zeros_like(kr), torch.zeros_like(vr)
+
+    def tile(self, bias: Tensor, c0: int, c1: int, a: int, e: int, ds: Tensor | None = None) -> Tensor:
+        """dS (B, H, n, m) of the queries c0 .. c1-1 over the reversed keys a .. e-1 of the first c1 (original
+        keys c1-1-a down to c1-e), with their bias ``(H|1, n, m)`` (a view is fine; ``-inf`` masks); written
+        into ``ds`` when given. Adds the tile's share to dq, dk, dv."""
+        q1, k1, v1, do1 = self.q1, self.k1, self.v1, self.do1
+        B, H, L, D1 = q1.shape
+        n, m = c1 - c0, e - a
+        keys = slice(L - c1 + a, L - c1 + e)
+        qb, K, V, do = q1[:, :, c0:c1], k1[:, :, keys], v1[:, :, keys], do1[:, :, c0:c1]
+        p = torch.empty(B, H, n, m, dtype=q1.dtype, device=q1.device)
+        for b in range(B):  # logits - lse in one pass (baddbmm broadcasts the bias over the heads)
+            torch.baddbmm(bias.expand(H, n, m), qb[b], K[b].transpose(-1, -2), out=p[b])
+        p.exp_()
+        dpd = do @ V.transpose(-1, -2)  # dP - delta
+        ds = torch.mul(p, dpd) if ds is None else torch.mul(p, dpd, out=ds)
+        D = D1 - 1
+        self.dq[:, :, c0:c1] += ds @ K[..., :D]
+        self.dk[:, :, keys] += ds.transpose(-1, -2) @ qb[..., :D]
+        self.dv[:, :, keys] += p.transpose(-1, -2) @ do[..., :D]
+        return ds
+
+    def result(self) -> tuple[Tensor, Tensor, Tensor]:
+        """dq, dk, dv (keys reversed)."""
+        return self.dq.mul_(self.scale), self.dk, self.dv
+
+
+def skewed_buffer(lead: tuple, n: int, m: int, dtype, device) -> tuple[Tensor, Tensor]:
+    """A buffer whose row r is shifted by r (the gaps between the rows zeroed) and its ``(*lead, n, m)`` view:
+    a tile of queries by reversed keys written through the view has one distance per column of
+    :func:`column_sums` (row r, column j at column r + j)."""
+    width = m + n - 1
+    flat = torch.empty(*lead, n * (width + 1), dtype=dtype, device=device)
+    st = flat.stride()[:-1]
+    flat.as_strided((*lead, n, n), (*st, width + 1, 1), m).zero_()
+    return flat, flat.as_strided((*lead, n, m), (*st, width + 1, 1))
+
+
+def column_sums(flat: Tensor, n: int, m: int) -> Tensor:
+    """(*lead, n + m - 1): the sums along each distance of what was written through :func:`skewed_buffer`."""
+    width = m + n - 1
+    return flat[..., : n * width].view(*flat.shape[:-1], n, width).sum(-2)
+
+
+def add_at_distances(dst: Tensor, sums: Tensor, base: int) -> None:
+    """``dst[..., base + c] += sums[..., c]`` for the distances >= 0 (``base``: the distance of column 0)."""
     lo = max(base, 0)
-    dtab[:, lo: base + width] += sums[:, lo - base:]
+    dst[..., lo: base + sums.shape[-1]] += sums[..., lo - base:]

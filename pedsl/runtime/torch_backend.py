@@ -119,9 +119,9 @@ class Evaluator(DynamicEvaluator):
         self._fold_index: dict[tuple, int] = {}
         self._fold_values: list[tuple] = []  # (node, LT); the node kept alive so its id stays unique
 
-    def run(self, e, ctx: Context, site: str, build: bool = False) -> LT:
+    def run(self, e, ctx: Context, site: str, build: bool = False, part=None) -> LT:
         self._build = build
-        return super().run(e, ctx, site)
+        return super().run(e, ctx, site, part)
 
     # ------------------------------------------------------------------ folding
     @staticmethod

@@ -107,11 +107,12 @@ class DynamicEvaluator:
     (the scheme's declared position axes; () for one unnamed axis).
     """
 
-    def run(self, e: ast.Expr, ctx, site: str):
+    def run(self, e: ast.Expr, ctx, site: str, part: ast.Expr | None = None):
+        """The value of ``e`` (``part``: of that node under ``e``, its learned calls named as in all of ``e``)."""
         self._keys = {id(call): key for call, key in learned_calls(e, site)}  # node -> its parameters' name
         self._shared: dict[str, Any] = {}  # a let's learned value, by key: computed once, read by every use
         self._types = node_types(e, ctx.values)  # the checker's type of every node (docs/semantics.md §1a)
-        return self._eval(e, ctx)
+        return self._eval(e if part is None else part, ctx)
 
     # ------------------------------------------------------------------ the walk
     def static(self, e: ast.Expr, ctx) -> Any:

@@ -60,6 +60,30 @@ def length_axis(ax, lengths: list[int]) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+def place_legend(ax, size: int = 8) -> None:
+    """The legend where it hides nothing: inside the axes for a few lines, beside them for many."""
+    handles = ax.get_legend_handles_labels()[0]
+    if len(handles) > 6:
+        ax.legend(fontsize=size, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    elif handles:
+        ax.legend(fontsize=size)
+
+
+def ratio_axis(ax) -> None:
+    """The y axis of a perplexity-ratio plot: a log axis (ticks as plain numbers) only when some line
+    rises past 3x, where a scheme breaks down; smaller ratios read better on a linear axis."""
+    top = max((line.get_ydata().max() for line in ax.get_lines()), default=1.0)
+    logy = top > 3.0
+    if logy:
+        ax.set_yscale("log")
+        fmt = matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}")
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
+        ax.yaxis.set_major_formatter(fmt)
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_ylabel("perplexity ratio ppl(L) / ppl(L_train)" + (" (log scale)" if logy else ""))
+
+
 def ppl_ratio(results: dict, out_dir: Path, context: int) -> list[str]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     lengths: set[int] = set()
@@ -73,18 +97,9 @@ def ppl_ratio(results: dict, out_dir: Path, context: int) -> list[str]:
     if not lengths:
         plt.close(fig)
         return []
-    top = max((line.get_ydata().max() for line in ax.get_lines()), default=1.0)
-    logy = top > 3.0  # a log axis only when some scheme breaks down; small ratios read better linear
-    if logy:
-        ax.set_yscale("log")
-        fmt = matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}")
-        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
-        ax.yaxis.set_major_formatter(fmt)
-        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    ax.axhline(1.0, color="black", linewidth=0.8)
+    ratio_axis(ax)
     length_axis(ax, sorted(lengths))
     mark_train(ax, context)
-    ax.set_ylabel("perplexity ratio ppl(L) / ppl(L_train)" + (" (log scale)" if logy else ""))
     ax.set_title("Perplexity past the training length (last L_train bytes of each window scored)")
     ax.legend(fontsize=8)
     return save_figure(fig, out_dir, "ppl_ratio")
@@ -117,7 +132,7 @@ def far_mass_figure(series: Mapping[str, Sequence[tuple[int, Mapping]]], window:
     w = "?" if window is None else f"{window:g}"
     ax.set_ylabel(f"far mass rho (attention beyond {w} tokens,\nmean over queries, layers, heads)")
     ax.set_title(title)
-    ax.legend(fontsize=legend_size)
+    place_legend(ax, legend_size)
     return save_figure(fig, out_dir, "far_mass")
 
 

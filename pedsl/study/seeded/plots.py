@@ -18,7 +18,8 @@ import math
 from pathlib import Path
 
 from pedsl.data.tasks import TASKS
-from pedsl.study.plots import MARKERS, band_plot, far_mass_figure, length_axis, loss_curves, mark_train, plt, save_figure
+from pedsl.study.plots import (MARKERS, band_plot, far_mass_figure, length_axis, loss_curves, mark_train, plt,
+                               place_legend, ratio_axis, save_figure)
 from pedsl.study.seeded.series import TASK_TITLES, acc_points, depth_points, ppl_source
 
 
@@ -73,8 +74,7 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
 
 
 def _legend(ax) -> None:
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7)
+    place_legend(ax, 7)
 
 
 def _close(fig) -> list[str]:
@@ -138,11 +138,9 @@ def ppl_ratio(results: dict, out_dir: Path, ctx: int, on: str = "the text corpus
             lengths |= {p[0] for p in pts}
     if not lengths:
         return _close(fig)
-    ax.set_yscale("log")
-    ax.axhline(1.0, color="black", linewidth=0.8)
+    ratio_axis(ax)
     length_axis(ax, sorted(lengths))
     mark_train(ax, ctx)
-    ax.set_ylabel("perplexity ratio ppl(L) / ppl(L_train) (log scale)")
     ax.set_title(f"Perplexity on {on} (band: min-max over seeds)")
     _legend(ax)
     return save_figure(fig, out_dir, "ppl_ratio")

@@ -1,0 +1,127 @@
+"""FIRE's MLP-bias kernel (pedsl.ops.mlp_bias) against a dense float64 reference that evaluates the MLP at
+every (query, key) pair, forward and gradients (q, k, v, u, w and the MLP's W1, b1, W2, b2), across block and
+key-tile boundaries, with units on, off and kinked inside the range of x; and its memory."""
+
+import math
+
+import pytest
+import torch
+
+from compiler_helpers import largest_allocation, rnd
+from pedsl.errors import ShapeError
+from pedsl.ops import mlp_bias as MB
+
+F64 = torch.float64
+
+
+def _dense(q, k, v, u, w, w1, b1, w2, b2):
+    """softmax_j<=i(<q_i, k_j> / sqrt(D) + b2 + W2 relu(W1 u[i - j] w[i] + b1)) v_j, the MLP at every pair."""
+    B, H, L, D = q.shape
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    x = u[(i - j).clamp(min=0)] * w[:, None]  # (L, L)
+    bias = (torch.relu(x[..., None] * w1 + b1) @ w2.t() + b2).permute(2, 0, 1)
+    s = (q @ k.transpose(-1, -2) / math.sqrt(D) + bias).masked_fill(j > i, float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def _fire_factors(L, c=0.3, threshold=10.0):
+    """FIRE's u(d) = log(c d + 1) and w(i) = 1 / log(c max(i, threshold) + 1), learned c and threshold."""
+    c, thr = torch.tensor(c, dtype=F64, requires_grad=True), torch.tensor(threshold, dtype=F64, requires_grad=True)
+    d = torch.arange(L, dtype=F64)
+    return c, thr, torch.log(c * d + 1), 1 / (torch.log(c * torch.maximum(d, thr) + 1) + 1e-6)
+
+
+def _mlp(H, K, seed, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    w1, b1 = torch.randn(K, generator=g, dtype=F64), torch.randn(K, generator=g, dtype=F64) * 0.5 * spread
+    w2, b2 = torch.randn(H, K, generator=g, dtype=F64), torch.randn(H, generator=g, dtype=F64)
+    return [t.requires_grad_(True) for t in (w1, b1, w2, b2)]
+
+
+def _grads(out, inputs, seed=3):
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    return torch.autograd.grad((out * w).sum(), inputs, retain_graph=True)
+
+
+@pytest.mark.parametrize("B, H, L, block, key_tile, score_tile, threshold", [
+    (2, 3, 37, 16, 5, 10, 10.0),    # L not a multiple of the block, tiles of 5 keys, the threshold inside
+    (1, 2, 5, 16, 2, 4, 10.0),      # L < block: every query below the threshold (a Toeplitz bias)
+    (2, 2, 64, 16, 16, 32, 64.0),   # L a multiple of the block and the tiles, the threshold at L
+    (1, 2, 40, 64, 512, 512, 0.5),  # one block, one tile, every query above the threshold
+    (1, 1, 1, 8, 4, 4, 10.0),       # one token
+    (2, 2, 50, 16, 8, 12, 100.0),   # the threshold past L; score tiles not a multiple of the bias tiles
+])
+def test_forward_and_gradients_equal_the_dense_float64_reference(B, H, L, block, key_tile, score_tile, threshold):
+    """Gradients of q, k, v, the MLP and, through u and w, FIRE's c and threshold."""
+    q, k, v = (rnd(B, H, L, 8, seed=s).requires_grad_(True) for s in range(3))
+    c, thr, u, w = _fire_factors(L, threshold=threshold)
+    mlp = _mlp(H, 12, seed=L)
+    inputs = [q, k, v, c, thr, *mlp]
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=block, key_tile=key_tile, score_tile=score_tile)
+    want = _dense(q, k, v, u, w, *mlp)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    got, ref = _grads(out, inputs), _grads(want, inputs)
+    for name, a, b in zip(["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"], got, ref):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11, msg=lambda m, name=name: f"{name}: {m}")
+    if threshold < L - 1:
+        assert float(ref[4].abs()) > 0 or threshold < 1  # the threshold's gradient is exercised
+
+
+@pytest.mark.parametrize("spread", [0.0, 1.0, 20.0], ids=["kinks-at-zero", "mixed", "kinks-far"])
+def test_units_on_off_and_in_range_all_take_part(spread):
+    """b1 = 0 puts every kink at x = 0 (each unit on or off over the whole call); a wide spread puts most kinks
+    outside the range of x; in between, some fall inside tiles. All equal the dense reference."""
+    B, H, L = 1, 2, 45
+    q, k, v = (rnd(B, H, L, 8, seed=s + 10).requires_grad_(True) for s in range(3))
+    u = torch.log(0.5 * torch.arange(L, dtype=F64) + 1).requires_grad_(True)
+    w = (1 / torch.log(0.5 * torch.arange(L, dtype=F64).clamp(min=4) + 1)).requires_grad_(True)
+    mlp = _mlp(H, 16, seed=3, spread=spread)
+    inputs = [q, k, v, u, w, *mlp]
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=16, key_tile=8)
+    want = _dense(q, k, v, u, w, *mlp)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    for a, b in zip(_grads(out, inputs), _grads(want, inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+
+
+def test_float32_is_as_close_to_float64_as_float32_sdpa_with_the_materialised_bias():
+    import torch.nn.functional as F
+
+    B, H, L = 1, 2, 300
+    q, k, v = (rnd(B, H, L, 16, seed=s) for s in range(3))
+    c, thr, u, w = _fire_factors(L, threshold=50.0)
+    mlp = [t.detach() for t in _mlp(H, 32, seed=1)]
+    want = _dense(q, k, v, u.detach(), w.detach(), *mlp)
+    out = MB.mlp_bias_attention(q.float(), k.float(), v.float(), u.float(), w.float(), *(t.float() for t in mlp))
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    x = (u[(i - j).clamp(min=0)] * w[:, None]).float()
+    bias = (torch.relu(x[..., None] * mlp[0].float() + mlp[1].float()) @ mlp[2].float().t() + mlp[3].float())
+    base = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
+                                          attn_mask=bias.permute(2, 0, 1).masked_fill(j > i, float("-inf")))
+    assert float((out.detach().double() - want).abs().max()) <= 2 * float((base.double() - want).abs().max()) + 1e-6
+
+
+def test_training_holds_nothing_larger_than_a_block_of_bias():
+    """Forward and backward at L = 2,000 (float32): the largest allocation is a block's (H, 256, keys) mask or
+    one tile's features (2 + K, 256, 256), never (H, L, L) nor the MLP's activations over a block's keys."""
+    B, H, L, K = 1, 4, 2000, 32
+    q, k, v = (rnd(B, H, L, 16, seed=s, dtype=torch.float32).requires_grad_(True) for s in range(3))
+    c, thr, u, w = _fire_factors(L, c=0.1, threshold=512.0)
+    mlp = [t.float().detach().requires_grad_(True) for t in _mlp(H, K, seed=2)]
+    most = largest_allocation(lambda: MB.mlp_bias_attention(q, k, v, u.float(), w.float(), *mlp).sum().backward())
+    assert most <= 4 * max(H * MB.BLOCK * (L + MB.BLOCK), (K + 2) * MB.BLOCK * MB.KEY_TILE)
+    assert most < 4 * H * L * L / 8
+
+
+def test_bad_shapes_and_devices_are_diagnostics():
+    q = rnd(1, 2, 10, 8)
+    u, w = torch.ones(10, dtype=F64), torch.ones(10, dtype=F64)
+    mlp = [t.detach() for t in _mlp(2, 4, seed=0)]
+    with pytest.raises(ShapeError, match="q, k and v"):
+        MB.mlp_bias_attention(q, q[:, :1], q, u, w, *mlp)
+    with pytest.raises(ShapeError, match="expected u"):
+        MB.mlp_bias_attention(q, q, q, u[:5], w, *mlp)
+    with pytest.raises(ShapeError, match="expected u"):
+        MB.mlp_bias_attention(q, q, q, u, w, mlp[0], mlp[1], mlp[2][:1], mlp[3])
+    with pytest.raises(ShapeError, match="float32 or float64"):
+        MB.mlp_bias_attention(q.half(), q.half(), q.half(), u, w, *mlp)
