@@ -500,3 +500,20 @@ def test_fire_keeps_the_blocks_wherever_the_kernel_does_not_apply(monkeypatch):
         r.load_state_dict(m.state_dict())
         torch.testing.assert_close(m(q, k, v), r(q, k, v), rtol=1e-10, atol=1e-12, msg=lambda s, b=body: f"{b}: {s}")
     assert calls == []
+
+
+def test_a_query_position_bias_reads_the_calls_length_in_every_block(tmp_path, monkeypatch):
+    """n is the call's run-time length in every block of queries, not the block's largest distance:
+    over several blocks the module, the reference and the generated module agree (they did not)."""
+    from pedsl.compiler import general
+
+    monkeypatch.setattr(general, "QUERY_CHUNK", 16)
+    path = tmp_path / "qn.pe"
+    path.write_text('scheme qn "reads query_position and n" {\n'
+                    '  bias = -0.05 * distance * log(n + 1.0) / log(query_position + 2.0)\n}\n')
+    mod = compile_scheme(path, num_heads=2, head_dim=16).double()
+    ref = compile_scheme(path, backend="reference", num_heads=2, head_dim=16).double()
+    q, k, v = (torch.randn(2, 2, 45, 16, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
+               for s in range(3))
+    torch.testing.assert_close(mod(q, k, v), ref(q, k, v), rtol=1e-12, atol=1e-12)
+    assert_generated_module_matches(mod, generate(mod.scheme, mod.plan), tmp_path / "qn_mod.py", lengths=(3, 45))

@@ -423,13 +423,15 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
                       "(A, B, 1, L, 1, 1)), float64 where static."),
         *[ind + line for line in body],
         "",
-        "    def distance_table(self, i, size, dev, qpos=None):",
+        "    def distance_table(self, i, size, dev, qpos=None, n_run=None):",
         ind + literal("Bias table i over distances 0..size-1, (HEADS, size); one that reads query_position at the "
-                      "queries' positions qpos (B, rows): (B|1, HEADS, rows, size)."),
+                      "queries' positions qpos (B, rows): (B|1, HEADS, rows, size); n reads n_run (the call's "
+                      "run-time length; size where not given)."),
+        ind + "n_run = size if n_run is None else n_run",
         *[ind + line for line in tables],
         "",
-        "    def query_table(self, i, qpos, size, dev):",
-        ind + "return self.distance_table(i, size, dev, qpos)",
+        "    def query_table(self, i, qpos, size, dev, n_run=None):",
+        ind + "return self.distance_table(i, size, dev, qpos, n_run)",
         "",
         "    def axis_table(self, i, dist, qpos):",
         ind + literal("Bias i over per-axis distances at a block of (query, key) pairs: dist (B, rows, keys, A) their "

@@ -619,7 +619,7 @@ def distance_tables(scheme, tables, qpos, kpos) -> dict:
     call (O(H L)), then gathered per block of queries."""
     if not tables:
         return {}
-    top = int((qpos.max() - kpos.min()).clamp(min=0)) + 1 if qpos.numel() and kpos.numel() else 1
+    top = run_length(qpos, kpos)
     return {i: scheme.distance_table(i, top, kpos.device) for i in tables}
 
 
@@ -635,11 +635,19 @@ def key_axis_rows(cache, lay: Layout, kpos: Tensor) -> Tensor:
     return axis_rows(lay) if cache is None else cached(cache, "axes", kpos.shape[1])
 
 
-def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=(), axial=(), qax=None, kax=None):
+def run_length(qpos, kpos) -> int:
+    """The call's run-time length ``n`` as the reference reads it: the span of positions from the first
+    key to the last query, plus one (one fresh sequence: its length)."""
+    return int((qpos.max() - kpos.min()).clamp(min=0)) + 1 if qpos.numel() and kpos.numel() else 1
+
+
+def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=(), axial=(), qax=None, kax=None,
+              n_run: int | None = None):
     """Float64 biases (B, H, rows, Lk) of a block of queries, cast to ``dtype`` at the end (``tables``: the
     distance tables of :func:`distance_tables`; ``queries``: the biases that read the query position,
-    evaluated here at the block's query positions; ``axial``: the biases over per-axis distances, evaluated
-    at the block's (query, key) pairs from their per-axis positions ``qax (B, A, rows)``, ``kax (B, A, Lk)``)."""
+    evaluated here at the block's query positions, with the call's run-time length ``n_run``; ``axial``: the
+    biases over per-axis distances, evaluated at the block's (query, key) pairs from their per-axis
+    positions ``qax (B, A, rows)``, ``kax (B, A, Lk)``)."""
     bias = None
     if kcoord is not None:
         bias = coord_q.unsqueeze(-1) - kcoord.unsqueeze(-2)
@@ -655,7 +663,7 @@ def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=(), ax
             bias = full if bias is None else bias + full
         top = int(dist.max()) + 1 if dist.numel() else 1
         for i in queries:  # (B|1, H, rows, top) at the block's query positions, gathered at each key's distance
-            tab = scheme.query_table(i, qpos, top, kpos.device)
+            tab = scheme.query_table(i, qpos, top, kpos.device, n_run)
             B, H = dist.shape[0], tab.shape[1]
             full = torch.gather(tab.expand(B, H, *tab.shape[2:]), 3, dist[:, None].expand(B, H, *dist.shape[1:]))
             bias = full if bias is None else bias + full
@@ -966,7 +974,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
             continue
         bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1],
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries,
-                         bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1])
+                         bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1],
+                         run_length(qpos_all, kpos))
         if explicit_scores(scheme):  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                       q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))

@@ -128,13 +128,16 @@ class ModuleScheme:
         v = self.mod.evaluator.run(tau.site.expr, self.ctx(win, dtype), tau.site.name)
         return (v.align(("batch", "head", "pos")) if v.axes else v.t.reshape(1, 1, 1)).to(F64)
 
-    def query_table(self, i: int, qpos: Tensor, size: int, device) -> Tensor:
+    def query_table(self, i: int, qpos: Tensor, size: int, device, n_run: int | None = None) -> Tensor:
         """Bias i (it reads query_position) at the queries' positions qpos (B, rows) over distances
-        0..size-1: (B|1, H, rows, size) float64."""
+        0..size-1: (B|1, H, rows, size) float64; ``n`` reads the call's run-time length ``n_run`` (not the
+        block's ``size``), so that every block sees the same ``n``."""
         mod = self.mod
         b = mod.biases[i]
         ctx = mod._ctx(size, device=device)
         ctx.positions = qpos
+        if n_run is not None:
+            ctx.n = n_run
         term = mod.evaluator.run(b.site.expr, ctx, b.site.name)
         t = term.align(("batch", "head", "pos", "dist")).to(F64)
         return t.expand(t.shape[0], mod.heads, qpos.shape[1], size)
