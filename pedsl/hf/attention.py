@@ -29,6 +29,11 @@ module) attend with a compiled pedsl scheme. Two ways, chosen once per model:
 Positions on the general path: the cache holds keys in slot order and the last query of a call is
 always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position
 ``j - offset`` (left padding in ``generate`` gives each row its own offset; padded slots are masked).
+A model that does not pass ``position_ids`` to its attention (Llama 4) gets slot indices, which a
+relative rotation reads as HF's positions. Where HF's mask carries the layer's window or chunk (a
+``layers`` scheme, checked when installed), that mask, not ``p // chunk`` of the positions, decides the
+band: HF starts a left-padded row's chunks at its first real token. Llama 4's NoPE temperature reads
+the slot index (padding counted), as HF's does.
 
 A scheme with learned parameters (``learned(...)``, ``table``, ``mlp``: T5's relative bias, dynamic
 position bias, KERPLE, learned ALiBi) runs on the general path inside the attention, which gets q, k and
