@@ -1,6 +1,7 @@
 """CoPE: forward + backward time of pedsl's ``cope`` scheme against the no-PE floor and x-transformers' CoPE.
 
-    python -m benchmarks.cope [--lengths 2048] [--repeats 3] [--threads N] [--max-pos 16] [--profile] [--md FILE]
+    python -m benchmarks.cope [--lengths 2048] [--repeats 3] [--threads N] [--max-pos 16] [--mem-cap-gb 8]
+        [--profile] [--md FILE]
 
 Variants, run interleaved in one process (each repeat runs every variant once, the first variant rotating;
 one warm-up repeat dropped), ratios are medians over repeats of variant / floor in the same repeat:
@@ -9,7 +10,9 @@ one warm-up repeat dropped), ratios are medians over repeats of variant / floor 
 - ``pedsl``: ``compile_scheme("cope")``: the general path's explicit blocks of 256 queries (scores, gates,
   suffix sums, ``q . e``, two gathers, interpolation, softmax), each recomputed in the backward pass;
 - ``x-transformers``: its ``Attend(causal=True, cope=CoPE(...))`` - the whole ``(B, H, L, L)`` logits, gates,
-  positions and interpolated embedding materialised, with the same ``pos_emb`` (checked equal first).
+  positions and interpolated embedding materialised, with the same ``pos_emb`` (checked equal first);
+  left out where its estimated peak (about 12 floats per (B, H, L, L) entry: 1.6 GB at L = 2048) is over
+  ``--mem-cap-gb``, which a machine's memory would not survive (at 8192 it took 24 GB and was killed).
 
 Timing and memory come from :mod:`benchmarks.measure` (process CPU time with one thread, wall time
 otherwise; the peak of bytes allocated during one fwd+bwd above what was live before it). ``--profile``
@@ -32,7 +35,13 @@ from pedsl.fsio import atomic_write_text
 B, H, D = 1, 8, 64
 
 
-def _variants(L: int, max_pos: int) -> list[Variant]:
+def xt_estimate_gb(L: int) -> float:
+    """x-transformers' CoPE peak: logits, gates, positions, floor / ceil gathers, their interpolation and
+    the gradients of each, about 12 floats per (B, H, L, L) entry (1,425 MiB measured at L = 2048)."""
+    return 4 * B * H * L * L * 12 / 2**30
+
+
+def _variants(L: int, max_pos: int, mem_cap_gb: float = float("inf")) -> list[Variant]:
     from x_transformers.attend import Attend
     from x_transformers.x_transformers import CoPE
 
@@ -44,16 +53,18 @@ def _variants(L: int, max_pos: int) -> list[Variant]:
     att = Attend(heads=H, causal=True, cope=cope, scale=D ** -0.5)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, L, D, generator=g).requires_grad_(True) for _ in range(3))
+    out = [Variant("floor", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v]),
+           Variant("pedsl", lambda: mod(q, k, v), [q, k, v, mod.contextual_embedding])]
+    if xt_estimate_gb(L) > mem_cap_gb:
+        return out
     with torch.no_grad():  # both compute the same function
         gap = float((mod(q, k, v) - att(q, k, v)[0]).abs().max())
         assert gap < 1e-4, gap
-    return [Variant("floor", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), [q, k, v]),
-            Variant("pedsl", lambda: mod(q, k, v), [q, k, v, mod.contextual_embedding]),
-            Variant("x-transformers", lambda: att(q, k, v)[0], [q, k, v, cope.pos_emb])]
+    return out + [Variant("x-transformers", lambda: att(q, k, v)[0], [q, k, v, cope.pos_emb])]
 
 
-def measure(L: int, repeats: int, max_pos: int, clock: str) -> dict:
-    variants = _variants(L, max_pos)
+def measure(L: int, repeats: int, max_pos: int, clock: str, mem_cap_gb: float = float("inf")) -> dict:
+    variants = _variants(L, max_pos, mem_cap_gb)
     stats = interleaved(variants, repeats=repeats, clock=clock)
     return {"L": L, "max_pos": max_pos, "ms": {n: 1000 * s["total"]["median"] for n, s in stats.items()},
             "ratio": {n: s["total"]["ratio"] for n, s in stats.items()},
@@ -73,7 +84,10 @@ def table(rows: list[dict]) -> str:
     for r in rows:
         for n in r["ms"]:
             out.append(f"| {r['L']} | {n} | {r['ms'][n]:.0f} | {r['ratio'][n]:.2f} | {r['peak_mib'][n]:.0f} |")
-        out.append(f"| {r['L']} | pedsl / x-transformers | {r['ms']['pedsl'] / r['ms']['x-transformers']:.2f} | | |")
+        if "x-transformers" in r["ms"]:
+            out.append(f"| {r['L']} | pedsl / x-transformers | {r['ms']['pedsl'] / r['ms']['x-transformers']:.2f} | | |")
+        else:
+            out.append(f"| {r['L']} | x-transformers | skipped (est. {xt_estimate_gb(r['L']):.1f} GB > --mem-cap-gb) | | |")
     return "\n".join(out) + "\n"
 
 
@@ -83,6 +97,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--max-pos", type=int, default=16)
+    ap.add_argument("--mem-cap-gb", type=float, default=8.0)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--md", type=Path)
     a = ap.parse_args(argv)
@@ -91,7 +106,7 @@ def main(argv=None) -> None:
     torch.set_flush_denormal(True)
     clock = "cpu" if torch.get_num_threads() == 1 else "wall"  # one thread: process CPU time (measure.py)
     lengths = [int(L) for L in a.lengths.split(",")]
-    text = table([measure(L, a.repeats, a.max_pos, clock) for L in lengths])
+    text = table([measure(L, a.repeats, a.max_pos, clock, a.mem_cap_gb) for L in lengths])
     print(text)
     if a.profile:
         print(profile(lengths[0], a.max_pos))
