@@ -105,6 +105,26 @@ def test_window_and_chunk_equal_the_same_band_as_an_explicit_mask():
     assert not torch.allclose(win(q, k, v), full(q, k, v))
 
 
+@pytest.mark.parametrize("backend", ["auto", "reference"])
+def test_band_false_takes_the_window_or_chunk_from_the_mask_alone(backend):
+    """``band=False``: the mask carries the chunk (here chunks shifted by 3 in row 1, as Hugging Face starts a
+    left-padded row's chunks at its first token), so the module equals the scheme without a chunk under that
+    mask, while its own band over the positions would cut the shifted chunks; no mask: a ShapeError."""
+    from pedsl.errors import ShapeError
+    src = f'import "{SCHEMES / "rope.pe"}"\nscheme s extends rope {{ chunk = 4 }}'
+    chunk = compile_scheme(src, num_heads=H, head_dim=D, backend=backend).double()
+    full = compile_scheme(SCHEMES / "rope.pe", num_heads=H, head_dim=D, backend=backend).double()
+    q, k, v, _ = _qkv(L=13)
+    i = torch.arange(13)
+    shift = torch.tensor([0, 3])[:, None, None]
+    m = ((i[:, None] >= i[None, :]) & ((i[:, None] - shift) // 4 == (i[None, :] - shift) // 4))[:, None]
+    got = chunk(q, k, v, attn_mask=m, band=False)
+    torch.testing.assert_close(got, full(q, k, v, attn_mask=m), rtol=1e-10, atol=1e-11)
+    assert (chunk(q, k, v, attn_mask=m) - got)[1].abs().max() > 1e-3  # the band over positions differs
+    with pytest.raises(ShapeError, match="band=False"):
+        chunk(q, k, v, band=False)
+
+
 def test_each_block_reads_only_the_keys_it_can_see(monkeypatch):
     """O(L N): every SDPA call of a windowed forward sees at most WINDOW_BLOCK + N - 1 keys."""
     widths = []

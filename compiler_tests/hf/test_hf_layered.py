@@ -282,8 +282,8 @@ def _spy_banded(monkeypatch):
 def test_an_unpadded_prompt_takes_the_banded_kernel_and_a_padded_batch_the_masks(family, monkeypatch):
     """HF hands the attention a 4-D mask; where it is the layer's own causal band (a fresh unpadded batch)
     the sliding (chunked) layers run the banded kernel and give the native logits past the window; a
-    left-padded batch (padded key slots inside the band) keeps the masked path and the native logits (Llama 4:
-    the unpadded row; its padded row differs on the masked path already, see the comment below)."""
+    left-padded batch (padded key slots inside the band) keeps the masked path and the native logits in
+    every row (Llama 4: HF's mask starts the padded row's chunks at its first token)."""
     if family == "llama4_chunked":
         cfg = transformers.Llama4TextConfig(num_hidden_layers=4, intermediate_size_mlp=48, num_local_experts=2,
                                             floor_scale=4, attention_chunk_size=8, **SMALL)
@@ -305,8 +305,50 @@ def test_an_unpadded_prompt_takes_the_banded_kernel_and_a_padded_batch_the_masks
         got, want = ours(ids, attention_mask=mask).logits, native(ids, attention_mask=mask).logits
     assert seen == []
     torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-6)
-    if family != "llama4_chunked":  # HF starts a padded row's chunks at its first token, pedsl at position 0
-        torch.testing.assert_close(got[1, 7:], want[1, 7:], atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(got[1, 7:], want[1, 7:], atol=1e-5, rtol=1e-6)
+
+
+def _padded_native(family: str):
+    """A tiny float64 model with windowed layers: Llama 4 with chunks of 8 and its NoPE temperature layer
+    (floor_scale 4, so the temperature changes every 4 tokens), or Gemma 3 / Qwen2 with windows of 5."""
+    if family != "llama4_chunked":
+        return _native(family)
+    cfg = transformers.Llama4TextConfig(num_hidden_layers=4, intermediate_size_mlp=48, num_local_experts=2,
+                                        floor_scale=4, attention_chunk_size=8, **SMALL)
+    torch.manual_seed(0)
+    model = transformers.Llama4ForCausalLM(cfg).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model
+
+
+@pytest.mark.parametrize("family", ["llama4_chunked", "gemma3_text", "qwen2"])
+def test_a_left_padded_batch_matches_the_native_model_in_every_row(family):
+    """What HF computes for a left-padded row: a plain forward (no position_ids) rotates at the slot index,
+    `generate` at the row's own positions (cumsum of the mask); Llama 4 starts the row's chunks at its first
+    real token in both and tunes the NoPE layers' temperature by the slot index (padding counted); a sliding
+    window is by slot index, which the positions' differences equal. pedsl takes the band from HF's mask:
+    float64 logits of every real token of both rows past the chunk (window), and the same greedy tokens for
+    a batch of two prompts, one left-padded by 3 (not a multiple of the chunk), 30 tokens past it."""
+    native = _padded_native(family)
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    ids = torch.randint(1, 96, (2, 27), generator=torch.Generator().manual_seed(5))
+    for pad in (3, 11):
+        mask = torch.ones(2, 27, dtype=torch.long)
+        mask[1, :pad] = 0
+        with torch.no_grad():
+            got, want = ours(ids, attention_mask=mask).logits, native(ids, attention_mask=mask).logits
+        torch.testing.assert_close(got[0], want[0], atol=1e-5, rtol=1e-6)
+        torch.testing.assert_close(got[1, pad:], want[1, pad:], atol=1e-5, rtol=1e-6)
+    prompts = ids[:, :10].clone()
+    prompts[1, :3] = 0
+    mask = torch.ones(2, 10, dtype=torch.long)
+    mask[1, :3] = 0
+    out_n = native.generate(prompts, attention_mask=mask, max_new_tokens=30, do_sample=False)
+    out_p = ours.generate(prompts, attention_mask=mask, max_new_tokens=30, do_sample=False)
+    assert out_p.shape == (2, 40) and torch.equal(out_n, out_p)
 
 
 def test_a_mask_covers_the_band_only_where_every_entry_of_the_band_is_true():

@@ -324,11 +324,14 @@ class SchemeAttention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, *, x: Tensor | None = None, tokens: Tensor | None = None,
                 positions: Tensor | None = None, document_ids: Tensor | None = None, cache=None,
-                attn_mask: Tensor | None = None):
+                attn_mask: Tensor | None = None, band: bool = True):
         """q (B, Hq, Lq, D), k and v (B, Hkv, L, D) -> (B, Hq, Lq, D); see the module docstring and
-        :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask."""
+        :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask. ``band=False``: the
+        ``attn_mask`` carries the scheme's window or chunk already (a caller's own mask, e.g. Hugging Face's,
+        whose chunks start at a left-padded row's first token), so the module does not apply its own
+        band over the positions."""
         self._check(q, k, v, x, tokens, cache)
-        if (positions is not None or document_ids is not None or cache is not None or attn_mask is not None
+        if (not band or positions is not None or document_ids is not None or cache is not None or attn_mask is not None
                 or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped
                 or self.plan.explicit_scores  # stick-breaking: the general path's explicit blocks of scores
                 or any(b.carried == P.QUERY_BLOCKS for b in self.biases)):
@@ -337,7 +340,7 @@ class SchemeAttention(nn.Module):
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
 
             return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
-                                  document_ids=document_ids, cache=cache, attn_mask=attn_mask)
+                                  document_ids=document_ids, cache=cache, attn_mask=attn_mask, band=band)
         if self.backend == "reference":
             return reference_forward(self, q, k, v, x=x, tokens=tokens).to(q.dtype)
         L = q.shape[2]

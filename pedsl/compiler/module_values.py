@@ -4,6 +4,8 @@ slopes, gates, the temperature, distance tables), and pedsl's fused kernels as t
 
 from __future__ import annotations
 
+import copy
+
 from typing import NamedTuple
 
 from torch import Tensor
@@ -79,6 +81,16 @@ class ModuleScheme:
         side = mod.__dict__.get("_general_side")
         if side is None:
             side = mod.__dict__["_general_side"] = ModuleScheme(mod)
+        return side
+
+    @staticmethod
+    def unbanded(mod) -> "ModuleScheme":
+        """The module's scheme without its window or chunk: for calls whose mask carries the band already
+        (``band=False``), where the mask's band, not ``p // chunk`` of the positions, is the truth."""
+        side = mod.__dict__.get("_general_side_unbanded")
+        if side is None:
+            side = mod.__dict__["_general_side_unbanded"] = copy.copy(ModuleScheme.of(mod))
+            side.window = side.chunk = None
         return side
 
     def ctx(self, win: Window, dtype, group=None):

@@ -65,7 +65,8 @@ def transported_scores(mod, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Ten
 
 
 def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positions: Tensor, docs: Tensor,
-                     valid: Tensor, step_valid: Tensor, mask4: Tensor | None, axes_pos: Tensor | None = None) -> Tensor:
+                     valid: Tensor, step_valid: Tensor, mask4: Tensor | None, axes_pos: Tensor | None = None,
+                     band: bool = True) -> Tensor:
     """The oracle for the general forward, naively, in float64.
 
     k, v ``(B, Hkv, L, D)`` are every token; q ``(B, Hq, Lq, D)`` the queries of the last Lq of them.
@@ -102,7 +103,8 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
             allowed[:, :, i, j] = ((docs[:, i] == docs[:, j]) & valid[:, j])[:, None]
     if mask4 is not None:
         allowed[:, :, L - Lq:] &= mask4.expand(B, Hq, Lq, L)
-    _stream_window(sch, allowed, positions)
+    if band:  # band=False: mask4 carries the window or chunk (the caller's, e.g. Hugging Face's own mask)
+        _stream_window(sch, allowed, positions)
     tau = None
     if sch.temperature is not None:
         tv = mod.evaluator.run(sch.temperature, ctx(), site_name("temperature"))

@@ -204,8 +204,11 @@ def _next_positions(cache) -> tuple[Tensor, int | None]:
 # compiles. Measured in test_compiler_torch_compile.py; docs/semantics.md §8.7.
 @torch.compiler.disable
 def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, positions=None,
-                   document_ids=None, cache=None, attn_mask=None) -> Tensor:
-    if (cache is not None and positions is None and document_ids is None and attn_mask is None
+                   document_ids=None, cache=None, attn_mask=None, band: bool = True) -> Tensor:
+    if not band and attn_mask is None:
+        raise ShapeError("band=False: the attn_mask must carry the window or chunk, and there is none",
+                         hint="pass the mask that holds the window (chunk), or keep band=True")
+    if (band and cache is not None and positions is None and document_ids is None and attn_mask is None
             and x is None and tokens is None):
         o = decode_step(mod, q, k, v, cache)
         if o is not None:
@@ -214,15 +217,15 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
         lay = layout(mod.heads, q.shape[0], k.shape[2], q.shape[2], positions, document_ids, attn_mask, cache,
                      q.device, mod.scheme.axes)
         if mod.backend == "reference":
-            return _reference(mod, q, k, v, x, tokens, lay, cache)
-        side = ModuleScheme.of(mod)
+            return _reference(mod, q, k, v, x, tokens, lay, cache, band)
+        side = ModuleScheme.of(mod) if band else ModuleScheme.unbanded(mod)
         return general_forward(side, side.kernels, q, k, v, x=x, tokens=tokens, cache=cache, lay=lay)
     except InputError as exc:
         raise ShapeError(str(exc), hint=exc.hint) from None
 
 
 # ---------------------------------------------------------------------- reference backend
-def _reference(mod, q, k, v, x, tokens, lay: Layout, cache):
+def _reference(mod, q, k, v, x, tokens, lay: Layout, cache, band: bool = True):
     """The naive float64 interpreter over every token so far (the cache keeps the raw inputs)."""
     parts = dict(k=k, v=v, x=x, tokens=tokens, positions=lay.positions, docs=lay.docs, valid=lay.valid,
                  axes_pos=lay.axes_pos)
@@ -242,4 +245,5 @@ def _reference(mod, q, k, v, x, tokens, lay: Layout, cache):
         valid = torch.cat([valid[:, :Lc] & lay.key_valid_cached, valid[:, Lc:]], 1)
     return reference_stream(mod, q, parts["k"], parts["v"], x=parts["x"], tokens=parts["tokens"],
                             positions=parts["positions"], docs=parts["docs"], valid=valid,
-                            step_valid=parts["valid"], mask4=lay.mask4, axes_pos=parts["axes_pos"]).to(q.dtype)
+                            step_valid=parts["valid"], mask4=lay.mask4, axes_pos=parts["axes_pos"],
+                            band=band).to(q.dtype)

@@ -29,6 +29,11 @@ module) attend with a compiled pedsl scheme. Two ways, chosen once per model:
 Positions on the general path: the cache holds keys in slot order and the last query of a call is
 always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slot j to position
 ``j - offset`` (left padding in ``generate`` gives each row its own offset; padded slots are masked).
+A model that does not pass ``position_ids`` to its attention (Llama 4) gets slot indices, which a
+relative rotation reads as HF's positions. Where HF's mask carries the layer's window or chunk (a
+``layers`` scheme, checked when installed), that mask, not ``p // chunk`` of the positions, decides the
+band: HF starts a left-padded row's chunks at its first real token. Llama 4's NoPE temperature reads
+the slot index (padding counted), as HF's does.
 
 A scheme with learned parameters (``learned(...)``, ``table``, ``mlp``: T5's relative bias, dynamic
 position bias, KERPLE, learned ALiBi) runs on the general path inside the attention, which gets q, k and
@@ -136,6 +141,7 @@ class _State:
         self.longest = self.original  # HF's max_seq_len_cached of dynamic NTK
         self.axes = tuple(getattr(module.scheme, "axes", ()))  # () one axis; M-RoPE: ("t", "h", "w")
         self.hf_tuning: tuple[float, float] | None = None  # Llama 4 NoPE layer: its query scale, undone
+        self.hf_band = False  # HF's mask for the layer carries the part's window or chunk (checked when installed)
         self._freqs: dict[int, torch.Tensor] = {}  # table length (0: static) -> (A, P) float64 frequencies
 
     def table_length(self, seq_len: int) -> int:
@@ -295,6 +301,8 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     pos_ids = kwargs.get("position_ids")
     last = (torch.full((B,), Lk - 1, device=dev, dtype=torch.long) if pos_ids is None
             else pos_ids[:, -1].to(dev).long().expand(B))
+    if state.hf_tuning is not None:  # HF's temperature counts cache slots (left padding included), not positions
+        last = torch.full((B,), Lk - 1, device=dev, dtype=torch.long)
     kpos = (torch.arange(Lk, device=dev)[None, :] - ((Lk - 1) - last)[:, None]).clamp(min=0)  # (B, Lk)
     if scaling is not None and abs(scaling * D ** 0.5 - 1) > 1e-12:  # pedsl scales scores by 1 / sqrt(D)
         query = query * (scaling * D ** 0.5)
@@ -302,7 +310,10 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
         query = query / llama4_tuning(state.hf_tuning, Lk - Lq, Lq, dev).to(query.dtype)
     fresh = Lq == Lk and bool((last == Lk - 1).all())  # key slot j at position j in every row
     mask = _general_mask(attention_mask, B, Lq, Lk, dev, fresh, shape_of(state.module.plan))
-    o = state.module(query, key, value, positions=kpos, attn_mask=mask)
+    # HF's own mask is the truth for the band: a chunk starts at a left-padded row's first token, not at
+    # a multiple of the chunk in the positions (which the rotation reads as HF does)
+    band = not (state.hf_band and mask is not None and attention_mask is not None)
+    o = state.module(query, key, value, positions=kpos, attn_mask=mask, band=band)
     return o.transpose(1, 2).contiguous(), None
 
 
@@ -539,6 +550,7 @@ def _layer_state(layer, cfg, index: int, name: str, part: Scheme, module) -> _St
                                code="E964", hint="a part with sink = logit takes the model's sink logits")
         module.sink_logit = sinks  # the layer's own trained logits (the part's module is this layer's)
     state = _State(module, None)
+    state.hf_band = window is not None or chunk is not None
     if getattr(layer, "attn_temperature_tuning", False) and not getattr(layer, "use_rope", True):
         state.hf_tuning = (float(layer.floor_scale), float(layer.attn_scale))  # undone: the part's applies
     return state
