@@ -111,9 +111,15 @@ def as_axes(mod, pos):
 
 def forward_and_grads(mod, q, k, v, x, tokens, positions=None):
     """Output and gradients of a fixed random functional w.r.t. q, k, v and every learned parameter."""
-    out = mod(q, k, v, x=x, tokens=tokens, positions=positions)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
-    params = [p for p in mod.parameters()]
+    return output_and_grads(mod, q, k, v, x=x, tokens=tokens, positions=positions)
+
+
+def output_and_grads(mod, q, k, v, seed: int = 1, **kw):
+    """``mod(q, k, v, **kw)`` and the gradients of a fixed random functional of it (weights seeded ``seed``)
+    w.r.t. q, k, v and every learned parameter (zeros where one does not enter)."""
+    out = mod(q, k, v, **kw)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    params = list(mod.parameters())
     grads = torch.autograd.grad((out * weight).sum(), [q, k, v, *params], allow_unused=True)
     return out.detach(), [g if g is not None else torch.zeros_like(t) for g, t in zip(grads, [q, k, v, *params])]
 

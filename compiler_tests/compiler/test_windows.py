@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compiler_helpers import D_MODEL, SCHEMES, fast_and_reference, assert_generated_module_matches
+from compiler_helpers import D_MODEL, SCHEMES, assert_generated_module_matches, fast_and_reference, output_and_grads
 from pedsl.compiler import compile_scheme
 from pedsl.compiler import general as G
 from pedsl.compiler.codegen import generate
@@ -76,11 +76,7 @@ def test_gradients_match_the_reference(base, extra):
     for mod in (fast, ref):
         q, k, v, x = _qkv(L=13, grad=True)
         docs = torch.tensor([[0] * 6 + [1] * 7, [0] * 13])
-        o = mod(q, k, v, document_ids=docs, **_kw(mod, x))
-        w = torch.randn(o.shape, generator=torch.Generator().manual_seed(5), dtype=o.dtype)
-        params = list(mod.parameters())
-        grads = torch.autograd.grad((o * w).sum(), [q, k, v, *params], allow_unused=True)
-        outs.append([g if g is not None else torch.zeros_like(t) for g, t in zip(grads, [q, k, v, *params])])
+        outs.append(output_and_grads(mod, q, k, v, seed=5, document_ids=docs, **_kw(mod, x))[1])
     assert len(outs[0]) == len(outs[1])
     for a, b in zip(*outs):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)
