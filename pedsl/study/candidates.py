@@ -53,6 +53,16 @@ def pick(schemes: list[str], candidates: tuple[Candidate, ...]) -> tuple[list[st
     return items, skipped
 
 
+def train_picked(schemes: list[str], candidates: tuple[Candidate, ...], out: Path, seeds: list[int], train: dict,
+                 **kw) -> tuple[dict[str, dict[int, dict]], dict[str, str]]:
+    """:func:`pick` the schemes (saying which candidates are left out and why), then :func:`train_each`
+    them (``kw``: its keywords); returns the runs and the candidates left out."""
+    names, skipped = pick(schemes, candidates)
+    for name, why in skipped.items():
+        kw["say"](f"{name}: left out ({why})")
+    return train_each(names, out, seeds, train, **kw), skipped
+
+
 def train_each(names: list[str], out: Path, seeds: list[int], train: dict, *, key: str,
                measured: Callable[[Path, dict], dict], preset: str, steps: int | None,
                say: Callable[[str], None], quiet: bool) -> dict[str, dict[int, dict]]:

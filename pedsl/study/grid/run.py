@@ -27,7 +27,7 @@ from pedsl.data.grids import GRID_TASKS, grid_shape
 from pedsl.errors import UsageError
 from pedsl.study import driver
 from pedsl.study import seeds as sd
-from pedsl.study.candidates import Candidate, pick, publish, train_cpu_s, train_each
+from pedsl.study.candidates import Candidate, pick, publish, train_cpu_s, train_picked
 from pedsl.study.common import provenance, read_json, write_json
 from pedsl.study.grid import measure as gm
 from pedsl.study.grid.report import page, plots
@@ -92,14 +92,12 @@ def run_grid(schemes: list[str], out: str | Path, *, seeds: list[int] | None = N
     t0, c0 = started or time.perf_counter(), time.process_time()
     st = settings(data=data, quick=quick, windows=windows, sets=sets)  # bad settings: before any folder is made
     out = driver.study_dir(out)
-    names, skipped = study_schemes(schemes)
-    for name, why in skipped.items():
-        say(f"{name}: left out ({why})")
     seed_list = list(seeds or SEEDS)
     if quick and steps is None:
         steps = QUICK["steps"]
-    per_seed = train_each(names, out, seed_list, st["train"], key="grid", preset=preset, steps=steps,
-                          measured=lambda run, done: _measured(run, done, st, say), say=say, quiet=quiet)
+    per_seed, skipped = train_picked(schemes, CANDIDATES, out, seed_list, st["train"], key="grid", preset=preset,
+                                     steps=steps, measured=lambda run, done: _measured(run, done, st, say), say=say,
+                                     quiet=quiet)
     if not report:
         return {"per_seed": per_seed}
     first = next(iter(next(iter(per_seed.values())).values()))
