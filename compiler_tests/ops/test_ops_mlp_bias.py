@@ -43,21 +43,21 @@ def _grads(out, inputs, seed=3):
     return torch.autograd.grad((out * w).sum(), inputs, retain_graph=True)
 
 
-@pytest.mark.parametrize("B, H, L, block, key_tile, score_tile, threshold", [
-    (2, 3, 37, 16, 5, 10, 10.0),    # L not a multiple of the block, tiles of 5 keys, the threshold inside
-    (1, 2, 5, 16, 2, 4, 10.0),      # L < block: every query below the threshold (a Toeplitz bias)
-    (2, 2, 64, 16, 16, 32, 64.0),   # L a multiple of the block and the tiles, the threshold at L
-    (1, 2, 40, 64, 512, 512, 0.5),  # one block, one tile, every query above the threshold
-    (1, 1, 1, 8, 4, 4, 10.0),       # one token
-    (2, 2, 50, 16, 8, 12, 100.0),   # the threshold past L; score tiles not a multiple of the bias tiles
+@pytest.mark.parametrize("B, H, L, block, score_tile, threshold", [
+    (2, 3, 37, 16, 20, 10.0),   # L not a multiple of the block nor the tiles, the threshold inside
+    (1, 2, 5, 16, 4, 10.0),     # L < block: every query below the threshold (a Toeplitz bias)
+    (2, 2, 64, 16, 32, 64.0),   # L a multiple of the block and the tiles, the threshold at L
+    (1, 2, 40, 64, 512, 0.5),   # one block, one tile, every query above the threshold
+    (1, 1, 1, 8, 4, 10.0),      # one token
+    (2, 2, 50, 8, 12, 100.0),   # the threshold past L; tiles not a multiple of the block
 ])
-def test_forward_and_gradients_equal_the_dense_float64_reference(B, H, L, block, key_tile, score_tile, threshold):
+def test_forward_and_gradients_equal_the_dense_float64_reference(B, H, L, block, score_tile, threshold):
     """Gradients of q, k, v, the MLP and, through u and w, FIRE's c and threshold."""
     q, k, v = (rnd(B, H, L, 8, seed=s).requires_grad_(True) for s in range(3))
     c, thr, u, w = _fire_factors(L, threshold=threshold)
     mlp = _mlp(H, 12, seed=L)
     inputs = [q, k, v, c, thr, *mlp]
-    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=block, key_tile=key_tile, score_tile=score_tile)
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=block, score_tile=score_tile)
     want = _dense(q, k, v, u, w, *mlp)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     got, ref = _grads(out, inputs), _grads(want, inputs)
@@ -77,11 +77,31 @@ def test_units_on_off_and_in_range_all_take_part(spread):
     w = (1 / torch.log(0.5 * torch.arange(L, dtype=F64).clamp(min=4) + 1)).requires_grad_(True)
     mlp = _mlp(H, 16, seed=3, spread=spread)
     inputs = [q, k, v, u, w, *mlp]
-    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=16, key_tile=8)
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=16, score_tile=24)
     want = _dense(q, k, v, u, w, *mlp)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     for a, b in zip(_grads(out, inputs), _grads(want, inputs)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+
+
+def test_bands_cross_tiles_and_the_threshold_and_vanish_where_w_is_constant():
+    """Blocks of 16 queries, tiles of 20 keys, the threshold at 30 (inside the second block): past it w varies
+    over a block's rows, so kinks become bands of distances evaluated per pair (crossing tile edges); below
+    it w is constant and there are none. Forward and every gradient equal the dense reference."""
+    B, H, L, thr = 2, 2, 70, 30.0
+    q, k, v = (rnd(B, H, L, 8, seed=s + 20).requires_grad_(True) for s in range(3))
+    c, t, u, w = _fire_factors(L, c=0.5, threshold=thr)
+    mlp = _mlp(H, 24, seed=5)
+    plan = MB._Plan(u, w, tuple(mlp), L, F64)
+    assert plan.block(0, 16).bands == []  # every row below the threshold
+    assert sum(len(plan.block(c0, c0 + 16).bands) for c0 in (32, 48)) > 0
+    inputs = [q, k, v, c, t, *mlp]
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=16, score_tile=20)
+    want = _dense(q, k, v, u, w, *mlp)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    for name, a, b in zip(["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"], _grads(out, inputs),
+                          _grads(want, inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_float32_is_as_close_to_float64_as_float32_sdpa_with_the_materialised_bias():
@@ -102,14 +122,15 @@ def test_float32_is_as_close_to_float64_as_float32_sdpa_with_the_materialised_bi
 
 
 def test_training_holds_nothing_larger_than_a_block_of_bias():
-    """Forward and backward at L = 2,000 (float32): the largest allocation is a block's (H, 256, keys) mask or
-    one tile's features (2 + K, 256, 256), never (H, L, L) nor the MLP's activations over a block's keys."""
+    """Forward and backward at L = 2,000 (float32): the largest allocation is one tile's skewed buffer
+    (B H 256 (1024 + 255)) or a band's activations (K, 256, L), never (H, L, L) nor the MLP's activations over
+    a block's keys."""
     B, H, L, K = 1, 4, 2000, 32
     q, k, v = (rnd(B, H, L, 16, seed=s, dtype=torch.float32).requires_grad_(True) for s in range(3))
     c, thr, u, w = _fire_factors(L, c=0.1, threshold=512.0)
     mlp = [t.float().detach().requires_grad_(True) for t in _mlp(H, K, seed=2)]
     most = largest_allocation(lambda: MB.mlp_bias_attention(q, k, v, u.float(), w.float(), *mlp).sum().backward())
-    assert most <= 4 * max(H * MB.BLOCK * (L + MB.BLOCK), (K + 2) * MB.BLOCK * MB.KEY_TILE)
+    assert most <= 4 * max(H * MB.BLOCK * (MB.SCORE_TILE + MB.BLOCK), K * MB.BLOCK * L)
     assert most < 4 * H * L * L / 8
 
 

@@ -6,22 +6,30 @@ FIRE (Li et al. 2023) is ``u(d) = psi(d)``, ``w(i) = 1 / psi(max(i, L_thr))``: t
 distances and ``w`` over the queries (O(L), differentiable: c and the threshold live there) and this kernel
 returns their gradients with those of q, k, v and the MLP.
 
-A one-hidden-layer ReLU MLP of a scalar is piecewise linear: over the range of ``x`` the call can reach
-(``[min u w, max u w]``) a hidden unit whose kink lies outside it is either always on (a linear term:
-folded into one column ``a_h x + c_h``) or always off (nothing), both exact; only the units whose kink
-falls inside ("in range", at most ``hidden``, about a quarter of them at torch's initialisation) are
-evaluated per (query, key) point. The per-point features ``[1, x, relu(W1_k x + b1_k) for k in range]`` are
-shared by the heads, so the bias of a tile is one small matrix product ``(H, F) @ (F, points)``.
+A one-hidden-layer ReLU MLP of a scalar is piecewise linear. Per block of queries (:meth:`_Plan.block`) and
+per distance d, ``x = u[d] w[i]`` lies between ``u[d] min w`` and ``u[d] max w`` over the block's rows; a unit
+whose kink lies outside is on for every row (folded into per-distance tables ``const_h(d) + slope_h(d) x``)
+or off (nothing), both exact. A unit whose kink falls inside at some distances is evaluated per (query, key)
+pair over its *band* (the hull of those distances; overlapping bands merged) and left out of the tables
+there. For FIRE a kink sits at one distance per query, so a band is as wide as the spread of that distance
+over the block's rows (none below the threshold, where w is constant).
 
-Forward: per block of ``block`` queries over the keys it can see (reversed, as in
-:mod:`pedsl.ops.distance_bias`: ``u``'s rows are strided views), the bias is formed and the CPU flash kernel
-runs with it as its float mask. Backward: per tile of ``block`` queries by ``score_tile`` keys the bias (by
-tiles of ``key_tile`` keys) and the probabilities are recomputed (:class:`pedsl.ops.distance_bias.TileGrads`, its folded channel), and the
-parameters' gradients come from per-tile moments: ``dS @ features^T`` (W2, b2, the always-on units'
-W1, b1), ``Y = W2_in^T dS`` masked by the in-range units' activity (their W1, b1), and
-``dx = sum_h f_h'(x) dS`` per point, summed along the rows (``w``) and along the distances (``u``, a skewed
-column sum). Memory: O(H block keys) for the forward's mask of a block, O(B H block score_tile) in the
-backward, and one tile's features, O((2 + K) block key_tile).
+Tiles are taken in *skewed* coordinates: with the keys reversed (as in :mod:`pedsl.ops.distance_bias`), a
+tile of ``n`` queries by ``m`` keys is stored as ``(n, m + n - 1)`` whose column ``c`` is one distance for every
+row (row r's keys at columns r .. r + m - 1, zeros between), and the tile is a strided view of it. So:
+
+- the bias of a tile is ``const[c] + w[r] * slope[c] u[c]``, one pass over the buffer (``addcmul``), plus the
+  band units over the columns of their band; the flash kernel reads it as its float mask (the causal
+  ``-inf`` are the columns of negative distance, where ``const`` is ``-inf``);
+- in the backward, dS written through the view (:class:`pedsl.ops.distance_bias.TileGrads`) gives every
+  gradient from two reductions of the buffer, both matrix products: its column sums plain and weighted by
+  ``w`` (b2, W2, W1, b1 through the units on, and ``u``), and its rows against ``slope u`` (``w``); the
+  band units add their per-pair terms over their columns.
+
+Forward: per block of ``block`` queries and tile of ``score_tile`` keys, one call of the CPU flash kernel;
+the tiles of a block are merged by their log-sum-exp (the mask of a tile stays in the cache, that of a block
+at L = 8,192 would not). Backward: per tile the bias and the probabilities recomputed from the saved
+log-sum-exp. Memory: O(B H block score_tile), nothing of size (H, L, L), no activations kept.
 """
 
 from __future__ import annotations
@@ -35,55 +43,22 @@ from torch.autograd.function import once_differentiable
 
 from pedsl.errors import ShapeError
 from pedsl.ops.bias import _FLASH, _blocks
-from pedsl.ops.distance_bias import (TileGrads, add_at_distances, check_causal_inputs, column_sums,
-                                    distance_bias_supported, skewed_buffer)
+from pedsl.ops.distance_bias import TileGrads, check_causal_inputs, distance_bias_supported
 
 BLOCK = 256  # queries per block
-KEY_TILE = 256  # keys per tile of the bias: the range of x over a tile decides which units are evaluated per point
-SCORE_TILE = 256  # keys per tile of the backward's recomputed scores (1024 measured slower at L = 2048)
+SCORE_TILE = 1024  # keys per tile of the scores (forward and backward; at least ``block``): B H 256 1024 stay in cache
 
 
-class Mlp:
-    """The MLP's weights in the compute dtype, split per tile by where each unit's kink falls relative to the
-    tile's range of x (:meth:`split`)."""
-
-    def __init__(self, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, dtype):
-        self.w1, self.b1 = w1.detach().to(dtype), b1.detach().to(dtype)
-        self.w2, self.b2 = w2.detach().to(dtype), b2.detach().to(dtype)
-        self.kinks = list(zip(w1.detach().double().tolist(), b1.detach().double().tolist()))
-        self._splits: dict[tuple, Split] = {}  # by the units' states: most tiles share a few
-
-    def split(self, lo: float, hi: float) -> "Split":
-        """Over x in [lo, hi]: the units always on (a linear term), always off (nothing), or in range."""
-        states = tuple(0 if a > 0 and b > 0 else 1 if a < 0 and b < 0 else 2
-                       for a, b in ((w * lo + c, w * hi + c) for w, c in self.kinks))
-        sp = self._splits.get(states)
-        if sp is None:
-            sp = self._splits[states] = self._split(states)
-        return sp
-
-    def _split(self, states: tuple) -> "Split":
-        on_f = torch.tensor([s == 0 for s in states], dtype=self.w1.dtype)
-        inr = torch.tensor([k for k, s in enumerate(states) if s == 2], dtype=torch.long)
-        const, slope = self.b2 + self.w2 @ (self.b1 * on_f), self.w2 @ (self.w1 * on_f)
-        return Split(on_f, inr, slope, torch.stack([self.b1[inr], self.w1[inr]], 1), self.w1[inr],
-                     torch.cat([const[:, None], slope[:, None], self.w2[:, inr]], 1), self.w2[:, inr])
-
-
-class Split(NamedTuple):
-    on: Tensor  # (K,) 1.0 for the units always on over the tile
-    inr: Tensor  # indices of the units whose kink may fall inside (K',)
-    slope: Tensor  # (H,) the slope in x of the units always on
-    first: Tensor  # (K', 2) the in-range units' (b1, W1)
+class Units(NamedTuple):
+    """The units of one band, evaluated per pair."""
+    idx: Tensor  # (K',) their indices
     w1: Tensor  # (K',)
-    weights: Tensor  # (H, 2 + K') of the features [1, x, relu(W1_k x + b1_k) ...]: b2 and the units on, then W2's
-    w2: Tensor  # (H, K') the in-range units' columns of W2
+    b1: Tensor  # (K', 1)
+    w2: Tensor  # (H, K') their columns of W2
 
-    def features(self, f: Tensor) -> None:
-        """``f (2 + K', P)`` with f[1] = x: 1, x, and the in-range units' activations."""
-        f[0].fill_(1.0)
-        if f.shape[0] > 2:
-            torch.mm(self.first, f[:2], out=f[2:]).clamp_(min=0)
+    def relu(self, x: Tensor) -> Tensor:
+        """``relu(W1_k x + b1_k)`` (K', P) of ``x (P,)``."""
+        return torch.addr(self.b1, self.w1, x).clamp_(min=0)
 
 
 def mlp_bias_supported(q: Tensor) -> bool:
@@ -92,13 +67,12 @@ def mlp_bias_supported(q: Tensor) -> bool:
 
 def mlp_bias_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1: Tensor, b1: Tensor, w2: Tensor,
                        b2: Tensor, *, scale: float | None = None, block: int | None = None,
-                       key_tile: int | None = None, score_tile: int | None = None) -> Tensor:
+                       score_tile: int | None = None) -> Tensor:
     """Causal ``softmax_j<=i(scale <q_i, k_j> + f_h(u[i - j] w[i])) v_j`` of q, k, v ``(B, H, L, D)`` (one sequence;
     query i is row i): ``u (>= L,)`` over distances, ``w (L,)`` over the queries, the MLP ``f_h(x) = b2[h] +
     W2[h] relu(W1 x + b1)`` given by ``w1, b1 (K,)``, ``w2 (H, K)``, ``b2 (H,)``; all differentiable.
     CPU, float32 / float64 (:func:`mlp_bias_supported`). ``block``: queries per block (:data:`BLOCK`);
-    ``key_tile``: keys per tile of the bias (:data:`KEY_TILE`); ``score_tile``: keys per tile of the backward's
-    scores (:data:`SCORE_TILE`)."""
+    ``score_tile``: keys per tile of the scores, at least ``block`` (:data:`SCORE_TILE`)."""
     B, H, L, D = q.shape
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     check_causal_inputs("mlp_bias_attention", q, k, v)
@@ -111,80 +85,129 @@ def mlp_bias_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1
     if L == 0:
         return torch.zeros_like(q)
     block = min(BLOCK if block is None else int(block), L)
-    key_tile = max(1, KEY_TILE if key_tile is None else int(key_tile))
-    score_tile = max(1, SCORE_TILE if score_tile is None else int(score_tile))
-    return _MlpBias.apply(q, k, v, u, w, w1.reshape(K), b1, w2, b2, scale, block, key_tile, score_tile)
+    score_tile = max(block, SCORE_TILE if score_tile is None else int(score_tile))
+    return _MlpBias.apply(q, k, v, u, w, w1.reshape(K), b1, w2, b2, scale, block, score_tile)
 
 
-class _Tables:
-    """The call's padded per-distance tables in the compute dtype: ``u`` after ``block`` zeros and the causal
-    mask (``-inf`` x block, then zeros), so that a tile's rows over reversed keys are views (strides 1, 1)."""
+class _Plan:
+    """One call's ``u`` over the distances and ``w`` over the queries in the compute dtype (and in float64, to split
+    the MLP) and the MLP's weights; :meth:`block` splits the MLP for one block of queries, :meth:`tile` forms
+    the bias of a tile. Tables of a block only (O(H L)): nothing is kept across blocks."""
 
-    def __init__(self, u: Tensor, w: Tensor, mlp: Mlp, L: int, block: int, dtype):
-        self.block, self.mlp = block, mlp
-        self.u = torch.cat([u.new_zeros(block).to(dtype), u[:L].detach().to(dtype)]).contiguous()
-        self.mask = torch.cat([torch.full((block,), float("-inf"), dtype=dtype), torch.zeros(L, dtype=dtype)])
-        self.w = w.detach().to(dtype)
-        self.ul, self.wl = u[:L].detach().double().tolist(), w.detach().double().tolist()
+    def __init__(self, u: Tensor, w: Tensor, weights: tuple, L: int, dtype):
+        self.w1, self.b1, self.w2, self.b2 = (t.detach().to(dtype) for t in weights)
+        self.k64 = torch.stack([t.detach().double() for t in weights[:2]])  # (2, K): W1, b1
+        self.H = self.w2.shape[0]
+        self.u, self.w = u[:L].detach().to(dtype), w.detach().to(dtype)
+        self.u64, self.w64 = u[:L].detach().double(), w.detach().double()
+        self._units: dict[tuple, Units] = {}
 
-    def rows(self, t: Tensor, c0: int, c1: int, a: int, e: int) -> Tensor:
-        """Queries c0 .. c1-1 over the reversed keys a .. e-1 of the first c1: (c1 - c0, e - a), a view."""
-        return t.as_strided((c1 - c0, e - a), (1, 1), self.block + c0 - c1 + 1 + a)
+    def block(self, c0: int, c1: int) -> "BlockSplit":
+        """The split of the MLP for the queries c0 .. c1-1 at each distance 0 .. c1-1: over the block's rows
+        ``x = u[d] w[i]`` lies between ``u[d] min w`` and ``u[d] max w``; a unit whose kink is outside is on or
+        off there for every row (folded into the tables), one whose kink is inside is evaluated per pair over
+        its band (the hull of those distances, bands that overlap merged), where it is left out of the tables."""
+        n = c1 - c0
+        wr = self.w64[c0:c1]
+        ends = self.u64[:c1, None] * torch.stack([wr.min(), wr.max()])
+        xlo, xhi = ends.amin(1), ends.amax(1)
+        # the units on or off over the block's whole range of x need no per-distance test (most of them)
+        whole = _states(self.k64, xlo.min(), xhi.max())
+        on = (whole == 2)[:, None].expand(-1, c1).clone()
+        ks = (whole == 1).nonzero().squeeze(1)
+        bands = []
+        if ks.numel():
+            states = _states(self.k64[:, ks], xlo, xhi)  # (K', c1)
+            on[ks] = states == 2
+            mixed = states == 1
+            hit = mixed.any(1)
+            ks, mixed = ks[hit], mixed[hit]
+            first, last = mixed.to(torch.uint8).argmax(1), c1 - 1 - mixed.flip(1).to(torch.uint8).argmax(1)
+            for lo, hi, k in sorted(zip(first.tolist(), last.tolist(), ks.tolist())):
+                if bands and lo <= bands[-1][1]:
+                    bands[-1][1] = max(bands[-1][1], hi + 1)
+                    bands[-1][2].append(k)
+                else:
+                    bands.append([lo, hi + 1, [k]])
+            for lo, hi, units in bands:
+                on[units, lo:hi] = False
+        onf = on.to(self.w1.dtype)
+        pad = lambda t, v: torch.cat([t.new_full((t.shape[0], n - 1), v), t], 1)  # noqa: E731
+        slope = self.w2 @ (self.w1[:, None] * onf)
+        return BlockSplit(pad(self.b2[:, None] + self.w2 @ (self.b1[:, None] * onf), float("-inf")), pad(slope, 0.0),
+                          pad(slope * self.u[:c1], 0.0), pad(onf, 0.0),
+                          [(lo, hi, self.units(tuple(units))) for lo, hi, units in bands])
 
-    def split(self, c0: int, c1: int, a: int, e: int) -> Split:
-        """The MLP's split over the tile's range of x = u[d] w[i] (bounds from the extremes of both)."""
-        us = self.ul[max(0, c0 - c1 + 1 + a): e]
-        ws = self.wl[c0:c1]
-        u0, u1, w0, w1 = min(us), max(us), min(ws), max(ws)
-        corners = (u0 * w0, u0 * w1, u1 * w0, u1 * w1)
-        return self.mlp.split(min(corners), max(corners))
+    def units(self, ks: tuple) -> Units:
+        if ks not in self._units:
+            idx = torch.tensor(ks, dtype=torch.long)
+            self._units[ks] = Units(idx, self.w1[idx], self.b1[idx, None], self.w2[:, idx])
+        return self._units[ks]
 
-    def bias(self, sp: Split, f: Tensor, c0, c1, a, e) -> Tensor:
-        """The tile's bias (H, n, m) from its features ``f (2 + K', n * m)`` (:meth:`Split.features`)."""
+    def tile(self, bs: "BlockSplit", c0: int, c1: int, a: int, e: int, out: Tensor) -> "Tile":
+        """The bias of the queries c0 .. c1-1 over the reversed keys a .. e-1 of the first c1, written into
+        ``out (H, n, m + n - 1)`` in skewed coordinates (column c: distance a + 1 - n + c; the block's tables
+        ``bs`` from column a on)."""
         n, m = c1 - c0, e - a
-        out = torch.mm(sp.weights, f).view(-1, n, m)
-        if a < n:  # the tile holds keys after some of its queries
-            out += self.rows(self.mask, c0, c1, a, e)
-        return out
+        width, base = m + n - 1, a + 1 - n
+        wr = self.w[c0:c1]
+        torch.addcmul(bs.const[:, None, a: a + width], wr[:, None], bs.su[:, None, a: a + width], out=out)
+        extra = []
+        for lo, hi, units in bs.bands:
+            lo, hi = max(lo, base), min(hi, e)
+            if lo >= hi:
+                continue
+            x = torch.outer(wr, self.u[lo:hi]).view(-1)
+            r = units.relu(x)
+            out[:, :, lo - base: hi - base] += (units.w2 @ r).view(self.H, n, hi - lo)
+            extra.append((lo, hi, units, x, r))
+        bias = out.as_strided((self.H, n, m), (n * width, width + 1, 1), out.storage_offset())
+        return Tile(bias, extra)
 
-    def span(self, c0: int, c1: int, a0: int, e0: int, key_tile: int) -> tuple[Tensor, list]:
-        """The bias (H, n, e0 - a0) of the queries c0 .. c1-1 over the reversed keys a0 .. e0-1, formed per tile of
-        ``key_tile`` keys, and each tile's (a, e, split, features)."""
-        parts = []
-        bias = self.w.new_empty(self.mlp.w2.shape[0], c1 - c0, e0 - a0)
-        for a in range(a0, e0, key_tile):
-            e = min(e0, a + key_tile)
-            sp, f = self.features(c0, c1, a, e)
-            bias[:, :, a - a0: e - a0] = self.bias(sp, f, c0, c1, a, e)
-            parts.append((a, e, sp, f))
-        return bias, parts
 
-    def features(self, c0: int, c1: int, a: int, e: int) -> tuple[Split, Tensor]:
-        """The tile's split and features (2 + K', n * m)."""
-        sp = self.split(c0, c1, a, e)
-        n, m = c1 - c0, e - a
-        f = self.w.new_empty(2 + sp.inr.numel(), n * m)
-        torch.mul(self.rows(self.u, c0, c1, a, e), self.w[c0:c1, None], out=f[1].view(n, m))
-        sp.features(f)
-        return sp, f
+def _states(k64: Tensor, lo, hi) -> Tensor:
+    """Per unit (rows of ``k64 = (W1, b1)``) and x range ``[lo, hi]`` (scalars or (c1,)): 2 on over the whole
+    range, 0 off (both ends <= 0: the pre-activation is linear), 1 with its kink inside."""
+    lo, hi = torch.as_tensor(lo, dtype=k64.dtype), torch.as_tensor(hi, dtype=k64.dtype)
+    w1, b1 = k64[0].reshape(-1, *([1] * lo.dim())), k64[1].reshape(-1, *([1] * lo.dim()))
+    return (w1 * lo + b1 > 0).to(torch.uint8) + (w1 * hi + b1 > 0).to(torch.uint8)
+
+
+class BlockSplit(NamedTuple):
+    """The MLP split over one block of n queries, per distance -(n - 1) .. c1 - 1 (column d + n - 1)."""
+    const: Tensor  # (H, c1 + n - 1) b2 and the units on (-inf at negative distances: keys after the query)
+    slope: Tensor  # (H, c1 + n - 1) the slope in x of the units on
+    su: Tensor  # (H, c1 + n - 1) slope * u
+    on: Tensor  # (K, c1 + n - 1) 1.0 where the unit is on for every row and outside the bands
+    bands: list  # (first, last + 1 distance, Units): the units evaluated per pair
+
+
+class Tile(NamedTuple):
+    bias: Tensor  # (H, n, m): a view of the skewed buffer
+    extra: list  # (first, last + 1 distance, Units, x (P,), relu (K', P)) of the bands in the tile
 
 
 class _MlpBias(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, u, w, w1, b1, w2, b2, scale, block, key_tile, score_tile):
+    def forward(ctx, q, k, v, u, w, w1, b1, w2, b2, scale, block, score_tile):
         B, H, L, _ = q.shape
-        tabs = _Tables(u, w, Mlp(w1, b1, w2, b2, q.dtype), L, block, q.dtype)
+        plan = _Plan(u, w, (w1, b1, w2, b2), L, q.dtype)
         kr, vr = k.flip(-2), v.flip(-2)
-        outs, lses = [], []
+        outs, lses, bufs = [], [], {}
         for c0, c1 in _blocks(L, block):
-            bias = tabs.span(c0, c1, 0, c1, key_tile)[0]
-            o, lse = _FLASH(q[:, :, c0:c1], kr[:, :, L - c1:], vr[:, :, L - c1:], 0.0, False,
-                            attn_mask=bias.unsqueeze(0).expand(B, *bias.shape), scale=scale)[:2]
+            parts, bs = [], plan.block(c0, c1)
+            for a in range(0, c1, score_tile):
+                e = min(c1, a + score_tile)
+                bias = plan.tile(bs, c0, c1, a, e, _buffer(bufs, (H, c1 - c0, e - a), q)).bias
+                keys = slice(L - c1 + a, L - c1 + e)
+                parts.append(_FLASH(q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys], 0.0, False,
+                                    attn_mask=bias.unsqueeze(0).expand(B, *bias.shape), scale=scale)[:2])
+            o, lse = _merge(parts)
             outs.append(o)
             lses.append(lse)
         out, lse = torch.cat(outs, -2), torch.cat(lses, -1)
         ctx.save_for_backward(q, kr, vr, u, w, w1, b1, w2, b2, out, lse)
-        ctx.scale, ctx.block, ctx.key_tile, ctx.score_tile = scale, block, key_tile, score_tile
+        ctx.scale, ctx.block, ctx.score_tile = scale, block, score_tile
         return out
 
     @staticmethod
@@ -192,63 +215,111 @@ class _MlpBias(torch.autograd.Function):
     def backward(ctx, dout):
         q, kr, vr, u, w, w1, b1, w2, b2, out, lse = ctx.saved_tensors
         B, H, L, D = q.shape
-        mlp = Mlp(w1, b1, w2, b2, q.dtype)
-        tabs = _Tables(u, w, mlp, L, ctx.block, q.dtype)
-        acc = _Moments(mlp, L)
+        plan = _Plan(u, w, (w1, b1, w2, b2), L, q.dtype)
+        acc = _Moments(plan, L)
         grads = TileGrads(q, kr, vr, dout.contiguous(), out, lse, ctx.scale)
+        bufs, dsbufs = {}, {}
         for c0, c1 in _blocks(L, ctx.block):
-            for a0 in range(0, c1, ctx.score_tile):
-                e0 = min(c1, a0 + ctx.score_tile)
-                bias, parts = tabs.span(c0, c1, a0, e0, ctx.key_tile)
-                ds = grads.tile(bias, c0, c1, a0, e0)
-                ds = ds.sum(0) if B > 1 else ds[0]
-                for a, e, sp, f in parts:
-                    acc.add(tabs, sp, ds[:, :, a - a0: e - a0], f, c0, c1, a, e)
+            bs = plan.block(c0, c1)
+            for a in range(0, c1, ctx.score_tile):
+                e = min(c1, a + ctx.score_tile)
+                n, m = c1 - c0, e - a
+                tile = plan.tile(bs, c0, c1, a, e, _buffer(bufs, (H, n, m), q))
+                flat, ds = _ds_buffer(dsbufs, (B, H, n, m), q)
+                grads.tile(tile.bias, c0, c1, a, e, ds=ds)
+                acc.add(bs, tile, (flat.sum(0) if B > 1 else flat[0]).view(H, n, m + n - 1), c0, c1, a, e)
         dq, dk, dv = grads.result()
         du, dw, dw1, db1, dw2, db2 = acc.result()
         du_full = torch.zeros_like(u)
         du_full[:L] = du.to(u.dtype)
         return (dq, dk.flip(-2), dv.flip(-2), du_full, dw.to(w.dtype), dw1.to(w1.dtype), db1.to(b1.dtype),
-                dw2.to(w2.dtype), db2.to(b2.dtype), None, None, None, None)
+                dw2.to(w2.dtype), db2.to(b2.dtype), None, None, None)
+
+
+def _buffer(bufs: dict, shape: tuple, like: Tensor) -> Tensor:
+    """A skewed ``(H, n, m + n - 1)`` buffer for a tile of n queries by m keys, one per shape and call."""
+    H, n, m = shape
+    if shape not in bufs:
+        bufs[shape] = like.new_empty(H, n, m + n - 1)
+    return bufs[shape]
+
+
+def _ds_buffer(bufs: dict, shape: tuple, like: Tensor) -> tuple[Tensor, Tensor]:
+    """A skewed buffer ``(B, H, n (m + n - 1))`` whose entries outside the tile are zero (zeroed once: dS is only
+    ever written through the view), and its ``(B, H, n, m)`` view."""
+    B, H, n, m = shape
+    width = m + n - 1
+    st = (H * n * width, n * width, width + 1, 1)
+    if shape not in bufs:
+        flat = like.new_empty(B, H, n * width)
+        if n > 1:
+            flat.as_strided((B, H, n - 1, n), st, m).zero_()
+        bufs[shape] = flat, flat.as_strided(shape, st)
+    return bufs[shape]
+
+
+def _merge(parts: list) -> tuple[Tensor, Tensor]:
+    """One output and log-sum-exp from those of the tiles of keys (each a softmax over its keys)."""
+    if len(parts) == 1:
+        return parts[0]
+    lses = torch.stack([p[1] for p in parts])
+    lse = torch.logsumexp(lses, 0)
+    wts = (lses - lse).exp_().unsqueeze(-1)
+    out = parts[0][0] * wts[0]
+    for t in range(1, len(parts)):
+        out.addcmul_(parts[t][0], wts[t])
+    return out, lse
 
 
 class _Moments:
-    """The backward's per-tile sums, from which every parameter's gradient follows (module docstring):
-    per head the sums of dS (``g1``) and dS x (``gx``) spread over the units on in each tile, the in-range
-    units' sums of dS relu(...), and of ``Y_k [on] (1, x)`` with ``Y_k = sum_h W2[h, k] dS``."""
+    """The backward's sums over the tiles, from which every parameter's gradient follows (module docstring):
+    per head the sums of dS (``g1``) and dS x (``gx``) where each unit is folded in as on, the band units'
+    sums of dS relu(...) and of ``Y_k [active] (1, x)`` with ``Y_k = sum_h W2[h, k] dS``; and ``u``'s and
+    ``w``'s gradients from ``dx = sum_h f_h'(x) dS`` per pair."""
 
-    def __init__(self, mlp: Mlp, L: int):
-        self.mlp = mlp
-        H, K = mlp.w2.shape
-        z = lambda *s: mlp.w2.new_zeros(*s)  # noqa: E731
+    def __init__(self, plan: _Plan, L: int):
+        self.plan = plan
+        H, K = plan.w2.shape
+        z = lambda *s: plan.u.new_zeros(*s)  # noqa: E731
         self.g1, self.on1, self.onx, self.inr = z(H), z(H, K), z(H, K), z(H, K)
         self.y1, self.yx, self.du, self.dw = z(K), z(K), z(L), z(L)
 
-    def add(self, tabs: _Tables, sp: Split, ds: Tensor, f: Tensor, c0, c1, a, e) -> None:
-        H, n, m = ds.shape
-        ds2 = ds.reshape(H, n * m)
-        g = ds2 @ f.t()  # (H, 2 + K'): sum dS, sum dS x, sum dS relu(...)
-        self.g1 += g[:, 0]
-        self.on1.addr_(g[:, 0], sp.on)
-        self.onx.addr_(g[:, 1], sp.on)
-        y = torch.cat([sp.slope[None], sp.w2.t()]) @ ds2  # (1 + K', P)
-        dx = y[0]
-        if sp.inr.numel():
-            self.inr.index_add_(1, sp.inr, g[:, 2:])
-            ym = y[1:].mul_(f[2:] > 0)
-            self.y1.index_add_(0, sp.inr, ym.sum(-1))
-            self.yx.index_add_(0, sp.inr, ym @ f[1])
-            dx = torch.addmv(dx, ym.t(), sp.w1)
-        dx = dx.view(n, m)
-        self.dw[c0:c1] += (dx * tabs.rows(tabs.u, c0, c1, a, e)).sum(-1)
-        flat, view = skewed_buffer((), n, m, dx.dtype, dx.device)
-        torch.mul(dx, tabs.w[c0:c1, None], out=view)
-        add_at_distances(self.du, column_sums(flat, n, m), c0 - c1 + 1 + a)
+    def add(self, bs: BlockSplit, tile: Tile, ds: Tensor, c0: int, c1: int, a: int, e: int) -> None:
+        """``ds (H, n, m + n - 1)``: the tile's dS (summed over the batch) in skewed coordinates, column c at
+        distance ``a + 1 - n + c`` (the tables' column a + c)."""
+        plan, H, n, width = self.plan, ds.shape[0], ds.shape[1], ds.shape[2]
+        base, cols = a + 1 - n, slice(a, a + width)
+        wr = plan.w[c0:c1]
+        sums = torch.matmul(torch.stack([torch.ones_like(wr), wr]), ds)  # (H, 2, width): dS and dS w per distance
+        s1, sw = sums[:, 0], sums[:, 1]
+        on, slope = bs.on[:, cols], bs.slope[:, cols]
+        self.g1 += s1.sum(-1)
+        self.on1 += s1 @ on.t()
+        self.onx += (sw * _useg(plan.u, base, width)) @ on.t()
+        cz = max(0, -base)
+        self.du[base + cz: e] += (slope * sw).sum(0)[cz:]
+        # as (H, 1, width) @ (H, width, n): the (H, n, width) @ (H, width, 1) form takes ~8x longer on CPU
+        self.dw[c0:c1] += torch.bmm(bs.su[:, None, cols], ds.transpose(1, 2)).sum(0).squeeze(0)
+        for lo, hi, units, x, r in tile.extra:
+            ds2 = ds[:, :, lo - base: hi - base].reshape(H, -1)
+            self.inr.index_add_(1, units.idx, ds2 @ r.t())
+            ym = (units.w2.t() @ ds2).mul_(r > 0)
+            self.y1.index_add_(0, units.idx, ym.sum(-1))
+            self.yx.index_add_(0, units.idx, ym @ x)
+            dx = (units.w1 @ ym).view(n, hi - lo)
+            self.du[lo:hi] += wr @ dx
+            self.dw[c0:c1] += dx @ plan.u[lo:hi]
 
     def result(self):
         """Gradients of u, w (in the compute dtype) and of W1, b1 (K,), W2 (H, K), b2 (H,)."""
-        m = self.mlp
-        dw2 = self.onx * m.w1 + self.on1 * m.b1 + self.inr
-        dw1 = (m.w2 * self.onx).sum(0) + self.yx
-        db1 = (m.w2 * self.on1).sum(0) + self.y1
+        p = self.plan
+        dw2 = self.onx * p.w1 + self.on1 * p.b1 + self.inr
+        dw1 = (p.w2 * self.onx).sum(0) + self.yx
+        db1 = (p.w2 * self.on1).sum(0) + self.y1
         return self.du, self.dw, dw1, db1, dw2, self.g1
+
+
+def _useg(u: Tensor, base: int, width: int) -> Tensor:
+    """``u`` at the distances base .. base + width - 1, zero at the negative ones."""
+    cz = max(0, -base)
+    return torch.cat([u.new_zeros(cz), u[base + cz: base + width]]) if cz else u[base: base + width]
