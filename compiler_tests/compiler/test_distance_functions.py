@@ -444,13 +444,12 @@ def _fire_pair(threshold, source=None):
 @pytest.mark.parametrize("L", [5, 16, 37, 48])
 @pytest.mark.parametrize("threshold", [3.0, 20.0, 47.0, 200.0])
 def test_fire_kernel_equals_the_reference_interpreter_forward_and_backward(L, threshold, monkeypatch):
-    """Blocks of 16 queries, bias tiles of 8 keys, score tiles of 16: L below, across and at a multiple of both; the threshold below,
+    """Blocks of 16 queries, tiles of 24 keys: L below, across and at a multiple of both; the threshold below,
     inside and past L; gradients of q, k, v, the MLP, c and the threshold; rows that start at one later position."""
     from pedsl.ops import mlp_bias as MB
 
     monkeypatch.setattr(MB, "BLOCK", 16)
-    monkeypatch.setattr(MB, "KEY_TILE", 8)
-    monkeypatch.setattr(MB, "SCORE_TILE", 16)
+    monkeypatch.setattr(MB, "SCORE_TILE", 24)
     calls = _spy_mlp_kernel(monkeypatch)
     mod, ref = _fire_pair(threshold)
     q, k, v, x, tokens = inputs(mod, B=2, L=L)
