@@ -367,3 +367,26 @@ def test_a_mask_covers_the_band_only_where_every_entry_of_the_band_is_true():
             holed = m.clone()
             holed[1, 0, a, b] = False
             assert not mask_covers_band(holed, shape), (shape, a, b)
+
+
+def test_a_one_part_chunk_on_a_plain_model_follows_the_positions_in_a_padded_batch():
+    """A one-part scheme's chunk is over its positions (p // chunk), HF's mask being plain causal: a
+    left-padded row given positions that start at its first real token (as `generate` gives them) equals
+    the same row alone, in float64; given slot indices (a plain forward without position_ids) its chunks
+    start at slot 0, so the answer differs - the two calls say different positions."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = use_pedsl_attention(LlamaForCausalLM(cfg).double().eval(),
+                                scheme='import "rope.pe"\nscheme chunked extends rope { chunk = 4 }')
+    ids = torch.randint(1, 96, (2, 15), generator=torch.Generator().manual_seed(5))
+    pad = 3
+    mask = torch.ones(2, 15, dtype=torch.long)
+    mask[1, :pad] = 0
+    with torch.no_grad():
+        alone = model(ids[1:, pad:]).logits[0]
+        by_position = model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
+        by_slot = model(ids, attention_mask=mask).logits
+    torch.testing.assert_close(by_position[1, pad:], alone, atol=1e-12, rtol=0)
+    assert (by_slot[1, pad:] - alone).abs().max() > 1e-3

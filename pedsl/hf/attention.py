@@ -32,8 +32,11 @@ always a real token, so ``offset = (Lk - 1) - position_ids[:, -1]`` maps key slo
 A model that does not pass ``position_ids`` to its attention (Llama 4) gets slot indices, which a
 relative rotation reads as HF's positions. Where HF's mask carries the layer's window or chunk (a
 ``layers`` scheme, checked when installed), that mask, not ``p // chunk`` of the positions, decides the
-band: HF starts a left-padded row's chunks at its first real token. Llama 4's NoPE temperature reads
-the slot index (padding counted), as HF's does.
+band: HF starts a left-padded row's chunks at its first real token. A one-part scheme's window or chunk
+is over its own positions (HF's mask of a model without one is plain causal): a left-padded row's chunks
+start at its first real token where ``position_ids`` count from it (``generate``), at slot 0 in a plain
+forward, which HF gives slot indices. Llama 4's NoPE temperature reads the slot index (padding
+counted), as HF's does.
 
 A scheme with learned parameters (``learned(...)``, ``table``, ``mlp``: T5's relative bias, dynamic
 position bias, KERPLE, learned ALiBi) runs on the general path inside the attention, which gets q, k and
