@@ -1,7 +1,7 @@
 """Sliding-window attention: time, peak memory and decoding, side by side in one run.
 
     python -m benchmarks.windows [--length 8192] [--window 512] [--repeats 5] [--decode 32768] [--contrast 8192]
-        [--threads N] [--parts timing,decode]
+        [--threads N] [--parts timing,decode] [--variants "windowed floor,pedsl path (full),pedsl path + window"]
 
 Variants, interleaved (each repeat runs every variant once, the first one rotating), forward plus
 backward in float32 on CPU at B=1, H=8, D=64:
@@ -104,9 +104,8 @@ def fwd_bwd(fn, q, k, v) -> float:
     return dt
 
 
-def timing(L: int, window: int, repeats: int) -> dict:
+def timing(L: int, window: int, repeats: int, names: list) -> dict:
     fns = variants(window)
-    names = list(fns)
     q, k, v = inputs(L)
     times = {n: [] for n in names}
     for r in range(repeats + 1):
@@ -184,6 +183,9 @@ def main(argv=None) -> None:
                     help="plain rope (a cache that grows, each token slower) decodes this many tokens")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--parts", default="timing,decode", help="timing (with peak memory), decode")
+    ap.add_argument("--variants", default=None,
+                    help="comma-separated variant names to time (default all; the ratios need 'full causal', "
+                         "'windowed floor', 'pedsl rope_local', 'pedsl path (full)' where they are printed)")
     ap.add_argument("--peak-child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     setup_torch(a.threads)
@@ -192,25 +194,35 @@ def main(argv=None) -> None:
     L, N = a.length, a.window
     parts = set(a.parts.split(","))
     if "timing" in parts:
-        report_timing(L, N, a.repeats, a.threads)
+        report_timing(L, N, a.repeats, a.threads, a.variants.split(",") if a.variants else list(variants(N)))
     if "decode" in parts:
         report_decode(N, a.decode, a.contrast)
 
 
-def report_timing(L: int, N: int, repeats: int, threads: int) -> None:
-    ms = timing(L, N, repeats)
+def report_timing(L: int, N: int, repeats: int, threads: int, names: list) -> None:
+    ms = timing(L, N, repeats, names)
     peaks = {n: peak(n, L, N, threads) for n in ms}
     print(f"Windowed attention, forward + backward (process CPU ms), float32 CPU, B={B} H={H} D={D} L={L} window={N}, "
           f"{threads} thread(s), median of {repeats}")
     print("| variant | fwd+bwd ms | / full causal | / windowed floor | peak MiB over inputs |")
     print("|---|---|---|---|---|")
     for n, t in ms.items():
-        print(f"| {n} | {t:.1f} | {t / ms['full causal']:.3f} | {t / ms['windowed floor']:.2f} | {peaks[n]:.0f} |")
-    print(f"speed-up of pedsl over full causal: {ms['full causal'] / ms['pedsl rope_local']:.1f}x "
-          "(target >= 5x); pedsl / windowed floor: "
-          f"{ms['pedsl rope_local'] / ms['windowed floor']:.2f} (target <= 1.5)")
-    print(f"PaTH inside the window: {ms['pedsl path (full)'] / ms['pedsl path + window']:.1f}x faster than full PaTH, "
-          f"{ms['pedsl path + window'] / ms['windowed floor']:.2f}x the windowed floor")
+        print(f"| {n} | {t:.1f} | {ratio(t, ms.get('full causal'), '.3f')} | {ratio(t, ms.get('windowed floor'))} | "
+              f"{peaks[n]:.0f} |")
+    if {"full causal", "windowed floor", "pedsl rope_local"} <= set(ms):
+        print(f"speed-up of pedsl over full causal: {ms['full causal'] / ms['pedsl rope_local']:.1f}x "
+              "(target >= 5x); pedsl / windowed floor: "
+              f"{ms['pedsl rope_local'] / ms['windowed floor']:.2f} (target <= 1.5)")
+    if {"windowed floor", "pedsl path (full)", "pedsl path + window"} <= set(ms):
+        t, full = ms["pedsl path + window"], ms["pedsl path (full)"]
+        mib, full_mib = peaks["pedsl path + window"], peaks["pedsl path (full)"]
+        print(f"PaTH inside the window: {t:.0f} ms, {t / ms['windowed floor']:.2f}x the windowed floor, "
+              f"{t / full:.3f}x full PaTH's time ({full / t:.1f}x faster); peak {mib:.0f} MiB over the inputs "
+              f"against full PaTH's {full_mib:.0f} MiB ({mib / full_mib:.2f}x)")
+
+
+def ratio(t: float, base, fmt: str = ".2f") -> str:
+    return "-" if base is None else format(t / base, fmt)
 
 
 def report_decode(N: int, total: int, contrast: int) -> None:

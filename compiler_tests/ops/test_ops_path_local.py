@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 from compiler_helpers import largest_allocation
 from pedsl.ops import path as PA
+from pedsl.ops import path_window
 
 F64 = torch.float64
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -94,15 +95,25 @@ def test_forward_and_gradients_equal_the_float64_loop(kind, n, gate, with_sink):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
-def test_groups_of_query_blocks_recomputed_in_the_backward_give_the_same_gradients(monkeypatch):
-    """Query blocks in groups (activation checkpointing) as one long window or chunk runs them."""
-    q, k, v, w, beta, lf, _ = _inputs(L=40, seed=2)
-    tensors = [t.requires_grad_(True) for t in (q, k, v, w, beta, lf)]
-    one = PA.path_attention_local(*tensors, reach=12, block_size=4)
+@pytest.mark.parametrize("kind, n", [("window", 13), ("window", 4), ("chunk", 12), ("chunk", 5)])
+def test_groups_of_query_blocks_give_the_float64_loop_and_the_one_group_gradients(kind, n, monkeypatch):
+    """Query blocks one per group (the first groups reach back past the sequence's start), window = N and
+    chunk = N, with the forget gate and the sink: forward and gradients equal the float64 loop and the
+    run with every block in one group."""
+    q, k, v, w, beta, lf, sink = _inputs(L=40, seed=2)
+    tensors = [t.requires_grad_(True) for t in (q, k, v, w, beta, lf, *sink)]
+    sees, reach, allowed = _window(n) if kind == "window" else _chunk(n)
+
+    def run():
+        return PA.path_attention_local(*tensors[:6], reach=reach, allowed=allowed, sink=tuple(tensors[6:]),
+                                       block_size=4)
+
+    one = run()
     g1 = _grads(one, tensors)
-    monkeypatch.setattr(PA, "_LOCAL_SCORES", 1)  # one query block per group
-    grouped = PA.path_attention_local(*tensors, reach=12, block_size=4)
+    monkeypatch.setattr(path_window, "GROUP_SCORES", 1)  # one query block per group
+    grouped = run()
     torch.testing.assert_close(grouped, one, rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(grouped, _loop(*tensors[:6], sees, tuple(tensors[6:])), rtol=1e-10, atol=1e-11)
     for a, b in zip(_grads(grouped, tensors), g1):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
@@ -132,3 +143,46 @@ def test_no_tensor_grows_as_the_square_of_the_length():
     blocks = -(-L // C)
     assert most <= 8 * B * H * blocks * C * (N + C)  # the scores of one call (float64 gate terms at most)
     assert most < 4 * B * H * L * L / 4
+
+
+@pytest.mark.parametrize("kind, n", [("window", 6), ("chunk", 6), ("window", 1), ("chunk", 13)])
+def test_the_hand_written_backward_passes_gradcheck(kind, n, monkeypatch):
+    """Finite differences against the kernel's own backward (q, k, v, w, beta, the gate, the sink's logit
+    and value), query blocks one per group, window = N and chunk = N: an independent check of the
+    backward, not of autograd through the loop."""
+    q, k, v, w, beta, lf, sink = _inputs(B=1, H=2, L=11, D=3, seed=6)
+    _, reach, allowed = _window(n) if kind == "window" else _chunk(n)
+    monkeypatch.setattr(path_window, "GROUP_SCORES", 1)
+
+    def fn(q, k, v, w, beta, lf, logit, value):
+        return PA.path_attention_local(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=(logit, value),
+                                       block_size=4)
+
+    args = [t.detach().requires_grad_(True) for t in (q, k, v, w, beta, lf, *sink)]
+    assert torch.autograd.gradcheck(fn, args, eps=1e-6, atol=1e-7, rtol=1e-6, fast_mode=True)
+
+
+def _saved_bytes(fn) -> int:
+    """Bytes of the distinct storages autograd keeps for the backward while ``fn()`` runs."""
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(kept.values())
+
+
+def test_what_the_forward_keeps_for_the_backward_does_not_grow_with_the_window():
+    """L = 2048, D = 16, blocks of 64: the same bytes at N = 64 and N = 512, below 8 C + 10 D + 16 floats
+    per token and head (the block quantities, the output, the log-sum-exp). Autograd through every block
+    (each group's scores and moved queries) kept 1,424 floats per token and head at N = 512."""
+    B, H, L, D, C = 1, 2, 2048, 16, 64
+    q, k, v, w, beta, lf, _ = _inputs(B, H, L, D, dtype=torch.float32)
+    tensors = [t.requires_grad_(True) for t in (q, k, v, w, beta, lf)]
+    kept = [_saved_bytes(lambda: PA.path_attention_local(*tensors, reach=N - 1, block_size=C)) for N in (64, 512)]
+    assert kept[0] == kept[1]
+    assert kept[1] <= 4 * B * H * L * (8 * C + 10 * D + 16)
+

@@ -68,6 +68,7 @@ import torch.nn.functional as F
 from pedsl.errors import ShapeError
 from pedsl.ops.path_blocks import path_blocks, ut_A
 from pedsl.ops.path_scan import path_scan
+from pedsl.ops.path_window import path_window_scan
 
 __all__ = [
     "path_attention",
@@ -175,13 +176,11 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
 
 
 # --------------------------------------------------------------------------- windows and chunks
-_LOCAL_SCORES = 1 << 24  # scores per group of query blocks (64 MiB in float32)
-
-
 def path_attention_local(q, k, v, w, beta, log_forget=None, scale=None, *, reach: int, allowed=None,
                          sink=None, block_size=64):
     """PaTH attention where query i sees at most the keys ``i - reach .. i`` (sliding windows, chunks):
-    O(L (reach + C) D) time and O(L (reach + C)) memory per head; (B, H, L, D) in q's dtype.
+    O(L (reach + C) D) time and O(L D) memory per head beyond one group of query blocks; (B, H, L, D) in
+    q's dtype.
 
     Key j is scored for query i iff ``i - reach <= j <= i`` and ``allowed(i, j)``: a callable of token
     indices ``i (n, C, 1)`` and ``j (n, 1, m)`` (inside 0..L-1) returning a bool tensor ``(B|1, n, C, m)``
@@ -192,13 +191,10 @@ def path_attention_local(q, k, v, w, beta, log_forget=None, scale=None, *, reach
 
     The per-block quantities are :func:`path_attention`'s (:func:`path_blocks`: queries moved to the
     start of their block, keys to the end of theirs, the exact intra-block scores, each block's product
-    ``P``); query block n then scores key blocks n - 1, ..., n - d (``d = ceil(reach / C)``) through
-    ``R <- R P_m``: only the steps between a key and a query, which all lie inside the window. Every
-    query block at once per offset, then one softmax over each block's (C, (d + 1) C) scores. Gradients
-    by autograd through these products (the block quantities have their hand-written backward). Query
-    blocks go in groups of at most ``_LOCAL_SCORES`` scores; with gradients and more than one group,
-    each group is recomputed in the backward pass (activation checkpointing), so a long window or chunk
-    holds one group's scores at a time."""
+    ``P``); query block n then scores key blocks n, n - 1, ..., n - d (``d = ceil(reach / C)``) through
+    ``R <- R P_m``: only the steps between a key and a query, which all lie inside the window
+    (:mod:`pedsl.ops.path_window`: groups of query blocks, softmax over each block's (C, (d + 1) C)
+    scores, a hand-written backward that recomputes each group's scores)."""
     _check(q, k, v, w, beta, log_forget, None)
     B, H, L, D = q.shape
     if L == 0:
@@ -211,78 +207,32 @@ def path_attention_local(q, k, v, w, beta, log_forget=None, scale=None, *, reach
     nd = min(N, 1 + -(-max(0, int(reach)) // C))  # key blocks a query block reads, its own included
     Q, K, Vb, W = (_blocks(t, C) for t in (_scaled_q(q, scale, None), k, v, w))
     Qt, Kt, Sd, P = path_blocks(Q, K, W, _blocks(beta.to(q.dtype), C))
-
-    def earlier(x):  # nd - 1 zero blocks in front: key block n - d of query block n is row n + nd - 1 - d
-        return torch.cat([x.new_zeros(nd - 1, *x.shape[1:]), x]) if nd > 1 else x
-
     G = None if log_forget is None else _blocks(
         log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN).cumsum(-1), C)  # (N, Z, C) float64
-    keys = [earlier(t) for t in (Kt, P, Vb)] + [None if G is None else earlier(G)]
     logit = None if sink is None else _blocks(sink[0].to(q.dtype).expand(B, H, L), C)
-    value = None if sink is None or sink[1] is None else \
-        sink[1].to(q.dtype).expand(B, H, 1, D).reshape(1, B * H, 1, D)
-    idx = torch.arange(N * C, device=q.device).view(N, C)
+    value = None if sink is None or sink[1] is None else sink[1].to(q.dtype).expand(B, H, 1, D).reshape(B * H, D)
+    hidden = _hidden_pairs(L, C, nd, int(reach), allowed, q.device)
+    O = path_window_scan(Qt, Kt, Vb, P, Sd, G, logit, value, hidden, B=B, nd=nd)
+    return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
-    def group(n0: int, n1: int) -> torch.Tensor:
+
+def _hidden_pairs(L: int, C: int, nd: int, reach: int, allowed, device):
+    """The pairs a group of query blocks n0 .. n1 - 1 does not score, per key-block offset d: a bool
+    (n, B|1, 1, C, C) for key block n - d, or None where it scores every pair (window, documents,
+    padding; keys past L and after the query)."""
+    idx = torch.arange(-(-L // C) * C, device=device).view(-1, C)
+
+    def hidden(n0: int, n1: int) -> list:
         i = idx[n0:n1].unsqueeze(-1)  # (n, C, 1)
         j = torch.cat([idx[n0:n1] - d * C for d in range(nd)], -1).unsqueeze(1)  # (n, 1, nd C)
         ok = ((j >= 0) & (j <= i) & (i - j <= reach) & (j < L)).unsqueeze(0)
         if allowed is not None:
             ok = ok & allowed(i.clamp(max=L - 1), j.clamp(0, L - 1))
-        shifted = [None if x is None else _shifted(x, n0, n1 - n0, nd) for x in keys]
-        return _local_rows(Qt[n0:n1], Sd[n0:n1], shifted, None if G is None else G[n0:n1], ok, B,
-                           None if logit is None else logit[n0:n1], value)
+        n = n1 - n0
+        hid = ~ok.view(ok.shape[0], n, C, nd, C).permute(3, 1, 0, 2, 4).unsqueeze(3)  # (nd, n, B|1, 1, C, C)
+        return [h if bool(h.any()) else None for h in hid.unbind(0)]
 
-    step = max(1, _LOCAL_SCORES // (B * H * C * nd * C))
-    grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in
-                                           (q, k, v, w, beta, log_forget, logit, value))
-    outs = [torch.utils.checkpoint.checkpoint(group, n0, min(N, n0 + step), use_reentrant=False)
-            if grad and step < N else group(n0, min(N, n0 + step)) for n0 in range(0, N, step)]
-    O = torch.cat(outs, 0)
-    return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
-
-
-def _shifted(x: torch.Tensor, n0: int, n: int, nd: int) -> tuple:
-    """Key block n - d of each query block n = n0 .. n0 + n - 1, for d = 0 .. nd - 1, from ``x`` with nd - 1
-    blocks in front: one gather (whose backward is one scatter, not a zero-filled copy per offset)."""
-    idx = torch.cat([torch.arange(n0 + nd - 1 - d, n0 + nd - 1 - d + n, device=x.device) for d in range(nd)])
-    return x.index_select(0, idx).view(nd, n, *x.shape[1:]).unbind(0)
-
-
-def _local_rows(Qt, Sd, keys, Gq, ok, B: int, logit, value):
-    """Outputs (n, Z, C, D) of n query blocks of :func:`path_attention_local`: the scores of each block over
-    key blocks n, n - 1, ... (``keys``: per offset d, the moved keys, block products, values and float64
-    gate sums of key block n - d, from :func:`_shifted`), masked by ``ok`` (B|1, n, C, nd C)."""
-    ks, ps, vs, gs = keys
-    n, Z, C, _ = Qt.shape
-    nd = len(ks)
-    s, R = [Sd], Qt
-    for d in range(1, nd):
-        s.append(R @ ks[d].transpose(-1, -2))
-        if d < nd - 1:
-            R = R @ ps[d]  # the queries moved through key block n - d
-    if Gq is not None:  # G_i - G_j formed in float64, cast once
-        s = [sd + (Gq.unsqueeze(-1) - gs[d].unsqueeze(-2)).to(sd.dtype) for d, sd in enumerate(s)]
-    S = torch.cat(s, -1)
-    m = S.shape[-1]
-    okz = ok.transpose(0, 1).unsqueeze(2)  # (n, B|1, 1, C, m)
-    S = S.view(n, B, Z // B, C, m).masked_fill(~okz, float("-inf"))
-    if logit is not None:  # one more key every query sees
-        p = torch.softmax(torch.cat([S, logit.view(n, B, Z // B, C, 1)], -1), -1).view(n, Z, C, m + 1)
-    else:
-        seen = okz.any(-1, keepdim=True)
-        if bool(seen.all()):
-            p = torch.softmax(S, -1)
-        else:  # a query with no key: zeros
-            p = torch.softmax(S.masked_fill(~seen, 0.0), -1) * seen
-        p = p.view(n, Z, C, m)
-    parts = p.split(C, -1)  # one backward (a cat), not a zero-filled copy of p per slice
-    o = parts[0] @ vs[0]
-    for d in range(1, nd):
-        o = o + parts[d] @ vs[d]
-    if value is not None:
-        o = o + parts[nd] * value
-    return o
+    return hidden
 
 
 def path_attention_naive(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64,

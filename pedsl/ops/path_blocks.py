@@ -10,10 +10,11 @@ Q, keys K, directions W (C, D) and strengths b (C)::
     Sd  = Q K^T - QW Zm      exact intra-block scores (j <= i; -inf above the diagonal)
     P   = I - W^T U          the block's product H_C ... H_1 (queries as rows: r^T P)
 
-The backward is the chain rule through these lines (21 products per block, nothing recomputed
-but ``W W^T``). Both directions run over chunks of about 32 (block, head) pairs, so every
-operand of a chunk stays in cache (one pass over all N B H blocks at once streams from memory
-and ran at half the speed, with autograd's copies on top).
+The backward is the chain rule through these lines (21 products per block), after making X, U, QW, KW
+and Zm again from (Q, K, W, b) (4 products and a triangular solve): the forward keeps only its inputs
+(keeping the five would cost 4 C + D numbers per step). Both directions run over chunks of about 32
+(block, head) pairs, so every operand of a chunk stays in cache (one pass over all N B H blocks at once
+streams from memory and ran at half the speed, with autograd's copies on top).
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ def _t(x):
     return x.transpose(-1, -2)
 
 
+def _chunk_terms(q, k, w, bb):
+    """X, A, U, QW, KW, Zm and W W^T of a chunk of blocks (the module docstring's lines), made by the
+    forward and made again by the backward."""
+    x, G = _ut_X(w, bb)
+    A = x * bb.unsqueeze(-2)
+    u = torch.bmm(A, w)
+    qw = torch.bmm(q, _t(w)).tril_()
+    kw = torch.bmm(w, _t(k)).tril_(-1)
+    return x, A, u, qw, kw, torch.bmm(A, kw), G
+
+
 class _PathBlocks(torch.autograd.Function):
     """(Q, K, W, b) flattened to (M, C, D) / (M, C) -> (Qt, Kt, Sd, P); M = N B H blocks."""
 
@@ -53,42 +65,34 @@ class _PathBlocks(torch.autograd.Function):
         Qt, Kt = torch.empty_like(Q), torch.empty_like(K)
         Sd = Q.new_empty(M, C, C)
         P = Q.new_empty(M, D, D)
-        X, QW, KW, Zm = (Q.new_empty(M, C, C) for _ in range(4))
-        U = torch.empty_like(Q)
         above = torch.ones(C, C, dtype=torch.bool, device=Q.device).triu(1)
         eye = torch.eye(D, dtype=Q.dtype, device=Q.device)
         for a in range(0, M, _CHUNK):
             sl = slice(a, a + _CHUNK)
-            q, k, w, bb = Q[sl], K[sl], W[sl], b[sl]
-            x = _ut_X(w, bb)[0]
-            X[sl] = x
-            A = x * bb.unsqueeze(-2)
-            u = torch.bmm(A, w, out=U[sl])
-            qw = torch.bmm(q, _t(w), out=QW[sl]).tril_()
-            kw = torch.bmm(w, _t(k), out=KW[sl]).tril_(-1)
-            zm = torch.bmm(A, kw, out=Zm[sl])
+            q, k, w = Q[sl], K[sl], W[sl]
+            _, _, u, qw, _, zm, _ = _chunk_terms(q, k, w, b[sl])
             Qt[sl].copy_(q).baddbmm_(qw, u, alpha=-1)  # (torch.baddbmm with out= copies twice)
             Kt[sl].copy_(k).baddbmm_(_t(zm), w, alpha=-1)
             torch.bmm(q, _t(k), out=Sd[sl]).baddbmm_(qw, zm, alpha=-1)
             P[sl].copy_(eye).baddbmm_(_t(w), u, alpha=-1)
         Sd.masked_fill_(above, float("-inf"))
-        ctx.save_for_backward(Q, K, W, b, X, U, QW, KW, Zm)
+        ctx.save_for_backward(Q, K, W, b)
         return Qt, Kt, Sd, P
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dQt, dKt, dSd, dP):
-        Q, K, W, b, X, U, QW, KW, Zm = ctx.saved_tensors
+        Q, K, W, b = ctx.saved_tensors
         M, C, D = Q.shape
         dQt, dKt, dSd, dP = (Q.new_zeros(shape) if g is None else g.contiguous() for g, shape in
                              ((dQt, Q.shape), (dKt, K.shape), (dSd, (M, C, C)), (dP, (M, D, D))))
         dQ, dK, dW, db = torch.empty_like(Q), torch.empty_like(K), torch.empty_like(W), torch.empty_like(b)
         for a in range(0, M, _CHUNK):
             sl = slice(a, a + _CHUNK)
-            q, k, w, bb, x, u, qw, kw, zm = (t[sl] for t in (Q, K, W, b, X, U, QW, KW, Zm))
+            q, k, w, bb = Q[sl], K[sl], W[sl], b[sl]
+            x, A, u, qw, kw, zm, G = _chunk_terms(q, k, w, bb)
             gqt, gkt, gp = dQt[sl], dKt[sl], dP[sl]
             gsd = dSd[sl].tril()  # nothing flows from the masked entries
-            A = x * bb.unsqueeze(-2)
             gq = dQ[sl].copy_(gqt).baddbmm_(gsd, k)
             gk = dK[sl].copy_(gkt).baddbmm_(_t(gsd), q)
             gqw = torch.bmm(gqt, _t(u)).baddbmm_(gsd, _t(zm)).tril_()  # minus dQW
@@ -105,7 +109,6 @@ class _PathBlocks(torch.autograd.Function):
             torch.sum(gA * x, -2, out=db[sl]).neg_()
             gX = gA * bb.unsqueeze(-2)  # minus dX
             gT = torch.bmm(_t(x), gX).bmm(_t(x)).tril_(-1)  # dT = -X^T dX X^T: this is dLs
-            G = torch.bmm(w, _t(w))
             db[sl] += (gT * G).sum(-1)
             gG = gT * bb.unsqueeze(-1)
             gw.neg_().baddbmm_(gG + _t(gG), w)
