@@ -191,3 +191,14 @@ def test_library_schemes_import_from_any_folder(tmp_path):
     # a file next to the importer wins over the library's
     (tmp_path / "rope_id.pe").write_text('scheme rope_id "local" {\n  param train_length: int = 64\n  qk: none\n}\n')
     assert load(variant).transports == ()
+
+
+@pytest.mark.parametrize("call, col", [
+    ("slopes(heads, firstfirst = 1)", 25), ("slopes(heads, 0, 1)", 11), ("slopes(heads, first = 1, first = 2)", 36),
+    ("log(1 + learned(1.0, per = head, bogus = 2))", 44), ("table(bucket(distance, buckets = 8, spread = 2))", 47),
+])
+def test_a_call_outside_its_signature_is_one_positioned_e203(call, col):
+    """Folding a static call (its values are checked before the type checker runs) must not bind an
+    argument the builtin does not take: the one diagnostic is the type checker's E203, at the argument."""
+    diags = [d for d in check(f"scheme x {{\n  bias = -{call} * distance\n}}\n") if d.severity == "error"]
+    assert [(d.code, d.line, d.col) for d in diags] == [("E203", 2, col)], [d.render() for d in diags]

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from pedsl import limits
 from pedsl.lang import ast
-from pedsl.lang.fold import ARG_RULES, CHECKED_ARGS, fold_expr
+from pedsl.lang.fold import ARG_RULES, CHECKED_ARGS, SignatureIssue, fold_expr
 from pedsl.lang.exprs import walk
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
@@ -63,6 +63,8 @@ def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set, *, ch
         seen.add(key)
         try:
             fold_expr(node, env)
+        except SignatureIssue:
+            continue  # the type checker's E203
         except EvalIssue as issue:
             report("E217", str(issue), issue.node or node, hint=issue.hint)
 
@@ -75,6 +77,8 @@ def probe(expr: ast.Expr, env: StaticEnv, report: Report, what: str, *, bound: f
                          n=i + 1)
         try:
             v = fold_expr(expr, penv)
+        except SignatureIssue:
+            return  # the type checker's E203
         except EvalIssue as issue:
             report("E217", f"{what}: {issue}", issue.node or expr, hint=issue.hint)
             return

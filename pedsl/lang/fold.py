@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from pedsl import limits
+from pedsl.errors import did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, number, finite, map_values, pairs_of, show
@@ -133,12 +134,25 @@ def _arith(op: str, a: Any, b: Any, node) -> Any:
     return _op(op, a, b, node)
 
 
+class SignatureIssue(EvalIssue):
+    """A call whose arguments its builtin's signature does not take: the type checker reports it (E203),
+    so the value checks that fold before it skip the call."""
+
+
 def bind_args(node: ast.Call, names: tuple[tuple[str, object], ...]) -> dict[str, ast.Expr | object]:
-    """Positional and keyword arguments of a call -> {param: expr or default}."""
+    """Positional and keyword arguments of a call -> {param: expr or default}; an argument the signature
+    does not have is a :class:`SignatureIssue`."""
     out: dict[str, Any] = {}
+    if len(node.args) > len(names):
+        raise SignatureIssue(f"{node.func}() takes at most {len(names)} arguments, got {len(node.args)}", node)
     for (pname, _), arg in zip(names, node.args):
         out[pname] = arg
     for kw in node.kwargs:
+        if kw.name in out:
+            raise SignatureIssue(f"{node.func}() got '{kw.name}' twice", kw)
+        if kw.name not in (p for p, _ in names):
+            raise SignatureIssue(f"{node.func}() has no parameter '{kw.name}'", kw,
+                                 hint=did_you_mean(kw.name, [p for p, _ in names]))
         out[kw.name] = kw.value
     for pname, default in names:
         out.setdefault(pname, default)
