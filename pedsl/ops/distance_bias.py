@@ -202,16 +202,16 @@ def skewed_buffer(lead: tuple, n: int, m: int, dtype, device) -> tuple[Tensor, T
     a tile of queries by reversed keys written through the view has one distance per column of
     :func:`column_sums` (row r, column j at column r + j)."""
     width = m + n - 1
-    flat = torch.empty(*lead, n * (width + 1), dtype=dtype, device=device)
+    flat = torch.empty(*lead, n * width, dtype=dtype, device=device)  # the last row ends at n * width exactly
     st = flat.stride()[:-1]
-    flat.as_strided((*lead, n, n), (*st, width + 1, 1), m).zero_()
+    if n > 1:
+        flat.as_strided((*lead, n - 1, n), (*st, width + 1, 1), m).zero_()
     return flat, flat.as_strided((*lead, n, m), (*st, width + 1, 1))
 
 
 def column_sums(flat: Tensor, n: int, m: int) -> Tensor:
     """(*lead, n + m - 1): the sums along each distance of what was written through :func:`skewed_buffer`."""
-    width = m + n - 1
-    return flat[..., : n * width].view(*flat.shape[:-1], n, width).sum(-2)
+    return flat.view(*flat.shape[:-1], n, m + n - 1).sum(-2)
 
 
 def add_at_distances(dst: Tensor, sums: Tensor, base: int) -> None:

@@ -43,7 +43,7 @@ from torch.autograd.function import once_differentiable
 
 from pedsl.errors import ShapeError
 from pedsl.ops.bias import _FLASH, _blocks
-from pedsl.ops.distance_bias import TileGrads, check_causal_inputs, distance_bias_supported
+from pedsl.ops.distance_bias import TileGrads, check_causal_inputs, distance_bias_supported, skewed_buffer
 
 BLOCK = 256  # queries per block
 SCORE_TILE = 1024  # keys per tile of the scores (forward and backward; at least ``block``): B H 256 1024 stay in cache
@@ -245,16 +245,12 @@ def _buffer(bufs: dict, shape: tuple, like: Tensor) -> Tensor:
 
 
 def _ds_buffer(bufs: dict, shape: tuple, like: Tensor) -> tuple[Tensor, Tensor]:
-    """A skewed buffer ``(B, H, n (m + n - 1))`` whose entries outside the tile are zero (zeroed once: dS is only
-    ever written through the view), and its ``(B, H, n, m)`` view."""
-    B, H, n, m = shape
-    width = m + n - 1
-    st = (H * n * width, n * width, width + 1, 1)
+    """:func:`~pedsl.ops.distance_bias.skewed_buffer` for a tile of ``shape = (B, H, n, m)``, one per shape and
+    call (zeroed once: dS is only ever written through the view): its ``(B, H, n (m + n - 1))`` rows and the
+    ``(B, H, n, m)`` view."""
     if shape not in bufs:
-        flat = like.new_empty(B, H, n * width)
-        if n > 1:
-            flat.as_strided((B, H, n - 1, n), st, m).zero_()
-        bufs[shape] = flat, flat.as_strided(shape, st)
+        B, H, n, m = shape
+        bufs[shape] = skewed_buffer((B, H), n, m, like.dtype, like.device)
     return bufs[shape]
 
 
