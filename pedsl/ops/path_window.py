@@ -31,6 +31,7 @@ from typing import Callable, Optional
 import torch
 from torch.autograd.function import once_differentiable
 
+from pedsl.ops.path_blocks import _t
 from pedsl.ops.path_scan import _LOG2E
 
 __all__ = ["path_window_scan"]
@@ -43,10 +44,6 @@ Hidden = Callable[[int, int], list]  # (n0, n1) -> per offset d: bool (n, B|1, 1
 def _b(x: torch.Tensor) -> torch.Tensor:
     """(..., r, c) -> (batch, r, c): a view for the block-major slices used here."""
     return x.reshape(-1, *x.shape[-2:])
-
-
-def _t(x: torch.Tensor) -> torch.Tensor:
-    return x.transpose(-1, -2)
 
 
 def _first(d: int, n0: int) -> int:
