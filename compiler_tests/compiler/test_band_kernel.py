@@ -134,13 +134,18 @@ def test_a_failed_build_falls_back_to_the_flash_path_quietly(monkeypatch, caplog
     assert BK.band_ops() is None
 
 
-def test_the_build_is_named_by_source_flags_and_cpu(monkeypatch):
-    """A changed source (or flags, or CPU) builds into a folder of its own instead of rebuilding another
-    checkout's."""
+def test_the_build_is_named_by_source_flags_and_cpu(monkeypatch, tmp_path):
+    """A changed source (its text or path: another checkout), flags or CPU builds into a folder of its own
+    instead of rebuilding another one's."""
     name = BK.extension_name()
     assert name.startswith("pedsl_band_") and name == BK.extension_name()
     monkeypatch.setattr(BK, "CFLAGS", BK.CFLAGS + ("-g",))
     assert BK.extension_name() != name
     monkeypatch.undo()
     monkeypatch.setattr(BK, "cpu_identity", lambda: "another cpu")
+    assert BK.extension_name() != name
+    monkeypatch.undo()
+    copy = tmp_path / "band_kernel.cpp"
+    copy.write_text(BK.SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(BK, "SOURCE", copy)
     assert BK.extension_name() != name

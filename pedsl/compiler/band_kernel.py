@@ -55,9 +55,11 @@ def band_ops():
 
 
 def extension_name() -> str:
-    """The build's folder name: one per source text, flags and CPU (``-march=native`` code is the CPU's
-    own, so a home folder shared by different machines keeps one build per kind of CPU)."""
-    key = "\n".join([SOURCE.read_text(encoding="utf-8"), " ".join(CFLAGS), torch.__version__, cpu_identity()])
+    """The build's folder name: one per source file (its path and text), flags, torch and CPU. Two
+    checkouts never rebuild each other's (ninja rebuilds when a source path changes), and ``-march=native``
+    code is the CPU's own, so a home folder shared by different machines keeps one build per kind of CPU."""
+    key = "\n".join([str(SOURCE.resolve()), SOURCE.read_text(encoding="utf-8"), " ".join(CFLAGS), torch.__version__,
+                     cpu_identity()])
     return "pedsl_band_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 

@@ -15,7 +15,8 @@ distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template
 A generated ``_values`` method gives the per-token quantities (phases, step angles,
 w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.general`,
 copied verbatim into the module with the banded window kernels of
-:mod:`pedsl.compiler.window_kernels`, does the rest - positions, documents, masks, GQA and
+:mod:`pedsl.compiler.window_kernels` (their flash path: a generated module stays torch only, without
+the C++ sliding-window kernel :mod:`pedsl.compiler.band_kernel` builds in process), does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
 rotations and PaTH steps by the decode rule rather than the blockwise kernel.
 """
