@@ -44,6 +44,24 @@ def test_the_kernel_equals_a_naive_band_forward_and_backward(L, N, B, Hq, Hk):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
 
 
+@pytest.mark.parametrize("threads", [3, 8])
+@pytest.mark.parametrize("L, N", [(37, 5), (300, 20), (300, 64), (300, 65), (300, 150), (600, 129)])
+def test_threads_split_the_backward_without_racing(L, N, threads):
+    """With fewer key/value heads than threads the backward cuts each head's query blocks into segments
+    (even ones together, then odd ones): the gradients equal the band's, whatever the split."""
+    band_kernel_or_skip()
+    q, k, v = _qkv(1, 2, 1, L, 8, seed=L + N)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = _grads(lambda a, b, c: BK.BandAttention.apply(a, b, c, N), q, k, v)
+    finally:
+        torch.set_num_threads(before)
+    want = _grads(lambda a, b, c: naive_band(a, b, c, window=N), q, k, v)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+
+
 @pytest.mark.parametrize("L, N", [(700, 100), (1000, 300), (333, 65)])
 def test_float32_agrees_with_the_flash_path(L, N):
     """float32 at head dim 64, against the flash-kernel path it replaces (and both near the float64 band)."""

@@ -10,8 +10,8 @@
 //
 // Layout: q (B, Hq, L, D), k and v (B, Hk, L, D), contiguous, Hq a multiple of Hk (query head h reads
 // key/value head h / (Hq / Hk)); float32 or float64; default scale 1 / sqrt(D). The forward runs its
-// (head, block) pairs in parallel, the backward its key/value heads (each one's key and value gradients
-// are sums over its query heads' blocks).
+// (head, block) pairs in parallel, the backward its key/value heads, each cut into segments of query
+// blocks where there are fewer heads than threads (a key's gradient sums over the blocks that see it).
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define CPU_CAPABILITY_AVX512
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -212,18 +212,27 @@ std::tuple<Tensor, Tensor, Tensor> backward_impl(const Tensor& dout, const Tenso
   const T *Q = q.const_data_ptr<T>(), *K = k.const_data_ptr<T>(), *V = v.const_data_ptr<T>();
   const T *O = out.const_data_ptr<T>(), *dO = dout.const_data_ptr<T>(), *LS = lse.const_data_ptr<T>();
   T *dQ = dq.mutable_data_ptr<T>(), *dK = dk.mutable_data_ptr<T>(), *dV = dv.mutable_data_ptr<T>();
-  at::parallel_for(0, B * Hk, 1, [&](int64_t begin, int64_t end) {
-    std::vector<T> P(block * g.widest()), dP(block * g.widest());
-    for (int64_t kv = begin; kv < end; ++kv) {
-      const int64_t kvo = kv * L * D;
-      for (int64_t j = 0; j < group; ++j) {
-        const int64_t h = (kv / Hk) * Hq + (kv % Hk) * group + j, o = h * L * D;
-        for (int64_t r0 = 0; r0 < L; r0 += block)
-          backward_block<T>(g, Q + o, K + kvo, V + kvo, O + o, dO + o, LS + h * L, dQ + o, dK + kvo, dV + kvo, r0,
-                            P.data(), dP.data());
+  // Each key/value head's query blocks in segments, enough of them to fill the threads when B * Hk does
+  // not; a segment spans at least N - 1 queries, so segments two apart add to disjoint keys: the even
+  // segments run in parallel, then the odd ones.
+  const int64_t nb = (L + block - 1) / block, heads = B * Hk, threads = at::get_num_threads();
+  const int64_t want = heads < threads ? (threads + heads - 1) / heads : 1;
+  const int64_t seg = std::max((nb + want - 1) / want, (window - 1 + block - 1) / block), nseg = (nb + seg - 1) / seg;
+  for (int64_t parity = 0; parity < 2; ++parity) {
+    const int64_t count = (nseg - parity + 1) / 2;  // segments of this parity per head
+    at::parallel_for(0, heads * count, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> P(block * g.widest()), dP(block * g.widest());
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t kv = t / count, s = 2 * (t % count) + parity, kvo = kv * L * D;
+        for (int64_t j = 0; j < group; ++j) {
+          const int64_t h = (kv / Hk) * Hq + (kv % Hk) * group + j, o = h * L * D;
+          for (int64_t b = s * seg; b < std::min(nb, (s + 1) * seg); ++b)
+            backward_block<T>(g, Q + o, K + kvo, V + kvo, O + o, dO + o, LS + h * L, dQ + o, dK + kvo, dV + kvo,
+                              b * block, P.data(), dP.data());
+        }
       }
-    }
-  });
+    });
+  }
   return {dq, dk, dv};
 }
 
