@@ -17,7 +17,9 @@ w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.
 copied verbatim into the module with the banded window kernels of
 :mod:`pedsl.compiler.window_kernels`, does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
-rotations and PaTH steps by the decode rule rather than the blockwise kernel.
+rotations. A PaTH scheme's module also carries PaTH's blockwise kernels (:mod:`pedsl.ops.path_kernels`
+and the modules it calls), copied the same way, so its fresh sequences run in the package's time and
+memory rather than by the token-by-token decode rule.
 """
 
 from __future__ import annotations
@@ -256,17 +258,41 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap",
+    "Callable", "Optional", "once_differentiable", "PathKernels",
 )
 
 
-EMBEDDED = ("general", "window_kernels", "kernels_template")  # the package modules every generated module carries
+#: The package modules (dotted, under ``pedsl``) every generated module carries, and those a PaTH scheme's
+#: module carries too (its blockwise kernels, in the order they use one another).
+EMBEDDED = ("compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
 
 
 def embedded_section(module: str) -> str:
-    """The text of a package module that every generated module carries verbatim: everything after its
-    ``# ----`` banner (``general``: the general forward; ``kernels_template``: the expression kernels)."""
-    text = (Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+    """The text of a package module (``compiler.general``: dotted, under ``pedsl``) that a generated module
+    carries verbatim: everything after its ``# ----`` banner (the general forward, the banded kernels, the
+    expression kernels, PaTH's kernels)."""
+    path = Path(__file__).parent.parent.joinpath(*module.split(".")).with_suffix(".py")
+    text = path.read_text(encoding="utf-8")
     return text[text.index("\n# ----") + 1 :].rstrip() + "\n"
+
+
+def embedded_modules(plan: P.Plan) -> tuple[str, ...]:
+    """What a generated module of ``plan`` carries: the general forward's sections, and PaTH's kernels
+    where a transport is PaTH's (so a fresh sequence runs the blockwise kernels, not the decode rule)."""
+    path = any(t.kind == P.HOUSEHOLDER for t in plan.transports)
+    return EMBEDDED + (PATH_EMBEDDED if path else ())
+
+
+_PATH_KERNELS = [
+    "class PathKernels(TorchKernels):",
+    '    """TorchKernels with PaTH\'s blockwise kernels (the sections above): a fresh sequence runs the',
+    '    blockwise scan, or the windowed kernel inside a window or chunk, instead of the decode rule."""',
+    "",
+    "    path_attention = staticmethod(path_forward)",
+    "    path_local_attention = staticmethod(path_local_forward)",
+    "    path_transported_keys = staticmethod(path_transported_keys)",
+]
 
 
 def module_file_name(scheme: Scheme) -> str:
@@ -370,8 +396,9 @@ def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
 
 
 def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables: list[str],
-                 axial: list[str]) -> list[str]:
-    """The module class: the scheme's side of the general forward (its values, tables and constants)."""
+                 axial: list[str], kernels: str) -> list[str]:
+    """The module class: the scheme's side of the general forward (its values, tables and constants);
+    ``kernels``: the class of primitives its forward runs on."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
                   *_sink_init(scheme), *_contextual_init(scheme)]
@@ -400,7 +427,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         ind + literal("q (B, HEADS, Lq, HEAD_DIM), k, v (B, Hkv, L, HEAD_DIM) -> (B, HEADS, Lq, HEAD_DIM)."),
         *[ind + line for line in checks],
         ind + "check_call(self, q, k, v, cache)",
-        ind + "return general_forward(self, TorchKernels, q, k, v, x=x, tokens=tokens, positions=positions,",
+        ind + f"return general_forward(self, {kernels}, q, k, v, x=x, tokens=tokens, positions=positions,",
         ind + "                       document_ids=document_ids, cache=cache, attn_mask=attn_mask)",
         "",
         "    def new_cache(self, batch_size):",
@@ -466,8 +493,10 @@ def _contextual_init(scheme: Scheme) -> list[str]:
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
-    general, window, kernels = (embedded_section(m) for m in EMBEDDED)
-    names = Names(module_names(general) | module_names(window) | module_names(kernels) | set(_FIXED_NAMES))
+    carried = embedded_modules(plan)
+    sections = [embedded_section(m) for m in carried]
+    names = Names(set().union(*map(module_names, sections)) | set(_FIXED_NAMES))
+    path = PATH_EMBEDDED[-1] in carried
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
     records, body = _transport_code(gen, plan, scheme)
@@ -479,12 +508,13 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "from __future__ import annotations",
         "",
         "import math",
-        "from typing import NamedTuple",
+        "from typing import Callable, NamedTuple, Optional" if path else "from typing import NamedTuple",
         "",
         "import torch",
         "import torch.nn.functional as F",
         "import torch.utils.checkpoint",
         "from torch import Tensor, nn",
+        *(["from torch.autograd.function import once_differentiable"] if path else []),
         "",
         f"HEADS = {int(scheme.heads)}",
         f"HEAD_DIM = {int(scheme.head_dim)}",
@@ -495,15 +525,8 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "SCHEME_SOURCE = " + text_block(scheme.source.rstrip("\n") + "\n"),
         "",
         "",
-        general.rstrip(),
-        "",
-        "",
-        window.rstrip(),
-        "",
-        "",
-        kernels.rstrip(),
-        "",
-        "",
+        *[line for section in sections for line in (section.rstrip(), "", "")],
+        *([*_PATH_KERNELS, "", ""] if path else []),
         *gen.consts,
         "TRANSFORMS = (" + ("" if not records else "\n    " + "\n    ".join(records) + "\n") + ")",
         "BIASES = (" + ("" if not kinds else "\n    " + "\n    ".join(kinds) + "\n") + ")",
@@ -517,7 +540,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",
         "",
-        *_class_lines(scheme, gen, cname, body, tables, axial),
+        *_class_lines(scheme, gen, cname, body, tables, axial, "PathKernels" if path else "TorchKernels"),
         "",
         "",
         f"Module = {cname}",

@@ -1347,9 +1347,10 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
 
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
-    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernels
-    (PaTH runs by its decode rule), and no Toeplitz distance-bias or MLP-bias kernel (distance tables and
-    biases that read the query position run by blocks of queries)."""
+    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, no blockwise PaTH kernels
+    (PaTH runs by its decode rule; a generated PaTH module subclasses this with its copies of them), and no
+    Toeplitz distance-bias or MLP-bias kernel (distance tables and biases that read the query position run
+    by blocks of queries)."""
 
     path_attention = path_local_attention = path_transported_keys = distance_attention = mlp_attention = None
 
