@@ -18,8 +18,9 @@ copied verbatim into the module with the banded window kernels of
 :mod:`pedsl.compiler.window_kernels`, does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
 rotations. A PaTH scheme's module also carries PaTH's blockwise kernels (:mod:`pedsl.ops.path_kernels`
-and the modules it calls), copied the same way, so its fresh sequences run in the package's time and
-memory rather than by the token-by-token decode rule.
+and the modules it calls), and a scheme with distance tables the Toeplitz kernel
+(:mod:`pedsl.ops.distance_bias`), copied the same way, so its fresh sequences run in the package's time
+and memory rather than by the token-by-token decode rule or blocks of queries.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import ast as pyast
 import json
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from pedsl import __version__
 from pedsl.compiler import plan as P
@@ -258,41 +260,58 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap",
-    "Callable", "Optional", "once_differentiable", "PathKernels",
+    "Callable", "Optional", "once_differentiable", "Kernels",
 )
 
 
-#: The package modules (dotted, under ``pedsl``) every generated module carries, and those a PaTH scheme's
-#: module carries too (its blockwise kernels, in the order they use one another).
-EMBEDDED = ("compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+#: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
+#: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
+EMBEDDED = ("ops.flash", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
+DISTANCE_EMBEDDED = ("ops.distance_bias",)
 
 
 def embedded_section(module: str) -> str:
     """The text of a package module (``compiler.general``: dotted, under ``pedsl``) that a generated module
     carries verbatim: everything after its ``# ----`` banner (the general forward, the banded kernels, the
-    expression kernels, PaTH's kernels)."""
+    expression kernels, the flash kernel's handles, PaTH's and the distance tables' kernels)."""
     path = Path(__file__).parent.parent.joinpath(*module.split(".")).with_suffix(".py")
     text = path.read_text(encoding="utf-8")
     return text[text.index("\n# ----") + 1 :].rstrip() + "\n"
 
 
+class _Carried(NamedTuple):
+    """What a generated module carries beyond :data:`EMBEDDED`."""
+
+    path: bool  # PaTH's blockwise kernels
+    distance: bool  # the Toeplitz kernel of distance tables
+
+    @classmethod
+    def of(cls, plan: P.Plan) -> "_Carried":
+        return cls(any(t.kind == P.HOUSEHOLDER for t in plan.transports),
+                   any(b.kind == P.TABLE_BIAS for b in plan.biases))
+
+    def modules(self) -> tuple[str, ...]:
+        return EMBEDDED + (PATH_EMBEDDED if self.path else ()) + (DISTANCE_EMBEDDED if self.distance else ())
+
+    def kernels_class(self) -> list[str]:
+        """``Kernels``: TorchKernels with the carried kernels, so that a fresh sequence runs them (not the
+        decode rule or blocks of queries); none (``[]``: TorchKernels itself) when nothing is carried."""
+        lines = [f"    {name} = staticmethod({fn})" for name, fn, on in (
+            ("path_attention", "path_forward", self.path), ("path_local_attention", "path_local_forward", self.path),
+            ("path_transported_keys", "path_transported_keys", self.path),
+            ("distance_attention", "distance_forward", self.distance),
+            ("distance_supported", "distance_bias_supported", self.distance)) if on]
+        if not lines:
+            return []
+        return ["class Kernels(TorchKernels):",
+                '    """TorchKernels with the kernels of the sections above, as the package runs them."""', "",
+                *lines, "", ""]
+
+
 def embedded_modules(plan: P.Plan) -> tuple[str, ...]:
-    """What a generated module of ``plan`` carries: the general forward's sections, and PaTH's kernels
-    where a transport is PaTH's (so a fresh sequence runs the blockwise kernels, not the decode rule)."""
-    path = any(t.kind == P.HOUSEHOLDER for t in plan.transports)
-    return EMBEDDED + (PATH_EMBEDDED if path else ())
-
-
-_PATH_KERNELS = [
-    "class PathKernels(TorchKernels):",
-    '    """TorchKernels with PaTH\'s blockwise kernels (the sections above): a fresh sequence runs the',
-    '    blockwise scan, or the windowed kernel inside a window or chunk, instead of the decode rule."""',
-    "",
-    "    path_attention = staticmethod(path_forward)",
-    "    path_local_attention = staticmethod(path_local_forward)",
-    "    path_transported_keys = staticmethod(path_transported_keys)",
-]
+    """The package modules a generated module of ``plan`` carries (:data:`EMBEDDED` and its kernels')."""
+    return _Carried.of(plan).modules()
 
 
 def module_file_name(scheme: Scheme) -> str:
@@ -493,10 +512,10 @@ def _contextual_init(scheme: Scheme) -> list[str]:
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
-    carried = embedded_modules(plan)
-    sections = [embedded_section(m) for m in carried]
+    carried = _Carried.of(plan)
+    sections = [embedded_section(m) for m in carried.modules()]
     names = Names(set().union(*map(module_names, sections)) | set(_FIXED_NAMES))
-    path = PATH_EMBEDDED[-1] in carried
+    kernels_class = carried.kernels_class()
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
     records, body = _transport_code(gen, plan, scheme)
@@ -508,13 +527,13 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "from __future__ import annotations",
         "",
         "import math",
-        "from typing import Callable, NamedTuple, Optional" if path else "from typing import NamedTuple",
+        "from typing import Callable, NamedTuple, Optional" if carried.path else "from typing import NamedTuple",
         "",
         "import torch",
         "import torch.nn.functional as F",
         "import torch.utils.checkpoint",
         "from torch import Tensor, nn",
-        *(["from torch.autograd.function import once_differentiable"] if path else []),
+        *(["from torch.autograd.function import once_differentiable"] if carried.path or carried.distance else []),
         "",
         f"HEADS = {int(scheme.heads)}",
         f"HEAD_DIM = {int(scheme.head_dim)}",
@@ -526,7 +545,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "",
         "",
         *[line for section in sections for line in (section.rstrip(), "", "")],
-        *([*_PATH_KERNELS, "", ""] if path else []),
+        *kernels_class,
         *gen.consts,
         "TRANSFORMS = (" + ("" if not records else "\n    " + "\n    ".join(records) + "\n") + ")",
         "BIASES = (" + ("" if not kinds else "\n    " + "\n    ".join(kinds) + "\n") + ")",
@@ -540,7 +559,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",
         "",
-        *_class_lines(scheme, gen, cname, body, tables, axial, "PathKernels" if path else "TorchKernels"),
+        *_class_lines(scheme, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels"),
         "",
         "",
         f"Module = {cname}",

@@ -65,7 +65,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
-from pedsl.compiler.window_kernels import banded_attention, flash_supports
+from pedsl.compiler.window_kernels import banded_attention
+from pedsl.ops.flash import flash_supports
 
 # ---------------------------------------------------------------------------------------------
 # The general forward (pedsl.compiler.general, copied verbatim). Steps: layout (positions,
