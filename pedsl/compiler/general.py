@@ -68,7 +68,7 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.band_kernel import banded_attention
-from pedsl.compiler.window_kernels import flash_supports
+from pedsl.ops.flash import flash_supports
 
 # ---------------------------------------------------------------------------------------------
 # The general forward (pedsl.compiler.general, copied verbatim). Steps: layout (positions,
@@ -1350,9 +1350,10 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
 
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
-    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernels
-    (PaTH runs by its decode rule), and no Toeplitz distance-bias or MLP-bias kernel (distance tables and
-    biases that read the query position run by blocks of queries)."""
+    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, no blockwise PaTH kernels
+    (PaTH runs by its decode rule; a generated PaTH module subclasses this with its copies of them), and no
+    Toeplitz distance-bias or MLP-bias kernel (distance tables and biases that read the query position run
+    by blocks of queries)."""
 
     path_attention = path_local_attention = path_transported_keys = distance_attention = mlp_attention = None
 

@@ -42,7 +42,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from pedsl.errors import ShapeError
-from pedsl.ops.bias import _FLASH, _blocks
+from pedsl.ops.flash import FLASH, query_blocks
 from pedsl.ops.distance_bias import TileGrads, check_causal_inputs, distance_bias_supported, skewed_buffer
 
 BLOCK = 256  # queries per block
@@ -194,13 +194,13 @@ class _MlpBias(torch.autograd.Function):
         plan = _Plan(u, w, (w1, b1, w2, b2), L, q.dtype)
         kr, vr = k.flip(-2), v.flip(-2)
         outs, lses, bufs = [], [], {}
-        for c0, c1 in _blocks(L, block):
+        for c0, c1 in query_blocks(L, block):
             parts, bs = [], plan.block(c0, c1)
             for a in range(0, c1, score_tile):
                 e = min(c1, a + score_tile)
                 bias = plan.tile(bs, c0, c1, a, e, _buffer(bufs, (H, c1 - c0, e - a), q)).bias
                 keys = slice(L - c1 + a, L - c1 + e)
-                parts.append(_FLASH(q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys], 0.0, False,
+                parts.append(FLASH(q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys], 0.0, False,
                                     attn_mask=bias.unsqueeze(0).expand(B, *bias.shape), scale=scale)[:2])
             o, lse = _merge(parts)
             outs.append(o)
@@ -219,7 +219,7 @@ class _MlpBias(torch.autograd.Function):
         acc = _Moments(plan, L)
         grads = TileGrads(q, kr, vr, dout.contiguous(), out, lse, ctx.scale)
         bufs, dsbufs = {}, {}
-        for c0, c1 in _blocks(L, ctx.block):
+        for c0, c1 in query_blocks(L, ctx.block):
             bs = plan.block(c0, c1)
             for a in range(0, c1, ctx.score_tile):
                 e = min(c1, a + ctx.score_tile)
