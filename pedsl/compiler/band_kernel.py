@@ -1,7 +1,9 @@
 """Sliding-window attention on a C++ CPU kernel (``band_kernel.cpp`` next to this file), built once on
 first use with ``torch.utils.cpp_extension`` into torch's extensions folder (``~/.cache/torch_extensions``
-or ``TORCH_EXTENSIONS_DIR``; about 15-50 s with g++, once per source, compiler flags and CPU), with the
-flash-kernel path of :mod:`pedsl.compiler.window_kernels` wherever it cannot run.
+or ``TORCH_EXTENSIONS_DIR``; 11-15 s with g++ on two cores, once per source, compiler flags and CPU),
+with the flash-kernel path of :mod:`pedsl.compiler.window_kernels` wherever it cannot run (no compiler
+or ninja, or a torch whose libtorch_cpu exports no ``sgemm_``, the BLAS GEMM the kernel calls: the x86
+Linux wheels carry MKL's).
 
 Why a kernel of its own: the flash CPU kernel skips only whole tiles of 512 keys, so the banded calls of
 ``window_kernels`` compute 767 keys per query for the 512 a window of 512 shows. Here each block of 64
@@ -9,8 +11,8 @@ queries is two GEMMs forward and five backward over the one contiguous run of ke
 (``64 + N - 1`` keys: the window plus two masked triangles), with an exact one-pass softmax (the block
 holds whole rows) and the flash identity backward (``dS = P (dP - rowsum(dO O))`` with ``P`` recomputed
 from the log-sum-exp). Grouped key/value heads are read in place (no repeat). What a call holds beyond its
-inputs and gradients: the output and log-sum-exp, and one block's scores per thread,
-``64 x (64 + N - 1)``. At L = 8192, N = 512 (float32, one thread) it costs about 0.6x the flash path.
+inputs and gradients: the output and log-sum-exp, and one block's scores per thread (two in the
+backward), ``64 x (64 + N - 1)`` each. At L = 8192, N = 512 (float32, one thread) it costs about 0.6x the flash path.
 
 The general forward (:mod:`pedsl.compiler.general`) imports :func:`banded_attention` from here; a module
 written by ``pedsl compile`` carries ``window_kernels``' own ``banded_attention`` instead (torch only,
