@@ -25,6 +25,7 @@ import hashlib
 import logging
 import os
 import platform
+import shutil
 import threading
 import warnings
 from pathlib import Path
@@ -83,6 +84,8 @@ def _build():
         # imported here, not at the top: it brings setuptools (about 0.1 s) that only a first windowed call needs
         from torch.utils.cpp_extension import load
 
+        _ninja_on_path()
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # compiler-version notes: a failure is logged below, never printed
             load(name=extension_name(), sources=[str(SOURCE)], extra_cflags=list(CFLAGS), extra_ldflags=["-fopenmp"],
@@ -91,6 +94,17 @@ def _build():
     except Exception as err:  # noqa: BLE001 - any failure to build or load means the flash path, never an error
         log.debug("the C++ sliding-window kernel is not available, using the flash path: %s", err)
         return None
+
+
+def _ninja_on_path() -> None:
+    """torch's builder runs ``ninja`` from PATH: where none is there (a virtual environment's python called
+    without activating it), the ninja package's binary joins the end of this process's PATH."""
+    if shutil.which("ninja") is None:
+        try:
+            import ninja
+        except ImportError:
+            return
+        os.environ["PATH"] = os.pathsep.join(filter(None, [os.environ.get("PATH"), ninja.BIN_DIR]))
 
 
 class BandAttention(torch.autograd.Function):
