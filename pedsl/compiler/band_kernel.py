@@ -85,6 +85,7 @@ def _build():
         from torch.utils.cpp_extension import load
 
         _ninja_on_path()
+        log.info("loading the C++ sliding-window kernel (built once per machine on first use: 10-15 s)")
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # compiler-version notes: a failure is logged below, never printed
