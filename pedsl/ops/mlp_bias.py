@@ -100,12 +100,11 @@ class Pairs(NamedTuple):
     act: Tensor  # (P,) relu(W1 x + b1) of the pair's unit
     bias: Tensor  # (H, P) W2[h, unit] act
 
-    def tile(self, a: int, e: int, n: int, width: int) -> tuple[Tensor, Tensor]:
-        """The pairs of the reversed keys a .. e-1 (``sel``) and their places, per head, in that tile's skewed
-        ``(H, n, width)`` buffer flattened (``(H, P')``)."""
+    def tile(self, a: int, e: int, width: int) -> tuple[Tensor, Tensor]:
+        """The pairs of the reversed keys a .. e-1 (``sel``) and their places in that tile's skewed ``(n, width)``
+        rows flattened."""
         sel = ((self.key >= a) & (self.key < e)).nonzero().squeeze(1)
-        at = self.row.index_select(0, sel) * width + self.col.index_select(0, sel) - a
-        return sel, at + torch.arange(0, self.bias.shape[0] * n * width, n * width)[:, None]
+        return sel, self.row.index_select(0, sel) * width + self.col.index_select(0, sel) - a
 
 
 class BlockSplit(NamedTuple):
@@ -133,6 +132,10 @@ class _Plan:
         self.H = self.w2.shape[0]
         self.u, self.w = u[:L].detach().to(dtype), w.detach().to(dtype)
         self.u64, self.w64 = u[:L].detach().double(), w.detach().double()
+        # FIRE's u = log(c d + 1) and w = 1 / log(c max(i, L_thr) + 1): x's range then moves one way with d and
+        # each unit's states are intervals of distances (:func:`_sorted_states`)
+        self.sorted = bool(L < 2 or (self.u64[1:] >= self.u64[:-1]).all()) and bool(
+            (self.u64[:1] >= 0).all() and (self.w64 > 0).all())
 
     def split(self, c0: int, c1: int) -> Split:
         """The split of the MLP for the queries c0 .. c1-1 at each distance 0 .. c1-1, per sub-block of
@@ -144,22 +147,20 @@ class _Plan:
         n = c1 - c0
         sub = SUB if n % SUB == 0 else n
         wr = self.w64[c0:c1].view(n // sub, sub)
-        ends = self.u64[:c1, None, None] * torch.stack([wr.amin(1), wr.amax(1)])  # (c1, 2, S)
-        xlo, xhi = ends.amin(1).t().contiguous(), ends.amax(1).t().contiguous()  # (S, c1)
+        if self.sorted:  # u >= 0, w > 0: the ends are u min w and u max w, rows non-decreasing in d
+            xlo, xhi = wr.amin(1)[:, None] * self.u64[:c1], wr.amax(1)[:, None] * self.u64[:c1]
+        else:
+            ends = self.u64[:c1, None, None] * torch.stack([wr.amin(1), wr.amax(1)])  # (c1, 2, S)
+            xlo, xhi = ends.amin(1).t().contiguous(), ends.amax(1).t().contiguous()  # (S, c1)
         # the units on or off over the block's whole range of x need no per-distance test (most of them)
         whole = _states(self.k64, xlo.min(), xhi.max())
         kinked = (whole == 1).nonzero().squeeze(1)
         if not kinked.numel():
             return Split(sub, whole, kinked, None, [])
-        states = _states(self.k64[:, kinked], xlo, xhi)  # (K', S, c1)
-        mixed = states == 1
-        hit = mixed.any(2)
-        d = torch.arange(c1)
-        first, last = torch.where(mixed, d, c1).amin(2), torch.where(mixed, d, -1).amax(2)  # last < first: no band
-        band = (d >= first[..., None]) & (d <= last[..., None])
-        j, sb = hit.nonzero().unbind(1)
-        bands = torch.stack([sb, first[j, sb], last[j, sb] + 1, kinked[j]], 1).tolist()
-        return Split(sub, whole, kinked, (states == 2) & ~band, [tuple(b) for b in bands])
+        on, first, end = (_sorted_states if self.sorted else _distance_states)(self.k64[:, kinked], xlo, xhi)
+        j, sb = (first < end).nonzero().unbind(1)
+        bands = torch.stack([sb, first[j, sb], end[j, sb], kinked[j]], 1).tolist()
+        return Split(sub, whole, kinked, on, [tuple(b) for b in bands])
 
     def block(self, c0: int, c1: int, split: Split | None = None) -> BlockSplit:
         """The tables of the queries c0 .. c1-1 from their split (:meth:`split` when not given) and the band
@@ -173,8 +174,8 @@ class _Plan:
         on = None
         if sp.on is not None:
             on, w2k = sp.on.to(self.w1.dtype), self.w2[:, sp.kinked]
-            slope = torch.addmm(slope, w2k * self.w1[sp.kinked], on.view(len(sp.kinked), -1))
-            const = torch.addmm(const, w2k * self.b1[sp.kinked], on.view(len(sp.kinked), -1))
+            slope = torch.addmm(slope, w2k * self.w1[sp.kinked], on.reshape(len(sp.kinked), -1))
+            const = torch.addmm(const, w2k * self.b1[sp.kinked], on.reshape(len(sp.kinked), -1))
         slope, const = slope.reshape(H, S, c1), const.reshape(H, S, c1)
         pad = lambda t, v: torch.cat([t.new_full((H, S, n - 1), v), t], 2)  # noqa: E731
         return BlockSplit(sp.sub, pad(const, float("-inf")), pad(slope * self.u[:c1], 0.0), slope, on_all,
@@ -203,9 +204,36 @@ class _Plan:
         torch.addcmul(bs.const[:, :, None, cols], self.w[c0:c1].view(S, bs.sub, 1), bs.su[:, :, None, cols],
                       out=out.view(H, S, bs.sub, width))
         if bs.pairs is not None:  # (scatter_add_ in one dimension: ~4x faster than index_add_ along the second)
-            sel, at = bs.pairs.tile(a, e, n, width)
+            sel, at = bs.pairs.tile(a, e, width)
+            at = at + torch.arange(0, H * n * width, n * width)[:, None]  # (H, P'): per head
             out.view(-1).scatter_add_(0, at.view(-1), bs.pairs.bias.index_select(1, sel).view(-1))
         return out.as_strided((H, n, m), (n * width, width + 1, 1), out.storage_offset())
+
+
+def _distance_states(k64: Tensor, xlo: Tensor, xhi: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per unit (rows of ``k64 = (W1, b1)``), sub-block and distance, from the ranges ``[xlo, xhi] (S, c1)`` of x:
+    ``on (K', S, c1)``, the unit on over the whole range and outside its band, and the band ``first .. end - 1``
+    (K', S), the hull of the distances where its kink is inside (``first >= end``: none)."""
+    states = _states(k64, xlo, xhi)  # (K', S, c1)
+    mixed = states == 1
+    d = torch.arange(xlo.shape[1])
+    first, end = torch.where(mixed, d, xlo.shape[1]).amin(2), torch.where(mixed, d, -1).amax(2) + 1
+    return (states == 2) & ~((d >= first[..., None]) & (d < end[..., None])), first, end
+
+
+def _sorted_states(k64: Tensor, xlo: Tensor, xhi: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_distance_states` when the rows of xlo and xhi are non-decreasing in d: a unit is on where x is
+    past its kink ``t = -b1 / W1`` (W1 > 0) or before it (W1 < 0), so over the distances it is off, kinked, on
+    (or on, kinked, off): two bisections per unit and sub-block give the band, none is needed per distance."""
+    t = (-k64[1] / k64[0]).expand(xlo.shape[0], -1).contiguous()  # (S, K'); kinked units have W1 != 0
+    up = (k64[0] > 0)[:, None]  # (K', 1)
+    lo_r, hi_r = (torch.searchsorted(x, t, right=True).t().contiguous() for x in (xlo, xhi))
+    lo_l, hi_l = (torch.searchsorted(x, t).t().contiguous() for x in (xlo, xhi))
+    # W1 > 0: on where xlo > t (d >= lo_r), off where xhi <= t (d < hi_r); W1 < 0: on where xhi < t (d < hi_l)
+    first, end = torch.where(up, hi_r, hi_l), torch.where(up, lo_r, lo_l)
+    d = torch.arange(xlo.shape[1])
+    on = torch.where(up[..., None], d >= end[..., None], d < first[..., None])
+    return on, first, end
 
 
 def _states(k64: Tensor, lo, hi) -> Tensor:
@@ -322,8 +350,8 @@ class _Moments:
         # as (.., 1, width) @ (.., width, sub): the (.., sub, width) @ (.., width, 1) form takes ~8x longer on CPU
         self.dw[self.c0:self.c1] += (bs.su[:, :, None, a: a + width] @ per.transpose(-1, -2)).sum(0).view(n)
         if bs.pairs is not None:  # each pair in one tile
-            sel, at = bs.pairs.tile(a, a + width - n + 1, n, width)
-            self.band.index_copy_(1, sel, ds.reshape(-1).gather(0, at.view(-1)).view(H, -1))
+            sel, at = bs.pairs.tile(a, a + width - n + 1, width)
+            self.band.index_copy_(1, sel, ds.view(H, -1).index_select(1, at))
 
     def finish(self) -> None:
         """The block's share of every sum, from its sums along each distance and at the band pairs."""
@@ -334,7 +362,7 @@ class _Moments:
         self.on1.addr_(t1, bs.on_all)
         self.onx.addr_(tx, bs.on_all)
         if bs.on is not None:
-            on = bs.on.view(len(bs.kinked), -1).t()
+            on = bs.on.reshape(len(bs.kinked), -1).t()
             self.on1.index_add_(1, bs.kinked, s1.reshape(H, -1) @ on)
             self.onx.index_add_(1, bs.kinked, swu.reshape(H, -1) @ on)
         self.du[:self.c1] += (bs.slope * self.cols[:, :, 1, n - 1:]).sum((0, 1))
