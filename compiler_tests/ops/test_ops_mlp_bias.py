@@ -184,8 +184,8 @@ def test_the_bisection_split_equals_the_per_distance_split():
         c1 = min(L, c0 + 64)
         wr = plan.w64[c0:c1].view(-1, 32 if (c1 - c0) % 32 == 0 else c1 - c0)
         xlo, xhi = wr.amin(1)[:, None] * plan.u64[:c1], wr.amax(1)[:, None] * plan.u64[:c1]
-        (on, first, end), (on2, first2, end2) = (f(plan.k64, xlo, xhi) for f in (MB._sorted_states,
-                                                                                 MB._distance_states))
+        up, first, end = MB._sorted_states(plan.k64, xlo, xhi)
+        on, (on2, first2, end2) = MB._on_between(up, first, end, c1), MB._distance_states(plan.k64, xlo, xhi)
         band = first < end  # (first >= end: no band)
         assert torch.equal(on, on2) and torch.equal(band, first2 < end2) and band.any() == (c0 > 0)
         assert torch.equal(first[band], first2[band]) and torch.equal(end[band], end2[band])

@@ -6,30 +6,34 @@ FIRE (Li et al. 2023) is ``u(d) = psi(d)``, ``w(i) = 1 / psi(max(i, L_thr))``: t
 distances and ``w`` over the queries (O(L), differentiable: c and the threshold live there) and this kernel
 returns their gradients with those of q, k, v and the MLP.
 
-A one-hidden-layer ReLU MLP of a scalar is piecewise linear. Per block of queries (:meth:`_Plan.block`) and
-per distance d, ``x = u[d] w[i]`` lies between ``u[d] min w`` and ``u[d] max w`` over the block's rows; a unit
-whose kink lies outside is on for every row (folded into per-distance tables ``const_h(d) + slope_h(d) x``)
-or off (nothing), both exact. A unit whose kink falls inside at some distances is evaluated per (query, key)
-pair over its *band* (the hull of those distances; overlapping bands merged) and left out of the tables
-there. For FIRE a kink sits at one distance per query, so a band is as wide as the spread of that distance
-over the block's rows (none below the threshold, where w is constant).
+A one-hidden-layer ReLU MLP of a scalar is piecewise linear. Per sub-block of ``SUB`` rows of a block of queries
+(:meth:`_Plan.split`) and per distance d, ``x = u[d] w[i]`` lies between ``u[d] min w`` and ``u[d] max w`` over
+the sub-block's rows; a unit whose kink lies outside is on for every row (folded into the sub-block's
+per-distance tables ``const_h(d) + slope_h(d) x``) or off (nothing), both exact. A unit whose kink falls inside
+at some distances is evaluated per (query, key) pair over its *band* (the hull of those distances, per
+sub-block) and left out of the tables there. For FIRE a kink sits at one distance per query, so a band is as
+wide as the spread of that distance over the sub-block's rows (none below the threshold, where w is constant),
+and, u being non-decreasing and w positive, each unit's states over the distances are intervals found by
+bisection (:func:`_sorted_states`; any other u and w are tested distance by distance). The split is made once
+in the forward and kept for the backward where it is intervals (O(units x sub-blocks) per block).
 
 Tiles are taken in *skewed* coordinates: with the keys reversed (as in :mod:`pedsl.ops.distance_bias`), a
 tile of ``n`` queries by ``m`` keys is stored as ``(n, m + n - 1)`` whose column ``c`` is one distance for every
-row (row r's keys at columns r .. r + m - 1, zeros between), and the tile is a strided view of it. So:
+row (row r's keys at columns r .. r + m - 1, gaps between), and the tile is a strided view of it. So:
 
-- the bias of a tile is ``const[c] + w[r] * slope[c] u[c]``, one pass over the buffer (``addcmul``), plus the
-  band units over the columns of their band; the flash kernel reads it as its float mask (the causal
-  ``-inf`` are the columns of negative distance, where ``const`` is ``-inf``);
-- in the backward, dS written through the view (:class:`pedsl.ops.distance_bias.TileGrads`) gives every
-  gradient from two reductions of the buffer, both matrix products: its column sums plain and weighted by
-  ``w`` (b2, W2, W1, b1 through the units on, and ``u``), and its rows against ``slope u`` (``w``); the
-  band units add their per-pair terms over their columns.
+- the bias of a tile is ``const[s, c] + w[r] * slope[s, c] u[c]``, one pass over the buffer (``addcmul``), plus
+  the band pairs scattered in; the flash kernel reads it as its float mask (the causal ``-inf`` are the
+  columns of negative distance, where ``const`` is ``-inf``);
+- in the backward the buffer holding the bias becomes the probabilities and then dS in place
+  (:meth:`pedsl.ops.distance_bias.TileGrads.skewed_tile`: no copy, no second buffer), and every gradient comes
+  from two reductions of it, both matrix products: its column sums per sub-block plain and weighted by ``w``
+  (b2, W2, W1, b1 through the units on, and ``u``), and its rows against ``slope u`` (``w``); the band pairs
+  add their per-pair terms.
 
 Forward: per block of ``block`` queries and tile of ``score_tile`` keys, one call of the CPU flash kernel;
 the tiles of a block are merged by their log-sum-exp (the mask of a tile stays in the cache, that of a block
 at L = 8,192 would not). Backward: per tile the bias and the probabilities recomputed from the saved
-log-sum-exp. Memory: O(B H block score_tile), nothing of size (H, L, L), no activations kept.
+log-sum-exp. Memory: O(B H block score_tile) per tile, nothing of size (H, L, L), no activations kept.
 """
 
 from __future__ import annotations
@@ -86,6 +90,11 @@ class Split(NamedTuple):
     kinked: Tensor  # (K',) the units with whole == 1
     on: Tensor | None  # (K', S, c1) bool: those units on over every row of the sub-block, outside their band
     bands: list  # (sub-block, first, last + 1 distance, unit): the pairs evaluated one by one
+    limits: tuple | None = None  # (up (K', 1), first, end (K', S)) in place of ``on`` where it is intervals
+
+    def kept(self) -> "Split | None":
+        """What the backward keeps: this split where it is intervals (O(K' S)), else nothing (it is made again)."""
+        return self if self.on is None else None
 
 
 class Pairs(NamedTuple):
@@ -157,10 +166,13 @@ class _Plan:
         kinked = (whole == 1).nonzero().squeeze(1)
         if not kinked.numel():
             return Split(sub, whole, kinked, None, [])
-        on, first, end = (_sorted_states if self.sorted else _distance_states)(self.k64[:, kinked], xlo, xhi)
+        if self.sorted:
+            on, (up, first, end) = None, _sorted_states(self.k64[:, kinked], xlo, xhi)
+        else:
+            on, first, end = _distance_states(self.k64[:, kinked], xlo, xhi)
         j, sb = (first < end).nonzero().unbind(1)
-        bands = torch.stack([sb, first[j, sb], end[j, sb], kinked[j]], 1).tolist()
-        return Split(sub, whole, kinked, on, [tuple(b) for b in bands])
+        bands = [tuple(b) for b in torch.stack([sb, first[j, sb], end[j, sb], kinked[j]], 1).tolist()]
+        return Split(sub, whole, kinked, on, bands, None if on is not None else (up, first, end))
 
     def block(self, c0: int, c1: int, split: Split | None = None) -> BlockSplit:
         """The tables of the queries c0 .. c1-1 from their split (:meth:`split` when not given) and the band
@@ -171,9 +183,9 @@ class _Plan:
         on_all = (sp.whole == 2).to(self.w1.dtype)
         slope = (self.w2 @ (self.w1 * on_all))[:, None].expand(H, S * c1)
         const = (self.b2 + self.w2 @ (self.b1 * on_all))[:, None].expand(H, S * c1)
-        on = None
-        if sp.on is not None:
-            on, w2k = sp.on.to(self.w1.dtype), self.w2[:, sp.kinked]
+        on = sp.on if sp.limits is None else _on_between(*sp.limits, c1)
+        if on is not None:
+            on, w2k = on.to(self.w1.dtype), self.w2[:, sp.kinked]
             slope = torch.addmm(slope, w2k * self.w1[sp.kinked], on.reshape(len(sp.kinked), -1))
             const = torch.addmm(const, w2k * self.b1[sp.kinked], on.reshape(len(sp.kinked), -1))
         slope, const = slope.reshape(H, S, c1), const.reshape(H, S, c1)
@@ -224,16 +236,20 @@ def _distance_states(k64: Tensor, xlo: Tensor, xhi: Tensor) -> tuple[Tensor, Ten
 def _sorted_states(k64: Tensor, xlo: Tensor, xhi: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """:func:`_distance_states` when the rows of xlo and xhi are non-decreasing in d: a unit is on where x is
     past its kink ``t = -b1 / W1`` (W1 > 0) or before it (W1 < 0), so over the distances it is off, kinked, on
-    (or on, kinked, off): two bisections per unit and sub-block give the band, none is needed per distance."""
+    (or on, kinked, off): two bisections per unit and sub-block give the band, none is needed per distance.
+    Returns ``up (K', 1)`` (W1 > 0) and the bands ``first, end (K', S)``; ``on`` is :func:`_on_between`."""
     t = (-k64[1] / k64[0]).expand(xlo.shape[0], -1).contiguous()  # (S, K'); kinked units have W1 != 0
     up = (k64[0] > 0)[:, None]  # (K', 1)
     lo_r, hi_r = (torch.searchsorted(x, t, right=True).t().contiguous() for x in (xlo, xhi))
     lo_l, hi_l = (torch.searchsorted(x, t).t().contiguous() for x in (xlo, xhi))
     # W1 > 0: on where xlo > t (d >= lo_r), off where xhi <= t (d < hi_r); W1 < 0: on where xhi < t (d < hi_l)
-    first, end = torch.where(up, hi_r, hi_l), torch.where(up, lo_r, lo_l)
-    d = torch.arange(xlo.shape[1])
-    on = torch.where(up[..., None], d >= end[..., None], d < first[..., None])
-    return on, first, end
+    return up, torch.where(up, hi_r, hi_l), torch.where(up, lo_r, lo_l)
+
+
+def _on_between(up: Tensor, first: Tensor, end: Tensor, c1: int) -> Tensor:
+    """``on (K', S, c1)`` of :func:`_sorted_states`' units: past the band where W1 > 0, before it where W1 < 0."""
+    d = torch.arange(c1)
+    return torch.where(up[..., None], d >= end[..., None], d < first[..., None])
 
 
 def _states(k64: Tensor, lo, hi) -> Tensor:
@@ -252,8 +268,9 @@ class _MlpBias(torch.autograd.Function):
         kr, vr = k.flip(-2), v.flip(-2)
         outs, lses, bufs, splits = [], [], {}, []
         for c0, c1 in _blocks(L, block):
-            splits.append(plan.split(c0, c1))
-            parts, bs = [], plan.block(c0, c1, splits[-1])
+            split = plan.split(c0, c1)
+            splits.append(split.kept())
+            parts, bs = [], plan.block(c0, c1, split)
             for a in range(0, c1, score_tile):
                 e, n = min(c1, a + score_tile), c1 - c0
                 bias = plan.fill(bs, c0, c1, a, e, _buffer(bufs, (H, n, e - a), q).view(H, n, e - a + n - 1))
