@@ -10,9 +10,12 @@ backward in float32 on CPU at B=1, H=8, D=64:
   sequence (what a window saves);
 * ``windowed floor``: no positional encoding, SDPA per block of 128 queries over the keys the block
   can see with the band as its mask (the least a windowed kernel can do with SDPA);
-* ``banded kernel (no PE)``: ``pedsl.compiler.window_kernels.sliding_window_attention``, the kernel a
-  rotation-only window runs (unmasked middle runs, causal diagonal tiles, one masked edge tile per
-  block, merged by log-sum-exp), without the rotation: what the rotation itself costs on top;
+* ``banded kernel (no PE)``: ``pedsl.compiler.band_kernel.sliding_window_attention``, the kernel a
+  rotation-only window runs in process (the C++ kernel: per block of 64 queries, GEMMs over the one run
+  of keys the block can see), without the rotation: what the rotation itself costs on top;
+* ``banded flash path (no PE)``: ``pedsl.compiler.window_kernels.sliding_window_attention``, what runs
+  where the C++ kernel cannot be built and in generated modules (flash-kernel calls: unmasked middle
+  runs, causal diagonal tiles, one masked edge tile per block, merged by log-sum-exp);
 * ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window;
 * ``pedsl path (full)``: ``schemes/path.pe`` over the whole sequence (the blockwise PaTH kernel), and
   ``pedsl path + window``: the same scheme with ``window = N`` (the windowed PaTH kernel,
@@ -42,7 +45,7 @@ import torch
 import torch.nn.functional as F
 
 from pedsl.compiler import compile_scheme
-from pedsl.compiler.window_kernels import sliding_window_attention
+from pedsl.compiler import band_kernel, window_kernels
 from pedsl.torchenv import setup_torch
 
 SCHEMES = Path(__file__).resolve().parents[1] / "schemes"
@@ -72,7 +75,8 @@ def variants(window: int) -> dict:
     return {
         "full causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "windowed floor": lambda q, k, v: windowed_floor(q, k, v, window),
-        "banded kernel (no PE)": lambda q, k, v: sliding_window_attention(q, k, v, window),
+        "banded kernel (no PE)": lambda q, k, v: band_kernel.sliding_window_attention(q, k, v, window),
+        "banded flash path (no PE)": lambda q, k, v: window_kernels.sliding_window_attention(q, k, v, window),
         "pedsl rope_local": lambda q, k, v: mod(q, k, v),
         "pedsl path (full)": lambda q, k, v: path(q, k, v, x=model_input(q)),
         "pedsl path + window": lambda q, k, v: local(q, k, v, x=model_input(q)),
@@ -200,6 +204,10 @@ def main(argv=None) -> None:
 
 
 def report_timing(L: int, N: int, repeats: int, threads: int, names: list) -> None:
+    t0 = time.perf_counter()
+    built = band_kernel.band_ops() is not None  # built (or loaded from torch's extensions folder) before timing
+    print(f"sliding windows in process: {'the C++ kernel' if built else 'the flash path (the C++ kernel did not build)'}"
+          f", ready in {time.perf_counter() - t0:.1f} s")
     ms = timing(L, N, repeats, names)
     peaks = {n: peak(n, L, N, threads) for n in ms}
     print(f"Windowed attention, forward + backward (process CPU ms), float32 CPU, B={B} H={H} D={D} L={L} window={N}, "

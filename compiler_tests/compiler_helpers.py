@@ -240,3 +240,63 @@ def largest_allocation(fn) -> int:
     with Storage():
         fn()
     return max(sizes)
+
+
+def naive_band(q, k, v, window=None, chunk=None):
+    """Causal softmax attention over an explicit (L, L) band (``window``: query i sees keys i - window + 1
+    .. i; ``chunk``: keys of its own chunk), float64, grouped key/value heads repeated, default scale."""
+    L, group = q.shape[2], q.shape[1] // k.shape[1]
+    k, v = (t.double().repeat_interleave(group, dim=1) for t in (k, v))
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    ok = j <= i
+    if window is not None:
+        ok = ok & (i - j < window)
+    if chunk is not None:
+        ok = ok & (i // chunk == j // chunk)
+    s = (q.double() @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    return torch.softmax(s.masked_fill(~ok, float("-inf")), -1) @ v
+
+
+def band_kernel_or_skip():
+    """The C++ sliding-window kernel's ops; a failure where a C++ compiler and ninja are present (the kernel
+    should have built), a skip only where they are not (or ``PEDSL_BAND_KERNEL=0``)."""
+    import os
+    import shutil
+
+    import pytest
+    from torch.utils.cpp_extension import is_ninja_available
+
+    from pedsl.compiler import band_kernel
+
+    ops = band_kernel.band_ops()
+    if ops is None:
+        toolchain = shutil.which(os.environ.get("CXX", "c++")) and is_ninja_available()
+        if toolchain and os.environ.get(band_kernel.SWITCH, "1") != "0":
+            pytest.fail("a C++ compiler and ninja are present but the sliding-window kernel did not build "
+                        "(run with --log-level=DEBUG to see why)")
+        pytest.skip("no C++ compiler or ninja: the sliding-window kernel cannot be built here")
+    return ops
+
+
+def spy_band_ops(monkeypatch) -> list[str]:
+    """Record the name of each call of the C++ sliding-window kernel's ops (``forward``, ``backward``)."""
+    from pedsl.compiler import band_kernel
+
+    ops, seen = band_kernel_or_skip(), []
+
+    class Spy:
+        def __getattr__(self, name):
+            def call(*args):
+                seen.append(name)
+                return getattr(ops, name)(*args)
+            return call
+
+    monkeypatch.setattr(band_kernel, "band_ops", Spy)
+    return seen
+
+
+def flash_path_only(monkeypatch) -> None:
+    """Make the general forward's sliding windows take the flash-kernel path (the C++ kernel unavailable)."""
+    from pedsl.compiler import band_kernel
+
+    monkeypatch.setattr(band_kernel, "band_ops", lambda: None)

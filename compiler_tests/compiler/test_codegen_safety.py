@@ -287,6 +287,6 @@ def test_validation_refuses_a_broken_module(bug, monkeypatch):
     else:
         real = codegen.embedded_section
         monkeypatch.setattr(codegen, "embedded_section",
-                            lambda m: "Module = 1\n" if m == "kernels_template" else real(m))
+                            lambda m: "Module = 1\n" if m == "compiler.kernels_template" else real(m))
     with pytest.raises(RuntimeError, match="codegen produced"):
         generate(mod.scheme, mod.plan)

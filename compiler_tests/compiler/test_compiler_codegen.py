@@ -148,3 +148,34 @@ def test_generated_module_applies_the_temperature_in_float32_in_half_precision(d
         err_mod = (mod(*half, attn_mask=mask).double() - exact).abs().max().item()
         err_gen = (gen(*half, attn_mask=mask).double() - exact).abs().max().item()
     assert err_gen <= 1.1 * err_mod, (err_gen, err_mod)
+
+
+@pytest.mark.parametrize("name", ["t5_bias", "kerple_log", "sandwich"])
+def test_generated_distance_table_module_runs_the_toeplitz_kernel_with_the_same_gradients(name, tmp_path,
+                                                                                         monkeypatch):
+    """A scheme with distance tables compiles to a module carrying the Toeplitz kernel: a fresh causal call
+    never takes the blocks of queries, and its output and gradients (q, k, v and every learned table or
+    parameter) are the in-process module's, in float64, over several blocks of the kernel."""
+    mod = compile_scheme(SCHEMES / f"{name}.pe", d_model=D_MODEL, num_heads=4, head_dim=16).double()
+    file = tmp_path / f"{name}.py"
+    file.write_text(generate(mod.scheme, mod.plan, d_model=D_MODEL), encoding="utf-8")
+    module = _import(file, name + "_toeplitz")
+    gen = module.Module()
+    gen.load_state_dict(mod.state_dict())
+    gen.double()
+    monkeypatch.setattr(module, "BLOCK", 16)  # several blocks of queries at L = 70
+
+    def refuse(*a, **kw):
+        raise AssertionError("the generated module attended by blocks of queries, not the Toeplitz kernel")
+
+    monkeypatch.setattr(module, "attend_blocks", refuse)
+    outs = []
+    for m in (gen, mod):
+        q, k, v, x, tok = inputs(mod, B=2, L=70, seed=3)
+        o = m(q, k, v, x=x, tokens=tok)
+        wgt = torch.randn(o.shape, generator=torch.Generator().manual_seed(4), dtype=o.dtype)
+        outs.append((o, torch.autograd.grad((o * wgt).sum(), [q, k, v, *m.parameters()])))
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=1e-9, atol=1e-10)
+    assert len(outs[0][1]) == len(outs[1][1])
+    for a, b in zip(outs[0][1], outs[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)

@@ -1,5 +1,6 @@
 """The general forward is written once: every module `pedsl compile` writes carries the package's
-pedsl/compiler/general.py (and the expression kernels) byte for byte, and its definitions are those."""
+pedsl/compiler/general.py (and the expression kernels, and PaTH's kernels for a PaTH scheme) byte for
+byte, and its definitions are those."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from compiler_helpers import ROOT
 from pedsl.compiler import compile_scheme
-from pedsl.compiler.codegen import EMBEDDED, embedded_section, generate
+from pedsl.compiler.codegen import DISTANCE_EMBEDDED, PATH_EMBEDDED, embedded_modules, embedded_section, generate
 
 SCHEMES = ROOT / "schemes"
 
@@ -20,21 +21,25 @@ def _definitions(text: str) -> dict[str, str]:
             if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
-@pytest.mark.parametrize("name", ["rope", "fox", "path_fox", "acc_learned_qkv"])
+@pytest.mark.parametrize("name", ["rope", "fox", "path_fox", "acc_learned_qkv", "t5_bias"])
 def test_generated_module_carries_the_package_general_forward_verbatim(name):
     m = compile_scheme(SCHEMES / f"{name}.pe", num_heads=2, head_dim=8, d_model=16)
     text = generate(m.scheme, m.plan, d_model=16)
-    for module in EMBEDDED:
+    carried = embedded_modules(m.plan)
+    assert (set(PATH_EMBEDDED) <= set(carried)) == name.startswith("path")  # PaTH's kernels where PaTH runs
+    assert (set(DISTANCE_EMBEDDED) <= set(carried)) == (name == "t5_bias")  # the Toeplitz kernel where tables are
+    for module in carried:
         section = embedded_section(module)
         assert section.rstrip() in text, f"{module}.py is not copied verbatim"
-        package = (ROOT / "pedsl" / "compiler" / f"{module}.py").read_text(encoding="utf-8")
+        package = (ROOT / "pedsl" / f"{module.replace('.', '/')}.py").read_text(encoding="utf-8")
         generated = _definitions(text)
-        for fn, src in _definitions(package).items():
+        # the compiler's modules define nothing above their banner; the kernels' checked public calls sit there
+        for fn, src in _definitions(package if module.startswith("compiler.") else section).items():
             assert generated.get(fn) == src, f"{fn} of {module}.py differs in the generated module"
 
 
 def test_the_section_is_the_whole_forward():
     """What is copied holds the forward's steps and the cache (the banner sits above them)."""
-    names = set(_definitions(embedded_section("general")))
+    names = set(_definitions(embedded_section("compiler.general")))
     assert {"layout", "Window", "transports", "biases", "attend_blocks", "path_attend", "update_cache",
             "AttentionCache", "general_forward", "TorchKernels"} <= names

@@ -99,3 +99,46 @@ def test_windowed_path_fox_allocates_nothing_of_the_square_of_the_length():
     most = largest_allocation(lambda: mod(q, k, v, x=x).sum().backward())
     assert most < 4 * B * H * L * L / 4  # a quarter of one float32 (H, L, L) score tensor
     assert float(k.grad.abs().max()) > 0
+
+
+GENERATED = [("path_fox", ""), ("path", "window = 11"), ("path_fox", "chunk = 8\nsink = token")]
+
+
+@pytest.mark.parametrize("base, extra", GENERATED, ids=[f"{b}-{e}".replace("\n", "+").replace(" ", "") or b
+                                                       for b, e in GENERATED])
+def test_generated_path_module_runs_the_blockwise_kernels_with_the_same_gradients(base, extra, tmp_path,
+                                                                                  monkeypatch):
+    """A module written by `pedsl compile` carries PaTH's kernels: a fresh call never runs the token-by-token
+    decode rule (whose autograd graph holds every moved key, O(L^2 D)), and its output and gradients are the
+    in-process module's. L = 150: three blocks of the full kernel, many of the windowed one; left padding."""
+    import importlib.util
+
+    from pedsl.compiler.codegen import generate
+
+    fast, _ = _pair(base, extra)
+    file = tmp_path / "generated_path.py"
+    file.write_text(generate(fast.scheme, fast.plan, d_model=D_MODEL), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("generated_path", file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    gen = module.Module()
+    gen.load_state_dict(fast.state_dict())
+    gen.double()
+    monkeypatch.setattr(module, "PATH_BLOCK", 8)
+
+    def refuse(*a, **kw):
+        raise AssertionError("the generated module ran PaTH's decode rule on a fresh sequence")
+
+    monkeypatch.setattr(module, "_path_decode_rule", refuse)
+    B, L = 2, 150
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[1, :5] = False
+    outs = []
+    for mod in (gen, fast):
+        q, k, v, x = _qkvx(B, L, seed=4)
+        o = mod(q, k, v, x=x, attn_mask=mask)
+        wgt = torch.randn(o.shape, generator=torch.Generator().manual_seed(6), dtype=o.dtype)
+        outs.append((o, torch.autograd.grad((o * wgt).sum(), [q, k, v, *mod.parameters()])))
+    torch.testing.assert_close(outs[0][0], outs[1][0], rtol=1e-9, atol=1e-10)
+    for a, b in zip(outs[0][1], outs[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)

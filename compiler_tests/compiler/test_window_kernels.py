@@ -1,4 +1,5 @@
-"""The banded O(L N) kernels of sliding windows and chunks (pedsl/compiler/window_kernels.py): forward
+"""The banded O(L N) kernels of sliding windows and chunks (pedsl/compiler/window_kernels.py, the flash
+path; the C++ kernel that takes windows in process has its own tests in test_band_kernel.py): forward
 and gradients against a naive float64 band (N = 1, N >= L, L not a multiple of the block, many blocks),
 through a compiled scheme against the float64 reference interpreter (GQA, bfloat16), the key span of
 every kernel call, the fall-back where the band by positions is not the band by index, and the
@@ -11,25 +12,12 @@ import importlib.util
 import pytest
 import torch
 
-from compiler_helpers import SCHEMES, forbid_single_token_layout
+from compiler_helpers import SCHEMES, flash_path_only, forbid_single_token_layout, naive_band, spy_band_ops
 from pedsl.compiler import compile_scheme
 from pedsl.compiler import window_kernels as W
 from pedsl.compiler.codegen import generate
 
 H, D = 4, 8
-
-
-def _naive(q, k, v, window=None, chunk=None):
-    """Softmax attention over an explicit (L, L) band, float64, one key loop free."""
-    L = q.shape[2]
-    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
-    ok = j <= i
-    if window is not None:
-        ok = ok & (i - j < window)
-    if chunk is not None:
-        ok = ok & (i // chunk == j // chunk)
-    s = (q.double() @ k.double().transpose(-1, -2)) / q.shape[-1] ** 0.5
-    return torch.softmax(s.masked_fill(~ok, float("-inf")), -1) @ v.double()
 
 
 def _grads(fn, q, k, v, w):
@@ -55,7 +43,7 @@ def test_banded_kernels_equal_a_naive_band(kind, L, N, block, monkeypatch):
     w = torch.randn(q.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     fast = W.sliding_window_attention if kind == "window" else W.chunked_attention
     got = _grads(lambda a, b, c: fast(a, b, c, N), q, k, v, w)
-    want = _grads(lambda a, b, c: _naive(a, b, c, **{kind: N}), q, k, v, w)
+    want = _grads(lambda a, b, c: naive_band(a, b, c, **{kind: N}), q, k, v, w)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
 
@@ -83,18 +71,24 @@ def _windowed(extra: str, base: str = "rope"):
 
 @pytest.mark.parametrize("extra", ["window = 1", "window = 2", "window = 7", "window = 300", "chunk = 6"])
 @pytest.mark.parametrize("Hkv", [H, 2])
-def test_a_windowed_rotation_scheme_runs_the_banded_kernel_exactly(extra, Hkv, monkeypatch):
-    """RoPE inside a window (chunk) takes the banded kernels and equals the float64 reference interpreter,
-    forward and gradients, with grouped key/value heads too; L = 37 is not a multiple of the block."""
+@pytest.mark.parametrize("kernel", ["c++", "flash"])
+def test_a_windowed_rotation_scheme_runs_the_banded_kernel_exactly(extra, Hkv, kernel, monkeypatch):
+    """RoPE inside a window (chunk) takes the banded kernels - a window the C++ kernel, or the flash path
+    where it is unavailable - and equals the float64 reference interpreter, forward and gradients, with
+    grouped key/value heads too; L = 37 is not a multiple of either's block."""
     monkeypatch.setattr(W, "BAND_BLOCK", 4)
     fast, ref = _windowed(extra)
     q, k, v = _qkv(L=37, Hkv=Hkv, seed=2)
     w = torch.randn(q.shape, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    if kernel == "flash":
+        flash_path_only(monkeypatch)
+    cpp = spy_band_ops(monkeypatch) if kernel == "c++" else []
     seen = _spy(monkeypatch)
     got = _grads(fast, q, k, v, w)
     n = int(extra.split("=")[1])
-    if extra.startswith("window") and n < 37:
-        assert {"FLASH", "FLASH_BACKWARD"} <= {s[0] for s in seen}
+    windowed = extra.startswith("window") and n < 37
+    assert (cpp == ["forward", "backward"]) == (windowed and kernel == "c++")
+    assert ({"FLASH", "FLASH_BACKWARD"} <= {s[0] for s in seen}) == (windowed and kernel == "flash")
     want = _grads(ref, q, k, v, w)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
@@ -118,7 +112,8 @@ def test_bfloat16_stays_within_its_rounding_of_the_reference(monkeypatch):
 @pytest.mark.parametrize("extra, span", [("window = 16", W.BAND_BLOCK + 16 - 1), ("chunk = 48", 48)])
 def test_each_banded_call_reads_only_the_keys_it_can_see(extra, span, monkeypatch):
     """O(L N): no kernel call of a windowed (chunked) forward or backward sees more than BAND_BLOCK + N - 1
-    (C) keys; a chunked call goes through SDPA with the chunks as heads."""
+    (C) keys on the flash path; a chunked call goes through SDPA with the chunks as heads."""
+    flash_path_only(monkeypatch)
     fast, _ = _windowed(extra)
     q, k, v = (t.requires_grad_(True) for t in _qkv(B=1, L=1000, seed=3))
     seen = _spy(monkeypatch)
@@ -139,6 +134,7 @@ def test_each_banded_call_reads_only_the_keys_it_can_see(extra, span, monkeypatc
 def test_where_positions_are_not_consecutive_the_band_falls_back_to_the_masks(monkeypatch):
     """A window counts positions, not tokens: with positions 0, 2, 4, ... (or packed documents) the banded
     kernel does not apply and the general path still equals the reference."""
+    flash_path_only(monkeypatch)  # the flash calls tell the band from the masks
     fast, ref = _windowed("window = 5")
     q, k, v = _qkv(L=30, seed=7)
     seen = _spy(monkeypatch)

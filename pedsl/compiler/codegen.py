@@ -15,9 +15,13 @@ distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template
 A generated ``_values`` method gives the per-token quantities (phases, step angles,
 w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.general`,
 copied verbatim into the module with the banded window kernels of
-:mod:`pedsl.compiler.window_kernels`, does the rest - positions, documents, masks, GQA and
+:mod:`pedsl.compiler.window_kernels` (their flash path: a generated module stays torch only, without
+the C++ sliding-window kernel :mod:`pedsl.compiler.band_kernel` builds in process), does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
-rotations and PaTH steps by the decode rule rather than the blockwise kernel.
+rotations. A PaTH scheme's module also carries PaTH's blockwise kernels (:mod:`pedsl.ops.path_kernels`
+and the modules it calls), and a scheme with distance tables the Toeplitz kernel
+(:mod:`pedsl.ops.distance_bias`), copied the same way, so its fresh sequences run in the package's time
+and memory rather than by the token-by-token decode rule or blocks of queries.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import ast as pyast
 import json
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 from pedsl import __version__
 from pedsl.compiler import plan as P
@@ -256,17 +261,58 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap",
+    "Callable", "Optional", "once_differentiable", "Kernels",
 )
 
 
-EMBEDDED = ("general", "window_kernels", "kernels_template")  # the package modules every generated module carries
+#: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
+#: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
+EMBEDDED = ("ops.flash", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
+DISTANCE_EMBEDDED = ("ops.distance_bias",)
 
 
 def embedded_section(module: str) -> str:
-    """The text of a package module that every generated module carries verbatim: everything after its
-    ``# ----`` banner (``general``: the general forward; ``kernels_template``: the expression kernels)."""
-    text = (Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+    """The text of a package module (``compiler.general``: dotted, under ``pedsl``) that a generated module
+    carries verbatim: everything after its ``# ----`` banner (the general forward, the banded kernels, the
+    expression kernels, the flash kernel's handles, PaTH's and the distance tables' kernels)."""
+    path = Path(__file__).parent.parent.joinpath(*module.split(".")).with_suffix(".py")
+    text = path.read_text(encoding="utf-8")
     return text[text.index("\n# ----") + 1 :].rstrip() + "\n"
+
+
+class _Carried(NamedTuple):
+    """What a generated module carries beyond :data:`EMBEDDED`."""
+
+    path: bool  # PaTH's blockwise kernels
+    distance: bool  # the Toeplitz kernel of distance tables
+
+    @classmethod
+    def of(cls, plan: P.Plan) -> "_Carried":
+        return cls(any(t.kind == P.HOUSEHOLDER for t in plan.transports),
+                   any(b.kind == P.TABLE_BIAS for b in plan.biases))
+
+    def modules(self) -> tuple[str, ...]:
+        return EMBEDDED + (PATH_EMBEDDED if self.path else ()) + (DISTANCE_EMBEDDED if self.distance else ())
+
+    def kernels_class(self) -> list[str]:
+        """``Kernels``: TorchKernels with the carried kernels, so that a fresh sequence runs them (not the
+        decode rule or blocks of queries); none (``[]``: TorchKernels itself) when nothing is carried."""
+        lines = [f"    {name} = staticmethod({fn})" for name, fn, on in (
+            ("path_attention", "path_forward", self.path), ("path_local_attention", "path_local_forward", self.path),
+            ("path_transported_keys", "path_transported_keys", self.path),
+            ("distance_attention", "distance_forward", self.distance),
+            ("distance_supported", "distance_bias_supported", self.distance)) if on]
+        if not lines:
+            return []
+        return ["class Kernels(TorchKernels):",
+                '    """TorchKernels with the kernels of the sections above, as the package runs them."""', "",
+                *lines, "", ""]
+
+
+def embedded_modules(plan: P.Plan) -> tuple[str, ...]:
+    """The package modules a generated module of ``plan`` carries (:data:`EMBEDDED` and its kernels')."""
+    return _Carried.of(plan).modules()
 
 
 def module_file_name(scheme: Scheme) -> str:
@@ -370,8 +416,9 @@ def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
 
 
 def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables: list[str],
-                 axial: list[str]) -> list[str]:
-    """The module class: the scheme's side of the general forward (its values, tables and constants)."""
+                 axial: list[str], kernels: str) -> list[str]:
+    """The module class: the scheme's side of the general forward (its values, tables and constants);
+    ``kernels``: the class of primitives its forward runs on."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
                   *_sink_init(scheme), *_contextual_init(scheme)]
@@ -400,7 +447,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         ind + literal("q (B, HEADS, Lq, HEAD_DIM), k, v (B, Hkv, L, HEAD_DIM) -> (B, HEADS, Lq, HEAD_DIM)."),
         *[ind + line for line in checks],
         ind + "check_call(self, q, k, v, cache)",
-        ind + "return general_forward(self, TorchKernels, q, k, v, x=x, tokens=tokens, positions=positions,",
+        ind + f"return general_forward(self, {kernels}, q, k, v, x=x, tokens=tokens, positions=positions,",
         ind + "                       document_ids=document_ids, cache=cache, attn_mask=attn_mask)",
         "",
         "    def new_cache(self, batch_size):",
@@ -466,8 +513,10 @@ def _contextual_init(scheme: Scheme) -> list[str]:
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
-    general, window, kernels = (embedded_section(m) for m in EMBEDDED)
-    names = Names(module_names(general) | module_names(window) | module_names(kernels) | set(_FIXED_NAMES))
+    carried = _Carried.of(plan)
+    sections = [embedded_section(m) for m in carried.modules()]
+    names = Names(set().union(*map(module_names, sections)) | set(_FIXED_NAMES))
+    kernels_class = carried.kernels_class()
     cname = names.new(class_name(scheme.name), class_name(scheme.name) + "Scheme")
     gen = _Gen(scheme, d_model, vocab_size, names)
     records, body = _transport_code(gen, plan, scheme)
@@ -479,12 +528,13 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "from __future__ import annotations",
         "",
         "import math",
-        "from typing import NamedTuple",
+        "from typing import Callable, NamedTuple, Optional" if carried.path else "from typing import NamedTuple",
         "",
         "import torch",
         "import torch.nn.functional as F",
         "import torch.utils.checkpoint",
         "from torch import Tensor, nn",
+        *(["from torch.autograd.function import once_differentiable"] if carried.path or carried.distance else []),
         "",
         f"HEADS = {int(scheme.heads)}",
         f"HEAD_DIM = {int(scheme.head_dim)}",
@@ -495,15 +545,8 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "SCHEME_SOURCE = " + text_block(scheme.source.rstrip("\n") + "\n"),
         "",
         "",
-        general.rstrip(),
-        "",
-        "",
-        window.rstrip(),
-        "",
-        "",
-        kernels.rstrip(),
-        "",
-        "",
+        *[line for section in sections for line in (section.rstrip(), "", "")],
+        *kernels_class,
         *gen.consts,
         "TRANSFORMS = (" + ("" if not records else "\n    " + "\n    ".join(records) + "\n") + ")",
         "BIASES = (" + ("" if not kinds else "\n    " + "\n    ".join(kinds) + "\n") + ")",
@@ -517,7 +560,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",
         "",
-        *_class_lines(scheme, gen, cname, body, tables, axial),
+        *_class_lines(scheme, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels"),
         "",
         "",
         f"Module = {cname}",

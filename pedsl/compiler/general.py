@@ -2,7 +2,9 @@
 masks, grouped-query attention, queries behind their keys, and the decoding cache.
 
 This file needs nothing but torch and :mod:`pedsl.compiler.window_kernels` (the O(L N) banded
-kernels of sliding windows and chunks, torch only too). ``SchemeAttention`` runs it (through
+kernels of sliding windows and chunks, torch only too); in process ``banded_attention`` comes from
+:mod:`pedsl.compiler.band_kernel` (a sliding window on its C++ kernel where it is built, ``window_kernels``
+otherwise), while a generated module binds ``window_kernels``' own and keeps the flash path. ``SchemeAttention`` runs it (through
 :mod:`pedsl.compiler.stream`) whenever a call is more than one full causal sequence at positions 0..L-1
 with as many key/value heads as query heads (that case keeps the fused kernels of ``module.py``), and
 ``pedsl compile`` copies everything below the ``# ----`` banner of both verbatim into the module it
@@ -65,7 +67,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
-from pedsl.compiler.window_kernels import banded_attention, flash_supports
+from pedsl.compiler.band_kernel import banded_attention
+from pedsl.ops.flash import flash_supports
 
 # ---------------------------------------------------------------------------------------------
 # The general forward (pedsl.compiler.general, copied verbatim). Steps: layout (positions,
@@ -1347,9 +1350,10 @@ def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
 
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
-    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, and no blockwise PaTH kernels
-    (PaTH runs by its decode rule), and no Toeplitz distance-bias or MLP-bias kernel (distance tables and
-    biases that read the query position run by blocks of queries)."""
+    (``t.first``, ``t.second``), a float64 cumulative sum of step angles, no blockwise PaTH kernels
+    (PaTH runs by its decode rule; a generated PaTH module subclasses this with its copies of them), and no
+    Toeplitz distance-bias or MLP-bias kernel (distance tables and biases that read the query position run
+    by blocks of queries)."""
 
     path_attention = path_local_attention = path_transported_keys = distance_attention = mlp_attention = None
 

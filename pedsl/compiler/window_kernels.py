@@ -24,7 +24,9 @@ chunks as heads.
 
 Torch only, and kept as a real module so it is linted and importable: the general forward
 (:mod:`pedsl.compiler.general`) dispatches here, and codegen copies the text after the ``# ----``
-banner verbatim into every generated module, next to the general forward.
+banner verbatim into every generated module, next to the general forward. In process a sliding window
+of float32 or float64 first tries the C++ kernel of :mod:`pedsl.compiler.band_kernel` (about 0.6x this
+path's time at L = 8192, N = 512); this path is its fallback and what generated modules run.
 """
 
 from __future__ import annotations
@@ -36,14 +38,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from pedsl.ops.flash import FLASH, FLASH_BACKWARD
+
 # ---------------------------------------------------------------------------------------------
 # Banded attention (copied verbatim into every generated module, after the general forward):
 # sliding windows and chunks over consecutive positions in O(L N) on the flash CPU kernel.
 # ---------------------------------------------------------------------------------------------
-FLASH = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
 BAND_BLOCK = 256  # queries per block (each block reads at most BAND_BLOCK + N - 1 keys)
-FLASH_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 class WindowGeometry(NamedTuple):
@@ -74,11 +75,6 @@ def window_geometry(L: int, N: int) -> WindowGeometry:
     Lp = -(-L // Bq) * Bq
     head = min(Lp, -(-(N - 1) // Bq) * Bq)
     return WindowGeometry(L, N, Bq, head, Lp)
-
-
-def flash_supports(q: Tensor) -> bool:
-    """The flash CPU kernel's inputs: a CPU tensor of a floating dtype it implements."""
-    return q.device.type == "cpu" and q.dtype in FLASH_DTYPES
 
 
 def key_runs(x: Tensor, start: int, size: int, count: int, step: int) -> Tensor:

@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from pedsl.errors import CompileError
+from pedsl.ops.flash import FLASH, FLASH_BACKWARD, query_blocks
 
 
 def scale_queries(q: Tensor, q_scale: Tensor | None) -> Tensor:
@@ -79,8 +80,6 @@ def _append(x: Tensor, col: Tensor | float) -> Tensor:
 
 SPAN = 32.0  # |g(j) - g(mid)| over a block's own keys: float32 logits keep ~1e-6 (ALiBi, H = 8)
 MIN_BLOCK = 32
-_FLASH = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_FLASH_BWD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
 
 
 def separable_bias_attention(
@@ -106,7 +105,7 @@ def separable_bias_attention(
     while key_term.dim() < 3:  # (L,) or (H, L) -> (1, H|1, L)
         key_term = key_term.unsqueeze(0)
     L = k.shape[-2]
-    if q.device.type != "cpu" or _FLASH is None or _FLASH_BWD is None or q.shape != k.shape:
+    if q.device.type != "cpu" or FLASH is None or FLASH_BACKWARD is None or q.shape != k.shape:
         return _chunked(q, k, v, key_term, scale, query_block(key_term, L) if chunk_size is None else chunk_size)
     outs = []  # heads of one block size in one call: ALiBi's gentle heads need no blocks
     for h0, h1, block in _head_groups(key_term, L) if chunk_size is None else [(0, q.shape[1], int(chunk_size))]:
@@ -155,10 +154,6 @@ def _head_groups(g: Tensor, L: int) -> list[tuple[int, int, int]]:
     return groups
 
 
-def _blocks(L: int, block: int) -> list[tuple[int, int]]:
-    return [(c0, min(L, c0 + block)) for c0 in range(0, L, block)]
-
-
 def _rows(g: Tensor, c0: int, c1: int, dtype: torch.dtype) -> Tensor:
     """The key term of the keys 0..c1-1 for queries c0..c1-1, offset by its value at the block's middle
     query (in g's dtype, then cast): ``(B|1, H|1, c1)``."""
@@ -175,12 +170,12 @@ class _BlockedKeyTerm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g, scale, block):
         outs, lses = [], []
-        for c0, c1 in _blocks(q.shape[-2], block):
+        for c0, c1 in query_blocks(q.shape[-2], block):
             row, qb = _rows(g, c0, c1, q.dtype), q[:, :, c0:c1]
-            o, lse = _FLASH(qb, k[:, :, c0:c1], v[:, :, c0:c1], 0.0, True, attn_mask=_row_mask(row[..., c0:], c1 - c0),
+            o, lse = FLASH(qb, k[:, :, c0:c1], v[:, :, c0:c1], 0.0, True, attn_mask=_row_mask(row[..., c0:], c1 - c0),
                             scale=scale)[:2]
             if c0:  # the keys before the block, all visible: merged by log-sum-exp
-                op, lp = _FLASH(qb, k[:, :, :c0], v[:, :, :c0], 0.0, False,
+                op, lp = FLASH(qb, k[:, :, :c0], v[:, :, :c0], 0.0, False,
                                 attn_mask=_row_mask(row[..., :c0], c1 - c0), scale=scale)[:2]
                 both = torch.logaddexp(lse, lp)
                 o = o * torch.exp(lse - both).unsqueeze(-1).to(o.dtype) + op * torch.exp(lp - both).unsqueeze(-1).to(o.dtype)
@@ -199,14 +194,14 @@ class _BlockedKeyTerm(torch.autograd.Function):
         q, k, v, g, out, lse = ctx.saved_tensors
         D, L, need_g = q.shape[-1], q.shape[-2], ctx.needs_input_grad[3]
         shift = torch.cat([g[..., (c0 + c1) // 2].unsqueeze(-1).expand(*g.shape[:-1], c1 - c0)
-                           for c0, c1 in _blocks(L, ctx.block)], -1)
+                           for c0, c1 in query_blocks(L, ctx.block)], -1)
         lse = (lse + shift).to(lse.dtype).expand(*q.shape[:-1]).contiguous()
         dout = dout.contiguous()
         if need_g:  # one more channel (zero in q, k, v and out; D_i = dout_i . out_i in dout) carries sum_i P_ij D_i
             z = torch.zeros_like(q[..., :1])
             dout, out = torch.cat([dout, (dout * out).sum(-1, keepdim=True)], -1), torch.cat([out, z], -1)
             q, k, v = torch.cat([q, z], -1), torch.cat([k, z], -1), torch.cat([v, z], -1)
-        dq, dk, dv = _FLASH_BWD(dout, q, k, v, out.contiguous(), lse, 0.0, True,
+        dq, dk, dv = FLASH_BACKWARD(dout, q, k, v, out.contiguous(), lse, 0.0, True,
                                 attn_mask=_row_mask(g.to(q.dtype), L), scale=ctx.scale)
         dg = None
         if need_g:  # sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i
@@ -224,7 +219,7 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, g: Tensor, scale: float, chunk: in
     """The blocks with the key term in one more channel (any device; differentiable by autograd)."""
     D, L = q.shape[-1], q.shape[-2]
     outs = []
-    for c0, c1 in _blocks(L, chunk):
+    for c0, c1 in query_blocks(L, chunk):
         qp = _append(q[:, :, c0:c1], 1.0)
         kp = _append(k[:, :, :c1], _rows(g, c0, c1, g.dtype).div(scale).to(k.dtype))
         vp = _append(v[:, :, :c1], 0.0)

@@ -22,6 +22,9 @@ Backward (:class:`_DistanceBias`), per block, from the forward's output and log-
 
 Memory: O(B H block (block + KEY_TILE)) beyond the inputs and outputs. Denormals (docs/semantics.md
 §6): peaked rows fill the softmax with denormal floats; the application owns ``torch.set_flush_denormal``.
+
+The public call checks its inputs; everything after the ``# ----`` banner is torch only and codegen
+copies it verbatim into the generated modules of schemes with distance tables.
 """
 
 from __future__ import annotations
@@ -33,16 +36,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from pedsl.errors import ShapeError
-from pedsl.ops.bias import _FLASH, _FLASH_BWD, _blocks
-
-BLOCK = 256  # queries per block of the forward (the flash kernel reads the bias rows in place)
-KEY_TILE = 1024  # keys per tile of the learned table's backward: B * H * 256 * 1024 scores stay in the L3 cache
-
-
-def distance_bias_supported(q: Tensor) -> bool:
-    """Whether :func:`distance_bias_attention` runs for tensors like ``q`` (PyTorch's CPU flash kernel)."""
-    return q.device.type == "cpu" and _FLASH is not None and _FLASH_BWD is not None and q.dtype in (
-        torch.float32, torch.float64)
+from pedsl.ops.flash import FLASH, FLASH_BACKWARD, flash_supports, query_blocks
 
 
 def check_causal_inputs(name: str, q: Tensor, k: Tensor, v: Tensor) -> None:
@@ -61,12 +55,31 @@ def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, s
     (one sequence at positions 0 .. L-1); ``table (H|1, >= L)`` in any float dtype (float64: cast once),
     differentiable. CPU, float32 / float64 (:func:`distance_bias_supported`). ``block``: queries per block
     (default :data:`BLOCK`); ``key_tile``: keys per tile of the learned table's backward (:data:`KEY_TILE`)."""
-    D, L = q.shape[-1], q.shape[-2]
-    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     check_causal_inputs("distance_bias_attention", q, k, v)
+    L = q.shape[-2]
     if table.dim() != 2 or table.shape[-1] < L or table.shape[0] not in (1, q.shape[1]):
         raise ShapeError(f"distance_bias_attention: table must be (1 or {q.shape[1]}, >= {L}), got "
                          f"{tuple(table.shape)}", hint="one value per head (or one for all) and distance 0 .. L-1")
+    return distance_forward(q, k, v, table, scale=scale, block=block, key_tile=key_tile)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Toeplitz kernel (copied verbatim into generated modules of schemes with distance tables).
+# ---------------------------------------------------------------------------------------------
+BLOCK = 256  # queries per block of the forward (the flash kernel reads the bias rows in place)
+KEY_TILE = 1024  # keys per tile of the learned table's backward: B * H * 256 * 1024 scores stay in the L3 cache
+
+
+def distance_bias_supported(q: Tensor) -> bool:
+    """Whether :func:`distance_bias_attention` runs for tensors like ``q`` (PyTorch's CPU flash kernel)."""
+    return flash_supports(q) and q.dtype in (torch.float32, torch.float64)
+
+
+def distance_forward(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, scale: float | None = None,
+                     block: int | None = None, key_tile: int | None = None) -> Tensor:
+    """:func:`distance_bias_attention` on inputs of the right shapes (unchecked)."""
+    D, L = q.shape[-1], q.shape[-2]
+    scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
     if L == 0:
         return torch.zeros_like(q)
     block = min(BLOCK if block is None else int(block), L)
@@ -98,8 +111,8 @@ class _DistanceBias(torch.autograd.Function):
         tp = _padded_table(table.detach(), L, block, q.dtype)
         kr, vr = k.flip(-2), v.flip(-2)  # keys in reverse order: the first c1 keys are kr[..., L - c1:, :]
         outs, lses = [], []
-        for c0, c1 in _blocks(L, block):
-            o, lse = _FLASH(q[:, :, c0:c1], kr[:, :, L - c1:], vr[:, :, L - c1:], 0.0, False,
+        for c0, c1 in query_blocks(L, block):
+            o, lse = FLASH(q[:, :, c0:c1], kr[:, :, L - c1:], vr[:, :, L - c1:], 0.0, False,
                             attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)[:2]
             outs.append(o)
             lses.append(lse)
@@ -122,9 +135,9 @@ class _DistanceBias(torch.autograd.Function):
             dt[..., :L] = dtab.to(table.dtype)
             return dq, dk.flip(-2), dv.flip(-2), dt, None, None, None
         dq, dk, dv = torch.empty_like(q), torch.zeros_like(kr), torch.zeros_like(vr)  # dk, dv: reversed keys
-        for c0, c1 in _blocks(L, block):
+        for c0, c1 in query_blocks(L, block):
             keys = slice(L - c1, L)
-            gq, gk, gv = _FLASH_BWD(dout[:, :, c0:c1], q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys],
+            gq, gk, gv = FLASH_BACKWARD(dout[:, :, c0:c1], q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys],
                                     out[:, :, c0:c1], lse[:, :, c0:c1], 0.0, False,
                                     attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)
             dq[:, :, c0:c1] = gq
@@ -140,7 +153,7 @@ def _explicit_backward(q, kr, vr, dout, out, lse, tp, scale, block, key_tile):
     B, H, L, D = q.shape
     grads = TileGrads(q, kr, vr, dout, out, lse, scale)
     dtab = torch.zeros(tp.shape[0], L, dtype=q.dtype, device=q.device)
-    for c0, c1 in _blocks(L, block):
+    for c0, c1 in query_blocks(L, block):
         rows = _bias_rows(tp, block, c0, c1)
         for a in range(0, c1, key_tile):
             e = min(c1, a + key_tile)

@@ -46,8 +46,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from pedsl.errors import ShapeError
-from pedsl.ops.bias import _FLASH, _blocks
 from pedsl.ops.distance_bias import TileGrads, check_causal_inputs, distance_bias_supported
+from pedsl.ops.flash import FLASH, query_blocks
 
 BLOCK = 256  # queries per block
 SUB = 32  # rows per sub-block: the MLP is split per sub-block (its bands are as wide as w's spread over its rows)
@@ -267,7 +267,7 @@ class _MlpBias(torch.autograd.Function):
         plan = _Plan(u, w, (w1, b1, w2, b2), L, q.dtype)
         kr, vr = k.flip(-2), v.flip(-2)
         outs, lses, bufs, splits = [], [], {}, []
-        for c0, c1 in _blocks(L, block):
+        for c0, c1 in query_blocks(L, block):
             split = plan.split(c0, c1)
             splits.append(split.kept())
             parts, bs = [], plan.block(c0, c1, split)
@@ -275,7 +275,7 @@ class _MlpBias(torch.autograd.Function):
                 e, n = min(c1, a + score_tile), c1 - c0
                 bias = plan.fill(bs, c0, c1, a, e, _buffer(bufs, (H, n, e - a), q).view(H, n, e - a + n - 1))
                 keys = slice(L - c1 + a, L - c1 + e)
-                parts.append(_FLASH(q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys], 0.0, False,
+                parts.append(FLASH(q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys], 0.0, False,
                                     attn_mask=bias.unsqueeze(0).expand(B, *bias.shape), scale=scale)[:2])
             o, lse = _merge(parts)
             outs.append(o)
@@ -294,7 +294,7 @@ class _MlpBias(torch.autograd.Function):
         acc = _Moments(plan, L)
         grads = TileGrads(q, kr, vr, dout.contiguous(), out, lse, ctx.scale)
         bufs = {}
-        for (c0, c1), split in zip(_blocks(L, ctx.block), ctx.splits):
+        for (c0, c1), split in zip(query_blocks(L, ctx.block), ctx.splits):
             bs = plan.block(c0, c1, split)
             acc.start(bs, c0, c1)
             for a in range(0, c1, ctx.score_tile):

@@ -66,9 +66,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from pedsl.errors import ShapeError
-from pedsl.ops.path_blocks import path_blocks, ut_A
-from pedsl.ops.path_scan import path_scan
-from pedsl.ops.path_window import path_window_scan
+from pedsl.ops.path_blocks import ut_A
+from pedsl.ops.path_kernels import _scaled_q, path_forward, path_local_forward, path_transported_keys
 
 __all__ = [
     "path_attention",
@@ -76,6 +75,7 @@ __all__ = [
     "path_attention_naive",
     "path_attention_materialized",
     "householder_product",
+    "path_transported_keys",
     "ut_block_product",
 ]
 
@@ -121,28 +121,7 @@ def householder_product(w: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     return P
 
 
-def _scaled_q(q, scale, q_scale):
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    qs = q * scale
-    if q_scale is not None:
-        qs = qs * q_scale.to(q.dtype).unsqueeze(-1)
-    return qs
-
-
-def _blocks(x: torch.Tensor, C: int) -> torch.Tensor:
-    """(B, H, L, E) -> (N, Z, C, E) or (B, H, L) -> (N, Z, C), block-major (one copy); the tail padded
-    with zeros to N C steps."""
-    B, H, L = x.shape[:3]
-    N = -(-L // C)
-    pad = N * C - L
-    flat = x.dim() == 3
-    x = x.unsqueeze(-1) if flat else x
-    x = (F.pad(x, (0, 0, 0, pad)) if pad else x).reshape(B * H, N, C, x.shape[-1]).transpose(0, 1).contiguous()
-    return x.squeeze(-1) if flat else x
-
-
 # --------------------------------------------------------------------------- public API
-_LOG_FORGET_MIN = -1e4  # exp(-1e4) is 0 in every float format: "forget everything before"
 def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None,
                    superblock=4):
     """PaTH attention (causal), blockwise UT/WY algorithm; returns (B, H, L, D) in q's dtype.
@@ -151,28 +130,8 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     level); both change the cost, not the result (up to rounding).
     """
     _check(q, k, v, w, beta, log_forget, q_scale)
-    B, H, L, D = q.shape
-    if L == 0:
-        return torch.zeros_like(v)
-    out_dtype = q.dtype
-    if q.dtype in (torch.float16, torch.bfloat16):  # the scan runs in float32 (softmax statistics)
-        q, k, v, w = (t.float() for t in (q, k, v, w))
-    C = max(1, min(int(block_size), L))
-    N = -(-L // C)  # the padded steps sit after every real token: H = I, bias 0, never attended to
-    qs = _scaled_q(q, scale, q_scale)
-    Q, K, Vb, W = (_blocks(t, C) for t in (qs, k, v, w))
-    bt = _blocks(beta.to(q.dtype), C)  # (N, Z, C)
-    Qt, Kt, Sd, P = path_blocks(Q, K, W, bt)
-    gl = gb = None
-    if log_forget is not None:
-        lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # no -inf - -inf = NaN
-        lf = _blocks(lf, C)  # (N, Z, C)
-        loc = lf.cumsum(-1)  # local cumulative sums, float64
-        gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
-        gl = loc.to(q.dtype)
-        Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
-    O = path_scan(Qt, Kt, Vb, P, Sd, gl, gb, k=max(1, int(superblock)))
-    return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
+    return path_forward(q, k, v, w, beta, log_forget, scale, block_size=block_size, q_scale=q_scale,
+                        superblock=superblock)
 
 
 # --------------------------------------------------------------------------- windows and chunks
@@ -196,43 +155,8 @@ def path_attention_local(q, k, v, w, beta, log_forget=None, scale=None, *, reach
     (:mod:`pedsl.ops.path_window`: groups of query blocks, softmax over each block's (C, (d + 1) C)
     scores, a hand-written backward that recomputes each group's scores)."""
     _check(q, k, v, w, beta, log_forget, None)
-    B, H, L, D = q.shape
-    if L == 0:
-        return torch.zeros_like(v)
-    out_dtype = q.dtype
-    if q.dtype in (torch.float16, torch.bfloat16):  # scores and softmax in float32
-        q, k, v, w = (t.float() for t in (q, k, v, w))
-    C = max(1, min(int(block_size), L))
-    N = -(-L // C)
-    nd = min(N, 1 + -(-max(0, int(reach)) // C))  # key blocks a query block reads, its own included
-    Q, K, Vb, W = (_blocks(t, C) for t in (_scaled_q(q, scale, None), k, v, w))
-    Qt, Kt, Sd, P = path_blocks(Q, K, W, _blocks(beta.to(q.dtype), C))
-    G = None if log_forget is None else _blocks(
-        log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN).cumsum(-1), C)  # (N, Z, C) float64
-    logit = None if sink is None else _blocks(sink[0].to(q.dtype).expand(B, H, L), C)
-    value = None if sink is None or sink[1] is None else sink[1].to(q.dtype).expand(B, H, 1, D).reshape(B * H, D)
-    hidden = _hidden_pairs(L, C, nd, int(reach), allowed, q.device)
-    O = path_window_scan(Qt, Kt, Vb, P, Sd, G, logit, value, hidden, B=B, nd=nd)
-    return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
-
-
-def _hidden_pairs(L: int, C: int, nd: int, reach: int, allowed, device):
-    """The pairs a group of query blocks n0 .. n1 - 1 does not score, per key-block offset d: a bool
-    (n, B|1, 1, C, C) for key block n - d, or None where it scores every pair (window, documents,
-    padding; keys past L and after the query)."""
-    idx = torch.arange(-(-L // C) * C, device=device).view(-1, C)
-
-    def hidden(n0: int, n1: int) -> list:
-        i = idx[n0:n1].unsqueeze(-1)  # (n, C, 1)
-        j = torch.cat([idx[n0:n1] - d * C for d in range(nd)], -1).unsqueeze(1)  # (n, 1, nd C)
-        ok = ((j >= 0) & (j <= i) & (i - j <= reach) & (j < L)).unsqueeze(0)
-        if allowed is not None:
-            ok = ok & allowed(i.clamp(max=L - 1), j.clamp(0, L - 1))
-        n = n1 - n0
-        hid = ~ok.view(ok.shape[0], n, C, nd, C).permute(3, 1, 0, 2, 4).unsqueeze(3)  # (nd, n, B|1, 1, C, C)
-        return [h if bool(h.any()) else None for h in hid.unbind(0)]
-
-    return hidden
+    return path_local_forward(q, k, v, w, beta, log_forget, scale, reach=reach, allowed=allowed, sink=sink,
+                              block_size=block_size)
 
 
 def path_attention_naive(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64,
@@ -291,38 +215,3 @@ def path_attention_materialized(q, k, v, w, beta, log_forget=None, scale=None, *
     return torch.softmax(s, -1) @ v
 
 
-# --------------------------------------------------------------------------- decoding
-def path_transported_keys(k, w, beta, *, block_size: int = 64):
-    """Every key moved to the last position: ``Kt_j = H_(L-1) ... H_(j+1) k_j``, (B, H, L, D).
-
-    What a decoding cache holds after a prefill (the PaTH decode rule then applies each new
-    token's step to all of them: ``Kt <- Kt - beta (Kt w) w^T``, O(L D) per token and head).
-    Blockwise: keys moved to the end of their block with the UT form, then through the explicit
-    products of the later blocks by a reverse scan (``L/C`` D x D products per head).
-    """
-    B, H, L, D = k.shape
-    if L == 0:
-        return k
-    dt = k.dtype
-    if dt in (torch.float16, torch.bfloat16):
-        k, w = k.float(), w.float()
-    C = max(1, min(int(block_size), L))
-    N = -(-L // C)
-    pad = N * C - L
-
-    def blocks(x):
-        return F.pad(x, (0, 0, 0, pad)).reshape(B * H, N, C, x.shape[-1]).transpose(0, 1)
-
-    K, W = blocks(k), blocks(w)
-    bt = blocks(beta.to(k.dtype).unsqueeze(-1)).squeeze(-1)
-    A = ut_A(W, bt)
-    Kt = K - (A @ torch.tril(W @ K.transpose(-1, -2), -1)).transpose(-1, -2) @ W  # to the end of the block
-    eye = torch.eye(D, dtype=K.dtype, device=K.device)
-    PT = (eye - W.transpose(-1, -2) @ A @ W).transpose(-1, -2)  # (H_C ... H_1)^T per block (N, Z, D, D)
-    outs = [None] * N
-    M = None  # (P_(m+1) ... P_(N-1))^T in row form
-    for m in range(N - 1, -1, -1):
-        outs[m] = Kt[m] if M is None else Kt[m] @ M
-        M = PT[m] if M is None else PT[m] @ M
-    out = torch.stack(outs, 0).transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L]
-    return out.to(dt)

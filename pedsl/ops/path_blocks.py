@@ -24,6 +24,9 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["ut_A", "path_blocks"]
 
+# ---------------------------------------------------------------------------------------------
+# PaTH's per-block quantities (copied verbatim into generated modules of PaTH schemes).
+# ---------------------------------------------------------------------------------------------
 _CHUNK = 32  # (block, head) pairs per chunk: 32 x (64 x 64) floats = 512 KiB per operand
 
 
@@ -41,18 +44,14 @@ def _ut_X(W, beta):
     return X, G
 
 
-def _t(x):
-    return x.transpose(-1, -2)
-
-
 def _chunk_terms(q, k, w, bb):
     """X, A, U, QW, KW, Zm and W W^T of a chunk of blocks (the module docstring's lines), made by the
     forward and made again by the backward."""
     x, G = _ut_X(w, bb)
     A = x * bb.unsqueeze(-2)
     u = torch.bmm(A, w)
-    qw = torch.bmm(q, _t(w)).tril_()
-    kw = torch.bmm(w, _t(k)).tril_(-1)
+    qw = torch.bmm(q, w.mT).tril_()
+    kw = torch.bmm(w, k.mT).tril_(-1)
     return x, A, u, qw, kw, torch.bmm(A, kw), G
 
 
@@ -72,9 +71,9 @@ class _PathBlocks(torch.autograd.Function):
             q, k, w = Q[sl], K[sl], W[sl]
             _, _, u, qw, _, zm, _ = _chunk_terms(q, k, w, b[sl])
             Qt[sl].copy_(q).baddbmm_(qw, u, alpha=-1)  # (torch.baddbmm with out= copies twice)
-            Kt[sl].copy_(k).baddbmm_(_t(zm), w, alpha=-1)
-            torch.bmm(q, _t(k), out=Sd[sl]).baddbmm_(qw, zm, alpha=-1)
-            P[sl].copy_(eye).baddbmm_(_t(w), u, alpha=-1)
+            Kt[sl].copy_(k).baddbmm_(zm.mT, w, alpha=-1)
+            torch.bmm(q, k.mT, out=Sd[sl]).baddbmm_(qw, zm, alpha=-1)
+            P[sl].copy_(eye).baddbmm_(w.mT, u, alpha=-1)
         Sd.masked_fill_(above, float("-inf"))
         ctx.save_for_backward(Q, K, W, b)
         return Qt, Kt, Sd, P
@@ -94,24 +93,24 @@ class _PathBlocks(torch.autograd.Function):
             gqt, gkt, gp = dQt[sl], dKt[sl], dP[sl]
             gsd = dSd[sl].tril()  # nothing flows from the masked entries
             gq = dQ[sl].copy_(gqt).baddbmm_(gsd, k)
-            gk = dK[sl].copy_(gkt).baddbmm_(_t(gsd), q)
-            gqw = torch.bmm(gqt, _t(u)).baddbmm_(gsd, _t(zm)).tril_()  # minus dQW
-            gu = torch.bmm(_t(qw), gqt).baddbmm_(w, gp)  # minus dU
-            gw = torch.bmm(zm, gkt, out=dW[sl]).baddbmm_(u, _t(gp))  # minus dW so far
-            gzm = torch.bmm(_t(qw), gsd).baddbmm_(w, _t(gkt))  # minus dZm
+            gk = dK[sl].copy_(gkt).baddbmm_(gsd.mT, q)
+            gqw = torch.bmm(gqt, u.mT).baddbmm_(gsd, zm.mT).tril_()  # minus dQW
+            gu = torch.bmm(qw.mT, gqt).baddbmm_(w, gp)  # minus dU
+            gw = torch.bmm(zm, gkt, out=dW[sl]).baddbmm_(u, gp.mT)  # minus dW so far
+            gzm = torch.bmm(qw.mT, gsd).baddbmm_(w, gkt.mT)  # minus dZm
             gq.baddbmm_(gqw, w, alpha=-1)
-            gw.baddbmm_(_t(gqw), q)  # (minus) + (minus dQW)^T Q
-            gw.baddbmm_(_t(A), gu)
-            gA = torch.bmm(gu, _t(w)).baddbmm_(gzm, _t(kw))  # minus dA
-            gkw = torch.bmm(_t(A), gzm).tril_(-1)  # minus dKW
+            gw.baddbmm_(gqw.mT, q)  # (minus) + (minus dQW)^T Q
+            gw.baddbmm_(A.mT, gu)
+            gA = torch.bmm(gu, w.mT).baddbmm_(gzm, kw.mT)  # minus dA
+            gkw = torch.bmm(A.mT, gzm).tril_(-1)  # minus dKW
             gw.baddbmm_(gkw, k)
-            gk.baddbmm_(_t(gkw), w, alpha=-1)
+            gk.baddbmm_(gkw.mT, w, alpha=-1)
             torch.sum(gA * x, -2, out=db[sl]).neg_()
             gX = gA * bb.unsqueeze(-2)  # minus dX
-            gT = torch.bmm(_t(x), gX).bmm(_t(x)).tril_(-1)  # dT = -X^T dX X^T: this is dLs
+            gT = torch.bmm(x.mT, gX).bmm(x.mT).tril_(-1)  # dT = -X^T dX X^T: this is dLs
             db[sl] += (gT * G).sum(-1)
             gG = gT * bb.unsqueeze(-1)
-            gw.neg_().baddbmm_(gG + _t(gG), w)
+            gw.neg_().baddbmm_(gG + gG.mT, w)
         return dQ, dK, dW, db
 
 

@@ -34,6 +34,9 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["path_scan"]
 
+# ---------------------------------------------------------------------------------------------
+# PaTH's blockwise scan (copied verbatim into generated modules of PaTH schemes).
+# ---------------------------------------------------------------------------------------------
 _LOG2E = 1.4426950408889634  # 1 / ln 2
 
 

@@ -31,11 +31,13 @@ from typing import Callable, Optional
 import torch
 from torch.autograd.function import once_differentiable
 
-from pedsl.ops.path_blocks import _t
 from pedsl.ops.path_scan import _LOG2E
 
 __all__ = ["path_window_scan"]
 
+# ---------------------------------------------------------------------------------------------
+# PaTH inside a window (copied verbatim into generated modules of PaTH schemes).
+# ---------------------------------------------------------------------------------------------
 GROUP_SCORES = 1 << 21  # scores per group of query blocks (8 MiB in float32): the working set of a group
 
 Hidden = Callable[[int, int], list]  # (n0, n1) -> per offset d: bool (n, B|1, 1, C, C) of pairs not scored, or None
@@ -71,10 +73,10 @@ def _scores(Qt, Kt, P, Sd, G2, hidden: Optional[list], n0: int, n1: int, S, Rs, 
         S[d, :lo].fill_(float("-inf"))
         R, out, keys = Rs[(d - 1) % len(Rs)][lo:], S[d, lo:], Kt[n0 + lo - d: n1 - d]
         if G2 is None:
-            torch.bmm(_b(R), _t(_b(keys)), out=_b(out))
+            torch.bmm(_b(R), _b(keys).mT, out=_b(out))
         else:
             torch.sub(G2[n0 + lo: n1].unsqueeze(-1), G2[n0 + lo - d: n1 - d].unsqueeze(-2), out=out)
-            _b(out).baddbmm_(_b(R), _t(_b(keys)))
+            _b(out).baddbmm_(_b(R), _b(keys).mT)
         if d < nd - 1:  # the queries moved through key block n - d
             up = _first(d + 1, n0)
             nxt = Rs[d % len(Rs)][up:]
@@ -180,8 +182,8 @@ class _Grads:
                 continue
             kb = slice(n0 + lo - d, n1 - d)  # key blocks n - d of the valid query blocks
             pd, g = p[d, lo:], go[lo:]
-            _b(self.dV[kb]).baddbmm_(_t(_b(pd)), _b(g))
-            torch.bmm(_b(g), _t(_b(V[kb])), out=_b(dp[lo:]))
+            _b(self.dV[kb]).baddbmm_(_b(pd).mT, _b(g))
+            torch.bmm(_b(g), _b(V[kb]).mT, out=_b(dp[lo:]))
             ds = pd.mul_(dp[lo:].sub_(dl[lo:]))  # the natural scores' gradient
             if self.dG is not None:
                 self.dG[n0 + lo: n1] += ds.sum(-1)
@@ -190,11 +192,11 @@ class _Grads:
                 self.dSd[n0:n1] = ds
                 continue
             R = Rs[d - 1, lo:]
-            _b(self.dKt[kb]).baddbmm_(_t(_b(ds)), _b(R), alpha=1 / _LOG2E)
+            _b(self.dKt[kb]).baddbmm_(_b(ds).mT, _b(R), alpha=1 / _LOG2E)
             c, nxt = carry[lo:], spare[lo:]
             if d < nd - 1:  # R_(d+1) = R_d P_(n-d): the carry goes back through P^T
-                _b(self.dP[kb]).baddbmm_(_t(_b(R)), _b(c), alpha=1 / _LOG2E)
-                torch.bmm(_b(c), _t(_b(P[kb])), out=_b(nxt))
+                _b(self.dP[kb]).baddbmm_(_b(R).mT, _b(c), alpha=1 / _LOG2E)
+                torch.bmm(_b(c), _b(P[kb]).mT, out=_b(nxt))
                 _b(nxt).baddbmm_(_b(ds), _b(Kt[kb]))
             else:
                 torch.bmm(_b(ds), _b(Kt[kb]), out=_b(nxt))

@@ -1,0 +1,286 @@
+// Sliding-window causal attention on the CPU, forward and backward, in O(L N) time and memory.
+//
+// Query i sees keys max(0, i - N + 1) .. i. The queries are cut into blocks of Bq; block r0 .. r0 + m - 1
+// reads the contiguous run of keys c0 = max(0, r0 - N + 1) .. r0 + m - 1 (at most Bq + N - 1 of them), so
+// each block is two GEMMs forward (S = Q K^T, O = P V) and five backward, over exactly the keys its
+// queries can see plus the two triangles at the run's ends (masked per row). The softmax of a block is
+// exact in one pass (the block holds its whole rows: no online rescaling); the backward recomputes
+// P = exp(S - lse) and uses dS = P (dP - rowsum(dO O)). The GEMMs are BLAS's (the sgemm_/dgemm_ that
+// libtorch_cpu exports), the exp is at::vec's.
+//
+// Layout: q (B, Hq, L, D), k and v (B, Hk, L, D), contiguous, Hq a multiple of Hk (query head h reads
+// key/value head h / (Hq / Hk)); float32 or float64; default scale 1 / sqrt(D). The forward runs its
+// (head, block) pairs in parallel, the backward its key/value heads, each cut into segments of query
+// blocks where there are fewer heads than threads (a key's gradient sums over the blocks that see it).
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
+#define CPU_CAPABILITY_AVX512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define CPU_CAPABILITY_AVX2
+#endif
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros_like.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+extern "C" {
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+            const float*, const int*, const float*, float*, const int*);
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*, const int*,
+            const double*, const int*, const double*, double*, const int*);
+}
+
+namespace {
+
+using at::Tensor;
+
+inline void blas(char ta, char tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
+                 float beta, float* c, int ldc) {
+  sgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+}
+inline void blas(char ta, char tb, int m, int n, int k, double alpha, const double* a, int lda, const double* b,
+                 int ldb, double beta, double* c, int ldc) {
+  dgemm_(&ta, &tb, &m, &n, &k, &alpha, a, &lda, b, &ldb, &beta, c, &ldc);
+}
+
+// Row-major C (M x N, ldc) = alpha op(A) op(B) + beta C, as BLAS's column-major C^T = op(B)^T op(A)^T.
+template <typename T>
+inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda, const T* B,
+                 int64_t ldb, T beta, T* C, int64_t ldc) {
+  blas(tb ? 'T' : 'N', ta ? 'T' : 'N', int(N), int(M), int(K), alpha, B, int(ldb), A, int(lda), beta, C, int(ldc));
+}
+
+// x[j] = exp(x[j] - shift) over [0, n); returns their sum.
+inline float exp_sum(float* x, int64_t n, float shift) {
+  using V = at::vec::Vectorized<float>;
+  const V s(shift);
+  V acc(0.f);
+  int64_t j = 0;
+  for (; j + V::size() <= n; j += V::size()) {
+    const V e = (V::loadu(x + j) - s).exp_u20();
+    e.store(x + j);
+    acc = acc + e;
+  }
+  float sum = at::vec::vec_reduce_all<float>([](V& a, V& b) { return a + b; }, acc);
+  for (; j < n; ++j) {
+    x[j] = std::exp(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
+inline double exp_sum(double* x, int64_t n, double shift) {
+  double sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    x[j] = std::exp(x[j] - shift);
+    sum += x[j];
+  }
+  return sum;
+}
+
+template <typename T>
+inline T row_max(const T* x, int64_t n) {
+  using V = at::vec::Vectorized<T>;
+  T mx = -std::numeric_limits<T>::infinity();
+  int64_t j = 0;
+  if (n >= V::size()) {
+    V acc = V::loadu(x);
+    for (j = V::size(); j + V::size() <= n; j += V::size()) acc = at::vec::maximum(acc, V::loadu(x + j));
+    mx = at::vec::vec_reduce_all<T>([](V& a, V& b) { return at::vec::maximum(a, b); }, acc);
+  }
+  for (; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
+}
+
+// One head's band: L queries and keys, window N, blocks of Bq queries, head dim D.
+struct Band {
+  int64_t L, N, Bq, D;
+  int64_t rows(int64_t r0) const { return std::min(Bq, L - r0); }
+  int64_t first_key(int64_t r0) const { return std::max<int64_t>(0, r0 - N + 1); }
+  int64_t widest() const { return std::min(L, Bq + N - 1); }  // keys of the largest block's run
+  // the keys query i sees, as [lo, hi) inside its block's run starting at key c0
+  int64_t lo(int64_t i, int64_t c0) const { return std::max<int64_t>(c0, i - N + 1) - c0; }
+  int64_t hi(int64_t i, int64_t c0) const { return i - c0 + 1; }
+};
+
+// Row a of the block's scores (w keys) -> its softmax weights, unnormalised, zero outside the window;
+// returns (max, sum).
+template <typename T>
+inline std::pair<T, T> softmax_row(T* row, int64_t lo, int64_t hi, int64_t w) {
+  const T mx = row_max(row + lo, hi - lo);
+  const T sum = exp_sum(row + lo, hi - lo, mx);
+  std::fill(row, row + lo, T(0));
+  std::fill(row + hi, row + w, T(0));
+  return {mx, sum};
+}
+
+template <typename T>
+void forward_block(const Band& g, const T* Q, const T* K, const T* V, T* O, T* lse, int64_t r0, T* S) {
+  const int64_t m = g.rows(r0), c0 = g.first_key(r0), w = r0 + m - c0, D = g.D;
+  const T scale = T(1) / std::sqrt(T(D));
+  gemm<T>(false, true, m, w, D, scale, Q + r0 * D, D, K + c0 * D, D, T(0), S, w);
+  T inv[256];
+  for (int64_t a = 0; a < m; ++a) {
+    const int64_t i = r0 + a;
+    const auto [mx, sum] = softmax_row(S + a * w, g.lo(i, c0), g.hi(i, c0), w);
+    lse[i] = mx + std::log(sum);
+    inv[a] = T(1) / sum;
+  }
+  gemm<T>(false, false, m, D, w, T(1), S, w, V + c0 * D, D, T(0), O + r0 * D, D);
+  for (int64_t a = 0; a < m; ++a) {
+    T* o = O + (r0 + a) * D;
+    for (int64_t d = 0; d < D; ++d) o[d] *= inv[a];
+  }
+}
+
+// The block's gradients: dQ of its queries written, dK and dV of its keys added to.
+template <typename T>
+void backward_block(const Band& g, const T* Q, const T* K, const T* V, const T* O, const T* dO, const T* lse,
+                    T* dQ, T* dK, T* dV, int64_t r0, T* P, T* dP) {
+  const int64_t m = g.rows(r0), c0 = g.first_key(r0), w = r0 + m - c0, D = g.D;
+  const T scale = T(1) / std::sqrt(T(D));
+  using Vec = at::vec::Vectorized<T>;
+  gemm<T>(false, true, m, w, D, scale, Q + r0 * D, D, K + c0 * D, D, T(0), P, w);
+  gemm<T>(false, true, m, w, D, T(1), dO + r0 * D, D, V + c0 * D, D, T(0), dP, w);
+  for (int64_t a = 0; a < m; ++a) {
+    const int64_t i = r0 + a, lo = g.lo(i, c0), hi = g.hi(i, c0);
+    T *p = P + a * w, *dp = dP + a * w;
+    exp_sum(p + lo, hi - lo, lse[i]);
+    std::fill(p, p + lo, T(0));
+    std::fill(p + hi, p + w, T(0));
+    T delta = 0;  // rowsum(dO O) of query i
+    for (int64_t d = 0; d < D; ++d) delta += O[i * D + d] * dO[i * D + d];
+    std::fill(dp, dp + lo, T(0));
+    std::fill(dp + hi, dp + w, T(0));
+    const Vec dl(delta);
+    int64_t j = lo;
+    for (; j + Vec::size() <= hi; j += Vec::size()) (Vec::loadu(p + j) * (Vec::loadu(dp + j) - dl)).store(dp + j);
+    for (; j < hi; ++j) dp[j] = p[j] * (dp[j] - delta);
+  }
+  gemm<T>(true, false, w, D, m, T(1), P, w, dO + r0 * D, D, T(1), dV + c0 * D, D);
+  gemm<T>(false, false, m, D, w, scale, dP, w, K + c0 * D, D, T(0), dQ + r0 * D, D);
+  gemm<T>(true, false, w, D, m, scale, dP, w, Q + r0 * D, D, T(1), dK + c0 * D, D);
+}
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window, int64_t block) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "band attention: q, k, v must be (B, H, L, D)");
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "band attention: inputs must be contiguous");
+  TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type() &&
+                  (q.scalar_type() == at::kFloat || q.scalar_type() == at::kDouble),
+              "band attention: q, k, v must all be float32 or all float64");
+  TORCH_CHECK(k.sizes() == v.sizes() && q.size(0) == k.size(0) && q.size(2) == k.size(2) && q.size(3) == k.size(3) &&
+                  k.size(1) > 0 && q.size(1) % k.size(1) == 0,
+              "band attention: k and v must be (B, Hk, L, D) with Hq a multiple of Hk");
+  TORCH_CHECK(window >= 1 && block >= 1 && block <= 256, "band attention: window >= 1 and 1 <= block <= 256");
+}
+
+template <typename T>
+std::tuple<Tensor, Tensor> forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
+                                        int64_t block) {
+  const int64_t B = q.size(0), Hq = q.size(1), Hk = k.size(1), L = q.size(2), D = q.size(3), group = Hq / Hk;
+  Tensor out = at::empty_like(q), lse = at::empty({B, Hq, L}, q.options());
+  const Band g{L, window, block, D};
+  const int64_t nb = (L + block - 1) / block;
+  const T *Q = q.const_data_ptr<T>(), *K = k.const_data_ptr<T>(), *V = v.const_data_ptr<T>();
+  T *O = out.mutable_data_ptr<T>(), *LS = lse.mutable_data_ptr<T>();
+  at::parallel_for(0, B * Hq * nb, 1, [&](int64_t begin, int64_t end) {
+    std::vector<T> S(block * g.widest());
+    for (int64_t t = begin; t < end; ++t) {
+      const int64_t h = t / nb, kv = (h / Hq) * Hk + (h % Hq) / group;
+      forward_block<T>(g, Q + h * L * D, K + kv * L * D, V + kv * L * D, O + h * L * D, LS + h * L, (t % nb) * block,
+                       S.data());
+    }
+  });
+  return {out, lse};
+}
+
+template <typename T>
+std::tuple<Tensor, Tensor, Tensor> backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                 const Tensor& v, const Tensor& out, const Tensor& lse,
+                                                 int64_t window, int64_t block) {
+  const int64_t B = q.size(0), Hq = q.size(1), Hk = k.size(1), L = q.size(2), D = q.size(3), group = Hq / Hk;
+  Tensor dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  const Band g{L, window, block, D};
+  const T *Q = q.const_data_ptr<T>(), *K = k.const_data_ptr<T>(), *V = v.const_data_ptr<T>();
+  const T *O = out.const_data_ptr<T>(), *dO = dout.const_data_ptr<T>(), *LS = lse.const_data_ptr<T>();
+  T *dQ = dq.mutable_data_ptr<T>(), *dK = dk.mutable_data_ptr<T>(), *dV = dv.mutable_data_ptr<T>();
+  // Each key/value head's query blocks in segments, enough of them to fill the threads when B * Hk does
+  // not; a segment spans at least N - 1 queries, so segments two apart add to disjoint keys: the even
+  // segments run in parallel, then the odd ones.
+  const int64_t nb = (L + block - 1) / block, heads = B * Hk, threads = at::get_num_threads();
+  const int64_t want = heads < threads ? (threads + heads - 1) / heads : 1;
+  const int64_t seg = std::max((nb + want - 1) / want, (window - 1 + block - 1) / block), nseg = (nb + seg - 1) / seg;
+  for (int64_t parity = 0; parity < 2; ++parity) {
+    const int64_t count = (nseg - parity + 1) / 2;  // segments of this parity per head
+    at::parallel_for(0, heads * count, 1, [&](int64_t begin, int64_t end) {
+      std::vector<T> P(block * g.widest()), dP(block * g.widest());
+      for (int64_t t = begin; t < end; ++t) {
+        const int64_t kv = t / count, s = 2 * (t % count) + parity, kvo = kv * L * D;
+        for (int64_t j = 0; j < group; ++j) {
+          const int64_t h = (kv / Hk) * Hq + (kv % Hk) * group + j, o = h * L * D;
+          for (int64_t b = s * seg; b < std::min(nb, (s + 1) * seg); ++b)
+            backward_block<T>(g, Q + o, K + kvo, V + kvo, O + o, dO + o, LS + h * L, dQ + o, dK + kvo, dV + kvo,
+                              b * block, P.data(), dP.data());
+        }
+      }
+    });
+  }
+  return {dq, dk, dv};
+}
+
+std::tuple<Tensor, Tensor> band_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
+                                        int64_t block) {
+  check_inputs(q, k, v, window, block);
+  if (q.scalar_type() == at::kDouble) return forward_impl<double>(q, k, v, window, block);
+  return forward_impl<float>(q, k, v, window, block);
+}
+
+std::tuple<Tensor, Tensor, Tensor> band_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                 const Tensor& v, const Tensor& out, const Tensor& lse,
+                                                 int64_t window, int64_t block) {
+  check_inputs(q, k, v, window, block);
+  TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous() && dout.sizes() == q.sizes() &&
+                  out.sizes() == q.sizes() && dout.scalar_type() == q.scalar_type() &&
+                  lse.scalar_type() == q.scalar_type(),
+              "band attention backward: dout and out must be q's shape and dtype, contiguous");
+  if (q.scalar_type() == at::kDouble) return backward_impl<double>(dout, q, k, v, out, lse, window, block);
+  return backward_impl<float>(dout, q, k, v, out, lse, window, block);
+}
+
+// Shapes only, for torch.compile's tracing (fake tensors run the Meta kernels).
+std::tuple<Tensor, Tensor> band_forward_meta(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
+                                             int64_t block) {
+  return {at::empty_like(q), at::empty({q.size(0), q.size(1), q.size(2)}, q.options())};
+}
+
+std::tuple<Tensor, Tensor, Tensor> band_backward_meta(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                      const Tensor& v, const Tensor& out, const Tensor& lse,
+                                                      int64_t window, int64_t block) {
+  return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(pedsl_band, m) {
+  m.def("forward(Tensor q, Tensor k, Tensor v, int window, int block) -> (Tensor, Tensor)");
+  m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int window, int block) -> "
+        "(Tensor, Tensor, Tensor)");
+}
+
+TORCH_LIBRARY_IMPL(pedsl_band, CPU, m) {
+  m.impl("forward", &band_forward);
+  m.impl("backward", &band_backward);
+}
+
+TORCH_LIBRARY_IMPL(pedsl_band, Meta, m) {
+  m.impl("forward", &band_forward_meta);
+  m.impl("backward", &band_backward_meta);
+}
