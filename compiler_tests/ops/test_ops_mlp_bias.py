@@ -207,3 +207,23 @@ def test_u_not_monotone_and_w_of_both_signs_take_the_per_distance_split():
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     for a, b in zip(_grads(out, inputs), _grads(want, inputs)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+
+
+def test_sub_blocks_grow_with_the_keys_down_to_one_row_each(monkeypatch):
+    """Sub-blocks double while a block's keys exceed 64 times their rows (fewer tables over many keys); one row
+    per sub-block has no bands at all (w is one number per row). Forward and gradients equal the reference."""
+    assert [MB._sub_rows(256, c1) for c1 in (256, 2048, 4096, 8192, 16384)] == [32, 32, 64, 128, 256]
+    assert MB._sub_rows(200, 8192) == 200 and MB._sub_rows(16, 8192) == 16
+    monkeypatch.setattr(MB, "SUB", 1)
+    assert MB._sub_rows(32, 64) == 1 and MB._sub_rows(32, 100) == 2
+    B, H, L = 1, 2, 100
+    q, k, v = (rnd(B, H, L, 8, seed=s + 50).requires_grad_(True) for s in range(3))
+    c, t, u, w = _fire_factors(L, c=0.5, threshold=10.0)
+    mlp = _mlp(H, 12, seed=4)
+    assert MB._Plan(u, w, tuple(mlp), L, F64).split(32, 64).bands == []
+    inputs = [q, k, v, c, t, *mlp]
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=40)
+    want = _dense(q, k, v, u, w, *mlp)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    for a, b in zip(_grads(out, inputs), _grads(want, inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)

@@ -6,8 +6,8 @@ FIRE (Li et al. 2023) is ``u(d) = psi(d)``, ``w(i) = 1 / psi(max(i, L_thr))``: t
 distances and ``w`` over the queries (O(L), differentiable: c and the threshold live there) and this kernel
 returns their gradients with those of q, k, v and the MLP.
 
-A one-hidden-layer ReLU MLP of a scalar is piecewise linear. Per sub-block of ``SUB`` rows of a block of queries
-(:meth:`_Plan.split`) and per distance d, ``x = u[d] w[i]`` lies between ``u[d] min w`` and ``u[d] max w`` over
+A one-hidden-layer ReLU MLP of a scalar is piecewise linear. Per sub-block of ``SUB`` (or more) rows of a block of
+queries (:meth:`_Plan.split`) and per distance d, ``x = u[d] w[i]`` lies between ``u[d] min w`` and ``u[d] max w`` over
 the sub-block's rows; a unit whose kink lies outside is on for every row (folded into the sub-block's
 per-distance tables ``const_h(d) + slope_h(d) x``) or off (nothing), both exact. A unit whose kink falls inside
 at some distances is evaluated per (query, key) pair over its *band* (the hull of those distances, per
@@ -148,13 +148,13 @@ class _Plan:
 
     def split(self, c0: int, c1: int) -> Split:
         """The split of the MLP for the queries c0 .. c1-1 at each distance 0 .. c1-1, per sub-block of
-        :data:`SUB` rows (one sub-block when the block is not a multiple): over a sub-block's rows ``x = u[d]
+        :func:`_sub_rows` rows: over a sub-block's rows ``x = u[d]
         w[i]`` lies between ``u[d] min w`` and ``u[d] max w``; a unit whose kink is outside is on or off there for
         every row (folded into the sub-block's tables), one whose kink is inside at some distances is evaluated
         per pair over its band (the hull of those distances), where it is left out of the tables. The narrower
         the sub-block, the narrower its bands (the spread of w over its rows)."""
         n = c1 - c0
-        sub = SUB if n % SUB == 0 else n
+        sub = _sub_rows(n, c1)
         wr = self.w64[c0:c1].view(n // sub, sub)
         if self.sorted:  # u >= 0, w > 0: the ends are u min w and u max w, rows non-decreasing in d
             xlo, xhi = wr.amin(1)[:, None] * self.u64[:c1], wr.amax(1)[:, None] * self.u64[:c1]
@@ -220,6 +220,16 @@ class _Plan:
             at = at + torch.arange(0, H * n * width, n * width)[:, None]  # (H, P'): per head
             out.view(-1).scatter_add_(0, at.view(-1), bs.pairs.bias.index_select(1, sel).view(-1))
         return out.as_strided((H, n, m), (n * width, width + 1, 1), out.storage_offset())
+
+
+def _sub_rows(n: int, c1: int) -> int:
+    """Rows per sub-block of a block of n queries over c1 keys: :data:`SUB`, doubled while c1 exceeds 64 times it
+    (the tables cost S c1 per head, the bands n P / S with P about the same at every c1: at L = 8,192 blocks
+    over more keys take fewer sub-blocks); n where that does not divide n."""
+    sub = SUB
+    while 2 * sub <= n and c1 > 64 * sub:
+        sub *= 2
+    return sub if n % sub == 0 else n
 
 
 def _distance_states(k64: Tensor, xlo: Tensor, xhi: Tensor) -> tuple[Tensor, Tensor, Tensor]:
