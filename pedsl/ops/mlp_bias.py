@@ -141,6 +141,7 @@ class _Plan:
         self.H = self.w2.shape[0]
         self.u, self.w = u[:L].detach().to(dtype), w.detach().to(dtype)
         self.u64, self.w64 = u[:L].detach().double(), w.detach().double()
+        self._tables: Tensor | None = None
         # FIRE's u = log(c d + 1) and w = 1 / log(c max(i, L_thr) + 1): x's range then moves one way with d and
         # each unit's states are intervals of distances (:func:`_sorted_states`)
         self.sorted = bool(L < 2 or (self.u64[1:] >= self.u64[:-1]).all()) and bool(
@@ -181,17 +182,27 @@ class _Plan:
         n, H = c1 - c0, self.H
         S = n // sp.sub
         on_all = (sp.whole == 2).to(self.w1.dtype)
-        slope = (self.w2 @ (self.w1 * on_all))[:, None].expand(H, S * c1)
-        const = (self.b2 + self.w2 @ (self.b1 * on_all))[:, None].expand(H, S * c1)
+        # const, slope and slope u per sub-block and distance, padded, in one buffer kept across the blocks
+        # (fresh multi-MiB tensors per block cost page faults)
+        tab = self._buffer(3 * H * S * (c1 + n - 1)).view(3, H, S, c1 + n - 1)
+        tab[0, ..., :n - 1], tab[1:, ..., :n - 1] = float("-inf"), 0.0
+        body = tab[..., n - 1:]
+        base = torch.stack([self.b2 + self.w2 @ (self.b1 * on_all), self.w2 @ (self.w1 * on_all)])[..., None, None]
         on = sp.on if sp.limits is None else _on_between(*sp.limits, c1)
-        if on is not None:
+        if on is None:
+            body[:2] = base
+        else:
             on, w2k = on.to(self.w1.dtype), self.w2[:, sp.kinked]
-            slope = torch.addmm(slope, w2k * self.w1[sp.kinked], on.reshape(len(sp.kinked), -1))
-            const = torch.addmm(const, w2k * self.b1[sp.kinked], on.reshape(len(sp.kinked), -1))
-        slope, const = slope.reshape(H, S, c1), const.reshape(H, S, c1)
-        pad = lambda t, v: torch.cat([t.new_full((H, S, n - 1), v), t], 2)  # noqa: E731
-        return BlockSplit(sp.sub, pad(const, float("-inf")), pad(slope * self.u[:c1], 0.0), slope, on_all,
-                          sp.kinked, on, sp.bands, self._pairs(sp.bands, sp.sub, c0, c1) if sp.bands else None)
+            kinked = torch.cat([w2k * self.b1[sp.kinked], w2k * self.w1[sp.kinked]]) @ on.reshape(len(sp.kinked), -1)
+            torch.add(kinked.view(2, H, S, c1), base, out=body[:2])
+        torch.mul(body[1], self.u[:c1], out=body[2])
+        return BlockSplit(sp.sub, tab[0], tab[2], body[1], on_all, sp.kinked, on, sp.bands,
+                          self._pairs(sp.bands, sp.sub, c0, c1) if sp.bands else None)
+
+    def _buffer(self, numel: int) -> Tensor:
+        if self._tables is None or self._tables.numel() < numel:
+            self._tables = self.w1.new_empty(max(numel, 3 * numel // 2 if self._tables is not None else numel))
+        return self._tables[:numel]
 
     def _pairs(self, bands: list, sub: int, c0: int, c1: int) -> Pairs:
         sb, first, end, unit = torch.tensor(bands).t()  # per band: sub-block, first and last + 1 distance, unit
