@@ -148,6 +148,14 @@ def test_bad_shapes_and_devices_are_diagnostics():
         MB.mlp_bias_attention(q.half(), q.half(), q.half(), u, w, *mlp)
 
 
+def _assert_equal_to_dense(out, want, inputs, names=None):
+    """Forward and the gradients of ``inputs`` equal the dense reference's."""
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    names = names or [str(i) for i in range(len(inputs))]
+    for name, a, b in zip(names, _grads(out, inputs), _grads(want, inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11, msg=lambda m, name=name: f"{name}: {m}")
+
+
 @pytest.mark.parametrize("sub", [4, 8])
 def test_sub_blocks_of_rows_split_the_mlp_and_equal_the_dense_float64_reference(monkeypatch, sub):
     """Blocks of 32 queries split per sub-block of 4 or 8 rows (each with its own tables and narrower bands; the
@@ -164,13 +172,9 @@ def test_sub_blocks_of_rows_split_the_mlp_and_equal_the_dense_float64_reference(
     split = plan.split(64, 96)
     assert split.sub == sub and len({b[0] for b in split.bands}) > 1  # bands in several sub-blocks
     assert max(hi - lo for _, lo, hi, _ in split.bands) < wide
-    inputs = [q, k, v, c, t, *mlp]
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=24)
-    want = _dense(q, k, v, u, w, *mlp)
-    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
-    for name, a, b in zip(["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"], _grads(out, inputs),
-                          _grads(want, inputs)):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11, msg=lambda m, name=name: f"{name}: {m}")
+    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp],
+                           ["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"])
 
 
 def test_the_bisection_split_equals_the_per_distance_split():
@@ -201,12 +205,8 @@ def test_u_not_monotone_and_w_of_both_signs_take_the_per_distance_split():
     w = (torch.cos(0.05 * d) + 0.2).requires_grad_(True)
     mlp = _mlp(H, 16, seed=9)
     assert not MB._Plan(u, w, tuple(mlp), L, F64).sorted
-    inputs = [q, k, v, u, w, *mlp]
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=40)
-    want = _dense(q, k, v, u, w, *mlp)
-    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
-    for a, b in zip(_grads(out, inputs), _grads(want, inputs)):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, u, w, *mlp])
 
 
 def test_sub_blocks_grow_with_the_keys_down_to_one_row_each(monkeypatch):
@@ -221,9 +221,5 @@ def test_sub_blocks_grow_with_the_keys_down_to_one_row_each(monkeypatch):
     c, t, u, w = _fire_factors(L, c=0.5, threshold=10.0)
     mlp = _mlp(H, 12, seed=4)
     assert MB._Plan(u, w, tuple(mlp), L, F64).split(32, 64).bands == []
-    inputs = [q, k, v, c, t, *mlp]
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=40)
-    want = _dense(q, k, v, u, w, *mlp)
-    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
-    for a, b in zip(_grads(out, inputs), _grads(want, inputs)):
-        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
+    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp])
