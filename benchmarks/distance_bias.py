@@ -68,6 +68,9 @@ def _xt_bias(name: str, mod):
 
 def _variants(name: str, L: int, mem_cap_gb: float) -> tuple[list[Variant], str]:
     """The variants of one scheme at one length, and why the materialised one is missing ("" if it is not)."""
+    # the same initial parameters in every run: FIRE's time depends on where its MLP's kinks fall (how many
+    # units are evaluated per pair, over how wide bands), which a fresh random initialisation moves
+    torch.manual_seed(0)
     mod = compile_scheme(name, num_heads=H, head_dim=D)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(B, H, L, D, generator=g).requires_grad_(True) for _ in range(3))

@@ -146,3 +146,80 @@ def test_bad_shapes_and_devices_are_diagnostics():
         MB.mlp_bias_attention(q, q, q, u, w, mlp[0], mlp[1], mlp[2][:1], mlp[3])
     with pytest.raises(ShapeError, match="float32 or float64"):
         MB.mlp_bias_attention(q.half(), q.half(), q.half(), u, w, *mlp)
+
+
+def _assert_equal_to_dense(out, want, inputs, names=None):
+    """Forward and the gradients of ``inputs`` equal the dense reference's."""
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    names = names or [str(i) for i in range(len(inputs))]
+    for name, a, b in zip(names, _grads(out, inputs), _grads(want, inputs)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("sub", [4, 8])
+def test_sub_blocks_of_rows_split_the_mlp_and_equal_the_dense_float64_reference(monkeypatch, sub):
+    """Blocks of 32 queries split per sub-block of 4 or 8 rows (each with its own tables and narrower bands; the
+    last block, 6 rows, in one), tiles of 24 keys, the threshold inside: forward and every gradient equal the
+    dense reference, and the sub-blocks' bands are narrower than the block's."""
+    B, H, L = 2, 2, 102
+    q, k, v = (rnd(B, H, L, 8, seed=s + 30).requires_grad_(True) for s in range(3))
+    c, t, u, w = _fire_factors(L, c=0.5, threshold=20.0)
+    mlp = _mlp(H, 24, seed=7)
+    plan = MB._Plan(u, w, tuple(mlp), L, F64)
+    assert plan.sorted
+    wide = sum(hi - lo for _, lo, hi, _ in plan.split(64, 96).bands)
+    monkeypatch.setattr(MB, "SUB", sub)
+    split = plan.split(64, 96)
+    assert split.sub == sub and len({b[0] for b in split.bands}) > 1  # bands in several sub-blocks
+    assert max(hi - lo for _, lo, hi, _ in split.bands) < wide
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=24)
+    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp],
+                           ["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"])
+
+
+def test_the_bisection_split_equals_the_per_distance_split():
+    """Where u is non-decreasing from 0 and w positive (FIRE), each unit's states over the distances are found by
+    bisection: the same bands and units on as testing every distance."""
+    L = 700
+    c, thr, u, w = _fire_factors(L, c=0.2, threshold=100.0)
+    plan = MB._Plan(u, w, tuple(_mlp(3, 32, seed=11, spread=4.0)), L, F64)
+    assert plan.sorted
+    for c0 in (0, 96, 320, 640):
+        c1 = min(L, c0 + 64)
+        wr = plan.w64[c0:c1].view(-1, 32 if (c1 - c0) % 32 == 0 else c1 - c0)
+        xlo, xhi = wr.amin(1)[:, None] * plan.u64[:c1], wr.amax(1)[:, None] * plan.u64[:c1]
+        up, first, end = MB._sorted_states(plan.k64, xlo, xhi)
+        on, (on2, first2, end2) = MB._on_between(up, first, end, c1), MB._distance_states(plan.k64, xlo, xhi)
+        band = first < end  # (first >= end: no band)
+        assert torch.equal(on, on2) and torch.equal(band, first2 < end2) and band.any() == (c0 > 0)
+        assert torch.equal(first[band], first2[band]) and torch.equal(end[band], end2[band])
+
+
+def test_u_not_monotone_and_w_of_both_signs_take_the_per_distance_split():
+    """A u that is not monotone and a w of both signs (not FIRE's, still exact): the per-distance split, forward
+    and every gradient equal the dense reference."""
+    B, H, L = 1, 2, 70
+    q, k, v = (rnd(B, H, L, 8, seed=s + 40).requires_grad_(True) for s in range(3))
+    d = torch.arange(L, dtype=F64)
+    u = (torch.sin(0.3 * d) * 2).requires_grad_(True)
+    w = (torch.cos(0.05 * d) + 0.2).requires_grad_(True)
+    mlp = _mlp(H, 16, seed=9)
+    assert not MB._Plan(u, w, tuple(mlp), L, F64).sorted
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=40)
+    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, u, w, *mlp])
+
+
+def test_sub_blocks_grow_with_the_keys_down_to_one_row_each(monkeypatch):
+    """Sub-blocks double while a block's keys exceed 64 times their rows (fewer tables over many keys); one row
+    per sub-block has no bands at all (w is one number per row). Forward and gradients equal the reference."""
+    assert [MB._sub_rows(256, c1) for c1 in (256, 2048, 4096, 8192, 16384)] == [32, 32, 64, 128, 256]
+    assert MB._sub_rows(200, 8192) == 200 and MB._sub_rows(16, 8192) == 16
+    monkeypatch.setattr(MB, "SUB", 1)
+    assert MB._sub_rows(32, 64) == 1 and MB._sub_rows(32, 100) == 2
+    B, H, L = 1, 2, 100
+    q, k, v = (rnd(B, H, L, 8, seed=s + 50).requires_grad_(True) for s in range(3))
+    c, t, u, w = _fire_factors(L, c=0.5, threshold=10.0)
+    mlp = _mlp(H, 12, seed=4)
+    assert MB._Plan(u, w, tuple(mlp), L, F64).split(32, 64).bands == []
+    out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=40)
+    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp])

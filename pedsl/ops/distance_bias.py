@@ -184,30 +184,62 @@ class TileGrads:
         """dS (B, H, n, m) of the queries c0 .. c1-1 over the reversed keys a .. e-1 of the first c1 (original
         keys c1-1-a down to c1-e), with their bias ``(H|1, n, m)`` (a view is fine; ``-inf`` masks); written
         into ``ds`` when given. Adds the tile's share to dq, dk, dv."""
-        q1, k1, v1, do1 = self.q1, self.k1, self.v1, self.do1
-        B, H, L, D1 = q1.shape
-        n, m = c1 - c0, e - a
-        keys = slice(L - c1 + a, L - c1 + e)
-        qb, K, V, do = q1[:, :, c0:c1], k1[:, :, keys], v1[:, :, keys], do1[:, :, c0:c1]
-        p = torch.empty(B, H, n, m, dtype=q1.dtype, device=q1.device)
+        B, H, n, m = self.q1.shape[0], self.q1.shape[1], c1 - c0, e - a
+        qb, K, V, do = self._slices(c0, c1, a, e)
+        p = torch.empty(B, H, n, m, dtype=qb.dtype, device=qb.device)
         for b in range(B):  # logits - lse in one pass (baddbmm broadcasts the bias over the heads)
             torch.baddbmm(bias.expand(H, n, m), qb[b], K[b].transpose(-1, -2), out=p[b])
-        # exp's underflow path is ~12x slower per entry on CPU, and peaked rows (KERPLE power, ALiBi-like
-        # slopes) send most entries there: an entry below log(tiny) + 1 reads as e * tiny (3e-38 in
-        # float32; clamping at log(tiny) itself rounds into the denormals, the slow path again), below the
-        # resolution of every sum it enters (masked keys included: at most L * e * tiny)
-        p.clamp_(min=math.log(torch.finfo(p.dtype).tiny) + 1.0).exp_()
+        _exp_(p)
         dpd = do @ V.transpose(-1, -2)  # dP - delta
         ds = torch.mul(p, dpd) if ds is None else torch.mul(p, dpd, out=ds)
-        D = D1 - 1
-        self.dq[:, :, c0:c1] += ds @ K[..., :D]
-        self.dk[:, :, keys] += ds.transpose(-1, -2) @ qb[..., :D]
-        self.dv[:, :, keys] += p.transpose(-1, -2) @ do[..., :D]
+        self._add_dv(p, c0, c1, a, e)
+        self._add_dq_dk(ds, c0, c1, a, e)
         return ds
+
+    def skewed_tile(self, flat: Tensor, c0: int, c1: int, a: int, e: int) -> Tensor:
+        """:meth:`tile` in place: ``flat (B, H, n (m + n - 1))`` (:func:`skewed_buffer`'s layout) holds the tile's
+        bias in its view on entry (its gaps anything but NaN) and dS on return, its gaps zeroed, so that
+        :func:`column_sums` of it are dS's sums along each distance. The bias is never copied (``baddbmm_`` adds
+        the logits to it in place) and no second buffer is written. Returns the ``(B, H, n, m)`` view."""
+        B, H, n, m = flat.shape[0], flat.shape[1], c1 - c0, e - a
+        qb, K, V, do = self._slices(c0, c1, a, e)
+        p = flat.as_strided((B, H, n, m), (*flat.stride()[:2], m + n, 1), flat.storage_offset())
+        for b in range(B):
+            p[b].baddbmm_(qb[b], K[b].transpose(-1, -2))
+        _exp_(flat)  # the whole buffer: the contiguous (vectorised) path, ~5x faster than through the view
+        zero_gaps(flat, n, m)
+        self._add_dv(p, c0, c1, a, e)
+        p.mul_(do @ V.transpose(-1, -2))  # dS = P (dP - delta)
+        self._add_dq_dk(p, c0, c1, a, e)
+        return p
+
+    def _slices(self, c0: int, c1: int, a: int, e: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        L = self.q1.shape[-2]
+        keys = slice(L - c1 + a, L - c1 + e)
+        return self.q1[:, :, c0:c1], self.k1[:, :, keys], self.v1[:, :, keys], self.do1[:, :, c0:c1]
+
+    def _add_dv(self, p: Tensor, c0: int, c1: int, a: int, e: int) -> None:
+        L, D = self.q1.shape[-2], self.q1.shape[-1] - 1
+        self.dv[:, :, L - c1 + a: L - c1 + e] += p.transpose(-1, -2) @ self.do1[:, :, c0:c1, :D]
+
+    def _add_dq_dk(self, ds: Tensor, c0: int, c1: int, a: int, e: int) -> None:
+        L, D = self.q1.shape[-2], self.q1.shape[-1] - 1
+        keys = slice(L - c1 + a, L - c1 + e)
+        self.dq[:, :, c0:c1] += ds @ self.k1[:, :, keys, :D]
+        self.dk[:, :, keys] += ds.transpose(-1, -2) @ self.q1[:, :, c0:c1, :D]
 
     def result(self) -> tuple[Tensor, Tensor, Tensor]:
         """dq, dk, dv (keys reversed)."""
         return self.dq.mul_(self.scale), self.dk, self.dv
+
+
+def _exp_(p: Tensor) -> Tensor:
+    """``exp`` in place of logits minus the log-sum-exp, clamped first: exp's underflow path is ~12x slower per
+    entry on CPU, and peaked rows (KERPLE power, ALiBi-like slopes) send most entries there. An entry below
+    log(tiny) + 1 reads as e * tiny (3e-38 in float32; clamping at log(tiny) itself rounds into the denormals,
+    the slow path again), below the resolution of every sum it enters (masked keys included: at most
+    L * e * tiny)."""
+    return p.clamp_(min=math.log(torch.finfo(p.dtype).tiny) + 1.0).exp_()
 
 
 def skewed_buffer(lead: tuple, n: int, m: int, dtype, device) -> tuple[Tensor, Tensor]:
@@ -216,10 +248,14 @@ def skewed_buffer(lead: tuple, n: int, m: int, dtype, device) -> tuple[Tensor, T
     :func:`column_sums` (row r, column j at column r + j)."""
     width = m + n - 1
     flat = torch.empty(*lead, n * width, dtype=dtype, device=device)  # the last row ends at n * width exactly
-    st = flat.stride()[:-1]
+    zero_gaps(flat, n, m)
+    return flat, flat.as_strided((*lead, n, m), (*flat.stride()[:-1], width + 1, 1))
+
+
+def zero_gaps(flat: Tensor, n: int, m: int) -> None:
+    """Zero the n - 1 gaps of n entries between the rows of a :func:`skewed_buffer` ``flat`` (contiguous)."""
     if n > 1:
-        flat.as_strided((*lead, n - 1, n), (*st, width + 1, 1), m).zero_()
-    return flat, flat.as_strided((*lead, n, m), (*st, width + 1, 1))
+        flat.as_strided((*flat.shape[:-1], n - 1, n), (*flat.stride()[:-1], m + n, 1), flat.storage_offset() + m).zero_()
 
 
 def column_sums(flat: Tensor, n: int, m: int) -> Tensor:
