@@ -259,19 +259,19 @@ def naive_band(q, k, v, window=None, chunk=None):
 
 def band_kernel_or_skip():
     """The C++ sliding-window kernel's ops; a failure where a C++ compiler and ninja are present (the kernel
-    should have built), a skip only where they are not (or ``PEDSL_BAND_KERNEL=0``)."""
+    should have built), a skip only where they are not (or ``PEDSL_CPU_KERNELS=0``)."""
     import os
     import shutil
 
     import pytest
     from torch.utils.cpp_extension import is_ninja_available
 
-    from pedsl.compiler import band_kernel
+    from pedsl.compiler import band_kernel, cpu_kernels
 
     ops = band_kernel.band_ops()
     if ops is None:
         toolchain = shutil.which(os.environ.get("CXX", "c++")) and is_ninja_available()
-        if toolchain and os.environ.get(band_kernel.SWITCH, "1") != "0":
+        if toolchain and os.environ.get(cpu_kernels.SWITCH, "1") != "0":
             pytest.fail("a C++ compiler and ninja are present but the sliding-window kernel did not build "
                         "(run with --log-level=DEBUG to see why)")
         pytest.skip("no C++ compiler or ninja: the sliding-window kernel cannot be built here")
@@ -300,3 +300,18 @@ def flash_path_only(monkeypatch) -> None:
     from pedsl.compiler import band_kernel
 
     monkeypatch.setattr(band_kernel, "band_ops", lambda: None)
+
+
+def dense_mlp_bias(q, k, v, u, w, w1, b1, w2, b2, scale=None):
+    """FIRE's MLP-bias attention evaluated at every pair (the independent reference of pedsl.ops.mlp_bias and the
+    C++ kernel): softmax_j<=i(scale <q_i, k_j> + b2 + W2 relu(W1 u[i - j] w[i] + b1)) v_j, scale 1 / sqrt(D)
+    unless given."""
+    import math
+
+    B, H, L, D = q.shape
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+    x = u[(i - j).clamp(min=0)] * w[:, None]  # (L, L)
+    bias = (torch.relu(x[..., None] * w1 + b1) @ w2.t() + b2).permute(2, 0, 1)
+    s = (q @ k.transpose(-1, -2) * scale + bias).masked_fill(j > i, float("-inf"))
+    return torch.softmax(s, -1) @ v

@@ -26,7 +26,8 @@ def installed(tmp_path_factory):
     wheel = next(dist.glob("pedsl-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "pedsl/grammars/pe.lark" in names and "pedsl/schemes/rope.pe" in names
-    assert "pedsl/compiler/band_kernel.cpp" in names  # the sliding-window kernel's source, built on first use
+    # the C++ kernels' sources, built on first use
+    assert {"pedsl/compiler/band_kernel.cpp", "pedsl/compiler/mlp_kernel.cpp", "pedsl/compiler/cpu_kernels.h"} <= set(names)
     assert not any(n.startswith(("benchmarks/", "compiler_tests/")) for n in names)
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                         str(wheel)], capture_output=True, text=True, timeout=300)

@@ -1,7 +1,8 @@
 """The C++ sliding-window kernel (pedsl/compiler/band_kernel.cpp, loaded by band_kernel.py): forward and
 gradients against a naive float64 band at the boundaries (N = 1, 2, N >= L, L not a multiple of the block,
 one block, many), with grouped key/value heads; float32 against the flash path; the general forward's
-dispatch to it; and the flash path where it cannot be built (a failed build, PEDSL_BAND_KERNEL=0)."""
+dispatch to it; and the flash path where it cannot be built (a failed build, PEDSL_CPU_KERNELS=0); the
+shared build's folder name (pedsl/compiler/cpu_kernels.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 from compiler_helpers import SCHEMES, band_kernel_or_skip, naive_band, spy_band_ops
 from pedsl.compiler import band_kernel as BK
 from pedsl.compiler import compile_scheme
+from pedsl.compiler import cpu_kernels as CK
 from pedsl.compiler import window_kernels as W
 
 
@@ -126,15 +128,15 @@ def test_the_general_forward_runs_windows_on_the_kernel(dtype, kernel, monkeypat
 
 def test_a_failed_build_falls_back_to_the_flash_path_quietly(monkeypatch, caplog, recwarn):
     """No compiler (the build raising): an info line that it loads, a debug-level line saying why it fell
-    back, no warning, and the same band through the flash path; PEDSL_BAND_KERNEL=0 never tries to build."""
+    back, no warning, and the same band through the flash path; PEDSL_CPU_KERNELS=0 never tries to build."""
     from torch.utils import cpp_extension
 
     def no_compiler(*args, **kwargs):
         raise RuntimeError("Ninja is required to load C++ extensions")
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
-    monkeypatch.setattr(BK, "_ops", [])
-    caplog.set_level(logging.DEBUG, logger=BK.__name__)
+    monkeypatch.setattr(CK, "_built", [])
+    caplog.set_level(logging.DEBUG, logger=CK.__name__)
     flash = []
     real = W.FLASH
     monkeypatch.setattr(W, "FLASH", lambda *a, **kw: flash.append(1) or real(*a, **kw))
@@ -143,28 +145,33 @@ def test_a_failed_build_falls_back_to_the_flash_path_quietly(monkeypatch, caplog
     want = _grads(lambda a, b, c: naive_band(a, b, c, window=6), q, k, v)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
-    assert BK._ops == [None] and flash
+    assert CK._built == [False] and flash
     assert [r.levelno for r in caplog.records] == [logging.INFO, logging.DEBUG]
     assert "Ninja is required" in caplog.records[1].getMessage()
     assert not recwarn.list
-    monkeypatch.setattr(BK, "_ops", [])
-    monkeypatch.setenv(BK.SWITCH, "0")
+    monkeypatch.setattr(CK, "_built", [])
+    monkeypatch.setenv(CK.SWITCH, "0")
     monkeypatch.setattr(cpp_extension, "load", lambda *a, **kw: pytest.fail("built although switched off"))
     assert BK.band_ops() is None
 
 
 def test_the_build_is_named_by_source_flags_and_cpu(monkeypatch, tmp_path):
-    """A changed source (its text or path: another checkout), flags or CPU builds into a folder of its own
-    instead of rebuilding another one's."""
-    name = BK.extension_name()
-    assert name.startswith("pedsl_band_") and name == BK.extension_name()
-    monkeypatch.setattr(BK, "CFLAGS", BK.CFLAGS + ("-g",))
-    assert BK.extension_name() != name
+    """A changed source or header (its text or path: another checkout), flags or CPU builds into a folder of its
+    own instead of rebuilding another one's."""
+    name = CK.extension_name()
+    assert name.startswith("pedsl_kernels_") and name == CK.extension_name()
+    monkeypatch.setattr(CK, "CFLAGS", CK.CFLAGS + ("-g",))
+    assert CK.extension_name() != name
     monkeypatch.undo()
-    monkeypatch.setattr(BK, "cpu_identity", lambda: "another cpu")
-    assert BK.extension_name() != name
+    monkeypatch.setattr(CK, "cpu_identity", lambda: "another cpu")
+    assert CK.extension_name() != name
     monkeypatch.undo()
-    copy = tmp_path / "band_kernel.cpp"
-    copy.write_text(BK.SOURCE.read_text(encoding="utf-8"), encoding="utf-8")
-    monkeypatch.setattr(BK, "SOURCE", copy)
-    assert BK.extension_name() != name
+    for attr in ("SOURCES", "HEADERS"):
+        first = getattr(CK, attr)[0]
+        copy = tmp_path / attr / first.name
+        copy.parent.mkdir()
+        copy.write_text(first.read_text(encoding="utf-8"), encoding="utf-8")
+        monkeypatch.setattr(CK, attr, (copy, *getattr(CK, attr)[1:]))
+        assert CK.extension_name() != name
+        monkeypatch.undo()
+    assert CK.extension_name() == name

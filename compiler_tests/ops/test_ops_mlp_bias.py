@@ -2,26 +2,15 @@
 every (query, key) pair, forward and gradients (q, k, v, u, w and the MLP's W1, b1, W2, b2), across block and
 key-tile boundaries, with units on, off and kinked inside the range of x; and its memory."""
 
-import math
 
 import pytest
 import torch
 
-from compiler_helpers import largest_allocation, rnd
+from compiler_helpers import dense_mlp_bias, largest_allocation, rnd
 from pedsl.errors import ShapeError
 from pedsl.ops import mlp_bias as MB
 
 F64 = torch.float64
-
-
-def _dense(q, k, v, u, w, w1, b1, w2, b2):
-    """softmax_j<=i(<q_i, k_j> / sqrt(D) + b2 + W2 relu(W1 u[i - j] w[i] + b1)) v_j, the MLP at every pair."""
-    B, H, L, D = q.shape
-    i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
-    x = u[(i - j).clamp(min=0)] * w[:, None]  # (L, L)
-    bias = (torch.relu(x[..., None] * w1 + b1) @ w2.t() + b2).permute(2, 0, 1)
-    s = (q @ k.transpose(-1, -2) / math.sqrt(D) + bias).masked_fill(j > i, float("-inf"))
-    return torch.softmax(s, -1) @ v
 
 
 def _fire_factors(L, c=0.3, threshold=10.0):
@@ -58,7 +47,7 @@ def test_forward_and_gradients_equal_the_dense_float64_reference(B, H, L, block,
     mlp = _mlp(H, 12, seed=L)
     inputs = [q, k, v, c, thr, *mlp]
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=block, score_tile=score_tile)
-    want = _dense(q, k, v, u, w, *mlp)
+    want = dense_mlp_bias(q, k, v, u, w, *mlp)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     got, ref = _grads(out, inputs), _grads(want, inputs)
     for name, a, b in zip(["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"], got, ref):
@@ -78,7 +67,7 @@ def test_units_on_off_and_in_range_all_take_part(spread):
     mlp = _mlp(H, 16, seed=3, spread=spread)
     inputs = [q, k, v, u, w, *mlp]
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=16, score_tile=24)
-    want = _dense(q, k, v, u, w, *mlp)
+    want = dense_mlp_bias(q, k, v, u, w, *mlp)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     for a, b in zip(_grads(out, inputs), _grads(want, inputs)):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)
@@ -97,7 +86,7 @@ def test_bands_cross_tiles_and_the_threshold_and_vanish_where_w_is_constant():
     assert sum(len(plan.block(c0, c0 + 16).bands) for c0 in (32, 48)) > 0
     inputs = [q, k, v, c, t, *mlp]
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=16, score_tile=20)
-    want = _dense(q, k, v, u, w, *mlp)
+    want = dense_mlp_bias(q, k, v, u, w, *mlp)
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
     for name, a, b in zip(["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"], _grads(out, inputs),
                           _grads(want, inputs)):
@@ -111,7 +100,7 @@ def test_float32_is_as_close_to_float64_as_float32_sdpa_with_the_materialised_bi
     q, k, v = (rnd(B, H, L, 16, seed=s) for s in range(3))
     c, thr, u, w = _fire_factors(L, threshold=50.0)
     mlp = [t.detach() for t in _mlp(H, 32, seed=1)]
-    want = _dense(q, k, v, u.detach(), w.detach(), *mlp)
+    want = dense_mlp_bias(q, k, v, u.detach(), w.detach(), *mlp)
     out = MB.mlp_bias_attention(q.float(), k.float(), v.float(), u.float(), w.float(), *(t.float() for t in mlp))
     i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
     x = (u[(i - j).clamp(min=0)] * w[:, None]).float()
@@ -173,7 +162,7 @@ def test_sub_blocks_of_rows_split_the_mlp_and_equal_the_dense_float64_reference(
     assert split.sub == sub and len({b[0] for b in split.bands}) > 1  # bands in several sub-blocks
     assert max(hi - lo for _, lo, hi, _ in split.bands) < wide
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=24)
-    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp],
+    _assert_equal_to_dense(out, dense_mlp_bias(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp],
                            ["q", "k", "v", "c", "threshold", "W1", "b1", "W2", "b2"])
 
 
@@ -206,7 +195,7 @@ def test_u_not_monotone_and_w_of_both_signs_take_the_per_distance_split():
     mlp = _mlp(H, 16, seed=9)
     assert not MB._Plan(u, w, tuple(mlp), L, F64).sorted
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=40)
-    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, u, w, *mlp])
+    _assert_equal_to_dense(out, dense_mlp_bias(q, k, v, u, w, *mlp), [q, k, v, u, w, *mlp])
 
 
 def test_sub_blocks_grow_with_the_keys_down_to_one_row_each(monkeypatch):
@@ -222,4 +211,4 @@ def test_sub_blocks_grow_with_the_keys_down_to_one_row_each(monkeypatch):
     mlp = _mlp(H, 12, seed=4)
     assert MB._Plan(u, w, tuple(mlp), L, F64).split(32, 64).bands == []
     out = MB.mlp_bias_attention(q, k, v, u, w, *mlp, block=32, score_tile=40)
-    _assert_equal_to_dense(out, _dense(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp])
+    _assert_equal_to_dense(out, dense_mlp_bias(q, k, v, u, w, *mlp), [q, k, v, c, t, *mlp])

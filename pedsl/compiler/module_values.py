@@ -13,6 +13,7 @@ from torch import Tensor
 from pedsl.compiler import plan as PL
 from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TokenValues, Window,
                                     angle_dtype)
+from pedsl.compiler.mlp_kernel import mlp_attention
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
@@ -21,7 +22,6 @@ from pedsl.lang.fold import bind_args
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.typed import node_types
 from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_supported
-from pedsl.ops.mlp_bias import mlp_bias_attention
 from pedsl.runtime.walk import learned_calls
 from pedsl.ops.path import path_attention, path_attention_local, path_transported_keys
 
@@ -38,7 +38,7 @@ class FusedKernels:
     path_transported_keys = staticmethod(path_transported_keys)
     distance_attention = staticmethod(distance_bias_attention)
     distance_supported = staticmethod(distance_bias_supported)
-    mlp_attention = staticmethod(mlp_bias_attention)
+    mlp_attention = staticmethod(mlp_attention)
 
     def __init__(self, layout: str):
         self.layout = layout

@@ -1,0 +1,172 @@
+"""FIRE's C++ MLP-bias kernel (pedsl/compiler/mlp_kernel.cpp, dispatched by mlp_kernel.py): forward and every
+gradient (q, k, v, u, w, W1, b1, W2, b2) against the dense float64 reference that evaluates the MLP at every
+pair, at L across its blocks of 64 queries, with units switching inside rows, several at one distance and
+exactly at a kink, a constant w (below FIRE's threshold), w of either sign, a decreasing u, B and H above one;
+float32 against the reference; the torch kernel where the C++ one does not apply (u not monotone, values not
+finite) or cannot be built; and the FIRE module through the C++ kernel."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from compiler_helpers import SCHEMES, band_kernel_or_skip, dense_mlp_bias
+from pedsl.compiler import compile_scheme
+from pedsl.compiler import cpu_kernels as CK
+from pedsl.compiler import mlp_kernel as MK
+from pedsl.errors import ShapeError
+
+F64 = torch.float64
+
+
+def _spy(monkeypatch) -> tuple[list, list]:
+    """(calls of the C++ ops, calls of the torch kernel) from here on."""
+    band_kernel_or_skip()  # the C++ kernels built where a compiler is present, a skip where none is
+    ops, cpp, torch_kernel = MK.mlp_ops(), [], []
+
+    class Spy:
+        def __getattr__(self, name):
+            return lambda *args: cpp.append(name) or getattr(ops, name)(*args)
+
+    monkeypatch.setattr(MK, "mlp_ops", Spy)
+    real = MK.mlp_bias_attention
+    monkeypatch.setattr(MK, "mlp_bias_attention", lambda *a, **kw: torch_kernel.append(1) or real(*a, **kw))
+    return cpp, torch_kernel
+
+
+def _fire(L, threshold, c=0.3, extra=0):
+    """FIRE's u(d) = log(c d + 1) (L + extra entries) and w(i) = 1 / log(c max(i, threshold) + 1)."""
+    d = torch.arange(L + extra, dtype=F64)
+    u = torch.log(c * d + 1)
+    return u, 1 / (torch.log(c * torch.maximum(d[:L], torch.tensor(threshold, dtype=F64)) + 1) + 1e-6)
+
+
+def _mlp(H, K, seed, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(K, generator=g, dtype=F64), torch.randn(K, generator=g, dtype=F64) * spread,
+            torch.randn(H, K, generator=g, dtype=F64), torch.randn(H, generator=g, dtype=F64))
+
+
+def _compare(fn, B, H, L, u, w, mlp, *, dtype=F64, scale=None, tol=None, seed=0):
+    """fn and the dense reference, forward and the gradients of q, k, v, u, w and the MLP, equal."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, L, 16, generator=g, dtype=F64) for _ in range(3))
+    leaves = [t.to(dtype).requires_grad_(True) for t in (q, k, v, u, w, *mlp)]
+    ref = [t.detach().double().requires_grad_(True) for t in leaves]
+    out = fn(*leaves, scale=scale)
+    want = dense_mlp_bias(*ref, scale=scale)
+    cot = torch.randn(want.shape, generator=g, dtype=F64)
+    got = [out] + list(torch.autograd.grad((out.double() * cot).sum(), leaves))
+    exp = [want] + list(torch.autograd.grad((want * cot).sum(), ref))
+    tol = tol or dict(rtol=1e-9, atol=1e-11)
+    for name, a, b in zip(["out", "q", "k", "v", "u", "w", "w1", "b1", "w2", "b2"], got, exp):
+        assert a.dtype == dtype and a.shape == b.shape, name
+        torch.testing.assert_close(a.double(), b, **tol, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize("B, H, L, K, threshold", [
+    (1, 1, 1, 3, 10.0),      # one token
+    (2, 2, 2, 4, 10.0),
+    (2, 3, 63, 12, 10.0),    # one block short of 64, the threshold inside
+    (1, 2, 64, 32, 64.0),    # one full block, w constant up to L
+    (2, 2, 65, 8, 0.5),      # a second block of one query, every query past the threshold
+    (1, 4, 300, 32, 20.0),   # five blocks, FIRE's 32 units
+    (2, 2, 130, 6, 1000.0),  # the threshold past L: w constant (a Toeplitz bias)
+])
+def test_the_kernel_equals_the_dense_reference_forward_and_every_gradient(B, H, L, K, threshold, monkeypatch):
+    cpp, torch_kernel = _spy(monkeypatch)
+    u, w = _fire(L, threshold, extra=3)  # u longer than L: its gradient past L is zero
+    _compare(MK.mlp_attention, B, H, L, u, w, _mlp(H, K, seed=L), seed=L)
+    assert cpp == ["forward", "backward"] and not torch_kernel
+
+
+def test_units_switching_at_one_distance_and_exactly_at_their_kink(monkeypatch):
+    """u = d and w = 1 on the first rows: units whose kink is an integer distance switch exactly there (their
+    pre-activation 0 at that pair, off as torch's relu'(0) = 0), several at the same distance, units that
+    switch off along the row (W1 < 0), units with W1 = 0 (on or off everywhere); a scale of 0.5."""
+    cpp, _ = _spy(monkeypatch)
+    L, H = 70, 3
+    u = torch.arange(L, dtype=F64)
+    w = torch.ones(L, dtype=F64)
+    w[40:] = 0.5
+    w1 = torch.tensor([1.0, 1.0, 2.0, -1.0, -0.5, 0.0, 0.0, 1.0])
+    b1 = torch.tensor([-5.0, -5.0, -10.0, 7.0, 3.0, 1.0, -1.0, -64.0])
+    w2 = torch.randn(H, 8, generator=torch.Generator().manual_seed(1), dtype=F64)
+    _compare(MK.mlp_attention, 2, H, L, u, w, (w1.double(), b1.double(), w2, torch.zeros(H, dtype=F64)), scale=0.5)
+    assert cpp == ["forward", "backward"]
+
+
+def test_w_of_either_sign_and_a_decreasing_u_run_on_the_kernel(monkeypatch):
+    """x = u[d] w[i] is monotone along a row whatever w[i]'s sign is, and for a non-increasing u too."""
+    cpp, torch_kernel = _spy(monkeypatch)
+    L, H = 90, 2
+    u, w = _fire(L, 7.0)
+    w = w * torch.where(torch.arange(L) % 3 == 0, -1.0, 1.0).double()
+    w[5] = 0.0
+    _compare(MK.mlp_attention, 1, H, L, u, w, _mlp(H, 10, seed=4))
+    _compare(MK.mlp_attention, 2, H, L, -u, w.abs(), _mlp(H, 10, seed=5))
+    assert cpp == ["forward", "backward"] * 2 and not torch_kernel
+
+
+def test_float32_equals_the_reference(monkeypatch):
+    cpp, _ = _spy(monkeypatch)
+    L, H = 200, 4
+    u, w = _fire(L, 30.0)
+    _compare(MK.mlp_attention, 2, H, L, u, w, _mlp(H, 32, seed=2), dtype=torch.float32,
+             tol=dict(rtol=2e-4, atol=2e-5))
+    assert cpp == ["forward", "backward"]
+
+
+def test_inputs_the_kernel_does_not_take_go_to_the_torch_kernel(monkeypatch):
+    """A u that is not monotone over the first L distances (its tail past L does not count), or not finite: the
+    torch kernel, still equal to the reference (or, with a NaN, NaN like it); bad shapes get its diagnostic."""
+    cpp, torch_kernel = _spy(monkeypatch)
+    L, H = 40, 2
+    u, w = _fire(L, 5.0, extra=4)
+    bumpy = u.clone()
+    bumpy[17] = bumpy[18] + 0.01
+    _compare(MK.mlp_attention, 1, H, L, bumpy, w, _mlp(H, 6, seed=3))
+    assert torch_kernel == [1] and not cpp
+    tail = u.clone()
+    tail[L + 1] = -5.0  # past L: no pair reads it
+    _compare(MK.mlp_attention, 1, H, L, tail, w, _mlp(H, 6, seed=3))
+    assert cpp == ["forward", "backward"] and torch_kernel == [1]
+    q = torch.randn(1, H, L, 16, dtype=F64)
+    nan_w = w.clone()
+    nan_w[3] = float("nan")
+    assert torch.isnan(MK.mlp_attention(q, q, q, u, nan_w, *_mlp(H, 6, seed=3))).any() and torch_kernel == [1, 1]
+    with pytest.raises(ShapeError, match="mlp_bias_attention"):
+        MK.mlp_attention(q, q, q, u, w[:-1], *_mlp(H, 6, seed=3))
+
+
+def test_without_the_build_the_torch_kernel_answers_quietly(monkeypatch, recwarn):
+    """A failed build (or PEDSL_CPU_KERNELS=0): the torch kernel, the same answer, no warning."""
+    from torch.utils import cpp_extension
+
+    monkeypatch.setattr(cpp_extension, "load", lambda *a, **kw: (_ for _ in ()).throw(RuntimeError("no compiler")))
+    monkeypatch.setattr(CK, "_built", [])
+    torch_kernel = []
+    real = MK.mlp_bias_attention
+    monkeypatch.setattr(MK, "mlp_bias_attention", lambda *a, **kw: torch_kernel.append(1) or real(*a, **kw))
+    u, w = _fire(50, 10.0)
+    _compare(MK.mlp_attention, 1, 2, 50, u, w, _mlp(2, 8, seed=6))
+    assert torch_kernel == [1] and CK._built == [False] and MK.mlp_ops() is None and not recwarn.list
+
+
+def test_the_fire_module_runs_on_the_kernel(monkeypatch):
+    """The compiled FIRE module (float32, two blocks) calls the C++ kernel forward and backward and equals the
+    torch kernel's answer."""
+    cpp, torch_kernel = _spy(monkeypatch)
+    torch.manual_seed(0)
+    mod = compile_scheme(SCHEMES / "fire.pe", num_heads=4, head_dim=16)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 4, 100, 16, generator=g).requires_grad_(True) for _ in range(3))
+    out = mod(q, k, v)
+    grads = torch.autograd.grad(out.sum(), [q, *mod.parameters()])
+    assert cpp == ["forward", "backward"] and not torch_kernel
+    monkeypatch.setattr(MK, "runs_on_kernel", lambda *a: False)
+    want = mod(q, k, v)
+    wgrads = torch.autograd.grad(want.sum(), [q, *mod.parameters()])
+    torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
+    for a, b in zip(grads, wgrads):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
