@@ -170,3 +170,16 @@ def test_the_fire_module_runs_on_the_kernel(monkeypatch):
     torch.testing.assert_close(out, want, rtol=1e-4, atol=1e-5)
     for a, b in zip(grads, wgrads):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_threads_share_the_work_and_the_gradients_add_up(monkeypatch):
+    """Three threads over B H = 4 (batch, head) pairs: each thread's u, w and MLP gradients added once."""
+    cpp, _ = _spy(monkeypatch)
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        u, w = _fire(150, 12.0)
+        _compare(MK.mlp_attention, 2, 2, 150, u, w, _mlp(2, 16, seed=8))
+    finally:
+        torch.set_num_threads(before)
+    assert cpp == ["forward", "backward"]

@@ -31,7 +31,8 @@ TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, ph
 class FusedKernels:
     """The general forward's primitives as pedsl's kernels: rotations with fused autograd in the
     scheme's layout, the two-level float64 angle sum, the blockwise PaTH kernel, the Toeplitz kernel of
-    distance-table biases (:mod:`pedsl.ops.distance_bias`)."""
+    distance-table biases (:mod:`pedsl.ops.distance_bias`), FIRE's MLP-bias kernel (:mod:`pedsl.compiler.mlp_kernel`:
+    C++ where it runs, :mod:`pedsl.ops.mlp_bias` elsewhere)."""
 
     path_attention = staticmethod(path_attention)
     path_local_attention = staticmethod(path_attention_local)
@@ -162,7 +163,7 @@ class ModuleScheme:
     def query_mlp(self, i: int, qpos: Tensor, device):
         """Bias i as ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE): u over the
         distances 0 .. L-1, w at the queries' positions ``qpos (L,)`` (float64), and the MLP's W1 (K,), b1,
-        W2 (H, K), b2, all differentiable, for :func:`pedsl.ops.mlp_bias.mlp_bias_attention`; None for any
+        W2 (H, K), b2, all differentiable, for :func:`pedsl.compiler.mlp_kernel.mlp_attention`; None for any
         other bias (it keeps the blocks of queries)."""
         mod = self.mod
         b = mod.biases[i]
