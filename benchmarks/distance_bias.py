@@ -12,9 +12,9 @@ variant / floor in the same repeat:
 - ``floor``: ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` - no positional encoding;
 - ``pedsl``: ``compile_scheme(<scheme>)`` called as ``module(q, k, v)``: a distance table computed once per
   call (O(H L)) and read per block of 256 queries as a strided view by the flash kernel
-  (:mod:`pedsl.ops.distance_bias`); FIRE's bias, which reads the query position, on the MLP-bias kernel
-  (:mod:`pedsl.ops.mlp_bias`: per block and distance the MLP's units on folded into tables, the kinked ones
-  evaluated per pair over their bands); xPos a
+  (:mod:`pedsl.ops.distance_bias`); FIRE's bias, which reads the query position, on the C++ MLP-bias kernel
+  (:mod:`pedsl.compiler.mlp_kernel`: per row the MLP's units switch at most once along the distances, the bias
+  linear in u per segment; :mod:`pedsl.ops.mlp_bias` where no C++ compiler is there); xPos a
   rotation of q and k;
 - ``materialised``: what x-transformers does - the whole ``(1, H, L, L)`` bias built every call from the
   learned parameters (``RelativePositionBias`` for T5, ``DynamicPositionBias`` for DPB; for KERPLE, FIRE and
