@@ -64,16 +64,18 @@ def _compare(fn, B, H, L, u, w, mlp, *, dtype=F64, scale=None, tol=None, seed=0)
         torch.testing.assert_close(a.double(), b, **tol, msg=lambda m: f"{name}: {m}")
 
 
-@pytest.mark.parametrize("B, H, L, K, threshold", [
-    (1, 1, 1, 3, 10.0),      # one token
-    (2, 2, 2, 4, 10.0),
-    (2, 3, 63, 12, 10.0),    # one block short of 64, the threshold inside
-    (1, 2, 64, 32, 64.0),    # one full block, w constant up to L
-    (2, 2, 65, 8, 0.5),      # a second block of one query, every query past the threshold
-    (1, 4, 300, 32, 20.0),   # five blocks, FIRE's 32 units
-    (2, 2, 130, 6, 1000.0),  # the threshold past L: w constant (a Toeplitz bias)
+@pytest.mark.parametrize("B, H, L, K, threshold, block", [
+    (1, 1, 1, 3, 10.0, None),      # one token
+    (2, 2, 2, 4, 10.0, None),
+    (2, 3, 63, 12, 10.0, 64),      # one block short of 64, the threshold inside
+    (1, 2, 64, 32, 64.0, 64),      # one full block, w constant up to L
+    (2, 2, 65, 8, 0.5, 64),        # a second block of one query, every query past the threshold
+    (1, 4, 300, 32, 20.0, None),   # blocks of the default size and a partial one, FIRE's 32 units
+    (2, 2, 130, 6, 1000.0, None),  # the threshold past L: w constant (a Toeplitz bias)
 ])
-def test_the_kernel_equals_the_dense_reference_forward_and_every_gradient(B, H, L, K, threshold, monkeypatch):
+def test_the_kernel_equals_the_dense_reference_forward_and_every_gradient(B, H, L, K, threshold, block, monkeypatch):
+    if block is not None:
+        monkeypatch.setattr(MK, "BLOCK", block)
     cpp, torch_kernel = _spy(monkeypatch)
     u, w = _fire(L, threshold, extra=3)  # u longer than L: its gradient past L is zero
     _compare(MK.mlp_attention, B, H, L, u, w, _mlp(H, K, seed=L), seed=L)
