@@ -43,17 +43,6 @@ struct Band {
   int64_t hi(int64_t i, int64_t c0) const { return i - c0 + 1; }
 };
 
-// Row a of the block's scores (w keys) -> its softmax weights, unnormalised, zero outside the window;
-// returns (max, sum).
-template <typename T>
-inline std::pair<T, T> softmax_row(T* row, int64_t lo, int64_t hi, int64_t w) {
-  const T mx = row_max(row + lo, hi - lo);
-  const T sum = exp_sum(row + lo, hi - lo, mx);
-  std::fill(row, row + lo, T(0));
-  std::fill(row + hi, row + w, T(0));
-  return {mx, sum};
-}
-
 template <typename T>
 void forward_block(const Band& g, const T* Q, const T* K, const T* V, T* O, T* lse, int64_t r0, T* S) {
   const int64_t m = g.rows(r0), c0 = g.first_key(r0), w = r0 + m - c0, D = g.D;

@@ -1,5 +1,5 @@
 // Shared by the C++ CPU attention kernels (band_kernel.cpp, mlp_kernel.cpp): BLAS GEMM through the sgemm_/dgemm_
-// that libtorch_cpu exports, and at::vec's row max and exp-sum of a softmax row.
+// that libtorch_cpu exports, and at::vec's row max, exp-sum and softmax of a row.
 #pragma once
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define CPU_CAPABILITY_AVX512
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 extern "C" {
 void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
@@ -77,6 +78,17 @@ inline T row_max(const T* x, int64_t n) {
   }
   for (; j < n; ++j) mx = std::max(mx, x[j]);
   return mx;
+}
+
+// A row of w scores whose keys lo .. hi - 1 count -> its softmax weights, unnormalised, zero outside lo .. hi;
+// returns (max, sum).
+template <typename T>
+inline std::pair<T, T> softmax_row(T* row, int64_t lo, int64_t hi, int64_t w) {
+  const T mx = row_max(row + lo, hi - lo);
+  const T sum = exp_sum(row + lo, hi - lo, mx);
+  std::fill(row, row + lo, T(0));
+  std::fill(row + hi, row + w, T(0));
+  return {mx, sum};
 }
 
 }  // namespace pedsl_kernels

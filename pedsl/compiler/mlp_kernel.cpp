@@ -1,8 +1,8 @@
 // Causal attention with FIRE's bias b(h, i, j) = f_h(u[i - j] w[i]) on the CPU, forward and backward, where
 // f_h(x) = b2[h] + sum_k W2[h, k] relu(W1[k] x + b1[k]) is a one-hidden-layer ReLU MLP of one scalar.
 //
-// The kernel takes u non-decreasing over the distances and w > 0 (FIRE's u = log(c d + 1), w = 1 / log(c
-// max(i, L_thr) + 1); the caller checks it): along a row i, x(d) = u[d] w[i] is then monotone in d, so each unit
+// The kernel takes u monotone over the distances (FIRE's u = log(c d + 1); the caller checks it) and w of any
+// sign (FIRE's w = 1 / log(c max(i, L_thr) + 1)): along a row i, x(d) = u[d] w[i] is then monotone in d, so each unit
 // switches on or off at most once, at a distance found by bisection on its pre-activation (evaluated as the
 // reference does, W1 (u w) + b1 > 0: monotone in rounding too). A row is cut into at most K + 1 segments of
 // distances; on a segment the bias is A_h + B_h u[d] (A_h = b2 + sum_on W2 b1, B_h = w_i sum_on W2 W1), one FMA
@@ -123,9 +123,7 @@ void forward_block(const Mlp<T>& f, const Switches<T>& sw, int64_t h, int64_t Bq
       }
       if (s < ns) f.toggle(sw, i, h, sw.sk[i * f.K + s], A, C);
     }
-    const T mx = row_max(row, i + 1);
-    const T sum = exp_sum(row, i + 1, mx);
-    std::fill(row + i + 1, row + w, T(0));
+    const auto [mx, sum] = softmax_row(row, 0, i + 1, w);
     lse[i] = mx + std::log(sum);
     inv[a] = T(1) / sum;
   }
