@@ -173,10 +173,10 @@ class _BlockedKeyTerm(torch.autograd.Function):
         for c0, c1 in query_blocks(q.shape[-2], block):
             row, qb = _rows(g, c0, c1, q.dtype), q[:, :, c0:c1]
             o, lse = FLASH(qb, k[:, :, c0:c1], v[:, :, c0:c1], 0.0, True, attn_mask=_row_mask(row[..., c0:], c1 - c0),
-                            scale=scale)[:2]
+                           scale=scale)[:2]
             if c0:  # the keys before the block, all visible: merged by log-sum-exp
                 op, lp = FLASH(qb, k[:, :, :c0], v[:, :, :c0], 0.0, False,
-                                attn_mask=_row_mask(row[..., :c0], c1 - c0), scale=scale)[:2]
+                               attn_mask=_row_mask(row[..., :c0], c1 - c0), scale=scale)[:2]
                 both = torch.logaddexp(lse, lp)
                 o = o * torch.exp(lse - both).unsqueeze(-1).to(o.dtype) + op * torch.exp(lp - both).unsqueeze(-1).to(o.dtype)
                 lse = both
@@ -202,7 +202,7 @@ class _BlockedKeyTerm(torch.autograd.Function):
             dout, out = torch.cat([dout, (dout * out).sum(-1, keepdim=True)], -1), torch.cat([out, z], -1)
             q, k, v = torch.cat([q, z], -1), torch.cat([k, z], -1), torch.cat([v, z], -1)
         dq, dk, dv = FLASH_BACKWARD(dout, q, k, v, out.contiguous(), lse, 0.0, True,
-                                attn_mask=_row_mask(g.to(q.dtype), L), scale=ctx.scale)
+                                    attn_mask=_row_mask(g.to(q.dtype), L), scale=ctx.scale)
         dg = None
         if need_g:  # sum_i dS_ij = v_j . dv_j - sum_i P_ij D_i
             dg = _sum_to((v[..., :D] * dv[..., :D]).sum(-1) - dv[..., D], g.shape).to(g.dtype)

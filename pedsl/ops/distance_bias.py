@@ -113,7 +113,7 @@ class _DistanceBias(torch.autograd.Function):
         outs, lses = [], []
         for c0, c1 in query_blocks(L, block):
             o, lse = FLASH(q[:, :, c0:c1], kr[:, :, L - c1:], vr[:, :, L - c1:], 0.0, False,
-                            attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)[:2]
+                           attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)[:2]
             outs.append(o)
             lses.append(lse)
         out, lse = torch.cat(outs, -2), torch.cat(lses, -1)
@@ -138,8 +138,8 @@ class _DistanceBias(torch.autograd.Function):
         for c0, c1 in query_blocks(L, block):
             keys = slice(L - c1, L)
             gq, gk, gv = FLASH_BACKWARD(dout[:, :, c0:c1], q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys],
-                                    out[:, :, c0:c1], lse[:, :, c0:c1], 0.0, False,
-                                    attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)
+                                        out[:, :, c0:c1], lse[:, :, c0:c1], 0.0, False,
+                                        attn_mask=_mask(_bias_rows(tp, block, c0, c1), B), scale=scale)
             dq[:, :, c0:c1] = gq
             dk[:, :, keys] += gk
             dv[:, :, keys] += gv

@@ -297,7 +297,7 @@ class _MlpBias(torch.autograd.Function):
                 bias = plan.fill(bs, c0, c1, a, e, _buffer(bufs, (H, n, e - a), q).view(H, n, e - a + n - 1))
                 keys = slice(L - c1 + a, L - c1 + e)
                 parts.append(FLASH(q[:, :, c0:c1], kr[:, :, keys], vr[:, :, keys], 0.0, False,
-                                    attn_mask=bias.unsqueeze(0).expand(B, *bias.shape), scale=scale)[:2])
+                                   attn_mask=bias.unsqueeze(0).expand(B, *bias.shape), scale=scale)[:2])
             o, lse = _merge(parts)
             outs.append(o)
             lses.append(lse)

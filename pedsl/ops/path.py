@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 from pedsl.errors import ShapeError
 from pedsl.ops.path_blocks import ut_A
-from pedsl.ops.path_kernels import _scaled_q, path_forward, path_local_forward, path_transported_keys
+from pedsl.ops.path_kernels import path_forward, path_local_forward, path_transported_keys, scaled_q
 
 __all__ = [
     "path_attention",
@@ -168,7 +168,7 @@ def path_attention_naive(q, k, v, w, beta, log_forget=None, scale=None, *, block
     _check(q, k, v, w, beta, log_forget, q_scale)
     dt = q.dtype
     q, k, v, w, beta = (t.to(torch.float64) for t in (q, k, v, w, beta))
-    qs = _scaled_q(q, scale, None if q_scale is None else q_scale.to(torch.float64))
+    qs = scaled_q(q, scale, None if q_scale is None else q_scale.to(torch.float64))
     B, H, L, D = q.shape
     G = None if log_forget is None else log_forget.to(torch.float64).cumsum(-1)
     eye = torch.eye(D, dtype=torch.float64, device=q.device)
@@ -197,7 +197,7 @@ def path_attention_materialized(q, k, v, w, beta, log_forget=None, scale=None, *
     """
     _check(q, k, v, w, beta, log_forget, q_scale)
     B, H, L, D = q.shape
-    qs = _scaled_q(q, scale, q_scale)
+    qs = scaled_q(q, scale, q_scale)
     rows, cur = [], k[:, :, :0]
     for i in range(L):  # row i: keys j <= i carried through H_i
         if i > 0:

@@ -22,7 +22,8 @@ __all__ = ["path_forward", "path_local_forward", "path_transported_keys"]
 # ---------------------------------------------------------------------------------------------
 # PaTH's entry points (copied verbatim into generated modules of PaTH schemes).
 # ---------------------------------------------------------------------------------------------
-def _scaled_q(q, scale, q_scale):
+def scaled_q(q, scale, q_scale):
+    """q times the scale (1 / sqrt(D) when None) and the per-query temperature ``q_scale (B|1, H|1, L)``."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     qs = q * scale
     if q_scale is not None:
@@ -55,7 +56,7 @@ def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64
         q, k, v, w = (t.float() for t in (q, k, v, w))
     C = max(1, min(int(block_size), L))
     N = -(-L // C)  # the padded steps sit after every real token: H = I, bias 0, never attended to
-    qs = _scaled_q(q, scale, q_scale)
+    qs = scaled_q(q, scale, q_scale)
     Q, K, Vb, W = (_blocks(t, C) for t in (qs, k, v, w))
     bt = _blocks(beta.to(q.dtype), C)  # (N, Z, C)
     Qt, Kt, Sd, P = path_blocks(Q, K, W, bt)
@@ -83,7 +84,7 @@ def path_local_forward(q, k, v, w, beta, log_forget=None, scale=None, *, reach: 
     C = max(1, min(int(block_size), L))
     N = -(-L // C)
     nd = min(N, 1 + -(-max(0, int(reach)) // C))  # key blocks a query block reads, its own included
-    Q, K, Vb, W = (_blocks(t, C) for t in (_scaled_q(q, scale, None), k, v, w))
+    Q, K, Vb, W = (_blocks(t, C) for t in (scaled_q(q, scale, None), k, v, w))
     Qt, Kt, Sd, P = path_blocks(Q, K, W, _blocks(beta.to(q.dtype), C))
     G = None if log_forget is None else _blocks(
         log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN).cumsum(-1), C)  # (N, Z, C) float64
