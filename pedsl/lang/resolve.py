@@ -58,12 +58,27 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
     # reporting ---------------------------------------------------------
     def report(self, code: str, message: str, node: Any = None, *, hint: str | None = None, src: Source | None = None,
                severity: str = "error") -> None:
-        src = src or self._current
+        src = src or self._let_source(node) or self._current
         sink = sink_for(src)
         sink.add(code, message, hint=hint, severity=severity, **node_pos(node))
         self.diags.extend(sink.items)
 
     _current: Source
+
+    def _let_source(self, node: Any) -> Source | None:
+        """The file of the let that wrote ``node``, where that is not the statement being checked: a let
+        inlined into a base scheme's statement keeps its own file (a child's override is reported in the
+        child). Nodes are matched by value, span included; a node rebuilt around other lets matches none."""
+        if node is None or getattr(node, "span", None) is None:
+            return None
+        bound = getattr(self, "_bound_lets", {})
+        for name, loc in self.m.lets.items():
+            if loc.src is self._current:
+                continue
+            forms = (loc.stmt.value, bound[name]) if name in bound else (loc.stmt.value,)
+            if any(n == node for form in forms for n in walk(form)):
+                return loc.src
+        return None
 
     # types --------------------------------------------------------------
     def checker(self) -> Checker:
@@ -146,6 +161,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         # a let is one value: its learned calls are marked as its own, so every use reads one site
         lets = {n: bind_calls(loc.stmt.value, n, lambda f: f in FUNCTIONS and FUNCTIONS[f].learned)
                 for n, loc in m.lets.items()}
+        self._bound_lets = lets
         for n, loc in m.lets.items():
             if n in CONSTANTS or n in FUNCTIONS or n in KEYWORDS:
                 self.report("E205", f"'{n}' shadows a builtin name or keyword", loc.stmt, src=loc.src)

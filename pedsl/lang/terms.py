@@ -10,7 +10,7 @@ from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import calls_in, distance_coefficient, inline_lets, neg, split_terms, to_source, uses_name, walk
 from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.scheme import ChannelGroup, DistanceBias, GateBias, HouseholderSteps, RotateTransport, RotationSteps
-from pedsl.lang.types import Ty
+from pedsl.lang.types import Dep, Ty
 from pedsl.lang.values import DYNAMIC, EvalIssue, GroupSpec, StaticEnv
 from pedsl.limits import MAX_LENGTH
 
@@ -151,6 +151,8 @@ class TermResolution(ResolverStage):
             return self._xpos(st, fn, gname, env, group)
         if fn.kind == "call" and fn.func == "accumulate":
             step = _arg(fn, "step")
+            if self._step_reads_query_position(step):
+                return None
             if step.kind == "call" and step.func == "rotation":
                 angle = _arg(step, "angle")
                 self._check_static(angle, env, len(group.channels) // 2)
@@ -277,11 +279,17 @@ class TermResolution(ResolverStage):
         for term in split_terms(inline_lets(value, lets)):
             if term.kind == "call" and term.func == "accumulate":
                 gate = _arg(term, "step")
+                if self._step_reads_query_position(gate):
+                    return []
                 out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
             elif term.kind == "unary" and term.operand.kind == "call" and term.operand.func == "accumulate":
+                if self._step_reads_query_position(_arg(term.operand, "step")):
+                    return []
                 gate = neg(_arg(term.operand, "step"))
                 out.append(GateBias(log_gate=gate, log_gate_ty=self.type_of(gate)))
             elif "dist" in (ty := self.type_of(term)).axes:
+                if self._pair_term_reads_content(term, ty):
+                    return []
                 # (a slope that reads the query position is no ALiBi slope: the term is a table per query;
                 # a term over per-axis distances is evaluated per pair of tokens, never as a slope)
                 axes = tuple(a for a in declared if uses_name(term, f"distance.{a}"))
@@ -348,6 +356,34 @@ class TermResolution(ResolverStage):
                     hint="rotate by the axes (qk on GROUP: rotate(w * position.AXIS)) with PaTH, or drop the "
                     "Householder steps")
         return False
+
+    def _step_reads_query_position(self, step: ast.Expr) -> bool:
+        """An accumulated step (a rotation, a Householder step, a log-gate) belongs to the token t it is
+        taken at, between the key and the query: it has no query. ``query_position`` there would silently
+        read t's own position, so it is refused (E204) in favour of ``position``, which says just that."""
+        node = next((n for n in walk(step) if n.kind == "name" and n.id.partition(".")[0] == "query_position"),
+                    None)
+        if node is None:
+            return False
+        self.report("E204", f"an accumulated step cannot read '{node.id}': a step belongs to each token between "
+                    "the key and the query, not to the query", node,
+                    hint="write position (the position of the token the step is taken at); a term of the query's "
+                    "position belongs in a plain bias, e.g. bias = f(query_position) * distance")
+        return True
+
+    def _pair_term_reads_content(self, term: ast.Expr, ty: Ty) -> bool:
+        """A term over the distance that reads the hidden state or the tokens would need the content of both
+        ends of each pair (Shaw, Transformer-XL, DeBERTa-style terms), which no executor evaluates: refused
+        (E204) rather than computed by one backend and not by another."""
+        reads = [what for dep, what in ((Dep.DATA, "hidden state x"), (Dep.TOKEN, "token ids")) if dep in ty.reads]
+        if not reads:
+            return False
+        self.report("E204", f"a bias term over the distance cannot read the {' or the '.join(reads)}: terms of the "
+                    "content at a pair (i, j) are not supported", term,
+                    hint="a data-dependent bias is written as a sum of per-token log-gates, "
+                    "accumulate(log_sigmoid(linear(x, to = head))); a bias over the distance may read "
+                    "learned values and query_position")
+        return True
 
     def _query_position_only(self, value: ast.Expr, lets) -> bool:
         """A bias reads positions only as ``distance`` and ``query_position`` (a bare ``position`` would not
