@@ -142,6 +142,19 @@ def test_a_document_over_the_size_limit_is_not_held_and_says_so(tmp_path):
     assert s.diagnostics(uri) == [] and s.texts[uri] == TEXT
 
 
+def test_a_document_of_too_many_tokens_is_held_but_not_scanned():
+    """Under the byte limit but over check's token limit (E102 'file too long'): answered at once, edits apply."""
+    s = Session()
+    uri = "file:///tmp/dense.pe"
+    s.update(uri, ("scheme s { let w = geometric(10000) * position }\n" * 20000)[:MAX_BYTES - 1000])
+    start = time.thread_time()
+    [d] = s.diagnostics(uri)
+    assert d.code == "E102" and "file too long" in d.message
+    assert s.hover(uri, lsp.Position(500, 25)) is None and s.completion(uri, lsp.Position(500, 25)) == []
+    assert s.edit(uri, lsp.Position(0, 0), lsp.Position(0, 0), "# ") and s.texts[uri].startswith("# scheme")
+    assert s.symbols(uri) == [] and time.thread_time() - start < 1 and not s.failures
+
+
 def test_incremental_edits_apply_in_the_clients_units():
     s = Session()
     uri = "file:///tmp/e.pe"

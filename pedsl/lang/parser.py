@@ -38,6 +38,11 @@ def _string_step(ch: str, escaped: bool) -> tuple[bool, bool]:
     return ch != '"', ch == "\\"
 
 
+def token_estimate(text: str) -> int:
+    """A cheap over-estimate of the token count (C-speed string methods): words plus punctuation."""
+    return len(text.split()) + sum(text.count(c) for c in _PUNCTUATION)
+
+
 def _lone_surrogate(text: str, sink: DiagnosticSink) -> bool:
     """A lone UTF-16 surrogate (text an editor sent, never a decoded file) is not Unicode text: E101 at it."""
     try:
@@ -63,7 +68,7 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
         )
         return
     # A cheap over-estimate of the token count (C-speed string methods): words plus punctuation.
-    estimate = len(text.split()) + sum(text.count(c) for c in _PUNCTUATION)
+    estimate = token_estimate(text)
     if estimate > MAX_TOKENS:
         sink.add(
             "E102",

@@ -18,7 +18,7 @@ from lsprotocol import types as lsp
 from pedsl.errors import Diagnostic, PedslError
 from pedsl.lang import api
 from pedsl.lang.imports import read_source
-from pedsl.lang.parser import MAX_BYTES
+from pedsl.lang.parser import MAX_BYTES, MAX_TOKENS, token_estimate
 from pedsl.lsp import describe, features, fixes, navigate
 from pedsl.lsp.project import Analysis, Document, Files, check_text, resolved
 from pedsl.lsp.text import Text
@@ -200,6 +200,8 @@ class Session:
 
     def document(self, uri: str) -> tuple[Document, Text]:
         text = self.text_of(uri)
+        if token_estimate(text) > MAX_TOKENS:  # `pedsl check` refuses it (E102): no outline of it either
+            raise _NotHeld()
         path = uri_path(uri)
         doc = self._cached(self._documents, uri, (text, self._edits),
                            lambda: Document(text, path, self._base(path), self.files))
@@ -210,9 +212,15 @@ class Session:
         if uri in self.oversize:  # not held: what `pedsl check` said of it when it came
             return Analysis(Document("", path, self._base(path), self.files), self.oversize[uri]), Text("")
         text = self.text_of(uri)
-        found = self._cached(self._analyses, uri, (text, self._saves),
-                             lambda: Analysis(Document(text, path, self._base(path), self.files)))
+        found = self._cached(self._analyses, uri, (text, self._saves), lambda: self._analyse(text, path))
         return found, Text(text, self.encoding)
+
+    def _analyse(self, text: str, path: Path | None) -> Analysis:
+        if token_estimate(text) > MAX_TOKENS:  # held (edits apply) but too long to check: E102, fast
+            diagnostics = check_text(text, str(path) if path else "<untitled>", self._base(path))[0]
+            return Analysis(Document("", path, self._base(path), self.files), diagnostics)
+        return Analysis(Document(text, path, self._base(path), self.files))
+
     # ------------------------------------------------------------------ requests
     @answered(list)
     def diagnostics(self, uri: str) -> list[lsp.Diagnostic]:
