@@ -117,8 +117,7 @@ class Wire:
         """Shut down and exit as an editor does; the exit code."""
         assert self.call("shutdown")["result"] is None
         self.send({"method": "exit"})
-        self.proc.stdin.close()
-        return self.proc.wait(timeout=ANSWER_S)
+        return self.proc.wait(timeout=ANSWER_S)  # its input still open: the server ends on its own
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -340,15 +339,14 @@ def test_the_server_survives_hostile_traffic(tmp_path):
         assert w.call("shutdown")["result"] is None
         assert error_code(w.call("textDocument/hover", doc((tmp_path / "edits.pe").as_uri()))) == INVALID_REQUEST
         w.send({"method": "exit"})
-        w.proc.stdin.close()
-        assert w.proc.wait(timeout=ANSWER_S) == 0
+        assert w.proc.wait(timeout=ANSWER_S) == 0  # its input still open: the server ends on its own
         for msg_id in w.sent:
             w.answer(msg_id, STARTUP_S)  # every request was answered, each within ANSWER_S of being sent
             assert w.answers[msg_id][1] - w.sent[msg_id] < (STARTUP_S if msg_id == first else ANSWER_S)
         codes = [error_code(m) for m in w.responses]
         assert INTERNAL_ERROR not in codes
         assert codes.count(PARSE_ERROR) == 3 and codes.count(INVALID_REQUEST) == 4  # 3 malformed, 1 after shutdown
-        assert b"Traceback" not in w.stderr, w.stderr.decode(errors="replace")
+        assert b"Traceback" not in w.stderr and b"Fatal" not in w.stderr, w.stderr.decode(errors="replace")
         assert peak < RSS_LIMIT_MB, f"peak RSS {peak:.0f} MB"
         errors = [n["params"]["message"] for n in w.notes if n["method"] == "window/logMessage"
                   and n["params"]["type"] == 1 and "failed" in n["params"]["message"]]

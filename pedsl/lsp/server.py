@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import sys
 import threading
 from importlib.metadata import PackageNotFoundError, version
@@ -145,8 +146,11 @@ class PeServer(LanguageServer):
         """Serve until the client says exit (the exit code: 0 after shutdown, else 1) or its input ends (0)."""
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        # The reader thread blocks in a read; on a stream of its own (not sys.stdin, which the interpreter
+        # locks to close at exit) a client that keeps the pipe open after `exit` cannot abort the exit.
+        stream = stdin or os.fdopen(os.dup(sys.stdin.fileno()), "rb")
         try:
-            asyncio.run(transport.serve(stdin or sys.stdin.buffer, self.protocol.receive, self._stop_event))
+            asyncio.run(transport.serve(stream, self.protocol.receive, self._stop_event))
             return 0
         except SystemExit as stop:  # pygls's exit handler
             return stop.code if isinstance(stop.code, int) else 0
