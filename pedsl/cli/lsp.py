@@ -27,7 +27,7 @@ def missing_extra() -> PedslError | None:
 
 @click.command()
 @click.option("--stdio", is_flag=True, help="Talk over standard input and output (the default and only transport).")
-def lsp(stdio: bool) -> None:
+def lsp(stdio: bool) -> int:
     """Run the .pe language server (diagnostics, completion, hover, go to definition, formatting) over stdio.
 
     Point an editor's LSP client at `pedsl lsp`; see the README's "Editor support".
@@ -37,4 +37,4 @@ def lsp(stdio: bool) -> None:
         raise err
     from pedsl.lsp.server import main
 
-    main()
+    return main()  # 0, or 1 when the client exits without asking to shut down first (the protocol's rule)

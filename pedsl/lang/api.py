@@ -56,7 +56,10 @@ def load_text(text: str, file: str | Path | None = None, base_dir: Path | None =
     result to :func:`check` or :func:`load_with_warnings`."""
     if base_dir is None:
         base_dir = Path(file).parent if file is not None else Path.cwd()
-    path = Path(file) if file is not None and Path(file).is_file() else None
+    try:
+        path = Path(file) if file is not None and Path(file).is_file() else None
+    except OSError:  # a name the OS refuses (over 255 bytes): no file on disk is this text
+        path = None
     return Loader().load_text(text, None if file is None else str(file), Path(base_dir), path=path)
 
 

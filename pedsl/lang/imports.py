@@ -61,6 +61,14 @@ def _within(path: Path, roots: list[Path]) -> bool:
     return any(path == r or path.is_relative_to(r) for r in roots)
 
 
+def _exists(path: Path, regular: bool = False) -> bool:
+    """Whether ``path`` exists (is a regular file); False for a name the OS refuses (over 255 bytes)."""
+    try:
+        return path.is_file() if regular else path.exists()
+    except OSError:
+        return False
+
+
 def import_target(base_dir: Path, name: str, roots: list[Path]) -> tuple[Path, str | None]:
     """Where ``import "name"`` in a file of ``base_dir`` leads, and why it is refused (None when allowed).
 
@@ -68,7 +76,7 @@ def import_target(base_dir: Path, name: str, roots: list[Path]) -> tuple[Path, s
     that name is used. The target must be a regular ``.pe`` file under one of ``roots`` (after
     following symbolic links)."""
     target = real_path(base_dir / name)  # CheckError for a symlink loop
-    if not target.exists() and (library_dir() / name).is_file():
+    if not _exists(target) and _exists(library_dir() / name, regular=True):
         target = (library_dir() / name).resolve()  # a library scheme, from any folder
     if not name.endswith(".pe") or target.suffix != ".pe":
         what = f"'{name}'" if target.name == Path(name).name else f"'{name}' (a link to '{target.name}')"
@@ -99,19 +107,7 @@ class Loader:
         if len(self.cache) >= MAX_IMPORTS:
             raise CheckError(f"more than {MAX_IMPORTS} .pe files are imported (loading {path})", code="E208",
                              file=str(path), line=1, col=1, hint="import fewer files (see pedsl/limits.py)")
-        try:
-            data = read_bytes(path)
-        except FileNotFoundError:
-            raise CheckError(f"no such file: {path}", code="E209", file=str(path), line=1, col=1,
-                             hint="check the path") from None
-        except IsADirectoryError:
-            raise CheckError(f"{path} is a folder, not a .pe file", code="E209", file=str(path), line=1, col=1,
-                             hint="give the .pe files inside it, e.g. folder/*.pe") from None
-        except OSError as exc:
-            raise CheckError(f"cannot read {path}: {exc.strerror}", code="E209", file=str(path), line=1,
-                             col=1) from None
-        text = decode(data, str(path))
-        return self._load(text, str(path), path.parent, stack + (key,), key)
+        return self._load(read_source(path), str(path), path.parent, stack + (key,), key)
 
     def load_text(self, text: str, file: str | None = None, base_dir: Path | None = None,
                   path: Path | None = None) -> Source:
@@ -171,10 +167,33 @@ class Loader:
         return src
 
 
+def read_source(path: Path) -> str:
+    """The text of a ``.pe`` file as every reader of one takes it: a regular file only, at most the size
+    limit, UTF-8; a CheckError (E209) for a file that cannot be read, a ParseError for its bytes."""
+    try:
+        data = read_bytes(path)
+    except FileNotFoundError:
+        raise CheckError(f"no such file: {path}", code="E209", file=str(path), line=1, col=1,
+                         hint="check the path") from None
+    except IsADirectoryError:
+        raise CheckError(f"{path} is a folder, not a .pe file", code="E209", file=str(path), line=1, col=1,
+                         hint="give the .pe files inside it, e.g. folder/*.pe") from None
+    except OSError as exc:
+        raise CheckError(f"cannot read {path}: {exc.strerror or exc}", code="E209", file=str(path), line=1,
+                         col=1) from None
+    except ValueError:  # a NUL byte or a lone surrogate: no file can have that name
+        raise CheckError(f"cannot read {path}: not a valid file name", code="E209", file=str(path), line=1,
+                         col=1) from None
+    return decode(data, str(path))
+
+
 def real_path(path: Path) -> Path:
     """``path.resolve()``, or a CheckError for a symlink loop (or a name the OS refuses)."""
     try:
         return path.resolve()
+    except ValueError:  # a NUL byte or a lone surrogate in the name
+        raise CheckError(f"cannot resolve {path}: not a valid file name", code="E209", file=str(path), line=1,
+                         col=1, hint="name a .pe file") from None
     except (RuntimeError, OSError) as exc:
         what = "a symlink loop" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40 else \
             (getattr(exc, "strerror", None) or str(exc))

@@ -38,6 +38,24 @@ def _string_step(ch: str, escaped: bool) -> tuple[bool, bool]:
     return ch != '"', ch == "\\"
 
 
+def token_estimate(text: str) -> int:
+    """A cheap over-estimate of the token count (C-speed string methods): words plus punctuation."""
+    return len(text.split()) + sum(text.count(c) for c in _PUNCTUATION)
+
+
+def _lone_surrogate(text: str, sink: DiagnosticSink) -> bool:
+    """A lone UTF-16 surrogate (text an editor sent, never a decoded file) is not Unicode text: E101 at it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        col = exc.start - (text.rfind("\n", 0, exc.start) + 1) + 1
+        sink.add("E101", f"a lone surrogate U+{ord(text[exc.start]):04X} in the text: this is not Unicode text",
+                 line=line, col=col, hint="a .pe file is UTF-8 text; remove the character")
+        return True
+    return False
+
+
 def _check_text(text: str, sink: DiagnosticSink) -> None:
     """Cheap guards before parsing: size, control bytes, nesting depth."""
     if len(text) > MAX_BYTES:
@@ -50,7 +68,7 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
         )
         return
     # A cheap over-estimate of the token count (C-speed string methods): words plus punctuation.
-    estimate = len(text.split()) + sum(text.count(c) for c in _PUNCTUATION)
+    estimate = token_estimate(text)
     if estimate > MAX_TOKENS:
         sink.add(
             "E102",
@@ -59,6 +77,8 @@ def _check_text(text: str, sink: DiagnosticSink) -> None:
             col=1,
             hint="a .pe file declares schemes in a few lines; split it into several files",
         )
+        return
+    if _lone_surrogate(text, sink):
         return
     line, col, depth = 1, 1, 0
     in_str = in_comment = escaped = False

@@ -12,6 +12,8 @@ Layers, each importing only the ones above it:
   :mod:`pedsl.lsp.navigate` (definition, symbols), :mod:`pedsl.lsp.fixes` (code actions);
 - :mod:`pedsl.lsp.session`: the open documents, cached analyses and one method per request, each
   answering something on any text (what the tests drive in-process);
+- :mod:`pedsl.lsp.transport`: the wire (frames read with bounded memory, messages checked before pygls
+  dispatches them);
 - :mod:`pedsl.lsp.server`: the pygls server that wires the session to the protocol over stdio.
 
 The feature modules use lsprotocol's types, the server pygls (the ``lsp`` extra);

@@ -9,12 +9,14 @@ the schemes it can see.
 
 from __future__ import annotations
 
+from itertools import islice
+
 from lsprotocol import types as lsp
 
 from pedsl import config
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, REQUIRED, WARNINGS
 from pedsl.lang.library import library_dir, library_names
-from pedsl.lsp.project import Document
+from pedsl.lsp.project import Document, resolved
 from pedsl.lsp.scan import Cursor, cursor
 from pedsl.lsp.text import Text
 
@@ -142,15 +144,18 @@ def _import_files(doc: Document, c: Cursor, text: Text) -> list[lsp.CompletionIt
     folder = (doc.path.parent if doc.path is not None else doc.base_dir) / sub
     names: dict[str, tuple[str, lsp.CompletionItemKind]] = {}
     try:
-        entries = sorted(folder.iterdir())[:500]
-    except OSError:
+        entries = sorted(islice(folder.iterdir(), 5000))[:500]  # a huge folder is listed in part
+    except (OSError, ValueError):  # no such folder, or a name no folder can have
         entries = []
+    own = resolved(doc.path) if doc.path is not None else None
     for p in entries:
+        real = resolved(p)  # None: a symlink loop
+        if real is None or not any(real.is_relative_to(r) for r in doc.roots):
+            continue
         try:
-            allowed = any(p.resolve().is_relative_to(r) for r in doc.roots)
-            if allowed and p.is_dir() and not p.name.startswith("."):
+            if real.is_dir() and not p.name.startswith("."):
                 names[f"{sub}{p.name}/"] = ("folder", lsp.CompletionItemKind.Folder)
-            elif allowed and p.suffix == ".pe" and (doc.path is None or p.resolve() != doc.path.resolve()):
+            elif p.suffix == ".pe" and real != own:
                 names[f"{sub}{p.name}"] = (f"file in {folder}", lsp.CompletionItemKind.File)
         except OSError:
             continue

@@ -17,7 +17,7 @@ from lsprotocol import types as lsp
 
 from pedsl.errors import Diagnostic
 from pedsl.lang.builtins import WARNINGS
-from pedsl.lsp.project import Analysis
+from pedsl.lsp.project import Analysis, resolved
 from pedsl.lsp.text import Text
 
 SOURCE = "pedsl"
@@ -59,11 +59,11 @@ def findings(analysis: Analysis, text: Text) -> list[Finding]:
         if d.hint:
             message += f"\nhint: {d.hint}"
         related = None
-        if not analysis.own(d) and d.file and d.line:
+        where = resolved(Path(d.file)) if not analysis.own(d) and d.file and d.line else None
+        if where is not None:
             pos = lsp.Position(max(0, d.line - 1), max(0, (d.col or 1) - 1))
             related = [lsp.DiagnosticRelatedInformation(
-                location=lsp.Location(uri=Path(d.file).resolve().as_uri(), range=lsp.Range(start=pos, end=pos)),
-                message=d.message)]
+                location=lsp.Location(uri=where.as_uri(), range=lsp.Range(start=pos, end=pos)), message=d.message)]
         rng = lsp.Range(start=lsp.Position(*text.position(start)), end=lsp.Position(*text.position(end)))
         severity = lsp.DiagnosticSeverity.Warning if d.severity == "warning" else lsp.DiagnosticSeverity.Error
         tags = [lsp.DiagnosticTag.Unnecessary] if d.code == "W105" else None

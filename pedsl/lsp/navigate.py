@@ -11,7 +11,7 @@ from pathlib import Path
 
 from lsprotocol import types as lsp
 
-from pedsl.lsp.project import Document, Located, import_file
+from pedsl.lsp.project import Document, Located, import_file, resolved
 from pedsl.lsp.scan import Decl, Outline, cursor
 from pedsl.lsp.text import Text
 
@@ -33,7 +33,8 @@ class Places:
         return lsp.Range(start=lsp.Position(*t.position(start)), end=lsp.Position(*t.position(end)))
 
     def location(self, path: Path | None, o: Outline, start: int, end: int) -> lsp.Location:
-        uri = self.uri if path is None or path == self.doc.path else path.resolve().as_uri()
+        real = resolved(path) if path is not None and path != self.doc.path else None
+        uri = real.as_uri() if real is not None else self.uri
         return lsp.Location(uri=uri, range=self.range(o, start, end))
 
     def of(self, link: Located, d: Decl) -> lsp.Location:
@@ -53,7 +54,8 @@ def definition(doc: Document, places: Places, offset: int) -> list[lsp.Location]
         folder = doc.path.parent if doc.path is not None else doc.base_dir
         target = import_file(folder, tok.text.strip('"'), doc.roots)
         origin = lsp.Range(start=lsp.Position(0, 0), end=lsp.Position(0, 0))
-        return [lsp.Location(uri=target.resolve().as_uri(), range=origin)] if target is not None else []
+        real = resolved(target) if target is not None else None
+        return [lsp.Location(uri=real.as_uri(), range=origin)] if real is not None else []
     if tok.kind != "name":
         return []
     if prev == "extends":

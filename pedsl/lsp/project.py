@@ -17,11 +17,13 @@ from typing import Callable
 
 from pedsl.errors import Diagnostic, PedslError
 from pedsl.lang import api
-from pedsl.lang.imports import import_roots, import_target
-from pedsl.lang.parser import decode, read_bytes
+from pedsl.lang.imports import import_roots, import_target, read_source
 from pedsl.lang.scheme import Scheme
 from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS
 from pedsl.lsp.scan import Outline, SchemeOutline, outline
+
+
+_CACHED_CHARS = 16 << 20  # characters of the outlines of files on disk kept at once
 
 
 @dataclass
@@ -38,27 +40,55 @@ class Files:
 
     def __init__(self, open_text: Callable[[Path], str | None] = lambda p: None):
         self.open_text = open_text
-        self._disk: dict[Path, tuple[float, Outline]] = {}
+        self._disk: dict[Path, tuple[tuple[int, int], Outline]] = {}
+        self._chars = 0
 
     def outline(self, path: Path) -> Outline | None:
+        """The outline of the file, or None where pedsl would not read it (missing, not a regular file,
+        too large, not UTF-8)."""
         text = self.open_text(path)
         if text is not None:
             return outline(text)
         try:
-            stamp = os.stat(path).st_mtime
-        except OSError:
+            st = os.stat(path)
+        except (OSError, ValueError):
             return None
+        stamp = (st.st_mtime_ns, st.st_size)
         hit = self._disk.get(path)
         if hit is not None and hit[0] == stamp:
             return hit[1]
         try:
-            o = outline(decode(read_bytes(path), str(path)))
-        except (OSError, PedslError):
+            o = outline(read_source(path))
+        except PedslError:
             return None
-        if len(self._disk) > 512:
+        if len(self._disk) >= 512 or self._chars + len(o.text) > _CACHED_CHARS:
             self._disk.clear()
+            self._chars = 0
         self._disk[path] = (stamp, o)
+        self._chars += len(o.text)
         return o
+
+
+def resolved(path: Path) -> Path | None:
+    """``path`` with its links followed; None for a symlink loop or a name the OS refuses."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def check_text(text: str, file: str, base_dir: Path) -> tuple[list[Diagnostic], object | None]:
+    """Every diagnostic ``pedsl check`` reports for ``text`` (the file ``file``, its imports relative to
+    ``base_dir``), and the loaded source (None when loading failed: a syntax error, a file too large, an
+    import that cannot be loaded)."""
+    try:
+        src = api.load_text(text, file, base_dir)
+    except PedslError as err:
+        return err.diagnostics, None
+    try:
+        return api.check(src), src
+    except PedslError as err:
+        return err.diagnostics, src
 
 
 def import_file(importing_dir: Path, name: str, roots: list[Path]) -> Path | None:
@@ -106,7 +136,7 @@ class Document:
         folder = path.parent if path is not None else self.base_dir
         if depth < MAX_IMPORT_DEPTH and len(seen) < MAX_IMPORTS:
             for target, sub in self.imported(o, folder):
-                key = target.resolve()
+                key = resolved(target)
                 if key in seen:
                     continue
                 seen.add(key)
@@ -118,7 +148,7 @@ class Document:
     def visible(self) -> dict[str, Located]:
         """Every scheme the document can name after ``extends``."""
         if self._visible is None:
-            seen = {self.path.resolve()} if self.path is not None else set()
+            seen = {resolved(self.path)} if self.path is not None else set()
             self._visible = self._scope(self.path, self.outline, seen, 0)
         return self._visible
 
@@ -152,24 +182,19 @@ class Document:
 
     # ------------------------------------------------------------------ the checked meaning
     def check(self) -> tuple[list[Diagnostic], object | None]:
-        """Every diagnostic ``pedsl check`` reports for this text, and the loaded source (None when loading
-        failed: a syntax error, or an import that cannot be loaded)."""
-        try:
-            src = api.load_text(self.text, self.file or "<untitled>", self.base_dir)
-        except PedslError as err:
-            return err.diagnostics, None
-        try:
-            return api.check(src), src
-        except PedslError as err:
-            return err.diagnostics, src
+        return check_text(self.text, self.file or "<untitled>", self.base_dir)
 
 
 class Analysis:
-    """A document's diagnostics and, on demand, its resolved schemes (cached for one text)."""
+    """A document's diagnostics and, on demand, its resolved schemes (cached for one text); ``diagnostics``
+    given: a document that is not checked (too large to hold), with what was said of it instead."""
 
-    def __init__(self, doc: Document):
+    def __init__(self, doc: Document, diagnostics: list[Diagnostic] | None = None):
         self.doc = doc
-        self.diagnostics, self.source = doc.check()
+        if diagnostics is None:
+            self.diagnostics, self.source = doc.check()
+        else:
+            self.diagnostics, self.source = diagnostics, None
         self._schemes: dict[str, tuple[Scheme | None, list[Diagnostic]]] = {}
 
     def resolved(self, name: str) -> Scheme | None:
@@ -190,19 +215,17 @@ class Analysis:
             return True
         if self.doc.path is None:
             return False
-        try:
-            return Path(d.file).resolve() == self.doc.path.resolve()
-        except OSError:
-            return False
+        here = resolved(self.doc.path)
+        return here is not None and resolved(Path(d.file)) == here
 
     def anchor_of(self, d: Diagnostic) -> tuple[int, int]:
         """Offsets in this document for a diagnostic found in an imported file: the import that leads to
         that file, else the first `extends`, else the start of the text."""
         doc, o = self.doc, self.doc.outline
-        target = Path(d.file).resolve() if d.file else None
+        target = resolved(Path(d.file)) if d.file else None
         for imp in o.imports:
             p = import_file(doc.path.parent if doc.path else doc.base_dir, imp.name, doc.roots)
-            if p is not None and target is not None and p.resolve() == target:
+            if p is not None and target is not None and resolved(p) == target:
                 return imp.start, imp.end
         for s in o.schemes:
             if s.base_at is not None:

@@ -21,9 +21,10 @@ class Text:
         self.text = text
         self.units = UNITS.get(str(encoding).lower(), UNITS["utf-16"])
         self.starts = [0]
-        for i, ch in enumerate(text):
-            if ch == "\n":
-                self.starts.append(i + 1)
+        i = text.find("\n")
+        while i >= 0:  # str.find, not a loop over characters: a long document is indexed in milliseconds
+            self.starts.append(i + 1)
+            i = text.find("\n", i + 1)
 
     def line_text(self, line: int) -> str:
         """Line ``line`` (0-based) without its end of line; '' past the end."""
@@ -39,6 +40,8 @@ class Text:
         if line >= len(self.starts):
             return len(self.text)
         row = self.line_text(line)
+        if row.isascii():  # one unit a character in every encoding
+            return self.starts[line] + min(max(units, 0), len(row))
         count = 0
         for i, ch in enumerate(row):
             if count >= units:
@@ -51,7 +54,7 @@ class Text:
         offset = max(0, min(offset, len(self.text)))
         line = bisect.bisect_right(self.starts, offset) - 1
         head = self.text[self.starts[line]:offset]
-        return line, sum(self.units(c) for c in head)
+        return line, len(head) if head.isascii() else sum(self.units(c) for c in head)
 
     def offset_of_column(self, line: int, col: int) -> int:
         """The offset of pedsl's (1-based line, 1-based character column), clamped into the line."""
