@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import signal
 import sys
 import threading
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from pedsl.envswitch import check_all, switch_or_default
 from pedsl.errors import PedslError, UsageError
 from pedsl.fsio import NotRegularFile
 
@@ -139,6 +139,7 @@ def _main(argv: list[str] | None) -> None:
             except (ValueError, OSError):  # pragma: no cover - a stream that cannot be reconfigured
                 pass
     try:
+        check_all()  # a switch set to neither on nor off is refused before any command reads it
         rv = cli.main(args=argv, prog_name="pedsl", standalone_mode=False)
     except PedslError as err:
         report(err)
@@ -162,7 +163,7 @@ def _main(argv: list[str] | None) -> None:
                           hint="pedsl reads regular files only; give the path of a file"))
         sys.exit(1)
     except Exception as err:  # a bug in pedsl: one paragraph, no traceback
-        if os.environ.get("PEDSL_DEBUG"):
+        if switch_or_default("PEDSL_DEBUG"):
             raise
         if _out_of_memory(err):  # sizes within the caps that this machine still cannot hold
             report(PedslError(f"out of memory: {str(err)[:300]}", code="E970",
