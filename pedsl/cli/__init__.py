@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "import-hf": ("pedsl.cli.hf", "import_hf", "Write the .pe scheme of a Hugging Face model's rope config."),
     "export-hf": ("pedsl.cli.hf", "export_hf", "Print a scheme's Hugging Face rope_parameters."),
     "export": ("pedsl.cli.hf", "export_cmd", "Export a trained run as a Hugging Face Llama model."),
+    "kernels": ("pedsl.cli.kernels", "kernels", "Build the C++ CPU kernels now and say which paths this machine uses."),
     "lsp": ("pedsl.cli.lsp", "lsp", "Run the .pe language server over stdio (for editors; the 'lsp' extra)."),
 }
 
