@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 import pytest
-
 from compiler_helpers import ROOT
+
 from pedsl import envswitch
 from pedsl.envswitch import SWITCHES, SwitchError, parse
 
@@ -55,7 +55,7 @@ def _cli(args, **env):
     full = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     full.update(PYTHONPATH=str(ROOT), **env)
     return subprocess.run([sys.executable, "-m", "pedsl", *args], capture_output=True, text=True, env=full,
-                          timeout=120, cwd=ROOT)
+                          timeout=120, cwd=ROOT, check=False)
 
 
 @pytest.mark.parametrize("name", sorted(SWITCHES))

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from compiler_helpers import ROOT
+
 from pedsl.compiler import cpu_kernels as CK
 from pedsl.compiler import kernel_cache
 from pedsl.envswitch import SWITCHES, switch
@@ -35,7 +35,7 @@ def _toolchain() -> bool:
 
 
 pytestmark = pytest.mark.skipif(not (switch(CK.SWITCH) and _toolchain()),
-                                reason="no C++ compiler or ninja, or PEDSL_CPU_KERNELS off: these tests build the kernels")
+                                reason="no C++ compiler or ninja, or PEDSL_CPU_KERNELS off: these tests build them")
 
 PROBE = """
 import torch
@@ -54,7 +54,7 @@ def _env(ext: Path, **extra) -> dict:
 
 def _run(args: list[str], ext: Path, timeout: float, **extra) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=_env(ext, **extra),
-                          timeout=timeout, cwd=ROOT)
+                          timeout=timeout, cwd=ROOT, check=False)
 
 
 def _probe(ext: Path, timeout: float = LINK_BOUND_S) -> subprocess.CompletedProcess:
@@ -203,7 +203,7 @@ def test_a_hung_build_is_stopped_at_its_timeout(tmp_path):
     assert proc.returncode == 1 and "did not finish within 8 s" in proc.stderr, proc.stderr
     assert "the flash path" in proc.stdout
     for pid in map(int, pids.read_text().split()):
-        assert _wait_for(lambda: not Path(f"/proc/{pid}").exists(), 10), "the hung compiler was not stopped"
+        assert _wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists(), 10), "the hung compiler was not stopped"
 
 
 def test_a_failed_build_is_remembered_and_rebuild_tries_again(tmp_path):

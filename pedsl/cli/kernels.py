@@ -53,8 +53,8 @@ def report(st) -> list[tuple[str, str]]:
         lines.append(("loaded", f"yes: {', '.join(cpu_kernels.OPS)}" if st.loaded else "no"))
     if st.loaded:
         lines += [("sliding windows", f"the C++ band kernel ({dtypes} on CPU; the flash path otherwise)"),
-                  ("FIRE", f"the C++ MLP-bias kernel ({fire_dtypes} on CPU, u monotone and finite; "
-                           "pedsl.ops.mlp_bias otherwise)")]
+                  ("FIRE", (f"the C++ MLP-bias kernel ({fire_dtypes} on CPU, u monotone and finite; "
+                            "pedsl.ops.mlp_bias otherwise)"))]
     else:
         lines += [("sliding windows", "the flash path (pedsl.compiler.window_kernels): same results, slower"),
                   ("FIRE", "the torch kernel (pedsl.ops.mlp_bias): same results, slower")]
