@@ -267,13 +267,14 @@ def band_kernel_or_skip():
     from torch.utils.cpp_extension import is_ninja_available
 
     from pedsl.compiler import band_kernel, cpu_kernels
+    from pedsl.envswitch import switch
 
     ops = band_kernel.band_ops()
     if ops is None:
         toolchain = shutil.which(os.environ.get("CXX", "c++")) and is_ninja_available()
-        if toolchain and os.environ.get(cpu_kernels.SWITCH, "1") != "0":
-            pytest.fail("a C++ compiler and ninja are present but the sliding-window kernel did not build "
-                        "(run with --log-level=DEBUG to see why)")
+        if toolchain and switch(cpu_kernels.SWITCH):
+            pytest.fail("a C++ compiler and ninja are present but the sliding-window kernel did not build: "
+                        f"{cpu_kernels.state().reason}")
         pytest.skip("no C++ compiler or ninja: the sliding-window kernel cannot be built here")
     return ops
 

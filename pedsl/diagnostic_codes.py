@@ -83,6 +83,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E992": ("usage", "`pedsl diff -P NAME` that neither scheme declares (exit code 2)"),
     "E993": ("eval", "`pedsl diff --numeric` failed to compute the curves of a scheme"),
     "E994": ("usage", "a command-line value over its resource cap (`--threads`, `diff --numeric` sizes; exit code 2)"),
+    "E995": ("usage", "an environment switch (`PEDSL_CPU_KERNELS`, `PEDSL_DEBUG`, `PEDSL_NO_CACHE`) set to neither "
+                      "on nor off (exit code 2)"),
     "W101": ("lint", "frayed frequencies: a rotated pair's period exceeds the training length"),
     "W102": ("lint", "a temperature without a training length"),
     "W103": ("lint", "value transport on non-orthogonal Householder steps"),

@@ -411,6 +411,14 @@ SPEC: dict[str, dict[str, tuple[tuple[str, ...], dict[str, Any]]]] = {
         "--config": Acts((), ("--config",)),
     })},
     "lsp": {"": (("lsp",), {})},  # a server over stdin: its one option is in ACCEPTED
+    # a build into the machine's torch extensions folder, timed: what each option does is tested with a private
+    # folder in compiler_tests/compiler/test_kernel_cache.py (test_pedsl_kernels_reports_and_checks and the
+    # hung / failed build tests); here the combinations --check refuses
+    "kernels": {"": (("kernels", "--check"), {
+        "--check": Refused(("--check",), base=("kernels", "--rebuild")),
+        "--rebuild": Refused(("--rebuild",)),
+        "--timeout": Refused(("--timeout", "60")),
+    })},
     "export": {"": (("export", "{llama}", "--hf", "{root}/hf_out"), {
         "--hf": Acts((), ("--hf", "{root}/hf_out2")),
     })},

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import signal
 import sys
 import threading
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import click
 
+from pedsl.envswitch import check_all, switch_or_default
 from pedsl.errors import PedslError, UsageError
 from pedsl.fsio import NotRegularFile
 
@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "import-hf": ("pedsl.cli.hf", "import_hf", "Write the .pe scheme of a Hugging Face model's rope config."),
     "export-hf": ("pedsl.cli.hf", "export_hf", "Print a scheme's Hugging Face rope_parameters."),
     "export": ("pedsl.cli.hf", "export_cmd", "Export a trained run as a Hugging Face Llama model."),
+    "kernels": ("pedsl.cli.kernels", "kernels", "Build the C++ CPU kernels now and say which paths this machine uses."),
     "lsp": ("pedsl.cli.lsp", "lsp", "Run the .pe language server over stdio (for editors; the 'lsp' extra)."),
 }
 
@@ -139,6 +140,7 @@ def _main(argv: list[str] | None) -> None:
             except (ValueError, OSError):  # pragma: no cover - a stream that cannot be reconfigured
                 pass
     try:
+        check_all()  # a switch set to neither on nor off is refused before any command reads it
         rv = cli.main(args=argv, prog_name="pedsl", standalone_mode=False)
     except PedslError as err:
         report(err)
@@ -162,7 +164,7 @@ def _main(argv: list[str] | None) -> None:
                           hint="pedsl reads regular files only; give the path of a file"))
         sys.exit(1)
     except Exception as err:  # a bug in pedsl: one paragraph, no traceback
-        if os.environ.get("PEDSL_DEBUG"):
+        if switch_or_default("PEDSL_DEBUG"):
             raise
         if _out_of_memory(err):  # sizes within the caps that this machine still cannot hold
             report(PedslError(f"out of memory: {str(err)[:300]}", code="E970",

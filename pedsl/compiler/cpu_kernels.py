@@ -1,11 +1,21 @@
-"""pedsl's C++ CPU attention kernels, one extension built once on first use with ``torch.utils.cpp_extension``
-into torch's extensions folder (``~/.cache/torch_extensions`` or ``TORCH_EXTENSIONS_DIR``; 20-60 s with g++ on
-two cores, once per source, compiler flags and CPU): the sliding-window kernel ``band_kernel.cpp``
+"""pedsl's C++ CPU attention kernels, one extension built once per machine on first use with
+``torch.utils.cpp_extension`` (20-60 s with g++ on two cores): the sliding-window kernel ``band_kernel.cpp``
 (``torch.ops.pedsl_band``, :mod:`pedsl.compiler.band_kernel`) and FIRE's MLP-bias kernel ``mlp_kernel.cpp``
 (``torch.ops.pedsl_mlp``, :mod:`pedsl.compiler.mlp_kernel`), with what they share in ``cpu_kernels.h`` (BLAS's
-GEMM, at::vec's softmax row). Where the extension cannot be built (no compiler or ninja, or a torch whose
-libtorch_cpu exports no ``sgemm_``, the BLAS GEMM the kernels call: the x86 Linux wheels carry MKL's) or
-``PEDSL_CPU_KERNELS=0``, :func:`kernel_ops` answers None and the callers take their torch paths.
+GEMM, at::vec's softmax row). The build lives in torch's extensions folder (``TORCH_EXTENSIONS_DIR``, else
+``~/.cache/torch_extensions/py<version>_cpu``), one sub-folder per :func:`extension_name`.
+
+A build says so at the default log level (a warning-level line before it starts and one when it ends: it
+pauses the first window or FIRE call of a machine, which would otherwise look like a hang); ``pedsl kernels``
+does it ahead of time. How the folder is trusted, locked and built (a verified stamp, ``flock``, a child
+process under :data:`BUILD_TIMEOUT_S`) is :mod:`pedsl.compiler.kernel_cache`. Where the extension cannot be
+built or loaded (no compiler or ninja, a failed or timed-out build, a torch whose libtorch_cpu exports no
+``sgemm_``, the BLAS GEMM the kernels call: the x86 Linux wheels carry MKL's) or ``PEDSL_CPU_KERNELS`` is off
+(:mod:`pedsl.envswitch`), :func:`kernel_ops` answers None and the callers take their torch paths.
+
+The flags are portable on purpose: no ``-march=native``, so a build's results do not depend on the CPU it
+was built on, and ``-ffp-contract=off``, so no compiler fuses a multiply and an add into one rounding where
+another would not. The BLAS GEMM still picks its own code path at run time.
 """
 
 from __future__ import annotations
@@ -15,41 +25,176 @@ import logging
 import os
 import platform
 import shutil
+import sys
 import threading
-import warnings
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from pedsl.compiler import kernel_cache
+from pedsl.envswitch import switch
+
 HERE = Path(__file__).parent
 SOURCES = (HERE / "band_kernel.cpp", HERE / "mlp_kernel.cpp")
 HEADERS = (HERE / "cpu_kernels.h",)
-CFLAGS = ("-O3", "-march=native", "-fopenmp")  # OpenMP: at::parallel_for over torch's own libgomp
-SWITCH = "PEDSL_CPU_KERNELS"  # "0": never build or use the C++ kernels
+CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")  # OpenMP: at::parallel_for over torch's own libgomp
+LDFLAGS = ("-fopenmp",)
+OPS = ("pedsl_band.forward", "pedsl_band.backward", "pedsl_mlp.forward", "pedsl_mlp.backward")
+SWITCH = "PEDSL_CPU_KERNELS"  # off: never build or use the C++ kernels
+BUILD_TIMEOUT_S = 300.0  # a build (20-60 s on two cores), or the wait for another process's, is stopped here
+LOADER_FORMAT = "2"  # part of the key: how the folder is laid out and stamped
 
 log = logging.getLogger(__name__)
-_built: list = []  # [True or False] once the first call has tried to build the extension
+_state: list = []  # [KernelState] once this process has tried to load the extension
 _lock = threading.Lock()
+
+
+@dataclass
+class KernelState:
+    """What this process found and did about the C++ kernels (``pedsl kernels`` prints it)."""
+
+    on: bool  # PEDSL_CPU_KERNELS
+    compiler: str | None = None
+    ninja: str | None = None
+    folder: Path | None = None
+    built: bool = False  # a stamped library of this key, byte for byte, is in the folder
+    loaded: bool = False  # loaded into this process, every op of OPS registered
+    build_seconds: float | None = None  # this process built it, in that many seconds
+    reason: str = ""  # why it is not loaded
 
 
 def kernel_ops(namespace: str):
     """``torch.ops.<namespace>`` of the extension (``pedsl_band``, ``pedsl_mlp``), built and loaded on the first
-    call; None where it cannot be (no C++ compiler or ninja, a failed build or load, ``PEDSL_CPU_KERNELS=0``):
-    the callers then take their torch paths, with a debug-level log line saying why."""
+    call; None where it cannot be (see the module's docstring): the callers then take their torch paths."""
     with _lock:
-        if not _built:
-            _built.append(_build())
-    return getattr(torch.ops, namespace) if _built[0] else None
+        if not _state:
+            _state.append(prepare())
+    return getattr(torch.ops, namespace) if _state[0].loaded else None
+
+
+def state() -> KernelState | None:
+    """What the first :func:`kernel_ops` (or :func:`prepare`) of this process found, or None before it."""
+    return _state[0] if _state else None
+
+
+def prepare(*, build: bool = True, rebuild: bool = False, timeout: float | None = None) -> KernelState:
+    """Find, verify and load the extension, building it first where ``build`` allows (``rebuild``: even
+    where a verified or failed build is there). Never raises for a build or load that fails: the state
+    says why. Also sets what :func:`kernel_ops` answers from now on."""
+    st = KernelState(on=switch(SWITCH))
+    if not st.on:
+        st.reason = f"{SWITCH} is off"
+    else:
+        _ninja_on_path()
+        st.compiler, st.ninja = shutil.which(os.environ.get("CXX", "c++")), shutil.which("ninja")
+        st.folder = build_folder()
+        _load_or_build(st, build, rebuild, BUILD_TIMEOUT_S if timeout is None else timeout)
+    log.debug("pedsl's C++ CPU kernels: %s", "loaded" if st.loaded else f"the torch paths ({st.reason})")
+    _state[:] = [st]
+    return st
+
+
+def _load_or_build(st: KernelState, build: bool, rebuild: bool, timeout: float) -> None:
+    name, key = extension_name(), build_key()
+    why = None if rebuild else kernel_cache.verify(st.folder, name, key)
+    if why is None and not rebuild:
+        st.built = True
+        return _load(st, name)
+    if not (st.compiler and st.ninja):
+        st.reason = "no C++ compiler" if not st.compiler else "no ninja (pip install ninja)"
+        return
+    failed = None if rebuild else kernel_cache.failed_before(st.folder, key)
+    if failed or not build:
+        st.reason = f"an earlier build failed ({failed}); `pedsl kernels --rebuild` tries again" if failed \
+            else f"not built ({why})"
+        return
+    try:
+        kernel_cache.ensure_folder(st.folder)
+        with kernel_cache.builder_lock(st.folder, timeout, _waiting) as fd:
+            if fd is None:
+                st.reason = f"another process was still building them after {timeout:.0f} s"
+                log.warning("pedsl's CPU kernels: %s; using the torch paths this time", st.reason)
+                return
+            why = "--rebuild" if rebuild else kernel_cache.verify(st.folder, name, key)
+            if why is not None:  # not built by another process meanwhile
+                _build(st, name, key, fd, timeout, why)
+    except OSError as err:
+        st.reason = f"the build folder {st.folder} cannot be used: {err.strerror or err}"
+        log.warning("pedsl's CPU kernels: %s; using the torch paths", st.reason)
+        return
+    if kernel_cache.verify(st.folder, name, key) is None:
+        st.built = True
+        _load(st, name)
+
+
+def _build(st: KernelState, name: str, key: str, lock_fd: int, timeout: float, why: str) -> None:
+    if kernel_cache.library_path(st.folder, name).exists() and why != "--rebuild":
+        log.warning("pedsl's CPU kernels in %s are not used (%s): building them again", st.folder, why)
+    kernel_cache.clear_stale(st.folder, name, everything=why == "--rebuild")
+    log.warning("building pedsl's CPU kernels, once per machine, ~30 s (in %s)", st.folder)
+    start = time.monotonic()
+    spec = {"folder": str(st.folder), "name": name, "key": key, "sources": [str(p) for p in SOURCES],
+            "cflags": list(CFLAGS), "ldflags": list(LDFLAGS), "ops": list(OPS)}
+    failure = kernel_cache.run_build(spec, lock_fd, timeout)
+    seconds = time.monotonic() - start
+    if failure is None:
+        st.build_seconds = seconds
+        log.warning("built pedsl's CPU kernels in %.0f s", seconds)
+        return
+    error, permanent = failure
+    st.reason = f"the build failed: {error}"
+    if permanent:  # a compiler or loader error comes back on every try: not retried until `pedsl kernels --rebuild`
+        kernel_cache.write_stamp(st.folder, key, name, error=error)
+    log.warning("pedsl's CPU kernels did not build after %.0f s, using the torch paths: %s", seconds, error)
+
+
+def _load(st: KernelState, name: str) -> None:
+    """Load the verified library into this process and check that every op is there."""
+    from pedsl.compiler.kernel_build import missing_ops
+
+    try:
+        torch.ops.load_library(str(kernel_cache.library_path(st.folder, name)))
+    except (OSError, RuntimeError) as err:
+        st.reason = f"the library does not load: {err}"
+    else:
+        missing = missing_ops(list(OPS))
+        st.loaded = not missing
+        st.reason = f"the library does not register {', '.join(missing)}" if missing else ""
+    if not st.loaded:
+        log.warning("pedsl's CPU kernels: %s; using the torch paths", st.reason)
+
+
+def _waiting(pid: str) -> None:
+    log.warning("waiting for another process (pid %s) building pedsl's CPU kernels", pid)
+
+
+def build_folder() -> Path:
+    """The extension's folder: ``TORCH_EXTENSIONS_DIR`` or torch's default root (per Python version)."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not root:
+        from torch.utils.cpp_extension import get_default_build_root
+
+        root = os.path.join(get_default_build_root(), f"py{sys.version_info[0]}{sys.version_info[1]}_cpu")
+    return Path(root) / extension_name()
+
+
+def build_key() -> str:
+    """Everything a build depends on: the source files (their paths and text), flags, torch, the compiler
+    and this loader's layout; the CPU too where the flags make code for the build machine only. Two
+    checkouts never rebuild each other's (ninja rebuilds when a source path changes)."""
+    files = [*SOURCES, *HEADERS]
+    native = any("native" in flag for flag in CFLAGS)
+    parts = [*(str(p.resolve()) for p in files), *(p.read_text(encoding="utf-8") for p in files),
+             " ".join(CFLAGS), " ".join(LDFLAGS), torch.__version__, os.environ.get("CXX", "c++"),
+             LOADER_FORMAT, cpu_identity() if native else ""]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
 def extension_name() -> str:
-    """The build's folder name: one per source files (their paths and text), flags, torch and CPU. Two
-    checkouts never rebuild each other's (ninja rebuilds when a source path changes), and ``-march=native``
-    code is the CPU's own, so a home folder shared by different machines keeps one build per kind of CPU."""
-    files = [*SOURCES, *HEADERS]
-    key = "\n".join([*(str(p.resolve()) for p in files), *(p.read_text(encoding="utf-8") for p in files),
-                     " ".join(CFLAGS), torch.__version__, cpu_identity()])
-    return "pedsl_kernels_" + hashlib.sha256(key.encode()).hexdigest()[:16]
+    """The build's folder (and library) name, one per :func:`build_key`."""
+    return "pedsl_kernels_" + build_key()[:16]
 
 
 def cpu_identity() -> str:
@@ -60,26 +205,6 @@ def cpu_identity() -> str:
         return "".join(sorted(set(lines)))
     except OSError:
         return f"{platform.machine()} {platform.processor()}"
-
-
-def _build() -> bool:
-    if os.environ.get(SWITCH, "1") == "0":
-        log.debug("%s=0: the C++ CPU kernels are off, their callers take the torch paths", SWITCH)
-        return False
-    try:
-        # imported here, not at the top: it brings setuptools (about 0.1 s) that only a first kernel call needs
-        from torch.utils.cpp_extension import load
-
-        _ninja_on_path()
-        log.info("loading pedsl's C++ CPU kernels (built once per machine on first use: 20-60 s)")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # compiler-version notes: a failure is logged below, never printed
-            load(name=extension_name(), sources=[str(p) for p in SOURCES], extra_cflags=list(CFLAGS),
-                 extra_ldflags=["-fopenmp"], is_python_module=False, verbose=False)
-        return True
-    except Exception as err:  # noqa: BLE001 - any failure to build or load means the torch paths, never an error
-        log.debug("pedsl's C++ CPU kernels are not available, using the torch paths: %s", err)
-        return False
 
 
 def _ninja_on_path() -> None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import lark
 from lark import Lark
 
+from pedsl.envswitch import switch
+
 
 def grammar_path() -> Path:
     """The shipped grammar: inside the installed package, or the source tree's grammars/."""
@@ -29,7 +31,7 @@ def _cache_file(grammar: str) -> str | None:
     Lark's cache is a pickle, so it lives only in a folder that this user owns and nobody
     else can write to (never the shared temp folder); PEDSL_NO_CACHE=1 turns it off.
     """
-    if os.environ.get("PEDSL_NO_CACHE"):
+    if switch("PEDSL_NO_CACHE"):
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     folder = os.path.join(base, "pedsl")
