@@ -76,3 +76,23 @@ def test_slurm_without_slurm_is_a_clear_error_never_a_local_run(tmp_path):
         pytest.skip("this machine has Slurm")
     with pytest.raises(ConfigError, match="no Slurm here"):
         cluster.run_slurm([], threads=1, say=lambda m: None, folder=tmp_path / "slurm")
+
+
+@pytest.mark.parametrize("sbatch, said", [
+    ('echo "sbatch: error: Batch job submission failed: Invalid partition" >&2\nexit 1', "Invalid partition"),
+    ("echo garbage", "Could not make sense of sbatch output"),
+], ids=["sbatch-fails", "sbatch-garbage"])
+def test_sbatch_that_fails_or_prints_garbage_is_a_clear_error(tmp_path, monkeypatch, sbatch, said):
+    """A fake Slurm on PATH: sbatch exits 1 (submitit's FailedJobError) or prints no job id
+    (FailedSubmissionError); both were exit 3."""
+    pytest.importorskip("submitit")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, body in (("sbatch", sbatch), ("srun", "exit 0"), ("squeue", "exit 0"), ("sacct", "exit 0"),
+                       ("scancel", "exit 0")):
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{__import__('os').environ['PATH']}")
+    code, _, err = _cli("compare", "rope", "--out", tmp_path / "s", *TINY, "--executor", "slurm")
+    assert code == 1, err
+    assert "error[E981]: --executor slurm: the job could not be submitted" in err and said in err

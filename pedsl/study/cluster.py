@@ -20,7 +20,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable
 
-from pedsl.errors import ConfigError
+from pedsl.errors import ConfigError, clip
 from pedsl.study.executor import StudyProgress, Unit, call, failure
 from pedsl.train import live
 
@@ -93,10 +93,17 @@ def run_slurm(units: list[Unit], *, threads: int, say: Say, folder: str | Path, 
         params["slurm_partition"] = partition
     ex.update_parameters(**params)
     tries: dict[int, int] = {}
+    submitted: list = []
 
     def submit(u: Unit):
-        return ex.submit(call, u.fn, u.kwargs, threads, lambda msg: print(f"[{u.label}] {msg}", file=sys.stderr),
-                         live.current())
+        try:
+            job = ex.submit(call, u.fn, u.kwargs, threads,
+                            lambda msg: print(f"[{u.label}] {msg}", file=sys.stderr), live.current())
+        except (submitit.core.utils.UncompletedJobError, submitit.core.utils.FailedSubmissionError, OSError) as exc:
+            _cancel(submitted)  # the jobs already queued would train on as orphans of a failed study
+            raise _refused(exc) from None
+        submitted.append(job)
+        return job
 
     def wait(jobs_now: list) -> list:
         while True:
@@ -112,6 +119,23 @@ def run_slurm(units: list[Unit], *, threads: int, say: Say, folder: str | Path, 
             return _Died(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
     _drive(units, say, label, jobs, submit=submit, wait=wait, result=result, retries=retries, tries=tries)
+
+
+def _refused(exc: Exception) -> ConfigError:
+    """sbatch failed (non-zero exit: FailedJobError) or printed no job id (FailedSubmissionError)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    said = clip(lines[0], 300) if lines else type(exc).__name__
+    return ConfigError(f"--executor slurm: the job could not be submitted ({said})", code="E981",
+                       hint="check --partition and --time against the cluster (sinfo), and that sbatch works here; "
+                            "or use --jobs N / --executor ray")
+
+
+def _cancel(jobs: list) -> None:
+    for job in jobs:
+        try:
+            job.cancel(check=False)
+        except Exception:  # noqa: BLE001 - best effort: the failure being reported is the submission's
+            pass
 
 
 class _Died(str):
