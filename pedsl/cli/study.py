@@ -277,6 +277,10 @@ def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | N
         from pedsl.study.tracking import require
 
         require(track)  # a missing extra: one line now, not after the study trained
+    if tracking_uri is not None:
+        from pedsl.study.stores import check_store
+
+        check_store(tracking_uri)  # an unusable store: refused in seconds, before anything is written
     return ex
 
 
