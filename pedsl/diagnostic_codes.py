@@ -78,6 +78,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E964": ("hf", "`pedsl.hf.use_pedsl_attention`: a scheme or model the adapter does not run"),
     "E970": ("pedsl", "out of memory: sizes within the caps that this machine cannot hold"),
     "E980": ("pedsl", "a command needs an optional extra that is not installed (`pip install 'pedsl[lsp]'`)"),
+    "E981": ("config", "an executor or tracker that cannot be used: `sbatch` refused the job, a Ray address or an "
+                       "MLflow store that is malformed, unreachable within its timeout, or not a store"),
     "E990": ("usage", "the command line is wrong (exit code 2)"),
     "E991": ("usage", "malformed `-P` (exit code 2)"),
     "E992": ("usage", "`pedsl diff -P NAME` that neither scheme declares (exit code 2)"),

@@ -21,7 +21,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-from pedsl.errors import OutputError
+from pedsl.errors import OutputError, quoted
 
 
 def fsync_dir(path: Path) -> None:
@@ -62,10 +62,33 @@ def ensure_dir(path: str | Path) -> Path:
     return p
 
 
+# The system's limits on a path (Linux, macOS): a name of at most NAME_MAX bytes, a whole path of at most
+# PATH_MAX - 1; past them every call on the path fails with ENAMETOOLONG.
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def check_path(path: str | Path) -> None:
+    """OutputError when an output path cannot exist on this system: a name (a folder or file name in it)
+    longer than NAME_MAX bytes, or the whole path longer than PATH_MAX - 1 bytes. Every output goes through
+    :func:`refuse_symlink` (and :func:`ensure_dir`), so every output option is checked here, once."""
+    p = Path(path)
+    whole = os.fsencode(str(p.absolute()))
+    long = next((part for part in p.parts if len(os.fsencode(part)) > NAME_MAX), None)
+    if long is not None:
+        raise OutputError(f"cannot write {quoted(str(p))}: the name {quoted(long)} is {len(os.fsencode(long)):,} "
+                          f"bytes, and a file or folder name has at most {NAME_MAX}",
+                          hint="choose a shorter output name")
+    if len(whole) >= PATH_MAX:
+        raise OutputError(f"cannot write {quoted(str(p))}: the path is {len(whole):,} bytes, and a path has at most "
+                          f"{PATH_MAX - 1}", hint="choose a shorter output path")
+
+
 def refuse_symlink(path: str | Path) -> None:
     """Raise OutputError when ``path`` is a symbolic link: outputs are never written through one
     (a link planted in a run folder or an output folder would redirect the write elsewhere)."""
     p = Path(path)
+    check_path(p)
     if p.is_symlink():
         try:
             dest = os.readlink(p)

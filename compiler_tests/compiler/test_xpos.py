@@ -105,9 +105,10 @@ def test_forward_and_gradients_equal_the_reference_with_a_strong_decay():
 
 @pytest.mark.parametrize("dtype", [F64, torch.float32])
 def test_decoding_with_a_cache_equals_a_full_forward(dtype):
-    """gamma = 4 and 300 tokens: the centre moves (the cache re-centres its keys) many times; in float32
-    an uncentred scale zeta_0^(-299 / 4) = e^94 would overflow, the centred one stays finite."""
-    L, pre = 300, 40
+    """gamma = 4 and 270 tokens (scales within 2^+-63 with a cache whose centre lags n // 2 by up to gamma):
+    the centre moves (the cache re-centres its keys) many times; in float32 an uncentred scale
+    zeta_0^(-269 / 4) = 2^122 would overflow with most keys', the centred ones stay finite."""
+    L, pre = 270, 40
     m = _mod("sdpa", gamma=4.0, base=100.0, dtype=dtype)
     q, k, v = _qkv(B=1, L=L, dtype=dtype)
     full = m(q, k, v)

@@ -76,3 +76,75 @@ def test_slurm_without_slurm_is_a_clear_error_never_a_local_run(tmp_path):
         pytest.skip("this machine has Slurm")
     with pytest.raises(ConfigError, match="no Slurm here"):
         cluster.run_slurm([], threads=1, say=lambda m: None, folder=tmp_path / "slurm")
+
+
+@pytest.mark.parametrize("sbatch, said", [
+    ('echo "sbatch: error: Batch job submission failed: Invalid partition" >&2\nexit 1', "Invalid partition"),
+    ("echo garbage", "Could not make sense of sbatch output"),
+], ids=["sbatch-fails", "sbatch-garbage"])
+def test_sbatch_that_fails_or_prints_garbage_is_a_clear_error(tmp_path, monkeypatch, sbatch, said):
+    """A fake Slurm on PATH: sbatch exits 1 (submitit's FailedJobError) or prints no job id
+    (FailedSubmissionError); both were exit 3."""
+    pytest.importorskip("submitit")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    for name, body in (("sbatch", sbatch), ("srun", "exit 0"), ("squeue", "exit 0"), ("sacct", "exit 0"),
+                       ("scancel", "exit 0")):
+        (bin_ / name).write_text(f"#!/bin/sh\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_}:{__import__('os').environ['PATH']}")
+    code, _, err = _cli("compare", "rope", "--out", tmp_path / "s", *TINY, "--executor", "slurm")
+    assert code == 1, err
+    assert "error[E981]: --executor slurm: the job could not be submitted" in err and said in err
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("address, code, said", [
+    ("ray://127.0.0.1:{closed}", 1, "nothing accepts a connection at 127.0.0.1:{closed} within 3 s"),
+    ("127.0.0.1:{closed}", 1, "nothing accepts a connection at 127.0.0.1:{closed} within 3 s"),
+    ("[::1]:{closed}", 1, "cannot join the Ray cluster"),
+    ("no-such-host.invalid:6379", 1, "does not resolve"),
+    ("auto", 1, "cannot join the Ray cluster at 'auto'"),
+    ("http://[::1", 2, "is not a Ray address"),
+    ("127.0.0.1", 2, "is not a Ray address"),
+    ("ray://127.0.0.1:x", 2, "is not a Ray address"),
+], ids=["client-closed", "gcs-closed", "v6-closed", "unresolvable", "auto-none", "bad-url", "no-port", "bad-port"])
+def test_a_ray_address_that_cannot_be_joined_is_refused_in_seconds(tmp_path, monkeypatch, address, code, said):
+    """Each was exit 3 after 3-34 s, and a closed GCS port hung past 240 s; now a TCP probe with a stated
+    3 s timeout (and the syntax before it) refuses them before the study starts."""
+    import time
+
+    pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path / "ray"))  # 'auto' must not find another test's cluster
+    closed = _closed_port()
+    t0 = time.monotonic()
+    got, _, err = _cli("compare", "rope", "--out", tmp_path / "s", *TINY, "--executor", "ray",
+                       "--address", address.format(closed=closed))
+    assert time.monotonic() - t0 < 20
+    assert got == code and said.format(closed=closed) in err, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_port_that_answers_but_not_as_ray_is_refused_in_seconds(tmp_path):
+    """A listening socket that is not a Ray head (ray.init waited for a GCS there for minutes): the probe
+    sends an HTTP/2 preface and wants gRPC's SETTINGS frame back within the timeout."""
+    import socket
+    import time
+
+    pytest.importorskip("ray")
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(4)
+        port = srv.getsockname()[1]
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError, match="is not a Ray head"):
+            cluster.check_ray_address(f"127.0.0.1:{port}", timeout=1.0)
+        assert time.monotonic() - t0 < 5

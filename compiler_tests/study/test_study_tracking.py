@@ -213,3 +213,73 @@ def test_mlflow_child_run_is_written_live_and_the_study_completes_it(tmp_path):
     assert ratio == [(32, 1.0), (64, 1.25)]
     assert "report.md" in {a.path for a in client.list_artifacts(spec.parent)}
     assert client.get_run(spec.parent).info.status == "FINISHED"
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bad_stores(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """name: (uri, what the error says); the files they name are the user's and must stay as they are."""
+    text = tmp_path / "notes.txt"
+    text.write_text("my notes\n")
+    (tmp_path / "link.db").symlink_to(text)
+    (tmp_path / "dangling.db").symlink_to(tmp_path / "elsewhere" / "target.db")
+    (tmp_path / "folder").mkdir()
+    closed = _closed_port()
+    return {
+        "text-file": (f"sqlite:///{text}", "not an SQLite database"),
+        "link-to-file": (f"sqlite:///{tmp_path / 'link.db'}", "is a symbolic link"),
+        "dangling-link": (f"sqlite:///{tmp_path / 'dangling.db'}", "is a symbolic link"),
+        "dev-null": ("sqlite:////dev/null", "is a system file"),
+        "proc-mem": ("sqlite:////proc/self/mem", "is a system file"),
+        "folder": (f"sqlite:///{tmp_path / 'folder'}", "is a folder"),
+        "no-folder": (f"sqlite:///{tmp_path / 'missing' / 'x.db'}", "does not exist"),
+        "empty": ("", "it is empty"),
+        "sqlite-memory": ("sqlite://", "in memory"),
+        "sqlite-memory-named": ("sqlite:///:memory:", "in memory"),
+        "http-closed": (f"http://127.0.0.1:{closed}", f"nothing accepts a connection at 127.0.0.1:{closed} within 3 s"),
+        "postgres-closed": (f"postgresql://u:p@127.0.0.1:{closed}/db", "nothing accepts a connection"),
+        "bare-path": (str(tmp_path / "x.db"), "mlflow keeps no study record"),
+    }
+
+
+@pytest.mark.parametrize("name", [
+    "text-file", "link-to-file", "dangling-link", "dev-null", "proc-mem", "folder", "no-folder", "empty",
+    "sqlite-memory", "sqlite-memory-named", "http-closed", "postgres-closed", "bare-path"])
+def test_an_unusable_tracking_store_is_refused_in_seconds_and_nothing_is_written(tmp_path, monkeypatch, name):
+    """Each was exit 3 (a DatabaseError), a retry of 60 to 252 s, a write through a link, or exit 0 with the
+    record lost; now E981 before the study starts, within the 3 s connection timeout."""
+    pytest.importorskip("mlflow")
+    user = tmp_path / "user"
+    user.mkdir()
+    uri, said = _bad_stores(user)[name]
+    before = sorted((p.name, p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+                    for p in user.iterdir())
+    monkeypatch.chdir(user)
+    t0 = time.monotonic()
+    code, _, err = _cli("compare", "rope", "--out", tmp_path / "s", "--track", "mlflow", "--tracking-uri", uri,
+                        "--steps", "1", "-q")
+    assert time.monotonic() - t0 < 10
+    assert code == 1 and "error[E981]" in err and said in err, err
+    assert not (tmp_path / "s").exists() and not (user / "elsewhere").exists() and not (user / "mlruns").exists()
+    after = sorted((p.name, p.is_symlink(), p.read_bytes() if p.is_file() and not p.is_symlink() else None)
+                   for p in user.iterdir())
+    assert after == before
+
+
+def test_a_store_in_another_folder_keeps_the_artifacts_in_the_study_never_in_the_working_folder(tmp_path,
+                                                                                                  monkeypatch):
+    pytest.importorskip("mlflow")
+    out = _study(tmp_path)
+    (tmp_path / "store").mkdir()
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    tracking.track_study("mlflow", out, uri=f"sqlite:///{tmp_path / 'store' / 'other.db'}")
+    assert list((tmp_path / "cwd").iterdir()) == []  # no ./mlruns
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["other.db"]
+    assert any((out / "mlartifacts").rglob("report.md"))

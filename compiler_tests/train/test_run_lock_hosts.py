@@ -141,3 +141,47 @@ def test_a_live_claim_is_not_stolen(tmp_path, where):
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_live_owner_on_this_host_with_an_old_heartbeat_keeps_the_lock_and_is_named(tmp_path):
+    """A live process whose heartbeat is an hour old is hung or stopped: when it goes on it writes into the
+    run again, so its lock is refused, with the heartbeat's age and what to do."""
+    import socket
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.1)
+        owner = {"pid": child.pid, "host": socket.gethostname(), "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+                 "nonce": "n"}
+        _plant(tmp_path, owner, age=3600)
+        with pytest.raises(OutputError, match="alive but has not touched the lock for 60 minutes") as err:
+            runlock.RunLock(tmp_path).acquire()
+        assert f"end pid {child.pid}" in err.value.hint
+        assert json.loads((tmp_path / runlock.LOCK_NAME).read_text()) == owner  # untouched
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="the pid's start time is read from /proc")
+def test_a_pid_reused_by_a_process_started_after_the_lock_is_taken_over(tmp_path):
+    """The lock names this test's own pid (alive) but says it was taken an hour before this process started:
+    its owner died and the pid was given to another process, so the lock is abandoned."""
+    import socket
+
+    before = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(_started() - 3600))
+    owner = {"pid": os.getpid(), "host": socket.gethostname(), "since": before, "nonce": "n"}
+    _plant(tmp_path, owner, age=3600)
+    lock = runlock.RunLock(tmp_path).acquire()
+    assert lock.stale == owner
+    lock.release()
+
+
+def _started() -> float:
+    with open("/proc/self/stat") as f:
+        ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/stat") as f:
+        boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return boot + ticks / os.sysconf("SC_CLK_TCK")

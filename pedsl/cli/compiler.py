@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 import networkx as nx
 
-from pedsl.cli.options import raw_params
+from pedsl.cli.options import output_path, raw_params
 from pedsl.compiler import compile_graph
 from pedsl.compiler.codegen import generate, module_file_name
 from pedsl.compiler.graph import lower
@@ -164,7 +164,7 @@ def _layered_graph(sch, fmt: str, options: Options) -> None:
 
 @click.command("compile")
 @click.argument("file", type=str)
-@click.option("-o", "--out", "out", required=True, type=str, help="Output folder.")
+@click.option("-o", "--out", "out", required=True, type=str, callback=output_path, help="Output folder.")
 @click.option("--scheme", "scheme", default=None, help="Which scheme of the file.")
 @click.option("-P", "params", multiple=True, help="Override a parameter: -P name=value.")
 @click.option("--backend", type=click.Choice(BACKEND_CHOICES), default="auto", show_default=True)

@@ -58,9 +58,11 @@ def make_executor(opts: dict, threads: int):
             raise UsageError(f"{flag} applies to --executor {' or '.join(needs)} only",
                              hint=f"add --executor {needs[0]}, or drop {flag}")
     if kind != "local":
-        from pedsl.study.cluster import require
+        from pedsl.study.cluster import check_ray_address, require
 
         require(kind)
+        if kind == "ray":
+            check_ray_address(opts["address"])  # a bad address refused in seconds, before the study starts
     return Executor(kind=kind, jobs=jobs, threads=threads, address=opts["address"], gpus=opts["gpus_per_run"],
                     partition=opts["partition"], time_min=opts["time_min"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from pedsl.cli.options import raw_params
+from pedsl.cli.options import output_path, raw_params
 from pedsl.errors import UsageError
 from pedsl.fsio import atomic_write_text
 from pedsl.hf.convert import export_rope, import_config
@@ -19,7 +19,7 @@ from pedsl.lang.parser import name_problem
 
 @click.command("import-hf")
 @click.argument("config", type=click.Path())
-@click.option("-o", "--out", type=click.Path(), default=None, help="Write the scheme here (default: stdout).")
+@click.option("-o", "--out", type=click.Path(), default=None, callback=output_path, help="Write the scheme here (default: stdout).")
 @click.option("--name", default=None, help="Scheme name (default: MODELTYPE_ROPETYPE).")
 def import_hf(config: str, out: str | None, name: str | None) -> None:
     """Write the .pe scheme of a model's positional encoding, from its config.json (or a folder holding one).

@@ -66,3 +66,13 @@ def jobs(text: str) -> int | str:
         raise UsageError(f"--jobs expects a number of worker processes from 1 to {MAX_THREADS} or 'auto', got '{text}'",
                          hint="e.g. --jobs 2, or --jobs auto for one per idle core")
     return n
+
+
+def output_path(ctx, param, value):
+    """Click callback of every output path option (``-o`` / ``--out``): a path the system cannot hold (a name
+    past 255 bytes, the whole past 4095) is refused by :func:`pedsl.fsio.check_path` before anything runs."""
+    from pedsl.fsio import check_path
+
+    if value is not None:
+        check_path(value)
+    return value

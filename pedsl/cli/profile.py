@@ -9,6 +9,7 @@ import click
 
 from pedsl.cli.executors import executor_options, given_executor, make_executor
 from pedsl.cli.option_rules import refuse_given
+from pedsl.cli.options import output_path
 from pedsl.errors import UsageError
 from pedsl.profile.run import run_profile, summary_text
 from pedsl.study.common import finite_json, progress
@@ -17,7 +18,7 @@ from pedsl.torchenv import setup_torch
 
 @click.command("profile")
 @click.argument("data", metavar="DATA")
-@click.option("--out", "out", type=click.Path(file_okay=False), default="profile", show_default=True,
+@click.option("--out", "out", type=click.Path(file_okay=False), callback=output_path, default="profile", show_default=True,
               help="Folder for profile.json and profile.png / .svg.")
 @click.option("--suggest", "suggest", type=click.Path(dir_okay=False), default=None, metavar="FILE.pe",
               help="Write a scheme whose frequency grid is fitted to the measured width W.")

@@ -18,7 +18,7 @@ from click.core import ParameterSource
 from pedsl import limits as L
 from pedsl.cli.option_rules import check_set_keys, given, refuse_given, set_conflicts, train_set_keys
 from pedsl.cli.executors import executor_options, make_executor
-from pedsl.cli.options import key_values, param_values
+from pedsl.cli.options import key_values, output_path, param_values
 from pedsl.errors import UsageError
 from pedsl.study.common import open_run, parse_lengths, progress
 from pedsl.torchenv import setup_torch
@@ -84,7 +84,7 @@ def _run_options(output: str):
               "blocks; retrieval = the passkey, multikey and kv tasks of pedsl.data.tasks at 5 needle depths).")
 @click.option("--windows", type=click.IntRange(1, L.MAX_BATCH), default=None,
               help="Windows (ppl) or samples (tasks) per length.")
-@click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
+@click.option("--out", "out", callback=output_path, type=click.Path(dir_okay=False), default=None, help="Output JSON (default RUN_DIR/eval.json).")
 @_run_options("eval")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of a table.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -114,7 +114,7 @@ def eval_cmd(run_dir, lengths, tasks, windows, out, scheme, params, threads, as_
               help="Windows per length.")
 @click.option("--max-length", type=click.IntRange(2, L.MAX_LENGTH), default=1024, show_default=True,
               help="Longest default length ((B, H, L, L) matrices are materialised).")
-@click.option("--out", "out", type=click.Path(dir_okay=False), default=None,
+@click.option("--out", "out", callback=output_path, type=click.Path(dir_okay=False), default=None,
               help="Output JSON (default RUN_DIR/analysis.json).")
 @_run_options("analysis")
 @click.option("--quiet", "-q", is_flag=True, help="No progress output.")
@@ -140,7 +140,7 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
 @click.option("--steps", type=click.IntRange(1, L.MAX_STEPS), default=None,
               help="Training steps per scheme (default: the preset's; "
               "150 with --quick).")
-@click.option("--out", "out", type=click.Path(file_okay=False), default="compare", show_default=True,
+@click.option("--out", "out", callback=output_path, type=click.Path(file_okay=False), default="compare", show_default=True,
               help="Study directory (runs, report.md, report.html, plots).")
 @click.option("--lengths", default=None, help="Comma list of evaluation lengths (default: training length x 1..32; "
               "any length works, e.g. up to 128x: perplexity runs one window at a time).")
@@ -277,6 +277,10 @@ def _executor(opts: dict, threads: int, track: str | None, tracking_uri: str | N
         from pedsl.study.tracking import require
 
         require(track)  # a missing extra: one line now, not after the study trained
+    if tracking_uri is not None:
+        from pedsl.study.stores import check_store
+
+        check_store(tracking_uri)  # an unusable store: refused in seconds, before anything is written
     return ex
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from pedsl.cli.option_rules import check_set_keys, refuse_given, set_conflicts, train_set_keys
-from pedsl.cli.options import key_values, param_values
+from pedsl.cli.options import key_values, output_path, param_values
 from pedsl.config import TrainConfig
 from pedsl.errors import ConfigError, UsageError
 from pedsl.lang.library import scheme_file
@@ -28,7 +28,7 @@ SET_BY_OPTION = {"steps": "steps", "context": "context", "preset": "preset", "ba
 
 @click.command("train")
 @click.argument("source", metavar="SCHEME.pe|train.yaml", required=False)
-@click.option("--out", "out", type=click.Path(file_okay=False), default=None,
+@click.option("--out", "out", type=click.Path(file_okay=False), callback=output_path, default=None,
               help="Run directory (default: runs/<scheme-name>).")
 @click.option("--steps", type=int, default=None, help="Optimizer steps.")
 @click.option("--context", type=int, default=None, help="Training length in bytes.")

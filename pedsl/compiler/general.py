@@ -509,9 +509,17 @@ def merged_rotations(rots: list, D: int, layout: str | None = None) -> list:
     return [(whole, (cos, sin))] + [r for r in rots if not (r[0].kind == ROPE and not r[0].values)]
 def xpos_scale(t, positions: Tensor, centre: int) -> Tensor:
     """xPos's scale of q's pairs at ``positions`` (B, L): ``zeta_k ** ((p - centre) / gamma)``, (B, L, P)
-    float64; k's pairs take its inverse (docs/semantics.md §2c)."""
+    float64; k's pairs take its inverse (docs/semantics.md §2c). InputError where a scale passes 2^+-63:
+    a score matrix multiplies a query's scale by any key's inverse one (masked keys too), and past 2^126
+    that product overflows float32, so the scores would be inf - inf or 0 * inf."""
     z = torch.tensor(t.xpos_zeta, dtype=F64, device=positions.device)
-    return z ** ((positions.to(F64) - centre) / t.xpos_gamma).unsqueeze(-1)
+    e = (positions.to(F64) - centre) / t.xpos_gamma
+    bits = float(e.abs().max()) * math.log2(1 / min(t.xpos_zeta)) if e.numel() else 0.0
+    if bits > 63:
+        raise InputError(f"xpos(gamma = {t.xpos_gamma:g}): positions up to {int(positions.max())} (centre {centre}) "
+                         f"need q and k scaled by 2^+-{bits:.1f}, beyond what float32 scores hold (2^+-63)",
+                         "raise gamma or use shorter sequences (docs/semantics.md §2c: about 70 gamma tokens)")
+    return z ** e.unsqueeze(-1)
 
 
 def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:

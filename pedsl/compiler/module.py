@@ -302,7 +302,10 @@ class SchemeAttention(nn.Module):
                 continue
             cos, sin = self._cos_sin(t, L, x, tokens, q.device, angle_dtype(q.dtype))  # half: float32, rounded once
             if t.xpos_gamma:  # positions 0..L-1: the centre L // 2 of the general path without a cache
-                up = xpos_scale(t, torch.arange(L, device=q.device)[None], L // 2)[0].to(cos.dtype)
+                try:
+                    up = xpos_scale(t, torch.arange(L, device=q.device)[None], L // 2)[0].to(cos.dtype)
+                except InputError as exc:
+                    raise ShapeError(str(exc), hint=exc.hint) from None
                 q = rotary.apply_rotary_channels(q, cos * up, sin * up, ch, self.layout)
                 k = rotary.apply_rotary_channels(k, cos / up, sin / up, ch, self.layout)
                 continue

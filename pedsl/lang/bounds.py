@@ -16,12 +16,27 @@ from typing import Any, Callable
 from pedsl import limits
 from pedsl.lang import ast
 from pedsl.lang.fold import ARG_RULES, CHECKED_ARGS, SignatureIssue, fold_expr
-from pedsl.lang.exprs import walk
+from pedsl.lang.exprs import transform, walk
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 
 # A temperature multiplies every attention score: past this the float32 scores of ordinary
 # queries and keys overflow or the softmax collapses to one key.
 MAX_TEMPERATURE = limits.MAX_TEMPERATURE
+
+# ``softcap = c``: scores become c * tanh(s / c), computed in float32 at least. With float32's smallest
+# normal number 2^-126 (denormals are flushed, pedsl/torchenv.py), s / c rounds to zero for |s| < c * 2^-126,
+# so a score loses up to c * 2^-126 in absolute terms. Up to c = 2^103 that loss stays below 2^-23 (one
+# float32 rounding of a unit score): the cap computes the scores to float32 precision. Past it the
+# small scores vanish, and past 3.4e38 c itself is infinite and every capped score NaN or zero. A cap
+# that large never acts on a float32 score, so it is refused rather than computed differently.
+MAX_SOFTCAP = 2.0 ** 103
+
+# xpos(): pair k of q is scaled by zeta_k^((i - c) / gamma) and of k by its inverse, c = n // 2 of a
+# length n (docs/semantics.md §2c). A score matrix multiplies a query's scale by every key's inverse
+# one (the keys a causal mask drops too), so each scale stays within 2^+-63 and their products within
+# float32's 2^+-126: past that the scores are inf - inf or 0 * inf, NaN where the decay (at most 1) is
+# finite. The compiled module makes the same test on every call (general.xpos_scale).
+XPOS_SCALE_BITS = 63
 
 # Query positions the temperature and biases are probed at (the first, an early, a far one).
 PROBES = (0, 1, limits.MAX_LENGTH - 1)
@@ -37,6 +52,34 @@ def structural_issue(name: str, value: Any) -> str | None:
     if not 1 <= value <= cap:
         return f"'{name}' = {value:,} is out of range (1 .. {cap:,}; see pedsl/limits.py)"
     return None
+
+
+def softcap_issue(value: float) -> str | None:
+    """Why ``softcap = value`` (already a finite number > 0) cannot be computed in float32, or None."""
+    if value > MAX_SOFTCAP:
+        return (f"softcap = {value:g} is beyond {MAX_SOFTCAP:.3g} (2^103): float32 scores divided by it vanish "
+                f"(below 2^-126) and{' it overflows float32 itself, so' if value > limits.FLOAT32_MAX else ''} "
+                "the capped scores are not the scores")
+    return None
+
+
+def xpos_longest(gamma: float, zeta: float) -> int:
+    """The longest sequence whose xPos scales stay within 2^+-XPOS_SCALE_BITS: the fastest pair's decay
+    zeta_0 = zeta / (1 + zeta) reaches zeta_0^(+-(n // 2) / gamma) at the ends."""
+    per_token = math.log2((1 + zeta) / zeta) / gamma  # bits of scale per position away from the centre
+    return 2 * int(XPOS_SCALE_BITS / per_token) + 1
+
+
+def xpos_issue(gamma: float, zeta: float, lengths: dict[str, int]) -> str | None:
+    """Why xpos(gamma, zeta) cannot be computed in float32 at the longest of ``lengths`` (what -> tokens)."""
+    longest = xpos_longest(gamma, zeta)
+    what, n = max(lengths.items(), key=lambda kv: kv[1])
+    if n <= longest:
+        return None
+    need = math.ceil(n // 2 * math.log2((1 + zeta) / zeta) / XPOS_SCALE_BITS * 1000) / 1000
+    return (f"xpos(gamma = {gamma:g}, zeta = {zeta:g}) scales q and k by zeta_0^(+-(n // 2) / gamma), beyond what "
+            f"float32 scores hold (2^+-{XPOS_SCALE_BITS}) past {longest:,} token{'s' if longest != 1 else ''}; {what} is {n:,} tokens: gamma must be at "
+            f"least {need:g} (or the sequences shorter)")
 
 
 def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set, *, checked_args: bool = True) -> None:
@@ -69,14 +112,28 @@ def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set, *, ch
             report("E217", str(issue), issue.node or node, hint=issue.hint)
 
 
+def at_start(expr: ast.Expr) -> ast.Expr:
+    """``expr`` with every ``learned(init)`` replaced by its ``init``: the value the module starts from."""
+    def start(node: ast.Expr) -> ast.Expr | None:
+        if node.kind == "call" and node.func == "learned":
+            init = node.args[0] if node.args else next((kw.value for kw in node.kwargs if kw.name == "init"), None)
+            return init
+        return None
+    return transform(expr, start)
+
+
 def probe(expr: ast.Expr, env: StaticEnv, report: Report, what: str, *, bound: float | None = None) -> None:
-    """Evaluate ``expr`` at a few query positions (and equal distances); report math errors and values
-    that are not finite (or exceed ``bound`` in magnitude)."""
+    """Evaluate ``expr`` at a few query positions (and equal distances), learned values at their start;
+    report math errors and values that are not finite or exceed ``bound`` in magnitude (default: the
+    float32 range - the module computes in float32, and its factored forms, slope * i - slope * j for a
+    bias linear in the distance, are inf - inf where the value itself overflows)."""
+    limit = limits.FLOAT32_MAX if bound is None else bound
+    started = at_start(expr)
     for i in PROBES:
         penv = StaticEnv(values={**env.values, "position": i, "distance": i, "query_position": i}, lets=env.lets,
                          n=i + 1)
         try:
-            v = fold_expr(expr, penv)
+            v = fold_expr(started, penv)
         except SignatureIssue:
             return  # the type checker's E203
         except EvalIssue as issue:
@@ -86,12 +143,25 @@ def probe(expr: ast.Expr, env: StaticEnv, report: Report, what: str, *, bound: f
             continue
         values = v.values if isinstance(v, Vec) else (v,) if isinstance(v, (int, float)) else ()
         for x in values:
-            if not math.isfinite(x) or (bound is not None and abs(x) > bound):
-                report("E217", f"{what} is {x:g} at query position {i}: "
-                       + (f"beyond +-{bound:g}" if bound is not None and math.isfinite(x) else "not a finite number"),
+            if not math.isfinite(x) or abs(x) > limit:
+                start = " (learned values at their start)" if started is not expr else ""
+                report("E217", f"{what} is {x:g} at query position {i}{start}: "
+                       + (f"beyond +-{limit:g}" if math.isfinite(x) else "not a finite number"),
                        expr, hint="a temperature scales every attention score: keep it moderate (see pedsl/limits.py)"
-                       if bound is not None else "keep static values finite")
+                       if bound is not None else "keep it within float32 (+-3.4e38) at every distance up to "
+                       f"{limits.MAX_LENGTH - 1:,}: a smaller factor, or a start value nearer zero")
                 return
+def declared_lengths(train: dict[str, Any]) -> dict[str, int]:
+    """The sequence lengths a scheme's train {} block (or its default) runs it at, by what names them.
+    (Evaluation lengths are not among them: a module may be evaluated at any length, and the compiled
+    module refuses one it cannot compute; a scheme is checked for what training will certainly run.)"""
+    from pedsl import config  # on use, as config_issue
+    from pedsl.errors import ConfigError
+
+    try:
+        return {"the training context": config.resolve_train_config(block=train, step_memory=False).context}
+    except ConfigError:
+        return {}  # config_issue reports it
 
 
 def config_issue(section: str, values: dict[str, Any], train: dict[str, Any]) -> tuple[str, str | None, str | None]:

@@ -193,6 +193,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         evals = self.resolve_section(m.eval, env, "eval")
         self.check_block("train", m.train, train, train)
         self.check_block("eval", m.eval, evals, train)
+        self.check_xpos_lengths(transports, train)
         allow = self.resolve_allow()
         if any(d.severity == "error" for d in self.diags):
             return None, self.diags

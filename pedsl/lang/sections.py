@@ -9,6 +9,7 @@ from pedsl.lang import ast, bounds
 from pedsl.lang.builtins import WARNINGS
 from pedsl.lang.inherit import Located
 from pedsl.lang.diagnostics import has_errors
+from pedsl.lang.exprs import calls_in
 from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.values import DYNAMIC, GroupSpec, StaticEnv, Vec
 
@@ -28,6 +29,22 @@ class SectionResolution(ResolverStage):
                   next(iter(table.values())))
         self._current = at.src
         self.report("E213", msg, at.stmt, hint=hint)
+
+    def check_xpos_lengths(self, transports, train: dict[str, Any]) -> None:
+        """Each xpos() transport computable in float32 at the training context (the train block's or the default)."""
+        xpos = [t for t in transports if getattr(t, "xpos_gamma", None) is not None]
+        if not xpos or has_errors(self.diags):
+            return
+        lengths = bounds.declared_lengths(train)
+        sites = [loc for loc in self.m.transports if "xpos" in calls_in(loc.stmt.value)] or list(self.m.transports)
+        for i, t in enumerate(xpos):
+            issue = bounds.xpos_issue(t.xpos_gamma, t.xpos_zeta, lengths) if lengths else None
+            if issue is not None:
+                loc = sites[min(i, len(sites) - 1)]
+                self._current = loc.src
+                self.report("E217", issue, loc.stmt.value, hint="raise gamma (the paper's is 512), or shorten the "
+                            "train context")
+
     def resolve_section(self, table: dict[str, Located], env: StaticEnv, which: str) -> dict[str, Any]:
         fields = _config_fields(which)
         out: dict[str, Any] = {}

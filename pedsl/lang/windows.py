@@ -12,6 +12,7 @@ import math
 
 from pedsl.errors import did_you_mean
 from pedsl.lang import ast
+from pedsl.lang.bounds import softcap_issue
 from pedsl.lang.exprs import inline_lets
 from pedsl.lang.stage import FAILED, ResolverStage
 from pedsl.lang.values import DYNAMIC, StaticEnv
@@ -66,6 +67,11 @@ class WindowResolution(ResolverStage):
                 or not math.isfinite(folded) or folded <= 0:
             self.report("E240", f"softcap must be a finite number > 0 (the scores' bound), got {folded!r}", value,
                         hint=hint)
+            return None
+        issue = softcap_issue(float(folded))
+        if issue is not None:
+            self.report("E240", issue, value, hint="drop softcap (a cap that large never acts), or use one "
+                        "near the scores' range (Gemma 2: 50)")
             return None
         if any(t.kind == "accumulate_householder" for t in transports):
             self.report("E240", "softcap with PaTH's Householder transport is not lowered: its kernels score keys "

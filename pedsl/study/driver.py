@@ -18,6 +18,7 @@ import torch
 
 from pedsl.config import TrainConfig
 from pedsl.errors import ConfigError, OutputError, PedslError
+from pedsl.fsio import check_path
 from pedsl.lang.library import looks_like_path, scheme_file
 from pedsl.scheme_config import train_config
 from pedsl.study.analyze import analyze_run
@@ -56,6 +57,7 @@ def study_dir(out: str | Path) -> Path:
     """The study directory with its runs/ folder created (OutputError when that fails, or when
     ``out`` is a non-empty folder that is not a study: never overwrite)."""
     out = Path(out)
+    check_path(out)
     if out.is_dir() and not (out / "runs").is_dir() and any(out.iterdir()):
         shown = ", ".join(sorted(p.name for p in out.iterdir())[:5])
         raise OutputError(f"'{out}' is not empty and is not a pedsl compare study (it holds {shown})",

@@ -31,6 +31,7 @@ from typing import Callable, Iterator
 from pedsl.errors import ConfigError, OutputError
 from pedsl.fsio import ensure_dir, read_text, refuse_symlink
 from pedsl.study.common import git_commit
+from pedsl.study.stores import check_store, is_local_database
 from pedsl.train import live
 from pedsl.train.live import EVENTS
 
@@ -56,11 +57,23 @@ def start_study(tracker: str, out: str | Path, *, uri: str | None = None) -> liv
         return live.Spec("tensorboard")
     from mlflow.exceptions import MlflowException
 
-    store = uri or _local_store(out)
+    store = check_store(uri) if uri is not None else _local_store(out)
+    # a database store's artifacts default to ./mlruns of the current folder: they go in the study's
+    artifacts = (ensure_dir(out) / "mlartifacts").resolve().as_uri() if is_local_database(store) else None
     try:
-        return _mlflow_parent(out, store, None if uri else (out / "mlartifacts").resolve().as_uri())
-    except MlflowException as exc:
+        return _mlflow_parent(out, store, artifacts)
+    except (MlflowException, OSError, *_db_errors()) as exc:
         raise _store_error(store, exc) from None
+
+
+def _db_errors() -> tuple[type[Exception], ...]:
+    """SQLAlchemy's errors (mlflow's database stores raise them as they are: a DatabaseError on a file
+    that is not a database)."""
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+    except ImportError:
+        return ()
+    return (SQLAlchemyError,)
 
 
 def _local_store(out: Path) -> str:
@@ -69,7 +82,7 @@ def _local_store(out: Path) -> str:
 
 
 def _store_error(uri: str, exc: Exception) -> OutputError:
-    return OutputError(f"mlflow could not record the study in '{uri}': {str(exc).splitlines()[0]}",
+    return OutputError(f"mlflow could not record the study in '{uri}': {(str(exc).strip() or type(exc).__name__).splitlines()[0]}",
                        hint="check --tracking-uri (e.g. sqlite:///mlflow.db or http://host:5000)")
 
 

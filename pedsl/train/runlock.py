@@ -5,8 +5,10 @@ The lock works across hosts that share the run folder over NFS or another networ
 ``flock`` may not): it is a file created atomically (written under a unique name, then hard-linked to
 ``.pedsl.lock``, which fails when the lock exists), holding the owner's host, pid and a nonce. While
 held, a thread touches it every ``HEARTBEAT`` seconds. A lock is stale, and taken over (and said so),
-when its owner is on this host and its process is gone, or when its heartbeat is older than ``STALE``
-seconds (an owner on another host that died, was pre-empted, or lost the filesystem). To take one
+when its owner is on this host and its process is gone (or its pid now names a process started after
+the lock was taken), or when the owner is on another host and its heartbeat is older than ``STALE``
+seconds (it died, was pre-empted, or lost the filesystem). A live owner on this host keeps its lock
+whatever its heartbeat's age (a hung or stopped process would go on writing: see :func:`_abandoned`). To take one
 over, a process first creates a claim on that very lock (``.pedsl.lock.claim-<its nonce>``, created
 like the lock, with its host and pid): of several processes taking it over only the one whose claim
 was created removes it, and only after reading that the lock is still the abandoned one (a lock is
@@ -106,7 +108,7 @@ class RunLock:
                 return self
             owner, age = _read_owner(path)
             if not _abandoned(owner, age):
-                raise _in_use(self.run, path, owner)
+                raise _in_use(self.run, path, owner, age)
             if _take_away(path, owner) and owner:
                 self.stale = owner
         owner, age = _read_owner(path)
@@ -189,13 +191,33 @@ def _read_owner(path: Path) -> tuple[dict | None, float | None]:
 
 
 def _abandoned(owner: dict | None, age: float | None) -> bool:
-    """Whether a lock may be taken over: gone already, its process dead on this host, an empty file
-    (released by an older pedsl), or no heartbeat for ``STALE`` seconds."""
+    """Whether a lock may be taken over: gone already, an empty file (released by an older pedsl), its
+    process dead on this host (its pid gone, or now a process started after the lock was taken), or,
+    from another host, no heartbeat for ``STALE`` seconds.
+
+    On this host the process table is the authority, not the heartbeat: a live owner whose heartbeat
+    stopped is hung or stopped (SIGSTOP, swapping, a debugger), and when it goes on it writes into the
+    run folder again, so taking its lock would give the run two writers. It keeps the lock; the error
+    says how old its heartbeat is and what to do (:func:`_in_use`)."""
     if age is None or not owner:
         return True
     if owner.get("host") == socket.gethostname() and isinstance(owner.get("pid"), int):
-        return not _alive(owner["pid"])
+        return not _alive(owner["pid"]) or _started_after(owner["pid"], owner.get("since"))
     return age > STALE
+
+
+def _started_after(pid: int, since: Any) -> bool:
+    """Whether process ``pid`` started after ``since`` (the owner's "%Y-%m-%d %H:%M:%S", local time): then it
+    is another process that reuses the dead owner's pid. False when either time is unknown (no /proc)."""
+    try:
+        taken = time.mktime(time.strptime(str(since), "%Y-%m-%d %H:%M:%S"))
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, clock ticks after boot
+        with open("/proc/stat", encoding="ascii", errors="replace") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, ValueError, IndexError, StopIteration, OverflowError):
+        return False
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > taken + 2  # "since" has whole seconds; btime too
 
 
 def _claim_path(path: Path, owner: dict | None) -> Path | None:
@@ -263,7 +285,13 @@ def _drop_dead_claim(claim: Path) -> None:
             pass
 
 
-def _in_use(run: Path, path: Path, owner: dict | None) -> OutputError:
+def _in_use(run: Path, path: Path, owner: dict | None, age: float | None = None) -> OutputError:
+    if age is not None and age > STALE and owner and owner.get("host") == socket.gethostname():
+        return OutputError(f"the run directory '{run}' is locked by pid {owner.get('pid')} on this host, which is "
+                           f"alive but has not touched the lock for {age / 60:.0f} minutes (hung or stopped): "
+                           "taking it over would give the run two writers", file=str(path),
+                           hint=f"end pid {owner.get('pid')} (or let it finish), then rerun; if that pid is not pedsl, "
+                           f"remove {path}")
     return OutputError(f"the run directory '{run}' is in use by another pedsl process ({describe_owner(owner)})",
                        file=str(path), hint="wait for it to finish, or choose another --out")
 
