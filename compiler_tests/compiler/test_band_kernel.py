@@ -136,6 +136,7 @@ def test_a_failed_build_falls_back_to_the_flash_path_quietly(monkeypatch, caplog
 
     monkeypatch.setattr(cpp_extension, "load", no_compiler)
     monkeypatch.setattr(CK, "_built", [])
+    monkeypatch.delenv(CK.SWITCH, raising=False)  # the build must be tried, whatever the caller's setting
     caplog.set_level(logging.DEBUG, logger=CK.__name__)
     flash = []
     real = W.FLASH
