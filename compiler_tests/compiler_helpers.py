@@ -35,6 +35,21 @@ def library() -> list[Path]:
     return sorted(SCHEMES.glob("*.pe"))
 
 
+F32_EPS = torch.finfo(torch.float32).eps  # 2**-23, twice float32's unit roundoff
+
+
+def float32_bound(n: int, ref: torch.Tensor) -> float:
+    """The most float32 rounding can move a result whose longest chain of roundings is ``n`` deep (a reduction
+    over n terms: for attention the L keys of the softmax and of its weighted sum, plus the D channels of a
+    score), at the magnitude of its float64 value ``ref``: n * eps32 * max|ref|. A sum of n terms errs by at
+    most gamma_n ~ n u times their magnitude for every summation order (blocked, pairwise, vectorised, with
+    FMA or without: Higham, Accuracy and Stability of Numerical Algorithms, section 4.2), so the bound holds on
+    every CPU, unlike a multiple of what one CPU printed; rounding errors add up like a random walk, so real
+    kernels stay far below it (~sqrt(n) u), while a kernel's mistake (a wrong index, a dropped or doubled term)
+    errs by a fraction of max|ref|."""
+    return n * F32_EPS * float(ref.detach().abs().max())
+
+
 def rnd(*shape, seed=0, dtype=torch.float64):
     """A seeded standard-normal tensor (drawn in float64, then cast)."""
     g = torch.Generator().manual_seed(seed)
@@ -118,7 +133,9 @@ def output_and_grads(mod, q, k, v, seed: int = 1, **kw):
     """``mod(q, k, v, **kw)`` and the gradients of a fixed random functional of it (weights seeded ``seed``)
     w.r.t. q, k, v and every learned parameter (zeros where one does not enter)."""
     out = mod(q, k, v, **kw)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    # drawn in float64 and cast: a float32 run and its float64 reference are weighted by the same numbers
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    weight = weight.to(out.dtype)
     params = list(mod.parameters())
     grads = torch.autograd.grad((out * weight).sum(), [q, k, v, *params], allow_unused=True)
     return out.detach(), [g if g is not None else torch.zeros_like(t) for g, t in zip(grads, [q, k, v, *params])]

@@ -135,6 +135,7 @@ def test_without_a_compiler_the_flash_path_answers_quietly(monkeypatch, caplog, 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     monkeypatch.setattr(kernel_cache, "run_build", lambda *a, **kw: pytest.fail("built without a compiler"))
     monkeypatch.setattr(CK, "_state", [])
+    monkeypatch.delenv(CK.SWITCH, raising=False)  # the check must run whatever the caller's setting
     caplog.set_level(logging.DEBUG, logger=CK.__name__)
     flash = []
     real = W.FLASH

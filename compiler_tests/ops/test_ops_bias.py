@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from compiler_helpers import rnd
+from compiler_helpers import float32_bound, rnd
 from pedsl.errors import CompileError
 from pedsl.ops.alibi import alibi_slopes
 from pedsl.ops.bias import (
@@ -108,9 +108,12 @@ def _rows_reference(q, k, v, bias_rows, rows):
 @pytest.mark.parametrize("L", [512, 2048, 4096])
 @pytest.mark.parametrize("kind", ["alibi", "gate"])
 def test_float32_key_term_is_as_accurate_as_a_plain_float32_bias(L, kind):
-    """The separable path's float32 error (vs float64) stays within ~2x of SDPA with the bias materialised
-    in float32 - the rows where |g| is largest included (before the per-block offset ALiBi's error grew
-    with L: 8e-6 / 4e-5 / 8e-5 at these lengths, against ~9e-7)."""
+    """The separable path's float32 error (vs float64) is within float32's rounding of a reduction over the L
+    keys and D channels (float32_bound), and its root-mean-square error within 2.5x that of SDPA with the bias
+    materialised in float32 - the rows where |g| is largest included (before the per-block offset ALiBi's max
+    error grew with L: 8e-6 / 4e-5 / 8e-5 at these lengths, against ~9e-7). The RMS over ~10^5 outputs, not
+    the max: the ratio of two kernels' max errors is the ratio of two extremes (1.3x-2.2x across the CPU
+    capabilities default, avx2 and avx512), while the RMS ratio is an average (1.65x-1.77x on all three)."""
     B, H, D = 1, 8, 32
     q, k, v = (rnd(B, H, L, D, seed=s, dtype=torch.float32) for s in (1, 2, 3))
     if kind == "alibi":
@@ -122,9 +125,10 @@ def test_float32_key_term_is_as_accurate_as_a_plain_float32_bias(L, kind):
     bias = (g.unsqueeze(-2) - g[..., rows].unsqueeze(-1)).masked_fill(j > i[:, None], float("-inf"))  # g_j - g_i
     exact = _rows_reference(q, k, v, bias, rows)
     plain = materialized_bias_attention(q[:, :, rows], k, v, bias.float())  # a float mask: no causal flag needed
-    err_plain = (plain.double() - exact).abs().max().item()
-    err = (separable_bias_attention(q, k, v, g)[:, :, rows].double() - exact).abs().max().item()
-    assert err < 2.5 * err_plain, (err, err_plain)  # measured 1.1x - 2.1x (max errors of 5e-7 to 1.3e-6)
+    ours = separable_bias_attention(q, k, v, g)[:, :, rows].double()
+    rms, rms_plain = ((t.double() - exact).pow(2).mean().sqrt().item() for t in (ours, plain))
+    assert (ours - exact).abs().max().item() <= float32_bound(L + D, exact)
+    assert rms < 2.5 * rms_plain, (rms, rms_plain)
 
 
 def test_materialised_baseline_with_temperature():

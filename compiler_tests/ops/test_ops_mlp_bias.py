@@ -6,7 +6,7 @@ key-tile boundaries, with units on, off and kinked inside the range of x; and it
 import pytest
 import torch
 
-from compiler_helpers import dense_mlp_bias, largest_allocation, rnd
+from compiler_helpers import dense_mlp_bias, float32_bound, largest_allocation, rnd
 from pedsl.errors import ShapeError
 from pedsl.ops import mlp_bias as MB
 
@@ -28,7 +28,8 @@ def _mlp(H, K, seed, spread=1.0):
 
 
 def _grads(out, inputs, seed=3):
-    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    # drawn in float64 and cast: a float32 run and its float64 reference are weighted by the same numbers
+    w = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=F64).to(out.dtype)
     return torch.autograd.grad((out * w).sum(), inputs, retain_graph=True)
 
 
@@ -94,6 +95,8 @@ def test_bands_cross_tiles_and_the_threshold_and_vanish_where_w_is_constant():
 
 
 def test_float32_is_as_close_to_float64_as_float32_sdpa_with_the_materialised_bias():
+    """The float32 kernel and float32 SDPA with the materialised bias are both within float32's rounding of
+    their reductions (float32_bound), not within a multiple of each other's error printed by one CPU."""
     import torch.nn.functional as F
 
     B, H, L = 1, 2, 300
@@ -107,7 +110,9 @@ def test_float32_is_as_close_to_float64_as_float32_sdpa_with_the_materialised_bi
     bias = (torch.relu(x[..., None] * mlp[0].float() + mlp[1].float()) @ mlp[2].float().t() + mlp[3].float())
     base = F.scaled_dot_product_attention(q.float(), k.float(), v.float(),
                                           attn_mask=bias.permute(2, 0, 1).masked_fill(j > i, float("-inf")))
-    assert float((out.detach().double() - want).abs().max()) <= 2 * float((base.double() - want).abs().max()) + 1e-6
+    bound = float32_bound(L + 16 + 32, want)  # keys, channels of a score, the MLP's hidden units of a bias
+    assert float((out.detach().double() - want).abs().max()) <= bound
+    assert float((base.double() - want).abs().max()) <= bound
 
 
 def test_training_holds_nothing_larger_than_a_block_of_bias():

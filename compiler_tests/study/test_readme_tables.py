@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from compiler_helpers import ROOT
-from tools.readme_tables import BEGIN, MAIN_JOB, README, main_job_rows, main_job_table, readme_block
+from tools.readme_tables import (BEGIN, MAIN_JOB, README, SPREAD, main_job_rows, main_job_table, readme_block,
+                                 within_spread)
 from pedsl.study.compare.run import DEFAULT_SCHEMES
 
 
@@ -51,8 +52,8 @@ def test_the_table_generator_formats_results_json():
 @pytest.mark.parametrize("scheme", ["path"])
 def test_the_readme_row_is_what_a_fresh_main_job_prints(scheme, tmp_path):
     """The main job's settings (`pedsl compare --out compare --threads 1`) for one scheme: each scheme is
-    trained, evaluated and analysed on its own, so its row equals the full study's row. PaTH is the
-    scheme whose kernel changed when the table last drifted (4.15 in the README, 4.176 printed)."""
+    trained, evaluated and analysed on its own, so its row equals the full study's row, up to the spread
+    measured across CPU profiles (SPREAD). PaTH is the one scheme whose row differs between them."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-m", "pedsl", "compare", scheme, "--out", str(tmp_path / "study"),
                           "--threads", "1", "-q"], capture_output=True, text=True, env=env, cwd=tmp_path,
@@ -60,6 +61,19 @@ def test_the_readme_row_is_what_a_fresh_main_job_prints(scheme, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads((tmp_path / "study" / "results.json").read_text())
     fresh = main_job_rows(doc["results"], int(doc["meta"]["context"]))[scheme]
-    assert fresh == _readme_rows()[scheme], (
-        f"README: {_readme_rows()[scheme]}\nfresh:  {fresh}\nrun `{MAIN_JOB}` and `python compiler_tests/"
-        "readme_tables.py compare/results.json` to regenerate the table")
+    assert within_spread(fresh, _readme_rows()[scheme], scheme), (
+        f"README: {_readme_rows()[scheme]}\nfresh:  {fresh}\nbeyond the spread across machines "
+        f"(tools/readme_tables.py SPREAD); run `{MAIN_JOB}` and `python -m tools.readme_tables "
+        "compare/results.json` to regenerate the table")
+
+
+def test_a_row_is_compared_up_to_the_spread_across_machines():
+    """PaTH's row as printed under ATEN_CPU_CAPABILITY=avx2 (4.18 ... 1.52) is within its spread of the
+    README's avx512 row; a cell beyond it, or a row of a scheme measured identical everywhere, is not."""
+    readme = "| path | 4.14 | 0.96 | 1.00 | 1.07 | 1.21 | 1.45 | 0.44 |"
+    assert within_spread("| path | 4.18 | 0.97 | 1.00 | 1.08 | 1.24 | 1.52 | 0.43 |", readme, "path")
+    assert not within_spread("| path | 4.18 | 0.97 | 1.00 | 1.08 | 1.24 | 1.75 | 0.43 |", readme, "path")
+    assert SPREAD["path"] < 0.5
+    assert within_spread("| rope | 4.10 | 1.29 |", "| rope | 4.09 | 1.29 |", "rope")
+    assert not within_spread("| rope | 4.12 | 1.29 |", "| rope | 4.09 | 1.29 |", "rope")
+    assert not within_spread("| rope | 4.09 |", "| rope | 4.09 | 1.29 |", "rope")
