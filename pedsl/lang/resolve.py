@@ -21,7 +21,8 @@ from typing import Any
 
 from pedsl.errors import CheckError, Diagnostic, ParseError, report_order
 from pedsl.lang import ast, bounds
-from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
+from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, STRUCTURAL_DEFAULTS
+from pedsl.lang.statements import KEYWORDS
 from pedsl.lang.values import StaticEnv
 from pedsl.lang.exprs import bind_calls, inline_lets, walk
 from pedsl.lang.imports import Source
