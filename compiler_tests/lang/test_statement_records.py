@@ -25,17 +25,26 @@ from pedsl.lang import ast
 from pedsl.lang.formatter import format_module
 from pedsl.lang.inherit import Merged
 from pedsl.lang.parser import parse_module
+from pedsl.lang.resolve import Resolver
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.statements import (BY_CONSUMER, BY_KEYWORD, BY_RULE, HIGHLIGHT, INHERIT_MODES, KEYWORDS, ONE, RECORDS,
-                                   STATEMENT_KEYWORDS, Diff, Show)
+                                   STATEMENT_KEYWORDS, Diff, Show, Words)
 
 GRAMMAR = (ROOT / "grammars" / "pe.lark").read_text()
 CONSUMERS = ["pedsl/lang/transform.py", "pedsl/lang/inherit.py", "pedsl/lang/formatter.py", "pedsl/lang/lint.py",
              "pedsl/lang/builtins.py", "pedsl/lang/syntax_errors.py", "pedsl/diffing/edits.py", "pedsl/cli/render.py",
-             "pedsl/lsp/scan.py", "pedsl/lsp/features.py", "pedsl/highlight.py", "tools/doc_tables.py"]
+             "pedsl/lsp/scan.py", "pedsl/lsp/features.py", "pedsl/highlight.py", "tools/doc_tables.py",
+             "pedsl/diffing/facts.py"]
+# Attributes of the resolved scheme a consumer may still read: a statement part it writes as structure (the
+# layer map, the bias terms, the learned values of the temperature) or its own lint of the value
+READS_FIELDS = {"pedsl/lang/lint.py": {"axes", "temperature"}, "pedsl/diffing/edits.py": {"biases", "layers", "temperature"},
+                "pedsl/cli/render.py": {"layers"}, "pedsl/diffing/facts.py": {"axes", "biases", "layout", "normalize",
+                                                                              "attend_current", "contextual", "temperature"}}
 # The scheme's skeleton: the consumers' structure code (the LSP's cursor logic, the merge of params and lets,
 # the diff's matching by name, the train / eval tables) is written for these keywords, so they may name them.
 SKELETON = {"param", "let", "channels", "qk", "qkv", "train", "eval", "allow"}
+# the statements pedsl explain gives a section or line of its own (the others: its attention line, from the records)
+EXPLAINED = {"layout", "axes_decl", "bias", "temperature", "normalize", "contextual", "layers"}
 # strings that spell a statement keyword but mean something else
 NOT_STATEMENTS = {"pedsl/lang/builtins.py": {"axes", "bias", "temperature"}}  # builtin categories
 
@@ -61,7 +70,9 @@ def test_every_record_has_every_part(record):
     assert set(record.fields) <= set(Scheme.model_fields), record.fields
     assert set(record.plan_fields) <= {f.name for f in dataclasses.fields(Plan)}, record.plan_fields
     assert isinstance(record.show, Show) or record.show == BY_CONSUMER
+    assert not record.resolve or (callable(getattr(Resolver, record.resolve, None)) and record.fields)
     assert isinstance(record.diff, Diff) or record.diff == BY_CONSUMER
+    assert isinstance(record.words, Words) or record.words == BY_CONSUMER
     if record.inherit == ONE:  # the nearest statement in the chain, read by its name
         assert getattr(Merged(name="s"), record.merged) is None
     elif record.merged:
@@ -69,6 +80,8 @@ def test_every_record_has_every_part(record):
     if record.keywords[0] not in SKELETON:  # an attention statement: shown and compared by its record
         assert record.show != BY_CONSUMER or record.rule == "layers"  # the layer map: pedsl show's own
         assert record.diff != BY_CONSUMER or record.rule in ("bias", "layers")  # terms by kind; diff refuses layers
+        # said in words on explain's attention line, or in a section of its own (pedsl/explain.py)
+        assert record.words != BY_CONSUMER or record.rule in EXPLAINED
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: r.rule)
@@ -123,3 +136,13 @@ def test_no_consumer_names_a_statement(rel):
     named = {n.value for n in pyast.walk(tree) if isinstance(n, pyast.Constant) and isinstance(n.value, str)}
     named -= NOT_STATEMENTS.get(rel, set()) | SKELETON
     assert not named & set(STATEMENT_KEYWORDS), f"{rel} names statements {sorted(named & set(STATEMENT_KEYWORDS))}"
+
+
+@pytest.mark.parametrize("rel", CONSUMERS)
+def test_no_consumer_reads_a_statement_field_it_has_from_the_registry(rel):
+    """A consumer reads a statement's value through its record, not ``scheme.window``: a new statement is
+    shown, compared and described without it (one it must read is listed in READS_FIELDS, with why)."""
+    fields = {f for r in RECORDS if r.keywords[0] not in SKELETON for f in r.fields}
+    tree = pyast.parse((ROOT / rel).read_text())
+    read = {n.attr for n in pyast.walk(tree) if isinstance(n, pyast.Attribute) and n.attr in fields}
+    assert not read - READS_FIELDS.get(rel, set()), f"{rel} reads {sorted(read - READS_FIELDS.get(rel, set()))}"
