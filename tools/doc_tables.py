@@ -1,6 +1,7 @@
 """Regenerate the text generated from pedsl's registries: the tables of docs/language.md (the
 builtin functions of ``pedsl.lang.builtins.FUNCTIONS``, the error codes of ``pedsl.diagnostic_codes.CODES``)
-and the builtin names of the editor grammar (``editors/vscode/syntaxes/pedsl.tmLanguage.json``).
+and the builtin names and statement keywords of the editor grammar (``editors/vscode/syntaxes/pedsl.tmLanguage.json``,
+the keywords from ``pedsl.lang.statements.RECORDS``).
 
     python -m tools.doc_tables            # rewrite both files in place (only when they change)
     python -m tools.doc_tables --check    # exit 1 when either is stale, changing nothing
@@ -15,6 +16,7 @@ from pathlib import Path
 from pedsl.diagnostic_codes import CODES
 from pedsl.fsio import atomic_write_text
 from pedsl.lang.builtins import CATEGORIES, CONSTANTS, FUNCTIONS
+from pedsl.lang.statements import HIGHLIGHT, RECORDS, highlighted
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "language.md"
@@ -53,12 +55,20 @@ def doc_with_tables(text: str) -> str:
 
 
 def grammar_with_builtins(text: str) -> str:
-    """The TextMate grammar with its builtin-function and fixed-name patterns from the registry."""
+    """The TextMate grammar with its builtin-function and fixed-name patterns and its statement keywords from the
+    registries."""
     grammar = json.loads(text)
     grammar["repository"]["builtin"]["patterns"] = [
         {"name": "support.function.builtin.pedsl", "match": "\\b(" + "|".join(FUNCTIONS) + ")\\b(?=\\s*\\()"},
         {"name": "support.constant.pedsl", "match": "\\b(" + "|".join(CONSTANTS) + ")\\b"},
     ]
+    keyword = grammar["repository"]["keyword"]["patterns"]
+    by_scope = {p["name"]: p for p in keyword}
+    for cls, (_, scope) in HIGHLIGHT.items():  # a statement keyword is never called: `normalize(` is a builtin
+        words = sorted(highlighted(cls), key=lambda w: (-len(w), w))  # qkv before qk
+        by_scope[scope]["match"] = "\\b(" + "|".join(words) + ")\\b(?!\\s*\\()"
+    choices = [w for r in RECORDS for w in r.choices]
+    by_scope["constant.language.pedsl"]["match"] = "\\b(" + "|".join(["true", "false", *choices]) + ")\\b"
     return json.dumps(grammar, indent=2) + "\n"
 
 

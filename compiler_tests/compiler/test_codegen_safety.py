@@ -23,7 +23,7 @@ from compiler_helpers import run_cli
 from pedsl.compiler import compile_scheme
 from pedsl.compiler.codegen import generate, module_file_name
 from pedsl.compiler.pysafe import THIRD_PARTY, Names, comment, literal, module_file_stem, text_block
-from pedsl.lang.builtins import KEYWORDS
+from pedsl.lang.statements import KEYWORDS
 
 IMPORTER = r"""
 def import_and_run(cases):

@@ -10,6 +10,7 @@ from pedsl.lang.channels import channel_ranges
 from pedsl.lang.exprs import format_number, to_source
 from pedsl.lang.frequencies import rotary_frequencies
 from pedsl.lang.layers import layer_map_lines
+from pedsl.lang.statements import shown
 
 
 def _scalar(v: Any) -> str:
@@ -35,9 +36,7 @@ def render_scheme(scheme) -> str:
         lines.append("extends: " + " -> ".join(scheme.bases))
     lines.append(f"heads: {scheme.heads}")
     lines.append(f"head_dim: {scheme.head_dim}")
-    lines.append(f"layout: {scheme.layout}")
-    if scheme.axes:
-        lines.append(f"axes: {', '.join(scheme.axes)}")
+    lines += shown(scheme, "header")
     if scheme.layers is not None:
         lines += ["layers:", *layer_map_lines(scheme.layers)]
         lines += ["parts:"] + [f"  {n}: {p.file or '-'}" + (f" (extends {' -> '.join(p.bases)})" if p.bases else "")
@@ -81,28 +80,7 @@ def render_scheme(scheme) -> str:
                 lines.append("    periods: " + _scalar([round(p, 1) for p in periods]))
     else:
         lines.append("transports: []  # no positional transport (NoPE)")
-    if scheme.biases:
-        lines.append("biases:")
-        for b in scheme.biases:
-            if b.kind == "distance":
-                lines.append("  - kind: distance")
-                lines.append(f"    term: {to_source(b.term)}")
-                if b.slope is not None:
-                    lines.append(f"    slope: {to_source(b.slope)}")
-                if b.axes:
-                    lines.append(f"    axes: [{', '.join(b.axes)}]  # signed per-axis distances, evaluated per pair of tokens")
-            else:
-                lines.append("  - kind: gate")
-                lines.append(f"    log_gate: {to_source(b.log_gate)}")
-    if scheme.temperature is not None:
-        lines.append(f"temperature: {to_source(scheme.temperature)}")
-    if scheme.normalize != "softmax":
-        lines.append(f"normalize: {scheme.normalize}  # own key {'included' if scheme.attend_current else 'left out'}")
-    if scheme.contextual is not None:
-        lines.append(f"contextual: {scheme.contextual.source()}")
-    for name in ("window", "chunk", "sink", "softcap"):
-        if getattr(scheme, name) is not None:
-            lines.append(f"{name}: {getattr(scheme, name)}")
+    lines += shown(scheme, "body")  # the biases and the attention's statements (pedsl.lang.statements)
     return "\n".join(lines + _settings_lines(scheme))
 
 

@@ -38,6 +38,7 @@ from pedsl.lang.channels import channel_ranges as ranges
 from pedsl.lang.exprs import to_source, walk
 from pedsl.errors import UsageError
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.statements import compared
 from pedsl.lang.api import load
 
 # Edits on these paths change no meaning: two schemes differing only there are equivalent.
@@ -160,8 +161,9 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
         elif keep:
             out.append(Keep(path, new))
 
-    for field in ("name", "doc", "heads", "head_dim", "layout", "axes"):
+    for field in ("name", "doc", "heads", "head_dim"):
         value(field, getattr(a, field), getattr(b, field))
+    _statements("header", a, b, renamed={}, out=out, value=value)
 
     pmap = match_params(a, b)
     renamed = {x: y for x, y in pmap.items() if x != y}
@@ -191,15 +193,7 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     _transports(a, b, gmap, renamed, out, value)
     _biases(a, b, renamed, out, value)
 
-    ta = None if a.temperature is None else to_source(rename(a.temperature, renamed))
-    tb = None if b.temperature is None else to_source(b.temperature)
-    _optional("temperature", ta, tb, out, value)
-    for name in ("window", "chunk", "sink", "softcap"):  # the attention's shape (docs/semantics.md §11)
-        _optional(name, getattr(a, name), getattr(b, name), out, value, show=str)
-
-    value("normalize", _normalizer(a), _normalizer(b))
-    _optional("contextual", None if a.contextual is None else a.contextual.source(),
-              None if b.contextual is None else b.contextual.source(), out, value)
+    _statements("body", a, b, renamed, out, value)
     value("learned.shared", _shared_learned(a, renamed), _shared_learned(b, {}))
 
     for section in ("train", "eval"):
@@ -216,6 +210,19 @@ def diff(a: Scheme | str | Path, b: Scheme | str | Path, *, keep: bool = False) 
     if keep:
         out += [Keep("allow", n) for n in b.allow if n in a.allow]
     return out
+
+
+def _statements(place: str, a: Scheme, b: Scheme, renamed: dict, out: list, value) -> None:
+    """The edits of the statements compared at ``place`` (their records' Diff, pedsl.lang.statements)."""
+    for d in compared(place):
+        va, vb = d.value(a), d.value(b)
+        if d.expr:
+            va = None if va is None else to_source(rename(va, renamed))
+            vb = None if vb is None else to_source(vb)
+        if d.optional:
+            _optional(d.path, va, vb, out, value, show=d.show)
+        else:
+            value(d.path, va, vb)
 
 
 def _shared_learned(s: Scheme, renamed: dict) -> list[str]:
@@ -292,9 +299,3 @@ def _biases(a: Scheme, b: Scheme, renamed: dict, out: list, value) -> None:
 
 __all__ = ["Edit", "Insert", "Remove", "Move", "Update", "Keep", "diff", "equivalent", "is_semantic", "edit_kind"]
 
-
-def _normalizer(s: Scheme) -> str:
-    """The normalize statement's value as written (``softmax`` when absent)."""
-    if s.normalize == "softmax":
-        return "softmax"
-    return "stick_breaking" if s.attend_current else "stick_breaking(current = false)"

@@ -19,6 +19,7 @@ from pedsl.lang import ast
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import to_source, transform
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.statements import attention_words
 from pedsl.lang.types import Dep
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 from pedsl.lang.frequencies import axis_runs, pair_axes, rotary_frequencies
@@ -100,14 +101,6 @@ class SchemeFacts:
     @property
     def value_groups(self) -> list[str]:
         return [g.name for g in self.groups if g.targets == "qkv"]
-
-
-def attention_shape(s: Scheme) -> str:
-    """The keys a query sees, the sink and the soft cap, in words."""
-    seen = (f"sliding window of {s.window}" if s.window is not None else
-            f"chunks of {s.chunk} positions" if s.chunk is not None else "causal")
-    sink = {"logit": ", learned sink logit", "token": ", learned sink token"}.get(s.sink or "", "")
-    return seen + sink + ("" if s.softcap is None else f", scores soft-capped at {s.softcap:g}")
 
 
 def env_of(s: Scheme, n: int | None = None) -> StaticEnv:
@@ -228,7 +221,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         params=dict(s.params), groups=groups, biases=biases, axes=s.axes,
         temperature=None if s.temperature is None else to_source(s.temperature),
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
-        shape=attention_shape(s),
+        shape=attention_words(s),  # the records' words: the window, the sink, the soft cap ...
         normalize="softmax" if s.normalize == "softmax" else
         "stick-breaking (" + ("own key included" if s.attend_current else "own key left out") + ")",
         contextual="none" if s.contextual is None else s.contextual.describe(),

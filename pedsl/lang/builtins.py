@@ -64,10 +64,4 @@ WARNINGS = {
     "constant_bias": "W106",
 }
 
-KEYWORDS = {
-    "scheme", "extends", "import", "param", "let", "layout", "axes", "channels", "on", "bias",
-    "temperature", "window", "chunk", "sink", "softcap", "train", "eval", "allow", "qk", "qkv", "true", "false",
-    "int", "float", "bool", "str", "halves", "interleaved",
-}
-
-__all__ = ["FUNCTIONS", "CATEGORIES", "CONSTANTS", "WARNINGS", "REQUIRED", "Builtin", "TypeIssue", "BOOL", "KEYWORDS"]
+__all__ = ["FUNCTIONS", "CATEGORIES", "CONSTANTS", "WARNINGS", "REQUIRED", "Builtin", "TypeIssue", "BOOL"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
+from pedsl.lang.statements import BY_KIND
 
 INDENT = "  "
 
@@ -115,46 +116,18 @@ def _item_head(item) -> str:
 
 def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
     w.lead(st, depth)
-    k = st.kind
-    if k == "param":
-        cons = ""
-        if st.constraints:
-            cons = " (" + ", ".join(f"{c.op} {to_source(c.value)}" for c in st.constraints) + ")"
-        w.emit(depth, f"param {st.name}: {st.type}{cons} = {to_source(st.default)}", st, last=_claim(st, nxt))
-    elif k == "let":
-        w.emit(depth, f"let {st.name} = {to_source(st.value)}", st, last=_claim(st, nxt))
-    elif k == "layout":
-        w.emit(depth, f"layout {st.value}", st, last=_claim(st, nxt))
-    elif k == "axes":
-        w.emit(depth, "axes " + ", ".join(st.names), st, last=_claim(st, nxt))
-    elif k == "transport":
-        on = f" on {st.group}" if st.group else ""
-        w.emit(depth, f"{st.targets}{on}: {to_source(st.value)}", st, last=_claim(st, nxt))
-    elif k == "bias":
-        w.emit(depth, f"bias = {to_source(st.value)}", st, last=_claim(st, nxt))
-    elif k == "temperature":
-        w.emit(depth, f"temperature = {to_source(st.value)}", st, last=_claim(st, nxt))
-    elif k == "normalize":
-        w.emit(depth, f"normalize = {to_source(st.value)}", st, last=_claim(st, nxt))
-    elif k in ("contextual", "window", "chunk", "softcap"):
-        w.emit(depth, f"{k} = {to_source(st.value)}", st, last=_claim(st, nxt))
-    elif k == "sink":
-        w.emit(depth, f"sink = {st.value}", st, last=_claim(st, nxt))
-    elif k == "allow":
-        w.emit(depth, "allow " + ", ".join(st.names), st, last=_claim(st, nxt))
-    elif k in ("channels", "section", "layers"):
-        head = {"channels": "channels", "layers": "layers"}.get(k) or st.section
-        items = {"channels": lambda: st.groups, "layers": lambda: st.rules}.get(k, lambda: st.entries)()
-        first_item = _line(items[0]) if items else _end(st)
-        w.emit(depth, head + " {", st, last=first_item - 1, inner=depth + 1)
-        for i, it in enumerate(items):
-            w.lead(it, depth + 1)
-            value = it.spec if k == "channels" else it.value
-            nxt_item = items[i + 1] if i + 1 < len(items) else None
-            w.emit(depth + 1, f"{_item_head(it)} = {to_source(value)}", it, last=_claim(it, nxt_item))
-        w.close(depth, "}", st, shared=nxt is not None and _line(nxt) == _end(st))
-    else:  # pragma: no cover
-        raise ValueError(k)
+    record = BY_KIND[st.kind]
+    if record.form is not None:
+        w.emit(depth, record.form(st), st, last=_claim(st, nxt))
+        return
+    head, items, value_of = record.block(st)
+    first_item = _line(items[0]) if items else _end(st)
+    w.emit(depth, head + " {", st, last=first_item - 1, inner=depth + 1)
+    for i, it in enumerate(items):
+        w.lead(it, depth + 1)
+        nxt_item = items[i + 1] if i + 1 < len(items) else None
+        w.emit(depth + 1, f"{_item_head(it)} = {to_source(value_of(it))}", it, last=_claim(it, nxt_item))
+    w.close(depth, "}", st, shared=nxt is not None and _line(nxt) == _end(st))
 
 
 def format_module(module: ast.Module, text: str | None = None) -> str:

@@ -1,9 +1,10 @@
 """Scheme lookup in a loaded file and the ``extends`` chain: finding a scheme's bases and merging them.
 
-Merging rule for ``extends``: ``param``/``let`` override by name; ``layout``, ``axes``,
-``bias``, ``temperature`` and the ``channels`` block as a whole; ``train`` and
-``eval`` entries key by key; and the transports as a set: a child that declares
-any ``qk``/``qkv`` line replaces all of its base's transports.
+Merging rule for ``extends``, each statement's record's ``inherit`` (pedsl.lang.statements):
+``param``/``let`` override by name; ``layout``, ``axes``, ``bias``, ``temperature``, the
+attention's shape and the ``channels`` block as a whole; ``train`` and ``eval`` entries key
+by key; and the transports as a set: a child that declares any ``qk``/``qkv`` line replaces
+all of its base's transports.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pedsl.errors import CheckError, Diagnostic, did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.imports import Source
 from pedsl.lang.diagnostics import node_pos, sink_for
+from pedsl.lang.statements import APPEND, BY_KIND, BY_NAME, KEYED, ONE, ONE_FIELDS, RECORDS, SET
 
 MAX_CHAIN = 64  # schemes in one extends chain
 
@@ -115,26 +117,25 @@ def chain(decl: ast.SchemeDecl, src: Source, diags: list[Diagnostic]) -> list[tu
 
 @dataclass
 class Merged:
+    """A scheme's statements after its ``extends`` chain. The statements a scheme has at most one of
+    (``layout``, ``axes``, ``window`` ...: pedsl.lang.statements.ONE_FIELDS) are read as attributes by
+    their name (None when absent)."""
+
     name: str
     doc: str = ""
     bases: tuple[str, ...] = ()
     params: dict[str, Located] = field(default_factory=dict)
     lets: dict[str, Located] = field(default_factory=dict)
-    layout: Located | None = None
-    axes: Located | None = None  # the `axes` statement (absent: one unnamed axis)
-    channels: Located | None = None
+    one: dict[str, Located] = field(default_factory=dict)  # ONE_FIELDS name -> its nearest statement
     transports: list[Located] = field(default_factory=list)
-    bias: Located | None = None
-    temperature: Located | None = None
-    normalize: Located | None = None
-    contextual: Located | None = None  # contextual = cope(...)
-    window: Located | None = None  # window = N
-    chunk: Located | None = None  # chunk = N
-    sink: Located | None = None  # sink = logit | token
-    softcap: Located | None = None  # softcap = c
     train: dict[str, Located] = field(default_factory=dict)
     eval: dict[str, Located] = field(default_factory=dict)
     allow: list[Located] = field(default_factory=list)
+
+    def __getattr__(self, name: str) -> Located | None:
+        if name in ONE_FIELDS:
+            return self.__dict__.get("one", {}).get(name)
+        raise AttributeError(name)
 
 
 def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -> Merged:
@@ -147,13 +148,8 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
         seen: dict[tuple[str, str], ast.Node] = {}
         sink = sink_for(src)
         for st in d.body:
-            loc = Located(st, src)
-            key = None
-            if st.kind in ("param", "let"):
-                key = ("name", st.name)
-            elif st.kind in ("layout", "axes", "channels", "bias", "temperature", "normalize", "contextual", "window",
-                             "chunk", "sink", "softcap"):
-                key = (st.kind, "")
+            record = BY_KIND[st.kind]
+            key = ("name", st.name) if record.inherit == BY_NAME else (st.kind, "") if record.inherit == ONE else None
             if key is not None:
                 if key in seen:
                     what = f"'{st.name}'" if key[0] == "name" else f"'{st.kind}'"
@@ -162,35 +158,30 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
                              **node_pos(st))
                     continue
                 seen[key] = st
-            if st.kind in ("param", "let"):
-                other = m.lets if st.kind == "param" else m.params
-                if st.name in other and other[st.name].src is src and d is decl:
-                    sink.add("E205", f"'{st.name}' is both a param and a let", **node_pos(st))
-                (m.params if st.kind == "param" else m.lets)[st.name] = loc
-                (m.lets if st.kind == "param" else m.params).pop(st.name, None)
-            elif st.kind == "layout":
-                m.layout = loc
-            elif st.kind == "axes":
-                m.axes = loc
-            elif st.kind == "channels":
-                m.channels = loc
-            elif st.kind == "transport":
-                own_transports.append(loc)
-            elif st.kind == "bias":
-                m.bias = loc
-            elif st.kind == "temperature":
-                m.temperature = loc
-            elif st.kind == "normalize":
-                m.normalize = loc
-            elif st.kind in ("contextual", "window", "chunk", "sink", "softcap"):
-                setattr(m, st.kind, loc)
-            elif st.kind == "section":
-                table = m.train if st.section == "train" else m.eval
-                for entry in st.entries:
-                    table[entry.name] = Located(entry, src)
-            elif st.kind == "allow":
-                m.allow.append(loc)
+            _take(m, record, Located(st, src), own_transports, d is decl, sink)
         if own_transports:
             m.transports = own_transports
         diags.extend(sink.items)
     return m
+
+
+def _take(m: Merged, record, loc: Located, own_transports: list[Located], last: bool, sink) -> None:
+    """One statement into the merged scheme, as its record's inherit mode says."""
+    st = loc.stmt
+    if record.inherit == BY_NAME:
+        mine, other = getattr(m, record.merged), next(
+            getattr(m, r.merged) for r in RECORDS if r.inherit == BY_NAME and r is not record)
+        if st.name in other and other[st.name].src is loc.src and last:
+            sink.add("E205", f"'{st.name}' is both a param and a let", **node_pos(st))
+        mine[st.name] = loc
+        other.pop(st.name, None)
+    elif record.inherit == ONE:
+        m.one[record.merged] = loc
+    elif record.inherit == SET:
+        own_transports.append(loc)
+    elif record.inherit == KEYED:
+        table = getattr(m, st.section)
+        for entry in st.entries:
+            table[entry.name] = Located(entry, loc.src)
+    elif record.inherit == APPEND:
+        getattr(m, record.merged).append(loc)

@@ -25,6 +25,7 @@ from pedsl.lang.exprs import calls_in, names_in, transform
 from pedsl.lang.frequencies import axis_frequencies, rotary_frequencies, scheme_env
 from pedsl.lang.imports import Source
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.statements import BY_KIND
 from pedsl.lang.values import EvalIssue, StaticEnv, Vec
 
 
@@ -160,16 +161,7 @@ def _random_part(angle: ast.Expr, env: StaticEnv, pairs: int, value: float):
 
 
 def _exprs(st) -> list[ast.Expr]:
-    k = st.kind
-    if k == "param":
-        return [st.default] + [c.value for c in st.constraints]
-    if k in ("let", "transport", "bias", "temperature", "window", "chunk", "softcap"):
-        return [st.value]
-    if k == "channels":
-        return [g.spec for g in st.groups]
-    if k == "section":
-        return [e.value for e in st.entries]
-    return []
+    return BY_KIND[st.kind].reads(st)
 
 
 def constant_bias_terms(terms: list[ast.Expr], src: Source, allowed: set[str]) -> list[Diagnostic]:

@@ -8,7 +8,8 @@ from typing import Any
 
 from pedsl.errors import ParamError, did_you_mean, quoted
 from pedsl.lang import ast
-from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
+from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, STRUCTURAL_DEFAULTS
+from pedsl.lang.statements import KEYWORDS
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.imports import Source
 from pedsl.lang.diagnostics import node_pos, sink_for

@@ -18,7 +18,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from pedsl.errors import DiagnosticSink, ParseError, PedslError
 from pedsl.lang import ast
-from pedsl.lang.builtins import KEYWORDS
+from pedsl.lang.statements import KEYWORDS
 from pedsl.lang.grammar import lark_parser
 from pedsl.lang.syntax_errors import repair, report_syntax, too_deep
 from pedsl.lang.transform import ToAst

@@ -21,7 +21,8 @@ from typing import Any
 
 from pedsl.errors import CheckError, Diagnostic, ParseError, report_order
 from pedsl.lang import ast, bounds
-from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, KEYWORDS, STRUCTURAL_DEFAULTS
+from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, STRUCTURAL_DEFAULTS
+from pedsl.lang.statements import KEYWORDS, RECORDS
 from pedsl.lang.values import StaticEnv
 from pedsl.lang.exprs import bind_calls, inline_lets, walk
 from pedsl.lang.imports import Source
@@ -184,7 +185,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         temperature = self.resolve_temperature(lets)
         normalize = self.resolve_normalize(transports, env) or ("softmax", True)
         window, chunk, sink = self.resolve_shape(env, lets)
-        softcap = self.resolve_softcap(env, lets, transports)
+        own = {r.fields[0]: getattr(self, r.resolve)(env, lets, transports) for r in RECORDS if r.resolve}
         self.check_sink_transports(sink, transports)
         self.check_sink_normalizer(sink, normalize[0])
         contextual = self.resolve_contextual(env, lets, transports, sink)
@@ -218,7 +219,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             window=window,
             chunk=chunk,
             sink=sink,
-            softcap=softcap,
+            **own,  # the statements resolved by their record's method (softcap ...)
             train=train,
             eval=evals,
             allow=tuple(allow),

@@ -13,6 +13,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from pedsl.errors import DiagnosticSink, ParseError, quoted
 from pedsl.lang.grammar import lark_parser
+from pedsl.lang.statements import STATEMENT_KEYWORDS
 
 # How terminals read in a message.
 _TOKEN_WORDS = {
@@ -41,8 +42,7 @@ _TOKEN_WORDS = {
     "$END": "the end of the file",
 }
 
-_STATEMENTS = ("param, let, layout, axes, channels, qk, qkv, bias, temperature, normalize, contextual, window, chunk, sink, train, "
-               "eval, allow, layers")
+_STATEMENTS = ", ".join(STATEMENT_KEYWORDS)
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,6 +10,7 @@ from lark import Token, Transformer, v_args
 from pedsl import limits
 from pedsl.errors import DiagnosticSink, ParseError
 from pedsl.lang import ast
+from pedsl.lang.statements import RECORDS
 
 
 def _span_of(meta) -> ast.Span | None:
@@ -152,27 +153,6 @@ class ToAst(Transformer):
         group = c[1] if len(c) == 3 else None
         return ast.Transport(targets=str(c[0]), group=group, value=c[-1], span=_span_of(meta))
 
-    def bias(self, meta, c):
-        return ast.BiasStmt(value=c[0], span=_span_of(meta))
-
-    def temperature(self, meta, c):
-        return ast.TemperatureStmt(value=c[0], span=_span_of(meta))
-
-    def normalize(self, meta, c):
-        return ast.NormalizeStmt(value=c[0], span=_span_of(meta))
-
-    def contextual(self, meta, c):
-        return ast.ContextualStmt(value=c[0], span=_span_of(meta))
-
-    def window(self, meta, c):
-        return ast.WindowStmt(kind="window", value=c[0], span=_span_of(meta))
-
-    def chunk(self, meta, c):
-        return ast.WindowStmt(kind="chunk", value=c[0], span=_span_of(meta))
-
-    def softcap(self, meta, c):
-        return ast.WindowStmt(kind="softcap", value=c[0], span=_span_of(meta))
-
     def sink(self, meta, c):
         return ast.SinkStmt(value=str(c[0]), value_span=_tok_span(c[0]), span=_span_of(meta))
 
@@ -216,3 +196,15 @@ class ToAst(Transformer):
 
     def start(self, meta, c):
         return list(c)
+
+
+def _assignment(record):
+    """The method of a ``KEYWORD = expr`` statement's rule: its record's node, kind and value."""
+    def build(self, meta, c):
+        return record.node(kind=record.kind, value=c[0], span=_span_of(meta))
+    return v_args(meta=True)(build)
+
+
+for _record in RECORDS:
+    if _record.assign:
+        setattr(ToAst, _record.rule, _assignment(_record))

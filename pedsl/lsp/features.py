@@ -16,31 +16,17 @@ from lsprotocol import types as lsp
 from pedsl import config
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, REQUIRED, WARNINGS
 from pedsl.lang.library import library_dir, library_names
+from pedsl.lang.statements import RECORDS
 from pedsl.lsp.project import Document, resolved
 from pedsl.lsp.scan import Cursor, cursor
 from pedsl.lsp.text import Text
 
-# What a statement keyword inserts (snippet syntax), and a line about it.
-STATEMENTS = {
-    "param": ("param ${1:name}: ${2|float,int,bool,str|} = ${3:0}", "a parameter: type, bounds, default"),
-    "let": ("let ${1:name} = $0", "a named expression"),
-    "layout": ("layout ${1|halves,interleaved|}", "how channels pair up for rotations"),
-    "axes": ("axes ${1:h}, ${2:w}", "the named axes of the positions (read as position.h; positions (A, B, L))"),
-    "channels": ("channels {\n\t${1:rot} = ${2:fraction(0.5)}\n\t${3:plain} = rest\n}", "channel groups"),
-    "qk": ("qk: rotate($0)", "a transport of queries and keys"),
-    "qkv": ("qkv: rotate($0)", "a transport of queries, keys and values"),
-    "bias": ("bias = $0", "an additive attention bias"),
-    "temperature": ("temperature = $0", "a per-query logit scale"),
-    "contextual": ("contextual = cope(max_pos = ${1:16})", "CoPE: positions counted by sigmoid gates on the scores"),
-    "window": ("window = ${1:512}", "a sliding window: a query sees itself and the N - 1 tokens before it"),
-    "chunk": ("chunk = ${1:8192}", "chunked attention: a query sees the keys of its chunk of N positions"),
-    "sink": ("sink = ${1|logit,token|}", "a learned attention sink: a logit per head, or a key/value slot"),
-    "softcap": ("softcap = ${1:50.0}", "logit soft-capping (Gemma 2): every score s becomes c * tanh(s / c)"),
-    "train": ("train {\n\tcontext = ${1:train_length}\n}", "training settings"),
-    "eval": ("eval {\n\tlengths = ${1:train_length * [1, 2, 4, 8]}\n}", "evaluation settings"),
-    "allow": ("allow ${1|" + ",".join(WARNINGS) + "|}", "silence a lint warning"),
-    "layers": ("layers {\n\tpattern = [${1:local} * ${2:5}, ${3:global}]\n}", "a scheme per layer (other schemes by name)"),
-}
+# What a statement keyword inserts (snippet syntax), and a line about it: the statements' records.
+STATEMENTS = {k: (snippet, what) for r in RECORDS for k, snippet, what in r.completions}
+# The builtin categories offered in a statement's value
+CATEGORIES_IN = {k: r.completes for r in RECORDS for k in r.keywords if r.completes}
+# The fixed words that follow a statement's keyword (a layout's)
+CHOICES = {k: r.choices for r in RECORDS for k in r.keywords if r.choices}
 TOP_LEVEL = {
     "scheme": ('scheme ${1:name} "${2:description}" {\n\t$0\n}', "declare a scheme"),
     "import": ('import "${1:rope.pe}"', "import the schemes of another file"),
@@ -189,9 +175,7 @@ def _values(doc: Document, c: Cursor, snippets: bool) -> list[lsp.CompletionItem
     out += _in_scope(doc, c)
     for name, ty in CONSTANTS.items():
         out.append(_item(name, lsp.CompletionItemKind.Constant, ty.show(), CONSTANT_DOCS.get(name), sort="4"))
-    categories = {"qk": ("transport",), "qkv": ("transport",), "bias": ("bias", "transport"),
-                  "temperature": ("temperature",), "channels": ("channels",), "let": ("grid",)}
-    out += _builtins(snippets, categories.get(c.statement or "", ()))
+    out += _builtins(snippets, CATEGORIES_IN.get(c.statement or "", ()))
     return out
 
 
@@ -205,8 +189,8 @@ def completions(doc: Document, text: Text, offset: int, snippets: bool = True) -
         return []
     if prev == "extends":
         return _schemes(doc, c)
-    if prev == "layout":
-        return [_item(v, lsp.CompletionItemKind.EnumMember, "layout") for v in ("halves", "interleaved")]
+    if prev in CHOICES:
+        return [_item(v, lsp.CompletionItemKind.EnumMember, prev) for v in CHOICES[prev]]
     if prev == ":" and c.prev_text(3) == "param":
         return [_item(v, lsp.CompletionItemKind.TypeParameter, "type") for v in ("float", "int", "bool", "str")]
     if prev == "on" and c.statement in ("qk", "qkv"):
@@ -221,8 +205,8 @@ def completions(doc: Document, text: Text, offset: int, snippets: bool = True) -
         return _section_keys(c.statement)
     if c.at_statement_start and c.depth == 2 and c.statement == "channels":
         return []  # a new group's name is the user's to choose
-    if prev2 == "param" or prev in ("let", "param") or c.statement == "layout":
-        return []  # a name being declared, or a layout already given
+    if prev2 == "param" or prev in ("let", "param") or c.statement in CHOICES:
+        return []  # a name being declared, or a fixed word (a layout) already given
     return _values(doc, c, snippets)
 
 

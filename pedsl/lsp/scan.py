@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from pedsl.lang.statements import STATEMENT_KEYWORDS  # the words that start a statement in a scheme's body
+
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<comment>\#[^\n]*)
@@ -22,9 +24,6 @@ _TOKEN = re.compile(r"""
   | (?P<other>.)
 """, re.X | re.S)
 
-# Keywords that start a statement inside a scheme body (grammars/pe.lark).
-STATEMENT_KEYWORDS = ("param", "let", "layout", "axes", "channels", "qk", "qkv", "bias", "temperature", "train", "eval",
-                      "allow", "window", "chunk", "sink", "softcap", "layers", "contextual")
 _OPEN, _CLOSE = "([{", ")]}"
 
 
