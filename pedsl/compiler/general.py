@@ -68,6 +68,7 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.band_kernel import banded_attention
+from pedsl.compiler.kernel_support import causal_call, fresh_sequence_call, mlp_call, path_call, window_call
 from pedsl.ops.flash import flash_supports
 
 # ---------------------------------------------------------------------------------------------
@@ -783,17 +784,6 @@ def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq
     return lo.view(B, nb, block).amin(dim=(0, 2)).tolist()
 
 
-def banded(shape: Shape, pos: Tensor, q: Tensor) -> bool:
-    """Whether :func:`banded_attention` computes the window (chunk) of this call: a kernel dtype on CPU
-    and consecutive positions in every row (a chunk's from a multiple of the chunk), so that the
-    band by positions is the band by token index."""
-    if not flash_supports(q) or pos.shape[1] < 2:
-        return False
-    if not bool((pos[:, 1:] - pos[:, :-1] == 1).all()):
-        return False
-    return shape.chunk is None or bool((pos[:, 0] % shape.chunk == 0).all())
-
-
 def trim_cache(cache: AttentionCache, shape: Shape) -> None:
     """Drop the cached tokens no later query can see (before the first one a future query of the row's
     document could see, in every row), once there are at least ``max(64, width)`` of them: the
@@ -945,12 +935,12 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
-    plain = (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
-             and not bi.queries and not bi.axial and kcoord is None and sink is None and cap is None
-             and not explicit_scores(scheme))
-    if plain and shape is None:  # one causal sequence at given positions
+    fast = scheme.fast_paths  # the kernels the plan's features allow (pedsl.compiler.kernel_support)
+    fresh, one_doc, unmasked = Lc == 0 and Lq == L, not multi_doc, not lay.padded and lay.mask4 is None
+    if causal_call(fast, "causal-sdpa", q, fresh, one_doc, unmasked):  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
-    if plain and banded(shape, lay.positions, q):  # the band without a mask on its bulk (O(L N))
+    if causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
+            fast, flash_supports(q), shape.window, shape.chunk, lay.positions):  # the band, no mask on its bulk
         return banded_attention(q, K, V, shape.window, shape.chunk)
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
@@ -969,12 +959,6 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         kp, kd = kpos[:, k0:k1], kdoc[:, k0:k1]
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
-        if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and not bi.queries
-                and not bi.axial and kcoord is None and shape is None and sink is None and cap is None
-                and not explicit_scores(scheme)):
-            outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
-                                                       enable_gqa=Hq != K.shape[1]))
-            continue
         bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1],
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries,
                          bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1],
@@ -988,50 +972,29 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
-def one_fresh_sequence(scheme, kernels, q, k, bi: Biases, lay: Layout, cache, sink=None) -> bool:
-    """Whether the call is one fresh causal sequence at consecutive positions (each row may start anywhere)
-    with nothing but softmax and biases that are distance tables or read the query position: no cache,
-    padding, documents, masks, several position axes, windows, sinks, CoPE, soft-capping, coordinate or
-    per-axis biases, GQA; and a dtype the kernels take. The kernels' Toeplitz and MLP-bias kernels run only then."""
-    if (bi.axial or bi.coord is not None or cache is not None or sink is not None
-            or getattr(scheme, "softcap", None) is not None or q.shape != k.shape or lay.padded
-            or lay.mask4 is not None or lay.axes_pos is not None or shape_of(scheme) is not None
-            or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
-            or getattr(kernels, "distance_supported", None) is None or not kernels.distance_supported(q)
-            or document_ids_vary(lay.docs)):
-        return False
-    pos = lay.positions
-    return pos.shape[1] < 2 or bool((pos.diff(dim=1) == 1).all())
-
-
-def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
-    """Biases that are all distance tables, over one fresh causal sequence (:func:`one_fresh_sequence`), on
-    the kernels' Toeplitz kernel: the tables summed once (H, distances), each block of queries reading its rows
-    as a view of it; or one bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`).
-    None where the call needs :func:`attend_blocks`."""
+def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
+    """Biases that are all distance tables, over one fresh causal sequence, on the kernels' Toeplitz kernel
+    (the tables summed once (H, distances), each block of queries reading its rows as a view of it); or one
+    bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`). None where the call
+    needs :func:`attend_blocks` (what the two kernels take: their declarations and call checks in
+    ``kernel_support``)."""
     if bi.queries:
-        return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
-    run = getattr(kernels, "distance_attention", None)
-    if run is None or not bi.tables or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink):
+        return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache)
+    if not fresh_sequence_call(scheme.fast_paths, "distance", kernels, q, k, lay, cache):
         return None
     pos = lay.positions
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
-    return run(q, k, v, sum(tables[1:], tables[0]))
+    return kernels.distance_attention(q, k, v, sum(tables[1:], tables[0]))
 
 
-def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """One bias ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE; the scheme's
     ``query_mlp``) and no other bias, over one fresh causal sequence whose rows all start at the same
     position (w reads it), on the kernels' MLP-bias kernel. None otherwise."""
-    run = getattr(kernels, "mlp_attention", None)
-    if (run is None or bi.tables or len(bi.queries) != 1 or not hasattr(scheme, "query_mlp")
-            or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink)):
+    if not hasattr(scheme, "query_mlp") or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
         return None
-    pos = lay.positions
-    if pos.shape[0] > 1 and not bool((pos == pos[:1]).all()):
-        return None
-    factors = scheme.query_mlp(bi.queries[0], pos[0], q.device)
-    return None if factors is None else run(q, k, v, *factors)
+    factors = scheme.query_mlp(bi.queries[0], lay.positions[0], q.device)
+    return None if factors is None else kernels.mlp_attention(q, k, v, *factors)
 
 
 def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
@@ -1116,7 +1079,7 @@ def key_validity(lay: Layout, kvalid, Lc: int):
 
 
 # ---------------------------------------------------------------------- PaTH
-def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sink=None):
+def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
     and left padding become hard resets of the log-gate), the windowed kernel for a fresh sequence
     inside a window or chunk (its mask decides documents, padding and the sink), otherwise the decode
@@ -1127,11 +1090,11 @@ def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sin
     B, H, L, D = k.shape
     Lq = q.shape[2]
     Lc = cache.length if cache is not None else 0
-    left_pad = not lay.padded or bool((lay.valid.long().diff(dim=1) >= 0).all())
-    fresh = Lc == 0 and Lq == L and lay.mask4 is None and lay.key_valid_cached is None
-    if fresh and shape is not None and getattr(kernels, "path_local_attention", None) is not None:
+    shape = shape_of(scheme)
+    run = path_call(scheme.fast_paths, kernels, lay, Lc == 0 and Lq == L)
+    if run == "path-window":
         return _path_local(kernels, q, k, v, w, beta, coord, lay, cache, shape, sink)
-    if kernels.path_attention is not None and fresh and left_pad and shape is None and sink is None:
+    if run == "path-blockwise":
         return _path_blockwise(kernels, q, k, v, w, beta, coord, lay, cache)
     if cache is not None:
         check_cache(cache, B, H)
@@ -1405,9 +1368,9 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     q, k, v, undo = transport_qkv(kernels, tr, q, k, v)
     q = scale_by_temperature(q, tau)
     if tr.householder is not None:
-        o = path_attend(kernels, q, k, v, tr.householder, bi.coord, lay, cache, shape_of(scheme), sink)
+        o = path_attend(scheme, kernels, q, k, v, tr.householder, bi.coord, lay, cache, sink)
     else:
-        o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
+        o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache)
         if o is None:
             o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc)
     o = undo_values(kernels, undo, o)

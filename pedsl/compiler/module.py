@@ -27,6 +27,7 @@ from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
 from pedsl.compiler.general import angle_dtype, explicit_weights, own_key_counts, soft_cap, xpos_scale
+from pedsl.compiler.kernel_support import fused_call
 from pedsl.compiler.module_values import ModuleScheme
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
@@ -38,7 +39,6 @@ from pedsl.compiler.reference import reference_forward, transported_scores
 from pedsl.lang.frequencies import rotary_frequencies
 
 F64 = torch.float64
-HALF = (torch.float16, torch.bfloat16)
 TABLE0 = 4096  # static cos/sin tables are prebuilt for this many positions (grown on demand)
 
 
@@ -331,12 +331,9 @@ class SchemeAttention(nn.Module):
         whose chunks start at a left-padded row's first token), so the module does not apply its own
         band over the positions."""
         self._check(q, k, v, x, tokens, cache)
-        if (not band or positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped
-                or self.plan.explicit_scores  # stick-breaking: the general path's explicit blocks of scores
-                or any(b.carried == P.QUERY_BLOCKS for b in self.biases)):
-            # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
-            # forms c_i - c_j per query block in float64 and casts only the difference)
+        if not fused_call(self.plan.kernels, q, k, band=band, positions=positions, document_ids=document_ids,
+                          cache=cache, attn_mask=attn_mask):
+            # every call the fused kernels do not declare (pedsl.compiler.kernel_support): the general path
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
 
             return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,

@@ -174,11 +174,10 @@ class Plan:
     # logit soft-capping (Gemma 2): scores s -> softcap * tanh(s / softcap), on the general forward's
     # explicit blocks of scores (no fused kernel caps them)
     softcap: float | None = None
-
-    @property
-    def shaped(self) -> bool:
-        """A window, a chunk, a sink or a soft cap: the attention is not plain causal attention."""
-        return self.window is not None or self.chunk is not None or self.sink is not None or self.softcap is not None
+    # the fast kernels whose declaration covers every feature of this plan (pedsl.compiler.kernel_support,
+    # decided by the last pass): an executor runs one of them where its call-time check takes the call,
+    # the general forward everywhere else
+    kernels: tuple[str, ...] = ()
 
     @property
     def params(self) -> tuple[Site, ...]:
