@@ -268,7 +268,7 @@ _FIXED_NAMES = (
 
 #: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
 #: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
-EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
 DISTANCE_EMBEDDED = ("ops.distance_bias",)
 

@@ -68,7 +68,10 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.band_kernel import banded_attention
-from pedsl.compiler.kernel_support import causal_call, fresh_sequence_call, mlp_call, path_call, window_call
+from pedsl.compiler.kernel_support import (causal_call, explicit_scores, fresh_sequence_call, mlp_call, path_call,
+                                           window_call)
+from pedsl.compiler.scores import (modified_scores, normalised, own_key_counts, scale_by_temperature,
+                                   sink_column)
 from pedsl.ops.flash import flash_supports
 
 # ---------------------------------------------------------------------------------------------
@@ -578,15 +581,6 @@ def undo_values(kernels, undo, o):
     return o
 
 
-def scale_by_temperature(q: Tensor, tau: Tensor | None) -> Tensor:
-    """q times the per-query temperature ``tau (B|1, H|1, Lq)``; half-precision q is multiplied in
-    float32 and rounded once."""
-    if tau is None:
-        return q
-    ft = torch.promote_types(q.dtype, torch.float32)
-    return (q.to(ft) * tau.to(ft).unsqueeze(-1)).to(q.dtype)
-
-
 # ---------------------------------------------------------------------- biases
 class Biases(NamedTuple):
     coord: Tensor | None  # (B, H, L) float64: b(i, j) = c_i - c_j summed over the coordinate biases
@@ -812,22 +806,6 @@ def trim_cache(cache: AttentionCache, shape: Shape) -> None:
     cache.dropped += d
 
 
-def sink_column(scheme, q: Tensor, tau) -> tuple | None:
-    """The sink as one more key column: (its logit (B, Hq, Lq) in q's dtype, its value (1, Hq, 1, D) or
-    None for a zero value). ``sink = logit``: the learned logit of the head (GPT-OSS); ``sink = token``:
-    ``<q_i, k_s> / sqrt(D)`` with the query as given (no transport; times the temperature) and the
-    learned value ``v_s``. None without a sink."""
-    kind = getattr(scheme, "sink", None)
-    if kind is None:
-        return None
-    B, Hq, Lq, D = q.shape
-    if kind == "logit":
-        return scheme.sink_logit.to(q.dtype)[None, :, None].expand(B, Hq, Lq), None
-    qs = scale_by_temperature(q, tau)
-    col = torch.einsum("bhld,hd->bhl", qs, scheme.sink_key.to(q.dtype)) * D ** -0.5
-    return col, scheme.sink_value.to(q.dtype)[None, :, None, :]
-
-
 def sink_rows(sink, r0: int, r1: int):
     return None if sink is None else (sink[0][..., r0:r1], sink[1])
 
@@ -836,8 +814,8 @@ def attend(q, k, v, mask, bias, scale=None, sink=None, softcap=None):
     """SDPA of a block of queries with a boolean mask and an additive bias; rows with no key give zeros.
     ``sink``: (logit column (B, Hq, rows), value (1, Hq, 1, D) or None), one more key every row sees.
     ``softcap``: the scores (with the bias) pass through softcap * tanh(s / softcap) first (explicit scores)."""
-    if softcap is not None:
-        return capped_attend(q, k, v, mask, bias, softcap, sink, scale)
+    if softcap is not None:  # no SDPA caps: the explicit scores of the pipeline
+        return scored_rows(q, k, v, mask, bias, cap=softcap, sink=sink, scale=scale)
     Hq, Hk = q.shape[1], k.shape[1]
     if sink is not None:
         q, k, v, mask, bias = with_sink(q, k, v, mask, bias, sink)
@@ -859,37 +837,29 @@ def attend(q, k, v, mask, bias, scale=None, sink=None, softcap=None):
     return o
 
 
-def soft_cap(s: Tensor, cap) -> Tensor:
-    """Logit soft-capping (Gemma 2): ``cap * tanh(s / cap)``; ``s`` itself without a cap. A score of
-    -inf (a key masked already) stays -inf: the cap bounds scores, it does not unmask keys."""
-    return s if cap is None else torch.where(s == float("-inf"), s, cap * torch.tanh(s / cap))
+def _scored_block(q, K, V, ok, bias, scale, cap, normalize, col, vs, qc, emb):
+    s = modified_scores(q @ K.transpose(-1, -2), scale=scale, bias=bias, cap=cap)
+    w, ws = normalised(s, ok, normalize=normalize, sink=col, qc=qc, emb=emb)
+    o = w.to(V.dtype) @ V
+    return o if vs is None else o + ws.to(V.dtype) * vs
 
 
-def _capped_block(q, k, v, mask, bias, cap, col, vs, scale):
-    s = soft_cap((q @ k.transpose(-1, -2)) * scale + (0.0 if bias is None else bias), cap)
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    if col is not None:  # the sink's logit, uncapped, one more column every row sees
-        s = torch.cat([s, col.to(s.dtype).unsqueeze(-1).expand(*s.shape[:-1], 1)], dim=-1)
-    ok = torch.isfinite(s).any(-1, keepdim=True)  # a row with no key gives zeros
-    p = torch.softmax(s.masked_fill(~ok, 0.0), dim=-1) * ok
-    o = p[..., : k.shape[2]].to(v.dtype) @ v
-    return o if vs is None else o + p[..., -1:].to(v.dtype) * vs
-
-
-def capped_attend(q, k, v, mask, bias, cap: float, sink=None, scale=None) -> Tensor:
-    """:func:`attend` with soft-capped scores, on explicit (rows, keys) scores in float32 at least; with
-    gradients the block is recomputed in the backward pass, so training holds one block of scores."""
-    Hq, Hk, D = q.shape[1], k.shape[1], q.shape[3]
+def scored_rows(q, K, V, ok, bias, *, cap=None, normalize="softmax", sink=None, qc=None, emb=None, scale=None):
+    """Attention of a block of queries over the keys ``ok (B|1, 1|H, rows, Lk)`` allows (None: all) with
+    explicit scores, through the one score pipeline (:mod:`pedsl.compiler.scores`: scale, bias, soft cap
+    ``cap``; the sink ``(logit column, value or None)``, CoPE's ``qc``, ``emb`` and the ``normalize``-r), in
+    float32 at least; with gradients the block is recomputed in the backward pass (activation
+    checkpointing), so training holds O(rows x Lk) scores."""
+    Hq, Hk, D = q.shape[1], K.shape[1], q.shape[3]
     if Hq != Hk:
-        k, v = k.repeat_interleave(Hq // Hk, dim=1), v.repeat_interleave(Hq // Hk, dim=1)
+        K, V = K.repeat_interleave(Hq // Hk, dim=1), V.repeat_interleave(Hq // Hk, dim=1)
     dt = torch.promote_types(q.dtype, torch.float32)
     col, vs = (None, None) if sink is None else sink
-    args = (q.to(dt), k.to(dt), v, mask, None if bias is None else bias.to(dt), cap, col,
-            None if vs is None else vs.to(v.dtype), D ** -0.5 if scale is None else scale)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, bias, col, vs) if t is not None):
-        return torch.utils.checkpoint.checkpoint(_capped_block, *args, use_reentrant=False).to(q.dtype)
-    return _capped_block(*args).to(q.dtype)
+    args = (q.to(dt), K.to(dt), V, ok, None if bias is None else bias.to(dt), D ** -0.5 if scale is None else scale,
+            cap, normalize, col, None if vs is None else vs.to(V.dtype), qc, emb)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V, bias, col, vs, qc, emb) if t is not None):
+        return torch.utils.checkpoint.checkpoint(_scored_block, *args, use_reentrant=False).to(q.dtype)
+    return _scored_block(*args).to(q.dtype)
 
 
 def with_sink(q, k, v, mask, bias, sink):
@@ -907,17 +877,6 @@ def with_sink(q, k, v, mask, bias, sink):
     if mask is not None:
         mask = torch.cat([mask.expand(B, mask.shape[1], R, Lk), mask.new_ones(B, mask.shape[1], R, 1)], dim=-1)
     return q, k, v, mask, bias
-
-
-def own_key_counts(scheme) -> bool:
-    """Whether a query's own key takes part: always under softmax, unless ``stick_breaking(current = false)``."""
-    return scheme.attend_current or scheme.normalize == "softmax"
-
-
-def explicit_scores(scheme) -> bool:
-    """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): every call
-    runs the explicit blocks of :func:`explicit_rows`."""
-    return scheme.normalize != "softmax" or scheme.cope_max_pos is not None
 
 
 def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None):
@@ -951,7 +910,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     q0 = Lc + L - Lq
     # explicit scores are formed for every key of the span: stop at the block's last query (causal)
-    last = (lambda r1: q0 + r1) if explicit_scores(scheme) else (lambda r1: Lc + L)
+    explicit = explicit_scores(scheme.normalize, scheme.cope_max_pos)
+    last = (lambda r1: q0 + r1) if explicit else (lambda r1: Lc + L)
     outs = []
     for b, r0 in enumerate(range(0, Lq, block)):
         r1 = min(Lq, r0 + block)
@@ -963,7 +923,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries,
                          bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1],
                          run_length(qpos_all, kpos))
-        if explicit_scores(scheme):  # key index k - k0 of this span; the query's own key is q0 + r - k0
+        if explicit:  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                       q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))
             continue
@@ -997,76 +957,18 @@ def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
     return None if factors is None else kernels.mlp_attention(q, k, v, *factors)
 
 
-def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
-    """Stick-breaking weights (Tan et al. 2024) of scores ``s (..., Lk)`` over the keys ``ok`` in key order:
-    ``w_j = sigmoid(s_j) * prod_{t > j, ok_t} (1 - sigmoid(s_t))``, the nearest key breaking the stick
-    first; formed in log space (float32 at least) with an exclusive suffix sum, so nothing is subtracted."""
-    s = s.to(torch.promote_types(s.dtype, torch.float32))
-    log_rest = F.logsigmoid(-s).masked_fill(~ok, 0.0)
-    suffix = torch.flip(torch.cumsum(torch.flip(log_rest, [-1]), -1), [-1])  # sum over t >= j
-    after = torch.cat([suffix[..., 1:], torch.zeros_like(suffix[..., :1])], -1)  # sum over t > j
-    return torch.exp(F.logsigmoid(s) + after).masked_fill(~ok, 0.0)
-
-
-def cope_term(s: Tensor, ok: Tensor, qc: Tensor, emb: Tensor) -> Tensor:
-    """CoPE's term of the logits (Golovneva et al. 2024; docs/semantics.md §1c) for scores ``s (B, H, rows, Lk)``
-    over the keys ``ok`` in key order: gates ``sigmoid(s)`` on the visible keys, contextual positions
-    ``p_j = sum_{t >= j} gate_t`` (the keys after the query are not visible) clamped to ``max_pos - 1``, and
-    ``qc_i . e[p]`` read between the integer rows ``floor(p)`` and ``ceil(p)`` by linear interpolation.
-    ``emb``: ``(max_pos, D)`` shared by the heads or ``(H, max_pos, D)``. In float32 at least."""
-    ft = torch.promote_types(s.dtype, torch.float32)
-    gates = torch.sigmoid(s.to(ft)).masked_fill(~ok, 0.0)
-    pos = torch.flip(torch.cumsum(torch.flip(gates, [-1]), -1), [-1]).clamp(max=emb.shape[-2] - 1)
-    qe = (torch.einsum("bhrd,pd->bhrp", qc, emb.to(qc.dtype)) if emb.dim() == 2
-          else torch.einsum("bhrd,hpd->bhrp", qc, emb.to(qc.dtype))).to(ft)  # (B, H, rows, max_pos)
-    low = pos.floor()
-    frac = pos - low
-    at_low = torch.gather(qe, -1, low.long())
-    at_high = torch.gather(qe, -1, pos.ceil().long())
-    return at_high * frac + at_low * (1 - frac)
-
-
-def explicit_weights(scheme, s: Tensor, ok: Tensor, qc, emb) -> Tensor:
-    """The weights of scores ``s`` over the keys ``ok`` when they are not a plain softmax: CoPE's term added
-    first, then softmax (a query with no key gets zeros) or stick-breaking; float32 at least."""
-    s = s.to(torch.promote_types(s.dtype, torch.float32))
-    if emb is not None:
-        s = s + cope_term(s, ok, qc, emb)
-    if scheme.normalize != "softmax":
-        return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok)
-    s = s.masked_fill(~ok, float("-inf"))
-    seen = ok.any(-1, keepdim=True)
-    if bool(seen.all()):
-        return torch.softmax(s, -1)
-    return torch.softmax(s.masked_fill(~seen, 0.0), -1) * seen  # a query with no key: zeros
-
-
-def _explicit_block(scheme, q, K, V, ok, bias, qc, emb):
-    s = (q @ K.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    if bias is not None:
-        s = s + bias
-    s = soft_cap(s, getattr(scheme, "softcap", None))
-    return explicit_weights(scheme, s, ok, qc, emb).to(V.dtype) @ V
-
-
 def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
-    """Attention of a block of queries (global token index q0, q0 + 1, ...) over every key with explicit
-    scores (:func:`explicit_weights`): key j counts for query i when j <= i (j < i for stick-breaking without
-    ``attend_current``) and ``mask`` allows it; no key gives zeros. With gradients the block is recomputed
-    in the backward pass (activation checkpointing), so training holds O(L x block) scores, not O(L^2)."""
-    Hq, Hk = q.shape[1], K.shape[1]
-    if Hq != Hk:
-        K, V = K.repeat_interleave(Hq // Hk, dim=1), V.repeat_interleave(Hq // Hk, dim=1)
+    """Attention of a block of queries (global token index q0, q0 + 1, ...) over every key when the weights
+    are not a softmax of a bias known beforehand (stick-breaking, CoPE): key j counts for query i when j <= i
+    (j < i for stick-breaking without ``attend_current``) and ``mask`` allows it; no key gives zeros."""
     Lk, rows = K.shape[2], q.shape[2]
     qi = torch.arange(q0, q0 + rows, device=q.device)[:, None]
     kj = torch.arange(Lk, device=q.device)[None, :]
-    ok = ((kj <= qi) if own_key_counts(scheme) else (kj < qi))[None, None]
+    ok = ((kj <= qi) if own_key_counts(scheme.attend_current, scheme.normalize) else (kj < qi))[None, None]
     ok = ok if mask is None else ok & mask
     emb = scheme.contextual_embedding if scheme.cope_max_pos is not None else None
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V, qc, emb, bias) if t is not None):
-        return torch.utils.checkpoint.checkpoint(_explicit_block, scheme, q, K, V, ok, bias, qc, emb,
-                                                 use_reentrant=False)
-    return _explicit_block(scheme, q, K, V, ok, bias, qc, emb)
+    return scored_rows(q, K, V, ok, bias, cap=getattr(scheme, "softcap", None), normalize=scheme.normalize,
+                       qc=qc, emb=emb)
 
 
 def key_validity(lay: Layout, kvalid, Lc: int):

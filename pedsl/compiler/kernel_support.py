@@ -170,6 +170,12 @@ KERNELS = (
 )
 
 
+def explicit_scores(normalize: str, contextual) -> bool:
+    """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE's
+    ``contextual`` positions): no fused kernel computes them, the general path's explicit blocks of scores do."""
+    return normalize != "softmax" or contextual is not None
+
+
 def kernel_decl(name: str) -> KernelDecl:
     return next(d for d in KERNELS if d.name == name)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pedsl.compiler.kernel_support import explicit_scores
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
 from pedsl.lang.frequencies import axis_runs
@@ -164,7 +165,7 @@ class Plan:
     def explicit_scores(self) -> bool:
         """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): no fused
         kernel computes them, the general path's explicit blocks of scores do."""
-        return self.normalize != SOFTMAX or self.contextual is not None
+        return explicit_scores(self.normalize, self.contextual)
 
     # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
     # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
