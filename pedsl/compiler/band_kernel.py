@@ -24,9 +24,9 @@ from torch.autograd.function import once_differentiable
 
 from pedsl.compiler import window_kernels
 from pedsl.compiler.cpu_kernels import kernel_ops
+from pedsl.compiler.kernel_support import band_call
 
 BLOCK = 64  # queries per block (each block reads at most BLOCK + N - 1 keys); 32-128 measure alike
-KERNEL_DTYPES = (torch.float32, torch.float64)
 
 
 def band_ops():
@@ -55,16 +55,17 @@ class BandAttention(torch.autograd.Function):
         return dq, dk, dv, None
 
 
-def runs_on_kernel(q: Tensor, k: Tensor, v: Tensor) -> bool:
-    """Whether the C++ kernel takes these inputs: CPU tensors of one of its dtypes, and it is built."""
-    same = q.dtype == k.dtype == v.dtype and q.device.type == k.device.type == v.device.type == "cpu"
-    return same and q.dtype in KERNEL_DTYPES and band_ops() is not None
+def runs_on_kernel(q: Tensor, k: Tensor, v: Tensor, window: int) -> bool:
+    """Whether the C++ kernel takes this call (its declaration's check,
+    :func:`pedsl.compiler.kernel_support.band_call`: a window narrower than the call, CPU tensors of one of
+    its dtypes) and it is built."""
+    return band_call(q, k, v, window) and band_ops() is not None
 
 
 def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:
     """:func:`pedsl.compiler.window_kernels.sliding_window_attention` (same arguments, grouped key/value
     heads allowed) on the C++ kernel where it runs, on the flash path elsewhere."""
-    if window < q.shape[2] and runs_on_kernel(q, k, v):
+    if runs_on_kernel(q, k, v, window):
         return BandAttention.apply(q, k, v, window)
     return window_kernels.banded_attention(q, k, v, window, None)
 

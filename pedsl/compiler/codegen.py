@@ -260,14 +260,15 @@ _FIXED_NAMES = (
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
-    "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap",
+    "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap", "FAST_PATHS",
+    "fast_paths",
     "Callable", "Optional", "once_differentiable", "Kernels",
 )
 
 
 #: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
 #: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
-EMBEDDED = ("ops.flash", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
 DISTANCE_EMBEDDED = ("ops.distance_bias",)
 
@@ -437,6 +438,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "    axes = AXES",
         "    normalize, attend_current = NORMALIZE, ATTEND_CURRENT",
         "    window, chunk, sink, softcap = WINDOW, CHUNK, SINK, SOFTCAP",
+        "    fast_paths = FAST_PATHS",
         "    cope_max_pos = COPE_MAX_POS",
         "",
         "    def __init__(self) -> None:",
@@ -557,6 +559,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",
         f"SOFTCAP = {literal(plan.softcap)}",
+        f"FAST_PATHS = {literal(tuple(plan.kernels))}",
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",
         "",

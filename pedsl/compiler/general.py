@@ -68,6 +68,10 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.band_kernel import banded_attention
+from pedsl.compiler.kernel_support import (causal_call, explicit_scores, fresh_sequence_call, mlp_call, path_call,
+                                           window_call)
+from pedsl.compiler.scores import (modified_scores, normalised, own_key_counts, scale_by_temperature,
+                                   sink_column)
 from pedsl.ops.flash import flash_supports
 
 # ---------------------------------------------------------------------------------------------
@@ -585,15 +589,6 @@ def undo_values(kernels, undo, o):
     return o
 
 
-def scale_by_temperature(q: Tensor, tau: Tensor | None) -> Tensor:
-    """q times the per-query temperature ``tau (B|1, H|1, Lq)``; half-precision q is multiplied in
-    float32 and rounded once."""
-    if tau is None:
-        return q
-    ft = torch.promote_types(q.dtype, torch.float32)
-    return (q.to(ft) * tau.to(ft).unsqueeze(-1)).to(q.dtype)
-
-
 # ---------------------------------------------------------------------- biases
 class Biases(NamedTuple):
     coord: Tensor | None  # (B, H, L) float64: b(i, j) = c_i - c_j summed over the coordinate biases
@@ -791,17 +786,6 @@ def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq
     return lo.view(B, nb, block).amin(dim=(0, 2)).tolist()
 
 
-def banded(shape: Shape, pos: Tensor, q: Tensor) -> bool:
-    """Whether :func:`banded_attention` computes the window (chunk) of this call: a kernel dtype on CPU
-    and consecutive positions in every row (a chunk's from a multiple of the chunk), so that the
-    band by positions is the band by token index."""
-    if not flash_supports(q) or pos.shape[1] < 2:
-        return False
-    if not bool((pos[:, 1:] - pos[:, :-1] == 1).all()):
-        return False
-    return shape.chunk is None or bool((pos[:, 0] % shape.chunk == 0).all())
-
-
 def trim_cache(cache: AttentionCache, shape: Shape) -> None:
     """Drop the cached tokens no later query can see (before the first one a future query of the row's
     document could see, in every row), once there are at least ``max(64, width)`` of them: the
@@ -830,22 +814,6 @@ def trim_cache(cache: AttentionCache, shape: Shape) -> None:
     cache.dropped += d
 
 
-def sink_column(scheme, q: Tensor, tau) -> tuple | None:
-    """The sink as one more key column: (its logit (B, Hq, Lq) in q's dtype, its value (1, Hq, 1, D) or
-    None for a zero value). ``sink = logit``: the learned logit of the head (GPT-OSS); ``sink = token``:
-    ``<q_i, k_s> / sqrt(D)`` with the query as given (no transport; times the temperature) and the
-    learned value ``v_s``. None without a sink."""
-    kind = getattr(scheme, "sink", None)
-    if kind is None:
-        return None
-    B, Hq, Lq, D = q.shape
-    if kind == "logit":
-        return scheme.sink_logit.to(q.dtype)[None, :, None].expand(B, Hq, Lq), None
-    qs = scale_by_temperature(q, tau)
-    col = torch.einsum("bhld,hd->bhl", qs, scheme.sink_key.to(q.dtype)) * D ** -0.5
-    return col, scheme.sink_value.to(q.dtype)[None, :, None, :]
-
-
 def sink_rows(sink, r0: int, r1: int):
     return None if sink is None else (sink[0][..., r0:r1], sink[1])
 
@@ -854,8 +822,8 @@ def attend(q, k, v, mask, bias, scale=None, sink=None, softcap=None):
     """SDPA of a block of queries with a boolean mask and an additive bias; rows with no key give zeros.
     ``sink``: (logit column (B, Hq, rows), value (1, Hq, 1, D) or None), one more key every row sees.
     ``softcap``: the scores (with the bias) pass through softcap * tanh(s / softcap) first (explicit scores)."""
-    if softcap is not None:
-        return capped_attend(q, k, v, mask, bias, softcap, sink, scale)
+    if softcap is not None:  # no SDPA caps: the explicit scores of the pipeline
+        return scored_rows(q, k, v, mask, bias, cap=softcap, sink=sink, scale=scale)
     Hq, Hk = q.shape[1], k.shape[1]
     if sink is not None:
         q, k, v, mask, bias = with_sink(q, k, v, mask, bias, sink)
@@ -877,37 +845,29 @@ def attend(q, k, v, mask, bias, scale=None, sink=None, softcap=None):
     return o
 
 
-def soft_cap(s: Tensor, cap) -> Tensor:
-    """Logit soft-capping (Gemma 2): ``cap * tanh(s / cap)``; ``s`` itself without a cap. A score of
-    -inf (a key masked already) stays -inf: the cap bounds scores, it does not unmask keys."""
-    return s if cap is None else torch.where(s == float("-inf"), s, cap * torch.tanh(s / cap))
+def _scored_block(q, K, V, ok, bias, scale, cap, normalize, col, vs, qc, emb):
+    s = modified_scores(q @ K.transpose(-1, -2), scale=scale, bias=bias, cap=cap)
+    w, ws = normalised(s, ok, normalize=normalize, sink=col, qc=qc, emb=emb)
+    o = w.to(V.dtype) @ V
+    return o if vs is None else o + ws.to(V.dtype) * vs
 
 
-def _capped_block(q, k, v, mask, bias, cap, col, vs, scale):
-    s = soft_cap((q @ k.transpose(-1, -2)) * scale + (0.0 if bias is None else bias), cap)
-    if mask is not None:
-        s = s.masked_fill(~mask, float("-inf"))
-    if col is not None:  # the sink's logit, uncapped, one more column every row sees
-        s = torch.cat([s, col.to(s.dtype).unsqueeze(-1).expand(*s.shape[:-1], 1)], dim=-1)
-    ok = torch.isfinite(s).any(-1, keepdim=True)  # a row with no key gives zeros
-    p = torch.softmax(s.masked_fill(~ok, 0.0), dim=-1) * ok
-    o = p[..., : k.shape[2]].to(v.dtype) @ v
-    return o if vs is None else o + p[..., -1:].to(v.dtype) * vs
-
-
-def capped_attend(q, k, v, mask, bias, cap: float, sink=None, scale=None) -> Tensor:
-    """:func:`attend` with soft-capped scores, on explicit (rows, keys) scores in float32 at least; with
-    gradients the block is recomputed in the backward pass, so training holds one block of scores."""
-    Hq, Hk, D = q.shape[1], k.shape[1], q.shape[3]
+def scored_rows(q, K, V, ok, bias, *, cap=None, normalize="softmax", sink=None, qc=None, emb=None, scale=None):
+    """Attention of a block of queries over the keys ``ok (B|1, 1|H, rows, Lk)`` allows (None: all) with
+    explicit scores, through the one score pipeline (:mod:`pedsl.compiler.scores`: scale, bias, soft cap
+    ``cap``; the sink ``(logit column, value or None)``, CoPE's ``qc``, ``emb`` and the ``normalize``-r), in
+    float32 at least; with gradients the block is recomputed in the backward pass (activation
+    checkpointing), so training holds O(rows x Lk) scores."""
+    Hq, Hk, D = q.shape[1], K.shape[1], q.shape[3]
     if Hq != Hk:
-        k, v = k.repeat_interleave(Hq // Hk, dim=1), v.repeat_interleave(Hq // Hk, dim=1)
+        K, V = K.repeat_interleave(Hq // Hk, dim=1), V.repeat_interleave(Hq // Hk, dim=1)
     dt = torch.promote_types(q.dtype, torch.float32)
     col, vs = (None, None) if sink is None else sink
-    args = (q.to(dt), k.to(dt), v, mask, None if bias is None else bias.to(dt), cap, col,
-            None if vs is None else vs.to(v.dtype), D ** -0.5 if scale is None else scale)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, bias, col, vs) if t is not None):
-        return torch.utils.checkpoint.checkpoint(_capped_block, *args, use_reentrant=False).to(q.dtype)
-    return _capped_block(*args).to(q.dtype)
+    args = (q.to(dt), K.to(dt), V, ok, None if bias is None else bias.to(dt), D ** -0.5 if scale is None else scale,
+            cap, normalize, col, None if vs is None else vs.to(V.dtype), qc, emb)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V, bias, col, vs, qc, emb) if t is not None):
+        return torch.utils.checkpoint.checkpoint(_scored_block, *args, use_reentrant=False).to(q.dtype)
+    return _scored_block(*args).to(q.dtype)
 
 
 def with_sink(q, k, v, mask, bias, sink):
@@ -927,17 +887,6 @@ def with_sink(q, k, v, mask, bias, sink):
     return q, k, v, mask, bias
 
 
-def own_key_counts(scheme) -> bool:
-    """Whether a query's own key takes part: always under softmax, unless ``stick_breaking(current = false)``."""
-    return scheme.attend_current or scheme.normalize == "softmax"
-
-
-def explicit_scores(scheme) -> bool:
-    """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): every call
-    runs the explicit blocks of :func:`explicit_rows`."""
-    return scheme.normalize != "softmax" or scheme.cope_max_pos is not None
-
-
 def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None):
     """Attention of the queries over every key, the cache's and this call's, by blocks of queries (with
     a window or chunk: each block over the span of keys it can see, O(L N) time and memory). ``qc``: the
@@ -953,12 +902,12 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     if cache is not None and Lc and cache.all_valid and not lay.padded:
         kvalid = None
-    plain = (Lc == 0 and Lq == L and not multi_doc and not lay.padded and lay.mask4 is None and not bi.tables
-             and not bi.queries and not bi.axial and kcoord is None and sink is None and cap is None
-             and not explicit_scores(scheme))
-    if plain and shape is None:  # one causal sequence at given positions
+    fast = scheme.fast_paths  # the kernels the plan's features allow (pedsl.compiler.kernel_support)
+    fresh, one_doc, unmasked = Lc == 0 and Lq == L, not multi_doc, not lay.padded and lay.mask4 is None
+    if causal_call(fast, "causal-sdpa", q, fresh, one_doc, unmasked):  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
-    if plain and banded(shape, lay.positions, q):  # the band without a mask on its bulk (O(L N))
+    if causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
+            fast, flash_supports(q), shape.window, shape.chunk, lay.positions):  # the band, no mask on its bulk
         return banded_attention(q, K, V, shape.window, shape.chunk)
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
@@ -969,7 +918,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     q0 = Lc + L - Lq
     # explicit scores are formed for every key of the span: stop at the block's last query (causal)
-    last = (lambda r1: q0 + r1) if explicit_scores(scheme) else (lambda r1: Lc + L)
+    explicit = explicit_scores(scheme.normalize, scheme.cope_max_pos)
+    last = (lambda r1: q0 + r1) if explicit else (lambda r1: Lc + L)
     outs = []
     for b, r0 in enumerate(range(0, Lq, block)):
         r1 = min(Lq, r0 + block)
@@ -977,17 +927,11 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         kp, kd = kpos[:, k0:k1], kdoc[:, k0:k1]
         kva = None if kvalid is None else kvalid[:, k0:k1]
         mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
-        if (mask is None and r1 - r0 > 1 and Lq == Lc + L and r0 == 0 and not bi.tables and not bi.queries
-                and not bi.axial and kcoord is None and shape is None and sink is None and cap is None
-                and not explicit_scores(scheme)):
-            outs.append(F.scaled_dot_product_attention(q[:, :, r0:r1], K, V, is_causal=True,
-                                                       enable_gqa=Hq != K.shape[1]))
-            continue
         bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1],
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries,
                          bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1],
                          run_length(qpos_all, kpos))
-        if explicit_scores(scheme):  # key index k - k0 of this span; the query's own key is q0 + r - k0
+        if explicit:  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                       q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))
             continue
@@ -996,122 +940,43 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 
-def one_fresh_sequence(scheme, kernels, q, k, bi: Biases, lay: Layout, cache, sink=None) -> bool:
-    """Whether the call is one fresh causal sequence at consecutive positions (each row may start anywhere)
-    with nothing but softmax and biases that are distance tables or read the query position: no cache,
-    padding, documents, masks, several position axes, windows, sinks, CoPE, soft-capping, coordinate or
-    per-axis biases, GQA; and a dtype the kernels take. The kernels' Toeplitz and MLP-bias kernels run only then."""
-    if (bi.axial or bi.coord is not None or cache is not None or sink is not None
-            or getattr(scheme, "softcap", None) is not None or q.shape != k.shape or lay.padded
-            or lay.mask4 is not None or lay.axes_pos is not None or shape_of(scheme) is not None
-            or scheme.normalize != "softmax" or scheme.cope_max_pos is not None
-            or getattr(kernels, "distance_supported", None) is None or not kernels.distance_supported(q)
-            or document_ids_vary(lay.docs)):
-        return False
-    pos = lay.positions
-    return pos.shape[1] < 2 or bool((pos.diff(dim=1) == 1).all())
-
-
-def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
-    """Biases that are all distance tables, over one fresh causal sequence (:func:`one_fresh_sequence`), on
-    the kernels' Toeplitz kernel: the tables summed once (H, distances), each block of queries reading its rows
-    as a view of it; or one bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`).
-    None where the call needs :func:`attend_blocks`."""
+def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
+    """Biases that are all distance tables, over one fresh causal sequence, on the kernels' Toeplitz kernel
+    (the tables summed once (H, distances), each block of queries reading its rows as a view of it); or one
+    bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`). None where the call
+    needs :func:`attend_blocks` (what the two kernels take: their declarations and call checks in
+    ``kernel_support``)."""
     if bi.queries:
-        return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
-    run = getattr(kernels, "distance_attention", None)
-    if run is None or not bi.tables or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink):
+        return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache)
+    if not fresh_sequence_call(scheme.fast_paths, "distance", kernels, q, k, lay, cache):
         return None
     pos = lay.positions
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
-    return run(q, k, v, sum(tables[1:], tables[0]))
+    return kernels.distance_attention(q, k, v, sum(tables[1:], tables[0]))
 
 
-def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache, sink=None):
+def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """One bias ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE; the scheme's
     ``query_mlp``) and no other bias, over one fresh causal sequence whose rows all start at the same
     position (w reads it), on the kernels' MLP-bias kernel. None otherwise."""
-    run = getattr(kernels, "mlp_attention", None)
-    if (run is None or bi.tables or len(bi.queries) != 1 or not hasattr(scheme, "query_mlp")
-            or not one_fresh_sequence(scheme, kernels, q, k, bi, lay, cache, sink)):
+    if not hasattr(scheme, "query_mlp") or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
         return None
-    pos = lay.positions
-    if pos.shape[0] > 1 and not bool((pos == pos[:1]).all()):
-        return None
-    factors = scheme.query_mlp(bi.queries[0], pos[0], q.device)
-    return None if factors is None else run(q, k, v, *factors)
-
-
-def stick_breaking_weights(s: Tensor, ok: Tensor) -> Tensor:
-    """Stick-breaking weights (Tan et al. 2024) of scores ``s (..., Lk)`` over the keys ``ok`` in key order:
-    ``w_j = sigmoid(s_j) * prod_{t > j, ok_t} (1 - sigmoid(s_t))``, the nearest key breaking the stick
-    first; formed in log space (float32 at least) with an exclusive suffix sum, so nothing is subtracted."""
-    s = s.to(torch.promote_types(s.dtype, torch.float32))
-    log_rest = F.logsigmoid(-s).masked_fill(~ok, 0.0)
-    suffix = torch.flip(torch.cumsum(torch.flip(log_rest, [-1]), -1), [-1])  # sum over t >= j
-    after = torch.cat([suffix[..., 1:], torch.zeros_like(suffix[..., :1])], -1)  # sum over t > j
-    return torch.exp(F.logsigmoid(s) + after).masked_fill(~ok, 0.0)
-
-
-def cope_term(s: Tensor, ok: Tensor, qc: Tensor, emb: Tensor) -> Tensor:
-    """CoPE's term of the logits (Golovneva et al. 2024; docs/semantics.md §1c) for scores ``s (B, H, rows, Lk)``
-    over the keys ``ok`` in key order: gates ``sigmoid(s)`` on the visible keys, contextual positions
-    ``p_j = sum_{t >= j} gate_t`` (the keys after the query are not visible) clamped to ``max_pos - 1``, and
-    ``qc_i . e[p]`` read between the integer rows ``floor(p)`` and ``ceil(p)`` by linear interpolation.
-    ``emb``: ``(max_pos, D)`` shared by the heads or ``(H, max_pos, D)``. In float32 at least."""
-    ft = torch.promote_types(s.dtype, torch.float32)
-    gates = torch.sigmoid(s.to(ft)).masked_fill(~ok, 0.0)
-    pos = torch.flip(torch.cumsum(torch.flip(gates, [-1]), -1), [-1]).clamp(max=emb.shape[-2] - 1)
-    qe = (torch.einsum("bhrd,pd->bhrp", qc, emb.to(qc.dtype)) if emb.dim() == 2
-          else torch.einsum("bhrd,hpd->bhrp", qc, emb.to(qc.dtype))).to(ft)  # (B, H, rows, max_pos)
-    low = pos.floor()
-    frac = pos - low
-    at_low = torch.gather(qe, -1, low.long())
-    at_high = torch.gather(qe, -1, pos.ceil().long())
-    return at_high * frac + at_low * (1 - frac)
-
-
-def explicit_weights(scheme, s: Tensor, ok: Tensor, qc, emb) -> Tensor:
-    """The weights of scores ``s`` over the keys ``ok`` when they are not a plain softmax: CoPE's term added
-    first, then softmax (a query with no key gets zeros) or stick-breaking; float32 at least."""
-    s = s.to(torch.promote_types(s.dtype, torch.float32))
-    if emb is not None:
-        s = s + cope_term(s, ok, qc, emb)
-    if scheme.normalize != "softmax":
-        return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok)
-    s = s.masked_fill(~ok, float("-inf"))
-    seen = ok.any(-1, keepdim=True)
-    if bool(seen.all()):
-        return torch.softmax(s, -1)
-    return torch.softmax(s.masked_fill(~seen, 0.0), -1) * seen  # a query with no key: zeros
-
-
-def _explicit_block(scheme, q, K, V, ok, bias, qc, emb):
-    s = (q @ K.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    if bias is not None:
-        s = s + bias
-    s = soft_cap(s, getattr(scheme, "softcap", None))
-    return explicit_weights(scheme, s, ok, qc, emb).to(V.dtype) @ V
+    factors = scheme.query_mlp(bi.queries[0], lay.positions[0], q.device)
+    return None if factors is None else kernels.mlp_attention(q, k, v, *factors)
 
 
 def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
-    """Attention of a block of queries (global token index q0, q0 + 1, ...) over every key with explicit
-    scores (:func:`explicit_weights`): key j counts for query i when j <= i (j < i for stick-breaking without
-    ``attend_current``) and ``mask`` allows it; no key gives zeros. With gradients the block is recomputed
-    in the backward pass (activation checkpointing), so training holds O(L x block) scores, not O(L^2)."""
-    Hq, Hk = q.shape[1], K.shape[1]
-    if Hq != Hk:
-        K, V = K.repeat_interleave(Hq // Hk, dim=1), V.repeat_interleave(Hq // Hk, dim=1)
+    """Attention of a block of queries (global token index q0, q0 + 1, ...) over every key when the weights
+    are not a softmax of a bias known beforehand (stick-breaking, CoPE): key j counts for query i when j <= i
+    (j < i for stick-breaking without ``attend_current``) and ``mask`` allows it; no key gives zeros."""
     Lk, rows = K.shape[2], q.shape[2]
     qi = torch.arange(q0, q0 + rows, device=q.device)[:, None]
     kj = torch.arange(Lk, device=q.device)[None, :]
-    ok = ((kj <= qi) if own_key_counts(scheme) else (kj < qi))[None, None]
+    ok = ((kj <= qi) if own_key_counts(scheme.attend_current, scheme.normalize) else (kj < qi))[None, None]
     ok = ok if mask is None else ok & mask
     emb = scheme.contextual_embedding if scheme.cope_max_pos is not None else None
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V, qc, emb, bias) if t is not None):
-        return torch.utils.checkpoint.checkpoint(_explicit_block, scheme, q, K, V, ok, bias, qc, emb,
-                                                 use_reentrant=False)
-    return _explicit_block(scheme, q, K, V, ok, bias, qc, emb)
+    return scored_rows(q, K, V, ok, bias, cap=getattr(scheme, "softcap", None), normalize=scheme.normalize,
+                       qc=qc, emb=emb)
 
 
 def key_validity(lay: Layout, kvalid, Lc: int):
@@ -1124,7 +989,7 @@ def key_validity(lay: Layout, kvalid, Lc: int):
 
 
 # ---------------------------------------------------------------------- PaTH
-def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sink=None):
+def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
     and left padding become hard resets of the log-gate), the windowed kernel for a fresh sequence
     inside a window or chunk (its mask decides documents, padding and the sink), otherwise the decode
@@ -1135,11 +1000,11 @@ def path_attend(kernels, q, k, v, hh, coord, lay: Layout, cache, shape=None, sin
     B, H, L, D = k.shape
     Lq = q.shape[2]
     Lc = cache.length if cache is not None else 0
-    left_pad = not lay.padded or bool((lay.valid.long().diff(dim=1) >= 0).all())
-    fresh = Lc == 0 and Lq == L and lay.mask4 is None and lay.key_valid_cached is None
-    if fresh and shape is not None and getattr(kernels, "path_local_attention", None) is not None:
+    shape = shape_of(scheme)
+    run = path_call(scheme.fast_paths, kernels, lay, Lc == 0 and Lq == L)
+    if run == "path-window":
         return _path_local(kernels, q, k, v, w, beta, coord, lay, cache, shape, sink)
-    if kernels.path_attention is not None and fresh and left_pad and shape is None and sink is None:
+    if run == "path-blockwise":
         return _path_blockwise(kernels, q, k, v, w, beta, coord, lay, cache)
     if cache is not None:
         check_cache(cache, B, H)
@@ -1413,9 +1278,9 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     q, k, v, undo = transport_qkv(kernels, tr, q, k, v)
     q = scale_by_temperature(q, tau)
     if tr.householder is not None:
-        o = path_attend(kernels, q, k, v, tr.householder, bi.coord, lay, cache, shape_of(scheme), sink)
+        o = path_attend(scheme, kernels, q, k, v, tr.householder, bi.coord, lay, cache, sink)
     else:
-        o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache, sink)
+        o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache)
         if o is None:
             o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc)
     o = undo_values(kernels, undo, o)

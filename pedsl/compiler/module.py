@@ -26,8 +26,10 @@ from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
-from pedsl.compiler.general import angle_dtype, explicit_weights, own_key_counts, soft_cap, xpos_scale
+from pedsl.compiler.general import angle_dtype, xpos_scale
+from pedsl.compiler.kernel_support import fused_call
 from pedsl.compiler.module_values import ModuleScheme
+from pedsl.compiler.scores import modified_scores, normalised, own_key_counts, sink_column
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -38,7 +40,6 @@ from pedsl.compiler.reference import reference_forward, transported_scores
 from pedsl.lang.frequencies import rotary_frequencies
 
 F64 = torch.float64
-HALF = (torch.float16, torch.bfloat16)
 TABLE0 = 4096  # static cos/sin tables are prebuilt for this many positions (grown on demand)
 
 
@@ -334,12 +335,9 @@ class SchemeAttention(nn.Module):
         whose chunks start at a left-padded row's first token), so the module does not apply its own
         band over the positions."""
         self._check(q, k, v, x, tokens, cache)
-        if (not band or positions is not None or document_ids is not None or cache is not None or attn_mask is not None
-                or q.shape != k.shape or (q.dtype in HALF and self.plan.half_via_general) or self.plan.shaped
-                or self.plan.explicit_scores  # stick-breaking: the general path's explicit blocks of scores
-                or any(b.carried == P.QUERY_BLOCKS for b in self.biases)):
-            # (half precision: a key channel g(j) loses the bias (|g| grows with j); the general path
-            # forms c_i - c_j per query block in float64 and casts only the difference)
+        if not fused_call(self.plan.kernels, q, k, band=band, positions=positions, document_ids=document_ids,
+                          cache=cache, attn_mask=attn_mask):
+            # every call the fused kernels do not declare (pedsl.compiler.kernel_support): the general path
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
 
             return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
@@ -417,30 +415,21 @@ class SchemeAttention(nn.Module):
         return transported_scores(self, q, k, x=x, tokens=tokens)
 
     def probs(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
-        """The attention matrix a(i, j), (B, H, L, L) (materialised: for analysis at moderate L); with a
-        sink the rows sum to less than one (the sink's share is left out)."""
+        """The attention matrix a(i, j), (B, H, L, L) (materialised: for analysis at moderate L), through the
+        one score pipeline (:mod:`pedsl.compiler.scores`); with a sink the rows sum to less than one (the
+        sink's share is left out)."""
         L, D = q.shape[2], q.shape[3]
-        s = self.raw_scores(q, k, x=x, tokens=tokens) / math.sqrt(D)
-        tau = self.query_scale(L, q.device)
-        if tau is not None:
-            s = s * tau.to(s.dtype).unsqueeze(-1)
-        bias = self.bias_table(L, x, tokens, q.device)
-        if bias is not None:
-            s = s + bias.to(s.dtype)
-        s = soft_cap(s, self.plan.softcap)
-        if self.plan.explicit_scores:  # stick-breaking, CoPE: weights of the visible keys j <= i (or j < i)
-            ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if own_key_counts(self.plan) else -1)
-            seen = self.window_visible(L, q.device)
-            if seen is not None:
-                ok = ok & seen
-            emb = None if self.plan.contextual is None else self.contextual_embedding.detach()
-            return explicit_weights(ModuleScheme.of(self), s, ok, q, emb).to(s.dtype)
-        s = self.window_mask(s)
-        sink = self.sink_logits(q)
-        if sink is None:
-            return torch.softmax(s, dim=-1)
-        s = torch.cat([s, sink.to(s.dtype).expand(s.shape[0], -1, -1).unsqueeze(-1)], dim=-1)
-        return torch.softmax(s, dim=-1)[..., :-1]
+        raw = self.raw_scores(q, k, x=x, tokens=tokens)
+        tau, bias = self.query_scale(L, q.device), self.bias_table(L, x, tokens, q.device)
+        s = modified_scores(raw, scale=1 / math.sqrt(D), tau=None if tau is None else tau.to(raw.dtype).unsqueeze(-1),
+                            bias=None if bias is None else bias.to(raw.dtype), cap=self.plan.softcap)
+        own = own_key_counts(self.plan.attend_current, self.plan.normalize)
+        ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if own else -1)
+        seen = self.window_visible(L, q.device)
+        ok = ok if seen is None else ok & seen
+        emb = None if self.plan.contextual is None else self.contextual_embedding.detach()
+        w, _ = normalised(s, ok, normalize=self.plan.normalize, sink=self.sink_logits(q), qc=q, emb=emb)
+        return w.to(s.dtype)
 
     def window_visible(self, L: int, device, cols: slice | None = None) -> Tensor | None:
         """(L, keys) bool: which keys (``cols``: the key columns held) the window or chunk lets each query of
@@ -458,15 +447,12 @@ class SchemeAttention(nn.Module):
         return s if seen is None else s.masked_fill(~seen, float("-inf"))
 
     def sink_logits(self, q: Tensor) -> Tensor | None:
-        """The sink's logit per query, (B|1, H, L) float64 (docs/semantics.md §11), or None without one."""
-        if self.plan.sink is None:
-            return None
-        B, H, L, D = q.shape
-        if self.plan.sink == "logit":
-            return self.sink_logit.detach().to(F64)[None, :, None].expand(1, H, L)
-        s = torch.einsum("bhld,hd->bhl", q.to(F64), self.sink_key.detach().to(F64)) / math.sqrt(D)
-        tau = self.query_scale(L, q.device)
-        return s if tau is None else s * tau
+        """The sink's logit per query, (B, H, L) float64 (docs/semantics.md §11: :func:`pedsl.compiler.scores.
+        sink_column`, as the forward forms it), or None without one."""
+        with torch.no_grad():
+            tau = self.query_scale(q.shape[2], q.device)
+            col = sink_column(ModuleScheme.of(self), q.detach().to(F64), tau)
+        return None if col is None else col[0]
 
     def rotary_groups(self) -> list[dict]:
         """Position-indexed rotary groups: channels, layout and angular frequency per pair (for frequency energy)."""

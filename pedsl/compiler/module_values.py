@@ -5,6 +5,7 @@ slopes, gates, the temperature, distance tables), and pedsl's fused kernels as t
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from typing import NamedTuple
 
@@ -13,6 +14,7 @@ from torch import Tensor
 from pedsl.compiler import plan as PL
 from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TokenValues, Window,
                                     angle_dtype)
+from pedsl.compiler.kernel_support import static_kernels
 from pedsl.compiler.mlp_kernel import mlp_attention
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
@@ -69,6 +71,7 @@ class ModuleScheme:
         self.kernels = FusedKernels(mod.layout)
         self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
         self.softcap = mod.plan.softcap
+        self.fast_paths = mod.plan.kernels  # the fast kernels the plan's features allow (kernel_support)
         self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
 
     # the learned sink's parameters (read on use: they follow the module's device and dtype)
@@ -92,6 +95,7 @@ class ModuleScheme:
         if side is None:
             side = mod.__dict__["_general_side_unbanded"] = copy.copy(ModuleScheme.of(mod))
             side.window = side.chunk = None
+            side.fast_paths = static_kernels(dataclasses.replace(mod.plan, window=None, chunk=None))
         return side
 
     def ctx(self, win: Window, dtype, group=None):

@@ -9,12 +9,13 @@ read; nothing downstream reads the node attributes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
 from pedsl.compiler import plan as P
 from pedsl.compiler.graph import bias_nodes, transform_nodes
+from pedsl.compiler.kernel_support import static_kernels
 from pedsl.errors import CompileError
 from pedsl.formulas import xpos_decays
 from pedsl.lang import ast
@@ -281,6 +282,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         softcap=g.graph.get("softcap"),
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
         contextual=g.graph.get("contextual"))
+    g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pedsl.compiler.kernel_support import explicit_scores
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
 from pedsl.lang.frequencies import axis_runs
@@ -164,7 +165,7 @@ class Plan:
     def explicit_scores(self) -> bool:
         """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE): no fused
         kernel computes them, the general path's explicit blocks of scores do."""
-        return self.normalize != SOFTMAX or self.contextual is not None
+        return explicit_scores(self.normalize, self.contextual)
 
     # the attention's shape (docs/semantics.md §11): a sliding window or chunk of this many positions, and
     # the learned sink ("logit" or "token"); a scheme with any of them runs the general forward's blocks
@@ -174,11 +175,10 @@ class Plan:
     # logit soft-capping (Gemma 2): scores s -> softcap * tanh(s / softcap), on the general forward's
     # explicit blocks of scores (no fused kernel caps them)
     softcap: float | None = None
-
-    @property
-    def shaped(self) -> bool:
-        """A window, a chunk, a sink or a soft cap: the attention is not plain causal attention."""
-        return self.window is not None or self.chunk is not None or self.sink is not None or self.softcap is not None
+    # the fast kernels whose declaration covers every feature of this plan (pedsl.compiler.kernel_support,
+    # decided by the last pass): an executor runs one of them where its call-time check takes the call,
+    # the general forward everywhere else
+    kernels: tuple[str, ...] = ()
 
     @property
     def params(self) -> tuple[Site, ...]:

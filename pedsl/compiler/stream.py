@@ -23,8 +23,8 @@ from pedsl.compiler.general import (
     shape_of,
     trim_cache,
 )
+from pedsl.compiler.kernel_support import decode_call
 from pedsl.compiler.module_values import TABLE_MAX, ModuleScheme
-from pedsl.compiler.plan import POSITION_TABLE
 from pedsl.compiler.reference import reference_stream
 from pedsl.errors import ShapeError
 from pedsl.ops import rotary
@@ -34,25 +34,16 @@ from pedsl.ops.bias import scale_queries
 
 # ---------------------------------------------------------------------- decoding fast path
 def _fast_decode_plan(mod):
-    """The static rotations of a scheme whose decode step needs nothing but them (RoPE family: static
-    phase tables, no bias, no temperature, no short convolution, no sink, no soft cap, SDPA backend; a
-    window or chunk allowed), else None. Cached on the module: the checks run once, not per token."""
+    """The static rotations of a scheme the one-token decode path takes (its declaration in
+    :mod:`pedsl.compiler.kernel_support`: RoPE-family static tables, a temperature table, a window or
+    chunk), as (step, channels or None, whether values turn too), else None. Cached on the module."""
     plan = mod.__dict__.get("_fast_decode")
     if plan is None:
-        ok = (mod.backend != "reference" and not mod.biases and _static_temperature(mod) and mod.plan.sink is None
-              and mod.plan.softcap is None and not mod.plan.explicit_scores
-              and not mod._conv_history and mod.transforms
-              and all(t.static_table and not t.xpos_gamma for t in mod.transforms))
         D = mod.head_dim
-        plan = [(t, t.channels if len(t.channels) != D else None, t.values)
-                for t in mod.transforms] if ok else False
+        plan = ([(t, t.channels if len(t.channels) != D else None, t.values) for t in mod.transforms]
+                if "decode" in mod.plan.kernels else False)
         mod.__dict__["_fast_decode"] = plan
-    return plan or None
-
-
-def _static_temperature(mod) -> bool:
-    """No temperature, or one that reads nothing but the position (a table indexed per token)."""
-    return mod.temperature is None or mod.temperature.table == POSITION_TABLE
+    return None if plan is False else plan
 
 
 def _temperature_rows(mod, pos: Tensor, n: int, device) -> Tensor:
@@ -107,10 +98,8 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     general path does). Returns None when the general path is needed. Same result as
     :func:`stream_forward` (tested), without its per-call layout work."""
     plan = _fast_decode_plan(mod)
-    if (plan is None or cache.last_pos is None or not cache.one_doc or not cache.all_valid
-            or not cache.length or q.shape[2] != 1 or k.shape[2] != 1 or cache.batch_size != q.shape[0]
-            or cache.heads_kv != k.shape[1] or cache.window is not None
-            or (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad))):
+    grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if plan is None or not decode_call(mod.plan.kernels, q, k, v, cache, grad):
         return None
     pos, p = _next_positions(cache)  # (B,); p: the shared position of every row, else None
     n = (p if p is not None else int(pos.max())) + 1

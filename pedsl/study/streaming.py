@@ -8,7 +8,9 @@ every query, a running maximum ``m``, the running sum ``S`` of ``exp(s - m)`` ov
 so far and the part ``F`` of it over far keys (``i - j > W``). Memory is O(B H L block).
 
 Scores are those of the scheme's module: ``<q_i, T(j->i) k_j> / sqrt(D)``, times the query
-temperature, plus the bias columns (``bias_table(cols=...)``). Absolute-factorable transports
+temperature, plus the bias columns (``bias_table(cols=...)``), soft-capped: the modifiers of the one
+score pipeline (:func:`pedsl.compiler.scores.modified_scores`); the normaliser is an online softmax, the
+learned sink's logit the module's (``sink_logits``). Absolute-factorable transports
 use the pre-transformed q and k; Householder (PaTH) steps move every query through the steps
 one key position at a time (as :func:`pedsl.compiler.reference.transported_scores`), O(L^2 D)
 time, O(B H L D) memory.
@@ -21,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from pedsl.compiler.general import soft_cap
+from pedsl.compiler.scores import modified_scores
 from pedsl.compiler.plan import HOUSEHOLDER
 
 F64 = torch.float64
@@ -51,11 +53,9 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         n = s.shape[-1]
         cols = slice(j0, j0 + n)
         j = i[cols]
-        s = s * scale
         bias = mod.bias_table(L, x, tokens, q.device, cols=cols)
-        if bias is not None:
-            s = s + bias.to(F64)
-        s = mod.window_mask(soft_cap(s, mod.plan.softcap).masked_fill(j[None, :] > i[:, None], -math.inf), cols)
+        s = modified_scores(s, scale=scale, bias=None if bias is None else bias.to(F64), cap=mod.plan.softcap)
+        s = mod.window_mask(s.masked_fill(j[None, :] > i[:, None], -math.inf), cols)
         if j0 == 0:
             s0 = s[..., 0].clone()
         new_m = torch.maximum(m, s.amax(-1))
