@@ -27,7 +27,7 @@ from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.fsio import read_text
-from pedsl.hf import arch
+from pedsl.hf import arch, registry
 from pedsl.lang import ast
 from pedsl.lang.api import check, format as fmt
 from pedsl.lang.parser import name_problem
@@ -59,6 +59,12 @@ MAX_CONFIG_BYTES = 10_000_000  # config.json files are a few kB
 
 
 # ---------------------------------------------------------------------- reading a config
+
+
+def default_theta(cfg: dict) -> float:
+    """The base a config without rope_theta gets: its model type's default_theta (the registry's record)."""
+    fam = registry.family((arch.model_types(cfg) or [""])[-1])
+    return DEFAULT_THETA if fam is None else fam.theta
 
 
 def read_config(path: str | Path) -> dict:
@@ -155,7 +161,7 @@ def _shape(cfg: dict, raw: dict, section: str) -> dict:
                                code="E963", hint="a decoder config.json has num_attention_heads and hidden_size")
         head_dim = hidden // heads
     where = {k: (raw, section) if k in raw else (cfg, "config") for k in ("rope_theta", "partial_rotary_factor")}
-    theta = _number(where["rope_theta"][0], "rope_theta", DEFAULT_THETA, where=where["rope_theta"][1])
+    theta = _number(where["rope_theta"][0], "rope_theta", default_theta(cfg), where=where["rope_theta"][1])
     prf = _number(where["partial_rotary_factor"][0], "partial_rotary_factor", 1.0,
                   where=where["partial_rotary_factor"][1])
     fields = {"heads": "num_attention_heads", "max_position_embeddings": "max_position_embeddings",
