@@ -41,11 +41,13 @@ DOC = ROOT / "docs" / "hf-compatibility.md"
 RESULTS = ROOT / "docs" / "hf-compatibility.json"
 STATES = ("exact", "refused", "not applicable", "cannot instantiate", "DIFFERENT")
 TOL = 1e-4
+MAX_PARAMS = 150_000_000
 L, WINDOW = 20, 6
 # The fields every tiny config gets (a config class ignores those it does not have).
 SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=128, pad_token_id=0, bos_token_id=None,
-             eos_token_id=None, tie_word_embeddings=False)
+             eos_token_id=None, tie_word_embeddings=False, num_experts=4, num_local_experts=4, n_routed_experts=4,
+             moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts_per_tok=2)
 # Positional fields set to values other than the defaults, where the config class has them.
 POSITIONAL = dict(sliding_window=WINDOW, use_sliding_window=True, max_window_layers=1, rope_theta=5e4,
                   no_rope_layers=[1, 0, 1, 1], attention_chunk_size=8)
@@ -66,10 +68,13 @@ class Result:
 
 
 def causal_types() -> list[str]:
+    """The swept types: those with a causal-LM class, and every type pedsl's registry names."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    return sorted(mt for mt in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if mt in CONFIG_MAPPING_NAMES)
+    from pedsl.hf.registry import REGISTRY
+
+    return sorted(mt for mt in {*MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, *REGISTRY} if mt in CONFIG_MAPPING_NAMES)
 
 
 def positional_attention(model_type: str) -> bool:
@@ -78,7 +83,7 @@ def positional_attention(model_type: str) -> bool:
 
     root = Path(transformers.__file__).parent / "models" / model_type.replace("-", "_")
     text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(root.glob("modeling_*.py")))
-    return bool(re.search(r"rotary|alibi|relative_attention|position_bias|rope", text, re.I)) or not text
+    return bool(re.search(r"rotary|alibi|relative_attention_bias|position_bias", text, re.I)) or not text
 
 
 def tiny_config(model_type: str):
@@ -112,6 +117,13 @@ def build(model_type: str):
     from transformers import AutoModelForCausalLM
 
     cfg = tiny_config(model_type)
+    with torch.device("meta"):  # the size first: a config class that keeps large sub-models is not built
+        try:
+            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(copy.deepcopy(cfg)).parameters())
+        except ValueError:
+            size = 0
+    if size > MAX_PARAMS:
+        raise RuntimeError(f"{size / 1e6:.0f}M parameters at the small sizes (sub-models the sweep does not shrink)")
     torch.manual_seed(0)
     try:
         model = AutoModelForCausalLM.from_config(cfg)
@@ -197,7 +209,9 @@ def sweep_one(model_type: str) -> Result:
                 import_config(config)
                 ours = use_pedsl_attention(copy.deepcopy(native))
             except PedslError as err:
-                applicable = positional_attention(model_type)
+                from pedsl.hf.registry import REGISTRY
+
+                applicable = model_type in REGISTRY or positional_attention(model_type)
                 res.state = "refused" if applicable else "not applicable"
                 res.reason = str(err.diagnostics[0].message)[:300]
                 return res

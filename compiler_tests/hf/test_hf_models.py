@@ -295,7 +295,8 @@ def test_gemma3_is_refused_for_its_per_layer_rope_only():
 
 
 def _modeling_source(model_type: str) -> str:
-    root = Path(transformers.__file__).parent / "models" / model_type.removesuffix("_text")  # gemma3_text: gemma3's
+    models = Path(transformers.__file__).parent / "models"
+    root = models / model_type if (models / model_type).is_dir() else models / model_type.removesuffix("_text")
     files = sorted(root.glob("modeling_*.py"))
     assert files, f"transformers has no models/{model_type}"
     return "\n".join(f.read_text(encoding="utf-8") for f in files)

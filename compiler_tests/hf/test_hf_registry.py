@@ -175,3 +175,39 @@ def test_registry_layer_types_are_the_config_classes(model_type):
     cfg = cls(**kw).to_dict()
     raw = {k: v for k, v in cfg.items() if k not in ("layer_types", "no_rope_layers")}
     assert layer_kinds(raw) == layer_kinds(cfg)
+
+
+# ---------------------------------------------------------------------- the sweep and its table
+
+
+def test_the_compatibility_table_is_not_stale():
+    """docs/hf-compatibility.md (python -m tools.hf_sweep) has one row per swept type of the installed
+    transformers, its taught column is the registry's, a registry refusal is a refused row, an untaught
+    type is never exact, and no row is imported-but-different."""
+    from pedsl.hf.registry import REGISTRY
+
+    text = hf_sweep.DOC.read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 6 and cells[0] != "model type":
+            rows[cells[0]] = cells
+    assert set(rows) == set(hf_sweep.causal_types()), "regenerate with: python -m tools.hf_sweep"
+    for mt, (_, taught, state, *_) in rows.items():
+        assert taught == ("yes" if mt in REGISTRY else "no"), mt
+        assert state in hf_sweep.STATES and state != "DIFFERENT", (mt, state)
+        if mt in REGISTRY and REGISTRY[mt].refused:
+            assert state in ("refused", "cannot instantiate"), (mt, state)
+        if mt not in REGISTRY:
+            assert state != "exact", mt
+
+
+@pytest.mark.parametrize("model_type", hf_sweep.FAST)
+def test_fast_sweep_slice(model_type):
+    """A representative slice of the sweep: each type exact, refused by name, or not applicable."""
+    r = hf_sweep.sweep_one(model_type)
+    assert r.state in ("exact", "refused", "not applicable"), (r.state, r.reason)
+    if r.state == "refused":
+        assert f"'{model_type}'" in r.reason or model_type in r.reason, r.reason
+    if model_type in REGISTRY and not REGISTRY[model_type].refused:
+        assert r.state == "exact", r.reason

@@ -481,7 +481,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     _check_softcap(model, sch)
     if sch.layers is not None:
         return _use_layers(model, sch, backend)
-    _refuse_model_features(model, [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")])
+    _refuse_model_features(model, [m for m in model.modules() if _is_attention(m)])
     if sch.needs_x or sch.needs_tokens:
         raise InteropError(f"scheme '{sch.name}' reads the hidden state or the tokens, which transformers' "
                            "attention interface does not pass", code="E964",
@@ -522,12 +522,18 @@ SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learn
 # ---------------------------------------------------------------------- a layers scheme
 
 
+def _is_attention(m) -> bool:
+    """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value) and
+    the layer index transformers' cache reads."""
+    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value")) and hasattr(m, "layer_idx")
+
+
 def _attention_layers(model) -> tuple[list, list]:
     """(the attention layers, the (parent, name) of every rotary embedding), refused when absent or when the
     model attends through pedsl already."""
-    layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
+    layers = [m for m in model.modules() if _is_attention(m)]
     if not layers:
-        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
+        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj / query_key_value", code="E964")
     if any(isinstance(m, _PedslRotary) for m in model.modules()):
         raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
                            hint="call use_pedsl_attention once, on a fresh copy of the model")

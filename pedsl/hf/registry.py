@@ -66,6 +66,11 @@ REGISTRY: dict[str, Family] = {
     **{mt: Family() for mt in ("llama", "olmo", "olmo2", "granite", "granitemoe", "gemma", "seed_oss", "arcee",
                                )},
     "apertus": Family(theta=1.2e7),
+    # Llama-like rotaries of other families, each checked exact by tools/hf_sweep
+    "bitnet": Family(theta=5e5),
+    **{mt: Family() for mt in ("hrm_text", "hunyuan_v1_dense", "hyperclovax", "jais2", "olmoe",
+                               "granitemoeshared")},
+    "flex_olmo": Family(theta=5e5),
     # sliding_window, when set, on every layer (create_sliding_window_causal_mask for the whole model)
     **{mt: Family(layers="every") for mt in ("mistral", "starcoder2")},
     "mixtral": Family(layers="every", theta=1e6),

@@ -360,7 +360,9 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     model_type = _pe_text(cfg.get("model_type", "?"))  # config text is data: never a line or a quote of .pe
     lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {model_type}, "
              f"rope_type {t}).",
-             "# Equal to the model's positional encoding: pedsl export-hf prints its rope_parameters back.",
+             ("# Read as transformers computes this model type (pedsl/hf/registry.py); the type's logits were compared "
+              "with the native model by tools/hf_sweep (docs/hf-compatibility.md)." if cfg.get("model_type") else
+              "# Read as transformers' rope utilities read a config without model_type (no model compared)."),
              *([f"# {s['note']}."] if s["note"] else []),
              f'scheme {name} "{t} rotary embedding of a Hugging Face {_pe_text(cfg.get("model_type", "model"))} '
              f'config" {{', *_param_lines(s)]
