@@ -211,3 +211,13 @@ def test_fast_sweep_slice(model_type):
         assert f"'{model_type}'" in r.reason or model_type in r.reason, r.reason
     if model_type in REGISTRY and not REGISTRY[model_type].refused:
         assert r.state == "exact", r.reason
+
+
+def test_hunyuan_alpha_ntk_is_its_fixed_base():
+    """HunYuan's rope_type 'dynamic' with an alpha is a fixed base theta * alpha ** (d / (d - 2)) (its own rotary),
+    not HF's dynamic NTK: imported as that base, exact against the native model."""
+    rp = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 1e4}
+    native = _native("hunyuan_v1_dense", rope_parameters=rp)
+    text = _exact(native)
+    assert f"= {1e4 * 1000.0 ** (16 / 14)!r}" in text or "default rotary" in text
+    assert "dynamic_ntk" not in text

@@ -113,6 +113,8 @@ REGISTRY: dict[str, Family] = {
                       "Mamba layers carry position themselves; pedsl writes the attention's encoding only"),
 }
 
+# Types whose rotary reads rope_parameters.alpha with rope_type 'dynamic' as a fixed NTK base (HunYuan).
+NTK_ALPHA = frozenset({"hunyuan_v1_dense"})
 GEMMA3_LOCAL_THETA = 10000.0  # Gemma 3's default_theta["local"]: its sliding layers' base
 # Rotations that pedsl.hf.rope writes in HF's halves layout.
 HALVES = ("full", "partial")

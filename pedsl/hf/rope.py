@@ -117,13 +117,32 @@ def rope_spec(cfg: dict) -> dict:
     if not isinstance(raw, dict):
         raise InteropError(f"{section} must be an object, got {quoted(raw, 80)}", code="E963")
     rope_type = raw.get("rope_type", raw.get("type", "default"))
+    alpha = _ntk_alpha(cfg, raw, rope_type, section)
+    if alpha is not None:  # HunYuan's fixed-alpha NTK: a static table, default rope at a stretched base
+        raw = {k: v for k, v in raw.items() if k not in ("alpha", "factor")}
+        rope_type = raw["rope_type"] = "default"
     _refuse_inexact(cfg, raw, rope_type)
     spec = _shape(cfg, raw, section)
     spec["rope_type"] = rope_type
+    if alpha is not None:
+        d = spec["head_dim"]
+        spec["theta"] = spec["theta"] * alpha ** (d / (d - 2))
+        spec["fields"]["theta"] = f"{section}.rope_theta * {section}.alpha ** (head_dim / (head_dim - 2))"
     _architecture_rotation(spec, cfg)
     _scaling_knobs(spec, cfg, raw, section)
     _check_knobs(spec)
     return spec
+
+
+def _ntk_alpha(cfg: dict, raw: dict, rope_type, section: str) -> float | None:
+    """HunYuan's ``alpha`` (its rotary turns 'dynamic' with an alpha into a fixed base theta * alpha ** (d / (d - 2)),
+    registry.NTK_ALPHA), or None."""
+    if rope_type != "dynamic" or not raw.get("alpha") or not set(arch.model_types(cfg)) & registry.NTK_ALPHA:
+        return None
+    alpha = _number(raw, "alpha", where=section)
+    if not 0 < alpha < math.inf:
+        raise InteropError(f"{section}.alpha must be a positive number, got {quoted(alpha)}", code="E963")
+    return float(alpha)
 
 
 def _refuse_inexact(cfg: dict, raw: dict, rope_type) -> None:
