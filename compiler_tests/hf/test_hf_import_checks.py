@@ -150,8 +150,14 @@ def test_a_negative_factor_is_refused_by_the_imported_scheme_too():
                                               ("a\nb\"c", "a_b_c_default"), ("", "model_default"),
                                               ("x" * 300, "x" * 92 + "_default")])
 def test_the_name_from_model_type_is_a_valid_name(model_type, name, tmp_path):
-    text = import_config({**config("default"), "model_type": model_type})
+    from pedsl.hf.rope import scheme_name
+
+    text = import_config(config("default"), name=scheme_name({"model_type": model_type}, "default"))
     assert load(text).name == name[:100].rstrip("_")
+    if model_type:  # a model type pedsl has not been taught is refused, never read as Llama's rope
+        with pytest.raises(InteropError, match="does not know how model_type") as err:
+            import_config({**config("default"), "model_type": model_type})
+        assert err.value.code == "E961" and "field model_type" in str(err.value)
 
 
 @pytest.mark.parametrize("name", ["café", "scheme", "qk", "a\nb", "", "1x", "a b", "x" * 101, "int"])

@@ -43,7 +43,7 @@ LONG = [1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 5.5, 8.0]
 # id -> (model family, rope_parameters, config extras, prefill lengths, greedy generate of 16 tokens checked)
 CASES = {
     "default": ("llama", {"rope_type": "default", "rope_theta": 10000.0}, {}, (40,), True),
-    "default_mistral": ("mistral", {"rope_type": "default", "rope_theta": 1e6}, {}, (40,), True),
+    "default_mistral": ("mistral", {"rope_type": "default", "rope_theta": 1e6}, {"sliding_window": None}, (40,), True),
     "linear": ("qwen2", {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}, {}, (40,), True),
     "dynamic_below": ("llama", {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0},
                       {"max_position_embeddings": ORIG}, (40,), True),
@@ -60,7 +60,8 @@ CASES = {
     "yarn_mscale": ("llama", {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": ORIG,
                               "mscale": 1.0, "mscale_all_dim": 0.5, "rope_theta": 10000.0}, {}, (40,), True),
     "yarn_attention_factor": ("mistral", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": ORIG,
-                                          "attention_factor": 1.3, "rope_theta": 10000.0}, {}, (40,), True),
+                                          "attention_factor": 1.3, "rope_theta": 10000.0}, {"sliding_window": None},
+                              (40,), True),
     "longrope_below": ("phi3", {"rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG,
                                 "rope_theta": 10000.0}, {"original_max_position_embeddings": ORIG}, (40,), True),
     "longrope_above": ("phi3", {"rope_type": "longrope", "short_factor": SHORT, "long_factor": LONG,

@@ -69,7 +69,7 @@ from pedsl.compiler.general import Shape, shape_of
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
-from pedsl.hf import arch
+from pedsl.hf import arch, layered, registry
 from pedsl.hf.convert import export_rope, import_config
 from pedsl.hf.layered import part_window
 from pedsl.lang.api import load
@@ -459,17 +459,29 @@ def _refuse_general_multi_axis(model, sch: Scheme) -> None:
                            "rotation of every channel (e.g. the model's own, use_pedsl_attention(model))")
 
 
+def _refuse_untaught(model) -> None:
+    """A model type pedsl has not been taught, or one whose attention it cannot carry (MLA's rope slice, ALiBi
+    in the model's own code, ...), is refused whatever the scheme: the adapter would replace a rotary it does
+    not know how the model applies (pedsl.hf.registry, which import-hf reads too)."""
+    cfg = model.config.to_dict()
+    why = registry.unknown(cfg) or registry.taught_refusal(cfg)
+    if why:
+        raise InteropError(f"use_pedsl_attention on {type(model).__name__}: {why}", code="E964",
+                           hint="docs/hf-compatibility.md lists the model types pedsl's attention runs on")
+
+
 def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     """Make ``model`` attend with a compiled pedsl scheme (see the module docstring); returns the model.
 
     ``scheme``: a `.pe` path or text, or a loaded Scheme; by default the model's own rope parameters
     imported with :func:`pedsl.hf.import_config` (then the logits equal the native model's).
     ``backend`` is the compiled module's (the general path; HF's rotary path attends with SDPA)."""
+    _refuse_untaught(model)
     sch = scheme_for(model, scheme)
     _check_softcap(model, sch)
     if sch.layers is not None:
         return _use_layers(model, sch, backend)
-    _refuse_model_features(model, [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")])
+    _refuse_model_features(model, [m for m in model.modules() if _is_attention(m)])
     if sch.needs_x or sch.needs_tokens:
         raise InteropError(f"scheme '{sch.name}' reads the hidden state or the tokens, which transformers' "
                            "attention interface does not pass", code="E964",
@@ -510,12 +522,18 @@ SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learn
 # ---------------------------------------------------------------------- a layers scheme
 
 
+def _is_attention(m) -> bool:
+    """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value) and
+    the layer index transformers' cache reads."""
+    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value")) and hasattr(m, "layer_idx")
+
+
 def _attention_layers(model) -> tuple[list, list]:
     """(the attention layers, the (parent, name) of every rotary embedding), refused when absent or when the
     model attends through pedsl already."""
-    layers = [m for m in model.modules() if hasattr(m, "q_proj") or hasattr(m, "qkv_proj")]
+    layers = [m for m in model.modules() if _is_attention(m)]
     if not layers:
-        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj", code="E964")
+        raise InteropError(f"{type(model).__name__} has no attention layers with q_proj / qkv_proj / query_key_value", code="E964")
     if any(isinstance(m, _PedslRotary) for m in model.modules()):
         raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
                            hint="call use_pedsl_attention once, on a fresh copy of the model")
@@ -526,19 +544,22 @@ def _attention_layers(model) -> tuple[list, list]:
     return layers, rotaries
 
 
-def _hf_mask_window(layer, cfg, index: int) -> tuple[int | None, int | None]:
-    """(sliding window, chunk) of the mask HF builds for this layer."""
-    kind = (getattr(cfg, "layer_types", None) or [None] * (index + 1))[index]
-    chunk = getattr(cfg, "attention_chunk_size", None) if kind == "chunked_attention" else None
-    return getattr(layer, "sliding_window", None), chunk
+def _hf_mask_window(cfg, kinds: list[str], index: int) -> tuple[int | None, int | None]:
+    """(sliding window, chunk) of the mask HF builds for this layer: the registry's description of the model
+    (:func:`pedsl.hf.layered.layer_kinds`, which import-hf reads too), never a layer attribute (EXAONE 4's
+    global layers keep ``sliding_window`` but are masked without it)."""
+    kind = kinds[index]
+    window = getattr(cfg, "sliding_window", None) if kind in (layered.SLIDING, layered.NOPE_SLIDING) else None
+    chunk = getattr(cfg, "attention_chunk_size", None) if kind == layered.CHUNKED else None
+    return window, chunk
 
 
-def _layer_state(layer, cfg, index: int, name: str, part: Scheme, module) -> _State:
+def _layer_state(layer, cfg, kinds: list[str], index: int, name: str, part: Scheme, module) -> _State:
     """The general path of one layer: its part's module, checked against the mask HF gives the layer."""
     if part.needs_x or part.needs_tokens:
         raise InteropError(f"layer {index} ({name}) reads the hidden state or the tokens, which transformers' "
                            "attention interface does not pass", code="E964")
-    hf_window, hf_chunk = _hf_mask_window(layer, cfg, index)
+    hf_window, hf_chunk = _hf_mask_window(cfg, kinds, index)
     window, chunk, _ = part_window(part)
     if (hf_window, hf_chunk) != (window, chunk):
         say = lambda w, c: f"window {w}" if w else f"chunk {c}" if c else "no window"  # noqa: E731
@@ -562,9 +583,10 @@ def _layer_state(layer, cfg, index: int, name: str, part: Scheme, module) -> _St
 def _use_layers(model, sch: Scheme, backend: str):
     """A ``layers`` scheme: each attention layer runs its part on the general path (the rotary embeddings
     return the identity), with HF's mask, which must carry the part's window or chunk."""
-    cfg = model.config
+    cfg = model.config.get_text_config()
     heads, head_dim = _dims(cfg)
     sch = load(sch, heads=heads, head_dim=head_dim, layers=cfg.num_hidden_layers)
+    kinds = layered.layer_kinds(layered.text_config(model.config.to_dict()))
     names = sch.layers.assign(cfg.num_hidden_layers)
     layers, rotaries = _attention_layers(model)
     modules: dict[tuple, nn.Module] = {}
@@ -577,7 +599,7 @@ def _use_layers(model, sch: Scheme, backend: str):
         if key not in modules:
             modules[key] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
                                           requires_grad=False)
-        object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, index, name, part, modules[key]))
+        object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, kinds, index, name, part, modules[key]))
     if any(True for m in modules.values() for _ in m.parameters()):  # learned parts train, move, save with the model
         model.add_module(SCHEME_MODULE, nn.ModuleList(list(modules.values())))
     identity = _State(next(iter(modules.values())), None)

@@ -34,13 +34,14 @@ from typing import Any
 
 from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
-from pedsl.hf import arch
+from pedsl.hf import arch, registry
+from pedsl.hf.registry import (CHUNKED, FULL, NOPE, NOPE_SLIDING, SLIDING, _int, is_layered, layer_kinds,  # noqa: F401
+                                text_config)
 from pedsl.hf.rope import _pe_text, export_rope, import_config, read_config
 from pedsl.lang.api import check
 from pedsl.lang.exprs import format_number
 from pedsl.lang.parser import name_problem
 
-FULL, SLIDING, CHUNKED, NOPE = "full_attention", "sliding_attention", "chunked_attention", "nope"
 # the temperature of Llama 4's NoPE layers (HF: log1p(floor((positions + 1) / floor_scale)) * attn_scale + 1)
 LLAMA4_TEMPERATURE = "log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1"
 # config keys import_config must not see in a part's config: the layered module reads them
@@ -49,92 +50,53 @@ _LAYER_KEYS = ("layer_types", "sliding_window", "use_sliding_window", "max_windo
                "no_rope_layer_interval")
 
 
-def text_config(cfg: dict) -> dict:
-    """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself."""
-    text = cfg.get("text_config")
-    return text if isinstance(text, dict) and cfg.get("model_type") in ("llama4", "gemma3") else cfg
+def _per_type_rope(cfg: dict, kind: str, mt: str, fam: registry.Family) -> dict:
+    """``rope_parameters`` of one layer type of Gemma 3 / OLMo 3, as their config classes fill them in."""
+    key = SLIDING if kind == SLIDING else FULL
+    rp = cfg.get("rope_parameters")
+    local = registry.GEMMA3_LOCAL_THETA if mt.startswith("gemma3") else fam.theta
+    theta = {FULL: ("rope_theta", fam.theta),
+             SLIDING: ("rope_local_base_freq", local) if mt.startswith("gemma3") else ("rope_theta", fam.theta)}[key]
+    if isinstance(rp, dict) and rp and not set(rp) & {FULL, SLIDING}:
+        raise InteropError(f"rope_parameters of model_type '{mt}' must hold one object per layer type "
+                           f"({FULL}, {SLIDING}), got the keys {quoted(sorted(rp), 80)}", code="E963")
+    if isinstance(rp, dict) and rp:
+        one = rp.get(key, {"rope_type": "default"})
+        if not isinstance(one, dict):
+            raise InteropError(f"rope_parameters.{key} must be an object (the rope of the {key} layers), got "
+                               f"{quoted(one, 60)}", code="E963")
+        return {"rope_theta": _theta_value(cfg, *theta), **one}
+    legacy = {"rope_type": "default"}
+    if key == FULL and isinstance(cfg.get("rope_scaling"), dict):
+        legacy.update(cfg["rope_scaling"])
+    return {**legacy, "rope_theta": _theta_value(cfg, *theta)}
 
 
-def _int(cfg: dict, key: str, default=None, least: int = 1):
-    v = cfg.get(key, default)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or not \
-            least <= v <= limits.MAX_LENGTH * 1024:
-        raise InteropError(f"config key '{key}' must be a whole number >= {least}, got {quoted(v, 60)}", code="E963")
-    return int(v)
-
-
-def layer_kinds(cfg: dict) -> list[str]:
-    """The kind of every layer: full_attention, sliding_attention, chunked_attention or nope, read as the
-    model's config class reads it (defaults included)."""
-    mt = (arch.model_types(cfg) or [""])[-1]
-    n = _int(cfg, "num_hidden_layers")
-    if n is None or n > limits.MAX_LAYERS:
-        raise InteropError(f"num_hidden_layers must be 1 .. {limits.MAX_LAYERS}, got {quoted(cfg.get('num_hidden_layers'))}",
-                           code="E963")
-    if mt.startswith("llama4"):
-        nope = cfg.get("no_rope_layers") or [int((i + 1) % (_int(cfg, "no_rope_layer_interval", 4)) != 0)
-                                             for i in range(n)]
-        if not isinstance(nope, list) or len(nope) != n or any(x not in (0, 1) for x in nope):
-            raise InteropError(f"no_rope_layers must list 0 or 1 for each of the {n} layers, got {quoted(nope, 80)}",
-                               code="E963")
-        chunked = cfg.get("attention_chunk_size") is not None
-        return [NOPE if not r else CHUNKED if chunked else FULL for r in nope]
-    types = cfg.get("layer_types")
-    if types is None:
-        if mt == "gemma2" or mt == "gpt_oss":
-            types = [SLIDING if (i + 1) % 2 else FULL for i in range(n)]
-        elif mt.startswith("gemma3"):
-            every = _int(cfg, "sliding_window_pattern", _int(cfg, "_sliding_window_pattern", 6))
-            types = [SLIDING if (i + 1) % every else FULL for i in range(n)]
-        elif mt == "qwen2":
-            start = _int(cfg, "max_window_layers", n, least=0)
-            types = [SLIDING if cfg.get("use_sliding_window") and i >= start else FULL for i in range(n)]
-        else:
-            types = [FULL] * n
-    if not isinstance(types, list) or len(types) != n or any(t not in (FULL, SLIDING) for t in types):
-        raise InteropError(f"layer_types must name full_attention or sliding_attention for each of the {n} layers, "
-                           f"got {quoted(types, 80)}", code="E961")
-    if mt == "qwen2" and not cfg.get("use_sliding_window"):
-        types = [FULL] * n  # Qwen2's attention windows no layer unless use_sliding_window
-    return list(types)
-
-
-def is_layered(cfg: dict) -> bool:
-    """Whether the config's layers differ (or carry a window, a chunk, sinks, a soft cap): :func:`import_layered`'s."""
-    cfg = text_config(cfg)
-    mt = (arch.model_types(cfg) or [""])[-1]
-    if mt not in arch.LAYERED or (mt == "qwen2" and not cfg.get("use_sliding_window")):
-        return False  # Qwen2's attention windows no layer unless use_sliding_window
-    return (mt == "gpt_oss" or mt.startswith("gemma3") or cfg.get("attn_logit_softcapping") is not None
-            or any(k != FULL for k in layer_kinds(cfg)))
+def _theta_value(cfg: dict, key: str, default: float):
+    v = cfg.get(key)
+    return default if v is None else v
 
 
 def _rope_for(cfg: dict, kind: str, mt: str) -> dict:
     """The config a part's rope is imported from: the layer kind's rope parameters, no layer keys."""
     sub = {k: v for k, v in cfg.items() if k not in _LAYER_KEYS}
     sub[arch.PART] = True
-    rp = cfg.get("rope_parameters")
-    if mt.startswith("gemma3"):
-        key = SLIDING if kind == SLIDING else FULL
-        if isinstance(rp, dict) and isinstance(rp.get(key), dict):
-            sub["rope_parameters"] = rp[key]
-        elif kind == SLIDING:  # legacy file: the local layers' base, no scaling
-            sub.pop("rope_scaling", None)
-            sub.pop("rope_parameters", None)
-            sub["rope_theta"] = cfg.get("rope_local_base_freq", 10000.0)
+    fam = registry.family(mt) or registry.Family()
+    if fam.per_type_rope:
+        sub.pop("rope_scaling", None)
+        sub.pop("rope_theta", None)
+        sub["rope_parameters"] = _per_type_rope(cfg, kind, mt, fam)
     return sub
 
 
 def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
-    """One part: the layer kind's rope (or Llama 4's NoPE layer) with its window, chunk and sink."""
+    """One part: the layer kind's rope (or a NoPE layer) with its window, chunk and sink."""
     extra = []
-    if kind == SLIDING:
+    if kind in (SLIDING, NOPE_SLIDING):
         extra.append(f"window = {_int(cfg, 'sliding_window')}")
     if kind == CHUNKED:
         extra.append(f"chunk = {_int(cfg, 'attention_chunk_size')}")
-    if mt == "gpt_oss":
+    if (registry.family(mt) or registry.Family()).sinks:
         extra.append("sink = logit")
     cap = cfg.get("attn_logit_softcapping")
     if cap is not None:
@@ -142,8 +104,8 @@ def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
             raise InteropError(f"config key 'attn_logit_softcapping' must be a positive number or null, got "
                                f"{quoted(cap, 60)}", code="E963")
         extra.append(f"softcap = {format_number(float(cap))}")
-    if kind == NOPE:
-        return _nope_text(cfg, name, extra)
+    if kind in (NOPE, NOPE_SLIDING):
+        return _nope_text(cfg, name, extra, mt)
     text = import_config(_rope_for(cfg, kind, mt), name=name)
     if mt.startswith("llama4"):
         text = text.replace("  layout halves\n", "  layout interleaved\n")
@@ -152,12 +114,30 @@ def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
     return "\n".join(lines[:at] + [f"  {e}" for e in extra] + lines[at:]) + "\n"
 
 
-def _nope_text(cfg: dict, name: str, extra: list[str]) -> str:
+def _heads(cfg: dict) -> tuple[int, int]:
+    """(heads, head_dim) of a NoPE layer, each read from its field (InteropError naming a missing one)."""
     heads = _int(cfg, "num_attention_heads")
-    head_dim = _int(cfg, "head_dim") or _int(cfg, "hidden_size") // heads
-    lines = [f'scheme {name} "NoPE layer of a Hugging Face Llama 4 text config" {{',
+    head_dim = _int(cfg, "head_dim")
+    if heads is None or (head_dim is None and _int(cfg, "hidden_size") is None):
+        missing = "num_attention_heads" if heads is None else "head_dim (or hidden_size)"
+        raise InteropError(f"the config gives no {missing}: a NoPE layer's scheme needs the heads and their width",
+                           code="E963", hint="a decoder config.json has num_attention_heads and hidden_size or "
+                           "head_dim")
+    if head_dim is None:
+        head_dim = _int(cfg, "hidden_size") // heads
+    if not 1 <= head_dim <= limits.MAX_HEAD_DIM or heads > limits.MAX_HEADS:
+        raise InteropError(f"the config's {heads} heads of {head_dim} channels are outside pedsl's limits "
+                           f"({limits.MAX_HEADS} heads, {limits.MAX_HEAD_DIM} channels)", code="E963")
+    return heads, head_dim
+
+
+def _nope_text(cfg: dict, name: str, extra: list[str], mt: str) -> str:
+    heads, head_dim = _heads(cfg)
+    llama4 = mt.startswith("llama4")
+    lines = [f'scheme {name} "NoPE layer of a Hugging Face {_pe_text(mt)} config" {{',
              f"  param heads: int = {heads}", f"  param head_dim: int = {head_dim}"]
-    if cfg.get("attn_temperature_tuning", True):
+    tuning = llama4 and cfg.get("attn_temperature_tuning", True)
+    if tuning:
         floor_scale = cfg.get("floor_scale", 8192)
         attn_scale = cfg.get("attn_scale", 0.1)
         for key, v in (("floor_scale", floor_scale), ("attn_scale", attn_scale)):
@@ -167,7 +147,7 @@ def _nope_text(cfg: dict, name: str, extra: list[str]) -> str:
                   f"  param attn_scale: float (> 0) = {format_number(float(attn_scale))}",
                   f"  temperature = {LLAMA4_TEMPERATURE}"]
     lines += [f"  {e}" for e in extra]
-    if cfg.get("attn_temperature_tuning", True):
+    if tuning:
         lines.append("  allow temperature_without_length")
     return "\n".join(lines + ["}"]) + "\n"
 
@@ -204,7 +184,7 @@ def layered_text(config: dict, name: str | None = None) -> str:
     mt = (arch.model_types(cfg) or ["model"])[-1]
     base = name or _base_name(mt)
     kinds = layer_kinds(cfg)
-    short = {FULL: "full", SLIDING: "sliding", CHUNKED: "chunked", NOPE: "nope"}
+    short = {FULL: "full", SLIDING: "sliding", CHUNKED: "chunked", NOPE: "nope", NOPE_SLIDING: "nope_sliding"}
     names = {k: f"{base}_{short[k]}" for k in dict.fromkeys(kinds)}
     notes = [f"# Imported by pedsl import-hf from a Hugging Face {_pe_text(mt)} config: {len(kinds)} layers."]
     for key in ("query_pre_attn_scalar", "final_logit_softcapping"):

@@ -27,7 +27,7 @@ from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.fsio import read_text
-from pedsl.hf import arch
+from pedsl.hf import arch, registry
 from pedsl.lang import ast
 from pedsl.lang.api import check, format as fmt
 from pedsl.lang.parser import name_problem
@@ -59,6 +59,12 @@ MAX_CONFIG_BYTES = 10_000_000  # config.json files are a few kB
 
 
 # ---------------------------------------------------------------------- reading a config
+
+
+def default_theta(cfg: dict) -> float:
+    """The base a config without rope_theta gets: its model type's default_theta (the registry's record)."""
+    fam = registry.family((arch.model_types(cfg) or [""])[-1])
+    return DEFAULT_THETA if fam is None else fam.theta
 
 
 def read_config(path: str | Path) -> dict:
@@ -111,13 +117,32 @@ def rope_spec(cfg: dict) -> dict:
     if not isinstance(raw, dict):
         raise InteropError(f"{section} must be an object, got {quoted(raw, 80)}", code="E963")
     rope_type = raw.get("rope_type", raw.get("type", "default"))
+    alpha = _ntk_alpha(cfg, raw, rope_type, section)
+    if alpha is not None:  # HunYuan's fixed-alpha NTK: a static table, default rope at a stretched base
+        raw = {k: v for k, v in raw.items() if k not in ("alpha", "factor")}
+        rope_type = raw["rope_type"] = "default"
     _refuse_inexact(cfg, raw, rope_type)
     spec = _shape(cfg, raw, section)
     spec["rope_type"] = rope_type
+    if alpha is not None:
+        d = spec["head_dim"]
+        spec["theta"] = spec["theta"] * alpha ** (d / (d - 2))
+        spec["fields"]["theta"] = f"{section}.rope_theta * {section}.alpha ** (head_dim / (head_dim - 2))"
     _architecture_rotation(spec, cfg)
     _scaling_knobs(spec, cfg, raw, section)
     _check_knobs(spec)
     return spec
+
+
+def _ntk_alpha(cfg: dict, raw: dict, rope_type, section: str) -> float | None:
+    """HunYuan's ``alpha`` (its rotary turns 'dynamic' with an alpha into a fixed base theta * alpha ** (d / (d - 2)),
+    registry.NTK_ALPHA), or None."""
+    if rope_type != "dynamic" or not raw.get("alpha") or not set(arch.model_types(cfg)) & registry.NTK_ALPHA:
+        return None
+    alpha = _number(raw, "alpha", where=section)
+    if not 0 < alpha < math.inf:
+        raise InteropError(f"{section}.alpha must be a positive number, got {quoted(alpha)}", code="E963")
+    return float(alpha)
 
 
 def _refuse_inexact(cfg: dict, raw: dict, rope_type) -> None:
@@ -155,7 +180,7 @@ def _shape(cfg: dict, raw: dict, section: str) -> dict:
                                code="E963", hint="a decoder config.json has num_attention_heads and hidden_size")
         head_dim = hidden // heads
     where = {k: (raw, section) if k in raw else (cfg, "config") for k in ("rope_theta", "partial_rotary_factor")}
-    theta = _number(where["rope_theta"][0], "rope_theta", DEFAULT_THETA, where=where["rope_theta"][1])
+    theta = _number(where["rope_theta"][0], "rope_theta", default_theta(cfg), where=where["rope_theta"][1])
     prf = _number(where["partial_rotary_factor"][0], "partial_rotary_factor", 1.0,
                   where=where["partial_rotary_factor"][1])
     fields = {"heads": "num_attention_heads", "max_position_embeddings": "max_position_embeddings",
@@ -354,7 +379,9 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     model_type = _pe_text(cfg.get("model_type", "?"))  # config text is data: never a line or a quote of .pe
     lines = [f"# Imported by pedsl import-hf from a Hugging Face config (model_type {model_type}, "
              f"rope_type {t}).",
-             "# Equal to the model's positional encoding: pedsl export-hf prints its rope_parameters back.",
+             ("# Read as transformers computes this model type (pedsl/hf/registry.py); the type's logits were compared "
+              "with the native model by tools/hf_sweep (docs/hf-compatibility.md)." if cfg.get("model_type") else
+              "# Read as transformers' rope utilities read a config without model_type (no model compared)."),
              *([f"# {s['note']}."] if s["note"] else []),
              f'scheme {name} "{t} rotary embedding of a Hugging Face {_pe_text(cfg.get("model_type", "model"))} '
              f'config" {{', *_param_lines(s)]

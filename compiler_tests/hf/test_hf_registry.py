@@ -1,0 +1,223 @@
+"""The model-type registry (pedsl/hf/registry.py) that import-hf and use_pedsl_attention both read: untaught
+types refused by name, the silently-wrong configs of the past imported as the native model computes them
+(checked against the native model, float32, tools.hf_sweep's comparison), and the registry's defaults checked
+against the installed config classes."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from pedsl.errors import InteropError, PedslError
+from pedsl.hf import import_config
+from pedsl.hf.registry import REGISTRY, layer_kinds
+from pedsl.lang.api import load
+from compiler_tests.compiler_helpers import run_cli
+
+transformers = pytest.importorskip("transformers")
+from tools import hf_sweep  # noqa: E402
+
+
+def _native(model_type: str, **fields):
+    cfg = hf_sweep.tiny_config(model_type)
+    for k, v in fields.items():
+        setattr(cfg, k, v)
+    cfg = type(cfg)(**{**cfg.to_dict(), **fields})
+    cfg._attn_implementation = "sdpa"
+    import torch
+
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model
+
+
+def _exact(native) -> str:
+    """The imported text, after checking use_pedsl_attention's logits and greedy tokens against the native model."""
+    from pedsl.hf import use_pedsl_attention
+
+    text = import_config(json.loads(native.config.to_json_string()))
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    worst, scale, what, bad = hf_sweep.compare(native, ours)
+    assert not bad, (bad, what)
+    return text
+
+
+# ---------------------------------------------------------------------- refused by name
+
+
+def test_an_untaught_model_type_is_refused_naming_the_field(tmp_path):
+    cfg = {"model_type": "baichuan", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2}
+    for mt in ("baichuan", "some_future_model"):
+        with pytest.raises(InteropError) as err:
+            import_config({**cfg, "model_type": mt})
+        assert f"model_type '{mt}'" in str(err.value)
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps({**cfg, "model_type": "some_future_model"}))
+    code, out, err = run_cli("import-hf", f)
+    assert code != 0 and code != 3 and "some_future_model" in err and not out
+
+
+def test_bloom_with_its_real_keys_is_refused_as_alibi():
+    cfg = transformers.BloomConfig(n_layer=2, n_head=4, hidden_size=64).to_dict()
+    assert "n_head" in cfg
+    for c in (cfg, {**cfg, "num_attention_heads": 4}):
+        with pytest.raises(InteropError, match="model_type 'bloom'.*ALiBi"):
+            import_config(c)
+
+
+def test_jamba_is_refused_not_written_as_rope():
+    with pytest.raises(InteropError, match="model_type 'jamba'.*no rotary"):
+        import_config(transformers.JambaConfig(num_hidden_layers=2).to_dict())
+
+
+def test_deepseek_v3_refuses_every_scheme_in_the_adapter():
+    from pedsl.hf import use_pedsl_attention
+
+    native = hf_sweep.build("deepseek_v3")
+    for scheme in (None, "rope"):
+        with pytest.raises(PedslError, match="deepseek_v3.*qk_rope_head_dim"):
+            use_pedsl_attention(copy.deepcopy(native), scheme)
+
+
+# ---------------------------------------------------------------------- imported as the native model computes them
+
+
+@pytest.mark.parametrize("model_type", ["mistral", "mixtral", "starcoder2"])
+def test_a_sliding_window_without_layer_types_is_every_layers_window(model_type):
+    native = _native(model_type, sliding_window=6)
+    assert "layer_types" not in {k for k, v in native.config.to_dict().items() if v} or model_type != "mistral"
+    text = _exact(native)
+    assert "window = 6" in text and load(text).layers is not None
+
+
+def test_exaone4_rotates_only_its_sliding_layers():
+    native = _native("exaone4", sliding_window=6)
+    text = _exact(native)
+    sch = load(text, layers=4)
+    parts = [sch.layers.parts[n] for n in sch.layers.assign(4)]
+    assert [bool(p.transports) for p in parts] == [True, True, True, False]
+    assert [p.window for p in parts] == [6, 6, 6, None]
+
+
+def test_olmo3_sliding_layers_default_rope_full_layers_yarn():
+    rp = {"full_attention": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                             "rope_theta": 1e4},
+          "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    native = _native("olmo3", sliding_window=6, rope_parameters=rp, max_position_embeddings=32)
+    text = _exact(native)
+    assert "yarn(" in text and "window = 6" in text
+    sch = load(text, layers=4)
+    assert [sch.layers.parts[n].window for n in sch.layers.assign(4)] == [6, 6, 6, None]
+
+
+def test_olmo3_legacy_rope_scaling_goes_to_the_full_layers():
+    cfg = {"model_type": "olmo3", "num_hidden_layers": 4, "num_attention_heads": 4, "hidden_size": 64,
+           "max_position_embeddings": 64, "sliding_window": 6,
+           "rope_scaling": {"rope_type": "linear", "factor": 2.0}}
+    text = import_config(cfg)
+    full, sliding = text.split("scheme olmo3_full")[1], text.split("scheme olmo3_sliding")[1].split("scheme")[0]
+    assert "/ factor" in full.split("scheme")[0] and "/ factor" not in sliding
+    assert "500000.0" in sliding  # OLMo 3's default_theta, not 10000
+
+
+def test_smollm3_no_rope_layers_are_nope():
+    native = _native("smollm3")
+    text = _exact(native)
+    assert "NoPE layer" in text
+
+
+# ---------------------------------------------------------------------- hostile configs (import-hf and paths)
+
+
+def test_llama4_nope_layers_without_heads_are_a_config_error(tmp_path):
+    cfg = {"model_type": "llama4_text", "num_hidden_layers": 4, "no_rope_layers": [0, 0, 1, 1],
+           "rope_parameters": {"rope_type": "default", "rope_theta": 5e5}}
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    code, out, err = run_cli("import-hf", f)
+    assert code not in (0, 3) and "num_attention_heads" in err, err
+    f.write_text(json.dumps({**cfg, "num_attention_heads": 4}))
+    code, out, err = run_cli("import-hf", f)
+    assert code not in (0, 3) and "head_dim" in err, err
+
+
+def test_gemma3_rope_per_layer_type_that_is_not_an_object_is_refused():
+    cfg = transformers.Gemma3TextConfig(num_hidden_layers=6, sliding_window=6).to_dict()
+    cfg["rope_parameters"] = {**cfg["rope_parameters"], "sliding_attention": "x"}
+    with pytest.raises(InteropError, match="rope_parameters.sliding_attention must be an object"):
+        import_config(cfg)
+
+
+# ---------------------------------------------------------------------- the registry against the installed classes
+
+
+@pytest.mark.parametrize("model_type", sorted(mt for mt, f in REGISTRY.items() if not f.refused
+                                              and mt in transformers.CONFIG_MAPPING))
+def test_registry_default_theta_is_the_config_classes(model_type):
+    cls = type(transformers.CONFIG_MAPPING[model_type]().get_text_config())  # a composite's text model
+    want = getattr(cls, "default_theta", 10000.0)
+    want = want["global"] if isinstance(want, dict) else want
+    assert REGISTRY[model_type].theta == want
+
+
+@pytest.mark.parametrize("model_type", ["gemma2", "gemma3_text", "olmo3", "exaone4", "qwen2", "qwen3", "ministral",
+                                        "smollm3", "gpt_oss"])
+def test_registry_layer_types_are_the_config_classes(model_type):
+    """A file without layer_types: the registry's defaults equal what the config class fills in."""
+    cls = transformers.CONFIG_MAPPING[model_type]
+    kw = dict(num_hidden_layers=8, sliding_window=6, use_sliding_window=True, max_window_layers=3)
+    cfg = cls(**kw).to_dict()
+    raw = {k: v for k, v in cfg.items() if k not in ("layer_types", "no_rope_layers")}
+    assert layer_kinds(raw) == layer_kinds(cfg)
+
+
+# ---------------------------------------------------------------------- the sweep and its table
+
+
+def test_the_compatibility_table_is_not_stale():
+    """docs/hf-compatibility.md (python -m tools.hf_sweep) has one row per swept type of the installed
+    transformers, its taught column is the registry's, a registry refusal is a refused row, an untaught
+    type is never exact, and no row is imported-but-different."""
+    from pedsl.hf.registry import REGISTRY
+
+    text = hf_sweep.DOC.read_text(encoding="utf-8")
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if line.startswith("| ") and len(cells) == 6 and cells[0] != "model type":
+            rows[cells[0]] = cells
+    assert set(rows) == set(hf_sweep.causal_types()), "regenerate with: python -m tools.hf_sweep"
+    for mt, (_, taught, state, *_) in rows.items():
+        assert taught == ("yes" if mt in REGISTRY else "no"), mt
+        assert state in hf_sweep.STATES and state != "DIFFERENT", (mt, state)
+        if mt in REGISTRY and REGISTRY[mt].refused:
+            assert state in ("refused", "cannot instantiate"), (mt, state)
+        if mt not in REGISTRY:
+            assert state != "exact", mt
+
+
+@pytest.mark.parametrize("model_type", hf_sweep.FAST)
+def test_fast_sweep_slice(model_type):
+    """A representative slice of the sweep: each type exact, refused by name, or not applicable."""
+    r = hf_sweep.sweep_one(model_type)
+    assert r.state in ("exact", "refused", "not applicable"), (r.state, r.reason)
+    if r.state == "refused":
+        assert f"'{model_type}'" in r.reason or model_type in r.reason, r.reason
+    if model_type in REGISTRY and not REGISTRY[model_type].refused:
+        assert r.state == "exact", r.reason
+
+
+def test_hunyuan_alpha_ntk_is_its_fixed_base():
+    """HunYuan's rope_type 'dynamic' with an alpha is a fixed base theta * alpha ** (d / (d - 2)) (its own rotary),
+    not HF's dynamic NTK: imported as that base, exact against the native model."""
+    rp = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 1e4}
+    native = _native("hunyuan_v1_dense", rope_parameters=rp)
+    text = _exact(native)
+    assert f"= {1e4 * 1000.0 ** (16 / 14)!r}" in text or "default rotary" in text
+    assert "dynamic_ntk" not in text

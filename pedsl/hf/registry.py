@@ -1,0 +1,273 @@
+"""What each Hugging Face architecture (``model_type``) does with its positional fields: one record per type.
+
+``pedsl import-hf`` (:mod:`pedsl.hf.rope`, :mod:`pedsl.hf.layered`, :mod:`pedsl.hf.multimodal`) and
+``use_pedsl_attention`` (:mod:`pedsl.hf.attention`) both read these records, so the scheme written for a
+config and the mask the adapter expects for each layer come from the same description. A model type
+without a record is refused by name: pedsl never guesses that an architecture it has not been taught is
+Llama's RoPE. Each record was read from transformers 5's ``configuration_*.py`` / ``modeling_*.py`` of that
+type and is checked against the native model by ``python -m tools.hf_sweep`` (docs/hf-compatibility.md).
+
+A record says:
+
+- ``rotation``: how the rotary table is applied - ``full`` (Llama's own default table: every channel
+  rotates whatever ``partial_rotary_factor`` says), ``partial`` (the first ``int(head_dim *
+  partial_rotary_factor)`` channels, halves layout), ``interleaved`` (pairs 2p, 2p + 1), ``mrope`` (3-D
+  positions), ``none`` (no rotary in any attention layer);
+- ``layers``: which rule gives each layer its kind when ``layer_types`` is absent (:func:`layer_types`) and
+  whether ``sliding_window`` applies at all;
+- ``nope``: which layers skip the rotation (Llama 4 / SmolLM3 ``no_rope_layers``, EXAONE 4: rope on the
+  sliding layers only when the model has a window);
+- ``per_type_rope``: ``rope_parameters`` hold one dict per layer type (Gemma 3, OLMo 3);
+- ``sinks``: a learned sink logit per head in every layer (GPT-OSS);
+- ``theta``: the config class's ``default_theta`` (the base when the file gives no ``rope_theta``; Gemma 3's
+  global one, its local one is :data:`GEMMA3_LOCAL_THETA`);
+- ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pedsl import limits
+from pedsl.errors import InteropError, quoted
+
+FULL, SLIDING, CHUNKED, NOPE = "full_attention", "sliding_attention", "chunked_attention", "nope"
+NOPE_SLIDING = "nope_sliding"  # a NoPE layer with a sliding window (SmolLM3's)
+
+
+@dataclass(frozen=True)
+class Family:
+    """How one model type computes positions (see the module docstring)."""
+
+    rotation: str = "full"
+    layers: str = "none"  # none | every | types | qwen2 | gemma2 | gemma3 | olmo3 | exaone4 | ministral | llama4
+    nope: str = "none"  # none | llama4 | smollm3 | exaone4
+    per_type_rope: bool = False
+    sinks: bool = False
+    theta: float = 10000.0  # the config class's default_theta: rope_theta when the file gives none
+    refused: str | None = None
+
+
+def _refused(why: str) -> Family:
+    return Family(rotation="none", refused=why)
+
+
+_INTERLEAVED = ("rotates interleaved channel pairs (2p, 2p + 1) in its own apply_rotary_pos_emb; import-hf writes "
+                "HF's halves layout")
+_MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one of three positions - time, height, "
+          "width - split by mrope_section), whose positions are not one token index")
+_ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
+          "attention interface that pedsl's adapter replaces")
+_MLA = ("uses multi-head latent attention: its rotary (qk_rope_head_dim) rotates the last slice of a wider head, "
+        "with its own interleaving")
+
+REGISTRY: dict[str, Family] = {
+    # Llama's own default table (every channel), no window
+    **{mt: Family() for mt in ("llama", "olmo", "olmo2", "granite", "granitemoe", "gemma", "seed_oss", "arcee",
+                               )},
+    "apertus": Family(theta=1.2e7),
+    # Llama-like rotaries of other families, each checked exact by tools/hf_sweep
+    "bitnet": Family(theta=5e5),
+    **{mt: Family() for mt in ("hrm_text", "hunyuan_v1_dense", "hyperclovax", "jais2", "olmoe",
+                               "granitemoeshared")},
+    "flex_olmo": Family(theta=5e5),
+    # sliding_window, when set, on every layer (create_sliding_window_causal_mask for the whole model)
+    **{mt: Family(layers="every") for mt in ("mistral", "starcoder2")},
+    "mixtral": Family(layers="every", theta=1e6),
+    "phi3": Family(rotation="partial", layers="every"),
+    "qwen3_moe": Family(layers="qwen_every"),
+    "ministral": Family(layers="ministral"),
+    "qwen2": Family(layers="qwen2"),
+    "qwen3": Family(layers="qwen2"),
+    "qwen2_moe": Family(layers="qwen2"),
+    "gemma2": Family(layers="gemma2"),
+    "gemma3": Family(layers="gemma3", per_type_rope=True, theta=1e6),
+    "gemma3_text": Family(layers="gemma3", per_type_rope=True, theta=1e6),
+    "gpt_oss": Family(layers="gemma2", sinks=True, theta=1.5e5),
+    "olmo3": Family(layers="olmo3", per_type_rope=True, theta=5e5),
+    "exaone4": Family(layers="exaone4", nope="exaone4"),
+    "smollm3": Family(layers="smollm3", nope="smollm3", theta=2e6),
+    "llama4": Family(rotation="interleaved", layers="llama4", nope="llama4", theta=5e5),
+    "llama4_text": Family(rotation="interleaved", layers="llama4", nope="llama4", theta=5e5),
+    # the first int(head_dim * partial_rotary_factor) channels, every rope type
+    **{mt: Family(rotation="partial") for mt in ("phi", "stablelm", "persimmon", "gpt_neox", "nemotron")},
+    # M-RoPE imported by pedsl.hf.multimodal
+    **{mt: Family(rotation="mrope", theta=1e6) for mt in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
+                                                          "qwen2_5_vl_text")},
+    **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text")},
+    # taught, and refused with the reason
+    **{mt: _refused(_INTERLEAVED) for mt in ("cohere", "cohere2", "helium", "ernie4_5", "ernie4_5_moe", "glm",
+                                              "glm4", "glm4_moe", "moonshine")},
+    **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},
+    **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_omni_moe",
+                                       "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe",
+                                       "glm_image")},
+    **{mt: _refused(_ALIBI) for mt in ("bloom", "falcon", "mpt", "baichuan")},
+    "gemma3n": _refused("gives its layer types different rope parameters and shares KV caches across layers "
+                        "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
+    "gemma3n_text": _refused("gives its layer types different rope parameters and shares KV caches across layers "
+                             "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
+    "phimoe": _refused("scales its LongRoPE table by rope_parameters.short_mscale / long_mscale, which pedsl's "
+                       "longrope_mscale does not read"),
+    "jamba": _refused("has no rotary embedding in its attention layers (NoPE between Mamba layers), and its "
+                      "Mamba layers carry position themselves; pedsl writes the attention's encoding only"),
+}
+
+# Types whose rotary reads rope_parameters.alpha with rope_type 'dynamic' as a fixed NTK base (HunYuan).
+NTK_ALPHA = frozenset({"hunyuan_v1_dense"})
+GEMMA3_LOCAL_THETA = 10000.0  # Gemma 3's default_theta["local"]: its sliding layers' base
+# Rotations that pedsl.hf.rope writes in HF's halves layout.
+HALVES = ("full", "partial")
+
+
+def model_types(cfg: dict) -> list[str]:
+    """The config's model_type and, for a composite (vision-language) config, its text model's."""
+    out = [str(cfg.get("model_type"))] if cfg.get("model_type") else []
+    text = cfg.get("text_config")
+    if isinstance(text, dict) and text.get("model_type"):
+        out.append(str(text["model_type"]))
+    return out
+
+
+def family(model_type: str) -> Family | None:
+    return REGISTRY.get(model_type)
+
+
+def unknown(cfg: dict) -> str | None:
+    """The refusal of a config whose model_type pedsl has not been taught (None: known, or no model_type)."""
+    for mt in model_types(cfg):
+        if mt not in REGISTRY:
+            return (f"pedsl does not know how model_type '{mt}' computes its positional encoding (field "
+                    "model_type): import-hf writes only the architectures it has been taught "
+                    "(docs/hf-compatibility.md), never a guess")
+    return None
+
+
+def taught_refusal(cfg: dict) -> str | None:
+    """Why a taught architecture is refused, naming the model type (None: imported)."""
+    for mt in model_types(cfg):
+        fam = REGISTRY.get(mt)
+        if fam is not None and fam.refused:
+            return f"model_type '{mt}' {fam.refused}"
+    return None
+
+
+def window_size(cfg: dict, fam: Family):
+    """The sliding window the model's layers of kind sliding use (None: the model has none)."""
+    if fam.layers in ("qwen2", "qwen_every") and not cfg.get("use_sliding_window"):
+        return None
+    if fam.layers == "smollm3" and not cfg.get("use_sliding_window"):
+        return None
+    return cfg.get("sliding_window") if fam.layers != "none" else None
+
+
+def default_layer_types(cfg: dict, fam: Family, n: int, pattern) -> list[str]:
+    """``layer_types`` as the config class fills it when the file has none (``pattern``: an int reader)."""
+    window = window_size(cfg, fam)
+    rule = fam.layers
+    if rule in ("every", "qwen_every", "ministral"):
+        return [SLIDING if window is not None else FULL] * n
+    if rule == "gemma2":
+        return [SLIDING if (i + 1) % 2 else FULL for i in range(n)]
+    if rule == "gemma3":
+        every = pattern("sliding_window_pattern", pattern("_sliding_window_pattern", 6))
+        return [SLIDING if (i + 1) % every else FULL for i in range(n)]
+    if rule == "olmo3":
+        return [SLIDING if (i + 1) % 4 else FULL for i in range(n)]
+    if rule == "exaone4":
+        every = 0 if cfg.get("sliding_window") is None else pattern("sliding_window_pattern", 4)
+        return [SLIDING if every and (i + 1) % every else FULL for i in range(n)]
+    if rule == "qwen2":
+        start = pattern("max_window_layers", n, 0)
+        return [SLIDING if window is not None and i >= start else FULL for i in range(n)]
+    return [FULL] * n
+
+
+# Layers of different kinds (windows, chunks, NoPE layers, sinks, rope per layer type): pedsl.hf.layered writes a
+# layers scheme for them.
+LAYERED_TYPES = frozenset(mt for mt, f in REGISTRY.items() if not f.refused and (
+    f.layers != "none" or f.nope != "none" or f.per_type_rope or f.sinks))
+
+
+# ---------------------------------------------------------------------- each layer's kind
+
+
+def text_config(cfg: dict) -> dict:
+    """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself."""
+    text = cfg.get("text_config")
+    return text if isinstance(text, dict) and cfg.get("model_type") in ("llama4", "gemma3") else cfg
+
+
+def _int(cfg: dict, key: str, default=None, least: int = 1):
+    v = cfg.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() or not \
+            least <= v <= limits.MAX_LENGTH * 1024:
+        raise InteropError(f"config key '{key}' must be a whole number >= {least}, got {quoted(v, 60)}", code="E963")
+    return int(v)
+
+
+def _family(cfg: dict) -> tuple[str, Family]:
+    mt = (model_types(cfg) or [""])[-1]
+    return mt, family(mt) or Family()
+
+
+def _rope_map(cfg: dict, n: int, key: str, interval_key: str, interval: int) -> list[int]:
+    """``no_rope_layers`` (1: a RoPE layer, 0: a NoPE layer) as the config class fills it when absent."""
+    nope = cfg.get(key)
+    if nope is None:
+        every = _int(cfg, interval_key, interval)
+        nope = [int((i + 1) % every != 0) for i in range(n)]
+    if not isinstance(nope, list) or len(nope) != n or any(x not in (0, 1) or isinstance(x, bool) for x in nope):
+        raise InteropError(f"{key} must list 0 or 1 for each of the {n} layers, got {quoted(nope, 80)}", code="E963")
+    return nope
+
+
+def layer_kinds(cfg: dict) -> list[str]:
+    """The kind of every layer: full_attention, sliding_attention, chunked_attention, nope or nope_sliding,
+    read as the model's config class and attention read it (defaults included; :mod:`pedsl.hf.registry`)."""
+    mt, fam = _family(cfg)
+    n = _int(cfg, "num_hidden_layers")
+    if n is None or n > limits.MAX_LAYERS:
+        raise InteropError(f"num_hidden_layers must be 1 .. {limits.MAX_LAYERS}, got {quoted(cfg.get('num_hidden_layers'))}",
+                           code="E963")
+    if fam.layers == "llama4":
+        nope = _rope_map(cfg, n, "no_rope_layers", "no_rope_layer_interval", 4)
+        chunked = cfg.get("attention_chunk_size") is not None
+        return [NOPE if not r else CHUNKED if chunked else FULL for r in nope]
+    window = window_size(cfg, fam)
+    if window is not None:
+        _int(cfg, "sliding_window")
+    types = cfg.get("layer_types")
+    if fam.layers == "smollm3":
+        rope = _rope_map(cfg, n, "no_rope_layers", "no_rope_layer_interval", 4)
+        if types is None:
+            types = [SLIDING if window is not None and not r else FULL for r in rope]
+    elif types is None or fam.layers in ("every", "qwen_every", "none"):  # these read sliding_window alone
+        types = default_layer_types(cfg, fam, n, lambda k, d=None, least=1: _int(cfg, k, d, least))
+    if not isinstance(types, list) or len(types) != n or any(t not in (FULL, SLIDING) for t in types):
+        raise InteropError(f"layer_types must name full_attention or sliding_attention for each of the {n} layers, "
+                           f"got {quoted(types, 80)}", code="E961")
+    kinds = [SLIDING if t == SLIDING and window is not None else FULL for t in types]
+    if fam.nope == "smollm3":
+        kinds = [k if r else NOPE_SLIDING if k == SLIDING else NOPE for k, r in zip(kinds, rope)]
+    if fam.nope == "exaone4" and window is not None:  # HF rotates the sliding layers only, when there is a window
+        kinds = [k if k == SLIDING else NOPE for k in kinds]
+    return kinds
+
+
+def is_layered(cfg: dict) -> bool:
+    """Whether the config's layers differ (or carry a window, a chunk, sinks, a soft cap, NoPE layers, a rope per
+    layer type): :func:`import_layered`'s."""
+    cfg = text_config(cfg)
+    mt, fam = _family(cfg)
+    if mt not in LAYERED_TYPES:
+        return False
+    if fam.sinks or fam.per_type_rope or fam.layers == "llama4" or cfg.get("attn_logit_softcapping") is not None:
+        return True
+    if fam.nope == "none" and window_size(cfg, fam) is None:
+        return False  # no window anywhere, every layer rotates: one scheme (no layer count needed)
+    return any(k != FULL for k in layer_kinds(cfg))
+
+

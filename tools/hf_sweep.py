@@ -1,0 +1,278 @@
+"""Every model type the installed transformers registers, against pedsl's Hugging Face boundary.
+
+For each model type with a causal-LM class (transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): build a tiny
+random model from its own config class (4 layers, width 64, 4 heads of 16, the positional fields set to
+non-default values: a window of 6 on the layers that take one, a NoPE layer, a base of 5e4), then
+
+1. ``pedsl import-hf`` of its ``config.json`` (the JSON transformers writes, read back as a file is);
+2. ``use_pedsl_attention`` on a copy of the model (its default scheme is that import);
+3. logits of an unpadded and a left-padded batch (20 tokens, past the window) with and without the cache, and
+   greedy ``generate`` of 10 tokens from the padded batch, float32, against the native model.
+
+Each type ends in exactly one state: ``exact`` (every comparison within the tolerance below), ``refused``
+(a PedslError, its first sentence recorded: it names the model type and the field), ``not applicable`` (the
+model's attention has no positional encoding of its own: its modeling file names no rotary, ALiBi or
+relative bias), ``cannot instantiate`` (the config class or the model does not build offline; the reason),
+or ``DIFFERENT`` (imported, and the logits differ: a bug, which the fast test fails on).
+
+Tolerance: float32 logits of a 4-layer model computed with different but equal arithmetic (pedsl's rotation
+tables in float64, rounded once): ``1e-4 * max(1, max |logit|)`` (about 2**10 float32 ulps of the logits).
+
+    python -m tools.hf_sweep                 # the full sweep; rewrites docs/hf-compatibility.md
+    python -m tools.hf_sweep llama mistral   # some types only (prints, does not rewrite the table)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import re
+import signal
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "hf-compatibility.md"
+RESULTS = ROOT / "docs" / "hf-compatibility.json"
+STATES = ("exact", "refused", "not applicable", "cannot instantiate", "DIFFERENT")
+TOL = 1e-4
+MAX_PARAMS = 150_000_000
+L, WINDOW = 20, 6
+# The fields every tiny config gets (a config class ignores those it does not have).
+SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=16, max_position_embeddings=128, pad_token_id=0, bos_token_id=None,
+             eos_token_id=None, tie_word_embeddings=False, num_experts=4, num_local_experts=4, n_routed_experts=4,
+             moe_intermediate_size=32, shared_expert_intermediate_size=32, num_experts_per_tok=2)
+# Positional fields set to values other than the defaults, where the config class has them.
+POSITIONAL = dict(sliding_window=WINDOW, use_sliding_window=True, max_window_layers=1, rope_theta=5e4,
+                  no_rope_layers=[1, 0, 1, 1], attention_chunk_size=8)
+# A fast slice for the suite: the families of the issue, one of each mechanism (a few minutes on one core).
+FAST = ("llama", "mistral", "qwen2", "phi3", "gpt_neox", "gemma2", "olmo3", "exaone4", "smollm3", "jamba", "bloom",
+        "deepseek_v3", "gpt2")
+
+
+@dataclass
+class Result:
+    model_type: str
+    state: str
+    compared: str = ""
+    largest: float | None = None
+    reason: str = ""
+    seconds: float = 0.0
+    details: dict = field(default_factory=dict)
+
+
+def causal_types() -> list[str]:
+    """The swept types: those with a causal-LM class, and every type pedsl's registry names."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    from pedsl.hf.registry import REGISTRY
+
+    return sorted(mt for mt in {*MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, *REGISTRY} if mt in CONFIG_MAPPING_NAMES)
+
+
+def positional_attention(model_type: str) -> bool:
+    """Whether the type's modeling file computes a position inside attention (rotary, ALiBi, a relative bias)."""
+    import transformers
+
+    root = Path(transformers.__file__).parent / "models" / model_type.replace("-", "_")
+    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(root.glob("modeling_*.py")))
+    return bool(re.search(r"rotary|alibi|relative_attention_bias|position_bias", text, re.I)) or not text
+
+
+def tiny_config(model_type: str):
+    """The type's config class with SMALL and POSITIONAL where it has those fields."""
+    from transformers import CONFIG_MAPPING
+
+    cls = CONFIG_MAPPING[model_type]
+    base = cls()
+    kw = {k: v for k, v in {**SMALL, **POSITIONAL}.items() if hasattr(base, k)}
+    if "rope_theta" in kw:
+        kw.pop("rope_theta")
+    rp = getattr(base, "rope_parameters", None)
+    if isinstance(rp, dict) and "rope_type" in rp:  # one rope for every layer: another base
+        kw["rope_parameters"] = {**rp, "rope_theta": 5e4}
+    if "head_dim" not in kw and hasattr(base, "hidden_size"):
+        kw["head_dim"] = 16
+    for drop in ((), ("no_rope_layers",), ("no_rope_layers", "attention_chunk_size"), ("head_dim",)):
+        try:
+            cfg = cls(**{k: v for k, v in kw.items() if k not in drop})
+            break
+        except Exception as exc:  # noqa: BLE001 - any config class error: try with fewer fields
+            err = exc
+    else:
+        raise RuntimeError(f"the config class refuses small sizes: {type(err).__name__}: {str(err)[:120]}")
+    cfg._attn_implementation = "sdpa"
+    return cfg
+
+
+def build(model_type: str):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    cfg = tiny_config(model_type)
+    with torch.device("meta"):  # the size first: a config class that keeps large sub-models is not built
+        try:
+            size = sum(p.numel() for p in AutoModelForCausalLM.from_config(copy.deepcopy(cfg)).parameters())
+        except ValueError:
+            size = 0
+    if size > MAX_PARAMS:
+        raise RuntimeError(f"{size / 1e6:.0f}M parameters at the small sizes (sub-models the sweep does not shrink)")
+    torch.manual_seed(0)
+    try:
+        model = AutoModelForCausalLM.from_config(cfg)
+    except ValueError as exc:  # a model without SDPA: its eager attention
+        if "does not support an attention implementation" not in str(exc):
+            raise
+        cfg._attn_implementation = "eager"
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg)
+    model = model.float().eval()
+    with torch.no_grad():  # larger weights than HF's init: logits that differ across tokens and positions
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model
+
+
+def batches(vocab: int):
+    import torch
+
+    g = torch.Generator().manual_seed(L)
+    tok = torch.randint(1, min(vocab, 128), (2, L), generator=g)
+    mask = torch.ones_like(tok)
+    mask[1, :4] = 0
+    return tok, mask
+
+
+def compare(native, ours) -> tuple[float, float, str, list[str]]:
+    """(largest logit difference, largest |logit|, what was compared, the comparisons that differ)."""
+    import torch
+
+    tok, mask = batches(native.config.get_text_config().vocab_size)
+    worst, scale, bad, what = 0.0, 1.0, [], []
+
+    def check(name, a, b):
+        nonlocal worst, scale
+        d = float((a - b).abs().max()) if a.numel() else 0.0
+        worst, scale = max(worst, d), max(scale, float(a.abs().max()))
+        what.append(name)
+        if not d <= TOL * max(1.0, float(a.abs().max())):
+            bad.append(f"{name} {d:.2e}")
+
+    with torch.no_grad():
+        for name, kw in (("unpadded", dict(input_ids=tok)), ("padded", dict(input_ids=tok, attention_mask=mask))):
+            for cache in (False, True):
+                a = native(**kw, use_cache=cache).logits
+                b = ours(**kw, use_cache=cache).logits
+                real = (kw.get("attention_mask", torch.ones_like(tok))).bool()
+                check(f"{name} logits{' (cache)' if cache else ''}", a[real], b[real])
+        gkw = dict(attention_mask=mask, max_new_tokens=10, do_sample=False, output_logits=True,
+                   return_dict_in_generate=True)
+        ga, gb = native.generate(tok, **gkw), ours.generate(tok, **gkw)
+        if not torch.equal(ga.sequences, gb.sequences):
+            bad.append("greedy tokens")
+        check("greedy generate (cache)", torch.cat(ga.logits), torch.cat(gb.logits))
+    return worst, scale, ", ".join(what), bad
+
+
+def _alarm(signum, frame):
+    raise TimeoutError("over 120 s")
+
+
+def sweep_one(model_type: str) -> Result:
+    """The state of one model type (see the module docstring)."""
+    from pedsl.errors import PedslError
+    from pedsl.hf import import_config, use_pedsl_attention
+    from pedsl.strictparse import load_json
+
+    t0 = time.monotonic()
+    res = Result(model_type, "cannot instantiate")
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(120)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            try:
+                native = build(model_type)
+            except Exception as exc:  # noqa: BLE001 - the reason goes in the table
+                res.reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
+                return res
+            config = load_json(native.config.to_json_string())
+            try:
+                import_config(config)
+                ours = use_pedsl_attention(copy.deepcopy(native))
+            except PedslError as err:
+                from pedsl.hf.registry import REGISTRY
+
+                applicable = model_type in REGISTRY or positional_attention(model_type)
+                res.state = "refused" if applicable else "not applicable"
+                res.reason = str(err.diagnostics[0].message)[:300]
+                return res
+            worst, scale, res.compared, bad = compare(native, ours)
+            res.largest = worst
+            res.state = "DIFFERENT" if bad else "exact"
+            res.reason = "; ".join(bad)
+    except TimeoutError as exc:
+        res.state, res.reason = "cannot instantiate", f"timed out ({exc})"
+    except Exception as exc:  # noqa: BLE001 - an error in the comparison itself: recorded, never "exact"
+        res.state = "DIFFERENT"
+        res.reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    finally:
+        signal.alarm(0)
+        res.seconds = round(time.monotonic() - t0, 1)
+    return res
+
+
+def table(results: list[Result], version: str) -> str:
+    """docs/hf-compatibility.md."""
+    from pedsl.hf.registry import REGISTRY
+
+    counts = {s: sum(r.state == s for r in results) for s in STATES}
+    positional = sum(r.state in ("exact", "refused", "DIFFERENT") for r in results)
+    lines = ["# Hugging Face compatibility", "",
+             f"Generated by `python -m tools.hf_sweep` against transformers {version}: every model type with a "
+             "causal-LM class, a tiny random model from its own config class (4 layers, width 64, 4 heads of 16, "
+             f"a window of {WINDOW}, a NoPE layer where the config has `no_rope_layers`, base 5e4), `pedsl import-hf` "
+             "of its config.json, `use_pedsl_attention`, and the logits of an unpadded and a left-padded batch "
+             f"({L} tokens) with the cache off and on, and greedy generation of 10 tokens, in float32 against the "
+             f"native model (tolerance {TOL:g} x max(1, max |logit|)). `taught` says whether pedsl's registry "
+             "(pedsl/hf/registry.py) has a record for the type; every other type is refused by name.", "",
+             f"{len(results)} model types: " + ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s]) +
+             f". With positional attention (exact + refused + different): {positional}; exact: {counts['exact']}.",
+             "", "| model type | taught | state | compared | largest difference | reason |", "|---|---|---|---|---|---|"]
+    for r in sorted(results, key=lambda r: r.model_type):
+        largest = "" if r.largest is None else f"{r.largest:.1e}"
+        reason = r.reason.replace("|", "/").replace("\n", " ")
+        lines.append(f"| {r.model_type} | {'yes' if r.model_type in REGISTRY else 'no'} | {r.state} | {r.compared} | "
+                     f"{largest} | {reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    import transformers
+
+    from pedsl.fsio import atomic_write_text
+
+    types = argv or causal_types()
+    results = []
+    for mt in types:
+        r = sweep_one(mt)
+        results.append(r)
+        print(f"{mt:28s} {r.state:18s} {r.seconds:6.1f}s {r.largest if r.largest is not None else '':<10} "
+              f"{r.reason[:110]}", flush=True)
+    if not argv:
+        atomic_write_text(DOC, table(results, transformers.__version__))
+        atomic_write_text(RESULTS, json.dumps([r.__dict__ for r in results], indent=1) + "\n")
+        print(f"wrote {DOC}")
+    return 1 if any(r.state == "DIFFERENT" for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
