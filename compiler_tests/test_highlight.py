@@ -80,7 +80,7 @@ def test_the_vscode_extension_starts_pedsl_lsp_for_pe_files():
     assert config["comments"]["lineComment"] == "#"
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/language.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/language.md", "docs/tutorial.md"])
 def test_the_docs_pe_blocks_lex_cleanly(doc):
     blocks = re.findall(r"```pe\n(.*?)```", (ROOT / doc).read_text(), flags=re.S)
     assert blocks

@@ -1,4 +1,5 @@
-"""The README's Python examples run as written (they are what a new user copies first)."""
+"""The documentation's Python examples run as written (they are what a new user copies first). They were the
+README's; the page that holds them now is docs/how-it-works.md."""
 
 from __future__ import annotations
 
@@ -7,18 +8,18 @@ from pathlib import Path
 
 import torch
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-it-works.md"
 
 
 def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", PAGE.read_text(), flags=re.S)
 
 
 def test_the_decoding_example_runs_and_decodes_like_one_full_forward():
     block = next(b for b in _python_blocks() if "new_cache" in b)
     torch.manual_seed(0)
     env: dict = {}
-    exec(compile(block, "README.md", "exec"), env)  # noqa: S102 - the repository's own README
+    exec(compile(block, "docs/how-it-works.md", "exec"), env)  # noqa: S102 - the repository's own docs
     lm, cache = env["lm"], env["cache"]
     assert len(cache) == 5 + 8 and env["logits"].shape == (2, 1, 256)
     # the cached decoding equals one full forward over the same tokens

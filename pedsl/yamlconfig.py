@@ -65,4 +65,4 @@ def validate_model(cls: type[BaseModel], data: Mapping[str, Any], *, where: str)
         raise error from None
 
 
-_LIMIT_HINT = "pedsl caps the values that size memory or time: see pedsl/limits.py or the README's Safety section"
+_LIMIT_HINT = "pedsl caps the values that size memory or time: see pedsl/limits.py or docs/safety.md (Resource caps)"

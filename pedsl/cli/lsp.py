@@ -30,7 +30,7 @@ def missing_extra() -> PedslError | None:
 def lsp(stdio: bool) -> int:
     """Run the .pe language server (diagnostics, completion, hover, go to definition, formatting) over stdio.
 
-    Point an editor's LSP client at `pedsl lsp`; see the README's "Editor support".
+    Point an editor's LSP client at `pedsl lsp`; see docs/editors.md.
     """
     err = missing_extra()
     if err is not None:

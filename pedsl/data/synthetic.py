@@ -14,7 +14,7 @@ from pedsl.errors import DataError
 # With word tokens "key is" is two tokens and unique; at byte level the original's "grass is",
 # "sky is", "sun is" make the bytes before a key ("y is ") recur in every sentence, so finding the
 # needle's first digit took a 5-byte match a 2-layer model did not learn (first digit at chance
-# while the others were copied); README, "Retrieval, several seeds", has the measurement.
+# while the others were copied); docs/studies/retrieval.md has the measurement.
 FILLER = (b"The grass grows green. The sky looks blue. The sun shines yellow. "
           b"Here we go. There and back again. ")
 BLOCK_ALPHABET = torch.tensor(list(b"abcdefghijklmnopqrstuvwxyz"), dtype=torch.long)

@@ -157,7 +157,7 @@ def parse_lengths(text: str | None) -> list[int] | None:
             raise EvalError(f"--lengths: {v} is too short (at least 2 tokens)")
         if v > MAX_LENGTH:
             raise EvalError(f"--lengths: {v:,} is above the limit of {MAX_LENGTH:,} tokens",
-                            hint="see pedsl/limits.py (the README's Safety section)")
+                            hint="see pedsl/limits.py (docs/safety.md, Resource caps)")
         out.append(v)
     if len(set(out)) > MAX_LIST:
         raise EvalError(f"--lengths: {len(set(out)):,} lengths; the limit is {MAX_LIST:,}")

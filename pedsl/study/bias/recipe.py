@@ -18,8 +18,8 @@ OWN = {Path(s).stem: s for s in SCHEMES if s.endswith(".pe")}  # SCHEMES may nam
 CLAIMANTS = ("fire", "kerple_log", "kerple_power")
 BASELINES = ("t5_bias", "t5_bias_init", "alibi")
 SEEDS = (0, 1, 2)
-# A budget that fits its 18 runs into ~30 min of a 2-core machine with --jobs 2 --threads 1 (README, "Learned
-# distance biases past the training length"); --steps (and --quick: 150) and --set override it.
+# A budget that fits its 18 runs into ~30 min of a 2-core machine with --jobs 2 --threads 1
+# (docs/studies/bias.md); --steps (and --quick: 150) and --set override it.
 TRAIN = {"steps": 300}
 MULTIPLIERS = (1, 2, 4, 8, 16, 32)
 WINDOWS = 4  # perplexity windows per length

@@ -37,7 +37,7 @@ inferred, and measured here a 1-layer model stayed at chance (copy accuracy 0.00
 of predictions equal to the token W back) and the loss there are recorded per run, and the law is
 also fitted on the runs that learned the copy (accuracy >= 0.5).
 
-Measured here (README): the smooth kernel follows the law (peak slope -1.04 +- 0.12), the sharp
+Measured here (docs/studies/frequency.md): the smooth kernel follows the law (peak slope -1.04 +- 0.12), the sharp
 lag does not (-0.16): "exactly W back" is best told apart from W +- 1 by the fastest pairs,
 whatever W is.
 

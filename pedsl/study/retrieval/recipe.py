@@ -7,7 +7,7 @@ from pedsl.study.measures import Measures
 from pedsl.study.retrieval.score import DEPTHS, SAMPLES
 
 SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path", "fox", "path_fox")
-# The recipe (README, "Retrieval, several seeds"): the three tasks plus copy rows (induction
+# The recipe (docs/studies/retrieval.md): the three tasks plus copy rows (induction
 # bait), the loss on the answers weighted up, answer lengths varied in training, and a width-8 causal
 # convolution over queries and keys (model.qk_conv, docs/semantics.md §10): without it the tiny
 # preset's induction heads formed in some seeds and not others within 2500 steps (passkey 0.00-0.80);
