@@ -299,3 +299,12 @@ def test_both_array_backends_run_every_builtin_record_alike():
             want = spec.run(Evaluator.ops, *map(torch.from_numpy, args), **static).numpy()
             got = spec.run(NumpyEvaluator.ops, *args, **static)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=name)
+
+
+def test_a_rotation_with_learned_frequencies_is_sampled_by_its_phase():
+    """rope_mixed rotates by a learned phase (no static table): its curve is the mean cos of its phase
+    differences at initialisation, 1 at distance 0 and below 1 once the pairs turn; it used to be read as
+    accumulated steps and end in an internal error."""
+    c = N.curves(load("rope_mixed"))
+    assert c.transport[0] == pytest.approx(1.0, abs=1e-12)
+    assert np.all(np.abs(c.transport) <= 1.0 + 1e-12) and c.transport[1:].min() < 0.9

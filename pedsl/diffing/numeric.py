@@ -175,7 +175,8 @@ def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, sam
         if t.kind == "accumulate_householder":
             c += _householder_part(s, sm, t, L, lmax, x, tokens, unit_vectors(H, D, samples, seed))
             continue
-        A = np.cumsum(sm.step_angles(t, L, x, tokens), axis=-2)  # (B|1, H|1, L, P)
+        # the angle at each position: a rotation's own phase, or the running sum of accumulated steps
+        A = sm.phases(t, L, x, tokens) if t.kind == "rotate" else np.cumsum(sm.step_angles(t, L, x, tokens), axis=-2)
         for j in range(STARTS):
             dA = A[:, :, j: j + lmax + 1] - A[:, :, j: j + 1]
             c += (2.0 / D) * np.cos(dA).sum(-1).mean(axis=(0, 1)) / STARTS

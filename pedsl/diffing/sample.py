@@ -45,6 +45,13 @@ class Sampler:
         a = self.run(t.angle, self.plan.transport(t.group).site, c).align(("batch", "head", "pos", "pair"))
         return np.broadcast_to(a, a.shape[:2] + (L, c.pairs))
 
+    def phases(self, t, L: int, x=None, tokens=None) -> np.ndarray:
+        """A position-indexed rotation's phases theta(p, k) at positions 0..L-1, (B|1, H|1, L, P): its
+        learned frequencies at their start values."""
+        c = self.ctx(L, x, tokens, t.group)
+        a = self.run(t.phase, self.plan.transport(t.group).site, c).align(("batch", "head", "pos", "pair"))
+        return np.broadcast_to(a, a.shape[:2] + (L, c.pairs))
+
     def householder(self, t, L: int, x=None, tokens=None) -> tuple[np.ndarray, np.ndarray]:
         """Householder vectors w (B|1, H, L, Dg) on the group's channels and beta (B|1, H, L)."""
         c = self.ctx(L, x, tokens, t.group)
