@@ -207,16 +207,15 @@ def test_import_hf_refuses_malformed_configs(tmp_path, config, needle):
 
 def test_import_hf_config_text_cannot_inject_pe_source(tmp_path):
     """model_type went unescaped into the written .pe's comment and description: a newline or a quote
-    in it added lines of scheme source (here a second scheme) to the imported file."""
+    in it added lines of scheme source (here a second scheme) to the imported file. An untaught
+    model_type is now refused before anything is written, and the refusal quotes it on one line."""
     from compiler_helpers import run_cli
 
-    from pedsl.lang.api import parse
-
     f = tmp_path / "config.json"
-    f.write_text(json.dumps({"model_type": 'x config" {\n}\nscheme evil "', "head_dim": 64,
-                             "num_attention_heads": 8, "rope_theta": 10000.0}))
+    hostile = 'x config" {\n}\nscheme evil "'
+    f.write_text(json.dumps({"model_type": hostile, "head_dim": 64, "num_attention_heads": 8,
+                             "rope_theta": 10000.0}))
     code, out, err = run_cli("import-hf", f, "-o", tmp_path / "m.pe")
-    assert code == 0, err
-    text = (tmp_path / "m.pe").read_text()
-    assert "scheme evil" not in text.replace("scheme evil ?", "")
-    assert [s.name for s in parse(tmp_path / "m.pe").schemes] == ["x_config_scheme_evil_default"]
+    assert code == 1 and "error[E961]" in err, err
+    assert not (tmp_path / "m.pe").exists()
+    assert repr(hostile) in err and "\nscheme evil" not in err, err

@@ -38,10 +38,12 @@ def kernels(check: bool, rebuild: bool, timeout: int) -> int:
 
 def report(st) -> list[tuple[str, str]]:
     """The lines of the report: (label, text)."""
-    from pedsl.compiler import band_kernel, cpu_kernels, mlp_kernel
+    from pedsl.compiler import cpu_kernels
+    from pedsl.compiler.kernel_support import kernel_decl
 
-    dtypes = " and ".join(str(d).removeprefix("torch.") for d in band_kernel.KERNEL_DTYPES)
-    fire_dtypes = " and ".join(str(d).removeprefix("torch.") for d in mlp_kernel.KERNEL_DTYPES)
+    # what each C++ kernel takes is its declaration's, not a list of this command's
+    dtypes = " and ".join(kernel_decl("band").dtypes)
+    fire_dtypes = " and ".join(kernel_decl("mlp").dtypes)
     lines = [("switch", f"{cpu_kernels.SWITCH} {'on' if st.on else 'off'}")]
     if st.on:
         lines += [("C++ compiler", st.compiler or "none found (CXX, else c++ on PATH)"),

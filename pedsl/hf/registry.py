@@ -137,7 +137,7 @@ def unknown(cfg: dict) -> str | None:
     """The refusal of a config whose model_type pedsl has not been taught (None: known, or no model_type)."""
     for mt in model_types(cfg):
         if mt not in REGISTRY:
-            return (f"pedsl does not know how model_type '{mt}' computes its positional encoding (field "
+            return (f"pedsl does not know how model_type {quoted(mt)} computes its positional encoding (field "
                     "model_type): import-hf writes only the architectures it has been taught "
                     "(docs/hf-compatibility.md), never a guess")
     return None
