@@ -21,8 +21,8 @@ import random
 import pytest
 import torch
 
-from compiler_helpers import D_MODEL, SCHEMES, output_and_grads
-from pedsl.compiler import compile_scheme, general, kernel_support, module, stream
+from compiler_helpers import D_MODEL, fast_and_reference, output_and_grads
+from pedsl.compiler import general, kernel_support, module, stream
 from pedsl.errors import PedslError
 
 # float64 throughout: the fast paths and the interpreter differ by rounding only (the tolerance of
@@ -50,18 +50,10 @@ def draw(rng: random.Random) -> tuple[str, str]:
 def compiled(base: str, extra: str):
     """(fast, reference) in float64 with the same perturbed parameters, or None for a draw the language
     refuses (a sink with stick-breaking, a soft cap with PaTH, ...)."""
-    src = f'import "{SCHEMES / (base + ".pe")}"\nscheme s extends {base} {{\n{extra}\n}}'
     try:
-        fast = compile_scheme(src, num_heads=HEADS, head_dim=HEAD_DIM, d_model=D_MODEL)
-        ref = compile_scheme(src, num_heads=HEADS, head_dim=HEAD_DIM, d_model=D_MODEL, backend="reference")
+        return fast_and_reference(base, extra, HEADS, HEAD_DIM)
     except PedslError:
         return None
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in fast.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    ref.load_state_dict(fast.state_dict())
-    return fast.double(), ref.double()
 
 
 def draws(n: int, seed: int) -> list[tuple[str, str]]:
