@@ -55,6 +55,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         self.types: dict[str, Ty | None] = {}
         self._typing: set[str] = set()
         self._failed_groups: set[str] = set()
+        self._bound_lets: dict[str, Any] = {}  # each let with its learned calls marked (set by resolve)
 
     # reporting ---------------------------------------------------------
     def report(self, code: str, message: str, node: Any = None, *, hint: str | None = None, src: Source | None = None,
@@ -72,7 +73,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         child). Nodes are matched by value, span included; a node rebuilt around other lets matches none."""
         if node is None or getattr(node, "span", None) is None:
             return None
-        bound = getattr(self, "_bound_lets", {})
+        bound = self._bound_lets
         for name, loc in self.m.lets.items():
             if loc.src is self._current:
                 continue
