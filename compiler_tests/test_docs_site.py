@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import yaml
 
 from compiler_helpers import ROOT
@@ -89,3 +90,20 @@ def test_the_readme_is_a_front_page_that_links_to_every_page_of_the_site():
     assert missing == [], f"pages of the site the README does not link to: {missing}"
     for page in linked:
         assert (ROOT / "docs" / page).is_file(), page
+
+
+def test_sphinx_roles_in_docstrings_become_code_cross_references():
+    """mkdocstrings renders docstrings as Markdown, which knows no Sphinx roles: the Griffe extension that
+    mkdocs.yml loads turns ``:func:`load_text``` into a code cross-reference resolved where the docstring is
+    (here the module of ``check``), and ``:class:`~a.b.C``` into ``C`` linking to ``a.b.C``."""
+    griffe = pytest.importorskip("griffe")
+    from tools.docs_site.sphinx_roles import SphinxRoles
+
+    assert "tools/docs_site/sphinx_roles.py" in (ROOT / "mkdocs.yml").read_text()
+    pkg = griffe.load("pedsl", search_paths=[ROOT], extensions=griffe.load_extensions(SphinxRoles),
+                      resolve_aliases=False)
+    doc = pkg["lang.api"].members["check"].docstring.value
+    assert ":func:" not in doc
+    assert '<autoref identifier="pedsl.lang.api.load_text" optional><code>load_text</code></autoref>' in doc
+    plan_doc = pkg["compiler"].members["compile_plan"].docstring.value
+    assert 'identifier="pedsl.compiler.plan.Plan"' in plan_doc and ":class:" not in plan_doc
