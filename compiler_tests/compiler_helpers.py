@@ -50,6 +50,15 @@ def float32_bound(n: int, ref: torch.Tensor) -> float:
     return n * F32_EPS * float(ref.detach().abs().max())
 
 
+F64_EPS = torch.finfo(torch.float64).eps
+
+
+def float64_bound(n: int, ref: torch.Tensor) -> float:
+    """float32_bound for float64: n * eps64 * max|ref|, for results that two computations reach in float64 by
+    different orders (a cache against a full forward, a prefix against the whole sequence)."""
+    return n * F64_EPS * float(ref.detach().abs().max())
+
+
 def rnd(*shape, seed=0, dtype=torch.float64):
     """A seeded standard-normal tensor (drawn in float64, then cast)."""
     g = torch.Generator().manual_seed(seed)

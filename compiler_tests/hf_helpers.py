@@ -17,8 +17,7 @@ import copy
 import torch
 from torch.overrides import TorchFunctionMode
 
-F64_EPS = torch.finfo(torch.float64).eps
-F32_EPS = torch.finfo(torch.float32).eps
+from compiler_helpers import F32_EPS, F64_EPS
 
 
 class Float64Casts(TorchFunctionMode):
