@@ -107,10 +107,16 @@ class Statement:
     assign: bool = False  # `KEYWORD = expr`: the parser builds `node(kind, value, span)` from the record
     highlight: str = "keyword"  # a key of HIGHLIGHT
     reserved: bool = True  # its keyword may not name a param, a let or a scheme
+    frequencies: bool = False  # its keyword's hover adds the scheme's frequency table (a rotation's)
 
     @property
     def keywords(self) -> tuple[str, ...]:
         return tuple(k for k, _, _ in self.completions)
+
+    def hover(self, keyword: str) -> str:
+        """The LSP's hover on the keyword (one of :attr:`keywords`): the keyword and what it does."""
+        doc = next(d for k, _, d in self.completions if k == keyword)
+        return f"`{keyword}`: {doc}"
 
 
 # ---------------------------------------------------------------- the parts
@@ -229,7 +235,7 @@ RECORDS: tuple[Statement, ...] = (
         show=BY_CONSUMER, diff=BY_CONSUMER, words=BY_CONSUMER),
     Statement(
         rule="transport", kind="transport", node=ast.Transport, inherit=SET, merged="transports",
-        fields=("transports",), plan_fields=("transports",), completes=("transport",),
+        fields=("transports",), plan_fields=("transports",), completes=("transport",), frequencies=True,
         completions=(("qk", "qk: rotate($0)", "a transport of queries and keys"),
                      ("qkv", "qkv: rotate($0)", "a transport of queries, keys and values")),
         form=_transport_form, block=None, reads=_value, show=BY_CONSUMER, diff=BY_CONSUMER, words=BY_CONSUMER),
@@ -249,7 +255,7 @@ RECORDS: tuple[Statement, ...] = (
         fields=("normalize", "attend_current"), plan_fields=("normalize", "attend_current"),
         completions=(("normalize", "normalize = ${1|softmax,stick_breaking|}",
                       "how scores become weights: the softmax, or stick-breaking"),),
-        form=_assign_form, block=None, reads=_none, assign=True, reserved=False,  # also a builtin's name
+        form=_assign_form, block=None, reads=_value, assign=True, reserved=False,  # also a builtin's name
         show=Show("body", _normalize_lines), diff=Diff("normalize", _normalizer, optional=False, rank=1),
         words=BY_CONSUMER),
     Statement(
@@ -257,7 +263,7 @@ RECORDS: tuple[Statement, ...] = (
         fields=("contextual",), plan_fields=("contextual",),
         completions=(("contextual", "contextual = cope(max_pos = ${1:16})",
                       "CoPE: positions counted by sigmoid gates on the scores"),),
-        form=_assign_form, block=None, reads=_none, assign=True,
+        form=_assign_form, block=None, reads=_value, assign=True,
         reserved=False,  # never reserved: files that name a param or let `contextual` parse
         show=_shown("contextual", lambda c: c.source()), diff=Diff("contextual", _contextual, rank=1),
         words=BY_CONSUMER),
