@@ -230,6 +230,33 @@ def test_pedsl_attention_gives_the_native_logits(case):
             torch.testing.assert_close(torch.stack(gb.logits), torch.stack(ga.logits), atol=1e-5, rtol=0)
 
 
+def _paths(model) -> set:
+    """Which path each attention layer of a model using pedsl's attention takes ("hf" or "general")."""
+    states = [getattr(m, "_pedsl_attention") for m in model.modules() if hasattr(m, "_pedsl_attention")]
+    return {"general" if st.hf is None else "hf" for st in states}
+
+
+def test_hf_rotary_path_is_a_declaration_and_an_undeclared_feature_goes_general(monkeypatch):
+    """The rotary path runs a plan only where its KernelDecl (hf-rotary) covers every feature: the model's
+    own RoPE takes it; the same scheme with one feature the declaration does not list (a made-up one, and
+    the reference backend, which HF's SDPA is not) runs on the general path, with the native logits."""
+    from pedsl.compiler import kernel_support
+
+    native = model_for("default")
+    tok, mask = _padded_batch(16)
+    real = mask.bool()
+    with torch.no_grad():
+        want = native(tok, attention_mask=mask).logits
+    assert _paths(use_pedsl_attention(copy.deepcopy(native))) == {"hf"}
+    assert _paths(use_pedsl_attention(copy.deepcopy(native), backend="reference")) == {"general"}
+    features = kernel_support.plan_features
+    monkeypatch.setattr(kernel_support, "plan_features", lambda plan: features(plan) | {"a statement of tomorrow"})
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    assert _paths(ours) == {"general"}
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tok, attention_mask=mask).logits[real], want[real], atol=1e-5, rtol=0)
+
+
 def _normalised(rp: dict, max_pos: int, orig_top=None) -> dict:
     """HF's rope_parameters with HF's defaults filled in (what the model computes from)."""
     d = {k: v for k, v in rp.items() if v is not None and k != "type"}
