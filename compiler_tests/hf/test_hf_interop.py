@@ -601,3 +601,25 @@ def test_parameter_estimate_counts_swiglu():
         est = limits.model_parameters(vocab_size=64, n_layers=2, d_model=32, n_heads=2, head_dim=16, mlp_ratio=4.0,
                                       tie_embeddings=False, mlp_matrices=3 if arch == "llama" else 2)
         assert est == m.num_params() - norms
+
+
+@pytest.mark.parametrize("statement", ["window = 8", "chunk = 8", "sink = logit", "softcap = 30.0"])
+def test_export_refuses_every_statement_beyond_the_rotation(statement):
+    src = f'import "{_lib("rope")}"\nscheme s extends rope {{\n  {statement}\n}}\n'
+    with pytest.raises(InteropError, match=f"{statement}; rope_parameters hold the rotation only") as err:
+        export_rope(pedsl.load(src))
+    assert err.value.code == "E962"
+
+
+def test_export_reads_the_statement_registry(monkeypatch):
+    """A statement the registry gains is refused by export, not dropped: here the window's record renamed."""
+    import dataclasses
+
+    from pedsl.lang import statements
+
+    renamed = tuple(dataclasses.replace(r, kind="tomorrow", completions=(("tomorrow", "", ""),))
+                    if r.kind == "window" else r for r in statements.RECORDS)
+    monkeypatch.setattr(statements, "RECORDS", renamed)
+    src = f'import "{_lib("rope")}"\nscheme s extends rope {{\n  window = 8\n}}\n'
+    with pytest.raises(InteropError, match="tomorrow = 8"):
+        export_rope(pedsl.load(src))
