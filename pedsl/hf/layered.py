@@ -273,7 +273,10 @@ def export_layers(scheme, n_layers: int) -> dict:
     ``sliding_window``, ``rope_parameters`` (one, or per layer type as Gemma 3's), ``no_rope_layers``,
     Llama 4's temperature fields and ``attn_logit_softcapping``; InteropError (E962) naming the layer whose part has no such field."""
     parts = scheme.layers.assign(n_layers)
-    kinds, ropes, tuning, windows = [], {}, {}, set()
+    kinds: list[str] = []
+    ropes: dict[str, dict] = {}  # a layer kind's rope_parameters
+    tuning: dict[int, dict] = {}
+    windows: set[tuple[str, int | None]] = set()
     for i, name in enumerate(parts):
         part = scheme.layers.parts[name]
         window, chunk, sink = part_window(part)
