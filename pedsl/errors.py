@@ -191,6 +191,7 @@ class ConfigError(PedslError):
 
     stage = "config"
     default_code = "E500"
+    field: str | None = None  # the setting at fault where one is (a positioned diagnostic in `pedsl check`)
 
 
 class DataError(PedslError):

@@ -162,7 +162,8 @@ REACH = {
 @pytest.mark.parametrize("kernel", sorted(REACH))
 def test_each_declared_kernel_runs_and_matches(kernel, ran):
     """Every kernel of the registry (but the C++ band kernel, built only where the kernels are, and the
-    half-precision fused path: test_compiler_low_precision.py) takes some call of some mode, and matches."""
+    half-precision fused path: test_compiler_low_precision.py, and Hugging Face's rotary path: compiler_tests/hf)
+    takes some call of some mode, and matches."""
     base, extra = REACH[kernel]
     fast, ref = compiled(base, extra)
     assert kernel in fast.plan.kernels
@@ -173,7 +174,7 @@ def test_each_declared_kernel_runs_and_matches(kernel, ran):
 
 def test_the_registry_names_every_kernel_this_test_reaches():
     names = {d.name for d in kernel_support.KERNELS}
-    assert set(REACH) | {"band", "fused-half"} == names
+    assert set(REACH) | {"band", "fused-half", "hf-rotary"} == names  # hf-rotary: compiler_tests/hf
 
 
 def _widened(monkeypatch, name: str, *features: str) -> None:

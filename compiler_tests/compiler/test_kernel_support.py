@@ -71,18 +71,22 @@ def test_an_unknown_feature_is_taken_by_no_kernel():
     assert not [d for d in K.KERNELS if d.covers(K.plan_features(plan) | {"a statement added tomorrow"})]
 
 
-EXECUTORS = ("module.py", "stream.py", "general.py", "band_kernel.py", "module_values.py")
-# the shapes the exclusion lists had: a kernel ruled out feature by feature at the call
+EXECUTORS = tuple(f"compiler/{name}" for name in ("module.py", "stream.py", "general.py", "band_kernel.py",
+                                                  "module_values.py")) + ("hf/attention.py",)
+# the shapes the exclusion lists had: a kernel ruled out feature by feature at the call (Hugging Face's
+# rotary path: by the scheme's soft cap)
 EXCLUSIONS = (r"plan\.shaped", r"half_via_general\)", r"plan\.softcap is None", r"plan\.sink is None",
               r"sink is None and cap is None", r"shape is None and sink is None", r"not mod\._conv_history",
               r"\"softcap\", None\) is not None or", r"def one_fresh_sequence", r"def banded\(",
-              r"cope_max_pos is not None\s*\n?\s*or", r"not explicit_scores\(scheme\)\)")
+              r"cope_max_pos is not None\s*\n?\s*or", r"not explicit_scores\(scheme\)\)",
+              r"\"(softcap|sink|window|chunk|temperature)\", None\) is None",
+              r"sch\.(softcap|sink|window|chunk|temperature|contextual|biases) is None")
 
 
 def test_no_executor_decides_a_kernel_by_a_list_of_features():
     """The executors ask kernel_support (a declaration and a call check per kernel); none rules a kernel
     out feature by feature."""
     for name in EXECUTORS:
-        text = (ROOT / "pedsl" / "compiler" / name).read_text(encoding="utf-8")
+        text = (ROOT / "pedsl" / name).read_text(encoding="utf-8")
         found = [p for p in EXCLUSIONS if re.search(p, text)]
         assert not found, (name, found)

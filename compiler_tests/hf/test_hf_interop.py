@@ -250,6 +250,33 @@ def test_pedsl_attention_gives_the_native_logits(case):
                                   depth(native.config, L + 16))
 
 
+def _paths(model) -> set:
+    """Which path each attention layer of a model using pedsl's attention takes ("hf" or "general")."""
+    states = [getattr(m, "_pedsl_attention") for m in model.modules() if hasattr(m, "_pedsl_attention")]
+    return {"general" if st.hf is None else "hf" for st in states}
+
+
+def test_hf_rotary_path_is_a_declaration_and_an_undeclared_feature_goes_general(monkeypatch):
+    """The rotary path runs a plan only where its KernelDecl (hf-rotary) covers every feature: the model's
+    own RoPE takes it; the same scheme with one feature the declaration does not list (a made-up one, and
+    the reference backend, which HF's SDPA is not) runs on the general path, with the native logits."""
+    from pedsl.compiler import kernel_support
+
+    native = model_for("default")
+    tok, mask = _padded_batch(16)
+    real = mask.bool()
+    with torch.no_grad():
+        want = native(tok, attention_mask=mask).logits
+    assert _paths(use_pedsl_attention(copy.deepcopy(native))) == {"hf"}
+    assert _paths(use_pedsl_attention(copy.deepcopy(native), backend="reference")) == {"general"}
+    features = kernel_support.plan_features
+    monkeypatch.setattr(kernel_support, "plan_features", lambda plan: features(plan) | {"a statement of tomorrow"})
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    assert _paths(ours) == {"general"}
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tok, attention_mask=mask).logits[real], want[real], atol=1e-5, rtol=0)
+
+
 def _normalised(rp: dict, max_pos: int, orig_top=None) -> dict:
     """HF's rope_parameters with HF's defaults filled in (what the model computes from)."""
     d = {k: v for k, v in rp.items() if v is not None and k != "type"}
@@ -602,3 +629,25 @@ def test_parameter_estimate_counts_swiglu():
         est = limits.model_parameters(vocab_size=64, n_layers=2, d_model=32, n_heads=2, head_dim=16, mlp_ratio=4.0,
                                       tie_embeddings=False, mlp_matrices=3 if arch == "llama" else 2)
         assert est == m.num_params() - norms
+
+
+@pytest.mark.parametrize("statement", ["window = 8", "chunk = 8", "sink = logit", "softcap = 30.0"])
+def test_export_refuses_every_statement_beyond_the_rotation(statement):
+    src = f'import "{_lib("rope")}"\nscheme s extends rope {{\n  {statement}\n}}\n'
+    with pytest.raises(InteropError, match=f"{statement}; rope_parameters hold the rotation only") as err:
+        export_rope(pedsl.load(src))
+    assert err.value.code == "E962"
+
+
+def test_export_reads_the_statement_registry(monkeypatch):
+    """A statement the registry gains is refused by export, not dropped: here the window's record renamed."""
+    import dataclasses
+
+    from pedsl.lang import statements
+
+    renamed = tuple(dataclasses.replace(r, kind="tomorrow", completions=(("tomorrow", "", ""),))
+                    if r.kind == "window" else r for r in statements.RECORDS)
+    monkeypatch.setattr(statements, "RECORDS", renamed)
+    src = f'import "{_lib("rope")}"\nscheme s extends rope {{\n  window = 8\n}}\n'
+    with pytest.raises(InteropError, match="tomorrow = 8"):
+        export_rope(pedsl.load(src))

@@ -82,3 +82,12 @@ def test_w106_bias_without_distance():
 def test_unknown_allow_is_an_error():
     diags = check(text("  qk: none\n", "frayed_frequency"))
     assert diags[0].code == "E216" and diags[0].hint.startswith("did you mean 'frayed_frequencies'")
+
+
+@pytest.mark.parametrize("body", [
+    "  let m = 16\n  qk: none\n  contextual = cope(max_pos = m)\n",
+    "  let cur = false\n  qk: none\n  normalize = stick_breaking(current = cur)\n",
+])
+def test_a_let_read_only_by_normalize_or_contextual_is_used(body):
+    """The lint reads every statement's expressions through its record's ``reads``."""
+    assert check(text(body)) == []

@@ -104,6 +104,21 @@ def test_hover_on_a_parameter_a_builtin_and_a_frequency():
     assert "a transport of queries and keys" in h and "Frequencies of `yarn`" in h
 
 
+def test_hover_on_a_statement_keyword_comes_from_its_record(tmp_path):
+    """Every statement's keyword hovers with its record's words (a new statement's comes with its record)."""
+    from pedsl.lang.statements import RECORDS
+
+    s = Session()
+    text = ("scheme s {\n  param layers: int = 2\n  qk: none\n  window = 4\n  sink = logit\n"
+            "  normalize = stick_breaking\n}\n")
+    uri = _open(s, tmp_path / "s.pe", text)
+    for keyword in ("window", "sink", "normalize", "param", "qk"):
+        record = next(r for r in RECORDS if keyword in r.keywords)
+        h = s.hover(uri, _pos(text, "  " + keyword, 2)).contents.value
+        assert h.startswith(record.hover(keyword)) and record.completions[0][2] in h
+    assert "a scheme per layer" not in s.hover(uri, _pos(text, "layers:")).contents.value  # a param's name
+
+
 def test_hover_on_train_and_eval_settings():
     s = Session()
     uri = _open(s, SCHEMES / "rope.pe")

@@ -494,20 +494,22 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
 
 
 def _sink_init(scheme: Scheme) -> list[str]:
-    """The learned sink's parameters, named as SchemeAttention names them (a state dict loads into both)."""
+    """The learned sink's parameters, named as SchemeAttention names them (a state dict loads into both); None
+    for those the scheme has not (the class supplies every attribute of plan.SchemeSide)."""
     if scheme.sink == "logit":
-        return ["self.sink_logit = nn.Parameter(torch.zeros(HEADS))"]
+        return ["self.sink_logit = nn.Parameter(torch.zeros(HEADS))", "self.sink_key = self.sink_value = None"]
     if scheme.sink == "token":
-        return ["self.sink_key = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * HEAD_DIM ** -0.5)",
+        return ["self.sink_logit = None",
+                "self.sink_key = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * HEAD_DIM ** -0.5)",
                 "self.sink_value = nn.Parameter(torch.zeros(HEADS, HEAD_DIM))"]
-    return []
+    return ["self.sink_logit = self.sink_key = self.sink_value = None"]
 
 
 def _contextual_init(scheme: Scheme) -> list[str]:
     """CoPE's embedding, named and shaped as SchemeAttention's (a state dict loads into both)."""
     c = scheme.contextual
     if c is None:
-        return []
+        return ["self.contextual_embedding = None"]
     return [f"self.contextual_embedding = nn.Parameter(torch.zeros({'' if c.shared else 'HEADS, '}COPE_MAX_POS, "
             "HEAD_DIM))"]
 

@@ -202,7 +202,8 @@ def _end(proc: subprocess.Popen, folder: Path) -> None:
 
 def _working_in(folder: Path) -> list[int]:
     """The processes whose working folder is ``folder`` (Linux's /proc; none found elsewhere)."""
-    pids, real = [], os.path.realpath(folder)
+    pids: list[int] = []
+    real = os.path.realpath(folder)
     try:
         entries = [e for e in os.listdir("/proc") if e.isdigit()]
     except OSError:

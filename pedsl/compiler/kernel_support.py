@@ -14,9 +14,9 @@ the call modes its call function admits. Two halves, both here:
 
 Import free: the plan is read by its attributes and the tensors by their methods, so the passes import it
 without torch and ``pedsl compile`` copies the text below the banner into every module it writes.
-Hugging Face's rotary path (:mod:`pedsl.hf.attention`) still decides by itself; declared, it would take a
-rotation of HF's rope family (static or run-time-length table), a window or chunk and a sink logit (HF's
-own masks and sinks), and no bias, temperature or soft cap.
+Hugging Face's rotary path (:mod:`pedsl.hf.attention`: the model rotates q and k with the scheme's cos and
+sin, then attends by its own SDPA) is one of these declarations too (``hf-rotary``), decided once per
+model by :func:`hf_rotary_call`.
 """
 
 from __future__ import annotations
@@ -167,6 +167,13 @@ KERNELS = (
                modes="a fresh call (no cache or mask, as many queries as keys); documents and left padding"),
     KernelDecl("path-window", PATH | ROTATIONS | TEMPERATURES | COORDINATES | {WINDOW, CHUNK, SINK_LOGIT, SINK_TOKEN},
                frozenset({WINDOW, CHUNK}), modes="a fresh call inside a window or chunk; documents and any padding"),
+    # HF's model computes one rotation of q and k by its cos and sin (a static table, one of the run-time
+    # length, M-RoPE's pairs per axis) and a plain causal softmax under its own masks: nothing else
+    KernelDecl("hf-rotary", PRE_TRANSFORM | {transport_feature("rope-table"), table_feature("static"),
+                                             table_feature("run-time length"), PAIR_AXES, SEVERAL_AXES},
+               frozenset({transport_feature("rope-table")}),
+               modes="every call of a Hugging Face model whose rotary application computes the scheme's "
+                     "rotation (its rope fields exported, its cos width probed once)"),
 )
 
 
@@ -273,3 +280,11 @@ def path_call(fast, kernels, lay, fresh: bool) -> str | None:
     if "path-blockwise" in fast and left_pad and getattr(kernels, "path_attention", None) is not None:
         return "path-blockwise"
     return None
+
+
+def hf_rotary_call(fast, exported: bool, rotates_like: bool) -> bool:
+    """Hugging Face's rotary path for a model (decided once, when it is installed): the plan lets it run
+    (``fast``: ``Plan.kernels``), the scheme's rotation has HF's rope fields (``exported``: halves layout,
+    the first channels, frequencies rope_parameters can hold) and the model's own rotary application was
+    probed to compute it (``rotates_like``)."""
+    return "hf-rotary" in fast and exported and rotates_like

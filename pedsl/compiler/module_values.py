@@ -57,7 +57,7 @@ class FusedKernels:
         return cumulative_angles(a, reduce=False)
 
 
-class ModuleScheme:
+class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
     """What the general forward reads of a :class:`~pedsl.compiler.module.SchemeAttention` (made once per
     module: ``of(mod)``)."""
 
@@ -111,7 +111,7 @@ class ModuleScheme:
     def token_values(self, win: Window, dtype) -> TokenValues:
         mod = self.mod
         run = mod.evaluator.run
-        out = []
+        out: list[Tensor | tuple[Tensor, Tensor]] = []  # per transport: its values, a (cos, sin) pair, or (w, beta)
         for t in mod.transforms:
             P = len(t.channels) // 2
             if t.static_table and win.n <= TABLE_MAX and win.parts["axes_pos"] is None:
@@ -192,6 +192,11 @@ class ModuleScheme:
         term = mod.evaluator.run(b.site.expr, mod._ctx(size, device=device), b.site.name)
         return as_hd(term, size, mod.heads).to(F64)
 
+
+
+def _as_scheme_side(side: ModuleScheme) -> PL.SchemeSide:
+    """For mypy: the adapter supplies every attribute the general forward reads (plan.SchemeSide)."""
+    return side
 
 
 class SeparableMlp(NamedTuple):

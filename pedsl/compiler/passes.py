@@ -10,6 +10,7 @@ read; nothing downstream reads the node attributes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Callable
 
 import networkx as nx
 
@@ -38,7 +39,7 @@ def _is_static(node: dict) -> bool:
     return node["ty"].dep is Dep.STATIC
 
 
-def _decide(g: nx.DiGraph, ops: tuple[str, ...], decide) -> nx.DiGraph:
+def _decide(g: nx.DiGraph, ops: tuple[str, ...], decide: Callable[[dict], tuple[str, str]]) -> nx.DiGraph:
     """A copy of g where every node whose op is in ``ops`` gets ``(kernel, note) = decide(attrs)``."""
     g = g.copy()
     for _, d in g.nodes(data=True):
@@ -86,7 +87,7 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 def factor_orthogonal_steps(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Orthogonal steps factor: P(j->i) = A_i A_j^T, so q and k are pre-transformed once."""
-    def kernel(d):
+    def kernel(d: dict) -> tuple[str, str]:
         if d["op"] == "accumulate_so2":
             return "cumulative angles", ("SO(2) steps commute: cumulative angles A_t (float64 cumsum, O(L D)) "
                                          "rotate q and k absolutely, then any fused causal kernel")
@@ -123,7 +124,7 @@ def fold_temperature_into_q(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 def separable_biases(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     """Biases f(i) + g(j) only act through g(j): one extra key channel instead of an (H, L, L) tensor."""
-    def carry(d):
+    def carry(d: dict) -> tuple[str, str]:
         if d["op"] == "gate_bias":
             return P.KEY_CHANNEL, "G_i - G_j with G = cumsum(log gate) in float64: the key term -G_j rides in one " \
                                   "extra channel"
@@ -147,15 +148,22 @@ def _carry_biases(g: nx.DiGraph, backend: str, table_bias: bool) -> nx.DiGraph:
     if carrier is not None:
         g = _decide(g, ("distance_bias", "gate_bias"), lambda d: carrier)
     elif backend == "sdpa" and table_bias:  # every bias through the general path's blocks of queries
-        g = _decide(g, ("distance_bias", "gate_bias"), lambda d: (P.QUERY_BLOCKS, (
-            "evaluated per block of queries at the per-axis distances of its (query, key) pairs: no (B, H, L, L) "
-            "tensor" if d.get("axes") else
-            "a (head, query, distance) table evaluated per block of queries at their positions (it reads "
-            "query_position): no (B, H, L, L) tensor" if "pos" in d["ty"].axes else
-            "a (head, distance) table computed once per call (O(H L)), gathered per block of queries: "
-            "no (B, H, L, L) tensor") if d.get("kernel") == "table" else (
-            P.QUERY_BLOCKS, "its float64 coordinate differenced per block of queries (with the table biases)")))
+        g = _decide(g, ("distance_bias", "gate_bias"), _query_blocks)
     return g
+
+
+def _query_blocks(d: dict) -> tuple[str, str]:
+    """A bias on the general path's blocks of queries (the sdpa backend with a table bias), and how."""
+    if d.get("kernel") != "table":
+        return P.QUERY_BLOCKS, "its float64 coordinate differenced per block of queries (with the table biases)"
+    if d.get("axes"):
+        return P.QUERY_BLOCKS, ("evaluated per block of queries at the per-axis distances of its (query, key) "
+                                "pairs: no (B, H, L, L) tensor")
+    if "pos" in d["ty"].axes:
+        return P.QUERY_BLOCKS, ("a (head, query, distance) table evaluated per block of queries at their positions "
+                                "(it reads query_position): no (B, H, L, L) tensor")
+    return P.QUERY_BLOCKS, ("a (head, distance) table computed once per call (O(H L)), gathered per block of "
+                            "queries: no (B, H, L, L) tensor")
 
 
 def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:

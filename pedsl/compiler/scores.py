@@ -12,6 +12,8 @@ reference interpreter (:mod:`pedsl.compiler.reference`) stays independent of all
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -22,13 +24,14 @@ from torch import Tensor
 # ---------------------------------------------------------------------------------------------
 
 
-def soft_cap(s: Tensor, cap) -> Tensor:
+def soft_cap(s: Tensor, cap: float | None) -> Tensor:
     """Logit soft-capping (Gemma 2): ``cap * tanh(s / cap)``; ``s`` itself without a cap. A score of
     -inf (a key masked already) stays -inf: the cap bounds scores, it does not unmask keys."""
     return s if cap is None else torch.where(s == float("-inf"), s, cap * torch.tanh(s / cap))
 
 
-def modified_scores(s: Tensor, *, scale=None, tau=None, bias=None, cap=None) -> Tensor:
+def modified_scores(s: Tensor, *, scale: float | Tensor | None = None, tau: Tensor | None = None,
+                    bias: Tensor | None = None, cap: float | None = None) -> Tensor:
     """The modifiers of raw scores ``s = q . k`` in their order: ``scale`` (1 / sqrt(D): a number or a
     tensor that broadcasts), the temperature ``tau`` (per query, broadcast over the keys), the additive
     ``bias``, the soft cap ``cap``. Each may be None (no such modifier)."""
@@ -70,7 +73,8 @@ def cope_term(s: Tensor, ok: Tensor, qc: Tensor, emb: Tensor) -> Tensor:
     return at_high * frac + at_low * (1 - frac)
 
 
-def normalised(s: Tensor, ok, *, normalize: str = "softmax", sink=None, qc=None, emb=None):
+def normalised(s: Tensor, ok: Tensor | None, *, normalize: str = "softmax", sink: Tensor | None = None,
+               qc: Tensor | None = None, emb: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """The weights of modified scores ``s (..., Lk)`` over the visible keys ``ok`` (None: every key), in
     float32 at least, and the sink's weight: (weights, sink weight (..., 1) or None). CoPE's term (``qc``,
     ``emb``) joins the scores first; then softmax with the sink's logit ``sink (...)`` as one more column
@@ -79,6 +83,8 @@ def normalised(s: Tensor, ok, *, normalize: str = "softmax", sink=None, qc=None,
     if ok is None:
         ok = torch.ones((), dtype=torch.bool, device=s.device).expand(s.shape)
     if emb is not None:
+        if qc is None:
+            raise ValueError("CoPE's term needs the queries qc with its embedding emb")
         s = s + cope_term(s, ok, qc, emb)
     if normalize != "softmax":
         return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok), None
@@ -107,7 +113,7 @@ def scale_by_temperature(q: Tensor, tau: Tensor | None) -> Tensor:
     return (q.to(ft) * tau.to(ft).unsqueeze(-1)).to(q.dtype)
 
 
-def sink_column(scheme, q: Tensor, tau) -> tuple | None:
+def sink_column(scheme: Any, q: Tensor, tau: Tensor | None) -> tuple[Tensor, Tensor | None] | None:
     """The sink as one more key column: (its logit (B, Hq, Lq) in q's dtype, its value (1, Hq, 1, D) or
     None for a zero value). ``sink = logit``: the learned logit of the head (GPT-OSS); ``sink = token``:
     ``<q_i, k_s> / sqrt(D)`` with the query as given (no transport; times the temperature) and the

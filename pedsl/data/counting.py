@@ -55,7 +55,8 @@ class _Draws:
     CHUNK = 1024
 
     def __init__(self, g: torch.Generator) -> None:
-        self.g, self.buf, self.at = g, [], 0
+        self.g, self.at = g, 0
+        self.buf: list[float] = []
 
     def int(self, lo: int, hi: int) -> int:
         """A uniform integer in [lo, hi] (inclusive)."""
@@ -84,7 +85,8 @@ class _Row:
 
 
 def _select_row(d: _Draws, length: int, back: int, stretch: int) -> _Row:
-    row, writes = _Row(), []                        # writes: position of each value written
+    row = _Row()
+    writes: list[int] = []  # the position of each value written
     while len(row.text) < length:
         for _ in range(stretch * d.int(*GAP_WORDS)):
             row.text += d.word() + b" "

@@ -66,6 +66,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from pedsl.compiler import compile_scheme
 from pedsl.compiler.general import Shape, shape_of
+from pedsl.compiler.kernel_support import hf_rotary_call
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
@@ -415,16 +416,21 @@ def _hf_family(sch: Scheme):
 
 
 def _choose_path(sch: Scheme, mod, layers, rotaries) -> tuple[dict | None, int | None]:
-    """(export_rope of the scheme, the model's cos width) for HF's rotary path, or (None, None)."""
-    hf = _hf_family(sch) if getattr(sch, "softcap", None) is None else None  # HF's SDPA does not cap
+    """(export_rope of the scheme, the model's cos width) for HF's rotary path, or (None, None): the path's
+    declaration (``hf-rotary`` in :mod:`pedsl.compiler.kernel_support`) covers the plan's features and its
+    call check admits the model."""
+    hf = _hf_family(sch)
     widths = {_rope_width(getattr(parent, name)) for parent, name in rotaries}
     width = widths.pop() if len(widths) == 1 else None
+    rotates = False
     if hf is not None and width is not None:
         t = mod.transforms[0]
-        if all(_model_rotates_like(layer, width, len(t.channels), sch.head_dim, t.scale) for layer in layers[:1]):
-            return hf, width
+        rotates = _model_rotates_like(layers[0], width, len(t.channels), sch.head_dim, t.scale)
+    if hf_rotary_call(mod.plan.kernels, hf is not None, rotates):
+        return hf, width
     if any(t.table == RUNTIME_LENGTH for t in mod.transforms):
         why = ("it is outside HF's rope family" if hf is None else
+               "it has more than HF's rotary path computes" if "hf-rotary" not in mod.plan.kernels else
                f"{type(layers[0]).__name__}'s own rotary application does not compute its rotation")
         raise InteropError(f"scheme '{sch.name}' has a table that reads the run-time length and {why}: each cached key "
                            "would need the table of the call that cached it, which HF's cache does not hold",

@@ -41,6 +41,7 @@ from pedsl.hf.rope import _pe_text, export_rope, import_config, read_config
 from pedsl.lang.api import check
 from pedsl.lang.exprs import format_number
 from pedsl.lang.parser import name_problem
+from pedsl.lang.statements import BY_KIND
 
 # the temperature of Llama 4's NoPE layers (HF: log1p(floor((positions + 1) / floor_scale)) * attn_scale + 1)
 LLAMA4_TEMPERATURE = "log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1"
@@ -225,14 +226,27 @@ def import_layered(config: dict | str | Path, name: str | None = None) -> str:
 # ---------------------------------------------------------------------- writing the config back
 
 
+# The statements a model's config holds in its own fields (sliding_window, attention_chunk_size, the family's
+# sinks, attn_logit_softcapping), not in rope_parameters: export_layers writes them, then exports the rotation
+# without them; any other statement is the rotation's to carry or refuse (pedsl.hf.rope.export_rope).
+CONFIG_STATEMENTS = ("window", "chunk", "sink", "softcap")
+
+
 def part_window(part) -> tuple[int | None, int | None, Any]:
     """(window, chunk, sink) of a resolved part; None where it has none."""
-    return getattr(part, "window", None), getattr(part, "chunk", None), getattr(part, "sink", None)
+    return part.window, part.chunk, part.sink
+
+
+def _rotation(part):
+    """The part without the statements the config holds itself (:data:`CONFIG_STATEMENTS`, their fields read
+    off the statement registry)."""
+    fields = [f for kind in CONFIG_STATEMENTS for f in BY_KIND[kind].fields]
+    return part.model_copy(update={f: type(part).model_fields[f].default for f in fields})
 
 
 def _softcap(scheme, parts: list[str]) -> dict:
     """``attn_logit_softcapping`` of the layers' parts: one cap for every layer (HF has one), or none."""
-    caps = {name: getattr(scheme.layers.parts[name], "softcap", None) for name in dict.fromkeys(parts)}
+    caps = {name: scheme.layers.parts[name].softcap for name in dict.fromkeys(parts)}
     if len(set(caps.values())) > 1:
         shown = ", ".join(f"{n}: {c if c is not None else 'none'}" for n, c in caps.items())
         raise InteropError(f"scheme '{scheme.name}' soft-caps its layers differently ({shown}); HF has one "
@@ -259,7 +273,10 @@ def export_layers(scheme, n_layers: int) -> dict:
     ``sliding_window``, ``rope_parameters`` (one, or per layer type as Gemma 3's), ``no_rope_layers``,
     Llama 4's temperature fields and ``attn_logit_softcapping``; InteropError (E962) naming the layer whose part has no such field."""
     parts = scheme.layers.assign(n_layers)
-    kinds, ropes, tuning, windows = [], {}, {}, set()
+    kinds: list[str] = []
+    ropes: dict[str, dict] = {}  # a layer kind's rope_parameters
+    tuning: dict[int, dict] = {}
+    windows: set[tuple[str, int | None]] = set()
     for i, name in enumerate(parts):
         part = scheme.layers.parts[name]
         window, chunk, sink = part_window(part)
@@ -274,8 +291,7 @@ def export_layers(scheme, n_layers: int) -> dict:
         kind = SLIDING if window is not None else CHUNKED if chunk is not None else FULL
         windows.add((kind, window or chunk))
         # the rotation alone: the window, chunk and sink are the config's own fields (written below)
-        rotation = part.model_copy(update={"window": None, "chunk": None, "sink": None, "softcap": None})
-        rope = export_rope(rotation, allow_interleaved=True)["rope_parameters"]
+        rope = export_rope(_rotation(part), allow_interleaved=True)["rope_parameters"]
         if ropes.setdefault(kind, rope) != rope:
             raise InteropError(f"layer {i} ({name}) has another rope than the earlier {kind} layers; HF gives one rope "
                                "per layer type", code="E962")

@@ -28,7 +28,7 @@ from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.fsio import read_text
 from pedsl.hf import arch, registry
-from pedsl.lang import ast
+from pedsl.lang import ast, statements
 from pedsl.lang.api import check, format as fmt
 from pedsl.lang.parser import name_problem
 from pedsl.lang.builtins import FUNCTIONS
@@ -469,10 +469,22 @@ def _call_args(call: ast.Call) -> dict:
     return bind_args(call, FUNCTIONS[call.func].params)
 
 
+# The statements rope_parameters carry (the rotation and the shape of the head) or that leave the scores as they
+# are (parameters, lets, train/eval settings, lint allowances; the layer map is pedsl.hf.layered's). Every other
+# statement a scheme has is refused, so a statement added to the registry is never dropped by export.
+ROTATION_KINDS = frozenset({"param", "let", "layout", "axes", "channels", "transport", "section", "allow", "layers"})
+
+
+def _has(scheme: Scheme, record: statements.Statement) -> bool:
+    """Whether the scheme's value of the statement differs from the value of a scheme without it."""
+    return any(getattr(scheme, f) != Scheme.model_fields[f].default for f in record.fields)
+
+
 def _refuse_shape(scheme: Scheme) -> None:
-    """A window, chunk, sink or soft cap has no place in rope_parameters (the model's config fields hold them)."""
-    shape = [f"{n} = {getattr(scheme, n)}" for n in ("window", "chunk", "sink", "softcap")
-             if getattr(scheme, n, None) is not None]
+    """A statement beyond the rotation (a window, chunk, sink, soft cap, any statement the registry adds) has no
+    place in rope_parameters (the model's config fields hold the ones HF has)."""
+    shape = [f"{r.keywords[0]} = {getattr(scheme, r.fields[0])}" for r in statements.RECORDS
+             if r.kind not in ROTATION_KINDS and _has(scheme, r)]
     if shape:
         raise _refuse(scheme, f"{', '.join(shape)}; rope_parameters hold the rotation only (the attention's "
                       "shape lives in the model's own config fields)")
@@ -483,7 +495,6 @@ def _one_rotation(scheme: Scheme):
     naming what the scheme has beyond it (a bias, a window, a temperature, other transports ...)."""
     if scheme.biases:
         raise _refuse(scheme, f"a logit bias ({scheme.biases[0].kind}); HF rope has none")
-    _refuse_shape(scheme)
     if scheme.temperature is not None:
         raise _refuse(scheme, f"temperature = {to_source(scheme.temperature)} scales every channel's logit; HF's "
                       "attention factor scales the rotated channels only", "write rotate(..., scale = m) instead "
@@ -494,6 +505,7 @@ def _one_rotation(scheme: Scheme):
         raise _refuse(scheme, f"contextual = {scheme.contextual.source()}: CoPE's learned embedding and gated "
                       "counts have no rope_parameters", "load the model with use_pedsl_attention, which carries "
                       "CoPE inside the attention")
+    _refuse_shape(scheme)
     if len(scheme.transports) != 1:
         raise _refuse(scheme, "no rotary transport (NoPE)" if not scheme.transports else
                       f"{len(scheme.transports)} transports; HF rotates one channel group")

@@ -107,40 +107,46 @@ class Statement:
     assign: bool = False  # `KEYWORD = expr`: the parser builds `node(kind, value, span)` from the record
     highlight: str = "keyword"  # a key of HIGHLIGHT
     reserved: bool = True  # its keyword may not name a param, a let or a scheme
+    frequencies: bool = False  # its keyword's hover adds the scheme's frequency table (a rotation's)
 
     @property
     def keywords(self) -> tuple[str, ...]:
         return tuple(k for k, _, _ in self.completions)
 
+    def hover(self, keyword: str) -> str:
+        """The LSP's hover on the keyword (one of :attr:`keywords`): the keyword and what it does."""
+        doc = next(d for k, _, d in self.completions if k == keyword)
+        return f"`{keyword}`: {doc}"
+
 
 # ---------------------------------------------------------------- the parts
 
 
-def _assign_form(st) -> str:
+def _assign_form(st: Any) -> str:
     return f"{st.kind} = {to_source(st.value)}"
 
 
-def _value(st) -> list:
+def _value(st: Any) -> list:
     return [st.value]
 
 
-def _none(st) -> list:
+def _none(st: Any) -> list:
     return []
 
 
-def _param_form(st) -> str:
+def _param_form(st: Any) -> str:
     cons = ""
     if st.constraints:
         cons = " (" + ", ".join(f"{c.op} {to_source(c.value)}" for c in st.constraints) + ")"
     return f"param {st.name}: {st.type}{cons} = {to_source(st.default)}"
 
 
-def _transport_form(st) -> str:
+def _transport_form(st: Any) -> str:
     on = f" on {st.group}" if st.group else ""
     return f"{st.targets}{on}: {to_source(st.value)}"
 
 
-def _bias_lines(s) -> list[str]:
+def _bias_lines(s: Any) -> list[str]:
     if not s.biases:
         return []
     lines = ["biases:"]
@@ -158,20 +164,20 @@ def _bias_lines(s) -> list[str]:
     return lines
 
 
-def _normalize_lines(s) -> list[str]:
+def _normalize_lines(s: Any) -> list[str]:
     if s.normalize == "softmax":
         return []
     return [f"normalize: {s.normalize}  # own key {'included' if s.attend_current else 'left out'}"]
 
 
-def _normalizer(s) -> str:
+def _normalizer(s: Any) -> str:
     """The normalize statement's value as written (``softmax`` when absent)."""
     if s.normalize == "softmax":
         return "softmax"
     return "stick_breaking" if s.attend_current else "stick_breaking(current = false)"
 
 
-def _contextual(s) -> str | None:
+def _contextual(s: Any) -> str | None:
     return None if s.contextual is None else s.contextual.source()
 
 
@@ -180,7 +186,7 @@ def _shown(field: str, text: Callable[[Any], str] = str) -> Show:
     return Show("body", lambda s: [] if getattr(s, field) is None else [f"{field}: {text(getattr(s, field))}"])
 
 
-def _shape(rule: str, doc: str, snippet: str, words: Words, **parts) -> Statement:
+def _shape(rule: str, doc: str, snippet: str, words: Words, **parts: Any) -> Statement:
     """``KEYWORD = N``: a statement of the attention's shape (docs/semantics.md §11), an int or float on the
     scheme and the plan under its keyword's name."""
     return Statement(rule=rule, kind=rule, node=ast.WindowStmt, completions=((rule, snippet, doc),), inherit=ONE,
@@ -229,7 +235,7 @@ RECORDS: tuple[Statement, ...] = (
         show=BY_CONSUMER, diff=BY_CONSUMER, words=BY_CONSUMER),
     Statement(
         rule="transport", kind="transport", node=ast.Transport, inherit=SET, merged="transports",
-        fields=("transports",), plan_fields=("transports",), completes=("transport",),
+        fields=("transports",), plan_fields=("transports",), completes=("transport",), frequencies=True,
         completions=(("qk", "qk: rotate($0)", "a transport of queries and keys"),
                      ("qkv", "qkv: rotate($0)", "a transport of queries, keys and values")),
         form=_transport_form, block=None, reads=_value, show=BY_CONSUMER, diff=BY_CONSUMER, words=BY_CONSUMER),
@@ -249,7 +255,7 @@ RECORDS: tuple[Statement, ...] = (
         fields=("normalize", "attend_current"), plan_fields=("normalize", "attend_current"),
         completions=(("normalize", "normalize = ${1|softmax,stick_breaking|}",
                       "how scores become weights: the softmax, or stick-breaking"),),
-        form=_assign_form, block=None, reads=_none, assign=True, reserved=False,  # also a builtin's name
+        form=_assign_form, block=None, reads=_value, assign=True, reserved=False,  # also a builtin's name
         show=Show("body", _normalize_lines), diff=Diff("normalize", _normalizer, optional=False, rank=1),
         words=BY_CONSUMER),
     Statement(
@@ -257,7 +263,7 @@ RECORDS: tuple[Statement, ...] = (
         fields=("contextual",), plan_fields=("contextual",),
         completions=(("contextual", "contextual = cope(max_pos = ${1:16})",
                       "CoPE: positions counted by sigmoid gates on the scores"),),
-        form=_assign_form, block=None, reads=_none, assign=True,
+        form=_assign_form, block=None, reads=_value, assign=True,
         reserved=False,  # never reserved: files that name a param or let `contextual` parse
         show=_shown("contextual", lambda c: c.source()), diff=Diff("contextual", _contextual, rank=1),
         words=BY_CONSUMER),
@@ -309,12 +315,12 @@ def highlighted(cls: str) -> tuple[str, ...]:
     return FIXED_KEYWORDS * (cls == "keyword") + tuple(k for r in RECORDS if r.highlight == cls for k in r.keywords)
 
 
-def shown(scheme, place: str) -> list[str]:
+def shown(scheme: Any, place: str) -> list[str]:
     """The ``pedsl show`` lines of the statements rendered at ``place``, in registry order."""
     return [line for r in RECORDS if isinstance(r.show, Show) and r.show.place == place for line in r.show.lines(scheme)]
 
 
-def attention_words(scheme) -> str:
+def attention_words(scheme: Any) -> str:
     """Which keys a query sees and what else shapes its scores, in words (the records' Words): "causal" when
     no statement says which keys."""
     said = [(r.words.sees, r.words.text(scheme)) for r in RECORDS if isinstance(r.words, Words)]

@@ -4,7 +4,8 @@ A builtin: its signature, family (which says its axes), what it reads and its on
 parameter: its type, bounds and default as declared (in this scheme or the base it comes from) and
 the value it resolves to. A frequency - a grid builtin, a ``let`` built on one, a ``qk``/``qkv``
 transport - adds the frequency table ``pedsl explain`` prints (periods, cycles within the training
-length) and the Frayed-RoPE verdict. A scheme: its description, its ``extends`` chain and parameters.
+length) and the Frayed-RoPE verdict. A scheme: its description, its ``extends`` chain and parameters. A
+statement's keyword: what its record (:mod:`pedsl.lang.statements`) says it does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pedsl.explain import frequency_lines
 from pedsl.diffing.facts import fmt_num, scheme_facts
 from pedsl.lang.builtins import CATEGORIES, CONSTANTS, FUNCTIONS, WARNINGS
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.statements import BY_KEYWORD
 from pedsl.lsp.features import CONSTANT_DOCS
 from pedsl.lsp.project import Analysis, Located, import_file
 from pedsl.lsp.scan import Decl, SchemeOutline, Token, cursor
@@ -252,9 +254,9 @@ def hover_text(analysis: Analysis, offset: int) -> tuple[str, Token] | None:
     if c.statement in ("train", "eval") and nxt is not None and nxt.text == "=" and c.depth == 2:
         found_setting = setting_hover(c.statement, name)
         return (found_setting, tok) if found_setting else None
-    if name in ("qk", "qkv") and scheme is not None and tok.depth - scheme.depth0 == 1:
-        what = "queries and keys" if name == "qk" else "queries, keys and values"
-        return _joined(f"`{name}`: a transport of {what}", _frequencies(analysis, scheme)), tok
+    if name in BY_KEYWORD and scheme is not None and tok.depth - scheme.depth0 == 1 and prev not in ("param", "let"):
+        record = BY_KEYWORD[name]  # a statement's keyword: its record says what it does
+        return _joined(record.hover(name), _frequencies(analysis, scheme) if record.frequencies else None), tok
     if scheme is not None:
         found = doc.lookup(scheme, name)
         if found:

@@ -70,7 +70,8 @@ def _builtins(snippets: bool, categories: tuple[str, ...] = ()) -> list[lsp.Comp
 
 def _in_scope(doc: Document, c: Cursor) -> list[lsp.CompletionItem]:
     """Params and lets of the scheme at the cursor and of the schemes it extends (nearest wins)."""
-    out, seen = [], set()
+    out: list[lsp.CompletionItem] = []
+    seen = set()
     if c.scheme is None:
         return out
     for depth, link in enumerate(doc.chain(c.scheme)):
@@ -226,8 +227,9 @@ def signature_help(doc: Document, offset: int) -> lsp.SignatureHelp | None:
         params.append(lsp.ParameterInformation(label=(at, at + len(p))))
         pos = at + len(p)
     active = min(call[1], max(0, len(params) - 1))
-    if c.prev_text(1) == "=" and c.prev_text(2) in dict(b.params):  # a keyword argument being typed
-        active = [p for p, _ in b.params].index(c.prev_text(2))
+    keyword = c.prev_text(2)
+    if c.prev_text(1) == "=" and keyword is not None and keyword in dict(b.params):  # a keyword argument being typed
+        active = [p for p, _ in b.params].index(keyword)
     sig = lsp.SignatureInformation(label=label, documentation=lsp.MarkupContent(kind=lsp.MarkupKind.Markdown,
                                                                                 value=b.doc),
                                    parameters=params)

@@ -81,7 +81,7 @@ def spread_at(spreads: Any, *path: str) -> dict | None:
         if not isinstance(node, Mapping) or p not in node:
             return None
         node = node[p]
-    return node if isinstance(node, Mapping) and "mean" in node and "n" in node else None
+    return dict(node) if isinstance(node, Mapping) and "mean" in node and "n" in node else None
 
 
 def flag(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> str:

@@ -58,7 +58,10 @@ def clean_temporary(ckpt_root: Path) -> list[Path]:
     run's lock, so no live pedsl process writes here); returns what was removed."""
     removed = []
     for p in temporary_folders(ckpt_root):
-        pid = int(_TEMP.match(p.name).group(1))
+        found = _TEMP.match(p.name)
+        if found is None:  # temporary_folders lists only names that match
+            continue
+        pid = int(found.group(1))
         if pid == os.getpid() or _alive(pid):
             continue
         if p.is_symlink():

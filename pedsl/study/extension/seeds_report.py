@@ -55,7 +55,7 @@ def summary(aggregated: dict) -> tuple[list[str], list[list[str]]]:
     """One row per method and target: text ratio at 1x and at the target, zero-shot and fine-tuned."""
     text = aggregated.get("text")
     header = ["method", "target", "zero-shot 1x", "zero-shot @ target", "fine-tuned 1x", "fine-tuned @ target"]
-    rows = []
+    rows: list[list[str]] = []
     if not text:
         return header, rows
     L0 = text["context"]
