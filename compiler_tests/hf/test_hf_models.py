@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -315,6 +316,11 @@ def _modeling_source(model_type: str) -> str:
     models = Path(transformers.__file__).parent / "models"
     root = models / model_type if (models / model_type).is_dir() else models / model_type.removesuffix("_text")
     files = sorted(root.glob("modeling_*.py"))
+    if not files:  # a type that reuses another's model class (EXAONE, InternLM3: LlamaForCausalLM)
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        cls = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type, ""), None)
+        files = [Path(sys.modules[cls.__module__].__file__)] if cls is not None else []
     assert files, f"transformers has no models/{model_type}"
     return "\n".join(f.read_text(encoding="utf-8") for f in files)
 

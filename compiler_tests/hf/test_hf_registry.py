@@ -221,3 +221,56 @@ def test_hunyuan_alpha_ntk_is_its_fixed_base():
     text = _exact(native)
     assert f"= {1e4 * 1000.0 ** (16 / 14)!r}" in text or "default rotary" in text
     assert "dynamic_ntk" not in text
+
+
+# ---------------------------------------------------------------------- interleaved pairs and local-only rotations
+
+
+@pytest.mark.parametrize("model_type", ["cohere", "ernie4_5", "glm"])
+def test_interleaved_families_are_written_interleaved_and_exact(model_type):
+    text = _exact(_native(model_type))
+    assert "layout interleaved" in text
+    assert ("fraction(partial_rotary_factor)" in text) == (model_type == "glm")  # GLM: the first half, paired
+
+
+def test_glm4_moe_rotates_the_first_half_in_halves_layout():
+    text = _exact(_native("glm4_moe"))
+    assert "layout halves" in text and "fraction(partial_rotary_factor)" in text
+
+
+def _rotating_parts(text: str) -> list[bool]:
+    sch = load(text, layers=4)
+    return [bool(sch.layers.parts[n].transports) for n in sch.layers.assign(4)]
+
+
+def test_cohere2_rotates_its_sliding_layers_only_and_none_without_a_window():
+    native = _native("cohere2", sliding_window=6)
+    types = native.config.layer_types
+    assert _rotating_parts(_exact(native)) == [t == "sliding_attention" for t in types]
+    cfg = {**json.loads(native.config.to_json_string()), "sliding_window": None}
+    assert _rotating_parts(import_config(cfg)) == [False] * 4  # HF: sliding_window is None -> no layer rotates
+
+
+def test_afmoe_rotates_the_layers_its_layer_types_call_sliding():
+    native = _native("afmoe", sliding_window=6)
+    assert _rotating_parts(_exact(native)) == [t == "sliding_attention" for t in native.config.layer_types]
+
+
+def test_a_layer_types_family_without_layer_types_is_refused_naming_it():
+    cfg = {k: v for k, v in json.loads(_native("kolibri1").config.to_json_string()).items() if k != "layer_types"}
+    with pytest.raises(InteropError, match="layer_types"):
+        import_config(cfg)
+
+
+@pytest.mark.parametrize("model_type", ["param2moe", "minimax_m2"])
+def test_partial_rotary_factor_rotates_the_first_channels(model_type):
+    """GLM-4-MoE's model class (and MiniMax-M2's) rotate the first int(head_dim * partial_rotary_factor) channels."""
+    rp = {"rope_type": "default", "rope_theta": 5e4, "partial_rotary_factor": 0.5}
+    text = _exact(_native(model_type, rope_parameters=rp))
+    assert "fraction(partial_rotary_factor)" in text and "layout halves" in text
+
+
+def test_exaone_is_llamas_model_class_which_rotates_every_channel():
+    rp = {"rope_type": "default", "rope_theta": 5e4, "partial_rotary_factor": 0.5}
+    text = _exact(_native("exaone", rope_parameters=rp))
+    assert "fraction(" not in text and "every channel rotates" in text

@@ -12,8 +12,9 @@ and checked against the model classes themselves (compiler_tests/hf/test_hf_mode
   ``apply_rotary_pos_emb`` then multiplies a full-width q by a narrower table: the native model fails;
 - Phi-3, Phi, StableLM, Persimmon, GPT-NeoX and Nemotron rotate the first
   ``int(head_dim * partial_rotary_factor)`` channels (pairs p, p + rot/2) and pass the rest through;
-- some rotate interleaved pairs (2p, 2p + 1) or use multimodal M-RoPE (3-D positions): refused, except
-  the Qwen-VL families of :data:`MROPE_IMPORTED`, which :mod:`pedsl.hf.multimodal` imports as 3-axis schemes.
+- Cohere, Helium, ERNIE 4.5, GLM and Llama 4 rotate interleaved pairs (2p, 2p + 1): ``layout interleaved``;
+- some use multimodal M-RoPE (3-D positions): refused, except the Qwen-VL families of
+  :data:`MROPE_IMPORTED`, which :mod:`pedsl.hf.multimodal` imports as 3-axis schemes.
 
 A config without ``model_type`` is read as the rope utilities read it (the factor applies); a config whose
 ``model_type`` has no record is refused (:func:`pedsl.hf.registry.unknown`).
@@ -33,7 +34,7 @@ def _where(test) -> frozenset:
 
 FULL_ROTATION = _where(lambda f: f.rotation == "full" and not f.refused)
 PARTIAL_ROTATION = _where(lambda f: f.rotation == "partial" and not f.refused)
-INTERLEAVED = _where(lambda f: f.refused is not None and "interleaved" in f.refused) | {"llama4", "llama4_text"}
+INTERLEAVED = _where(lambda f: f.layout == "interleaved" and not f.refused)
 MROPE = _where(lambda f: f.rotation == "mrope" or (f.refused is not None and "M-RoPE" in f.refused))
 MROPE_IMPORTED = _where(lambda f: f.rotation == "mrope" and not f.refused)
 # Layers of different kinds (windows, chunks, NoPE layers, sinks, rope per layer type): pedsl.hf.layered
@@ -68,7 +69,7 @@ def partial_rotary(cfg: dict, rope_type: str, prf: float) -> tuple[float, str | 
     fam = family(mt) if mt is not None else None
     if mt is None or (fam is not None and fam.rotation == "partial"):
         return prf, None
-    if fam is not None and fam.rotation in ("full", "interleaved"):
+    if fam is not None and fam.rotation == "full":
         if rope_type == "default":
             return 1.0, (f"partial_rotary_factor {prf:g} is not read by transformers' {mt} model with rope_type "
                          "'default' (its own default table): every channel rotates")

@@ -107,9 +107,7 @@ def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
         extra.append(f"softcap = {format_number(float(cap))}")
     if kind in (NOPE, NOPE_SLIDING):
         return _nope_text(cfg, name, extra, mt)
-    text = import_config(_rope_for(cfg, kind, mt), name=name)
-    if mt.startswith("llama4"):
-        text = text.replace("  layout halves\n", "  layout interleaved\n")
+    text = import_config(_rope_for(cfg, kind, mt), name=name)  # its layout: the registry's record
     lines = text.rstrip("\n").split("\n")
     at = next(i for i, line in enumerate(lines) if line.startswith(("  train {", "  allow", "}")))
     return "\n".join(lines[:at] + [f"  {e}" for e in extra] + lines[at:]) + "\n"

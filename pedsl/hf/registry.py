@@ -11,12 +11,16 @@ A record says:
 
 - ``rotation``: how the rotary table is applied - ``full`` (Llama's own default table: every channel
   rotates whatever ``partial_rotary_factor`` says), ``partial`` (the first ``int(head_dim *
-  partial_rotary_factor)`` channels, halves layout), ``interleaved`` (pairs 2p, 2p + 1), ``mrope`` (3-D
-  positions), ``none`` (no rotary in any attention layer);
+  partial_rotary_factor)`` channels), ``mrope`` (3-D positions), ``none`` (no rotary in any attention layer);
+- ``layout``: which channels pair up - ``halves`` (HF's rotate_half: p with p + rot/2) or ``interleaved``
+  (2p with 2p + 1 of the rotated channels: Cohere, ERNIE 4.5, GLM, Helium, Llama 4's complex rotation);
 - ``layers``: which rule gives each layer its kind when ``layer_types`` is absent (:func:`layer_types`) and
-  whether ``sliding_window`` applies at all;
+  whether ``sliding_window`` applies at all (``types``: the file's ``layer_types`` alone, refused when absent:
+  the config class's own default pattern is not read);
 - ``nope``: which layers skip the rotation (Llama 4 / SmolLM3 ``no_rope_layers``, EXAONE 4: rope on the
-  sliding layers only when the model has a window);
+  sliding layers only when the model has a window; ``local``: rope on the layers ``layer_types`` calls sliding,
+  window or not (AFMoE); ``local_window``: rope on the sliding layers of a model with a window, none without
+  one (Cohere 2));
 - ``per_type_rope``: ``rope_parameters`` hold one dict per layer type (Gemma 3, OLMo 3);
 - ``sinks``: a learned sink logit per head in every layer (GPT-OSS);
 - ``theta``: the config class's ``default_theta`` (the base when the file gives no ``rope_theta``; Gemma 3's
@@ -40,8 +44,9 @@ class Family:
     """How one model type computes positions (see the module docstring)."""
 
     rotation: str = "full"
+    layout: str = "halves"  # halves | interleaved
     layers: str = "none"  # none | every | types | qwen2 | gemma2 | gemma3 | olmo3 | exaone4 | ministral | llama4
-    nope: str = "none"  # none | llama4 | smollm3 | exaone4
+    nope: str = "none"  # none | llama4 | smollm3 | exaone4 | local | local_window
     per_type_rope: bool = False
     sinks: bool = False
     theta: float = 10000.0  # the config class's default_theta: rope_theta when the file gives none
@@ -52,8 +57,6 @@ def _refused(why: str) -> Family:
     return Family(rotation="none", refused=why)
 
 
-_INTERLEAVED = ("rotates interleaved channel pairs (2p, 2p + 1) in its own apply_rotary_pos_emb; import-hf writes "
-                "HF's halves layout")
 _MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one of three positions - time, height, "
           "width - split by mrope_section), whose positions are not one token index")
 _ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
@@ -69,7 +72,30 @@ REGISTRY: dict[str, Family] = {
     # Llama-like rotaries of other families, each checked exact by tools/hf_sweep
     "bitnet": Family(theta=5e5),
     **{mt: Family() for mt in ("hrm_text", "hunyuan_v1_dense", "hyperclovax", "jais2", "olmoe",
-                               "granitemoeshared")},
+                               "granitemoeshared", "aria_text", "diffllama", "falcon_h1", "hunyuan_v1_moe",
+                               "internlm3", "iquestcoder", "olmo_hybrid")},
+    # (falcon_h1, olmo_hybrid: the rotary of their attention layers; their Mamba / linear layers carry no pedsl
+    # encoding and keep their own computation)
+    "apertus1p5_text": Family(theta=1.2e7),
+    "exaone": Family(theta=5e5),
+    "hy_v3": Family(theta=11158840.0),
+    "lfm2": Family(theta=1e6),  # layer_types: its attention layers and its convolution layers (no position)
+    # layer_types of sliding_attention / full_attention read from the file
+    "kolibri1": Family(layers="types"),
+    "exaone_moe": Family(layers="types", nope="exaone4"),
+    "afmoe": Family(layers="types", nope="local"),
+    # pairs (2p, 2p + 1): every channel (Cohere, Helium, ERNIE 4.5), the first int(head_dim * partial_rotary_factor)
+    # (GLM)
+    "cohere": Family(layout="interleaved", theta=5e5),
+    "cohere2": Family(layout="interleaved", layers="types", nope="local_window"),
+    "helium": Family(layout="interleaved", theta=1e5),
+    **{mt: Family(layout="interleaved", theta=5e5) for mt in ("ernie4_5", "ernie4_5_moe")},
+    **{mt: Family(rotation="partial", layout="interleaved") for mt in ("glm", "glm4")},
+    # rotate_half of the first int(head_dim * partial_rotary_factor) channels (GLM-4-MoE's model class)
+    "glm4_moe": Family(rotation="partial"),
+    "param2moe": Family(rotation="partial", theta=5e5),
+    "sarvam_moe": Family(rotation="partial", theta=8e6),
+    "minimax_m2": Family(rotation="partial", theta=5e6),
     "flex_olmo": Family(theta=5e5),
     # sliding_window, when set, on every layer (create_sliding_window_causal_mask for the whole model)
     **{mt: Family(layers="every") for mt in ("mistral", "starcoder2")},
@@ -87,8 +113,8 @@ REGISTRY: dict[str, Family] = {
     "olmo3": Family(layers="olmo3", per_type_rope=True, theta=5e5),
     "exaone4": Family(layers="exaone4", nope="exaone4"),
     "smollm3": Family(layers="smollm3", nope="smollm3", theta=2e6),
-    "llama4": Family(rotation="interleaved", layers="llama4", nope="llama4", theta=5e5),
-    "llama4_text": Family(rotation="interleaved", layers="llama4", nope="llama4", theta=5e5),
+    "llama4": Family(layout="interleaved", layers="llama4", nope="llama4", theta=5e5),
+    "llama4_text": Family(layout="interleaved", layers="llama4", nope="llama4", theta=5e5),
     # the first int(head_dim * partial_rotary_factor) channels, every rope type
     **{mt: Family(rotation="partial") for mt in ("phi", "stablelm", "persimmon", "gpt_neox", "nemotron")},
     # M-RoPE imported by pedsl.hf.multimodal
@@ -96,8 +122,8 @@ REGISTRY: dict[str, Family] = {
                                                           "qwen2_5_vl_text")},
     **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text")},
     # taught, and refused with the reason
-    **{mt: _refused(_INTERLEAVED) for mt in ("cohere", "cohere2", "helium", "ernie4_5", "ernie4_5_moe", "glm",
-                                              "glm4", "glm4_moe", "moonshine")},
+    "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
+                          "attention is causal (is_causal)"),
     **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},
     **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_omni_moe",
                                        "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe",
@@ -177,6 +203,10 @@ def default_layer_types(cfg: dict, fam: Family, n: int, pattern) -> list[str]:
     if rule == "exaone4":
         every = 0 if cfg.get("sliding_window") is None else pattern("sliding_window_pattern", 4)
         return [SLIDING if every and (i + 1) % every else FULL for i in range(n)]
+    if rule == "types":
+        raise InteropError("layer_types is absent: pedsl reads this model type's sliding and full layers from the "
+                           "file's layer_types, never from a guessed pattern", code="E963",
+                           hint="give layer_types (transformers' save_pretrained writes it)")
     if rule == "qwen2":
         start = pattern("max_window_layers", n, 0)
         return [SLIDING if window is not None and i >= start else FULL for i in range(n)]
@@ -254,6 +284,9 @@ def layer_kinds(cfg: dict) -> list[str]:
         kinds = [k if r else NOPE_SLIDING if k == SLIDING else NOPE for k, r in zip(kinds, rope)]
     if fam.nope == "exaone4" and window is not None:  # HF rotates the sliding layers only, when there is a window
         kinds = [k if k == SLIDING else NOPE for k in kinds]
+    if fam.nope in ("local", "local_window"):  # HF's is_local_attention / sliding_window is not None
+        rotates = [t == SLIDING and (window is not None or fam.nope == "local") for t in types]
+        kinds = [k if r else NOPE for k, r in zip(kinds, rotates)]
     return kinds
 
 

@@ -388,7 +388,8 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     if t == "longrope":
         lines.append("  let short_factor = [" + ", ".join(_num(x) for x in s["short_factor"]) + "]")
         lines.append("  let long_factor = [" + ", ".join(_num(x) for x in s["long_factor"]) + "]")
-    lines.append("  layout halves")
+    fam = registry.family((arch.model_types(cfg) or [""])[-1])
+    lines.append(f"  layout {fam.layout if fam is not None else 'halves'}")
     on = ""
     if s["rotated"] != s["head_dim"]:
         lines += ["  channels {", "    rot = fraction(partial_rotary_factor)", "    plain = rest", "  }"]
