@@ -2,7 +2,7 @@
 forward and every gradient (q, k, v, the float64 key term, the distance table) against a naive float64
 softmax at L = 1, 2, around the block of 64, with grouped key/value heads and broadcast biases; float32
 within the arithmetic bound; ALiBi and FoX dispatched to it by their plans, and the separable path when
-the kernels are off."""
+the kernels are off; T5's table likewise, with the Toeplitz path when they are off."""
 
 from __future__ import annotations
 
@@ -75,10 +75,11 @@ def test_float32_within_the_arithmetic_bound_of_large_coordinates():
     assert (got - want).abs().max() <= float32_bound(L + D, want)
 
 
-@pytest.mark.parametrize("name, kw", [("alibi", {}), ("alibi_learned", {}), ("fox", {"x": True})])
-def test_the_plans_run_alibi_and_fox_on_the_kernel(name, kw, monkeypatch):
-    """The plan declares the kernel; a full causal call runs it (and the separable path with the kernels
-    off), each equal to the float64 reference interpreter, gradients of the learned slopes and gates too."""
+@pytest.mark.parametrize("name, kw", [("alibi", {}), ("alibi_learned", {}), ("fox", {"x": True}), ("t5_bias", {})])
+def test_the_plans_run_alibi_fox_and_t5_on_the_kernel(name, kw, monkeypatch):
+    """The plan declares the kernel; a full causal call runs it (and the separable or Toeplitz path with the
+    kernels off), each equal to the float64 reference interpreter, gradients of the learned slopes, gates
+    and table entries too."""
     band_kernel_or_skip()
     mods = fast_and_reference(name, "", 4, 8)
     assert "bias" in mods[0].plan.kernels

@@ -132,6 +132,7 @@ def ran(monkeypatch) -> list[str]:
 
     spy(module, "fused_call", lambda a, got: "fused" if "fused" in a[0] else "fused-half")
     spy(module, "bias_call", lambda a, got: "bias")
+    spy(general, "bias_call", lambda a, got: "bias")
     spy(stream, "decode_call", lambda a, got: "decode")
     spy(general, "causal_call", lambda a, got: a[1] if a[1] == "causal-sdpa" else None)
     spy(general, "window_call", lambda a, got: "flash-window")
