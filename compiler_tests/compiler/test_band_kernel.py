@@ -96,8 +96,9 @@ def test_the_ops_have_shapes_for_tracing():
     q, k = torch.empty(2, 4, 9, 8, device="meta"), torch.empty(2, 2, 9, 8, device="meta")
     out, lse = ops.forward(q, k, k, 3, 64)
     assert out.shape == q.shape and lse.shape == (2, 4, 9)
-    dq, dk, dv = ops.backward(q, q, k, k, q, lse, 3, 64)
+    dq, dk, dv, dg, dt = ops.backward(q, q, k, k, q, lse, 3, 64, lse, None, True, False)
     assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
+    assert dg.shape == (2, 4, 9) and dg.dtype == torch.float64 and dt.numel() == 0
 
 
 def test_bad_inputs_are_refused_by_the_kernel():

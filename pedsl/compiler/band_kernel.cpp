@@ -6,7 +6,15 @@
 // queries can see plus the two triangles at the run's ends (masked per row). The softmax of a block is
 // exact in one pass (the block holds its whole rows: no online rescaling); the backward recomputes
 // P = exp(S - lse) and uses dS = P (dP - rowsum(dO O)). The GEMMs are BLAS's (the sgemm_/dgemm_ that
-// libtorch_cpu exports), the exp is at::vec's.
+// libtorch_cpu exports), the row loops cpu_kernels.h's.
+//
+// A window N >= L is full causal attention. Two biases may be added to the scores, both optional: a key
+// term g (B, Hq, L) float64, bias(i, j) = g_j - g_i (ALiBi's slope * (j - i), a forget gate's G_i - G_j; the
+// difference taken in float64 and rounded once), and a distance table t (Hq, L) in the compute dtype, given
+// reversed (tr[n] = t[L - 1 - n], so that a row's run of keys reads it forward), bias(i, j) = t[i - j]. The
+// backward also returns their float64 gradients: dg (B, Hq, L) and dtr (B, Hq, L), per query head and batch
+// row (the caller sums what it broadcast). The (head, block) pairs with a bias cost one more pass over their
+// rows forward and two backward (the bias again, the gradients).
 //
 // Layout: q (B, Hq, L, D), k and v (B, Hk, L, D), contiguous, Hq a multiple of Hk (query head h reads
 // key/value head h / (Hq / Hk)); float32 or float64; default scale 1 / sqrt(D). The forward runs its
@@ -18,12 +26,14 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -43,14 +53,36 @@ struct Band {
   int64_t hi(int64_t i, int64_t c0) const { return i - c0 + 1; }
 };
 
+// One query head's biases (null: none) and, in the backward, their gradients (null: not wanted).
 template <typename T>
-void forward_block(const Band& g, const T* Q, const T* K, const T* V, T* O, T* lse, int64_t r0, T* S) {
+struct Bias {
+  const double* g = nullptr;  // key term, L values
+  const T* tr = nullptr;      // reversed distance table, L values
+  double* dg = nullptr;
+  double* dtr = nullptr;
+  // adds query i's bias to its row of scores over the keys c0 + lo .. c0 + hi - 1
+  void add(T* row, int64_t L, int64_t i, int64_t c0, int64_t lo, int64_t hi) const {
+    if (g) add_key_term(row + lo, g + c0 + lo, g[i], hi - lo);
+    if (tr) add_row(row + lo, tr + (L - 1 - i + c0) + lo, hi - lo);
+  }
+  // adds query i's dS (over the same keys) to the gradients; g_i's own term, -rowsum(dS), is zero (a
+  // softmax ignores a constant of its row: the sum of P (dP - delta) is delta - delta) and is left out
+  void grad(const T* ds, int64_t L, int64_t i, int64_t c0, int64_t lo, int64_t hi) const {
+    if (dg) add_into(dg + c0 + lo, ds + lo, hi - lo);
+    if (dtr) add_into(dtr + (L - 1 - i + c0) + lo, ds + lo, hi - lo);
+  }
+};
+
+template <typename T>
+void forward_block(const Band& g, const Bias<T>& bias, const T* Q, const T* K, const T* V, T* O, T* lse, int64_t r0,
+                   T* S) {
   const int64_t m = g.rows(r0), c0 = g.first_key(r0), w = r0 + m - c0, D = g.D;
   const T scale = T(1) / std::sqrt(T(D));
   gemm<T>(false, true, m, w, D, scale, Q + r0 * D, D, K + c0 * D, D, T(0), S, w);
   T inv[256];
   for (int64_t a = 0; a < m; ++a) {
     const int64_t i = r0 + a;
+    bias.add(S + a * w, g.L, i, c0, g.lo(i, c0), g.hi(i, c0));
     const auto [mx, sum] = softmax_row(S + a * w, g.lo(i, c0), g.hi(i, c0), w);
     lse[i] = mx + std::log(sum);
     inv[a] = T(1) / sum;
@@ -64,16 +96,16 @@ void forward_block(const Band& g, const T* Q, const T* K, const T* V, T* O, T* l
 
 // The block's gradients: dQ of its queries written, dK and dV of its keys added to.
 template <typename T>
-void backward_block(const Band& g, const T* Q, const T* K, const T* V, const T* O, const T* dO, const T* lse,
+void backward_block(const Band& g, const Bias<T>& bias, const T* Q, const T* K, const T* V, const T* O, const T* dO, const T* lse,
                     T* dQ, T* dK, T* dV, int64_t r0, T* P, T* dP) {
   const int64_t m = g.rows(r0), c0 = g.first_key(r0), w = r0 + m - c0, D = g.D;
   const T scale = T(1) / std::sqrt(T(D));
-  using Vec = at::vec::Vectorized<T>;
   gemm<T>(false, true, m, w, D, scale, Q + r0 * D, D, K + c0 * D, D, T(0), P, w);
   gemm<T>(false, true, m, w, D, T(1), dO + r0 * D, D, V + c0 * D, D, T(0), dP, w);
   for (int64_t a = 0; a < m; ++a) {
     const int64_t i = r0 + a, lo = g.lo(i, c0), hi = g.hi(i, c0);
     T *p = P + a * w, *dp = dP + a * w;
+    bias.add(p, g.L, i, c0, lo, hi);
     exp_sum(p + lo, hi - lo, lse[i]);
     std::fill(p, p + lo, T(0));
     std::fill(p + hi, p + w, T(0));
@@ -81,17 +113,16 @@ void backward_block(const Band& g, const T* Q, const T* K, const T* V, const T* 
     for (int64_t d = 0; d < D; ++d) delta += O[i * D + d] * dO[i * D + d];
     std::fill(dp, dp + lo, T(0));
     std::fill(dp + hi, dp + w, T(0));
-    const Vec dl(delta);
-    int64_t j = lo;
-    for (; j + Vec::size() <= hi; j += Vec::size()) (Vec::loadu(p + j) * (Vec::loadu(dp + j) - dl)).store(dp + j);
-    for (; j < hi; ++j) dp[j] = p[j] * (dp[j] - delta);
+    ds_row(p + lo, dp + lo, delta, hi - lo);
+    bias.grad(dp, g.L, i, c0, lo, hi);
   }
   gemm<T>(true, false, w, D, m, T(1), P, w, dO + r0 * D, D, T(1), dV + c0 * D, D);
   gemm<T>(false, false, m, D, w, scale, dP, w, K + c0 * D, D, T(0), dQ + r0 * D, D);
   gemm<T>(true, false, w, D, m, scale, dP, w, Q + r0 * D, D, T(1), dK + c0 * D, D);
 }
 
-void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window, int64_t block) {
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window, int64_t block,
+                  const std::optional<Tensor>& key_term, const std::optional<Tensor>& table) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "band attention: q, k, v must be (B, H, L, D)");
   TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "band attention: inputs must be contiguous");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type() &&
@@ -101,11 +132,29 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, int64_t win
                   k.size(1) > 0 && q.size(1) % k.size(1) == 0,
               "band attention: k and v must be (B, Hk, L, D) with Hq a multiple of Hk");
   TORCH_CHECK(window >= 1 && block >= 1 && block <= 256, "band attention: window >= 1 and 1 <= block <= 256");
+  if (key_term)
+    TORCH_CHECK(key_term->is_contiguous() && key_term->scalar_type() == at::kDouble &&
+                    key_term->sizes() == at::IntArrayRef({q.size(0), q.size(1), q.size(2)}),
+                "band attention: the key term must be (B, Hq, L) float64, contiguous");
+  if (table)
+    TORCH_CHECK(table->is_contiguous() && table->scalar_type() == q.scalar_type() &&
+                    table->sizes() == at::IntArrayRef({q.size(1), q.size(2)}),
+                "band attention: the reversed distance table must be (Hq, L) in q's dtype, contiguous");
+}
+
+template <typename T>
+Bias<T> head_bias(const std::optional<Tensor>& key_term, const std::optional<Tensor>& table, int64_t h, int64_t Hq,
+                  int64_t L) {
+  Bias<T> b;
+  if (key_term) b.g = key_term->const_data_ptr<double>() + h * L;
+  if (table) b.tr = table->const_data_ptr<T>() + (h % Hq) * L;
+  return b;
 }
 
 template <typename T>
 std::tuple<Tensor, Tensor> forward_impl(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
-                                        int64_t block) {
+                                        int64_t block, const std::optional<Tensor>& key_term,
+                                        const std::optional<Tensor>& table) {
   const int64_t B = q.size(0), Hq = q.size(1), Hk = k.size(1), L = q.size(2), D = q.size(3), group = Hq / Hk;
   Tensor out = at::empty_like(q), lse = at::empty({B, Hq, L}, q.options());
   const Band g{L, window, block, D};
@@ -116,28 +165,35 @@ std::tuple<Tensor, Tensor> forward_impl(const Tensor& q, const Tensor& k, const 
     std::vector<T> S(block * g.widest());
     for (int64_t t = begin; t < end; ++t) {
       const int64_t h = t / nb, kv = (h / Hq) * Hk + (h % Hq) / group;
-      forward_block<T>(g, Q + h * L * D, K + kv * L * D, V + kv * L * D, O + h * L * D, LS + h * L, (t % nb) * block,
-                       S.data());
+      forward_block<T>(g, head_bias<T>(key_term, table, h, Hq, L), Q + h * L * D, K + kv * L * D, V + kv * L * D,
+                       O + h * L * D, LS + h * L, (t % nb) * block, S.data());
     }
   });
   return {out, lse};
 }
 
 template <typename T>
-std::tuple<Tensor, Tensor, Tensor> backward_impl(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                                 const Tensor& v, const Tensor& out, const Tensor& lse,
-                                                 int64_t window, int64_t block) {
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> backward_impl(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+    int64_t window, int64_t block, const std::optional<Tensor>& key_term, const std::optional<Tensor>& table,
+    bool key_grad, bool table_grad) {
   const int64_t B = q.size(0), Hq = q.size(1), Hk = k.size(1), L = q.size(2), D = q.size(3), group = Hq / Hk;
   Tensor dq = at::empty_like(q), dk = at::zeros_like(k), dv = at::zeros_like(v);
+  const auto f64 = q.options().dtype(at::kDouble);
+  Tensor dg = key_grad && key_term ? at::zeros({B, Hq, L}, f64) : at::empty({0}, f64);
+  Tensor dtr = table_grad && table ? at::zeros({B, Hq, L}, f64) : at::empty({0}, f64);
   const Band g{L, window, block, D};
   const T *Q = q.const_data_ptr<T>(), *K = k.const_data_ptr<T>(), *V = v.const_data_ptr<T>();
   const T *O = out.const_data_ptr<T>(), *dO = dout.const_data_ptr<T>(), *LS = lse.const_data_ptr<T>();
   T *dQ = dq.mutable_data_ptr<T>(), *dK = dk.mutable_data_ptr<T>(), *dV = dv.mutable_data_ptr<T>();
+  double *dG = dg.numel() ? dg.mutable_data_ptr<double>() : nullptr;
+  double *dTR = dtr.numel() ? dtr.mutable_data_ptr<double>() : nullptr;
   // Each key/value head's query blocks in segments, enough of them to fill the threads when B * Hk does
   // not; a segment spans at least N - 1 queries, so segments two apart add to disjoint keys: the even
-  // segments run in parallel, then the odd ones.
+  // segments run in parallel, then the odd ones. A query head's table gradient sums over all its rows:
+  // one segment per head then.
   const int64_t nb = (L + block - 1) / block, heads = B * Hk, threads = at::get_num_threads();
-  const int64_t want = heads < threads ? (threads + heads - 1) / heads : 1;
+  const int64_t want = heads < threads && !dTR ? (threads + heads - 1) / heads : 1;
   const int64_t seg = std::max((nb + want - 1) / want, (window - 1 + block - 1) / block), nseg = (nb + seg - 1) / seg;
   for (int64_t parity = 0; parity < 2; ++parity) {
     const int64_t count = (nseg - parity + 1) / 2;  // segments of this parity per head
@@ -147,53 +203,66 @@ std::tuple<Tensor, Tensor, Tensor> backward_impl(const Tensor& dout, const Tenso
         const int64_t kv = t / count, s = 2 * (t % count) + parity, kvo = kv * L * D;
         for (int64_t j = 0; j < group; ++j) {
           const int64_t h = (kv / Hk) * Hq + (kv % Hk) * group + j, o = h * L * D;
+          Bias<T> bias = head_bias<T>(key_term, table, h, Hq, L);
+          if (dG) bias.dg = dG + h * L;
+          if (dTR) bias.dtr = dTR + h * L;
           for (int64_t b = s * seg; b < std::min(nb, (s + 1) * seg); ++b)
-            backward_block<T>(g, Q + o, K + kvo, V + kvo, O + o, dO + o, LS + h * L, dQ + o, dK + kvo, dV + kvo,
-                              b * block, P.data(), dP.data());
+            backward_block<T>(g, bias, Q + o, K + kvo, V + kvo, O + o, dO + o, LS + h * L, dQ + o, dK + kvo,
+                              dV + kvo, b * block, P.data(), dP.data());
         }
       }
     });
   }
-  return {dq, dk, dv};
+  return {dq, dk, dv, dg, dtr};
 }
 
 std::tuple<Tensor, Tensor> band_forward(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
-                                        int64_t block) {
-  check_inputs(q, k, v, window, block);
-  if (q.scalar_type() == at::kDouble) return forward_impl<double>(q, k, v, window, block);
-  return forward_impl<float>(q, k, v, window, block);
+                                        int64_t block, const std::optional<Tensor>& key_term,
+                                        const std::optional<Tensor>& table) {
+  check_inputs(q, k, v, window, block, key_term, table);
+  if (q.scalar_type() == at::kDouble) return forward_impl<double>(q, k, v, window, block, key_term, table);
+  return forward_impl<float>(q, k, v, window, block, key_term, table);
 }
 
-std::tuple<Tensor, Tensor, Tensor> band_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                                 const Tensor& v, const Tensor& out, const Tensor& lse,
-                                                 int64_t window, int64_t block) {
-  check_inputs(q, k, v, window, block);
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> band_backward(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+    int64_t window, int64_t block, const std::optional<Tensor>& key_term, const std::optional<Tensor>& table,
+    bool key_grad, bool table_grad) {
+  check_inputs(q, k, v, window, block, key_term, table);
   TORCH_CHECK(dout.is_contiguous() && out.is_contiguous() && lse.is_contiguous() && dout.sizes() == q.sizes() &&
                   out.sizes() == q.sizes() && dout.scalar_type() == q.scalar_type() &&
                   lse.scalar_type() == q.scalar_type(),
               "band attention backward: dout and out must be q's shape and dtype, contiguous");
-  if (q.scalar_type() == at::kDouble) return backward_impl<double>(dout, q, k, v, out, lse, window, block);
-  return backward_impl<float>(dout, q, k, v, out, lse, window, block);
+  if (q.scalar_type() == at::kDouble)
+    return backward_impl<double>(dout, q, k, v, out, lse, window, block, key_term, table, key_grad, table_grad);
+  return backward_impl<float>(dout, q, k, v, out, lse, window, block, key_term, table, key_grad, table_grad);
 }
 
 // Shapes only, for torch.compile's tracing (fake tensors run the Meta kernels).
 std::tuple<Tensor, Tensor> band_forward_meta(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window,
-                                             int64_t block) {
+                                             int64_t block, const std::optional<Tensor>& key_term,
+                                             const std::optional<Tensor>& table) {
   return {at::empty_like(q), at::empty({q.size(0), q.size(1), q.size(2)}, q.options())};
 }
 
-std::tuple<Tensor, Tensor, Tensor> band_backward_meta(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                                      const Tensor& v, const Tensor& out, const Tensor& lse,
-                                                      int64_t window, int64_t block) {
-  return {at::empty_like(q), at::empty_like(k), at::empty_like(v)};
+std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> band_backward_meta(
+    const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
+    int64_t window, int64_t block, const std::optional<Tensor>& key_term, const std::optional<Tensor>& table,
+    bool key_grad, bool table_grad) {
+  const auto f64 = q.options().dtype(at::kDouble);
+  const auto grad = [&](bool on) { return on ? at::empty({q.size(0), q.size(1), q.size(2)}, f64) : at::empty({0}, f64); };
+  return {at::empty_like(q), at::empty_like(k), at::empty_like(v), grad(key_grad && key_term.has_value()),
+          grad(table_grad && table.has_value())};
 }
 
 }  // namespace
 
 TORCH_LIBRARY(pedsl_band, m) {
-  m.def("forward(Tensor q, Tensor k, Tensor v, int window, int block) -> (Tensor, Tensor)");
-  m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int window, int block) -> "
-        "(Tensor, Tensor, Tensor)");
+  m.def("forward(Tensor q, Tensor k, Tensor v, int window, int block, Tensor? key_term=None, Tensor? table=None) "
+        "-> (Tensor, Tensor)");
+  m.def("backward(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, Tensor lse, int window, int block, "
+        "Tensor? key_term=None, Tensor? table=None, bool key_grad=False, bool table_grad=False) -> "
+        "(Tensor, Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(pedsl_band, CPU, m) {

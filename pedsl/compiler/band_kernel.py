@@ -11,6 +11,12 @@ from the log-sum-exp). Grouped key/value heads are read in place (no repeat). Wh
 inputs and gradients: the output and log-sum-exp, and one block's scores per thread (two in the
 backward), ``64 x (64 + N - 1)`` each. At L = 8192, N = 512 (float32, one thread) it costs about 0.6x the flash path.
 
+With a window as wide as the call the same kernel is full causal attention, and it adds two biases inside
+its rows (:func:`causal_bias_attention`): a key term of float64 coordinates, ``g_j - g_i`` (ALiBi's
+``slope * (j - i)``, a forget gate's ``G_i - G_j``), the difference taken in float64 and rounded once, and a
+distance table ``t[i - j]`` (T5's buckets, KERPLE), with their gradients. Its exp is a polynomial in
+``cpu_kernels.h`` that vectorises, so one thread runs it faster than PyTorch's flash kernel without a bias.
+
 The general forward (:mod:`pedsl.compiler.general`) imports :func:`banded_attention` from here; a module
 written by ``pedsl compile`` carries ``window_kernels``' own ``banded_attention`` instead (torch only,
 no build step), so it runs the flash path. ``PEDSL_CPU_KERNELS=0`` keeps the flash path in process too.
@@ -25,6 +31,8 @@ from torch.autograd.function import once_differentiable
 from pedsl.compiler import window_kernels
 from pedsl.compiler.cpu_kernels import kernel_ops
 from pedsl.compiler.kernel_support import band_call
+
+F64 = torch.float64
 
 BLOCK = 64  # queries per block (each block reads at most BLOCK + N - 1 keys); 32-128 measure alike
 
@@ -51,7 +59,7 @@ class BandAttention(torch.autograd.Function):
     @once_differentiable  # the kernel's backward has no backward of its own
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = band_ops().backward(dout.contiguous(), q, k, v, out, lse, ctx.window, BLOCK)
+        dq, dk, dv = band_ops().backward(dout.contiguous(), q, k, v, out, lse, ctx.window, BLOCK)[:3]
         return dq, dk, dv, None
 
 
@@ -76,3 +84,58 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None, chunk:
     if window is not None:
         return sliding_window_attention(q, k, v, window)
     return window_kernels.banded_attention(q, k, v, window, chunk)
+
+
+class BiasAttention(torch.autograd.Function):
+    """Full causal attention of ``q (B, Hq, L, D)`` over ``k, v (B, Hk, L, D)`` with the bias
+    ``key_term[b, h, j] - key_term[b, h, i] + table[h, i - j]`` (either may be None), on the C++ kernel
+    (float32 or float64, CPU). ``key_term (B|1, Hq|1, L)`` is read in float64; ``table (Hq|1, >= L)`` is
+    cast to q's dtype once."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | None, table: Tensor | None):
+        B, Hq, L, _ = q.shape
+        q, k, v = (t.contiguous() for t in (q, k, v))
+        g = None if key_term is None else key_term.detach().to(F64).expand(B, Hq, L).contiguous()
+        tr = None if table is None else table.detach()[..., :L].to(q.dtype).expand(Hq, L).flip(-1).contiguous()
+        out, lse = band_ops().forward(q, k, v, max(L, 1), BLOCK, g, tr)
+        ctx.save_for_backward(q, k, v, out, lse, g, tr)
+        ctx.key_like = None if key_term is None else (key_term.shape, key_term.dtype)
+        ctx.table_like = None if table is None else (table.shape, table.dtype)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout: Tensor):
+        q, k, v, out, lse, g, tr = ctx.saved_tensors
+        L = q.shape[2]
+        want_g, want_t = ctx.needs_input_grad[3:5]
+        dq, dk, dv, dg, dtr = band_ops().backward(dout.contiguous(), q, k, v, out, lse, max(L, 1), BLOCK, g, tr,
+                                                  want_g, want_t)
+        dkey = _summed_to(dg, *ctx.key_like) if want_g else None
+        dtab = None
+        if want_t:
+            shape, dtype = ctx.table_like
+            dtab = torch.zeros(shape, dtype=dtype, device=q.device)
+            dtab[..., :L] = _summed_to(dtr.sum(0).flip(-1), (shape[0], L), dtype)
+        return dq, dk, dv, dkey, dtab
+
+
+def _summed_to(grad: Tensor, shape, dtype) -> Tensor:
+    """A gradient of an expanded tensor summed over the dimensions ``shape`` broadcast (size 1 there)."""
+    dims = [d for d, n in enumerate(shape) if n == 1 and grad.shape[d] != 1]
+    return (grad.sum(dims, keepdim=True) if dims else grad).to(dtype)
+
+
+def bias_kernel_ready() -> bool:
+    """Whether the C++ kernels are built and loaded (:func:`band_ops`), so that
+    :func:`causal_bias_attention` runs."""
+    return band_ops() is not None
+
+
+def causal_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | None = None,
+                          table: Tensor | None = None) -> Tensor:
+    """Causal attention of one full sequence at positions 0..L-1 (grouped key/value heads allowed) with the
+    biases of :class:`BiasAttention`, on the C++ kernel: the caller has checked the call
+    (:func:`pedsl.compiler.kernel_support.bias_call`)."""
+    return BiasAttention.apply(q, k, v, key_term, table)

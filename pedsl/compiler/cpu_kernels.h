@@ -1,5 +1,5 @@
 // Shared by the C++ CPU attention kernels (band_kernel.cpp, mlp_kernel.cpp): BLAS GEMM through the sgemm_/dgemm_
-// that libtorch_cpu exports, and at::vec's row max, exp-sum and softmax of a row.
+// that libtorch_cpu exports, and the loops over a row of scores (max, exp-sum, softmax, the biases, dS).
 #pragma once
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && defined(__AVX512VL__)
 #define CPU_CAPABILITY_AVX512
@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -39,23 +41,84 @@ inline void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, T alpha, con
   blas(tb ? 'T' : 'N', ta ? 'T' : 'N', int(N), int(M), int(K), alpha, B, int(ldb), A, int(lda), beta, C, int(ldc));
 }
 
+// The float rows' loops (exp, max, the biases) are compiled twice, for AVX2 and for the baseline, picked
+// when the library loads (target_clones): the flags stay portable, and both clones compute the same
+// correctly rounded operations in the same order (16 lanes, fixed reduction order, no contraction), so a
+// result does not depend on which one ran.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PEDSL_ROW_LOOP __attribute__((target_clones("avx2", "default"))) static
+#else
+#define PEDSL_ROW_LOOP static
+#endif
+#define PEDSL_INLINE inline __attribute__((always_inline))  // into either clone, compiled for its target
+constexpr int LANES = 16;
+// 8 floats as GCC's generic vectors: an AVX2 register in the avx2 clone, two SSE ones in the default clone
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+
+PEDSL_INLINE vf8 load8(const float* p) {
+  vf8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+PEDSL_INLINE void store8(float* p, vf8 v) { std::memcpy(p, &v, sizeof v); }
+PEDSL_INLINE vf8 splat8(float x) { return vf8{x, x, x, x, x, x, x, x}; }
+PEDSL_INLINE float lanes_sum(vf8 a, vf8 b) {
+  float acc[LANES];
+  store8(acc, a);
+  store8(acc + 8, b);
+  for (int half = LANES / 2; half > 0; half /= 2)
+    for (int l = 0; l < half; ++l) acc[l] += acc[l + half];
+  return acc[0];
+}
+
+// exp(x) of 8 floats, Cephes' expf (about 1 ulp): x clamped to [-87, 88], 2^n by its exponent bits,
+// r = x - n ln2 in two parts, a degree-5 polynomial; only +, *, comparisons and bit moves.
+PEDSL_INLINE vf8 exp8(vf8 x) {
+  const vf8 lo = splat8(-87.0f), hi = splat8(88.0f), magic = splat8(12582912.0f);  // 1.5 * 2^23
+  x = x < lo ? lo : x;
+  x = x > hi ? hi : x;
+  const vf8 t = x * splat8(1.44269504088896341f) + magic;  // t's low bits hold n = round(x log2 e)
+  const vf8 n = t - magic;
+  const vf8 scale = (vf8)(((vi8)t - 0x4B400000 + 127) << 23);
+  const vf8 r = (x - n * splat8(0.693359375f)) - n * splat8(-2.12194440e-4f);
+  vf8 p = splat8(1.9875691500e-4f);
+  p = p * r + splat8(1.3981999507e-3f);
+  p = p * r + splat8(8.3334519073e-3f);
+  p = p * r + splat8(4.1665795894e-2f);
+  p = p * r + splat8(1.6666665459e-1f);
+  p = p * r + splat8(5.0000001201e-1f);
+  return ((p * (r * r) + r) + splat8(1.0f)) * scale;
+}
+
 // x[j] = exp(x[j] - shift) over [0, n); returns their sum.
-inline float exp_sum(float* x, int64_t n, float shift) {
-  using V = at::vec::Vectorized<float>;
-  const V s(shift);
-  V acc(0.f);
+PEDSL_ROW_LOOP float exp_sum(float* x, int64_t n, float shift) {
+  const vf8 s = splat8(shift);
+  vf8 a = splat8(0.0f), b = a;
   int64_t j = 0;
-  for (; j + V::size() <= n; j += V::size()) {
-    const V e = (V::loadu(x + j) - s).exp_u20();
-    e.store(x + j);
-    acc = acc + e;
+  for (; j + LANES <= n; j += LANES) {
+    const vf8 e0 = exp8(load8(x + j) - s), e1 = exp8(load8(x + j + 8) - s);
+    store8(x + j, e0);
+    store8(x + j + 8, e1);
+    a += e0;
+    b += e1;
   }
-  float sum = at::vec::vec_reduce_all<float>([](V& a, V& b) { return a + b; }, acc);
-  for (; j < n; ++j) {
-    x[j] = std::exp(x[j] - shift);
-    sum += x[j];
+  if (j < n) {  // the tail through a padded copy: the same lanes, the same arithmetic
+    float tail[LANES];
+    std::fill(tail, tail + LANES, -std::numeric_limits<float>::infinity());
+    std::copy(x + j, x + n, tail);
+    vf8 e0 = exp8(load8(tail) - s), e1 = exp8(load8(tail + 8) - s);
+    const vi8 idx = {0, 1, 2, 3, 4, 5, 6, 7};
+    const int32_t m = int32_t(n - j);
+    e0 = idx < m ? e0 : splat8(0.0f);
+    e1 = idx + 8 < m ? e1 : splat8(0.0f);
+    store8(tail, e0);
+    store8(tail + 8, e1);
+    std::copy(tail, tail + (n - j), x + j);
+    a += e0;
+    b += e1;
   }
-  return sum;
+  return lanes_sum(a, b);
 }
 inline double exp_sum(double* x, int64_t n, double shift) {
   double sum = 0;
@@ -66,18 +129,56 @@ inline double exp_sum(double* x, int64_t n, double shift) {
   return sum;
 }
 
-template <typename T>
-inline T row_max(const T* x, int64_t n) {
-  using V = at::vec::Vectorized<T>;
-  T mx = -std::numeric_limits<T>::infinity();
+PEDSL_ROW_LOOP float row_max(const float* x, int64_t n) {
+  vf8 a = splat8(-std::numeric_limits<float>::infinity());
   int64_t j = 0;
-  if (n >= V::size()) {
-    V acc = V::loadu(x);
-    for (j = V::size(); j + V::size() <= n; j += V::size()) acc = at::vec::maximum(acc, V::loadu(x + j));
-    mx = at::vec::vec_reduce_all<T>([](V& a, V& b) { return at::vec::maximum(a, b); }, acc);
+  for (; j + 8 <= n; j += 8) {
+    const vf8 v = load8(x + j);
+    a = v > a ? v : a;
   }
+  float acc[8];
+  store8(acc, a);
+  float mx = acc[0];
+  for (int l = 1; l < 8; ++l) mx = std::max(mx, acc[l]);
   for (; j < n; ++j) mx = std::max(mx, x[j]);
   return mx;
+}
+inline double row_max(const double* x, int64_t n) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j]);
+  return mx;
+}
+
+// row[j] += (g[j] - gi) over [0, n): a bias g_j - g_i of float64 coordinates, their difference rounded once.
+PEDSL_ROW_LOOP void add_key_term(float* row, const double* g, double gi, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) row[j] += float(g[j] - gi);
+}
+inline void add_key_term(double* row, const double* g, double gi, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) row[j] += g[j] - gi;
+}
+
+// row[j] += t[j] over [0, n).
+PEDSL_ROW_LOOP void add_row(float* row, const float* t, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) row[j] += t[j];
+}
+inline void add_row(double* row, const double* t, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) row[j] += t[j];
+}
+
+// dp[j] = p[j] (dp[j] - delta) over [0, n): dS of the flash identity.
+PEDSL_ROW_LOOP void ds_row(const float* p, float* dp, float delta, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
+}
+inline void ds_row(const double* p, double* dp, double delta, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
+}
+
+// acc[j] += x[j] over [0, n), in float64.
+PEDSL_ROW_LOOP void add_into(double* acc, const float* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += double(x[j]);
+}
+inline void add_into(double* acc, const double* x, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += x[j];
 }
 
 // A row of w scores whose keys lo .. hi - 1 count -> its softmax weights, unnormalised, zero outside lo .. hi;

@@ -68,7 +68,7 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.band_kernel import banded_attention
-from pedsl.compiler.kernel_support import (causal_call, explicit_scores, fresh_sequence_call, mlp_call, path_call,
+from pedsl.compiler.kernel_support import (bias_call, causal_call, explicit_scores, fresh_sequence_call, mlp_call, path_call,
                                            window_call)
 from pedsl.compiler.scores import (modified_scores, normalised, own_key_counts, scale_by_temperature,
                                    sink_column)
@@ -952,7 +952,10 @@ def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
         return None
     pos = lay.positions
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
-    return kernels.distance_attention(q, k, v, sum(tables[1:], tables[0]))
+    table = sum(tables[1:], tables[0])
+    if bias_call(scheme.fast_paths, kernels, q, k, v):  # the table inside the C++ kernel's rows
+        return kernels.bias_attention(q, k, v, table=table)
+    return kernels.distance_attention(q, k, v, table)
 
 
 def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):

@@ -139,6 +139,8 @@ FUSED = (ROTATIONS | TEMPERATURES | PRE_TRANSFORM | PATH | COORDINATES
             bias_feature("axis-distance"), SEVERAL_QUERY_BIASES}
          | {carrier_feature(c) for c in ("key channel", "materialised", "score_mod")})
 CAUSAL = ROTATIONS | TEMPERATURES | PRE_TRANSFORM
+BIAS_KINDS = frozenset({bias_feature("linear-distance"), bias_feature("forget-gate"), bias_feature("distance-table")})
+BIASES_IN_ROWS = BIAS_KINDS | {carrier_feature("key channel"), carrier_feature("table per query block")}
 
 KERNELS = (
     KernelDecl("fused", FUSED | {HALF_VIA_GENERAL}, dtypes=FULL_DTYPES,
@@ -160,6 +162,9 @@ KERNELS = (
                frozenset({bias_feature("distance-table")}), FULL_DTYPES,
                modes="one fresh sequence at consecutive positions: no cache, padding, documents, mask; as many "
                      "key/value heads and keys as queries; CPU"),
+    KernelDecl("bias", CAUSAL | BIASES_IN_ROWS | {HALF_VIA_GENERAL}, BIAS_KINDS, FULL_DTYPES,
+               modes="one full causal sequence, as many keys as queries (a distance table: as the distance "
+                     "kernel); GQA; CPU, the C++ kernels built"),
     KernelDecl("mlp", CAUSAL | ANY_CARRIER | {bias_feature("query-table")}, frozenset({bias_feature("query-table")}),
                FULL_DTYPES, modes="as distance, every row starting at one position; the bias of FIRE's form"),
     KernelDecl("path-blockwise", PATH | ROTATIONS | TEMPERATURES | COORDINATES,
@@ -242,6 +247,17 @@ def band_call(q, k, v, window: int) -> bool:
     """The C++ band kernel: a window narrower than the call, q, k, v on the CPU in one dtype it computes in."""
     same = q.dtype == k.dtype == v.dtype and q.device.type == k.device.type == v.device.type == "cpu"
     return window < q.shape[2] and same and dtype_name(q) in kernel_decl("band").dtypes
+
+
+def bias_call(fast, kernels, q, k, v) -> bool:
+    """The C++ causal kernel with its biases in the rows (``bias``): q, k, v on the CPU in one dtype it
+    computes in, as many keys as queries, and ``kernels`` has it built (``kernels.bias_ready``; asked last:
+    the first ask builds the C++ kernels)."""
+    same = q.dtype == k.dtype == v.dtype and q.device.type == k.device.type == v.device.type == "cpu"
+    if not ("bias" in fast and same and q.shape[2] == k.shape[2] and dtype_name(q) in kernel_decl("bias").dtypes):
+        return False
+    ready = getattr(kernels, "bias_ready", None)
+    return ready is not None and ready()
 
 
 def fresh_sequence_call(fast, name: str, kernels, q, k, lay, cache) -> bool:

@@ -27,8 +27,8 @@ from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
 from pedsl.compiler.general import angle_dtype, xpos_scale
-from pedsl.compiler.kernel_support import fused_call
-from pedsl.compiler.module_values import ModuleScheme
+from pedsl.compiler.kernel_support import bias_call, fused_call
+from pedsl.compiler.module_values import FusedKernels, ModuleScheme
 from pedsl.compiler.scores import modified_scores, normalised, own_key_counts, sink_column
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
@@ -359,8 +359,12 @@ class SchemeAttention(nn.Module):
                 o = materialized_bias_attention(qt, kt, vt, bias, q_scale=q_scale)
         else:
             g = self._key_term(L, x, tokens, q.device)
-            # g in float64: offset per block of queries before the cast (pedsl.ops.bias, docs/semantics.md §5.7)
-            o = separable_bias_attention(qt, kt, vt, g, q_scale=q_scale)
+            if g is not None and bias_call(self.plan.kernels, FusedKernels, qt, kt, vt):
+                # the C++ kernel: g_j - g_i per score in float64, rounded once (docs/semantics.md §5.7)
+                o = FusedKernels.bias_attention(scale_queries(qt, q_scale), kt, vt, key_term=g)
+            else:
+                # g in float64: offset per block of queries before the cast (pedsl.ops.bias, docs/semantics.md §5.7)
+                o = separable_bias_attention(qt, kt, vt, g, q_scale=q_scale)
         return restore(o)
 
     def _flex(self, q, k, v, bias, q_scale):

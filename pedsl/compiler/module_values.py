@@ -15,6 +15,7 @@ from pedsl.compiler import plan as PL
 from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TokenValues, Window,
                                     angle_dtype)
 from pedsl.compiler.kernel_support import static_kernels
+from pedsl.compiler.band_kernel import bias_kernel_ready, causal_bias_attention
 from pedsl.compiler.mlp_kernel import mlp_attention
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.ops import rotary
@@ -33,7 +34,8 @@ TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, ph
 class FusedKernels:
     """The general forward's primitives as pedsl's kernels: rotations with fused autograd in the
     scheme's layout, the two-level float64 angle sum, the blockwise PaTH kernel, the Toeplitz kernel of
-    distance-table biases (:mod:`pedsl.ops.distance_bias`), FIRE's MLP-bias kernel (:mod:`pedsl.compiler.mlp_kernel`:
+    distance-table biases (:mod:`pedsl.ops.distance_bias`), the C++ causal kernel with ALiBi's, a forget gate's or a
+    distance table's bias in its rows (:mod:`pedsl.compiler.band_kernel`), FIRE's MLP-bias kernel (:mod:`pedsl.compiler.mlp_kernel`:
     C++ where it runs, :mod:`pedsl.ops.mlp_bias` elsewhere)."""
 
     path_attention = staticmethod(path_attention)
@@ -42,6 +44,8 @@ class FusedKernels:
     distance_attention = staticmethod(distance_bias_attention)
     distance_supported = staticmethod(distance_bias_supported)
     mlp_attention = staticmethod(mlp_attention)
+    bias_attention = staticmethod(causal_bias_attention)  # the C++ causal kernel with biases in its rows
+    bias_ready = staticmethod(bias_kernel_ready)
 
     def __init__(self, layout: str):
         self.layout = layout
