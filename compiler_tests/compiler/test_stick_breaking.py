@@ -119,7 +119,7 @@ def test_compiled_module_equals_the_in_process_one(tmp_path):
 
 
 @pytest.mark.parametrize("text, where", [
-    ("normalize = sparsemax", "normalize takes softmax, stick_breaking"),
+    ("normalize = sparsemax", "normalize takes softmax, softmax1, sigmoid, stick_breaking"),
     ("normalize = stick_breaking(current = 3)", "takes true or false"),
     ("normalize = stick_breaking(2)", "normalize takes softmax"),
     ("qk: accumulate(householder(w = normalize(linear(x, to = channel)), beta = 2 * sigmoid(linear(x, to = head))))\n"
@@ -129,7 +129,7 @@ def test_bad_normalize_is_a_positioned_diagnostic(tmp_path, text, where):
     f = tmp_path / "bad.pe"
     f.write_text('scheme bad "bad" {\n  ' + text + "\n}\n")
     diags = check(f)
-    assert diags and diags[0].code == "E204" and where in diags[0].message, [d.render() for d in diags]
+    assert diags and diags[0].code == "E242" and where in diags[0].message, [d.render() for d in diags]
     assert diags[0].line == text.count("\n") + 2
 
 
@@ -167,4 +167,4 @@ def test_stick_breaking_with_a_sink_is_refused(tmp_path):
     f = tmp_path / "bad.pe"
     f.write_text('scheme bad "bad" {\n  sink = logit\n  normalize = stick_breaking\n}\n')
     (d,) = check(f)
-    assert d.code == "E204" and "sink" in d.message and d.line == 3
+    assert d.code == "E242" and "sink" in d.message and d.line == 3
