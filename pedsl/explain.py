@@ -172,7 +172,7 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Bias"] + ([f"  {describe_bias(b)}" for b in f.biases] or ["  none"])
     lines += ["", "Temperature", f"  {describe_temperature(f)}"]
     lines += ["", "Attention", f"  {f.shape}"]
-    lines += ["", "Weights", f"  {f.normalize} (docs/semantics.md §1b)"]
+    lines += ["", "Weights", f"  {f.normalize}" + ("" if s.normalize == "softmax" else " (docs/semantics.md §1b)")]
     if s.contextual is not None:
         lines += ["", "Contextual positions", f"  {s.contextual.describe()}: key j of query i sits at p(i, j), "
                   "counted by the query's own gates on the scores of the keys j..i; the logit gains q_i . e[p(i, j)] "
