@@ -110,5 +110,6 @@ def weights_words(s) -> str:
     if s.normalize == "sigmoid":
         return (f"sigmoid(s(i, j) {'-' if s.sigmoid_bias < 0 else '+'} {abs(s.sigmoid_bias):.6g}) per visible key, "
                 "no sum over the keys")
-    return ("stick-breaking over the visible keys, nearest first (own key "
-            + ("included)" if s.attend_current else "left out)"))
+    return ("stick-breaking (own key " + ("included" if s.attend_current else "left out") + "): w(i, j) = "
+            "sigmoid(s(i, j)) * prod over the nearer keys t of (1 - sigmoid(s(i, t))); no softmax, the weights sum "
+            "to at most 1")
