@@ -133,6 +133,34 @@ def as_axes(mod, pos):
     return torch.stack([pos] + [(pos + a * idx) % (3 + a) for a in range(1, A)])
 
 
+def packed_padded_call():
+    """q (3, 4, 9, 8) and k, v (3, 2, 9, 8) in float64 with gradients (grouped key/value heads), and a call's
+    keywords: row 0 one document at positions 3.., row 1 three packed documents, row 2 left-padded by three
+    tokens with repeated positions under the padding."""
+    B, L = 3, 9
+    docs = torch.tensor([[0] * 9, [0, 0, 0, 1, 1, 1, 1, 2, 2], [5] * 9])
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[2, :3] = False
+    pos = torch.tensor([list(range(3, 12)), [0, 1, 2, 0, 1, 2, 3, 0, 1], [0, 0, 0] + list(range(6))])
+    q = rnd(B, 4, L, 8, seed=1).requires_grad_()
+    k, v = (rnd(B, 2, L, 8, seed=s).requires_grad_() for s in (2, 3))
+    return q, k, v, dict(positions=pos, document_ids=docs, attn_mask=mask)
+
+
+def assert_packed_padded_call_matches(m, ref):
+    """``m`` and ``ref`` agree on :func:`packed_padded_call`, output and the gradients w.r.t. q, k and v (float64
+    rounding apart); the padded queries give zeros (no key). Returns m's output."""
+    q, k, v, kw = packed_padded_call()
+    want, got = ref(q, k, v, **kw), m(q, k, v, **kw)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
+    wgt = rnd(*want.shape, seed=4)
+    for a, b in zip(torch.autograd.grad((got * wgt).sum(), (q, k, v)),
+                    torch.autograd.grad((want * wgt).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-9)
+    assert want[2, :, :3].abs().max() == 0
+    return got.detach()
+
+
 def forward_and_grads(mod, q, k, v, x, tokens, positions=None):
     """Output and gradients of a fixed random functional w.r.t. q, k, v and every learned parameter."""
     return output_and_grads(mod, q, k, v, x=x, tokens=tokens, positions=positions)

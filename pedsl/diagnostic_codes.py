@@ -45,6 +45,9 @@ CODES: dict[str, tuple[str, str]] = {
                       "or an unknown `sink` kind"),
     "E241": ("check", "a malformed `contextual` statement: not `cope(...)`, a `max_pos` that is not an integer "
                       ">= 1 known when checking, an unknown option, or CoPE beside a sink or PaTH"),
+    "E242": ("check", "a `normalize` value that is no normaliser (softmax, softmax1, sigmoid, sigmoid(bias = b), "
+                      "stick_breaking(current = ...)), a sigmoid bias not known when checking, or a normaliser "
+                      "beside a statement it cannot go with (a sink, PaTH's transport)"),
     "E250": ("check", "a malformed `layers` block: an unknown rule (did you mean ...?), bad arguments or value, "
                       "`extends` or a statement other than train/eval/allow beside it"),
     "E251": ("check", "a `layers` rule names an unknown scheme (did you mean ...?)"),

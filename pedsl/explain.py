@@ -172,9 +172,7 @@ def explain_text(s: Scheme, warnings=(), *, context: int | None = None, file: st
     lines += ["", "Bias"] + ([f"  {describe_bias(b)}" for b in f.biases] or ["  none"])
     lines += ["", "Temperature", f"  {describe_temperature(f)}"]
     lines += ["", "Attention", f"  {f.shape}"]
-    lines += ["", "Weights", "  softmax over the visible keys" if f.normalize == "softmax" else
-              f"  {f.normalize}: w(i, j) = sigmoid(s(i, j)) * prod over the nearer keys t of (1 - sigmoid(s(i, t)));"
-              " no softmax, the weights sum to at most 1 (docs/semantics.md §1b)"]
+    lines += ["", "Weights", f"  {f.normalize}" + ("" if s.normalize == "softmax" else " (docs/semantics.md §1b)")]
     if s.contextual is not None:
         lines += ["", "Contextual positions", f"  {s.contextual.describe()}: key j of query i sits at p(i, j), "
                   "counted by the query's own gates on the scores of the keys j..i; the logit gains q_i . e[p(i, j)] "

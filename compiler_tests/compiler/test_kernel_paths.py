@@ -1,7 +1,7 @@
 """Every fast path against the reference interpreter, on random valid schemes and every call mode.
 
 A draw is a library scheme plus several statements at once (window or chunk, a sink, a soft cap, a bias,
-a temperature; extreme but valid values among them: a soft cap of 1e4 or 0.5, biases 40 times ALiBi's).
+a temperature, a normaliser; extreme but valid values among them: a soft cap of 1e4 or 0.5, biases 40 times ALiBi's).
 Each is run in every call mode - fresh, grouped key/value heads, left padding, packed documents, a cached
 prefill then one token at a time, a prefill in chunks - by the compiled module (which picks the kernel the
 plan's declarations and the call allow: :mod:`pedsl.compiler.kernel_support`) and by the reference backend
@@ -37,13 +37,14 @@ CAPS = ("", "", "softcap = 0.5", "softcap = 3.0", "softcap = 1.0e4")
 BIASES = ("", "", "", "bias = -40.0 * slopes(heads) * distance", "bias = -0.5 * slopes(heads) * distance",
           "bias = table(bucket(distance, buckets = 8, max_distance = 16), to = head)")
 TEMPERATURES = ("", "", "temperature = 2.5", "temperature = log_length(4)")
+NORMALIZERS = ("", "", "", "normalize = sigmoid(bias = -1.5)", "normalize = softmax1")
 MODES = ("fresh", "gqa", "padded", "documents", "decode", "chunked")
 HEADS, HEAD_DIM, B, L = 2, 8, 2, 9
 
 
 def draw(rng: random.Random) -> tuple[str, str]:
     """A library scheme and the statements added to it (one of each family at most)."""
-    extra = [rng.choice(options) for options in (SHAPES, SINKS, CAPS, BIASES, TEMPERATURES)]
+    extra = [rng.choice(options) for options in (SHAPES, SINKS, CAPS, BIASES, TEMPERATURES, NORMALIZERS)]
     return rng.choice(BASES), "\n".join(s for s in extra if s)
 
 
@@ -190,10 +191,11 @@ def _widened(monkeypatch, name: str, *features: str) -> None:
 @pytest.mark.parametrize("kernel, base, extra, mode", [
     ("distance", "t5_bias", "softcap = 0.5", "fresh"), ("decode", "alibi", "", "decode"),
     ("flash-window", "rope", "window = 3\nsink = logit", "fresh"),
-], ids=["distance+softcap", "decode+bias", "window+sink"])
+    ("causal-sdpa", "rope_sigmoid", "", "fresh"), ("causal-sdpa", "rope_softmax1", "", "fresh"),
+], ids=["distance+softcap", "decode+bias", "window+sink", "sdpa+sigmoid", "sdpa+softmax1"])
 def test_a_widened_declaration_is_caught(kernel, base, extra, mode, monkeypatch, ran):
     """A declaration widened to claim every feature of a scheme whose soft cap (the Toeplitz kernel), bias
-    (the decode step) or sink (the banded kernel) the kernel does not compute: the kernel now runs the
+    (the decode step), sink (the banded kernel) or normaliser (SDPA: softmax only) the kernel does not compute: the kernel now runs the
     call, and the comparison with the reference fails."""
     fast, ref = compiled(base, extra)
     assert kernel not in fast.plan.kernels

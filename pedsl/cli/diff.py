@@ -178,7 +178,7 @@ def score_dependent(s) -> list[str]:
     if s.contextual is not None:
         out.append(f"{s.name}: contextual = {s.contextual.source()} (its positions are counted from the scores)")
     if s.normalize != "softmax":
-        out.append(f"{s.name}: normalize = {s.normalize} (its weights are products over the scores)")
+        out.append(f"{s.name}: normalize = {s.normalize} (its weights are no softmax of the logits)")
     return out
 
 

@@ -261,7 +261,7 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap", "FAST_PATHS",
-    "fast_paths",
+    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias",
     "Callable", "Optional", "once_differentiable", "Kernels",
 )
 
@@ -436,7 +436,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "",
         "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
         "    axes = AXES",
-        "    normalize, attend_current = NORMALIZE, ATTEND_CURRENT",
+        "    normalize, attend_current, sigmoid_bias = NORMALIZE, ATTEND_CURRENT, SIGMOID_BIAS",
         "    window, chunk, sink, softcap = WINDOW, CHUNK, SINK, SOFTCAP",
         "    fast_paths = FAST_PATHS",
         "    cope_max_pos = COPE_MAX_POS",
@@ -557,6 +557,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"CONV_HISTORY = {int(gen.conv_history)}",
         f"NORMALIZE = {literal(plan.normalize)}",
         f"ATTEND_CURRENT = {literal(bool(plan.attend_current))}",
+        f"SIGMOID_BIAS = {literal(float(plan.sigmoid_bias))}",
         f"WINDOW = {literal(plan.window)}",
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",

@@ -845,17 +845,19 @@ def attend(q, k, v, mask, bias, scale=None, sink=None, softcap=None):
     return o
 
 
-def _scored_block(q, K, V, ok, bias, scale, cap, normalize, col, vs, qc, emb):
+def _scored_block(q, K, V, ok, bias, scale, cap, normalize, col, vs, qc, emb, sigmoid_bias):
     s = modified_scores(q @ K.transpose(-1, -2), scale=scale, bias=bias, cap=cap)
-    w, ws = normalised(s, ok, normalize=normalize, sink=col, qc=qc, emb=emb)
+    w, ws = normalised(s, ok, normalize=normalize, sink=col, qc=qc, emb=emb, sigmoid_bias=sigmoid_bias)
     o = w.to(V.dtype) @ V
     return o if vs is None else o + ws.to(V.dtype) * vs
 
 
-def scored_rows(q, K, V, ok, bias, *, cap=None, normalize="softmax", sink=None, qc=None, emb=None, scale=None):
+def scored_rows(q, K, V, ok, bias, *, cap=None, normalize="softmax", sink=None, qc=None, emb=None, scale=None,
+                sigmoid_bias=0.0):
     """Attention of a block of queries over the keys ``ok (B|1, 1|H, rows, Lk)`` allows (None: all) with
     explicit scores, through the one score pipeline (:mod:`pedsl.compiler.scores`: scale, bias, soft cap
-    ``cap``; the sink ``(logit column, value or None)``, CoPE's ``qc``, ``emb`` and the ``normalize``-r), in
+    ``cap``; the sink ``(logit column, value or None)``, CoPE's ``qc``, ``emb`` and the ``normalize``-r with
+    its ``sigmoid_bias``), in
     float32 at least; with gradients the block is recomputed in the backward pass (activation
     checkpointing), so training holds O(rows x Lk) scores."""
     Hq, Hk, D = q.shape[1], K.shape[1], q.shape[3]
@@ -864,7 +866,7 @@ def scored_rows(q, K, V, ok, bias, *, cap=None, normalize="softmax", sink=None, 
     dt = torch.promote_types(q.dtype, torch.float32)
     col, vs = (None, None) if sink is None else sink
     args = (q.to(dt), K.to(dt), V, ok, None if bias is None else bias.to(dt), D ** -0.5 if scale is None else scale,
-            cap, normalize, col, None if vs is None else vs.to(V.dtype), qc, emb)
+            cap, normalize, col, None if vs is None else vs.to(V.dtype), qc, emb, sigmoid_bias)
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, K, V, bias, col, vs, qc, emb) if t is not None):
         return torch.utils.checkpoint.checkpoint(_scored_block, *args, use_reentrant=False).to(q.dtype)
     return _scored_block(*args).to(q.dtype)
@@ -970,7 +972,7 @@ def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
 
 def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
     """Attention of a block of queries (global token index q0, q0 + 1, ...) over every key when the weights
-    are not a softmax of a bias known beforehand (stick-breaking, CoPE): key j counts for query i when j <= i
+    are not a softmax of a bias known beforehand (stick-breaking, sigmoid, CoPE): key j counts for query i when j <= i
     (j < i for stick-breaking without ``attend_current``) and ``mask`` allows it; no key gives zeros."""
     Lk, rows = K.shape[2], q.shape[2]
     qi = torch.arange(q0, q0 + rows, device=q.device)[:, None]
@@ -979,7 +981,7 @@ def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
     ok = ok if mask is None else ok & mask
     emb = scheme.contextual_embedding if scheme.cope_max_pos is not None else None
     return scored_rows(q, K, V, ok, bias, cap=getattr(scheme, "softcap", None), normalize=scheme.normalize,
-                       qc=qc, emb=emb)
+                       qc=qc, emb=emb, sigmoid_bias=getattr(scheme, "sigmoid_bias", 0.0))
 
 
 def key_validity(lay: Layout, kvalid, Lc: int):

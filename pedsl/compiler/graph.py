@@ -20,6 +20,7 @@ from pedsl.errors import CompileError
 from pedsl.compiler.plan import site_name
 from pedsl.lang.exprs import to_source
 from pedsl.lang.frequencies import pair_axes
+from pedsl.lang.normalizers import weights_words
 from pedsl.lang.scheme import Scheme
 from pedsl.lang.types import Dep, Ty
 
@@ -41,14 +42,13 @@ def lower(scheme: Scheme) -> nx.DiGraph:
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
                    axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
                    sink=scheme.sink, softcap=scheme.softcap,
-                   normalizer=scheme.normalize, attend_current=scheme.attend_current, contextual=scheme.contextual)
+                   normalizer=scheme.normalize, attend_current=scheme.attend_current, sigmoid_bias=scheme.sigmoid_bias,
+                   contextual=scheme.contextual)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")
     g.add_node("scores", op="scores", label="scores <q_i, T(j->i) k_j> / sqrt(D)")
-    g.add_node("softmax", op="softmax", label="causal softmax over j" if scheme.normalize == "softmax" else
-               "stick-breaking over j (nearest key first" + (", its own key included)" if scheme.attend_current
-                                                              else ", its own key left out)"))
+    g.add_node("softmax", op="softmax", label="causal " + weights_words(scheme))
     g.add_node("output", op="output", label="o (B, H, L, D)")
     g.add_edge("softmax", "output")
     g.add_edge("v", "softmax")

@@ -30,6 +30,9 @@ from typing import NamedTuple
 WINDOW, CHUNK, SOFTCAP = "window", "chunk", "softcap"
 SINK_LOGIT, SINK_TOKEN = "sink logit", "sink token"
 STICK_BREAKING, SKIPS_OWN_KEY, CONTEXTUAL = "stick-breaking", "skips its own key", "contextual positions"
+SIGMOID, SOFTMAX_ONE = "sigmoid weights", "softmax plus one"
+# the normalisers other than softmax, by the plan's name (each a feature no fused kernel computes yet)
+NORMALIZER_FEATURES = {"stick_breaking": STICK_BREAKING, "sigmoid": SIGMOID, "softmax1": SOFTMAX_ONE}
 SEVERAL_AXES = "several position axes"
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
 TOKEN_COUNT = "linear bias counting tokens"
@@ -64,7 +67,8 @@ def temperature_feature(table: str) -> str:
 
 # what every kernel takes: plan fields no executor branches on (checked complete by compiler_tests)
 NOT_FEATURES = {
-    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels"),
+    # sigmoid_bias: a number inside the sigmoid, computed wherever SIGMOID is
+    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "sigmoid_bias"),
     "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta"),
     "BiasTerm": ("index", "site", "slope", "why", "axes"),
     "Temperature": ("site", "carried", "why"),
@@ -103,7 +107,7 @@ def plan_features(plan) -> frozenset:
     if plan.temperature is not None:
         out.add(temperature_feature(plan.temperature.table))
     flags = ((plan.half_via_general, HALF_VIA_GENERAL), (len(plan.axes) > 1, SEVERAL_AXES),
-             (plan.normalize != "softmax", STICK_BREAKING), (not plan.attend_current, SKIPS_OWN_KEY),
+             (plan.normalize != "softmax", NORMALIZER_FEATURES.get(plan.normalize)), (not plan.attend_current, SKIPS_OWN_KEY),
              (plan.contextual is not None, CONTEXTUAL), (plan.window is not None, WINDOW),
              (plan.chunk is not None, CHUNK), (plan.softcap is not None, SOFTCAP),
              (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN))
@@ -170,7 +174,9 @@ KERNELS = (
     KernelDecl("path-blockwise", PATH | ROTATIONS | TEMPERATURES | COORDINATES,
                frozenset({transport_feature("householder")}),
                modes="a fresh call (no cache or mask, as many queries as keys); documents and left padding"),
-    KernelDecl("path-window", PATH | ROTATIONS | TEMPERATURES | COORDINATES | {WINDOW, CHUNK, SINK_LOGIT, SINK_TOKEN},
+    # softmax plus one: the sink column path-window takes, its logit 0 (scores.sink_column)
+    KernelDecl("path-window", PATH | ROTATIONS | TEMPERATURES | COORDINATES | {WINDOW, CHUNK, SINK_LOGIT, SINK_TOKEN,
+                                                                               SOFTMAX_ONE},
                frozenset({WINDOW, CHUNK}), modes="a fresh call inside a window or chunk; documents and any padding"),
     # HF's model computes one rotation of q and k by its cos and sin (a static table, one of the run-time
     # length, M-RoPE's pairs per axis) and a plain causal softmax under its own masks: nothing else
@@ -183,9 +189,10 @@ KERNELS = (
 
 
 def explicit_scores(normalize: str, contextual) -> bool:
-    """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, CoPE's
-    ``contextual`` positions): no fused kernel computes them, the general path's explicit blocks of scores do."""
-    return normalize != "softmax" or contextual is not None
+    """The weights are not a softmax of q.k plus a bias known beforehand (stick-breaking, sigmoid weights,
+    CoPE's ``contextual`` positions): no fused kernel computes them, the general path's explicit blocks of
+    scores do. (softmax1 is a softmax with one more column, a sink's: SDPA's blocks take it.)"""
+    return normalize in ("stick_breaking", "sigmoid") or contextual is not None
 
 
 def kernel_decl(name: str) -> KernelDecl:

@@ -432,7 +432,8 @@ class SchemeAttention(nn.Module):
         seen = self.window_visible(L, q.device)
         ok = ok if seen is None else ok & seen
         emb = None if self.plan.contextual is None else self.contextual_embedding.detach()
-        w, _ = normalised(s, ok, normalize=self.plan.normalize, sink=self.sink_logits(q), qc=q, emb=emb)
+        w, _ = normalised(s, ok, normalize=self.plan.normalize, sink=self.sink_logits(q), qc=q, emb=emb,
+                          sigmoid_bias=self.plan.sigmoid_bias)
         return w.to(s.dtype)
 
     def window_visible(self, L: int, device, cols: slice | None = None) -> Tensor | None:
@@ -456,7 +457,8 @@ class SchemeAttention(nn.Module):
         with torch.no_grad():
             tau = self.query_scale(q.shape[2], q.device)
             col = sink_column(ModuleScheme.of(self), q.detach().to(F64), tau)
-        return None if col is None else col[0]
+        # softmax1's pinned logit 0 is no learned sink (normalised adds it itself)
+        return None if col is None or self.plan.normalize == "softmax1" else col[0]
 
     def rotary_groups(self) -> list[dict]:
         """Position-indexed rotary groups: channels, layout and angular frequency per pair (for frequency energy)."""

@@ -72,6 +72,7 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
         self.conv_history = mod._conv_history
         self.transforms = mod.transforms
         self.normalize, self.attend_current = mod.plan.normalize, mod.plan.attend_current
+        self.sigmoid_bias = mod.plan.sigmoid_bias
         self.kernels = FusedKernels(mod.layout)
         self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
         self.softcap = mod.plan.softcap

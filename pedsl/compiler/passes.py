@@ -232,9 +232,13 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
     }[backend]
-    if g.graph.get("normalizer", P.SOFTMAX) != P.SOFTMAX and backend != "reference":
-        g.graph["backend_note"] = ("stick-breaking weights: every call runs the general path's blocks of explicit "
-                                   "scores in log space (memory O(L x block)); " + backend + " names its bias carrier")
+    normalizer = g.graph.get("normalizer", P.SOFTMAX)
+    if normalizer in (P.STICK_BREAKING, P.SIGMOID) and backend != "reference":
+        g.graph["backend_note"] = (f"{normalizer} weights: every call runs the general path's blocks of explicit "
+                                   "scores (memory O(L x block)); " + backend + " names its bias carrier")
+    if normalizer == P.SOFTMAX1 and backend != "reference":
+        g.graph["backend_note"] = ("softmax plus one: the general path, with a logit-0 column as a sink's; "
+                                   + backend + " names its bias carrier")
     if g.graph.get("contextual") is not None and backend != "reference":
         g.graph["backend_note"] = ("CoPE: every call runs the general path's blocks of explicit scores (gates, "
                                    "their suffix sums and the interpolated embedding per block of queries, memory "
@@ -289,7 +293,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
         softcap=g.graph.get("softcap"),
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
-        contextual=g.graph.get("contextual"))
+        sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), contextual=g.graph.get("contextual"))
     g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g
 

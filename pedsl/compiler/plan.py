@@ -55,7 +55,7 @@ POSITIONS, TOKENS = "positions", "tokens"
 # how the fused full-sequence path carries a bias
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
 # normalisers
-SOFTMAX, STICK_BREAKING = "softmax", "stick_breaking"
+SOFTMAX, SOFTMAX1, SIGMOID, STICK_BREAKING = "softmax", "softmax1", "sigmoid", "stick_breaking"
 QUERY_BLOCKS = "table per query block"  # a (head, distance) table gathered per block of queries (general path)
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
@@ -158,10 +158,12 @@ class Plan:
     # block in float64 (a key channel g(j) loses the bias in half precision: |g| grows with j)
     half_via_general: bool = False
     axes: tuple[str, ...] = ()  # the scheme's position axes (`axes t, h, w`); () for one axis
-    # how scores become weights (docs/semantics.md §1b): SOFTMAX, or STICK_BREAKING, which every call runs
+    # how scores become weights (docs/semantics.md §1b): SOFTMAX; SOFTMAX1 (a logit 0 in the denominator: the
+    # general path's sink column); SIGMOID (sigmoid(s + sigmoid_bias)) or STICK_BREAKING, which every call runs
     # on the general path's explicit blocks of scores; attend_current: a query's own key takes part
     normalize: str = "softmax"
     attend_current: bool = True
+    sigmoid_bias: float = 0.0
 
     # score-dependent positions (CoPE, a lang.scheme.ContextualPositions): the logits read the scores
     contextual: Any = None

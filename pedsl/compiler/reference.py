@@ -114,7 +114,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
                                    allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq),
                                    normalize=sch.normalize, attend_current=sch.attend_current,
                                    cope=None if sch.contextual is None else mod.contextual_embedding,
-                                   softcap=sch.softcap)
+                                   softcap=sch.softcap, sigmoid_bias=sch.sigmoid_bias)
 
 
 def _stream_window(sch, allowed: Tensor, positions: Tensor) -> None:

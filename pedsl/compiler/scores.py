@@ -1,6 +1,7 @@
 """The score pipeline, written once: raw scores ``q . k`` -> scale -> temperature -> bias -> soft cap
 (:func:`modified_scores`), then the mask, the sink and the normaliser (:func:`normalised`: softmax with
-CoPE's term, or stick-breaking). The sink's logit (:func:`sink_column`) is formed here too.
+CoPE's term, softmax plus one, sigmoid or stick-breaking). The sink's logit (:func:`sink_column`) is formed
+here too, softmax plus one's pinned logit 0 among them.
 
 Every executor that forms scores explicitly uses these: the general forward's blocks of queries
 (:mod:`pedsl.compiler.general`, and so every module ``pedsl compile`` writes, which carries the text below
@@ -74,11 +75,13 @@ def cope_term(s: Tensor, ok: Tensor, qc: Tensor, emb: Tensor) -> Tensor:
 
 
 def normalised(s: Tensor, ok: Tensor | None, *, normalize: str = "softmax", sink: Tensor | None = None,
-               qc: Tensor | None = None, emb: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+               qc: Tensor | None = None, emb: Tensor | None = None,
+               sigmoid_bias: float = 0.0) -> tuple[Tensor, Tensor | None]:
     """The weights of modified scores ``s (..., Lk)`` over the visible keys ``ok`` (None: every key), in
     float32 at least, and the sink's weight: (weights, sink weight (..., 1) or None). CoPE's term (``qc``,
     ``emb``) joins the scores first; then softmax with the sink's logit ``sink (...)`` as one more column
-    every row sees (a row with no key and no sink gets zeros), or stick-breaking (no sink)."""
+    every row sees (a row with no key and no sink gets zeros); softmax1, whose column is a logit 0 (the sink
+    given, or zeros); ``sigmoid(s + sigmoid_bias)`` per key; or stick-breaking (no sink)."""
     s = s.to(torch.promote_types(s.dtype, torch.float32))
     if ok is None:
         ok = torch.ones((), dtype=torch.bool, device=s.device).expand(s.shape)
@@ -86,9 +89,13 @@ def normalised(s: Tensor, ok: Tensor | None, *, normalize: str = "softmax", sink
         if qc is None:
             raise ValueError("CoPE's term needs the queries qc with its embedding emb")
         s = s + cope_term(s, ok, qc, emb)
-    if normalize != "softmax":
+    if normalize == "sigmoid":  # no sum over the keys: a row with no key is zeros, blocks of keys just add
+        return torch.sigmoid(s + sigmoid_bias).masked_fill(~ok, 0.0), None
+    if normalize == "stick_breaking":
         return stick_breaking_weights(s.masked_fill(~ok, 0.0), ok), None
     s = s.masked_fill(~ok, float("-inf"))
+    if normalize == "softmax1" and sink is None:
+        sink = s.new_zeros(s.shape[:-1])
     if sink is not None:
         col = sink.to(s.dtype).unsqueeze(-1).expand(*s.shape[:-1], 1)
         p = torch.softmax(torch.cat([s, col], dim=-1), dim=-1)
@@ -100,8 +107,8 @@ def normalised(s: Tensor, ok: Tensor | None, *, normalize: str = "softmax", sink
 
 
 def own_key_counts(attend_current: bool, normalize: str) -> bool:
-    """Whether a query's own key takes part: always under softmax, unless ``stick_breaking(current = false)``."""
-    return attend_current or normalize == "softmax"
+    """Whether a query's own key takes part: always, unless ``stick_breaking(current = false)``."""
+    return attend_current or normalize != "stick_breaking"
 
 
 def scale_by_temperature(q: Tensor, tau: Tensor | None) -> Tensor:
@@ -117,11 +124,12 @@ def sink_column(scheme: Any, q: Tensor, tau: Tensor | None) -> tuple[Tensor, Ten
     """The sink as one more key column: (its logit (B, Hq, Lq) in q's dtype, its value (1, Hq, 1, D) or
     None for a zero value). ``sink = logit``: the learned logit of the head (GPT-OSS); ``sink = token``:
     ``<q_i, k_s> / sqrt(D)`` with the query as given (no transport; times the temperature) and the
-    learned value ``v_s``. None without a sink."""
+    learned value ``v_s``; ``normalize = softmax1``: the logit 0 pinned in the denominator, a zero value
+    (the checker refuses it beside a learned sink). None without a sink."""
     kind = getattr(scheme, "sink", None)
-    if kind is None:
-        return None
     B, Hq, Lq, D = q.shape
+    if kind is None:
+        return (q.new_zeros(B, Hq, Lq), None) if getattr(scheme, "normalize", "softmax") == "softmax1" else None
     if kind == "logit":
         return scheme.sink_logit.to(q.dtype)[None, :, None].expand(B, Hq, Lq), None
     qs = scale_by_temperature(q, tau)

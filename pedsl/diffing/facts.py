@@ -23,6 +23,7 @@ from pedsl.lang.statements import attention_words
 from pedsl.lang.types import Dep
 from pedsl.lang.values import DYNAMIC, EvalIssue, StaticEnv, Vec
 from pedsl.lang.frequencies import axis_runs, pair_axes, rotary_frequencies
+from pedsl.lang.normalizers import weights_words
 from pedsl.lang.channels import channel_ranges as ranges
 from pedsl.diffing.match import bias_source, transport_source
 
@@ -84,7 +85,7 @@ class SchemeFacts:
     biases: list[BiasFacts]
     temperature: str | None
     temperature_at: list[tuple[int, float | tuple[float, ...] | None]] = field(default_factory=list)
-    normalize: str = "softmax"  # softmax | stick-breaking, with or without the query's own key
+    normalize: str = "softmax over the visible keys"  # the normaliser in words (lang.normalizers.weights_words)
     contextual: str = "none"  # score-dependent positions (CoPE), in words
     cope_max_pos: int | None = None  # CoPE's embedding rows, None without CoPE
     backend: str | None = None
@@ -222,8 +223,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         temperature=None if s.temperature is None else to_source(s.temperature),
         temperature_at=temperature_at(s, [n - 1 for n in lengths]) if s.temperature is not None else [],
         shape=attention_words(s),  # the records' words: the window, the sink, the soft cap ...
-        normalize="softmax" if s.normalize == "softmax" else
-        "stick-breaking (" + ("own key included" if s.attend_current else "own key left out") + ")",
+        normalize=weights_words(s),
         contextual="none" if s.contextual is None else s.contextual.describe(),
         cope_max_pos=None if s.contextual is None else s.contextual.max_pos,
     )

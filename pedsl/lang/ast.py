@@ -151,7 +151,8 @@ class TemperatureStmt(Node):
 
 
 class NormalizeStmt(Node):
-    """``normalize = softmax | stick_breaking | stick_breaking(current = false)``: how scores become weights."""
+    """``normalize = softmax | softmax1 | sigmoid(bias = b) | stick_breaking(current = false)``: how scores
+    become weights (pedsl.lang.normalizers)."""
 
     kind: Literal["normalize"] = "normalize"
     value: Expr

@@ -38,13 +38,15 @@ from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
 from pedsl.lang.windows import WindowResolution
 from pedsl.lang.contextual import ContextualResolution
+from pedsl.lang.normalizers import NormalizerResolution
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
 # ------------------------------------------------------------------ the resolver
 
 
-class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, ContextualResolution):
+class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, ContextualResolution,
+               NormalizerResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
         self.overrides = overrides
@@ -184,7 +186,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             allowed = {n for loc in m.allow for n in loc.stmt.names}
             self.diags.extend(constant_bias_terms(self.constant_terms, m.bias.src, allowed))
         temperature = self.resolve_temperature(lets)
-        normalize = self.resolve_normalize(transports, env) or ("softmax", True)
+        normalize = self.resolve_normalize(transports, env) or ("softmax", True, 0.0)
         window, chunk, sink = self.resolve_shape(env, lets)
         own = {r.fields[0]: getattr(self, r.resolve)(env, lets, transports) for r in RECORDS if r.resolve}
         self.check_sink_transports(sink, transports)
@@ -216,6 +218,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             temperature_ty=self.type_of(temperature) if temperature is not None else None,
             normalize=normalize[0],
             attend_current=normalize[1],
+            sigmoid_bias=normalize[2],
             contextual=contextual,
             window=window,
             chunk=chunk,

@@ -167,14 +167,18 @@ def _bias_lines(s: Any) -> list[str]:
 def _normalize_lines(s: Any) -> list[str]:
     if s.normalize == "softmax":
         return []
-    return [f"normalize: {s.normalize}  # own key {'included' if s.attend_current else 'left out'}"]
+    if s.normalize == "stick_breaking":
+        return [f"normalize: {s.normalize}  # own key {'included' if s.attend_current else 'left out'}"]
+    return [f"normalize: {_normalizer(s)}"]
 
 
 def _normalizer(s: Any) -> str:
-    """The normalize statement's value as written (``softmax`` when absent)."""
-    if s.normalize == "softmax":
-        return "softmax"
-    return "stick_breaking" if s.attend_current else "stick_breaking(current = false)"
+    """The normalize statement's value as written (``softmax`` when absent; the sigmoid's bias folded)."""
+    if s.normalize == "stick_breaking":
+        return "stick_breaking" if s.attend_current else "stick_breaking(current = false)"
+    if s.normalize == "sigmoid" and s.sigmoid_bias:
+        return f"sigmoid(bias = {float(s.sigmoid_bias)!r})"
+    return s.normalize
 
 
 def _contextual(s: Any) -> str | None:
@@ -252,9 +256,10 @@ RECORDS: tuple[Statement, ...] = (
         diff=Diff("temperature", lambda s: s.temperature, expr=True), words=BY_CONSUMER),
     Statement(
         rule="normalize", kind="normalize", node=ast.NormalizeStmt, inherit=ONE, merged="normalize",
-        fields=("normalize", "attend_current"), plan_fields=("normalize", "attend_current"),
-        completions=(("normalize", "normalize = ${1|softmax,stick_breaking|}",
-                      "how scores become weights: the softmax, or stick-breaking"),),
+        fields=("normalize", "attend_current", "sigmoid_bias"),
+        plan_fields=("normalize", "attend_current", "sigmoid_bias"),
+        completions=(("normalize", "normalize = ${1|softmax,softmax1,sigmoid(bias = -log(train_length)),stick_breaking|}",
+                      "how scores become weights: softmax, softmax plus one, sigmoid or stick-breaking"),),
         form=_assign_form, block=None, reads=_value, assign=True, reserved=False,  # also a builtin's name
         show=Show("body", _normalize_lines), diff=Diff("normalize", _normalizer, optional=False, rank=1),
         words=BY_CONSUMER),

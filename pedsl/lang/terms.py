@@ -299,47 +299,6 @@ class TermResolution(ResolverStage):
                 self.constant_terms.append(term)
         return out
 
-    def resolve_normalize(self, transports: list, env: StaticEnv) -> tuple[str, bool] | None:
-        """The normaliser (docs/semantics.md §1b) and whether stick-breaking lets a query take its own key;
-        None after reporting an error."""
-        loc = self.m.normalize
-        if loc is None:
-            return "softmax", True
-        self._current = loc.src
-        got = _normalizer(loc.stmt.value)
-        if got is None:
-            self.report("E204", f"normalize takes softmax, stick_breaking or stick_breaking(current = false), not "
-                        f"{to_source(loc.stmt.value)}", loc.stmt.value,
-                        hint="stick_breaking: w(i, j) = sigmoid(s(i, j)) * prod_{j < t <= i} (1 - sigmoid(s(i, t))) "
-                        "(Tan et al. 2024); current = false leaves the query's own key out, as their kernel's default")
-            return None
-        name, current = got
-        attend_current = True
-        if current is not None:
-            value = self.fold_or_report(current, env)
-            if value is FAILED:
-                return None
-            if not isinstance(value, bool):
-                self.report("E204", f"stick_breaking(current = ...) takes true or false, not {value!r}", current)
-                return None
-            attend_current = value
-        if name != "softmax" and any(t.kind == "accumulate_householder" for t in transports):
-            self.report("E204", "normalize = stick_breaking cannot go with accumulate(householder(...)): PaTH's "
-                        "blockwise kernel and decode rule are softmax attention", loc.stmt,
-                        hint="drop one of the two, or use rotations (rotate, accumulate(rotation(...))) with "
-                        "stick-breaking")
-            return None
-        return name, attend_current
-
-    def check_sink_normalizer(self, sink: str | None, normalize: str) -> None:
-        """A sink is one more term of the softmax's normaliser: stick-breaking has none (E204)."""
-        if sink is None or normalize == "softmax" or self.m.normalize is None:
-            return
-        self._current = self.m.normalize.src
-        self.report("E204", f"normalize = {normalize} cannot go with sink = {sink}: a sink is one more term of the "
-                    "softmax's normaliser", self.m.normalize.stmt,
-                    hint="drop the sink: stick-breaking weights need not sum to one (what no key takes is left out)")
-
     def _axis_biases_fit(self, value: ast.Expr, lets) -> bool:
         """A bias over ``distance.AXIS`` (docs/semantics.md §3a) is evaluated per pair of tokens in blocks of
         queries; PaTH's Householder steps attend by their own kernel and decode rule, which take the
@@ -409,20 +368,6 @@ class TermResolution(ResolverStage):
                         hint="e.g. log_length(train_length) or a constant")
             return None
         return inline_lets(value, lets)
-
-NORMALIZERS = ("softmax", "stick_breaking")
-
-
-def _normalizer(value: ast.Expr) -> tuple[str, ast.Expr | None] | None:
-    """(name, the ``current`` argument or None) of a normalize statement's value, None when it is no
-    normaliser: a bare name, or ``stick_breaking(current = BOOL)``."""
-    if value.kind == "name" and value.id in NORMALIZERS:
-        return value.id, None
-    if value.kind == "call" and value.func == "stick_breaking" and not value.args and [
-            kw.name for kw in value.kwargs] == ["current"]:
-        return "stick_breaking", value.kwargs[0].value
-    return None
-
 
 def _arg(call: ast.Call, name: str) -> ast.Expr:
     spec = FUNCTIONS[call.func]

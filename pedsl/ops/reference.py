@@ -142,13 +142,14 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
                         allowed: Tensor | None = None, q_offset: int = 0, sink=None, normalize: str = "softmax",
                         attend_current: bool = True, cope: Tensor | None = None,
-                        softcap: float | None = None) -> Tensor:
+                        softcap: float | None = None, sigmoid_bias: float = 0.0) -> Tensor:
     """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
     ``(B, H, L, L)`` bool restricts the keys of each query further (a query with none gives
     zeros); q's row ``r`` is the query of token ``q_offset + r`` (k and v hold every token).
-    ``normalize = "stick_breaking"`` replaces the softmax by :func:`stick_breaking_loop`.
+    ``normalize = "stick_breaking"`` replaces the softmax by :func:`stick_breaking_loop`; ``"sigmoid"`` by
+    ``sigmoid(s_j + sigmoid_bias)`` per allowed key; ``"softmax1"`` by :func:`softmax1_loop`.
     ``sink``: (logit ``(B|1, H, Lq)``, value ``(H, D)`` or None for zero): one more key every query
     sees, whose score is that logit as it stands (no scale, temperature, bias or cap).
     ``cope``: CoPE's learned embedding, ``(max_pos, D)`` shared by the heads or ``(H, max_pos, D)``: every
@@ -195,6 +196,12 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
             outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))
             continue
         ok = allowed[:, :, i, : i + 1] if allowed is not None else torch.ones_like(s, dtype=torch.bool)
+        if normalize in ("sigmoid", "softmax1"):
+            ok = ok.expand(B, H, i + 1)
+            a = (torch.where(ok, torch.sigmoid(s + sigmoid_bias), torch.zeros_like(s)) if normalize == "sigmoid"
+                 else softmax1_loop(s, ok))
+            outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))
+            continue
         if sink is not None:
             ok = torch.cat([ok.expand(B, H, i + 1), ok.new_ones(B, H, 1)], dim=-1)
             s = torch.cat([s, sink[0][..., i - q_offset].to(F64).expand(B, H).unsqueeze(-1)], dim=-1)
@@ -228,6 +235,22 @@ def cope_loop(s: Tensor, ok: Tensor, qi: Tensor, emb: Tensor) -> Tensor:
         term = (1 - frac) * qe.gather(-1, lo[..., None])[..., 0] + frac * qe.gather(-1, hi[..., None])[..., 0]
         out.append(term)
     return torch.stack(out, dim=-1)
+
+
+def softmax1_loop(s: Tensor, ok: Tensor) -> Tensor:
+    """Softmax plus one of one query over its keys, written as the formula in float64: ``a_j = exp(s_j) /
+    (1 + sum_t exp(s_t))`` over the allowed keys t (a query with none: zeros), numerator and denominator
+    both divided by ``exp(m)``, ``m = max(0, max_t s_t)``, so that no exponential overflows. ``s``, ``ok``:
+    ``(B, H, n)``."""
+    s = s.to(F64)
+    m = torch.zeros_like(s[..., 0])
+    for t in range(s.shape[-1]):
+        m = torch.where(ok[..., t], torch.maximum(m, s[..., t]), m)
+    den = torch.exp(-m)
+    for t in range(s.shape[-1]):
+        den = den + torch.where(ok[..., t], torch.exp(s[..., t] - m), torch.zeros_like(m))
+    return torch.stack([torch.where(ok[..., j], torch.exp(s[..., j] - m) / den, torch.zeros_like(m))
+                        for j in range(s.shape[-1])], dim=-1)
 
 
 def stick_breaking_loop(s: Tensor, ok: Tensor, attend_current: bool) -> Tensor:

@@ -10,7 +10,9 @@ so far and the part ``F`` of it over far keys (``i - j > W``). Memory is O(B H L
 Scores are those of the scheme's module: ``<q_i, T(j->i) k_j> / sqrt(D)``, times the query
 temperature, plus the bias columns (``bias_table(cols=...)``), soft-capped: the modifiers of the one
 score pipeline (:func:`pedsl.compiler.scores.modified_scores`); the normaliser is an online softmax, the
-learned sink's logit the module's (``sink_logits``). Absolute-factorable transports
+learned sink's logit the module's (``sink_logits``), softmax plus one's the pinned logit 0. Sigmoid weights
+have no normaliser: the blocks' weights just add. Stick-breaking weights are products over the keys nearer
+than each key: not streamed (refused). Absolute-factorable transports
 use the pre-transformed q and k; Householder (PaTH) steps move every query through the steps
 one key position at a time (as :func:`pedsl.compiler.reference.transported_scores`), O(L^2 D)
 time, O(B H L D) memory.
@@ -24,7 +26,8 @@ import torch
 from torch import Tensor
 
 from pedsl.compiler.scores import modified_scores
-from pedsl.compiler.plan import HOUSEHOLDER
+from pedsl.compiler.plan import HOUSEHOLDER, SIGMOID, SOFTMAX1, STICK_BREAKING
+from pedsl.errors import EvalError
 
 F64 = torch.float64
 
@@ -36,6 +39,11 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
     batch), as ``far_mass(mod.probs(q, k), window)``, ``sink_mass(...)`` and ``learned_sink_mass(...)``
     would give."""
     B, H, L, D = q.shape
+    if mod.plan.normalize == STICK_BREAKING:
+        raise EvalError("streamed far and sink mass need weights that add over blocks of keys: stick-breaking's "
+                         "are products over the nearer keys", hint="analyze at lengths the (B, H, L, L) matrix "
+                         "fits (mod.probs)")
+    sigmoid = mod.plan.normalize == SIGMOID
     qt, kt, _, _ = mod.transform_qkv(q, k, k, x, tokens)
     qt, kt = qt.to(F64), kt.to(F64)
     tau = mod.query_scale(L, q.device)                       # (1, H|1, L) or None
@@ -58,6 +66,10 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         s = mod.window_mask(s.masked_fill(j[None, :] > i[:, None], -math.inf), cols)
         if j0 == 0:
             s0 = s[..., 0].clone()
+        if sigmoid:  # weights need no running maximum or denominator: each block's just add
+            w = torch.sigmoid(s + mod.plan.sigmoid_bias)
+            S, Fs = S + w.sum(-1), Fs + (w * ((i[:, None] - j[None, :]) > window)).sum(-1)
+            return
         new_m = torch.maximum(m, s.amax(-1))
         safe = torch.where(torch.isfinite(new_m), new_m, torch.zeros_like(new_m))
         decay = torch.exp(m - safe).nan_to_num(0.0)
@@ -84,11 +96,17 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
             if len(pending) == block or j == 0:
                 absorb(torch.stack(pending[::-1], dim=-1), j)
                 pending = []
+    if sigmoid:
+        zero = torch.zeros(H, dtype=F64)
+        return {"far_mass": Fs.mean(dim=(0, 2)), "sink_mass": torch.sigmoid(s0 + mod.plan.sigmoid_bias).mean(dim=(0, 2)),
+                "learned_sink_mass": zero}
     learned = mod.sink_logits(q)  # a learned sink joins the normaliser (its own share is neither far nor first)
     share = torch.zeros_like(S)
     if learned is not None:
         share = torch.exp(learned.to(F64) - m)
         S = S + share
+    if mod.plan.normalize == SOFTMAX1:  # the pinned logit 0 of the denominator (no learned sink's share)
+        S = S + torch.exp(-m)
     lse_m = m
     sink = torch.exp(s0 - lse_m) / S
     return {"far_mass": (Fs / S).mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2)),

@@ -85,6 +85,12 @@ PEERS: dict[str, tuple[tuple[str, str], ...]] = {
                        ("compiler_tests/compiler/test_stick_breaking.py::"
                         "test_past_one_block_equals_the_authors_dense_form_with_gradients",
                         "the authors' dense log-space form, with gradients")),
+    "rope_sigmoid": (("compiler_tests/compiler/test_normalizers.py::"
+                      "test_the_general_call_equals_the_formula_forward_and_backward",
+                      "a float64 loop of sigmoid attention's formula, with gradients"),),
+    "rope_softmax1": (("compiler_tests/compiler/test_normalizers.py::"
+                       "test_the_general_call_equals_the_formula_forward_and_backward",
+                       "a float64 loop of softmax plus one's formula, with gradients"),),
     "rope_sink": (("compiler_tests/compiler/test_windows.py::test_sink_logit_matches_gpt_oss_eager_attention",
                    "GPT-OSS's eager attention (the learned sink logit)"),),
     "rope_local": (("compiler_tests/compiler/test_windows.py::test_window_and_chunk_equal_the_same_band_as_an_explicit_mask",
