@@ -45,6 +45,8 @@ CODES: dict[str, tuple[str, str]] = {
                       "or an unknown `sink` kind"),
     "E241": ("check", "a malformed `contextual` statement: not `cope(...)`, a `max_pos` that is not an integer "
                       ">= 1 known when checking, an unknown option, or CoPE beside a sink or PaTH"),
+    "E242": ("check", "a malformed `remap` block: regimes that overlap or leave a distance uncovered, a bound that is "
+                      "not `distance CMP number`, a position that is not per token, or a transport it cannot remap"),
     "E250": ("check", "a malformed `layers` block: an unknown rule (did you mean ...?), bad arguments or value, "
                       "`extends` or a statement other than train/eval/allow beside it"),
     "E251": ("check", "a `layers` rule names an unknown scheme (did you mean ...?)"),

@@ -41,7 +41,8 @@ def lower(scheme: Scheme) -> nx.DiGraph:
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
                    axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
                    sink=scheme.sink, softcap=scheme.softcap,
-                   normalizer=scheme.normalize, attend_current=scheme.attend_current, contextual=scheme.contextual)
+                   normalizer=scheme.normalize, attend_current=scheme.attend_current, contextual=scheme.contextual,
+                   remap=scheme.remap)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")

@@ -31,6 +31,7 @@ WINDOW, CHUNK, SOFTCAP = "window", "chunk", "softcap"
 SINK_LOGIT, SINK_TOKEN = "sink logit", "sink token"
 STICK_BREAKING, SKIPS_OWN_KEY, CONTEXTUAL = "stick-breaking", "skips its own key", "contextual positions"
 SEVERAL_AXES = "several position axes"
+REMAP = "remapped positions"  # the rotation's positions by distance regime: the general path's blocks only
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
 TOKEN_COUNT = "linear bias counting tokens"
 SEVERAL_QUERY_BIASES = "several biases reading the query position"
@@ -106,7 +107,8 @@ def plan_features(plan) -> frozenset:
              (plan.normalize != "softmax", STICK_BREAKING), (not plan.attend_current, SKIPS_OWN_KEY),
              (plan.contextual is not None, CONTEXTUAL), (plan.window is not None, WINDOW),
              (plan.chunk is not None, CHUNK), (plan.softcap is not None, SOFTCAP),
-             (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN))
+             (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN),
+             (plan.remap is not None, REMAP))
     return frozenset(out | {name for on, name in flags if on})
 
 

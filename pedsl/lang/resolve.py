@@ -38,13 +38,15 @@ from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
 from pedsl.lang.windows import WindowResolution
 from pedsl.lang.contextual import ContextualResolution
+from pedsl.lang.remap import RemapResolution
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
 # ------------------------------------------------------------------ the resolver
 
 
-class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, ContextualResolution):
+class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, ContextualResolution,
+               RemapResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
         self.overrides = overrides
