@@ -133,3 +133,21 @@ def test_the_general_path_agrees_with_the_reference(extra):
     torch.testing.assert_close(o1, o2, rtol=0, atol=1e-12)
     for a, b in zip(g1, g2):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
+
+
+@pytest.mark.parametrize("name, rel", [("rerope", lambda i, j: rerope(i, j, w=32)),
+                                       ("leaky_rerope", lambda i, j: leaky(i, j, w=32, k=21.0)),
+                                       ("self_extend", lambda i, j: self_extend(i, j, w=32, G=21))])
+def test_diff_numeric_transport_curve_reads_the_regimes(name, rel):
+    """`pedsl diff --numeric`'s transport curve of a remapped scheme: (2 / D) sum_k cos(w_k rel(i, i - d)),
+    averaged over the queries i >= d, with each paper's relative position (16x factors, 128 trained)."""
+    from pedsl.diffing.numeric import curves
+    from pedsl.lang.api import load
+
+    s = load(SCHEMES / f"{name}.pe", params={"factor": 16} if name != "rerope" else None)
+    lmax, Dh = 60, s.head_dim
+    ws = [10000.0 ** (-2 * m / Dh) for m in range(Dh // 2)]
+    want = [sum(math.cos(w * rel(i, i - d)) for w in ws for i in range(d, lmax + 1)) * 2 / Dh / (lmax + 1 - d)
+            for d in range(lmax + 1)]
+    got = curves(s, lmax=lmax).transport
+    assert got == pytest.approx(want, abs=1e-9)
