@@ -48,6 +48,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E242": ("check", "a `normalize` value that is no normaliser (softmax, softmax1, sigmoid, sigmoid(bias = b), "
                       "stick_breaking(current = ...)), a sigmoid bias not known when checking, or a normaliser "
                       "beside a statement it cannot go with (a sink, PaTH's transport)"),
+    "E243": ("check", "a malformed `remap` block: regimes that overlap or leave a distance uncovered, a bound that is "
+                      "not `distance CMP number`, a position that is not per token, or a transport it cannot remap"),
     "E250": ("check", "a malformed `layers` block: an unknown rule (did you mean ...?), bad arguments or value, "
                       "`extends` or a statement other than train/eval/allow beside it"),
     "E251": ("check", "a `layers` rule names an unknown scheme (did you mean ...?)"),

@@ -183,6 +183,19 @@ def test_the_registry_names_every_kernel_this_test_reaches():
     assert set(REACH) | {"band", "fused-half", "hf-rotary"} == names  # hf-rotary: compiler_tests/hf
 
 
+# remapped positions (no kernel declares them) with windows small enough for L = 9 to reach the far regime
+REMAPPED = (("rerope", "param reach: int = 3\nsink = logit"), ("leaky_rerope", "param reach: int = 2\nwindow = 6"),
+            ("self_extend", "param neighbours: int = 3\nparam group: int = 2\nsoftcap = 3.0"))
+
+
+@pytest.mark.parametrize("base, extra", REMAPPED, ids=[b for b, _ in REMAPPED])
+def test_remapped_positions_run_every_mode_on_the_general_path(base, extra, ran):
+    fast, ref = compiled(base, extra)
+    assert fast.plan.kernels == ()
+    for mode in MODES:
+        check(fast, ref, mode)
+
+
 def _widened(monkeypatch, name: str, *features: str) -> None:
     decls = tuple(d._replace(takes=d.takes | set(features)) if d.name == name else d for d in kernel_support.KERNELS)
     monkeypatch.setattr(kernel_support, "KERNELS", decls)
@@ -192,7 +205,8 @@ def _widened(monkeypatch, name: str, *features: str) -> None:
     ("distance", "t5_bias", "softcap = 0.5", "fresh"), ("decode", "alibi", "", "decode"),
     ("flash-window", "rope", "window = 3\nsink = logit", "fresh"),
     ("causal-sdpa", "rope_sigmoid", "", "fresh"), ("causal-sdpa", "rope_softmax1", "", "fresh"),
-], ids=["distance+softcap", "decode+bias", "window+sink", "sdpa+sigmoid", "sdpa+softmax1"])
+    ("causal-sdpa", "rerope", "param reach: int = 3", "fresh"),
+], ids=["distance+softcap", "decode+bias", "window+sink", "sdpa+sigmoid", "sdpa+softmax1", "sdpa+remap"])
 def test_a_widened_declaration_is_caught(kernel, base, extra, mode, monkeypatch, ran):
     """A declaration widened to claim every feature of a scheme whose soft cap (the Toeplitz kernel), bias
     (the decode step), sink (the banded kernel) or normaliser (SDPA: softmax only) the kernel does not compute: the kernel now runs the

@@ -69,3 +69,29 @@ def test_cope_in_a_llama_has_an_embedding_per_layer_that_trains_and_changes_gene
     # (generate hands its logits back in float32)
     bound = rounding(depth(cfg, 10), again, float32_output=True)
     torch.testing.assert_close(torch.stack(out.logits, 1).double(), again, rtol=0, atol=bound)
+
+
+def test_remapped_positions_in_a_llama_decode_as_the_full_forward_and_differ_from_rope():
+    """ReRoPE through use_pedsl_attention: HF's rotary path cannot carry it (export refuses), so the layers run
+    pedsl's general path; decoding equals the full forward, and past the window the logits leave RoPE's."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+    base = transformers.LlamaForCausalLM(cfg).double().eval()
+    ids = torch.randint(0, 64, (1, 12))
+    with torch.no_grad():
+        rope = base(ids).logits
+    text = f'import "{SCHEMES / "rerope.pe"}"\nscheme s extends rerope {{\n  param reach: int = 4\n}}\n'
+    m = use_pedsl_attention(base, text)
+    with torch.no_grad():
+        full = m(ids).logits
+        out = m(ids[:, :6], use_cache=True)
+        steps, pkv = [out.logits], out.past_key_values
+        for t in range(6, 12):
+            out = m(ids[:, t:t + 1], past_key_values=pkv, use_cache=True)
+            steps.append(out.logits)
+            pkv = out.past_key_values
+    torch.testing.assert_close(torch.cat(steps, 1), full, rtol=1e-10, atol=1e-12)
+    # every key within the window: RoPE, to HF's float32 inverse frequencies (eps32 ~ 1e-7 of each phase)
+    torch.testing.assert_close(full[:, :4], rope[:, :4], rtol=1e-6, atol=1e-8)
+    assert (full[:, 6:] - rope[:, 6:]).abs().max() > 1e-4

@@ -53,6 +53,27 @@ def test_extension_study_end_to_end_and_reuse(tmp_path):
     assert {p.name: p.stat().st_mtime_ns for p in (ext / "evals").iterdir()} == stamps
 
 
+@pytest.mark.slow
+def test_training_free_methods_are_evaluated_zero_shot_only(tmp_path):
+    out = tmp_path / "study"
+    code, _, err = run_cli("compare", "--study", "extension", "rerope", "self_extend", "--out", str(out), *TINY)
+    assert code == 0, err
+    ext = out / "extension"
+    res = json.loads((ext / "results.json").read_text())
+    text = res["results"]["text"]
+    assert set(text["zero_shot"]) == {"rope", "rerope", "self_extend"} and set(text["fine_tuned"]) == {"rope"}
+    p = text["zero_shot"]["self_extend"]["16"]["swap"]["params"]
+    # the smallest group that keeps 16 x 32 within training: (32 - 8) * 21 + 8 = 512
+    assert (p["train_length"], p["factor"], p["neighbours"], p["group"]) == (32, 16, 8, 21)
+    at = lambda m, T: text["zero_shot"][m][T]["ppl"]["128"]["nll"]  # noqa: E731
+    # within the window every method is RoPE; at 4x L0 each reads the far keys its own way
+    assert text["zero_shot"]["rerope"]["4"]["ppl"]["32"]["nll"] == pytest.approx(
+        text["zero_shot"]["rope"]["4"]["ppl"]["32"]["nll"], rel=1e-6)
+    assert len({round(at("rope", "4"), 6), round(at("rerope", "4"), 6), round(at("self_extend", "4"), 6)}) == 3
+    assert any("zero-shot only" in n for n in res["meta"]["notes"])
+    assert "self_extend" in (ext / "report.md").read_text()
+
+
 def test_extension_rejects_other_schemes_and_analysis_options(tmp_path):
     code, _, err = run_cli("compare", "--study", "extension", "alibi", "--out", str(tmp_path / "s"))
     assert code == 2 and "not one of them" in err and "yarn" in err
@@ -65,6 +86,9 @@ def test_factor_is_set_by_parameter_name(monkeypatch):
 
     assert st.method_params("pi", 4, 128) == ({"train_length": 128, "factor": 4}, None)
     assert st.method_params("rope", 16, 64) == ({"train_length": 64}, None)
+    assert st.method_params("self_extend", 16, 64) == ({"train_length": 64, "factor": 16}, None)
+    params, note = st.method_params("rerope", 16, 64)
+    assert params == {"train_length": 64} and "fixed" in note
     params, note = st.method_params("longrope", 4, 128)
     if "factor" in params:  # a LongRoPE scheme with a factor parameter
         assert params["factor"] == 4 and note is None

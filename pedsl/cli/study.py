@@ -162,8 +162,8 @@ def analyze(run_dir, lengths, window, samples, max_length, out, scheme, params, 
                                                  "counting", "layers"]),
               default="default",
               show_default=True,
-              help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope) applied to a trained RoPE, "
-              "zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). retrieval: learned "
+              help="extension: RoPE scaling (pi, ntk, dynamic_ntk, yarn, llama3, longrope; rerope, leaky_rerope, "
+              "self_extend zero-shot only) applied to a trained RoPE, zero-shot and after a short fine-tune (SCHEMES: a subset of those methods). retrieval: learned "
               "retrieval vs length and needle depth, trained on the retrieval tasks plus copy rows (default SCHEMES: the "
               "default study's plus fox and path_fox). frequency: RoPE frequency "
               "use vs the dependency width of a synthetic task, and the fit of theta ~ c / W (no SCHEMES; "

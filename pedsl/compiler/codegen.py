@@ -268,7 +268,7 @@ _FIXED_NAMES = (
 
 #: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
 #: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
-EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", "compiler.remap_scores", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
 DISTANCE_EMBEDDED = ("ops.distance_bias",)
 
@@ -517,6 +517,10 @@ def _contextual_init(scheme: Scheme) -> list[str]:
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
+    if plan.remap is not None:  # its positions are evaluated by pedsl's walk at run time, not generated
+        raise CompileError(f"scheme '{scheme.name}' remaps its positions by distance regime, which pedsl compile "
+                           "does not generate yet", code="E400",
+                           hint="run it in process (pedsl.compiler.compile_scheme / pedsl train), which computes it")
     carried = _Carried.of(plan)
     sections = [embedded_section(m) for m in carried.modules()]
     names = Names(set().union(*map(module_names, sections)) | set(_FIXED_NAMES))

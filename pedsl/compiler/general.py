@@ -70,6 +70,7 @@ from torch import Tensor
 from pedsl.compiler.band_kernel import banded_attention
 from pedsl.compiler.kernel_support import (bias_call, causal_call, explicit_scores, fresh_sequence_call, mlp_call, path_call,
                                            window_call)
+from pedsl.compiler.remap_scores import RemappedKeys
 from pedsl.compiler.scores import (modified_scores, normalised, own_key_counts, scale_by_temperature,
                                    sink_column)
 from pedsl.ops.flash import flash_supports
@@ -922,6 +923,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     # explicit scores are formed for every key of the span: stop at the block's last query (causal)
     explicit = explicit_scores(scheme.normalize, scheme.cope_max_pos)
     last = (lambda r1: q0 + r1) if explicit else (lambda r1: Lc + L)
+    remapped = RemappedKeys(scheme, K, kpos, lay.n) if getattr(scheme, "remap", None) is not None else None
     outs = []
     for b, r0 in enumerate(range(0, Lq, block)):
         r1 = min(Lq, r0 + block)
@@ -936,6 +938,10 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         if explicit:  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                       q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))
+            continue
+        if remapped is not None:
+            outs.append(remapped.rows(q[:, :, r0:r1], qpos_all[:, r0:r1], k0, k1, V[:, :, k0:k1], mask, bias,
+                                      sink_rows(sink, r0, r1), cap))
             continue
         outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1),
                            softcap=cap))
@@ -1274,6 +1280,8 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     win = Window(lay, x, tokens, cache, q.device)
     vals = scheme.token_values(win, q.dtype)
     tr = transports(scheme, kernels, vals, lay, cache, q.dtype)
+    if getattr(scheme, "remap", None) is not None:  # rotated per regime, block by block (remap_scores)
+        tr = tr._replace(rots=[])
     bi = biases(scheme, vals, lay, cache)
     if tr.per_head and Hkv != Hq:  # transports differ per query head: one transported key per query head
         k, v = k.repeat_interleave(Hq // Hkv, dim=1), v.repeat_interleave(Hq // Hkv, dim=1)

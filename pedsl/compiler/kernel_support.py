@@ -34,6 +34,7 @@ SIGMOID, SOFTMAX_ONE = "sigmoid weights", "softmax plus one"
 # the normalisers other than softmax, by the plan's name (each a feature no fused kernel computes yet)
 NORMALIZER_FEATURES = {"stick_breaking": STICK_BREAKING, "sigmoid": SIGMOID, "softmax1": SOFTMAX_ONE}
 SEVERAL_AXES = "several position axes"
+REMAP = "remapped positions"  # the rotation's positions by distance regime: the general path's blocks only
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
 TOKEN_COUNT = "linear bias counting tokens"
 SEVERAL_QUERY_BIASES = "several biases reading the query position"
@@ -110,7 +111,8 @@ def plan_features(plan) -> frozenset:
              (plan.normalize != "softmax", NORMALIZER_FEATURES.get(plan.normalize)), (not plan.attend_current, SKIPS_OWN_KEY),
              (plan.contextual is not None, CONTEXTUAL), (plan.window is not None, WINDOW),
              (plan.chunk is not None, CHUNK), (plan.softcap is not None, SOFTCAP),
-             (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN))
+             (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN),
+             (plan.remap is not None, REMAP))
     return frozenset(out | {name for on, name in flags if on})
 
 

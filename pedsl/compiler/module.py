@@ -285,6 +285,11 @@ class SchemeAttention(nn.Module):
     # ------------------------------------------------------------------ forward
     def transform_qkv(self, q, k, v, x=None, tokens=None):
         """Absolute pre-transforms of q, k, v; returns (q', k', v', undo) where undo(o) restores values."""
+        if self.plan.remap is not None:  # the rotation depends on the pair: no pre-transform of q and k says it
+            raise CompileError(f"scheme '{self.scheme.name}' remaps its positions by distance regime: its q and k "
+                               "have no single rotation (raw scores, probabilities and the analysis instruments "
+                               "are not computed for it yet)", code="E400",
+                               hint="call the module itself (its forward computes the regimes block by block)")
         B, H, L, D = q.shape
         undo = []
         for t in self.transforms:

@@ -9,11 +9,12 @@ import dataclasses
 
 from typing import NamedTuple
 
+import torch
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
-from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TokenValues, Window,
-                                    angle_dtype)
+from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TWO_PI, TokenValues,
+                                    Window, angle_dtype)
 from pedsl.compiler.kernel_support import static_kernels
 from pedsl.compiler.band_kernel import bias_kernel_ready, causal_bias_attention
 from pedsl.compiler.mlp_kernel import mlp_attention
@@ -78,6 +79,8 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
         self.softcap = mod.plan.softcap
         self.fast_paths = mod.plan.kernels  # the fast kernels the plan's features allow (kernel_support)
         self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
+        self.remap = mod.plan.remap
+        self.remap_bounds = () if self.remap is None else tuple((r.low, r.high) for r in self.remap.regimes)
 
     # the learned sink's parameters (read on use: they follow the module's device and dtype)
     sink_logit = property(lambda self: self.mod.sink_logit)
@@ -149,6 +152,26 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
             return None
         v = self.mod.evaluator.run(tau.site.expr, self.ctx(win, dtype), tau.site.name)
         return (v.align(("batch", "head", "pos")) if v.axes else v.t.reshape(1, 1, 1)).to(F64)
+
+    def remap_rotate(self, x: Tensor, positions: Tensor, regime: int, role: str, n: int) -> Tensor:
+        """``x (B, H, L, D)`` rotated at regime ``regime``'s ``query`` or ``key`` (``role``) positions of the
+        tokens at ``positions (B, L)`` (docs/semantics.md §2d): the position expression, then every rotation's
+        phase at those (possibly fractional) positions in float64, reduced mod 2 pi, with rotate's scale."""
+        mod, (B, L) = self.mod, positions.shape
+        r = self.remap.regimes[regime]
+        ctx = mod._ctx(L, device=x.device, dtype=F64)
+        ctx.positions, ctx.n = positions, n
+        at = mod.evaluator.run(r.query if role == "query" else r.key, ctx, f"remap[{regime}]")
+        at = (at.align(("batch", "pos")) if at.axes else at.t.reshape(1, 1)).to(F64).expand(B, L)
+        adt = angle_dtype(x.dtype)
+        for t in mod.transforms:  # rotations of q and k only (checked: pedsl.lang.remap)
+            c = mod._ctx(L, device=x.device, dtype=F64, group=t)
+            c.positions, c.n = at, n
+            ph = torch.remainder(as_bhlp(mod.evaluator.run(t.expr, c, t.site), L, len(t.channels) // 2).to(F64),
+                                 TWO_PI)
+            ch = t.channels if len(t.channels) != self.head_dim else None
+            x = self.kernels.rotate(x, (t.scale * torch.cos(ph)).to(adt), (t.scale * torch.sin(ph)).to(adt), t, ch)
+        return x
 
     def query_table(self, i: int, qpos: Tensor, size: int, device, n_run: int | None = None) -> Tensor:
         """Bias i (it reads query_position) at the queries' positions qpos (B, rows) over distances

@@ -243,6 +243,10 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         g.graph["backend_note"] = ("CoPE: every call runs the general path's blocks of explicit scores (gates, "
                                    "their suffix sums and the interpolated embedding per block of queries, memory "
                                    "O(L x block)); " + backend + " names its bias carrier")
+    if g.graph.get("remap") is not None and backend != "reference":
+        g.graph["backend_note"] = ("remapped positions: every call runs the general path's blocks of queries, one "
+                                   "rotated score block per regime and a select by distance (memory O(L x block)); "
+                                   + backend + " names its bias carrier")
     return g
 
 
@@ -293,7 +297,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
         softcap=g.graph.get("softcap"),
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
-        sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), contextual=g.graph.get("contextual"))
+        sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), contextual=g.graph.get("contextual"),
+        remap=g.graph.get("remap"))
     g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g
 

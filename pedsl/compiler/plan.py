@@ -167,6 +167,9 @@ class Plan:
 
     # score-dependent positions (CoPE, a lang.scheme.ContextualPositions): the logits read the scores
     contextual: Any = None
+    # the rotation's positions per distance regime (a lang.scheme.Remap; docs/semantics.md §2d): no fused
+    # kernel computes them, the general path's blocks of queries do (one rotated score block per regime)
+    remap: Any = None
 
     @property
     def explicit_scores(self) -> bool:
@@ -256,6 +259,9 @@ def plan_lines(plan: Plan) -> list[str]:
         c = plan.contextual
         out.append(f"  contextual positions: {c.source()}, carried as explicit blocks of scores; learned "
                    f"contextual_embedding ({'' if c.shared else 'heads x '}{c.max_pos} x head_dim)")
+    if plan.remap is not None:
+        out.append("  remapped positions, carried as one rotated score block per regime:")
+        out.extend(f"      {r.source()}" for r in plan.remap.regimes)
     if plan.half_via_general:
         out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
     out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
@@ -297,6 +303,9 @@ def plan_to_json(plan: Plan) -> dict:
         "contextual": None if plan.contextual is None else {"kind": plan.contextual.kind,
                                                             "max_pos": plan.contextual.max_pos,
                                                             "shared": plan.contextual.shared},
+        "remap": None if plan.remap is None else [
+            {"low": r.low, "high": r.high, "query": to_source(r.query), "key": to_source(r.key)}
+            for r in plan.remap.regimes],
         "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
                     for ls in learned_sites(plan)],
     }

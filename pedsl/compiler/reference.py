@@ -161,8 +161,10 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
             return mod.evaluator.run(expr, c, site_name(role, t.group))
 
         if t.kind == "rotate":
-            ph = as_bhlp(run(t.phase, "phase"), L, P).to(F64)
-            tr = ref.rotation_transport(ph, mod.layout, ch, D)
+            if sch.remap is not None:
+                tr = _remapped_rotation(mod, sch.remap, c, lambda: run(t.phase, "phase"), ch, D)
+            else:
+                tr = ref.rotation_transport(as_bhlp(run(t.phase, "phase"), L, P).to(F64), mod.layout, ch, D)
             if t.scale != 1:  # rotate(..., scale = m) multiplies q and k of the group by m: T's block by m^2
                 s = torch.ones(D, dtype=F64, device=dev)
                 s[ch] = t.scale
@@ -183,6 +185,44 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
         if t.targets == "qkv":
             U = _compose(U, tr)
     return T, U
+
+
+def _remapped_rotation(mod, remap, c, phase, ch: list, D: int) -> Tensor:
+    """``T(j->i)`` of a remapped rotation (docs/semantics.md §2d), (B, H|1, L, L, D, D), pair by pair: the regime
+    whose bounds hold the distance ``p_i - p_j`` gives the query's position ``query(p_i)`` and the key's
+    ``key(p_j)``; pair k of the block rotates by ``phase(key(p_j)) - phase(query(p_i))``, the phase evaluated at
+    those (possibly fractional) positions. ``phase()`` evaluates the rotation's phase at ``c.positions``."""
+    positions = c.positions
+    B, L = positions.shape
+    P = len(ch) // 2
+
+    def at(expr, i: int) -> Tensor:  # a regime's position expression at every token, (B, L) float64
+        v = mod.evaluator.run(expr, c, f"remap[{i}]")
+        return (v.align(("batch", "pos")) if v.axes else v.t.reshape(1, 1)).to(F64).expand(B, L)
+
+    phases = []  # per regime: (query phases, key phases), each (B, H|1, L, P)
+    for i, r in enumerate(remap.regimes):
+        own = c.positions
+        q_at, k_at = at(r.query, i), at(r.key, i)
+        c.positions = q_at
+        phq = as_bhlp(phase(), L, P).to(F64).expand(B, -1, L, P)
+        c.positions = k_at
+        phk = as_bhlp(phase(), L, P).to(F64).expand(B, -1, L, P)
+        c.positions = own
+        phases.append((phq, phk))
+    H = max(pq.shape[1] for pq, _ in phases)
+    diff = torch.zeros(B, H, L, L, P, dtype=F64, device=positions.device)
+    for b in range(B):
+        for i in range(L):
+            for j in range(L):
+                d = int(positions[b, i] - positions[b, j])
+                hit = [n for n, r in enumerate(remap.regimes) if r.low <= d and (r.high is None or d < r.high)]
+                if not hit:  # a later key (d < 0): masked anyway; its block stays the identity
+                    continue
+                phq, phk = phases[hit[0]]
+                diff[b, :, i, j] = phk[b, :, j] - phq[b, :, i]
+    pairs = ref._pairs(ch, mod.layout, D)
+    return ref._rot_matrices(diff, pairs, D)
 
 
 def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Tensor,

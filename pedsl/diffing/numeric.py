@@ -31,7 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pedsl.errors import CompileError
 from pedsl.formulas import xpos_decays
+from pedsl.runtime.numpy_backend import Ctx, NumpyEvaluator
 
 from pedsl.fsio import write_figure
 from pedsl.lang.values import StaticEnv
@@ -122,11 +124,28 @@ def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = S
     freqs = {t.group: _group_freqs(s, t, L, static) for t in s.transports}
     biases = [_distance_bias(s, b, lmax) if b.kind == "distance" else None for b in s.biases]
     tau = _static_temperature(s, lmax)
+    if s.remap is not None and any(f is None for f in freqs.values()):
+        raise CompileError(f"scheme '{s.name}' remaps the positions of a rotation whose phase is not a fixed "
+                           "frequency times the position: its curves are not sampled", code="E400",
+                           hint="pedsl diff without --numeric compares it as written")
     if any(f is None for f in freqs.values()) or any(b is None for b in biases) or tau is None:
         return _sampled_curves(s, freqs, biases, tau, lmax=lmax, samples=samples, seed=seed, draws=draws or Draws())
     bias = sum(biases, np.zeros((s.heads, L)))
     return Curves(transport=_rotation_part(s, freqs, L), bias=bias, temperature=tau,
                   method="static tables (float64, numpy)")
+
+
+def _regime_angles(s: Scheme, L: int) -> np.ndarray:
+    """Remapped positions (docs/semantics.md §2d): ``rel[i, d] = query_r(i) - key_r(i - d)`` for the regime r
+    of d, at positions 0..L-1 (NaN where i < d): the position difference a fixed-frequency pair turns by."""
+    ev = NumpyEvaluator(d_model=1, vocab_size=1, seed=0, weights={}, tables={})
+    ctx = Ctx(values={**s.params, "heads": s.heads, "head_dim": s.head_dim}, heads=s.heads, L=L)
+    rel = np.full((L, L), np.nan)
+    for n, r in enumerate(s.remap.regimes):
+        q, k = (np.broadcast_to(ev.run(e, ctx, f"remap[{n}]").align(("pos",)), (L,)) for e in (r.query, r.key))
+        for d in range(r.low, L if r.high is None else min(r.high, L)):
+            rel[d:, d] = q[d:] - k[: L - d]
+    return rel
 
 
 def _rotation_part(s: Scheme, freqs: dict, L: int) -> np.ndarray:
@@ -142,8 +161,12 @@ def _rotation_part(s: Scheme, freqs: dict, L: int) -> np.ndarray:
             gain = getattr(t, "scale", 1.0) ** 2  # rotate(..., scale = m): q and k of the group times m
             ws = freqs[t.group]
             decays = [1.0] * len(ws) if getattr(t, "xpos_gamma", None) is None else xpos_decays(t.xpos_zeta, len(ws))
+            rel = None if s.remap is None else _regime_angles(s, L)
             for w, z in zip(ws, decays):  # xpos: pair k also decays as zeta_k^(d / gamma)
                 fall = 1.0 if z == 1.0 else z ** (d / t.xpos_gamma)
+                if rel is not None:  # remapped: averaged over the queries i >= d of 0..L-1
+                    c += gain * (2.0 / D) * np.nanmean(np.cos(np.remainder(w * rel, 2 * math.pi)), axis=0)
+                    continue
                 c += gain * (2.0 / D) * fall * np.cos(np.remainder(w * d, 2 * math.pi))
     return c + (D - len(moved)) / D
 

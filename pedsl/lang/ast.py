@@ -181,6 +181,37 @@ class SinkStmt(Node):
     value_span: Span | None = Field(default=None, repr=False)
 
 
+class RegimeBound(Node):
+    """``distance < E`` in a regime's predicate (the resolver checks the name is ``distance``)."""
+
+    name: str
+    op: Literal[">", ">=", "<", "<=", "!="]
+    value: Expr
+
+
+class RegimeEntry(Node):
+    """``query = E`` or ``key = E``: a token's position in one regime of a ``remap`` block."""
+
+    name: str
+    value: Expr
+
+
+class Regime(Node):
+    """One regime of a ``remap`` block: the distances it covers and the positions it rotates q and k at
+    (an entry left out reads ``position``, the token's own)."""
+
+    bounds: tuple[RegimeBound, ...]
+    entries: tuple[RegimeEntry, ...] = ()
+
+
+class RemapStmt(Node):
+    """``remap { REGIME ... }``: the rotation's positions as a function of (i, j), regime by regime
+    (ReRoPE, Self-Extend; docs/semantics.md §2d)."""
+
+    kind: Literal["remap"] = "remap"
+    regimes: tuple[Regime, ...] = ()
+
+
 class Entry(Node):
     name: str
     value: Expr
@@ -213,7 +244,8 @@ class Layers(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, ContextualStmt, WindowStmt, SinkStmt, Section, Allow,
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, ContextualStmt, WindowStmt, SinkStmt, RemapStmt, Section,
+          Allow,
           Layers],
     Field(discriminator="kind"),
 ]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
-from pedsl.lang.statements import BY_KIND
+from pedsl.lang.statements import BY_KIND, regime_text
 
 INDENT = "  "
 
@@ -126,7 +126,8 @@ def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
     for i, it in enumerate(items):
         w.lead(it, depth + 1)
         nxt_item = items[i + 1] if i + 1 < len(items) else None
-        w.emit(depth + 1, f"{_item_head(it)} = {to_source(value_of(it))}", it, last=_claim(it, nxt_item))
+        text = regime_text(it) if value_of is None else f"{_item_head(it)} = {to_source(value_of(it))}"
+        w.emit(depth + 1, text, it, last=_claim(it, nxt_item))
     w.close(depth, "}", st, shared=nxt is not None and _line(nxt) == _end(st))
 
 

@@ -39,6 +39,7 @@ from pedsl.lang.types import Ty
 from pedsl.lang.windows import WindowResolution
 from pedsl.lang.contextual import ContextualResolution
 from pedsl.lang.normalizers import NormalizerResolution
+from pedsl.lang.remap import RemapResolution
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
@@ -46,7 +47,7 @@ MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it us
 
 
 class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, ContextualResolution,
-               NormalizerResolution):
+               NormalizerResolution, RemapResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
         self.overrides = overrides

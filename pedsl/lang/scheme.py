@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 from pedsl.lang.ast import Expr
+from pedsl.lang.exprs import to_source
 from pedsl.lang.types import Dep, Ty
 
 
@@ -168,6 +169,34 @@ class ContextualPositions(_Frozen):
                                                                   else "one per head)"))
 
 
+class Regime(_Frozen):
+    """One regime of a remapped rotation (docs/semantics.md §2d): the pairs whose distance d = p_i - p_j lies in
+    ``low <= d < high`` (``high`` None: no end) rotate q_i at ``query(p_i)`` and k_j at ``key(p_j)``, both
+    functions of the token's own position (lets inlined)."""
+
+    low: int
+    high: int | None
+    query: Expr
+    key: Expr
+    bounds: str  # the predicate as written, e.g. "distance >= w"
+
+    def source(self) -> str:
+        """The regime as it would be written (positions equal to ``position`` left out)."""
+        own = [f"{n} = {to_source(e)}" for n, e in (("query", self.query), ("key", self.key))
+               if not (e.kind == "name" and e.id == "position")]
+        return self.bounds + (": " + ", ".join(own) if own else "")
+
+
+class Remap(_Frozen):
+    """The rotation's positions as a function of (i, j): regimes that partition the distances 0, 1, 2, ...
+    (ReRoPE, Leaky ReRoPE, Self-Extend)."""
+
+    regimes: tuple[Regime, ...]
+
+    def source(self) -> str:
+        return "remap { " + "; ".join(r.source() for r in self.regimes) + " }"
+
+
 class Scheme(_Frozen):
     name: str
     doc: str = ""
@@ -199,6 +228,8 @@ class Scheme(_Frozen):
     # logit soft-capping (Gemma 2's attn_logit_softcapping): every score s (after scale, temperature and
     # bias) becomes softcap * tanh(s / softcap) before the mask and the softmax
     softcap: float | None = None
+    # the rotation's positions per regime of the distance (docs/semantics.md §2d), None: each token's own
+    remap: Remap | None = None
     train: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] = Field(default_factory=dict)
     allow: tuple[str, ...] = ()

@@ -185,6 +185,20 @@ def _contextual(s: Any) -> str | None:
     return None if s.contextual is None else s.contextual.source()
 
 
+def _remap(s) -> str | None:
+    return None if s.remap is None else s.remap.source()
+
+
+def _regime_reads(st) -> list:
+    return [x.value for r in st.regimes for x in (*r.bounds, *r.entries)]
+
+
+def regime_text(r) -> str:
+    """A regime of a ``remap`` block as written canonically (the formatter's line for it)."""
+    bounds = ", ".join(f"{b.name} {b.op} {to_source(b.value)}" for b in r.bounds)
+    return bounds + (": " + ", ".join(f"{e.name} = {to_source(e.value)}" for e in r.entries) if r.entries else "")
+
+
 def _shown(field: str, text: Callable[[Any], str] = str) -> Show:
     """A body line ``field: value`` when the scheme has the value."""
     return Show("body", lambda s: [] if getattr(s, field) is None else [f"{field}: {text(getattr(s, field))}"])
@@ -284,6 +298,15 @@ RECORDS: tuple[Statement, ...] = (
         words=Words(lambda s: None if s.sink is None else f"learned sink {s.sink}")),
     _shape("softcap", "logit soft-capping (Gemma 2): every score s becomes c * tanh(s / c)", "softcap = ${1:50.0}",
            Words(lambda s: None if s.softcap is None else f"scores soft-capped at {s.softcap:g}"), resolve="resolve_softcap"),  # pedsl.lang.windows
+    Statement(
+        rule="remap", kind="remap", node=ast.RemapStmt, inherit=ONE, merged="remap", fields=("remap",),
+        plan_fields=("remap",), resolve="resolve_remap",  # pedsl.lang.remap
+        completions=(("remap", "remap {\n\tdistance < ${1:w}\n\tdistance >= ${1:w}: query = ${1:w}, key = ${2:0}\n}",
+                      "positions remapped by distance regime (ReRoPE, Self-Extend)"),),
+        form=None, block=lambda st: ("remap", st.regimes, None), reads=_regime_reads,
+        reserved=False,  # files that name a param or let `remap` parse
+        show=_shown("remap", lambda r: "; ".join(x.source() for x in r.regimes)), diff=Diff("remap", _remap, rank=1),
+        words=Words(lambda s: None if s.remap is None else "positions remapped per distance regime")),
     Statement(
         rule="section", kind="section", node=ast.Section, inherit=KEYED, merged="", fields=("train", "eval"),
         completions=(("train", "train {\n\tcontext = ${1:train_length}\n}", "training settings"),

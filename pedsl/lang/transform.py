@@ -156,6 +156,19 @@ class ToAst(Transformer):
     def sink(self, meta, c):
         return ast.SinkStmt(value=str(c[0]), value_span=_tok_span(c[0]), span=_span_of(meta))
 
+    def regime_bound(self, meta, c):
+        return ast.RegimeBound(name=str(c[0]), op=str(c[1]), value=c[2], span=_span_of(meta))
+
+    def regime_entry(self, meta, c):
+        return ast.RegimeEntry(name=str(c[0]), value=c[1], span=_span_of(meta))
+
+    def regime(self, meta, c):
+        return ast.Regime(bounds=tuple(x for x in c if isinstance(x, ast.RegimeBound)),
+                          entries=tuple(x for x in c if isinstance(x, ast.RegimeEntry)), span=_span_of(meta))
+
+    def remap(self, meta, c):
+        return ast.RemapStmt(regimes=tuple(c), span=_span_of(meta))
+
     def entry(self, meta, c):
         return ast.Entry(name=str(c[0]), value=c[1], span=_span_of(meta))
 

@@ -33,6 +33,15 @@ PEERS: dict[str, tuple[tuple[str, str], ...]] = {
     "yarn": ((_HF, _HF_WORDS),
              ("compiler_tests/hf/test_hf_interop.py::test_library_yarn_is_hf_yarn", "Hugging Face's YaRN tables")),
     "llama3": ((_HF, _HF_WORDS),),
+    "rerope": (("compiler_tests/compiler/test_remap.py::test_forward_and_backward_match_the_papers_formula",
+                "a float64 loop over (i, j) of ReRoPE's relative position min(i - j, w) (Su 2023), forward and "
+                "backward"),),
+    "leaky_rerope": (("compiler_tests/compiler/test_remap.py::test_forward_and_backward_match_the_papers_formula",
+                      "a float64 loop over (i, j) of Leaky ReRoPE's relative position w + (i - j - w) / k past w "
+                      "(Su 2023), forward and backward"),),
+    "self_extend": (("compiler_tests/compiler/test_remap.py::test_forward_and_backward_match_the_papers_formula",
+                     "a float64 loop over (i, j) of Self-Extend's grouped positions (Jin et al. 2024, arXiv "
+                     "2401.01325), forward and backward"),),
     "longrope": ((_HF, _HF_WORDS + " (below and past the original length)"),),
     "rope_partial": ((_HF, _HF_WORDS + " (Phi-3's `partial_rotary_factor`)"),),
     "rope_interleaved": (("compiler_tests/ops/test_ops_rotary.py::test_interleaved_matches_complex_multiplication",

@@ -1,13 +1,13 @@
 """``pedsl compare --study extension``: context extension as practitioners do it.
 
 One RoPE model is trained at ``L0`` (the default study's ``runs/rope``, reused when it is there),
-then every method of the RoPE scaling family - pi, ntk, dynamic_ntk, yarn, llama3, longrope, and
-plain rope as the baseline - is applied to its weights with the factor set for each target length
-(default 4x and 16x ``L0``):
+then every method of the RoPE scaling family - pi, ntk, dynamic_ntk, yarn, llama3, longrope, the
+remapped positions rerope and self_extend (docs/semantics.md §2d), and plain rope as the baseline -
+is applied to its weights with the factor set for each target length (default 4x and 16x ``L0``):
 
 (a) zero-shot: the trained weights evaluated under the method (:func:`pedsl.study.common.open_run`
     with ``scheme=``), at 1x to 32x ``L0``;
-(b) fine-tuned: a short fine-tune at the target length from the same weights
+(b) fine-tuned (not the training-free methods of :data:`ZERO_SHOT_ONLY`): a short fine-tune at the target length from the same weights
     (:func:`pedsl.train.swap.init_config`; default ~10% of the base steps, the same tokens per step
     as the base run), then evaluated the same way.
 
@@ -56,10 +56,13 @@ from pedsl.study.perplexity import perplexity
 from pedsl.train.recipe import load_scheme
 from pedsl.train.swap import init_config, init_record, scheme_path, suffix
 
-METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope")
+METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope", "rerope", "leaky_rerope",
+           "self_extend")
 FACTOR = "factor"
 ORIGINAL = ("original", "train_length")   # set to the base's training length where the scheme declares them
-FIXED_OK = ("longrope",)                  # may carry fixed factors (no `factor` parameter)
+FIXED_OK = ("longrope", "rerope")         # may carry fixed factors (no `factor` parameter)
+# training-free by design (applied to a trained RoPE checkpoint as they are): evaluated zero-shot only
+ZERO_SHOT_ONLY = ("rerope", "leaky_rerope", "self_extend")
 TARGETS = (4, 16)
 MULTIPLIERS = (1, 2, 4, 8, 16, 32)
 BLOCK_MULTIPLIERS = (1, 4, 16)
@@ -227,8 +230,10 @@ def _study_task(task: str, base_run: Path, overrides: dict, *, out: Path, ext: P
     for method in methods:
         for T in targets:
             params, note = method_params(method, T, L0)
-            if note and note not in notes:
-                notes.append(note)
+            for said in (note, f"{method}: training-free, evaluated zero-shot only" if method in ZERO_SHOT_ONLY
+                         else None):
+                if said and said not in notes:
+                    notes.append(said)
             _method_at(rec, task, method, T, params, base_run, base_cfg, out=out, ext=ext, say=say, quiet=quiet)
     return rec
 
@@ -242,6 +247,8 @@ def _method_at(rec: dict, task: str, method: str, T: int, params: dict, base_run
     zs_path = ext / "evals" / f"{task}.zs.{suffix(method, params)}.json"  # rope: one for every T
     rec["zero_shot"].setdefault(method, {})[str(T)] = _evaluate(
         base_run, method, params, task, lens, L0, n, EVAL_SEED, zs_path, say)
+    if method in ZERO_SHOT_ONLY:
+        return
     ft_run = ext / "runs" / f"{task}.{tag}"
     cfg, scheme = init_config(base_run, scheme=method, params=params,
                               overrides=_ft_overrides(L0, T, base_cfg, S, torch.get_num_threads()))
