@@ -45,6 +45,10 @@ CODES: dict[str, tuple[str, str]] = {
                       "or an unknown `sink` kind"),
     "E241": ("check", "a malformed `contextual` statement: not `cope(...)`, a `max_pos` that is not an integer "
                       ">= 1 known when checking, an unknown option, or CoPE beside a sink or PaTH"),
+    "E242": ("check", "a malformed `mask` (not causal, bidirectional, prefix(N) with N an integer >= 1 known when "
+                      "checking, or spans), or a non-causal mask beside a statement whose meaning is defined only "
+                      "for keys before the query (accumulated transports, forget gates, tokens counted, xPos, "
+                      "stick-breaking, CoPE)"),
     "E250": ("check", "a malformed `layers` block: an unknown rule (did you mean ...?), bad arguments or value, "
                       "`extends` or a statement other than train/eval/allow beside it"),
     "E251": ("check", "a `layers` rule names an unknown scheme (did you mean ...?)"),
