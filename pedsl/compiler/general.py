@@ -32,6 +32,10 @@ writes (a test checks the copy byte for byte). What a call means:
   short convolutions read zeros there - so a left-padded row equals the row unpadded. ``(B, 1|Hq,
   Lq, Lc + L)`` restricts attention only. An additive float mask of zeros and ``-inf`` (or the
   dtype's minimum) is read as the boolean ``mask == 0``. A query with no key left gives zeros.
+* ``span_ids (B, L)``: integers, read by a scheme with ``mask = spans`` only (refused elsewhere): tokens
+  sharing a nonzero id see each other both ways. A scheme's ``mask`` (bidirectional, prefix, spans;
+  :mod:`pedsl.compiler.masking`, docs/semantics.md §11a) widens the causal mask per block of queries; a
+  bidirectional scheme has no cache, and a call may not join a span some cached token is in.
 * ``cache``: an :class:`AttentionCache` from ``module.new_cache(batch_size)``: it stores the keys
   as the scheme transports them to the newest token (RoPE family: rotated at their positions;
   accumulated SO(2): rotated by their cumulative angles; PaTH: moved through every later
