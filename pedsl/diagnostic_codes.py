@@ -50,6 +50,10 @@ CODES: dict[str, tuple[str, str]] = {
                       "beside a statement it cannot go with (a sink, PaTH's transport)"),
     "E243": ("check", "a malformed `remap` block: regimes that overlap or leave a distance uncovered, a bound that is "
                       "not `distance CMP number`, a position that is not per token, or a transport it cannot remap"),
+    "E244": ("check", "a malformed `mask` (not causal, bidirectional, prefix(N) with N an integer >= 1 known when "
+                      "checking, or spans), or a non-causal mask beside a statement whose meaning is defined only "
+                      "for keys before the query (accumulated transports, forget gates, tokens counted, xPos, "
+                      "stick-breaking, CoPE)"),
     "E250": ("check", "a malformed `layers` block: an unknown rule (did you mean ...?), bad arguments or value, "
                       "`extends` or a statement other than train/eval/allow beside it"),
     "E251": ("check", "a `layers` rule names an unknown scheme (did you mean ...?)"),

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from compiler_helpers import D_MODEL, SCHEMES, as_axes, assert_generated_module_matches, inputs, library
 from pedsl.cli import cli
 from pedsl.compiler import compile_scheme
+from pedsl.errors import PedslError
 from pedsl.compiler.codegen import generate
 from pedsl.errors import CompileError
 from pedsl.config import EvalConfig, TrainConfig
@@ -115,7 +116,8 @@ def test_generated_module_general_call_and_cache_match_in_process(path, tmp_path
     """Positions, packed documents, left padding, GQA and a prefill + decoding cache: the generated
     module equals the in-process one."""
     hd = 32 if path.stem == "longrope" else 16
-    mod = compile_scheme(path, d_model=D_MODEL, num_heads=4, head_dim=hd)
+    params = {"prefix": 4} if path.stem == "prefix_lm" else {}  # the prefill below holds the whole prefix
+    mod = compile_scheme(path, d_model=D_MODEL, num_heads=4, head_dim=hd, params=params)
     file = tmp_path / f"{path.stem}.py"
     file.write_text(generate(mod.scheme, mod.plan, d_model=D_MODEL if mod.needs_x else None))
     gen = _import(file, path.stem + "_general").Module()
@@ -135,6 +137,11 @@ def test_generated_module_general_call_and_cache_match_in_process(path, tmp_path
     kw = dict(x=x, tokens=tok, positions=pos, document_ids=docs, attn_mask=mask)
     torch.testing.assert_close(gen(q, k, v, **kw), mod(q, k, v, **kw), rtol=1e-9, atol=1e-10)
     sl = lambda t, a, b: None if t is None else t[:, a:b]  # noqa: E731
+    if mod.plan.mask == "bidirectional":  # nothing to decode: both refuse a cache
+        for m in (gen, mod):
+            with pytest.raises((ValueError, PedslError), match="nothing to decode"):  # InputError, ShapeError
+                m.new_cache(B)
+        return
     caches = gen.new_cache(B), mod.new_cache(B)
     for a, b in ((0, 5), (5, 6), (6, 8)):  # prefill, one token, a chunk
         outs = [m(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], x=sl(x, a, b), tokens=sl(tok, a, b), cache=c)

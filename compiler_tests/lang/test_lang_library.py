@@ -69,12 +69,20 @@ EXPECTED = {
     "rope_mixed": ({"first": 16, "second": 16}, [("rotate", "qk", "first"), ("rotate", "qk", "second")], [], False,
                    ()),
     "alibi_2d": ({"all": 32}, [], ["distance"], False, ()),
+    # bidirectional encoders and a prefix-LM (the mask statement)
+    "rope_2d_encoder": ({"row": 16, "col": 16}, [("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False,
+                        ("rope_2d",)),
+    "rope_mixed_encoder": ({"first": 16, "second": 16}, [("rotate", "qk", "first"), ("rotate", "qk", "second")], [],
+                           False, ("rope_mixed",)),
+    "alibi_2d_encoder": ({"all": 32}, [], ["distance"], False, ("alibi_2d",)),
+    "prefix_lm": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "video_rope": ({"row": 12, "col": 12, "time": 8},
                    [("rotate", "qk", "row"), ("rotate", "qk", "col"), ("rotate", "qk", "time")], [], False, ()),
 }
 # Schemes of several position axes train on grids: their training length is a grid's token count (16 x 16,
 # 8 x 8 x 8 frames), and they are evaluated at grid sizes, not at token lengths (no eval block).
-GRID_LENGTH = {"rope_2d": 256, "rope_3d": 512, "rope_mixed": 256, "alibi_2d": 256}
+GRID_LENGTH = {"rope_2d": 256, "rope_3d": 512, "rope_mixed": 256, "alibi_2d": 256, "rope_2d_encoder": 256,
+               "rope_mixed_encoder": 256, "alibi_2d_encoder": 256}
 
 
 def test_library_is_what_the_issue_lists():
@@ -217,6 +225,9 @@ def test_allowed_fraying_is_real_and_rope_id_does_not_fray():
     and RoPE-ID, which does not allow it, has no pair slower than the training length."""
     for path in LIBRARY:
         s = load(path)
+        if s.axes and s.bases:  # an encoder of a grid scheme: the allow (and the rotation) is its base's, checked there
+            assert s.transports == load(SCHEMES / f"{s.bases[0]}.pe").transports, path.stem
+            continue
         if s.axes:  # fraying along each axis: a W101 per axis once the allow is taken away
             text = path.read_text().replace("allow frayed_frequencies", "")
             frays = any(d.code == "W101" for d in check(text))

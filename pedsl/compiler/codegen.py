@@ -261,14 +261,14 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap", "FAST_PATHS",
-    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias",
+    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias", "MASK", "MASK_PREFIX", "mask", "mask_prefix", "span_ids",
     "Callable", "Optional", "once_differentiable", "Kernels",
 )
 
 
 #: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
 #: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
-EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", "compiler.remap_scores", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", "compiler.remap_scores", "compiler.masking", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
 DISTANCE_EMBEDDED = ("ops.distance_bias",)
 
@@ -411,7 +411,7 @@ def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
         f"    compiled for  backend {plan.backend}: {plan.backend_why}",
         "",
         f"Usage: ``{cname}()(q, k, v, x=x, tokens=tokens)`` with q (B, H, Lq, D), k, v (B, Hkv, L, D);",
-        "positions, document_ids, attn_mask and cache=module.new_cache(B) as in pedsl's SchemeAttention.",
+        "positions, document_ids, attn_mask, span_ids and cache=module.new_cache(B) as in pedsl's SchemeAttention.",
         "The scheme's source text is SCHEME_SOURCE.",
     ])
 
@@ -438,6 +438,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "    axes = AXES",
         "    normalize, attend_current, sigmoid_bias = NORMALIZE, ATTEND_CURRENT, SIGMOID_BIAS",
         "    window, chunk, sink, softcap = WINDOW, CHUNK, SINK, SOFTCAP",
+        "    mask, mask_prefix = MASK, MASK_PREFIX",
         "    fast_paths = FAST_PATHS",
         "    cope_max_pos = COPE_MAX_POS",
         "",
@@ -445,12 +446,12 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         *[ind + line for line in init_lines + gen.init],
         "",
         "    def forward(self, q, k, v, *, x=None, tokens=None, positions=None, document_ids=None, cache=None,",
-        "                attn_mask=None):",
+        "                attn_mask=None, span_ids=None):",
         ind + literal("q (B, HEADS, Lq, HEAD_DIM), k, v (B, Hkv, L, HEAD_DIM) -> (B, HEADS, Lq, HEAD_DIM)."),
         *[ind + line for line in checks],
         ind + "check_call(self, q, k, v, cache)",
         ind + f"return general_forward(self, {kernels}, q, k, v, x=x, tokens=tokens, positions=positions,",
-        ind + "                       document_ids=document_ids, cache=cache, attn_mask=attn_mask)",
+        ind + "                       document_ids=document_ids, cache=cache, attn_mask=attn_mask, span_ids=span_ids)",
         "",
         "    def new_cache(self, batch_size):",
         ind + literal("An empty decoding cache for batch_size sequences (pass it as cache= to every call)."),
@@ -566,6 +567,8 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",
         f"SOFTCAP = {literal(plan.softcap)}",
+        f"MASK = {literal(plan.mask)}",
+        f"MASK_PREFIX = {literal(plan.mask_prefix)}",
         f"FAST_PATHS = {literal(tuple(plan.kernels))}",
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",

@@ -32,6 +32,10 @@ writes (a test checks the copy byte for byte). What a call means:
   short convolutions read zeros there - so a left-padded row equals the row unpadded. ``(B, 1|Hq,
   Lq, Lc + L)`` restricts attention only. An additive float mask of zeros and ``-inf`` (or the
   dtype's minimum) is read as the boolean ``mask == 0``. A query with no key left gives zeros.
+* ``span_ids (B, L)``: integers, read by a scheme with ``mask = spans`` only (refused elsewhere): tokens
+  sharing a nonzero id see each other both ways. A scheme's ``mask`` (bidirectional, prefix, spans;
+  :mod:`pedsl.compiler.masking`, docs/semantics.md §11a) widens the causal mask per block of queries; a
+  bidirectional scheme has no cache, and a call may not join a span some cached token is in.
 * ``cache``: an :class:`AttentionCache` from ``module.new_cache(batch_size)``: it stores the keys
   as the scheme transports them to the newest token (RoPE family: rotated at their positions;
   accumulated SO(2): rotated by their cumulative angles; PaTH: moved through every later
@@ -68,6 +72,8 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.band_kernel import banded_attention
+from pedsl.compiler.masking import (cache_refusal, coordinate_differences, pair_distances, seen_both_ways,
+                                    span_ids_refusal, span_keys, split_span_refusal, symmetric_window)
 from pedsl.compiler.kernel_support import (bias_call, causal_call, explicit_scores, fresh_sequence_call, mlp_call, path_call,
                                            window_call)
 from pedsl.compiler.remap_scores import RemappedKeys
@@ -123,6 +129,7 @@ class Layout(NamedTuple):
     mask4: Tensor | None  # (B|1, 1|Hq, Lq, Lc + L) bool
     n: int  # the run-time length: max position + 1
     axes_pos: Tensor | None = None  # (B, L, A) long: the per-axis positions of a scheme with A > 1 axes
+    spans: Tensor | None = None  # (B, L) long: each token's span key (pedsl.compiler.masking), None: no spans
 
 
 def bool_mask(m: Tensor) -> Tensor:
@@ -191,12 +198,37 @@ def axis_positions(positions, axes: tuple, B: int, L: int, device) -> tuple[Tens
 
 
 def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device,
-           axes: tuple = ()) -> Layout:
-    """Positions, documents, validity and masks of the L tokens of a call, continuing the cache."""
+           axes: tuple = (), scheme=None, span_ids=None) -> Layout:
+    """Positions, documents, validity and masks of the L tokens of a call, continuing the cache; the span keys
+    of the ``scheme``'s mask (``span_ids``: the call's, for ``mask = spans``)."""
     lay = _layout(heads, B, L, Lq, positions, document_ids, attn_mask, cache, device, axes)
     if len(axes) > 1 and lay.axes_pos is None:  # every axis at the one-axis position (text, decoding)
         lay = lay._replace(axes_pos=lay.positions[..., None].expand(B, L, len(axes)))
+    if scheme is None:
+        return lay
+    refused = span_ids_refusal(scheme, span_ids)
+    if refused is not None:
+        raise InputError(*refused)
+    ids = None if span_ids is None else int_arg("span_ids", span_ids, B, L, device)
+    lay = lay._replace(spans=span_keys(scheme, lay.positions, lay.valid, ids))
+    if lay.spans is not None and cache is not None:
+        check_spans_continue(cache, lay)
     return lay
+
+
+def check_spans_continue(cache, lay: Layout) -> None:
+    """Refuse a call whose tokens join a span some cached tokens are in (their outputs are returned already)."""
+    if not cache.length:
+        return
+    if "span" in cache._buf:
+        old = [cached(cache, n, cache.length) for n in ("span", "doc", "valid")]
+    elif cache.raw is not None and cache.raw.get("spans") is not None:  # the reference backend: its raw inputs
+        old = [cache.raw[n] for n in ("spans", "docs", "valid")]
+    else:
+        return
+    refused = split_span_refusal(lay.spans, lay.docs, *old)
+    if refused is not None:
+        raise InputError(*refused)
 
 
 def _layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device,
@@ -277,6 +309,9 @@ class AttentionCache:
     """
 
     def __init__(self, module, batch_size: int, scheme: str):
+        refused = cache_refusal(module)
+        if refused is not None:
+            raise InputError(*refused)
         if int(batch_size) != batch_size or batch_size < 1:
             raise InputError(f"new_cache: batch_size must be a positive integer, got {batch_size!r}")
         self.scheme = scheme
@@ -347,6 +382,8 @@ def append_layout(cache: AttentionCache, lay: Layout, v: Tensor, coord: Tensor |
         cache.put("axes", lay.axes_pos.permute(0, 2, 1), Lc)
     if coord is not None:
         cache.put("coord", coord.detach(), Lc)
+    if lay.spans is not None:
+        cache.put("span", lay.spans, Lc)
 
 
 def check_cache(cache: AttentionCache, B: int, heads_kv: int) -> None:
@@ -657,14 +694,14 @@ def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=(), ax
     positions ``qax (B, A, rows)``, ``kax (B, A, Lk)``)."""
     bias = None
     if kcoord is not None:
-        bias = coord_q.unsqueeze(-1) - kcoord.unsqueeze(-2)
+        bias = coordinate_differences(scheme, coord_q, kcoord, qpos, kpos)
     if axial:
         d = (qax[..., :, None] - kax[..., None, :]).permute(0, 2, 3, 1)  # (B, rows, Lk, A): i_a - j_a
         for i in axial:
             full = scheme.axis_table(i, d, qpos)
             bias = full if bias is None else bias + full
     if tables or queries:
-        dist = (qpos[:, :, None] - kpos[:, None, :]).clamp(min=0)  # (B, rows, Lk)
+        dist = pair_distances(scheme, qpos, kpos)  # (B, rows, Lk)
         for tab in tables.values():  # (H, top) float64
             full = tab[:, dist].permute(1, 0, 2, 3)  # (B, H, rows, Lk)
             bias = full if bias is None else bias + full
@@ -702,10 +739,10 @@ def all_keys(cache, lay: Layout, k, v, coord, Lc: int):
 
 
 def allowed_mask(lay: Layout, Lc: int, L: int, r0: int, r1: int, Lq: int, kpos, kdoc, kvalid, multi_doc: bool,
-                 shape=None, k0: int = 0):
+                 shape=None, k0: int = 0, scheme=None, kspan=None):
     """Boolean (B, 1|H, r1 - r0, Lk) mask of the query rows r0..r1 over the keys k0..k0 + Lk (``kpos``,
-    ``kdoc``, ``kvalid`` are those keys'), or None when every key is allowed. ``shape``: the scheme's
-    (window, chunk), or None."""
+    ``kdoc``, ``kvalid``, ``kspan`` are those keys'), or None when every key is allowed. ``shape``: the scheme's
+    (window, chunk), or None; ``scheme``: its mask widens the causal one (pedsl.compiler.masking)."""
     Lk = kpos.shape[1]
     B = lay.valid.shape[0]
     m = None
@@ -713,6 +750,9 @@ def allowed_mask(lay: Layout, Lc: int, L: int, r0: int, r1: int, Lq: int, kpos, 
     if Lq > 1 and not (r1 - r0 == 1 and r0 == Lq - 1):
         qi = torch.arange(q0 + r0, q0 + r1, device=kpos.device)
         m = (torch.arange(k0, k0 + Lk, device=kpos.device)[None, :] <= qi[:, None])[None, None]
+    if scheme is not None:
+        qspan = None if lay.spans is None else lay.spans[:, L - Lq + r0: L - Lq + r1]
+        m = seen_both_ways(scheme, m, qspan, kspan)
     if multi_doc:
         qd = lay.docs[:, L - Lq + r0: L - Lq + r1]
         d = (qd[:, :, None] == kdoc[:, None, :])[:, None]
@@ -742,11 +782,12 @@ class Shape(NamedTuple):
 
     window: int | None
     chunk: int | None
+    symmetric: bool = False  # a non-causal mask: the window reaches both ways, |p_i - p_j| < window
 
 
 def shape_of(scheme) -> Shape | None:
     w, c = getattr(scheme, "window", None), getattr(scheme, "chunk", None)
-    return None if w is None and c is None else Shape(w, c)
+    return None if w is None and c is None else Shape(w, c, symmetric_window(scheme))
 
 
 def visible(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
@@ -757,7 +798,7 @@ def visible(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
 def visible_pairs(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
     """Whether the window lets a query at ``qpos`` see a key at ``kpos`` (broadcast against each other)."""
     if shape.window is not None:
-        return (qpos - kpos) < shape.window
+        return ((qpos - kpos).abs() if shape.symmetric else qpos - kpos) < shape.window
     return torch.div(qpos, shape.chunk, rounding_mode="floor") == torch.div(kpos, shape.chunk, rounding_mode="floor")
 
 
@@ -917,8 +958,10 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     tables = distance_tables(scheme, bi.tables, qpos_all, kpos)
     qax = last_tokens(axis_rows(lay), Lq, -1) if bi.axial else None
     kax = key_axis_rows(cache, lay, kpos) if bi.axial else None
-    block = QUERY_CHUNK if shape is None else WINDOW_BLOCK
-    starts = None if shape is None else key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
+    banded = shape is not None and not shape.symmetric  # a symmetric window: every key span, masked
+    block = WINDOW_BLOCK if banded else QUERY_CHUNK
+    starts = key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block) if banded else None
+    kspan = all_spans(cache, lay, Lc)
     q0 = Lc + L - Lq
     # explicit scores are formed for every key of the span: stop at the block's last query (causal)
     explicit = explicit_scores(scheme.normalize, scheme.cope_max_pos)
@@ -930,7 +973,8 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         k0, k1 = (0, last(r1)) if starts is None else (min(starts[b], q0 + r0), q0 + r1)
         kp, kd = kpos[:, k0:k1], kdoc[:, k0:k1]
         kva = None if kvalid is None else kvalid[:, k0:k1]
-        mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0)
+        mask = allowed_mask(lay, Lc, L, r0, r1, Lq, kp, kd, kva, multi_doc, shape, k0, scheme,
+                            None if kspan is None else kspan[:, k0:k1])
         bias = bias_rows(scheme, tables, None if cq_all is None else cq_all[..., r0:r1],
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries,
                          bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1],
@@ -946,6 +990,13 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
         outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1),
                            softcap=cap))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+
+def all_spans(cache, lay: Layout, Lc: int):
+    """Every key's span key, the cache's then this call's (after all_keys appended them), or None."""
+    if lay.spans is None or not Lc:
+        return lay.spans
+    return cached(cache, "span", Lc + lay.spans.shape[1])
 
 
 def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
@@ -1271,12 +1322,13 @@ def check_call(scheme, q, k, v, cache) -> None:
 
 
 def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=None, document_ids=None,
-                    cache=None, attn_mask=None, lay: Layout | None = None) -> Tensor:
+                    cache=None, attn_mask=None, lay: Layout | None = None, span_ids=None) -> Tensor:
     """The call of the module docstring: q (B, Hq, Lq, D), k, v (B, Hkv, L, D) -> (B, Hq, Lq, D)."""
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
     if lay is None:
-        lay = layout(scheme.heads, B, L, Lq, positions, document_ids, attn_mask, cache, q.device, scheme.axes)
+        lay = layout(scheme.heads, B, L, Lq, positions, document_ids, attn_mask, cache, q.device, scheme.axes, scheme,
+                     span_ids)
     win = Window(lay, x, tokens, cache, q.device)
     vals = scheme.token_values(win, q.dtype)
     tr = transports(scheme, kernels, vals, lay, cache, q.dtype)

@@ -41,7 +41,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
                            hint="compile a part (--scheme NAME), or train a model with the layers scheme")
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
                    axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
-                   sink=scheme.sink, softcap=scheme.softcap,
+                   sink=scheme.sink, softcap=scheme.softcap, mask=scheme.mask,
                    normalizer=scheme.normalize, attend_current=scheme.attend_current, sigmoid_bias=scheme.sigmoid_bias,
                    contextual=scheme.contextual, remap=scheme.remap)
     for name in ("q", "k", "v"):

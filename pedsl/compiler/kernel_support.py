@@ -28,6 +28,9 @@ from typing import NamedTuple
 # computes, the features of a plan, and one call-time check per kernel.
 # ---------------------------------------------------------------------------------------------
 WINDOW, CHUNK, SOFTCAP = "window", "chunk", "softcap"
+# a mask other than causal (docs/semantics.md §11a): every pair visible, the pairs of a static prefix, or those of
+# the call's span_ids
+BIDIRECTIONAL, PREFIX, SPANS = "mask bidirectional", "mask prefix", "mask spans"
 SINK_LOGIT, SINK_TOKEN = "sink logit", "sink token"
 STICK_BREAKING, SKIPS_OWN_KEY, CONTEXTUAL = "stick-breaking", "skips its own key", "contextual positions"
 SIGMOID, SOFTMAX_ONE = "sigmoid weights", "softmax plus one"
@@ -69,7 +72,8 @@ def temperature_feature(table: str) -> str:
 # what every kernel takes: plan fields no executor branches on (checked complete by compiler_tests)
 NOT_FEATURES = {
     # sigmoid_bias: a number inside the sigmoid, computed wherever SIGMOID is
-    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "sigmoid_bias"),
+    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "sigmoid_bias",
+             "mask_prefix"),
     "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta"),
     "BiasTerm": ("index", "site", "slope", "why", "axes"),
     "Temperature": ("site", "carried", "why"),
@@ -112,7 +116,9 @@ def plan_features(plan) -> frozenset:
              (plan.contextual is not None, CONTEXTUAL), (plan.window is not None, WINDOW),
              (plan.chunk is not None, CHUNK), (plan.softcap is not None, SOFTCAP),
              (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN),
-             (plan.remap is not None, REMAP))
+             (plan.remap is not None, REMAP),
+             (plan.mask == "bidirectional", BIDIRECTIONAL), (plan.mask == "prefix", PREFIX),
+             (plan.mask == "spans", SPANS))
     return frozenset(out | {name for on, name in flags if on})
 
 
@@ -153,6 +159,10 @@ KERNELS = (
                modes="one full causal sequence at positions 0..L-1: no positions, documents, mask, cache; as "
                      "many key/value heads and keys as queries"),
     KernelDecl("fused-half", FUSED, dtypes=HALF_DTYPES, modes="as fused"),
+    KernelDecl("bidirectional", ROTATIONS | TEMPERATURES | {backend_feature("sdpa"), BIDIRECTIONAL},
+               frozenset({BIDIRECTIONAL}),
+               modes="as fused: one full sequence at positions 0..L-1, no positions, documents, mask, cache; "
+                     "non-causal SDPA over every key"),
     KernelDecl("decode", PRE_TRANSFORM | {transport_feature("rope-table"), table_feature("static"), VALUE_TRANSPORT,
                                           PAIR_AXES, SEVERAL_AXES, temperature_feature("position table"), WINDOW,
                                           CHUNK},
@@ -222,6 +232,14 @@ def fused_call(fast, q, k, *, band, positions, document_ids, cache, attn_mask) -
     fresh = (band and positions is None and document_ids is None and cache is None and attn_mask is None
              and q.shape == k.shape)
     return fresh and (takes_dtype(fast, "fused", q) or takes_dtype(fast, "fused-half", q))
+
+
+def bidirectional_call(fast, q, k, *, band, positions, document_ids, cache, attn_mask, span_ids) -> bool:
+    """SchemeAttention's non-causal fused path: the call :func:`fused_call` takes (and no span_ids), the
+    plan's mask bidirectional."""
+    fresh = (band and positions is None and document_ids is None and cache is None and attn_mask is None
+             and span_ids is None and q.shape == k.shape)
+    return fresh and takes_dtype(fast, "bidirectional", q)
 
 
 def decode_call(fast, q, k, v, cache, grad: bool) -> bool:

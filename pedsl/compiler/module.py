@@ -27,7 +27,7 @@ from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
 from pedsl.compiler.general import angle_dtype, xpos_scale
-from pedsl.compiler.kernel_support import bias_call, fused_call
+from pedsl.compiler.kernel_support import bias_call, bidirectional_call, fused_call
 from pedsl.compiler.module_values import FusedKernels, ModuleScheme
 from pedsl.compiler.scores import modified_scores, normalised, own_key_counts, sink_column
 from pedsl.errors import CompileError, ShapeError
@@ -177,6 +177,11 @@ class SchemeAttention(nn.Module):
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
         they were cached, as Hugging Face does). One cache per layer and batch of sequences.
         """
+        if self.plan.mask == "bidirectional":
+            raise ShapeError(f"scheme '{self.scheme.name}' has mask = bidirectional: every token sees the tokens "
+                             "after it, so no token's output is final before the last one and there is nothing "
+                             "to decode", hint="call the module on the whole sequence without a cache, or use "
+                             "mask = prefix(N) / spans (decoding after a prefilled prefix)")
         try:
             return AttentionCache(self, batch_size, self.scheme.name)
         except InputError as exc:
@@ -333,20 +338,26 @@ class SchemeAttention(nn.Module):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, *, x: Tensor | None = None, tokens: Tensor | None = None,
                 positions: Tensor | None = None, document_ids: Tensor | None = None, cache=None,
-                attn_mask: Tensor | None = None, band: bool = True):
+                attn_mask: Tensor | None = None, band: bool = True, span_ids: Tensor | None = None):
         """q (B, Hq, Lq, D), k and v (B, Hkv, L, D) -> (B, Hq, Lq, D); see the module docstring and
-        :mod:`pedsl.compiler.general` for positions, document_ids, cache and attn_mask. ``band=False``: the
-        ``attn_mask`` carries the scheme's window or chunk already (a caller's own mask, e.g. Hugging Face's,
-        whose chunks start at a left-padded row's first token), so the module does not apply its own
-        band over the positions."""
+        :mod:`pedsl.compiler.general` for positions, document_ids, cache, attn_mask and span_ids (``mask =
+        spans``). ``band=False``: the ``attn_mask`` carries the scheme's window or chunk already (a caller's
+        own mask, e.g. Hugging Face's, whose chunks start at a left-padded row's first token), so the module
+        does not apply its own band over the positions."""
         self._check(q, k, v, x, tokens, cache)
+        if span_ids is not None and self.plan.mask != "spans":
+            raise ShapeError(f"span_ids given, but scheme '{self.scheme.name}' has mask = {self.scheme.mask.source()}: "
+                             "only mask = spans reads them", hint="drop span_ids, or give the scheme mask = spans")
+        if bidirectional_call(self.plan.kernels, q, k, band=band, positions=positions, document_ids=document_ids,
+                              cache=cache, attn_mask=attn_mask, span_ids=span_ids):
+            return self._bidirectional(q, k, v, x, tokens)
         if not fused_call(self.plan.kernels, q, k, band=band, positions=positions, document_ids=document_ids,
                           cache=cache, attn_mask=attn_mask):
             # every call the fused kernels do not declare (pedsl.compiler.kernel_support): the general path
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
 
-            return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions,
-                                  document_ids=document_ids, cache=cache, attn_mask=attn_mask, band=band)
+            return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions, document_ids=document_ids,
+                                  cache=cache, attn_mask=attn_mask, band=band, span_ids=span_ids)
         if self.backend == "reference":
             return reference_forward(self, q, k, v, x=x, tokens=tokens).to(q.dtype)
         L = q.shape[2]
@@ -371,6 +382,15 @@ class SchemeAttention(nn.Module):
                 # g in float64: offset per block of queries before the cast (pedsl.ops.bias, docs/semantics.md §5.7)
                 o = separable_bias_attention(qt, kt, vt, g, q_scale=q_scale)
         return restore(o)
+
+    def _bidirectional(self, q, k, v, x, tokens):
+        """One full sequence of a bidirectional scheme (kernel_support's ``bidirectional``): q, k (and v)
+        transported absolutely, the temperature on q, then non-causal SDPA over every key."""
+        if self.backend == "reference":
+            return reference_forward(self, q, k, v, x=x, tokens=tokens).to(q.dtype)
+        qt, kt, vt, restore = self.transform_qkv(q, k, v, x, tokens)
+        qt = scale_queries(qt, self.query_scale(q.shape[2], q.device))
+        return restore(torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=False))
 
     def _flex(self, q, k, v, bias, q_scale):
         q = scale_queries(q, q_scale)
@@ -419,6 +439,10 @@ class SchemeAttention(nn.Module):
     def raw_scores(self, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Tensor:
         """<q_i, T(j->i) k_j> for j <= i (no scale, temperature or bias), (B, H, L, L); -inf above the diagonal."""
         self._check(q, k, k, x, tokens)
+        if self.plan.mask != "causal":
+            raise ShapeError(f"raw_scores and probs analyse causal attention, and scheme '{self.scheme.name}' has "
+                             f"mask = {self.scheme.mask.source()}", hint="analyse the scheme's causal form "
+                             "(without its mask statement), or call the module for its outputs")
         if q.shape != k.shape:
             raise ShapeError(f"raw_scores needs q and k of one shape (B, H, L, D), got {tuple(q.shape)}, {tuple(k.shape)}")
         return transported_scores(self, q, k, x=x, tokens=tokens)

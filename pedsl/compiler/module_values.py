@@ -77,6 +77,7 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
         self.kernels = FusedKernels(mod.layout)
         self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
         self.softcap = mod.plan.softcap
+        self.mask, self.mask_prefix = mod.plan.mask, mod.plan.mask_prefix
         self.fast_paths = mod.plan.kernels  # the fast kernels the plan's features allow (kernel_support)
         self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
         self.remap = mod.plan.remap

@@ -22,6 +22,7 @@ from pedsl.formulas import xpos_decays
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS
 from pedsl.lang.exprs import to_source
+from pedsl.lang.scheme import AttentionMask
 from pedsl.lang.types import Dep, join
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
@@ -295,12 +296,17 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         backend_why=g.graph["backend_note"],
         half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
-        softcap=g.graph.get("softcap"),
+        softcap=g.graph.get("softcap"), mask=_mask(g).kind, mask_prefix=_mask(g).prefix,
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
         sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), contextual=g.graph.get("contextual"),
         remap=g.graph.get("remap"))
     g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g
+
+
+def _mask(g):
+    """The scheme's mask (a lang.scheme.AttentionMask; causal for a graph built without one)."""
+    return g.graph.get("mask") or AttentionMask()
 
 
 PASSES = (

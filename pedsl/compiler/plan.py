@@ -185,6 +185,10 @@ class Plan:
     # logit soft-capping (Gemma 2): scores s -> softcap * tanh(s / softcap), on the general forward's
     # explicit blocks of scores (no fused kernel caps them)
     softcap: float | None = None
+    # which pairs see each other both ways (docs/semantics.md §11a): "causal", "bidirectional", "prefix" (the
+    # positions below mask_prefix) or "spans" (the call's span_ids); only fast paths that declare it run it
+    mask: str = "causal"
+    mask_prefix: int | None = None
     # the fast kernels whose declaration covers every feature of this plan (pedsl.compiler.kernel_support,
     # decided by the last pass): an executor runs one of them where its call-time check takes the call,
     # the general forward everywhere else
@@ -262,6 +266,9 @@ def plan_lines(plan: Plan) -> list[str]:
     if plan.remap is not None:
         out.append("  remapped positions, carried as one rotated score block per regime:")
         out.extend(f"      {r.source()}" for r in plan.remap.regimes)
+    if plan.mask != "causal":
+        out.append(f"  mask: {plan.mask}" + (f" ({plan.mask_prefix} positions)" if plan.mask_prefix else "")
+                   + "; a window is symmetric and a distance reads |p_i - p_j|")
     if plan.half_via_general:
         out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
     out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
@@ -286,7 +293,7 @@ def plan_to_json(plan: Plan) -> dict:
     return {
         "scheme": plan.scheme, "layout": plan.layout, "heads": plan.heads, "head_dim": plan.head_dim,
         "backend": plan.backend, "backend_why": plan.backend_why, "half_via_general": plan.half_via_general,
-        "axes": list(plan.axes),
+        "axes": list(plan.axes), "mask": plan.mask, "mask_prefix": plan.mask_prefix,
         "transports": [{"group": t.group, "index": t.index, "kind": t.kind, "channels": list(t.channels),
                         "targets": t.targets, "table": t.table, "kernel": t.kernel, "scale": t.scale,
                         "orthogonal": t.orthogonal, "sites": [site(s) for s in t.sites], "why": t.why,

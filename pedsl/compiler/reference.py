@@ -66,7 +66,7 @@ def transported_scores(mod, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Ten
 
 def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positions: Tensor, docs: Tensor,
                      valid: Tensor, step_valid: Tensor, mask4: Tensor | None, axes_pos: Tensor | None = None,
-                     band: bool = True) -> Tensor:
+                     band: bool = True, spans: Tensor | None = None) -> Tensor:
     """The oracle for the general forward, naively, in float64.
 
     k, v ``(B, Hkv, L, D)`` are every token; q ``(B, Hq, Lq, D)`` the queries of the last Lq of them.
@@ -77,6 +77,9 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     ``j+1..i``; a gate bias is the explicit sum of the log-gates of tokens ``j+1..i``; a distance
     bias is read at ``positions[i] - positions[j]``; a query with no visible key gives zeros.
     ``axes_pos (B, L, A)``: the positions along each declared axis, read by ``position.AXIS``.
+    A scheme's ``mask`` (docs/semantics.md §11a) shows query i a key j > i too where :func:`_both_ways` says
+    (``spans (B, L)``: the call's span ids); then a window is ``|p_i - p_j| < window`` and a distance bias is
+    read at ``|p_i - p_j|``.
     """
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
@@ -99,8 +102,9 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
     bias = _stream_bias(mod, ctx, positions, B, Hq, L, stepv, axes_pos)
     allowed = torch.zeros(B, Hq, L, L, dtype=torch.bool, device=dev)
     for i in range(L):
-        for j in range(i + 1):
-            allowed[:, :, i, j] = ((docs[:, i] == docs[:, j]) & valid[:, j])[:, None]
+        for j in range(L):
+            seen = _both_ways(sch.mask, positions, spans, step_valid, i, j) if j > i else valid[:, j]
+            allowed[:, :, i, j] = ((docs[:, i] == docs[:, j]) & valid[:, j] & seen)[:, None]
     if mask4 is not None:
         allowed[:, :, L - Lq:] &= mask4.expand(B, Hq, Lq, L)
     if band:  # band=False: mask4 carries the window or chunk (the caller's, e.g. Hugging Face's own mask)
@@ -114,7 +118,22 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
                                    allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq),
                                    normalize=sch.normalize, attend_current=sch.attend_current,
                                    cope=None if sch.contextual is None else mod.contextual_embedding,
-                                   softcap=sch.softcap, sigmoid_bias=sch.sigmoid_bias)
+                                   softcap=sch.softcap, sigmoid_bias=sch.sigmoid_bias,
+                                   causal=sch.mask.causal)
+
+
+def _both_ways(mask, positions: Tensor, spans: Tensor | None, step_valid: Tensor, i: int, j: int) -> Tensor:
+    """(B,) bool: whether the mask shows query i the key j > i, straight from its definition (a padded token is
+    in no prefix or span)."""
+    B = positions.shape[0]
+    if mask.kind == "bidirectional":
+        return torch.ones(B, dtype=torch.bool, device=positions.device)
+    both = step_valid[:, i] & step_valid[:, j]
+    if mask.kind == "prefix":
+        return (positions[:, i] < mask.prefix) & (positions[:, j] < mask.prefix) & both
+    if mask.kind == "spans" and spans is not None:
+        return (spans[:, i] == spans[:, j]) & (spans[:, i] != 0) & both
+    return torch.zeros(B, dtype=torch.bool, device=positions.device)
 
 
 def _stream_window(sch, allowed: Tensor, positions: Tensor) -> None:
@@ -123,10 +142,10 @@ def _stream_window(sch, allowed: Tensor, positions: Tensor) -> None:
         return
     L = positions.shape[1]
     for i in range(L):
-        for j in range(i + 1):
+        for j in range(L):
             pi, pj = positions[:, i], positions[:, j]  # (B,)
-            if sch.window is not None:
-                keep = (pi - pj) < sch.window
+            if sch.window is not None:  # non-causal: symmetric about the query
+                keep = (pi - pj) < sch.window if sch.mask.causal else (pi - pj).abs() < sch.window
             else:
                 keep = torch.div(pi, sch.chunk, rounding_mode="floor") == torch.div(pj, sch.chunk,
                                                                                     rounding_mode="floor")
@@ -232,6 +251,7 @@ def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Te
     if not sch.biases:
         return None
     bias = torch.zeros(B, Hq, L, L, dtype=F64, device=dev)
+    keys = (lambda i: range(i + 1)) if sch.mask.causal else (lambda i: range(L))  # noqa: E731
     for idx, b in enumerate(sch.biases):
         if b.kind == "distance" and b.axes:
             bias += _axis_distance_bias(mod, b, idx, positions, axes_pos, Hq)
@@ -242,16 +262,16 @@ def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Te
             term = mod.evaluator.run(b.term, c, site_name("bias", idx))
             tab = term.align(("batch", "head", "pos", "dist")).to(F64).expand(B, Hq, L, top)
             for i in range(L):
-                for j in range(i + 1):
-                    d = (positions[:, i] - positions[:, j]).clamp(min=0)  # (B,)
+                for j in keys(i):
+                    d = _distance(positions, i, j)  # (B,)
                     bias[:, :, i, j] += tab[torch.arange(B), :, i, d]
         elif b.kind == "distance":  # term(head, d) at d = p_i - p_j
             top = int((positions.max() - positions.min()).clamp(min=0)) + 1
             term = mod.evaluator.run(b.term, mod._ctx(top, device=dev, dtype=F64), site_name("bias", idx))
             tab = as_hd(term, top, Hq).to(F64)  # (H, distance)
             for i in range(L):
-                for j in range(i + 1):
-                    d = (positions[:, i] - positions[:, j]).clamp(min=0)  # (B,)
+                for j in keys(i):
+                    d = _distance(positions, i, j)  # (B,)
                     bias[:, :, i, j] += tab[:, d].T
         else:  # the sum of the log gates of tokens j+1..i
             lg = as_bhl(mod.evaluator.run(b.log_gate, ctx(), site_name("bias", idx)), L, Hq).to(F64)
@@ -260,6 +280,13 @@ def _stream_bias(mod, ctx, positions: Tensor, B: int, Hq: int, L: int, stepv: Te
                 for j in range(i):
                     bias[:, :, i, j] += lg[:, :, j + 1: i + 1].sum(-1)
     return bias
+
+
+def _distance(positions: Tensor, i: int, j: int) -> Tensor:
+    """The distance a bias reads between query i and key j: p_i - p_j for j <= i (0 where positions go back),
+    |p_i - p_j| for a key after the query (a non-causal mask)."""
+    d = positions[:, i] - positions[:, j]
+    return d.clamp(min=0) if j <= i else d.abs()
 
 
 def _axis_distance_bias(mod, b, idx: int, positions: Tensor, axes_pos: Tensor | None, Hq: int) -> Tensor:
@@ -271,11 +298,13 @@ def _axis_distance_bias(mod, b, idx: int, positions: Tensor, axes_pos: Tensor | 
     ap = positions[..., None].expand(B, L, A) if axes_pos is None else axes_pos
     d = torch.zeros(B, L, L, A, dtype=F64, device=positions.device)
     for i in range(L):
-        for j in range(i + 1):
+        for j in range(L if not mod.scheme.mask.causal else i + 1):
             for a in range(A):
                 d[:, i, j, a] = (ap[:, i, a] - ap[:, j, a]).to(F64)
     c = mod._ctx(L, device=positions.device, dtype=F64)
     c.positions, c.axis_dist = positions, d
     tab = mod.evaluator.run(b.term, c, site_name("bias", idx)).align(("batch", "head", "pos", "dist")).to(F64)
     tab = tab.expand(B, Hq, L, L)
+    if not mod.scheme.mask.causal:  # every pair may be visible: the mask decides
+        return tab
     return tab * torch.ones(L, L, dtype=F64, device=positions.device).tril()

@@ -193,18 +193,18 @@ def _next_positions(cache) -> tuple[Tensor, int | None]:
 # compiles. Measured in test_compiler_torch_compile.py; docs/semantics.md §8.7.
 @torch.compiler.disable
 def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, positions=None,
-                   document_ids=None, cache=None, attn_mask=None, band: bool = True) -> Tensor:
+                   document_ids=None, cache=None, attn_mask=None, band: bool = True, span_ids=None) -> Tensor:
     if not band and attn_mask is None:
         raise ShapeError("band=False: the attn_mask must carry the window or chunk, and there is none",
                          hint="pass the mask that holds the window (chunk), or keep band=True")
     if (band and cache is not None and positions is None and document_ids is None and attn_mask is None
-            and x is None and tokens is None):
+            and x is None and tokens is None and span_ids is None):
         o = decode_step(mod, q, k, v, cache)
         if o is not None:
             return o
     try:
         lay = layout(mod.heads, q.shape[0], k.shape[2], q.shape[2], positions, document_ids, attn_mask, cache,
-                     q.device, mod.scheme.axes)
+                     q.device, mod.scheme.axes, ModuleScheme.of(mod), span_ids)
         if mod.backend == "reference":
             return _reference(mod, q, k, v, x, tokens, lay, cache, band)
         side = ModuleScheme.of(mod) if band else ModuleScheme.unbanded(mod)
@@ -217,7 +217,7 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
 def _reference(mod, q, k, v, x, tokens, lay: Layout, cache, band: bool = True):
     """The naive float64 interpreter over every token so far (the cache keeps the raw inputs)."""
     parts = dict(k=k, v=v, x=x, tokens=tokens, positions=lay.positions, docs=lay.docs, valid=lay.valid,
-                 axes_pos=lay.axes_pos)
+                 axes_pos=lay.axes_pos, spans=lay.spans)
     if cache is not None:
         if cache.batch_size != k.shape[0]:
             raise ShapeError(f"cache: it was made for batch size {cache.batch_size}, this call has {k.shape[0]}",
@@ -235,4 +235,4 @@ def _reference(mod, q, k, v, x, tokens, lay: Layout, cache, band: bool = True):
     return reference_stream(mod, q, parts["k"], parts["v"], x=parts["x"], tokens=parts["tokens"],
                             positions=parts["positions"], docs=parts["docs"], valid=valid,
                             step_valid=parts["valid"], mask4=lay.mask4, axes_pos=parts["axes_pos"],
-                            band=band).to(q.dtype)
+                            band=band, spans=parts["spans"]).to(q.dtype)

@@ -173,6 +173,14 @@ class WindowStmt(Node):
     value: Expr
 
 
+class MaskStmt(Node):
+    """``mask = causal | bidirectional | prefix(N) | spans``: which pairs of tokens see each other both ways
+    (docs/semantics.md §11a); the value is checked by the resolver (:mod:`pedsl.lang.masks`)."""
+
+    kind: Literal["mask"] = "mask"
+    value: Expr
+
+
 class SinkStmt(Node):
     """``sink = logit`` (a learned per-head logit in the normaliser) or ``sink = token`` (a learned key/value slot)."""
 
@@ -244,7 +252,7 @@ class Layers(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, ContextualStmt, WindowStmt, SinkStmt, RemapStmt, Section,
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, ContextualStmt, WindowStmt, MaskStmt, SinkStmt, RemapStmt, Section,
           Allow,
           Layers],
     Field(discriminator="kind"),

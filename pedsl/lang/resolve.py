@@ -36,6 +36,7 @@ from pedsl.lang.sections import SectionResolution
 from pedsl.lang.terms import TermResolution
 from pedsl.lang.typecheck import Checker
 from pedsl.lang.types import Ty
+from pedsl.lang.masks import MaskResolution
 from pedsl.lang.windows import WindowResolution
 from pedsl.lang.contextual import ContextualResolution
 from pedsl.lang.normalizers import NormalizerResolution
@@ -46,7 +47,7 @@ MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it us
 # ------------------------------------------------------------------ the resolver
 
 
-class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, ContextualResolution,
+class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, MaskResolution, ContextualResolution,
                NormalizerResolution, RemapResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
@@ -193,6 +194,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         self.check_sink_transports(sink, transports)
         self.check_sink_normalizer(sink, normalize[0])
         contextual = self.resolve_contextual(env, lets, transports, sink)
+        self.check_mask_meaning(own.get("mask"), transports, biases, normalize[0], contextual)
         self.check_values(env, lets, temperature)
         train = self.resolve_section(m.train, env, "train")
         evals = self.resolve_section(m.eval, env, "eval")

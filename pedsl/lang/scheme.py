@@ -197,6 +197,33 @@ class Remap(_Frozen):
         return "remap { " + "; ".join(r.source() for r in self.regimes) + " }"
 
 
+MASK_KINDS = ("causal", "bidirectional", "prefix", "spans")
+
+
+class AttentionMask(_Frozen):
+    """Which pairs of tokens see each other both ways (docs/semantics.md §11a). Every pair j <= i (token order,
+    inside a document, neither padded) is visible; j > i is visible too where the mask says: ``bidirectional``
+    every pair, ``prefix`` the pairs whose positions are both below ``prefix`` (the first N tokens of each
+    document), ``spans`` the pairs whose run-time ``span_ids`` are equal and nonzero. ``causal``: none."""
+
+    kind: Literal["causal", "bidirectional", "prefix", "spans"] = "causal"
+    prefix: int | None = None  # kind "prefix": N
+
+    @property
+    def causal(self) -> bool:
+        return self.kind == "causal"
+
+    def source(self) -> str:
+        """The statement's value as it would be written."""
+        return f"prefix({self.prefix})" if self.kind == "prefix" else self.kind
+
+    def describe(self) -> str | None:
+        """In words, for explain and the diff summary (None: causal, said by default)."""
+        return {"causal": None, "bidirectional": "bidirectional (every token sees every token)",
+                "prefix": f"prefix-LM (the first {self.prefix} positions see each other both ways)",
+                "spans": "causal, with run-time span_ids whose tokens see each other both ways"}[self.kind]
+
+
 class Scheme(_Frozen):
     name: str
     doc: str = ""
@@ -224,6 +251,9 @@ class Scheme(_Frozen):
     # key/value slot every query sees
     window: int | None = None
     chunk: int | None = None
+    # which pairs see each other both ways (docs/semantics.md §11a); with a non-causal mask a window is
+    # symmetric, |p_i - p_j| < window, and a distance reads |p_i - p_j|
+    mask: AttentionMask = Field(default_factory=AttentionMask)
     sink: Literal["logit", "token"] | None = None
     # logit soft-capping (Gemma 2's attn_logit_softcapping): every score s (after scale, temperature and
     # bias) becomes softcap * tanh(s / softcap) before the mask and the softmax

@@ -291,6 +291,15 @@ RECORDS: tuple[Statement, ...] = (
     _shape("chunk", "chunked attention: a query sees the keys of its chunk of N positions", "chunk = ${1:8192}",
            Words(lambda s: None if s.chunk is None else f"chunks of {s.chunk} positions", sees=True)),
     Statement(
+        rule="mask", kind="mask", node=ast.MaskStmt, inherit=ONE, merged="mask", fields=("mask",),
+        plan_fields=("mask", "mask_prefix"), resolve="resolve_mask",  # pedsl.lang.masks
+        completions=(("mask", "mask = ${1|bidirectional,causal,spans|}",
+                      "which pairs see each other both ways: causal, bidirectional, prefix(N), spans"),),
+        form=_assign_form, block=None, reads=lambda st: list(getattr(st.value, "args", ())), assign=True,
+        show=Show("body", lambda s: [] if s.mask.causal else [f"mask: {s.mask.source()}"]),
+        diff=Diff("mask", lambda s: None if s.mask.causal else s.mask.source()),
+        words=Words(lambda s: s.mask.describe(), sees=True)),
+    Statement(
         rule="sink", kind="sink", node=ast.SinkStmt, inherit=ONE, merged="sink", fields=("sink",),
         completions=(("sink", "sink = ${1|logit,token|}", "a learned attention sink: a logit per head, or a key/value slot"),),
         form=lambda st: f"sink = {st.value}", block=None, reads=_none, plan_fields=("sink",),
@@ -353,7 +362,7 @@ def attention_words(scheme: Any) -> str:
     no statement says which keys."""
     said = [(r.words.sees, r.words.text(scheme)) for r in RECORDS if isinstance(r.words, Words)]
     seen = [text for sees, text in said if sees and text is not None]
-    return (seen[0] if seen else "causal") + "".join(f", {text}" for sees, text in said if not sees and text is not None)
+    return (", ".join(seen) if seen else "causal") + "".join(f", {text}" for sees, text in said if not sees and text is not None)
 
 
 def compared(place: str) -> list[Diff]:

@@ -142,7 +142,7 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
                         bias: Tensor | None = None, tau: Tensor | None = None, scale: float | None = None,
                         allowed: Tensor | None = None, q_offset: int = 0, sink=None, normalize: str = "softmax",
                         attend_current: bool = True, cope: Tensor | None = None,
-                        softcap: float | None = None, sigmoid_bias: float = 0.0) -> Tensor:
+                        softcap: float | None = None, sigmoid_bias: float = 0.0, causal: bool = True) -> Tensor:
     """Naive causal attention of docs/semantics.md §1 in float64; returns ``(B, H, Lq, D)`` float64.
 
     Explicit loops over ``(i, j)``; each step is vectorised over batch and head. ``allowed``
@@ -156,7 +156,10 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
     score gains :func:`cope_loop`'s term, read by the query as given.
     ``softcap``: each score (after scale, temperature and bias, before CoPE's term) becomes
     ``softcap * tanh(s / softcap)``.
+    ``causal=False``: query i scores every key j (``allowed`` decides), not only ``j <= i`` (a non-causal mask;
+    stick-breaking and CoPE are defined for j <= i only).
     """
+    assert causal or (normalize == "softmax" and cope is None), "stick-breaking and CoPE read keys j <= i only"
     q, k, v = q.to(F64), k.to(F64), v.to(F64)
     B, H, L, D = k.shape
     Lq = q.shape[2]
@@ -172,7 +175,7 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
     for i in range(q_offset, q_offset + Lq):
         scores, vals = [], []
         qi = qs[i - q_offset]
-        for j in range(i + 1):
+        for j in range(i + 1 if causal else L):
             kj = ks[j] if T_rows is None else (T_rows[i][j] @ ks[j].unsqueeze(-1)).squeeze(-1)
             s = (qi * kj).sum(-1) * scale  # (B, H)
             if tau_s is not None:
@@ -195,15 +198,16 @@ def reference_attention(q: Tensor, k: Tensor, v: Tensor, *, transport=None, valu
             a = stick_breaking_loop(s, ok, attend_current)
             outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))
             continue
-        ok = allowed[:, :, i, : i + 1] if allowed is not None else torch.ones_like(s, dtype=torch.bool)
+        n = s.shape[-1]  # the keys scored: 0..i, or all of them
+        ok = allowed[:, :, i, :n] if allowed is not None else torch.ones_like(s, dtype=torch.bool)
         if normalize in ("sigmoid", "softmax1"):
-            ok = ok.expand(B, H, i + 1)
+            ok = ok.expand(B, H, n)
             a = (torch.where(ok, torch.sigmoid(s + sigmoid_bias), torch.zeros_like(s)) if normalize == "sigmoid"
                  else softmax1_loop(s, ok))
             outs.append((a.unsqueeze(-1) * torch.stack(vals, dim=-2)).sum(-2))
             continue
         if sink is not None:
-            ok = torch.cat([ok.expand(B, H, i + 1), ok.new_ones(B, H, 1)], dim=-1)
+            ok = torch.cat([ok.expand(B, H, n), ok.new_ones(B, H, 1)], dim=-1)
             s = torch.cat([s, sink[0][..., i - q_offset].to(F64).expand(B, H).unsqueeze(-1)], dim=-1)
             sv = torch.zeros(H, D, dtype=F64, device=q.device) if sink[1] is None else sink[1].to(F64)
             vals.append(sv.expand(B, H, D))
