@@ -82,6 +82,10 @@ def test_bad_regimes_are_positioned_diagnostics(body, line, col, words):
     ("rope_2d", "", "several position axes"),
     ("rope", "normalize = stick_breaking", "softmax only"),
     ("rope", "contextual = cope(max_pos = 4)", "softmax only"),
+    ("rope", "normalize = sigmoid", "softmax only"),
+    ("rope", "normalize = softmax1", "softmax only"),
+    ("rope", "mask = bidirectional", "keys after the query"),
+    ("rope", "mask = prefix(4)", "keys after the query"),
 ])
 def test_transports_without_a_union_of_regimes_are_refused(base, extra, words):
     if not (SCHEMES / f"{base}.pe").exists():

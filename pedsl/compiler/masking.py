@@ -78,7 +78,9 @@ def seen_both_ways(scheme, causal: Tensor | None, qspan: Tensor | None, kspan: T
         return None
     if kind not in MASK_SPAN_KINDS:
         return causal
-    same = (qspan[:, :, None] == kspan[:, None, :]) & (qspan != 0)[:, :, None]
+    if qspan is None or kspan is None:
+        raise ValueError("a spans mask needs the span keys of the block's queries and keys")
+    same = qspan[:, :, None].eq(kspan[:, None, :]) & qspan.ne(0)[:, :, None]
     return causal | same[:, None]
 
 

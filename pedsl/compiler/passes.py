@@ -304,7 +304,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     return g
 
 
-def _mask(g):
+def _mask(g: nx.DiGraph) -> AttentionMask:
     """The scheme's mask (a lang.scheme.AttentionMask; causal for a graph built without one)."""
     return g.graph.get("mask") or AttentionMask()
 

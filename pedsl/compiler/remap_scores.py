@@ -62,9 +62,11 @@ class RemappedKeys:
             sr = qr.to(dt) @ kr.to(dt).transpose(-1, -2)
             inside = dist >= low if high is None else (dist >= low) & (dist < high)
             s = sr if s is None else torch.where(inside[:, None], sr, s)
+        if s is None:
+            raise ValueError("a remapped rotation has at least one regime")
         s = modified_scores(s, scale=D ** -0.5, bias=None if bias is None else bias.to(dt), cap=cap)
         w, ws = normalised(s, ok, sink=col)
         if V.shape[1] != Hq:
             V = V.repeat_interleave(Hq // V.shape[1], dim=1)
         o = w.to(V.dtype) @ V
-        return o if vs is None else o + ws.to(V.dtype) * vs.to(V.dtype)
+        return o if vs is None or ws is None else o + ws.to(V.dtype) * vs.to(V.dtype)

@@ -506,7 +506,7 @@ def _one_rotation(scheme: Scheme):
         raise _refuse(scheme, f"contextual = {scheme.contextual.source()}: CoPE's learned embedding and gated "
                       "counts have no rope_parameters", "load the model with use_pedsl_attention, which carries "
                       "CoPE inside the attention")
-    if getattr(scheme, "remap", None) is not None:
+    if scheme.remap is not None:
         raise _refuse(scheme, f"{scheme.remap.source()}: positions remapped per distance regime; HF's rotary "
                       "turns each token at its own position", "load the model with use_pedsl_attention, which "
                       "computes the regimes inside the attention")

@@ -56,9 +56,10 @@ class NormalizerResolution(ResolverStage):
                     return None
                 attend_current = value
             else:
-                bias = self._sigmoid_bias(value, option)
-                if bias is None:
+                folded = self._sigmoid_bias(value, option)
+                if folded is None:
                     return None
+                bias = folded
         if name not in ("softmax", "softmax1") and any(t.kind == "accumulate_householder" for t in transports):
             self.report("E242", f"normalize = {name} cannot go with accumulate(householder(...)): PaTH's "
                         "blockwise kernel and decode rule are softmax attention", loc.stmt,

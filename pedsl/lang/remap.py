@@ -39,8 +39,9 @@ class RemapResolution(ResolverStage):
         st = loc.stmt
         if not self._remappable(st, transports):
             return None
-        regimes = [self._regime(r, env, lets) for r in st.regimes]
-        if any(r is None for r in regimes):
+        got = [self._regime(r, env, lets) for r in st.regimes]
+        regimes = [r for r in got if r is not None]
+        if len(regimes) < len(got):
             return None
         if not regimes:
             self.report("E243", "remap has no regime", st, hint=_HINT)
@@ -61,7 +62,7 @@ class RemapResolution(ResolverStage):
             why = "xPos's decay is not remapped (its scale reads the true positions)"
         elif any(t.targets == "qkv" for t in transports):
             why = "a rotation of the values (qkv) is not remapped: remap rotates queries and keys only"
-        elif self.axes:
+        elif self.m.axes is not None and self.m.axes.stmt.names:
             why = "a scheme with several position axes is not remapped (a regime reads one distance)"
         elif any(t.phase_ty.learned or t.phase_ty.data or "head" in t.phase_ty.axes for t in transports):
             why = "the rotation's phase must be a function of the position (not learned, data or per head)"
@@ -70,6 +71,10 @@ class RemapResolution(ResolverStage):
                 other = getattr(self.m, name)
                 if other is not None and to_source(other.stmt.value) not in ("none", "softmax"):
                     why = f"remap with {name} = {to_source(other.stmt.value)} is not lowered (softmax only)"
+            mask = getattr(self.m, "mask", None)
+            if mask is not None and to_source(mask.stmt.value) not in ("none", "causal"):
+                why = (f"remap with mask = {to_source(mask.stmt.value)}: a regime is a range of distances "
+                       "p_i - p_j >= 0, so keys after the query have none")
         if why is not None:
             self.report("E243", f"remap: {why}", st, hint=_HINT)
         return why is None
@@ -130,7 +135,8 @@ class RemapResolution(ResolverStage):
         """The regimes cover every distance 0, 1, 2, ... exactly once; reports the first overlap or gap."""
         nodes = {id(r): n for r, n in zip(regimes, st.regimes)}
         ordered = sorted(regimes, key=lambda r: r.low)
-        end, prev = 0, None
+        end = 0  # the first distance no earlier regime covers
+        prev: Regime | None = None
         for r in ordered:
             if prev is not None and (prev.high is None or r.low < end):
                 self.report("E243", f"the regimes '{prev.bounds}' and '{r.bounds}' overlap (distance "
@@ -140,8 +146,9 @@ class RemapResolution(ResolverStage):
                 gap = f"distance {end}" if r.low == end + 1 else f"the distances {end} to {r.low - 1}"
                 self.report("E243", f"no regime covers {gap}", nodes[id(r)], hint=_HINT)
                 return False
-            end, prev = r.high, r
-        if end is not None:
+            prev = r
+            end = end if r.high is None else r.high
+        if prev is None or prev.high is not None:
             self.report("E243", f"no regime covers the distances from {end} on", st, hint=_HINT)
             return False
         return True

@@ -93,7 +93,8 @@ class Statement:
     merged: str  # the attribute of pedsl.lang.inherit.Merged that holds it ("" where KEYED: its keyword's)
     fields: tuple[str, ...]  # the attributes of the resolved Scheme its value lands on
     form: Callable[[Any], str] | None  # its one canonical line (the formatter); None for a block
-    block: Callable[[Any], tuple[str, tuple, Callable]] | None  # a block: (head, items, an item's value)
+    # a block: (head, items, an item's value; None: the item is written by the formatter's own rule)
+    block: Callable[[Any], tuple[str, tuple, Callable | None]] | None
     reads: Callable[[Any], list]  # the expressions it reads (the unused-`let` lint, W105)
     show: Show | str  # pedsl show (or BY_CONSUMER)
     diff: Diff | str  # pedsl diff (or BY_CONSUMER)
@@ -185,15 +186,15 @@ def _contextual(s: Any) -> str | None:
     return None if s.contextual is None else s.contextual.source()
 
 
-def _remap(s) -> str | None:
+def _remap(s: Any) -> str | None:
     return None if s.remap is None else s.remap.source()
 
 
-def _regime_reads(st) -> list:
+def _regime_reads(st: Any) -> list:
     return [x.value for r in st.regimes for x in (*r.bounds, *r.entries)]
 
 
-def regime_text(r) -> str:
+def regime_text(r: Any) -> str:
     """A regime of a ``remap`` block as written canonically (the formatter's line for it)."""
     bounds = ", ".join(f"{b.name} {b.op} {to_source(b.value)}" for b in r.bounds)
     return bounds + (": " + ", ".join(f"{e.name} = {to_source(e.value)}" for e in r.entries) if r.entries else "")
