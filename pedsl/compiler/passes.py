@@ -225,7 +225,14 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         backend = "sdpa"
     g.graph["backend"] = backend
     g = _carry_biases(g, backend, table_bias)
-    g.graph["backend_note"] = {
+    g.graph["backend_note"] = _backend_note(g, backend, table_bias)
+    return g
+
+
+def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
+    """What the chosen backend does with the scheme, in words (the general path's reason where a statement
+    sends every call there)."""
+    note = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor" + (
             " (distance tables: SDPA per block of queries, the table gathered)" if table_bias else ""),
         "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
@@ -235,20 +242,20 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     }[backend]
     normalizer = g.graph.get("normalizer", P.SOFTMAX)
     if normalizer in (P.STICK_BREAKING, P.SIGMOID) and backend != "reference":
-        g.graph["backend_note"] = (f"{normalizer} weights: every call runs the general path's blocks of explicit "
-                                   "scores (memory O(L x block)); " + backend + " names its bias carrier")
+        note = (f"{normalizer} weights: every call runs the general path's blocks of explicit "
+                "scores (memory O(L x block)); " + backend + " names its bias carrier")
     if normalizer == P.SOFTMAX1 and backend != "reference":
-        g.graph["backend_note"] = ("softmax plus one: the general path, with a logit-0 column as a sink's; "
-                                   + backend + " names its bias carrier")
+        note = ("softmax plus one: the general path, with a logit-0 column as a sink's; "
+                + backend + " names its bias carrier")
     if g.graph.get("contextual") is not None and backend != "reference":
-        g.graph["backend_note"] = ("CoPE: every call runs the general path's blocks of explicit scores (gates, "
-                                   "their suffix sums and the interpolated embedding per block of queries, memory "
-                                   "O(L x block)); " + backend + " names its bias carrier")
+        note = ("CoPE: every call runs the general path's blocks of explicit scores (gates, "
+                "their suffix sums and the interpolated embedding per block of queries, memory "
+                "O(L x block)); " + backend + " names its bias carrier")
     if g.graph.get("remap") is not None and backend != "reference":
-        g.graph["backend_note"] = ("remapped positions: every call runs the general path's blocks of queries, one "
-                                   "rotated score block per regime and a select by distance (memory O(L x block)); "
-                                   + backend + " names its bias carrier")
-    return g
+        note = ("remapped positions: every call runs the general path's blocks of queries, one "
+                "rotated score block per regime and a select by distance (memory O(L x block)); "
+                + backend + " names its bias carrier")
+    return note
 
 
 _KINDS = {"rotate": P.ROPE, "accumulate_so2": P.SO2, "accumulate_householder": P.HOUSEHOLDER}

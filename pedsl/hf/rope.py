@@ -478,7 +478,7 @@ ROTATION_KINDS = frozenset({"param", "let", "layout", "axes", "channels", "trans
 
 def _has(scheme: Scheme, record: statements.Statement) -> bool:
     """Whether the scheme's value of the statement differs from the value of a scheme without it."""
-    return any(getattr(scheme, f) != Scheme.model_fields[f].default for f in record.fields)
+    return any(getattr(scheme, f) != Scheme.model_fields[f].get_default(call_default_factory=True) for f in record.fields)
 
 
 def _refuse_shape(scheme: Scheme) -> None:
