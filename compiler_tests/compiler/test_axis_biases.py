@@ -13,7 +13,7 @@ import torch
 
 from compiler_helpers import SCHEMES
 from pedsl.compiler import compile_scheme
-from pedsl.compiler import general
+from pedsl.compiler.general import attention as general_attention
 from pedsl.compiler.codegen import generate
 from pedsl.compiler.reference import reference_stream
 from pedsl.errors import CheckError
@@ -124,8 +124,8 @@ def test_the_bias_is_formed_per_block_of_queries_never_over_every_pair(monkeypat
     with torch.no_grad():
         out = mod(q, k, v, positions=P)
     assert torch.isfinite(out).all()
-    assert len(shapes) == math.ceil(P.shape[-1] / general.QUERY_CHUNK)
-    assert max(s[1] for s in shapes) == general.QUERY_CHUNK and all(s[2] == P.shape[-1] for s in shapes)
+    assert len(shapes) == math.ceil(P.shape[-1] / general_attention.QUERY_CHUNK)
+    assert max(s[1] for s in shapes) == general_attention.QUERY_CHUNK and all(s[2] == P.shape[-1] for s in shapes)
 
 
 def test_learned_per_axis_slopes_forward_and_gradients_equal_the_formula_and_the_reference(tmp_path):

@@ -259,9 +259,9 @@ def test_errors_name_the_argument():
 def test_path_decoding_applies_pending_steps_lazily(monkeypatch):
     """Decoding keeps PaTH steps as one pending product and applies it every PATH_FLUSH tokens (here 3);
     a call with gradients after pending steps first brings the cached keys up to date."""
-    from pedsl.compiler import general
+    from pedsl.compiler.general import path as general_path
 
-    monkeypatch.setattr(general, "PATH_FLUSH", 3)
+    monkeypatch.setattr(general_path, "PATH_FLUSH", 3)
     m = _mod(SCHEMES / "path_fox.pe", heads=2)
     q, k, v, x, _ = _data(m, 2, 12, 2)
     full = m(q, k, v, x=x)

@@ -202,12 +202,12 @@ TOEPLITZ = ["t5_bias", "dynamic_position_bias", "kerple_log", "kerple_power", "s
 def test_a_distance_table_is_never_a_square_tensor(name, monkeypatch):
     """Packed documents take the blocks of queries: one (H, distances) table a call, gathered per block of
     queries - no (B, H, L, L) bias."""
-    from pedsl.compiler import general
+    from pedsl.compiler.general import attention as general_attention
 
     mod = _scheme(name)
     assert mod.backend == "sdpa" and mod.biases[0].carried == QUERY_BLOCKS
     calls, shapes = [], []
-    real_attend, orig = general.attend, ModuleScheme.distance_table
+    real_attend, orig = general_attention.attend, ModuleScheme.distance_table
 
     def table(self, i, size, device):
         calls.append(size)
@@ -218,13 +218,13 @@ def test_a_distance_table_is_never_a_square_tensor(name, monkeypatch):
         return real_attend(q, k, v, mask, bias, *args, **kw)
 
     monkeypatch.setattr(ModuleScheme, "distance_table", table)
-    monkeypatch.setattr(general, "attend", attend)
-    L = 3 * general.QUERY_CHUNK + 5
+    monkeypatch.setattr(general_attention, "attend", attend)
+    L = 3 * general_attention.QUERY_CHUNK + 5
     q, k, v = _qkv(4, L)
     docs = (torch.arange(L) >= 100).long().expand(2, L)  # positions restart at 100: no longer Toeplitz in i - j
     mod(q, k, v, document_ids=docs)
     assert calls == [L - 100]  # once per call, over every distance
-    assert shapes and all(s[2] <= general.QUERY_CHUNK for s in shapes)
+    assert shapes and all(s[2] <= general_attention.QUERY_CHUNK for s in shapes)
 
 
 def _spy_kernel(monkeypatch):
@@ -506,9 +506,9 @@ def test_fire_keeps_the_blocks_wherever_the_kernel_does_not_apply(monkeypatch):
 def test_a_query_position_bias_reads_the_calls_length_in_every_block(tmp_path, monkeypatch):
     """n is the call's run-time length in every block of queries, not the block's largest distance:
     over several blocks the module, the reference and the generated module agree (they did not)."""
-    from pedsl.compiler import general
+    from pedsl.compiler.general import attention as general_attention
 
-    monkeypatch.setattr(general, "QUERY_CHUNK", 16)
+    monkeypatch.setattr(general_attention, "QUERY_CHUNK", 16)
     path = tmp_path / "qn.pe"
     path.write_text('scheme qn "reads query_position and n" {\n'
                     '  bias = -0.05 * distance * log(n + 1.0) / log(query_position + 2.0)\n}\n')

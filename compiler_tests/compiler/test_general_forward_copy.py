@@ -1,5 +1,5 @@
-"""The general forward is written once: every module `pedsl compile` writes carries the package's
-pedsl/compiler/general.py (and the expression kernels, and PaTH's kernels for a PaTH scheme) byte for
+"""The general forward is written once: every module `pedsl compile` writes carries the modules of the
+package's pedsl/compiler/general/ (and the expression kernels, and PaTH's kernels for a PaTH scheme) byte for
 byte, and its definitions are those."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from compiler_helpers import ROOT
 from pedsl.compiler import compile_scheme
-from pedsl.compiler.codegen import DISTANCE_EMBEDDED, PATH_EMBEDDED, embedded_modules, embedded_section, generate
+from pedsl.compiler.codegen import DISTANCE_EMBEDDED, EMBEDDED, PATH_EMBEDDED, embedded_modules, embedded_section, generate
 
 SCHEMES = ROOT / "schemes"
 
@@ -39,7 +39,11 @@ def test_generated_module_carries_the_package_general_forward_verbatim(name):
 
 
 def test_the_section_is_the_whole_forward():
-    """What is copied holds the forward's steps and the cache (the banner sits above them)."""
-    names = set(_definitions(embedded_section("compiler.general")))
+    """What is copied of the package's modules holds the forward's steps and the cache (each banner sits above
+    them), and every module of the package is copied."""
+    general = [m for m in EMBEDDED if m.startswith("compiler.general.")]
+    files = sorted((ROOT / "pedsl" / "compiler" / "general").glob("*.py"))
+    assert sorted(f"compiler.general.{f.stem}" for f in files if f.stem != "__init__") == sorted(general)
+    names = set(_definitions("".join(embedded_section(m) for m in general)))
     assert {"layout", "Window", "transports", "biases", "attend_blocks", "path_attend", "update_cache",
             "AttentionCache", "general_forward", "TorchKernels"} <= names

@@ -22,7 +22,9 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL, band_kernel_or_skip, fast_and_reference, output_and_grads
-from pedsl.compiler import general, kernel_support, module, stream
+from pedsl.compiler import kernel_support, module, stream
+from pedsl.compiler.general import attention as general_attention
+from pedsl.compiler.general import path as general_path
 from pedsl.errors import PedslError
 
 # float64 throughout: the fast paths and the interpreter differ by rounding only (the tolerance of
@@ -149,14 +151,14 @@ def ran(monkeypatch) -> list[str]:
 
     spy(module, "fused_call", lambda a, got: "fused" if "fused" in a[0] else "fused-half")
     spy(module, "bias_call", lambda a, got: "bias")
-    spy(general, "bias_call", lambda a, got: "bias")
+    spy(general_attention, "bias_call", lambda a, got: "bias")
     spy(module, "bidirectional_call", lambda a, got: "bidirectional")
     spy(stream, "decode_call", lambda a, got: "decode")
-    spy(general, "causal_call", lambda a, got: a[1] if a[1] == "causal-sdpa" else None)
-    spy(general, "window_call", lambda a, got: "flash-window")
-    spy(general, "fresh_sequence_call", lambda a, got: a[1])
-    spy(general, "mlp_call", lambda a, got: "mlp")
-    spy(general, "path_call", lambda a, got: got)
+    spy(general_attention, "causal_call", lambda a, got: a[1] if a[1] == "causal-sdpa" else None)
+    spy(general_attention, "window_call", lambda a, got: "flash-window")
+    spy(general_attention, "fresh_sequence_call", lambda a, got: a[1])
+    spy(general_attention, "mlp_call", lambda a, got: "mlp")
+    spy(general_path, "path_call", lambda a, got: got)
     return seen
 
 

@@ -1,7 +1,7 @@
 """The mask statement (docs/semantics.md §11a) against naive float64 references, forward and backward.
 
 The references here are written from the definition, entry by entry, independently of the reference
-interpreter and of pedsl.compiler.masking: which pairs (i, j) are visible (j <= i in one document, both
+interpreter and of pedsl.compiler.general.masks: which pairs (i, j) are visible (j <= i in one document, both
 ways where the mask says, never to padding), a softmax over them of q_i . k_j / sqrt(D) plus ALiBi's bias
 -m_h |p_i - p_j| (the encoder form). The library's RoPE forms are compared with the reference interpreter
 (test_kernel_paths.py runs every call mode) and, below, with non-causal SDPA of the rotated queries and keys.

@@ -11,7 +11,7 @@ import torch
 
 from compiler_helpers import D_MODEL, SCHEMES, fast_and_reference, largest_allocation
 from pedsl.compiler import compile_scheme
-from pedsl.compiler import general as G
+from pedsl.compiler.general import path as general_path
 
 H, D = 2, 8
 
@@ -28,12 +28,12 @@ def _qkvx(B, L, seed=0):
 
 def _small_blocks_and_no_decode_rule(monkeypatch):
     """Blocks of 8 steps (so a short sequence spans several), and a fresh call never runs the decode rule."""
-    monkeypatch.setattr(G, "PATH_BLOCK", 8)
+    monkeypatch.setattr(general_path, "PATH_BLOCK", 8)
 
     def refuse(*a, **kw):
         raise AssertionError("a fresh windowed PaTH call ran the token-by-token decode rule")
 
-    monkeypatch.setattr(G, "_path_decode_rule", refuse)
+    monkeypatch.setattr(general_path, "_path_decode_rule", refuse)
 
 
 CASES = [("path", "window = 1"), ("path", "window = 11"), ("path_fox", "window = 11"),
@@ -71,7 +71,7 @@ def test_windowed_path_matches_the_reference_with_gradients(base, extra, monkeyp
 def test_windowed_path_fox_decoding_equals_one_forward(extra, monkeypatch):
     """A prefill of 100 tokens through the windowed kernel, then one token at a time past several windows:
     the cache holds only what the window can still see."""
-    monkeypatch.setattr(G, "PATH_BLOCK", 16)
+    monkeypatch.setattr(general_path, "PATH_BLOCK", 16)
     fast, _ = _pair("path_fox", extra)
     B, L, P = 2, 260, 100
     q, k, v, x = (t.detach() for t in _qkvx(B, L, seed=4))

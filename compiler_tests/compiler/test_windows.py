@@ -10,7 +10,8 @@ import torch
 
 from compiler_helpers import D_MODEL, SCHEMES, assert_generated_module_matches, fast_and_reference, output_and_grads
 from pedsl.compiler import compile_scheme
-from pedsl.compiler import general as G
+from pedsl.compiler.general import attention as general_attention
+from pedsl.compiler.general import token_axis
 from pedsl.compiler.codegen import generate
 
 H, D = 4, 8
@@ -124,20 +125,20 @@ def test_band_false_takes_the_window_or_chunk_from_the_mask_alone(backend):
 def test_each_block_reads_only_the_keys_it_can_see(monkeypatch):
     """O(L N): every SDPA call of a windowed forward sees at most WINDOW_BLOCK + N - 1 keys."""
     widths = []
-    real = G.attend
+    real = general_attention.attend
 
     def spy(q, k, v, mask, bias, *args, **kwargs):
         widths.append(k.shape[2])
         return real(q, k, v, mask, bias, *args, **kwargs)
 
-    monkeypatch.setattr(G, "attend", spy)
+    monkeypatch.setattr(general_attention, "attend", spy)
     src = f'import "{SCHEMES / "alibi.pe"}"\nscheme s extends alibi {{ window = 16 }}'
     mod = compile_scheme(src, num_heads=H, head_dim=D).double()
     q, k, v, _ = _qkv(B=1, L=1000)
     q.requires_grad_(True)
     mod(q, k, v).sum().backward()
-    assert widths and max(widths) <= G.WINDOW_BLOCK + 16 - 1
-    assert len(widths) == -(-1000 // G.WINDOW_BLOCK)
+    assert widths and max(widths) <= general_attention.WINDOW_BLOCK + 16 - 1
+    assert len(widths) == -(-1000 // general_attention.WINDOW_BLOCK)
 
 
 @pytest.mark.parametrize("base, extra", _cases(["rope", "fox", "path", "rope_accumulated", "acc_learned_qkv"],
@@ -158,7 +159,7 @@ def test_decoding_equals_one_forward_and_the_cache_stays_bounded(base, extra):
             most = max(most, len(cache))
     torch.testing.assert_close(torch.cat(outs, 2), full, rtol=1e-9, atol=1e-10)
     assert cache.dropped > 0 and most <= 6 + 64 + 1  # at most the width plus the batch of dead tokens
-    assert max(b.shape[G.token_axis(b)] for b in cache._buf.values()) <= 128
+    assert max(b.shape[token_axis(b)] for b in cache._buf.values()) <= 128
 
 
 def test_a_full_length_mask_reads_past_the_dropped_tokens():

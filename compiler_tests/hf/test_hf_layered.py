@@ -286,14 +286,14 @@ def test_the_windows_ropes_and_sinks_matter():
 
 def _spy_banded(monkeypatch):
     """Record (window, chunk) of every call of the banded kernels the general forward makes."""
-    from pedsl.compiler import general
-    seen, real = [], general.banded_attention
+    from pedsl.compiler.general import attention as general_attention
+    seen, real = [], general_attention.banded_attention
 
     def spy(q, k, v, window, chunk):
         seen.append((window, chunk))
         return real(q, k, v, window, chunk)
 
-    monkeypatch.setattr(general, "banded_attention", spy)
+    monkeypatch.setattr(general_attention, "banded_attention", spy)
     return seen
 
 

@@ -268,18 +268,29 @@ _FIXED_NAMES = (
 
 #: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
 #: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
-EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", "compiler.remap_scores", "compiler.masking", "compiler.general", "compiler.window_kernels", "compiler.kernels_template")
+EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", *(f"compiler.general.{m}" for m in (
+    "masks", "remap", "inputs", "cache", "windows", "values", "transport", "bias", "attention", "path", "forward")),
+    "compiler.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
 DISTANCE_EMBEDDED = ("ops.distance_bias",)
 
 
+#: The lines that open and close the section of a package module a generated module carries.
+EMBED_BEGIN, EMBED_END = "# <embedded>", "# </embedded>"
+
+
 def embedded_section(module: str) -> str:
-    """The text of a package module (``compiler.general``: dotted, under ``pedsl``) that a generated module
-    carries verbatim: everything after its ``# ----`` banner (the general forward, the banded kernels, the
-    expression kernels, the flash kernel's handles, PaTH's and the distance tables' kernels)."""
+    """The text of a package module (``compiler.general.forward``: dotted, under ``pedsl``) that a generated
+    module carries verbatim: the lines between its ``# <embedded>`` and ``# </embedded>`` markers (the
+    general forward, the banded kernels, the expression kernels, the flash kernel's handles, PaTH's and the
+    distance tables' kernels). Above the section stay the module's imports, which the flat namespace of a
+    generated module makes unnecessary; below it, whatever runs in process only."""
     path = Path(__file__).parent.parent.joinpath(*module.split(".")).with_suffix(".py")
-    text = path.read_text(encoding="utf-8")
-    return text[text.index("\n# ----") + 1 :].rstrip() + "\n"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    if lines.count(EMBED_BEGIN) != 1 or lines.count(EMBED_END) != 1 or lines.index(EMBED_BEGIN) > lines.index(EMBED_END):
+        raise RuntimeError(f"{path} must hold one {EMBED_BEGIN!r} line and, after it, one {EMBED_END!r} line")
+    section = lines[lines.index(EMBED_BEGIN) + 1 : lines.index(EMBED_END)]
+    return "\n".join(section).rstrip() + "\n"
 
 
 class _Carried(NamedTuple):

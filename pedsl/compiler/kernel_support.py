@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # Kernel support (pedsl.compiler.kernel_support, copied verbatim): what each fast path declares it
 # computes, the features of a plan, and one call-time check per kernel.
@@ -331,3 +332,4 @@ def hf_rotary_call(fast, exported: bool, rotates_like: bool) -> bool:
     the first channels, frequencies rope_parameters can hold) and the model's own rotary application was
     probed to compute it (``rotates_like``)."""
     return "hf-rotary" in fast and exported and rotates_like
+# </embedded>

@@ -13,6 +13,7 @@ from torch import nn
 
 from pedsl.compiler.general import F64
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # Kernels. Every value below is a tensor laid out as (batch, head, position, distance, pair|chan),
 # with size-1 dimensions where it does not vary, so arithmetic broadcasts by axis.
@@ -128,3 +129,4 @@ def _geometric(base, pairs, device):
     """The geometric grid base^(-2k / (2 pairs)) as a 5-d tensor along 'pair'."""
     k = torch.arange(pairs, dtype=F64, device=device)
     return (base ** (-2.0 * k / (2 * pairs))).view(1, 1, 1, 1, pairs)
+# </embedded>

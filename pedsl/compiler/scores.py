@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # The score pipeline (pedsl.compiler.scores, copied verbatim): scale, temperature, bias, soft cap;
 # mask, sink, normaliser; the sink's logit.
@@ -135,3 +136,4 @@ def sink_column(scheme: Any, q: Tensor, tau: Tensor | None) -> tuple[Tensor, Ten
     qs = scale_by_temperature(q, tau)
     col = torch.einsum("bhld,hd->bhl", qs, scheme.sink_key.to(q.dtype)) * D ** -0.5
     return col, scheme.sink_value.to(q.dtype)[None, :, None, :]
+# </embedded>

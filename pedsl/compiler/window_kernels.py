@@ -40,6 +40,7 @@ from torch import Tensor
 
 from pedsl.ops.flash import FLASH, FLASH_BACKWARD
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # Banded attention (copied verbatim into every generated module, after the general forward):
 # sliding windows and chunks over consecutive positions in O(L N) on the flash CPU kernel.
@@ -251,3 +252,4 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None, chunk:
     if window is not None:
         return sliding_window_attention(q, k, v, window)
     return chunked_attention(q, k, v, chunk)
+# </embedded>

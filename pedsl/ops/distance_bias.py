@@ -63,6 +63,7 @@ def distance_bias_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, *, s
     return distance_forward(q, k, v, table, scale=scale, block=block, key_tile=key_tile)
 
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # The Toeplitz kernel (copied verbatim into generated modules of schemes with distance tables).
 # ---------------------------------------------------------------------------------------------
@@ -267,3 +268,4 @@ def add_at_distances(dst: Tensor, sums: Tensor, base: int) -> None:
     """``dst[..., base + c] += sums[..., c]`` for the distances >= 0 (``base``: the distance of column 0)."""
     lo = max(base, 0)
     dst[..., lo: base + sums.shape[-1]] += sums[..., lo - base:]
+# </embedded>

@@ -13,6 +13,7 @@ from torch import Tensor
 
 __all__ = ["FLASH", "FLASH_BACKWARD", "FLASH_DTYPES", "flash_supports", "query_blocks"]
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # Torch's CPU flash kernel (copied verbatim into every generated module).
 # ---------------------------------------------------------------------------------------------
@@ -29,3 +30,4 @@ def flash_supports(q: Tensor) -> bool:
 def query_blocks(L: int, block: int) -> list[tuple[int, int]]:
     """``(c0, c1)`` of the blocks of ``block`` queries that cover ``0 .. L-1`` (the last one shorter)."""
     return [(c0, min(L, c0 + block)) for c0 in range(0, L, block)]
+# </embedded>

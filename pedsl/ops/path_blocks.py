@@ -24,6 +24,7 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["ut_A", "path_blocks"]
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # PaTH's per-block quantities (copied verbatim into generated modules of PaTH schemes).
 # ---------------------------------------------------------------------------------------------
@@ -119,3 +120,4 @@ def path_blocks(Q, K, W, b):
     N, Z, C, D = Q.shape
     outs = _PathBlocks.apply(*(t.reshape(N * Z, *t.shape[2:]) for t in (Q, K, W, b)))
     return tuple(o.reshape(N, Z, *o.shape[1:]) for o in outs)
+# </embedded>

@@ -19,6 +19,7 @@ from pedsl.ops.path_window import path_window_scan
 
 __all__ = ["path_forward", "path_local_forward", "path_transported_keys"]
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # PaTH's entry points (copied verbatim into generated modules of PaTH schemes).
 # ---------------------------------------------------------------------------------------------
@@ -148,3 +149,4 @@ def path_transported_keys(k, w, beta, *, block_size: int = 64):
         M = PT[m] if M is None else PT[m] @ M
     out = torch.stack(outs, 0).transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L]
     return out.to(dt)
+# </embedded>

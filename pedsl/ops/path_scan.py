@@ -34,6 +34,7 @@ from torch.autograd.function import once_differentiable
 
 __all__ = ["path_scan"]
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # PaTH's blockwise scan (copied verbatim into generated modules of PaTH schemes).
 # ---------------------------------------------------------------------------------------------
@@ -253,3 +254,4 @@ def path_scan(Qt, Kt, V, P, Sd, gl=None, gb=None, *, k: int = 4):
     NK = (Qt.shape[0] - 1) // k
     glS, gbS = _super_bias(gl, gb, NK, k) if NK and gl is not None else (None, None)
     return _PathScan.apply(Qt, Kt, V, P, Sd, gl, gb, glS, gbS, k)
+# </embedded>

@@ -35,6 +35,7 @@ from pedsl.ops.path_scan import _LOG2E
 
 __all__ = ["path_window_scan"]
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
 # PaTH inside a window (copied verbatim into generated modules of PaTH schemes).
 # ---------------------------------------------------------------------------------------------
@@ -219,3 +220,4 @@ def path_window_scan(Qt, Kt, V, P, Sd, G, logit, value, hidden: Hidden, *, B: in
     N, Z, C, _ = Qt.shape
     step = max(1, GROUP_SCORES // (Z * C * C * nd))
     return _PathWindow.apply(Qt, Kt, V, P, Sd, G, logit, value, hidden, B, nd, step)
+# </embedded>

@@ -22,8 +22,9 @@ from torch import Tensor
 
 from pedsl.compiler.scores import modified_scores, normalised
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
-# Remapped positions (pedsl.compiler.remap_scores, copied verbatim): one rotated score block per regime
+# Remapped positions (pedsl.compiler.general.remap, copied verbatim): one rotated score block per regime
 # of the distance, selected pair by pair.
 # ---------------------------------------------------------------------------------------------
 
@@ -70,3 +71,4 @@ class RemappedKeys:
             V = V.repeat_interleave(Hq // V.shape[1], dim=1)
         o = w.to(V.dtype) @ V
         return o if vs is None or ws is None else o + ws.to(V.dtype) * vs.to(V.dtype)
+# </embedded>

@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# <embedded>
 # ---------------------------------------------------------------------------------------------
-# Attention masks (pedsl.compiler.masking, copied verbatim): span keys, the pairs seen both ways,
+# Attention masks (pedsl.compiler.general.masks, copied verbatim): span keys, the pairs seen both ways,
 # distances and linear biases of a non-causal mask, and the calls a mask refuses.
 # ---------------------------------------------------------------------------------------------
 MASK_SPAN_KINDS = ("prefix", "spans")  # the masks whose pairs seen both ways are spans of tokens
@@ -104,3 +105,4 @@ def coordinate_differences(scheme, cq: Tensor, ck: Tensor, qpos: Tensor, kpos: T
 def symmetric_window(scheme) -> bool:
     """Whether a window reaches both ways, ``|p_i - p_j| < window`` (a non-causal mask)."""
     return mask_kind(scheme) != "causal"
+# </embedded>
