@@ -13,6 +13,7 @@ computes in float32 too) is the same module on both sides."""
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -59,7 +60,8 @@ def float64_native(native, also: tuple[str, ...] = ()):
     exact = copy.deepcopy(native)
     for name, module in list(exact.named_modules()):
         kind = type(module).__name__
-        if kind.endswith("RotaryEmbedding"):
+        # a rotary built from a size, not a config (a vision tower's), stays: the same module on every side
+        if kind.endswith("RotaryEmbedding") and getattr(module, "config", None) is not None:
             with Float64Casts():
                 fresh = type(module)(module.config)
             fresh = fresh.to(torch.float64)
@@ -69,6 +71,21 @@ def float64_native(native, also: tuple[str, ...] = ()):
         elif also and kind.endswith(also):
             _in_float64(module)
     return exact
+
+
+def inv_freq_rounding(base: float) -> float:
+    """How far HF's float32 ``inv_freq = 1 / base ** (i / dim)`` (then scaled: linear, yarn, llama3, longrope)
+    can be from the exact value, relative: the exponent's rounding u, amplified by ln(base) through the power,
+    the power's own error (torch's float32 pow is within 1 ulp, 2u), the reciprocal's and up to four scaling
+    operations' u each; u = eps32 / 2. Doubled for margin: (ln(base) + 8) eps32."""
+    return (math.log(base) + 8) * F32_EPS
+
+
+def float32_table_rounding(max_phase: float, base: float, scale: float = 1.0) -> float:
+    """How far a cos/sin table HF builds from float32 phases can be from the exact one: each phase off by
+    (inv_freq_rounding + eps32) |phase| (its frequency's rounding and the product's), cos/sin and the
+    attention scale adding a rounding each; ``max_phase`` the largest |position * inv_freq|."""
+    return scale * (max_phase * (inv_freq_rounding(base) + F32_EPS) + 2 * F32_EPS)
 
 
 def depth(config, length: int) -> int:
