@@ -20,6 +20,8 @@ from torch.overrides import TorchFunctionMode
 
 from compiler_helpers import F32_EPS, F64_EPS
 
+from tools.hf_sweep import depth  # noqa: F401 - the chain of roundings in a decoder's logits, shared
+
 
 class Float64Casts(TorchFunctionMode):
     """Inside it every float32 a torch call asks for (``.float()``, ``dtype=torch.float``, ``.to(torch.float32)``)
@@ -86,16 +88,6 @@ def float32_table_rounding(max_phase: float, base: float, scale: float = 1.0) ->
     (inv_freq_rounding + eps32) |phase| (its frequency's rounding and the product's), cos/sin and the
     attention scale adding a rounding each; ``max_phase`` the largest |position * inv_freq|."""
     return scale * (max_phase * (inv_freq_rounding(base) + F32_EPS) + 2 * F32_EPS)
-
-
-def depth(config, length: int) -> int:
-    """The longest chain of roundings in a decoder's logits: per layer the reductions over the hidden size (q,
-    k, v, o and the MLP's input), the head size (a score), the keys (softmax and its weighted sum) and the
-    MLP's width; then the final head over the hidden size."""
-    config = getattr(config, "text_config", None) or config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_layer = 5 * config.hidden_size + head_dim + 2 * length + config.intermediate_size
-    return config.num_hidden_layers * per_layer + config.hidden_size
 
 
 def rounding(n: int, ref: torch.Tensor, float32_output: bool = False) -> float:
