@@ -46,6 +46,12 @@ class Float64Casts(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# HF's float32 steps in a float64 model beyond its rotary tables, by the suffix of their modules' class names:
+# Llama 4's attention casts q and k to float32 to rotate them and its NoPE temperature's positions, an eager
+# attention takes its softmax in float32 (Gemma 2), and RMSNorms compute in float32 (Llama, Gemma).
+FLOAT32_STEPS = ("Attention", "RMSNorm")
+
+
 def _in_float64(module: torch.nn.Module) -> None:
     forward = module.forward
 

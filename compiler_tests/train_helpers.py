@@ -31,6 +31,14 @@ SMALL = dict(steps=40, threads=1, context=32, batch_size=8, n_layers=1, d_model=
              eval_every=20, checkpoint_every=10, eval_batches=2, lr=1e-2, warmup=5, max_bytes=200_000)
 
 
+def lm_depth(cfg, length: int, layers: int | None = None) -> int:
+    """The longest chain of roundings in a TransformerLM's logits (``cfg`` its ModelConfig): per layer the
+    d_model-long projections (q, k, v, out, the MLP's input), the keys (softmax and its weighted sum), and
+    the MLP's width; then the output head."""
+    d, n = cfg.d_model, cfg.n_layers if layers is None else layers
+    return n * (5 * d + 2 * length + int(cfg.mlp_ratio * d)) + d
+
+
 def small_cfg(**kw) -> TrainConfig:
     return resolve_train_config(overrides={**SMALL, **kw})
 

@@ -14,7 +14,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from compiler_helpers import run_cli  # noqa: E402
-from hf_helpers import assert_matches_native, depth, float64_native, rounding  # noqa: E402
+from hf_helpers import FLOAT32_STEPS, assert_matches_native, depth, float64_native, rounding  # noqa: E402
 from pedsl.errors import InteropError  # noqa: E402
 from pedsl.hf import use_pedsl_attention  # noqa: E402
 from pedsl.hf.layered import (FULL, NOPE, SLIDING, export_layers, is_layered, layer_kinds,  # noqa: E402
@@ -135,17 +135,11 @@ def json_file(tmp_path, d: dict):
     return p
 
 
-# HF's float32 steps in a float64 model beyond its rotary tables: Llama 4's attention casts q and k to float32 to
-# rotate them (on pedsl's path too, where the rotation is the identity) and its NoPE temperature's positions;
-# Gemma 2's eager attention takes its softmax in float32; both models' RMSNorms compute in float32. Measured:
-# the twins then agree to 2e-15, where those steps left 4e-7.
-FLOAT32_STEPS = ("Attention", "RMSNorm")
-
-
 def _twins(native, ours):
     """(the native model's float64 twin, the pedsl model to hold to it): hf_helpers.float64_native, with the
     modules of FLOAT32_STEPS also run in float64 for Llama 4 and Gemma 2, on both sides (so the twin isolates
-    every float32 step HF takes, and pedsl's own computation is what is compared)."""
+    every float32 step HF takes, and pedsl's own computation is what is compared). Measured: the twins then
+    agree to 2e-15, where those steps left 4e-7."""
     if type(native).__name__.startswith(("Llama4", "Gemma2")):
         return float64_native(native, also=FLOAT32_STEPS), float64_native(ours, also=FLOAT32_STEPS)
     return float64_native(native), ours
