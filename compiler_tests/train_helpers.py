@@ -39,6 +39,15 @@ def lm_depth(cfg, length: int, layers: int | None = None) -> int:
     return n * (5 * d + 2 * length + int(cfg.mlp_ratio * d)) + d
 
 
+def loss_bound(cfg, length: int, tokens: int, loss: float) -> float:
+    """How far two float32 computations of a mean next-token loss (``cfg`` the ModelConfig) may be apart: each
+    within eps32 x its chain of roundings (the logits' :func:`lm_depth`, the log-softmax over the vocabulary,
+    the mean over ``tokens``) x the loss, so twice that (compiler_helpers.float32_bound's argument)."""
+    from compiler_helpers import F32_EPS
+
+    return 2 * (lm_depth(cfg, length) + cfg.vocab_size + tokens) * F32_EPS * abs(loss)
+
+
 def small_cfg(**kw) -> TrainConfig:
     return resolve_train_config(overrides={**SMALL, **kw})
 
