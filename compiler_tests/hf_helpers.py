@@ -13,11 +13,14 @@ computes in float32 too) is the same module on both sides."""
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch.overrides import TorchFunctionMode
 
 from compiler_helpers import F32_EPS, F64_EPS
+
+from tools.hf_sweep import depth  # noqa: F401 - the chain of roundings in a decoder's logits, shared
 
 
 class Float64Casts(TorchFunctionMode):
@@ -43,6 +46,12 @@ class Float64Casts(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+# HF's float32 steps in a float64 model beyond its rotary tables, by the suffix of their modules' class names:
+# Llama 4's attention casts q and k to float32 to rotate them and its NoPE temperature's positions, an eager
+# attention takes its softmax in float32 (Gemma 2), and RMSNorms compute in float32 (Llama, Gemma).
+FLOAT32_STEPS = ("Attention", "RMSNorm")
+
+
 def _in_float64(module: torch.nn.Module) -> None:
     forward = module.forward
 
@@ -59,7 +68,8 @@ def float64_native(native, also: tuple[str, ...] = ()):
     exact = copy.deepcopy(native)
     for name, module in list(exact.named_modules()):
         kind = type(module).__name__
-        if kind.endswith("RotaryEmbedding"):
+        # a rotary built from a size, not a config (a vision tower's), stays: the same module on every side
+        if kind.endswith("RotaryEmbedding") and getattr(module, "config", None) is not None:
             with Float64Casts():
                 fresh = type(module)(module.config)
             fresh = fresh.to(torch.float64)
@@ -71,14 +81,19 @@ def float64_native(native, also: tuple[str, ...] = ()):
     return exact
 
 
-def depth(config, length: int) -> int:
-    """The longest chain of roundings in a decoder's logits: per layer the reductions over the hidden size (q,
-    k, v, o and the MLP's input), the head size (a score), the keys (softmax and its weighted sum) and the
-    MLP's width; then the final head over the hidden size."""
-    config = getattr(config, "text_config", None) or config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    per_layer = 5 * config.hidden_size + head_dim + 2 * length + config.intermediate_size
-    return config.num_hidden_layers * per_layer + config.hidden_size
+def inv_freq_rounding(base: float) -> float:
+    """How far HF's float32 ``inv_freq = 1 / base ** (i / dim)`` (then scaled: linear, yarn, llama3, longrope)
+    can be from the exact value, relative: the exponent's rounding u, amplified by ln(base) through the power,
+    the power's own error (torch's float32 pow is within 1 ulp, 2u), the reciprocal's and up to four scaling
+    operations' u each; u = eps32 / 2. Doubled for margin: (ln(base) + 8) eps32."""
+    return (math.log(base) + 8) * F32_EPS
+
+
+def float32_table_rounding(max_phase: float, base: float, scale: float = 1.0) -> float:
+    """How far a cos/sin table HF builds from float32 phases can be from the exact one: each phase off by
+    (inv_freq_rounding + eps32) |phase| (its frequency's rounding and the product's), cos/sin and the
+    attention scale adding a rounding each; ``max_phase`` the largest |position * inv_freq|."""
+    return scale * (max_phase * (inv_freq_rounding(base) + F32_EPS) + 2 * F32_EPS)
 
 
 def rounding(n: int, ref: torch.Tensor, float32_output: bool = False) -> float:

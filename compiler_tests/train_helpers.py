@@ -31,6 +31,23 @@ SMALL = dict(steps=40, threads=1, context=32, batch_size=8, n_layers=1, d_model=
              eval_every=20, checkpoint_every=10, eval_batches=2, lr=1e-2, warmup=5, max_bytes=200_000)
 
 
+def lm_depth(cfg, length: int, layers: int | None = None) -> int:
+    """The longest chain of roundings in a TransformerLM's logits (``cfg`` its ModelConfig): per layer the
+    d_model-long projections (q, k, v, out, the MLP's input), the keys (softmax and its weighted sum), and
+    the MLP's width; then the output head."""
+    d, n = cfg.d_model, cfg.n_layers if layers is None else layers
+    return n * (5 * d + 2 * length + int(cfg.mlp_ratio * d)) + d
+
+
+def loss_bound(cfg, length: int, tokens: int, loss: float) -> float:
+    """How far two float32 computations of a mean next-token loss (``cfg`` the ModelConfig) may be apart: each
+    within eps32 x its chain of roundings (the logits' :func:`lm_depth`, the log-softmax over the vocabulary,
+    the mean over ``tokens``) x the loss, so twice that (compiler_helpers.float32_bound's argument)."""
+    from compiler_helpers import F32_EPS
+
+    return 2 * (lm_depth(cfg, length) + cfg.vocab_size + tokens) * F32_EPS * abs(loss)
+
+
 def small_cfg(**kw) -> TrainConfig:
     return resolve_train_config(overrides={**SMALL, **kw})
 

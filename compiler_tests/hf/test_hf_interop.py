@@ -29,8 +29,9 @@ import pytest
 import torch
 
 import pedsl
-from compiler_helpers import F32_EPS, run_cli
-from hf_helpers import assert_matches_native, depth, float64_native, rounding
+from compiler_helpers import run_cli
+from hf_helpers import (assert_matches_native, depth, float32_table_rounding, float64_native, inv_freq_rounding,
+                        rounding)
 from pedsl.errors import InteropError
 from pedsl.hf import export_rope, import_config, use_pedsl_attention
 
@@ -162,14 +163,6 @@ def reference_inv_freq(rp: dict, head_dim: int, max_pos: int, seq_len: int, orig
 F64_EPS = float(np.finfo(np.float64).eps)
 
 
-def inv_freq_rounding(base: float) -> float:
-    """How far HF's float32 ``inv_freq = 1 / base ** (i / dim)`` (then scaled: linear, yarn, llama3, longrope)
-    can be from the exact value, relative: the exponent's rounding u, amplified by ln(base) through the power,
-    the power's own error (torch's float32 pow is within 1 ulp, 2u), the reciprocal's and up to four scaling
-    operations' u each; u = eps32 / 2. Doubled for margin: (ln(base) + 8) eps32."""
-    return (math.log(base) + 8) * F32_EPS
-
-
 def pedsl_tables(case: str, L: int):
     """(inv_freq, scale, cos, sin) of the imported scheme compiled by pedsl, float64, at length L."""
     from pedsl.compiler import compile_scheme
@@ -205,10 +198,8 @@ def test_import_compiles_to_hf_tables(case):
         # float64 on both sides, a handful of operations each (pow, the ramps): 64 eps64 is a wide margin
         np.testing.assert_allclose(w, ref_w, rtol=64 * F64_EPS, atol=0)
         assert scale == pytest.approx(hscale, rel=4 * F64_EPS) and scale == pytest.approx(ref_af, rel=4 * F64_EPS)
-        # HF's table: cat(freqs, freqs) * attention_scaling over the rotated channels, from float32 phases: each
-        # phase off by (rel + eps32) |phase| (its frequency's rounding and the product's), cos/sin and the
-        # factor adding a rounding each
-        atol = ref_af * (float(np.max(np.arange(L)[:, None] * ref_w)) * (rel + F32_EPS) + 2 * F32_EPS)
+        # HF's table: cat(freqs, freqs) * attention_scaling over the rotated channels, from float32 phases
+        atol = float32_table_rounding(float(np.max(np.arange(L)[:, None] * ref_w)), rp["rope_theta"], ref_af)
         np.testing.assert_allclose(cos, hcos[:, :P], atol=atol, rtol=0)
         np.testing.assert_allclose(sin, hsin[:, P:2 * P], atol=atol, rtol=0)
         phases = np.arange(L)[:, None] * ref_w[None, :]

@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 from compiler_helpers import run_cli
+from hf_helpers import float32_table_rounding
 
 from pedsl.errors import InteropError
 from pedsl.hf import convert, multimodal
@@ -20,9 +21,6 @@ from pedsl.lang.api import check, load, parse
 from pedsl.lang.library import scheme_file
 
 transformers = pytest.importorskip("transformers")
-# transformers computes the phases in float32 (position_ids.float() * inv_freq.float()): a wrong axis, base
-# or section is off by O(1), rounding by 1e-6
-ATOL = 1e-5
 HEADS, HEAD_DIM, HIDDEN = 2, 24, 48  # 12 rotary pairs: sections [4, 4, 4] fit both assignments
 FAMILY_CLASSES = {
     "qwen2_vl": ("Qwen2VLConfig", "Qwen2VLTextConfig", "Qwen2VLTextModel"),
@@ -82,6 +80,14 @@ def hf_table(family: str, text_cfg: dict, pos: torch.Tensor) -> torch.Tensor:
     return cos
 
 
+def assert_table(got: torch.Tensor, spec: dict, pos: torch.Tensor) -> None:
+    """HF's table ``got`` is the naive float64 one within the rounding of its float32 phases (position_ids.float()
+    * inv_freq.float(): hf_helpers.float32_table_rounding, at the largest phase, inv_freq <= 1); a wrong axis,
+    base or section is off by O(1)."""
+    torch.testing.assert_close(got, naive_table(spec, pos), rtol=0,
+                               atol=float32_table_rounding(float(pos.max()), spec["theta"]))
+
+
 def image_positions(B: int = 2) -> torch.Tensor:
     """(3, B, L): 3 text tokens, a 2 x 3 image block at t = 3, then text from max + 1."""
     text0 = [[i, i, i] for i in range(3)]
@@ -104,7 +110,7 @@ def test_the_spec_of_a_v5_config_is_the_table_transformers_builds(family):
         assert spec["assignment"] == ("interleave" if family == "qwen3_vl" else "sections")
         text_cfg = cfg["text_config"] if composite else cfg
         pos = image_positions()
-        torch.testing.assert_close(hf_table(family, text_cfg, pos), naive_table(spec, pos), rtol=0, atol=ATOL)
+        assert_table(hf_table(family, text_cfg, pos), spec, pos)
 
 
 @pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl"])
@@ -115,8 +121,7 @@ def test_a_flat_legacy_config_reads_as_transformers_reads_it(family):
     assert spec["fields"]["sections"] == "rope_scaling.mrope_section"
     hf = getattr(transformers, FAMILY_CLASSES[family][0])(**{k: v for k, v in cfg.items() if k != "model_type"})
     pos = image_positions()
-    torch.testing.assert_close(hf_table(family, hf.text_config.to_dict(), pos), naive_table(spec, pos),
-                               rtol=0, atol=ATOL)
+    assert_table(hf_table(family, hf.text_config.to_dict(), pos), spec, pos)
 
 
 def test_the_imported_text_is_the_multi_axis_scheme():

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from compiler_helpers import float32_bound, float64_bound
 from pedsl.config import resolve_train_config
 from pedsl.data import grids
 from pedsl.errors import ConfigError
@@ -16,6 +17,7 @@ from pedsl.model import TransformerLM
 from pedsl.study.grid.measure import query_row
 from pedsl.train import train
 from pedsl.train.recipe import from_scheme
+from train_helpers import lm_depth
 
 
 def _model(scheme: str) -> TransformerLM:
@@ -35,13 +37,16 @@ def _grid(H: int = 5, W: int = 6):
 def test_a_two_axis_scheme_reads_the_grid_positions(scheme):
     from pedsl.study.grid.run import study_schemes
 
-    model = _model(study_schemes([scheme])[0][0])
+    model = _model(study_schemes([scheme])[0][0]).double()
     tokens, pos = _grid()
+    shift = torch.tensor([3, 5])[:, None, None]
     with torch.no_grad():
         out = model(tokens, pos)
-        shifted = model(tokens, pos + torch.tensor([3, 5])[:, None, None])   # relative in each axis
+        shifted = model(tokens, pos + shift)                                 # relative in each axis
         swapped = model(tokens, pos.flip(0))                                 # (w, h) instead of (h, w)
-    torch.testing.assert_close(shifted, out, atol=1e-4, rtol=1e-4)
+    # float64: the logits' chain of roundings, plus the phases' (eps64 times the largest position)
+    n = lm_depth(model.cfg, tokens.shape[1]) + int((pos + shift).max())
+    torch.testing.assert_close(shifted, out, atol=float64_bound(n, out), rtol=0)
     assert (swapped - out).abs().max() > 1e-3
 
 
@@ -59,11 +64,15 @@ def test_query_row_is_the_attention_of_the_two_axis_module():
     cap = model.capture(tokens, pos)[1]
     pe = model.blocks[1].attn.pe
     row = query_row(pe, cap, pos)                                          # (B, H, L)
-    assert torch.allclose(row.sum(-1), torch.ones(()).double(), atol=1e-5)
+    L, D = cap["k"].shape[-2:]
+    # float32 weights (a score over D channels, a softmax over L keys) sum to 1 within (L + D) eps32
+    assert torch.allclose(row.sum(-1), torch.ones(()).double(), rtol=0, atol=float32_bound(L + D, row.sum(-1)))
     v = torch.randn_like(cap["v"])
     with torch.no_grad():
         o = pe(cap["q"][:, :, -1:], cap["k"], v, positions=pos)[:, :, 0]   # (B, H, D)
-    torch.testing.assert_close(o.double(), torch.einsum("bhl,bhld->bhd", row, v.double()), atol=1e-5, rtol=1e-4)
+    # two float32 computations of sum_j a_j v_j, each within float32's rounding of that chain, at |v|'s size
+    torch.testing.assert_close(o.double(), torch.einsum("bhl,bhld->bhd", row, v.double()), rtol=0,
+                               atol=2 * float32_bound(2 * L + D, v))
 
 
 def test_a_two_axis_scheme_on_one_axis_data_is_refused(tmp_path):

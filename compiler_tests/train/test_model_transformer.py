@@ -12,7 +12,7 @@ from torch import nn
 
 from pedsl.config import ModelConfig
 from pedsl.model import TransformerLM
-from train_helpers import helper
+from train_helpers import helper, lm_depth
 
 CFG = ModelConfig(n_layers=2, d_model=32, n_heads=2)
 
@@ -43,10 +43,7 @@ def test_shapes_and_factory_per_layer():
 
 
 def _depth(length: int, layers: int | None = None) -> int:
-    """The longest chain of roundings in CFG's logits: per layer the d_model-long projections (q, k, v, out,
-    the MLP's input), the keys, and the MLP's width; then the output head."""
-    d, n = CFG.d_model, CFG.n_layers if layers is None else layers
-    return n * (5 * d + 2 * length + 4 * d) + d
+    return lm_depth(CFG, length, layers)
 
 
 def test_causal_future_tokens_do_not_change_the_past():

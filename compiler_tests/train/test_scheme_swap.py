@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from compiler_helpers import ROOT, run_cli
+from train_helpers import loss_bound
 from pedsl.config import TrainConfig, resolve_train_config
 from pedsl.data.stream import TrainData
 from pedsl.errors import CheckpointError, ParamError
@@ -61,8 +62,11 @@ def test_rope_to_pi_with_factor_1_gives_the_same_numbers(rope_run):
     own = json.loads((rope_run / "eval.json").read_text()) if (rope_run / "eval.json").exists() \
         else _eval(str(rope_run))
     pi1 = _eval(str(rope_run), "--scheme", "pi", "-P", "factor=1")
+    model_cfg = resolve_train_config(overrides=SMALL).model
     for L in ("32", "64"):
-        assert pi1["ppl"][L]["nll"] == pytest.approx(own["ppl"][L]["nll"], rel=1e-6, abs=1e-6)
+        want = own["ppl"][L]
+        bound = loss_bound(model_cfg, int(L), want["tokens"], want["nll"])
+        assert abs(pi1["ppl"][L]["nll"] - want["nll"]) <= bound
     assert pi1["blocks"]["64"]["accuracy"] == own["blocks"]["64"]["accuracy"]
     swap = pi1["swap"]
     assert swap["name"] == "pi" and swap["params"]["factor"] == 1.0 and swap["overrides"] == {"factor": 1}
@@ -128,15 +132,16 @@ def test_init_from_starts_at_the_source_loss(rope_run, tmp_path):
     batch = TrainData(cfg.data, cfg.context, cfg.seed).train_batch(0, cfg.batch_size)
     with torch.no_grad():
         want = float(swapped.loss(batch))
-    assert first["step"] == 1 and first["loss"] == pytest.approx(want, rel=1e-6)
+    assert first["step"] == 1 and abs(first["loss"] - want) <= loss_bound(cfg.model, 64, batch.numel(), want)
     # and with the run's own scheme, the source model's loss exactly
     same = tmp_path / "same"
     code, _, err = run_cli("train", "--init-from", str(rope_run), "--steps", "1", "--out", str(same), "-q")
     assert code == 0, err
     batch = TrainData(cfg.data, 32, cfg.seed).train_batch(0, 4)
     with torch.no_grad():
-        assert json.loads((same / "metrics.jsonl").read_text().splitlines()[0])["loss"] == \
-            pytest.approx(float(model.loss(batch)), rel=1e-6)
+        want = float(model.loss(batch))
+    logged = json.loads((same / "metrics.jsonl").read_text().splitlines()[0])["loss"]
+    assert abs(logged - want) <= loss_bound(cfg.model, 32, batch.numel(), want)
 
 
 def test_init_from_refuses_incompatible_and_bad_usage(rope_run, tmp_path):

@@ -105,14 +105,25 @@ def test_export_hf_of_layers_with_one_rope_and_the_refusal_of_two(tmp_path):
     from pedsl.study.common import open_run
     model, _, _ = open_run(run)
     tokens = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(hf(tokens).logits, model(tokens), atol=1e-5, rtol=0)
+    _assert_same_logits(hf, model, tokens)
     g = tmp_path / "two.pe"
     g.write_text(MIX.replace("every(2) = nope", "every(2) = rope"))
     run2 = tmp_path / "run2"
     assert run_cli("train", g, "--out", run2, *TINY)[0] == 0
     code, out, err = run_cli("export", run2, "--hf", tmp_path / "hf2")
     assert code == 1 and "E962" in out + err and "layer 0 (rope)" in out + err and "layer 2 (rope_fast)" in out + err
+
+
+def _assert_same_logits(hf, model, tokens) -> None:
+    """The exported HF model computes the run's logits: both in float64 (HF's float32 steps lifted too:
+    hf_helpers.float64_native), within float64's rounding of the logits' chain; a missing temperature
+    or rope is off by 1e-4 or more."""
+    from hf_helpers import FLOAT32_STEPS, depth, float64_native, rounding
+
+    with torch.no_grad():
+        want = float64_native(hf.double(), also=FLOAT32_STEPS)(tokens).logits
+        got = model.double()(tokens)
+    torch.testing.assert_close(got, want, atol=rounding(depth(hf.config, tokens.shape[1]), want), rtol=0)
 
 
 NOPE_INTERLEAVE = """
@@ -151,5 +162,4 @@ def test_export_hf_of_nope_layers_as_llama4(tmp_path, nope):
     from pedsl.study.common import open_run
     model, _, _ = open_run(run)
     tokens = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        torch.testing.assert_close(hf(tokens).logits, model(tokens), atol=1e-5, rtol=0)  # HF without the tuning: 2e-4 off
+    _assert_same_logits(hf, model, tokens)
