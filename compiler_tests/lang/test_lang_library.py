@@ -76,6 +76,7 @@ EXPECTED = {
                            False, ("rope_mixed",)),
     "alibi_2d_encoder": ({"all": 32}, [], ["distance"], False, ("alibi_2d",)),
     "prefix_lm": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
+    "t5_encoder": ({"all": 32}, [], ["distance"], False, ()),
     "video_rope": ({"row": 12, "col": 12, "time": 8},
                    [("rotate", "qk", "row"), ("rotate", "qk", "col"), ("rotate", "qk", "time")], [], False, ()),
 }

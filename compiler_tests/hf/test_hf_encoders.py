@@ -1,0 +1,75 @@
+"""Encoders against their Hugging Face peers, same weights, float64: the library's t5_encoder against the
+self-attention of a tiny random `T5EncoderModel` (the bidirectional buckets of
+`_relative_position_bucket(bidirectional=True)`), and the plain distance's bidirectional buckets refused
+under a non-causal mask (E255)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from compiler_helpers import SCHEMES, first_error  # noqa: E402
+from pedsl.compiler import compile_scheme  # noqa: E402
+from pedsl.lang.builtin_defs.learned import bucket_of  # noqa: E402
+
+
+def _t5_attention(buckets: int, max_distance: int):
+    cfg = transformers.T5Config(vocab_size=32, d_model=24, d_kv=6, d_ff=32, num_heads=4, num_layers=1,
+                                relative_attention_num_buckets=buckets, relative_attention_max_distance=max_distance,
+                                attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.T5EncoderModel(cfg).to(torch.float64).eval()
+    att = model.encoder.block[0].layer[0].SelfAttention
+    with torch.no_grad():
+        att.relative_attention_bias.weight.normal_()
+    return att
+
+
+@pytest.mark.parametrize("buckets, max_distance, L", [(32, 128, 150), (8, 20, 40)])
+def test_t5_encoder_equals_hf_t5_self_attention(buckets, max_distance, L):
+    """L past max_distance reaches the last bucket of each half; gradients of the table and the inputs too."""
+    att = _t5_attention(buckets, max_distance)
+    H, D = att.n_heads, att.key_value_proj_dim
+    mod = compile_scheme(SCHEMES / "t5_encoder.pe", num_heads=H, head_dim=D,
+                         params={"buckets": buckets, "max_distance": max_distance}).double()
+    table = mod.learned.sites["bias[0]__table0"].weight
+    with torch.no_grad():
+        table.copy_(att.relative_attention_bias.weight)
+    x = torch.randn(2, L, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    want = att(x)[0]
+    q, k, v = (p(x).view(2, L, H, D).transpose(1, 2) for p in (att.q, att.k, att.v))
+    # T5 scores q . k unscaled (its init folds 1 / sqrt(d) into q): pedsl divides by sqrt(D), so q comes in
+    # multiplied by sqrt(D), a float64 rounding of 1 ulp per element
+    got = att.o(mod(q * math.sqrt(D), k, v).transpose(1, 2).reshape(2, L, H * D))
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    g = torch.randn_like(want)
+    gx_want, gt_want = torch.autograd.grad(want, (x, att.relative_attention_bias.weight), g)
+    gx_got, gt_got = torch.autograd.grad(got, (x, table), g)
+    torch.testing.assert_close(gx_got, gx_want, rtol=1e-11, atol=1e-11)
+    torch.testing.assert_close(gt_got, gt_want, rtol=1e-11, atol=1e-11)
+    # both halves are read: keys after the query take the upper buckets
+    rel = torch.arange(L)[None, :] - torch.arange(L)[:, None]
+    hf = att._relative_position_bucket(rel, bidirectional=True, num_buckets=buckets, max_distance=max_distance)
+    assert hf.max() == buckets - 1 and (hf[rel > 0] >= buckets // 2).all()
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_bucket_of_a_signed_distance_is_hfs(bidirectional):
+    from transformers.models.t5.modeling_t5 import T5Attention
+
+    d = torch.arange(-3000, 3000)
+    hf = T5Attention._relative_position_bucket(-d, bidirectional=bidirectional, num_buckets=32, max_distance=128)
+    assert [bucket_of(float(x), 32, 128, bidirectional) for x in d.tolist()] == hf.tolist()
+
+
+def test_the_plain_distance_under_a_bidirectional_mask_is_refused():
+    d = first_error("scheme s {\n  mask = bidirectional\n  bias = table(bucket(distance, bidirectional = true), "
+                    "to = head)\n}\n")
+    assert d.code == "E255" and "distance.t" in d.hint
+    # a symmetric table (bidirectional = false) reads |i - j| as documented: accepted
+    text = "scheme s {\n  mask = bidirectional\n  bias = table(bucket(distance), to = head)\n}\n"
+    assert compile_scheme(text, num_heads=2, head_dim=8) is not None
