@@ -73,3 +73,79 @@ def test_the_plain_distance_under_a_bidirectional_mask_is_refused():
     # a symmetric table (bidirectional = false) reads |i - j| as documented: accepted
     text = "scheme s {\n  mask = bidirectional\n  bias = table(bucket(distance), to = head)\n}\n"
     assert compile_scheme(text, num_heads=2, head_dim=8) is not None
+
+
+# ---------------------------------------------------------------------- ModernBERT
+def _layered(width: int, pattern: str = "[modernbert_global, modernbert_local * 2]") -> str:
+    """The library's two ModernBERT layers in HF's layer map (global_attn_every_n_layers = 3)."""
+    return ('import "modernbert_global.pe"\nimport "modernbert_local.pe"\n'
+            f"scheme modernbert {{\n  layers {{\n    pattern = {pattern}\n  }}\n}}\n"), {"width": width}
+
+
+def _modernbert():
+    cfg = transformers.ModernBertConfig(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=6,
+                                        num_attention_heads=4, local_attention=16, pad_token_id=0,
+                                        attn_implementation="eager")
+    torch.manual_seed(0)
+    model = transformers.ModernBertModel(cfg).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model
+
+
+def _drive(model, scheme) -> None:
+    """Each layer's attention through the pedsl part its `layers` rule names: HF's Wqkv and Wo around it."""
+    from pedsl.lang.api import load
+
+    text, params = scheme
+    sch = load(text, params)
+    names = sch.layers.assign(len(model.layers))
+    H = model.config.num_attention_heads
+    D = model.config.hidden_size // H
+    for layer, name in zip(model.layers, names):
+        mod = compile_scheme(sch.layers.parts[name], num_heads=H, head_dim=D).double()
+
+        def forward(hidden, *args, _att=layer.attn, _mod=mod, **kw):
+            B, L, _ = hidden.shape
+            q, k, v = _att.Wqkv(hidden).view(B, L, 3, H, D).permute(2, 0, 3, 1, 4)
+            return _att.Wo(_mod(q, k, v).transpose(1, 2).reshape(B, L, H * D)), None
+
+        layer.attn.forward = forward
+
+
+def test_modernbert_layers_equal_hf_modernbert_model():
+    from hf_helpers import depth, float64_native, rounding
+
+    native = _modernbert()
+    assert native.config.layer_types == ["full_attention", "sliding_attention", "sliding_attention"] * 2
+    assert native.config.sliding_window == 8  # HF's half window: |i - j| <= 8, pedsl's window = 9
+    # HF's rotary tables and its eager softmax (dtype=torch.float32) in float64
+    exact = float64_native(native, also=("Attention",))
+    ours = float64_native(native)
+    _drive(ours, _layered(9))
+    ids = torch.randint(1, 64, (2, 40), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        want, got = exact(ids).last_hidden_state, ours(ids).last_hidden_state
+        native_out = native(ids).last_hidden_state
+    # float64 throughout on both sides: float64's rounding of the model's longest chain (hf_helpers.depth)
+    torch.testing.assert_close(got, want, rtol=0.0, atol=rounding(depth(native.config, 40), want))
+    assert (native_out - want).abs().max() < 1e-4  # the float64 twin is the model (its float32 steps aside)
+    # the window and the two bases matter: a global part everywhere is far off
+    swapped = float64_native(native)
+    _drive(swapped, (_layered(9, "[modernbert_global]")[0], {}))
+    with torch.no_grad():
+        assert (swapped(ids).last_hidden_state - want).abs().max() > 1e-3
+
+
+def test_the_library_modernbert_layers_have_hfs_defaults():
+    from pedsl.lang.api import load
+
+    cfg = transformers.ModernBertConfig()
+    local, glob = load(SCHEMES / "modernbert_local.pe"), load(SCHEMES / "modernbert_global.pe")
+    assert local.window == cfg.sliding_window + 1 == 65 and glob.window is None
+    assert local.params["base"] == cfg.rope_parameters["sliding_attention"]["rope_theta"]
+    assert glob.params["base"] == cfg.rope_parameters["full_attention"]["rope_theta"]
+    assert local.layout == glob.layout == "halves"  # HF's rotate_half
+    assert cfg.layer_types[:6] == ["full_attention", "sliding_attention", "sliding_attention"] * 2

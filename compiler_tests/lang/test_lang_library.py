@@ -77,6 +77,8 @@ EXPECTED = {
     "alibi_2d_encoder": ({"all": 32}, [], ["distance"], False, ("alibi_2d",)),
     "prefix_lm": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "t5_encoder": ({"all": 32}, [], ["distance"], False, ()),
+    "modernbert_global": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
+    "modernbert_local": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "video_rope": ({"row": 12, "col": 12, "time": 8},
                    [("rotate", "qk", "row"), ("rotate", "qk", "col"), ("rotate", "qk", "time")], [], False, ()),
 }
