@@ -1,7 +1,9 @@
-"""Encoders against their Hugging Face peers, same weights, float64: the library's t5_encoder against the
-self-attention of a tiny random `T5EncoderModel` (the bidirectional buckets of
-`_relative_position_bucket(bidirectional=True)`), and the plain distance's bidirectional buckets refused
-under a non-causal mask (E255)."""
+"""Encoders against their Hugging Face peers, tiny random models, same weights, float64: the library's
+t5_encoder against the self-attention of a `T5EncoderModel` (`_relative_position_bucket(bidirectional=True)`;
+the plain distance's bidirectional buckets refused under a non-causal mask, E255); modernbert_global /
+modernbert_local in HF's layer map driving every attention of a `ModernBertModel`; pixtral_vision and
+qwen2_vl_vision driving `PixtralVisionModel` and Qwen2-VL's vision tower over packed images. The drivers are
+this file's: `use_pedsl_attention` serves causal decoders and refuses is_causal=False."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from compiler_helpers import SCHEMES, first_error  # noqa: E402
+from hf_helpers import depth, float64_native, rounding  # noqa: E402
 from pedsl.compiler import compile_scheme  # noqa: E402
 from pedsl.lang.builtin_defs.learned import bucket_of  # noqa: E402
 
@@ -116,7 +119,6 @@ def _drive(model, scheme) -> None:
 
 
 def test_modernbert_layers_equal_hf_modernbert_model():
-    from hf_helpers import depth, float64_native, rounding
 
     native = _modernbert()
     assert native.config.layer_types == ["full_attention", "sliding_attention", "sliding_attention"] * 2
@@ -149,3 +151,94 @@ def test_the_library_modernbert_layers_have_hfs_defaults():
     assert glob.params["base"] == cfg.rope_parameters["full_attention"]["rope_theta"]
     assert local.layout == glob.layout == "halves"  # HF's rotate_half
     assert cfg.layer_types[:6] == ["full_attention", "sliding_attention", "sliding_attention"] * 2
+
+
+# ---------------------------------------------------------------------- vision towers: 2-D RoPE both ways
+def _scaled(model):
+    torch.manual_seed(0)
+    model = model.to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model
+
+
+def _vision_drive(attentions, name: str, H: int, D: int, qkv, out, positions, docs) -> None:
+    """Each attention module's forward through the library scheme ``name``: HF's projections around pedsl's
+    module, the patches' (h, w) positions (2, 1, N) and one document per image (or frame)."""
+    mod = compile_scheme(SCHEMES / f"{name}.pe", num_heads=H, head_dim=D).double()
+    for att in attentions:
+        def forward(*args, _att=att, **kw):
+            hidden = args[0] if args else kw["hidden_states"]
+            packed = hidden.dim() == 2  # Qwen2-VL's (N, C) packed patches; Pixtral's (1, N, C)
+            x = hidden[None] if packed else hidden
+            q, k, v = qkv(_att, x)
+            o = out(_att, mod(q, k, v, positions=positions, document_ids=docs).transpose(1, 2).reshape(
+                *x.shape[:2], H * D))
+            return o[0] if packed else (o, None)
+
+        att.forward = forward
+
+
+def test_pixtral_vision_equals_hf_pixtral_vision_model():
+
+    cfg = transformers.PixtralVisionConfig(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                           num_attention_heads=4, head_dim=16, num_channels=3, image_size=64,
+                                           patch_size=8, attn_implementation="eager")
+    torch.manual_seed(0)
+    native = _scaled(transformers.PixtralVisionModel(cfg))
+    exact = float64_native(native, also=("Attention",))  # its float32 phases and eager softmax in float64
+    ours = float64_native(native)
+    sizes = [(32, 48), (40, 24)]  # 4 x 6 and 5 x 3 patches, packed into one sequence
+    pix = torch.randn(2, 3, 40, 48, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    grids = [(h // 8, w // 8) for h, w in sizes]
+    hw = [torch.stack(torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")).reshape(2, -1) for h, w in grids]
+    positions = torch.cat(hw, 1)[:, None]  # (2, 1, N)
+    docs = torch.cat([torch.full((h * w,), i) for i, (h, w) in enumerate(grids)])[None]
+    H, D = 4, 16
+
+    def qkv(att, x):
+        return (p(x).view(*x.shape[:2], H, D).transpose(1, 2) for p in (att.q_proj, att.k_proj, att.v_proj))
+
+    _vision_drive([layer.attention for layer in ours.transformer.layers], "pixtral_vision", H, D, qkv,
+                  lambda att, o: att.o_proj(o), positions, docs)
+    with torch.no_grad():
+        want, got = exact(pix, image_sizes=sizes).last_hidden_state, ours(pix, image_sizes=sizes).last_hidden_state
+        qwen = float64_native(native)
+        _vision_drive([layer.attention for layer in qwen.transformer.layers], "qwen2_vl_vision", H, D, qkv,
+                      lambda att, o: att.o_proj(o), positions, docs)
+        other = qwen(pix, image_sizes=sizes).last_hidden_state
+    n = 2 * (5 * 64 + D + 2 * docs.shape[1] + 96) + 64  # hf_helpers.depth's chain for this tower
+    torch.testing.assert_close(got, want, rtol=0.0, atol=rounding(n, want))
+    assert (other - want).abs().max() > 1e-3  # Qwen2-VL's grid (no odd frequencies on w) is another model
+
+
+def test_qwen2_vl_vision_equals_hf_qwen2_vl_vision_tower():
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import (Qwen2VisionTransformerPretrainedModel,
+                                                                get_vision_position_ids)
+
+    cfg = transformers.Qwen2VLVisionConfig(depth=2, embed_dim=64, hidden_size=64, num_heads=4, mlp_ratio=2,
+                                           in_channels=3, patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
+                                           attn_implementation="eager")
+    torch.manual_seed(0)
+    native = _scaled(Qwen2VisionTransformerPretrainedModel(cfg))
+    exact = float64_native(native, also=("Attention",))  # its float32 rotation (q.float()) in float64
+    ours = float64_native(native)
+    grid = torch.tensor([[1, 4, 6], [2, 4, 4]])  # an image and a two-frame video: three frames
+    N = int((grid[:, 0] * grid[:, 1] * grid[:, 2]).sum())
+    x = torch.randn(N, 3 * 2 * 4 * 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    positions = get_vision_position_ids(grid, 2).t()[:, None]  # HF's merge-block order, (2, 1, N)
+    frames = [h * w for t, h, w in grid.tolist() for _ in range(t)]
+    docs = torch.cat([torch.full((n,), i) for i, n in enumerate(frames)])[None]
+    H, D = 4, 16
+
+    def qkv(att, x):
+        return att.qkv(x).view(*x.shape[:2], 3, H, D).permute(2, 0, 3, 1, 4)
+
+    _vision_drive([blk.attn for blk in ours.blocks], "qwen2_vl_vision", H, D, qkv, lambda att, o: att.proj(o),
+                  positions, docs)
+    with torch.no_grad():
+        want, got = exact(x, grid_thw=grid).last_hidden_state, ours(x, grid_thw=grid).last_hidden_state
+    n = 2 * (5 * 64 + D + 2 * N + 128) + 64
+    torch.testing.assert_close(got, want, rtol=0.0, atol=rounding(n, want))
