@@ -242,3 +242,15 @@ def test_qwen2_vl_vision_equals_hf_qwen2_vl_vision_tower():
         want, got = exact(x, grid_thw=grid).last_hidden_state, ours(x, grid_thw=grid).last_hidden_state
     n = 2 * (5 * 64 + D + 2 * N + 128) + 64
     torch.testing.assert_close(got, want, rtol=0.0, atol=rounding(n, want))
+
+
+@pytest.mark.parametrize("config, scheme", [("ModernBertConfig", "modernbert_local"), ("T5Config", "t5_encoder"),
+                                            ("PixtralVisionConfig", "pixtral_vision"),
+                                            ("Qwen2VLVisionConfig", "qwen2_vl_vision")])
+def test_import_hf_refuses_the_encoders_naming_the_library_scheme(config, scheme):
+    from pedsl.errors import InteropError
+    from pedsl.hf.convert import import_config
+
+    with pytest.raises(InteropError) as err:
+        import_config(getattr(transformers, config)().to_dict())
+    assert "attends bidirectionally" in str(err.value) and scheme in str(err.value)
