@@ -15,7 +15,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from compiler_helpers import SCHEMES, first_error  # noqa: E402
-from hf_helpers import depth, float64_native, rounding  # noqa: E402
+from hf_helpers import depth, float64_native, rounding, scaled_float64  # noqa: E402
 from pedsl.compiler import compile_scheme  # noqa: E402
 from pedsl.lang.builtin_defs.learned import bucket_of  # noqa: E402
 
@@ -90,12 +90,7 @@ def _modernbert():
                                         num_attention_heads=4, local_attention=16, pad_token_id=0,
                                         attn_implementation="eager")
     torch.manual_seed(0)
-    model = transformers.ModernBertModel(cfg).to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4)
-    return model
+    return scaled_float64(transformers.ModernBertModel(cfg))
 
 
 def _drive(model, scheme) -> None:
@@ -154,16 +149,6 @@ def test_the_library_modernbert_layers_have_hfs_defaults():
 
 
 # ---------------------------------------------------------------------- vision towers: 2-D RoPE both ways
-def _scaled(model):
-    torch.manual_seed(0)
-    model = model.to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4)
-    return model
-
-
 def _vision_drive(attentions, name: str, H: int, D: int, qkv, out, positions, docs) -> None:
     """Each attention module's forward through the library scheme ``name``: HF's projections around pedsl's
     module, the patches' (h, w) positions (2, 1, N) and one document per image (or frame)."""
@@ -187,7 +172,7 @@ def test_pixtral_vision_equals_hf_pixtral_vision_model():
                                            num_attention_heads=4, head_dim=16, num_channels=3, image_size=64,
                                            patch_size=8, attn_implementation="eager")
     torch.manual_seed(0)
-    native = _scaled(transformers.PixtralVisionModel(cfg))
+    native = scaled_float64(transformers.PixtralVisionModel(cfg))
     exact = float64_native(native, also=("Attention",))  # its float32 phases and eager softmax in float64
     ours = float64_native(native)
     sizes = [(32, 48), (40, 24)]  # 4 x 6 and 5 x 3 patches, packed into one sequence
@@ -222,7 +207,7 @@ def test_qwen2_vl_vision_equals_hf_qwen2_vl_vision_tower():
                                            in_channels=3, patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
                                            attn_implementation="eager")
     torch.manual_seed(0)
-    native = _scaled(Qwen2VisionTransformerPretrainedModel(cfg))
+    native = scaled_float64(Qwen2VisionTransformerPretrainedModel(cfg))
     exact = float64_native(native, also=("Attention",))  # its float32 rotation (q.float()) in float64
     ours = float64_native(native)
     grid = torch.tensor([[1, 4, 6], [2, 4, 4]])  # an image and a two-frame video: three frames

@@ -13,6 +13,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from compiler_helpers import first_error  # noqa: E402
+from hf_helpers import scaled_float64  # noqa: E402
 from pedsl.hf import use_pedsl_attention  # noqa: E402
 from pedsl.hf.convert import import_config  # noqa: E402
 from pedsl.lang.fold import fold_expr  # noqa: E402
@@ -102,12 +103,7 @@ def _llama4(rp: dict):
                                         floor_scale=4, attention_chunk_size=None, rope_parameters=copy.deepcopy(rp),
                                         **SMALL)
     torch.manual_seed(0)
-    model = transformers.Llama4ForCausalLM(cfg).to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4)
-    return model
+    return scaled_float64(transformers.Llama4ForCausalLM(cfg))
 
 
 @pytest.mark.parametrize("original", [8192, 16])
