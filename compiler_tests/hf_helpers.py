@@ -117,3 +117,14 @@ def assert_matches_native(got, native, exact, n: int) -> float:
     assert err <= bound, f"pedsl vs the float64 native model: {err:.3g} > {bound:.3g}"
     assert float((got - native).abs().max()) <= floor + bound, (floor, bound)
     return floor
+
+
+def scaled_float64(model):
+    """A tiny random model in float64, eval mode, its matrices times 4: scores large enough that the positional
+    encoding moves the outputs well past float64's rounding."""
+    model = model.to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model

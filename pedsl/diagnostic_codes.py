@@ -61,6 +61,8 @@ CODES: dict[str, tuple[str, str]] = {
                       "heads / head_dim"),
     "E253": ("check", "two `layers` rules of the same rank name the same layer"),
     "E254": ("check", "the `layers` rules do not fit the model's layer count (a layer beyond it, or one with no part)"),
+    "E255": ("check", "`bucket(distance, bidirectional = true)` under a non-causal mask: the plain distance is |i - j|, "
+                      "so later keys never reach T5's upper buckets (use a signed per-axis distance)"),
     "E300": ("params", "a parameter override error without a more specific code"),
     "E301": ("params", "unknown `-P` parameter"),
     "E302": ("params", "`-P` value of the wrong type"),

@@ -83,7 +83,7 @@ def test_hostile_values_are_refused_with_the_field_named_or_imported_valid(rope_
 
 @pytest.mark.parametrize("field, value", [("original_max_position_embeddings", "8192"),
                                           ("original_max_position_embeddings", float("nan")),
-                                          ("factor", -4), ("high_freq_factor", 1.0)])
+                                          ("factor", -4), ("high_freq_factor", 0.5)])
 def test_import_hf_refuses_through_the_cli_and_writes_nothing(field, value, tmp_path):
     cfg = config("llama3")
     cfg["rope_parameters"][field] = value
@@ -105,7 +105,7 @@ def test_import_hf_refuses_through_the_cli_and_writes_nothing(field, value, tmp_
     ("linear", "factor", 0),
     ("linear", "factor", -4),
     ("dynamic", "factor", -4),
-    ("llama3", "high_freq_factor", 1.0),
+    ("llama3", "high_freq_factor", 0.5),
     ("default", "partial_rotary_factor", 2.0),
 ])
 def test_the_reported_configs_are_refused(rope_type, field, value):

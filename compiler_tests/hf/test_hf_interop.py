@@ -73,6 +73,9 @@ CASES = {
                                 "rope_theta": 10000.0}, {"original_max_position_embeddings": ORIG}, (56,), True),
     "llama3": ("llama", {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                          "original_max_position_embeddings": ORIG, "rope_theta": 500000.0}, {}, (40,), True),
+    # Llama 4 Scout's: equal factors, no smooth band (pairs 0-1 kept, 2-7 divided)
+    "llama3_equal": ("llama", {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                               "original_max_position_embeddings": ORIG, "rope_theta": 500000.0}, {}, (40,), True),
     "partial": ("phi3", {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5}, {}, (40,), True),
     # the attention factor on the rotated half only (HF multiplies cos and sin)
     "partial_longrope": ("phi3", {"rope_type": "longrope", "short_factor": SHORT[:4], "long_factor": LONG[:4],

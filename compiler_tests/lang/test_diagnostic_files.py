@@ -24,7 +24,7 @@ def test_an_overridden_let_is_reported_in_the_child_file(tmp_path, pad):
     (tmp_path / "base.pe").write_text(BASE)
     child = tmp_path / "child.pe"
     child.write_text('import "base.pe"\n' + "\n" * pad + 'scheme s extends base_s {\n'
-                     '  let w = llama3(500000.0, 16.0, 8192, 1.0, 1.0)\n}\n')
+                     '  let w = llama3(500000.0, 16.0, 8192, 4.0, 1.0)\n}\n')
     (err,) = _errors(child)
     assert err.code == "E217"
     assert err.file == str(child), err.render()

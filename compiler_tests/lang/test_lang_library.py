@@ -76,13 +76,18 @@ EXPECTED = {
                            False, ("rope_mixed",)),
     "alibi_2d_encoder": ({"all": 32}, [], ["distance"], False, ("alibi_2d",)),
     "prefix_lm": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
+    "t5_encoder": ({"all": 32}, [], ["distance"], False, ()),
+    "modernbert_global": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
+    "modernbert_local": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
+    "pixtral_vision": ({"row": 16, "col": 16}, [("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False, ()),
+    "qwen2_vl_vision": ({"row": 16, "col": 16}, [("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False, ()),
     "video_rope": ({"row": 12, "col": 12, "time": 8},
                    [("rotate", "qk", "row"), ("rotate", "qk", "col"), ("rotate", "qk", "time")], [], False, ()),
 }
 # Schemes of several position axes train on grids: their training length is a grid's token count (16 x 16,
 # 8 x 8 x 8 frames), and they are evaluated at grid sizes, not at token lengths (no eval block).
 GRID_LENGTH = {"rope_2d": 256, "rope_3d": 512, "rope_mixed": 256, "alibi_2d": 256, "rope_2d_encoder": 256,
-               "rope_mixed_encoder": 256, "alibi_2d_encoder": 256}
+               "rope_mixed_encoder": 256, "alibi_2d_encoder": 256, "pixtral_vision": 256, "qwen2_vl_vision": 256}
 
 
 def test_library_is_what_the_issue_lists():

@@ -184,6 +184,7 @@ def test_nesting_extends_and_shapes_are_refused():
                    "scheme m { layers { default = nope\n every(2) = wide } }\n"
     d = first_error(text)
     assert d.code == "E252" and "heads 8" in d.message
+    assert "Gemma 4" in d.hint and "not expressible yet" in d.hint  # the hint does not claim all models agree
 
 
 def test_a_scheme_extending_a_layers_scheme_inherits_its_map():

@@ -69,11 +69,14 @@ class _LearnedValue(nn.Module):
 
 
 def _t5_bucket(d, buckets, max_distance, bidirectional):
-    """T5's bucket of distances d >= 0 (Hugging Face's _relative_position_bucket at j - i = -d), float64."""
+    """T5's bucket of distances d = i - j (Hugging Face's _relative_position_bucket at j - i), float64: a key after
+    its query (d < 0, a signed per-axis distance) in the upper half when bidirectional, in bucket 0 otherwise."""
     n = buckets // 2 if bidirectional else buckets
+    later = (d < 0).to(d.dtype) * n if bidirectional else torch.zeros_like(d)
+    d = d.abs() if bidirectional else d.clamp(min=0)
     exact = n // 2
     far = exact + torch.floor(torch.log(d.clamp(min=exact) / exact) / math.log(max_distance / exact) * (n - exact))
-    return torch.where(d < exact, d, far.clamp(max=n - 1))
+    return torch.where(d < exact, d, far.clamp(max=n - 1)) + later
 
 
 def _sinusoid_dot(d, dim, base):

@@ -57,6 +57,9 @@ def _refused(why: str) -> Family:
     return Family(rotation="none", refused=why)
 
 
+_ENCODER = ("attends bidirectionally (is_causal=False): import-hf writes and use_pedsl_attention drives causal "
+            "decoders only. Its attention is the library's {scheme}, equal to {peer} with the same weights "
+            "(tested in float64), not yet written from a config")
 _MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one of three positions - time, height, "
           "width - split by mrope_section), whose positions are not one token index")
 _ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
@@ -122,6 +125,13 @@ REGISTRY: dict[str, Family] = {
                                                           "qwen2_5_vl_text")},
     **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text")},
     # taught, and refused with the reason
+    **{mt: _refused(_ENCODER.format(peer=peer, scheme=scheme)) for mt, peer, scheme in (
+        ("modernbert", "ModernBertModel's", "modernbert_global and modernbert_local in layers { pattern = "
+                                            "[modernbert_global, modernbert_local * 2] }"),
+        ("t5", "T5's encoder self-attention once q is multiplied by sqrt(head_dim) (T5 scores q . k unscaled)",
+         "t5_encoder"),
+        ("pixtral", "PixtralVisionModel's", "pixtral_vision"),
+        ("qwen2_vl_vision", "Qwen2-VL's vision tower's", "qwen2_vl_vision"))},
     "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
                           "attention is causal (is_causal)"),
     **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},

@@ -304,8 +304,8 @@ _KNOBS = {
     "factor": (lambda v, s: v > 0, "a factor > 0"),
     "original": (lambda v, s: v >= 2, "an integer >= 2 (a training length)"),
     "low_freq_factor": (lambda v, s: v > 0, "a low_freq_factor > 0"),
-    "high_freq_factor": (lambda v, s: v > s["low_freq_factor"], "a high_freq_factor above low_freq_factor "
-                         "({low_freq_factor:g})"),
+    "high_freq_factor": (lambda v, s: v >= s["low_freq_factor"], "a high_freq_factor at or above "
+                         "low_freq_factor ({low_freq_factor:g})"),
     "beta_fast": (lambda v, s: v > 0, "beta_fast > 0"),
     "beta_slow": (lambda v, s: v > 0, "beta_slow > 0"),
     "mscale": (lambda v, s: v >= 0, "mscale >= 0"),
@@ -343,7 +343,7 @@ def _pe_text(value: Any) -> str:
 #: schemes), so that a -P override the grids cannot take is refused where it is given.
 _CONSTRAINTS = {"base": "(> 1)", "train_length": "(>= 2)", "partial_rotary_factor": "(> 0, <= 1)",
                 "factor": "(> 0)", "original": "(>= 2)", "low_freq_factor": "(> 0)",
-                "high_freq_factor": "(> low_freq_factor)", "beta_fast": "(> 0)", "beta_slow": "(> 0)",
+                "high_freq_factor": "(>= low_freq_factor)", "beta_fast": "(> 0)", "beta_slow": "(> 0)",
                 "mscale": "(>= 0)", "mscale_all_dim": "(>= 0)", "attention_factor": "(>= 0)"}
 _KNOB_ORDER = ("factor", "original", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "truncate",
                "mscale", "mscale_all_dim", "attention_factor")

@@ -316,7 +316,9 @@ def _resolve_parts(found, decl, src, overrides, struct, resolve_part, report) ->
     if len(shapes) > 1:
         shown = ", ".join(f"{n}: heads {p.heads}, head_dim {p.head_dim}" for n, p in parts.items())
         report("E252", f"the parts of '{decl.name}' disagree on the attention's shape ({shown})", blocks_of(decl),
-               hint="every layer of a model has the same heads and head_dim: give the parts the same ones")
+               hint="pedsl builds every layer with one heads and head_dim (models whose layers differ, as Gemma 4's "
+                    "full layers at head_dim 512 beside its sliding ones at 256, are not expressible yet): give "
+                    "the parts the same ones")
         return None
     return parts
 

@@ -76,6 +76,7 @@ class MaskResolution(ResolverStage):
             why.append("stick-breaking (the nearest earlier key breaks the stick first)")
         if contextual is not None:
             why.append("CoPE's contextual positions (gates counted from j to i)")
+        self.check_past_only_buckets(mask, biases)
         if not why:
             return
         self._current = self.m.mask.src
@@ -83,3 +84,43 @@ class MaskResolution(ResolverStage):
                     + "; ".join(why) + " has a meaning only for keys at or before the query",
                     self.m.mask.stmt, hint="keep mask = causal for this scheme, or use a transport and biases "
                     "defined both ways (RoPE rotations, distance biases, per-axis distances)")
+
+    def check_past_only_buckets(self, mask: AttentionMask, biases) -> None:
+        """``bucket(distance, bidirectional = true)`` beside a non-causal mask reads ``|i - j|``: every key after
+        its query would land in the buckets of the past and the upper half (T5's encoder's buckets of later
+        keys) would never be read - refused (E255) rather than passed off as T5's encoder."""
+        if self.m.bias is None:
+            return
+        for b in biases:
+            call = next((c for c in _calls(getattr(b, "term", None), "bucket") if self._past_only(c)), None)
+            if call is None:
+                continue
+            self._current = self.m.bias.src
+            self.report("E255", f"bucket(distance, bidirectional = true) under mask = {mask.source()} reads "
+                        "|i - j|: keys after the query would take the buckets of the past, never the upper half "
+                        "T5's encoder gives them", call,
+                        hint="declare `axes t` and write bucket(distance.t, ..., bidirectional = true): a per-axis "
+                             "distance is signed (the library's t5_encoder); or bidirectional = false for one "
+                             "symmetric table")
+            return
+
+    def _past_only(self, call: ast.Call) -> bool:
+        dist = call.args[0] if call.args else next((k.value for k in call.kwargs if k.name == "distance"), None)
+        flag = next((k.value for k in call.kwargs if k.name == "bidirectional"), None)
+        if len(call.args) >= 4:
+            flag = call.args[3]
+        on = (flag is not None and (flag.kind == "bool" and flag.value
+                                    or flag.kind == "name" and self.values.get(flag.id) is True))
+        return on and dist is not None and dist.kind == "name" and dist.id == "distance"
+
+
+def _calls(expr, func: str):
+    """Every call of ``func`` inside an expression tree."""
+    if isinstance(expr, ast.Call) and expr.func == func:
+        yield expr
+    if isinstance(expr, ast.Node):
+        for name in type(expr).model_fields:
+            yield from _calls(getattr(expr, name), func)
+    elif isinstance(expr, tuple):
+        for item in expr:
+            yield from _calls(item, func)

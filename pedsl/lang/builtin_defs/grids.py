@@ -132,13 +132,17 @@ def _longrope(env, node, base, short_factor, long_factor, original):
 
 
 def _llama3(env, node, base, factor, original, low_freq_factor, high_freq_factor):
+    """Hugging Face's rule, branch for branch: with equal factors the smooth band shrinks to the one
+    wavelength original / low_freq_factor, where HF divides by zero (a NaN in its table): refused there."""
     p = pairs_of(env, node)
     base, factor, orig = _scaling(node, base, factor, original)
     lo, hi = number(low_freq_factor, node, "low_freq_factor"), number(high_freq_factor, node, "high_freq_factor")
     if lo <= 0:
         raise EvalIssue(f"llama3(): low_freq_factor must be > 0, got {lo:g}", node)
-    if hi <= lo:
-        raise EvalIssue("llama3(): high_freq_factor must exceed low_freq_factor", node)
+    if hi < lo:
+        raise EvalIssue(f"llama3(): high_freq_factor ({hi:g}) is below low_freq_factor ({lo:g})", node,
+                        hint="Hugging Face warns, then ignores high_freq_factor: give high >= low "
+                             "(equal factors, as Llama 4 Scout's, leave no smooth band)")
     low_wavelen, high_wavelen = orig / lo, orig / hi
     out = []
     for w in geometric_values(base, p):
@@ -147,6 +151,11 @@ def _llama3(env, node, base, factor, original, low_freq_factor, high_freq_factor
             out.append(w)
         elif wavelen > low_wavelen:
             out.append(w / factor)
+        elif hi == lo:
+            raise EvalIssue(
+                f"llama3(): a pair's wavelength {wavelen!r} is exactly original / low_freq_factor with equal "
+                "factors: the smooth band divides 0 by 0 there (Hugging Face's table holds NaN)", node,
+                hint="move original or low/high_freq_factor off that wavelength")
         else:
             smooth = (orig / wavelen - lo) / (hi - lo)
             out.append((1 - smooth) * w / factor + smooth * w)
@@ -225,7 +234,8 @@ RECORDS = [
       emit=_emit_longrope),
     B("llama3", (("base", REQUIRED), ("factor", REQUIRED), ("original", REQUIRED),
                  ("low_freq_factor", 1.0), ("high_freq_factor", 4.0)),
-      "Llama 3 wavelength rule: keep high frequencies, divide low ones by factor, smooth between",
+      "Llama 3 wavelength rule as Hugging Face computes it: keep high frequencies, divide low ones by factor, "
+      "smooth between (no band when the two factors are equal, as Llama 4 Scout's)",
       _grid("base", "factor", "original", "low_freq_factor", "high_freq_factor"), "grid", fold_env=_llama3),
     B("span", (("length", REQUIRED), ("cycles", 2.0), ("period", 32.0)),
       "RoPE-ID grid: geometric from 2 pi cycles / length (>= cycles turns in length) to 2 pi / period",

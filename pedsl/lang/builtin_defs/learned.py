@@ -71,15 +71,17 @@ RECORDS = [
 
 
 def bucket_of(d: float, buckets: int, max_distance: int, bidirectional: bool) -> int:
-    """T5's bucket of a distance d = i - j >= 0 (Hugging Face's ``_relative_position_bucket`` at
-    relative_position = j - i <= 0: causal attention sees no key after the query, so a bidirectional
-    layout uses only its first half, the buckets of the past)."""
+    """T5's bucket of a distance d = i - j (Hugging Face's ``_relative_position_bucket`` at relative_position
+    = j - i): a key after its query (d < 0) lands in the upper half of a bidirectional layout and in bucket 0
+    of a causal one. A plain ``distance`` is never negative; a per-axis one (``distance.t``) is signed."""
     n = buckets // 2 if bidirectional else buckets
+    later = bidirectional and d < 0
+    d = abs(d) if bidirectional else max(d, 0)
     exact = n // 2
     if d < exact:
-        return int(d)
+        return int(d) + n * later
     large = exact + int(math.log(d / exact) / math.log(max_distance / exact) * (n - exact))
-    return min(large, n - 1)
+    return min(large, n - 1) + n * later
 
 
 def _bucket_rule(a: dict[str, Ty]) -> Ty:
@@ -106,11 +108,13 @@ def _bucket_check(buckets: int = 32, max_distance: int = 128, bidirectional: boo
 
 def _bucket_run(ops, d, *, buckets, max_distance, bidirectional):
     n = buckets // 2 if bidirectional else buckets
+    later = (d < 0) * float(n) if bidirectional else d * 0.0  # a key after its query: the upper half
+    d = ops.maximum(d, -d) if bidirectional else ops.maximum(d, d * 0)
     exact = n // 2
     far = exact + ops.floor(ops.log(ops.maximum(d, d * 0 + exact) / exact) / math.log(max_distance / exact)
                             * (n - exact))
     small = (d < exact) * 1.0
-    return small * d + (1.0 - small) * ops.minimum(far, far * 0 + (n - 1))
+    return small * d + (1.0 - small) * ops.minimum(far, far * 0 + (n - 1)) + later
 
 
 def _emit_bucket(d, *, buckets, max_distance, bidirectional):
@@ -179,7 +183,8 @@ def _emit_mlp(g, features, *, to, hidden, depth, relu):
 RECORDS += [
     Builtin("bucket", (("distance", REQUIRED), ("buckets", 32), ("max_distance", 128), ("bidirectional", False)),
             "T5's bucket of the distance: exact below buckets / 2, log-spaced up to max_distance, then the last "
-            "(Hugging Face's _relative_position_bucket; bidirectional: the encoder's layout, half for later keys)",
+            "(Hugging Face's _relative_position_bucket; bidirectional: the encoder's layout, the upper half for keys "
+            "after the query, which a signed per-axis distance such as distance.t reaches)",
             _bucket_rule, "bias", static=(("buckets", int), ("max_distance", int), ("bidirectional", bool)),
             arg_rules={"buckets": (2, limits.MAX_LIST, False, "the number of buckets"),
                        "max_distance": (1, limits.MAX_LENGTH, False, "the distance where the last bucket starts")},
