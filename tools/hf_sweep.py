@@ -51,6 +51,13 @@ SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_la
 # Positional fields set to values other than the defaults, where the config class has them.
 POSITIONAL = dict(sliding_window=WINDOW, use_sliding_window=True, max_window_layers=1, rope_theta=5e4,
                   no_rope_layers=[1, 0, 1, 1], attention_chunk_size=8)
+# Per type: the fields that give the tiny model attention layers of every kind it has (hybrids whose default
+# pattern puts no attention layer in the first 4; a mix of sliding and full layers where layer_types decides)
+EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
+         "zamba": dict(attn_layer_period=2, attn_layer_offset=1),
+         "bamba": dict(attn_layer_indices=[1, 3]),
+         "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
+         "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2)}
 # A fast slice for the suite: the families of the issue, one of each mechanism (a few minutes on one core).
 FAST = ("llama", "mistral", "qwen2", "phi3", "gpt_neox", "gemma2", "olmo3", "exaone4", "smollm3", "jamba", "bloom",
         "deepseek_v3", "gpt2")
@@ -93,6 +100,7 @@ def tiny_config(model_type: str):
     cls = CONFIG_MAPPING[model_type]
     base = cls()
     kw = {k: v for k, v in {**SMALL, **POSITIONAL}.items() if hasattr(base, k)}
+    kw.update(EXTRA.get(model_type, {}))
     if "rope_theta" in kw:
         kw.pop("rope_theta")
     rp = getattr(base, "rope_parameters", None)

@@ -29,7 +29,13 @@ def _native(model_type: str, **fields):
     import torch
 
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except ValueError:  # a model without SDPA (VaultGemma): its eager attention, as tools.hf_sweep builds it
+        cfg._attn_implementation = "eager"
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model = model.float().eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -71,9 +77,23 @@ def test_bloom_with_its_real_keys_is_refused_as_alibi():
             import_config(c)
 
 
-def test_jamba_is_refused_not_written_as_rope():
-    with pytest.raises(InteropError, match="model_type 'jamba'.*no rotary"):
-        import_config(transformers.JambaConfig(num_hidden_layers=2).to_dict())
+def test_hybrids_without_rotary_are_nope_not_rope():
+    """Jamba's, Nemotron-H's and Zamba's attention layers apply no rotary: written as NoPE (their Mamba layers
+    untouched); Zamba checked exact here, Jamba by the fast sweep slice, all three by the full sweep."""
+    for model_type in ("jamba", "nemotron_h"):
+        text = import_config(hf_sweep.tiny_config(model_type).to_dict())
+        assert "NoPE" in text and "rotate" not in text and not load(text).transports
+    text = _exact(_native("zamba", **hf_sweep.EXTRA["zamba"]))
+    assert "NoPE" in text and not load(text).transports
+
+
+def test_granite_4_h_rotates_only_when_its_position_embedding_type_is_rope():
+    cfg = hf_sweep.tiny_config("granitemoehybrid").to_dict()
+    for value in (None, "nope"):
+        nope = import_config({**cfg, "position_embedding_type": value})
+        assert not load(nope).transports and "position_embedding_type" in nope
+    rope = import_config({**cfg, "position_embedding_type": "rope"})
+    assert load(rope).transports and "geometric(base)" in rope
 
 
 def test_deepseek_v3_refuses_every_scheme_in_the_adapter():
@@ -268,6 +288,23 @@ def test_partial_rotary_factor_rotates_the_first_channels(model_type):
     rp = {"rope_type": "default", "rope_theta": 5e4, "partial_rotary_factor": 0.5}
     text = _exact(_native(model_type, rope_parameters=rp))
     assert "fraction(partial_rotary_factor)" in text and "layout halves" in text
+
+
+@pytest.mark.parametrize(("model_type", "window"), [("solar_open", False), ("minimax", True),
+                                                   ("vaultgemma", True), ("mellum", True)])
+def test_newly_taught_families_are_exact_with_their_windows(model_type, window):
+    """MiniMax windows every attention layer, VaultGemma alternates as Gemma 2, Mellum reads layer_types and a rope
+    per layer type (a mix of both kinds here); Solar Open has no window."""
+    text = _exact(_native(model_type, sliding_window=6, **hf_sweep.EXTRA.get(model_type, {})))
+    assert ("window = 6" in text) == window
+
+
+def test_qwen3_next_rotates_the_first_quarter():
+    """Qwen3-Next / Qwen3.5 rotate int(head_dim * partial_rotary_factor) channels (0.25 by default); exact by the
+    sweep (their gated-delta layers are slow on CPU)."""
+    for model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
+        text = import_config(hf_sweep.tiny_config(model_type).to_dict())
+        assert "fraction(partial_rotary_factor)" in text and "layout halves" in text and "= 0.25" in text
 
 
 def test_exaone_is_llamas_model_class_which_rotates_every_channel():

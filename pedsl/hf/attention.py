@@ -545,8 +545,10 @@ def _attention_layers(model) -> tuple[list, list]:
                            hint="call use_pedsl_attention once, on a fresh copy of the model")
     rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
                 if name == "rotary_emb"]
-    if not rotaries:
+    if not rotaries and not registry.is_nope_model(layered.text_config(model.config.to_dict())):
         raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
+    # (a model type without rotary, NoPE in its registry record: nothing to neutralise, the general path applies
+    # the scheme's own positions)
     return layers, rotaries
 
 

@@ -25,7 +25,12 @@ A record says:
 - ``sinks``: a learned sink logit per head in every layer (GPT-OSS);
 - ``theta``: the config class's ``default_theta`` (the base when the file gives no ``rope_theta``; Gemma 3's
   global one, its local one is :data:`GEMMA3_LOCAL_THETA`);
-- ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None.
+- ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None;
+- ``rope_switch``: the config key that turns the rotary on (value ``rope``); any other value, or none, is NoPE
+  in every attention layer (Granite-4.0-H's ``position_embedding_type``).
+
+``rotation none`` without a refusal is NoPE in every attention layer: the hybrids whose attention layers have no
+rotary at all (Jamba, Nemotron-H, Zamba) and whose Mamba layers carry position themselves, untouched by pedsl.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Family:
     sinks: bool = False
     theta: float = 10000.0  # the config class's default_theta: rope_theta when the file gives none
     refused: str | None = None
+    rope_switch: str | None = None  # a config key whose value 'rope' turns the rotary on (NoPE otherwise)
 
 
 def _refused(why: str) -> Family:
@@ -96,6 +102,14 @@ REGISTRY: dict[str, Family] = {
     "param2moe": Family(rotation="partial", theta=5e5),
     "sarvam_moe": Family(rotation="partial", theta=8e6),
     "minimax_m2": Family(rotation="partial", theta=5e6),
+    # (Qwen3-Next, Qwen3.5: their gated-delta linear-attention layers carry no position; the attention layers
+    # rotate the first int(head_dim * partial_rotary_factor) channels, 0.25 by default)
+    **{mt: Family(rotation="partial") for mt in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")},
+    "bamba": Family(rotation="partial"),  # its attention layers (attn_layer_indices) between Mamba 2 layers
+    # Llama's rotary, sliding_window (when set) on every attention layer; the lightning-attention layers of
+    # layer_types 'linear_attention' carry no position
+    "minimax": Family(layers="every", theta=1e6),
+    "solar_open": Family(theta=1e6),  # a GLM-4-MoE without partial rotary: rotate_half of every channel
     "flex_olmo": Family(theta=5e5),
     # sliding_window, when set, on every layer (create_sliding_window_causal_mask for the whole model)
     **{mt: Family(layers="every") for mt in ("mistral", "starcoder2")},
@@ -107,6 +121,8 @@ REGISTRY: dict[str, Family] = {
     "qwen3": Family(layers="qwen2"),
     "qwen2_moe": Family(layers="qwen2"),
     "gemma2": Family(layers="gemma2"),
+    "vaultgemma": Family(layers="gemma2"),  # Gemma 2's layers, soft-cap and window
+    "mellum": Family(layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
     "gemma3": Family(layers="gemma3", per_type_rope=True, theta=1e6),
     "gemma3_text": Family(layers="gemma3", per_type_rope=True, theta=1e6),
     "gpt_oss": Family(layers="gemma2", sinks=True, theta=1.5e5),
@@ -121,6 +137,10 @@ REGISTRY: dict[str, Family] = {
     **{mt: Family(rotation="mrope", theta=1e6) for mt in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
                                                           "qwen2_5_vl_text")},
     **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text")},
+    # no rotary in any attention layer (NoPE); the Mamba layers between them keep their own computation
+    **{mt: Family(rotation="none") for mt in ("jamba", "nemotron_h", "zamba")},
+    # Granite-4.0-H: Llama's rotary in its attention layers when position_embedding_type is 'rope', else NoPE
+    "granitemoehybrid": Family(rope_switch="position_embedding_type"),
     # taught, and refused with the reason
     "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
                           "attention is causal (is_causal)"),
@@ -133,15 +153,19 @@ REGISTRY: dict[str, Family] = {
                         "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
     "gemma3n_text": _refused("gives its layer types different rope parameters and shares KV caches across layers "
                              "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
-    "phimoe": _refused("scales its LongRoPE table by rope_parameters.short_mscale / long_mscale, which pedsl's "
-                       "longrope_mscale does not read"),
-    "jamba": _refused("has no rotary embedding in its attention layers (NoPE between Mamba layers), and its "
-                      "Mamba layers carry position themselves; pedsl writes the attention's encoding only"),
+    "phimoe": _refused("rotates with the LongRoPE short_factor frequencies at every length (its rotary calls the "
+                       "longrope init without the length) and scales cos and sin by rope_parameters.short_mscale or "
+                       "long_mscale, switched by whether the call's max(position_ids) + 1 exceeds "
+                       "original_max_position_embeddings; pedsl's longrope() switches the factors themselves and "
+                       "longrope_mscale is one constant"),
 }
 
 # Types whose rotary reads rope_parameters.alpha with rope_type 'dynamic' as a fixed NTK base (HunYuan).
 NTK_ALPHA = frozenset({"hunyuan_v1_dense"})
 GEMMA3_LOCAL_THETA = 10000.0  # Gemma 3's default_theta["local"]: its sliding layers' base
+# Bases per layer type of the types whose config class fills rope_parameters per layer type with two
+# different bases when the file gives none (Mellum's __post_init__)
+PER_TYPE_THETA = {"mellum": {"full_attention": 5e5, "sliding_attention": 1e4}}
 # Rotations that pedsl.hf.rope writes in HF's halves layout.
 HALVES = ("full", "partial")
 
@@ -176,6 +200,14 @@ def taught_refusal(cfg: dict) -> str | None:
         if fam is not None and fam.refused:
             return f"model_type '{mt}' {fam.refused}"
     return None
+
+
+def is_nope_model(cfg: dict) -> bool:
+    """Whether every attention layer of the config's (taught, not refused) model type has no rotary (NoPE)."""
+    fam = family((model_types(cfg) or [""])[-1])
+    if fam is None or fam.refused:
+        return False
+    return fam.rotation == "none" or (fam.rope_switch is not None and cfg.get(fam.rope_switch) != "rope")
 
 
 def window_size(cfg: dict, fam: Family):

@@ -147,7 +147,10 @@ def _ntk_alpha(cfg: dict, raw: dict, rope_type, section: str) -> float | None:
 
 def _refuse_inexact(cfg: dict, raw: dict, rope_type) -> None:
     """Refuse (E961, listing every one) what pedsl cannot express exactly."""
-    problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)]
+    fam = registry.family((arch.model_types(cfg) or [""])[-1])
+    switch = fam.rope_switch if fam is not None and not fam.refused else None  # 'rope': read, the rotary on
+    problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)
+                and not (k == switch and cfg[k] == "rope")]
     nested = [k for k, v in raw.items() if isinstance(v, dict)]
     why = arch.refusal(cfg)
     if why:  # the architecture itself (M-RoPE, another rotary layout): its keys are not the reason
