@@ -1,8 +1,10 @@
 """Every model type the installed transformers registers, against pedsl's Hugging Face boundary.
 
-For each model type with a causal-LM class (transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): build a tiny
-random model from its own config class (4 layers, width 64, 4 heads of 16, the positional fields set to
-non-default values: a window of 6 on the layers that take one, a NoPE layer, a base of 5e4), then
+For each model type with a causal-LM class (transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``; a vision-language
+type without one through its image-text-to-text class, fed text only): build a tiny random model from its own
+config class (4 layers, width 64, 4 heads of 16, the positional fields set to non-default values: a window of 6
+on the layers that take one, a NoPE layer, a base of 5e4, the attention layers of a hybrid within the first four:
+:data:`EXTRA`; a composite's text config shrunk so, its sliding window off, its vision tower one small layer), then
 
 1. ``pedsl import-hf`` of its ``config.json`` (the JSON transformers writes, read back as a file is);
 2. ``use_pedsl_attention`` on a copy of the model (its default scheme is that import);
@@ -58,9 +60,14 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "bamba": dict(attn_layer_indices=[1, 3]),
          "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
          "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2)}
+# The small vision tower of a vision-language model (the sweep feeds it text only)
+VISION_SMALL = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64,
+                    num_hidden_layers=1, num_attention_heads=2)
+# mrope_section of the small heads' 8 pairs where a type's interleaved assignment needs another split
+MROPE_SECTIONS = {mt: [4, 2, 2] for mt in ("qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe")}
 # A fast slice for the suite: the families of the issue, one of each mechanism (a few minutes on one core).
 FAST = ("llama", "mistral", "qwen2", "phi3", "gpt_neox", "gemma2", "olmo3", "exaone4", "smollm3", "jamba", "bloom",
-        "deepseek_v3", "gpt2")
+        "deepseek_v3", "gpt2", "qwen2_vl")
 
 
 @dataclass
@@ -93,21 +100,44 @@ def positional_attention(model_type: str) -> bool:
     return bool(re.search(r"rotary|alibi|relative_attention_bias|position_bias", text, re.I)) or not text
 
 
+def _small_fields(base, model_type: str) -> dict:
+    """SMALL and POSITIONAL where the config ``base`` has those fields (a text config of a composite too)."""
+    kw = {k: v for k, v in {**SMALL, **POSITIONAL}.items() if hasattr(base, k)}
+    kw.update(EXTRA.get(model_type, {}))
+    kw.pop("rope_theta", None)
+    rp = getattr(base, "rope_parameters", None)
+    if isinstance(rp, dict) and "rope_type" in rp:  # one rope for every layer: another base
+        kw["rope_parameters"] = {**rp, "rope_theta": 5e4}
+        from pedsl.hf.arch import MROPE
+
+        if "mrope_section" in rp or model_type in MROPE:  # 8 rotary pairs of the small heads, split over t, h, w
+            kw["rope_parameters"]["mrope_section"] = MROPE_SECTIONS.get(model_type, [2, 3, 3])
+    if "head_dim" not in kw and hasattr(base, "hidden_size"):
+        kw["head_dim"] = 16
+    return kw
+
+
+def _composite_fields(base, model_type: str) -> dict:
+    """A vision-language config's small text and vision sub-configs (the text model's positional fields as a
+    text model's, its sliding window off: pedsl refuses windows on M-RoPE models by name)."""
+    text = base.text_config
+    kw = _small_fields(text, model_type)
+    kw.update(use_sliding_window=False, sliding_window=None) if hasattr(text, "use_sliding_window") else None
+    text_dict = {k: v for k, v in text.to_dict().items() if k != "layer_types"}
+    vision = base.vision_config.to_dict()
+    vision.update({k: v for k, v in VISION_SMALL.items() if k in vision})
+    return {"text_config": {**text_dict, **kw}, "vision_config": vision}
+
+
 def tiny_config(model_type: str):
-    """The type's config class with SMALL and POSITIONAL where it has those fields."""
+    """The type's config class with SMALL and POSITIONAL where it has those fields (in its text config, with a
+    small vision config, for a vision-language one)."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
     base = cls()
-    kw = {k: v for k, v in {**SMALL, **POSITIONAL}.items() if hasattr(base, k)}
-    kw.update(EXTRA.get(model_type, {}))
-    if "rope_theta" in kw:
-        kw.pop("rope_theta")
-    rp = getattr(base, "rope_parameters", None)
-    if isinstance(rp, dict) and "rope_type" in rp:  # one rope for every layer: another base
-        kw["rope_parameters"] = {**rp, "rope_theta": 5e4}
-    if "head_dim" not in kw and hasattr(base, "hidden_size"):
-        kw["head_dim"] = 16
+    composite = all(hasattr(base, k) for k in ("text_config", "vision_config"))
+    kw = _composite_fields(base, model_type) if composite else _small_fields(base, model_type)
     for drop in ((), ("no_rope_layers",), ("no_rope_layers", "attention_chunk_size"), ("head_dim",)):
         try:
             cfg = cls(**{k: v for k, v in kw.items() if k not in drop})
@@ -120,10 +150,22 @@ def tiny_config(model_type: str):
     return cfg
 
 
+def _model_class(model_type: str):
+    """The causal-LM auto class, or for a vision-language model without one its image-text-to-text class (fed
+    text only)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
+
+
 def build(model_type: str):
     import torch
-    from transformers import AutoModelForCausalLM
 
+    AutoModelForCausalLM = _model_class(model_type)
     cfg = tiny_config(model_type)
     with torch.device("meta"):  # the size first: a config class that keeps large sub-models is not built
         try:
@@ -246,7 +288,8 @@ def table(results: list[Result], version: str) -> str:
     positional = sum(r.state in ("exact", "refused", "DIFFERENT") for r in results)
     lines = ["# Hugging Face compatibility", "",
              f"Generated by `python -m tools.hf_sweep` against transformers {version}: every model type with a "
-             "causal-LM class, a tiny random model from its own config class (4 layers, width 64, 4 heads of 16, "
+             "causal-LM class (a vision-language one through its image-text-to-text class, fed text only, its window "
+             "off), a tiny random model from its own config class (4 layers, width 64, 4 heads of 16, "
              f"a window of {WINDOW}, a NoPE layer where the config has `no_rope_layers`, base 5e4), `pedsl import-hf` "
              "of its config.json, `use_pedsl_attention`, and the logits of an unpadded and a left-padded batch "
              f"({L} tokens) with the cache off and on, and greedy generation of 10 tokens, in float32 against the "
