@@ -77,6 +77,18 @@ def test_bloom_with_its_real_keys_is_refused_as_alibi():
             import_config(c)
 
 
+def test_falcon_rotary_is_exact_and_its_bfloat16_alibi_refused_naming_alibi():
+    from pedsl.hf import use_pedsl_attention
+
+    text = _exact(_native("falcon"))
+    assert "geometric(base)" in text
+    native = _native("falcon", alibi=True)
+    with pytest.raises(InteropError, match="model_type 'falcon'.*alibi = true.*bfloat16"):
+        import_config(json.loads(native.config.to_json_string()))
+    with pytest.raises(PedslError, match="falcon.*alibi"):
+        use_pedsl_attention(copy.deepcopy(native))
+
+
 def test_hybrids_without_rotary_are_nope_not_rope():
     """Jamba's, Nemotron-H's and Zamba's attention layers apply no rotary: written as NoPE (their Mamba layers
     untouched); Zamba checked exact here, Jamba by the fast sweep slice, all three by the full sweep."""

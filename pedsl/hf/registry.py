@@ -67,6 +67,13 @@ _MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one
           "width - split by mrope_section), whose positions are not one token index")
 _ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
           "attention interface that pedsl's adapter replaces")
+# Refusals of a taught type that hold only when a config field is set (the field, why).
+REFUSED_WHEN = {
+    "falcon": ("alibi", "with alibi = true rounds its ALiBi bias to bfloat16 (slopes.bfloat16() * key positions, "
+               "then / sqrt(head_dim)) and passes it inside the float attention mask, not through a position the "
+               "attention reads; pedsl's alibi() is exact, so the logits would differ (its rotary, alibi = false, "
+               "is imported)"),
+}
 _MLA = ("uses multi-head latent attention: its rotary (qk_rope_head_dim) rotates the last slice of a wider head, "
         "with its own interleaving")
 
@@ -136,7 +143,8 @@ REGISTRY: dict[str, Family] = {
     # M-RoPE imported by pedsl.hf.multimodal
     **{mt: Family(rotation="mrope", theta=1e6) for mt in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
                                                           "qwen2_5_vl_text")},
-    **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text")},
+    **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe",
+                                                          "qwen3_vl_moe_text")},
     # no rotary in any attention layer (NoPE); the Mamba layers between them keep their own computation
     **{mt: Family(rotation="none") for mt in ("jamba", "nemotron_h", "zamba")},
     # Granite-4.0-H: Llama's rotary in its attention layers when position_embedding_type is 'rope', else NoPE
@@ -145,10 +153,17 @@ REGISTRY: dict[str, Family] = {
     "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
                           "attention is causal (is_causal)"),
     **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},
-    **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_omni_moe",
+    **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_omni_moe",
                                        "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe",
                                        "glm_image")},
-    **{mt: _refused(_ALIBI) for mt in ("bloom", "falcon", "mpt", "baichuan")},
+    "bloom": _refused("adds ALiBi (slopes of n_head, alibi.baddbmm of q k^T) in its own attention code "
+                      "(BloomAttention), which does not go through transformers' attention interface that pedsl's "
+                      "adapter replaces"),
+    "mpt": _refused("adds its ALiBi position_bias (alibi_bias_max, over max_seq_len) in its own attention code "
+                    "(MptAttention), which does not go through transformers' attention interface that pedsl's "
+                    "adapter replaces"),
+    "baichuan": _refused(_ALIBI),
+    "falcon": Family(),  # Llama's rotary; alibi = true refused (REFUSED_WHEN)
     "gemma3n": _refused("gives its layer types different rope parameters and shares KV caches across layers "
                         "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
     "gemma3n_text": _refused("gives its layer types different rope parameters and shares KV caches across layers "
@@ -199,6 +214,9 @@ def taught_refusal(cfg: dict) -> str | None:
         fam = REGISTRY.get(mt)
         if fam is not None and fam.refused:
             return f"model_type '{mt}' {fam.refused}"
+        key, why = REFUSED_WHEN.get(mt, (None, ""))
+        if key is not None and cfg.get(key):
+            return f"model_type '{mt}' {why}"
     return None
 
 
