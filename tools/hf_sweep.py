@@ -59,7 +59,8 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "zamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "bamba": dict(attn_layer_indices=[1, 3]),
          "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
-         "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2)}
+         "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
+         "modernbert-decoder": dict(local_attention=2 * WINDOW)}  # its class sets sliding_window to half of it
 # The small vision tower of a vision-language model (the sweep feeds it text only)
 VISION_SMALL = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64,
                     num_hidden_layers=1, num_attention_heads=2)
@@ -138,7 +139,8 @@ def tiny_config(model_type: str):
     base = cls()
     composite = all(hasattr(base, k) for k in ("text_config", "vision_config"))
     kw = _composite_fields(base, model_type) if composite else _small_fields(base, model_type)
-    for drop in ((), ("no_rope_layers",), ("no_rope_layers", "attention_chunk_size"), ("head_dim",)):
+    for drop in ((), ("no_rope_layers",), ("no_rope_layers", "attention_chunk_size"), ("head_dim",),
+                 ("bos_token_id", "eos_token_id"), ("bos_token_id", "eos_token_id", "head_dim")):
         try:
             cfg = cls(**{k: v for k, v in kw.items() if k not in drop})
             break

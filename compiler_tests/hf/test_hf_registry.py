@@ -303,10 +303,12 @@ def test_partial_rotary_factor_rotates_the_first_channels(model_type):
 
 
 @pytest.mark.parametrize(("model_type", "window"), [("solar_open", False), ("minimax", True),
-                                                   ("vaultgemma", True), ("mellum", True)])
+                                                   ("vaultgemma", True), ("mellum", True), ("cwm", True),
+                                                   ("modernbert-decoder", True)])
 def test_newly_taught_families_are_exact_with_their_windows(model_type, window):
-    """MiniMax windows every attention layer, VaultGemma alternates as Gemma 2, Mellum reads layer_types and a rope
-    per layer type (a mix of both kinds here); Solar Open has no window."""
+    """MiniMax windows every attention layer, VaultGemma alternates as Gemma 2, Mellum and ModernBERT's decoder read
+    layer_types and a rope per layer type (a mix of both kinds here), CWM layer_types with Llama 3's rope; Solar
+    Open has no window."""
     text = _exact(_native(model_type, sliding_window=6, **hf_sweep.EXTRA.get(model_type, {})))
     assert ("window = 6" in text) == window
 

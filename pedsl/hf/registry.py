@@ -130,6 +130,9 @@ REGISTRY: dict[str, Family] = {
     "gemma2": Family(layers="gemma2"),
     "vaultgemma": Family(layers="gemma2"),  # Gemma 2's layers, soft-cap and window
     "mellum": Family(layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
+    # (ModernBERT's decoder: its config class sets sliding_window = local_attention // 2, which the file holds)
+    "modernbert-decoder": Family(layers="types", per_type_rope=True, theta=1.6e5),
+    "cwm": Family(layers="types", theta=1e6),  # Code World Model: Llama 3's rotary, layer_types' windows
     "gemma3": Family(layers="gemma3", per_type_rope=True, theta=1e6),
     "gemma3_text": Family(layers="gemma3", per_type_rope=True, theta=1e6),
     "gpt_oss": Family(layers="gemma2", sinks=True, theta=1.5e5),
@@ -180,7 +183,8 @@ NTK_ALPHA = frozenset({"hunyuan_v1_dense"})
 GEMMA3_LOCAL_THETA = 10000.0  # Gemma 3's default_theta["local"]: its sliding layers' base
 # Bases per layer type of the types whose config class fills rope_parameters per layer type with two
 # different bases when the file gives none (Mellum's __post_init__)
-PER_TYPE_THETA = {"mellum": {"full_attention": 5e5, "sliding_attention": 1e4}}
+PER_TYPE_THETA = {"mellum": {"full_attention": 5e5, "sliding_attention": 1e4},
+                  "modernbert-decoder": {"full_attention": 1.6e5, "sliding_attention": 1e4}}
 # Rotations that pedsl.hf.rope writes in HF's halves layout.
 HALVES = ("full", "partial")
 
