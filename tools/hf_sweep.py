@@ -60,7 +60,10 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "bamba": dict(attn_layer_indices=[1, 3]),
          "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
          "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
-         "modernbert-decoder": dict(local_attention=2 * WINDOW)}  # its class sets sliding_window to half of it
+         "modernbert-decoder": dict(local_attention=2 * WINDOW),
+         # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
+         "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
+                                             "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.5})}  # its class sets sliding_window to half of it
 # The small vision tower of a vision-language model (the sweep feeds it text only)
 VISION_SMALL = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64,
                     num_hidden_layers=1, num_attention_heads=2)
@@ -104,7 +107,6 @@ def positional_attention(model_type: str) -> bool:
 def _small_fields(base, model_type: str) -> dict:
     """SMALL and POSITIONAL where the config ``base`` has those fields (a text config of a composite too)."""
     kw = {k: v for k, v in {**SMALL, **POSITIONAL}.items() if hasattr(base, k)}
-    kw.update(EXTRA.get(model_type, {}))
     kw.pop("rope_theta", None)
     rp = getattr(base, "rope_parameters", None)
     if isinstance(rp, dict) and "rope_type" in rp:  # one rope for every layer: another base
@@ -115,7 +117,7 @@ def _small_fields(base, model_type: str) -> dict:
             kw["rope_parameters"]["mrope_section"] = MROPE_SECTIONS.get(model_type, [2, 3, 3])
     if "head_dim" not in kw and hasattr(base, "hidden_size"):
         kw["head_dim"] = 16
-    return kw
+    return {**kw, **EXTRA.get(model_type, {})}
 
 
 def _composite_fields(base, model_type: str) -> dict:

@@ -89,6 +89,25 @@ def test_falcon_rotary_is_exact_and_its_bfloat16_alibi_refused_naming_alibi():
         use_pedsl_attention(copy.deepcopy(native))
 
 
+def test_ministral3_llama_4_scaling_beta_is_the_schemes_temperature():
+    """Ministral 3 multiplies q by 1 + beta * log(1 + floor(position / original)): written as the scheme's
+    temperature (the adapter undoes the model's own), exact past three multiples of original = 8; the same scheme
+    without the temperature differs, so the comparison sees the scale."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("ministral3", sliding_window=None, **hf_sweep.EXTRA["ministral3"])
+    text = _exact(native)
+    assert "temperature = 1 + llama_4_scaling_beta * log(1 + floor(position / scaling_original))" in text
+    assert "scaling_original: int (>= 1) = 8" in text
+    plain = "\n".join(line for line in text.splitlines() if "temperature" not in line)
+    ours = use_pedsl_attention(copy.deepcopy(native), plain)
+    assert hf_sweep.compare(native, ours)[3]
+    cfg = json.loads(native.config.to_json_string())
+    del cfg["rope_parameters"]["original_max_position_embeddings"]
+    with pytest.raises(InteropError, match="original_max_position_embeddings"):
+        import_config(cfg)
+
+
 def test_hybrids_without_rotary_are_nope_not_rope():
     """Jamba's, Nemotron-H's and Zamba's attention layers apply no rotary: written as NoPE (their Mamba layers
     untouched); Zamba checked exact here, Jamba by the fast sweep slice, all three by the full sweep."""

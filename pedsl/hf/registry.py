@@ -28,6 +28,9 @@ A record says:
 - ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None;
 - ``rope_switch``: the config key that turns the rotary on (value ``rope``); any other value, or none, is NoPE
   in every attention layer (Granite-4.0-H's ``position_embedding_type``).
+- ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
+  ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
+  Llama-4-style attention temperature: written as the scheme's ``temperature``.
 
 ``rotation none`` without a refusal is NoPE in every attention layer: the hybrids whose attention layers have no
 rotary at all (Jamba, Nemotron-H, Zamba) and whose Mamba layers carry position themselves, untouched by pedsl.
@@ -57,6 +60,7 @@ class Family:
     theta: float = 10000.0  # the config class's default_theta: rope_theta when the file gives none
     refused: str | None = None
     rope_switch: str | None = None  # a config key whose value 'rope' turns the rotary on (NoPE otherwise)
+    q_scale: bool = False  # rope_parameters.llama_4_scaling_beta scales q by position (Ministral 3)
 
 
 def _refused(why: str) -> Family:
@@ -124,6 +128,7 @@ REGISTRY: dict[str, Family] = {
     "phi3": Family(rotation="partial", layers="every"),
     "qwen3_moe": Family(layers="qwen_every"),
     "ministral": Family(layers="ministral"),
+    "ministral3": Family(layers="every", q_scale=True),  # Mistral's window, YaRN, Llama 4's q temperature
     "qwen2": Family(layers="qwen2"),
     "qwen3": Family(layers="qwen2"),
     "qwen2_moe": Family(layers="qwen2"),
