@@ -97,11 +97,21 @@ def causal_types() -> list[str]:
 
 def positional_attention(model_type: str) -> bool:
     """Whether the type's modeling file computes a position inside attention (rotary, ALiBi, a relative bias)."""
-    import transformers
-
-    root = Path(transformers.__file__).parent / "models" / model_type.replace("-", "_")
-    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(root.glob("modeling_*.py")))
+    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in modeling_files(model_type))
     return bool(re.search(r"rotary|alibi|relative_attention_bias|position_bias", text, re.I)) or not text
+
+
+def modeling_files(model_type: str) -> list[Path]:
+    """The modeling files of a type: its config class's package (GPT-SW3 is GPT-2's, ``openai-gpt`` lives in
+    ``openai``), the file named after the type where the package holds several (``data2vec-text``)."""
+    import importlib
+
+    from transformers import CONFIG_MAPPING
+
+    package = CONFIG_MAPPING[model_type].__module__.rsplit(".", 1)[0]
+    root = Path(importlib.import_module(package).__file__).parent
+    own = root / f"modeling_{model_type.replace('-', '_')}.py"
+    return [own] if own.exists() else sorted(root.glob("modeling_*.py"))
 
 
 def _small_fields(base, model_type: str) -> dict:
