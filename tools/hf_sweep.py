@@ -22,6 +22,7 @@ tables in float64, rounded once): ``1e-4 * max(1, max |logit|)`` (about 2**10 fl
 
     python -m tools.hf_sweep                 # the full sweep; rewrites docs/hf-compatibility.md
     python -m tools.hf_sweep llama mistral   # some types only (prints, does not rewrite the table)
+    python -m tools.hf_sweep --update llama  # re-sweep some types into the last full run's table
 """
 
 from __future__ import annotations
@@ -325,6 +326,11 @@ def main(argv: list[str]) -> int:
 
     from pedsl.fsio import atomic_write_text
 
+    update = argv[:1] == ["--update"]
+    if update:  # re-sweep some types, keep the other rows of the last full run
+        argv = argv[1:]
+        kept = [Result(**r) for r in json.loads(RESULTS.read_text(encoding="utf-8")) if r["model_type"] not in argv
+                and r["model_type"] in causal_types()]
     types = argv or causal_types()
     results = []
     for mt in types:
@@ -332,7 +338,9 @@ def main(argv: list[str]) -> int:
         results.append(r)
         print(f"{mt:28s} {r.state:18s} {r.seconds:6.1f}s {r.largest if r.largest is not None else '':<10} "
               f"{r.reason[:110]}", flush=True)
-    if not argv:
+    if update:
+        results = kept + results
+    if not argv or update:
         atomic_write_text(DOC, table(results, transformers.__version__))
         atomic_write_text(RESULTS, json.dumps([r.__dict__ for r in results], indent=1) + "\n")
         print(f"wrote {DOC}")
