@@ -120,7 +120,9 @@ REGISTRY: dict[str, Family] = {
     # Llama's rotary, sliding_window (when set) on every attention layer; the lightning-attention layers of
     # layer_types 'linear_attention' carry no position
     "minimax": Family(layers="every", theta=1e6),
-    "solar_open": Family(theta=1e6),  # a GLM-4-MoE without partial rotary: rotate_half of every channel
+    # (Solar Open, Mellum: their default table reads partial_rotary_factor, their rotary application is Llama's
+    # full one, so a factor below 1 fails natively: there is no other encoding to import)
+    "solar_open": Family(rotation="partial", theta=1e6),
     "flex_olmo": Family(theta=5e5),
     # sliding_window, when set, on every layer (create_sliding_window_causal_mask for the whole model)
     **{mt: Family(layers="every") for mt in ("mistral", "starcoder2")},
@@ -134,7 +136,7 @@ REGISTRY: dict[str, Family] = {
     "qwen2_moe": Family(layers="qwen2"),
     "gemma2": Family(layers="gemma2"),
     "vaultgemma": Family(layers="gemma2"),  # Gemma 2's layers, soft-cap and window
-    "mellum": Family(layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
+    "mellum": Family(rotation="partial", layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
     # (ModernBERT's decoder: its config class sets sliding_window = local_attention // 2, which the file holds)
     "modernbert-decoder": Family(layers="types", per_type_rope=True, theta=1.6e5),
     "cwm": Family(layers="types", theta=1e6),  # Code World Model: Llama 3's rotary, layer_types' windows
