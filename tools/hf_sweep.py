@@ -62,6 +62,8 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
          "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
          "modernbert-decoder": dict(local_attention=2 * WINDOW),
+         "dots1": dict(n_shared_experts=1),  # its class leaves it None and the model multiplies by it
+         "lfm2_moe": dict(layer_types=["conv", "full_attention"] * 2),  # its class leaves it None
          # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
          "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
                                              "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.5})}  # its class sets sliding_window to half of it
@@ -253,8 +255,9 @@ def _alarm(signum, frame):
 
 def sweep_one(model_type: str) -> Result:
     """The state of one model type (see the module docstring)."""
-    from pedsl.errors import PedslError
+    from pedsl.errors import InteropError, PedslError
     from pedsl.hf import import_config, use_pedsl_attention
+    from pedsl.hf.registry import taught_refusal
     from pedsl.strictparse import load_json
 
     t0 = time.monotonic()
@@ -271,6 +274,11 @@ def sweep_one(model_type: str) -> Result:
                 return res
             config = load_json(native.config.to_json_string())
             try:
+                # the type's own record first: its causal-LM class may hold a taught text config (Qwen3.5's)
+                why = taught_refusal({"model_type": model_type})
+                if why:
+                    raise InteropError(f"this model's positional encoding cannot be expressed exactly in pedsl: {why}",
+                                       code="E961")
                 import_config(config)
                 ours = use_pedsl_attention(copy.deepcopy(native))
             except PedslError as err:

@@ -323,7 +323,7 @@ def test_partial_rotary_factor_rotates_the_first_channels(model_type):
 
 @pytest.mark.parametrize(("model_type", "window"), [("solar_open", False), ("minimax", True),
                                                    ("vaultgemma", True), ("mellum", True), ("cwm", True),
-                                                   ("modernbert-decoder", True)])
+                                                   ("modernbert-decoder", True), ("dots1", True)])
 def test_newly_taught_families_are_exact_with_their_windows(model_type, window):
     """MiniMax windows every attention layer, VaultGemma alternates as Gemma 2, Mellum and ModernBERT's decoder read
     layer_types and a rope per layer type (a mix of both kinds here), CWM layer_types with Llama 3's rope; Solar

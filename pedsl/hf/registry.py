@@ -115,6 +115,8 @@ REGISTRY: dict[str, Family] = {
     "minimax_m2": Family(rotation="partial", theta=5e6),
     # (Qwen3-Next, Qwen3.5: their gated-delta linear-attention layers carry no position; the attention layers
     # rotate the first int(head_dim * partial_rotary_factor) channels, 0.25 by default)
+    # (Qwen3.5's text models: their rotary is interleaved M-RoPE, which a text model's one position per token
+    # makes one rotation; the vision-language composites qwen3_5 / qwen3_5_moe are refused below)
     **{mt: Family(rotation="partial") for mt in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")},
     "bamba": Family(rotation="partial"),  # its attention layers (attn_layer_indices) between Mamba 2 layers
     # Llama's rotary, sliding_window (when set) on every attention layer; the lightning-attention layers of
@@ -139,6 +141,7 @@ REGISTRY: dict[str, Family] = {
     "mellum": Family(rotation="partial", layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
     # (ModernBERT's decoder: its config class sets sliding_window = local_attention // 2, which the file holds)
     "modernbert-decoder": Family(layers="types", per_type_rope=True, theta=1.6e5),
+    "dots1": Family(layers="types"),  # dots.llm1: layer_types, sliding from max_window_layers when a window is set
     "cwm": Family(layers="types", theta=1e6),  # Code World Model: Llama 3's rotary, layer_types' windows
     "gemma3": Family(layers="gemma3", per_type_rope=True, theta=1e6),
     "gemma3_text": Family(layers="gemma3", per_type_rope=True, theta=1e6),
@@ -163,6 +166,8 @@ REGISTRY: dict[str, Family] = {
     "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
                           "attention is causal (is_causal)"),
     **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},
+    **{mt: _refused(_MROPE + " (Qwen3.5: interleaved, mrope_section over the partial rotary's pairs; its text "
+                    "models qwen3_5_text / qwen3_5_moe_text are imported)") for mt in ("qwen3_5", "qwen3_5_moe")},
     **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_omni_moe",
                                        "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe",
                                        "glm_image")},
@@ -286,7 +291,11 @@ LAYERED_TYPES = frozenset(mt for mt, f in REGISTRY.items() if not f.refused and 
 def text_config(cfg: dict) -> dict:
     """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself."""
     text = cfg.get("text_config")
-    return text if isinstance(text, dict) and cfg.get("model_type") in ("llama4", "gemma3") else cfg
+    return text if isinstance(text, dict) and cfg.get("model_type") in COMPOSITES else cfg
+
+
+# Composite (vision-language) types whose positional encoding is their text_config's alone.
+COMPOSITES = ("llama4", "gemma3")
 
 
 def _int(cfg: dict, key: str, default=None, least: int = 1):
