@@ -62,7 +62,10 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
          "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
          "modernbert-decoder": dict(local_attention=2 * WINDOW),
-         "dots1": dict(n_shared_experts=1),  # its class leaves it None and the model multiplies by it
+         "dots1": dict(n_shared_experts=1),
+         # a dense full layer that force_rope rotates, a full layer that does not
+         "cohere2_moe": dict(layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                             mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),  # its class leaves it None and the model multiplies by it
          "lfm2_moe": dict(layer_types=["conv", "full_attention"] * 2),  # its class leaves it None
          # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
          "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,

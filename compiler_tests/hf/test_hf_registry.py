@@ -302,6 +302,16 @@ def test_cohere2_rotates_its_sliding_layers_only_and_none_without_a_window():
     assert _rotating_parts(import_config(cfg)) == [False] * 4  # HF: sliding_window is None -> no layer rotates
 
 
+@pytest.mark.parametrize("pattern", [1, 2])
+def test_cohere2_moe_force_rope_rotates_its_dense_layers_when_the_prefix_pattern_is_1(pattern):
+    native = _native("cohere2_moe", sliding_window=6, prefix_dense_sliding_window_pattern=pattern,
+                     **hf_sweep.EXTRA["cohere2_moe"])
+    assert _rotating_parts(_exact(native)) == [pattern == 1, True, True, False]
+    cfg = {k: v for k, v in json.loads(native.config.to_json_string()).items() if k != "mlp_layer_types"}
+    with pytest.raises(InteropError, match="mlp_layer_types"):
+        import_config(cfg)
+
+
 def test_afmoe_rotates_the_layers_its_layer_types_call_sliding():
     native = _native("afmoe", sliding_window=6)
     assert _rotating_parts(_exact(native)) == [t == "sliding_attention" for t in native.config.layer_types]

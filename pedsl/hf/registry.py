@@ -61,6 +61,7 @@ class Family:
     refused: str | None = None
     rope_switch: str | None = None  # a config key whose value 'rope' turns the rotary on (NoPE otherwise)
     q_scale: bool = False  # rope_parameters.llama_4_scaling_beta scales q by position (Ministral 3)
+    force_rope: bool = False  # its dense-MLP layers rotate too when prefix_dense_sliding_window_pattern is 1
 
 
 def _refused(why: str) -> Family:
@@ -105,6 +106,9 @@ REGISTRY: dict[str, Family] = {
     # (GLM)
     "cohere": Family(layout="interleaved", theta=5e5),
     "cohere2": Family(layout="interleaved", layers="types", nope="local_window"),
+    # Cohere 2's rotation, and its force_rope: the layers mlp_layer_types calls dense rotate whatever their kind when
+    # prefix_dense_sliding_window_pattern is 1
+    "cohere2_moe": Family(layout="interleaved", layers="types", nope="local_window", force_rope=True),
     "helium": Family(layout="interleaved", theta=1e5),
     **{mt: Family(layout="interleaved", theta=5e5) for mt in ("ernie4_5", "ernie4_5_moe")},
     **{mt: Family(rotation="partial", layout="interleaved") for mt in ("glm", "glm4")},
@@ -324,6 +328,18 @@ def _rope_map(cfg: dict, n: int, key: str, interval_key: str, interval: int) -> 
     return nope
 
 
+def _forced_rope(cfg: dict, n: int) -> list[bool]:
+    """Cohere 2 MoE's force_rope per layer: its dense-MLP layers when prefix_dense_sliding_window_pattern is 1."""
+    mlp = cfg.get("mlp_layer_types")
+    if mlp is None:
+        raise InteropError("mlp_layer_types is absent: pedsl reads which layers HF forces to rotate (its dense-MLP "
+                           "layers) from the file, never from a guess", code="E963",
+                           hint="give mlp_layer_types (transformers' save_pretrained writes it)")
+    if not isinstance(mlp, list) or len(mlp) != n:
+        raise InteropError(f"mlp_layer_types must list each of the {n} layers, got {quoted(mlp, 80)}", code="E963")
+    return [m == "dense" and _int(cfg, "prefix_dense_sliding_window_pattern", 1) == 1 for m in mlp]
+
+
 def layer_kinds(cfg: dict) -> list[str]:
     """The kind of every layer: full_attention, sliding_attention, chunked_attention, nope or nope_sliding,
     read as the model's config class and attention read it (defaults included; :mod:`pedsl.hf.registry`)."""
@@ -356,6 +372,8 @@ def layer_kinds(cfg: dict) -> list[str]:
         kinds = [k if k == SLIDING else NOPE for k in kinds]
     if fam.nope in ("local", "local_window"):  # HF's is_local_attention / sliding_window is not None
         rotates = [t == SLIDING and (window is not None or fam.nope == "local") for t in types]
+        if fam.force_rope:  # HF's force_rope: config.mlp_layer_types[i] == "dense" and the prefix pattern is 1
+            rotates = [r or f for r, f in zip(rotates, _forced_rope(cfg, n))]
         kinds = [k if r else NOPE for k, r in zip(kinds, rotates)]
     return kinds
 
