@@ -9,7 +9,8 @@ on the layers that take one, a NoPE layer, a base of 5e4, the attention layers o
 1. ``pedsl import-hf`` of its ``config.json`` (the JSON transformers writes, read back as a file is);
 2. ``use_pedsl_attention`` on a copy of the model (its default scheme is that import);
 3. logits of an unpadded and a left-padded batch (20 tokens, past the window) with and without the cache, and
-   greedy ``generate`` of 10 tokens from the padded batch, float32, against the native model.
+   greedy ``generate`` of 10 tokens and a 2-beam search of 6 from the padded batch (tokens equal, beam scores
+   within the tolerance), float32, against the native model.
 
 Each type ends in exactly one state: ``exact`` (every comparison within the tolerance below), ``refused``
 (a PedslError, its first sentence recorded: it names the model type and the field), ``not applicable`` (the
@@ -249,6 +250,13 @@ def compare(native, ours) -> tuple[float, float, str, list[str]]:
         if not torch.equal(ga.sequences, gb.sequences):
             bad.append("greedy tokens")
         check("greedy generate (cache)", torch.cat(ga.logits), torch.cat(gb.logits))
+        # beam search reorders the cache between steps (the general path recomputes from it every call)
+        bkw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, num_beams=2, output_scores=True,
+                   return_dict_in_generate=True)
+        ba, bb = native.generate(tok, **bkw), ours.generate(tok, **bkw)
+        if not torch.equal(ba.sequences, bb.sequences):
+            bad.append("beam tokens")
+        check("beam search scores (2 beams)", ba.sequences_scores, bb.sequences_scores)
     return worst, scale, ", ".join(what), bad
 
 
@@ -318,7 +326,8 @@ def table(results: list[Result], version: str) -> str:
              "off), a tiny random model from its own config class (4 layers, width 64, 4 heads of 16, "
              f"a window of {WINDOW}, a NoPE layer where the config has `no_rope_layers`, base 5e4), `pedsl import-hf` "
              "of its config.json, `use_pedsl_attention`, and the logits of an unpadded and a left-padded batch "
-             f"({L} tokens) with the cache off and on, and greedy generation of 10 tokens, in float32 against the "
+             f"({L} tokens) with the cache off and on, greedy generation of 10 tokens and a 2-beam search of 6, in "
+             "float32 against the "
              f"native model (tolerance {TOL:g} x max(1, max |logit|)). `taught` says whether pedsl's registry "
              "(pedsl/hf/registry.py) has a record for the type; every other type is refused by name.", "",
              f"{len(results)} model types: " + ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s]) +
