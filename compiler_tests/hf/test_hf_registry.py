@@ -333,11 +333,12 @@ def test_partial_rotary_factor_rotates_the_first_channels(model_type):
 
 @pytest.mark.parametrize(("model_type", "window"), [("solar_open", False), ("minimax", True),
                                                    ("vaultgemma", True), ("mellum", True), ("cwm", True),
-                                                   ("modernbert-decoder", True), ("dots1", True)])
+                                                   ("modernbert-decoder", True), ("dots1", True),
+                                                   ("jetmoe", False), ("minicpm5_moe", False), ("lfm2_moe", False)])
 def test_newly_taught_families_are_exact_with_their_windows(model_type, window):
     """MiniMax windows every attention layer, VaultGemma alternates as Gemma 2, Mellum and ModernBERT's decoder read
     layer_types and a rope per layer type (a mix of both kinds here), CWM layer_types with Llama 3's rope; Solar
-    Open has no window."""
+    Open, JetMoE (q from experts), MiniCPM5-MoE (gated q) and LFM2-MoE (rotary named pos_emb) have no window."""
     text = _exact(_native(model_type, sliding_window=6, **hf_sweep.EXTRA.get(model_type, {})))
     assert ("window = 6" in text) == window
 

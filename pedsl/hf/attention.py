@@ -560,9 +560,11 @@ SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learn
 
 
 def _is_attention(m) -> bool:
-    """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value) and
-    the layer index transformers' cache reads."""
-    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value")) and hasattr(m, "layer_idx")
+    """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value,
+    MiniCPM5-MoE's gated q_gate_proj; JetMoE's kv_proj, its q from experts) and the layer index transformers' cache
+    reads."""
+    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value", "q_gate_proj", "kv_proj")) and \
+        hasattr(m, "layer_idx")
 
 
 def _attention_layers(model) -> tuple[list, list]:
@@ -574,8 +576,8 @@ def _attention_layers(model) -> tuple[list, list]:
     if any(isinstance(m, _PedslRotary) for m in model.modules()):
         raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
                            hint="call use_pedsl_attention once, on a fresh copy of the model")
-    rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
-                if name == "rotary_emb"]
+    rotaries = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
+                if name == "rotary_emb" or (name == "pos_emb" and type(child).__name__.endswith("RotaryEmbedding"))]
     if not rotaries and not registry.is_nope_model(layered.text_config(model.config.to_dict())):
         raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
     # (a model type without rotary, NoPE in its registry record: nothing to neutralise, the general path applies

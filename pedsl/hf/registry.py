@@ -98,6 +98,9 @@ REGISTRY: dict[str, Family] = {
     "exaone": Family(theta=5e5),
     "hy_v3": Family(theta=11158840.0),
     "lfm2": Family(theta=1e6),  # layer_types: its attention layers and its convolution layers (no position)
+    "lfm2_moe": Family(theta=1e6),  # LFM2's, its rotary named pos_emb
+    "jetmoe": Family(),  # Llama's rotary; its queries come from attention experts (kv_proj the layer's own)
+    "minicpm5_moe": Family(theta=5e6),  # Llama's rotary, a gated query projection (q_gate_proj)
     # layer_types of sliding_attention / full_attention read from the file
     "kolibri1": Family(layers="types"),
     "exaone_moe": Family(layers="types", nope="exaone4"),
