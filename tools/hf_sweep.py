@@ -64,6 +64,7 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
          "modernbert-decoder": dict(local_attention=2 * WINDOW),
          "dots1": dict(n_shared_experts=1),
+         "doge": dict(sliding_window=None),  # its window is refused by field (compiler_tests/hf/test_hf_registry.py)
          # a dense full layer that force_rope rotates, a full layer that does not
          "cohere2_moe": dict(layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
                              mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),  # its class leaves it None and the model multiplies by it

@@ -108,6 +108,15 @@ def test_ministral3_llama_4_scaling_beta_is_the_schemes_temperature():
         import_config(cfg)
 
 
+def test_doge_rotary_is_exact_and_its_window_refused_naming_sliding_window():
+    """Doge's dynamic float mask is content-dependent: without a window its mask passes through HF's rotary path
+    untouched (exact); with one, pedsl's windowed layers would need HF's boolean mask: refused by the field."""
+    native = _native("doge", sliding_window=None)
+    assert "window" not in _exact(native)
+    with pytest.raises(InteropError, match="model_type 'doge' with a sliding_window"):
+        import_config({**json.loads(native.config.to_json_string()), "sliding_window": 6})
+
+
 def test_hybrids_without_rotary_are_nope_not_rope():
     """Jamba's, Nemotron-H's and Zamba's attention layers apply no rotary: written as NoPE (their Mamba layers
     untouched); Zamba checked exact here, Jamba by the fast sweep slice, all three by the full sweep."""

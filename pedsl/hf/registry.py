@@ -74,6 +74,9 @@ _ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own att
           "attention interface that pedsl's adapter replaces")
 # Refusals of a taught type that hold only when a config field is set (the field, why).
 REFUSED_WHEN = {
+    "doge": ("sliding_window", "with a sliding_window masks each layer with a content-dependent float mask (its "
+             "dynamic mask, from the values) inside that window; pedsl's windowed layers take HF's boolean mask "
+             "(without a window Doge runs on HF's rotary path, its mask untouched)"),
     "falcon": ("alibi", "with alibi = true rounds its ALiBi bias to bfloat16 (slopes.bfloat16() * key positions, "
                "then / sqrt(head_dim)) and passes it inside the float attention mask, not through a position the "
                "attention reads; pedsl's alibi() is exact, so the logits would differ (its rotary, alibi = false, "
@@ -99,6 +102,7 @@ REGISTRY: dict[str, Family] = {
     "hy_v3": Family(theta=11158840.0),
     "lfm2": Family(theta=1e6),  # layer_types: its attention layers and its convolution layers (no position)
     "lfm2_moe": Family(theta=1e6),  # LFM2's, its rotary named pos_emb
+    "doge": Family(),  # Llama's rotary; a sliding_window is refused (REFUSED_WHEN)
     "jetmoe": Family(),  # Llama's rotary; its queries come from attention experts (kv_proj the layer's own)
     "minicpm5_moe": Family(theta=5e6),  # Llama's rotary, a gated query projection (q_gate_proj)
     # layer_types of sliding_attention / full_attention read from the file
