@@ -117,6 +117,18 @@ def test_doge_rotary_is_exact_and_its_window_refused_naming_sliding_window():
         import_config({**json.loads(native.config.to_json_string()), "sliding_window": 6})
 
 
+def test_nanochat_rotates_the_other_way_round():
+    """NanoChat's rotate_half is cat(x2, -x1): written as the rotation by minus the phase, exact; the usual
+    direction differs."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("nanochat")
+    text = _exact(native)
+    assert "rotate(-(w * position))" in text
+    ours = use_pedsl_attention(copy.deepcopy(native), text.replace("rotate(-(w * position))", "rotate(w * position)"))
+    assert hf_sweep.compare(native, ours)[3]
+
+
 def test_hybrids_without_rotary_are_nope_not_rope():
     """Jamba's, Nemotron-H's and Zamba's attention layers apply no rotary: written as NoPE (their Mamba layers
     untouched); Zamba checked exact here, Jamba by the fast sweep slice, all three by the full sweep."""

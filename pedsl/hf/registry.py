@@ -62,6 +62,7 @@ class Family:
     rope_switch: str | None = None  # a config key whose value 'rope' turns the rotary on (NoPE otherwise)
     q_scale: bool = False  # rope_parameters.llama_4_scaling_beta scales q by position (Ministral 3)
     force_rope: bool = False  # its dense-MLP layers rotate too when prefix_dense_sliding_window_pattern is 1
+    reversed: bool = False  # rotate_half as cat(x2, -x1): every pair turns by minus its phase (nanochat)
 
 
 def _refused(why: str) -> Family:
@@ -103,6 +104,7 @@ REGISTRY: dict[str, Family] = {
     "lfm2": Family(theta=1e6),  # layer_types: its attention layers and its convolution layers (no position)
     "lfm2_moe": Family(theta=1e6),  # LFM2's, its rotary named pos_emb
     "doge": Family(),  # Llama's rotary; a sliding_window is refused (REFUSED_WHEN)
+    "nanochat": Family(reversed=True),  # Llama's table, its rotate_half the other way round: phase -(w * position)
     "jetmoe": Family(),  # Llama's rotary; its queries come from attention experts (kv_proj the layer's own)
     "minicpm5_moe": Family(theta=5e6),  # Llama's rotary, a gated query projection (q_gate_proj)
     # layer_types of sliding_attention / full_attention read from the file

@@ -437,7 +437,10 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     lines.append(f"  let w = {grid}")
     if scale:
         lines.append(f"  let m = {scale}")
-    lines.append(f"  qk{on}: rotate(w * position{phase_tail}" + (", scale = m)" if scale else ")"))
+    phase = f"w * position{phase_tail}"
+    if fam is not None and fam.reversed:  # its rotate_half is cat(x2, -x1): the rotation by minus the phase
+        phase = f"-({phase})"
+    lines.append(f"  qk{on}: rotate({phase}" + (", scale = m)" if scale else ")"))
     train_length = s.get(_train_length_key(s))
     if train_length is not None and train_length <= limits.MAX_LENGTH:  # longer: pedsl trains no such context
         lines += ["  train {", "    context = train_length", "  }"]
