@@ -87,6 +87,7 @@ CODES: dict[str, tuple[str, str]] = {
                    "(says which part)"),
     "E963": ("hf", "a config.json that cannot be read or lacks what its rope type needs"),
     "E964": ("hf", "`pedsl.hf.use_pedsl_attention`: a scheme or model the adapter does not run"),
+    "E965": ("hf", "`pedsl.hf.use_pedsl_attention`: a model that scales its queries by position passed no positions"),
     "E970": ("pedsl", "out of memory: sizes within the caps that this machine cannot hold"),
     "E980": ("pedsl", "a command needs an optional extra that is not installed (`pip install 'pedsl[lsp]'`)"),
     "E981": ("config", "an executor or tracker that cannot be used: `sbatch` refused the job, a Ray address or an "

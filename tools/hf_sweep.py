@@ -1,13 +1,16 @@
 """Every model type the installed transformers registers, against pedsl's Hugging Face boundary.
 
-For each model type with a causal-LM class (transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``): build a tiny
-random model from its own config class (4 layers, width 64, 4 heads of 16, the positional fields set to
-non-default values: a window of 6 on the layers that take one, a NoPE layer, a base of 5e4), then
+For each model type with a causal-LM class (transformers' ``MODEL_FOR_CAUSAL_LM_MAPPING_NAMES``; a vision-language
+type without one through its image-text-to-text class, fed text only): build a tiny random model from its own
+config class (4 layers, width 64, 4 heads of 16, the positional fields set to non-default values: a window of 6
+on the layers that take one, a NoPE layer, a base of 5e4, the attention layers of a hybrid within the first four:
+:data:`EXTRA`; a composite's text config shrunk so, its sliding window off, its vision tower one small layer), then
 
 1. ``pedsl import-hf`` of its ``config.json`` (the JSON transformers writes, read back as a file is);
 2. ``use_pedsl_attention`` on a copy of the model (its default scheme is that import);
 3. logits of an unpadded and a left-padded batch (20 tokens, past the window) with and without the cache, and
-   greedy ``generate`` of 10 tokens from the padded batch, float32, against the native model.
+   greedy ``generate`` of 10 tokens and a 2-beam search of 6 from the padded batch (tokens equal, beam scores
+   within the tolerance), float32, against the native model.
 
 Each type ends in exactly one state: ``exact`` (every comparison within the tolerance below), ``refused``
 (a PedslError, its first sentence recorded: it names the model type and the field), ``not applicable`` (the
@@ -23,6 +26,7 @@ largest logit for these 4-layer models; a position read wrong moves the logits b
 
     python -m tools.hf_sweep                 # the full sweep; rewrites docs/hf-compatibility.md
     python -m tools.hf_sweep llama mistral   # some types only (prints, does not rewrite the table)
+    python -m tools.hf_sweep --update llama  # re-sweep some types into the last full run's table
 """
 
 from __future__ import annotations
@@ -54,9 +58,31 @@ SMALL = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_la
 # Positional fields set to values other than the defaults, where the config class has them.
 POSITIONAL = dict(sliding_window=WINDOW, use_sliding_window=True, max_window_layers=1, rope_theta=5e4,
                   no_rope_layers=[1, 0, 1, 1], attention_chunk_size=8)
+# Per type: the fields that give the tiny model attention layers of every kind it has (hybrids whose default
+# pattern puts no attention layer in the first 4; a mix of sliding and full layers where layer_types decides)
+EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
+         "zamba": dict(attn_layer_period=2, attn_layer_offset=1),
+         "bamba": dict(attn_layer_indices=[1, 3]),
+         "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
+         "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
+         "modernbert-decoder": dict(local_attention=2 * WINDOW),
+         "dots1": dict(n_shared_experts=1),
+         "doge": dict(sliding_window=None),  # its window is refused by field (compiler_tests/hf/test_hf_registry.py)
+         # a dense full layer that force_rope rotates, a full layer that does not
+         "cohere2_moe": dict(layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+                             mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),  # its class leaves it None and the model multiplies by it
+         "lfm2_moe": dict(layer_types=["conv", "full_attention"] * 2),  # its class leaves it None
+         # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
+         "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
+                                             "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.5})}  # its class sets sliding_window to half of it
+# The small vision tower of a vision-language model (the sweep feeds it text only)
+VISION_SMALL = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64,
+                    num_hidden_layers=1, num_attention_heads=2)
+# mrope_section of the small heads' 8 pairs where a type's interleaved assignment needs another split
+MROPE_SECTIONS = {mt: [4, 2, 2] for mt in ("qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe")}
 # A fast slice for the suite: the families of the issue, one of each mechanism (a few minutes on one core).
 FAST = ("llama", "mistral", "qwen2", "phi3", "gpt_neox", "gemma2", "olmo3", "exaone4", "smollm3", "jamba", "bloom",
-        "deepseek_v3", "gpt2")
+        "deepseek_v3", "gpt2", "qwen2_vl")
 
 
 @dataclass
@@ -82,28 +108,62 @@ def causal_types() -> list[str]:
 
 def positional_attention(model_type: str) -> bool:
     """Whether the type's modeling file computes a position inside attention (rotary, ALiBi, a relative bias)."""
-    import transformers
-
-    root = Path(transformers.__file__).parent / "models" / model_type.replace("-", "_")
-    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in sorted(root.glob("modeling_*.py")))
+    text = "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in modeling_files(model_type))
     return bool(re.search(r"rotary|alibi|relative_attention_bias|position_bias", text, re.I)) or not text
 
 
+def modeling_files(model_type: str) -> list[Path]:
+    """The modeling files of a type: its config class's package (GPT-SW3 is GPT-2's, ``openai-gpt`` lives in
+    ``openai``), the file named after the type where the package holds several (``data2vec-text``)."""
+    import importlib
+
+    from transformers import CONFIG_MAPPING
+
+    package = CONFIG_MAPPING[model_type].__module__.rsplit(".", 1)[0]
+    root = Path(importlib.import_module(package).__file__).parent
+    own = root / f"modeling_{model_type.replace('-', '_')}.py"
+    return [own] if own.exists() else sorted(root.glob("modeling_*.py"))
+
+
+def _small_fields(base, model_type: str) -> dict:
+    """SMALL and POSITIONAL where the config ``base`` has those fields (a text config of a composite too)."""
+    kw = {k: v for k, v in {**SMALL, **POSITIONAL}.items() if hasattr(base, k)}
+    kw.pop("rope_theta", None)
+    rp = getattr(base, "rope_parameters", None)
+    if isinstance(rp, dict) and "rope_type" in rp:  # one rope for every layer: another base
+        kw["rope_parameters"] = {**rp, "rope_theta": 5e4}
+        from pedsl.hf.arch import MROPE
+
+        if "mrope_section" in rp or model_type in MROPE:  # 8 rotary pairs of the small heads, split over t, h, w
+            kw["rope_parameters"]["mrope_section"] = MROPE_SECTIONS.get(model_type, [2, 3, 3])
+    if "head_dim" not in kw and hasattr(base, "hidden_size"):
+        kw["head_dim"] = 16
+    return {**kw, **EXTRA.get(model_type, {})}
+
+
+def _composite_fields(base, model_type: str) -> dict:
+    """A vision-language config's small text and vision sub-configs (the text model's positional fields as a
+    text model's, its sliding window off: pedsl refuses windows on M-RoPE models by name)."""
+    text = base.text_config
+    kw = _small_fields(text, model_type)
+    kw.update(use_sliding_window=False, sliding_window=None) if hasattr(text, "use_sliding_window") else None
+    text_dict = {k: v for k, v in text.to_dict().items() if k != "layer_types"}
+    vision = base.vision_config.to_dict()
+    vision.update({k: v for k, v in VISION_SMALL.items() if k in vision})
+    return {"text_config": {**text_dict, **kw}, "vision_config": vision}
+
+
 def tiny_config(model_type: str):
-    """The type's config class with SMALL and POSITIONAL where it has those fields."""
+    """The type's config class with SMALL and POSITIONAL where it has those fields (in its text config, with a
+    small vision config, for a vision-language one)."""
     from transformers import CONFIG_MAPPING
 
     cls = CONFIG_MAPPING[model_type]
     base = cls()
-    kw = {k: v for k, v in {**SMALL, **POSITIONAL}.items() if hasattr(base, k)}
-    if "rope_theta" in kw:
-        kw.pop("rope_theta")
-    rp = getattr(base, "rope_parameters", None)
-    if isinstance(rp, dict) and "rope_type" in rp:  # one rope for every layer: another base
-        kw["rope_parameters"] = {**rp, "rope_theta": 5e4}
-    if "head_dim" not in kw and hasattr(base, "hidden_size"):
-        kw["head_dim"] = 16
-    for drop in ((), ("no_rope_layers",), ("no_rope_layers", "attention_chunk_size"), ("head_dim",)):
+    composite = all(hasattr(base, k) for k in ("text_config", "vision_config"))
+    kw = _composite_fields(base, model_type) if composite else _small_fields(base, model_type)
+    for drop in ((), ("no_rope_layers",), ("no_rope_layers", "attention_chunk_size"), ("head_dim",),
+                 ("bos_token_id", "eos_token_id"), ("bos_token_id", "eos_token_id", "head_dim")):
         try:
             cfg = cls(**{k: v for k, v in kw.items() if k not in drop})
             break
@@ -115,10 +175,22 @@ def tiny_config(model_type: str):
     return cfg
 
 
+def _model_class(model_type: str):
+    """The causal-LM auto class, or for a vision-language model without one its image-text-to-text class (fed
+    text only)."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        return AutoModelForImageTextToText
+    return AutoModelForCausalLM
+
+
 def build(model_type: str):
     import torch
-    from transformers import AutoModelForCausalLM
 
+    AutoModelForCausalLM = _model_class(model_type)
     cfg = tiny_config(model_type)
     with torch.device("meta"):  # the size first: a config class that keeps large sub-models is not built
         try:
@@ -204,6 +276,13 @@ def compare(native, ours) -> tuple[float, float, str, list[str]]:
         if not torch.equal(ga.sequences, gb.sequences):
             bad.append("greedy tokens")
         check("greedy generate (cache)", torch.cat(ga.logits), torch.cat(gb.logits))
+        # beam search reorders the cache between steps (the general path recomputes from it every call)
+        bkw = dict(attention_mask=mask, max_new_tokens=6, do_sample=False, num_beams=2, output_scores=True,
+                   return_dict_in_generate=True)
+        ba, bb = native.generate(tok, **bkw), ours.generate(tok, **bkw)
+        if not torch.equal(ba.sequences, bb.sequences):
+            bad.append("beam tokens")
+        check("beam search scores (2 beams)", ba.sequences_scores, bb.sequences_scores)
     return worst, scale, ", ".join(what), bad
 
 
@@ -213,8 +292,9 @@ def _alarm(signum, frame):
 
 def sweep_one(model_type: str) -> Result:
     """The state of one model type (see the module docstring)."""
-    from pedsl.errors import PedslError
+    from pedsl.errors import InteropError, PedslError
     from pedsl.hf import import_config, use_pedsl_attention
+    from pedsl.hf.registry import taught_refusal
     from pedsl.strictparse import load_json
 
     t0 = time.monotonic()
@@ -231,6 +311,11 @@ def sweep_one(model_type: str) -> Result:
                 return res
             config = load_json(native.config.to_json_string())
             try:
+                # the type's own record first: its causal-LM class may hold a taught text config (Qwen3.5's)
+                why = taught_refusal({"model_type": model_type})
+                if why:
+                    raise InteropError(f"this model's positional encoding cannot be expressed exactly in pedsl: {why}",
+                                       code="E961")
                 import_config(config)
                 ours = use_pedsl_attention(copy.deepcopy(native))
             except PedslError as err:
@@ -263,12 +348,14 @@ def table(results: list[Result], version: str) -> str:
     positional = sum(r.state in ("exact", "refused", "DIFFERENT") for r in results)
     lines = ["# Hugging Face compatibility", "",
              f"Generated by `python -m tools.hf_sweep` against transformers {version}: every model type with a "
-             "causal-LM class, a tiny random model from its own config class (4 layers, width 64, 4 heads of 16, "
+             "causal-LM class (a vision-language one through its image-text-to-text class, fed text only, its window "
+             "off), a tiny random model from its own config class (4 layers, width 64, 4 heads of 16, "
              f"a window of {WINDOW}, a NoPE layer where the config has `no_rope_layers`, base 5e4), `pedsl import-hf` "
              "of its config.json, `use_pedsl_attention`, and the logits of an unpadded and a left-padded batch "
-             f"({L} tokens) with the cache off and on, and greedy generation of 10 tokens, in float32 against the "
-             "native model (tolerance 2 x depth x eps32 x max |logit|, depth the longest chain of roundings in the "
-             "logits: a bound for any summation order, so for any CPU). `taught` says whether pedsl's registry "
+             f"({L} tokens) with the cache off and on, greedy generation of 10 tokens and a 2-beam search of 6, in "
+             "float32 against the native model (tolerance 2 x depth x eps32 x max |logit|, depth the longest chain of "
+             "roundings in the logits: a bound for any summation order, so for any CPU). `taught` says whether "
+             "pedsl's registry "
              "(pedsl/hf/registry.py) has a record for the type; every other type is refused by name.", "",
              f"{len(results)} model types: " + ", ".join(f"{counts[s]} {s}" for s in STATES if counts[s]) +
              f". With positional attention (exact + refused + different): {positional}; exact: {counts['exact']}.",
@@ -286,6 +373,11 @@ def main(argv: list[str]) -> int:
 
     from pedsl.fsio import atomic_write_text
 
+    update = argv[:1] == ["--update"]
+    if update:  # re-sweep some types, keep the other rows of the last full run
+        argv = argv[1:]
+        kept = [Result(**r) for r in json.loads(RESULTS.read_text(encoding="utf-8")) if r["model_type"] not in argv
+                and r["model_type"] in causal_types()]
     types = argv or causal_types()
     results = []
     for mt in types:
@@ -293,7 +385,9 @@ def main(argv: list[str]) -> int:
         results.append(r)
         print(f"{mt:28s} {r.state:18s} {r.seconds:6.1f}s {r.largest if r.largest is not None else '':<10} "
               f"{r.reason[:110]}", flush=True)
-    if not argv:
+    if update:
+        results = kept + results
+    if not argv or update:
         atomic_write_text(DOC, table(results, transformers.__version__))
         atomic_write_text(RESULTS, json.dumps([r.__dict__ for r in results], indent=1) + "\n")
         print(f"wrote {DOC}")

@@ -29,7 +29,13 @@ def _native(model_type: str, **fields):
     import torch
 
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(cfg).float().eval()
+    try:
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    except ValueError:  # a model without SDPA (VaultGemma): its eager attention, as tools.hf_sweep builds it
+        cfg._attn_implementation = "eager"
+        torch.manual_seed(0)
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    model = model.float().eval()
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -71,9 +77,75 @@ def test_bloom_with_its_real_keys_is_refused_as_alibi():
             import_config(c)
 
 
-def test_jamba_is_refused_not_written_as_rope():
-    with pytest.raises(InteropError, match="model_type 'jamba'.*no rotary"):
-        import_config(transformers.JambaConfig(num_hidden_layers=2).to_dict())
+def test_falcon_rotary_is_exact_and_its_bfloat16_alibi_refused_naming_alibi():
+    from pedsl.hf import use_pedsl_attention
+
+    text = _exact(_native("falcon"))
+    assert "geometric(base)" in text
+    native = _native("falcon", alibi=True)
+    with pytest.raises(InteropError, match="model_type 'falcon'.*alibi = true.*bfloat16"):
+        import_config(json.loads(native.config.to_json_string()))
+    with pytest.raises(PedslError, match="falcon.*alibi"):
+        use_pedsl_attention(copy.deepcopy(native))
+
+
+def test_ministral3_llama_4_scaling_beta_is_the_schemes_temperature():
+    """Ministral 3 multiplies q by 1 + beta * log(1 + floor(position / original)): written as the scheme's
+    temperature (the adapter undoes the model's own), exact past three multiples of original = 8; the same scheme
+    without the temperature differs, so the comparison sees the scale."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("ministral3", sliding_window=None, **hf_sweep.EXTRA["ministral3"])
+    text = _exact(native)
+    assert "temperature = 1 + llama_4_scaling_beta * log(1 + floor(position / scaling_original))" in text
+    assert "scaling_original: int (>= 1) = 8" in text
+    plain = "\n".join(line for line in text.splitlines() if "temperature" not in line)
+    ours = use_pedsl_attention(copy.deepcopy(native), plain)
+    assert hf_sweep.compare(native, ours)[3]
+    cfg = json.loads(native.config.to_json_string())
+    del cfg["rope_parameters"]["original_max_position_embeddings"]
+    with pytest.raises(InteropError, match="original_max_position_embeddings"):
+        import_config(cfg)
+
+
+def test_doge_rotary_is_exact_and_its_window_refused_naming_sliding_window():
+    """Doge's dynamic float mask is content-dependent: without a window its mask passes through HF's rotary path
+    untouched (exact); with one, pedsl's windowed layers would need HF's boolean mask: refused by the field."""
+    native = _native("doge", sliding_window=None)
+    assert "window" not in _exact(native)
+    with pytest.raises(InteropError, match="model_type 'doge' with a sliding_window"):
+        import_config({**json.loads(native.config.to_json_string()), "sliding_window": 6})
+
+
+def test_nanochat_rotates_the_other_way_round():
+    """NanoChat's rotate_half is cat(x2, -x1): written as the rotation by minus the phase, exact; the usual
+    direction differs."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("nanochat")
+    text = _exact(native)
+    assert "rotate(-(w * position))" in text
+    ours = use_pedsl_attention(copy.deepcopy(native), text.replace("rotate(-(w * position))", "rotate(w * position)"))
+    assert hf_sweep.compare(native, ours)[3]
+
+
+def test_hybrids_without_rotary_are_nope_not_rope():
+    """Jamba's, Nemotron-H's and Zamba's attention layers apply no rotary: written as NoPE (their Mamba layers
+    untouched); Zamba checked exact here, Jamba by the fast sweep slice, all three by the full sweep."""
+    for model_type in ("jamba", "nemotron_h"):
+        text = import_config(hf_sweep.tiny_config(model_type).to_dict())
+        assert "NoPE" in text and "rotate" not in text and not load(text).transports
+    text = _exact(_native("zamba", **hf_sweep.EXTRA["zamba"]))
+    assert "NoPE" in text and not load(text).transports
+
+
+def test_granite_4_h_rotates_only_when_its_position_embedding_type_is_rope():
+    cfg = hf_sweep.tiny_config("granitemoehybrid").to_dict()
+    for value in (None, "nope"):
+        nope = import_config({**cfg, "position_embedding_type": value})
+        assert not load(nope).transports and "position_embedding_type" in nope
+    rope = import_config({**cfg, "position_embedding_type": "rope"})
+    assert load(rope).transports and "geometric(base)" in rope
 
 
 def test_deepseek_v3_refuses_every_scheme_in_the_adapter():
@@ -251,6 +323,16 @@ def test_cohere2_rotates_its_sliding_layers_only_and_none_without_a_window():
     assert _rotating_parts(import_config(cfg)) == [False] * 4  # HF: sliding_window is None -> no layer rotates
 
 
+@pytest.mark.parametrize("pattern", [1, 2])
+def test_cohere2_moe_force_rope_rotates_its_dense_layers_when_the_prefix_pattern_is_1(pattern):
+    native = _native("cohere2_moe", sliding_window=6, prefix_dense_sliding_window_pattern=pattern,
+                     **hf_sweep.EXTRA["cohere2_moe"])
+    assert _rotating_parts(_exact(native)) == [pattern == 1, True, True, False]
+    cfg = {k: v for k, v in json.loads(native.config.to_json_string()).items() if k != "mlp_layer_types"}
+    with pytest.raises(InteropError, match="mlp_layer_types"):
+        import_config(cfg)
+
+
 def test_afmoe_rotates_the_layers_its_layer_types_call_sliding():
     native = _native("afmoe", sliding_window=6)
     assert _rotating_parts(_exact(native)) == [t == "sliding_attention" for t in native.config.layer_types]
@@ -268,6 +350,26 @@ def test_partial_rotary_factor_rotates_the_first_channels(model_type):
     rp = {"rope_type": "default", "rope_theta": 5e4, "partial_rotary_factor": 0.5}
     text = _exact(_native(model_type, rope_parameters=rp))
     assert "fraction(partial_rotary_factor)" in text and "layout halves" in text
+
+
+@pytest.mark.parametrize(("model_type", "window"), [("solar_open", False), ("minimax", True),
+                                                   ("vaultgemma", True), ("mellum", True), ("cwm", True),
+                                                   ("modernbert-decoder", True), ("dots1", True),
+                                                   ("jetmoe", False), ("minicpm5_moe", False), ("lfm2_moe", False)])
+def test_newly_taught_families_are_exact_with_their_windows(model_type, window):
+    """MiniMax windows every attention layer, VaultGemma alternates as Gemma 2, Mellum and ModernBERT's decoder read
+    layer_types and a rope per layer type (a mix of both kinds here), CWM layer_types with Llama 3's rope; Solar
+    Open, JetMoE (q from experts), MiniCPM5-MoE (gated q) and LFM2-MoE (rotary named pos_emb) have no window."""
+    text = _exact(_native(model_type, sliding_window=6, **hf_sweep.EXTRA.get(model_type, {})))
+    assert ("window = 6" in text) == window
+
+
+def test_qwen3_next_rotates_the_first_quarter():
+    """Qwen3-Next / Qwen3.5 rotate int(head_dim * partial_rotary_factor) channels (0.25 by default); exact by the
+    sweep (their gated-delta layers are slow on CPU)."""
+    for model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
+        text = import_config(hf_sweep.tiny_config(model_type).to_dict())
+        assert "fraction(partial_rotary_factor)" in text and "layout halves" in text and "= 0.25" in text
 
 
 def test_exaone_is_llamas_model_class_which_rotates_every_channel():

@@ -292,6 +292,9 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     """The ``AttentionInterface`` function: q (B, H, Lq, D), k, v (B, Hkv, Lk, D) from HF's cache
     (rotated on HF's rotary path, un-rotated on the general path) -> (B, Lq, H, D)."""
     state: _State = getattr(module, _ATTR)
+    q_scale = getattr(module, _Q_SCALE, None)
+    if q_scale is not None:  # the model scaled q by position (Ministral 3): undone, the scheme's temperature applies
+        query = query / llama4_q_scale(q_scale, kwargs.get("position_ids"), query)
     if state.module is not None and getattr(state.module, "sink_logit", None) is getattr(module, "sinks", 0):
         kwargs.pop("s_aux", None)  # the model's sinks are the part's sink logits (_layer_state)
     if kwargs.get("softcap") is not None and state.module is not None and state.module.plan.softcap == kwargs["softcap"]:
@@ -327,6 +330,33 @@ def llama4_tuning(tuning: tuple[float, float], past: int, Lq: int, device) -> to
     floor_scale, attn_scale = tuning
     p = torch.arange(Lq, device=device) + past
     return (torch.log1p(torch.floor((p.float() + 1.0) / floor_scale)) * attn_scale + 1.0).view(1, 1, Lq, 1)
+
+
+def llama4_q_scale(q_scale: tuple[float, int], position_ids, query: torch.Tensor) -> torch.Tensor:
+    """(B, 1, Lq, 1) the factor Ministral 3's attention multiplied q by, as HF computes it (float32, then q's dtype):
+    1 + beta * log(1 + floor(position / original)) at the query positions HF passes."""
+    if position_ids is None:
+        raise InteropError("the model scales its queries by position (llama_4_scaling_beta) but passed no "
+                           "position_ids to the attention: pedsl cannot undo the scale", code="E965")
+    beta, original = q_scale
+    scale = 1 + beta * torch.log(1 + torch.floor(position_ids.to(query.device) / original))
+    return scale[:, None, :, None].to(query.dtype)
+
+
+def _mark_q_scale(model, layers) -> None:
+    """Layers whose model multiplies q by Llama 4's position scale before the attention function (registry
+    ``q_scale``): the attention undoes it (the default scheme carries it as its temperature)."""
+    cfg = model.config.get_text_config()
+    fam = registry.family((arch.model_types(cfg.to_dict()) or [""])[-1])
+    rp = getattr(cfg, "rope_parameters", None) or {}
+    if fam is None or not fam.q_scale or rp.get("llama_4_scaling_beta") is None:
+        return
+    scale = (float(rp["llama_4_scaling_beta"]), rp.get("original_max_position_embeddings"))
+    for layer in layers:
+        object.__setattr__(layer, _Q_SCALE, scale)
+
+
+_Q_SCALE = "_pedsl_q_scale"
 
 
 def _register() -> None:
@@ -513,6 +543,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
         states = [state] * len(layers)
     for layer, st in zip(layers, states):
         object.__setattr__(layer, _ATTR, st)  # a plain attribute: not a submodule, not in the state_dict
+    _mark_q_scale(model, layers)
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), state, width))
     _register()
@@ -529,9 +560,11 @@ SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learn
 
 
 def _is_attention(m) -> bool:
-    """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value) and
-    the layer index transformers' cache reads."""
-    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value")) and hasattr(m, "layer_idx")
+    """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value,
+    MiniCPM5-MoE's gated q_gate_proj; JetMoE's kv_proj, its q from experts) and the layer index transformers' cache
+    reads."""
+    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value", "q_gate_proj", "kv_proj")) and \
+        hasattr(m, "layer_idx")
 
 
 def _attention_layers(model) -> tuple[list, list]:
@@ -543,10 +576,12 @@ def _attention_layers(model) -> tuple[list, list]:
     if any(isinstance(m, _PedslRotary) for m in model.modules()):
         raise InteropError(f"{type(model).__name__} already attends through pedsl", code="E964",
                            hint="call use_pedsl_attention once, on a fresh copy of the model")
-    rotaries = [(parent, name) for parent in model.modules() for name, _ in parent.named_children()
-                if name == "rotary_emb"]
-    if not rotaries:
+    rotaries = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
+                if name == "rotary_emb" or (name == "pos_emb" and type(child).__name__.endswith("RotaryEmbedding"))]
+    if not rotaries and not registry.is_nope_model(layered.text_config(model.config.to_dict())):
         raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
+    # (a model type without rotary, NoPE in its registry record: nothing to neutralise, the general path applies
+    # the scheme's own positions)
     return layers, rotaries
 
 
@@ -608,6 +643,7 @@ def _use_layers(model, sch: Scheme, backend: str):
         object.__setattr__(layer, _ATTR, _layer_state(layer, cfg, kinds, index, name, part, modules[key]))
     if any(True for m in modules.values() for _ in m.parameters()):  # learned parts train, move, save with the model
         model.add_module(SCHEME_MODULE, nn.ModuleList(list(modules.values())))
+    _mark_q_scale(model, layers)
     identity = _State(next(iter(modules.values())), None)
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pedsl.errors import InteropError, quoted
-from pedsl.hf import layered, multimodal, rope
+from pedsl.hf import layered, multimodal, registry, rope
 from pedsl.lang.parser import name_problem
 from pedsl.lang.scheme import Scheme
 
@@ -20,6 +20,8 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     """The checked `.pe` text of a config's positional encoding (see :func:`pedsl.hf.rope.import_config`,
     :func:`pedsl.hf.multimodal.import_mrope` and :func:`pedsl.hf.layered.import_layered`)."""
     cfg = config if isinstance(config, dict) else rope.read_config(config)
+    if registry.is_nope_model(layered.text_config(cfg)):
+        return layered.import_nope(cfg, name)
     if multimodal.family_of(cfg) is None:
         return layered.import_layered(cfg, name) if layered.is_layered(cfg) else rope.import_config(cfg, name)
     if name is not None and name_problem(name):

@@ -56,8 +56,9 @@ def _per_type_rope(cfg: dict, kind: str, mt: str, fam: registry.Family) -> dict:
     key = SLIDING if kind == SLIDING else FULL
     rp = cfg.get("rope_parameters")
     local = registry.GEMMA3_LOCAL_THETA if mt.startswith("gemma3") else fam.theta
-    theta = {FULL: ("rope_theta", fam.theta),
-             SLIDING: ("rope_local_base_freq", local) if mt.startswith("gemma3") else ("rope_theta", fam.theta)}[key]
+    own = registry.PER_TYPE_THETA.get(mt, {FULL: fam.theta, SLIDING: fam.theta})
+    theta = {FULL: ("rope_theta", own[FULL]),
+             SLIDING: ("rope_local_base_freq", local) if mt.startswith("gemma3") else ("rope_theta", own[SLIDING])}[key]
     if isinstance(rp, dict) and rp and not set(rp) & {FULL, SLIDING}:
         raise InteropError(f"rope_parameters of model_type '{mt}' must hold one object per layer type "
                            f"({FULL}, {SLIDING}), got the keys {quoted(sorted(rp), 80)}", code="E963")
@@ -149,6 +150,25 @@ def _nope_text(cfg: dict, name: str, extra: list[str], mt: str) -> str:
     if tuning:
         lines.append("  allow temperature_without_length")
     return "\n".join(lines + ["}"]) + "\n"
+
+
+def import_nope(config: dict, name: str | None = None) -> str:
+    """The checked `.pe` text of a model type whose attention layers have no rotary (registry.is_nope_model):
+    one NoPE scheme for every attention layer (its other layers, Mamba or linear attention, are not pedsl's)."""
+    cfg = text_config(config)
+    mt = (arch.model_types(cfg) or ["model"])[-1]
+    if name is not None and name_problem(name):
+        raise InteropError(f"scheme name {quoted(name, 80)}: {name_problem(name)}", code="E963")
+    fam = registry.family(mt) or registry.Family()
+    why = (f"{fam.rope_switch} = {_pe_text(cfg.get(fam.rope_switch))}, not 'rope'" if fam.rope_switch else
+           "the model type's attention layers apply no rotary")
+    text = (f"# Imported by pedsl import-hf from a Hugging Face {_pe_text(mt)} config: NoPE in every attention layer "
+            f"({why}).\n# Its Mamba / linear-attention layers carry position themselves and are not pedsl's.\n"
+            + _nope_text(cfg, name or f"{_base_name(mt)}_nope", [], mt))
+    errors = [d for d in check(text) if d.severity == "error"]
+    if errors:  # pragma: no cover - a NoPE scheme of checked heads always loads
+        raise InteropError(f"the NoPE scheme written from this config does not load ({errors[0].message})", code="E961")
+    return text
 
 
 def layer_rules(kinds: list[str], names: dict[str, str]) -> list[str]:

@@ -48,6 +48,7 @@ FAMILIES = {
     "qwen2_vl": Family("sections", 1000000.0, (16, 24, 24), True),
     "qwen2_5_vl": Family("sections", 1000000.0, (16, 24, 24), True),
     "qwen3_vl": Family("interleave", 500000.0, (24, 20, 20), False),
+    "qwen3_vl_moe": Family("interleave", 500000.0, (24, 20, 20), False),  # Qwen3-VL's rotary, MoE blocks
 }
 assert set(FAMILIES) | {f"{f}_text" for f in FAMILIES} == arch.MROPE_IMPORTED
 # The keys of the rope dict these rotary embeddings read besides the rope type's own (rope.KEYS); any other
@@ -223,7 +224,7 @@ def mrope_spec(cfg: dict) -> dict:
         raise _bad(f"{prefix}num_attention_heads is missing: the scheme needs the model's heads")
     _interleaved(raw, section, family)
     shaped = dict(text, rope_theta=raw.get("rope_theta", text.get("rope_theta", FAMILIES[family].theta)))
-    if family == "qwen3_vl" and shaped.get("head_dim") is None:
+    if family.startswith("qwen3_vl") and shaped.get("head_dim") is None:
         shaped["head_dim"] = 128  # Qwen3VLTextConfig's default: the attention and the table read config.head_dim
     spec = _shape(shaped, raw, section)
     spec["rope_type"] = kind
@@ -233,7 +234,7 @@ def mrope_spec(cfg: dict) -> dict:
     if "rope_theta" not in raw and text.get("rope_theta") is None:
         spec["fields"]["theta"] = f"rope_theta (transformers' {family} default)"
     heads, hidden = text.get("num_attention_heads"), text.get("hidden_size")
-    if family != "qwen3_vl" and text.get("head_dim") is not None and heads and hidden and \
+    if not family.startswith("qwen3_vl") and text.get("head_dim") is not None and heads and hidden and \
             text["head_dim"] != hidden // heads:
         raise _refuse_config(f"{prefix}head_dim = {text['head_dim']} but {prefix}hidden_size / num_attention_heads "
                              f"= {hidden // heads}: transformers' {family} attention and rotary table disagree")

@@ -25,7 +25,15 @@ A record says:
 - ``sinks``: a learned sink logit per head in every layer (GPT-OSS);
 - ``theta``: the config class's ``default_theta`` (the base when the file gives no ``rope_theta``; Gemma 3's
   global one, its local one is :data:`GEMMA3_LOCAL_THETA`);
-- ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None.
+- ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None;
+- ``rope_switch``: the config key that turns the rotary on (value ``rope``); any other value, or none, is NoPE
+  in every attention layer (Granite-4.0-H's ``position_embedding_type``).
+- ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
+  ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
+  Llama-4-style attention temperature: written as the scheme's ``temperature``.
+
+``rotation none`` without a refusal is NoPE in every attention layer: the hybrids whose attention layers have no
+rotary at all (Jamba, Nemotron-H, Zamba) and whose Mamba layers carry position themselves, untouched by pedsl.
 """
 
 from __future__ import annotations
@@ -51,6 +59,10 @@ class Family:
     sinks: bool = False
     theta: float = 10000.0  # the config class's default_theta: rope_theta when the file gives none
     refused: str | None = None
+    rope_switch: str | None = None  # a config key whose value 'rope' turns the rotary on (NoPE otherwise)
+    q_scale: bool = False  # rope_parameters.llama_4_scaling_beta scales q by position (Ministral 3)
+    force_rope: bool = False  # its dense-MLP layers rotate too when prefix_dense_sliding_window_pattern is 1
+    reversed: bool = False  # rotate_half as cat(x2, -x1): every pair turns by minus its phase (nanochat)
 
 
 def _refused(why: str) -> Family:
@@ -64,6 +76,16 @@ _MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one
           "width - split by mrope_section), whose positions are not one token index")
 _ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
           "attention interface that pedsl's adapter replaces")
+# Refusals of a taught type that hold only when a config field is set (the field, why).
+REFUSED_WHEN = {
+    "doge": ("sliding_window", "with a sliding_window masks each layer with a content-dependent float mask (its "
+             "dynamic mask, from the values) inside that window; pedsl's windowed layers take HF's boolean mask "
+             "(without a window Doge runs on HF's rotary path, its mask untouched)"),
+    "falcon": ("alibi", "with alibi = true rounds its ALiBi bias to bfloat16 (slopes.bfloat16() * key positions, "
+               "then / sqrt(head_dim)) and passes it inside the float attention mask, not through a position the "
+               "attention reads; pedsl's alibi() is exact, so the logits would differ (its rotary, alibi = false, "
+               "is imported)"),
+}
 _MLA = ("uses multi-head latent attention: its rotary (qk_rope_head_dim) rotates the last slice of a wider head, "
         "with its own interleaving")
 
@@ -83,6 +105,11 @@ REGISTRY: dict[str, Family] = {
     "exaone": Family(theta=5e5),
     "hy_v3": Family(theta=11158840.0),
     "lfm2": Family(theta=1e6),  # layer_types: its attention layers and its convolution layers (no position)
+    "lfm2_moe": Family(theta=1e6),  # LFM2's, its rotary named pos_emb
+    "doge": Family(),  # Llama's rotary; a sliding_window is refused (REFUSED_WHEN)
+    "nanochat": Family(reversed=True),  # Llama's table, its rotate_half the other way round: phase -(w * position)
+    "jetmoe": Family(),  # Llama's rotary; its queries come from attention experts (kv_proj the layer's own)
+    "minicpm5_moe": Family(theta=5e6),  # Llama's rotary, a gated query projection (q_gate_proj)
     # layer_types of sliding_attention / full_attention read from the file
     "kolibri1": Family(layers="types"),
     "exaone_moe": Family(layers="types", nope="exaone4"),
@@ -91,6 +118,9 @@ REGISTRY: dict[str, Family] = {
     # (GLM)
     "cohere": Family(layout="interleaved", theta=5e5),
     "cohere2": Family(layout="interleaved", layers="types", nope="local_window"),
+    # Cohere 2's rotation, and its force_rope: the layers mlp_layer_types calls dense rotate whatever their kind when
+    # prefix_dense_sliding_window_pattern is 1
+    "cohere2_moe": Family(layout="interleaved", layers="types", nope="local_window", force_rope=True),
     "helium": Family(layout="interleaved", theta=1e5),
     **{mt: Family(layout="interleaved", theta=5e5) for mt in ("ernie4_5", "ernie4_5_moe")},
     **{mt: Family(rotation="partial", layout="interleaved") for mt in ("glm", "glm4")},
@@ -99,6 +129,18 @@ REGISTRY: dict[str, Family] = {
     "param2moe": Family(rotation="partial", theta=5e5),
     "sarvam_moe": Family(rotation="partial", theta=8e6),
     "minimax_m2": Family(rotation="partial", theta=5e6),
+    # (Qwen3-Next, Qwen3.5: their gated-delta linear-attention layers carry no position; the attention layers
+    # rotate the first int(head_dim * partial_rotary_factor) channels, 0.25 by default)
+    # (Qwen3.5's text models: their rotary is interleaved M-RoPE, which a text model's one position per token
+    # makes one rotation; the vision-language composites qwen3_5 / qwen3_5_moe are refused below)
+    **{mt: Family(rotation="partial") for mt in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")},
+    "bamba": Family(rotation="partial"),  # its attention layers (attn_layer_indices) between Mamba 2 layers
+    # Llama's rotary, sliding_window (when set) on every attention layer; the lightning-attention layers of
+    # layer_types 'linear_attention' carry no position
+    "minimax": Family(layers="every", theta=1e6),
+    # (Solar Open, Mellum: their default table reads partial_rotary_factor, their rotary application is Llama's
+    # full one, so a factor below 1 fails natively: there is no other encoding to import)
+    "solar_open": Family(rotation="partial", theta=1e6),
     "flex_olmo": Family(theta=5e5),
     # sliding_window, when set, on every layer (create_sliding_window_causal_mask for the whole model)
     **{mt: Family(layers="every") for mt in ("mistral", "starcoder2")},
@@ -106,10 +148,17 @@ REGISTRY: dict[str, Family] = {
     "phi3": Family(rotation="partial", layers="every"),
     "qwen3_moe": Family(layers="qwen_every"),
     "ministral": Family(layers="ministral"),
+    "ministral3": Family(layers="every", q_scale=True),  # Mistral's window, YaRN, Llama 4's q temperature
     "qwen2": Family(layers="qwen2"),
     "qwen3": Family(layers="qwen2"),
     "qwen2_moe": Family(layers="qwen2"),
     "gemma2": Family(layers="gemma2"),
+    "vaultgemma": Family(layers="gemma2"),  # Gemma 2's layers, soft-cap and window
+    "mellum": Family(rotation="partial", layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
+    # (ModernBERT's decoder: its config class sets sliding_window = local_attention // 2, which the file holds)
+    "modernbert-decoder": Family(layers="types", per_type_rope=True, theta=1.6e5),
+    "dots1": Family(layers="types"),  # dots.llm1: layer_types, sliding from max_window_layers when a window is set
+    "cwm": Family(layers="types", theta=1e6),  # Code World Model: Llama 3's rotary, layer_types' windows
     "gemma3": Family(layers="gemma3", per_type_rope=True, theta=1e6),
     "gemma3_text": Family(layers="gemma3", per_type_rope=True, theta=1e6),
     "gpt_oss": Family(layers="gemma2", sinks=True, theta=1.5e5),
@@ -123,7 +172,12 @@ REGISTRY: dict[str, Family] = {
     # M-RoPE imported by pedsl.hf.multimodal
     **{mt: Family(rotation="mrope", theta=1e6) for mt in ("qwen2_vl", "qwen2_vl_text", "qwen2_5_vl",
                                                           "qwen2_5_vl_text")},
-    **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text")},
+    **{mt: Family(rotation="mrope", theta=5e5) for mt in ("qwen3_vl", "qwen3_vl_text", "qwen3_vl_moe",
+                                                          "qwen3_vl_moe_text")},
+    # no rotary in any attention layer (NoPE); the Mamba layers between them keep their own computation
+    **{mt: Family(rotation="none") for mt in ("jamba", "nemotron_h", "zamba")},
+    # Granite-4.0-H: Llama's rotary in its attention layers when position_embedding_type is 'rope', else NoPE
+    "granitemoehybrid": Family(rope_switch="position_embedding_type"),
     # taught, and refused with the reason
     **{mt: _refused(_ENCODER.format(peer=peer, scheme=scheme)) for mt, peer, scheme in (
         ("modernbert", "ModernBertModel's", "modernbert_global and modernbert_local in layers { pattern = "
@@ -135,23 +189,37 @@ REGISTRY: dict[str, Family] = {
     "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
                           "attention is causal (is_causal)"),
     **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},
-    **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_vl_moe", "qwen3_vl_moe_text", "qwen3_omni_moe",
+    **{mt: _refused(_MROPE + " (Qwen3.5: interleaved, mrope_section over the partial rotary's pairs; its text "
+                    "models qwen3_5_text / qwen3_5_moe_text are imported)") for mt in ("qwen3_5", "qwen3_5_moe")},
+    **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_omni_moe",
                                        "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe",
                                        "glm_image")},
-    **{mt: _refused(_ALIBI) for mt in ("bloom", "falcon", "mpt", "baichuan")},
+    "bloom": _refused("adds ALiBi (slopes of n_head, alibi.baddbmm of q k^T) in its own attention code "
+                      "(BloomAttention), which does not go through transformers' attention interface that pedsl's "
+                      "adapter replaces"),
+    "mpt": _refused("adds its ALiBi position_bias (alibi_bias_max, over max_seq_len) in its own attention code "
+                    "(MptAttention), which does not go through transformers' attention interface that pedsl's "
+                    "adapter replaces"),
+    "baichuan": _refused(_ALIBI),
+    "falcon": Family(),  # Llama's rotary; alibi = true refused (REFUSED_WHEN)
     "gemma3n": _refused("gives its layer types different rope parameters and shares KV caches across layers "
                         "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
     "gemma3n_text": _refused("gives its layer types different rope parameters and shares KV caches across layers "
                              "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
-    "phimoe": _refused("scales its LongRoPE table by rope_parameters.short_mscale / long_mscale, which pedsl's "
-                       "longrope_mscale does not read"),
-    "jamba": _refused("has no rotary embedding in its attention layers (NoPE between Mamba layers), and its "
-                      "Mamba layers carry position themselves; pedsl writes the attention's encoding only"),
+    "phimoe": _refused("rotates with the LongRoPE short_factor frequencies at every length (its rotary calls the "
+                       "longrope init without the length) and scales cos and sin by rope_parameters.short_mscale or "
+                       "long_mscale, switched by whether the call's max(position_ids) + 1 exceeds "
+                       "original_max_position_embeddings; pedsl's longrope() switches the factors themselves and "
+                       "longrope_mscale is one constant"),
 }
 
 # Types whose rotary reads rope_parameters.alpha with rope_type 'dynamic' as a fixed NTK base (HunYuan).
 NTK_ALPHA = frozenset({"hunyuan_v1_dense"})
 GEMMA3_LOCAL_THETA = 10000.0  # Gemma 3's default_theta["local"]: its sliding layers' base
+# Bases per layer type of the types whose config class fills rope_parameters per layer type with two
+# different bases when the file gives none (Mellum's __post_init__)
+PER_TYPE_THETA = {"mellum": {"full_attention": 5e5, "sliding_attention": 1e4},
+                  "modernbert-decoder": {"full_attention": 1.6e5, "sliding_attention": 1e4}}
 # Rotations that pedsl.hf.rope writes in HF's halves layout.
 HALVES = ("full", "partial")
 
@@ -185,7 +253,18 @@ def taught_refusal(cfg: dict) -> str | None:
         fam = REGISTRY.get(mt)
         if fam is not None and fam.refused:
             return f"model_type '{mt}' {fam.refused}"
+        key, why = REFUSED_WHEN.get(mt, (None, ""))
+        if key is not None and cfg.get(key):
+            return f"model_type '{mt}' {why}"
     return None
+
+
+def is_nope_model(cfg: dict) -> bool:
+    """Whether every attention layer of the config's (taught, not refused) model type has no rotary (NoPE)."""
+    fam = family((model_types(cfg) or [""])[-1])
+    if fam is None or fam.refused:
+        return False
+    return fam.rotation == "none" or (fam.rope_switch is not None and cfg.get(fam.rope_switch) != "rope")
 
 
 def window_size(cfg: dict, fam: Family):
@@ -235,7 +314,11 @@ LAYERED_TYPES = frozenset(mt for mt, f in REGISTRY.items() if not f.refused and 
 def text_config(cfg: dict) -> dict:
     """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself."""
     text = cfg.get("text_config")
-    return text if isinstance(text, dict) and cfg.get("model_type") in ("llama4", "gemma3") else cfg
+    return text if isinstance(text, dict) and cfg.get("model_type") in COMPOSITES else cfg
+
+
+# Composite (vision-language) types whose positional encoding is their text_config's alone.
+COMPOSITES = ("llama4", "gemma3")
 
 
 def _int(cfg: dict, key: str, default=None, least: int = 1):
@@ -262,6 +345,18 @@ def _rope_map(cfg: dict, n: int, key: str, interval_key: str, interval: int) -> 
     if not isinstance(nope, list) or len(nope) != n or any(x not in (0, 1) or isinstance(x, bool) for x in nope):
         raise InteropError(f"{key} must list 0 or 1 for each of the {n} layers, got {quoted(nope, 80)}", code="E963")
     return nope
+
+
+def _forced_rope(cfg: dict, n: int) -> list[bool]:
+    """Cohere 2 MoE's force_rope per layer: its dense-MLP layers when prefix_dense_sliding_window_pattern is 1."""
+    mlp = cfg.get("mlp_layer_types")
+    if mlp is None:
+        raise InteropError("mlp_layer_types is absent: pedsl reads which layers HF forces to rotate (its dense-MLP "
+                           "layers) from the file, never from a guess", code="E963",
+                           hint="give mlp_layer_types (transformers' save_pretrained writes it)")
+    if not isinstance(mlp, list) or len(mlp) != n:
+        raise InteropError(f"mlp_layer_types must list each of the {n} layers, got {quoted(mlp, 80)}", code="E963")
+    return [m == "dense" and _int(cfg, "prefix_dense_sliding_window_pattern", 1) == 1 for m in mlp]
 
 
 def layer_kinds(cfg: dict) -> list[str]:
@@ -296,6 +391,8 @@ def layer_kinds(cfg: dict) -> list[str]:
         kinds = [k if k == SLIDING else NOPE for k in kinds]
     if fam.nope in ("local", "local_window"):  # HF's is_local_attention / sliding_window is not None
         rotates = [t == SLIDING and (window is not None or fam.nope == "local") for t in types]
+        if fam.force_rope:  # HF's force_rope: config.mlp_layer_types[i] == "dense" and the prefix pattern is 1
+            rotates = [r or f for r, f in zip(rotates, _forced_rope(cfg, n))]
         kinds = [k if r else NOPE for k, r in zip(kinds, rotates)]
     return kinds
 

@@ -130,6 +130,7 @@ def rope_spec(cfg: dict) -> dict:
         spec["fields"]["theta"] = f"{section}.rope_theta * {section}.alpha ** (head_dim / (head_dim - 2))"
     _architecture_rotation(spec, cfg)
     _scaling_knobs(spec, cfg, raw, section)
+    _q_scale(spec, cfg, raw, section)
     _check_knobs(spec)
     return spec
 
@@ -147,7 +148,10 @@ def _ntk_alpha(cfg: dict, raw: dict, rope_type, section: str) -> float | None:
 
 def _refuse_inexact(cfg: dict, raw: dict, rope_type) -> None:
     """Refuse (E961, listing every one) what pedsl cannot express exactly."""
-    problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)]
+    fam = registry.family((arch.model_types(cfg) or [""])[-1])
+    switch = fam.rope_switch if fam is not None and not fam.refused else None  # 'rope': read, the rotary on
+    problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)
+                and not (k == switch and cfg[k] == "rope")]
     nested = [k for k, v in raw.items() if isinstance(v, dict)]
     why = arch.refusal(cfg)
     if why:  # the architecture itself (M-RoPE, another rotary layout): its keys are not the reason
@@ -159,7 +163,9 @@ def _refuse_inexact(cfg: dict, raw: dict, rope_type) -> None:
         problems.append(f"rope_type '{rope_type}' (pedsl imports {', '.join(ROPE_TYPES)})")
     else:
         # HF reads original_max_position_embeddings only for yarn/longrope/llama3: elsewhere it has no effect
-        extra = sorted(set(raw) - COMMON - KEYS[rope_type] - {"original_max_position_embeddings"})
+        # (a q_scale family reads llama_4_scaling_beta; its rope dict's max_position_embeddings is read by nothing)
+        q_keys = {"llama_4_scaling_beta", "max_position_embeddings"} if fam is not None and fam.q_scale else set()
+        extra = sorted(set(raw) - COMMON - KEYS[rope_type] - {"original_max_position_embeddings"} - q_keys)
         problems += [f"'{k}' in rope_parameters (not read by rope_type '{rope_type}')" for k in extra
                      if raw[k] is not None]
     if problems:
@@ -290,6 +296,28 @@ def _scaling_knobs(spec: dict, cfg: dict, raw: dict, section: str) -> None:
             spec[k] = [float(x) for x in lst]
 
 
+#: Ministral 3's query scale (HF's get_llama_4_attn_scale), a temperature at the query's position
+Q_SCALE_TEMPERATURE = "1 + llama_4_scaling_beta * log(1 + floor(position / scaling_original))"
+
+
+def _q_scale(spec: dict, cfg: dict, raw: dict, section: str) -> None:
+    """``llama_4_scaling_beta`` and the original length HF divides the positions by (the rope dict's own
+    ``original_max_position_embeddings``), for a family whose attention scales q so (registry ``q_scale``)."""
+    fam = registry.family((arch.model_types(cfg) or [""])[-1])
+    if fam is None or not fam.q_scale or raw.get("llama_4_scaling_beta") is None:
+        return
+    beta = _number(raw, "llama_4_scaling_beta", where=section)
+    original = _number(raw, "original_max_position_embeddings", where=section, integer=True)
+    if original is None:
+        raise InteropError(f"{section}.llama_4_scaling_beta needs {section}.original_max_position_embeddings (HF "
+                           "divides the positions by it)", code="E963")
+    spec["llama_4_scaling_beta"], spec["scaling_original"] = float(beta), original
+    spec["fields"].update(llama_4_scaling_beta=f"{section}.llama_4_scaling_beta",
+                          scaling_original=f"{section}.original_max_position_embeddings")
+    _check_value(spec, "llama_4_scaling_beta", 0 <= beta < math.inf, "a finite llama_4_scaling_beta >= 0")
+    _check_value(spec, "scaling_original", original >= 1, "an original_max_position_embeddings >= 1")
+
+
 def _check_value(spec: dict, key: str, ok: bool, need: str) -> None:
     """Refuse a value of the spec that the written scheme could not use, naming the config field it came from."""
     if not ok:
@@ -344,9 +372,10 @@ def _pe_text(value: Any) -> str:
 _CONSTRAINTS = {"base": "(> 1)", "train_length": "(>= 2)", "partial_rotary_factor": "(> 0, <= 1)",
                 "factor": "(> 0)", "original": "(>= 2)", "low_freq_factor": "(> 0)",
                 "high_freq_factor": "(>= low_freq_factor)", "beta_fast": "(> 0)", "beta_slow": "(> 0)",
-                "mscale": "(>= 0)", "mscale_all_dim": "(>= 0)", "attention_factor": "(>= 0)"}
+                "mscale": "(>= 0)", "mscale_all_dim": "(>= 0)", "attention_factor": "(>= 0)",
+                "llama_4_scaling_beta": "(>= 0)", "scaling_original": "(>= 1)"}
 _KNOB_ORDER = ("factor", "original", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "truncate",
-               "mscale", "mscale_all_dim", "attention_factor")
+               "mscale", "mscale_all_dim", "attention_factor", "llama_4_scaling_beta", "scaling_original")
 
 
 def _train_length_key(s: dict) -> str:
@@ -362,7 +391,8 @@ def _param_lines(s: dict) -> list[str]:
     values.update({k: s[k] for k in _KNOB_ORDER if k in s})
     for k, v in values.items():
         if v is not None:
-            kind = "bool" if isinstance(v, bool) else "int" if k in ("original", "train_length") else "float"
+            kind = "bool" if isinstance(v, bool) else "int" if k in ("original", "train_length",
+                                                                        "scaling_original") else "float"
             lines.append(f"  param {k}: {kind} {_CONSTRAINTS.get(k, '')} = {_num(v)}")
     return lines
 
@@ -407,10 +437,15 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     lines.append(f"  let w = {grid}")
     if scale:
         lines.append(f"  let m = {scale}")
-    lines.append(f"  qk{on}: rotate(w * position{phase_tail}" + (", scale = m)" if scale else ")"))
+    phase = f"w * position{phase_tail}"
+    if fam is not None and fam.reversed:  # its rotate_half is cat(x2, -x1): the rotation by minus the phase
+        phase = f"-({phase})"
+    lines.append(f"  qk{on}: rotate({phase}" + (", scale = m)" if scale else ")"))
     train_length = s.get(_train_length_key(s))
     if train_length is not None and train_length <= limits.MAX_LENGTH:  # longer: pedsl trains no such context
         lines += ["  train {", "    context = train_length", "  }"]
+    if "llama_4_scaling_beta" in s:  # the attention's q scale at the query's position (registry q_scale)
+        lines += [f"  temperature = {Q_SCALE_TEMPERATURE}", "  allow temperature_without_length"]
     lines += ["  allow frayed_frequencies", "}"]
     text = fmt("\n".join(lines) + "\n")
     _check_written(text, s)
