@@ -16,7 +16,7 @@ import networkx as nx
 
 from pedsl.compiler import plan as P
 from pedsl.compiler.graph import bias_nodes, transform_nodes
-from pedsl.compiler.kernel_support import static_kernels
+from pedsl.compiler.kernel_support import kernel_decl, plan_features, static_kernels
 from pedsl.errors import CompileError
 from pedsl.formulas import xpos_decays
 from pedsl.lang import ast
@@ -204,6 +204,12 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
                 "FlexAttention has no backward on CPU (torch 2.13), and this module needs gradients", code="E403",
                 hint="use --backend masked or sdpa for CPU training, or requires_grad=False for evaluation",
             )
+        missing = _flex_refusal(g, opt, table_bias) if opt.backend == "flex" else ""
+        if missing:
+            raise CompileError(
+                f"FlexAttention cannot lower scheme '{g.graph['scheme']}': no score_mod or mask_mod computes its "
+                f"{missing} (pedsl.compiler.flex_lowering)", code="E406",
+                hint="use --backend auto (the general path computes it), or drop that statement from the scheme")
         backend = opt.backend
     elif householder:
         if hh_groups > 1:
@@ -219,14 +225,39 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
                 hint="use qk: for PaTH steps, or --backend reference (slow, for checking)",
             )
         backend = "blockwise"
-    elif table_bias:
-        backend = "flex" if (not opt.requires_grad or opt.device != "cpu") else "sdpa"
+    elif _flex_engine(g, opt, table_bias):
+        backend = "flex"
     else:
         backend = "sdpa"
     g.graph["backend"] = backend
     g = _carry_biases(g, backend, table_bias)
     g.graph["backend_note"] = _backend_note(g, backend, table_bias)
     return g
+
+
+def _flex_plan(g: nx.DiGraph, opt: Options, table_bias: bool) -> P.Plan:
+    """The plan the graph would record with the flex backend (what the capability registry is asked about)."""
+    trial = _carry_biases(g, "flex", table_bias)
+    trial.graph.update(backend="flex", backend_note="")
+    return record_plan(trial, opt).graph["plan"]
+
+
+def _flex_refusal(g: nx.DiGraph, opt: Options, table_bias: bool) -> str:
+    """The features of the scheme the flex lowering does not declare, in words ("" where it lowers them all)."""
+    missing = plan_features(_flex_plan(g, opt, table_bias)) - kernel_decl("flex").takes
+    return ", ".join(sorted(missing))
+
+
+def _flex_engine(g: nx.DiGraph, opt: Options, table_bias: bool) -> bool:
+    """Whether the automatic choice is FlexAttention: on CUDA, for a plan with something beyond what causal
+    SDPA computes (a bias, a soft cap, a window or chunk, a mask, a sink) that the flex lowering declares; on
+    another device, or on CPU without gradients, for a bias over distance tables. The device-side engine
+    for such plans (the general path's blocks of queries would materialise the scores per block)."""
+    if opt.device == "meta" or not (opt.device == "cuda" or table_bias) or (opt.requires_grad and opt.device == "cpu"):
+        return False
+    plan = _flex_plan(g, opt, table_bias)
+    beyond = plan_features(plan) - kernel_decl("causal-sdpa").takes
+    return "flex" in plan.kernels and bool(beyond)
 
 
 def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
