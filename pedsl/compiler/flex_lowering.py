@@ -15,10 +15,10 @@ attention itself, which is one FlexAttention call:
 * ``mask_mod`` (:func:`mask_mod`) and its block mask: token order (or the mask's spans, or every pair),
   documents, padding, the caller's attention mask, the window or chunk by
   :func:`pedsl.compiler.general.visible_pairs`;
-* the sink (a learned logit or token, softmax plus one's logit 0): one more column joined afterwards from
-  FlexAttention's log-sum-exp, ``o * exp(lse - t) + exp(s - t) * v_s`` with ``t = logaddexp(lse, s)``,
-  which is the softmax over the keys and the sink's column (an empty row keeps the sink's value alone, as
-  the general forward's extra key does).
+* the sink (a learned logit or token, softmax plus one's logit 0): one more key after the call's last, as
+  the general forward's :func:`pedsl.compiler.general.with_sink` adds it - a zero key whose score the
+  score_mod replaces by the sink's logit (neither biased nor capped), the sink's value (zeros for a logit),
+  visible to every query (an empty row keeps the sink's value alone).
 
 Torch runs FlexAttention's forward on CPU (eagerly: the unfused scores; or compiled); it has no backward on
 CPU, so there the call check sends calls that need gradients to the general forward.
@@ -92,11 +92,12 @@ def flex_forward(scheme, kernels, q: Tensor, k: Tensor, v: Tensor, *, x=None, to
     return undo_values(kernels, undo, o)
 
 
-def score_mod(scheme, bi, lay: Layout) -> Callable | None:
+def score_mod(scheme, bi, lay: Layout, sink_logit: Tensor | None = None) -> Callable | None:
     """The bias and soft cap of the plan as a FlexAttention ``score_mod`` over (batch, head, query, key) token
-    indices of one fresh call, or None where the scores pass unchanged."""
+    indices of one fresh call, or None where the scores pass unchanged. ``sink_logit (B, Hq, L)``: the sink's
+    logit, the score of the key after the call's last (index L), neither biased nor capped."""
     pos, cap = lay.positions, getattr(scheme, "softcap", None)
-    causal = mask_kind(scheme) == "causal"
+    L, causal = pos.shape[1], mask_kind(scheme) == "causal"
     coord = bi.coord  # (B, H, L) float64
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
     table = sum(tables[1:], tables[0]) if tables else None  # (H, top) float64
@@ -107,70 +108,82 @@ def score_mod(scheme, bi, lay: Layout) -> Callable | None:
         ax = axis_rows(lay)
         d = (ax[..., :, None] - ax[..., None, :]).permute(0, 2, 3, 1)  # (B, L, L, A): i_a - j_a
         axial = sum(scheme.axis_table(i, d, pos) for i in bi.axial)  # (B|1, H, L, L) float64
-    if coord is None and table is None and not queries and axial is None and cap is None:
+    if coord is None and table is None and not queries and axial is None and cap is None and sink_logit is None:
         return None
 
     def modify(score, b, h, qi, ki):
+        kj = ki.clamp(max=L - 1)  # the sink's column reads the last key's entries, then is replaced
         terms = []
         if coord is not None:
-            c = coord[b, h, qi] - coord[b, h, ki]
-            terms.append(c if causal else torch.where(pos[b, qi] >= pos[b, ki], c, -c))
-        dist = pos[b, qi] - pos[b, ki]
+            c = coord[b, h, qi] - coord[b, h, kj]
+            terms.append(c if causal else torch.where(pos[b, qi] >= pos[b, kj], c, -c))
+        dist = pos[b, qi] - pos[b, kj]
         dist = dist.clamp(min=0) if causal else dist.abs()
         if table is not None:
             terms.append(table[h, dist])
         terms += [t[b if t.shape[0] > 1 else 0, h, qi, dist] for t in queries]
         if axial is not None:
-            terms.append(axial[b if axial.shape[0] > 1 else 0, h, qi, ki])
+            terms.append(axial[b if axial.shape[0] > 1 else 0, h, qi, kj])
         bias = sum(terms[1:], terms[0]).to(score.dtype) if terms else None  # summed in float64, rounded once
-        return modified_scores(score, bias=bias, cap=cap)
+        s = modified_scores(score, bias=bias, cap=cap)
+        return s if sink_logit is None else torch.where(ki == L, sink_logit[b, h, qi].to(s.dtype), s)
 
     return modify
 
 
-def mask_mod(scheme, lay: Layout) -> tuple[Callable, bool]:
-    """Which (query, key) pairs of one fresh call are visible, as a FlexAttention ``mask_mod``, and whether it
-    reads the head (the caller's per-head attention mask)."""
-    pos, docs, valid, spans, m4 = lay.positions, lay.docs, lay.valid, lay.spans, lay.mask4
-    kind, shape = mask_kind(scheme), shape_of(scheme)
+def mask_mod(scheme, lay: Layout, sink: bool = False) -> tuple[Callable, bool]:
+    """Which (query, key) pairs of one fresh call are visible, as a FlexAttention ``mask_mod`` (``sink``: the key
+    after the call's last, index L, is the sink's column, visible to every query), and whether it reads the
+    head (the caller's per-head attention mask)."""
+    pos, docs, valid, m4 = lay.positions, lay.docs, lay.valid, lay.mask4
+    kind, shape, L = mask_kind(scheme), shape_of(scheme), pos.shape[1]
+    spans = lay.spans if kind in MASK_SPAN_KINDS else None  # the layout's span keys (prefix, spans)
 
     def visible(b, h, qi, ki):
-        ok = ki <= qi
+        kj = ki.clamp(max=L - 1) if sink else ki
+        ok = kj <= qi
         if kind == "bidirectional":
-            ok = ok | (ki > qi)
-        elif kind in MASK_SPAN_KINDS:
-            ok = ok | ((spans[b, qi] == spans[b, ki]) & (spans[b, qi] != 0))
-        ok = ok & (docs[b, qi] == docs[b, ki]) & valid[b, ki]
+            ok = ok | (kj > qi)
+        elif spans is not None:
+            ok = ok | ((spans[b, qi] == spans[b, kj]) & (spans[b, qi] != 0))
+        ok = ok & (docs[b, qi] == docs[b, kj]) & valid[b, kj]
         if m4 is not None:
-            ok = ok & m4[b if m4.shape[0] > 1 else 0, h if m4.shape[1] > 1 else 0, qi, ki]
+            ok = ok & m4[b if m4.shape[0] > 1 else 0, h if m4.shape[1] > 1 else 0, qi, kj]
         if shape is not None:
-            ok = ok & visible_pairs(shape, pos[b, qi], pos[b, ki])
-        return ok
+            ok = ok & visible_pairs(shape, pos[b, qi], pos[b, kj])
+        return ok | (ki == L) if sink else ok
 
     return visible, m4 is not None and m4.shape[1] > 1
 
 
+def with_sink_column(k: Tensor, v: Tensor, sink, heads: int) -> tuple[Tensor, Tensor]:
+    """k and v with the sink as one more key after the last: a zero key (its score is the sink's logit, set by
+    :func:`score_mod`) and the sink's value (zeros for a logit sink); a value per query head gives k and v one
+    head per query head."""
+    vs = sink[1]
+    B, Hk, _, D = k.shape
+    if vs is not None and Hk != heads:
+        k, v = k.repeat_interleave(heads // Hk, dim=1), v.repeat_interleave(heads // Hk, dim=1)
+        Hk = heads
+    v_s = v.new_zeros(B, Hk, 1, D) if vs is None else vs.to(v.dtype).expand(B, Hk, 1, D)
+    return torch.cat([k, k.new_zeros(B, Hk, 1, D)], dim=2), torch.cat([v, v_s], dim=2)
+
+
 def flex_attend(scheme, q: Tensor, k: Tensor, v: Tensor, bi, lay: Layout, sink) -> Tensor:
     """FlexAttention of one fresh call's transported, temperature-scaled q over k, v with the plan's
-    :func:`score_mod`, :func:`mask_mod` and block mask, then the ``sink`` column (logit (B, Hq, L), value
-    (1, Hq, 1, D) or None) joined by the log-sum-exp."""
-    from torch.nn.attention.flex_attention import AuxRequest, create_block_mask
+    :func:`score_mod`, :func:`mask_mod` and block mask; the ``sink`` (logit (B, Hq, L), value (1, Hq, 1, D) or
+    None) as one more key column (FlexAttention's log-sum-exp would join it too, but its compiled CPU kernel
+    does not return one)."""
+    from torch.nn.attention.flex_attention import create_block_mask
 
     B, Hq, L, _ = q.shape
     if not torch.is_grad_enabled():  # torch refuses inputs that require grad on CPU even under no_grad
         q, k, v = q.detach(), k.detach(), v.detach()
-    visible, per_head = mask_mod(scheme, lay)
-    block = create_block_mask(visible, B, Hq if per_head else None, L, L, device=q.device)
+    logit = None
+    if sink is not None:
+        k, v = with_sink_column(k, v, sink, Hq)
+        logit = last_tokens(sink[0], L, -1)
+    visible, per_head = mask_mod(scheme, lay, sink is not None)
+    block = create_block_mask(visible, B, Hq if per_head else None, L, k.shape[2], device=q.device)
     flex = flex_kernel(q.device)
-    o, aux = flex(q, k, v, score_mod=score_mod(scheme, bi, lay), block_mask=block, enable_gqa=Hq != k.shape[1],
-                  return_aux=AuxRequest(lse=True))
-    if sink is None:
-        return o
-    col, vs = sink
-    ft = torch.promote_types(o.dtype, torch.float32)
-    lse, col = aux.lse.to(ft), last_tokens(col, L, -1).to(ft)
-    total = torch.logaddexp(lse, col)
-    out = o.to(ft) * torch.exp(lse - total).unsqueeze(-1)
-    if vs is not None:
-        out = out + torch.exp(col - total).unsqueeze(-1) * vs.to(ft)
-    return out.to(o.dtype)
+    return flex(q, k, v, score_mod=score_mod(scheme, bi, lay, logit), block_mask=block, enable_gqa=Hq != k.shape[1])
