@@ -157,7 +157,8 @@ BIASES_IN_ROWS = BIAS_KINDS | {carrier_feature("key channel"), carrier_feature("
 # the score pipeline as FlexAttention's score_mod, mask_mod and block mask (pedsl.compiler.flex_lowering): every
 # bias (carried as a score_mod), temperature, soft cap, window, chunk, mask and sink column; not PaTH's
 # Householder steps, nor the normalisers and positions that read the scores (stick-breaking, sigmoid, CoPE, remap)
-FLEX = (ROTATIONS | TEMPERATURES | COORDINATES | {backend_feature("flex"), carrier_feature("score_mod"), HALF_VIA_GENERAL}
+# (its score_mod differences the float64 coordinates per pair: half precision keeps the bias, no general path)
+FLEX = (ROTATIONS | TEMPERATURES | COORDINATES | {backend_feature("flex"), carrier_feature("score_mod")}
         | {bias_feature(b) for b in ("distance-table", "query-table", "axis-distance")} | {SEVERAL_QUERY_BIASES}
         | {WINDOW, CHUNK, SOFTCAP, SINK_LOGIT, SINK_TOKEN, SOFTMAX_ONE, BIDIRECTIONAL, PREFIX, SPANS})
 

@@ -266,7 +266,9 @@ def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
     note = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor" + (
             " (distance tables: SDPA per block of queries, the table gathered)" if table_bias else ""),
-        "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
+        "flex": ("FlexAttention (compiled): biases and soft cap in its score_mod, masks, documents, padding, "
+                 "windows and chunks in its mask_mod and block mask, a sink as one more key; cached calls and "
+                 "CPU calls with gradients run the general path"),
         "masked": "scaled_dot_product_attention with a materialised (H, L, L) bias",
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
@@ -332,7 +334,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
-        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
+        half_via_general=backend not in ("blockwise", "flex") and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
         softcap=g.graph.get("softcap"), mask=_mask(g).kind, mask_prefix=_mask(g).prefix,
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
