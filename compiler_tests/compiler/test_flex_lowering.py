@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from compiler_helpers import D_MODEL, axis_positions, library
+from compiler_helpers import D_MODEL, axis_positions, fast_and_reference, library
 from pedsl.compiler import compile_scheme, flex_lowering, stream
 from pedsl.errors import CompileError
 
@@ -59,16 +59,7 @@ def _head_dim(name: str) -> int:
 
 def _pair(name: str, extra: str = ""):
     """(flex module, reference module) in float64 with the same perturbed parameters."""
-    src = f'import "{library()[0].parent / (name + ".pe")}"\nscheme s extends {name} {{\n{extra}\n}}'
-    kw = dict(num_heads=H, head_dim=_head_dim(name), d_model=D_MODEL)
-    fast = compile_scheme(src, backend="flex", requires_grad=False, **kw)
-    ref = compile_scheme(src, backend="reference", **kw)
-    g = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in fast.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=g, dtype=p.dtype))
-    ref.load_state_dict(fast.state_dict())
-    return fast.double(), ref.double()
+    return fast_and_reference(name, extra, H, _head_dim(name), backend="flex", requires_grad=False)
 
 
 def _call(mod, mode: str, seed: int = 0):
