@@ -73,6 +73,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E403": ("compile", "FlexAttention with gradients on CPU (it has no CPU backward)"),
     "E404": ("compile", "Householder steps the blockwise kernel cannot run (several groups, or value transport)"),
     "E405": ("compile", "the scheme reads the hidden state x but no `d_model` was given"),
+    "E406": ("compile", "the flex backend asked for, but FlexAttention cannot lower a feature of the scheme"),
     "E410": ("compile", "tensors handed to a compiled module do not fit the scheme"),
     "E500": ("config", "an invalid train/eval/compare configuration (unknown or invalid setting, bad YAML)"),
     "E600": ("data", "training or evaluation data cannot be used"),

@@ -16,7 +16,7 @@ from compiler_helpers import library
 from pedsl.compiler import compile_scheme
 from pedsl.errors import CompileError
 
-FAST = ("sdpa", "masked", "blockwise")  # flex is compiled: see test_compiler_torch_compile.py
+FAST = ("sdpa", "masked", "blockwise")  # flex (forward only on CPU): test_flex_lowering.py
 
 
 def _head_dim(path) -> int:

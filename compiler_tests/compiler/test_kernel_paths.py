@@ -22,7 +22,9 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL, band_kernel_or_skip, fast_and_reference, output_and_grads
-from pedsl.compiler import kernel_support, module, stream
+from torch.nn.attention.flex_attention import flex_attention
+
+from pedsl.compiler import flex_lowering, kernel_support, module, stream
 from pedsl.compiler.general import attention as general_attention
 from pedsl.compiler.general import path as general_path
 from pedsl.errors import PedslError
@@ -53,11 +55,11 @@ def draw(rng: random.Random) -> tuple[str, str]:
     return rng.choice(BASES), "\n".join(s for s in extra if s)
 
 
-def compiled(base: str, extra: str):
+def compiled(base: str, extra: str, **kw):
     """(fast, reference) in float64 with the same perturbed parameters, or None for a draw the language
-    refuses (a sink with stick-breaking, a soft cap with PaTH, ...)."""
+    refuses (a sink with stick-breaking, a soft cap with PaTH, ...); ``kw``: the fast module's options."""
     try:
-        return fast_and_reference(base, extra, HEADS, HEAD_DIM)
+        return fast_and_reference(base, extra, HEADS, HEAD_DIM, **kw)
     except PedslError:
         return None
 
@@ -107,27 +109,31 @@ def _cached_run(mod, q, k, v, kw: dict, parts: tuple[int, ...]):
     return torch.cat(outs, dim=2)
 
 
-def run_mode(mod, mode: str, seed: int):
-    """(output, gradients or None) of one call mode; the same inputs for every module."""
+def run_mode(mod, mode: str, seed: int, grad: bool = True):
+    """(output, gradients or None) of one call mode; the same inputs for every module; ``grad=False``: the
+    output alone, without gradients."""
     q, k, v, kw = _inputs(mod, 1 if mode == "gqa" else HEADS, seed)
     kw.update(_call_kwargs(mod, mode) if mode not in ("decode", "chunked") else _call_kwargs(mod, "fresh"))
     if mode == "decode":  # a cached prefill, then one token at a time
         return _cached_run(mod, q, k, v, kw, (L - 3, 1, 1, 1)), None
     if mode == "chunked":
         return _cached_run(mod, q, k, v, kw, (4, 3, 2)), None
+    if not grad:
+        with torch.no_grad():
+            return mod(q, k, v, **kw), None
     return output_and_grads(mod, q, k, v, **kw)
 
 
-def check(fast, ref, mode: str, seed: int = 0) -> None:
-    """The fast module's output (and gradients) in ``mode`` equal the reference interpreter's; a bidirectional
-    scheme's cached modes are refused by both."""
+def check(fast, ref, mode: str, seed: int = 0, grad: bool = True) -> None:
+    """The fast module's output (and gradients, unless ``grad=False``) in ``mode`` equal the reference
+    interpreter's; a bidirectional scheme's cached modes are refused by both."""
     if fast.plan.mask == "bidirectional" and mode in ("decode", "chunked"):
         for mod in (fast, ref):
             with pytest.raises(PedslError, match="nothing to decode"):
                 run_mode(mod, mode, seed)
         return
-    out_f, g_f = run_mode(fast, mode, seed)
-    out_r, g_r = run_mode(ref, mode, seed)
+    out_f, g_f = run_mode(fast, mode, seed, grad)
+    out_r, g_r = run_mode(ref, mode, seed, grad)
     torch.testing.assert_close(out_f, out_r, rtol=RTOL, atol=ATOL)
     for a, b in zip(g_f or (), g_r or ()):
         torch.testing.assert_close(a, b, rtol=GRAD_RTOL, atol=GRAD_ATOL)
@@ -159,6 +165,10 @@ def ran(monkeypatch) -> list[str]:
     spy(general_attention, "fresh_sequence_call", lambda a, got: a[1])
     spy(general_attention, "mlp_call", lambda a, got: "mlp")
     spy(general_path, "path_call", lambda a, got: got)
+    spy(stream, "flex_call", lambda a, got: "flex")
+    # FlexAttention eagerly (its scores materialised, milliseconds on CPU): the compiled kernel is
+    # test_compiler_torch_compile.py's
+    monkeypatch.setattr(flex_lowering, "flex_kernel", lambda device: flex_attention)
     return seen
 
 
@@ -172,6 +182,21 @@ def test_every_path_matches_the_reference(base, extra, ran):
         check(fast, ref, mode)
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+@pytest.mark.parametrize("base, extra", FAST_SLICE, ids=[f"{b}[{e.replace(chr(10), ';')}]" for b, e in FAST_SLICE])
+def test_the_flex_lowering_matches_the_reference(base, extra, ran):
+    """The draws compiled for the flex backend (forward only: no CPU backward): the lowering takes the calls
+    it declares, the general path the cached ones; a draw it cannot lower is refused with the feature named."""
+    try:
+        fast, ref = fast_and_reference(base, extra, HEADS, HEAD_DIM, backend="flex", requires_grad=False)
+    except PedslError as exc:
+        assert exc.code in ("E402", "E406"), str(exc)
+        return
+    for mode in MODES:
+        check(fast, ref, mode, grad=False)
+    assert "flex" in ran
+
+
 # schemes that must reach each kernel in the slice below (the random draws add the combinations)
 REACH = {
     "fused": ("rope", "temperature = 2.5"), "decode": ("rope", "window = 3"),
@@ -180,9 +205,13 @@ REACH = {
     "path-blockwise": ("path_fox", ""), "path-window": ("path", "window = 3\nsink = token"),
     "bias": ("fox", "bias = -0.5 * slopes(heads) * distance\ntemperature = 2.5"),
     "bidirectional": ("rope_2d", "mask = bidirectional\ntemperature = 2.5"),
+    "flex": ("t5_bias", "window = 3\nsink = token\nmask = prefix(4)"),
 }
+# the kernels compiled with other options: FlexAttention has no backward on CPU, so its forward alone
+OPTIONS = {"flex": dict(backend="flex", requires_grad=False)}
 
 
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 @pytest.mark.parametrize("kernel", sorted(REACH))
 def test_each_declared_kernel_runs_and_matches(kernel, ran):
     """Every kernel of the registry (but the C++ band kernel, built only where the kernels are, and the
@@ -191,10 +220,10 @@ def test_each_declared_kernel_runs_and_matches(kernel, ran):
     if kernel == "bias":
         band_kernel_or_skip()
     base, extra = REACH[kernel]
-    fast, ref = compiled(base, extra)
+    fast, ref = compiled(base, extra, **OPTIONS.get(kernel, {}))
     assert kernel in fast.plan.kernels
     for mode in MODES:
-        check(fast, ref, mode)
+        check(fast, ref, mode, grad=kernel not in OPTIONS)
     assert kernel in ran, (kernel, sorted(set(ran)))
 
 
@@ -226,16 +255,23 @@ def _widened(monkeypatch, name: str, *features: str) -> None:
     ("flash-window", "rope", "window = 3\nsink = logit", "fresh"),
     ("causal-sdpa", "rope_sigmoid", "", "fresh"), ("causal-sdpa", "rope_softmax1", "", "fresh"),
     ("causal-sdpa", "rerope", "param reach: int = 3", "fresh"), ("causal-sdpa", "rope_id", "mask = prefix(4)", "fresh"),
-], ids=["distance+softcap", "decode+bias", "window+sink", "sdpa+sigmoid", "sdpa+softmax1", "sdpa+remap", "causal+prefix"])
+    ("flex", "stick_breaking", "", "fresh"), ("flex", "rope_sigmoid", "", "padded"),
+], ids=["distance+softcap", "decode+bias", "window+sink", "sdpa+sigmoid", "sdpa+softmax1", "sdpa+remap", "causal+prefix",
+        "flex+stick-breaking", "flex+sigmoid"])
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
 def test_a_widened_declaration_is_caught(kernel, base, extra, mode, monkeypatch, ran):
     """A declaration widened to claim every feature of a scheme whose soft cap (the Toeplitz kernel), bias
     (the decode step), sink (the banded kernel) or normaliser (SDPA: softmax only) the kernel does not compute: the kernel now runs the
     call, and the comparison with the reference fails."""
-    fast, ref = compiled(base, extra)
-    assert kernel not in fast.plan.kernels
-    _widened(monkeypatch, kernel, *kernel_support.plan_features(fast.plan))
-    fast, ref = compiled(base, extra)
+    options = OPTIONS.get(kernel, {})
+    before = compiled(base, extra, **options)  # the flex backend asked for: refused (E406) before the widening
+    assert (before is None) == (kernel in OPTIONS)
+    plan = (before or compiled(base, extra))[0].plan
+    assert kernel not in plan.kernels
+    _widened(monkeypatch, kernel, *kernel_support.plan_features(plan), kernel_support.backend_feature("flex"),
+             kernel_support.carrier_feature("score_mod"))
+    fast, ref = compiled(base, extra, **options)
     assert kernel in fast.plan.kernels
     with pytest.raises(AssertionError):
-        check(fast, ref, mode)
+        check(fast, ref, mode, grad=kernel not in OPTIONS)
     assert kernel in ran

@@ -147,13 +147,21 @@ ANY_CARRIER = frozenset(carrier_feature(c) for c in (
     "key channel", "table", "materialised", "score_mod", "step log term", "table per query block"))
 COORDINATES = frozenset({bias_feature("linear-distance"), bias_feature("forget-gate"), TOKEN_COUNT})
 PATH = frozenset({transport_feature("householder"), backend_feature("blockwise"), carrier_feature("step log term")})
-FUSED = (ROTATIONS | TEMPERATURES | PRE_TRANSFORM | PATH | COORDINATES
+# the flex backend's fresh calls run its lowering (kernel "flex"), never the fused full-sequence path
+FUSED = (ROTATIONS | TEMPERATURES | (PRE_TRANSFORM - {backend_feature("flex")}) | PATH | COORDINATES
          | {backend_feature("reference"), bias_feature("distance-table"), bias_feature("query-table"),
             bias_feature("axis-distance"), SEVERAL_QUERY_BIASES}
          | {carrier_feature(c) for c in ("key channel", "materialised", "score_mod")})
 CAUSAL = ROTATIONS | TEMPERATURES | PRE_TRANSFORM
 BIAS_KINDS = frozenset({bias_feature("linear-distance"), bias_feature("forget-gate"), bias_feature("distance-table")})
 BIASES_IN_ROWS = BIAS_KINDS | {carrier_feature("key channel"), carrier_feature("table per query block")}
+# the score pipeline as FlexAttention's score_mod, mask_mod and block mask (pedsl.compiler.flex_lowering): every
+# bias (carried as a score_mod), temperature, soft cap, window, chunk, mask and sink column; not PaTH's
+# Householder steps, nor the normalisers and positions that read the scores (stick-breaking, sigmoid, CoPE, remap)
+# (its score_mod differences the float64 coordinates per pair: half precision keeps the bias, no general path)
+FLEX = (ROTATIONS | TEMPERATURES | COORDINATES | {backend_feature("flex"), carrier_feature("score_mod")}
+        | {bias_feature(b) for b in ("distance-table", "query-table", "axis-distance")} | {SEVERAL_QUERY_BIASES}
+        | {WINDOW, CHUNK, SOFTCAP, SINK_LOGIT, SINK_TOKEN, SOFTMAX_ONE, BIDIRECTIONAL, PREFIX, SPANS})
 
 KERNELS = (
     KernelDecl("fused", FUSED | {HALF_VIA_GENERAL}, dtypes=FULL_DTYPES,
@@ -191,6 +199,9 @@ KERNELS = (
     KernelDecl("path-window", PATH | ROTATIONS | TEMPERATURES | COORDINATES | {WINDOW, CHUNK, SINK_LOGIT, SINK_TOKEN,
                                                                                SOFTMAX_ONE},
                frozenset({WINDOW, CHUNK}), modes="a fresh call inside a window or chunk; documents and any padding"),
+    KernelDecl("flex", FLEX, frozenset({backend_feature("flex")}),
+               modes="a fresh call (nothing cached, as many queries as keys): any positions, documents, padding, "
+                     "attention mask, span ids; GQA; no gradient on CPU (torch has no CPU backward for it)"),
     # HF's model computes one rotation of q and k by its cos and sin (a static table, one of the run-time
     # length, M-RoPE's pairs per axis) and a plain causal softmax under its own masks: nothing else
     KernelDecl("hf-rotary", PRE_TRANSFORM | {transport_feature("rope-table"), table_feature("static"),

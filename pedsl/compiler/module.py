@@ -34,7 +34,7 @@ from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.ops.bias import flex_bias_attention, materialized_bias_attention, scale_queries, separable_bias_attention
+from pedsl.ops.bias import materialized_bias_attention, scale_queries, separable_bias_attention
 from pedsl.ops.path import path_attention
 from pedsl.compiler.reference import reference_forward, transported_scores
 from pedsl.lang.frequencies import rotary_frequencies
@@ -351,9 +351,10 @@ class SchemeAttention(nn.Module):
         if bidirectional_call(self.plan.kernels, q, k, band=band, positions=positions, document_ids=document_ids,
                               cache=cache, attn_mask=attn_mask, span_ids=span_ids):
             return self._bidirectional(q, k, v, x, tokens)
-        if not fused_call(self.plan.kernels, q, k, band=band, positions=positions, document_ids=document_ids,
-                          cache=cache, attn_mask=attn_mask):
-            # every call the fused kernels do not declare (pedsl.compiler.kernel_support): the general path
+        if self.backend == "flex" or not fused_call(self.plan.kernels, q, k, band=band, positions=positions,
+                                                    document_ids=document_ids, cache=cache, attn_mask=attn_mask):
+            # every call the fused kernels do not declare (pedsl.compiler.kernel_support): the general path, or
+            # the flex lowering where it declares the call
             from pedsl.compiler.stream import stream_forward  # on use: its torch.compiler.disable loads sympy
 
             return stream_forward(self, q, k, v, x=x, tokens=tokens, positions=positions, document_ids=document_ids,
@@ -365,14 +366,11 @@ class SchemeAttention(nn.Module):
         q_scale = self.query_scale(L, q.device)
         if self.backend == "blockwise":
             o = self._blockwise(qt, kt, vt, x, tokens, q_scale)
-        elif self.backend in ("masked", "flex"):
+        elif self.backend == "masked":
             bias = self.bias_table(L, x, tokens, q.device)
-            if self.backend == "flex":
-                o = self._flex(qt, kt, vt, bias, q_scale)
-            else:
-                if bias is None:
-                    bias = torch.zeros(1, 1, L, L, dtype=q.dtype, device=q.device)
-                o = materialized_bias_attention(qt, kt, vt, bias, q_scale=q_scale)
+            if bias is None:
+                bias = torch.zeros(1, 1, L, L, dtype=q.dtype, device=q.device)
+            o = materialized_bias_attention(qt, kt, vt, bias, q_scale=q_scale)
         else:
             g = self._key_term(L, x, tokens, q.device)
             if g is not None and bias_call(self.plan.kernels, FusedKernels, qt, kt, vt):
@@ -391,18 +389,6 @@ class SchemeAttention(nn.Module):
         qt, kt, vt, restore = self.transform_qkv(q, k, v, x, tokens)
         qt = scale_queries(qt, self.query_scale(q.shape[2], q.device))
         return restore(torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, is_causal=False))
-
-    def _flex(self, q, k, v, bias, q_scale):
-        q = scale_queries(q, q_scale)
-        if bias is None:
-            return flex_bias_attention(q, k, v, None)
-        table = bias.to(q.dtype)
-        tb = table.shape[0]
-
-        def score_mod(score, b, h, q_idx, kv_idx):
-            return score + table[b if tb > 1 else 0, h, q_idx, kv_idx]
-
-        return flex_bias_attention(q, k, v, score_mod)
 
     def householder_inputs(self, B: int, L: int, x, tokens, device, dtype):
         """(w, beta, log_forget) for the blockwise kernel: w (B, H, L, D) with zeros outside the

@@ -16,7 +16,7 @@ import networkx as nx
 
 from pedsl.compiler import plan as P
 from pedsl.compiler.graph import bias_nodes, transform_nodes
-from pedsl.compiler.kernel_support import static_kernels
+from pedsl.compiler.kernel_support import kernel_decl, plan_features, static_kernels
 from pedsl.errors import CompileError
 from pedsl.formulas import xpos_decays
 from pedsl.lang import ast
@@ -204,6 +204,12 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
                 "FlexAttention has no backward on CPU (torch 2.13), and this module needs gradients", code="E403",
                 hint="use --backend masked or sdpa for CPU training, or requires_grad=False for evaluation",
             )
+        missing = _flex_refusal(g, opt, table_bias) if opt.backend == "flex" else ""
+        if missing:
+            raise CompileError(
+                f"FlexAttention cannot lower scheme '{g.graph['scheme']}': no score_mod or mask_mod computes its "
+                f"{missing} (pedsl.compiler.flex_lowering)", code="E406",
+                hint="use --backend auto (the general path computes it), or drop that statement from the scheme")
         backend = opt.backend
     elif householder:
         if hh_groups > 1:
@@ -219,8 +225,8 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
                 hint="use qk: for PaTH steps, or --backend reference (slow, for checking)",
             )
         backend = "blockwise"
-    elif table_bias:
-        backend = "flex" if (not opt.requires_grad or opt.device != "cpu") else "sdpa"
+    elif _flex_engine(g, opt, table_bias):
+        backend = "flex"
     else:
         backend = "sdpa"
     g.graph["backend"] = backend
@@ -229,13 +235,40 @@ def choose_backend(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     return g
 
 
+def _flex_plan(g: nx.DiGraph, opt: Options, table_bias: bool) -> P.Plan:
+    """The plan the graph would record with the flex backend (what the capability registry is asked about)."""
+    trial = _carry_biases(g, "flex", table_bias)
+    trial.graph.update(backend="flex", backend_note="")
+    return record_plan(trial, opt).graph["plan"]
+
+
+def _flex_refusal(g: nx.DiGraph, opt: Options, table_bias: bool) -> str:
+    """The features of the scheme the flex lowering does not declare, in words ("" where it lowers them all)."""
+    missing = plan_features(_flex_plan(g, opt, table_bias)) - kernel_decl("flex").takes
+    return ", ".join(sorted(missing))
+
+
+def _flex_engine(g: nx.DiGraph, opt: Options, table_bias: bool) -> bool:
+    """Whether the automatic choice is FlexAttention: on CUDA, for a plan with something beyond what causal
+    SDPA computes (a bias, a soft cap, a window or chunk, a mask, a sink) that the flex lowering declares; on
+    another device, or on CPU without gradients, for a bias over distance tables. The device-side engine
+    for such plans (the general path's blocks of queries would materialise the scores per block)."""
+    if opt.device == "meta" or not (opt.device == "cuda" or table_bias) or (opt.requires_grad and opt.device == "cpu"):
+        return False
+    plan = _flex_plan(g, opt, table_bias)
+    beyond = plan_features(plan) - kernel_decl("causal-sdpa").takes
+    return "flex" in plan.kernels and bool(beyond)
+
+
 def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
     """What the chosen backend does with the scheme, in words (the general path's reason where a statement
     sends every call there)."""
     note = {
         "sdpa": "pre-transformed q/k (and v), fused causal scaled_dot_product_attention; no L x L tensor" + (
             " (distance tables: SDPA per block of queries, the table gathered)" if table_bias else ""),
-        "flex": "FlexAttention with a score_mod for the bias (forward; compiled)",
+        "flex": ("FlexAttention (compiled): biases and soft cap in its score_mod, masks, documents, padding, "
+                 "windows and chunks in its mask_mod and block mask, a sink as one more key; cached calls and "
+                 "CPU calls with gradients run the general path"),
         "masked": "scaled_dot_product_attention with a materialised (H, L, L) bias",
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
@@ -301,7 +334,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         scheme=g.graph["scheme"], layout=g.graph["layout"], heads=g.graph["heads"], head_dim=g.graph["head_dim"],
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
-        half_via_general=backend != "blockwise" and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
+        half_via_general=backend not in ("blockwise", "flex") and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
         softcap=g.graph.get("softcap"), mask=_mask(g).kind, mask_prefix=_mask(g).prefix,
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),

@@ -23,6 +23,7 @@ from pedsl.compiler.general import (
     shape_of,
     trim_cache,
 )
+from pedsl.compiler.flex_lowering import flex_call, flex_forward
 from pedsl.compiler.kernel_support import decode_call
 from pedsl.compiler.module_values import TABLE_MAX, ModuleScheme
 from pedsl.compiler.reference import reference_stream
@@ -208,6 +209,8 @@ def stream_forward(mod, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
         if mod.backend == "reference":
             return _reference(mod, q, k, v, x, tokens, lay, cache, band)
         side = ModuleScheme.of(mod) if band else ModuleScheme.unbanded(mod)
+        if mod.backend == "flex" and flex_call(side.fast_paths, q, k, cache):  # the plan's score pipeline as Flex
+            return flex_forward(side, side.kernels, q, k, v, x=x, tokens=tokens, lay=lay)
         return general_forward(side, side.kernels, q, k, v, x=x, tokens=tokens, cache=cache, lay=lay)
     except InputError as exc:
         raise ShapeError(str(exc), hint=exc.hint) from None
