@@ -130,8 +130,10 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     level); both change the cost, not the result (up to rounding).
     """
     _check(q, k, v, w, beta, log_forget, q_scale)
+    from pedsl.compiler.path_kernel import path_rows  # the C++ row loops where they build (lazy: no cycle)
+
     return path_forward(q, k, v, w, beta, log_forget, scale, block_size=block_size, q_scale=q_scale,
-                        superblock=superblock)
+                        superblock=superblock, rows=path_rows(q))
 
 
 # --------------------------------------------------------------------------- windows and chunks

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pedsl.ops.path_blocks import path_blocks, ut_A
+from pedsl.ops.path_blocks import PathTorchRows, path_blocks, ut_A
 from pedsl.ops.path_scan import path_scan
 from pedsl.ops.path_window import path_window_scan
 
@@ -46,8 +46,10 @@ def _blocks(x: torch.Tensor, C: int) -> torch.Tensor:
 _LOG_FORGET_MIN = -1e4  # exp(-1e4) is 0 in every float format: "forget everything before"
 
 
-def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None, superblock=4):
-    """:func:`pedsl.ops.path.path_attention` on inputs of the right shapes (unchecked)."""
+def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None, superblock=4,
+                 rows=PathTorchRows):
+    """:func:`pedsl.ops.path.path_attention` on inputs of the right shapes (unchecked); ``rows``: the elementwise
+    steps (:class:`PathTorchRows`, or the package's C++ kernel)."""
     B, H, L, D = q.shape
     if L == 0:
         return torch.zeros_like(v)
@@ -59,7 +61,7 @@ def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64
     qs = scaled_q(q, scale, q_scale)
     Q, K, Vb, W = (_blocks(t, C) for t in (qs, k, v, w))
     bt = _blocks(beta.to(q.dtype), C)  # (N, Z, C)
-    Qt, Kt, Sd, P = path_blocks(Q, K, W, bt)
+    Qt, Kt, Sd, P = path_blocks(Q, K, W, bt, rows)
     gl = gb = None
     if log_forget is not None:
         lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # no -inf - -inf = NaN
@@ -68,7 +70,7 @@ def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64
         gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
         gl = loc.to(q.dtype)
         Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
-    O = path_scan(Qt, Kt, Vb, P, Sd, gl, gb, k=max(1, int(superblock)))
+    O = path_scan(Qt, Kt, Vb, P, Sd, gl, gb, k=max(1, int(superblock)), rows=rows)
     return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
 
