@@ -265,22 +265,30 @@ void online_block(T* s, int64_t C, int64_t w, T* mx, T* ln, T* a, int64_t D) {
   }
 }
 
-// t: Qt, KtT, V, P, KsT, VS, PS, m, l, acc, gl, gb, glS, gbS (empty where absent); m, l, acc updated in place.
+// t: Qt, KtT, V, P, KsT, VS, PS, m, l, acc, gl, gb, glS, gbS, Sd (empty where absent); m, l, acc written: the
+// diagonal block's exact softmax state, then every earlier block's.
 template <typename T>
 void scan_forward_impl(const std::vector<Tensor>& t, int64_t k) {
   const Tensor& Qt = t[0];
   const int64_t N = Qt.size(0), Z = Qt.size(1), C = Qt.size(2), D = Qt.size(3), S = k * C;
   const Blocks<T> Q(t[0]), KT(t[1]), V(t[2]), P(t[3]), KsT(t[4]), VS(t[5]), PS(t[6]), m(t[7]), l(t[8]), acc(t[9]);
   const GateBias<T> g(t[10], t[11]), gS(t[12], t[13]);
+  const Blocks<T> Sd(t[14]);
   at::parallel_for(0, Z, 1, [&](int64_t begin, int64_t end) {
     std::vector<T> Rb(2 * C * D), sc(C * std::max(C, S));
     T* s = sc.data();
     for (int64_t z = begin; z < end; ++z)
-      for (int64_t n = 1; n < N; ++n) {
+      for (int64_t n = 0; n < N; ++n) {
         const int64_t Mn = n / k;
         const T* R = Q.at(n, z);
         int u = 0;
         T *mx = m.at(n, z), *ln = l.at(n, z), *a = acc.at(n, z);
+        std::copy(Sd.at(n, z), Sd.at(n, z) + C * C, s);  // the diagonal block, masked above the diagonal
+        for (int64_t r = 0; r < C; ++r) {
+          mx[r] = row_max(s + r * C, C);
+          ln[r] = exp2_sum(s + r * C, C, mx[r]);
+        }
+        gemm<T>(false, false, C, D, C, T(1), s, C, V.at(n, z), D, T(0), a, D);
         for (int64_t j = n - 1; j >= Mn * k; --j) {  // earlier blocks of its own superblock
           gemm<T>(false, false, C, C, D, T(1), R, D, KT.at(j, z), C, T(0), s, C);
           if (g.on()) add_gate(s, C, C, g, n, g, j, z);
@@ -317,7 +325,7 @@ void check_scan(const std::vector<Tensor>& t, size_t count) {
 }
 
 void scan_forward(std::vector<Tensor> t, int64_t k) {
-  check_scan(t, 14);
+  check_scan(t, 15);
   if (t[0].scalar_type() == at::kDouble) return scan_forward_impl<double>(t, k);
   scan_forward_impl<float>(t, k);
 }
@@ -340,7 +348,8 @@ void gate_grads(const T* ds, int64_t C, int64_t w, const GateBias<T>& dq, int64_
 }
 
 // t: Qt, Kt, KtT, V, P, Ks, KsT, VS, PS, dO, Dl, lse, gl, gb, glS, gbS (inputs, the gate's scaled by log2 e),
-// then dQt, dK, dV, dP, dKs, dVS, dPS, dgl, dgb, dglS, dgbS (zeros, accumulated in place); empty where absent.
+// then dQt, dK, dV, dP, dKs, dVS, dPS, dgl, dgb, dglS, dgbS (zeros, accumulated in place; dV is started by the
+// diagonal block), then Sd and dSd (written); empty where absent.
 template <typename T>
 void scan_backward_impl(const std::vector<Tensor>& t, int64_t k) {
   const int64_t N = t[0].size(0), Z = t[0].size(1), C = t[0].size(2), D = t[0].size(3), S = k * C;
@@ -350,13 +359,23 @@ void scan_backward_impl(const std::vector<Tensor>& t, int64_t k) {
   const GateBias<T> g(t[12], t[13]), gS(t[14], t[15]);
   const Blocks<T> dQ(t[16]), dK(t[17]), dV(t[18]), dP(t[19]), dKs(t[20]), dVS(t[21]), dPS(t[22]);
   const GateBias<T> dg(t[23], t[24]), dgS(t[25], t[26]);
+  const Blocks<T> Sd(t[27]), dSd(t[28]);
   at::parallel_for(0, Z, 1, [&](int64_t begin, int64_t end) {
     const int64_t W = std::max(C, S);
     std::vector<T> chain((k + NK + 1) * C * D), gbuf(2 * C * D), sp(C * W), sd(C * W);
     for (int64_t z = begin; z < end; ++z)
-      for (int64_t n = 1; n < N; ++n) {
+      for (int64_t n = 0; n < N; ++n) {
         const int64_t Mn = n / k, f = Mn * k;
         const T *dOn = dO.at(n, z), *Dn = Dl.at(n, z), *Ln = lse.at(n, z);
+        {  // the diagonal block: dV starts here (no later block adds to dV_n before), dSd
+          T *p = sp.data(), *ds = dSd.at(n, z);
+          std::copy(Sd.at(n, z), Sd.at(n, z) + C * C, p);
+          for (int64_t r = 0; r < C; ++r) exp2_sum(p + r * C, C, Ln[r]);  // 2^-inf = 0 above the diagonal
+          gemm<T>(true, false, C, D, C, T(1), p, C, dOn, D, T(0), dV.at(n, z), D);
+          gemm<T>(false, true, C, C, D, T(1), dOn, D, V.at(n, z), D, T(0), ds, C);
+          for (int64_t r = 0; r < C; ++r) ds_row(p + r * C, ds + r * C, Dn[r], C);
+        }
+        if (n == 0) continue;
         // one pair: probabilities again, dV, dK and the gate's gradients accumulated; dR into out
         auto pair = [&](const T* R, int64_t w, const Blocks<T>& KTk, const Blocks<T>& Kk, const Blocks<T>& Vk,
                         const GateBias<T>& gk, const Blocks<T>& dKk, const Blocks<T>& dVk, const GateBias<T>& dgk,
@@ -414,7 +433,7 @@ void scan_backward_impl(const std::vector<Tensor>& t, int64_t k) {
 }
 
 void scan_backward(std::vector<Tensor> t, int64_t k) {
-  check_scan(t, 27);
+  check_scan(t, 29);
   if (t[0].scalar_type() == at::kDouble) return scan_backward_impl<double>(t, k);
   scan_backward_impl<float>(t, k);
 }

@@ -75,8 +75,9 @@ def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64
 
 
 def path_local_forward(q, k, v, w, beta, log_forget=None, scale=None, *, reach: int, allowed=None, sink=None,
-                       block_size=64):
-    """:func:`pedsl.ops.path.path_attention_local` on inputs of the right shapes (unchecked)."""
+                       block_size=64, rows=PathTorchRows):
+    """:func:`pedsl.ops.path.path_attention_local` on inputs of the right shapes (unchecked); ``rows``: the UT
+    transform's inverse (:class:`PathTorchRows`, or the package's C++ kernel)."""
     B, H, L, D = q.shape
     if L == 0:
         return torch.zeros_like(v)
@@ -87,7 +88,7 @@ def path_local_forward(q, k, v, w, beta, log_forget=None, scale=None, *, reach: 
     N = -(-L // C)
     nd = min(N, 1 + -(-max(0, int(reach)) // C))  # key blocks a query block reads, its own included
     Q, K, Vb, W = (_blocks(t, C) for t in (scaled_q(q, scale, None), k, v, w))
-    Qt, Kt, Sd, P = path_blocks(Q, K, W, _blocks(beta.to(q.dtype), C))
+    Qt, Kt, Sd, P = path_blocks(Q, K, W, _blocks(beta.to(q.dtype), C), rows)
     G = None if log_forget is None else _blocks(
         log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN).cumsum(-1), C)  # (N, Z, C) float64
     logit = None if sink is None else _blocks(sink[0].to(q.dtype).expand(B, H, L), C)

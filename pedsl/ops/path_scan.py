@@ -108,6 +108,19 @@ def _super_bias(gl, gb, NK, k):
     return _group(gl[: NK * k] + rel.reshape(NK * k, -1).unsqueeze(-1), NK, k), gbS
 
 
+def _diagonal(Sd, V):
+    """The diagonal blocks' softmax state: running max m, sum l (N, Z, C) and accumulator (N, Z, C, D)."""
+    m = Sd.amax(-1)  # the diagonal is never masked
+    p = (Sd - m.unsqueeze(-1)).exp2_()
+    return m, p.sum(-1), p @ V
+
+
+def _diagonal_backward(Sd, lse, dO, V, Dl):
+    """dV of the diagonal blocks (the start of dV) and dSd."""
+    p = (Sd - lse).exp2_()
+    return p.transpose(-1, -2) @ dO, (dO @ V.transpose(-1, -2)).sub_(Dl).mul_(p)
+
+
 def _forward_pairs(ts, k, rows):
     """The forward's loop over the pairs of blocks below the diagonal: updates m, l, acc in place."""
     Qt, KtT, V, P, KsT, VS, PS, m, l, acc, gl, gb, glS, gbS = ts
@@ -213,16 +226,14 @@ class _PathScan(torch.autograd.Function):
         if bias:
             gl, gb = gl * _LOG2E, gb * _LOG2E
             glS, gbS = (None, None) if glS is None else (glS * _LOG2E, gbS * _LOG2E)
-        m = Sd.amax(-1)  # (N, Z, C): the diagonal is never masked
-        p = (Sd - m.unsqueeze(-1)).exp2_()
-        l = p.sum(-1)
-        acc = p @ V  # (N, Z, C, D)
+        cpp = rows.scan_forward is not None
+        m, l, acc = (Sd.new_empty(N, Z, C), Sd.new_empty(N, Z, C), V.new_empty(N, Z, C, D)) if cpp else _diagonal(Sd, V)
         KtT = Kt.transpose(-1, -2).contiguous()  # (N, Z, D, C)
         KsT = Ks.transpose(-1, -2).contiguous() if NK else None  # (NK, Z, D, S)
         VS = _group(V, NK, k) if NK else None  # (NK, Z, S, D)
         ts = (Qt, KtT, V, P, KsT, VS, PS, m, l, acc, gl, gb, glS, gbS)
-        if rows.scan_forward is not None:
-            rows.scan_forward([Qt.new_empty(0) if x is None else x.contiguous() for x in ts], k)
+        if cpp:  # the diagonal blocks too (m, l, acc start there)
+            rows.scan_forward([Qt.new_empty(0) if x is None else x.contiguous() for x in ts + (Sd,)], k)
         else:
             _forward_pairs(ts, k, rows)
         O = acc.div_(l.unsqueeze(-1))
@@ -241,9 +252,8 @@ class _PathScan(torch.autograd.Function):
         dO = dO.contiguous()
         Dl = (dO * O).sum(-1).unsqueeze(-1)  # (N, Z, C, 1)
         lse = lse.unsqueeze(-1)
-        p = (Sd - lse).exp2_()
-        dV = p.transpose(-1, -2) @ dO
-        dSd = (dO @ V.transpose(-1, -2)).sub_(Dl).mul_(p)
+        cpp = rows.scan_backward is not None
+        dV, dSd = (torch.empty_like(V), torch.empty_like(Sd)) if cpp else _diagonal_backward(Sd, lse, dO, V, Dl)
         dQt, dK, dP = torch.zeros_like(Qt), torch.zeros_like(Kt), torch.zeros_like(P)
         dgl = torch.zeros_like(gl) if bias else None
         dgb = torch.zeros_like(gb) if bias else None
@@ -256,8 +266,8 @@ class _PathScan(torch.autograd.Function):
 
         ins = (Qt, Kt, KtT, V, P, Ks, KsT, VS, PS, dO, Dl, lse, gl, gb, glS, gbS)
         outs = (dQt, dK, dV, dP, dKs, dVS, dPS, dgl, dgb, dglS, dgbS)
-        if rows.scan_backward is not None:
-            rows.scan_backward([Qt.new_empty(0) if x is None else x.contiguous() for x in ins + outs], k)
+        if cpp:  # the diagonal blocks too (they start dV and make dSd)
+            rows.scan_backward([Qt.new_empty(0) if x is None else x.contiguous() for x in ins + outs + (Sd, dSd)], k)
         else:
             _backward_pairs(ins, outs, k, rows)
         if NK:
