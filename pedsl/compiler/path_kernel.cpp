@@ -1,18 +1,13 @@
-// PaTH attention's row loops on the CPU (pedsl/ops/path_scan.py and path_blocks.py call them through
-// pedsl/compiler/path_kernel.py): the scan's products stay torch's batched GEMMs over all heads, and what ran
-// between them as five to eight elementwise passes over each (heads, C, m) block of scores runs here as one
-// or two, while the block is still in cache. Base 2 throughout, as the scan (its scores are scaled by log2 e):
+// PaTH attention's blockwise scan and UT inverse on the CPU (pedsl/ops/path_scan.py and path_blocks.py call them
+// through pedsl/compiler/path_kernel.py; PathTorchRows in path_blocks.py has the same steps in torch):
 //
-//   online(s, mx, ln, acc)    one key block of the online softmax, in place: per row r,
-//                             m' = max(mx_r, max_j s_rj); s_rj = 2^(s_rj - m'); ln_r = ln_r 2^(mx_r - m') + sum_j s_rj;
-//                             acc_r *= 2^(mx_r - m'); mx_r = m'   (the caller then adds s V into acc)
-//   probs(s, lse)             s_rj = 2^(s_rj - lse_r), the backward's recomputed probabilities
-//   dscores(ds, p, delta)     ds_rj = p_rj (ds_rj - delta_r), the flash identity's dS
-//   unit_lower_inverse(T)     (I + strictLower(T))^-1 per matrix by forward substitution (C^3 / 6 multiply-adds
-//                             against LAPACK's triangular solve of C^3 / 2 with the identity's columns)
+//   scan_forward / scan_backward   the loops of path_scan's _PathScan over the pairs of blocks (the diagonal block,
+//                                  the earlier blocks of a superblock, the earlier superblocks), one head per task
+//   unit_lower_inverse(T)          (I + strictLower(T))^-1 per matrix by forward substitution (C^3 / 6
+//                                  multiply-adds against LAPACK's triangular solve of C^3 / 2 with the identity)
 //
-// Rows are the last dimension of contiguous tensors; float32 or float64. float32's 2^x is exact range
-// reduction (x - round(x) is exact) and a degree-7 polynomial (truncation below 1e-8 relative), the same
+// Base 2 throughout, as the scan (its scores are scaled by log2 e). Float32 or float64. float32's 2^x is exact
+// range reduction (x - round(x) is exact) and a degree-7 polynomial (truncation below 1e-8 relative), the same
 // lanes and order in either target_clones clone; float64 uses std::exp2.
 #include "cpu_kernels.h"
 
@@ -114,75 +109,7 @@ inline void substitute_row(double* X, const double* t, int64_t r, int64_t C) {
   }
 }
 
-int64_t rows_of(const Tensor& x) { return x.size(-1) ? x.numel() / x.size(-1) : 0; }
-
-void check(bool ok, const char* what) { TORCH_CHECK(ok, "PaTH row kernel: ", what); }
-
-void check_rows(const Tensor& x, const Tensor& per_row, const char* what) {
-  check(x.is_contiguous() && per_row.is_contiguous() && x.scalar_type() == per_row.scalar_type() &&
-            (x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble) && per_row.numel() == rows_of(x),
-        what);
-}
-
-template <typename T>
-void online_impl(Tensor& s, Tensor& mx, Tensor& ln, Tensor& acc) {
-  const int64_t m = s.size(-1), D = acc.size(-1);
-  T *S = s.mutable_data_ptr<T>(), *MX = mx.mutable_data_ptr<T>(), *LN = ln.mutable_data_ptr<T>(),
-    *A = acc.mutable_data_ptr<T>();
-  at::parallel_for(0, rows_of(s), 256, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      T* row = S + r * m;
-      const T mn = std::max(MX[r], row_max(row, m));
-      const T alpha = std::exp2(MX[r] - mn);
-      const T sum = exp2_sum(row, m, mn);
-      LN[r] = LN[r] * alpha + sum;
-      MX[r] = mn;
-      scale_row(A + r * D, alpha, D);
-    }
-  });
-}
-
-void online(Tensor s, Tensor mx, Tensor ln, Tensor acc) {
-  check_rows(s, mx, "online: s (..., m) and mx (...) contiguous, float32 or float64");
-  check_rows(s, ln, "online: ln must be mx's shape and dtype");
-  check_rows(acc, mx, "online: acc (..., D) must have s's rows and dtype");
-  if (s.scalar_type() == at::kDouble) return online_impl<double>(s, mx, ln, acc);
-  online_impl<float>(s, mx, ln, acc);
-}
-
-template <typename T>
-void probs_impl(Tensor& s, const Tensor& lse) {
-  const int64_t m = s.size(-1);
-  T* S = s.mutable_data_ptr<T>();
-  const T* LS = lse.const_data_ptr<T>();
-  at::parallel_for(0, rows_of(s), 256, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) exp2_sum(S + r * m, m, LS[r]);
-  });
-}
-
-void probs(Tensor s, const Tensor& lse) {
-  check_rows(s, lse, "probs: s (..., m) and lse (...) contiguous, float32 or float64");
-  if (s.scalar_type() == at::kDouble) return probs_impl<double>(s, lse);
-  probs_impl<float>(s, lse);
-}
-
-template <typename T>
-void dscores_impl(Tensor& ds, const Tensor& p, const Tensor& delta) {
-  const int64_t m = ds.size(-1);
-  T* DS = ds.mutable_data_ptr<T>();
-  const T *P = p.const_data_ptr<T>(), *DL = delta.const_data_ptr<T>();
-  at::parallel_for(0, rows_of(ds), 256, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) ds_row(P + r * m, DS + r * m, DL[r], m);
-  });
-}
-
-void dscores(Tensor ds, const Tensor& p, const Tensor& delta) {
-  check_rows(ds, delta, "dscores: ds (..., m) and delta (...) contiguous, float32 or float64");
-  check(p.is_contiguous() && p.sizes() == ds.sizes() && p.scalar_type() == ds.scalar_type(),
-        "dscores: p must be ds's shape and dtype, contiguous");
-  if (ds.scalar_type() == at::kDouble) return dscores_impl<double>(ds, p, delta);
-  dscores_impl<float>(ds, p, delta);
-}
+void check(bool ok, const char* what) { TORCH_CHECK(ok, "PaTH kernel: ", what); }
 
 template <typename T>
 Tensor inverse_impl(const Tensor& t) {
@@ -440,35 +367,23 @@ void scan_backward(std::vector<Tensor> t, int64_t k) {
 
 // Shapes only, for torch.compile's tracing (fake tensors run the Meta kernels).
 Tensor unit_lower_inverse_meta(const Tensor& t) { return at::empty_like(t); }
-void online_meta(Tensor, Tensor, Tensor, Tensor) {}
-void probs_meta(Tensor, const Tensor&) {}
-void dscores_meta(Tensor, const Tensor&, const Tensor&) {}
 void scan_meta(std::vector<Tensor>, int64_t) {}
 
 }  // namespace
 
 TORCH_LIBRARY(pedsl_path, m) {
-  m.def("online(Tensor(a!) s, Tensor(b!) mx, Tensor(c!) ln, Tensor(d!) acc) -> ()");
-  m.def("probs(Tensor(a!) s, Tensor lse) -> ()");
-  m.def("dscores(Tensor(a!) ds, Tensor p, Tensor delta) -> ()");
   m.def("unit_lower_inverse(Tensor t) -> Tensor");
   m.def("scan_forward(Tensor(a!)[] t, int k) -> ()");
   m.def("scan_backward(Tensor(a!)[] t, int k) -> ()");
 }
 
 TORCH_LIBRARY_IMPL(pedsl_path, CPU, m) {
-  m.impl("online", &online);
-  m.impl("probs", &probs);
-  m.impl("dscores", &dscores);
   m.impl("unit_lower_inverse", &unit_lower_inverse);
   m.impl("scan_forward", &scan_forward);
   m.impl("scan_backward", &scan_backward);
 }
 
 TORCH_LIBRARY_IMPL(pedsl_path, Meta, m) {
-  m.impl("online", &online_meta);
-  m.impl("probs", &probs_meta);
-  m.impl("dscores", &dscores_meta);
   m.impl("unit_lower_inverse", &unit_lower_inverse_meta);
   m.impl("scan_forward", &scan_meta);
   m.impl("scan_backward", &scan_meta);

@@ -25,6 +25,10 @@ term. Softmax in base 2: the scores are scaled by log2(e) once (``exp2`` is ~2.7
 ``exp`` on the CPUs measured). Scores, moved queries and carries go into scratch buffers reused
 by every pair (a fresh multi-MiB output page-faults on each call). Float32 or float64 only (the
 caller upcasts half precision). Double backward is not supported.
+
+``rows`` (:class:`pedsl.ops.path_blocks.PathTorchRows` or the package's C++ kernel,
+:mod:`pedsl.compiler.path_kernel`) runs the loops over the pairs of blocks: torch's below batch every
+product over all heads; the C++ ones run one head per task (same arithmetic, operands in cache).
 """
 
 from __future__ import annotations
