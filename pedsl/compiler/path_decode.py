@@ -18,6 +18,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# ---------------------------------------------------------------------------------------------
+# PaTH's fused decode scoring (torch only: a generated module can carry it after the general forward).
+# ---------------------------------------------------------------------------------------------
 #: Flush interval the fused scoring is measured with: the flush (``K <- K P^T``, a D x D product per cached key) is
 #: the one cost per token that grows with the cache besides the attention itself, ~1 / PATH_FLUSH of the cache's
 #: D x D products per token; the eager moves of the recent keys cost 4 D per recent key and token.
