@@ -56,8 +56,10 @@ def report(st) -> list[tuple[str, str]]:
     if st.loaded:
         lines += [("sliding windows", f"the C++ band kernel ({dtypes} on CPU; the flash path otherwise)"),
                   ("FIRE", (f"the C++ MLP-bias kernel ({fire_dtypes} on CPU, u monotone and finite; "
-                            "pedsl.ops.mlp_bias otherwise)"))]
+                            "pedsl.ops.mlp_bias otherwise)")),
+                  ("PaTH", "the C++ scan and row steps (pedsl.compiler.path_kernel) on CPU; torch's otherwise")]
     else:
         lines += [("sliding windows", "the flash path (pedsl.compiler.window_kernels): same results, slower"),
-                  ("FIRE", "the torch kernel (pedsl.ops.mlp_bias): same results, slower")]
+                  ("FIRE", "the torch kernel (pedsl.ops.mlp_bias): same results, slower"),
+                  ("PaTH", "the torch loops (pedsl.ops.path_scan): same results, slower")]
     return lines

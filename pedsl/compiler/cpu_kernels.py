@@ -1,7 +1,8 @@
 """pedsl's C++ CPU attention kernels, one extension built once per machine on first use with
 ``torch.utils.cpp_extension`` (20-60 s with g++ on two cores): the sliding-window kernel ``band_kernel.cpp``
 (``torch.ops.pedsl_band``, :mod:`pedsl.compiler.band_kernel`) and FIRE's MLP-bias kernel ``mlp_kernel.cpp``
-(``torch.ops.pedsl_mlp``, :mod:`pedsl.compiler.mlp_kernel`), with what they share in ``cpu_kernels.h`` (BLAS's
+(``torch.ops.pedsl_mlp``, :mod:`pedsl.compiler.mlp_kernel`), PaTH's scan ``path_kernel.cpp`` (``torch.ops.pedsl_path``,
+:mod:`pedsl.compiler.path_kernel`), with what they share in ``cpu_kernels.h`` (BLAS's
 GEMM, at::vec's softmax row). The build lives in torch's extensions folder (``TORCH_EXTENSIONS_DIR``, else
 ``~/.cache/torch_extensions/py<version>_cpu``), one sub-folder per :func:`extension_name`.
 
@@ -37,11 +38,12 @@ from pedsl.compiler import kernel_cache
 from pedsl.envswitch import switch
 
 HERE = Path(__file__).parent
-SOURCES = (HERE / "band_kernel.cpp", HERE / "mlp_kernel.cpp")
+SOURCES = (HERE / "band_kernel.cpp", HERE / "mlp_kernel.cpp", HERE / "path_kernel.cpp")
 HEADERS = (HERE / "cpu_kernels.h",)
 CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")  # OpenMP: at::parallel_for over torch's own libgomp
 LDFLAGS = ("-fopenmp",)
-OPS = ("pedsl_band.forward", "pedsl_band.backward", "pedsl_mlp.forward", "pedsl_mlp.backward")
+OPS = ("pedsl_band.forward", "pedsl_band.backward", "pedsl_mlp.forward", "pedsl_mlp.backward", "pedsl_path.scan_forward",
+       "pedsl_path.scan_backward", "pedsl_path.unit_lower_inverse")
 SWITCH = "PEDSL_CPU_KERNELS"  # off: never build or use the C++ kernels
 BUILD_TIMEOUT_S = 300.0  # a build (20-60 s on two cores), or the wait for another process's, is stopped here
 LOADER_FORMAT = "2"  # part of the key: how the folder is laid out and stamped

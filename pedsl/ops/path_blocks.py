@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["ut_A", "path_blocks"]
+__all__ = ["ut_A", "path_blocks", "PathTorchRows"]
 
 # <embedded>
 # ---------------------------------------------------------------------------------------------
@@ -31,24 +31,58 @@ __all__ = ["ut_A", "path_blocks"]
 _CHUNK = 32  # (block, head) pairs per chunk: 32 x (64 x 64) floats = 512 KiB per operand
 
 
+class PathTorchRows:
+    """The elementwise steps of PaTH's scan and the UT transform's inverse, in torch. The package passes
+    :class:`pedsl.compiler.path_kernel.PathCppRows` instead (the scan's loops over the pairs of blocks on a C++
+    kernel, one head per task, and the inverse by forward substitution); results agree up to rounding. Scores
+    in base 2, rows on the last dimension."""
+
+    scan_forward = scan_backward = None  # the scan's loops: pedsl.ops.path_scan's own in torch
+
+    @staticmethod
+    def online(s, mx, ln, a):
+        """One key block of the online softmax, in place: s (..., m) -> 2^(s - m'), mx -> m' = max(mx, max s),
+        ln -> ln 2^(mx - m') + sum 2^(s - m'), a (..., D) *= 2^(mx - m')."""
+        mn = torch.maximum(mx, s.amax(-1))
+        alpha = (mx - mn).exp2_()
+        p = s.sub_(mn.unsqueeze(-1)).exp2_()
+        ln.mul_(alpha).add_(p.sum(-1))
+        mx.copy_(mn)
+        a.mul_(alpha.unsqueeze(-1))
+
+    @staticmethod
+    def probs(s, lse):
+        """s (..., m) -> 2^(s - lse), lse (..., 1), in place."""
+        s.sub_(lse).exp2_()
+
+    @staticmethod
+    def dscores(ds, p, delta):
+        """ds (..., m) -> p (ds - delta), delta (..., 1), in place."""
+        ds.sub_(delta).mul_(p)
+
+    @staticmethod
+    def unit_lower_inverse(t):
+        """(I + strictLower(t))^-1 of each (C, C) matrix."""
+        low = t.tril(-1)
+        eye = torch.eye(t.shape[-1], dtype=t.dtype, device=t.device)
+        return torch.linalg.solve_triangular(low, eye.expand_as(low), upper=False, unitriangular=True)
+
+
 def ut_A(W: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
     """A = (I + strictLower(diag(beta) W W^T))^-1 diag(beta); W (..., C, D), beta (..., C)."""
-    return _ut_X(W, beta)[0] * beta.unsqueeze(-2)
+    return _ut_X(W, beta, PathTorchRows)[0] * beta.unsqueeze(-2)
 
 
-def _ut_X(W, beta):
+def _ut_X(W, beta, rows):
     G = W @ W.transpose(-1, -2)
-    C = W.shape[-2]
-    eye = torch.eye(C, dtype=W.dtype, device=W.device)
-    low = torch.tril(G * beta.unsqueeze(-1), -1)  # the unit diagonal is implied below
-    X = torch.linalg.solve_triangular(low, eye.expand_as(low), upper=False, unitriangular=True)
+    X = rows.unit_lower_inverse(G * beta.unsqueeze(-1))  # the unit diagonal is implied
     return X, G
 
 
-def _chunk_terms(q, k, w, bb):
+def _chunk_terms(q, k, w, bb, rows):
     """X, A, U, QW, KW, Zm and W W^T of a chunk of blocks (the module docstring's lines), made by the
     forward and made again by the backward."""
-    x, G = _ut_X(w, bb)
+    x, G = _ut_X(w, bb, rows)
     A = x * bb.unsqueeze(-2)
     u = torch.bmm(A, w)
     qw = torch.bmm(q, w.mT).tril_()
@@ -60,7 +94,7 @@ class _PathBlocks(torch.autograd.Function):
     """(Q, K, W, b) flattened to (M, C, D) / (M, C) -> (Qt, Kt, Sd, P); M = N B H blocks."""
 
     @staticmethod
-    def forward(ctx, Q, K, W, b):
+    def forward(ctx, Q, K, W, b, rows):
         M, C, D = Q.shape
         Qt, Kt = torch.empty_like(Q), torch.empty_like(K)
         Sd = Q.new_empty(M, C, C)
@@ -70,13 +104,14 @@ class _PathBlocks(torch.autograd.Function):
         for a in range(0, M, _CHUNK):
             sl = slice(a, a + _CHUNK)
             q, k, w = Q[sl], K[sl], W[sl]
-            _, _, u, qw, _, zm, _ = _chunk_terms(q, k, w, b[sl])
+            _, _, u, qw, _, zm, _ = _chunk_terms(q, k, w, b[sl], rows)
             Qt[sl].copy_(q).baddbmm_(qw, u, alpha=-1)  # (torch.baddbmm with out= copies twice)
             Kt[sl].copy_(k).baddbmm_(zm.mT, w, alpha=-1)
             torch.bmm(q, k.mT, out=Sd[sl]).baddbmm_(qw, zm, alpha=-1)
             P[sl].copy_(eye).baddbmm_(w.mT, u, alpha=-1)
         Sd.masked_fill_(above, float("-inf"))
         ctx.save_for_backward(Q, K, W, b)
+        ctx.rows = rows
         return Qt, Kt, Sd, P
 
     @staticmethod
@@ -90,7 +125,7 @@ class _PathBlocks(torch.autograd.Function):
         for a in range(0, M, _CHUNK):
             sl = slice(a, a + _CHUNK)
             q, k, w, bb = Q[sl], K[sl], W[sl], b[sl]
-            x, A, u, qw, kw, zm, G = _chunk_terms(q, k, w, bb)
+            x, A, u, qw, kw, zm, G = _chunk_terms(q, k, w, bb, ctx.rows)
             gqt, gkt, gp = dQt[sl], dKt[sl], dP[sl]
             gsd = dSd[sl].tril()  # nothing flows from the masked entries
             gq = dQ[sl].copy_(gqt).baddbmm_(gsd, k)
@@ -112,12 +147,13 @@ class _PathBlocks(torch.autograd.Function):
             db[sl] += (gT * G).sum(-1)
             gG = gT * bb.unsqueeze(-1)
             gw.neg_().baddbmm_(gG + gG.mT, w)
-        return dQ, dK, dW, db
+        return dQ, dK, dW, db, None
 
 
-def path_blocks(Q, K, W, b):
-    """(Qt, Kt, Sd, P) for block-major inputs (N, Z, C, D), (N, Z, C); see the module docstring."""
+def path_blocks(Q, K, W, b, rows=PathTorchRows):
+    """(Qt, Kt, Sd, P) for block-major inputs (N, Z, C, D), (N, Z, C); see the module docstring. ``rows``: the
+    UT transform's inverse (:class:`PathTorchRows` or the C++ kernel's)."""
     N, Z, C, D = Q.shape
-    outs = _PathBlocks.apply(*(t.reshape(N * Z, *t.shape[2:]) for t in (Q, K, W, b)))
+    outs = _PathBlocks.apply(*(t.reshape(N * Z, *t.shape[2:]) for t in (Q, K, W, b)), rows)
     return tuple(o.reshape(N, Z, *o.shape[1:]) for o in outs)
 # </embedded>

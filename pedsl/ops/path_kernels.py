@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from pedsl.ops.path_blocks import path_blocks, ut_A
+from pedsl.ops.path_blocks import PathTorchRows, path_blocks, ut_A
 from pedsl.ops.path_scan import path_scan
 from pedsl.ops.path_window import path_window_scan
 
@@ -47,8 +47,10 @@ def _blocks(x: torch.Tensor, C: int) -> torch.Tensor:
 _LOG_FORGET_MIN = -1e4  # exp(-1e4) is 0 in every float format: "forget everything before"
 
 
-def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None, superblock=4):
-    """:func:`pedsl.ops.path.path_attention` on inputs of the right shapes (unchecked)."""
+def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64, q_scale=None, superblock=4,
+                 rows=PathTorchRows):
+    """:func:`pedsl.ops.path.path_attention` on inputs of the right shapes (unchecked); ``rows``: the elementwise
+    steps (:class:`PathTorchRows`, or the package's C++ kernel)."""
     B, H, L, D = q.shape
     if L == 0:
         return torch.zeros_like(v)
@@ -60,7 +62,7 @@ def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64
     qs = scaled_q(q, scale, q_scale)
     Q, K, Vb, W = (_blocks(t, C) for t in (qs, k, v, w))
     bt = _blocks(beta.to(q.dtype), C)  # (N, Z, C)
-    Qt, Kt, Sd, P = path_blocks(Q, K, W, bt)
+    Qt, Kt, Sd, P = path_blocks(Q, K, W, bt, rows)
     gl = gb = None
     if log_forget is not None:
         lf = log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN)  # no -inf - -inf = NaN
@@ -69,13 +71,14 @@ def path_forward(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64
         gb = F.pad(loc[..., -1].cumsum(0)[:-1], (0, 0, 1, 0))  # (N, Z) exclusive block offsets
         gl = loc.to(q.dtype)
         Sd = Sd + gl.unsqueeze(-1) - gl.unsqueeze(-2)
-    O = path_scan(Qt, Kt, Vb, P, Sd, gl, gb, k=max(1, int(superblock)))
+    O = path_scan(Qt, Kt, Vb, P, Sd, gl, gb, k=max(1, int(superblock)), rows=rows)
     return O.transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L].to(out_dtype)
 
 
 def path_local_forward(q, k, v, w, beta, log_forget=None, scale=None, *, reach: int, allowed=None, sink=None,
-                       block_size=64):
-    """:func:`pedsl.ops.path.path_attention_local` on inputs of the right shapes (unchecked)."""
+                       block_size=64, rows=PathTorchRows):
+    """:func:`pedsl.ops.path.path_attention_local` on inputs of the right shapes (unchecked); ``rows``: the UT
+    transform's inverse (:class:`PathTorchRows`, or the package's C++ kernel)."""
     B, H, L, D = q.shape
     if L == 0:
         return torch.zeros_like(v)
@@ -86,7 +89,7 @@ def path_local_forward(q, k, v, w, beta, log_forget=None, scale=None, *, reach: 
     N = -(-L // C)
     nd = min(N, 1 + -(-max(0, int(reach)) // C))  # key blocks a query block reads, its own included
     Q, K, Vb, W = (_blocks(t, C) for t in (scaled_q(q, scale, None), k, v, w))
-    Qt, Kt, Sd, P = path_blocks(Q, K, W, _blocks(beta.to(q.dtype), C))
+    Qt, Kt, Sd, P = path_blocks(Q, K, W, _blocks(beta.to(q.dtype), C), rows)
     G = None if log_forget is None else _blocks(
         log_forget.to(torch.float64).clamp_min(_LOG_FORGET_MIN).cumsum(-1), C)  # (N, Z, C) float64
     logit = None if sink is None else _blocks(sink[0].to(q.dtype).expand(B, H, L), C)

@@ -11,11 +11,12 @@ from pedsl.compiler.general.inputs import F64, Layout, angle_dtype, document_ids
 from pedsl.compiler.general.cache import AttentionCache, append_layout, cached, check_cache, path_flush
 from pedsl.compiler.general.windows import Shape, key_starts, shape_of, visible_pairs
 from pedsl.compiler.general.attention import all_keys, allowed_mask, attend, sink_rows
+from pedsl.compiler.path_decode import FUSED_FLUSH, fused_path_scores
 
 # <embedded>
 # ---------------------------------------------------------------------- path
 PATH_BLOCK = 64  # PaTH inside a window: steps per block of the windowed kernel
-PATH_FLUSH = 32  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
+PATH_FLUSH = FUSED_FLUSH  # PaTH decoding: pending Householder steps applied to the cached keys every this many tokens
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
 
 
@@ -180,7 +181,12 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
 
 
 def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, total: int, sink=None):
-    """One query (B, H, D) over the n + 1 cached keys, the first nf of them scored through ``P^T q``."""
+    """One query (B, H, D) over the n + 1 cached keys, the first nf of them scored through ``P^T q``: on torch's
+    fused kernel where it applies (no bias, mask or sink), else by explicit scores."""
+    fused = fused_path_scores(cached(cache, "k", n + 1), cached(cache, "v", total).narrow(2, 0, n + 1), q, P, nf,
+                              mask=mask, bias=kco, sink=sink)
+    if fused is not None:
+        return fused
     B, H, D = q.shape
     Z = B * H
     qt = q.reshape(Z, D, 1)
