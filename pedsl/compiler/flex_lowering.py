@@ -48,7 +48,7 @@ def flex_call(fast, q, k, cache) -> bool:
     """The flex lowering takes a call: the plan lets it run (``fast``: ``Plan.kernels``), a fresh call (no
     cache, as many queries as keys) in a dtype it declares, and no gradient on CPU (torch has no CPU backward
     for FlexAttention)."""
-    if not (cache is None and q.shape[2] == k.shape[2] and takes_dtype(fast, "flex", q)):
+    if not (cache is None and q.shape[2] == k.shape[2] and takes_dtype(fast, "flex", q)) or not _kernel_takes(q):
         return False
     grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
     return not (grad and q.device.type == "cpu")
@@ -65,6 +65,13 @@ def flex_kernel(device: torch.device) -> Callable:
     """The FlexAttention function the lowering calls: compiled (fused kernels). Tests replace it by the eager
     function (the same semantics, the scores materialised) so that a CPU check takes milliseconds."""
     return _compiled_flex()
+
+
+def _kernel_takes(q: Tensor) -> bool:
+    """Whether the kernel :func:`flex_kernel` gives takes q's dtype on its device: torch's compiled CPU
+    FlexAttention takes float32 and half precision only (torch 2.13), so a float64 CPU call runs the general
+    path; the eager function (what tests bind) takes float64 too."""
+    return not (q.device.type == "cpu" and q.dtype == torch.float64 and flex_kernel(q.device) is _compiled_flex())
 
 
 def flex_forward(scheme, kernels, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, lay: Layout) -> Tensor:
