@@ -71,7 +71,8 @@ def test_an_unknown_feature_is_taken_by_no_kernel():
     assert not [d for d in K.KERNELS if d.covers(K.plan_features(plan) | {"a statement added tomorrow"})]
 
 
-EXECUTORS = (*(f"compiler/{name}" for name in ("module.py", "stream.py", "band_kernel.py", "module_values.py")),
+EXECUTORS = (*(f"compiler/{name}" for name in ("module.py", "stream.py", "band_dispatch.py", "module_values.py")),
+             "ops/band_kernel.py",
              *(f"compiler/general/{f.name}" for f in sorted((ROOT / "pedsl" / "compiler" / "general").glob("*.py"))),
              "hf/attention.py")
 # the shapes the exclusion lists had: a kernel ruled out feature by feature at the call (Hugging Face's

@@ -15,8 +15,8 @@ distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template
 A generated ``_values`` method gives the per-token quantities (phases, step angles,
 w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.general`,
 copied verbatim into the module with the banded window kernels of
-:mod:`pedsl.compiler.window_kernels` (their flash path: a generated module stays torch only, without
-the C++ sliding-window kernel :mod:`pedsl.compiler.band_kernel` builds in process), does the rest - positions, documents, masks, GQA and
+:mod:`pedsl.ops.window_kernels` (their flash path: a generated module stays torch only, without
+the C++ sliding-window kernel :mod:`pedsl.ops.band_kernel` builds in process), does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
 rotations. A PaTH scheme's module also carries PaTH's blockwise kernels (:mod:`pedsl.ops.path_kernels`
 and the modules it calls), and a scheme with distance tables the Toeplitz kernel
@@ -270,8 +270,8 @@ _FIXED_NAMES = (
 #: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
 EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", *(f"compiler.general.{m}" for m in (
     "masks", "remap", "inputs", "cache", "windows", "values", "transport", "bias", "attention")),
-    "compiler.path_decode", "compiler.general.path", "compiler.general.forward",
-    "compiler.window_kernels", "compiler.kernels_template")
+    "ops.path_decode", "compiler.general.path", "compiler.general.forward",
+    "ops.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
 DISTANCE_EMBEDDED = ("ops.distance_bias",)
 
