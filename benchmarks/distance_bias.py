@@ -13,7 +13,7 @@ variant / floor in the same repeat:
 - ``pedsl``: ``compile_scheme(<scheme>)`` called as ``module(q, k, v)``: a distance table computed once per
   call (O(H L)) and read per block of 256 queries as a strided view by the flash kernel
   (:mod:`pedsl.ops.distance_bias`); FIRE's bias, which reads the query position, on the C++ MLP-bias kernel
-  (:mod:`pedsl.compiler.mlp_kernel`: per row the MLP's units switch at most once along the distances, the bias
+  (:mod:`pedsl.ops.mlp_kernel`: per row the MLP's units switch at most once along the distances, the bias
   linear in u per segment; :mod:`pedsl.ops.mlp_bias` where no C++ compiler is there); xPos a
   rotation of q and k;
 - ``materialised``: what x-transformers does - the whole ``(1, H, L, L)`` bias built every call from the

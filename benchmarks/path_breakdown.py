@@ -26,9 +26,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from pedsl.compiler.path_kernel import path_rows
 from pedsl.ops.path import path_attention
 from pedsl.ops.path_blocks import PathTorchRows, path_blocks
+from pedsl.ops.path_kernel import path_rows
 from pedsl.ops.path_kernels import _blocks, scaled_q
 from pedsl.ops.path_scan import path_scan
 

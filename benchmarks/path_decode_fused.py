@@ -1,4 +1,4 @@
-"""PaTH decode step: the general forward's fused scoring (:mod:`pedsl.compiler.path_decode`) and its explicit one.
+"""PaTH decode step: the general forward's fused scoring (:mod:`pedsl.ops.path_decode`) and its explicit one.
 
     python -m benchmarks.path_decode_fused [--cache 4096] [--repeats 7] [--steps 128]
 

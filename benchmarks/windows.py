@@ -10,10 +10,10 @@ backward in float32 on CPU at B=1, H=8, D=64:
   sequence (what a window saves);
 * ``windowed floor``: no positional encoding, SDPA per block of 128 queries over the keys the block
   can see with the band as its mask (the least a windowed kernel can do with SDPA);
-* ``banded kernel (no PE)``: ``pedsl.compiler.band_kernel.sliding_window_attention``, the kernel a
+* ``banded kernel (no PE)``: ``pedsl.compiler.band_dispatch.sliding_window_attention``, the kernel a
   rotation-only window runs in process (the C++ kernel: per block of 64 queries, GEMMs over the one run
   of keys the block can see), without the rotation: what the rotation itself costs on top;
-* ``banded flash path (no PE)``: ``pedsl.compiler.window_kernels.sliding_window_attention``, what runs
+* ``banded flash path (no PE)``: ``pedsl.ops.window_kernels.sliding_window_attention``, what runs
   where the C++ kernel cannot be built and in generated modules (flash-kernel calls: unmasked middle
   runs, causal diagonal tiles, one masked edge tile per block, merged by log-sum-exp);
 * ``pedsl rope_local``: ``compile_scheme("schemes/rope_local.pe", -P width=N)``: RoPE inside the window;
@@ -44,8 +44,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from pedsl.compiler import compile_scheme
-from pedsl.compiler import band_kernel, window_kernels
+from pedsl.compiler import band_dispatch, compile_scheme
+from pedsl.ops import band_kernel, window_kernels
 from pedsl.torchenv import setup_torch
 
 SCHEMES = Path(__file__).resolve().parents[1] / "schemes"
@@ -75,7 +75,7 @@ def variants(window: int) -> dict:
     return {
         "full causal": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         "windowed floor": lambda q, k, v: windowed_floor(q, k, v, window),
-        "banded kernel (no PE)": lambda q, k, v: band_kernel.sliding_window_attention(q, k, v, window),
+        "banded kernel (no PE)": lambda q, k, v: band_dispatch.sliding_window_attention(q, k, v, window),
         "banded flash path (no PE)": lambda q, k, v: window_kernels.sliding_window_attention(q, k, v, window),
         "pedsl rope_local": lambda q, k, v: mod(q, k, v),
         "pedsl path (full)": lambda q, k, v: path(q, k, v, x=model_input(q)),

@@ -320,8 +320,8 @@ def band_kernel_or_skip():
     import pytest
     from torch.utils.cpp_extension import is_ninja_available
 
-    from pedsl.compiler import band_kernel, cpu_kernels
     from pedsl.envswitch import switch
+    from pedsl.ops import band_kernel, cpu_kernels
 
     ops = band_kernel.band_ops()
     if ops is None:
@@ -335,7 +335,7 @@ def band_kernel_or_skip():
 
 def spy_band_ops(monkeypatch) -> list[str]:
     """Record the name of each call of the C++ sliding-window kernel's ops (``forward``, ``backward``)."""
-    from pedsl.compiler import band_kernel
+    from pedsl.ops import band_kernel
 
     ops, seen = band_kernel_or_skip(), []
 
@@ -352,7 +352,7 @@ def spy_band_ops(monkeypatch) -> list[str]:
 
 def flash_path_only(monkeypatch) -> None:
     """Make the general forward's sliding windows take the flash-kernel path (the C++ kernel unavailable)."""
-    from pedsl.compiler import band_kernel
+    from pedsl.ops import band_kernel
 
     monkeypatch.setattr(band_kernel, "band_ops", lambda: None)
 

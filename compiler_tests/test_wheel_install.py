@@ -27,7 +27,7 @@ def installed(tmp_path_factory):
     names = zipfile.ZipFile(wheel).namelist()
     assert "pedsl/grammars/pe.lark" in names and "pedsl/schemes/rope.pe" in names
     # the C++ kernels' sources, built on first use
-    assert {"pedsl/compiler/band_kernel.cpp", "pedsl/compiler/mlp_kernel.cpp", "pedsl/compiler/cpu_kernels.h"} <= set(names)
+    assert {f"pedsl/ops/{n}" for n in ("band_kernel.cpp", "mlp_kernel.cpp", "path_kernel.cpp", "cpu_kernels.h")} <= set(names)
     assert not any(n.startswith(("benchmarks/", "compiler_tests/")) for n in names)
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target),
                         str(wheel)], capture_output=True, text=True, timeout=300)

@@ -1,8 +1,8 @@
-"""The C++ sliding-window kernel (pedsl/compiler/band_kernel.cpp, loaded by band_kernel.py): forward and
+"""The C++ sliding-window kernel (pedsl/ops/band_kernel.cpp, loaded by band_kernel.py): forward and
 gradients against a naive float64 band at the boundaries (N = 1, 2, N >= L, L not a multiple of the block,
 one block, many), with grouped key/value heads; float32 against the flash path; the general forward's
 dispatch to it; and the flash path where it cannot be built (no compiler, PEDSL_CPU_KERNELS off); the
-shared build's folder name (pedsl/compiler/cpu_kernels.py; its cache's hostile cases: test_kernel_cache.py)."""
+shared build's folder name (pedsl/ops/cpu_kernels.py; its cache's hostile cases: test_kernel_cache.py)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import logging
 
 import pytest
 import torch
-
 from compiler_helpers import SCHEMES, band_kernel_or_skip, naive_band, spy_band_ops
-from pedsl.compiler import band_kernel as BK
-from pedsl.compiler import compile_scheme
-from pedsl.compiler import cpu_kernels as CK
-from pedsl.compiler import window_kernels as W
+
+from pedsl.compiler import band_dispatch, compile_scheme
+from pedsl.ops import band_kernel as BK
+from pedsl.ops import cpu_kernels as CK
+from pedsl.ops import window_kernels as W
 
 
 def _qkv(B, Hq, Hk, L, D, seed, dtype=torch.float64):
@@ -130,7 +130,7 @@ def test_the_general_forward_runs_windows_on_the_kernel(dtype, kernel, monkeypat
 def test_without_a_compiler_the_flash_path_answers_quietly(monkeypatch, caplog, recwarn, tmp_path):
     """No compiler: no build is tried, one debug-level line says why, no warning, and the same band
     through the flash path; PEDSL_CPU_KERNELS off (in any spelling) never looks for a build."""
-    from pedsl.compiler import kernel_cache
+    from pedsl.ops import kernel_cache
 
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
@@ -142,7 +142,7 @@ def test_without_a_compiler_the_flash_path_answers_quietly(monkeypatch, caplog, 
     real = W.FLASH
     monkeypatch.setattr(W, "FLASH", lambda *a, **kw: flash.append(1) or real(*a, **kw))
     q, k, v = _qkv(1, 2, 2, 40, 8, seed=9)
-    got = _grads(lambda a, b, c: BK.banded_attention(a, b, c, 6, None), q, k, v)
+    got = _grads(lambda a, b, c: band_dispatch.banded_attention(a, b, c, 6, None), q, k, v)
     want = _grads(lambda a, b, c: naive_band(a, b, c, window=6), q, k, v)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-11)

@@ -1,4 +1,4 @@
-"""The C++ causal kernel with biases in its rows (pedsl/compiler/band_kernel.cpp, ``causal_bias_attention``):
+"""The C++ causal kernel with biases in its rows (pedsl/ops/band_kernel.cpp, ``causal_bias_attention``):
 forward and every gradient (q, k, v, the float64 key term, the distance table) against a naive float64
 softmax at L = 1, 2, around the block of 64, with grouped key/value heads and broadcast biases; float32
 within the arithmetic bound; ALiBi and FoX dispatched to it by their plans, and the separable path when
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from compiler_helpers import D_MODEL, band_kernel_or_skip, fast_and_reference, float32_bound, rnd
-from pedsl.compiler import band_kernel as BK
+from pedsl.ops import band_kernel as BK
 
 
 def naive(q, k, v, g, t):

@@ -139,7 +139,7 @@ def test_description_cannot_run_code_on_import(tmp_path):
     text = (tmp_path / "out" / "evil.py").read_text()
     tree = ast.parse(text)
     # the general forward's classes and the module's own class Evil, and no second class Evil
-    from pedsl.compiler.codegen import EMBEDDED, embedded_section
+    from pedsl.compiler.embedded import EMBEDDED, embedded_section
 
     general = [s.name for s in ast.parse("".join(embedded_section(m) for m in EMBEDDED)).body
                if isinstance(s, ast.ClassDef)]

@@ -10,7 +10,8 @@ import pytest
 
 from compiler_helpers import ROOT
 from pedsl.compiler import compile_scheme
-from pedsl.compiler.codegen import DISTANCE_EMBEDDED, EMBEDDED, PATH_EMBEDDED, embedded_modules, embedded_section, generate
+from pedsl.compiler.codegen import generate
+from pedsl.compiler.embedded import DISTANCE_EMBEDDED, EMBEDDED, PATH_EMBEDDED, embedded_modules, embedded_section
 
 SCHEMES = ROOT / "schemes"
 

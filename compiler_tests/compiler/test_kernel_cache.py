@@ -1,4 +1,4 @@
-"""The C++ kernels' build cache against what happens to it on real machines (pedsl/compiler/cpu_kernels.py,
+"""The C++ kernels' build cache against what happens to it on real machines (pedsl/ops/cpu_kernels.py,
 kernel_cache.py): a first build interrupted with Ctrl-C, torch's stale ``lock`` file, a builder killed with
 SIGKILL, a truncated or foreign library at the cached path, a library that registers no ops, a compiler that
 hangs or fails, another live builder; and ``pedsl kernels``. Each runs pedsl in a child process (a hang or a
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 from compiler_helpers import ROOT
 
-from pedsl.compiler import cpu_kernels as CK
-from pedsl.compiler import kernel_cache
 from pedsl.envswitch import SWITCHES, switch
+from pedsl.ops import cpu_kernels as CK
+from pedsl.ops import kernel_cache
 
 BUILD_BOUND_S = 540  # a first build (20-60 s alone, ~100 s on a loaded two-core machine) and a tiny train
 LINK_BOUND_S = 240  # linking the copied objects again
@@ -39,9 +39,10 @@ pytestmark = pytest.mark.skipif(not (switch(CK.SWITCH) and _toolchain()),
 
 PROBE = """
 import torch
-from pedsl.compiler import band_kernel as BK, cpu_kernels as CK, window_kernels as W
+from pedsl.compiler import band_dispatch
+from pedsl.ops import cpu_kernels as CK, window_kernels as W
 q = torch.randn(1, 2, 70, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-torch.testing.assert_close(BK.sliding_window_attention(q, q, q, 5), W.banded_attention(q, q, q, 5, None))
+torch.testing.assert_close(band_dispatch.sliding_window_attention(q, q, q, 5), W.banded_attention(q, q, q, 5, None))
 print("loaded" if CK.state().loaded else "torch paths", "|", CK.state().reason)
 """
 

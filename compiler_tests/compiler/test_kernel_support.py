@@ -71,9 +71,10 @@ def test_an_unknown_feature_is_taken_by_no_kernel():
     assert not [d for d in K.KERNELS if d.covers(K.plan_features(plan) | {"a statement added tomorrow"})]
 
 
-EXECUTORS = (*(f"compiler/{name}" for name in ("module.py", "stream.py", "band_kernel.py", "module_values.py")),
+EXECUTORS = (*(f"compiler/{name}" for name in ("module.py", "stream.py", "band_dispatch.py", "module_values.py")),
+             "ops/band_kernel.py",
              *(f"compiler/general/{f.name}" for f in sorted((ROOT / "pedsl" / "compiler" / "general").glob("*.py"))),
-             "hf/attention.py")
+             "hf/attention.py", "hf/attention_call.py", "hf/attention_state.py")
 # the shapes the exclusion lists had: a kernel ruled out feature by feature at the call (Hugging Face's
 # rotary path: by the scheme's soft cap)
 EXCLUSIONS = (r"plan\.shaped", r"half_via_general\)", r"plan\.softcap is None", r"plan\.sink is None",

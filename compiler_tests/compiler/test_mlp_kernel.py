@@ -1,4 +1,4 @@
-"""FIRE's C++ MLP-bias kernel (pedsl/compiler/mlp_kernel.cpp, dispatched by mlp_kernel.py): forward and every
+"""FIRE's C++ MLP-bias kernel (pedsl/ops/mlp_kernel.cpp, dispatched by mlp_kernel.py): forward and every
 gradient (q, k, v, u, w, W1, b1, W2, b2) against the dense float64 reference that evaluates the MLP at every
 pair, at L across its blocks of 64 queries, with units switching inside rows, several at one distance and
 exactly at a kink, a constant w (below FIRE's threshold), w of either sign, a decreasing u, B and H above one;
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from compiler_helpers import SCHEMES, band_kernel_or_skip, dense_mlp_bias
+
 from pedsl.compiler import compile_scheme
-from pedsl.compiler import cpu_kernels as CK
-from pedsl.compiler import mlp_kernel as MK
 from pedsl.errors import ShapeError
+from pedsl.ops import cpu_kernels as CK
+from pedsl.ops import mlp_kernel as MK
 
 F64 = torch.float64
 

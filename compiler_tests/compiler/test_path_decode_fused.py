@@ -1,4 +1,4 @@
-"""PaTH's fused decode scoring (:mod:`pedsl.compiler.path_decode`): two fused attentions merged by their
+"""PaTH's fused decode scoring (:mod:`pedsl.ops.path_decode`): two fused attentions merged by their
 log-sum-exps equal one softmax over the old keys scored through ``P^T q`` and the recent keys (float64 loops);
 it declines what it does not handle; in the general forward's lazy decode rule (``_path_score_one`` tries it
 first), decoding equals one forward."""
@@ -10,7 +10,7 @@ import torch
 
 from compiler_helpers import D_MODEL, fast_and_reference
 from pedsl.compiler.general import path as G
-from pedsl.compiler.path_decode import FUSED_FLUSH, fused_path_scores
+from pedsl.ops.path_decode import FUSED_FLUSH, fused_path_scores
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""The banded O(L N) kernels of sliding windows and chunks (pedsl/compiler/window_kernels.py, the flash
+"""The banded O(L N) kernels of sliding windows and chunks (pedsl/ops/window_kernels.py, the flash
 path; the C++ kernel that takes windows in process has its own tests in test_band_kernel.py): forward
 and gradients against a naive float64 band (N = 1, N >= L, L not a multiple of the block, many blocks),
 through a compiled scheme against the float64 reference interpreter (GQA, bfloat16), the key span of
@@ -11,11 +11,11 @@ import importlib.util
 
 import pytest
 import torch
-
 from compiler_helpers import SCHEMES, flash_path_only, forbid_single_token_layout, naive_band, spy_band_ops
+
 from pedsl.compiler import compile_scheme
-from pedsl.compiler import window_kernels as W
 from pedsl.compiler.codegen import generate
+from pedsl.ops import window_kernels as W
 
 H, D = 4, 8
 

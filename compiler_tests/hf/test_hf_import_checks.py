@@ -183,9 +183,9 @@ def test_a_valid_name_is_used():
 def test_the_written_text_is_checked_behind_the_value_checks(rope_type, key, value, field, monkeypatch):
     """With a value check switched off, the check of the written text still refuses, naming the field of the
     line at fault (and of the lets that line uses)."""
-    from pedsl.hf import rope
+    from pedsl.hf import rope_knobs
 
-    monkeypatch.setitem(rope._KNOBS, key, (lambda v, s: True, ""))
+    monkeypatch.setitem(rope_knobs._KNOBS, key, (lambda v, s: True, ""))
     cfg = config(rope_type)
     cfg["rope_parameters"][key] = value
     with pytest.raises(InteropError) as err:

@@ -377,7 +377,7 @@ def test_a_mask_covers_the_band_only_where_every_entry_of_the_band_is_true():
     """The check behind the dispatch reads every entry of the band: one missing entry anywhere (or a
     float mask) keeps the masked path; entries outside the band do not matter."""
     from pedsl.compiler.general import Shape
-    from pedsl.hf.attention import mask_covers_band
+    from pedsl.hf.attention_call import mask_covers_band
     L = 37
     i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
     for shape, band in ((None, j <= i), (Shape(5, None), (j <= i) & (i - j < 5)),

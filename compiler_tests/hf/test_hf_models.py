@@ -16,7 +16,7 @@ import torch
 import pedsl
 from pedsl.errors import ConfigError, InteropError
 from pedsl.hf import arch, import_config, use_pedsl_attention
-from pedsl.hf.attention import APPLIED, NO_EFFECT, REFUSED, pedsl_attention_forward
+from pedsl.hf.attention_call import APPLIED, NO_EFFECT, REFUSED, pedsl_attention_forward
 from compiler_helpers import float32_bound
 from hf_helpers import assert_matches_native, depth, float64_native, rounding
 

@@ -1,6 +1,6 @@
 """PaTH's two implementations of its scan's loops and row steps, each against the float64 naive loops.
 
-The package runs the C++ kernel's (:class:`pedsl.compiler.path_kernel.PathCppRows`: the scan's pairs one head
+The package runs the C++ kernel's (:class:`pedsl.ops.path_kernel.PathCppRows`: the scan's pairs one head
 per task, its own 2^x, the UT transform's inverse by forward substitution); generated modules run
 :class:`pedsl.ops.path_blocks.PathTorchRows` (torch only). Both are compared here with
 :func:`path_attention_naive` (values and every input's gradient), the C++ one in float32 too.
@@ -13,9 +13,9 @@ import torch
 import torch.nn.functional as F
 from compiler_helpers import band_kernel_or_skip, float32_bound
 
-from pedsl.compiler.path_kernel import PathCppRows, path_rows
 from pedsl.ops.path import path_attention_naive
 from pedsl.ops.path_blocks import PathTorchRows
+from pedsl.ops.path_kernel import PathCppRows, path_rows
 from pedsl.ops.path_kernels import path_forward
 
 F64 = torch.float64

@@ -1,5 +1,5 @@
 """``pedsl kernels``: build pedsl's C++ CPU kernels ahead of time, and say which paths this machine uses
-(:mod:`pedsl.compiler.cpu_kernels`)."""
+(:mod:`pedsl.ops.cpu_kernels`)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def kernels(check: bool, rebuild: bool, timeout: int) -> int:
     if check:
         refuse_given(["rebuild", "timeout"], "not with --check, which builds nothing",
                      hint="drop --check to build, or drop the other option")
-    from pedsl.compiler import cpu_kernels
+    from pedsl.ops import cpu_kernels
 
     st = cpu_kernels.prepare(build=not check, rebuild=rebuild, timeout=float(timeout))
     for label, text in report(st):
@@ -38,8 +38,8 @@ def kernels(check: bool, rebuild: bool, timeout: int) -> int:
 
 def report(st) -> list[tuple[str, str]]:
     """The lines of the report: (label, text)."""
-    from pedsl.compiler import cpu_kernels
     from pedsl.compiler.kernel_support import kernel_decl
+    from pedsl.ops import cpu_kernels
 
     # what each C++ kernel takes is its declaration's, not a list of this command's
     dtypes = " and ".join(kernel_decl("band").dtypes)
@@ -57,9 +57,9 @@ def report(st) -> list[tuple[str, str]]:
         lines += [("sliding windows", f"the C++ band kernel ({dtypes} on CPU; the flash path otherwise)"),
                   ("FIRE", (f"the C++ MLP-bias kernel ({fire_dtypes} on CPU, u monotone and finite; "
                             "pedsl.ops.mlp_bias otherwise)")),
-                  ("PaTH", "the C++ scan and row steps (pedsl.compiler.path_kernel) on CPU; torch's otherwise")]
+                  ("PaTH", "the C++ scan and row steps (pedsl.ops.path_kernel) on CPU; torch's otherwise")]
     else:
-        lines += [("sliding windows", "the flash path (pedsl.compiler.window_kernels): same results, slower"),
+        lines += [("sliding windows", "the flash path (pedsl.ops.window_kernels): same results, slower"),
                   ("FIRE", "the torch kernel (pedsl.ops.mlp_bias): same results, slower"),
                   ("PaTH", "the torch loops (pedsl.ops.path_scan): same results, slower")]
     return lines

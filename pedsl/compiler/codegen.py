@@ -15,8 +15,8 @@ distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template
 A generated ``_values`` method gives the per-token quantities (phases, step angles,
 w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.general`,
 copied verbatim into the module with the banded window kernels of
-:mod:`pedsl.compiler.window_kernels` (their flash path: a generated module stays torch only, without
-the C++ sliding-window kernel :mod:`pedsl.compiler.band_kernel` builds in process), does the rest - positions, documents, masks, GQA and
+:mod:`pedsl.ops.window_kernels` (their flash path: a generated module stays torch only, without
+the C++ sliding-window kernel :mod:`pedsl.ops.band_kernel` builds in process), does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
 rotations. A PaTH scheme's module also carries PaTH's blockwise kernels (:mod:`pedsl.ops.path_kernels`
 and the modules it calls), and a scheme with distance tables the Toeplitz kernel
@@ -30,10 +30,10 @@ import ast as pyast
 import json
 import re
 from pathlib import Path
-from typing import NamedTuple
 
 from pedsl import __version__
 from pedsl.compiler import plan as P
+from pedsl.compiler.embedded import Carried, embedded_section
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
 from pedsl.formulas import channel_pairs
@@ -266,68 +266,6 @@ _FIXED_NAMES = (
 )
 
 
-#: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
-#: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
-EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", *(f"compiler.general.{m}" for m in (
-    "masks", "remap", "inputs", "cache", "windows", "values", "transport", "bias", "attention")),
-    "compiler.path_decode", "compiler.general.path", "compiler.general.forward",
-    "compiler.window_kernels", "compiler.kernels_template")
-PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")
-DISTANCE_EMBEDDED = ("ops.distance_bias",)
-
-
-#: The lines that open and close the section of a package module a generated module carries.
-EMBED_BEGIN, EMBED_END = "# <embedded>", "# </embedded>"
-
-
-def embedded_section(module: str) -> str:
-    """The text of a package module (``compiler.general.forward``: dotted, under ``pedsl``) that a generated
-    module carries verbatim: the lines between its ``# <embedded>`` and ``# </embedded>`` markers (the
-    general forward, the banded kernels, the expression kernels, the flash kernel's handles, PaTH's and the
-    distance tables' kernels). Above the section stay the module's imports, which the flat namespace of a
-    generated module makes unnecessary; below it, whatever runs in process only."""
-    path = Path(__file__).parent.parent.joinpath(*module.split(".")).with_suffix(".py")
-    lines = path.read_text(encoding="utf-8").splitlines()
-    if lines.count(EMBED_BEGIN) != 1 or lines.count(EMBED_END) != 1 or lines.index(EMBED_BEGIN) > lines.index(EMBED_END):
-        raise RuntimeError(f"{path} must hold one {EMBED_BEGIN!r} line and, after it, one {EMBED_END!r} line")
-    section = lines[lines.index(EMBED_BEGIN) + 1 : lines.index(EMBED_END)]
-    return "\n".join(section).rstrip() + "\n"
-
-
-class _Carried(NamedTuple):
-    """What a generated module carries beyond :data:`EMBEDDED`."""
-
-    path: bool  # PaTH's blockwise kernels
-    distance: bool  # the Toeplitz kernel of distance tables
-
-    @classmethod
-    def of(cls, plan: P.Plan) -> "_Carried":
-        return cls(any(t.kind == P.HOUSEHOLDER for t in plan.transports),
-                   any(b.kind == P.TABLE_BIAS for b in plan.biases))
-
-    def modules(self) -> tuple[str, ...]:
-        return EMBEDDED + (PATH_EMBEDDED if self.path else ()) + (DISTANCE_EMBEDDED if self.distance else ())
-
-    def kernels_class(self) -> list[str]:
-        """``Kernels``: TorchKernels with the carried kernels, so that a fresh sequence runs them (not the
-        decode rule or blocks of queries); none (``[]``: TorchKernels itself) when nothing is carried."""
-        lines = [f"    {name} = staticmethod({fn})" for name, fn, on in (
-            ("path_attention", "path_forward", self.path), ("path_local_attention", "path_local_forward", self.path),
-            ("path_transported_keys", "path_transported_keys", self.path),
-            ("distance_attention", "distance_forward", self.distance),
-            ("distance_supported", "distance_bias_supported", self.distance)) if on]
-        if not lines:
-            return []
-        return ["class Kernels(TorchKernels):",
-                '    """TorchKernels with the kernels of the sections above, as the package runs them."""', "",
-                *lines, "", ""]
-
-
-def embedded_modules(plan: P.Plan) -> tuple[str, ...]:
-    """The package modules a generated module of ``plan`` carries (:data:`EMBEDDED` and its kernels')."""
-    return _Carried.of(plan).modules()
-
-
 def module_file_name(scheme: Scheme) -> str:
     """The file `pedsl compile` writes the module to: ``<scheme>.py``, renamed if that would shadow a module."""
     return module_file_stem(scheme.name) + ".py"
@@ -534,7 +472,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         raise CompileError(f"scheme '{scheme.name}' remaps its positions by distance regime, which pedsl compile "
                            "does not generate yet", code="E400",
                            hint="run it in process (pedsl.compiler.compile_scheme / pedsl train), which computes it")
-    carried = _Carried.of(plan)
+    carried = Carried.of(plan)
     sections = [embedded_section(m) for m in carried.modules()]
     names = Names(set().union(*map(module_names, sections)) | set(_FIXED_NAMES))
     kernels_class = carried.kernels_class()

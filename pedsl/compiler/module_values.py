@@ -6,28 +6,37 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-
 from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
-from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TWO_PI, TokenValues,
-                                    Window, angle_dtype)
+from pedsl.compiler.general import (
+    AXIS_BIAS,
+    F64,
+    GATE_BIAS,
+    LINEAR_BIAS,
+    QUERY_BIAS,
+    TABLE_BIAS,
+    TWO_PI,
+    TokenValues,
+    Window,
+    angle_dtype,
+)
 from pedsl.compiler.kernel_support import static_kernels
-from pedsl.compiler.band_kernel import bias_kernel_ready, causal_bias_attention
-from pedsl.compiler.mlp_kernel import mlp_attention
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
+from pedsl.lang import ast
+from pedsl.lang.builtins import FUNCTIONS
+from pedsl.lang.fold import bind_args
+from pedsl.lang.typed import node_types
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.lang import ast
-from pedsl.lang.fold import bind_args
-from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.typed import node_types
+from pedsl.ops.band_kernel import bias_kernel_ready, causal_bias_attention
 from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_supported
-from pedsl.runtime.walk import learned_calls
+from pedsl.ops.mlp_kernel import mlp_attention
 from pedsl.ops.path import path_attention, path_attention_local, path_transported_keys
+from pedsl.runtime.walk import learned_calls
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
@@ -36,7 +45,7 @@ class FusedKernels:
     """The general forward's primitives as pedsl's kernels: rotations with fused autograd in the
     scheme's layout, the two-level float64 angle sum, the blockwise PaTH kernel, the Toeplitz kernel of
     distance-table biases (:mod:`pedsl.ops.distance_bias`), the C++ causal kernel with ALiBi's, a forget gate's or a
-    distance table's bias in its rows (:mod:`pedsl.compiler.band_kernel`), FIRE's MLP-bias kernel (:mod:`pedsl.compiler.mlp_kernel`:
+    distance table's bias in its rows (:mod:`pedsl.ops.band_kernel`), FIRE's MLP-bias kernel (:mod:`pedsl.ops.mlp_kernel`:
     C++ where it runs, :mod:`pedsl.ops.mlp_bias` elsewhere)."""
 
     path_attention = staticmethod(path_attention)
@@ -196,7 +205,7 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
     def query_mlp(self, i: int, qpos: Tensor, device):
         """Bias i as ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE): u over the
         distances 0 .. L-1, w at the queries' positions ``qpos (L,)`` (float64), and the MLP's W1 (K,), b1,
-        W2 (H, K), b2, all differentiable, for :func:`pedsl.compiler.mlp_kernel.mlp_attention`; None for any
+        W2 (H, K), b2, all differentiable, for :func:`pedsl.ops.mlp_kernel.mlp_attention`; None for any
         other bias (it keeps the blocks of queries)."""
         mod = self.mod
         b = mod.biases[i]

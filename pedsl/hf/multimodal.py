@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.hf import arch, rope
-from pedsl.hf.rope import (_check_knobs, _check_written, _param_lines, _pe_text, _refuse, _scaling_knobs, _shape,
-                           _static, _train_length_key, scheme_name)
+from pedsl.hf.rope import (_check_written, _param_lines, _pe_text, _refuse, _shape, _static, _train_length_key,
+                           scheme_name)
+from pedsl.hf.rope_knobs import _check_knobs, _scaling_knobs
 from pedsl.lang import ast
 from pedsl.lang.api import format as fmt
 from pedsl.lang.scheme import Scheme

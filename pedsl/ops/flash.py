@@ -3,7 +3,7 @@ take a float mask and return the log-sum-exp the backward needs), the dtypes the
 blocks of queries the kernels walk.
 
 Torch only: codegen copies the text after the ``# ----`` banner verbatim into every generated module,
-ahead of the sections that use it (:mod:`pedsl.compiler.window_kernels`, :mod:`pedsl.ops.distance_bias`).
+ahead of the sections that use it (:mod:`pedsl.ops.window_kernels`, :mod:`pedsl.ops.distance_bias`).
 """
 
 from __future__ import annotations

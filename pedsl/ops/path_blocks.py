@@ -33,7 +33,7 @@ _CHUNK = 32  # (block, head) pairs per chunk: 32 x (64 x 64) floats = 512 KiB pe
 
 class PathTorchRows:
     """The elementwise steps of PaTH's scan and the UT transform's inverse, in torch. The package passes
-    :class:`pedsl.compiler.path_kernel.PathCppRows` instead (the scan's loops over the pairs of blocks on a C++
+    :class:`pedsl.ops.path_kernel.PathCppRows` instead (the scan's loops over the pairs of blocks on a C++
     kernel, one head per task, and the inverse by forward substitution); results agree up to rounding. Scores
     in base 2, rows on the last dimension."""
 

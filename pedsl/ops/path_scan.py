@@ -27,7 +27,7 @@ by every pair (a fresh multi-MiB output page-faults on each call). Float32 or fl
 caller upcasts half precision). Double backward is not supported.
 
 ``rows`` (:class:`pedsl.ops.path_blocks.PathTorchRows` or the package's C++ kernel,
-:mod:`pedsl.compiler.path_kernel`) runs the loops over the pairs of blocks: torch's below batch every
+:mod:`pedsl.ops.path_kernel`) runs the loops over the pairs of blocks: torch's below batch every
 product over all heads; the C++ ones run one head per task (same arithmetic, operands in cache).
 """
 

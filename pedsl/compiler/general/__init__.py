@@ -1,14 +1,14 @@
 """The general forward of a compiled scheme, written once: positions, documents, padding and attention
 masks, grouped-query attention, queries behind their keys, and the decoding cache.
 
-This package needs nothing but torch and :mod:`pedsl.compiler.window_kernels` (the O(L N) banded
+This package needs nothing but torch and :mod:`pedsl.ops.window_kernels` (the O(L N) banded
 kernels of sliding windows and chunks, torch only too); in process ``banded_attention`` comes from
-:mod:`pedsl.compiler.band_kernel` (a sliding window on its C++ kernel where it is built, ``window_kernels``
+:mod:`pedsl.compiler.band_dispatch` (a sliding window on its C++ kernel where it is built, ``window_kernels``
 otherwise), while a generated module binds ``window_kernels``' own and keeps the flash path. ``SchemeAttention``
 runs it (through :mod:`pedsl.compiler.stream`) whenever a call is more than one full causal sequence at
 positions 0..L-1 with as many key/value heads as query heads (that case keeps the fused kernels of
 ``module.py``). ``pedsl compile`` copies the marked section of each of its modules, in the order of
-``codegen.EMBEDDED`` and into one flat namespace, verbatim into the module it writes (a test checks the
+``embedded.EMBEDDED`` and into one flat namespace, verbatim into the module it writes (a test checks the
 copy byte for byte). Its modules, each after those it reads: ``masks`` (which pairs a mask statement
 opens), ``remap`` (scores of remapped positions), ``inputs`` (the layout of a call), ``cache`` (the
 decoding cache), ``windows`` (sliding windows and chunks), ``values`` (what the expressions read),

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
-from pedsl.compiler.band_kernel import banded_attention
+from pedsl.compiler.band_dispatch import banded_attention
 from pedsl.compiler.kernel_support import bias_call, causal_call, explicit_scores, fresh_sequence_call, mlp_call, window_call
 from pedsl.compiler.general.masks import seen_both_ways
 from pedsl.compiler.general.remap import RemappedKeys

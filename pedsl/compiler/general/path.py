@@ -11,7 +11,7 @@ from pedsl.compiler.general.inputs import F64, Layout, angle_dtype, document_ids
 from pedsl.compiler.general.cache import AttentionCache, append_layout, cached, check_cache, path_flush
 from pedsl.compiler.general.windows import Shape, key_starts, shape_of, visible_pairs
 from pedsl.compiler.general.attention import all_keys, allowed_mask, attend, sink_rows
-from pedsl.compiler.path_decode import FUSED_FLUSH, fused_path_scores
+from pedsl.ops.path_decode import FUSED_FLUSH, fused_path_scores
 
 # <embedded>
 # ---------------------------------------------------------------------- path

@@ -1,5 +1,5 @@
 // PaTH attention's blockwise scan and UT inverse on the CPU (pedsl/ops/path_scan.py and path_blocks.py call them
-// through pedsl/compiler/path_kernel.py; PathTorchRows in path_blocks.py has the same steps in torch):
+// through pedsl/ops/path_kernel.py; PathTorchRows in path_blocks.py has the same steps in torch):
 //
 //   scan_forward / scan_backward   the loops of path_scan's _PathScan over the pairs of blocks (the diagonal block,
 //                                  the earlier blocks of a superblock, the earlier superblocks), one head per task

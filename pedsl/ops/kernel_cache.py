@@ -1,4 +1,4 @@
-"""The build folder of pedsl's C++ CPU kernels (:mod:`pedsl.compiler.cpu_kernels`): what makes a cached
+"""The build folder of pedsl's C++ CPU kernels (:mod:`pedsl.ops.cpu_kernels`): what makes a cached
 library trusted, who may build, and the build itself, in a child process bounded in time.
 
 - **The stamp.** A build that compiled, loaded in its child process and registered every op writes
@@ -155,7 +155,7 @@ def run_build(spec: dict, lock_fd: int, timeout: float) -> tuple[str, bool] | No
     env = dict(os.environ)
     root = str(Path(pedsl.__file__).resolve().parent.parent)  # the child imports this very pedsl
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    proc = subprocess.Popen([sys.executable, "-m", "pedsl.compiler.kernel_build", json.dumps(spec)],
+    proc = subprocess.Popen([sys.executable, "-m", "pedsl.ops.kernel_build", json.dumps(spec)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             pass_fds=(lock_fd,), start_new_session=True, env=env)
     try:

@@ -1,5 +1,7 @@
-"""PaTH's scan and UT inverse on the C++ kernel (``path_kernel.cpp`` next to this file, built with pedsl's other
-C++ kernels on first use: :mod:`pedsl.compiler.cpu_kernels`). :class:`pedsl.ops.path_blocks.PathTorchRows` has
+"""PaTH's scan rows and UT inverse on the C++ CPU kernel: the Python side of ``path_kernel.cpp`` (not to be
+confused with :mod:`pedsl.ops.path_kernels`, PaTH's torch entry points, which run these rows where built).
+The C++ source lies next to this file (``path_kernel.cpp`` next to this file, built with pedsl's other
+C++ kernels on first use: :mod:`pedsl.ops.cpu_kernels`). :class:`pedsl.ops.path_blocks.PathTorchRows` has
 the same steps in torch (what generated modules run), with the same arguments and results up to rounding.
 
 The scan's loops over the pairs of blocks run one head per task with BLAS GEMMs on operands that stay in cache
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from pedsl.compiler.cpu_kernels import kernel_ops
+from pedsl.ops.cpu_kernels import kernel_ops
 from pedsl.ops.path_blocks import PathTorchRows
 
 KERNEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # PaTH's kernels upcast half

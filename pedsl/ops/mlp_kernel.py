@@ -1,6 +1,7 @@
-"""FIRE's causal MLP-bias attention (:func:`pedsl.ops.mlp_bias.mlp_bias_attention`, same arguments and result) on
+"""The Python side of the C++ MLP-bias kernel ``mlp_kernel.cpp`` (:mod:`pedsl.ops.mlp_bias` is the torch kernel it
+falls back to): FIRE's causal MLP-bias attention (:func:`pedsl.ops.mlp_bias.mlp_bias_attention`, same arguments and result) on
 a C++ CPU kernel (``mlp_kernel.cpp`` next to this file, built with pedsl's other C++ kernels on first use:
-:mod:`pedsl.compiler.cpu_kernels`), with the torch kernel of :mod:`pedsl.ops.mlp_bias` wherever it cannot run.
+:mod:`pedsl.ops.cpu_kernels`), with the torch kernel of :mod:`pedsl.ops.mlp_bias` wherever it cannot run.
 
 Where ``u`` is monotone over the distances (FIRE's ``log(c d + 1)``), ``x = u[i - j] w[i]`` is monotone along
 each row, so each of the MLP's units switches on or off at most once per row: the kernel finds the switches by
@@ -19,7 +20,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from pedsl.compiler.cpu_kernels import kernel_ops
+from pedsl.ops.cpu_kernels import kernel_ops
 from pedsl.ops.mlp_bias import mlp_bias_attention
 
 BLOCK = 128  # queries per block (each block reads the keys 0 .. its last query); 64 measures alike at 2048,

@@ -1,4 +1,4 @@
-"""The child process that builds pedsl's C++ CPU kernels (started by :func:`pedsl.compiler.kernel_cache.run_build`
+"""The child process that builds pedsl's C++ CPU kernels (started by :func:`pedsl.ops.kernel_cache.run_build`
 with one JSON argument: folder, name, key, sources, flags, ops): torch's builder compiles and links the library
 in the folder, loads it here, every op the callers need is looked up, and only then the stamp is written. A
 library that crashes when loaded ends this process, not pedsl's. Exit 0 on success; 1 with the error on stdout.
@@ -28,7 +28,7 @@ def missing_ops(ops: list[str]) -> list[str]:
 def build(spec: dict) -> None:
     from torch.utils.cpp_extension import load
 
-    from pedsl.compiler.kernel_cache import write_stamp
+    from pedsl.ops.kernel_cache import write_stamp
 
     folder = Path(spec["folder"])
     with warnings.catch_warnings():

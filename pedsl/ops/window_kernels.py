@@ -23,9 +23,9 @@ Chunked attention (``chunk = C``) is block-diagonal causal: one ``is_causal`` SD
 chunks as heads.
 
 Torch only, and kept as a real module so it is linted and importable: the general forward
-(:mod:`pedsl.compiler.general`) dispatches here, and codegen copies the text after the ``# ----``
-banner verbatim into every generated module, next to the general forward. In process a sliding window
-of float32 or float64 first tries the C++ kernel of :mod:`pedsl.compiler.band_kernel` (about 0.6x this
+(:mod:`pedsl.compiler.general`, through :mod:`pedsl.compiler.band_dispatch`) dispatches here, and codegen copies
+the text between the ``# <embedded>`` markers verbatim into every generated module, next to the general forward. In process a sliding window
+of float32 or float64 first tries the C++ kernel of :mod:`pedsl.ops.band_kernel` (about 0.6x this
 path's time at L = 8192, N = 512); this path is its fallback and what generated modules run.
 """
 

@@ -1,6 +1,7 @@
 """Sliding-window attention on a C++ CPU kernel (``band_kernel.cpp`` next to this file, built with pedsl's other
-C++ kernels on first use: :mod:`pedsl.compiler.cpu_kernels`), with the flash-kernel path of
-:mod:`pedsl.compiler.window_kernels` wherever it cannot run.
+C++ kernels on first use: :mod:`pedsl.ops.cpu_kernels`): the kernel's autograd functions and the handle of its
+ops. Which call runs on it, and the flash-kernel path of :mod:`pedsl.ops.window_kernels` wherever it cannot run,
+is :mod:`pedsl.compiler.band_dispatch` (the check is the kernel's declaration in the compiler's kernel registry).
 
 Why a kernel of its own: the flash CPU kernel skips only whole tiles of 512 keys, so the banded calls of
 ``window_kernels`` compute 767 keys per query for the 512 a window of 512 shows. Here each block of 64
@@ -17,9 +18,10 @@ its rows (:func:`causal_bias_attention`): a key term of float64 coordinates, ``g
 distance table ``t[i - j]`` (T5's buckets, KERPLE), with their gradients. Its exp is a polynomial in
 ``cpu_kernels.h`` that vectorises, so one thread runs it faster than PyTorch's flash kernel without a bias.
 
-The general forward (:mod:`pedsl.compiler.general`) imports :func:`banded_attention` from here; a module
-written by ``pedsl compile`` carries ``window_kernels``' own ``banded_attention`` instead (torch only,
-no build step), so it runs the flash path. ``PEDSL_CPU_KERNELS=0`` keeps the flash path in process too.
+The general forward (:mod:`pedsl.compiler.general`) imports ``banded_attention`` from
+:mod:`pedsl.compiler.band_dispatch`; a module written by ``pedsl compile`` carries ``window_kernels``' own
+``banded_attention`` instead (torch only, no build step), so it runs the flash path. ``PEDSL_CPU_KERNELS=0``
+keeps the flash path in process too.
 """
 
 from __future__ import annotations
@@ -28,9 +30,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from pedsl.compiler import window_kernels
-from pedsl.compiler.cpu_kernels import kernel_ops
-from pedsl.compiler.kernel_support import band_call
+from pedsl.ops.cpu_kernels import kernel_ops
 
 F64 = torch.float64
 
@@ -39,7 +39,7 @@ BLOCK = 64  # queries per block (each block reads at most BLOCK + N - 1 keys); 3
 
 def band_ops():
     """``torch.ops.pedsl_band`` (``forward``, ``backward``), or None where the C++ kernels cannot be built
-    (:func:`pedsl.compiler.cpu_kernels.kernel_ops`): the callers then take the flash path."""
+    (:func:`pedsl.ops.cpu_kernels.kernel_ops`): the callers then take the flash path."""
     return kernel_ops("pedsl_band")
 
 
@@ -61,29 +61,6 @@ class BandAttention(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = band_ops().backward(dout.contiguous(), q, k, v, out, lse, ctx.window, BLOCK)[:3]
         return dq, dk, dv, None
-
-
-def runs_on_kernel(q: Tensor, k: Tensor, v: Tensor, window: int) -> bool:
-    """Whether the C++ kernel takes this call (its declaration's check,
-    :func:`pedsl.compiler.kernel_support.band_call`: a window narrower than the call, CPU tensors of one of
-    its dtypes) and it is built."""
-    return band_call(q, k, v, window) and band_ops() is not None
-
-
-def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:
-    """:func:`pedsl.compiler.window_kernels.sliding_window_attention` (same arguments, grouped key/value
-    heads allowed) on the C++ kernel where it runs, on the flash path elsewhere."""
-    if runs_on_kernel(q, k, v, window):
-        return BandAttention.apply(q, k, v, window)
-    return window_kernels.banded_attention(q, k, v, window, None)
-
-
-def banded_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None, chunk: int | None) -> Tensor:
-    """:func:`pedsl.compiler.window_kernels.banded_attention`, with a sliding window on the C++ kernel
-    where it runs (chunks keep their one ``is_causal`` call)."""
-    if window is not None:
-        return sliding_window_attention(q, k, v, window)
-    return window_kernels.banded_attention(q, k, v, window, chunk)
 
 
 class BiasAttention(torch.autograd.Function):

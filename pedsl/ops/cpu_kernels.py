@@ -1,15 +1,15 @@
 """pedsl's C++ CPU attention kernels, one extension built once per machine on first use with
 ``torch.utils.cpp_extension`` (20-60 s with g++ on two cores): the sliding-window kernel ``band_kernel.cpp``
-(``torch.ops.pedsl_band``, :mod:`pedsl.compiler.band_kernel`) and FIRE's MLP-bias kernel ``mlp_kernel.cpp``
-(``torch.ops.pedsl_mlp``, :mod:`pedsl.compiler.mlp_kernel`), PaTH's scan ``path_kernel.cpp`` (``torch.ops.pedsl_path``,
-:mod:`pedsl.compiler.path_kernel`), with what they share in ``cpu_kernels.h`` (BLAS's
+(``torch.ops.pedsl_band``, :mod:`pedsl.ops.band_kernel`) and FIRE's MLP-bias kernel ``mlp_kernel.cpp``
+(``torch.ops.pedsl_mlp``, :mod:`pedsl.ops.mlp_kernel`), PaTH's scan ``path_kernel.cpp`` (``torch.ops.pedsl_path``,
+:mod:`pedsl.ops.path_kernel`), with what they share in ``cpu_kernels.h`` (BLAS's
 GEMM, at::vec's softmax row). The build lives in torch's extensions folder (``TORCH_EXTENSIONS_DIR``, else
 ``~/.cache/torch_extensions/py<version>_cpu``), one sub-folder per :func:`extension_name`.
 
 A build says so at the default log level (a warning-level line before it starts and one when it ends: it
 pauses the first window or FIRE call of a machine, which would otherwise look like a hang); ``pedsl kernels``
 does it ahead of time. How the folder is trusted, locked and built (a verified stamp, ``flock``, a child
-process under :data:`BUILD_TIMEOUT_S`) is :mod:`pedsl.compiler.kernel_cache`. Where the extension cannot be
+process under :data:`BUILD_TIMEOUT_S`) is :mod:`pedsl.ops.kernel_cache`. Where the extension cannot be
 built or loaded (no compiler or ninja, a failed or timed-out build, a torch whose libtorch_cpu exports no
 ``sgemm_``, the BLAS GEMM the kernels call: the x86 Linux wheels carry MKL's) or ``PEDSL_CPU_KERNELS`` is off
 (:mod:`pedsl.envswitch`), :func:`kernel_ops` answers None and the callers take their torch paths.
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-from pedsl.compiler import kernel_cache
 from pedsl.envswitch import switch
+from pedsl.ops import kernel_cache
 
 HERE = Path(__file__).parent
 SOURCES = (HERE / "band_kernel.cpp", HERE / "mlp_kernel.cpp", HERE / "path_kernel.cpp")
@@ -154,7 +154,7 @@ def _build(st: KernelState, name: str, key: str, lock_fd: int, timeout: float, w
 
 def _load(st: KernelState, name: str) -> None:
     """Load the verified library into this process and check that every op is there."""
-    from pedsl.compiler.kernel_build import missing_ops
+    from pedsl.ops.kernel_build import missing_ops
 
     try:
         torch.ops.load_library(str(kernel_cache.library_path(st.folder, name)))
