@@ -79,7 +79,7 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         table = P.site_name("phase", d["group"])
         g.remove_node(steps)
         g.add_node(table, op="phase_table", expr=phase, label=f"phase = {to_source(phase)}", dynamic=False,
-                   ty=ty, kernel=P.STATIC, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
+                   ty=ty, kernel=P.STATIC, note="constant steps accumulate to w times the tokens from j to i: folded into a RoPE table")
         g.add_edge("positions", table)
         g.add_edge(table, n)
         d.update(op="rotate", phase=table, label=f"rotate {d['targets']} on {d['group']}", folded_step=(steps, angle),
