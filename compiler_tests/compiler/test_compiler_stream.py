@@ -44,14 +44,15 @@ def _sl(t, a, b):
 
 @pytest.mark.parametrize("path", library(), ids=lambda p: p.stem)
 def test_general_call_matches_the_reference(path):
-    """Offsets, packed documents, left padding and GQA (Hq 4, Hkv 2) at once, every backend: output and
-    gradients equal the naive float64 interpreter."""
+    """Offsets, gaps in the positions (accumulated quantities count tokens, docs/semantics.md §2b), packed
+    documents, left padding and GQA (Hq 4, Hkv 2) at once, every backend: output and gradients equal the
+    naive float64 interpreter."""
     ref = _mod(path, "reference")
     B, L = 3, 9
     docs = torch.tensor([[0] * 9, [0, 0, 0, 1, 1, 1, 1, 2, 2], [5] * 9])
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[2, :3] = False
-    pos = torch.tensor([list(range(3, 12)), [0, 1, 2, 0, 1, 2, 3, 0, 1], [0, 0, 0] + list(range(6))])
+    pos = torch.tensor([[3, 4, 5, 8, 9, 12, 13, 14, 20], [0, 1, 2, 0, 1, 2, 3, 0, 1], [0, 0, 0] + list(range(6))])
     pos = as_axes(ref, pos)  # a scheme with several axes: (A, B, L)
     q, k, v, x, tok = _data(ref, B, L, 2, grad=True)
     kw = dict(x=x, tokens=tok, positions=pos, document_ids=docs, attn_mask=mask)

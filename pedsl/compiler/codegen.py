@@ -275,6 +275,7 @@ def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str],
     """The TRANSFORMS records and the ``_values`` lines of every transport (and of the temperature)."""
     records, body = [], []
     for i, t in enumerate(plan.transports):
+        t = t.as_steps()  # the general forward's form: RoPE folded from constant steps sums them over tokens
         ch = t.channels
         npairs = len(ch) // 2
         pairs = channel_pairs(ch, scheme.layout)

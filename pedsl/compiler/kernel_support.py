@@ -41,6 +41,9 @@ SEVERAL_AXES = "several position axes"
 REMAP = "remapped positions"  # the rotation's positions by distance regime: the general path's blocks only
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
 TOKEN_COUNT = "linear bias counting tokens"
+# RoPE folded from constant accumulated steps: equal to the steps at consecutive positions only (a kernel that
+# rotates by the positions of a call with gaps, or continues a cache's positions, computes another function)
+ROTATION_TOKEN_COUNT = "rotation counting tokens"
 SEVERAL_QUERY_BIASES = "several biases reading the query position"
 HALF_VIA_GENERAL = "coordinate bias outside the scan"  # a key channel g(j) loses it in half precision
 FULL_DTYPES, HALF_DTYPES = ("float32", "float64"), ("bfloat16", "float16")
@@ -91,6 +94,8 @@ def _transport_features(t) -> set:
         out.add(XPOS)
     if t.pair_axes:
         out.add(PAIR_AXES)
+    if t.step is not None:
+        out.add(ROTATION_TOKEN_COUNT)
     return out
 
 
@@ -138,8 +143,9 @@ class KernelDecl(NamedTuple):
         return features <= self.takes and (not self.needs or bool(features & self.needs))
 
 
+# (a general-path kernel attends over q and k the general forward rotated, by the tokens where the steps count them)
 ROTATIONS = frozenset({transport_feature("rope-table"), transport_feature("accumulated-so2"), VALUE_TRANSPORT,
-                       XPOS, PAIR_AXES, SEVERAL_AXES, *(table_feature(t) for t in (
+                       XPOS, PAIR_AXES, SEVERAL_AXES, ROTATION_TOKEN_COUNT, *(table_feature(t) for t in (
                            "static", "run-time length", "learned", "per token"))})
 TEMPERATURES = frozenset({temperature_feature("position table"), temperature_feature("run-time")})
 PRE_TRANSFORM = frozenset(backend_feature(b) for b in ("sdpa", "flex", "masked"))  # q, k moved absolutely

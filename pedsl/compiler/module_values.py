@@ -80,7 +80,8 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
         self.heads, self.head_dim = mod.heads, mod.head_dim
         self.axes = mod.scheme.axes
         self.conv_history = mod._conv_history
-        self.transforms = mod.transforms
+        # RoPE folded from constant steps runs as the steps: the general forward's calls count tokens (§2b)
+        self.transforms = tuple(t.as_steps() for t in mod.transforms)
         self.normalize, self.attend_current = mod.plan.normalize, mod.plan.attend_current
         self.sigmoid_bias = mod.plan.sigmoid_bias
         self.kernels = FusedKernels(mod.layout)
@@ -130,7 +131,7 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
         mod = self.mod
         run = mod.evaluator.run
         out: list[Tensor | tuple[Tensor, Tensor]] = []  # per transport: its values, a (cos, sin) pair, or (w, beta)
-        for t in mod.transforms:
+        for t in self.transforms:
             P = len(t.channels) // 2
             if t.static_table and win.n <= TABLE_MAX and win.parts["axes_pos"] is None:
                 # a static phase table (float64 phase mod 2 pi, then cos/sin; grown on demand) read at the positions

@@ -64,7 +64,9 @@ def fold_static_tables(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
 
 
 def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
-    """accumulate(rotation(w)) with constant w rotates pair k by w_k * (i - j): it is RoPE."""
+    """accumulate(rotation(w)) with constant w rotates pair k by w_k times the tokens from j to i: RoPE at
+    consecutive positions. The node keeps its step (``folded_step``) for calls whose positions are not the
+    tokens' indices (gaps, padding, a cache), which sum the steps over the tokens (docs/semantics.md §2b)."""
     g = g.copy()
     for n in [n for n, d in g.nodes(data=True) if d["op"] == "accumulate_so2"]:
         d = g.nodes[n]
@@ -77,11 +79,12 @@ def constant_steps_are_rope(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         table = P.site_name("phase", d["group"])
         g.remove_node(steps)
         g.add_node(table, op="phase_table", expr=phase, label=f"phase = {to_source(phase)}", dynamic=False,
-                   ty=ty, kernel=P.STATIC, note="constant steps accumulate to w * (i - j): folded into a RoPE table")
+                   ty=ty, kernel=P.STATIC, note="constant steps accumulate to w times the tokens from j to i: folded into a RoPE table")
         g.add_edge("positions", table)
         g.add_edge(table, n)
-        d.update(op="rotate", phase=table, label=f"rotate {d['targets']} on {d['group']}",
-                 note="accumulated constant SO(2) steps recognised as position-indexed rotation (RoPE)")
+        d.update(op="rotate", phase=table, label=f"rotate {d['targets']} on {d['group']}", folded_step=(steps, angle),
+                 note="accumulated constant SO(2) steps recognised as RoPE at consecutive positions (calls with "
+                      "positions, padding or a cache sum the steps over the tokens)")
         d.pop("steps", None)
     return g
 
@@ -312,10 +315,13 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         sites = tuple(P.Site(d[r], r, g.nodes[d[r]]["expr"], d["group"]) for r in roles)
         table = P.PER_TOKEN if d["op"] != "rotate" else g.nodes[d["phase"]]["kernel"]
         why = "; ".join(x for x in (g.nodes[d["phase"]].get("note") if d["op"] == "rotate" else None, d.get("note")) if x)
+        folded = d.get("folded_step")
+        step = None if folded is None else P.Site(folded[0], "steps", folded[1], d["group"])
         transports.append(P.TransportStep(
             group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
             targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
-            orthogonal=bool(d.get("orthogonal")), why=why, **_xpos_fields(d), pair_axes=g.graph.get("pair_axes", {}).get(d["group"], ())))
+            orthogonal=bool(d.get("orthogonal")), why=why, **_xpos_fields(d), pair_axes=g.graph.get("pair_axes", {}).get(d["group"], ()),
+            step=step))
     biases = []
     for n in bias_nodes(g):
         d = g.nodes[n]

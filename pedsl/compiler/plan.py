@@ -22,7 +22,7 @@ Networkx and torch free: importing it costs nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pedsl.compiler.kernel_support import explicit_scores
@@ -90,6 +90,9 @@ class TransportStep:
     # (docs/semantics.md §2c); 0 and () for every other transport
     xpos_gamma: float = 0.0
     xpos_zeta: tuple[float, ...] = ()
+    # ROPE folded from accumulated constant steps (accumulate(rotation(w))): the step angle w. The fold holds
+    # at consecutive positions only; the steps count the tokens on the route (docs/semantics.md §2b)
+    step: Site | None = None
 
     @property
     def expr(self) -> ast.Expr:
@@ -107,6 +110,14 @@ class TransportStep:
     @property
     def static_table(self) -> bool:
         return self.kind == ROPE and self.table == STATIC
+
+    def as_steps(self) -> "TransportStep":
+        """The transport as written: a RoPE table folded from constant steps back as those SO(2) steps, whose
+        cumulative angles count the tokens on the route, so that a call with gaps in its positions, padding or
+        a cache (the general forward) rotates by the tokens, not the positions; any other transport as it is."""
+        if self.step is None:
+            return self
+        return replace(self, kind=SO2, table=PER_TOKEN, kernel="cumulative angles", sites=(self.step,), step=None)
 
 
 @dataclass(frozen=True)
