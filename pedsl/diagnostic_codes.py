@@ -46,8 +46,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E241": ("check", "a malformed `contextual` statement: not `cope(...)`, a `max_pos` that is not an integer "
                       ">= 1 known when checking, an unknown option, or CoPE beside a sink or PaTH"),
     "E242": ("check", "a `normalize` value that is no normaliser (softmax, softmax1, sigmoid, sigmoid(bias = b), "
-                      "stick_breaking(current = ...)), a sigmoid bias not known when checking, or a normaliser "
-                      "beside a statement it cannot go with (a sink, PaTH's transport)"),
+                      "stick_breaking(current = ...), differential(lambda_init = l)), a sigmoid bias or lambda_init not "
+                      "known when checking, or a normaliser beside a statement it cannot go with (a sink, PaTH's transport)"),
     "E243": ("check", "a malformed `remap` block: regimes that overlap or leave a distance uncovered, a bound that is "
                       "not `distance CMP number`, a position that is not per token, or a transport it cannot remap"),
     "E244": ("check", "a malformed `mask` (not causal, bidirectional, prefix(N) with N an integer >= 1 known when "
@@ -63,6 +63,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E254": ("check", "the `layers` rules do not fit the model's layer count (a layer beyond it, or one with no part)"),
     "E255": ("check", "`bucket(distance, bidirectional = true)` under a non-causal mask: the plain distance is |i - j|, "
                       "so later keys never reach T5's upper buckets (use a signed per-axis distance)"),
+    "E264": ("check", "`normalize = differential` with an odd number of heads (it pairs head h with h + heads/2) "
+                      "or beside a transport of the values"),
     "E300": ("params", "a parameter override error without a more specific code"),
     "E301": ("params", "unknown `-P` parameter"),
     "E302": ("params", "`-P` value of the wrong type"),

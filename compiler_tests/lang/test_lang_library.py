@@ -23,6 +23,7 @@ EXPECTED = {
     "rope_sink_token": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "rope_sigmoid": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "rope_softmax1": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
+    "rope_differential": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "pi": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "ntk": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "dynamic_ntk": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),

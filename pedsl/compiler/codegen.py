@@ -261,7 +261,7 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap", "FAST_PATHS",
-    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias", "MASK", "MASK_PREFIX", "mask", "mask_prefix", "span_ids",
+    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias", "LAMBDA_INIT", "lambda_init", "differential_lambda", "MASK", "MASK_PREFIX", "mask", "mask_prefix", "span_ids",
     "Callable", "Optional", "once_differentiable", "Kernels",
 )
 
@@ -373,7 +373,8 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
     ``kernels``: the class of primitives its forward runs on."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
-                  *_sink_init(scheme), *_contextual_init(scheme)]
+                  *_sink_init(scheme), *_contextual_init(scheme),
+                  *_differential_init(scheme)]
     checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
@@ -387,7 +388,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "",
         "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
         "    axes = AXES",
-        "    normalize, attend_current, sigmoid_bias = NORMALIZE, ATTEND_CURRENT, SIGMOID_BIAS",
+        "    normalize, attend_current, sigmoid_bias, lambda_init = NORMALIZE, ATTEND_CURRENT, SIGMOID_BIAS, LAMBDA_INIT",
         "    window, chunk, sink, softcap = WINDOW, CHUNK, SINK, SOFTCAP",
         "    mask, mask_prefix = MASK, MASK_PREFIX",
         "    fast_paths = FAST_PATHS",
@@ -466,6 +467,13 @@ def _contextual_init(scheme: Scheme) -> list[str]:
             "HEAD_DIM))"]
 
 
+def _differential_init(scheme: Scheme) -> list[str]:
+    """Differential attention's learned lambda rows, named, shaped and drawn as SchemeAttention's."""
+    if scheme.normalize != "differential":
+        return ["self.differential_lambda = None"]
+    return ["self.differential_lambda = nn.Parameter(torch.randn(4, HEAD_DIM) * 0.1)"]
+
+
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
@@ -514,6 +522,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"NORMALIZE = {literal(plan.normalize)}",
         f"ATTEND_CURRENT = {literal(bool(plan.attend_current))}",
         f"SIGMOID_BIAS = {literal(float(plan.sigmoid_bias))}",
+        f"LAMBDA_INIT = {literal(float(plan.lambda_init))}",
         f"WINDOW = {literal(plan.window)}",
         f"CHUNK = {literal(plan.chunk)}",
         f"SINK = {literal(plan.sink)}",

@@ -43,6 +43,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
                    axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
                    sink=scheme.sink, softcap=scheme.softcap, mask=scheme.mask,
                    normalizer=scheme.normalize, attend_current=scheme.attend_current, sigmoid_bias=scheme.sigmoid_bias,
+                   lambda_init=scheme.lambda_init,
                    contextual=scheme.contextual, remap=scheme.remap)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")

@@ -34,9 +34,10 @@ WINDOW, CHUNK, SOFTCAP = "window", "chunk", "softcap"
 BIDIRECTIONAL, PREFIX, SPANS = "mask bidirectional", "mask prefix", "mask spans"
 SINK_LOGIT, SINK_TOKEN = "sink logit", "sink token"
 STICK_BREAKING, SKIPS_OWN_KEY, CONTEXTUAL = "stick-breaking", "skips its own key", "contextual positions"
-SIGMOID, SOFTMAX_ONE = "sigmoid weights", "softmax plus one"
+SIGMOID, SOFTMAX_ONE, DIFFERENTIAL = "sigmoid weights", "softmax plus one", "differential heads"
 # the normalisers other than softmax, by the plan's name (each a feature no fused kernel computes yet)
-NORMALIZER_FEATURES = {"stick_breaking": STICK_BREAKING, "sigmoid": SIGMOID, "softmax1": SOFTMAX_ONE}
+NORMALIZER_FEATURES = {"stick_breaking": STICK_BREAKING, "sigmoid": SIGMOID, "softmax1": SOFTMAX_ONE,
+                       "differential": DIFFERENTIAL}
 SEVERAL_AXES = "several position axes"
 REMAP = "remapped positions"  # the rotation's positions by distance regime: the general path's blocks only
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
@@ -75,8 +76,8 @@ def temperature_feature(table: str) -> str:
 
 # what every kernel takes: plan fields no executor branches on (checked complete by compiler_tests)
 NOT_FEATURES = {
-    # sigmoid_bias: a number inside the sigmoid, computed wherever SIGMOID is
-    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "sigmoid_bias",
+    # sigmoid_bias: a number inside the sigmoid, computed wherever SIGMOID is; lambda_init: DIFFERENTIAL's
+    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "sigmoid_bias", "lambda_init",
              "mask_prefix"),
     "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta"),
     "BiasTerm": ("index", "site", "slope", "why", "axes"),

@@ -29,7 +29,7 @@ from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
 from pedsl.compiler.general import angle_dtype, xpos_scale
 from pedsl.compiler.kernel_support import bias_call, bidirectional_call, fused_call
 from pedsl.compiler.module_values import FusedKernels, ModuleScheme
-from pedsl.compiler.scores import modified_scores, normalised, own_key_counts, sink_column
+from pedsl.compiler.scores import differential_lambda, modified_scores, normalised, own_key_counts, sink_column
 from pedsl.errors import CompileError, ShapeError
 from pedsl.lang.scheme import Scheme
 from pedsl.ops import rotary
@@ -67,6 +67,7 @@ class SchemeAttention(nn.Module):
         self._build_learned()
         self._build_sink()
         self._build_contextual()
+        self._build_differential()
         # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
         self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
                                   if isinstance(m, nn.Conv1d)], default=0)
@@ -119,6 +120,13 @@ class SchemeAttention(nn.Module):
         if c is not None:
             self.contextual_embedding = nn.Parameter(torch.zeros(*(() if c.shared else (self.heads,)),
                                                                  c.max_pos, self.head_dim))
+
+    def _build_differential(self) -> None:
+        """Differential attention's learned lambda (docs/semantics.md §1b): rows (q1, k1, q2, k2) of head_dim each,
+        drawn from N(0, 0.1^2) as DiffLlama's ``lambda_std_dev`` (zeros would never learn: each row's gradient
+        is its partner row)."""
+        if self.plan.normalize == "differential":
+            self.differential_lambda = nn.Parameter(torch.randn(4, self.head_dim) * 0.1)
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
@@ -447,8 +455,13 @@ class SchemeAttention(nn.Module):
         seen = self.window_visible(L, q.device)
         ok = ok if seen is None else ok & seen
         emb = None if self.plan.contextual is None else self.contextual_embedding.detach()
-        w, _ = normalised(s, ok, normalize=self.plan.normalize, sink=self.sink_logits(q), qc=q, emb=emb,
-                          sigmoid_bias=self.plan.sigmoid_bias)
+        differential = self.plan.normalize == "differential"
+        w, _ = normalised(s, ok, normalize="softmax" if differential else self.plan.normalize,
+                          sink=self.sink_logits(q), qc=q, emb=emb, sigmoid_bias=self.plan.sigmoid_bias)
+        if differential:  # both heads of a pair weigh their values by a_h - lambda a_{h + H/2}
+            half = w.shape[1] // 2
+            lam = differential_lambda(self.differential_lambda.detach(), self.plan.lambda_init)
+            w = (w[:, :half] - lam.to(w.dtype) * w[:, half:]).repeat(1, 2, 1, 1)
         return w.to(s.dtype)
 
     def window_visible(self, L: int, device, cols: slice | None = None) -> Tensor | None:

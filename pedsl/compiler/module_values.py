@@ -83,7 +83,7 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
         # RoPE folded from constant steps runs as the steps: the general forward's calls count tokens (§2b)
         self.transforms = tuple(t.as_steps() for t in mod.transforms)
         self.normalize, self.attend_current = mod.plan.normalize, mod.plan.attend_current
-        self.sigmoid_bias = mod.plan.sigmoid_bias
+        self.sigmoid_bias, self.lambda_init = mod.plan.sigmoid_bias, mod.plan.lambda_init
         self.kernels = FusedKernels(mod.layout)
         self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
         self.softcap = mod.plan.softcap
@@ -98,6 +98,7 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
     sink_key = property(lambda self: self.mod.sink_key)
     sink_value = property(lambda self: self.mod.sink_value)
     contextual_embedding = property(lambda self: self.mod.contextual_embedding)
+    differential_lambda = property(lambda self: self.mod.differential_lambda)
 
     @staticmethod
     def of(mod) -> "ModuleScheme":

@@ -280,6 +280,10 @@ def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
     if normalizer in (P.STICK_BREAKING, P.SIGMOID) and backend != "reference":
         note = (f"{normalizer} weights: every call runs the general path's blocks of explicit "
                 "scores (memory O(L x block)); " + backend + " names its bias carrier")
+    if normalizer == P.DIFFERENTIAL and backend != "reference":
+        note = ("differential attention: the general path's blocks of queries, each value widened by its pair "
+                "partner's, then the two heads' outputs combined by the learned lambda; " + backend +
+                " names its bias carrier")
     if normalizer == P.SOFTMAX1 and backend != "reference":
         note = ("softmax plus one: the general path, with a logit-0 column as a sink's; "
                 + backend + " names its bias carrier")
@@ -344,7 +348,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
         softcap=g.graph.get("softcap"), mask=_mask(g).kind, mask_prefix=_mask(g).prefix,
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
-        sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), contextual=g.graph.get("contextual"),
+        sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), lambda_init=g.graph.get("lambda_init", 0.8), contextual=g.graph.get("contextual"),
         remap=g.graph.get("remap"))
     g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g

@@ -56,6 +56,7 @@ POSITIONS, TOKENS = "positions", "tokens"
 KEY_CHANNEL, MATERIALISED, SCORE_MOD, STEP_LOG_TERM = "key channel", "materialised", "score_mod", "step log term"
 # normalisers
 SOFTMAX, SOFTMAX1, SIGMOID, STICK_BREAKING = "softmax", "softmax1", "sigmoid", "stick_breaking"
+DIFFERENTIAL = "differential"
 QUERY_BLOCKS = "table per query block"  # a (head, distance) table gathered per block of queries (general path)
 # temperature tables
 POSITION_TABLE, RUNTIME = "position table", "run-time"
@@ -171,10 +172,12 @@ class Plan:
     axes: tuple[str, ...] = ()  # the scheme's position axes (`axes t, h, w`); () for one axis
     # how scores become weights (docs/semantics.md §1b): SOFTMAX; SOFTMAX1 (a logit 0 in the denominator: the
     # general path's sink column); SIGMOID (sigmoid(s + sigmoid_bias)) or STICK_BREAKING, which every call runs
-    # on the general path's explicit blocks of scores; attend_current: a query's own key takes part
+    # on the general path's explicit blocks of scores; attend_current: a query's own key takes part; DIFFERENTIAL
+    # (pairs of heads, the general path's blocks with each value widened by its partner's), from lambda_init
     normalize: str = "softmax"
     attend_current: bool = True
     sigmoid_bias: float = 0.0
+    lambda_init: float = 0.8
 
     # score-dependent positions (CoPE, a lang.scheme.ContextualPositions): the logits read the scores
     contextual: Any = None

@@ -114,12 +114,35 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         tv = mod.evaluator.run(sch.temperature, ctx(), site_name("temperature"))
         tau = (tv.align(("batch", "head", "pos")) if tv.axes else tv.t.reshape(1, 1, 1)).to(F64)
         tau = tau.expand(tau.shape[0], tau.shape[1], L)
-    return ref.reference_attention(q, k, v, transport=T, value_transport=U, bias=bias, tau=tau,
-                                   allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq),
-                                   normalize=sch.normalize, attend_current=sch.attend_current,
-                                   cope=None if sch.contextual is None else mod.contextual_embedding,
-                                   softcap=sch.softcap, sigmoid_bias=sch.sigmoid_bias,
-                                   causal=sch.mask.causal)
+
+    def attention(values: Tensor, normalize: str) -> Tensor:
+        return ref.reference_attention(q, k, values, transport=T, value_transport=U, bias=bias, tau=tau,
+                                       allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq),
+                                       normalize=normalize, attend_current=sch.attend_current,
+                                       cope=None if sch.contextual is None else mod.contextual_embedding,
+                                       softcap=sch.softcap, sigmoid_bias=sch.sigmoid_bias,
+                                       causal=sch.mask.causal)
+
+    if sch.normalize == "differential":
+        return _differential(mod, attention, v)
+    return attention(v, sch.normalize)
+
+
+def _differential(mod, attention, v: Tensor) -> Tensor:
+    """Differential attention (docs/semantics.md §1b) from its definition: the pair (h, h + H/2) weighs both
+    heads' values by ``a_h - lambda a_{h + H/2}``, ``lambda = exp(sum q1 k1) - exp(sum q2 k2) + lambda_init``.
+    Written as softmax attention over each head's own values and over its partner's (``v`` holds one value
+    head per query head)."""
+    H = v.shape[1]
+    half = H // 2
+    partner = [(h + half) % H for h in range(H)]
+    own, other = attention(v, "softmax"), attention(v[:, partner], "softmax")  # a_h v_h, a_h v_partner(h)
+    q1, k1, q2, k2 = mod.differential_lambda.to(F64)
+    lam = torch.exp(sum(q1[c] * k1[c] for c in range(q1.shape[0]))) - \
+        torch.exp(sum(q2[c] * k2[c] for c in range(q2.shape[0]))) + mod.scheme.lambda_init
+    heads = [own[:, h] - lam * other[:, h + half] if h < half else other[:, h - half] - lam * own[:, h]
+             for h in range(H)]
+    return torch.stack(heads, dim=1)
 
 
 def _both_ways(mask, positions: Tensor, spans: Tensor | None, step_valid: Tensor, i: int, j: int) -> Tensor:

@@ -107,6 +107,32 @@ def normalised(s: Tensor, ok: Tensor | None, *, normalize: str = "softmax", sink
     return torch.softmax(s.masked_fill(~seen, 0.0), -1) * seen, None  # a query with no key: zeros
 
 
+def differential_lambda(lam: Tensor, lambda_init: float) -> Tensor:
+    """Differential attention's lambda (Ye et al. 2024; Hugging Face's DiffLlama) of its learned rows ``lam
+    (4, D)`` = (q1, k1, q2, k2): ``exp(q1 . k1) - exp(q2 . k2) + lambda_init``, in float32 at least."""
+    lam = lam.to(torch.promote_types(lam.dtype, torch.float32))
+    return torch.exp((lam[0] * lam[1]).sum()) - torch.exp((lam[2] * lam[3]).sum()) + lambda_init
+
+
+def paired_values(v: Tensor, heads: int) -> Tensor:
+    """Each value head followed by its pair partner's, ``(B, Hkv, L, D) -> (B, Hkv | heads, L, 2D)``: query head
+    h pairs with h + heads/2 (mod heads); with an even Hkv that head reads key/value head g + Hkv/2 when h reads
+    g, otherwise the values are first repeated per query head. One softmax per head then weighs both."""
+    if v.shape[1] % 2:
+        v = v.repeat_interleave(heads // v.shape[1], dim=1)
+    return torch.cat([v, v.roll(v.shape[1] // 2, dims=1)], dim=-1)
+
+
+def differential_heads(r: Tensor, lam: Tensor) -> Tensor:
+    """Differential attention's outputs ``(B, H, Lq, D)`` from ``r (B, H, Lq, 2D)``, head h's softmax over its
+    values widened by :func:`paired_values` (``a_h [v_h, v_partner]``): head i < H/2 gives
+    ``(a_i - lam a_{i+H/2}) v_i``, head i + H/2 gives ``(a_i - lam a_{i+H/2}) v_{i+H/2}``."""
+    D, half = r.shape[-1] // 2, r.shape[1] // 2
+    first, second = r[:, :half], r[:, half:]
+    lam = lam.to(r.dtype)
+    return torch.cat([first[..., :D] - lam * second[..., D:], first[..., D:] - lam * second[..., :D]], dim=1)
+
+
 def own_key_counts(attend_current: bool, normalize: str) -> bool:
     """Whether a query's own key takes part: always, unless ``stick_breaking(current = false)``."""
     return attend_current or normalize != "stick_breaking"

@@ -72,7 +72,7 @@ class MaskResolution(ResolverStage):
                 why.append(f"xPos on '{t.group}' (its decay zeta^((i - j) / gamma) grows without bound for j > i)")
         if any(b.kind == "gate" for b in biases):
             why.append("the gate bias (a sum of the log gates of tokens j+1..i)")
-        if normalize != "softmax":
+        if normalize not in ("softmax", "differential"):  # differential: two softmaxes, defined both ways
             why.append("stick-breaking (the nearest earlier key breaks the stick first)")
         if contextual is not None:
             why.append("CoPE's contextual positions (gates counted from j to i)")

@@ -188,7 +188,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             allowed = {n for loc in m.allow for n in loc.stmt.names}
             self.diags.extend(constant_bias_terms(self.constant_terms, m.bias.src, allowed))
         temperature = self.resolve_temperature(lets)
-        normalize = self.resolve_normalize(transports, env) or ("softmax", True, 0.0)
+        normalize = self.resolve_normalize(transports, env, heads) or ("softmax", True, 0.0, 0.8)
         window, chunk, sink = self.resolve_shape(env, lets)
         own = {r.fields[0]: getattr(self, r.resolve)(env, lets, transports) for r in RECORDS if r.resolve}
         self.check_sink_transports(sink, transports)
@@ -222,6 +222,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             normalize=normalize[0],
             attend_current=normalize[1],
             sigmoid_bias=normalize[2],
+            lambda_init=normalize[3],
             contextual=contextual,
             window=window,
             chunk=chunk,

@@ -242,9 +242,12 @@ class Scheme(_Frozen):
     # how scores become weights (docs/semantics.md §1b): softmax; softmax1 (a logit 0 pinned in the denominator);
     # sigmoid(s + sigmoid_bias) with no sum over the keys (Ramapuram et al. 2024); or stick-breaking (Tan et
     # al. 2024), where attend_current says whether a query's own key takes part (True: A_ii = sigmoid(s_ii))
-    normalize: Literal["softmax", "softmax1", "sigmoid", "stick_breaking"] = "softmax"
+    # or differential attention (Ye et al. 2024): heads h and h + heads/2 share the weights a_h - lambda a_{h+heads/2},
+    # lambda learned from lambda_init
+    normalize: Literal["softmax", "softmax1", "sigmoid", "stick_breaking", "differential"] = "softmax"
     attend_current: bool = True
     sigmoid_bias: float = 0.0
+    lambda_init: float = 0.8
     contextual: ContextualPositions | None = None  # score-dependent positions (CoPE), added to the logits
     # the attention's shape (docs/semantics.md §11): key j is visible to query i iff 0 <= p_i - p_j < window,
     # or iff p_i // chunk == p_j // chunk; sink: a learned logit per head in the normaliser, or a learned

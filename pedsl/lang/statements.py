@@ -179,6 +179,8 @@ def _normalizer(s: Any) -> str:
         return "stick_breaking" if s.attend_current else "stick_breaking(current = false)"
     if s.normalize == "sigmoid" and s.sigmoid_bias:
         return f"sigmoid(bias = {float(s.sigmoid_bias)!r})"
+    if s.normalize == "differential":
+        return f"differential(lambda_init = {float(s.lambda_init)!r})"
     return s.normalize
 
 
@@ -271,10 +273,11 @@ RECORDS: tuple[Statement, ...] = (
         diff=Diff("temperature", lambda s: s.temperature, expr=True), words=BY_CONSUMER),
     Statement(
         rule="normalize", kind="normalize", node=ast.NormalizeStmt, inherit=ONE, merged="normalize",
-        fields=("normalize", "attend_current", "sigmoid_bias"),
-        plan_fields=("normalize", "attend_current", "sigmoid_bias"),
-        completions=(("normalize", "normalize = ${1|softmax,softmax1,sigmoid(bias = -log(train_length)),stick_breaking|}",
-                      "how scores become weights: softmax, softmax plus one, sigmoid or stick-breaking"),),
+        fields=("normalize", "attend_current", "sigmoid_bias", "lambda_init"),
+        plan_fields=("normalize", "attend_current", "sigmoid_bias", "lambda_init"),
+        completions=(("normalize", "normalize = ${1|softmax,softmax1,sigmoid(bias = -log(train_length)),stick_breaking,"
+                      "differential(lambda_init = 0.8)|}",
+                      "how scores become weights: softmax, softmax plus one, sigmoid, stick-breaking or differential"),),
         form=_assign_form, block=None, reads=_value, assign=True, reserved=False,  # also a builtin's name
         show=Show("body", _normalize_lines), diff=Diff("normalize", _normalizer, optional=False, rank=1),
         words=BY_CONSUMER),

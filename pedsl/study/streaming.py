@@ -10,7 +10,8 @@ so far and the part ``F`` of it over far keys (``i - j > W``). Memory is O(B H L
 Scores are those of the scheme's module: ``<q_i, T(j->i) k_j> / sqrt(D)``, times the query
 temperature, plus the bias columns (``bias_table(cols=...)``), soft-capped: the modifiers of the one
 score pipeline (:func:`pedsl.compiler.scores.modified_scores`); the normaliser is an online softmax, the
-learned sink's logit the module's (``sink_logits``), softmax plus one's the pinned logit 0. Sigmoid weights
+learned sink's logit the module's (``sink_logits``), softmax plus one's the pinned logit 0; differential
+attention's pairs combine their softmaxes' masses by the learned lambda. Sigmoid weights
 have no normaliser: the blocks' weights just add. Stick-breaking weights are products over the keys nearer
 than each key: not streamed (refused). Absolute-factorable transports
 use the pre-transformed q and k; Householder (PaTH) steps move every query through the steps
@@ -25,8 +26,8 @@ import math
 import torch
 from torch import Tensor
 
-from pedsl.compiler.scores import modified_scores
-from pedsl.compiler.plan import HOUSEHOLDER, SIGMOID, SOFTMAX1, STICK_BREAKING
+from pedsl.compiler.scores import differential_lambda, modified_scores
+from pedsl.compiler.plan import DIFFERENTIAL, HOUSEHOLDER, SIGMOID, SOFTMAX1, STICK_BREAKING
 from pedsl.errors import EvalError
 
 F64 = torch.float64
@@ -108,6 +109,16 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
     if mod.plan.normalize == SOFTMAX1:  # the pinned logit 0 of the denominator (no learned sink's share)
         S = S + torch.exp(-m)
     lse_m = m
-    sink = torch.exp(s0 - lse_m) / S
-    return {"far_mass": (Fs / S).mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2)),
+    sink, far = torch.exp(s0 - lse_m) / S, Fs / S
+    if mod.plan.normalize == DIFFERENTIAL:  # masses are sums of weights: a pair's are its softmaxes' combined
+        sink, far = _paired(mod, sink), _paired(mod, far)
+    return {"far_mass": far.mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2)),
             "learned_sink_mass": (share / S).mean(dim=(0, 2))}
+
+
+def _paired(mod, mass: Tensor) -> Tensor:
+    """Per-head masses (B, H, L) of softmax weights as differential attention's pairs weigh (the weights
+    ``a_h - lambda a_{h + H/2}`` of both heads of a pair)."""
+    half = mass.shape[1] // 2
+    lam = differential_lambda(mod.differential_lambda.detach(), mod.plan.lambda_init).to(mass.dtype)
+    return (mass[:, :half] - lam * mass[:, half:]).repeat(1, 2, 1)

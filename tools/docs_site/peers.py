@@ -100,6 +100,12 @@ PEERS: dict[str, tuple[tuple[str, str], ...]] = {
     "rope_softmax1": (("compiler_tests/compiler/test_normalizers.py::"
                        "test_the_general_call_equals_the_formula_forward_and_backward",
                        "a float64 loop of softmax plus one's formula, with gradients"),),
+    "rope_differential": (("compiler_tests/compiler/test_differential.py::"
+                           "test_diffllama_logits_equal_with_pedsl_attention",
+                           "Hugging Face's DiffLlamaForCausalLM, every layer's attention replaced, float64 logits"),
+                          ("compiler_tests/compiler/test_differential.py::"
+                           "test_the_general_call_equals_the_formula_forward_and_backward",
+                           "a float64 loop of differential attention's formula, with gradients")),
     "rope_sink": (("compiler_tests/compiler/test_windows.py::test_sink_logit_matches_gpt_oss_eager_attention",
                    "GPT-OSS's eager attention (the learned sink logit)"),),
     "rope_local": (("compiler_tests/compiler/test_windows.py::test_window_and_chunk_equal_the_same_band_as_an_explicit_mask",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from pedsl.compiler.scores import scale_by_temperature, sink_column
+from pedsl.compiler.scores import differential_heads, differential_lambda, paired_values, scale_by_temperature, sink_column
 from pedsl.compiler.general.inputs import InputError, Layout, last_tokens, layout
 from pedsl.compiler.general.cache import AttentionCache, update_cache
 from pedsl.compiler.general.windows import shape_of, trim_cache
@@ -77,13 +77,19 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     qc = q if scheme.cope_max_pos is not None else None  # CoPE reads the query as given
     q, k, v, undo = transport_qkv(kernels, tr, q, k, v)
     q = scale_by_temperature(q, tau)
+    lam = None
+    if scheme.normalize == "differential":  # one softmax per head over its values and its partner's
+        lam = differential_lambda(scheme.differential_lambda, scheme.lambda_init)
+        v = paired_values(v, Hq)
     if tr.householder is not None:
         o = path_attend(scheme, kernels, q, k, v, tr.householder, bi.coord, lay, cache, sink)
     else:
         o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache)
         if o is None:
             o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc)
-    o = undo_values(kernels, undo, o)
+    o = undo_values(kernels, undo, o)  # no value transport beside differential attention (the checker's E264)
+    if lam is not None:
+        o = differential_heads(o, lam)
     if cache is not None:
         update_cache(cache, lay, tr, bi, win, scheme.conv_history)
         if shape_of(scheme) is not None:
