@@ -70,7 +70,7 @@ from pedsl.compiler.kernel_support import hf_rotary_call
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.compiler.shapes import as_bhlp
 from pedsl.errors import InteropError, PedslError
-from pedsl.hf import arch, layered, registry
+from pedsl.hf import arch, layered, mla, registry, value_width
 from pedsl.hf.convert import export_rope, import_config
 from pedsl.hf.layered import part_window
 from pedsl.lang.api import load
@@ -300,8 +300,13 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     if kwargs.get("softcap") is not None and state.module is not None and state.module.plan.softcap == kwargs["softcap"]:
         kwargs.pop("softcap")  # the scheme caps the scores alike (_check_softcap)
     check_kwargs(dropout, kwargs)
+    if scaling is not None:  # MLA's YaRN factor of the softmax scale: the scheme's temperature, or none, applies
+        scaling = scaling / getattr(module, mla.SOFTMAX_MSCALE, 1.0)
     if state.hf is not None:  # q and k carry the scheme's rotation: plain causal attention
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling)
+    order = getattr(module, mla.CHANNEL_ORDER, None)
+    if order is not None:  # MLA: HF's interleaved application laid the rotary channels out de-interleaved
+        query, key = query[..., order.to(query.device)], key[..., order.to(key.device)]
     B, H, Lq, D = query.shape
     Lk = key.shape[2]
     dev = query.device
@@ -320,7 +325,7 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     # HF's own mask is the truth for the band: a chunk starts at a left-padded row's first token, not at
     # a multiple of the chunk in the positions (which the rotation reads as HF does)
     band = not (state.hf_band and mask is not None and attention_mask is not None)
-    o = state.module(query, key, value, positions=kpos, attn_mask=mask, band=band)
+    o = value_width.attend(state.module, query, key, value, positions=kpos, attn_mask=mask, band=band)
     return o.transpose(1, 2).contiguous(), None
 
 
@@ -370,7 +375,8 @@ def _register() -> None:
 def _dims(cfg) -> tuple[int, int]:
     cfg = cfg.get_text_config()  # a vision-language model's language model (the config itself otherwise)
     heads = cfg.num_attention_heads
-    return heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    wide = mla.qk_head_dim(cfg.to_dict())  # MLA: the query/key head (its config's head_dim is the rotary's)
+    return heads, wide or getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
 
 
 def scheme_for(model, scheme=None) -> Scheme:
@@ -544,6 +550,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     for layer, st in zip(layers, states):
         object.__setattr__(layer, _ATTR, st)  # a plain attribute: not a submodule, not in the state_dict
     _mark_q_scale(model, layers)
+    mla.mark_layers(model, layers)
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), state, width))
     _register()
@@ -561,9 +568,10 @@ SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learn
 
 def _is_attention(m) -> bool:
     """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value,
-    MiniCPM5-MoE's gated q_gate_proj; JetMoE's kv_proj, its q from experts) and the layer index transformers' cache
+    MiniCPM5-MoE's gated q_gate_proj; JetMoE's kv_proj, its q from experts; MLA's latent kv_a_proj_with_mqa) and the layer index transformers' cache
     reads."""
-    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value", "q_gate_proj", "kv_proj")) and \
+    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value", "q_gate_proj", "kv_proj",
+                                       "kv_a_proj_with_mqa")) and \
         hasattr(m, "layer_idx")
 
 

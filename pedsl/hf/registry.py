@@ -28,6 +28,9 @@ A record says:
 - ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None;
 - ``rope_switch``: the config key that turns the rotary on (value ``rope``); any other value, or none, is NoPE
   in every attention layer (Granite-4.0-H's ``position_embedding_type``).
+- ``mla``: multi-head latent attention (:mod:`pedsl.hf.mla`): heads of ``qk_nope_head_dim + qk_rope_head_dim``
+  channels whose last ``qk_rope_head_dim`` rotate, values of ``v_head_dim``; ``layout_key``: the config key
+  (``rope_interleave``) whose value picks the layout, true (interleaved) by default.
 - ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
   ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
   Llama-4-style attention temperature: written as the scheme's ``temperature``.
@@ -63,6 +66,8 @@ class Family:
     q_scale: bool = False  # rope_parameters.llama_4_scaling_beta scales q by position (Ministral 3)
     force_rope: bool = False  # its dense-MLP layers rotate too when prefix_dense_sliding_window_pattern is 1
     reversed: bool = False  # rotate_half as cat(x2, -x1): every pair turns by minus its phase (nanochat)
+    mla: bool = False  # multi-head latent attention: the rotary turns the last qk_rope_head_dim channels (pedsl.hf.mla)
+    layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
 
 
 def _refused(why: str) -> Family:
@@ -76,6 +81,10 @@ _MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one
           "width - split by mrope_section), whose positions are not one token index")
 _ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
           "attention interface that pedsl's adapter replaces")
+_DSA = ("uses DeepSeek sparse attention: its lightning indexer keeps each query's index_topk keys by scores of q and "
+        "k turned by the model's own rotary, which pedsl's general path replaces with the identity (the keys kept "
+        "would differ past index_topk tokens), and the indexer's picks reach the attention as HF's mask, not as a "
+        "position pedsl's scheme reads")
 # Refusals of a taught type that hold only when a config field is set (the field, why).
 REFUSED_WHEN = {
     "doge": ("sliding_window", "with a sliding_window masks each layer with a content-dependent float mask (its "
@@ -86,8 +95,6 @@ REFUSED_WHEN = {
                "attention reads; pedsl's alibi() is exact, so the logits would differ (its rotary, alibi = false, "
                "is imported)"),
 }
-_MLA = ("uses multi-head latent attention: its rotary (qk_rope_head_dim) rotates the last slice of a wider head, "
-        "with its own interleaving")
 
 REGISTRY: dict[str, Family] = {
     # Llama's own default table (every channel), no window
@@ -188,7 +195,21 @@ REGISTRY: dict[str, Family] = {
         ("qwen2_vl_vision", "Qwen2-VL's vision tower's", "qwen2_vl_vision"))},
     "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
                           "attention is causal (is_causal)"),
-    **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},
+    # multi-head latent attention (pedsl.hf.mla): the last qk_rope_head_dim channels of each q/k head rotate,
+    # interleaved (DeepSeek-V2's complex product; rope_interleave, true by default) or as rotate_half (MiniCPM3)
+    **{mt: Family(layout="interleaved", mla=True, layout_key="rope_interleave")
+       for mt in ("deepseek_v3", "youtu", "axk1")},
+    # (its default table reads partial_rotary_factor: a factor below 1 narrows the rotary, refused by pedsl.hf.mla)
+    "glm4_moe_lite": Family(rotation="partial", layout="interleaved", mla=True, layout_key="rope_interleave"),
+    "deepseek_v2": Family(layout="interleaved", mla=True),
+    "longcat_flash": Family(layout="interleaved", mla=True, theta=1e7),
+    "minicpm3": Family(mla=True),
+    # Ling 2.5's MLA layers (interleaved) between its delta-attention layers, which carry no position
+    "bailing_hybrid": Family(layout="interleaved", mla=True, theta=6e6),
+    # DeepSeek sparse attention: MLA whose keys an indexer picks
+    **{mt: _refused(_DSA) for mt in ("deepseek_v32", "glm_moe_dsa", "axk2", "hy_v4")},
+    # Kimi Linear's MLA layers have no rotary (NoPE); its delta-attention layers carry no position
+    "kimi_linear": Family(rotation="none", mla=True),
     **{mt: _refused(_MROPE + " (Qwen3.5: interleaved, mrope_section over the partial rotary's pairs; its text "
                     "models qwen3_5_text / qwen3_5_moe_text are imported)") for mt in ("qwen3_5", "qwen3_5_moe")},
     **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_omni_moe",
