@@ -92,6 +92,9 @@ EXTRA["kimi_linear"].update(layer_types=["linear_attention", "full_attention"] *
 EXTRA["bailing_hybrid"].update(layer_types=["linear_attention", "full_attention"] * 2)
 for _mt in ("deepseek_v3", "axk1", "bailing_hybrid"):  # one group of the 4 routed experts
     EXTRA[_mt].update(n_group=1, topk_group=1)
+EXTRA["lara_mini"] = dict(layer_types=["linear_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                         linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+                         linear_num_value_heads=4)
 # The small vision tower of a vision-language model (the sweep feeds it text only)
 VISION_SMALL = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64,
                     num_hidden_layers=1, num_attention_heads=2)

@@ -368,3 +368,17 @@ def test_exaone_is_llamas_model_class_which_rotates_every_channel():
     rp = {"rope_type": "default", "rope_theta": 5e4, "partial_rotary_factor": 0.5}
     text = _exact(_native("exaone", rope_parameters=rp))
     assert "fraction(" not in text and "every channel rotates" in text
+
+
+def test_lara_mini_and_flint_rotate_their_sliding_layers_only():
+    """LARA mini passes its rotary to the sliding layers only (its linear-attention layers have no softmax
+    attention); Flint rotates where it has a window and gives every layer a sink logit (the sweep compares both
+    with the native models: docs/hf-compatibility.md)."""
+    lara = hf_sweep.tiny_config("lara_mini").to_dict()
+    assert layer_kinds(lara) == ["nope", "sliding_attention", "nope", "sliding_attention"]
+    flint = hf_sweep.tiny_config("flint").to_dict()
+    assert layer_kinds(flint) == ["nope", "nope", "sliding_attention", "nope"]
+    assert "sink = logit" in import_config(flint)
+    # linear_attention is a layer type only of the families that have such layers
+    with pytest.raises(PedslError, match="layer_types"):
+        layer_kinds({**hf_sweep.tiny_config("afmoe").to_dict(), "layer_types": lara["layer_types"]})

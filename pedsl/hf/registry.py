@@ -22,6 +22,8 @@ A record says:
   window or not (AFMoE); ``local_window``: rope on the sliding layers of a model with a window, none without
   one (Cohere 2));
 - ``per_type_rope``: ``rope_parameters`` hold one dict per layer type (Gemma 3, OLMo 3);
+- ``linear_layers``: ``layer_types`` may name ``linear_attention`` layers (gated-delta / linear attention, no
+  softmax attention for pedsl to run: NoPE kind);
 - ``sinks``: a learned sink logit per head in every layer (GPT-OSS);
 - ``theta``: the config class's ``default_theta`` (the base when the file gives no ``rope_theta``; Gemma 3's
   global one, its local one is :data:`GEMMA3_LOCAL_THETA`);
@@ -47,6 +49,7 @@ from pedsl import limits
 from pedsl.errors import InteropError, quoted
 
 FULL, SLIDING, CHUNKED, NOPE = "full_attention", "sliding_attention", "chunked_attention", "nope"
+LINEAR = "linear_attention"  # a layer without softmax attention (a family with linear_layers): no position of pedsl's
 NOPE_SLIDING = "nope_sliding"  # a NoPE layer with a sliding window (SmolLM3's)
 
 
@@ -68,6 +71,7 @@ class Family:
     reversed: bool = False  # rotate_half as cat(x2, -x1): every pair turns by minus its phase (nanochat)
     mla: bool = False  # multi-head latent attention: the rotary turns the last qk_rope_head_dim channels (pedsl.hf.mla)
     layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
+    linear_layers: bool = False  # layer_types may name linear_attention layers (their kind: NoPE, no attention)
 
 
 def _refused(why: str) -> Family:
@@ -121,6 +125,11 @@ REGISTRY: dict[str, Family] = {
     "kolibri1": Family(layers="types"),
     "exaone_moe": Family(layers="types", nope="exaone4"),
     "afmoe": Family(layers="types", nope="local"),
+    # LARA mini: Qwen3's rotary on the sliding layers only (its model passes none to the full ones), linear-attention
+    # layers between them
+    "lara_mini": Family(layers="types", nope="local", linear_layers=True),
+    # Flint: rotary on the sliding layers only (its attention rotates when it has a window), a sink logit per head
+    "flint": Family(layers="types", nope="local", sinks=True),
     # pairs (2p, 2p + 1): every channel (Cohere, Helium, ERNIE 4.5), the first int(head_dim * partial_rotary_factor)
     # (GLM)
     "cohere": Family(layout="interleaved", theta=5e5),
@@ -402,10 +411,11 @@ def layer_kinds(cfg: dict) -> list[str]:
             types = [SLIDING if window is not None and not r else FULL for r in rope]
     elif types is None or fam.layers in ("every", "qwen_every", "none"):  # these read sliding_window alone
         types = default_layer_types(cfg, fam, n, lambda k, d=None, least=1: _int(cfg, k, d, least))
-    if not isinstance(types, list) or len(types) != n or any(t not in (FULL, SLIDING) for t in types):
+    known = (FULL, SLIDING, LINEAR) if fam.linear_layers else (FULL, SLIDING)
+    if not isinstance(types, list) or len(types) != n or any(t not in known for t in types):
         raise InteropError(f"layer_types must name full_attention or sliding_attention for each of the {n} layers, "
                            f"got {quoted(types, 80)}", code="E961")
-    kinds = [SLIDING if t == SLIDING and window is not None else FULL for t in types]
+    kinds = [SLIDING if t == SLIDING and window is not None else NOPE if t == LINEAR else FULL for t in types]
     if fam.nope == "smollm3":
         kinds = [k if r else NOPE_SLIDING if k == SLIDING else NOPE for k, r in zip(kinds, rope)]
     if fam.nope == "exaone4" and window is not None:  # HF rotates the sliding layers only, when there is a window
