@@ -75,6 +75,26 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
          "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
                                              "original_max_position_embeddings": 8, "llama_4_scaling_beta": 0.5})}  # its class sets sliding_window to half of it
+# Multi-head latent attention: a small latent head (8 unrotated + 8 rotated query/key channels, its config's head_dim
+# the rotary's), values of another width than the query/key head, every head its own keys; DeepSeek-V3 with YaRN and a softmax
+# mscale (mscale_all_dim), the factor crossing the 20 + 10 tokens' original length
+MLA_SMALL = dict(qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8, v_head_dim=12, kv_lora_rank=16, q_lora_rank=24,
+                 num_key_value_heads=4)
+EXTRA.update({mt: dict(MLA_SMALL) for mt in ("deepseek_v2", "longcat_flash", "minicpm3", "glm4_moe_lite", "youtu",
+                                              "axk1", "kimi_linear", "bailing_hybrid")})
+EXTRA["deepseek_v3"] = dict(MLA_SMALL, rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
+                                                        "original_max_position_embeddings": 8, "mscale": 1.0,
+                                                        "mscale_all_dim": 1.0})
+EXTRA["longcat_flash"]["v_head_dim"] = 20  # values wider than the query/key head: attended in two slices
+EXTRA["youtu"]["rope_interleave"] = False  # the rotate_half application of a rope_interleave type
+EXTRA["kimi_linear"].update(layer_types=["linear_attention", "full_attention"] * 2, linear_head_dim=16,
+                           linear_num_heads=4)  # its MLA layers (NoPE) between delta-attention layers
+EXTRA["bailing_hybrid"].update(layer_types=["linear_attention", "full_attention"] * 2)
+for _mt in ("deepseek_v3", "axk1", "bailing_hybrid"):  # one group of the 4 routed experts
+    EXTRA[_mt].update(n_group=1, topk_group=1)
+EXTRA["lara_mini"] = dict(layer_types=["linear_attention", "sliding_attention", "full_attention", "sliding_attention"],
+                         linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
+                         linear_num_value_heads=4)
 # The small vision tower of a vision-language model (the sweep feeds it text only)
 VISION_SMALL = dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, intermediate_size=32, out_hidden_size=64,
                     num_hidden_layers=1, num_attention_heads=2)

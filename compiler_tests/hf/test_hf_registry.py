@@ -148,15 +148,6 @@ def test_granite_4_h_rotates_only_when_its_position_embedding_type_is_rope():
     assert load(rope).transports and "geometric(base)" in rope
 
 
-def test_deepseek_v3_refuses_every_scheme_in_the_adapter():
-    from pedsl.hf import use_pedsl_attention
-
-    native = hf_sweep.build("deepseek_v3")
-    for scheme in (None, "rope"):
-        with pytest.raises(PedslError, match="deepseek_v3.*qk_rope_head_dim"):
-            use_pedsl_attention(copy.deepcopy(native), scheme)
-
-
 # ---------------------------------------------------------------------- imported as the native model computes them
 
 
@@ -233,7 +224,8 @@ def test_gemma3_rope_per_layer_type_that_is_not_an_object_is_refused():
                                               and mt in transformers.CONFIG_MAPPING))
 def test_registry_default_theta_is_the_config_classes(model_type):
     cls = type(transformers.CONFIG_MAPPING[model_type]().get_text_config())  # a composite's text model
-    want = getattr(cls, "default_theta", 10000.0)
+    field = getattr(cls, "rope_theta", None)  # a class whose __post_init__ fills rope_parameters from its field
+    want = field if isinstance(field, (int, float)) else getattr(cls, "default_theta", 10000.0)
     want = want["global"] if isinstance(want, dict) else want
     assert REGISTRY[model_type].theta == want
 
@@ -376,3 +368,17 @@ def test_exaone_is_llamas_model_class_which_rotates_every_channel():
     rp = {"rope_type": "default", "rope_theta": 5e4, "partial_rotary_factor": 0.5}
     text = _exact(_native("exaone", rope_parameters=rp))
     assert "fraction(" not in text and "every channel rotates" in text
+
+
+def test_lara_mini_and_flint_rotate_their_sliding_layers_only():
+    """LARA mini passes its rotary to the sliding layers only (its linear-attention layers have no softmax
+    attention); Flint rotates where it has a window and gives every layer a sink logit (the sweep compares both
+    with the native models: docs/hf-compatibility.md)."""
+    lara = hf_sweep.tiny_config("lara_mini").to_dict()
+    assert layer_kinds(lara) == ["nope", "sliding_attention", "nope", "sliding_attention"]
+    flint = hf_sweep.tiny_config("flint").to_dict()
+    assert layer_kinds(flint) == ["nope", "nope", "sliding_attention", "nope"]
+    assert "sink = logit" in import_config(flint)
+    # linear_attention is a layer type only of the families that have such layers
+    with pytest.raises(PedslError, match="layer_types"):
+        layer_kinds({**hf_sweep.tiny_config("afmoe").to_dict(), "layer_types": lara["layer_types"]})

@@ -65,7 +65,7 @@ from pedsl.compiler import compile_scheme
 from pedsl.compiler.kernel_support import hf_rotary_call
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.errors import InteropError, PedslError
-from pedsl.hf import arch, layered, registry
+from pedsl.hf import arch, layered, mla, registry
 from pedsl.hf.attention_call import _ATTR, _Q_SCALE, NAME, _refuse_kwarg, _register
 from pedsl.hf.attention_state import F64, _PedslRotary, _State, hf_cos_sin
 from pedsl.hf.convert import export_rope, import_config
@@ -92,7 +92,8 @@ def _mark_q_scale(model, layers) -> None:
 def _dims(cfg) -> tuple[int, int]:
     cfg = cfg.get_text_config()  # a vision-language model's language model (the config itself otherwise)
     heads = cfg.num_attention_heads
-    return heads, getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    wide = mla.qk_head_dim(cfg.to_dict())  # MLA: the query/key head (its config's head_dim is the rotary's)
+    return heads, wide or getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
 
 
 def scheme_for(model, scheme=None) -> Scheme:
@@ -266,6 +267,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     for layer, st in zip(layers, states):
         object.__setattr__(layer, _ATTR, st)  # a plain attribute: not a submodule, not in the state_dict
     _mark_q_scale(model, layers)
+    mla.mark_layers(model, layers)
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), state, width))
     _register()
@@ -283,9 +285,10 @@ SCHEME_MODULE = "pedsl_scheme"  # the model's submodule holding a scheme's learn
 
 def _is_attention(m) -> bool:
     """An attention layer: its q projection (Llama's q_proj, Phi-3's qkv_proj, GPT-NeoX's query_key_value,
-    MiniCPM5-MoE's gated q_gate_proj; JetMoE's kv_proj, its q from experts) and the layer index transformers' cache
-    reads."""
-    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value", "q_gate_proj", "kv_proj")) and \
+    MiniCPM5-MoE's gated q_gate_proj; JetMoE's kv_proj, its q from experts; MLA's latent kv_a_proj_with_mqa) and
+    the layer index transformers' cache reads."""
+    return any(hasattr(m, n) for n in ("q_proj", "qkv_proj", "query_key_value", "q_gate_proj", "kv_proj",
+                                       "kv_a_proj_with_mqa")) and \
         hasattr(m, "layer_idx")
 
 

@@ -13,6 +13,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from pedsl.compiler.general import Shape, shape_of
 from pedsl.errors import InteropError
+from pedsl.hf import mla, value_width
 from pedsl.hf.attention_state import _State
 
 NAME = "pedsl"
@@ -129,8 +130,13 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     if kwargs.get("softcap") is not None and state.module is not None and state.module.plan.softcap == kwargs["softcap"]:
         kwargs.pop("softcap")  # the scheme caps the scores alike (_check_softcap)
     check_kwargs(dropout, kwargs)
+    if scaling is not None:  # MLA's YaRN factor of the softmax scale: the scheme's temperature, or none, applies
+        scaling = scaling / getattr(module, mla.SOFTMAX_MSCALE, 1.0)
     if state.hf is not None:  # q and k carry the scheme's rotation: plain causal attention
         return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling)
+    order = getattr(module, mla.CHANNEL_ORDER, None)
+    if order is not None:  # MLA: HF's interleaved application laid the rotary channels out de-interleaved
+        query, key = query[..., order.to(query.device)], key[..., order.to(key.device)]
     B, H, Lq, D = query.shape
     Lk = key.shape[2]
     dev = query.device
@@ -149,7 +155,7 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     # HF's own mask is the truth for the band: a chunk starts at a left-padded row's first token, not at
     # a multiple of the chunk in the positions (which the rotation reads as HF does)
     band = not (state.hf_band and mask is not None and attention_mask is not None)
-    o = state.module(query, key, value, positions=kpos, attn_mask=mask, band=band)
+    o = value_width.attend(state.module, query, key, value, positions=kpos, attn_mask=mask, band=band)
     return o.transpose(1, 2).contiguous(), None
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
-from pedsl.hf import arch, registry
+from pedsl.hf import arch, mla, registry
 from pedsl.hf.registry import (CHUNKED, FULL, NOPE, NOPE_SLIDING, SLIDING, _int, is_layered, layer_kinds,  # noqa: F401
                                 text_config)
 from pedsl.hf.rope import _pe_text, export_rope, import_config, read_config
@@ -117,7 +117,7 @@ def _part_text(cfg: dict, kind: str, mt: str, name: str) -> str:
 def _heads(cfg: dict) -> tuple[int, int]:
     """(heads, head_dim) of a NoPE layer, each read from its field (InteropError naming a missing one)."""
     heads = _int(cfg, "num_attention_heads")
-    head_dim = _int(cfg, "head_dim")
+    head_dim = mla.qk_head_dim(cfg) or _int(cfg, "head_dim")  # MLA: the whole query/key head
     if heads is None or (head_dim is None and _int(cfg, "hidden_size") is None):
         missing = "num_attention_heads" if heads is None else "head_dim (or hidden_size)"
         raise InteropError(f"the config gives no {missing}: a NoPE layer's scheme needs the heads and their width",

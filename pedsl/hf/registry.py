@@ -22,12 +22,17 @@ A record says:
   window or not (AFMoE); ``local_window``: rope on the sliding layers of a model with a window, none without
   one (Cohere 2));
 - ``per_type_rope``: ``rope_parameters`` hold one dict per layer type (Gemma 3, OLMo 3);
+- ``linear_layers``: ``layer_types`` may name ``linear_attention`` layers (gated-delta / linear attention, no
+  softmax attention for pedsl to run: NoPE kind);
 - ``sinks``: a learned sink logit per head in every layer (GPT-OSS);
 - ``theta``: the config class's ``default_theta`` (the base when the file gives no ``rope_theta``; Gemma 3's
   global one, its local one is :data:`GEMMA3_LOCAL_THETA`);
 - ``refused``: why pedsl cannot write the type's encoding exactly (naming the field), or None;
 - ``rope_switch``: the config key that turns the rotary on (value ``rope``); any other value, or none, is NoPE
   in every attention layer (Granite-4.0-H's ``position_embedding_type``).
+- ``mla``: multi-head latent attention (:mod:`pedsl.hf.mla`): heads of ``qk_nope_head_dim + qk_rope_head_dim``
+  channels whose last ``qk_rope_head_dim`` rotate, values of ``v_head_dim``; ``layout_key``: the config key
+  (``rope_interleave``) whose value picks the layout, true (interleaved) by default.
 - ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
   ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
   Llama-4-style attention temperature: written as the scheme's ``temperature``.
@@ -44,6 +49,7 @@ from pedsl import limits
 from pedsl.errors import InteropError, quoted
 
 FULL, SLIDING, CHUNKED, NOPE = "full_attention", "sliding_attention", "chunked_attention", "nope"
+LINEAR = "linear_attention"  # a layer without softmax attention (a family with linear_layers): no position of pedsl's
 NOPE_SLIDING = "nope_sliding"  # a NoPE layer with a sliding window (SmolLM3's)
 
 
@@ -63,6 +69,9 @@ class Family:
     q_scale: bool = False  # rope_parameters.llama_4_scaling_beta scales q by position (Ministral 3)
     force_rope: bool = False  # its dense-MLP layers rotate too when prefix_dense_sliding_window_pattern is 1
     reversed: bool = False  # rotate_half as cat(x2, -x1): every pair turns by minus its phase (nanochat)
+    mla: bool = False  # multi-head latent attention: the rotary turns the last qk_rope_head_dim channels (pedsl.hf.mla)
+    layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
+    linear_layers: bool = False  # layer_types may name linear_attention layers (their kind: NoPE, no attention)
 
 
 def _refused(why: str) -> Family:
@@ -76,6 +85,10 @@ _MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one
           "width - split by mrope_section), whose positions are not one token index")
 _ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
           "attention interface that pedsl's adapter replaces")
+_DSA = ("uses DeepSeek sparse attention: its lightning indexer keeps each query's index_topk keys by scores of q and "
+        "k turned by the model's own rotary, which pedsl's general path replaces with the identity (the keys kept "
+        "would differ past index_topk tokens), and the indexer's picks reach the attention as HF's mask, not as a "
+        "position pedsl's scheme reads")
 # Refusals of a taught type that hold only when a config field is set (the field, why).
 REFUSED_WHEN = {
     "doge": ("sliding_window", "with a sliding_window masks each layer with a content-dependent float mask (its "
@@ -86,8 +99,6 @@ REFUSED_WHEN = {
                "attention reads; pedsl's alibi() is exact, so the logits would differ (its rotary, alibi = false, "
                "is imported)"),
 }
-_MLA = ("uses multi-head latent attention: its rotary (qk_rope_head_dim) rotates the last slice of a wider head, "
-        "with its own interleaving")
 
 REGISTRY: dict[str, Family] = {
     # Llama's own default table (every channel), no window
@@ -114,6 +125,11 @@ REGISTRY: dict[str, Family] = {
     "kolibri1": Family(layers="types"),
     "exaone_moe": Family(layers="types", nope="exaone4"),
     "afmoe": Family(layers="types", nope="local"),
+    # LARA mini: Qwen3's rotary on the sliding layers only (its model passes none to the full ones), linear-attention
+    # layers between them
+    "lara_mini": Family(layers="types", nope="local", linear_layers=True),
+    # Flint: rotary on the sliding layers only (its attention rotates when it has a window), a sink logit per head
+    "flint": Family(layers="types", nope="local", sinks=True),
     # pairs (2p, 2p + 1): every channel (Cohere, Helium, ERNIE 4.5), the first int(head_dim * partial_rotary_factor)
     # (GLM)
     "cohere": Family(layout="interleaved", theta=5e5),
@@ -188,7 +204,21 @@ REGISTRY: dict[str, Family] = {
         ("qwen2_vl_vision", "Qwen2-VL's vision tower's", "qwen2_vl_vision"))},
     "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
                           "attention is causal (is_causal)"),
-    **{mt: _refused(_MLA) for mt in ("deepseek_v2", "deepseek_v3", "kimi_linear", "longcat_flash")},
+    # multi-head latent attention (pedsl.hf.mla): the last qk_rope_head_dim channels of each q/k head rotate,
+    # interleaved (DeepSeek-V2's complex product; rope_interleave, true by default) or as rotate_half (MiniCPM3)
+    **{mt: Family(layout="interleaved", mla=True, layout_key="rope_interleave")
+       for mt in ("deepseek_v3", "youtu", "axk1")},
+    # (its default table reads partial_rotary_factor: a factor below 1 narrows the rotary, refused by pedsl.hf.mla)
+    "glm4_moe_lite": Family(rotation="partial", layout="interleaved", mla=True, layout_key="rope_interleave"),
+    "deepseek_v2": Family(layout="interleaved", mla=True),
+    "longcat_flash": Family(layout="interleaved", mla=True, theta=1e7),
+    "minicpm3": Family(mla=True),
+    # Ling 2.5's MLA layers (interleaved) between its delta-attention layers, which carry no position
+    "bailing_hybrid": Family(layout="interleaved", mla=True, theta=6e6),
+    # DeepSeek sparse attention: MLA whose keys an indexer picks
+    **{mt: _refused(_DSA) for mt in ("deepseek_v32", "glm_moe_dsa", "axk2", "hy_v4")},
+    # Kimi Linear's MLA layers have no rotary (NoPE); its delta-attention layers carry no position
+    "kimi_linear": Family(rotation="none", mla=True),
     **{mt: _refused(_MROPE + " (Qwen3.5: interleaved, mrope_section over the partial rotary's pairs; its text "
                     "models qwen3_5_text / qwen3_5_moe_text are imported)") for mt in ("qwen3_5", "qwen3_5_moe")},
     **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_omni_moe",
@@ -381,10 +411,11 @@ def layer_kinds(cfg: dict) -> list[str]:
             types = [SLIDING if window is not None and not r else FULL for r in rope]
     elif types is None or fam.layers in ("every", "qwen_every", "none"):  # these read sliding_window alone
         types = default_layer_types(cfg, fam, n, lambda k, d=None, least=1: _int(cfg, k, d, least))
-    if not isinstance(types, list) or len(types) != n or any(t not in (FULL, SLIDING) for t in types):
+    known = (FULL, SLIDING, LINEAR) if fam.linear_layers else (FULL, SLIDING)
+    if not isinstance(types, list) or len(types) != n or any(t not in known for t in types):
         raise InteropError(f"layer_types must name full_attention or sliding_attention for each of the {n} layers, "
                            f"got {quoted(types, 80)}", code="E961")
-    kinds = [SLIDING if t == SLIDING and window is not None else FULL for t in types]
+    kinds = [SLIDING if t == SLIDING and window is not None else NOPE if t == LINEAR else FULL for t in types]
     if fam.nope == "smollm3":
         kinds = [k if r else NOPE_SLIDING if k == SLIDING else NOPE for k, r in zip(kinds, rope)]
     if fam.nope == "exaone4" and window is not None:  # HF rotates the sliding layers only, when there is a window

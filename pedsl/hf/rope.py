@@ -27,7 +27,7 @@ from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.fsio import read_text
-from pedsl.hf import arch, registry
+from pedsl.hf import arch, mla, registry
 from pedsl.hf.rope_knobs import _CONSTRAINTS, _KNOB_ORDER, _check_knobs, _check_value, _number, _q_scale, _scaling_knobs
 from pedsl.lang import ast, statements
 from pedsl.lang.api import check, format as fmt
@@ -105,6 +105,7 @@ def rope_spec(cfg: dict) -> dict:
     if not isinstance(raw, dict):
         raise InteropError(f"{section} must be an object, got {quoted(raw, 80)}", code="E963")
     rope_type = raw.get("rope_type", raw.get("type", "default"))
+    cfg = mla.rotary_config(cfg)  # an MLA model's rotary: the width of its last qk_rope_head_dim channels
     alpha = _ntk_alpha(cfg, raw, rope_type, section)
     if alpha is not None:  # HunYuan's fixed-alpha NTK: a static table, default rope at a stretched base
         raw = {k: v for k, v in raw.items() if k not in ("alpha", "factor")}
@@ -120,6 +121,8 @@ def rope_spec(cfg: dict) -> dict:
     _scaling_knobs(spec, cfg, raw, section)
     _q_scale(spec, cfg, raw, section)
     _check_knobs(spec)
+    if mla.is_mla(cfg):  # the whole query/key head, its rotary on the last channels
+        mla.widen(spec, cfg)
     return spec
 
 
@@ -138,8 +141,9 @@ def _refuse_inexact(cfg: dict, raw: dict, rope_type) -> None:
     """Refuse (E961, listing every one) what pedsl cannot express exactly."""
     fam = registry.family((arch.model_types(cfg) or [""])[-1])
     switch = fam.rope_switch if fam is not None and not fam.refused else None  # 'rope': read, the rotary on
+    read = mla.read_keys(cfg)  # an MLA type's rotary width and layout
     problems = [f"'{k}'" for k in UNSUPPORTED_TOP if cfg.get(k) not in (None, False)
-                and not (k == switch and cfg[k] == "rope")]
+                and not (k == switch and cfg[k] == "rope") and k not in read]
     nested = [k for k, v in raw.items() if isinstance(v, dict)]
     why = arch.refusal(cfg)
     if why:  # the architecture itself (M-RoPE, another rotary layout): its keys are not the reason
@@ -245,13 +249,15 @@ def _train_length_key(s: dict) -> str:
 def _param_lines(s: dict) -> list[str]:
     lines = [f"  param heads: int = {s['heads']}", f"  param head_dim: int = {s['head_dim']}"]
     values = {"base": s["theta"], "train_length": s.get(_train_length_key(s))}
-    if s["rotated"] != s["head_dim"]:
+    if "mla_rope" in s:  # MLA: the rotary's width, the last channels of the head
+        values["rope_head_dim"] = s["mla_rope"]
+    elif s["rotated"] != s["head_dim"]:
         values["partial_rotary_factor"] = s["partial_rotary_factor"]
     values.update({k: s[k] for k in _KNOB_ORDER if k in s})
     for k, v in values.items():
         if v is not None:
-            kind = "bool" if isinstance(v, bool) else "int" if k in ("original", "train_length",
-                                                                        "scaling_original") else "float"
+            kind = "bool" if isinstance(v, bool) else "int" if k in ("original", "train_length", "scaling_original",
+                                                                        "rope_head_dim") else "float"
             lines.append(f"  param {k}: {kind} {_CONSTRAINTS.get(k, '')} = {_num(v)}")
     return lines
 
@@ -278,9 +284,12 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
         lines.append("  let short_factor = [" + ", ".join(_num(x) for x in s["short_factor"]) + "]")
         lines.append("  let long_factor = [" + ", ".join(_num(x) for x in s["long_factor"]) + "]")
     fam = registry.family((arch.model_types(cfg) or [""])[-1])
-    lines.append(f"  layout {fam.layout if fam is not None else 'halves'}")
+    lines.append(f"  layout {mla.layout(cfg, fam)}")
     on = ""
-    if s["rotated"] != s["head_dim"]:
+    if "mla_rope" in s:
+        lines += mla.channel_lines()
+        on = " on rot"
+    elif s["rotated"] != s["head_dim"]:
         lines += ["  channels {", "    rot = fraction(partial_rotary_factor)", "    plain = rest", "  }"]
         on = " on rot"
     grid, phase_tail, scale = {
@@ -303,6 +312,7 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     train_length = s.get(_train_length_key(s))
     if train_length is not None and train_length <= limits.MAX_LENGTH:  # longer: pedsl trains no such context
         lines += ["  train {", "    context = train_length", "  }"]
+    lines += mla.temperature_lines(s)  # MLA's YaRN softmax scale (yarn_apply_mscale)
     if "llama_4_scaling_beta" in s:  # the attention's q scale at the query's position (registry q_scale)
         lines += [f"  temperature = {Q_SCALE_TEMPERATURE}", "  allow temperature_without_length"]
     lines += ["  allow frayed_frequencies", "}"]

@@ -150,6 +150,7 @@ _CONSTRAINTS = {"base": "(> 1)", "train_length": "(>= 2)", "partial_rotary_facto
                 "factor": "(> 0)", "original": "(>= 2)", "low_freq_factor": "(> 0)",
                 "high_freq_factor": "(>= low_freq_factor)", "beta_fast": "(> 0)", "beta_slow": "(> 0)",
                 "mscale": "(>= 0)", "mscale_all_dim": "(>= 0)", "attention_factor": "(>= 0)",
-                "llama_4_scaling_beta": "(>= 0)", "scaling_original": "(>= 1)"}
+                "llama_4_scaling_beta": "(>= 0)", "scaling_original": "(>= 1)",
+                "rope_head_dim": "(>= 2, <= head_dim)"}
 _KNOB_ORDER = ("factor", "original", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow", "truncate",
                "mscale", "mscale_all_dim", "attention_factor", "llama_4_scaling_beta", "scaling_original")
