@@ -48,6 +48,20 @@ def loss_bound(cfg, length: int, tokens: int, loss: float) -> float:
     return 2 * (lm_depth(cfg, length) + cfg.vocab_size + tokens) * F32_EPS * abs(loss)
 
 
+def curve_bound(cfg: TrainConfig, step: int, value: float, extra: int = 0) -> float:
+    """How far two float32 runs of one training (``cfg``) that differ only in the order of their reductions
+    (one process against several) may be apart in a value logged after ``step`` steps: each step's loss and
+    gradient are within :func:`loss_bound` of their exact values, Adam's update is a ratio of gradient moments
+    (a relative error of the gradient moves it relatively as much), and each step's rounding enters the
+    weights once and is carried forward: so ``step`` x loss_bound. ``extra``: the value's own reduction
+    beyond the loss (for the gradient norm, its sum over a parameter tensor's squares)."""
+    from compiler_helpers import F32_EPS
+
+    m = cfg.model
+    depth = lm_depth(m, cfg.context) + m.vocab_size + cfg.batch_size * cfg.context + extra
+    return step * 2 * depth * F32_EPS * abs(value)
+
+
 def small_cfg(**kw) -> TrainConfig:
     return resolve_train_config(overrides={**SMALL, **kw})
 

@@ -154,7 +154,7 @@ def test_flex_alibi_forward_matches_materialised():
     with torch.no_grad():
         out = flex_bias_attention(q, k, v, alibi_score_mod(slopes))
     ref = reference_attention(q, k, v, bias=alibi_bias_by_hand(slopes, L))
-    torch.testing.assert_close(out.double(), ref, atol=1e-5, rtol=1e-5)
+    assert (out.double() - ref).abs().max() <= float32_bound(2 * L + D + 2, ref)  # score, bias, softmax, sum
 
 
 def test_alibi_float32_against_x_transformers():

@@ -1,5 +1,5 @@
 """FSDP2: `torchrun --nproc-per-node 2 ... --shard fsdp` (gloo, CPU) gives the single-process loss curve
-with the same global batch (within float tolerance); its checkpoints hold the whole state (gathered on
+with the same global batch (up to float32 rounding: train_helpers.curve_bound); its checkpoints hold the whole state (gathered on
 rank 0) and resume under FSDP or in one process to the same curve; FSDP on one process is refused."""
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from pedsl.config import TrainConfig
 from pedsl.errors import UsageError
 from pedsl.train.loop import train
-from train_helpers import TORCHRUN, helper, read_metrics, small_cfg, torchrun_env
+from train_helpers import TORCHRUN, curve_bound, helper, read_metrics, small_cfg, torchrun_env
 
 HELPER = Path(__file__).parent / "fixtures" / "train_helper.py"
 
@@ -25,14 +26,18 @@ def _fsdp(cfg_file: Path, out: Path, *extra: str) -> None:
     assert two.returncode == 0, two.stderr[:3000]
 
 
-def _same_curve(a: list[dict], b: list[dict]) -> None:
+def _same_curve(cfg, a: list[dict], b: list[dict]) -> None:
+    """The same curve up to the rounding of differently ordered reductions (sharded gradients, gathered
+    weights); the gradient norm also sums the squares of a whole parameter tensor (the largest: the
+    embedding)."""
     assert [r["step"] for r in a] == [r["step"] for r in b]
+    widest = cfg.model.vocab_size * cfg.model.d_model
     for ra, rb in zip(a, b):
-        assert rb["loss"] == pytest.approx(ra["loss"], rel=1e-4, abs=1e-5)
-        assert rb["grad_norm"] == pytest.approx(ra["grad_norm"], rel=1e-3, abs=1e-5)
+        assert abs(rb["loss"] - ra["loss"]) <= curve_bound(cfg, ra["step"], ra["loss"])
+        assert abs(rb["grad_norm"] - ra["grad_norm"]) <= curve_bound(cfg, ra["step"], ra["grad_norm"], widest)
         assert ("val_loss" in ra) == ("val_loss" in rb)
         if "val_loss" in ra:
-            assert rb["val_loss"] == pytest.approx(ra["val_loss"], rel=1e-4, abs=1e-5)
+            assert abs(rb["val_loss"] - ra["val_loss"]) <= curve_bound(cfg, ra["step"], ra["val_loss"])
 
 
 @pytest.mark.slow
@@ -44,7 +49,7 @@ def test_fsdp_two_processes_match_one_process_and_resume(tmp_path):
     train(cfg, tmp_path / "one", attention=helper.spec("alibi"), quiet=True)  # one process, same global batch
     one = read_metrics(tmp_path / "one")
     assert [r["step"] for r in one] == list(range(2, 13, 2))
-    _same_curve(one, read_metrics(tmp_path / "two"))
+    _same_curve(cfg, one, read_metrics(tmp_path / "two"))
     done = json.loads((tmp_path / "two" / "DONE.json").read_text())
     assert done["world_size"] == 2 and done["shard"] == "fsdp"
     assert sorted(p.name for p in (tmp_path / "two" / "checkpoints").iterdir()) == ["step_0000006", "step_0000012"]
@@ -63,7 +68,7 @@ def test_fsdp_two_processes_match_one_process_and_resume(tmp_path):
             _fsdp(cfg_file, run, "--resume")
         else:
             train(cfg, run, attention=helper.spec("alibi"), resume=True, quiet=True)
-        _same_curve(one, read_metrics(run))
+        _same_curve(cfg, one, read_metrics(run))
 
 
 def test_fsdp_on_one_process_is_a_usage_error(tmp_path):
@@ -86,4 +91,5 @@ def test_pedsl_train_shard_fsdp_under_torchrun_with_a_learned_scheme(tmp_path):
     assert two.returncode == 0, two.stderr[:3000]
     code, _, err = run_cli("train", *args, "--out", str(tmp_path / "one"))
     assert code == 0, err
-    _same_curve(read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two"))
+    cfg = TrainConfig.from_yaml(tmp_path / "one" / "config.yaml")
+    _same_curve(cfg, read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two"))
