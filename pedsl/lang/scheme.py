@@ -224,6 +224,11 @@ class AttentionMask(_Frozen):
                 "spans": "causal, with run-time span_ids whose tokens see each other both ways"}[self.kind]
 
 
+Layout = Literal["halves", "interleaved"]
+Normalizer = Literal["softmax", "softmax1", "sigmoid", "stick_breaking"]
+SinkKind = Literal["logit", "token"]
+
+
 class Scheme(_Frozen):
     name: str
     doc: str = ""
@@ -232,7 +237,7 @@ class Scheme(_Frozen):
     params: dict[str, Any] = Field(default_factory=dict)
     heads: int
     head_dim: int
-    layout: Literal["halves", "interleaved"] = "halves"
+    layout: Layout = "halves"
     axes: tuple[str, ...] = ()  # the named axes of the positions (`axes t, h, w`); () = one unnamed axis
     groups: tuple[ChannelGroup, ...] = ()
     transports: tuple[Transport, ...] = ()
@@ -242,7 +247,7 @@ class Scheme(_Frozen):
     # how scores become weights (docs/semantics.md §1b): softmax; softmax1 (a logit 0 pinned in the denominator);
     # sigmoid(s + sigmoid_bias) with no sum over the keys (Ramapuram et al. 2024); or stick-breaking (Tan et
     # al. 2024), where attend_current says whether a query's own key takes part (True: A_ii = sigmoid(s_ii))
-    normalize: Literal["softmax", "softmax1", "sigmoid", "stick_breaking"] = "softmax"
+    normalize: Normalizer = "softmax"
     attend_current: bool = True
     sigmoid_bias: float = 0.0
     contextual: ContextualPositions | None = None  # score-dependent positions (CoPE), added to the logits
@@ -254,7 +259,7 @@ class Scheme(_Frozen):
     # which pairs see each other both ways (docs/semantics.md §11a); with a non-causal mask a window is
     # symmetric, |p_i - p_j| < window, and a distance reads |p_i - p_j|
     mask: AttentionMask = Field(default_factory=AttentionMask)
-    sink: Literal["logit", "token"] | None = None
+    sink: SinkKind | None = None
     # logit soft-capping (Gemma 2's attn_logit_softcapping): every score s (after scale, temperature and
     # bias) becomes softcap * tanh(s / softcap) before the mask and the softmax
     softcap: float | None = None
