@@ -24,7 +24,7 @@ def _base_nll(rec: dict) -> float | None:
     return (((rope or {}).get("ppl") or {}).get(str(L0)) or {}).get("nll")
 
 
-def ratio(rec: dict, ev: dict, L: int) -> float | None:
+def ratio(rec: dict, ev: dict | None, L: int) -> float | None:
     base = _base_nll(rec)
     cell = ((ev or {}).get("ppl") or {}).get(str(L)) or {}
     if base is None or cell.get("nll") is None:
@@ -32,7 +32,7 @@ def ratio(rec: dict, ev: dict, L: int) -> float | None:
     return math.exp(min(cell["nll"] - base, 700.0))
 
 
-def accuracy(ev: dict, L: int) -> float | None:
+def accuracy(ev: dict | None, L: int) -> float | None:
     return (((ev or {}).get("blocks") or {}).get(str(L)) or {}).get("accuracy")
 
 
