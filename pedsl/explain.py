@@ -42,14 +42,15 @@ def frequency_lines(f: SchemeFacts) -> list[str]:
     out = []
     L = f.train_length
     for g in f.rotating:
-        if g.freqs is not None:
+        freqs, periods = g.freqs, g.periods  # both None or neither
+        if freqs is not None and periods is not None:
             head = f"  [{g.name}]" + (" (table recomputed for each run-time length n; shown for n <= training length)"
                                       if g.dynamic else "")
             out.append(head)
             axis = f"  {'axis':>5}" if g.pair_axes else ""
             out.append(f"    {'pair':>4}  {'channels':>9}{axis}  {'w (rad/token)':>13}  {'period':>10}  "
                        f"{'cycles in ' + str(L) if L else 'cycles':>14}  wraps in training")
-            for k, ((a, b), w, p) in enumerate(zip(channel_pairs(g.channels, f.layout), g.freqs, g.periods)):
+            for k, ((a, b), w, p) in enumerate(zip(channel_pairs(g.channels, f.layout), freqs, periods)):
                 cyc = L / p if L and p != math.inf else 0.0
                 wraps = "yes" if L and p <= L else "no"
                 ax = f"  {g.pair_axes[k]:>5}" if g.pair_axes else ""
@@ -194,8 +195,10 @@ def _explain_layers(s: Scheme, warnings, *, context: int | None, file: str | Non
     lines = [f"pedsl explain: {s.name}" + (f"  ({file})" if file else "")]
     if s.doc:
         lines.append(f"  {s.doc}")
-    lines += ["", "Layers"] + layer_map_lines(s.layers)
-    for name, part in s.layers.parts.items():
+    layers = s.layers
+    assert layers is not None  # called for a layers scheme only
+    lines += ["", "Layers"] + layer_map_lines(layers)
+    for name, part in layers.parts.items():
         lines += ["", f"=== part {name} ===", explain_text(part, (), context=context, file=part.file)]
     lines += ["", "Lint"]
     lines += [("  " + d.render().replace("\n", "\n  ")) for d in warnings] or ["  no findings"]

@@ -33,7 +33,7 @@ Shapes: B batch, L length, C = d_model, H heads, D head_dim, V vocabulary.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, TypedDict, cast
 
 import torch
 import torch.nn.functional as F
@@ -104,22 +104,35 @@ def make_norm(cfg: ModelConfig) -> nn.Module:
     return RMSNorm(cfg.d_model, cfg.norm_eps)
 
 
+class Captured(TypedDict):
+    """One layer's scheme-module inputs, as :meth:`TransformerLM.capture` records them."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    x: torch.Tensor
+    tokens: torch.Tensor
+    positions: torch.Tensor | None
+
+
 class Attention(nn.Module):
     """qkv projection -> (B, H, L, D) -> the scheme module -> output projection."""
 
     def __init__(self, cfg: ModelConfig, pe: nn.Module) -> None:
         super().__init__()
-        self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
-        inner = cfg.n_heads * cfg.head_dim
+        head_dim = cfg.head_dim
+        assert head_dim is not None  # ModelConfig derives it (d_model // n_heads) when not given
+        self.n_heads, self.head_dim = cfg.n_heads, head_dim
+        inner = cfg.n_heads * head_dim
         self.qkv = nn.Linear(cfg.d_model, 3 * inner, bias=False)
         self.proj = nn.Linear(inner, cfg.d_model, bias=False)
         self.pe = pe
-        self.qk_conv = None
+        self.qk_conv: nn.Parameter | None = None
         if cfg.qk_conv:  # (2, W, H, D): taps for q and k, identity at init
-            w = torch.zeros(2, cfg.qk_conv, cfg.n_heads, cfg.head_dim)
+            w = torch.zeros(2, cfg.qk_conv, cfg.n_heads, head_dim)
             w[:, 0] = 1.0
             self.qk_conv = nn.Parameter(w)
-        self.captured: list[dict[str, torch.Tensor]] | None = None
+        self.captured: list[Captured] | None = None
 
     def forward(self, x: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
         B, L, _ = x.shape                                                   # x: (B, L, C), normalised
@@ -192,19 +205,22 @@ class TransformerLM(nn.Module):
         self.head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self._init_weights()
 
+    def layers(self) -> list[Block]:
+        """The blocks, typed: ``nn.ModuleList`` yields plain Modules."""
+        return cast("list[Block]", list(self.blocks))  # __init__ fills self.blocks with Blocks only
+
     def _init_weights(self) -> None:
         """GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2 n_layers).
 
         Only the model's own layers are touched: the scheme modules keep their own init.
         """
         std = self.cfg.init_std
-        cfg_llama = self.cfg.arch == "llama"
-        own = [self.embed, *([self.head] if self.head is not None else [])]
-        for blk in self.blocks:
-            own += [blk.attn.qkv, blk.attn.proj, blk.mlp.fc, blk.mlp.proj, *([blk.mlp.gate] if cfg_llama else [])]
+        own: list[nn.Embedding | nn.Linear] = [self.embed, *([self.head] if self.head is not None else [])]
+        for blk in self.layers():
+            own += [blk.attn.qkv, blk.attn.proj, blk.mlp.fc, blk.mlp.proj, *([blk.mlp.gate] if isinstance(blk.mlp, SwiGLU) else [])]
         for m in own:
             nn.init.normal_(m.weight, mean=0.0, std=std)
-        for blk in self.blocks:
+        for blk in self.layers():
             for m in (blk.attn.proj, blk.mlp.proj):
                 nn.init.normal_(m.weight, mean=0.0, std=std / math.sqrt(2 * self.cfg.n_layers))
 
@@ -224,17 +240,17 @@ class TransformerLM(nn.Module):
                                tokens[:, 1:].reshape(-1))
 
     @torch.no_grad()
-    def capture(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> list[dict[str, torch.Tensor]]:
+    def capture(self, tokens: torch.Tensor, positions: torch.Tensor | None = None) -> list[Captured]:
         """Per layer, the inputs of its scheme module: ``q, k, v`` (B, H, L, D), ``x`` (B, L, C),
         ``tokens`` (B, L), and ``positions`` (what the layer's module was given, or None). For the
         analysis instruments and the grid study's attention maps (runs the model once, no grad)."""
-        out: list[dict[str, torch.Tensor]] = []
-        for blk in self.blocks:
+        out: list[Captured] = []
+        for blk in self.layers():
             blk.attn.captured = out
         try:
             self(tokens, positions)
         finally:
-            for blk in self.blocks:
+            for blk in self.layers():
                 blk.attn.captured = None
         return out
 

@@ -20,7 +20,7 @@ import click
 from pedsl.cli.option_rules import given, refuse_given
 from pedsl.cli.options import raw_params as parse_params
 from pedsl.diffing import numeric as N, report
-from pedsl.diffing.edits import Insert, Keep, Move, Remove, Update, diff as diff_schemes
+from pedsl.diffing.edits import Edit, Insert, Keep, Move, Remove, Update, diff as diff_schemes
 from pedsl.diffing.facts import scheme_facts
 from pedsl.diffing.summary import same_meaning_note, summarize
 from pedsl.errors import EvalError, PedslError, UsageError, did_you_mean
@@ -129,7 +129,7 @@ def diff(a, b, scheme_name, params, params_a, params_b, as_json, json_schema, nu
         click.echo(json.dumps(doc, indent=2))
     else:
         kinds = {"insert": Insert, "remove": Remove, "move": Move, "update": Update, "keep": Keep}
-        edits = []
+        edits: list[Edit] = []
         for e in doc["edits"]:
             cls = kinds[e["op"]]
             if cls is Move:

@@ -29,7 +29,7 @@ def import_hf(config: str, out: str | None, name: str | None) -> None:
     Qwen2 with sliding windows, GPT-OSS) is written as a layers scheme with a part per kind of layer. What
     pedsl cannot express exactly (other multimodal rotaries, ...) is an error naming the config field."""
     problem = None if name is None else name_problem(name)
-    if problem:
+    if name is not None and problem:
         shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
         raise UsageError(f"--name {shown}: {problem}", hint="e.g. --name llama3_8b")
     text = import_config(Path(config), name=name)

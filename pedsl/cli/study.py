@@ -414,11 +414,11 @@ def _extension(schemes, preset, steps, out, lengths, windows, seed, data, analyz
             parallel.prepare(units, out, ex, say=say, label=f"extension: {stage}")
     if seeds:
         from pedsl.study.extension.seeds import run_extension_seeds
-        from pedsl.study.extension.seeds_report import summary
+        from pedsl.study.extension.seeds_report import summary as seeds_summary
 
         res = run_extension_seeds(out, seeds=seeds, **kw)
         _echo_table(f"Extension study over seeds {','.join(map(str, seeds))}: perplexity ratio to each seed's base "
-                    "RoPE at its training length, mean [min, max]", *summary(res["results"]))
+                    "RoPE at its training length, mean [min, max]", *seeds_summary(res["results"]))
         ext = Path(out) / "extension"
         click.echo(f"report: {ext / 'report.html'} and {ext / 'report.md'} ({res['meta']['wall_time_s']:.0f} s)")
         return
@@ -492,7 +492,7 @@ def _command_line(ctx: click.Context) -> str:
         value = ctx.params[p.name]
         if isinstance(p, click.Argument):
             words += [str(v) for v in (value if isinstance(value, (list, tuple)) else [value])]
-        elif p.is_flag:
+        elif isinstance(p, click.Option) and p.is_flag:
             if value:
                 words.append(p.opts[0])
         else:

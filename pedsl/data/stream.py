@@ -56,7 +56,7 @@ import torch
 
 from pedsl.data import counting, grids, tasks
 from pedsl.config import DataConfig
-from pedsl.data.corpus import load_corpus, sample_windows
+from pedsl.data.corpus import Corpus, load_corpus, sample_windows
 from pedsl.errors import DataError
 from pedsl.data.synthetic import block_batch, copy_batch, lag_batch, passkey_batch, topic_batch
 
@@ -226,9 +226,14 @@ class TrainData:
     def unigram_baseline(self) -> float | None:
         return None if self.corpus is None else self.corpus.unigram_baseline()
 
+    def _text(self) -> Corpus:
+        """The text corpus, for a source that is not a generated task (text_source() named it, so it is loaded)."""
+        assert self.corpus is not None
+        return self.corpus
+
     def describe(self) -> str:
         if self.mixture is not None:
-            parts = ", ".join(f"{w:.0%} {self.corpus.description if n not in TASK_SOURCES else n}"
+            parts = ", ".join(f"{w:.0%} {self._text().description if n not in TASK_SOURCES else n}"
                               for n, w in self.mixture)
             return f"mixture of {parts}"
         return self.corpus.description if self.corpus is not None else f"generated task '{self.cfg.source}'"
@@ -261,7 +266,8 @@ class TrainData:
         length = self.context + 1
         if source in GENERATED:
             return generated_rows(self.cfg, source, n, length, g, mixed=self.mixture is not None)
-        rows = sample_windows(self.corpus.train if split == 0 else self.corpus.val, n, length, g)
+        text = self._text()
+        rows = sample_windows(text.train if split == 0 else text.val, n, length, g)
         return rows, torch.zeros(rows.shape, dtype=torch.bool)
 
     def train_batch(self, step: int, batch_size: int, rank: int = 0, world: int = 1) -> torch.Tensor:

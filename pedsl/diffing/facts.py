@@ -197,7 +197,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
             gf.pair_axes = read.get(g.name, ())
             if t.kind == "rotate":
                 gf.dynamic, gf.scale = t.dynamic, t.scale
-                gf.xpos = None if t.xpos_gamma is None else (t.xpos_gamma, t.xpos_zeta)
+                # xpos sets gamma and zeta together (terms.py), so both are None or neither
+                gf.xpos = None if t.xpos_gamma is None or t.xpos_zeta is None else (t.xpos_gamma, t.xpos_zeta)
             elif t.kind == "accumulate_rotation":
                 gf.data, gf.learned, gf.reads_x = t.data, t.learned, Dep.DATA in t.reads
                 if gf.freqs is None:
@@ -254,7 +255,7 @@ def _lengths(s: Scheme) -> list[int]:
 # ---------------------------------------------------------------------- descriptions
 
 
-def fmt_num(v: float) -> str:
+def fmt_num(v: float | None) -> str:
     if v is None:
         return "?"
     if isinstance(v, float) and math.isinf(v):
@@ -330,9 +331,8 @@ def describe_temperature(f: SchemeFacts) -> str:
     if len(distinct) == 1 and f.temperature_at and not isinstance(f.temperature_at[0][1], tuple):
         return f"{f.temperature}: tau = {fmt_num(f.temperature_at[0][1])} at every length (constant)"
     for i, v in f.temperature_at:
-        if isinstance(v, tuple):
-            v = "[" + ", ".join(fmt_num(x) for x in v) + "]"
-        vals.append(f"{fmt_num(v) if not isinstance(v, str) else v} at {i + 1}")
+        shown = "[" + ", ".join(fmt_num(x) for x in v) + "]" if isinstance(v, tuple) else fmt_num(v)
+        vals.append(f"{shown} at {i + 1}")
     return f"{f.temperature}: tau = " + ", ".join(vals) if vals else f.temperature
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from pedsl.compiler import compile_plan
-from pedsl.lang.scheme import Scheme
+from pedsl.lang.scheme import DistanceBias, GateBias, Scheme
 from pedsl.runtime.numpy_backend import NL, Ctx, NumpyEvaluator
 
 class Sampler:
@@ -59,12 +59,15 @@ class Sampler:
         w = self.run(t.w, w_site, c).align(("batch", "head", "pos", "chan"))
         beta = self.run(t.beta, beta_site, c).align(("batch", "head", "pos"))
         B = max(w.shape[0], beta.shape[0])
-        return (np.broadcast_to(w, (B, self.heads, L, c.chans)),
+        chans = len(self.scheme.group(t.group).channels)
+        return (np.broadcast_to(w, (B, self.heads, L, chans)),
                 np.broadcast_to(beta, (B, self.heads, L)))
 
     def log_gate(self, index: int, L: int, x=None, tokens=None) -> np.ndarray:
         """The per-step log gate of gate bias ``index``, (B|1, H, L)."""
-        g = self.run(self.scheme.biases[index].log_gate, self.plan.biases[index].site.name, self.ctx(L, x, tokens))
+        bias = self.scheme.biases[index]
+        assert isinstance(bias, GateBias)  # callers pass the index of a gate bias
+        g = self.run(bias.log_gate, self.plan.biases[index].site.name, self.ctx(L, x, tokens))
         a = g.align(("batch", "head", "pos"))
         return np.broadcast_to(a, (a.shape[0], self.heads, L))
 
@@ -72,7 +75,9 @@ class Sampler:
         """Distance bias ``index`` (learned: a table, an MLP, learned values) at d = 0..lmax, (H, lmax + 1); one that
         reads the query position is b(i, i - d) averaged over the queries i >= d of 0..lmax."""
         L = lmax + 1
-        v = self.run(self.scheme.biases[index].term, self.plan.biases[index].site.name, self.ctx(L))
+        bias = self.scheme.biases[index]
+        assert isinstance(bias, DistanceBias)  # callers pass the index of a distance bias
+        v = self.run(bias.term, self.plan.biases[index].site.name, self.ctx(L))
         if "pos" not in v.axes:
             return np.broadcast_to(v.align(("head", "dist")), (self.heads, L)).copy()
         tab = np.broadcast_to(v.align(("head", "pos", "dist")), (self.heads, L, L))

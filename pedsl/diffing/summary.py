@@ -43,12 +43,12 @@ def _freqs(f: SchemeFacts) -> str:
 
 def _scale_note(a: SchemeFacts, b: SchemeFacts) -> str | None:
     """'every period x4' when B's frequencies are A's times one constant."""
-    ga = [g for g in a.rotating if g.freqs]
-    gb = [g for g in b.rotating if g.freqs]
-    if len(ga) != 1 or len(gb) != 1 or len(ga[0].freqs) != len(gb[0].freqs):
+    fa = [g.freqs for g in a.rotating if g.freqs]
+    fb = [g.freqs for g in b.rotating if g.freqs]
+    if len(fa) != 1 or len(fb) != 1 or len(fa[0]) != len(fb[0]):
         return None
-    ratios = [x / y for x, y in zip(ga[0].freqs, gb[0].freqs) if y > 0]
-    if not ratios or len(ratios) != len(ga[0].freqs):
+    ratios = [x / y for x, y in zip(fa[0], fb[0]) if y > 0]
+    if not ratios or len(ratios) != len(fa[0]):
         return None
     if max(ratios) - min(ratios) <= 1e-9 * max(ratios) and abs(ratios[0] - 1) > 1e-12:
         return f"every period x{fmt_num(ratios[0])} (all frequencies / {fmt_num(ratios[0])})"

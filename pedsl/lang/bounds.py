@@ -100,10 +100,10 @@ def check_calls(expr: ast.Expr, env: StaticEnv, report: Report, seen: set, *, ch
         if node.kind != "call" or (node.func not in ARG_RULES and node.func != "slopes"
                                    and not (checked_args and node.func in CHECKED_ARGS)):
             continue
-        key = (node.span.line, node.span.col) if node.span else id(node)
-        if key in seen:
+        call_key = (node.span.line, node.span.col) if node.span else id(node)
+        if call_key in seen:
             continue
-        seen.add(key)
+        seen.add(call_key)
         try:
             fold_expr(node, env)
         except SignatureIssue:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pedsl.lang.builtin_defs import RECORDS
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue
-from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Dep, Ty, num
+from pedsl.lang.types import BOOL, GROUP, INT, NONE, NUM, Dep, Kind, Ty, num
 
 FUNCTIONS: dict[str, Builtin] = dict(RECORDS)
 
@@ -41,14 +41,14 @@ CONSTANTS: dict[str, Ty] = {
     "n": INT.with_(reads=frozenset({Dep.LENGTH})),
     "heads": INT,
     "head_dim": INT,
-    "x": Ty("hidden", reads=frozenset({Dep.DATA})),
-    "token": Ty("token", reads=frozenset({Dep.TOKEN})),
+    "x": Ty(Kind.HIDDEN, reads=frozenset({Dep.DATA})),
+    "token": Ty(Kind.TOKEN, reads=frozenset({Dep.TOKEN})),
     "none": NONE,
     "all": GROUP,
     "rest": GROUP,
-    "head": Ty("axis", detail="head"),
-    "pair": Ty("axis", detail="pair"),
-    "channel": Ty("axis", detail="channel"),
+    "head": Ty(Kind.AXIS, detail="head"),
+    "pair": Ty(Kind.AXIS, detail="pair"),
+    "channel": Ty(Kind.AXIS, detail="channel"),
 }
 
 # Structural names the model fixes; schemes may override them with a param of the same name.

@@ -30,8 +30,9 @@ class ContextualResolution(ResolverStage):
 
     def resolve_contextual(self, env: StaticEnv, lets, transports, sink) -> ContextualPositions | None:
         """The contextual positions of the merged scheme, None when absent or after reporting (E241)."""
-        value = self.given_value(self.m.contextual)
-        if value is None:
+        located = self.m.contextual
+        value = self.given_value(located)
+        if located is None or value is None:
             return None
         if value.kind != "call" or value.func not in CONTEXTUAL_KINDS:
             name = value.func if value.kind == "call" else (value.id if value.kind == "name" else None)
@@ -47,7 +48,7 @@ class ContextualResolution(ResolverStage):
             self.report("E241", f"contextual = cope(...) cannot go with {what}: "
                         + ("a sink has no position to count from" if sink is not None else
                            "PaTH's blockwise kernel and decode rule do not see the scores CoPE's gates read"),
-                        self.m.contextual.stmt, hint="drop one of the two")
+                        located.stmt, hint="drop one of the two")
             return None
         return ContextualPositions(kind="cope", **options)
 

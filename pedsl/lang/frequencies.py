@@ -62,8 +62,9 @@ def axis_frequencies(scheme: Scheme) -> dict[str, dict[str, tuple[float, ...]]]:
             continue
         pairs = len(scheme.group(t.group).channels) // 2
         per = {a: along(t.phase, env, pairs, (a,)) for a in scheme.axes}
-        if all(f is not None for f in per.values()):
-            out[t.group] = {a: tuple(abs(x) for x in f) for a, f in per.items()}
+        known = {a: f for a, f in per.items() if f is not None}
+        if len(known) == len(per):
+            out[t.group] = {a: tuple(abs(x) for x in f) for a, f in known.items()}
     return out
 
 
@@ -104,7 +105,7 @@ def axis_runs(labels: tuple[str, ...]) -> str:
     parts = []
     for a, ks in by.items():
         runs, start = [], ks[0]
-        for prev, cur in zip(ks, ks[1:] + [None]):
+        for prev, cur in zip(ks, ks[1:] + [-1]):  # -1: never prev + 1, so the last run closes
             if cur != prev + 1:
                 runs.append(f"{start}" if start == prev else f"{start}-{prev}")
                 start = cur

@@ -117,11 +117,11 @@ class ParamBinding(ResolverStage):
                     self.values[name] = value
         for name in self.overrides:
             if name not in self.m.params and name not in self.structural:
-                hint = did_you_mean(name, list(self.m.params) + list(self.structural))
+                near = did_you_mean(name, list(self.m.params) + list(self.structural))
                 known = ", ".join(sorted(self.m.params)) or "none"
                 decl = next((d for d in self.src.module.schemes if d.name == self.m.name), None)
                 self._param_error("E301", f"unknown parameter '{name}' (-P {name}=...) for scheme '{self.m.name}'",
-                                  decl, self.src, hint=hint or f"its parameters are: {known}")
+                                  decl, self.src, hint=near or f"its parameters are: {known}")
         for name, loc in self.m.params.items():
             p: ast.Param = loc.stmt
             self._current = loc.src

@@ -199,6 +199,7 @@ def _parse_cached(text: str, file: str | None) -> ast.Module:
     if errors:
         report_syntax(errors, sink)
         sink.raise_if_errors(ParseError)
+    assert tree is not None  # parse() returned (no exception) and on_error saw nothing, or we raised above
     try:
         items = ToAst(file, text).transform(tree)
     except VisitError as e:  # an error raised inside a transformer method

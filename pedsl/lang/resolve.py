@@ -17,7 +17,7 @@ This module holds the :class:`Resolver` that runs them, the type stage (4) and t
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import Any, Mapping, cast
 
 from pedsl.errors import CheckError, Diagnostic, ParseError, report_order
 from pedsl.lang import ast, bounds
@@ -31,11 +31,11 @@ from pedsl.lang.layers import is_layered, layer_count_override, resolve_layered
 from pedsl.lang.lint import constant_bias_terms, lint
 from pedsl.lang.params import ParamBinding, parse_override
 from pedsl.lang.diagnostics import has_errors, node_pos, sink_for
-from pedsl.lang.scheme import Scheme
+from pedsl.lang.scheme import Layout, Normalizer, Scheme, SinkKind
 from pedsl.lang.sections import SectionResolution
 from pedsl.lang.terms import TermResolution
 from pedsl.lang.typecheck import Checker
-from pedsl.lang.types import Ty
+from pedsl.lang.types import Kind, Ty
 from pedsl.lang.masks import MaskResolution
 from pedsl.lang.windows import WindowResolution
 from pedsl.lang.contextual import ContextualResolution
@@ -93,7 +93,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             names = {}
             for name, loc in self.m.params.items():
                 typ = loc.stmt.type
-                t = {"int": Ty("num", integer=True), "float": Ty("num"), "bool": Ty("bool"), "str": Ty("str")}[typ]
+                t = {"int": Ty(Kind.NUM, integer=True), "float": Ty(Kind.NUM), "bool": Ty(Kind.BOOL), "str": Ty(Kind.STR)}[typ]
                 names[name] = (lambda t=t: t)
             for name, loc in self.m.lets.items():
                 names[name] = (lambda name=name: self.let_type(name))
@@ -204,6 +204,8 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         allow = self.resolve_allow()
         if any(d.severity == "error" for d in self.diags):
             return None, self.diags
+        # the casts: the grammar and the stages above admit only these names, and Scheme (pydantic)
+        # validates them against their Literal types again
         scheme = Scheme(
             name=m.name,
             doc=m.doc,
@@ -212,21 +214,21 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             params={k: v for k, v in self.values.items() if k in m.params},
             heads=heads,
             head_dim=head_dim,
-            layout=layout,
+            layout=cast(Layout, layout),
             axes=self.axes,
             groups=tuple(groups.values()),
             transports=tuple(transports),
             biases=tuple(biases),
             temperature=temperature,
             temperature_ty=self.type_of(temperature) if temperature is not None else None,
-            normalize=normalize[0],
+            normalize=cast(Normalizer, normalize[0]),
             attend_current=normalize[1],
             sigmoid_bias=normalize[2],
             lambda_init=normalize[3],
             contextual=contextual,
             window=window,
             chunk=chunk,
-            sink=sink,
+            sink=cast(SinkKind | None, sink),
             **own,  # the statements resolved by their record's method (softcap ...)
             train=train,
             eval=evals,
@@ -268,7 +270,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             bounds.check_calls(value, env, self.report, seen)
             if not has_errors(self.diags):
                 bounds.probe(value, env, self.report, "the bias")
-        if temperature is not None:
+        if temperature is not None and self.m.temperature is not None:  # a temperature comes from its statement
             self._current = self.m.temperature.src
             bounds.check_calls(temperature, env, self.report, seen)
             if not has_errors(self.diags):
@@ -279,7 +281,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
 
 def resolve(
     src: Source, scheme: str | None = None, params: dict[str, Any] | None = None,
-    structural: dict[str, int] | None = None,
+    structural: Mapping[str, int | None] | None = None,
 ) -> tuple[Scheme, list[Diagnostic]]:
     """Resolve one scheme of a loaded file; raise CheckError with every error found."""
     decl = select_scheme(src, scheme)
@@ -347,8 +349,9 @@ def check_all(src: Source, params: dict[str, Any] | None = None) -> list[Diagnos
     for decl in src.module.schemes:
         if decl.name in names:
             sink = sink_for(src)
+            first = names[decl.name].span
             sink.add("E205", f"scheme '{decl.name}' is declared twice", **node_pos(decl),
-                     hint=f"the first is on line {names[decl.name].span.line}" if names[decl.name].span else None)
+                     hint=f"the first is on line {first.line}" if first else None)
             out.extend(sink.items)
             continue
         names[decl.name] = decl

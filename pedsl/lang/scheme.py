@@ -224,6 +224,11 @@ class AttentionMask(_Frozen):
                 "spans": "causal, with run-time span_ids whose tokens see each other both ways"}[self.kind]
 
 
+Layout = Literal["halves", "interleaved"]
+Normalizer = Literal["softmax", "softmax1", "sigmoid", "stick_breaking", "differential"]
+SinkKind = Literal["logit", "token"]
+
+
 class Scheme(_Frozen):
     name: str
     doc: str = ""
@@ -232,7 +237,7 @@ class Scheme(_Frozen):
     params: dict[str, Any] = Field(default_factory=dict)
     heads: int
     head_dim: int
-    layout: Literal["halves", "interleaved"] = "halves"
+    layout: Layout = "halves"
     axes: tuple[str, ...] = ()  # the named axes of the positions (`axes t, h, w`); () = one unnamed axis
     groups: tuple[ChannelGroup, ...] = ()
     transports: tuple[Transport, ...] = ()
@@ -244,7 +249,7 @@ class Scheme(_Frozen):
     # al. 2024), where attend_current says whether a query's own key takes part (True: A_ii = sigmoid(s_ii))
     # or differential attention (Ye et al. 2024): heads h and h + heads/2 share the weights a_h - lambda a_{h+heads/2},
     # lambda learned from lambda_init
-    normalize: Literal["softmax", "softmax1", "sigmoid", "stick_breaking", "differential"] = "softmax"
+    normalize: Normalizer = "softmax"
     attend_current: bool = True
     sigmoid_bias: float = 0.0
     lambda_init: float = 0.8
@@ -257,7 +262,7 @@ class Scheme(_Frozen):
     # which pairs see each other both ways (docs/semantics.md §11a); with a non-causal mask a window is
     # symmetric, |p_i - p_j| < window, and a distance reads |p_i - p_j|
     mask: AttentionMask = Field(default_factory=AttentionMask)
-    sink: Literal["logit", "token"] | None = None
+    sink: SinkKind | None = None
     # logit soft-capping (Gemma 2's attn_logit_softcapping): every score s (after scale, temperature and
     # bias) becomes softcap * tanh(s / softcap) before the mask and the softmax
     softcap: float | None = None

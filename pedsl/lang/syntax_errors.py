@@ -133,11 +133,14 @@ def report_syntax(errors: list[UnexpectedInput], sink: DiagnosticSink) -> None:
         if line is None or line == -1:
             lines = (sink.source or "").splitlines() or [""]
             line, col = len(lines), len(lines[-1]) + 1
+        if col is None:  # lark gives a column with every line it gives
+            col = 1
         if line <= last_line and sink.items:
             continue  # a cascade from the previous error
         last_line = line
         if isinstance(e, UnexpectedCharacters):
-            ch = (sink.source or "")[e.pos_in_stream] if e.pos_in_stream < len(sink.source or "") else "?"
+            text_in, pos = sink.source or "", e.pos_in_stream
+            ch = text_in[pos] if pos is not None and pos < len(text_in) else "?"
             if ch == '"':
                 sink.add("E110", "unterminated string", line=line, col=col, end_col=col + 1,
                          hint='close the string with " on the same line')

@@ -9,7 +9,7 @@ from pedsl.errors import did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtin_defs.record import own_reads
 from pedsl.lang.builtins import CONSTANTS, FUNCTIONS, REQUIRED, TypeIssue
-from pedsl.lang.types import BOOL, NUM, STR, Ty, join
+from pedsl.lang.types import BOOL, NUM, STR, Kind, Ty, join
 
 AXIS_READERS = ("position", "distance")  # the names read along one axis in a multi-axis scheme
 Report = Callable[..., None]  # report(code, message, node, hint=None)
@@ -40,25 +40,25 @@ class Checker:
         return t
 
     def _infer(self, e: ast.Expr) -> Ty | None:
-        k = e.kind
-        if k == "num":
+        if e.kind == "num":
             return NUM.with_(integer=isinstance(e.value, int))
-        if k == "str":
+        if e.kind == "str":
             return STR
-        if k == "bool":
+        if e.kind == "bool":
             return BOOL
-        if k == "list":
+        if e.kind == "list":
             items = [self.infer(i) for i in e.items]
-            if any(t is None for t in items):
+            known = [ty for ty in items if ty is not None]
+            if len(known) != len(items):
                 return None
-            for item, t in zip(e.items, items):
-                if t.kind != "num" or t.axes:
-                    self.report("E204", f"a list holds plain numbers, not {t.show()}", item)
+            for item, ty in zip(e.items, known):
+                if ty.kind != "num" or ty.axes:
+                    self.report("E204", f"a list holds plain numbers, not {ty.show()}", item)
                     return None
-            return Ty("list")
-        if k == "name":
+            return Ty(Kind.LIST)
+        if e.kind == "name":
             return self._name(e)
-        if k == "unary":
+        if e.kind == "unary":
             t = self.infer(e.operand)
             if t is None:
                 return None
@@ -68,11 +68,11 @@ class Checker:
                 self.report("E204", f"cannot negate {t.show()}", e)
                 return None
             return t
-        if k == "binary":
+        if e.kind == "binary":
             return self._binary(e)
-        if k == "call":
+        if e.kind == "call":
             return self._call(e)
-        raise AssertionError(k)  # pragma: no cover
+        raise AssertionError(e.kind)  # pragma: no cover
 
     def _name(self, e: ast.Name) -> Ty | None:
         if e.id in self.names:
@@ -138,11 +138,11 @@ class Checker:
                 if t.kind not in ("bias", "num"):
                     self.report("E204", f"cannot add {t.show()} to a bias", side)
                     return None
-            return Ty("bias", reads=a.reads | b.reads)
+            return Ty(Kind.BIAS, reads=a.reads | b.reads)
         if a.kind == "list" or b.kind == "list":
             other = b if a.kind == "list" else a
             if other.kind == "list" or (other.kind == "num" and not other.axes):
-                return Ty("list")
+                return Ty(Kind.LIST)
             if other.kind == "num" and other.axes == frozenset({"pair"}):
                 return other  # a list literal read as one value per pair
             self.report("E204", f"cannot combine a list with {other.show()}", e)

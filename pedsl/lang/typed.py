@@ -9,7 +9,7 @@ expressions the compiler's passes build (``angle * position``) - which runs the 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from pedsl.lang import ast
 from pedsl.lang.typecheck import Checker
@@ -18,6 +18,10 @@ from pedsl.lang.exprs import to_source
 
 _MAX_CACHED = 4096
 _cache: dict[int, tuple[ast.Expr, dict[int, Ty]]] = {}  # id(root) -> (root, its table), root kept alive
+
+
+def _constant(t: Ty) -> Callable[[], Ty]:
+    return lambda: t
 
 
 def _param_type(v: Any) -> Ty:
@@ -42,7 +46,7 @@ def node_types(root: ast.Expr, values: Mapping[str, Any]) -> dict[int, Ty]:
     if hit is not None and hit[0] is root:
         return hit[1]
     seen: dict[int, Ty] = {}
-    names = {k: (lambda t=_param_type(v): t) for k, v in values.items()}
+    names = {k: _constant(_param_type(v)) for k, v in values.items()}
     Checker(names, _unexpected, seen=seen).infer(root)
     if len(_cache) >= _MAX_CACHED:
         _cache.clear()

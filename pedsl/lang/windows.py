@@ -26,10 +26,12 @@ class WindowResolution(ResolverStage):
 
     def resolve_shape(self, env: StaticEnv, lets) -> tuple[int | None, int | None, str | None]:
         """(window, chunk, sink) of the merged scheme, each None when absent; reports what is wrong."""
-        window = self._width(self.m.window, env, lets)
-        chunk = self._width(self.m.chunk, env, lets)
-        if window is not None and chunk is not None:
-            later = max((self.m.window, self.m.chunk), key=lambda loc: _line(loc.stmt))
+        window_loc, chunk_loc = self.m.window, self.m.chunk
+        window = self._width(window_loc, env, lets)
+        chunk = self._width(chunk_loc, env, lets)
+        # a width comes from its statement: both widths given means both statements are there
+        if window is not None and chunk is not None and window_loc is not None and chunk_loc is not None:
+            later = max((window_loc, chunk_loc), key=lambda loc: _line(loc.stmt))
             self._current = later.src
             self.report("E240", "a scheme has a sliding window or chunked attention, not both "
                         f"(window = {window}, chunk = {chunk})", later.stmt,
@@ -38,11 +40,12 @@ class WindowResolution(ResolverStage):
 
     def check_sink_transports(self, sink: str | None, transports) -> None:
         """A sink token's value is not transported: refused beside a transport of the values (qkv)."""
-        if sink != "token" or not any(t.targets == "qkv" for t in transports):
+        loc = self.m.sink
+        if sink != "token" or loc is None or not any(t.targets == "qkv" for t in transports):
             return
-        self._current = self.m.sink.src
+        self._current = loc.src
         self.report("E240", "sink = token with a transport of the values (qkv): the sink's value has no "
-                    "position to be transported from", self.m.sink.stmt,
+                    "position to be transported from", loc.stmt,
                     hint="use sink = logit, or transport only q and k (qk:)")
 
     def resolve_softcap(self, env: StaticEnv, lets, transports) -> float | None:

@@ -44,7 +44,8 @@ def _stmt(link: Located, d: Decl) -> str:
 
 def _trimmed(lines: list[str]) -> list[str]:
     """Each group's table with at most MAX_ROWS pair rows (the first and last halves)."""
-    out, rows = [], []
+    out: list[str] = []
+    rows: list[str] = []
 
     def flush():
         if len(rows) > MAX_ROWS:
@@ -91,7 +92,7 @@ def frequency_summary(s: Scheme) -> str:
 
 def _uses_grid(analysis: Analysis, scheme: SchemeOutline, text: str) -> bool:
     """The expression text calls a frequency grid, directly or through the lets it names (each let once)."""
-    pending, seen = [text], set()
+    pending, seen = [text], set[str]()
     while pending:
         names = set(re.findall(r"[A-Za-z_]\w*", pending.pop()))
         if any(FUNCTIONS[n].category == "grid" for n in names if n in FUNCTIONS):
@@ -169,7 +170,7 @@ def param_hover(analysis: Analysis, scheme: SchemeOutline | None, found: list[tu
     if len(found) > 1:
         parts.append("overrides " + ", ".join(f"`{lk.scheme.name}`" for lk, _ in found[1:]))
     resolved = analysis.resolved(scheme.name) if scheme is not None else None
-    if resolved is not None and d.name in resolved.params:
+    if scheme is not None and resolved is not None and d.name in resolved.params:
         parts.append(f"resolves to **`{resolved.params[d.name]!r}`** in `{scheme.name}`")
     elif scheme is not None:
         parts.append(f"(no resolved value: `{scheme.name}` does not check yet)")
@@ -246,7 +247,7 @@ def hover_text(analysis: Analysis, offset: int) -> tuple[str, Token] | None:
     if nxt is not None and nxt.text == "(" and name in FUNCTIONS:
         frequencies = FUNCTIONS[name].category in ("grid", "transport") and scheme is not None \
             and c.statement in ("let", "qk", "qkv")
-        return _joined(builtin_hover(name), _frequencies(analysis, scheme) if frequencies else None), tok
+        return _joined(builtin_hover(name), _frequencies(analysis, scheme) if frequencies and scheme is not None else None), tok
     if nxt is not None and nxt.text == "=" and c.calls and c.calls[-1][0] in FUNCTIONS:
         b = FUNCTIONS[c.calls[-1][0]]
         if name in dict(b.params):

@@ -60,7 +60,7 @@ def findings(analysis: Analysis, text: Text) -> list[Finding]:
             message += f"\nhint: {d.hint}"
         related = None
         where = resolved(Path(d.file)) if not analysis.own(d) and d.file and d.line else None
-        if where is not None:
+        if where is not None and d.line is not None:
             pos = lsp.Position(max(0, d.line - 1), max(0, (d.col or 1) - 1))
             related = [lsp.DiagnosticRelatedInformation(
                 location=lsp.Location(uri=where.as_uri(), range=lsp.Range(start=pos, end=pos)), message=d.message)]

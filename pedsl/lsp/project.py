@@ -20,7 +20,7 @@ from pedsl.lang import api
 from pedsl.lang.imports import import_roots, import_target, read_source
 from pedsl.lang.scheme import Scheme
 from pedsl.limits import MAX_IMPORT_DEPTH, MAX_IMPORTS
-from pedsl.lsp.scan import Outline, SchemeOutline, outline
+from pedsl.lsp.scan import Decl, Outline, SchemeOutline, outline
 
 
 _CACHED_CHARS = 16 << 20  # characters of the outlines of files on disk kept at once
@@ -122,10 +122,12 @@ class Document:
     # ------------------------------------------------------------------ imports and visible schemes
     def imported(self, o: Outline, folder: Path) -> list[tuple[Path, Outline]]:
         """The files ``o`` (a file in ``folder``) imports, in order, that pedsl would load."""
-        out = []
+        out: list[tuple[Path, Outline]] = []
         for imp in o.imports:
             target = import_file(folder, imp.name, self.roots)
-            sub = self.files.outline(target) if target is not None else None
+            if target is None:
+                continue
+            sub = self.files.outline(target)
             if sub is not None:
                 out.append((target, sub))
         return out
@@ -161,19 +163,19 @@ class Document:
         self._chains[id(scheme)] = (scheme, out)
         names = {scheme.name}
         scope = self.visible()
-        while out[-1].scheme.base is not None and len(out) < 64:
+        while (base := out[-1].scheme.base) is not None and len(out) < 64:
             cur = out[-1]
             local = scope if cur.path == self.path else self._scope(cur.path, cur.outline, set(), 0)
-            found = local.get(cur.scheme.base) or scope.get(cur.scheme.base)
+            found = local.get(base) or scope.get(base)
             if found is None or found.scheme.name in names:
                 break
             names.add(found.scheme.name)
             out.append(found)
         return out
 
-    def lookup(self, scheme: SchemeOutline, name: str, kinds=("param", "let")) -> list[tuple[Located, object]]:
+    def lookup(self, scheme: SchemeOutline, name: str, kinds=("param", "let")) -> list[tuple[Located, Decl]]:
         """Declarations of ``name`` along the scheme's extends chain, nearest first."""
-        out = []
+        out: list[tuple[Located, Decl]] = []
         for link in self.chain(scheme):
             d = link.scheme.member(name, kinds)
             if d is not None:

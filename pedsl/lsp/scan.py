@@ -43,6 +43,7 @@ def tokens(text: str) -> list[Token]:
     depth = 0
     for m in _TOKEN.finditer(text):
         kind = m.lastgroup
+        assert kind is not None  # every alternative of _TOKEN is a named group
         if kind == "ws":
             continue
         tok = m.group()

@@ -64,6 +64,8 @@ class PeProtocol(LanguageServerProtocol):
         if frame.problem is not None:
             self._server.tell(f"pedsl lsp: {frame.problem}", lsp.MessageType.Warning)
             return
+        # serve() hands on only frames that carry a problem or a body (an end frame stops it)
+        assert frame.body is not None
         try:
             data = transport.parse(frame.body)
             message = transport.decode(data, self.get_message_type, lambda i: self._result_types.pop(i, None),
@@ -110,6 +112,8 @@ class PeProtocol(LanguageServerProtocol):
 
 
 class PeServer(LanguageServer):
+    protocol: PeProtocol  # made by LanguageServer.__init__ from protocol_cls=PeProtocol
+
     def __init__(self):
         super().__init__("pedsl", _version(), text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental,
                          protocol_cls=PeProtocol)

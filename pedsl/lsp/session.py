@@ -10,7 +10,7 @@ import functools
 import logging
 import traceback
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 from urllib.parse import unquote, urlparse
 
 from lsprotocol import types as lsp
@@ -28,6 +28,7 @@ log = logging.getLogger("pedsl.lsp")
 REQUEST_FAILED = lsp.LSPErrorCodes.RequestFailed.value
 MAX_OPEN_TEXT = 64 * MAX_BYTES  # characters of all open documents together (each at most MAX_BYTES)
 _CACHED = 64  # analyses kept for documents that are not open (read from disk)
+_Doc = TypeVar("_Doc")  # a documentation field: MarkupContent, a plain string, None ...
 
 
 class _NotHeld(Exception):
@@ -227,8 +228,9 @@ class Session:
         analysis, text = self.analysis(uri)
         return [f.lsp for f in fixes.findings(analysis, text)]
 
-    def _format(self, content: lsp.MarkupContent | None) -> lsp.MarkupContent | None:
-        if content is None or self.markdown:
+    def _format(self, content: _Doc) -> _Doc | lsp.MarkupContent:
+        """Markdown documentation as plain text for a client that does not take markdown; anything else as is."""
+        if not isinstance(content, lsp.MarkupContent) or self.markdown:
             return content
         return lsp.MarkupContent(kind=lsp.MarkupKind.PlainText, value=content.value)
 

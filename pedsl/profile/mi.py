@@ -217,7 +217,11 @@ def self_similarity(profiles: list[Profile], fraction: float = WIDTH_FRACTION,
         out["reason"] = (f"the {base.name} profile has fewer than {MIN_SIGNIFICANT} significant distances"
                          if base not in usable else "no coarse granularity has enough significant distances")
         return out
-    pts = [(math.log(p.scale), math.log(p.width(fraction))) for p in usable]
+    pts = []
+    for p in usable:
+        width = p.width(fraction)
+        assert width is not None  # a usable profile has MIN_SIGNIFICANT (> 0) significant distances
+        pts.append((math.log(p.scale), math.log(width)))
     lg = np.array([a for a, _ in pts])
     lw = np.array([b for _, b in pts])
     beta = -float(np.polyfit(lg, lw, 1)[0])

@@ -22,7 +22,7 @@ import datetime as _dt
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypedDict
 
 
 from pedsl.errors import DataError, OutputError, UsageError
@@ -148,6 +148,15 @@ def run_profile(data: str, *, out: str | Path | None = None, max_bytes: int = 2_
     return result
 
 
+class _CompareSettings(TypedDict):
+    """The keyword arguments close_loop gives run_compare (and its parallel units)."""
+
+    data: str
+    steps: int | None
+    quick: bool
+    sets: dict
+
+
 def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int | None = None,
                block_len: int = 16, block_offset: int = 0, executor: Any = None,
                say: Callable[[str], None] = lambda m: None) -> dict:
@@ -157,7 +166,8 @@ def close_loop(data: str, suggested: str | Path, out: str | Path, *, steps: int 
     from pedsl.study.compare.run import run_compare  # on use: training (torch) only for --compare
 
     sets = {"block_len": block_len, "block_offset": block_offset} if data == "blocks" else {}
-    schemes, settings = ["rope", str(suggested)], {"data": data, "steps": steps, "quick": True, "sets": sets}
+    schemes = ["rope", str(suggested)]
+    settings: _CompareSettings = {"data": data, "steps": steps, "quick": True, "sets": sets}
     if executor is not None and not executor.serial:
         from pedsl.study import parallel
 

@@ -81,6 +81,7 @@ def blocks(model: Callable, lengths: list[int], context: int, *, samples: int = 
         if L < 2 * block_len:
             continue
         if (longest - L) % block_len == 0:  # a suffix keeps the block alignment: the same scored letters
+            assert full is not None  # made whenever longest >= L >= 2 * block_len
             tokens = full["tokens"][:, longest - L:]
         else:
             tokens = block_batch(samples, L, block_len=block_len, offset=offset, g=_gen(seed, "blocks", L))["tokens"]

@@ -14,6 +14,7 @@ and a first try).
 from __future__ import annotations
 
 import importlib.util
+import logging
 import socket
 import sys
 import time
@@ -131,7 +132,7 @@ def run_ray(units: list[Unit], *, threads: int, say: Say, label: str = "study", 
         check_ray_address(address)
         try:
             ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
-                     logging_level="ERROR", log_to_driver=True)
+                     logging_level=logging.ERROR, log_to_driver=True)
         except (ConnectionError, TimeoutError, ValueError, RuntimeError) as exc:  # answered, but not as Ray
             raise _unreachable(str(address), clip(str(exc).strip().splitlines()[0] if str(exc).strip()
                                                   else type(exc).__name__, 300)) from None
@@ -231,6 +232,7 @@ def _drive(units: list[Unit], say: Say, label: str, jobs: int | None, *, submit:
     """Submit the units (at most ``jobs`` in flight), collect their results, retry the ones that died."""
     tries = {} if tries is None else tries
     view = StudyProgress(len(units), jobs or len(units), say, label)
+    flying: dict[Any, int]  # a submitted unit's Ray object ref -> its index
     pending, flying, errors = deque(range(len(units))), {}, {}
     while pending or flying:
         while pending and (jobs is None or len(flying) < jobs):

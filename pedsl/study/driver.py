@@ -12,7 +12,7 @@ extension and frequency studies all train through here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeGuard
 
 import torch
 
@@ -114,7 +114,7 @@ def train_or_reuse(name: str, cfg: TrainConfig, scheme, run: Path, say: Say, qui
     return train(cfg, run, attention=attention, resume=resume, quiet=quiet)
 
 
-def reusable(old: dict | None, done: dict, **settings: Any) -> bool:
+def reusable(old: dict | None, done: dict, **settings: Any) -> TypeGuard[dict]:
     """Whether a saved result ``old`` was measured on the weights of ``done`` (step and scheme hash)
     with the same ``settings`` (compared with ``old["settings"]``)."""
     if not old or old.get("step") != done.get("steps") or old.get("scheme_hash") != done.get("scheme_hash"):
@@ -143,7 +143,7 @@ def measure(run: Path, done: dict, m: Measures, label: str, eta: Eta, say: Say) 
         return opened[0]
 
     def step(kind: str, saved: dict | None, fits: bool, compute: Callable[[], dict], doing: str) -> dict:
-        if fits:
+        if fits and saved is not None:  # fits only when saved is a result
             say(f"{label}: reusing {kind}.json")
             eta.skip(STUDY_WEIGHTS[kind], kind=kind)
             return saved
@@ -167,7 +167,7 @@ def measure(run: Path, done: dict, m: Measures, label: str, eta: Eta, say: Say) 
                   lambda: retrieval_run(run, rlens, depths=ret["depths"], samples=ret["samples"], say=say,
                                         loaded=loaded()), f"scoring retrieval at lengths {rlens}")
     an = read_json(run / "analysis.json")
-    fits = bool(an) and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash") \
+    fits = an is not None and bool(an) and an.get("step") == done.get("steps") and an.get("scheme_hash") == done.get("scheme_hash") \
         and an.get("lengths") == alens
     an = step("analysis", an, fits, lambda: analyze_run(run, lengths=alens, say=say, loaded=loaded()),
               f"analyzing at lengths {alens}")

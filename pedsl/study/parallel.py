@@ -61,7 +61,7 @@ def extension_units(out: str | Path, *, methods: list[str] | None, seeds: list[i
     ``seeds``), then one unit per task and method (and seed): its zero-shot evaluations and
     fine-tunes at every target. ``settings``: run_extension's keyword arguments."""
     names = ext.study_methods(methods)
-    where = ([(k, f" seed {k}", {"base_run": str(Path(out) / "runs" / "rope" / f"seed{k}"),
+    where: list[tuple[int | None, str, dict[str, str]]] = ([(k, f" seed {k}", {"base_run": str(Path(out) / "runs" / "rope" / f"seed{k}"),
                                   "ext_dir": str(Path(out) / "extension" / f"seed{k}")}) for k in seeds]
              if seeds else [(seed, "", {})])
     bases, swaps = [], []

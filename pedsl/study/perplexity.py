@@ -61,21 +61,26 @@ def score_last(model: Callable, windows: torch.Tensor, score_len: int, token_bud
     return total, count
 
 
-def perplexity(model: Callable, data: torch.Tensor, lengths: list[int], context: int, *, windows: int = 4,
+def perplexity(model: Callable, data: torch.Tensor | None, lengths: list[int], context: int, *, windows: int = 4,
                seed: int = 1234, token_budget: int = 8192, say: Callable[[str], None] = lambda m: None,
                generate: Callable[[int, int], torch.Tensor] | None = None,
                tick: Callable[[int], None] = lambda L: None) -> dict[str, dict]:
     """Perplexity at every length and its ratio to the training length.
 
     ``data`` is the validation byte stream; ``generate(n, L + 1)`` replaces it for runs trained
-    on a generated task (then every length draws its own sequences). Returns
+    on a generated task (then every length draws its own sequences, and ``data`` may be None). Returns
     ``{str(L): {"nll", "ppl", "bits_per_byte", "ratio", "tokens", "windows"}}``.
     """
     lengths = sorted(set(lengths) | {context})
-    ends = None if generate is not None else window_ends(int(data.numel()), max(lengths), windows, seed)
+    draw = generate
+    if draw is None:
+        if data is None:
+            raise ValueError("perplexity needs the validation data or a generator")
+        stream, ends = data, window_ends(int(data.numel()), max(lengths), windows, seed)
+        draw = lambda n, length: windows_at(stream, ends, length - 1)  # noqa: E731
     out: dict[str, dict] = {}
     for L in lengths:
-        w = generate(windows, L + 1) if generate is not None else windows_at(data, ends, L)
+        w = draw(windows, L + 1)
         total, count = score_last(model, w, context, token_budget)
         nll = total / count
         if not math.isfinite(nll):  # a non-finite result is an error, never a number in a report

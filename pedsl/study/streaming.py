@@ -54,7 +54,7 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
     m = torch.full((B, H, L), -math.inf, dtype=F64)
     S = torch.zeros(B, H, L, dtype=F64)
     Fs = torch.zeros(B, H, L, dtype=F64)
-    s0 = None
+    s0: Tensor | None = None  # the scores of key 0, set by the block that holds it
 
     def absorb(s: Tensor, j0: int) -> None:
         """Fold raw scores of key columns [j0, j0 + n) (B, H, L, n) into the running sums."""
@@ -97,6 +97,7 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
             if len(pending) == block or j == 0:
                 absorb(torch.stack(pending[::-1], dim=-1), j)
                 pending = []
+    assert s0 is not None  # every key block was absorbed, key 0's too (L >= 1)
     if sigmoid:
         zero = torch.zeros(H, dtype=F64)
         return {"far_mass": Fs.mean(dim=(0, 2)), "sink_mass": torch.sigmoid(s0 + mod.plan.sigmoid_bias).mean(dim=(0, 2)),

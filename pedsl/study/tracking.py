@@ -60,9 +60,10 @@ def start_study(tracker: str, out: str | Path, *, uri: str | None = None) -> liv
     store = check_store(uri) if uri is not None else _local_store(out)
     # a database store's artifacts default to ./mlruns of the current folder: they go in the study's
     artifacts = (ensure_dir(out) / "mlartifacts").resolve().as_uri() if is_local_database(store) else None
+    refusals: tuple[type[Exception], ...] = (MlflowException, OSError, *_db_errors())
     try:
         return _mlflow_parent(out, store, artifacts)
-    except (MlflowException, OSError, *_db_errors()) as exc:
+    except refusals as exc:
         raise _store_error(store, exc) from None
 
 
@@ -263,10 +264,12 @@ def _mlflow_study(out: Path, runs: list[tuple[str, Path]], spec: live.Spec) -> N
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
+    parent = spec.parent
+    assert parent is not None  # the mlflow Spec of a study (start_study) names its parent run
     client = MlflowClient(tracking_uri=spec.uri)
     meta = (_json(out / "results.json") or {}).get("meta", {})
-    client.set_tag(spec.parent, "pedsl.command", str(meta.get("command"))[:5000])
-    client.set_tag(spec.parent, "pedsl.kind", str(meta.get("study", "default")))
+    client.set_tag(parent, "pedsl.command", str(meta.get("command"))[:5000])
+    client.set_tag(parent, "pedsl.kind", str(meta.get("study", "default")))
     for label, run in runs:
         if live.find_child(client, spec, run) is None:  # trained before the study was tracked
             child = live.child_run(client, spec, run, label, run_params(run, meta.get("git") or spec.commit))
@@ -278,8 +281,8 @@ def _mlflow_study(out: Path, runs: list[tuple[str, Path]], spec: live.Spec) -> N
         track_evaluation(run, spec)
     for f in [out / "report.md", out / "report.html", out / "results.json", *plots(out)]:
         if f.is_file():
-            client.log_artifact(spec.parent, str(f))
-    client.set_terminated(spec.parent)
+            client.log_artifact(parent, str(f))
+    client.set_terminated(parent)
 
 
 __all__ = ["TRACKERS", "eval_metrics", "require", "run_folders", "run_params", "start_study", "step_metrics",

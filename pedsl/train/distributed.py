@@ -199,7 +199,8 @@ def full_state(model: torch.nn.Module, optim: torch.optim.Optimizer, d: Dist) ->
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     msd = get_model_state_dict(model, options=opts)
-    osd = get_optimizer_state_dict(model, optim, options=opts)
+    # torch types it as any optimizer's state; torch.optim's is {"state": {name: ...}, "param_groups": [{"params": [name, ...], ...}]}
+    osd: dict[str, Any] = get_optimizer_state_dict(model, optim, options=opts)
     if not d.is_main:
         return _Whole({}), _Whole({})
     order = [n for g in osd["param_groups"] for n in g["params"]]

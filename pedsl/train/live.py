@@ -23,7 +23,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # optional dependencies, imported only when a run is tracked
+    from mlflow.tracking import MlflowClient
+    from torch.utils.tensorboard import SummaryWriter
 
 EVENTS = "tensorboard"  # the event folder inside a run folder
 STEP_KEYS = ("loss", "val_loss", "lr", "grad_norm", "tokens_per_s")  # metrics.jsonl -> train/<key>
@@ -94,7 +98,9 @@ class Sink:
 
     def __init__(self, spec: Spec, run: Path, label: str, params: dict[str, str], start: int, say: Say) -> None:
         self.spec, self.run, self.say = spec, run, say
-        self.writer = self.client = self.child = None
+        self.writer: SummaryWriter | None = None
+        self.client: MlflowClient | None = None
+        self.child: str | None = None  # the run's MLflow run id
         self.failed = False
         self._guard("open", lambda: self._open(label, params, start))
 
@@ -143,7 +149,7 @@ class Sink:
             for tag, v in values.items():
                 self.writer.add_scalar(tag, v, step)
             self.writer.flush()  # readable now, while the run trains
-        elif self.client is not None:
+        elif self.client is not None and self.child is not None:  # both set by _open
             from mlflow.entities import Metric
 
             now = int(time.time() * 1000)
@@ -153,7 +159,7 @@ class Sink:
         def end() -> None:
             if self.writer is not None:
                 self.writer.close()
-            elif self.client is not None:
+            elif self.client is not None and self.child is not None:
                 self.client.set_terminated(self.child, status="FINISHED" if finished else "FAILED")
         self._guard("close", end)
 

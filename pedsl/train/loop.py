@@ -179,10 +179,10 @@ def _resume(run: Path, model: torch.nn.Module, optim: torch.optim.Optimizer, att
         except CheckpointError as err:
             bad.append((path, err))
             continue
-        for p, err in bad if main else ():
+        for p, problem in bad if main else ():
             aside = _aside_name(p)
             os.replace(p, aside)
-            say(f"warning: checkpoint {p.name} cannot be used ({err.diagnostics[0].message}); moved it to "
+            say(f"warning: checkpoint {p.name} cannot be used ({problem.diagnostics[0].message}); moved it to "
                 f"{aside.name} and resuming from {path.name}")
         return state
     raise bad[0][1]
@@ -218,8 +218,8 @@ def _train(cfg: TrainConfig, run: Path, d: distributed.Dist, attn: SchemeRecipe 
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     model = TransformerLM(cfg.model, attn.factory(cfg.model)).to(d.device)
-    optim = make_optimizer(model, cfg)
-    meta = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
+    optim: torch.optim.Optimizer = make_optimizer(model, cfg)
+    meta: dict[str, str | list[str]] = {"scheme_name": attn.name, "scheme_hash": attn.source_hash, "config_hash": cfg.digest()}
     parts = attn.layer_parts(cfg.model)
     if parts is not None:  # a layers scheme: which part each layer was built with
         meta["scheme_layers"] = list(parts)
@@ -393,7 +393,7 @@ def _loop(cfg: TrainConfig, run: Path, d: distributed.Dist, data: TrainData, mod
                 now = time.perf_counter()
                 rec = {"step": done, "loss": loss_value, "lr": lr, "grad_norm": grad_norm,
                        "tokens_per_s": tokens_per_step * steps_since / max(now - t_log, 1e-9)}
-                if evaluate:
+                if evaluate and val_loss is not None:  # evaluate: val_loss was just measured
                     rec["val_loss"] = val_loss
                 t_log, steps_since = now, 0
                 log.record(rec)

@@ -82,9 +82,10 @@ def per_layer(scheme: Any, m: ModelConfig, **options: Any) -> Factory:
     # the structural names the model fixes; a layers scheme checks its rules against the layer count
     fixed = load(scheme, heads=m.n_heads, head_dim=m.head_dim, layers=m.n_layers)
     parts = layer_parts(fixed, m.n_layers)
+    layers = fixed.layers  # not None whenever parts is not None
 
     def make(layer: int) -> nn.Module:
-        part = fixed if parts is None else fixed.layers.parts[parts[layer]]
+        part = fixed if parts is None or layers is None else layers.parts[parts[layer]]
         return compile_scheme(part, head_dim=m.head_dim, num_heads=m.n_heads, d_model=m.d_model,
                               vocab_size=m.vocab_size, **options)
     return make

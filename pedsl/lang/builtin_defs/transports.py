@@ -9,7 +9,7 @@ signature and the typing rule; with neither ``fold`` nor ``run`` the folder leav
 from __future__ import annotations
 
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue, need_num, scalar
-from pedsl.lang.types import Ty
+from pedsl.lang.types import Kind, Ty
 
 
 def _rotate(a: dict[str, Ty]) -> Ty:
@@ -22,7 +22,7 @@ def _rotate(a: dict[str, Ty]) -> Ty:
             "phase",
             hint="use accumulate(rotation(...)) for data-dependent angles",
         )
-    return Ty("transport", detail="rotate")
+    return Ty(Kind.TRANSPORT, detail="rotate")
 
 
 def _xpos(a: dict[str, Ty]) -> Ty:
@@ -36,13 +36,13 @@ def _xpos(a: dict[str, Ty]) -> Ty:
             "phase",
             hint="use accumulate(rotation(...)) for data-dependent angles",
         )
-    return Ty("transport", detail="xpos")
+    return Ty(Kind.TRANSPORT, detail="xpos")
 
 
 def _rotation(a: dict[str, Ty]) -> Ty:
     t = a["angle"]
     need_num(t, "angle", {"pos", "pair", "head"}, " (a step angle per position, head and rotary pair)")
-    return Ty("step", detail="rotation")
+    return Ty(Kind.STEP, detail="rotation")
 
 
 def _householder(a: dict[str, Ty]) -> Ty:
@@ -55,16 +55,16 @@ def _householder(a: dict[str, Ty]) -> Ty:
             hint="make it with linear(x, to = channel)",
         )
     need_num(beta, "beta", {"pos", "head"}, " (a scalar per position and head)")
-    return Ty("step", detail="householder")
+    return Ty(Kind.STEP, detail="householder")
 
 
 def _accumulate(a: dict[str, Ty]) -> Ty:
     t = a["step"]
     if t.kind == "step":
-        return Ty("transport", detail="accumulate " + t.detail)
+        return Ty(Kind.TRANSPORT, detail="accumulate " + t.detail)
     if t.kind == "num":
         need_num(t, "step", {"pos", "head"}, " (a log-gate per position and head)")
-        return Ty("bias", detail="gate")
+        return Ty(Kind.BIAS, detail="gate")
     raise TypeIssue(
         f"accumulate() takes a step (rotation(...), householder(...)) or a log-gate, not {t.show()}",
         "step",

@@ -35,7 +35,9 @@ def judge(claimant: dict | None, baseline: dict | None) -> str:
 
 
 def _cell(word: str, claimant: dict | None, baseline: dict | None) -> str:
-    return word if word == "-" else f"{word} ({claimant['mean']:.3f} vs {baseline['mean']:.3f})"
+    if not claimant or not baseline:  # judge() said "-"
+        return word
+    return f"{word} ({claimant['mean']:.3f} vs {baseline['mean']:.3f})"
 
 
 def verdict(words: list[str]) -> str:

@@ -4,6 +4,7 @@ trains, how long, with which seeds, and where it measures."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pedsl.study.measures import Measures
 
@@ -24,7 +25,8 @@ TRAIN = {"steps": 300}
 MULTIPLIERS = (1, 2, 4, 8, 16, 32)
 WINDOWS = 4  # perplexity windows per length
 ANALYZE_MAX = 512
-QUICK = {"multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 256}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 256}
 
 
 def measures(*, quick: bool, windows: int | None, analyze_max: int | None,

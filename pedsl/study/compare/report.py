@@ -103,7 +103,7 @@ def findings(results: Results, context: int) -> list[str]:
         if others:
             parts.append("not part of the check: " + ", ".join(f"{n} {ratio(n, mult):.2f}" for n in others))
         checks = [("RoPE far above ALiBi", rope > 2 * alibi), ("ALiBi near 1", abs(alibi - 1) < 0.15)]
-        between = [n for n in acc if ratio(n, mult) is not None and alibi - 0.05 <= ratio(n, mult) <= rope]
+        between = [n for n in acc if (r := ratio(n, mult)) is not None and alibi - 0.05 <= r <= rope]
         if acc:
             checks.append((f"accumulated schemes between ({len(between)}/{len([n for n in acc if ratio(n, mult) is not None])})",
                            len(between) == len([n for n in acc if ratio(n, mult) is not None])))

@@ -30,7 +30,8 @@ from pedsl.study.page import html_page, markdown
 from pedsl.study.plots import all_plots
 
 DEFAULT_SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path")
-QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2, "analyze_max": 512}
 WINDOWS = 8  # windows (ppl) and samples (tasks) per length: 8 x L_train scored bytes per length
 MULTIPLIERS = (1, 2, 4, 8, 16, 32)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pedsl.data.counting import CHANCE
 from pedsl.study import seeds as sd
-from pedsl.study.page import Bullets, Note, Page, Table, figures
+from pedsl.study.page import Block, Bullets, Note, Page, Table, figures
 from pedsl.study.plots import MARKERS, band_plot, loss_curves, plt, save_figure
 
 REFERENCE = "rope"  # the claim under test: CoPE counts segments where token-count positions (RoPE) fail
@@ -62,7 +62,7 @@ def page(results: dict, meta: dict, plots: dict[str, list[str]]) -> Page:
              f"{meta['context']}, seeds {meta['seeds']}), then evaluated on fresh rows with more segments (longer "
              "rows) and longer segments (the k-th last marker farther in tokens, the same count back). Schemes: "
              + "; ".join(f"`{n}` ({meta['titles'].get(n, n)})" for n in results) + ".")
-    blocks = [*tables(results, meta), by_back(results, meta)]
+    blocks: list[Block] = [*tables(results, meta), by_back(results, meta)]
     if meta.get("skipped"):
         blocks.append(Bullets("Schemes left out (not loadable in this pedsl)",
                               [f"`{n}`: {why}" for n, why in meta["skipped"].items()]))
@@ -86,8 +86,7 @@ def _bands(results: dict, out: Path, meta: dict) -> list[str]:
     fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 4.2), squeeze=False, sharey=True)
     for task, ax in zip(tasks, axes[0]):
         for n, (name, r) in enumerate(results.items()):
-            pts = [(i, _spread(r, task, c, "accuracy")) for i, c in enumerate(conds)]
-            pts = [(i, s) for i, s in pts if s is not None]
+            pts = [(i, s) for i, c in enumerate(conds) if (s := _spread(r, task, c, "accuracy")) is not None]
             if pts:
                 band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=name, marker=MARKERS[n % len(MARKERS)])
         ax.axhline(CHANCE, color="grey", linestyle=":", linewidth=1)

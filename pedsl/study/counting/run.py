@@ -47,7 +47,8 @@ CANDIDATES = (
 SEEDS = (0, 1, 2)
 EVALS = ((1, 1), (4, 1), (2, 2), (4, 4))
 WINDOWS = 16
-QUICK = {"steps": 150, "evals": ((1, 1), (2, 2)), "windows": 4}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "steps": 150, "evals": ((1, 1), (2, 2)), "windows": 4}
 TRAIN = {"data": ",".join(f"{t}:1" for t in counting.TASKS), "answer_weight": 1.0}
 STUDY_KEYS = ("evals",)  # --set keys of the study itself
 EVAL_SEED = 4321         # the same evaluation rows for every scheme and seed

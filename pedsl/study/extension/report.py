@@ -24,7 +24,7 @@ def _base_nll(rec: dict) -> float | None:
     return (((rope or {}).get("ppl") or {}).get(str(L0)) or {}).get("nll")
 
 
-def ratio(rec: dict, ev: dict, L: int) -> float | None:
+def ratio(rec: dict, ev: dict | None, L: int) -> float | None:
     base = _base_nll(rec)
     cell = ((ev or {}).get("ppl") or {}).get(str(L)) or {}
     if base is None or cell.get("nll") is None:
@@ -32,13 +32,13 @@ def ratio(rec: dict, ev: dict, L: int) -> float | None:
     return math.exp(min(cell["nll"] - base, 700.0))
 
 
-def accuracy(ev: dict, L: int) -> float | None:
+def accuracy(ev: dict | None, L: int) -> float | None:
     return (((ev or {}).get("blocks") or {}).get(str(L)) or {}).get("accuracy")
 
 
 def _rows(rec: dict, part: str, task: str) -> list[tuple[str, str, dict]]:
     """(method, target label, evaluation) in table order; zero-shot RoPE once (no factor)."""
-    out = []
+    out: list[tuple[str, str, dict]] = []
     for method, per in rec[part].items():
         for T, ev in per.items():
             if part == "zero_shot" and method == "rope" and out and out[-1][0] == "rope":
@@ -62,9 +62,10 @@ def tables(results: dict, meta: dict) -> list[Table]:
                     rows.append([method, target] + [fmt(accuracy(ev, L), ".2f") for L in lens])
             if task == "text":
                 title = f"Text: perplexity ratio to the base model at {L0}, {label}"
+                base_nll = _base_nll(rec)
                 note = (f"ppl(L) / ppl_base({L0}); every cell scores the same last {L0} bytes of the same "
                         f"{rec['samples']} validation windows. The 1x column is the in-distribution cost. "
-                        f"Base perplexity at {L0}: {fmt(math.exp(_base_nll(rec)) if _base_nll(rec) else None)}.")
+                        f"Base perplexity at {L0}: {fmt(math.exp(base_nll) if base_nll else None)}.")
             else:
                 title = f"Exact offset (block task): accuracy at the block ends, {label}"
                 note = (f"Fraction of block ends predicted right (chance 0.04) among the block ends in the last "
@@ -83,6 +84,7 @@ def summary(results: dict) -> tuple[list[str], list[list[str]]]:
     rows = []
     for method, per in (text or {}).get("zero_shot", {}).items():
         for T, zs in per.items():
+            assert text is not None  # the loop runs over text's own entries
             L0 = text["base"]["context"]
             ft = text["fine_tuned"].get(method, {}).get(T)
             row = [method, f"{T}x", fmt(ratio(text, zs, L0)), fmt(ratio(text, zs, L0 * int(T))),
@@ -115,15 +117,15 @@ def findings(results: dict) -> list[str]:
         if zs("pi") is not None and ft("pi") is not None:
             out.append(f"{T}x: PI zero-shot {zs('pi'):.2f} -> fine-tuned {ft('pi'):.2f} at {at} (the fine-tune "
                        f"changes it by {100 * (ft('pi') / zs('pi') - 1):+.0f}%; published: PI needs fine-tuning).")
-        ntk_like = {m: zs(m) for m in ("ntk", "dynamic_ntk", "yarn") if zs(m) is not None}
+        ntk_like = {m: r for m in ("ntk", "dynamic_ntk", "yarn") if (r := zs(m)) is not None}
         if ntk_like and zs("pi") is not None:
-            best = min(ntk_like, key=ntk_like.get)
+            best = min(ntk_like, key=ntk_like.__getitem__)
             out.append(f"{T}x zero-shot at {at}: best NTK-style {best} {ntk_like[best]:.2f} vs PI {zs('pi'):.2f} "
                        f"vs RoPE {fmt(zs('rope'))} ({'agrees' if ntk_like[best] < zs('pi') else 'disagrees'} "
                        f"with 'NTK-style scaling works better zero-shot').")
-        fts = {m: ft(m) for m in text["fine_tuned"] if ft(m) is not None}
+        fts = {m: r for m in text["fine_tuned"] if (r := ft(m)) is not None}
         if "yarn" in fts:
-            order = sorted(fts, key=fts.get)
+            order = sorted(fts, key=fts.__getitem__)
             out.append(f"{T}x fine-tuned at {at}: ranking {', '.join(f'{m} {fts[m]:.2f}' for m in order)}; YaRN is "
                        f"{'first' if order[0] == 'yarn' else 'number ' + str(order.index('yarn') + 1)} "
                        f"(published: YaRN strongest after a short fine-tune).")

@@ -71,7 +71,8 @@ BLOCK_SAMPLES_PER_WINDOW = 2  # block-task sequences per length: 2 x windows (L0
 FT_FRACTION = 0.1        # fine-tune steps as a fraction of the base's
 FT_LR = 1e-3             # fine-tune peak learning rate (the base peaks at 3e-3 and ends at 3e-4)
 BLOCKS = {"data": "blocks", "data.block_len": 8, "data.block_offset": 0}  # answer: the letter 7 back
-QUICK = {"steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "steps": 150, "multipliers": (1, 2, 4, 8, 16), "windows": 2}
 EVAL_SEED = 1234         # the same validation windows for every model, method and seed
 VERSION = 1
 
@@ -108,7 +109,7 @@ def _evaluate(run: Path, scheme: str | None, params: dict, task: str, lens: list
     t0, c0 = time.perf_counter(), time.process_time()
     model, cfg, meta = open_run(run, scheme=scheme, params=params) if scheme else open_run(run)
     if task == "text":
-        res = {"ppl": perplexity(model, validation_data(cfg), lens, L0, windows=n, seed=seed)}
+        res: dict[str, Any] = {"ppl": perplexity(model, validation_data(cfg), lens, L0, windows=n, seed=seed)}
     else:
         res = {"blocks": blocks(model, lens, L0, samples=n, block_len=cfg.data.block_len,
                                 offset=cfg.data.block_offset, seed=seed)}

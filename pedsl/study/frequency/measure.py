@@ -110,7 +110,7 @@ def measure_run(run: Path, width: int, task: str = "lag", *, samples: int = PROB
     nll = float(torch.nn.functional.cross_entropy(logits[:, pos - 1].reshape(-1, logits.shape[-1]),
                                                   tokens[:, pos].reshape(-1)))
     pe_tot, all_tot, freqs = None, None, None
-    for blk, cap in zip(model.blocks, captured):
+    for blk, cap in zip(model.layers(), captured):
         for g in blk.attn.pe.rotary_groups():
             pairs = channel_pairs(g["channels"], g["layout"])
             f = np.asarray(g["freqs"], dtype=np.float64)
@@ -119,7 +119,7 @@ def measure_run(run: Path, width: int, task: str = "lag", *, samples: int = PROB
             pe_tot = e_pos if pe_tot is None else pe_tot + e_pos
             all_tot = e_all if all_tot is None else all_tot + e_all
             freqs = f
-    if freqs is None:
+    if freqs is None or pe_tot is None or all_tot is None:  # all three set together, by one group
         raise ConfigError(f"run '{run}' has no position-indexed rotary group to measure",
                           hint="the frequency study trains rope.pe")
     return {"task": task, "block_len": width, "W": dist, "freqs": freqs.tolist(),

@@ -28,7 +28,8 @@ SEEDS = (0, 1, 2)
 DEFAULTS: dict[str, Any] = {"n_layers": 1, "d_model": 64, "n_heads": 2, "head_dim": 32, "context": 128,
                             "steps": 500, "batch_size": 16, "lr": 3e-3, "min_lr": 3e-4, "warmup": 30,
                             "eval_every": 100, "checkpoint_every": 500}
-QUICK = {"widths": (8, 32, 64), "seeds": (0,), "steps": 300}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "widths": (8, 32, 64), "seeds": (0,), "steps": 300}
 STUDY_KEYS = ("task", "widths", "seeds", "probe_samples")  # --set keys of the study itself
 # --set keys the study decides for each run itself (its DEFAULTS also cover every field of a preset)
 RUN_KEYS = ("data", "source", "data.source", "block_len", "data.block_len", "seed", "preset")
@@ -120,7 +121,7 @@ def run_frequency_study(out: str | Path, *, steps: int | None = None, quick: boo
     meta = {"command": command or "pedsl compare --study frequency", "git": git_commit(), **versions(),
             "task": task, "widths": list(widths), "seeds": list(seeds), "training": dict(overrides),
             "wall_time_s": time.perf_counter() - t0}
-    result = {"meta": meta, "runs": runs, "fit": fit, "fit_all_channel": fit_all, "fit_peak": fit_peak,
+    result: dict[str, Any] = {"meta": meta, "runs": runs, "fit": fit, "fit_all_channel": fit_all, "fit_peak": fit_peak,
               "fit_learned": fit_learned}
     files = plot_law(runs, fit, out) + ["frequency.json", "frequency.md"]
     write_json(out / "frequency.json", result)

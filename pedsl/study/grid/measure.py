@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from pedsl.data import grids
 from pedsl.data.stream import make_generator
-from pedsl.model import TransformerLM, layer_positions
+from pedsl.model import Captured, TransformerLM, layer_positions
 from pedsl.study.common import open_run
 
 VERSION = 1
@@ -81,7 +81,7 @@ def attention_maps(model: TransformerLM, tokens: torch.Tensor, positions: torch.
     toks, pos = tokens[:, : t + 1], positions[..., : t + 1]
     captured = model.capture(toks, pos)
     maps, start = [], []
-    for blk, cap in zip(model.blocks, captured):
+    for blk, cap in zip(model.layers(), captured):
         row = query_row(blk.attn.pe, cap, layer_positions(blk.attn.pe, pos))[0]   # (H, t + 1)
         cells = torch.full((row.shape[0], S * S), float("nan"), dtype=torch.float64)
         cells[:, :t] = row[:, 1:]
@@ -90,7 +90,7 @@ def attention_maps(model: TransformerLM, tokens: torch.Tensor, positions: torch.
     return maps, start
 
 
-def query_row(pe: torch.nn.Module, cap: dict, positions: torch.Tensor | None) -> torch.Tensor:
+def query_row(pe: torch.nn.Module, cap: Captured, positions: torch.Tensor | None) -> torch.Tensor:
     """The last token's attention row ``(B, H, L)`` over the L tokens of a captured layer input, from
     the module's forward (one query, the last; values one-hot over ``D`` keys at a time)."""
     q, k = cap["q"][:, :, -1:], cap["k"]

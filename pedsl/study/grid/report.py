@@ -10,7 +10,7 @@ import numpy as np
 
 from pedsl.study import seeds as sd
 from pedsl.study.grid.measure import query_index
-from pedsl.study.page import Bullets, Note, Page, Table, figures
+from pedsl.study.page import Block, Bullets, Note, Page, Table, figures
 from pedsl.study.plots import MARKERS, band_plot, loss_curves, plt, save_figure
 
 REFERENCE = "rope_2d"  # the claim under test: RoPE-Mixed extrapolates better than axial RoPE
@@ -50,7 +50,7 @@ def page(results: dict, meta: dict, plots: dict[str, list[str]]) -> Page:
              f"(preset {meta['preset']}, {meta['steps']} steps, seeds {meta['seeds']}), then evaluated on larger "
              f"grids: resolution extrapolation. Schemes: "
              + "; ".join(f"`{n}` ({meta['titles'].get(n, n)})" for n in results) + ".")
-    blocks = [*tables(results, meta)]
+    blocks: list[Block] = [*tables(results, meta)]
     if meta.get("skipped"):
         blocks.append(Bullets("Schemes left out (not loadable in this pedsl)",
                               [f"`{n}`: {why}" for n, why in meta["skipped"].items()]))
@@ -83,8 +83,7 @@ def _band(results: dict, metric: str, out: Path, meta: dict) -> list[str]:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     sides = _sides(results)
     for n, (name, r) in enumerate(results.items()):
-        pts = [(S, _spread(r, S, metric)) for S in sides]
-        pts = [(S, s) for S, s in pts if s is not None]
+        pts = [(S, s) for S in sides if (s := _spread(r, S, metric)) is not None]
         if pts:
             band_plot(ax, [p[0] for p in pts], [p[1] for p in pts], label=name, marker=MARKERS[n % len(MARKERS)])
     ax.set_xscale("log", base=2)

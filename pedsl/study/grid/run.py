@@ -46,7 +46,8 @@ SIZES = (16, 24, 32, 48, 64)
 TRAIN_SIZE = 16
 SEEDS = (0, 1, 2)
 WINDOWS = 8
-QUICK = {"steps": 150, "sizes": (16, 24, 32), "windows": 2}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "steps": 150, "sizes": (16, 24, 32), "windows": 2}
 TRAIN = {"data": "grid_image", "context": TRAIN_SIZE * TRAIN_SIZE}
 STUDY_KEYS = ("sizes",)  # --set keys of the study itself
 EVAL_SEED = 4321         # the same evaluation grids for every scheme and seed

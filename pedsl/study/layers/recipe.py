@@ -4,6 +4,7 @@ schemes, what it trains on, for how long, and where it measures."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from pedsl.study.measures import Measures
 
@@ -32,8 +33,9 @@ DEPTHS = (0.0, 0.5, 1.0)
 SAMPLES = 4
 WINDOWS = 4
 ANALYZE_MAX = 1024
-QUICK = {"multipliers": (1, 2, 4), "retrieval_multipliers": (1, 2), "depths": (0.0, 1.0), "samples": 2,
-         "windows": 2, "analyze_max": 256}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "multipliers": (1, 2, 4), "retrieval_multipliers": (1, 2), "depths": (0.0, 1.0), "samples": 2,
+    "windows": 2, "analyze_max": 256}
 
 
 def measures(*, quick: bool, windows: int | None, analyze_max: int | None,

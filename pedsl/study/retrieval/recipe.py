@@ -3,6 +3,8 @@ what it trains on, for how long, and where it measures."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pedsl.study.measures import Measures
 from pedsl.study.retrieval.score import DEPTHS, SAMPLES
 
@@ -16,7 +18,8 @@ SCHEMES = ("rope", "rope_id", "alibi", "acc_random_qk", "acc_random_qkv", "path"
 MIXTURE = "passkey:0.4,multikey:0.2,kv:0.2,copy:0.2"
 TRAIN = {"steps": 1500, "answer_weight": 1.0, "train_digits": [2, 10], "qk_conv": 8}  # under --steps and --set
 MULTIPLIERS = (1, 2, 4, 8, 16)
-QUICK = {"multipliers": (1, 2, 4), "depths": (0.0, 0.5, 1.0), "samples": 2, "windows": 2, "analyze_max": 256}
+QUICK: dict[str, Any] = {  # the quick run's settings, of mixed types, read by key
+    "multipliers": (1, 2, 4), "depths": (0.0, 0.5, 1.0), "samples": 2, "windows": 2, "analyze_max": 256}
 WINDOWS = 8  # perplexity windows per length
 
 

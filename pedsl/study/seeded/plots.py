@@ -52,9 +52,9 @@ def plots(results: dict, per_seed: dict, out_dir: Path, meta: dict) -> dict[str,
     any_ = False
     for ax, task in zip(axes, panels):
         for n, (name, r) in enumerate(results.items()):
-            x, s = depth_points(r, task, ctx)
-            if x:
-                band_plot(ax, x, s, label=name, marker=MARKERS[n % len(MARKERS)])
+            at_depths, s = depth_points(r, task, ctx)
+            if at_depths:
+                band_plot(ax, at_depths, s, label=name, marker=MARKERS[n % len(MARKERS)])
                 any_ = True
         ax.set_xlabel("needle depth (0 = start of the haystack, 1 = just before the question)")
         ax.set_ylim(-0.02, 1.02)
@@ -124,6 +124,7 @@ def heatmap(results: dict, out_dir: Path, task: str, ctx: int) -> list[str]:
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.suptitle(f"Needle in a haystack: {TASK_TITLES[task]} (accuracy, mean over seeds)", fontsize=10)
+    assert im is not None  # grids is not empty (returned above), so one image was drawn
     fig.colorbar(im, ax=list(axes.flat), shrink=0.8, label="accuracy")
     return save_figure(fig, out_dir, f"niah_{task}")
 

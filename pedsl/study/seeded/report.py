@@ -24,7 +24,7 @@ def tables(results: dict, meta: dict) -> list[Table]:
                  "significant." if several else " One seed: no spread, no significance claimed.")
     for task in ["all"] + list(TASKS):
         lens = sorted({L for r in results.values() for L in acc_points(r, task)[0]})
-        if not lens:
+        if not lens or ref is None:  # ref is None only without results, so without lengths
             continue
         header = ["scheme"] + [f"{L} ({L / ctx:g}x)" for L in lens]
         rows = []
@@ -47,8 +47,8 @@ def tables(results: dict, meta: dict) -> list[Table]:
         header = ["scheme"] + [f"depth {d:g}" for d in depths]
         rows = []
         for name, r in results.items():
-            x, s = depth_points(r, "all", ctx)
-            by = dict(zip(x, s))
+            at_depths, cells = depth_points(r, "all", ctx)
+            by = dict(zip(at_depths, cells))
             rows.append([name] + [sd.fmt(by.get(d), ".2f") for d in depths])
         out.append(Table(f"Accuracy vs needle depth at the training length {ctx} (mean over tasks)", header, rows,
                     "0 = the needle opens the haystack, 1 = it stands right before the question."))
