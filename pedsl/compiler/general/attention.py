@@ -119,7 +119,7 @@ def _scored_block(q, K, V, ok, bias, scale, cap, normalize, col, vs, qc, emb, si
     s = modified_scores(q @ K.transpose(-1, -2), scale=scale, bias=bias, cap=cap)
     w, ws = normalised(s, ok, normalize=normalize, sink=col, qc=qc, emb=emb, sigmoid_bias=sigmoid_bias)
     o = w.to(V.dtype) @ V
-    return o if vs is None else o + ws.to(V.dtype) * vs
+    return o if vs is None or ws is None else o + ws.to(V.dtype) * vs  # ws: the sink's weight, given a sink
 
 
 def scored_rows(q, K, V, ok, bias, *, cap=None, normalize="softmax", sink=None, qc=None, emb=None, scale=None,
@@ -178,7 +178,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     fresh, one_doc, unmasked = Lc == 0 and Lq == L, not multi_doc, not lay.padded and lay.mask4 is None
     if causal_call(fast, "causal-sdpa", q, fresh, one_doc, unmasked):  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
-    if causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
+    if shape is not None and causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
             fast, flash_supports(q), shape.window, shape.chunk, lay.positions):  # the band, no mask on its bulk
         return banded_attention(q, K, V, shape.window, shape.chunk)
     qpos_all = last_tokens(lay.positions, Lq, 1)
@@ -186,9 +186,9 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     tables = distance_tables(scheme, bi.tables, qpos_all, kpos)
     qax = last_tokens(axis_rows(lay), Lq, -1) if bi.axial else None
     kax = key_axis_rows(cache, lay, kpos) if bi.axial else None
-    banded = shape is not None and not shape.symmetric  # a symmetric window: every key span, masked
-    block = WINDOW_BLOCK if banded else QUERY_CHUNK
-    starts = key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block) if banded else None
+    band = shape if shape is not None and not shape.symmetric else None  # a symmetric window: every key span, masked
+    block = WINDOW_BLOCK if band is not None else QUERY_CHUNK
+    starts = None if band is None else key_starts(band, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     kspan = all_spans(cache, lay, Lc)
     q0 = Lc + L - Lq
     # explicit scores are formed for every key of the span: stop at the block's last query (causal)

@@ -86,7 +86,8 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
     o = undo_values(kernels, undo, o)
     if cache is not None:
         update_cache(cache, lay, tr, bi, win, scheme.conv_history)
-        if shape_of(scheme) is not None:
-            trim_cache(cache, shape_of(scheme))
+        shape = shape_of(scheme)
+        if shape is not None:
+            trim_cache(cache, shape)
     return o
 # </embedded>

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from pedsl.compiler.kernel_support import path_call
 from pedsl.compiler.general.inputs import F64, Layout, angle_dtype, document_ids_vary
-from pedsl.compiler.general.cache import AttentionCache, append_layout, cached, check_cache, path_flush
+from pedsl.compiler.general.cache import AttentionCache, append_layout, cached, check_cache, path_flush, stored
 from pedsl.compiler.general.windows import Shape, key_starts, shape_of, visible_pairs
 from pedsl.compiler.general.attention import all_keys, allowed_mask, attend, sink_rows
 from pedsl.compiler.path_decode import FUSED_FLUSH, fused_path_scores
@@ -34,6 +34,7 @@ def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=No
     shape = shape_of(scheme)
     run = path_call(scheme.fast_paths, kernels, lay, Lc == 0 and Lq == L)
     if run == "path-window":
+        assert shape is not None  # the kernel's declaration needs a window or a chunk (kernel_support)
         return _path_local(kernels, q, k, v, w, beta, coord, lay, cache, shape, sink)
     if run == "path-blockwise":
         return _path_blockwise(kernels, q, k, v, w, beta, coord, lay, cache)
@@ -43,8 +44,8 @@ def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=No
     if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == angle_dtype(k.dtype)):
         cdt = angle_dtype(k.dtype)  # half precision: the cache and the pending product in float32
         sink = None if sink is None else (sink[0].to(cdt), None if sink[1] is None else sink[1].to(cdt))
-        return path_decode_inplace(*(t.to(cdt) for t in (q, k, v, w, beta)), coord, lay, cache, shape,
-                                   sink).to(q.dtype)
+        qd, kd, vd, wd, bd = (t.to(cdt) for t in (q, k, v, w, beta))
+        return path_decode_inplace(qd, kd, vd, wd, bd, coord, lay, cache, shape, sink).to(q.dtype)
     return _path_decode_rule(q, k, v, w, beta, coord, lay, cache, grad, shape, sink)
 
 
@@ -97,16 +98,16 @@ def _path_decode_rule(q, k, v, w, beta, coord, lay: Layout, cache, grad: bool, s
     B, H, L, D = k.shape
     Lq = q.shape[2]
     Lc = cache.length if cache is not None else 0
-    old = {n: cached(cache, n, Lc) for n in ("k", "v", "pos", "doc", "valid", "coord")} if Lc else {}
+    old = {n: stored(cache, n, Lc) for n in ("k", "v", "pos", "doc", "valid")} if Lc else {}
     if cache is not None and cache.path_pending is not None:
-        path_flush(cache, cache.path_flushed, cache.path_pending)
+        path_flush(cache, cache.path_flushed or 0, cache.path_pending)
     Kt = old["k"] if Lc else k[:, :, :0]
     if grad or Kt.dtype != k.dtype:
         Kt = Kt.to(k.dtype).clone()
     kpos = torch.cat([old["pos"], lay.positions], 1) if Lc else lay.positions
     kdoc = torch.cat([old["doc"], lay.docs], 1) if Lc else lay.docs
     kvalid = torch.cat([old["valid"], lay.valid], 1) if Lc else lay.valid
-    kco = None if coord is None else (torch.cat([old["coord"], coord], -1) if Lc else coord)
+    kco = None if coord is None else (torch.cat([stored(cache, "coord", Lc), coord], -1) if Lc else coord)
     Vall = torch.cat([old["v"].to(v.dtype), v], 2) if Lc else v
     multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     outs = []
@@ -150,7 +151,7 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
     cache.heads_kv = H
     append_layout(cache, lay, v, coord)
     total = Lc + L
-    kpos, kdoc, kvalid = (cached(cache, n, total) for n in ("pos", "doc", "valid"))
+    kpos, kdoc, kvalid = (stored(cache, n, total) for n in ("pos", "doc", "valid"))
     kco = cached(cache, "coord", total) if coord is not None else None
     multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     nf = Lc if cache.path_flushed is None else cache.path_flushed
@@ -166,7 +167,7 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
             else:
                 P = P - (bt * wt) @ (wt.transpose(1, 2) @ P)
             if n > nf:
-                R = cached(cache, "k", n).narrow(2, nf, n - nf).flatten(0, 1)  # (Z, n - nf, D)
+                R = stored(cache, "k", n).narrow(2, nf, n - nf).flatten(0, 1)  # (Z, n - nf, D)
                 R.baddbmm_(torch.bmm(R, wt) * bt, wt.transpose(1, 2), alpha=-1.0)
         cache.put("k", k[:, :, t: t + 1], n)
         r = t - (L - Lq)
@@ -183,14 +184,14 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
 def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, total: int, sink=None):
     """One query (B, H, D) over the n + 1 cached keys, the first nf of them scored through ``P^T q``: on torch's
     fused kernel where it applies (no bias, mask or sink), else by explicit scores."""
-    fused = fused_path_scores(cached(cache, "k", n + 1), cached(cache, "v", total).narrow(2, 0, n + 1), q, P, nf,
+    fused = fused_path_scores(stored(cache, "k", n + 1), stored(cache, "v", total).narrow(2, 0, n + 1), q, P, nf,
                               mask=mask, bias=kco, sink=sink)
     if fused is not None:
         return fused
     B, H, D = q.shape
     Z = B * H
     qt = q.reshape(Z, D, 1)
-    Kall = cached(cache, "k", n + 1).flatten(0, 1)  # (Z, n + 1, D)
+    Kall = stored(cache, "k", n + 1).flatten(0, 1)  # (Z, n + 1, D)
     if nf and P is not None:
         s = torch.cat([torch.bmm(Kall[:, :nf], torch.bmm(P.transpose(1, 2), qt)),
                        torch.bmm(Kall[:, nf:], qt)], 1)
@@ -209,13 +210,13 @@ def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, tot
     if sink is not None:  # one more key every query sees: its logit, its value (zero for a logit sink)
         s = torch.cat([s.expand(B, H, 1, n + 1), sink[0].reshape(B, H, 1, 1).to(s.dtype)], dim=-1)
         p = torch.softmax(s, dim=-1)
-        o = torch.bmm(p[..., :-1].reshape(Z, 1, n + 1), cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
+        o = torch.bmm(p[..., :-1].reshape(Z, 1, n + 1), stored(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
         if sink[1] is not None:
             o = o + p[..., -1:].reshape(Z, 1, 1) * sink[1].expand(B, H, 1, D).reshape(Z, 1, D)
         return o.view(B, H, 1, D)
     p = torch.softmax(s, dim=-1)
     if ok is not None:
         p = p * ok
-    o = torch.bmm(p.reshape(Z, 1, n + 1), cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
+    o = torch.bmm(p.reshape(Z, 1, n + 1), stored(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
     return o.view(B, H, 1, D)
 # </embedded>
