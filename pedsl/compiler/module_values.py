@@ -7,14 +7,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
 from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TWO_PI, TokenValues,
-                                    Window, angle_dtype)
+                                    TorchKernels, Window, angle_dtype)
 from pedsl.compiler.kernel_support import static_kernels
 from pedsl.compiler.band_kernel import bias_kernel_ready, causal_bias_attention
 from pedsl.compiler.mlp_kernel import mlp_attention
@@ -28,6 +28,9 @@ from pedsl.lang.typed import node_types
 from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_supported
 from pedsl.runtime.walk import learned_calls
 from pedsl.ops.path import path_attention, path_attention_local, path_transported_keys
+
+if TYPE_CHECKING:  # annotations only
+    from pedsl.compiler.general.protocols import Kernels
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
@@ -226,6 +229,16 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
 def _as_scheme_side(side: ModuleScheme) -> PL.SchemeSide:
     """For mypy: the adapter supplies every attribute the general forward reads (plan.SchemeSide)."""
     return side
+
+
+def _as_kernels(kernels: FusedKernels) -> Kernels:
+    """For mypy: pedsl's kernels supply every member the general forward reads (general.protocols.Kernels)."""
+    return kernels
+
+
+def _torch_kernels_class() -> Kernels:
+    """For mypy: TorchKernels too, as a generated module passes it (the class itself)."""
+    return TorchKernels
 
 
 class SeparableMlp(NamedTuple):

@@ -3,6 +3,8 @@ the scored rows of a block, and the dispatch to the banded, flash, distance-tabl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
@@ -18,6 +20,9 @@ from pedsl.compiler.general.inputs import Layout, document_ids_vary, last_tokens
 from pedsl.compiler.general.cache import append_layout, cached, check_cache
 from pedsl.compiler.general.windows import key_starts, shape_of, visible
 from pedsl.compiler.general.bias import Biases, axis_rows, bias_rows, distance_tables, key_axis_rows, run_length
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import Kernels
 
 # <embedded>
 # ---------------------------------------------------------------------- attention
@@ -227,7 +232,7 @@ def all_spans(cache, lay: Layout, Lc: int):
     return cached(cache, "span", Lc + lay.spans.shape[1])
 
 
-def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
+def distance_attend(scheme, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """Biases that are all distance tables, over one fresh causal sequence, on the kernels' Toeplitz kernel
     (the tables summed once (H, distances), each block of queries reading its rows as a view of it); or one
     bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`). None where the call
@@ -235,24 +240,26 @@ def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
     ``kernel_support``)."""
     if bi.queries:
         return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache)
-    if not fresh_sequence_call(scheme.fast_paths, "distance", kernels, q, k, lay, cache):
+    toeplitz, in_rows = kernels.distance_attention, kernels.bias_attention
+    if toeplitz is None or not fresh_sequence_call(scheme.fast_paths, "distance", kernels, q, k, lay, cache):
         return None
     pos = lay.positions
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
     table = sum(tables[1:], tables[0])
-    if bias_call(scheme.fast_paths, kernels, q, k, v):  # the table inside the C++ kernel's rows
-        return kernels.bias_attention(q, k, v, table=table)
-    return kernels.distance_attention(q, k, v, table)
+    if in_rows is not None and bias_call(scheme.fast_paths, kernels, q, k, v):  # the table inside the C++ kernel's rows
+        return in_rows(q, k, v, table=table)
+    return toeplitz(q, k, v, table)
 
 
-def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
+def query_mlp_attend(scheme, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """One bias ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE; the scheme's
     ``query_mlp``) and no other bias, over one fresh causal sequence whose rows all start at the same
     position (w reads it), on the kernels' MLP-bias kernel. None otherwise."""
-    if not hasattr(scheme, "query_mlp") or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
+    mlp = kernels.mlp_attention
+    if mlp is None or not hasattr(scheme, "query_mlp") or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
         return None
     factors = scheme.query_mlp(bi.queries[0], lay.positions[0], q.device)
-    return None if factors is None else kernels.mlp_attention(q, k, v, *factors)
+    return None if factors is None else mlp(q, k, v, *factors)
 
 
 def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:

@@ -3,6 +3,8 @@ rule (pending Householder steps on the cached keys, applied every PATH_FLUSH tok
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -13,6 +15,9 @@ from pedsl.compiler.general.windows import Shape, key_starts, shape_of, visible_
 from pedsl.compiler.general.attention import all_keys, allowed_mask, attend, sink_rows
 from pedsl.compiler.path_decode import FUSED_FLUSH, fused_path_scores
 
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import Kernels
+
 # <embedded>
 # ---------------------------------------------------------------------- path
 PATH_BLOCK = 64  # PaTH inside a window: steps per block of the windowed kernel
@@ -20,7 +25,7 @@ PATH_FLUSH = FUSED_FLUSH  # PaTH decoding: pending Householder steps applied to 
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
 
 
-def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
+def path_attend(scheme, kernels: Kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
     and left padding become hard resets of the log-gate), the windowed kernel for a fresh sequence
     inside a window or chunk (its mask decides documents, padding and the sink), otherwise the decode
@@ -49,7 +54,7 @@ def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=No
     return _path_decode_rule(q, k, v, w, beta, coord, lay, cache, grad, shape, sink)
 
 
-def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
+def _path_blockwise(kernels: Kernels, q, k, v, w, beta, coord, lay: Layout, cache):
     B, H, L, _ = k.shape
     lf = None
     if coord is not None:
@@ -59,21 +64,25 @@ def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
     if bool(start.any()):
         lf = torch.zeros(B, H, L, dtype=F64, device=q.device) if lf is None else lf.clone()
         lf = lf.masked_fill(start[:, None, :].expand(B, H, L), HARD_RESET)
-    o = kernels.path_attention(q, k, v, w, beta, lf)
+    kernel = kernels.path_attention
+    assert kernel is not None  # path_call chose path-blockwise: the kernels have it
+    o = kernel(q, k, v, w, beta, lf)
     if lay.padded:  # left padding: its queries see no key
         o = o * lay.valid[:, None, :, None].to(o.dtype)
     return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
 
 
-def _path_prefilled(kernels, o, k, v, w, beta, coord, lay: Layout, cache):
+def _path_prefilled(kernels: Kernels, o, k, v, w, beta, coord, lay: Layout, cache):
     """A fresh sequence's PaTH output ``o``; a cache gets every key moved to the last token."""
     if cache is not None:  # half-precision calls keep PaTH's cache in float32 (steps accumulate there)
         cdt = angle_dtype(k.dtype)
-        all_keys(cache, lay, kernels.path_transported_keys(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
+        transported = kernels.path_transported_keys
+        assert transported is not None  # every supplier of PaTH's blockwise kernels supplies it beside them
+        all_keys(cache, lay, transported(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
     return o
 
 
-def _path_local(kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Shape, sink):
+def _path_local(kernels: Kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Shape, sink):
     """PaTH inside a window or chunk over a fresh sequence: the kernel scores each block of queries
     against the keys it can see only (O(L N)), the steps between them composed inside the window; the
     window, documents and padding decide each pair. ``reach``: how far back (in tokens) any query sees."""
@@ -88,8 +97,9 @@ def _path_local(kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Sha
         return ok if kvalid is None else ok & kvalid[:, j]
 
     lf = None if coord is None else torch.diff(coord, dim=-1, prepend=coord[..., :1])
-    o = kernels.path_local_attention(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink,
-                                     block_size=PATH_BLOCK)
+    kernel = kernels.path_local_attention
+    assert kernel is not None  # path_call chose path-window: the kernels have it
+    o = kernel(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink, block_size=PATH_BLOCK)
     return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
 
 

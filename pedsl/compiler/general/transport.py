@@ -4,7 +4,7 @@ angles of the new tokens continuing the cache's, xPos scales, and moving q, k an
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -12,6 +12,9 @@ from torch import Tensor
 from pedsl.compiler.general.inputs import F64, InputError, Layout, ROPE, SO2, angle_dtype, last_tokens
 from pedsl.compiler.general.cache import stored
 from pedsl.compiler.general.values import TokenValues
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import Kernels
 
 # <embedded>
 # ---------------------------------------------------------------------- transport
@@ -25,7 +28,7 @@ class Transports(NamedTuple):
     per_head: bool  # a transport differs per query head: k and v need one copy per query head
 
 
-def transports(scheme, kernels, vals: TokenValues, lay: Layout, cache, dtype) -> Transports:
+def transports(scheme, kernels: Kernels, vals: TokenValues, lay: Layout, cache, dtype) -> Transports:
     """Rotations of the L new tokens (cumulative angles continue the cache's) and PaTH's steps."""
     B, L = lay.valid.shape
     adt = angle_dtype(dtype)
@@ -121,7 +124,7 @@ def xpos_scale(t, positions: Tensor, centre: int) -> Tensor:
     return z ** e.unsqueeze(-1)
 
 
-def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:
+def xpos_centre(kernels: Kernels, t, i: int, lay: Layout, cache) -> int:
     """The centre c of xPos's exponents (p - c) / gamma in this call. Without a cache, n // 2 (as
     rotary-embedding-torch and x-transformers), so the scales stay within zeta^(+-n / (2 gamma)). With a
     cache, the centre its keys were stored at, as long as it is within gamma of n // 2; past that the
@@ -146,11 +149,11 @@ def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:
     return c
 
 
-def transport_qkv(kernels, tr: Transports, q, k, v):
+def transport_qkv(kernels: Kernels, tr: Transports, q, k, v):
     """q (its last Lq tokens), k and v rotated by their absolute angles; what undoes the value rotation."""
     Lq, D, adt = q.shape[2], q.shape[3], angle_dtype(q.dtype)
     undo: list[tuple[Any, tuple | None, tuple[Tensor, Tensor] | Tensor]] = []  # (transform, channels, angles)
-    for t, ang in merged_rotations(tr.rots, D, getattr(kernels, "layout", None)):
+    for t, ang in merged_rotations(tr.rots, D, kernels.layout):
         ch = t.channels if len(t.channels) != D else None
         if t.kind == ROPE:
             ck, sk = ang[:2]
@@ -174,7 +177,7 @@ def transport_qkv(kernels, tr: Transports, q, k, v):
     return q, k, v, undo
 
 
-def undo_values(kernels, undo, o):
+def undo_values(kernels: Kernels, undo, o):
     """R(A_i)^T = R(-A_i) at the query's angle, for every transport that rotated the values."""
     for t, ch, a in reversed(undo):
         if isinstance(a, tuple):
