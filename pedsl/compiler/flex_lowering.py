@@ -27,7 +27,7 @@ CPU, so there the call check sends calls that need gradients to the general forw
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
@@ -40,6 +40,9 @@ from pedsl.compiler.general.values import Window
 from pedsl.compiler.general.windows import shape_of, visible_pairs
 from pedsl.compiler.kernel_support import takes_dtype
 from pedsl.compiler.scores import modified_scores, scale_by_temperature, sink_column
+
+if TYPE_CHECKING:  # annotations only
+    from pedsl.compiler.general.protocols import Kernels
 
 F64 = torch.float64
 
@@ -74,7 +77,7 @@ def _kernel_takes(q: Tensor) -> bool:
     return not (q.device.type == "cpu" and q.dtype == torch.float64 and flex_kernel(q.device) is _compiled_flex())
 
 
-def flex_forward(scheme, kernels, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, lay: Layout) -> Tensor:
+def flex_forward(scheme, kernels: Kernels, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, lay: Layout) -> Tensor:
     """The fresh call of :func:`pedsl.compiler.general.forward.general_forward` (``lay``: its layout, no cache) with the
     attention of :func:`flex_attend`."""
     Hq, Hkv = q.shape[1], k.shape[1]

@@ -21,7 +21,10 @@ model by :func:`hf_rotary_call`.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:  # for the checker only: the module imports nothing at run time
+    from pedsl.compiler.general.protocols import Kernels
 
 # <embedded>
 # ---------------------------------------------------------------------------------------------
@@ -295,22 +298,21 @@ def band_call(q, k, v, window: int) -> bool:
     return window < q.shape[2] and same and dtype_name(q) in kernel_decl("band").dtypes
 
 
-def bias_call(fast, kernels, q, k, v) -> bool:
+def bias_call(fast, kernels: Kernels, q, k, v) -> bool:
     """The C++ causal kernel with its biases in the rows (``bias``): q, k, v on the CPU in one dtype it
     computes in, as many keys as queries, and ``kernels`` has it built (``kernels.bias_ready``; asked last:
     the first ask builds the C++ kernels)."""
     same = q.dtype == k.dtype == v.dtype and q.device.type == k.device.type == v.device.type == "cpu"
     if not ("bias" in fast and same and q.shape[2] == k.shape[2] and dtype_name(q) in kernel_decl("bias").dtypes):
         return False
-    ready = getattr(kernels, "bias_ready", None)
-    return ready is not None and ready()
+    return kernels.bias_ready is not None and kernels.bias_ready()
 
 
-def fresh_sequence_call(fast, name: str, kernels, q, k, lay, cache) -> bool:
+def fresh_sequence_call(fast, name: str, kernels: Kernels, q, k, lay, cache) -> bool:
     """The Toeplitz (``distance``) or MLP-bias (``mlp``) kernel: one fresh sequence at consecutive positions
     (each row may start anywhere), no cache, padding, packed documents or mask, as many key/value heads and
     keys as queries, a dtype the kernels take (``kernels.distance_supported``)."""
-    supported = getattr(kernels, "distance_supported", None)
+    supported = kernels.distance_supported
     if not (name in fast and cache is None and q.shape == k.shape and not lay.padded and lay.mask4 is None
             and supported is not None and supported(q) and dtype_name(q) in kernel_decl(name).dtypes):
         return False
@@ -320,26 +322,26 @@ def fresh_sequence_call(fast, name: str, kernels, q, k, lay, cache) -> bool:
     return consecutive(lay.positions)
 
 
-def mlp_call(fast, kernels, q, k, lay, cache) -> bool:
+def mlp_call(fast, kernels: Kernels, q, k, lay, cache) -> bool:
     """:func:`fresh_sequence_call` of the MLP-bias kernel, its rows all starting at one position (w reads it)."""
-    if getattr(kernels, "mlp_attention", None) is None or not fresh_sequence_call(fast, "mlp", kernels, q, k, lay,
+    if kernels.mlp_attention is None or not fresh_sequence_call(fast, "mlp", kernels, q, k, lay,
                                                                                   cache):
         return False
     pos = lay.positions
     return pos.shape[0] == 1 or bool((pos == pos[:1]).all())
 
 
-def path_call(fast, kernels, lay, fresh: bool) -> str | None:
+def path_call(fast, kernels: Kernels, lay, fresh: bool) -> str | None:
     """Which of PaTH's blockwise kernels takes a call, or None (the decode rule): ``path-window`` inside a
     window or chunk (its mask decides documents and padding), ``path-blockwise`` over the whole sequence
     (documents and left padding as hard resets); either only for a fresh call (as many queries as keys,
     nothing cached) without an attention mask."""
     if not (fresh and lay.mask4 is None and lay.key_valid_cached is None):
         return None
-    if "path-window" in fast and getattr(kernels, "path_local_attention", None) is not None:
+    if "path-window" in fast and kernels.path_local_attention is not None:
         return "path-window"
     left_pad = not lay.padded or bool((lay.valid.long().diff(dim=1) >= 0).all())
-    if "path-blockwise" in fast and left_pad and getattr(kernels, "path_attention", None) is not None:
+    if "path-blockwise" in fast and left_pad and kernels.path_attention is not None:
         return "path-blockwise"
     return None
 

@@ -6,24 +6,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
 
 from pedsl.compiler import plan as PL
-from pedsl.compiler.general import (
-    AXIS_BIAS,
-    F64,
-    GATE_BIAS,
-    LINEAR_BIAS,
-    QUERY_BIAS,
-    TABLE_BIAS,
-    TWO_PI,
-    TokenValues,
-    Window,
-    angle_dtype,
-)
+from pedsl.compiler.general import (AXIS_BIAS, F64, GATE_BIAS, LINEAR_BIAS, QUERY_BIAS, TABLE_BIAS, TWO_PI, TokenValues,
+                                    TorchKernels, Window, angle_dtype)
 from pedsl.compiler.kernel_support import static_kernels
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, per_head
 from pedsl.lang import ast
@@ -37,6 +27,9 @@ from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_suppo
 from pedsl.ops.mlp_kernel import mlp_attention
 from pedsl.ops.path import path_attention, path_attention_local, path_transported_keys
 from pedsl.runtime.walk import learned_calls
+
+if TYPE_CHECKING:  # annotations only
+    from pedsl.compiler.general.protocols import Kernels
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
@@ -237,6 +230,16 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
 def _as_scheme_side(side: ModuleScheme) -> PL.SchemeSide:
     """For mypy: the adapter supplies every attribute the general forward reads (plan.SchemeSide)."""
     return side
+
+
+def _as_kernels(kernels: FusedKernels) -> Kernels:
+    """For mypy: pedsl's kernels supply every member the general forward reads (general.protocols.Kernels)."""
+    return kernels
+
+
+def _torch_kernels_class() -> Kernels:
+    """For mypy: TorchKernels too, as a generated module passes it (the class itself)."""
+    return TorchKernels
 
 
 class SeparableMlp(NamedTuple):

@@ -64,7 +64,9 @@ short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, 
 CoPE's positions, with its ``contextual_embedding``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
 device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
 cumulative sums of angles, the blockwise PaTH kernel, the Toeplitz kernel of distance tables) come as
-``kernels``: :class:`TorchKernels` here, pedsl's fused ones in process.
+``kernels``: :class:`TorchKernels` here, pedsl's fused ones in process; what the forward reads of them is the
+``Kernels`` Protocol of :mod:`pedsl.compiler.general.protocols` (every supplier gives every member, None for a
+kernel it has not).
 """
 
 from pedsl.compiler.general.inputs import (AXIS_BIAS, F64, GATE_BIAS, HOUSEHOLDER, LINEAR_BIAS, QUERY_BIAS, ROPE, SO2,

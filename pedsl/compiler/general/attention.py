@@ -3,6 +3,8 @@ the scored rows of a block, and the dispatch to the banded, flash, distance-tabl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
@@ -18,6 +20,9 @@ from pedsl.compiler.general.inputs import Layout, document_ids_vary, last_tokens
 from pedsl.compiler.general.cache import append_layout, cached, check_cache
 from pedsl.compiler.general.windows import key_starts, shape_of, visible
 from pedsl.compiler.general.bias import Biases, axis_rows, bias_rows, distance_tables, key_axis_rows, run_length
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import Kernels
 
 # <embedded>
 # ---------------------------------------------------------------------- attention
@@ -119,7 +124,7 @@ def _scored_block(q, K, V, ok, bias, scale, cap, normalize, col, vs, qc, emb, si
     s = modified_scores(q @ K.transpose(-1, -2), scale=scale, bias=bias, cap=cap)
     w, ws = normalised(s, ok, normalize=normalize, sink=col, qc=qc, emb=emb, sigmoid_bias=sigmoid_bias)
     o = w.to(V.dtype) @ V
-    return o if vs is None else o + ws.to(V.dtype) * vs
+    return o if vs is None or ws is None else o + ws.to(V.dtype) * vs  # ws: the sink's weight, given a sink
 
 
 def scored_rows(q, K, V, ok, bias, *, cap=None, normalize="softmax", sink=None, qc=None, emb=None, scale=None,
@@ -178,7 +183,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     fresh, one_doc, unmasked = Lc == 0 and Lq == L, not multi_doc, not lay.padded and lay.mask4 is None
     if causal_call(fast, "causal-sdpa", q, fresh, one_doc, unmasked):  # one causal sequence at given positions
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
-    if causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
+    if shape is not None and causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
             fast, flash_supports(q), shape.window, shape.chunk, lay.positions):  # the band, no mask on its bulk
         return banded_attention(q, K, V, shape.window, shape.chunk)
     qpos_all = last_tokens(lay.positions, Lq, 1)
@@ -186,9 +191,9 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     tables = distance_tables(scheme, bi.tables, qpos_all, kpos)
     qax = last_tokens(axis_rows(lay), Lq, -1) if bi.axial else None
     kax = key_axis_rows(cache, lay, kpos) if bi.axial else None
-    banded = shape is not None and not shape.symmetric  # a symmetric window: every key span, masked
-    block = WINDOW_BLOCK if banded else QUERY_CHUNK
-    starts = key_starts(shape, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block) if banded else None
+    band = shape if shape is not None and not shape.symmetric else None  # a symmetric window: every key span, masked
+    block = WINDOW_BLOCK if band is not None else QUERY_CHUNK
+    starts = None if band is None else key_starts(band, lay, kpos, kdoc, key_validity(lay, kvalid, Lc), Lq, block)
     kspan = all_spans(cache, lay, Lc)
     q0 = Lc + L - Lq
     # explicit scores are formed for every key of the span: stop at the block's last query (causal)
@@ -227,7 +232,7 @@ def all_spans(cache, lay: Layout, Lc: int):
     return cached(cache, "span", Lc + lay.spans.shape[1])
 
 
-def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
+def distance_attend(scheme, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """Biases that are all distance tables, over one fresh causal sequence, on the kernels' Toeplitz kernel
     (the tables summed once (H, distances), each block of queries reading its rows as a view of it); or one
     bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`). None where the call
@@ -235,24 +240,26 @@ def distance_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
     ``kernel_support``)."""
     if bi.queries:
         return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache)
-    if not fresh_sequence_call(scheme.fast_paths, "distance", kernels, q, k, lay, cache):
+    toeplitz, in_rows = kernels.distance_attention, kernels.bias_attention
+    if toeplitz is None or not fresh_sequence_call(scheme.fast_paths, "distance", kernels, q, k, lay, cache):
         return None
     pos = lay.positions
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
     table = sum(tables[1:], tables[0])
-    if bias_call(scheme.fast_paths, kernels, q, k, v):  # the table inside the C++ kernel's rows
-        return kernels.bias_attention(q, k, v, table=table)
-    return kernels.distance_attention(q, k, v, table)
+    if in_rows is not None and bias_call(scheme.fast_paths, kernels, q, k, v):  # the table inside the C++ kernel's rows
+        return in_rows(q, k, v, table=table)
+    return toeplitz(q, k, v, table)
 
 
-def query_mlp_attend(scheme, kernels, q, k, v, bi: Biases, lay: Layout, cache):
+def query_mlp_attend(scheme, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """One bias ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE; the scheme's
     ``query_mlp``) and no other bias, over one fresh causal sequence whose rows all start at the same
     position (w reads it), on the kernels' MLP-bias kernel. None otherwise."""
-    if not hasattr(scheme, "query_mlp") or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
+    mlp = kernels.mlp_attention
+    if mlp is None or not hasattr(scheme, "query_mlp") or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
         return None
     factors = scheme.query_mlp(bi.queries[0], lay.positions[0], q.device)
-    return None if factors is None else kernels.mlp_attention(q, k, v, *factors)
+    return None if factors is None else mlp(q, k, v, *factors)
 
 
 def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from pedsl.compiler.general.masks import coordinate_differences, pair_distances
 from pedsl.compiler.general.inputs import AXIS_BIAS, F64, LINEAR_BIAS, Layout, QUERY_BIAS, TABLE_BIAS, last_tokens
-from pedsl.compiler.general.cache import cached
+from pedsl.compiler.general.cache import stored
 from pedsl.compiler.general.values import TokenValues
 
 # <embedded>
@@ -26,7 +26,11 @@ class Biases(NamedTuple):
 def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
     """Float64 coordinates of the L new tokens (gate sums continue the cache's) and the table biases."""
     B, L = lay.valid.shape
-    coord, tables, gates, queries, axial = None, [], {}, [], []
+    coord: Tensor | None = None
+    tables: list[int] = []
+    queries: list[int] = []
+    axial: list[int] = []
+    gates: dict[int, Tensor] = {}
     for i, (kind, raw) in enumerate(vals.biases):
         if kind in (TABLE_BIAS, QUERY_BIAS, AXIS_BIAS):
             {TABLE_BIAS: tables, QUERY_BIAS: queries, AXIS_BIAS: axial}[kind].append(i)
@@ -63,7 +67,7 @@ def key_axis_rows(cache, lay: Layout, kpos: Tensor) -> Tensor:
     """(B, A, keys): every key's positions along each axis, the cache's then this call's (after all_keys)."""
     if lay.axes_pos is None:
         return kpos[:, None]
-    return axis_rows(lay) if cache is None else cached(cache, "axes", kpos.shape[1])
+    return axis_rows(lay) if cache is None else stored(cache, "axes", kpos.shape[1])
 
 
 def run_length(qpos, kpos) -> int:

@@ -51,6 +51,14 @@ class AttentionCache:
     def __repr__(self) -> str:
         return f"AttentionCache(scheme={self.scheme!r}, batch_size={self.batch_size}, length={self.length})"
 
+    def row_ends(self) -> tuple[Tensor, Tensor] | None:
+        """Each row's last unpadded token so far: its position (-1: none yet) and document, (B,) each; None
+        before the first call."""
+        if self.last_pos is None:
+            return None
+        assert self.last_doc is not None  # advance_rows sets the two together
+        return self.last_pos, self.last_doc
+
     # buffers: token axis is dim 2 for (B, H, L, D) / (B, H, L), dim 1 for (B, L)
     def get(self, name: str) -> Tensor | None:
         return cached(self, name, self.length)
@@ -80,6 +88,15 @@ def cached(cache: AttentionCache, name: str, n: int) -> Tensor | None:
     """The first n tokens of a cache buffer (a view), or None when the cache has no such buffer."""
     b = cache._buf.get(name)
     return None if b is None else b.narrow(token_axis(b), 0, n)
+
+
+def stored(cache: AttentionCache, name: str, n: int) -> Tensor:
+    """The first n tokens of a buffer every call writes (keys, values, positions, documents, validity, and
+    what the scheme's features write on every call): :func:`cached` where its absence is a bug."""
+    b = cached(cache, name, n)
+    if b is None:
+        raise KeyError(f"the cache holds no {name!r} buffer")
+    return b
 
 
 def append_layout(cache: AttentionCache, lay: Layout, v: Tensor, coord: Tensor | None) -> None:
@@ -119,7 +136,8 @@ def update_cache(cache: AttentionCache, lay: Layout, tr, bi, win, conv_history: 
         cache.length += L
         return
     cache.all_valid = cache.all_valid and not lay.padded
-    first = cache.last_doc if cache.last_pos is not None else lay.docs[:, 0]
+    ends = cache.row_ends()
+    first = ends[1] if ends is not None else lay.docs[:, 0]
     cache.one_doc = cache.one_doc and bool((lay.docs == first[:, None]).all())
     advance_rows(cache, lay)
 
@@ -128,13 +146,13 @@ def advance_rows(cache: AttentionCache, lay: Layout) -> None:
     """Each row's last unpadded token (position and document) after the call; the cache's new length."""
     B, L = lay.valid.shape
     device = lay.valid.device
-    if cache.last_pos is None:
-        cache.last_pos = torch.full((B,), -1, dtype=torch.long, device=device)
-        cache.last_doc = torch.zeros(B, dtype=torch.long, device=device)
+    ends = cache.row_ends()
+    if ends is None:
+        ends = torch.full((B,), -1, dtype=torch.long, device=device), torch.zeros(B, dtype=torch.long, device=device)
     any_v = lay.valid.any(1)
     idx = torch.where(lay.valid, torch.arange(L, device=device), -1).max(1).values.clamp(min=0)
-    cache.last_pos = torch.where(any_v, lay.positions.gather(1, idx[:, None])[:, 0], cache.last_pos)
-    cache.last_doc = torch.where(any_v, lay.docs.gather(1, idx[:, None])[:, 0], cache.last_doc)
+    cache.last_pos = torch.where(any_v, lay.positions.gather(1, idx[:, None])[:, 0], ends[0])
+    cache.last_doc = torch.where(any_v, lay.docs.gather(1, idx[:, None])[:, 0], ends[1])
     cache.length += L
 
 
@@ -142,7 +160,7 @@ def path_flush(cache: AttentionCache, nf: int, P) -> None:
     """Apply the pending product ``P`` of PaTH steps to the first ``nf`` keys (those cached before the
     last flush): ``K <- K P^T``. Afterwards every cached key is transported to the newest token."""
     if P is not None and nf:
-        Kf = cached(cache, "k", nf).flatten(0, 1)
+        Kf = stored(cache, "k", nf).flatten(0, 1)
         Kf.copy_(torch.bmm(Kf, P.transpose(1, 2)))
     cache.path_pending, cache.path_flushed = None, None
 # </embedded>

@@ -3,6 +3,8 @@ docstring), its input checks and :class:`TorchKernels`, its primitives in plain 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -16,6 +18,9 @@ from pedsl.compiler.general.bias import biases
 from pedsl.compiler.general.attention import attend_blocks, distance_attend
 from pedsl.compiler.general.path import path_attend
 
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import Kernels
+
 # <embedded>
 # ---------------------------------------------------------------------- forward
 class TorchKernels:
@@ -25,7 +30,9 @@ class TorchKernels:
     Toeplitz distance-bias or MLP-bias kernel (distance tables and biases that read the query position run
     by blocks of queries)."""
 
+    layout = None  # rotates whatever pairs a transform names
     path_attention = path_local_attention = path_transported_keys = distance_attention = mlp_attention = None
+    distance_supported = bias_attention = bias_ready = None
 
     @staticmethod
     def rotate(x, cos, sin, t, channels):
@@ -56,7 +63,7 @@ def check_call(scheme, q, k, v, cache) -> None:
         raise InputError("cache was made by another module or for another batch size: use module.new_cache(B)")
 
 
-def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=None, document_ids=None,
+def general_forward(scheme, kernels: Kernels, q, k, v, *, x=None, tokens=None, positions=None, document_ids=None,
                     cache=None, attn_mask=None, lay: Layout | None = None, span_ids=None) -> Tensor:
     """The call of the module docstring: q (B, Hq, Lq, D), k, v (B, Hkv, L, D) -> (B, Hq, Lq, D)."""
     B, Hq, Lq, D = q.shape
@@ -92,7 +99,8 @@ def general_forward(scheme, kernels, q, k, v, *, x=None, tokens=None, positions=
         o = differential_heads(o, lam)
     if cache is not None:
         update_cache(cache, lay, tr, bi, win, scheme.conv_history)
-        if shape_of(scheme) is not None:
-            trim_cache(cache, shape_of(scheme))
+        shape = shape_of(scheme)
+        if shape is not None:
+            trim_cache(cache, shape)
     return o
 # </embedded>

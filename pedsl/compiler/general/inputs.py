@@ -135,7 +135,7 @@ def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_ma
 
 def check_spans_continue(cache, lay: Layout) -> None:
     """Refuse a call whose tokens join a span some cached tokens are in (their outputs are returned already)."""
-    if not cache.length:
+    if lay.spans is None or not cache.length:
         return
     if "span" in cache._buf:
         old = [cache.get(n) for n in ("span", "doc", "valid")]
@@ -164,12 +164,9 @@ def _layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_m
     if positions is not None:
         positions, per_axis = axis_positions(positions, axes, B, L, device)
     valid, kv_cached, mask4 = _split_mask(attn_mask, heads, B, L, Lq, Lc, device)
-    has_prev = last_pos = last_doc = None
-    if cache is not None and cache.last_pos is not None:
-        has_prev = cache.last_pos >= 0
-        last_pos, last_doc = cache.last_pos, cache.last_doc
+    ends = None if cache is None else cache.row_ends()  # each row's last position and document so far
     if document_ids is None:
-        docs = (last_doc.clone() if last_doc is not None else torch.zeros(B, dtype=torch.long, device=device))
+        docs = (ends[1].clone() if ends is not None else torch.zeros(B, dtype=torch.long, device=device))
         docs = docs[:, None].expand(B, L)
     else:
         docs = int_arg("document_ids", document_ids, B, L, device)
@@ -180,9 +177,9 @@ def _layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_m
     prev_c = prev.clamp(min=0)
     prev_doc = torch.gather(docs, 1, prev_c)
     prev_ok = inside.clone()
-    if has_prev is not None:
-        prev_doc = torch.where(inside, prev_doc, last_doc[:, None])
-        prev_ok = inside | has_prev[:, None]
+    if ends is not None:
+        prev_doc = torch.where(inside, prev_doc, ends[1][:, None])
+        prev_ok = inside | (ends[0] >= 0)[:, None]
     same = prev_ok & (prev_doc == docs)
     if positions is None:
         # index inside the document among unpadded tokens, continuing the cache's document
@@ -190,15 +187,17 @@ def _layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_m
         start = valid & ~same
         cm = torch.cummax(torch.where(start, c - 1, torch.full_like(c, -(1 << 40))), dim=1).values
         base0 = torch.zeros(B, dtype=torch.long, device=device)
-        if has_prev is not None:
+        if ends is not None:
+            last_pos, last_doc = ends
+            has_prev = last_pos >= 0
             cont = has_prev & ((docs[:, 0] == last_doc) if L else has_prev)
             base0 = torch.where(cont, -(last_pos + 1), base0)
         pos = (c - 1 - torch.maximum(cm, base0[:, None])).clamp(min=0)
     else:
         pos = positions
         prev_pos = torch.gather(pos, 1, prev_c)
-        if has_prev is not None:
-            prev_pos = torch.where(inside, prev_pos, last_pos[:, None])
+        if ends is not None:
+            prev_pos = torch.where(inside, prev_pos, ends[0][:, None])
         bad = valid & same & (pos < prev_pos)
         if per_axis is None and bool(bad.any()):
             b, t = (int(i) for i in bad.nonzero()[0])

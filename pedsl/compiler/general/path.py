@@ -3,15 +3,20 @@ rule (pending Householder steps on the cached keys, applied every PATH_FLUSH tok
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from pedsl.compiler.kernel_support import path_call
 from pedsl.compiler.general.inputs import F64, Layout, angle_dtype, document_ids_vary
-from pedsl.compiler.general.cache import AttentionCache, append_layout, cached, check_cache, path_flush
+from pedsl.compiler.general.cache import AttentionCache, append_layout, cached, check_cache, path_flush, stored
 from pedsl.compiler.general.windows import Shape, key_starts, shape_of, visible_pairs
 from pedsl.compiler.general.attention import all_keys, allowed_mask, attend, sink_rows
 from pedsl.ops.path_decode import FUSED_FLUSH, fused_path_scores
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import Kernels
 
 # <embedded>
 # ---------------------------------------------------------------------- path
@@ -20,7 +25,7 @@ PATH_FLUSH = FUSED_FLUSH  # PaTH decoding: pending Householder steps applied to 
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
 
 
-def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
+def path_attend(scheme, kernels: Kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
     and left padding become hard resets of the log-gate), the windowed kernel for a fresh sequence
     inside a window or chunk (its mask decides documents, padding and the sink), otherwise the decode
@@ -34,6 +39,7 @@ def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=No
     shape = shape_of(scheme)
     run = path_call(scheme.fast_paths, kernels, lay, Lc == 0 and Lq == L)
     if run == "path-window":
+        assert shape is not None  # the kernel's declaration needs a window or a chunk (kernel_support)
         return _path_local(kernels, q, k, v, w, beta, coord, lay, cache, shape, sink)
     if run == "path-blockwise":
         return _path_blockwise(kernels, q, k, v, w, beta, coord, lay, cache)
@@ -43,12 +49,12 @@ def path_attend(scheme, kernels, q, k, v, hh, coord, lay: Layout, cache, sink=No
     if cache is not None and not grad and (Lc == 0 or cache._buf["k"].dtype == angle_dtype(k.dtype)):
         cdt = angle_dtype(k.dtype)  # half precision: the cache and the pending product in float32
         sink = None if sink is None else (sink[0].to(cdt), None if sink[1] is None else sink[1].to(cdt))
-        return path_decode_inplace(*(t.to(cdt) for t in (q, k, v, w, beta)), coord, lay, cache, shape,
-                                   sink).to(q.dtype)
+        qd, kd, vd, wd, bd = (t.to(cdt) for t in (q, k, v, w, beta))
+        return path_decode_inplace(qd, kd, vd, wd, bd, coord, lay, cache, shape, sink).to(q.dtype)
     return _path_decode_rule(q, k, v, w, beta, coord, lay, cache, grad, shape, sink)
 
 
-def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
+def _path_blockwise(kernels: Kernels, q, k, v, w, beta, coord, lay: Layout, cache):
     B, H, L, _ = k.shape
     lf = None
     if coord is not None:
@@ -58,21 +64,25 @@ def _path_blockwise(kernels, q, k, v, w, beta, coord, lay: Layout, cache):
     if bool(start.any()):
         lf = torch.zeros(B, H, L, dtype=F64, device=q.device) if lf is None else lf.clone()
         lf = lf.masked_fill(start[:, None, :].expand(B, H, L), HARD_RESET)
-    o = kernels.path_attention(q, k, v, w, beta, lf)
+    kernel = kernels.path_attention
+    assert kernel is not None  # path_call chose path-blockwise: the kernels have it
+    o = kernel(q, k, v, w, beta, lf)
     if lay.padded:  # left padding: its queries see no key
         o = o * lay.valid[:, None, :, None].to(o.dtype)
     return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
 
 
-def _path_prefilled(kernels, o, k, v, w, beta, coord, lay: Layout, cache):
+def _path_prefilled(kernels: Kernels, o, k, v, w, beta, coord, lay: Layout, cache):
     """A fresh sequence's PaTH output ``o``; a cache gets every key moved to the last token."""
     if cache is not None:  # half-precision calls keep PaTH's cache in float32 (steps accumulate there)
         cdt = angle_dtype(k.dtype)
-        all_keys(cache, lay, kernels.path_transported_keys(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
+        transported = kernels.path_transported_keys
+        assert transported is not None  # every supplier of PaTH's blockwise kernels supplies it beside them
+        all_keys(cache, lay, transported(k.to(cdt), w.to(cdt), beta.to(cdt)), v.to(cdt), coord, 0)
     return o
 
 
-def _path_local(kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Shape, sink):
+def _path_local(kernels: Kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Shape, sink):
     """PaTH inside a window or chunk over a fresh sequence: the kernel scores each block of queries
     against the keys it can see only (O(L N)), the steps between them composed inside the window; the
     window, documents and padding decide each pair. ``reach``: how far back (in tokens) any query sees."""
@@ -87,8 +97,9 @@ def _path_local(kernels, q, k, v, w, beta, coord, lay: Layout, cache, shape: Sha
         return ok if kvalid is None else ok & kvalid[:, j]
 
     lf = None if coord is None else torch.diff(coord, dim=-1, prepend=coord[..., :1])
-    o = kernels.path_local_attention(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink,
-                                     block_size=PATH_BLOCK)
+    kernel = kernels.path_local_attention
+    assert kernel is not None  # path_call chose path-window: the kernels have it
+    o = kernel(q, k, v, w, beta, lf, reach=reach, allowed=allowed, sink=sink, block_size=PATH_BLOCK)
     return _path_prefilled(kernels, o, k, v, w, beta, coord, lay, cache)
 
 
@@ -97,16 +108,16 @@ def _path_decode_rule(q, k, v, w, beta, coord, lay: Layout, cache, grad: bool, s
     B, H, L, D = k.shape
     Lq = q.shape[2]
     Lc = cache.length if cache is not None else 0
-    old = {n: cached(cache, n, Lc) for n in ("k", "v", "pos", "doc", "valid", "coord")} if Lc else {}
+    old = {n: stored(cache, n, Lc) for n in ("k", "v", "pos", "doc", "valid")} if Lc else {}
     if cache is not None and cache.path_pending is not None:
-        path_flush(cache, cache.path_flushed, cache.path_pending)
+        path_flush(cache, cache.path_flushed or 0, cache.path_pending)
     Kt = old["k"] if Lc else k[:, :, :0]
     if grad or Kt.dtype != k.dtype:
         Kt = Kt.to(k.dtype).clone()
     kpos = torch.cat([old["pos"], lay.positions], 1) if Lc else lay.positions
     kdoc = torch.cat([old["doc"], lay.docs], 1) if Lc else lay.docs
     kvalid = torch.cat([old["valid"], lay.valid], 1) if Lc else lay.valid
-    kco = None if coord is None else (torch.cat([old["coord"], coord], -1) if Lc else coord)
+    kco = None if coord is None else (torch.cat([stored(cache, "coord", Lc), coord], -1) if Lc else coord)
     Vall = torch.cat([old["v"].to(v.dtype), v], 2) if Lc else v
     multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     outs = []
@@ -150,7 +161,7 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
     cache.heads_kv = H
     append_layout(cache, lay, v, coord)
     total = Lc + L
-    kpos, kdoc, kvalid = (cached(cache, n, total) for n in ("pos", "doc", "valid"))
+    kpos, kdoc, kvalid = (stored(cache, n, total) for n in ("pos", "doc", "valid"))
     kco = cached(cache, "coord", total) if coord is not None else None
     multi_doc = document_ids_vary(kdoc) or bool((kdoc[:, :1] != lay.docs[:, -1:]).any())
     nf = Lc if cache.path_flushed is None else cache.path_flushed
@@ -166,7 +177,7 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
             else:
                 P = P - (bt * wt) @ (wt.transpose(1, 2) @ P)
             if n > nf:
-                R = cached(cache, "k", n).narrow(2, nf, n - nf).flatten(0, 1)  # (Z, n - nf, D)
+                R = stored(cache, "k", n).narrow(2, nf, n - nf).flatten(0, 1)  # (Z, n - nf, D)
                 R.baddbmm_(torch.bmm(R, wt) * bt, wt.transpose(1, 2), alpha=-1.0)
         cache.put("k", k[:, :, t: t + 1], n)
         r = t - (L - Lq)
@@ -183,14 +194,14 @@ def path_decode_inplace(q, k, v, w, beta, coord, lay: Layout, cache: AttentionCa
 def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, total: int, sink=None):
     """One query (B, H, D) over the n + 1 cached keys, the first nf of them scored through ``P^T q``: on torch's
     fused kernel where it applies (no bias, mask or sink), else by explicit scores."""
-    fused = fused_path_scores(cached(cache, "k", n + 1), cached(cache, "v", total).narrow(2, 0, n + 1), q, P, nf,
+    fused = fused_path_scores(stored(cache, "k", n + 1), stored(cache, "v", total).narrow(2, 0, n + 1), q, P, nf,
                               mask=mask, bias=kco, sink=sink)
     if fused is not None:
         return fused
     B, H, D = q.shape
     Z = B * H
     qt = q.reshape(Z, D, 1)
-    Kall = cached(cache, "k", n + 1).flatten(0, 1)  # (Z, n + 1, D)
+    Kall = stored(cache, "k", n + 1).flatten(0, 1)  # (Z, n + 1, D)
     if nf and P is not None:
         s = torch.cat([torch.bmm(Kall[:, :nf], torch.bmm(P.transpose(1, 2), qt)),
                        torch.bmm(Kall[:, nf:], qt)], 1)
@@ -209,13 +220,13 @@ def _path_score_one(cache: AttentionCache, q, P, nf: int, n: int, kco, mask, tot
     if sink is not None:  # one more key every query sees: its logit, its value (zero for a logit sink)
         s = torch.cat([s.expand(B, H, 1, n + 1), sink[0].reshape(B, H, 1, 1).to(s.dtype)], dim=-1)
         p = torch.softmax(s, dim=-1)
-        o = torch.bmm(p[..., :-1].reshape(Z, 1, n + 1), cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
+        o = torch.bmm(p[..., :-1].reshape(Z, 1, n + 1), stored(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
         if sink[1] is not None:
             o = o + p[..., -1:].reshape(Z, 1, 1) * sink[1].expand(B, H, 1, D).reshape(Z, 1, D)
         return o.view(B, H, 1, D)
     p = torch.softmax(s, dim=-1)
     if ok is not None:
         p = p * ok
-    o = torch.bmm(p.reshape(Z, 1, n + 1), cached(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
+    o = torch.bmm(p.reshape(Z, 1, n + 1), stored(cache, "v", total).narrow(2, 0, n + 1).flatten(0, 1))
     return o.view(B, H, 1, D)
 # </embedded>

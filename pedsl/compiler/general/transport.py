@@ -4,14 +4,17 @@ angles of the new tokens continuing the cache's, xPos scales, and moving q, k an
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from pedsl.compiler.general.inputs import F64, InputError, Layout, ROPE, SO2, angle_dtype, last_tokens
-from pedsl.compiler.general.cache import cached
+from pedsl.compiler.general.cache import stored
 from pedsl.compiler.general.values import TokenValues
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import Kernels
 
 # <embedded>
 # ---------------------------------------------------------------------- transport
@@ -25,12 +28,14 @@ class Transports(NamedTuple):
     per_head: bool  # a transport differs per query head: k and v need one copy per query head
 
 
-def transports(scheme, kernels, vals: TokenValues, lay: Layout, cache, dtype) -> Transports:
+def transports(scheme, kernels: Kernels, vals: TokenValues, lay: Layout, cache, dtype) -> Transports:
     """Rotations of the L new tokens (cumulative angles continue the cache's) and PaTH's steps."""
     B, L = lay.valid.shape
     adt = angle_dtype(dtype)
     valid = lay.valid
-    rots, angles, hh = [], {}, None
+    rots: list[tuple[Any, tuple[Tensor, ...] | Tensor]] = []  # (transform, its cos and sin, or its angles)
+    angles: dict[int, Tensor] = {}
+    hh: tuple[Tensor, Tensor] | None = None
     for i, (t, raw) in enumerate(zip(scheme.transforms, vals.transports)):
         if t.kind == ROPE:
             if isinstance(raw, tuple):
@@ -69,8 +74,9 @@ def full_layout_pairs(t: Transform, D: int, layout: str | None):
     """The pairs of the whole head's layout (``layout``: the kernels' own, None for kernels that rotate
     any pairs they are given) that a transform's pairs are: (first, second) of the whole head and the
     indices k of the transform's pairs among them - interleaved (2k, 2k + 1) or halves (k, k + D/2) - or None."""
-    first, second = getattr(t, "first", None), getattr(t, "second", None)
-    if first is None:  # a plan's step: its pairs in the kernels' layout, within its channels
+    if isinstance(t, Transform):
+        first, second = t.first, t.second
+    else:  # a plan's step: its pairs in the kernels' layout, within its channels
         n = len(t.channels)
         first, second = ((t.channels[0::2], t.channels[1::2]) if layout == "interleaved"
                          else (t.channels[: n // 2], t.channels[n // 2:]))
@@ -118,7 +124,7 @@ def xpos_scale(t, positions: Tensor, centre: int) -> Tensor:
     return z ** e.unsqueeze(-1)
 
 
-def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:
+def xpos_centre(kernels: Kernels, t, i: int, lay: Layout, cache) -> int:
     """The centre c of xPos's exponents (p - c) / gamma in this call. Without a cache, n // 2 (as
     rotary-embedding-torch and x-transformers), so the scales stay within zeta^(+-n / (2 gamma)). With a
     cache, the centre its keys were stored at, as long as it is within gamma of n // 2; past that the
@@ -134,7 +140,7 @@ def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:
         return c
     if abs(c - old) <= t.xpos_gamma:
         return old
-    K = cached(cache, "k", cache.length)
+    K = stored(cache, "k", cache.length)
     f = torch.tensor(t.xpos_zeta, dtype=F64, device=K.device) ** ((c - old) / t.xpos_gamma)
     f = f.to(angle_dtype(K.dtype)).expand(1, 1, K.shape[2], len(t.xpos_zeta))
     ch = t.channels if len(t.channels) != K.shape[-1] else None
@@ -143,11 +149,11 @@ def xpos_centre(kernels, t, i: int, lay: Layout, cache) -> int:
     return c
 
 
-def transport_qkv(kernels, tr: Transports, q, k, v):
+def transport_qkv(kernels: Kernels, tr: Transports, q, k, v):
     """q (its last Lq tokens), k and v rotated by their absolute angles; what undoes the value rotation."""
     Lq, D, adt = q.shape[2], q.shape[3], angle_dtype(q.dtype)
-    undo = []
-    for t, ang in merged_rotations(tr.rots, D, getattr(kernels, "layout", None)):
+    undo: list[tuple[Any, tuple | None, tuple[Tensor, Tensor] | Tensor]] = []  # (transform, channels, angles)
+    for t, ang in merged_rotations(tr.rots, D, kernels.layout):
         ch = t.channels if len(t.channels) != D else None
         if t.kind == ROPE:
             ck, sk = ang[:2]
@@ -171,7 +177,7 @@ def transport_qkv(kernels, tr: Transports, q, k, v):
     return q, k, v, undo
 
 
-def undo_values(kernels, undo, o):
+def undo_values(kernels: Kernels, undo, o):
     """R(A_i)^T = R(-A_i) at the query's angle, for every transport that rotated the values."""
     for t, ch, a in reversed(undo):
         if isinstance(a, tuple):

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from pedsl.compiler.general.masks import symmetric_window
 from pedsl.compiler.general.inputs import Layout
-from pedsl.compiler.general.cache import AttentionCache, cached, path_flush, token_axis
+from pedsl.compiler.general.cache import AttentionCache, path_flush, stored, token_axis
 
 # <embedded>
 # ---------------------------------------------------------------------- windows
@@ -25,6 +25,12 @@ class Shape(NamedTuple):
     window: int | None
     chunk: int | None
     symmetric: bool = False  # a non-causal mask: the window reaches both ways, |p_i - p_j| < window
+
+    def chunk_size(self) -> int:
+        """The chunk of a shape without a window (:func:`shape_of` makes none with neither)."""
+        if self.chunk is None:
+            raise ValueError("an attention shape has a window or a chunk")
+        return self.chunk
 
 
 def shape_of(scheme) -> Shape | None:
@@ -41,7 +47,8 @@ def visible_pairs(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
     """Whether the window lets a query at ``qpos`` see a key at ``kpos`` (broadcast against each other)."""
     if shape.window is not None:
         return ((qpos - kpos).abs() if shape.symmetric else qpos - kpos) < shape.window
-    return torch.div(qpos, shape.chunk, rounding_mode="floor") == torch.div(kpos, shape.chunk, rounding_mode="floor")
+    chunk = shape.chunk_size()
+    return torch.div(qpos, chunk, rounding_mode="floor") == torch.div(kpos, chunk, rounding_mode="floor")
 
 
 def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq: int, block: int) -> list:
@@ -61,7 +68,7 @@ def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq
     L = lay.positions.shape[1]
     qp = lay.positions[:, L - Lq:]
     low = qp - (shape.window - 1) if shape.window is not None else torch.div(
-        qp, shape.chunk, rounding_mode="floor") * shape.chunk
+        qp, shape.chunk_size(), rounding_mode="floor") * shape.chunk_size()
     lo = torch.searchsorted(order.contiguous(), (rank[:, Lk - Lq:] * RANK + low).contiguous())  # (B, Lq)
     nb = -(-Lq // block)
     pad = nb * block - Lq
@@ -75,19 +82,20 @@ def trim_cache(cache: AttentionCache, shape: Shape) -> None:
     document could see, in every row), once there are at least ``max(64, width)`` of them: the
     cache then holds at most about twice the window (or chunk), however long decoding goes."""
     Lc = cache.length
-    if not Lc or cache.last_pos is None:
+    ends = cache.row_ends()
+    if not Lc or ends is None:
         return
-    pos, doc, valid = (cached(cache, n, Lc) for n in ("pos", "doc", "valid"))
-    last, ldoc = cache.last_pos[:, None], cache.last_doc[:, None]
+    pos, doc, valid = (stored(cache, n, Lc) for n in ("pos", "doc", "valid"))
+    last, ldoc = ends[0][:, None], ends[1][:, None]
     if shape.window is not None:
         alive = pos > last - shape.window
     else:
-        alive = torch.div(pos, shape.chunk, rounding_mode="floor") == torch.div(last, shape.chunk,
-                                                                                rounding_mode="floor")
+        chunk = shape.chunk_size()
+        alive = torch.div(pos, chunk, rounding_mode="floor") == torch.div(last, chunk, rounding_mode="floor")
     alive = alive & (doc == ldoc) & valid
-    first = torch.where(alive.any(1), alive.long().argmax(1), torch.full_like(cache.last_pos, Lc))
+    first = torch.where(alive.any(1), alive.long().argmax(1), torch.full_like(ends[0], Lc))
     d = int(first.min())
-    if d < max(64, shape.window or shape.chunk):
+    if d < max(64, shape.window or shape.chunk_size()):
         return
     path_flush(cache, cache.path_flushed or 0, cache.path_pending)  # PaTH: every kept key up to date
     keep = Lc - d
