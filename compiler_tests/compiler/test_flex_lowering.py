@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import flex_attention
 
-from compiler_helpers import D_MODEL, axis_positions, fast_and_reference, library
+from compiler_helpers import D_MODEL, axis_positions, fast_and_reference, float32_bound, library
 from pedsl.compiler import compile_scheme, flex_lowering, stream
 from pedsl.errors import CompileError
 
@@ -153,7 +153,6 @@ def test_calls_it_does_not_declare_take_the_general_path(eager_flex):
 def test_float32_within_a_derived_bound(eager_flex):
     """float32 through the lowering against the float64 interpreter, within ``float32_bound`` (the keys of
     the softmax and of its weighted sum, plus the channels of a score), with a bias reaching -40 per token."""
-    from compiler_helpers import float32_bound
 
     fast, ref = _pair("alibi", "bias = -40.0 * slopes(heads) * distance\nsoftcap = 3.0\nsink = logit")
     g = torch.Generator().manual_seed(2)
@@ -183,3 +182,25 @@ def test_cuda_chooses_flex_for_a_score_pipeline_and_sdpa_for_rotations_alone():
     assert backend("alibi") == backend("rope_local") == backend("rope_sink") == backend("prefix_lm") == "flex"
     assert backend("rope") == "sdpa" and backend("path") == "blockwise" and backend("stick_breaking") == "sdpa"
     assert stream.flex_call is flex_lowering.flex_call  # the call check the executor asks
+
+
+def test_a_cpu_without_compiled_flex_takes_the_general_path(monkeypatch):
+    """Compiled FlexAttention on CPU needs AVX2 (torch's own check): where it cannot run (here:
+    ATEN_CPU_CAPABILITY=default, read per call) and in float64 on CPU, a fresh call of a flex plan runs the
+    general forward, equal to the reference; the compiled kernel is never asked."""
+    def compiled(*a, **kw):
+        raise AssertionError("the compiled kernel was asked")
+
+    monkeypatch.setattr(flex_lowering, "compiled_flex", lambda: compiled)
+    monkeypatch.setattr(flex_lowering, "flex_kernel", lambda device: compiled)
+    fast, ref = _pair("t5_bias", "window = 3")
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, H, L, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(q, k, v), ref(q, k, v), rtol=RTOL, atol=ATOL)  # float64
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+        q32, k32, v32 = q.float(), k.float(), v.float()
+        assert not flex_lowering.compiled_flex_runs_on(q.device)
+        got = fast.float()(q32, k32, v32)
+        want = ref(q, k, v)
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=float32_bound(2 * L + 16, want))

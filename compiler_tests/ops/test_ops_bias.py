@@ -167,3 +167,12 @@ def test_alibi_float32_against_x_transformers():
     assert e["x-transformers"] == pytest.approx(e["plain float32"], rel=0.05)
     assert e["pedsl masked"] < 2 * e["plain float32"]
     assert e["pedsl auto"] < 2.5 * e["plain float32"], e
+
+
+def test_flex_on_a_cpu_it_cannot_compile_for_is_refused(monkeypatch):
+    """Without AVX2 (here: ATEN_CPU_CAPABILITY=default) torch's compiled CPU FlexAttention raises inside
+    Inductor: the op refuses first, with the backends that do run."""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    q = rnd(1, 2, 8, 4, seed=1, dtype=torch.float32)
+    with torch.no_grad(), pytest.raises(CompileError, match="AVX2"):
+        flex_bias_attention(q, q, q, alibi_score_mod(alibi_slopes(2)))

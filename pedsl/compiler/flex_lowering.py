@@ -26,7 +26,6 @@ CPU, so there the call check sends calls that need gradients to the general forw
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import TYPE_CHECKING, Callable
 
 import torch
@@ -40,6 +39,7 @@ from pedsl.compiler.general.values import Window
 from pedsl.compiler.general.windows import shape_of, visible_pairs
 from pedsl.compiler.kernel_support import takes_dtype
 from pedsl.compiler.scores import modified_scores, scale_by_temperature, sink_column
+from pedsl.ops.bias import compiled_flex, compiled_flex_runs_on
 
 if TYPE_CHECKING:  # annotations only
     from pedsl.compiler.general.protocols import Kernels
@@ -57,24 +57,20 @@ def flex_call(fast, q, k, cache) -> bool:
     return not (grad and q.device.type == "cpu")
 
 
-@lru_cache(maxsize=1)
-def _compiled_flex() -> Callable:
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return torch.compile(flex_attention, dynamic=False)
-
-
 def flex_kernel(device: torch.device) -> Callable:
     """The FlexAttention function the lowering calls: compiled (fused kernels). Tests replace it by the eager
     function (the same semantics, the scores materialised) so that a CPU check takes milliseconds."""
-    return _compiled_flex()
+    return compiled_flex()
 
 
 def _kernel_takes(q: Tensor) -> bool:
-    """Whether the kernel :func:`flex_kernel` gives takes q's dtype on its device: torch's compiled CPU
-    FlexAttention takes float32 and half precision only (torch 2.13), so a float64 CPU call runs the general
-    path; the eager function (what tests bind) takes float64 too."""
-    return not (q.device.type == "cpu" and q.dtype == torch.float64 and flex_kernel(q.device) is _compiled_flex())
+    """Whether the kernel :func:`flex_kernel` gives runs q on its device: torch's compiled CPU FlexAttention
+    needs an AVX2 CPU (:func:`pedsl.ops.bias.compiled_flex_runs_on`) and takes float32 and half precision only
+    (torch 2.13), so any other CPU call runs the general path; the eager function (what tests bind) takes
+    every dtype anywhere."""
+    if flex_kernel(q.device) is not compiled_flex():
+        return True
+    return compiled_flex_runs_on(q.device) and not (q.device.type == "cpu" and q.dtype == torch.float64)
 
 
 def flex_forward(scheme, kernels: Kernels, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, lay: Layout) -> Tensor:

@@ -278,10 +278,24 @@ def _causal(b, h, q_idx, kv_idx):
 
 
 @lru_cache(maxsize=1)
-def _compiled_flex():
+def compiled_flex() -> Callable:
+    """FlexAttention under ``torch.compile`` (fused kernels), compiled on first call."""
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False)
+
+
+def compiled_flex_runs_on(device: torch.device) -> bool:
+    """Whether compiled FlexAttention runs on ``device``: Inductor's CPU template needs x86 AVX2 with
+    ``ATEN_CPU_CAPABILITY`` not lowered to ``default``, and not macOS (torch 2.13's own check,
+    ``torch._inductor.kernel.flex.flex_cpu.check_cpu_supported``; elsewhere it raises while compiling)."""
+    if device.type != "cpu":
+        return True
+    import os
+    import sys
+
+    return bool(torch.cpu._is_avx2_supported()) and os.getenv("ATEN_CPU_CAPABILITY") != "default" \
+        and sys.platform != "darwin"
 
 
 def flex_bias_attention(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable, *, scale: float | None = None) -> Tensor:
@@ -303,6 +317,12 @@ def flex_bias_attention(q: Tensor, k: Tensor, v: Tensor, score_mod: Callable, *,
             hint="run it under torch.no_grad() (evaluation), or pick the separable-bias / materialised-bias "
             "backend for training on CPU.",
         )
+    if not compiled_flex_runs_on(q.device):
+        raise CompileError(
+            "compiled FlexAttention does not run on this CPU: torch's CPU kernel for it needs x86 AVX2 (and "
+            "ATEN_CPU_CAPABILITY not set to 'default'), and not macOS",
+            hint="pick the separable-bias or materialised-bias backend on this machine.",
+        )
     L, S = q.shape[-2], k.shape[-2]
     block_mask = create_block_mask(_causal, None, None, L, S, device=q.device)
-    return _compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
+    return compiled_flex()(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
