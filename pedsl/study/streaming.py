@@ -80,23 +80,8 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         Fs = Fs * decay + (e * far).sum(-1)
         m = new_m
 
-    if not any(t.kind == HOUSEHOLDER for t in mod.transforms):
-        for j0 in range(0, L, block):
-            absorb(qt @ kt[:, :, j0: j0 + block].transpose(-1, -2), j0)
-    else:
-        w, beta, _ = mod.householder_inputs(B, L, x, tokens, q.device, q.dtype)
-        w, beta = w.to(F64), beta.to(F64)
-        cur = qt.clone()          # cur[i] = query i transported back to the current key position
-        pending: list[Tensor] = []
-        for j in range(L - 1, -1, -1):
-            pending.append((cur * kt[:, :, j: j + 1]).sum(-1))           # (B, H, L)
-            if j > 0:             # apply H_j to the queries i >= j before moving to key j - 1
-                wj, bj = w[:, :, j], beta[:, :, j]
-                proj = (cur[:, :, j:] * wj[:, :, None]).sum(-1, keepdim=True)
-                cur[:, :, j:] = cur[:, :, j:] - bj[:, :, None, None] * proj * wj[:, :, None]
-            if len(pending) == block or j == 0:
-                absorb(torch.stack(pending[::-1], dim=-1), j)
-                pending = []
+    for scores, j0 in _key_blocks(mod, qt, kt, x, tokens, q, block):
+        absorb(scores, j0)
     assert s0 is not None  # every key block was absorbed, key 0's too (L >= 1)
     if sigmoid:
         zero = torch.zeros(H, dtype=F64)
@@ -115,6 +100,29 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         sink, far = _paired(mod, sink), _paired(mod, far)
     return {"far_mass": far.mean(dim=(0, 2)), "sink_mass": sink.mean(dim=(0, 2)),
             "learned_sink_mass": (share / S).mean(dim=(0, 2))}
+
+
+def _key_blocks(mod, qt: Tensor, kt: Tensor, x, tokens, q: Tensor, block: int):
+    """(raw scores (B, H, L, n) of key columns [j0, j0 + n), j0) for every block of keys: q . k, or for a
+    Householder transport each query moved back through the steps between it and the key."""
+    B, H, L, _ = q.shape
+    if not any(t.kind == HOUSEHOLDER for t in mod.transforms):
+        for j0 in range(0, L, block):
+            yield qt @ kt[:, :, j0: j0 + block].transpose(-1, -2), j0
+        return
+    w, beta, _ = mod.householder_inputs(B, L, x, tokens, q.device, q.dtype)
+    w, beta = w.to(F64), beta.to(F64)
+    cur = qt.clone()          # cur[i] = query i transported back to the current key position
+    pending: list[Tensor] = []
+    for j in range(L - 1, -1, -1):
+        pending.append((cur * kt[:, :, j: j + 1]).sum(-1))           # (B, H, L)
+        if j > 0:             # apply H_j to the queries i >= j before moving to key j - 1
+            wj, bj = w[:, :, j], beta[:, :, j]
+            proj = (cur[:, :, j:] * wj[:, :, None]).sum(-1, keepdim=True)
+            cur[:, :, j:] = cur[:, :, j:] - bj[:, :, None, None] * proj * wj[:, :, None]
+        if len(pending) == block or j == 0:
+            yield torch.stack(pending[::-1], dim=-1), j
+            pending = []
 
 
 def _paired(mod, mass: Tensor) -> Tensor:
