@@ -7,6 +7,9 @@ import json
 import torch
 from click.testing import CliRunner
 
+from compiler_helpers import float32_bound
+
+from benchmarks.cases import make_inputs
 from benchmarks.cli import bench
 
 
@@ -28,7 +31,13 @@ def test_bench_tiny_run_writes_json_and_markdown(tmp_path):
     assert set(case["alibi"]["variants"]) == {"floor", "materialised", "pedsl"}
     assert case["rope"]["variants"]["floor"]["fwdbwd_ratio"] == 1.0
     assert data["meta"]["clock"] == "cpu"
-    assert all(err < 1e-4 for a in data["agreement"].values() for err in a.values())
+    # agreement is at L = 64, B = 2, H = 2, D = 8 in float32: two computations each within the longest chain (PaTH's
+    # L reflections of D + 2 roundings, the softmax's and weighted sum's 2L, the score's D) of float64, at the
+    # magnitude of the values (outputs are their convex combinations); a variant computing another function errs ~1
+    L, D = 64, 8
+    v = make_inputs(2, 2, L, D, 16)[2]
+    bound = 2 * float32_bound(L * (D + 2) + 2 * L + D + 2, v)
+    assert all(err <= bound for a in data["agreement"].values() for err in a.values())
     assert "| L | floor | rope | alibi | path |" in md.read_text()
 
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compiler_helpers import D_MODEL, SCHEMES, assert_packed_padded_call_matches
+from compiler_helpers import D_MODEL, SCHEMES, assert_packed_padded_call_matches, float32_bound
 from pedsl.compiler import compile_scheme
 from pedsl.lang.api import check
 
@@ -86,12 +86,21 @@ def test_decoding_with_a_cache_equals_a_full_forward(tmp_path, dtype):
     outs = [m(q[:, :, :7], k[:, :, :7], v[:, :, :7], cache=cache)]
     for t in range(7, 20, 3):
         outs.append(m(q[:, :, t:t + 3], k[:, :, t:t + 3], v[:, :, t:t + 3], cache=cache))
-    tol = {F64: dict(rtol=1e-10, atol=1e-12), torch.float32: dict(rtol=1e-5, atol=1e-6),
-           torch.bfloat16: dict(rtol=2e-2, atol=2e-2)}[dtype]
-    torch.testing.assert_close(torch.cat(outs, dim=2), full, **tol)
-    if dtype != F64:
-        want = _mod(ROPE_ALIBI.replace("NORM", "stick_breaking"), tmp=tmp_path)(*(t.double() for t in (q, k, v)))
-        torch.testing.assert_close(full.double(), want, **{k_: 4 * v_ for k_, v_ in tol.items()})
+    got = torch.cat(outs, dim=2)
+    if dtype == F64:
+        torch.testing.assert_close(got, full, rtol=1e-10, atol=1e-12)
+        return
+    want = _mod(ROPE_ALIBI.replace("NORM", "stick_breaking"), tmp=tmp_path)(*(t.double() for t in (q, k, v)))
+    if dtype == torch.float32:
+        # the float32 chain: the score's 8 channels, the rotation's phase (position x frequency, up to L), the
+        # bias, the breaks' log-sum over L keys and the weighted sum's L, the inputs' rounding; the cache and the
+        # full forward each within it of float64, so within twice it of each other. A lost cached key errs ~0.1.
+        bound = float32_bound(8 + 4 * 20 + 2, want)
+        assert float((full.double() - want).abs().max()) <= bound
+        assert float((got - full).abs().max()) <= 2 * bound
+        return
+    torch.testing.assert_close(got, full, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(full.double(), want, rtol=8e-2, atol=8e-2)
 
 
 def test_compiled_module_equals_the_in_process_one(tmp_path):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from compiler_helpers import F32_EPS
 from compiler_helpers import run_cli as _cli
 from pedsl.errors import ConfigError
 from pedsl.study import tracking
@@ -163,8 +164,9 @@ def test_tensorboard_is_written_live_while_the_run_trains(tmp_path):
     acc = EventAccumulator(str(run / "tensorboard"))
     acc.Reload()
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    # the same number logged twice: TensorBoard stores a float32 scalar, one rounding of the logged float64
     assert [(e.step, e.value) for e in acc.Scalars("train/loss")] == [
-        (r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in logged]
+        (r["step"], pytest.approx(r["loss"], rel=F32_EPS, abs=0)) for r in logged]
     assert [e.step for e in early] == [r["step"] for r in logged][:len(early)]
     assert {"train/lr", "train/tokens_per_s", "train/grad_norm", "train/val_loss"} <= set(acc.Tags()["scalars"])
 
@@ -194,7 +196,7 @@ def test_mlflow_child_run_is_written_live_and_the_study_completes_it(tmp_path):
     assert not errors, errors
     logged = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     history = sorted((m.step, m.value) for m in client.get_metric_history(child, "train/loss"))
-    assert history == [(r["step"], pytest.approx(r["loss"], rel=1e-6)) for r in logged]
+    assert history == [(r["step"], r["loss"]) for r in logged]  # the same float64 logged twice: exact
     finished = client.get_run(child)
     assert finished.info.status == "FINISHED" and finished.data.params["scheme"] == "nope"
     import yaml
