@@ -207,7 +207,7 @@ REGISTRY: dict[str, Family] = {
     # multi-head latent attention (pedsl.hf.mla): the last qk_rope_head_dim channels of each q/k head rotate,
     # interleaved (DeepSeek-V2's complex product; rope_interleave, true by default) or as rotate_half (MiniCPM3)
     **{mt: Family(layout="interleaved", mla=True, layout_key="rope_interleave")
-       for mt in ("deepseek_v3", "youtu", "axk1")},
+       for mt in ("deepseek_v3", "youtu", "axk1", "sarvam_mla")},  # Sarvam's MLA runs DeepseekV3ForCausalLM
     # (its default table reads partial_rotary_factor: a factor below 1 narrows the rotary, refused by pedsl.hf.mla)
     "glm4_moe_lite": Family(rotation="partial", layout="interleaved", mla=True, layout_key="rope_interleave"),
     "deepseek_v2": Family(layout="interleaved", mla=True),
