@@ -71,6 +71,7 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          # a dense full layer that force_rope rotates, a full layer that does not
          "cohere2_moe": dict(layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
                              mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),  # its class leaves it None and the model multiplies by it
+         **{mt: dict(rotary_dim=8) for mt in ("gptj", "codegen")},  # half of each 16-channel head rotates
          "lfm2_moe": dict(layer_types=["conv", "full_attention"] * 2),  # its class leaves it None
          # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
          "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,

@@ -382,3 +382,34 @@ def test_lara_mini_and_flint_rotate_their_sliding_layers_only():
     # linear_attention is a layer type only of the families that have such layers
     with pytest.raises(PedslError, match="layer_types"):
         layer_kinds({**hf_sweep.tiny_config("afmoe").to_dict(), "layer_types": lara["layer_types"]})
+
+
+# ---------------------------------------------------------------------- GPT-J / CodeGen (pedsl.hf.sincos)
+
+
+@pytest.mark.parametrize("model_type", ["gptj", "codegen"])
+def test_gptj_codegen_rotate_their_first_rotary_dim_channels_interleaved_at_base_10000(model_type):
+    """rotate_every_two over the first rotary_dim channels, a table of base 10000 whatever rope_theta says (the
+    model reads none), the rotary embedding's (sin, cos) given the identity in that order: the logits, cache and
+    generation are exact; the halves layout, or the whole head rotated, differs."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native(model_type)
+    text = _exact(native)
+    sch = load(text)
+    assert sch.head_dim == 16 and "layout interleaved" in text and list(sch.group("rot").channels) == list(range(8))
+    assert "param base: float (> 1) = 10000.0" in text
+    ignored = json.loads(native.config.to_json_string()) | {"rope_theta": 5e5}
+    assert import_config(ignored) == text
+    for wrong in (text.replace("layout interleaved", "layout halves"),
+                  text.replace("rot = fraction(partial_rotary_factor)", "rot = fraction(1)")):
+        assert wrong != text
+        assert hf_sweep.compare(native, use_pedsl_attention(copy.deepcopy(native), wrong))[3]
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 7, 32])
+def test_gptj_without_a_rotary_dim_its_heads_take_is_refused_naming_it(rotary_dim):
+    cfg = json.loads(transformers.GPTJConfig(n_embd=64, n_head=4).to_json_string()) | {"rotary_dim": rotary_dim}
+    with pytest.raises(InteropError, match="rotary_dim") as err:
+        import_config(cfg)
+    assert err.value.code == "E961"

@@ -33,6 +33,8 @@ A record says:
 - ``mla``: multi-head latent attention (:mod:`pedsl.hf.mla`): heads of ``qk_nope_head_dim + qk_rope_head_dim``
   channels whose last ``qk_rope_head_dim`` rotate, values of ``v_head_dim``; ``layout_key``: the config key
   (``rope_interleave``) whose value picks the layout, true (interleaved) by default.
+- ``sin_first``: GPT-J / CodeGen: the rotary embedding returns (sin, cos) from a table of base 10000 over the first
+  ``rotary_dim`` channels, paired interleaved (:mod:`pedsl.hf.sincos`).
 - ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
   ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
   Llama-4-style attention temperature: written as the scheme's ``temperature``.
@@ -72,6 +74,7 @@ class Family:
     mla: bool = False  # multi-head latent attention: the rotary turns the last qk_rope_head_dim channels (pedsl.hf.mla)
     layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
     linear_layers: bool = False  # layer_types may name linear_attention layers (their kind: NoPE, no attention)
+    sin_first: bool = False  # its rotary_emb returns (sin, cos) of a fixed-base table over rotary_dim (pedsl.hf.sincos)
 
 
 def _refused(why: str) -> Family:
@@ -211,6 +214,8 @@ REGISTRY: dict[str, Family] = {
     # (its default table reads partial_rotary_factor: a factor below 1 narrows the rotary, refused by pedsl.hf.mla)
     "glm4_moe_lite": Family(rotation="partial", layout="interleaved", mla=True, layout_key="rope_interleave"),
     "deepseek_v2": Family(layout="interleaved", mla=True),
+    # GPT-J / CodeGen: rotate_every_two over the first rotary_dim channels, a table of base 10000 (pedsl.hf.sincos)
+    **{mt: Family(rotation="partial", layout="interleaved", sin_first=True) for mt in ("gptj", "codegen")},
     "longcat_flash": Family(layout="interleaved", mla=True, theta=1e7),
     "minicpm3": Family(mla=True),
     # Ling 2.5's MLA layers (interleaved) between its delta-attention layers, which carry no position
