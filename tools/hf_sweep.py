@@ -64,7 +64,7 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "zamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "bamba": dict(attn_layer_indices=[1, 3]),
          "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
-         "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
+         **{mt: dict(layer_types=["sliding_attention", "full_attention"] * 2) for mt in ("mellum", "laguna")},
          "modernbert-decoder": dict(local_attention=2 * WINDOW),
          "dots1": dict(n_shared_experts=1),
          "doge": dict(sliding_window=None),  # its window is refused by field (compiler_tests/hf/test_hf_registry.py)

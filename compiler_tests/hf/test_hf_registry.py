@@ -413,3 +413,25 @@ def test_gptj_without_a_rotary_dim_its_heads_take_is_refused_naming_it(rotary_di
     with pytest.raises(InteropError, match="rotary_dim") as err:
         import_config(cfg)
     assert err.value.code == "E961"
+
+
+def test_laguna_rotates_half_of_its_full_layers_and_all_of_its_sliding_ones():
+    """Laguna's rope per layer type (its class's defaults: full layers base 5e5 on the first half of the channels,
+    sliding layers base 1e4 on all of them, windowed): exact; the same text from a file without rope_parameters;
+    the full layers rotated whole differ; layers of other head counts are refused naming the field."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("laguna")
+    text = _exact(native)
+    full = text[text.index("scheme laguna_full"):]
+    assert "param partial_rotary_factor: float (> 0, <= 1) = 0.5" in full and "= 500000.0" in full
+    sliding = text[text.index("scheme laguna_sliding"):text.index("scheme laguna_full")]
+    assert "partial_rotary_factor" not in sliding and "window = 6" in sliding and "= 10000.0" in sliding
+    cfg = json.loads(native.config.to_json_string())
+    assert import_config({k: v for k, v in cfg.items() if k != "rope_parameters"}) == text
+    whole = text.replace("param partial_rotary_factor: float (> 0, <= 1) = 0.5",
+                         "param partial_rotary_factor: float (> 0, <= 1) = 1.0")
+    assert whole != text and hf_sweep.compare(native, use_pedsl_attention(copy.deepcopy(native), whole))[3]
+    with pytest.raises(InteropError, match="num_attention_heads_per_layer") as err:
+        import_config(cfg | {"num_attention_heads_per_layer": [4, 8, 4, 8]})
+    assert err.value.code == "E961"

@@ -174,6 +174,8 @@ REGISTRY: dict[str, Family] = {
     "gemma2": Family(layers="gemma2"),
     "vaultgemma": Family(layers="gemma2"),  # Gemma 2's layers, soft-cap and window
     "mellum": Family(rotation="partial", layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
+    # Laguna: Mellum's per-type partial rotary (halves, first channels), an output gate that carries no position
+    "laguna": Family(rotation="partial", layers="types", per_type_rope=True),
     # (ModernBERT's decoder: its config class sets sliding_window = local_attention // 2, which the file holds)
     "modernbert-decoder": Family(layers="types", per_type_rope=True, theta=1.6e5),
     "dots1": Family(layers="types"),  # dots.llm1: layer_types, sliding from max_window_layers when a window is set
@@ -254,7 +256,13 @@ GEMMA3_LOCAL_THETA = 10000.0  # Gemma 3's default_theta["local"]: its sliding la
 # Bases per layer type of the types whose config class fills rope_parameters per layer type with two
 # different bases when the file gives none (Mellum's __post_init__)
 PER_TYPE_THETA = {"mellum": {"full_attention": 5e5, "sliding_attention": 1e4},
-                  "modernbert-decoder": {"full_attention": 1.6e5, "sliding_attention": 1e4}}
+                  "modernbert-decoder": {"full_attention": 1.6e5, "sliding_attention": 1e4},
+                  "laguna": {"full_attention": 5e5, "sliding_attention": 1e4}}
+# The rope_parameters per layer type of the types whose config class fills in whole dicts when the file gives none,
+# reading no rope_theta (Laguna's __post_init__: a partial rotary on its full layers)
+PER_TYPE_DEFAULT_ROPE = {"laguna": {
+    "full_attention": {"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0}}}
 # Rotations that pedsl.hf.rope writes in HF's halves layout.
 HALVES = ("full", "partial")
 
