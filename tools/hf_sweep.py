@@ -72,6 +72,7 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "cohere2_moe": dict(layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
                              mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),  # its class leaves it None and the model multiplies by it
          **{mt: dict(rotary_dim=8) for mt in ("gptj", "codegen")},  # half of each 16-channel head rotates
+         "ergo": dict(global_attention_every_n_layers=2, global_attention_scale=2.0),  # two full layers, scaled
          "lfm2_moe": dict(layer_types=["conv", "full_attention"] * 2),  # its class leaves it None
          # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
          "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,

@@ -435,3 +435,22 @@ def test_laguna_rotates_half_of_its_full_layers_and_all_of_its_sliding_ones():
     with pytest.raises(InteropError, match="num_attention_heads_per_layer") as err:
         import_config(cfg | {"num_attention_heads_per_layer": [4, 8, 4, 8]})
     assert err.value.code == "E961"
+
+
+def test_ergo_rotates_its_sliding_layers_interleaved_and_its_full_layers_are_nope():
+    """Ergo's sliding layers' rope (interleaved pairs, base 1e6), its full layers' rope_parameters null (NoPE), the
+    constant global_attention_scale on their q and k: exact (the model iterates the replaced embedding's
+    rope_type); the halves layout differs; a full-layer rope is refused naming it."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("ergo")
+    text = _exact(native)
+    assert "pattern = [ergo_sliding, ergo_nope]" in text and "layout interleaved" in text
+    assert "= 1000000.0" in text and "window = 6" in text
+    halves = text.replace("layout interleaved", "layout halves")
+    assert hf_sweep.compare(native, use_pedsl_attention(copy.deepcopy(native), halves))[3]
+    cfg = json.loads(native.config.to_json_string())
+    rotating = {**cfg["rope_parameters"], "full_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    with pytest.raises(InteropError, match="full_attention") as err:
+        import_config(cfg | {"rope_parameters": rotating})
+    assert err.value.code == "E961"

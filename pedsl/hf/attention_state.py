@@ -113,6 +113,16 @@ class _PedslRotary(nn.Module):
         self.width = width
         self.sin_first = sin_first
 
+    def __getattr__(self, name: str) -> Any:
+        """The replaced embedding's other attributes, which a model may read (Ergo iterates its ``rope_type``)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_modules", {}).get("inner")
+            if inner is None:
+                raise
+            return getattr(inner, name)
+
     def forward(self, x, position_ids, *args, **kwargs):
         st = self.state
         if st.hf is None:

@@ -57,6 +57,10 @@ def _per_type_rope(cfg: dict, kind: str, mt: str, fam: registry.Family) -> dict:
     rp = cfg.get("rope_parameters")
     if not rp and mt in registry.PER_TYPE_DEFAULT_ROPE:  # the whole dicts its config class fills in, keys unread
         return dict(registry.PER_TYPE_DEFAULT_ROPE[mt][key])
+    if fam.nope == "local" and isinstance(rp, dict) and rp.get(FULL) is not None:
+        raise InteropError(f"rope_parameters.{FULL} of model_type '{mt}' is {quoted(rp[FULL], 60)}: its full layers "
+                           "would rotate, and pedsl reads this type's full layers as NoPE (the value its config "
+                           "class writes, null)", code="E961", hint="nothing was written")
     local = registry.GEMMA3_LOCAL_THETA if mt.startswith("gemma3") else fam.theta
     own = registry.PER_TYPE_THETA.get(mt, {FULL: fam.theta, SLIDING: fam.theta})
     theta = {FULL: ("rope_theta", own[FULL]),

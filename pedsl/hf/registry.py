@@ -128,6 +128,9 @@ REGISTRY: dict[str, Family] = {
     "kolibri1": Family(layers="types"),
     "exaone_moe": Family(layers="types", nope="exaone4"),
     "afmoe": Family(layers="types", nope="local"),
+    # Ergo: its sliding layers' rope_parameters (interleaved pairs), its full layers' null: NoPE; the constant
+    # global_attention_scale on q and k commutes with any rotation
+    "ergo": Family(layout="interleaved", layers="types", nope="local", per_type_rope=True, theta=1e6),
     # LARA mini: Qwen3's rotary on the sliding layers only (its model passes none to the full ones), linear-attention
     # layers between them
     "lara_mini": Family(layers="types", nope="local", linear_layers=True),
