@@ -64,13 +64,15 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "zamba": dict(attn_layer_period=2, attn_layer_offset=1),
          "bamba": dict(attn_layer_indices=[1, 3]),
          "granitemoehybrid": dict(layer_types=["linear_attention", "full_attention"] * 2),
-         "mellum": dict(layer_types=["sliding_attention", "full_attention"] * 2),
+         **{mt: dict(layer_types=["sliding_attention", "full_attention"] * 2) for mt in ("mellum", "laguna")},
          "modernbert-decoder": dict(local_attention=2 * WINDOW),
          "dots1": dict(n_shared_experts=1),
          "doge": dict(sliding_window=None),  # its window is refused by field (compiler_tests/hf/test_hf_registry.py)
          # a dense full layer that force_rope rotates, a full layer that does not
          "cohere2_moe": dict(layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
                              mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),  # its class leaves it None and the model multiplies by it
+         **{mt: dict(rotary_dim=8) for mt in ("gptj", "codegen")},  # half of each 16-channel head rotates
+         "ergo": dict(global_attention_every_n_layers=2, global_attention_scale=2.0),  # two full layers, scaled
          "lfm2_moe": dict(layer_types=["conv", "full_attention"] * 2),  # its class leaves it None
          # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
          "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
@@ -81,7 +83,7 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
 MLA_SMALL = dict(qk_nope_head_dim=8, qk_rope_head_dim=8, head_dim=8, v_head_dim=12, kv_lora_rank=16, q_lora_rank=24,
                  num_key_value_heads=4)
 EXTRA.update({mt: dict(MLA_SMALL) for mt in ("deepseek_v2", "longcat_flash", "minicpm3", "glm4_moe_lite", "youtu",
-                                              "axk1", "kimi_linear", "bailing_hybrid")})
+                                              "axk1", "kimi_linear", "bailing_hybrid", "sarvam_mla")})
 EXTRA["deepseek_v3"] = dict(MLA_SMALL, rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
                                                         "original_max_position_embeddings": 8, "mscale": 1.0,
                                                         "mscale_all_dim": 1.0})
@@ -90,7 +92,7 @@ EXTRA["youtu"]["rope_interleave"] = False  # the rotate_half application of a ro
 EXTRA["kimi_linear"].update(layer_types=["linear_attention", "full_attention"] * 2, linear_head_dim=16,
                            linear_num_heads=4)  # its MLA layers (NoPE) between delta-attention layers
 EXTRA["bailing_hybrid"].update(layer_types=["linear_attention", "full_attention"] * 2)
-for _mt in ("deepseek_v3", "axk1", "bailing_hybrid"):  # one group of the 4 routed experts
+for _mt in ("deepseek_v3", "axk1", "bailing_hybrid", "sarvam_mla"):  # one group of the 4 routed experts
     EXTRA[_mt].update(n_group=1, topk_group=1)
 EXTRA["lara_mini"] = dict(layer_types=["linear_attention", "sliding_attention", "full_attention", "sliding_attention"],
                          linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,

@@ -187,3 +187,31 @@ def test_a_scheme_of_its_own_on_deepseek_v3_reads_the_whole_head():
     model = use_pedsl_attention(_deepseek(), "rope")
     layer = next(m for m in model.modules() if hasattr(m, _ATTR))
     assert getattr(layer, _ATTR).module.head_dim == NOPE + ROPE
+
+
+def test_sarvam_mla_runs_deepseek_v3_and_equals_the_native_model():
+    """Sarvam's MLA config (its own class, DeepSeek-V3's model): import-hf writes DeepSeek-V3's interleaved MLA
+    scheme with YaRN's temperature, and the model under use_pedsl_attention stays within the float32 bound of the
+    native one's logits; with the other layout, or without the temperature, they move by more."""
+    from pedsl.hf import use_pedsl_attention
+
+    cfg = transformers.SarvamMLAConfig(**{**hf_sweep.SMALL, **hf_sweep.EXTRA["sarvam_mla"], "rope_parameters": YARN,
+                                          "first_k_dense_replace": 4})
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    native = transformers.AutoModelForCausalLM.from_config(cfg).double().eval()
+    assert type(native).__name__ == "DeepseekV3ForCausalLM"
+    with torch.no_grad():  # larger scores, so that a wrong temperature shows
+        for p in native.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    text = import_config(json.loads(cfg.to_json_string()))
+    assert "layout interleaved" in text and "temperature = (0.1 * mscale_all_dim * log(factor) + 1)" in text
+    tok, mask = hf_sweep.batches(cfg.vocab_size)
+    want = _logits(native, tok, mask)
+    bound = float32_bound(hf_sweep.depth(native.config, tok.shape[1]), want)
+    assert float((_logits(use_pedsl_attention(copy.deepcopy(native)), tok, mask) - want).abs().max()) <= bound
+    cold = "\n".join(ln for ln in text.split("\n") if "temperature" not in ln)
+    for wrong, margin in ((text.replace("layout interleaved", "layout halves"), 10), (cold, 4)):
+        assert float((_logits(use_pedsl_attention(copy.deepcopy(native), wrong), tok, mask) - want).abs().max()) > \
+            margin * bound

@@ -329,7 +329,13 @@ def _modeling_source(model_type: str) -> str:
 def test_architecture_table_matches_the_installed_model_files(model_type):
     """Every model type of pedsl.hf.arch: its own default rope reads partial_rotary_factor exactly when
     the table says the architecture rotates a fraction (the classes tested above confirm the reading)."""
+    from pedsl.hf.registry import REGISTRY
+
     src = _modeling_source(model_type)
+    if REGISTRY[model_type].sin_first:  # GPT-J / CodeGen (pedsl.hf.sincos): a fixed base over rotary_dim channels
+        m = re.search(r"def create_sinusoidal_positions\(.*?return", src, re.S)
+        assert m and "10000 **" in m.group(0) and "config.rotary_dim" in src
+        return
     m = re.search(r"def compute_default_rope_parameters\(.*?return inv_freq", src, re.S)
     assert m, f"{model_type} has no compute_default_rope_parameters"
     reads = "partial_rotary_factor" in m.group(0)

@@ -382,3 +382,75 @@ def test_lara_mini_and_flint_rotate_their_sliding_layers_only():
     # linear_attention is a layer type only of the families that have such layers
     with pytest.raises(PedslError, match="layer_types"):
         layer_kinds({**hf_sweep.tiny_config("afmoe").to_dict(), "layer_types": lara["layer_types"]})
+
+
+# ---------------------------------------------------------------------- GPT-J / CodeGen (pedsl.hf.sincos)
+
+
+@pytest.mark.parametrize("model_type", ["gptj", "codegen"])
+def test_gptj_codegen_rotate_their_first_rotary_dim_channels_interleaved_at_base_10000(model_type):
+    """rotate_every_two over the first rotary_dim channels, a table of base 10000 whatever rope_theta says (the
+    model reads none), the rotary embedding's (sin, cos) given the identity in that order: the logits, cache and
+    generation are exact; the halves layout, or the whole head rotated, differs."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native(model_type)
+    text = _exact(native)
+    sch = load(text)
+    assert sch.head_dim == 16 and "layout interleaved" in text and list(sch.group("rot").channels) == list(range(8))
+    assert "param base: float (> 1) = 10000.0" in text
+    ignored = json.loads(native.config.to_json_string()) | {"rope_theta": 5e5}
+    assert import_config(ignored) == text
+    for wrong in (text.replace("layout interleaved", "layout halves"),
+                  text.replace("rot = fraction(partial_rotary_factor)", "rot = fraction(1)")):
+        assert wrong != text
+        assert hf_sweep.compare(native, use_pedsl_attention(copy.deepcopy(native), wrong))[3]
+
+
+@pytest.mark.parametrize("rotary_dim", [None, 7, 32])
+def test_gptj_without_a_rotary_dim_its_heads_take_is_refused_naming_it(rotary_dim):
+    cfg = json.loads(transformers.GPTJConfig(n_embd=64, n_head=4).to_json_string()) | {"rotary_dim": rotary_dim}
+    with pytest.raises(InteropError, match="rotary_dim") as err:
+        import_config(cfg)
+    assert err.value.code == "E961"
+
+
+def test_laguna_rotates_half_of_its_full_layers_and_all_of_its_sliding_ones():
+    """Laguna's rope per layer type (its class's defaults: full layers base 5e5 on the first half of the channels,
+    sliding layers base 1e4 on all of them, windowed): exact; the same text from a file without rope_parameters;
+    the full layers rotated whole differ; layers of other head counts are refused naming the field."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("laguna")
+    text = _exact(native)
+    full = text[text.index("scheme laguna_full"):]
+    assert "param partial_rotary_factor: float (> 0, <= 1) = 0.5" in full and "= 500000.0" in full
+    sliding = text[text.index("scheme laguna_sliding"):text.index("scheme laguna_full")]
+    assert "partial_rotary_factor" not in sliding and "window = 6" in sliding and "= 10000.0" in sliding
+    cfg = json.loads(native.config.to_json_string())
+    assert import_config({k: v for k, v in cfg.items() if k != "rope_parameters"}) == text
+    whole = text.replace("param partial_rotary_factor: float (> 0, <= 1) = 0.5",
+                         "param partial_rotary_factor: float (> 0, <= 1) = 1.0")
+    assert whole != text and hf_sweep.compare(native, use_pedsl_attention(copy.deepcopy(native), whole))[3]
+    with pytest.raises(InteropError, match="num_attention_heads_per_layer") as err:
+        import_config(cfg | {"num_attention_heads_per_layer": [4, 8, 4, 8]})
+    assert err.value.code == "E961"
+
+
+def test_ergo_rotates_its_sliding_layers_interleaved_and_its_full_layers_are_nope():
+    """Ergo's sliding layers' rope (interleaved pairs, base 1e6), its full layers' rope_parameters null (NoPE), the
+    constant global_attention_scale on their q and k: exact (the model iterates the replaced embedding's
+    rope_type); the halves layout differs; a full-layer rope is refused naming it."""
+    from pedsl.hf import use_pedsl_attention
+
+    native = _native("ergo")
+    text = _exact(native)
+    assert "pattern = [ergo_sliding, ergo_nope]" in text and "layout interleaved" in text
+    assert "= 1000000.0" in text and "window = 6" in text
+    halves = text.replace("layout interleaved", "layout halves")
+    assert hf_sweep.compare(native, use_pedsl_attention(copy.deepcopy(native), halves))[3]
+    cfg = json.loads(native.config.to_json_string())
+    rotating = {**cfg["rope_parameters"], "full_attention": {"rope_type": "default", "rope_theta": 1e4}}
+    with pytest.raises(InteropError, match="full_attention") as err:
+        import_config(cfg | {"rope_parameters": rotating})
+    assert err.value.code == "E961"

@@ -65,7 +65,7 @@ from pedsl.compiler import compile_scheme
 from pedsl.compiler.kernel_support import hf_rotary_call
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.errors import InteropError, PedslError
-from pedsl.hf import arch, layered, mla, registry
+from pedsl.hf import arch, layered, mla, registry, sincos
 from pedsl.hf.attention_call import _ATTR, _Q_SCALE, NAME, _refuse_kwarg, _register
 from pedsl.hf.attention_state import F64, _PedslRotary, _State, hf_cos_sin
 from pedsl.hf.convert import export_rope, import_config
@@ -74,6 +74,11 @@ from pedsl.lang.api import load
 from pedsl.lang.scheme import Scheme
 
 # ---------------------------------------------------------------------- installing it
+
+
+def _sin_first(model) -> bool:
+    """Whether the model's rotary embedding returns (sin, cos) (GPT-J, CodeGen: :mod:`pedsl.hf.sincos`)."""
+    return sincos.is_sin_first(model.config.get_text_config().to_dict())
 
 
 def _mark_q_scale(model, layers) -> None:
@@ -269,7 +274,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     _mark_q_scale(model, layers)
     mla.mark_layers(model, layers)
     for parent, name in rotaries:
-        setattr(parent, name, _PedslRotary(getattr(parent, name), state, width))
+        setattr(parent, name, _PedslRotary(getattr(parent, name), state, width, _sin_first(model)))
     _register()
     if not _set_text_attention(model):  # pragma: no cover - a model without the attention interface
         raise InteropError(f"{type(model).__name__} does not dispatch through transformers' AttentionInterface",
@@ -371,7 +376,7 @@ def _use_layers(model, sch: Scheme, backend: str):
     _mark_q_scale(model, layers)
     identity = _State(next(iter(modules.values())), None)
     for parent, name in rotaries:
-        setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None))
+        setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None, _sin_first(model)))
     _register()
     model.set_attn_implementation(NAME)
     return model

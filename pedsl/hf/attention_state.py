@@ -103,13 +103,25 @@ def hf_cos_sin(phase: torch.Tensor, scale: float, width: int | None, dtype) -> t
 
 class _PedslRotary(nn.Module):
     """Replaces a model's ``rotary_emb``: the scheme's cos/sin on HF's rotary path, the identity
-    rotation (cos = 1, sin = 0, in the model's shape) on the general path."""
+    rotation (cos = 1, sin = 0, in the model's shape and order: ``sin_first``, GPT-J's (sin, cos)) on the general
+    path."""
 
-    def __init__(self, inner: nn.Module, state: _State, width: int | None) -> None:
+    def __init__(self, inner: nn.Module, state: _State, width: int | None, sin_first: bool = False) -> None:
         super().__init__()
         self.inner = inner
         self.state = state
         self.width = width
+        self.sin_first = sin_first
+
+    def __getattr__(self, name: str) -> Any:
+        """The replaced embedding's other attributes, which a model may read (Ergo iterates its ``rope_type``)."""
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            inner = self.__dict__.get("_modules", {}).get("inner")
+            if inner is None:
+                raise
+            return getattr(inner, name)
 
     def forward(self, x, position_ids, *args, **kwargs):
         st = self.state
@@ -117,6 +129,11 @@ class _PedslRotary(nn.Module):
             out = self.inner(x, position_ids, *args, **kwargs)
             if isinstance(out, torch.Tensor) and out.is_complex():  # Llama 4's freqs_cis: rotation by 1 + 0i
                 return torch.ones_like(out)
-            cos, sin = out
-            return torch.ones_like(cos), torch.zeros_like(sin)
+            first, second = out
+            if self.sin_first:
+                return torch.zeros_like(first), torch.ones_like(second)
+            return torch.ones_like(first), torch.zeros_like(second)
+        if self.sin_first:
+            raise InteropError(f"{type(self.inner).__name__} returns (sin, cos): HF's rotary path does not drive it",
+                               code="E964")
         return hf_cos_sin(st.phases(position_ids.to(x.device)), st.transform.scale, self.width, x.dtype)

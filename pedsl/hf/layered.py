@@ -55,6 +55,12 @@ def _per_type_rope(cfg: dict, kind: str, mt: str, fam: registry.Family) -> dict:
     """``rope_parameters`` of one layer type of Gemma 3 / OLMo 3, as their config classes fill them in."""
     key = SLIDING if kind == SLIDING else FULL
     rp = cfg.get("rope_parameters")
+    if not rp and mt in registry.PER_TYPE_DEFAULT_ROPE:  # the whole dicts its config class fills in, keys unread
+        return dict(registry.PER_TYPE_DEFAULT_ROPE[mt][key])
+    if fam.nope == "local" and isinstance(rp, dict) and rp.get(FULL) is not None:
+        raise InteropError(f"rope_parameters.{FULL} of model_type '{mt}' is {quoted(rp[FULL], 60)}: its full layers "
+                           "would rotate, and pedsl reads this type's full layers as NoPE (the value its config "
+                           "class writes, null)", code="E961", hint="nothing was written")
     local = registry.GEMMA3_LOCAL_THETA if mt.startswith("gemma3") else fam.theta
     own = registry.PER_TYPE_THETA.get(mt, {FULL: fam.theta, SLIDING: fam.theta})
     theta = {FULL: ("rope_theta", own[FULL]),
@@ -203,6 +209,7 @@ def layered_text(config: dict, name: str | None = None) -> str:
     mt = (arch.model_types(cfg) or ["model"])[-1]
     base = name or _base_name(mt)
     kinds = layer_kinds(cfg)
+    _refuse_heads_per_layer(cfg)
     short = {FULL: "full", SLIDING: "sliding", CHUNKED: "chunked", NOPE: "nope", NOPE_SLIDING: "nope_sliding"}
     names = {k: f"{base}_{short[k]}" for k in dict.fromkeys(kinds)}
     notes = [f"# Imported by pedsl import-hf from a Hugging Face {_pe_text(mt)} config: {len(kinds)} layers."]
@@ -215,6 +222,16 @@ def layered_text(config: dict, name: str | None = None) -> str:
             *(f"    {r}" for r in rules), "  }", "}"]
     # written in the canonical form (the parts come formatted from import_config): `pedsl fmt` keeps it
     return "\n".join(notes) + "\n\n" + "\n".join(parts) + "\n" + "\n".join(main) + "\n"
+
+
+def _refuse_heads_per_layer(cfg: dict) -> None:
+    """Laguna's ``num_attention_heads_per_layer``: layers with other head counts than num_attention_heads, which
+    one scheme compiled for the config's heads cannot run."""
+    per = cfg.get("num_attention_heads_per_layer")
+    if per is not None and (not isinstance(per, list) or any(h != cfg.get("num_attention_heads") for h in per)):
+        raise InteropError(f"num_attention_heads_per_layer {quoted(per, 80)} gives layers other head counts than "
+                           f"num_attention_heads {quoted(cfg.get('num_attention_heads'))}: pedsl imports one scheme "
+                           "for the config's heads", code="E961", hint="nothing was written")
 
 
 def _base_name(mt: str) -> str:

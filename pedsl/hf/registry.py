@@ -33,6 +33,8 @@ A record says:
 - ``mla``: multi-head latent attention (:mod:`pedsl.hf.mla`): heads of ``qk_nope_head_dim + qk_rope_head_dim``
   channels whose last ``qk_rope_head_dim`` rotate, values of ``v_head_dim``; ``layout_key``: the config key
   (``rope_interleave``) whose value picks the layout, true (interleaved) by default.
+- ``sin_first``: GPT-J / CodeGen: the rotary embedding returns (sin, cos) from a table of base 10000 over the first
+  ``rotary_dim`` channels, paired interleaved (:mod:`pedsl.hf.sincos`).
 - ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
   ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
   Llama-4-style attention temperature: written as the scheme's ``temperature``.
@@ -72,6 +74,7 @@ class Family:
     mla: bool = False  # multi-head latent attention: the rotary turns the last qk_rope_head_dim channels (pedsl.hf.mla)
     layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
     linear_layers: bool = False  # layer_types may name linear_attention layers (their kind: NoPE, no attention)
+    sin_first: bool = False  # its rotary_emb returns (sin, cos) of a fixed-base table over rotary_dim (pedsl.hf.sincos)
 
 
 def _refused(why: str) -> Family:
@@ -125,6 +128,9 @@ REGISTRY: dict[str, Family] = {
     "kolibri1": Family(layers="types"),
     "exaone_moe": Family(layers="types", nope="exaone4"),
     "afmoe": Family(layers="types", nope="local"),
+    # Ergo: its sliding layers' rope_parameters (interleaved pairs), its full layers' null: NoPE; the constant
+    # global_attention_scale on q and k commutes with any rotation
+    "ergo": Family(layout="interleaved", layers="types", nope="local", per_type_rope=True, theta=1e6),
     # LARA mini: Qwen3's rotary on the sliding layers only (its model passes none to the full ones), linear-attention
     # layers between them
     "lara_mini": Family(layers="types", nope="local", linear_layers=True),
@@ -171,6 +177,8 @@ REGISTRY: dict[str, Family] = {
     "gemma2": Family(layers="gemma2"),
     "vaultgemma": Family(layers="gemma2"),  # Gemma 2's layers, soft-cap and window
     "mellum": Family(rotation="partial", layers="types", per_type_rope=True),  # rope_parameters per layer type, layer_types read
+    # Laguna: Mellum's per-type partial rotary (halves, first channels), an output gate that carries no position
+    "laguna": Family(rotation="partial", layers="types", per_type_rope=True),
     # (ModernBERT's decoder: its config class sets sliding_window = local_attention // 2, which the file holds)
     "modernbert-decoder": Family(layers="types", per_type_rope=True, theta=1.6e5),
     "dots1": Family(layers="types"),  # dots.llm1: layer_types, sliding from max_window_layers when a window is set
@@ -207,10 +215,12 @@ REGISTRY: dict[str, Family] = {
     # multi-head latent attention (pedsl.hf.mla): the last qk_rope_head_dim channels of each q/k head rotate,
     # interleaved (DeepSeek-V2's complex product; rope_interleave, true by default) or as rotate_half (MiniCPM3)
     **{mt: Family(layout="interleaved", mla=True, layout_key="rope_interleave")
-       for mt in ("deepseek_v3", "youtu", "axk1")},
+       for mt in ("deepseek_v3", "youtu", "axk1", "sarvam_mla")},  # Sarvam's MLA runs DeepseekV3ForCausalLM
     # (its default table reads partial_rotary_factor: a factor below 1 narrows the rotary, refused by pedsl.hf.mla)
     "glm4_moe_lite": Family(rotation="partial", layout="interleaved", mla=True, layout_key="rope_interleave"),
     "deepseek_v2": Family(layout="interleaved", mla=True),
+    # GPT-J / CodeGen: rotate_every_two over the first rotary_dim channels, a table of base 10000 (pedsl.hf.sincos)
+    **{mt: Family(rotation="partial", layout="interleaved", sin_first=True) for mt in ("gptj", "codegen")},
     "longcat_flash": Family(layout="interleaved", mla=True, theta=1e7),
     "minicpm3": Family(mla=True),
     # Ling 2.5's MLA layers (interleaved) between its delta-attention layers, which carry no position
@@ -249,7 +259,13 @@ GEMMA3_LOCAL_THETA = 10000.0  # Gemma 3's default_theta["local"]: its sliding la
 # Bases per layer type of the types whose config class fills rope_parameters per layer type with two
 # different bases when the file gives none (Mellum's __post_init__)
 PER_TYPE_THETA = {"mellum": {"full_attention": 5e5, "sliding_attention": 1e4},
-                  "modernbert-decoder": {"full_attention": 1.6e5, "sliding_attention": 1e4}}
+                  "modernbert-decoder": {"full_attention": 1.6e5, "sliding_attention": 1e4},
+                  "laguna": {"full_attention": 5e5, "sliding_attention": 1e4}}
+# The rope_parameters per layer type of the types whose config class fills in whole dicts when the file gives none,
+# reading no rope_theta (Laguna's __post_init__: a partial rotary on its full layers)
+PER_TYPE_DEFAULT_ROPE = {"laguna": {
+    "full_attention": {"rope_type": "default", "rope_theta": 5e5, "partial_rotary_factor": 0.5},
+    "sliding_attention": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0}}}
 # Rotations that pedsl.hf.rope writes in HF's halves layout.
 HALVES = ("full", "partial")
 

@@ -27,7 +27,7 @@ from pedsl import limits
 from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.fsio import read_text
-from pedsl.hf import arch, mla, registry
+from pedsl.hf import arch, mla, registry, sincos
 from pedsl.hf.rope_knobs import _CONSTRAINTS, _KNOB_ORDER, _check_knobs, _check_value, _number, _q_scale, _scaling_knobs
 from pedsl.lang import ast, statements
 from pedsl.lang.api import check, format as fmt
@@ -100,6 +100,7 @@ def rope_spec(cfg: dict) -> dict:
     partial_rotary_factor and the type's knobs, standardised as transformers 5 does, and ``fields``: the
     config field each value was read from. A value no scheme can use (a rope_theta <= 1, a factor <= 0,
     a head_dim of 2**62, ...) is an InteropError naming its field."""
+    cfg = sincos.rotary_config(cfg)  # GPT-J / CodeGen: a partial rotary of rotary_dim channels, base 10000
     section = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
     raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(raw, dict):
