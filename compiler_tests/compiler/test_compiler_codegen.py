@@ -111,6 +111,33 @@ def test_compile_for_data_dependent_scheme_uses_the_model_width(tmp_path):
     assert "D_MODEL = 128" in text  # the tiny preset's width, the same as `pedsl train` builds
 
 
+def _protocol_members(proto) -> tuple[set[str], set[str]]:
+    """The members a Protocol and the Protocols it extends declare: (its data, its properties and methods)."""
+    data, rest = set(), set()
+    for cls in proto.__mro__:
+        if getattr(cls, "_is_protocol", False) and cls.__module__.startswith("pedsl"):
+            data |= set(cls.__dict__.get("__annotations__", {}))
+            rest |= {n for n, v in cls.__dict__.items() if not n.startswith("_") and callable(v) or isinstance(
+                v, property)}
+    return data, rest
+
+
+def assert_same_scheme_side(gen, mod) -> None:
+    """The generated class supplies every member of the general forward's SchemeSide (no checker reads its
+    text), and its plan decisions are the in-process adapter's."""
+    from pedsl.compiler.general.protocols import SchemeSide
+    from pedsl.compiler.module_values import ModuleScheme
+
+    side = ModuleScheme.of(mod)
+    data, rest = _protocol_members(SchemeSide)
+    assert {"heads", "softcap", "remap_bounds"} <= data and {"mask", "window", "query_mlp", "token_values"} <= rest
+    for name in sorted(data | rest):
+        assert hasattr(gen, name) and hasattr(side, name), name
+    for name in sorted(data - {"transforms"} | {"mask", "mask_prefix", "window", "chunk"}):
+        assert getattr(gen, name) == getattr(side, name), name
+    assert len(gen.transforms) == len(side.transforms)
+
+
 @pytest.mark.parametrize("path", GENERATED, ids=lambda p: p.stem)
 def test_generated_module_general_call_and_cache_match_in_process(path, tmp_path):
     """Positions, packed documents, left padding, GQA and a prefill + decoding cache: the generated
@@ -122,6 +149,7 @@ def test_generated_module_general_call_and_cache_match_in_process(path, tmp_path
     file.write_text(generate(mod.scheme, mod.plan, d_model=D_MODEL if mod.needs_x else None))
     gen = _import(file, path.stem + "_general").Module()
     gen.load_state_dict(mod.state_dict())
+    assert_same_scheme_side(gen, mod)
     mod.double()
     gen.double()
     g = torch.Generator().manual_seed(0)

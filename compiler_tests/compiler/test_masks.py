@@ -169,6 +169,20 @@ def test_a_bidirectional_scheme_has_no_cache():
             mod.new_cache(B)
 
 
+def test_the_cache_itself_refuses_a_bidirectional_module():
+    """The one refusal is the cache's (general.masks.cache_refusal), which reads the module's mask: a
+    SchemeAttention has one (a module without it would read as causal and decode)."""
+    from pedsl.compiler.general import AttentionCache, InputError
+
+    for mod in fast_and_reference("rope", "mask = bidirectional", H, D):
+        assert mod.mask == "bidirectional" and mod.mask_prefix is None
+        with pytest.raises(InputError, match="nothing to decode"):
+            AttentionCache(mod, B, mod.scheme.name)
+    for mod in fast_and_reference("rope", "mask = prefix(4)", H, D):
+        assert (mod.mask, mod.mask_prefix) == ("prefix", 4)
+        assert len(AttentionCache(mod, B, mod.scheme.name)) == 0
+
+
 @pytest.mark.parametrize("mask", ["prefix(4)", "spans"])
 def test_a_call_that_splits_a_cached_span_is_refused(mask):
     kw = {"span_ids": torch.tensor([[1] * 4 + [0] * 5] * B)} if mask == "spans" else {}

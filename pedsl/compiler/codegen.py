@@ -261,8 +261,9 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
     "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap", "FAST_PATHS",
-    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias", "LAMBDA_INIT", "lambda_init", "differential_lambda", "MASK", "MASK_PREFIX", "mask", "mask_prefix", "span_ids",
-    "Callable", "Optional", "once_differentiable", "Kernels",
+    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias", "LAMBDA_INIT", "lambda_init", "differential_lambda", "MASK",
+    "MASK_PREFIX", "mask", "mask_prefix", "span_ids", "remap_bounds", "remap_rotate", "query_mlp",
+    "Callable", "Optional", "once_differentiable", "Kernels", "SchemeSide", "WindowSide", "MaskSide",
 )
 
 
@@ -393,6 +394,8 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "    mask, mask_prefix = MASK, MASK_PREFIX",
         "    fast_paths = FAST_PATHS",
         "    cope_max_pos = COPE_MAX_POS",
+        "    remap_bounds, remap_rotate = (), None  # pedsl compile refuses remapped positions",
+        "    query_mlp = None  # no MLP-bias kernel here: FIRE's bias runs by blocks of queries",
         "",
         "    def __init__(self) -> None:",
         *[ind + line for line in init_lines + gen.init],
@@ -448,7 +451,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
 
 def _sink_init(scheme: Scheme) -> list[str]:
     """The learned sink's parameters, named as SchemeAttention names them (a state dict loads into both); None
-    for those the scheme has not (the class supplies every attribute of plan.SchemeSide)."""
+    for those the scheme has not (the class supplies every attribute of general.protocols.SchemeSide)."""
     if scheme.sink == "logit":
         return ["self.sink_logit = nn.Parameter(torch.zeros(HEADS))", "self.sink_key = self.sink_value = None"]
     if scheme.sink == "token":

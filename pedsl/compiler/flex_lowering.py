@@ -42,7 +42,7 @@ from pedsl.compiler.scores import modified_scores, scale_by_temperature, sink_co
 from pedsl.ops.bias import compiled_flex, compiled_flex_runs_on
 
 if TYPE_CHECKING:  # annotations only
-    from pedsl.compiler.general.protocols import Kernels
+    from pedsl.compiler.general.protocols import Kernels, SchemeSide
 
 F64 = torch.float64
 
@@ -73,7 +73,8 @@ def _kernel_takes(q: Tensor) -> bool:
     return compiled_flex_runs_on(q.device) and not (q.device.type == "cpu" and q.dtype == torch.float64)
 
 
-def flex_forward(scheme, kernels: Kernels, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None, lay: Layout) -> Tensor:
+def flex_forward(scheme: SchemeSide, kernels: Kernels, q: Tensor, k: Tensor, v: Tensor, *, x=None, tokens=None,
+                 lay: Layout) -> Tensor:
     """The fresh call of :func:`pedsl.compiler.general.forward.general_forward` (``lay``: its layout, no cache) with the
     attention of :func:`flex_attend`."""
     Hq, Hkv = q.shape[1], k.shape[1]
@@ -89,11 +90,11 @@ def flex_forward(scheme, kernels: Kernels, q: Tensor, k: Tensor, v: Tensor, *, x
     return undo_values(kernels, undo, o)
 
 
-def score_mod(scheme, bi, lay: Layout, sink_logit: Tensor | None = None) -> Callable | None:
+def score_mod(scheme: SchemeSide, bi, lay: Layout, sink_logit: Tensor | None = None) -> Callable | None:
     """The bias and soft cap of the plan as a FlexAttention ``score_mod`` over (batch, head, query, key) token
     indices of one fresh call, or None where the scores pass unchanged. ``sink_logit (B, Hq, L)``: the sink's
     logit, the score of the key after the call's last (index L), neither biased nor capped."""
-    pos, cap = lay.positions, getattr(scheme, "softcap", None)
+    pos, cap = lay.positions, scheme.softcap
     L, causal = pos.shape[1], mask_kind(scheme) == "causal"
     coord = bi.coord  # (B, H, L) float64
     tables = list(distance_tables(scheme, bi.tables, pos, pos).values())
@@ -104,7 +105,8 @@ def score_mod(scheme, bi, lay: Layout, sink_logit: Tensor | None = None) -> Call
     if bi.axial:
         ax = axis_rows(lay)
         d = (ax[..., :, None] - ax[..., None, :]).permute(0, 2, 3, 1)  # (B, L, L, A): i_a - j_a
-        axial = sum(scheme.axis_table(i, d, pos) for i in bi.axial)  # (B|1, H, L, L) float64
+        axes = [scheme.axis_table(i, d, pos) for i in bi.axial]
+        axial = sum(axes[1:], axes[0])  # (B|1, H, L, L) float64
     if coord is None and table is None and not queries and axial is None and cap is None and sink_logit is None:
         return None
 
@@ -128,7 +130,7 @@ def score_mod(scheme, bi, lay: Layout, sink_logit: Tensor | None = None) -> Call
     return modify
 
 
-def mask_mod(scheme, lay: Layout, sink: bool = False) -> tuple[Callable, bool]:
+def mask_mod(scheme: SchemeSide, lay: Layout, sink: bool = False) -> tuple[Callable, bool]:
     """Which (query, key) pairs of one fresh call are visible, as a FlexAttention ``mask_mod`` (``sink``: the key
     after the call's last, index L, is the sink's column, visible to every query), and whether it reads the
     head (the caller's per-head attention mask)."""
@@ -166,7 +168,7 @@ def with_sink_column(k: Tensor, v: Tensor, sink, heads: int) -> tuple[Tensor, Te
     return torch.cat([k, k.new_zeros(B, Hk, 1, D)], dim=2), torch.cat([v, v_s], dim=2)
 
 
-def flex_attend(scheme, q: Tensor, k: Tensor, v: Tensor, bi, lay: Layout, sink) -> Tensor:
+def flex_attend(scheme: SchemeSide, q: Tensor, k: Tensor, v: Tensor, bi, lay: Layout, sink) -> Tensor:
     """FlexAttention of one fresh call's transported, temperature-scaled q over k, v with the plan's
     :func:`score_mod`, :func:`mask_mod` and block mask; the ``sink`` (logit (B, Hq, L), value (1, Hq, 1, D) or
     None) as one more key column (FlexAttention's log-sum-exp would join it too, but its compiled CPU kernel

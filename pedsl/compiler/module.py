@@ -106,7 +106,9 @@ class SchemeAttention(nn.Module):
 
     def _build_sink(self) -> None:
         """The learned sink (docs/semantics.md §11): a logit per head (``sink = logit``, zero at first: the
-        sink weighs as much as one key of logit 0), or a key and a value per head (``sink = token``)."""
+        sink weighs as much as one key of logit 0), or a key and a value per head (``sink = token``); None for
+        those it has not (the general forward's SchemeSide has every member)."""
+        self.sink_logit = self.sink_key = self.sink_value = None
         if self.plan.sink == "logit":
             self.sink_logit = nn.Parameter(torch.zeros(self.heads))
         elif self.plan.sink == "token":
@@ -117,6 +119,7 @@ class SchemeAttention(nn.Module):
         """CoPE's learned embedding (docs/semantics.md §1c): (max_pos, head_dim) shared by the heads, or
         (heads, max_pos, head_dim); zero at first, as the paper and x-transformers (the term starts at 0)."""
         c = self.plan.contextual
+        self.contextual_embedding = None
         if c is not None:
             self.contextual_embedding = nn.Parameter(torch.zeros(*(() if c.shared else (self.heads,)),
                                                                  c.max_pos, self.head_dim))
@@ -125,8 +128,13 @@ class SchemeAttention(nn.Module):
         """Differential attention's learned lambda (docs/semantics.md §1b): rows (q1, k1, q2, k2) of head_dim each,
         drawn from N(0, 0.1^2) as DiffLlama's ``lambda_std_dev`` (zeros would never learn: each row's gradient
         is its partner row)."""
+        self.differential_lambda = None
         if self.plan.normalize == "differential":
             self.differential_lambda = nn.Parameter(torch.randn(4, self.head_dim) * 0.1)
+
+    # the mask as the general forward's functions read it (general.masks.MaskSide): the cache's refusal reads it
+    mask = property(lambda self: self.plan.mask)
+    mask_prefix = property(lambda self: self.plan.mask_prefix)
 
     def extra_repr(self) -> str:
         return f"scheme={self.scheme.name!r}, backend={self.backend!r}, heads={self.heads}, head_dim={self.head_dim}"
@@ -185,12 +193,7 @@ class SchemeAttention(nn.Module):
         time; the outputs equal one full forward (dynamic NTK: cached keys keep the table in force when
         they were cached, as Hugging Face does). One cache per layer and batch of sequences.
         """
-        if self.plan.mask == "bidirectional":
-            raise ShapeError(f"scheme '{self.scheme.name}' has mask = bidirectional: every token sees the tokens "
-                             "after it, so no token's output is final before the last one and there is nothing "
-                             "to decode", hint="call the module on the whole sequence without a cache, or use "
-                             "mask = prefix(N) / spans (decoding after a prefilled prefix)")
-        try:
+        try:  # refused for a bidirectional mask (general.masks.cache_refusal)
             return AttentionCache(self, batch_size, self.scheme.name)
         except InputError as exc:
             raise ShapeError(str(exc), hint=exc.hint) from None

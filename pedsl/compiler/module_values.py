@@ -29,7 +29,7 @@ from pedsl.ops.path import path_attention, path_attention_local, path_transporte
 from pedsl.runtime.walk import learned_calls
 
 if TYPE_CHECKING:  # annotations only
-    from pedsl.compiler.general.protocols import Kernels
+    from pedsl.compiler.general.protocols import Kernels, SchemeSide
 
 TABLE_MAX = 1 << 20  # static phase tables up to this many positions; beyond, phases are evaluated per call
 
@@ -64,7 +64,7 @@ class FusedKernels:
         return cumulative_angles(a, reduce=False)
 
 
-class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
+class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_side below)
     """What the general forward reads of a :class:`~pedsl.compiler.module.SchemeAttention` (made once per
     module: ``of(mod)``)."""
 
@@ -227,8 +227,8 @@ class ModuleScheme:  # a plan.SchemeSide (checked by _as_scheme_side below)
 
 
 
-def _as_scheme_side(side: ModuleScheme) -> PL.SchemeSide:
-    """For mypy: the adapter supplies every attribute the general forward reads (plan.SchemeSide)."""
+def _as_scheme_side(side: ModuleScheme) -> SchemeSide:
+    """For mypy: the adapter supplies every attribute the general forward reads (general.protocols.SchemeSide)."""
     return side
 
 

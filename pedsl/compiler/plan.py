@@ -23,18 +23,13 @@ Networkx and torch free: importing it costs nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from pedsl.compiler.kernel_support import explicit_scores
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
 from pedsl.lang.frequencies import axis_runs
 from pedsl.runtime.walk import learned_calls, param_key, site_name  # noqa: F401 (the plan's names)
-
-if TYPE_CHECKING:  # torch and the general forward only for the checker: the plan imports without torch
-    from torch import Tensor, device as Device, dtype as DType
-
-    from pedsl.compiler.general import TokenValues, Window
 
 # transport kinds
 ROPE = "rope-table"  # q, k (, v) rotated by position-indexed phases (cos/sin tables)
@@ -330,39 +325,3 @@ def plan_to_json(plan: Plan) -> dict:
         "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
                     for ls in learned_sites(plan)],
     }
-
-
-class SchemeSide(Protocol):
-    """What the general forward (:mod:`pedsl.compiler.general`) reads off ``scheme``: the plan's decisions and the
-    scheme's values, tables and learned parameters. Two suppliers, each providing every attribute:
-    ``SchemeAttention``'s adapter (:class:`pedsl.compiler.module_values.ModuleScheme`, checked by mypy) and the
-    class of a generated module (:mod:`pedsl.compiler.codegen`)."""
-
-    heads: int
-    head_dim: int
-    axes: tuple[str, ...]  # the position axes (none: one)
-    conv_history: int  # earlier tokens a short convolution re-reads
-    transforms: Any  # the transports' records: kind, values, channels, scale
-    normalize: str  # softmax or stick-breaking weights
-    attend_current: bool
-    window: int | None
-    chunk: int | None
-    sink: str | None  # "logit", "token" or none
-    softcap: float | None
-    fast_paths: tuple[str, ...]  # Plan.kernels: the fast kernels the plan's features allow
-    cope_max_pos: int | None  # CoPE's positions, with its contextual_embedding
-
-    @property
-    def sink_logit(self) -> Tensor | None: ...
-    @property
-    def sink_key(self) -> Tensor | None: ...
-    @property
-    def sink_value(self) -> Tensor | None: ...
-    @property
-    def contextual_embedding(self) -> Tensor | None: ...
-
-    def token_values(self, win: Window, dtype: DType) -> TokenValues: ...
-    def distance_table(self, i: int, size: int, device: Device) -> Tensor: ...
-    def query_table(self, i: int, qpos: Tensor, size: int, device: Device, n_run: int | None = None) -> Tensor: ...
-    def axis_table(self, i: int, dist: Tensor, qpos: Tensor) -> Tensor: ...
-

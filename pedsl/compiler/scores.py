@@ -13,11 +13,14 @@ reference interpreter (:mod:`pedsl.compiler.reference`) stays independent of all
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import SchemeSide
 
 # <embedded>
 # ---------------------------------------------------------------------------------------------
@@ -147,19 +150,22 @@ def scale_by_temperature(q: Tensor, tau: Tensor | None) -> Tensor:
     return (q.to(ft) * tau.to(ft).unsqueeze(-1)).to(q.dtype)
 
 
-def sink_column(scheme: Any, q: Tensor, tau: Tensor | None) -> tuple[Tensor, Tensor | None] | None:
+def sink_column(scheme: SchemeSide, q: Tensor, tau: Tensor | None) -> tuple[Tensor, Tensor | None] | None:
     """The sink as one more key column: (its logit (B, Hq, Lq) in q's dtype, its value (1, Hq, 1, D) or
     None for a zero value). ``sink = logit``: the learned logit of the head (GPT-OSS); ``sink = token``:
     ``<q_i, k_s> / sqrt(D)`` with the query as given (no transport; times the temperature) and the
     learned value ``v_s``; ``normalize = softmax1``: the logit 0 pinned in the denominator, a zero value
     (the checker refuses it beside a learned sink). None without a sink."""
-    kind = getattr(scheme, "sink", None)
+    kind = scheme.sink
     B, Hq, Lq, D = q.shape
     if kind is None:
-        return (q.new_zeros(B, Hq, Lq), None) if getattr(scheme, "normalize", "softmax") == "softmax1" else None
-    if kind == "logit":
-        return scheme.sink_logit.to(q.dtype)[None, :, None].expand(B, Hq, Lq), None
+        return (q.new_zeros(B, Hq, Lq), None) if scheme.normalize == "softmax1" else None
+    logit, key, value = scheme.sink_logit, scheme.sink_key, scheme.sink_value
+    if kind == "logit" and logit is not None:
+        return logit.to(q.dtype)[None, :, None].expand(B, Hq, Lq), None
+    if kind != "token" or key is None or value is None:
+        raise ValueError(f"sink = {kind} without its learned parameters")
     qs = scale_by_temperature(q, tau)
-    col = torch.einsum("bhld,hd->bhl", qs, scheme.sink_key.to(q.dtype)) * D ** -0.5
-    return col, scheme.sink_value.to(q.dtype)[None, :, None, :]
+    col = torch.einsum("bhld,hd->bhl", qs, key.to(q.dtype)) * D ** -0.5
+    return col, value.to(q.dtype)[None, :, None, :]
 # </embedded>

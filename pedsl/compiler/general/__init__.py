@@ -58,15 +58,16 @@ forget-gate forms), formed per block of queries in float64 and only then cast to
 so a bfloat16 call is as exact as a hand-written bfloat16 bias.
 
 What the scheme supplies (``scheme`` below; ``SchemeAttention``'s adapter in :mod:`pedsl.compiler.module_values`,
-the generated class in a compiled module): ``heads``, ``head_dim``, ``axes`` (its position axes), ``conv_history`` (earlier tokens a
-short convolution re-reads), ``transforms`` (records with ``kind``, ``values``, ``channels``,
-``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights), ``cope_max_pos`` (None, or
-CoPE's positions, with its ``contextual_embedding``), ``token_values(window, dtype)`` (a :class:`TokenValues`) and ``distance_table(i, size,
-device)`` (bias i over distances 0..size-1, ``(H, size)`` float64). The primitives (rotations,
-cumulative sums of angles, the blockwise PaTH kernel, the Toeplitz kernel of distance tables) come as
-``kernels``: :class:`TorchKernels` here, pedsl's fused ones in process; what the forward reads of them is the
-``Kernels`` Protocol of :mod:`pedsl.compiler.general.protocols` (every supplier gives every member, None for a
-kernel it has not).
+the generated class in a compiled module): ``heads``, ``head_dim``, ``axes`` (its position axes),
+``conv_history`` (earlier tokens a short convolution re-reads), ``transforms`` (records with ``kind``,
+``values``, ``channels``, ``scale``), ``normalize`` and ``attend_current`` (softmax or stick-breaking weights),
+``cope_max_pos`` (None, or CoPE's positions, with its ``contextual_embedding``), ``token_values(window, dtype)``
+(a :class:`TokenValues`), ``distance_table(i, size, device)`` (bias i over distances 0..size-1, ``(H, size)``
+float64) and the rest of the ``SchemeSide`` Protocol of :mod:`pedsl.compiler.general.protocols`. The
+primitives (rotations, cumulative sums of angles, the blockwise PaTH kernel, the Toeplitz kernel of distance
+tables) come as ``kernels``: :class:`TorchKernels` here, pedsl's fused ones in process; what the forward reads
+of them is the ``Kernels`` Protocol there. Every supplier of either gives every member, None for what it has
+not.
 """
 
 from pedsl.compiler.general.inputs import (AXIS_BIAS, F64, GATE_BIAS, HOUSEHOLDER, LINEAR_BIAS, QUERY_BIAS, ROPE, SO2,

@@ -22,7 +22,8 @@ from pedsl.compiler.general.windows import key_starts, shape_of, visible
 from pedsl.compiler.general.bias import Biases, axis_rows, bias_rows, distance_tables, key_axis_rows, run_length
 
 if TYPE_CHECKING:  # annotations only: a generated module carries none of it
-    from pedsl.compiler.general.protocols import Kernels
+    from pedsl.compiler.general.mask_side import MaskSide
+    from pedsl.compiler.general.protocols import Kernels, SchemeSide
 
 # <embedded>
 # ---------------------------------------------------------------------- attention
@@ -54,7 +55,7 @@ def all_keys(cache, lay: Layout, k, v, coord, Lc: int):
 
 
 def allowed_mask(lay: Layout, Lc: int, L: int, r0: int, r1: int, Lq: int, kpos, kdoc, kvalid, multi_doc: bool,
-                 shape=None, k0: int = 0, scheme=None, kspan=None):
+                 shape=None, k0: int = 0, scheme: MaskSide | None = None, kspan=None):
     """Boolean (B, 1|H, r1 - r0, Lk) mask of the query rows r0..r1 over the keys k0..k0 + Lk (``kpos``,
     ``kdoc``, ``kvalid``, ``kspan`` are those keys'), or None when every key is allowed. ``shape``: the scheme's
     (window, chunk), or None; ``scheme``: its mask widens the causal one (pedsl.compiler.general.masks)."""
@@ -164,14 +165,14 @@ def with_sink(q, k, v, mask, bias, sink):
     return q, k, v, mask, bias
 
 
-def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None):
+def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None):
     """Attention of the queries over every key, the cache's and this call's, by blocks of queries (with
     a window or chunk: each block over the span of keys it can see, O(L N) time and memory). ``qc``: the
     queries as given (before transports and temperature), which CoPE's embedding term reads."""
     Hq, Lq = q.shape[1], q.shape[2]
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
-    shape, cap = shape_of(scheme), getattr(scheme, "softcap", None)
+    shape, cap = shape_of(scheme), scheme.softcap
     K, V, kpos, kdoc, kvalid, kcoord = all_keys(cache, lay, k, v, bi.coord, Lc)
     if cache is not None and Lc and cache.one_doc and lay.docs is cache._doc_view:
         multi_doc = False  # decoding inside the cached document
@@ -199,7 +200,7 @@ def attend_blocks(scheme, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc
     # explicit scores are formed for every key of the span: stop at the block's last query (causal)
     explicit = explicit_scores(scheme.normalize, scheme.cope_max_pos)
     last = (lambda r1: q0 + r1) if explicit else (lambda r1: Lc + L)
-    remapped = RemappedKeys(scheme, K, kpos, lay.n) if getattr(scheme, "remap", None) is not None else None
+    remapped = RemappedKeys(scheme, K, kpos, lay.n) if scheme.remap_bounds else None
     outs = []
     for b, r0 in enumerate(range(0, Lq, block)):
         r1 = min(Lq, r0 + block)
@@ -232,7 +233,7 @@ def all_spans(cache, lay: Layout, Lc: int):
     return cached(cache, "span", Lc + lay.spans.shape[1])
 
 
-def distance_attend(scheme, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
+def distance_attend(scheme: SchemeSide, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """Biases that are all distance tables, over one fresh causal sequence, on the kernels' Toeplitz kernel
     (the tables summed once (H, distances), each block of queries reading its rows as a view of it); or one
     bias of FIRE's form on the kernels' MLP-bias kernel (:func:`query_mlp_attend`). None where the call
@@ -251,18 +252,18 @@ def distance_attend(scheme, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, 
     return toeplitz(q, k, v, table)
 
 
-def query_mlp_attend(scheme, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
+def query_mlp_attend(scheme: SchemeSide, kernels: Kernels, q, k, v, bi: Biases, lay: Layout, cache):
     """One bias ``mlp(u(distance) * w(query_position))`` with one hidden ReLU layer (FIRE; the scheme's
     ``query_mlp``) and no other bias, over one fresh causal sequence whose rows all start at the same
     position (w reads it), on the kernels' MLP-bias kernel. None otherwise."""
     mlp = kernels.mlp_attention
-    if mlp is None or not hasattr(scheme, "query_mlp") or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
+    if mlp is None or scheme.query_mlp is None or not mlp_call(scheme.fast_paths, kernels, q, k, lay, cache):
         return None
     factors = scheme.query_mlp(bi.queries[0], lay.positions[0], q.device)
     return None if factors is None else mlp(q, k, v, *factors)
 
 
-def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
+def explicit_rows(scheme: SchemeSide, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
     """Attention of a block of queries (global token index q0, q0 + 1, ...) over every key when the weights
     are not a softmax of a bias known beforehand (stick-breaking, sigmoid, CoPE): key j counts for query i when j <= i
     (j < i for stick-breaking without ``attend_current``) and ``mask`` allows it; no key gives zeros."""
@@ -272,8 +273,8 @@ def explicit_rows(scheme, q, K, V, mask, bias, q0: int, qc=None) -> Tensor:
     ok = ((kj <= qi) if own_key_counts(scheme.attend_current, scheme.normalize) else (kj < qi))[None, None]
     ok = ok if mask is None else ok & mask
     emb = scheme.contextual_embedding if scheme.cope_max_pos is not None else None
-    return scored_rows(q, K, V, ok, bias, cap=getattr(scheme, "softcap", None), normalize=scheme.normalize,
-                       qc=qc, emb=emb, sigmoid_bias=getattr(scheme, "sigmoid_bias", 0.0))
+    return scored_rows(q, K, V, ok, bias, cap=scheme.softcap, normalize=scheme.normalize,
+                       qc=qc, emb=emb, sigmoid_bias=scheme.sigmoid_bias)
 
 
 def key_validity(lay: Layout, kvalid, Lc: int):

@@ -3,7 +3,7 @@ and the rows of bias a block of queries reads."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
@@ -12,6 +12,9 @@ from pedsl.compiler.general.masks import coordinate_differences, pair_distances
 from pedsl.compiler.general.inputs import AXIS_BIAS, F64, LINEAR_BIAS, Layout, QUERY_BIAS, TABLE_BIAS, last_tokens
 from pedsl.compiler.general.cache import stored
 from pedsl.compiler.general.values import TokenValues
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import SchemeSide
 
 # <embedded>
 # ---------------------------------------------------------------------- bias
@@ -23,7 +26,7 @@ class Biases(NamedTuple):
     axial: tuple = ()  # indices of the biases over per-axis distances (AXIS_BIAS)
 
 
-def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
+def biases(scheme: SchemeSide, vals: TokenValues, lay: Layout, cache) -> Biases:
     """Float64 coordinates of the L new tokens (gate sums continue the cache's) and the table biases."""
     B, L = lay.valid.shape
     coord: Tensor | None = None
@@ -49,7 +52,7 @@ def biases(scheme, vals: TokenValues, lay: Layout, cache) -> Biases:
     return Biases(coord, tables, gates, tuple(queries), tuple(axial))
 
 
-def distance_tables(scheme, tables, qpos, kpos) -> dict:
+def distance_tables(scheme: SchemeSide, tables, qpos, kpos) -> dict:
     """The distance-table biases over every distance of the call, (H, top) float64 each: computed once per
     call (O(H L)), then gathered per block of queries."""
     if not tables:
@@ -76,7 +79,7 @@ def run_length(qpos, kpos) -> int:
     return int((qpos.max() - kpos.min()).clamp(min=0)) + 1 if qpos.numel() and kpos.numel() else 1
 
 
-def bias_rows(scheme, tables, coord_q, kcoord, qpos, kpos, dtype, queries=(), axial=(), qax=None, kax=None,
+def bias_rows(scheme: SchemeSide, tables, coord_q, kcoord, qpos, kpos, dtype, queries=(), axial=(), qax=None, kax=None,
               n_run: int | None = None):
     """Float64 biases (B, H, rows, Lk) of a block of queries, cast to ``dtype`` at the end (``tables``: the
     distance tables of :func:`distance_tables`; ``queries``: the biases that read the query position,

@@ -3,11 +3,16 @@ per-token buffers, its update after a call, and PaTH's pending steps applied to 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
 from pedsl.compiler.general.masks import cache_refusal
 from pedsl.compiler.general.inputs import InputError, Layout
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.mask_side import MaskSide
 
 # <embedded>
 # ---------------------------------------------------------------------- cache
@@ -19,7 +24,7 @@ class AttentionCache:
     number of cached tokens. Buffers grow by doubling, so appending costs O(new tokens).
     """
 
-    def __init__(self, module, batch_size: int, scheme: str):
+    def __init__(self, module: MaskSide, batch_size: int, scheme: str):
         refused = cache_refusal(module)
         if refused is not None:
             raise InputError(*refused)

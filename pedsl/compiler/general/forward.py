@@ -19,7 +19,7 @@ from pedsl.compiler.general.attention import attend_blocks, distance_attend
 from pedsl.compiler.general.path import path_attend
 
 if TYPE_CHECKING:  # annotations only: a generated module carries none of it
-    from pedsl.compiler.general.protocols import Kernels
+    from pedsl.compiler.general.protocols import Kernels, SchemeSide
 
 # <embedded>
 # ---------------------------------------------------------------------- forward
@@ -48,7 +48,7 @@ class TorchKernels:
         return torch.cumsum(a, dim=-2)
 
 
-def check_call(scheme, q, k, v, cache) -> None:
+def check_call(scheme: SchemeSide, q, k, v, cache) -> None:
     """q (B, heads, Lq, head_dim) and k, v (B, Hkv, L, head_dim) with Hkv dividing the heads and Lq <= L;
     a cache made by this module for this batch."""
     B, Hq, Lq, D = q.shape
@@ -63,8 +63,8 @@ def check_call(scheme, q, k, v, cache) -> None:
         raise InputError("cache was made by another module or for another batch size: use module.new_cache(B)")
 
 
-def general_forward(scheme, kernels: Kernels, q, k, v, *, x=None, tokens=None, positions=None, document_ids=None,
-                    cache=None, attn_mask=None, lay: Layout | None = None, span_ids=None) -> Tensor:
+def general_forward(scheme: SchemeSide, kernels: Kernels, q, k, v, *, x=None, tokens=None, positions=None,
+                    document_ids=None, cache=None, attn_mask=None, lay: Layout | None = None, span_ids=None) -> Tensor:
     """The call of the module docstring: q (B, Hq, Lq, D), k, v (B, Hkv, L, D) -> (B, Hq, Lq, D)."""
     B, Hq, Lq, D = q.shape
     Hkv, L = k.shape[1], k.shape[2]
@@ -74,7 +74,7 @@ def general_forward(scheme, kernels: Kernels, q, k, v, *, x=None, tokens=None, p
     win = Window(lay, x, tokens, cache, q.device)
     vals = scheme.token_values(win, q.dtype)
     tr = transports(scheme, kernels, vals, lay, cache, q.dtype)
-    if getattr(scheme, "remap", None) is not None:  # rotated per regime, block by block (general.remap)
+    if scheme.remap_bounds:  # rotated per regime, block by block (general.remap)
         tr = tr._replace(rots=[])
     bi = biases(scheme, vals, lay, cache)
     if tr.per_head and Hkv != Hq:  # transports differ per query head: one transported key per query head
@@ -86,7 +86,10 @@ def general_forward(scheme, kernels: Kernels, q, k, v, *, x=None, tokens=None, p
     q = scale_by_temperature(q, tau)
     lam = None
     if scheme.normalize == "differential":  # one softmax per head over its values and its partner's
-        lam = differential_lambda(scheme.differential_lambda, scheme.lambda_init)
+        rows = scheme.differential_lambda
+        if rows is None:
+            raise ValueError("normalize = differential learns its lambda rows")
+        lam = differential_lambda(rows, scheme.lambda_init)
         v = paired_values(v, Hq)
     if tr.householder is not None:
         o = path_attend(scheme, kernels, q, k, v, tr.householder, bi.coord, lay, cache, sink)

@@ -3,12 +3,15 @@ validity and attention masks every later step of the general forward reads (:cla
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
 
 from pedsl.compiler.general.masks import span_ids_refusal, span_keys, split_span_refusal
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.mask_side import MaskSide
 
 # <embedded>
 # ---------------------------------------------------------------------- inputs
@@ -115,7 +118,7 @@ def axis_positions(positions, axes: tuple, B: int, L: int, device) -> tuple[Tens
 
 
 def layout(heads: int, B: int, L: int, Lq: int, positions, document_ids, attn_mask, cache, device,
-           axes: tuple = (), scheme=None, span_ids=None) -> Layout:
+           axes: tuple = (), scheme: MaskSide | None = None, span_ids=None) -> Layout:
     """Positions, documents, validity and masks of the L tokens of a call, continuing the cache; the span keys
     of the ``scheme``'s mask (``span_ids``: the call's, for ``mask = spans``)."""
     lay = _layout(heads, B, L, Lq, positions, document_ids, attn_mask, cache, device, axes)

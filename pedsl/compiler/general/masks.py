@@ -13,8 +13,13 @@ Torch only; the refusals are returned as (message, hint), raised by the caller a
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.mask_side import MaskSide
 
 # <embedded>
 # ---------------------------------------------------------------------------------------------
@@ -24,23 +29,26 @@ from torch import Tensor
 MASK_SPAN_KINDS = ("prefix", "spans")  # the masks whose pairs seen both ways are spans of tokens
 
 
-def mask_kind(scheme) -> str:
+def mask_kind(scheme: MaskSide) -> str:
     """The scheme's mask: causal, bidirectional, prefix or spans."""
-    return getattr(scheme, "mask", "causal")
+    return scheme.mask
 
 
-def span_keys(scheme, positions: Tensor, valid: Tensor, span_ids: Tensor | None) -> Tensor | None:
+def span_keys(scheme: MaskSide, positions: Tensor, valid: Tensor, span_ids: Tensor | None) -> Tensor | None:
     """(B, L) long: the span key of each new token (0: in no span; padding is in none), or None where the mask
     has no spans (causal, bidirectional). ``span_ids``: the call's ids (B, L) long, read by ``mask = spans``."""
     kind = mask_kind(scheme)
     if kind == "prefix":
-        return (positions < scheme.mask_prefix).long() * valid
+        prefix = scheme.mask_prefix
+        if prefix is None:
+            raise ValueError("mask = prefix(N) has its N")
+        return (positions < prefix).long() * valid
     if kind == "spans":
         return torch.zeros_like(positions) if span_ids is None else span_ids * valid
     return None
 
 
-def span_ids_refusal(scheme, span_ids) -> tuple[str, str] | None:
+def span_ids_refusal(scheme: MaskSide, span_ids) -> tuple[str, str] | None:
     """Why the call's ``span_ids`` do not fit the scheme (only ``mask = spans`` reads them), or None."""
     if span_ids is None or mask_kind(scheme) == "spans":
         return None
@@ -48,7 +56,7 @@ def span_ids_refusal(scheme, span_ids) -> tuple[str, str] | None:
             "drop span_ids, or give the scheme mask = spans")
 
 
-def cache_refusal(scheme) -> tuple[str, str] | None:
+def cache_refusal(scheme: MaskSide) -> tuple[str, str] | None:
     """Why the scheme cannot decode (a bidirectional mask: no output is final before the last token), or None."""
     if mask_kind(scheme) != "bidirectional":
         return None
@@ -70,7 +78,8 @@ def split_span_refusal(new_spans: Tensor, new_docs: Tensor, old_spans: Tensor, o
             "give the whole span in one call (prefill the prefix at once), then decode the tokens after it")
 
 
-def seen_both_ways(scheme, causal: Tensor | None, qspan: Tensor | None, kspan: Tensor | None) -> Tensor | None:
+def seen_both_ways(scheme: MaskSide, causal: Tensor | None, qspan: Tensor | None,
+                   kspan: Tensor | None) -> Tensor | None:
     """The pairs a block of queries may see before documents, padding and windows: ``causal`` (1, 1, rows, Lk)
     (None: every key is at or before its query) widened by the mask; None where every pair is visible.
     ``qspan (B, rows)``, ``kspan (B, Lk)``: the span keys (:func:`span_keys`) of the block's queries and keys."""
@@ -85,14 +94,14 @@ def seen_both_ways(scheme, causal: Tensor | None, qspan: Tensor | None, kspan: T
     return causal | same[:, None]
 
 
-def pair_distances(scheme, qpos: Tensor, kpos: Tensor) -> Tensor:
+def pair_distances(scheme: MaskSide, qpos: Tensor, kpos: Tensor) -> Tensor:
     """(B, rows, Lk): the distance a bias reads between the queries at ``qpos (B, rows)`` and the keys at
     ``kpos (B, Lk)``: ``p_i - p_j`` (0 where negative) with a causal mask, ``|p_i - p_j|`` otherwise."""
     d = qpos[:, :, None] - kpos[:, None, :]
     return d.clamp(min=0) if mask_kind(scheme) == "causal" else d.abs()
 
 
-def coordinate_differences(scheme, cq: Tensor, ck: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor:
+def coordinate_differences(scheme: MaskSide, cq: Tensor, ck: Tensor, qpos: Tensor, kpos: Tensor) -> Tensor:
     """(B, H, rows, Lk) float64 ``c_i - c_j`` of per-token coordinates ``cq (B, H, rows)``, ``ck (B, H, Lk)``. With
     a non-causal mask the coordinates are ``slope * p`` (the check refuses gates there), so the difference is
     taken the other way round where ``p_j > p_i``: ``slope * |p_i - p_j|``, ALiBi's encoder form."""
@@ -102,7 +111,7 @@ def coordinate_differences(scheme, cq: Tensor, ck: Tensor, qpos: Tensor, kpos: T
     return torch.where((qpos[:, :, None] >= kpos[:, None, :])[:, None], d, -d)
 
 
-def symmetric_window(scheme) -> bool:
+def symmetric_window(scheme: MaskSide) -> bool:
     """Whether a window reaches both ways, ``|p_i - p_j| < window`` (a non-causal mask)."""
     return mask_kind(scheme) != "causal"
 # </embedded>

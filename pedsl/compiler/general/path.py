@@ -16,7 +16,7 @@ from pedsl.compiler.general.attention import all_keys, allowed_mask, attend, sin
 from pedsl.ops.path_decode import FUSED_FLUSH, fused_path_scores
 
 if TYPE_CHECKING:  # annotations only: a generated module carries none of it
-    from pedsl.compiler.general.protocols import Kernels
+    from pedsl.compiler.general.protocols import Kernels, SchemeSide
 
 # <embedded>
 # ---------------------------------------------------------------------- path
@@ -25,7 +25,7 @@ PATH_FLUSH = FUSED_FLUSH  # PaTH decoding: pending Householder steps applied to 
 HARD_RESET = float("-inf")  # a log-gate that forgets everything before it (the PaTH kernel clamps it)
 
 
-def path_attend(scheme, kernels: Kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
+def path_attend(scheme: SchemeSide, kernels: Kernels, q, k, v, hh, coord, lay: Layout, cache, sink=None):
     """PaTH: the blockwise kernel for a fresh full sequence where ``kernels`` has one (packed documents
     and left padding become hard resets of the log-gate), the windowed kernel for a fresh sequence
     inside a window or chunk (its mask decides documents, padding and the sink), otherwise the decode

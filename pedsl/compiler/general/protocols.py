@@ -1,5 +1,13 @@
-"""What the general forward (:mod:`pedsl.compiler.general`) reads of its ``kernels`` argument, as a Protocol the
-type checker holds every supplier to: :class:`~pedsl.compiler.general.forward.TorchKernels` (plain torch, and a
+"""What the general forward (:mod:`pedsl.compiler.general`) reads of its ``scheme`` and ``kernels`` arguments,
+as Protocols the type checker holds every supplier to.
+
+``scheme`` (:class:`SchemeSide`): :class:`~pedsl.compiler.module_values.ModuleScheme` (``SchemeAttention``'s
+adapter, in process) and the class of a generated module (:mod:`pedsl.compiler.codegen`; no checker reads that
+text, so compiler_tests/compiler/test_compiler_codegen.py checks its members at run time); a lowering plan
+supplies its window part (:class:`WindowSide`: ``shape_of(plan)``). Every supplier provides every member; what
+it has not is None (or an empty tuple), never a missing attribute.
+
+``kernels`` (:class:`Kernels`): :class:`~pedsl.compiler.general.forward.TorchKernels` (plain torch, and a
 generated module's ``Kernels`` subclass of it) and :class:`~pedsl.compiler.module_values.FusedKernels` (pedsl's
 own, in process). Every supplier provides every member; a kernel it has not is None, never a missing attribute.
 
@@ -11,7 +19,84 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
-from torch import Tensor
+from torch import Tensor, device as Device, dtype as DType
+
+from pedsl.compiler.general.mask_side import MaskSide
+from pedsl.compiler.general.values import TokenValues, Window
+
+
+class WindowSide(MaskSide, Protocol):
+    """What ``shape_of`` reads: the mask (a symmetric window beside a non-causal one), the window and chunk."""
+
+    @property
+    def window(self) -> int | None:
+        """Each query sees the keys less than this far back (both ways beside a non-causal mask), or None."""
+
+    @property
+    def chunk(self) -> int | None:
+        """Each query sees the keys of its own chunk of this many positions, or None."""
+
+
+class SchemeSide(WindowSide, Protocol):
+    """Everything the general forward reads of ``scheme``: the plan's decisions, the scheme's values and tables,
+    its learned parameters."""
+
+    heads: int
+    head_dim: int
+    axes: tuple[str, ...]  # the position axes (none: one)
+    conv_history: int  # earlier tokens a short convolution re-reads
+    transforms: tuple[Any, ...]  # the transports' records: kind, channels, scale (and the pairs' halves)
+    normalize: str  # softmax, softmax1, sigmoid, stick-breaking or differential
+    attend_current: bool  # stick-breaking: whether a query's own key counts
+    sigmoid_bias: float  # normalize = sigmoid: the bias inside sigmoid(s + b)
+    lambda_init: float  # normalize = differential: lambda's constant
+    sink: str | None  # "logit", "token" or None
+    softcap: float | None
+    fast_paths: tuple[str, ...]  # Plan.kernels: the fast kernels the plan's features allow
+    cope_max_pos: int | None  # CoPE's positions, with its contextual_embedding
+    remap_bounds: tuple[tuple[int, int | None], ...]  # remapped positions: each regime's distances; (): none
+
+    @property
+    def sink_logit(self) -> Tensor | None:
+        """sink = logit: the learned logit of each head (heads,)."""
+
+    @property
+    def sink_key(self) -> Tensor | None:
+        """sink = token: the learned key (heads, head_dim)."""
+
+    @property
+    def sink_value(self) -> Tensor | None:
+        """sink = token: the learned value (heads, head_dim)."""
+
+    @property
+    def contextual_embedding(self) -> Tensor | None:
+        """CoPE's embedding ((heads,) cope_max_pos, head_dim)."""
+
+    @property
+    def differential_lambda(self) -> Tensor | None:
+        """normalize = differential: the learned lambda rows (4, head_dim)."""
+
+    @property
+    def query_mlp(self) -> Callable[[int, Tensor, Device], tuple[Tensor, ...] | None] | None:
+        """Bias i's FIRE factors for the MLP-bias kernel (None: not of that form), or None: the supplier never
+        gives them (its bias runs by blocks of queries)."""
+
+    @property
+    def remap_rotate(self) -> Callable[[Tensor, Tensor, int, str, int], Tensor] | None:
+        """``(x, positions, regime, role, n)``: x rotated at a regime's query or key positions; None where
+        ``remap_bounds`` is empty."""
+
+    def token_values(self, win: Window, dtype: DType) -> TokenValues:
+        """The per-token values of the window's tokens."""
+
+    def distance_table(self, i: int, size: int, device: Device) -> Tensor:
+        """Bias i over distances 0..size-1, (heads, size) float64."""
+
+    def query_table(self, i: int, qpos: Tensor, size: int, device: Device, n_run: int | None = None) -> Tensor:
+        """Bias i (it reads query_position) at the queries' positions (B, rows): (B|1, heads, rows, size)."""
+
+    def axis_table(self, i: int, dist: Tensor, qpos: Tensor) -> Tensor:
+        """Bias i over per-axis distances (B, rows, keys, A) at a block of pairs: (B|1, heads, rows, keys)."""
 
 
 class Kernels(Protocol):

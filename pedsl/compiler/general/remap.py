@@ -16,11 +16,16 @@ at the regime's ``query`` or ``key`` positions of the tokens at ``positions``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.scores import modified_scores, normalised
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import SchemeSide
 
 # <embedded>
 # ---------------------------------------------------------------------------------------------
@@ -33,16 +38,18 @@ class RemappedKeys:
     """Every key of a call (the cache's and this call's, unrotated) rotated at each regime's key positions,
     and the attention of a block of queries over a span of them."""
 
-    def __init__(self, scheme, K: Tensor, kpos: Tensor, n: int):
-        self.scheme, self.kpos, self.n = scheme, kpos, n
-        self.keys = [scheme.remap_rotate(K, kpos, r, "key", n) for r in range(len(scheme.remap_bounds))]
+    def __init__(self, scheme: SchemeSide, K: Tensor, kpos: Tensor, n: int):
+        rotate = scheme.remap_rotate
+        if rotate is None:
+            raise ValueError("a scheme with remapped positions rotates them (remap_rotate)")
+        self.scheme, self.rotate, self.kpos, self.n = scheme, rotate, kpos, n
+        self.keys = [rotate(K, kpos, r, "key", n) for r in range(len(scheme.remap_bounds))]
 
     def rows(self, q: Tensor, qpos: Tensor, k0: int, k1: int, V: Tensor, ok, bias, sink, cap) -> Tensor:
         """Attention of the queries ``q (B, Hq, rows, D)`` at ``qpos (B, rows)`` (temperature applied, not
         rotated) over the keys k0..k1 that ``ok`` allows, through the one score pipeline; with gradients
         the block is recomputed in the backward pass."""
-        sch = self.scheme
-        qs = [sch.remap_rotate(q, qpos, r, "query", self.n) for r in range(len(sch.remap_bounds))]
+        qs = [self.rotate(q, qpos, r, "query", self.n) for r in range(len(self.scheme.remap_bounds))]
         ks = [k[:, :, k0:k1] for k in self.keys]
         dist = qpos[:, :, None] - self.kpos[:, None, k0:k1]  # (B, rows, Lk)
         col, vs = (None, None) if sink is None else sink

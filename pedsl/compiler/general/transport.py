@@ -14,7 +14,7 @@ from pedsl.compiler.general.cache import stored
 from pedsl.compiler.general.values import TokenValues
 
 if TYPE_CHECKING:  # annotations only: a generated module carries none of it
-    from pedsl.compiler.general.protocols import Kernels
+    from pedsl.compiler.general.protocols import Kernels, SchemeSide
 
 # <embedded>
 # ---------------------------------------------------------------------- transport
@@ -28,7 +28,7 @@ class Transports(NamedTuple):
     per_head: bool  # a transport differs per query head: k and v need one copy per query head
 
 
-def transports(scheme, kernels: Kernels, vals: TokenValues, lay: Layout, cache, dtype) -> Transports:
+def transports(scheme: SchemeSide, kernels: Kernels, vals: TokenValues, lay: Layout, cache, dtype) -> Transports:
     """Rotations of the L new tokens (cumulative angles continue the cache's) and PaTH's steps."""
     B, L = lay.valid.shape
     adt = angle_dtype(dtype)

@@ -3,7 +3,7 @@ keys a query sees, where each block of queries starts reading keys, and the trim
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
@@ -11,6 +11,9 @@ from torch import Tensor
 from pedsl.compiler.general.masks import symmetric_window
 from pedsl.compiler.general.inputs import Layout
 from pedsl.compiler.general.cache import AttentionCache, path_flush, stored, token_axis
+
+if TYPE_CHECKING:  # annotations only: a generated module carries none of it
+    from pedsl.compiler.general.protocols import WindowSide
 
 # <embedded>
 # ---------------------------------------------------------------------- windows
@@ -33,8 +36,8 @@ class Shape(NamedTuple):
         return self.chunk
 
 
-def shape_of(scheme) -> Shape | None:
-    w, c = getattr(scheme, "window", None), getattr(scheme, "chunk", None)
+def shape_of(scheme: WindowSide) -> Shape | None:
+    w, c = scheme.window, scheme.chunk
     return None if w is None and c is None else Shape(w, c, symmetric_window(scheme))
 
 
