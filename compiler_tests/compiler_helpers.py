@@ -59,6 +59,13 @@ def float64_bound(n: int, ref: torch.Tensor) -> float:
     return n * F64_EPS * float(ref.detach().abs().max())
 
 
+def module_from_text(text: str, tmp: Path, backend: str = "auto", heads: int = 4, hd: int = 8):
+    """A float64 module compiled from the scheme ``text`` (written to ``tmp / "s.pe"``)."""
+    f = tmp / "s.pe"
+    f.write_text(text)
+    return compile_scheme(f, backend=backend, num_heads=heads, d_model=D_MODEL, head_dim=hd).double()
+
+
 def rnd(*shape, seed=0, dtype=torch.float64):
     """A seeded standard-normal tensor (drawn in float64, then cast)."""
     g = torch.Generator().manual_seed(seed)

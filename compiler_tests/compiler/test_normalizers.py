@@ -15,7 +15,10 @@ import math
 import pytest
 import torch
 
-from compiler_helpers import D_MODEL, SCHEMES, assert_generated_module_matches, assert_packed_padded_call_matches
+from compiler_helpers import (
+    D_MODEL, SCHEMES, assert_generated_module_matches, assert_packed_padded_call_matches, module_from_text,
+    rnd,
+)
 from pedsl.compiler import compile_scheme
 from pedsl.lang.api import check, load
 
@@ -33,13 +36,11 @@ NOPE = 'scheme n_nope "a normaliser alone" {\n  normalize = NORM\n  EXTRA\n}\n'
 
 
 def _mod(text, backend="auto", heads=4, hd=8, tmp=None):
-    f = tmp / "s.pe"
-    f.write_text(text)
-    return compile_scheme(f, backend=backend, num_heads=heads, d_model=D_MODEL, head_dim=hd).double()
+    return module_from_text(text, tmp, backend, heads, hd)
 
 
 def _rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    return rnd(*shape, seed=seed)
 
 
 def formula(q, k, v, norm: str, bias: float = -1.5, window: int | None = None):

@@ -14,8 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compiler_helpers import D_MODEL, SCHEMES, assert_packed_padded_call_matches, float32_bound
-from pedsl.compiler import compile_scheme
+from compiler_helpers import SCHEMES, assert_packed_padded_call_matches, float32_bound, module_from_text, rnd
 from pedsl.lang.api import check
 
 F64 = torch.float64
@@ -31,13 +30,11 @@ scheme sb_rope "stick-breaking over a rotation and a bias" {
 
 
 def _mod(text, backend="auto", heads=4, hd=8, tmp=None):
-    f = tmp / "s.pe"
-    f.write_text(text)
-    return compile_scheme(f, backend=backend, num_heads=heads, d_model=D_MODEL, head_dim=hd).double()
+    return module_from_text(text, tmp, backend, heads, hd)
 
 
 def _rand(*shape, seed):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    return rnd(*shape, seed=seed)
 
 
 @pytest.mark.parametrize("norm", ["stick_breaking", "stick_breaking(current = false)"])
