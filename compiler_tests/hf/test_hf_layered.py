@@ -190,6 +190,40 @@ def test_a_scheme_whose_window_is_not_the_models_mask_is_refused():
     assert err.value.code == "E964" and "layer 2: the model masks with window 5" in msg and "'r' has no window" in msg
 
 
+def _mistral():
+    """A tiny Mistral: sliding_window set and no layer_types, so HF masks every layer with the window."""
+    torch.manual_seed(0)
+    cfg = transformers.MistralConfig(num_hidden_layers=3, sliding_window=5, **SMALL)
+    model = transformers.MistralForCausalLM(cfg).to(torch.float64).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4)
+    return model
+
+
+@pytest.mark.parametrize("band", ["", "window = 8", "window = 3", "chunk = 5"])
+def test_one_scheme_whose_band_is_not_the_models_window_is_refused(band):
+    """HF's mask applies Mistral's window whatever the scheme says: a scheme without it would give the model's
+    logits while declaring (and training as) something else, so it is refused by name."""
+    text = f"scheme r {{ qk: rotate(geometric(10000.0) * position)\n {band} }}\n"
+    with pytest.raises(InteropError) as err:
+        use_pedsl_attention(_mistral(), text)
+    assert err.value.code == "E964" and "layer 0: the model masks with window 5 but the scheme 'r' has" in str(err.value)
+
+
+def test_mistral_window_is_imported_and_matches_the_native_model_past_it():
+    native = _mistral()
+    assert "window = 5" in import_any(native.config.to_dict())
+    ours = use_pedsl_attention(copy.deepcopy(native))
+    ids = torch.randint(1, 96, (2, 30), generator=torch.Generator().manual_seed(1))
+    exact, ours64 = _twins(native, ours)
+    with torch.no_grad():
+        _matches(ours64(ids).logits, native(ids).logits, exact(ids).logits, 30, native.config)
+    out_n = native.generate(ids[:1, :6], max_new_tokens=30, do_sample=False)
+    assert torch.equal(out_n, ours.generate(ids[:1, :6], max_new_tokens=30, do_sample=False))
+
+
 def test_layers_that_do_not_fit_the_model_are_refused():
     text = "scheme r { qk: rotate(geometric(10000.0) * position) }\nscheme m { layers { pattern = [r * 9] } }\n"
     from pedsl.errors import CheckError

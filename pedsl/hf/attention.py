@@ -255,6 +255,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
         raise InteropError(f"scheme '{sch.name}' is for {sch.heads} heads of {sch.head_dim}; the model has {heads} "
                            f"of {head_dim}", code="E964", hint="drop heads/head_dim params from the scheme")
     layers, rotaries = _attention_layers(model)
+    _check_one_scheme_windows(model, sch, layers)
     mod = compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend, requires_grad=False)
     hf, width = _choose_path(sch, mod, layers, rotaries)
     if hf is None:
@@ -325,18 +326,38 @@ def _hf_mask_window(cfg, kinds: list[str], index: int) -> tuple[int | None, int 
     return window, chunk
 
 
+def _check_mask_window(cfg, kinds: list[str], index: int, what: str, part: Scheme,
+                       own_band: bool) -> tuple[int | None, int | None]:
+    """The (window, chunk) of ``part``, refused unless the mask HF gives layer ``index`` is the part's: HF's
+    mask applies whatever the scheme says, so a scheme without the model's window would still run windowed
+    (and ``pedsl train`` of that scheme would not). ``own_band``: pedsl also applies the part's own band (one
+    scheme on every layer), so a model masked without any window or chunk takes any scheme's."""
+    hf_window, hf_chunk = _hf_mask_window(cfg, kinds, index)
+    window, chunk, _ = part_window(part)
+    if (hf_window, hf_chunk) != (window, chunk) and not (own_band and hf_window is None and hf_chunk is None):
+        say = lambda w, c: f"window {w}" if w else f"chunk {c}" if c else "no window"  # noqa: E731
+        raise InteropError(f"layer {index}: the model masks with {say(hf_window, hf_chunk)} but the {what} has "
+                           f"{say(window, chunk)}; HF's mask would apply its own band whatever the scheme says, so "
+                           "the scheme and the model's mask must agree", code="E964",
+                           hint="use the scheme import-hf writes for this config (pedsl.hf.import_config)")
+    return window, chunk
+
+
+def _check_one_scheme_windows(model, sch: Scheme, layers) -> None:
+    """One scheme on every layer: each layer HF masks with a window or chunk needs the scheme's (``sliding_window``
+    / ``attention_chunk_size`` as :func:`pedsl.hf.layered.layer_kinds` reads them, import-hf's description)."""
+    kinds = layered.layer_kinds(layered.text_config(model.config.to_dict()))
+    cfg = model.config.get_text_config()
+    for layer in layers:
+        _check_mask_window(cfg, kinds, layer.layer_idx, f"scheme '{sch.name}'", sch, own_band=True)
+
+
 def _layer_state(layer, cfg, kinds: list[str], index: int, name: str, part: Scheme, module) -> _State:
     """The general path of one layer: its part's module, checked against the mask HF gives the layer."""
     if part.needs_x or part.needs_tokens:
         raise InteropError(f"layer {index} ({name}) reads the hidden state or the tokens, which transformers' "
                            "attention interface does not pass", code="E964")
-    hf_window, hf_chunk = _hf_mask_window(cfg, kinds, index)
-    window, chunk, _ = part_window(part)
-    if (hf_window, hf_chunk) != (window, chunk):
-        say = lambda w, c: f"window {w}" if w else f"chunk {c}" if c else "no window"  # noqa: E731
-        raise InteropError(f"layer {index}: the model masks with {say(hf_window, hf_chunk)} but the scheme's part "
-                           f"'{name}' has {say(window, chunk)}; HF's mask and the scheme must agree", code="E964",
-                           hint="use the scheme import-hf writes for this config (pedsl.hf.import_config)")
+    window, chunk = _check_mask_window(cfg, kinds, index, f"scheme's part '{name}'", part, own_band=False)
     sinks = getattr(layer, "sinks", None)
     if isinstance(sinks, torch.Tensor) or part.sink is not None:
         if part.sink != "logit" or not isinstance(sinks, nn.Parameter):
