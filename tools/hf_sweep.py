@@ -316,6 +316,7 @@ def sweep_one(model_type: str) -> Result:
     """The state of one model type (see the module docstring)."""
     from pedsl.errors import InteropError, PedslError
     from pedsl.hf import import_config, use_pedsl_attention
+    from pedsl.hf.attention import BAND_MISMATCH
     from pedsl.hf.registry import taught_refusal
     from pedsl.strictparse import load_json
 
@@ -332,15 +333,20 @@ def sweep_one(model_type: str) -> Result:
                 res.reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}"
                 return res
             config = load_json(native.config.to_json_string())
+            imported = None
             try:
                 # the type's own record first: its causal-LM class may hold a taught text config (Qwen3.5's)
                 why = taught_refusal({"model_type": model_type})
                 if why:
                     raise InteropError(f"this model's positional encoding cannot be expressed exactly in pedsl: {why}",
                                        code="E961")
-                import_config(config)
+                imported = import_config(config)
                 ours = use_pedsl_attention(copy.deepcopy(native))
             except PedslError as err:
+                if imported is not None and BAND_MISMATCH in str(err.diagnostics[0].message):
+                    # import-hf wrote a scheme whose window or chunk is not the mask HF applies
+                    res.state, res.reason = "DIFFERENT", f"import-hf's scheme: {err.diagnostics[0].message}"[:300]
+                    return res
                 from pedsl.hf.registry import REGISTRY
 
                 applicable = model_type in REGISTRY or positional_attention(model_type)

@@ -159,6 +159,19 @@ def test_a_sliding_window_without_layer_types_is_every_layers_window(model_type)
     assert "window = 6" in text and load(text).layers is not None
 
 
+def test_the_sweep_marks_an_import_that_drops_the_window_different(monkeypatch):
+    """HF's mask would hide a window import-hf dropped (same logits): the adapter refuses the scheme, and the
+    sweep reports the import as DIFFERENT, not refused or exact."""
+    import re
+
+    import pedsl.hf.attention as adapter
+
+    dropped = lambda cfg: re.sub(r"\n *window = \d+", "", import_config(cfg))  # noqa: E731
+    monkeypatch.setattr(adapter, "import_config", dropped)
+    res = hf_sweep.sweep_one("mistral")
+    assert res.state == "DIFFERENT" and "the model masks with window" in res.reason and "has no window" in res.reason
+
+
 def test_exaone4_rotates_only_its_sliding_layers():
     native = _native("exaone4", sliding_window=6)
     text = _exact(native)

@@ -326,6 +326,9 @@ def _hf_mask_window(cfg, kinds: list[str], index: int) -> tuple[int | None, int 
     return window, chunk
 
 
+BAND_MISMATCH = "the model masks with"  # the refusal of a scheme whose band is not HF's mask (tools/hf_sweep reads it)
+
+
 def _check_mask_window(cfg, kinds: list[str], index: int, what: str, part: Scheme,
                        own_band: bool) -> tuple[int | None, int | None]:
     """The (window, chunk) of ``part``, refused unless the mask HF gives layer ``index`` is the part's: HF's
@@ -336,7 +339,7 @@ def _check_mask_window(cfg, kinds: list[str], index: int, what: str, part: Schem
     window, chunk, _ = part_window(part)
     if (hf_window, hf_chunk) != (window, chunk) and not (own_band and hf_window is None and hf_chunk is None):
         say = lambda w, c: f"window {w}" if w else f"chunk {c}" if c else "no window"  # noqa: E731
-        raise InteropError(f"layer {index}: the model masks with {say(hf_window, hf_chunk)} but the {what} has "
+        raise InteropError(f"layer {index}: {BAND_MISMATCH} {say(hf_window, hf_chunk)} but the {what} has "
                            f"{say(window, chunk)}; HF's mask would apply its own band whatever the scheme says, so "
                            "the scheme and the model's mask must agree", code="E964",
                            hint="use the scheme import-hf writes for this config (pedsl.hf.import_config)")
