@@ -172,6 +172,12 @@ def test_the_sweep_marks_an_import_that_drops_the_window_different(monkeypatch):
     assert res.state == "DIFFERENT" and "the model masks with window" in res.reason and "has no window" in res.reason
 
 
+def test_the_window_check_reads_a_composite_models_text_layers():
+    """Qwen2-VL's layer count is its text config's: the adapter's window check reads the layers from there."""
+    res = hf_sweep.sweep_one("qwen2_vl")
+    assert res.state == "exact", res.reason
+
+
 def test_exaone4_rotates_only_its_sliding_layers():
     native = _native("exaone4", sliding_window=6)
     text = _exact(native)

@@ -349,8 +349,11 @@ def _check_mask_window(cfg, kinds: list[str], index: int, what: str, part: Schem
 def _check_one_scheme_windows(model, sch: Scheme, layers) -> None:
     """One scheme on every layer: each layer HF masks with a window or chunk needs the scheme's (``sliding_window``
     / ``attention_chunk_size`` as :func:`pedsl.hf.layered.layer_kinds` reads them, import-hf's description)."""
-    kinds = layered.layer_kinds(layered.text_config(model.config.to_dict()))
     cfg = model.config.get_text_config()
+    if getattr(cfg, "sliding_window", None) is None and getattr(cfg, "attention_chunk_size", None) is None:
+        return  # HF's mask has no band of its own
+    d = layered.text_config(model.config.to_dict())
+    kinds = layered.layer_kinds({**d, "num_hidden_layers": d.get("num_hidden_layers") or cfg.num_hidden_layers})
     for layer in layers:
         _check_mask_window(cfg, kinds, layer.layer_idx, f"scheme '{sch.name}'", sch, own_band=True)
 
