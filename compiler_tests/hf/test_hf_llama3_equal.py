@@ -13,7 +13,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from compiler_helpers import first_error  # noqa: E402
-from hf_helpers import scaled_float64  # noqa: E402
+from hf_helpers import (FLOAT32_STEPS, assert_matches_native, depth, float64_native,  # noqa: E402
+                        scaled_float64)
 from pedsl.hf import use_pedsl_attention  # noqa: E402
 from pedsl.hf.convert import import_config  # noqa: E402
 from pedsl.lang.fold import fold_expr  # noqa: E402
@@ -117,11 +118,13 @@ def test_a_llama4_text_model_with_scouts_rope_equals_the_native_model(original):
     ours = use_pedsl_attention(copy.deepcopy(native), text)
     ids = torch.randint(1, 96, (2, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        want, got = native(ids).logits, ours(ids).logits
+        want = native(ids).logits
         plain = use_pedsl_attention(copy.deepcopy(native), text.replace(
             "llama3(base, factor, original, low_freq_factor, high_freq_factor)", "geometric(base)"))(ids).logits
-    # Llama 4's attention rotates and tunes in float32 (xq.float()): the fixed tolerance of
-    # test_hf_layered.test_llama4_nope_layers_and_temperature_tuning_match_the_native_model
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-6)
+        # Llama 4's attention rotates and tunes in float32 (xq.float()): both sides' float64 twins (those steps
+        # too run in float64) within float64's chain rounding, the native model within that floor (triangle)
+        exact = float64_native(native, also=FLOAT32_STEPS)(ids).logits
+        held = float64_native(ours, also=FLOAT32_STEPS)(ids).logits
+    assert_matches_native(held, want, exact, depth(native.config, 40))
     if original == 16:  # the division matters: undivided frequencies are far off
         assert (plain - want).abs().max() > 1e-3

@@ -10,6 +10,8 @@ import math
 import pytest
 
 from compiler_helpers import run_cli
+from train_helpers import loss_bound
+from pedsl.config import resolve_train_config
 from pedsl.errors import ConfigError
 
 TINY = ["--steps", "20", "--lengths", "32,64,128", "--windows", "2", "--threads", "1",
@@ -67,8 +69,12 @@ def test_training_free_methods_are_evaluated_zero_shot_only(tmp_path):
     assert (p["train_length"], p["factor"], p["neighbours"], p["group"]) == (32, 16, 8, 21)
     at = lambda m, T: text["zero_shot"][m][T]["ppl"]["128"]["nll"]  # noqa: E731
     # within the window every method is RoPE; at 4x L0 each reads the far keys its own way
-    assert text["zero_shot"]["rerope"]["4"]["ppl"]["32"]["nll"] == pytest.approx(
-        text["zero_shot"]["rope"]["4"]["ppl"]["32"]["nll"], rel=1e-6)
+    # ReRoPE's clamped distances and RoPE's rotations compute the same logits by different float32 roundings:
+    # two float32 computations of one loss, within loss_bound (the logits' chain, the vocabulary, the tokens)
+    want = text["zero_shot"]["rope"]["4"]["ppl"]["32"]
+    model = resolve_train_config(overrides=dict(context=32, n_layers=1, d_model=32, n_heads=1)).model
+    bound = loss_bound(model, 32, want["tokens"], want["nll"])
+    assert abs(text["zero_shot"]["rerope"]["4"]["ppl"]["32"]["nll"] - want["nll"]) <= bound
     assert len({round(at("rope", "4"), 6), round(at("rerope", "4"), 6), round(at("self_extend", "4"), 6)}) == 3
     assert any("zero-shot only" in n for n in res["meta"]["notes"])
     assert "self_extend" in (ext / "report.md").read_text()
