@@ -14,7 +14,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from compiler_helpers import run_cli  # noqa: E402
-from hf_helpers import FLOAT32_STEPS, assert_matches_native, depth, float64_native, rounding  # noqa: E402
+from hf_helpers import (  # noqa: E402
+    FLOAT32_STEPS, assert_matches_native, depth, float64_native, rounding, scaled_float64,
+)
 from pedsl.errors import InteropError  # noqa: E402
 from pedsl.hf import use_pedsl_attention  # noqa: E402
 from pedsl.hf.layered import (FULL, NOPE, SLIDING, export_layers, is_layered, layer_kinds,  # noqa: E402
@@ -153,12 +155,7 @@ def _matches(got, want, exact, L: int, config) -> None:
 
 def _llama4(n=4):
     torch.manual_seed(0)
-    model = transformers.Llama4ForCausalLM(configs(n)["llama4_text"]).to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4)
-    return model
+    return scaled_float64(transformers.Llama4ForCausalLM(configs(n)["llama4_text"]))
 
 
 def test_llama4_nope_layers_and_temperature_tuning_match_the_native_model():
@@ -194,12 +191,7 @@ def _mistral():
     """A tiny Mistral: sliding_window set and no layer_types, so HF masks every layer with the window."""
     torch.manual_seed(0)
     cfg = transformers.MistralConfig(num_hidden_layers=3, sliding_window=5, **SMALL)
-    model = transformers.MistralForCausalLM(cfg).to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4)
-    return model
+    return scaled_float64(transformers.MistralForCausalLM(cfg))
 
 
 @pytest.mark.parametrize("band", ["", "window = 8", "window = 3", "chunk = 5"])
@@ -371,12 +363,7 @@ def _padded_native(family: str):
     cfg = transformers.Llama4TextConfig(num_hidden_layers=4, intermediate_size_mlp=48, num_local_experts=2,
                                         floor_scale=4, attention_chunk_size=8, **SMALL)
     torch.manual_seed(0)
-    model = transformers.Llama4ForCausalLM(cfg).to(torch.float64).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.mul_(4)
-    return model
+    return scaled_float64(transformers.Llama4ForCausalLM(cfg))
 
 
 @pytest.mark.parametrize("family", ["llama4_chunked", "gemma3_text", "qwen2"])
