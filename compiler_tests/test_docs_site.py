@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 import yaml
 
 from compiler_helpers import ROOT
