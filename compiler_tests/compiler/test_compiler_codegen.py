@@ -21,7 +21,7 @@ from pedsl.config import EvalConfig, TrainConfig
 
 # pedsl compile refuses remapped positions (their regimes' positions are evaluated by pedsl's walk at run
 # time, not generated): test_remapped_schemes_are_refused checks that, the other tests take the rest
-REMAPPED = ("rerope", "leaky_rerope", "self_extend")
+REMAPPED = ("rerope", "leaky_rerope", "self_extend", "dca")
 GENERATED = [p for p in library() if p.stem not in REMAPPED]
 
 

@@ -27,7 +27,7 @@ RTOL, ATOL = 1e-9, 1e-10  # float64 throughout: the lowering and the interpreter
 B, H, L = 2, 2, 9
 # the library schemes the lowering refuses, and the feature (E406) or kernel (E402) its reason names
 REFUSED = {"cope": "contextual positions", "rerope": "remapped positions", "leaky_rerope": "remapped positions",
-           "self_extend": "remapped positions", "rope_sigmoid": "sigmoid weights", "stick_breaking": "stick-breaking",
+           "self_extend": "remapped positions", "dca": "remapped positions", "rope_sigmoid": "sigmoid weights", "stick_breaking": "stick-breaking",
            "rope_differential": "differential heads",
            "path": "Householder", "path_fox": "Householder", "path_fox_fla": "Householder"}
 # the eager call's warning that it materialises the scores: what these checks want

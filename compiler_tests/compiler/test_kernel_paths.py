@@ -234,7 +234,8 @@ def test_the_registry_names_every_kernel_this_test_reaches():
 
 # remapped positions (no kernel declares them) with windows small enough for L = 9 to reach the far regime
 REMAPPED = (("rerope", "param reach: int = 3\nsink = logit"), ("leaky_rerope", "param reach: int = 2\nwindow = 6"),
-            ("self_extend", "param neighbours: int = 3\nparam group: int = 2\nsoftcap = 3.0"))
+            ("self_extend", "param neighbours: int = 3\nparam group: int = 2\nsoftcap = 3.0"),
+            ("dca", "param chunk_size: int = 4\nparam local_window: int = 1\nwindow = 7"))
 
 
 @pytest.mark.parametrize("base, extra", REMAPPED, ids=[b for b, _ in REMAPPED])

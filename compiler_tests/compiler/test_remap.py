@@ -1,4 +1,5 @@
-"""Remapped positions (docs/semantics.md §2d): ReRoPE, Leaky ReRoPE and Self-Extend against each paper's formula
+"""Remapped positions (docs/semantics.md §2d): ReRoPE, Leaky ReRoPE, Self-Extend and Dual Chunk Attention against
+each paper's formula
 transcribed as a naive float64 loop over (i, j) - the relative position the paper gives the pair, read by a
 RoPE score written from the rotation's definition - forward and backward, in float64 and float32; prefill plus
 decoding equals one full forward; the reference interpreter agrees; a window composes."""
@@ -60,7 +61,17 @@ def naive_attention(q, k, v, rel, base: float = 10000.0):
     return out
 
 
+def dca(i: int, j: int, c: int, size: int, **_) -> float:
+    """Dual Chunk Attention (An et al. 2024, arXiv 2402.17463; HKUNLP/ChunkLlama's rotary tables): keys at
+    j mod c; the query at i mod c in its own chunk, at min(i mod c + c, size) over the previous chunk and at
+    min(2c - 1, size) over every earlier one (c = chunk_size - local_window, size = chunk_size)."""
+    gap = i // c - j // c
+    q = i % c if gap == 0 else min(i % c + c, size) if gap == 1 else min(2 * c - 1, size)
+    return float(q - j % c)
+
+
 CASES = {
+    "dca": ("chunk_size = 8\nlocal_window = 3", lambda i, j: dca(i, j, c=5, size=8)),
     "rerope": ("reach = 5", lambda i, j: rerope(i, j, w=5)),
     "leaky_rerope": ("reach = 5\nleak = 3.0", lambda i, j: leaky(i, j, w=5, k=3.0)),
     "self_extend": ("neighbours = 6\ngroup = 4", lambda i, j: self_extend(i, j, w=6, G=4)),
@@ -121,10 +132,15 @@ def test_prefill_then_decoding_equals_one_forward(name):
     torch.testing.assert_close(torch.cat(parts, 2), full, rtol=0, atol=1e-12)
 
 
+REFERENCE_CASES = {"self_extend": "param neighbours: int = 3\nparam group: int = 2",
+                   "dca": "param chunk_size: int = 7\nparam local_window: int = 2"}
+
+
 @pytest.mark.parametrize("extra", ["", "window = 7", "sink = logit", "softcap = 2.0"])
-def test_the_general_path_agrees_with_the_reference(extra):
-    fast, ref = fast_and_reference("self_extend", f"neighbours = 3\ngroup = 2\n{extra}".replace(
-        "neighbours = 3", "param neighbours: int = 3").replace("group = 2", "param group: int = 2"), H, D)
+@pytest.mark.parametrize("name", sorted(REFERENCE_CASES))
+def test_the_general_path_agrees_with_the_reference(name, extra):
+    """Gapped positions: DCA's chunks are of positions (p // c), not of token indices."""
+    fast, ref = fast_and_reference(name, f"{REFERENCE_CASES[name]}\n{extra}", H, D)
     assert fast.plan.kernels == ()  # no fast kernel declares remapped positions
     q, k, v = _qkv(F64, seed=7)
     pos = torch.tensor([[0, 1, 2, 3, 5, 8, 9, 10, 12, 13, 14, 15, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31]])
@@ -135,7 +151,8 @@ def test_the_general_path_agrees_with_the_reference(extra):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-11)
 
 
-@pytest.mark.parametrize("name, rel", [("rerope", lambda i, j: rerope(i, j, w=32)),
+@pytest.mark.parametrize("name, rel", [("dca", lambda i, j: dca(i, j, c=88, size=96)),
+                                       ("rerope", lambda i, j: rerope(i, j, w=32)),
                                        ("leaky_rerope", lambda i, j: leaky(i, j, w=32, k=21.0)),
                                        ("self_extend", lambda i, j: self_extend(i, j, w=32, G=21))])
 def test_diff_numeric_transport_curve_reads_the_regimes(name, rel):
@@ -144,7 +161,7 @@ def test_diff_numeric_transport_curve_reads_the_regimes(name, rel):
     from pedsl.diffing.numeric import curves
     from pedsl.lang.api import load
 
-    s = load(SCHEMES / f"{name}.pe", params={"factor": 16} if name != "rerope" else None)
+    s = load(SCHEMES / f"{name}.pe", params={"factor": 16} if name not in ("rerope", "dca") else None)
     lmax, Dh = 60, s.head_dim
     ws = [10000.0 ** (-2 * m / Dh) for m in range(Dh // 2)]
     want = [sum(math.cos(w * rel(i, i - d)) for w in ws for i in range(d, lmax + 1)) * 2 / Dh / (lmax + 1 - d)

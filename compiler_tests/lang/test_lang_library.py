@@ -31,6 +31,7 @@ EXPECTED = {
     "rerope": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "leaky_rerope": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "self_extend": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
+    "dca": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "yarn_wavelength": ({"all": 32}, [("rotate", "qk", "all")], [], True, ("rope",)),
     "llama3": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),
     "longrope": ({"all": 32}, [("rotate", "qk", "all")], [], False, ("rope",)),

@@ -40,6 +40,15 @@ def test_the_library_schemes_check_and_set_their_defaults():
     assert reach + (16 * L0 - reach) / leak == pytest.approx(L0)
 
 
+def test_dca_bounds_its_regimes_by_the_chunk_difference():
+    dca = load(SCHEMES / "dca.pe")
+    c = dca.params["chunk_size"] - dca.params["local_window"]
+    assert (dca.params["chunk_size"], dca.params["local_window"], dca.remap.chunk) == (96, 8, 88) and c == 88
+    assert [(r.low, r.high) for r in dca.remap.regimes] == [(0, 1), (1, 2), (2, None)]
+    assert dca.remap.source().startswith("remap(chunk = 88) { chunks < 1: query = ")
+    assert load(_scheme("remap(chunk = 3 * 4) { chunks >= 0: query = 1 }")).remap.chunk == 12
+
+
 def test_a_child_replaces_what_it_inherits():
     text = _scheme("remap { distance < 4; distance >= 4: query = 4, key = 0 }", name="a") + \
         "scheme b extends a { remap { distance >= 0: query = position / 2, key = position / 2 } }\n"
@@ -50,8 +59,8 @@ def test_a_child_replaces_what_it_inherits():
 @pytest.mark.parametrize("body, line, col, words", [
     ("remap { distance < 8; distance >= 4: key = 0 }", 3, 23, "overlap (distance 4 is in both)"),
     ("remap { distance < 8; distance >= 9: key = 0 }", 3, 23, "no regime covers distance 8"),
-    ("remap { distance < 8; distance >= 12: key = 0 }", 3, 23, "distances 8 to 11"),
-    ("remap { distance < 8 }", 3, 1, "from 8 on"),
+    ("remap { distance < 8; distance >= 12: key = 0 }", 3, 23, "distance 8 to 11"),
+    ("remap { distance < 8 }", 3, 1, "distance 8 and above"),
     ("remap { distance >= 0; distance >= 5: key = 0 }", 3, 24, "overlap"),
     ("remap { }", 3, 1, "no regime"),
     ("remap { distance >= 3, distance < 3; distance >= 0 }", 3, 9, "covers no distance"),
@@ -65,6 +74,14 @@ def test_a_child_replaces_what_it_inherits():
     ("remap { distance < 8; distance >= 8: key = learned(1.0) * position }", 3, 44, "not a position per token"),
     ("remap { distance < 8; distance >= 8: quary = 1 }", 3, 38, "did you mean 'query'"),
     ("remap { distance < 8; distance >= 8: key = 1, key = 2 }", 3, 47, "once each"),
+    ("remap(chunk = 0) { chunks >= 0 }", 3, 15, "an int >= 1 known"),
+    ("remap(chunk = 2.5) { chunks >= 0 }", 3, 15, "an int >= 1 known"),
+    ("remap(chunk = position) { chunks >= 0 }", 3, 15, "an int >= 1 known"),
+    ("remap(size = 4) { chunks >= 0 }", 3, 7, "takes the chunk length"),
+    ("remap(chunk = 4) { distance < 3; distance >= 3 }", 3, 20, "bounded by the chunk difference"),
+    ("remap { chunks < 1; chunks >= 1 }", 3, 9, "bounded by the distance"),
+    ("remap(chunk = 4) { chunks < 1; chunks >= 2: query = 4 }", 3, 32, "no regime covers chunks 1"),
+    ("remap(chunk = 4) { chunks < 2; chunks >= 1: query = 4 }", 3, 32, "overlap (chunks 1 is in both)"),
 ])
 def test_bad_regimes_are_positioned_diagnostics(body, line, col, words):
     err = first_error(_scheme(body))
@@ -99,7 +116,9 @@ def test_format_is_canonical_and_keeps_the_regimes():
     out = format(text)
     assert "  remap {\n    distance < 8\n    distance >= 8: query = 8, key = 0\n  }\n" in out
     assert format(out) == out and load(out).remap.source() == load(text).remap.source()
-    for name in ("rerope", "leaky_rerope", "self_extend"):
+    text = _scheme("remap(chunk=4){chunks<1;chunks>=1:query=4}")
+    assert "  remap(chunk = 4) {\n    chunks < 1\n    chunks >= 1: query = 4\n  }\n" in format(text)
+    for name in ("rerope", "leaky_rerope", "self_extend", "dca"):
         src = (SCHEMES / f"{name}.pe").read_text()
         assert format(src) == src
 
@@ -114,6 +133,8 @@ def test_show_explain_graph_and_diff_name_it():
     assert code == 1 and "+ remap = remap { distance < reach; distance >= reach: query = reach, key = 0 }" in out, err
     code, out, err = run_cli("explain", path)
     assert code == 0 and "positions remapped per distance regime" in out, err
+    code, out, err = run_cli("graph", str(SCHEMES / "dca.pe"))
+    assert code == 0 and "one rotated score block per regime of the chunk difference (chunk = 88)" in out, err
 
 
 def test_export_hf_compile_and_raw_scores_refuse_it(tmp_path):

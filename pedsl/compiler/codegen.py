@@ -394,7 +394,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "    mask, mask_prefix = MASK, MASK_PREFIX",
         "    fast_paths = FAST_PATHS",
         "    cope_max_pos = COPE_MAX_POS",
-        "    remap_bounds, remap_rotate = (), None  # pedsl compile refuses remapped positions",
+        "    remap_bounds, remap_chunk, remap_rotate = (), None, None  # pedsl compile refuses remapped positions",
         "    query_mlp = None  # no MLP-bias kernel here: FIRE's bias runs by blocks of queries",
         "",
         "    def __init__(self) -> None:",

@@ -85,6 +85,7 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
         self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
         self.remap = mod.plan.remap
         self.remap_bounds = () if self.remap is None else tuple((r.low, r.high) for r in self.remap.regimes)
+        self.remap_chunk = None if self.remap is None else self.remap.chunk
 
     # the learned sink's parameters (read on use: they follow the module's device and dtype)
     sink_logit = property(lambda self: self.mod.sink_logit)

@@ -273,7 +273,8 @@ def plan_lines(plan: Plan) -> list[str]:
         out.append(f"  contextual positions: {c.source()}, carried as explicit blocks of scores; learned "
                    f"contextual_embedding ({'' if c.shared else 'heads x '}{c.max_pos} x head_dim)")
     if plan.remap is not None:
-        out.append("  remapped positions, carried as one rotated score block per regime:")
+        per = "regime" if plan.remap.chunk is None else f"regime of the chunk difference (chunk = {plan.remap.chunk})"
+        out.append(f"  remapped positions, carried as one rotated score block per {per}:")
         out.extend(f"      {r.source()}" for r in plan.remap.regimes)
     if plan.mask != "causal":
         out.append(f"  mask: {plan.mask}" + (f" ({plan.mask_prefix} positions)" if plan.mask_prefix else "")
@@ -319,9 +320,9 @@ def plan_to_json(plan: Plan) -> dict:
         "contextual": None if plan.contextual is None else {"kind": plan.contextual.kind,
                                                             "max_pos": plan.contextual.max_pos,
                                                             "shared": plan.contextual.shared},
-        "remap": None if plan.remap is None else [
+        "remap": None if plan.remap is None else {"chunk": plan.remap.chunk, "regimes": [
             {"low": r.low, "high": r.high, "query": to_source(r.query), "key": to_source(r.key)}
-            for r in plan.remap.regimes],
+            for r in plan.remap.regimes]},
         "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
                     for ls in learned_sites(plan)],
     }

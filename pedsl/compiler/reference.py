@@ -231,7 +231,7 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
 
 def _remapped_rotation(mod, remap, c, phase, ch: list, D: int) -> Tensor:
     """``T(j->i)`` of a remapped rotation (docs/semantics.md §2d), (B, H|1, L, L, D, D), pair by pair: the regime
-    whose bounds hold the distance ``p_i - p_j`` gives the query's position ``query(p_i)`` and the key's
+    whose bounds hold the distance ``p_i - p_j`` (with ``remap(chunk = c)``: ``p_i // c - p_j // c``) gives the query's position ``query(p_i)`` and the key's
     ``key(p_j)``; pair k of the block rotates by ``phase(key(p_j)) - phase(query(p_i))``, the phase evaluated at
     those (possibly fractional) positions. ``phase()`` evaluates the rotation's phase at ``c.positions``."""
     positions = c.positions
@@ -257,11 +257,12 @@ def _remapped_rotation(mod, remap, c, phase, ch: list, D: int) -> Tensor:
     for b in range(B):
         for i in range(L):
             for j in range(L):
-                d = int(positions[b, i] - positions[b, j])
-                hit = [n for n, r in enumerate(remap.regimes) if r.low <= d and (r.high is None or d < r.high)]
-                if not hit:  # a later key (d < 0): masked anyway; its block stays the identity
+                pi, pj = int(positions[b, i]), int(positions[b, j])
+                if pi < pj:  # a later key: masked anyway; its block stays the identity
                     continue
-                phq, phk = phases[hit[0]]
+                d = pi - pj if remap.chunk is None else pi // remap.chunk - pj // remap.chunk
+                hit = [n for n, r in enumerate(remap.regimes) if r.low <= d and (r.high is None or d < r.high)]
+                phq, phk = phases[hit[0]]  # the regimes partition 0, 1, 2, ... (checked)
                 diff[b, :, i, j] = phk[b, :, j] - phq[b, :, i]
     pairs = ref._pairs(ch, mod.layout, D)
     return ref._rot_matrices(diff, pairs, D)

@@ -137,14 +137,20 @@ def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = S
 
 def _regime_angles(s: Scheme, L: int) -> np.ndarray:
     """Remapped positions (docs/semantics.md §2d): ``rel[i, d] = query_r(i) - key_r(i - d)`` for the regime r
-    of d, at positions 0..L-1 (NaN where i < d): the position difference a fixed-frequency pair turns by."""
+    of the pair (i, i - d) (its distance d, or its chunk difference with ``remap(chunk = c)``), at positions
+    0..L-1 (NaN where i < d): the position difference a fixed-frequency pair turns by."""
     ev = NumpyEvaluator(d_model=1, vocab_size=1, seed=0, weights={}, tables={})
     ctx = Ctx(values={**s.params, "heads": s.heads, "head_dim": s.head_dim}, heads=s.heads, L=L)
+    i = np.arange(L)[:, None]
+    d = np.arange(L)[None, :]
+    j = i - d
+    c = s.remap.chunk
+    measure = d if c is None else i // c - np.where(j >= 0, j, 0) // c
     rel = np.full((L, L), np.nan)
     for n, r in enumerate(s.remap.regimes):
         q, k = (np.broadcast_to(ev.run(e, ctx, f"remap[{n}]").align(("pos",)), (L,)) for e in (r.query, r.key))
-        for d in range(r.low, L if r.high is None else min(r.high, L)):
-            rel[d:, d] = q[d:] - k[: L - d]
+        inside = (j >= 0) & (measure >= r.low) & (True if r.high is None else measure < r.high)
+        rel = np.where(inside, q[i] - k[np.where(j >= 0, j, 0)], rel)
     return rel
 
 

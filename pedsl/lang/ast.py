@@ -218,6 +218,7 @@ class RemapStmt(Node):
 
     kind: Literal["remap"] = "remap"
     regimes: tuple[Regime, ...] = ()
+    chunk: RegimeEntry | None = None  # ``remap(chunk = c)``: regimes of the chunk difference (DCA)
 
 
 class Entry(Node):

@@ -3,7 +3,9 @@
 A regime says which distances ``d = p_i - p_j`` it covers (``distance >= w``, ``distance < w``, two bounds
 joined by a comma) and at which positions the rotation then turns the query and the key (``query = E``,
 ``key = E``, each a function of the token's own ``position``; one left out is ``position``). The regimes
-must cover every distance 0, 1, 2, ... exactly once. In each regime the rotated score is
+must cover every distance 0, 1, 2, ... exactly once. ``remap(chunk = c) { chunks < 1; ... }`` bounds the
+regimes by the chunk difference ``chunks = floor(p_i / c) - floor(p_j / c)`` instead (Dual Chunk Attention's intra,
+successive and inter-chunk regimes), under the same rules. In each regime the rotated score is
 ``< R(phase(query(p_i))) q_i , R(phase(key(p_j))) k_j >``, so a remapped scheme costs one rotated score
 block per regime and a select (docs/semantics.md §2d): ReRoPE, Leaky ReRoPE and Self-Extend are such
 unions. Every message is E243.
@@ -27,6 +29,11 @@ _HINT = ("remap { distance < w; distance >= w: query = w, key = 0 } (ReRoPE): ea
          "distances its bounds say and rotates q at `query` and k at `key`, functions of the token's position")
 
 
+_CHUNK_HINT = ("remap(chunk = c) { chunks < 1; chunks >= 1, chunks < 2: query = ...; chunks >= 2: query = ... } "
+               "(Dual Chunk Attention): each regime covers the chunk differences floor(p_i / c) - floor(p_j / c) "
+               "its bounds say")
+
+
 class RemapResolution(ResolverStage):
     """The Resolver's stage for the ``remap`` statement."""
 
@@ -39,16 +46,38 @@ class RemapResolution(ResolverStage):
         st = loc.stmt
         if not self._remappable(st, transports):
             return None
-        got = [self._regime(r, env, lets) for r in st.regimes]
+        chunk = self._chunk(st, env, lets)
+        if chunk is FAILED:
+            return None
+        measure = "distance" if chunk is None else "chunks"
+        got = [self._regime(r, env, lets, measure) for r in st.regimes]
         regimes = [r for r in got if r is not None]
         if len(regimes) < len(got):
             return None
         if not regimes:
             self.report("E243", "remap has no regime", st, hint=_HINT)
             return None
-        if not self._partition(st, regimes):
+        if not self._partition(st, regimes, measure):
             return None
-        return Remap(regimes=tuple(sorted(regimes, key=lambda r: r.low)))
+        return Remap(regimes=tuple(sorted(regimes, key=lambda r: r.low)), chunk=chunk)
+
+    def _chunk(self, st: ast.RemapStmt, env: StaticEnv, lets):
+        """``remap(chunk = c)``'s chunk length: None without one, FAILED after reporting."""
+        e = st.chunk
+        if e is None:
+            return None
+        if e.name != "chunk":
+            self.report("E243", f"remap(...) takes the chunk length, remap(chunk = c), not '{e.name}'", e,
+                        hint=_CHUNK_HINT)
+            return FAILED
+        v = self.fold_or_report(inline_lets(e.value, lets), env)
+        if v is FAILED:
+            return FAILED
+        if v is DYNAMIC or isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            self.report("E243", f"remap's chunk length is an int >= 1 known when the scheme is checked, got "
+                        f"chunk = {to_source(e.value)}", e.value, hint=_CHUNK_HINT)
+            return FAILED
+        return v
 
     def _remappable(self, st: ast.RemapStmt, transports) -> bool:
         """The scheme has a rotation by position that a remap can re-position (q and k only, one axis)."""
@@ -79,26 +108,27 @@ class RemapResolution(ResolverStage):
             self.report("E243", f"remap: {why}", st, hint=_HINT)
         return why is None
 
-    def _regime(self, r: ast.Regime, env: StaticEnv, lets) -> Regime | None:
+    def _regime(self, r: ast.Regime, env: StaticEnv, lets, measure: str) -> Regime | None:
         low, high = 0, None
         for b in r.bounds:
-            if b.name != "distance":
-                self.report("E243", f"a regime is bounded by the distance (distance {b.op} ...), not by "
-                            f"'{b.name}'", b, hint=_HINT)
+            if b.name != measure:
+                what = "the distance" if measure == "distance" else "the chunk difference (chunks, in remap(chunk = c))"
+                self.report("E243", f"a regime is bounded by {what} ({measure} {b.op} ...), not by "
+                            f"'{b.name}'", b, hint=_HINT if measure == "distance" else _CHUNK_HINT)
                 return None
             v = self.fold_or_report(inline_lets(b.value, lets), env)
             if v is FAILED:
                 return None
             if v is DYNAMIC or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
                     or b.op == "!=":
-                self.report("E243", f"a regime's bound is distance <, <=, > or >= a number known when the scheme "
-                            f"is checked, got distance {b.op} {to_source(b.value)}", b, hint=_HINT)
+                self.report("E243", f"a regime's bound is {measure} <, <=, > or >= a number known when the scheme "
+                            f"is checked, got {measure} {b.op} {to_source(b.value)}", b, hint=_HINT)
                 return None
             lo, hi = {">=": (math.ceil(v), None), ">": (math.floor(v) + 1, None),
                       "<": (None, math.ceil(v)), "<=": (None, math.floor(v) + 1)}[b.op]
             low = low if lo is None else max(low, lo)
             high = hi if high is None else (high if hi is None else min(high, hi))
-        bounds = ", ".join(f"distance {b.op} {to_source(b.value)}" for b in r.bounds)
+        bounds = ", ".join(f"{measure} {b.op} {to_source(b.value)}" for b in r.bounds)
         if high is not None and high <= low:
             self.report("E243", f"the regime '{bounds}' covers no distance", r, hint=_HINT)
             return None
@@ -131,24 +161,25 @@ class RemapResolution(ResolverStage):
             return None
         return value
 
-    def _partition(self, st: ast.RemapStmt, regimes: list[Regime]) -> bool:
-        """The regimes cover every distance 0, 1, 2, ... exactly once; reports the first overlap or gap."""
+    def _partition(self, st: ast.RemapStmt, regimes: list[Regime], measure: str) -> bool:
+        """The regimes cover every distance (or chunk difference) 0, 1, 2, ... exactly once; reports the first
+        overlap or gap."""
         nodes = {id(r): n for r, n in zip(regimes, st.regimes)}
         ordered = sorted(regimes, key=lambda r: r.low)
         end = 0  # the first distance no earlier regime covers
         prev: Regime | None = None
         for r in ordered:
             if prev is not None and (prev.high is None or r.low < end):
-                self.report("E243", f"the regimes '{prev.bounds}' and '{r.bounds}' overlap (distance "
+                self.report("E243", f"the regimes '{prev.bounds}' and '{r.bounds}' overlap ({measure} "
                             f"{max(r.low, 0)} is in both)", nodes[id(r)], hint=_HINT)
                 return False
             if r.low > end:
-                gap = f"distance {end}" if r.low == end + 1 else f"the distances {end} to {r.low - 1}"
+                gap = f"{measure} {end}" if r.low == end + 1 else f"{measure} {end} to {r.low - 1}"
                 self.report("E243", f"no regime covers {gap}", nodes[id(r)], hint=_HINT)
                 return False
             prev = r
             end = end if r.high is None else r.high
         if prev is None or prev.high is not None:
-            self.report("E243", f"no regime covers the distances from {end} on", st, hint=_HINT)
+            self.report("E243", f"no regime covers {measure} {end} and above", st, hint=_HINT)
             return False
         return True

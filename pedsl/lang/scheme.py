@@ -189,12 +189,16 @@ class Regime(_Frozen):
 
 class Remap(_Frozen):
     """The rotation's positions as a function of (i, j): regimes that partition the distances 0, 1, 2, ...
-    (ReRoPE, Leaky ReRoPE, Self-Extend)."""
+    (ReRoPE, Leaky ReRoPE, Self-Extend), or with ``chunk`` = c the chunk differences
+    ``floor(p_i / c) - floor(p_j / c)`` 0, 1, 2, ... (Dual Chunk Attention): a regime's ``low`` / ``high``
+    then bound that difference."""
 
     regimes: tuple[Regime, ...]
+    chunk: int | None = None
 
     def source(self) -> str:
-        return "remap { " + "; ".join(r.source() for r in self.regimes) + " }"
+        head = "remap" if self.chunk is None else f"remap(chunk = {self.chunk})"
+        return head + " { " + "; ".join(r.source() for r in self.regimes) + " }"
 
 
 MASK_KINDS = ("causal", "bidirectional", "prefix", "spans")

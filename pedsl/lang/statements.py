@@ -193,7 +193,13 @@ def _remap(s: Any) -> str | None:
 
 
 def _regime_reads(st: Any) -> list:
-    return [x.value for r in st.regimes for x in (*r.bounds, *r.entries)]
+    head = [] if st.chunk is None else [st.chunk.value]
+    return head + [x.value for r in st.regimes for x in (*r.bounds, *r.entries)]
+
+
+def _remap_head(st: Any) -> str:
+    """``remap`` or ``remap(chunk = c)``: the opening of the block as written canonically."""
+    return "remap" if st.chunk is None else f"remap({st.chunk.name} = {to_source(st.chunk.value)})"
 
 
 def regime_text(r: Any) -> str:
@@ -316,10 +322,11 @@ RECORDS: tuple[Statement, ...] = (
         plan_fields=("remap",), resolve="resolve_remap",  # pedsl.lang.remap
         completions=(("remap", "remap {\n\tdistance < ${1:w}\n\tdistance >= ${1:w}: query = ${1:w}, key = ${2:0}\n}",
                       "positions remapped by distance regime (ReRoPE, Self-Extend)"),),
-        form=None, block=lambda st: ("remap", st.regimes, None), reads=_regime_reads,
+        form=None, block=lambda st: (_remap_head(st), st.regimes, None), reads=_regime_reads,
         reserved=False,  # files that name a param or let `remap` parse
         show=_shown("remap", lambda r: "; ".join(x.source() for x in r.regimes)), diff=Diff("remap", _remap, rank=1),
-        words=Words(lambda s: None if s.remap is None else "positions remapped per distance regime")),
+        words=Words(lambda s: None if s.remap is None else "positions remapped per distance regime" if s.remap.chunk
+                    is None else f"positions remapped per regime of the chunk difference (chunks of {s.remap.chunk})")),
     Statement(
         rule="section", kind="section", node=ast.Section, inherit=KEYED, merged="", fields=("train", "eval"),
         completions=(("train", "train {\n\tcontext = ${1:train_length}\n}", "training settings"),

@@ -167,7 +167,9 @@ class ToAst(Transformer):
                           entries=tuple(x for x in c if isinstance(x, ast.RegimeEntry)), span=_span_of(meta))
 
     def remap(self, meta, c):
-        return ast.RemapStmt(regimes=tuple(c), span=_span_of(meta))
+        chunk = next((x for x in c if isinstance(x, ast.RegimeEntry)), None)
+        return ast.RemapStmt(regimes=tuple(x for x in c if isinstance(x, ast.Regime)), chunk=chunk,
+                             span=_span_of(meta))
 
     def entry(self, meta, c):
         return ast.Entry(name=str(c[0]), value=c[1], span=_span_of(meta))

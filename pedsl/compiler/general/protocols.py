@@ -55,6 +55,7 @@ class SchemeSide(WindowSide, Protocol):
     fast_paths: tuple[str, ...]  # Plan.kernels: the fast kernels the plan's features allow
     cope_max_pos: int | None  # CoPE's positions, with its contextual_embedding
     remap_bounds: tuple[tuple[int, int | None], ...]  # remapped positions: each regime's distances; (): none
+    remap_chunk: int | None  # remap(chunk = c): the bounds are of floor(p_i / c) - floor(p_j / c), not p_i - p_j
 
     @property
     def sink_logit(self) -> Tensor | None:

@@ -1,9 +1,10 @@
 """Remapped positions on the general path: a rotation whose positions depend on the pair's distance regime.
 
-A scheme with ``remap { ... }`` (docs/semantics.md §2d: ReRoPE, Leaky ReRoPE, Self-Extend) rotates, for the
-pair (i, j) in regime r, the query at ``query_r(p_i)`` and the key at ``key_r(p_j)``. Within a regime that is
-an ordinary rotated score, so a block of queries costs one rotated score block per regime and a select by
-the distance ``p_i - p_j``: memory O(rows x keys) per block, never (B, H, L, L). No fused kernel declares
+A scheme with ``remap { ... }`` (docs/semantics.md §2d: ReRoPE, Leaky ReRoPE, Self-Extend, Dual Chunk
+Attention) rotates, for the pair (i, j) in regime r, the query at ``query_r(p_i)`` and the key at
+``key_r(p_j)``. Within a regime that is an ordinary rotated score, so a block of queries costs one rotated
+score block per regime and a select by the distance ``p_i - p_j`` (or, with ``remap(chunk = c)``, the chunk
+difference): memory O(rows x keys) per block, never (B, H, L, L). No fused kernel declares
 the feature (:mod:`pedsl.compiler.kernel_support`), so every call comes here, through the general
 forward's blocks of queries. The cache keeps the keys unrotated (the general forward transports nothing
 for such a scheme), so every cached key is rotated again per regime at each call: prefill plus decoding
@@ -34,6 +35,14 @@ if TYPE_CHECKING:  # annotations only: a generated module carries none of it
 # ---------------------------------------------------------------------------------------------
 
 
+def regime_measure(qpos: Tensor, kpos: Tensor, chunk: int | None) -> Tensor:
+    """What a regime's bounds read for the pairs (qpos, kpos): the distance p_i - p_j, or with chunk = c the chunk
+    difference floor(p_i / c) - floor(p_j / c) (Dual Chunk Attention)."""
+    if chunk is None:
+        return qpos - kpos
+    return torch.div(qpos, chunk, rounding_mode="floor") - torch.div(kpos, chunk, rounding_mode="floor")
+
+
 class RemappedKeys:
     """Every key of a call (the cache's and this call's, unrotated) rotated at each regime's key positions,
     and the attention of a block of queries over a span of them."""
@@ -51,7 +60,7 @@ class RemappedKeys:
         the block is recomputed in the backward pass."""
         qs = [self.rotate(q, qpos, r, "query", self.n) for r in range(len(self.scheme.remap_bounds))]
         ks = [k[:, :, k0:k1] for k in self.keys]
-        dist = qpos[:, :, None] - self.kpos[:, None, k0:k1]  # (B, rows, Lk)
+        dist = regime_measure(qpos[:, :, None], self.kpos[:, None, k0:k1], self.scheme.remap_chunk)  # (B, rows, Lk)
         col, vs = (None, None) if sink is None else sink
         args = (dist, ok, bias, col, vs, cap, V, *qs, *ks)
         if torch.is_grad_enabled() and any(t.requires_grad for t in args if isinstance(t, Tensor)):

@@ -2,7 +2,8 @@
 
 One RoPE model is trained at ``L0`` (the default study's ``runs/rope``, reused when it is there),
 then every method of the RoPE scaling family - pi, ntk, dynamic_ntk, yarn, llama3, longrope, the
-remapped positions rerope and self_extend (docs/semantics.md §2d), and plain rope as the baseline -
+remapped positions rerope, leaky_rerope, self_extend and dca (docs/semantics.md §2d), and plain rope as
+the baseline -
 is applied to its weights with the factor set for each target length (default 4x and 16x ``L0``):
 
 (a) zero-shot: the trained weights evaluated under the method (:func:`pedsl.study.common.open_run`
@@ -57,12 +58,12 @@ from pedsl.train.recipe import load_scheme
 from pedsl.train.swap import init_config, init_record, scheme_path, suffix
 
 METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope", "rerope", "leaky_rerope",
-           "self_extend")
+           "self_extend", "dca")
 FACTOR = "factor"
 ORIGINAL = ("original", "train_length")   # set to the base's training length where the scheme declares them
-FIXED_OK = ("longrope", "rerope")         # may carry fixed factors (no `factor` parameter)
+FIXED_OK = ("longrope", "rerope", "dca")  # may carry fixed factors (no `factor` parameter)
 # training-free by design (applied to a trained RoPE checkpoint as they are): evaluated zero-shot only
-ZERO_SHOT_ONLY = ("rerope", "leaky_rerope", "self_extend")
+ZERO_SHOT_ONLY = ("rerope", "leaky_rerope", "self_extend", "dca")
 TARGETS = (4, 16)
 MULTIPLIERS = (1, 2, 4, 8, 16, 32)
 BLOCK_MULTIPLIERS = (1, 4, 16)
