@@ -450,6 +450,27 @@ def test_any_position_scheme_runs_in_an_hf_model(name):
     assert (full[:, 23:29] - rope[:, 23:29]).abs().max() > 1e-3
 
 
+@pytest.mark.parametrize("name", ["alibi", "rope_id"])
+def test_an_unpadded_sequence_takes_the_fused_kernels_with_the_same_logits(name, monkeypatch):
+    """A fresh unpadded call (HF passes no mask) runs the module's fused kernels (grouped key heads repeated
+    as HF's SDPA path does), not the general path's blocks; its logits equal the same row inside a padded
+    batch, which the general path computes from HF's mask and positions (float64)."""
+    import pedsl.compiler.stream as stream
+
+    ours = use_pedsl_attention(model_for("default"), _lib(name))
+    assert ours.config.num_key_value_heads < ours.config.num_attention_heads  # grouped-query heads
+    general = []
+    real = stream.stream_forward
+    monkeypatch.setattr(stream, "stream_forward", lambda *a, **k: general.append(1) or real(*a, **k))
+    tok, mask = _padded_batch(24)
+    with torch.no_grad():
+        alone = ours(tok[:1]).logits
+        assert general == [], "the unpadded call took the general path"
+        batch = ours(tok, attention_mask=mask).logits
+        assert general, "the padded batch should take the general path"
+    torch.testing.assert_close(alone[0], batch[0], rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("name", ["t5_bias", "dynamic_position_bias", "kerple_log", "alibi_learned"])
 def test_learned_distance_schemes_run_in_an_hf_model(name):
     """A learned table, MLP or learned values run inside the attention (it passes q, k, v): generate's

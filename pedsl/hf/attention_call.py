@@ -155,7 +155,12 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     # HF's own mask is the truth for the band: a chunk starts at a left-padded row's first token, not at
     # a multiple of the chunk in the positions (which the rotation reads as HF does)
     band = not (state.hf_band and mask is not None and attention_mask is not None)
-    o = value_width.attend(state.module, query, key, value, positions=kpos, attn_mask=mask, band=band)
+    positions: torch.Tensor | None = kpos
+    if fresh and mask is None:  # one new sequence at positions 0..L-1, nothing masked: the fused kernels' call
+        positions = None
+        if key.shape[1] != H:  # as HF's own SDPA path does (repeat_kv): the fused kernels take H key heads
+            key, value = key.repeat_interleave(H // key.shape[1], 1), value.repeat_interleave(H // value.shape[1], 1)
+    o = value_width.attend(state.module, query, key, value, positions=positions, attn_mask=mask, band=band)
     return o.transpose(1, 2).contiguous(), None
 
 
