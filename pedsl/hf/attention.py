@@ -21,7 +21,8 @@ module) attend with a compiled pedsl scheme. Two ways, chosen once per model:
   scattered rotations, ...): every ``rotary_emb`` returns cos = 1, sin = 0, q and k reach HF's cache
   un-rotated, and each call runs the compiled module's general forward (:mod:`pedsl.compiler.stream`)
   on all cached keys with their positions, HF's boolean mask (padding, causality, sliding window) and
-  grouped-query heads. Nothing is kept between calls, so reordering or swapping HF's cache is exact.
+  grouped-query heads. Nothing is kept between calls, so reordering or swapping HF's cache is exact. An
+  unpadded new sequence (HF passes no mask) is the module's own fresh call and takes its fused kernels.
   A scheme whose table reads the run-time length cannot take this path (each key would need the table
   of the call that cached it, which HF's cache does not hold): refused. So is a multi-axis model or
   scheme: transformers passes 3-axis positions to the rotary embedding only, never to the attention.
