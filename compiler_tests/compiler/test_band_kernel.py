@@ -99,9 +99,9 @@ def test_the_ops_have_shapes_for_tracing():
     q, k = torch.empty(2, 4, 9, 8, device="meta"), torch.empty(2, 2, 9, 8, device="meta")
     out, lse = ops.forward(q, k, k, 3, 64)
     assert out.shape == q.shape and lse.shape == (2, 4, 9)
-    dq, dk, dv, dg, dt = ops.backward(q, q, k, k, q, lse, 3, 64, lse, None, True, False)
+    dq, dk, dv, dg, dt, ds = ops.backward(q, q, k, k, q, lse, 3, 64, lse, None, lse, 0.5, True, False, True)
     assert dq.shape == q.shape and dk.shape == dv.shape == k.shape
-    assert dg.shape == (2, 4, 9) and dg.dtype == torch.float64 and dt.numel() == 0
+    assert dg.shape == ds.shape == (2, 4, 9) and dg.dtype == ds.dtype == torch.float64 and dt.numel() == 0
 
 
 def test_bad_inputs_are_refused_by_the_kernel():
@@ -111,6 +111,10 @@ def test_bad_inputs_are_refused_by_the_kernel():
         ops.forward(q, torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4), 3, 64)
     with pytest.raises(RuntimeError, match="float32 or all float64"):
         ops.forward(q.half(), q.half(), q.half(), 3, 64)
+    with pytest.raises(RuntimeError, match="soft cap must be finite"):
+        ops.forward(q, q, q, 3, 64, None, None, None, -1.0)
+    with pytest.raises(RuntimeError, match="sink logits must be"):
+        ops.forward(q, q, q, 3, 64, None, None, torch.zeros(1, 3, 8, dtype=torch.float64))
 
 
 @pytest.mark.parametrize("dtype, kernel", [(torch.float64, True), (torch.float32, True), (torch.bfloat16, False)])

@@ -165,6 +165,9 @@ FUSED = (ROTATIONS | TEMPERATURES | (PRE_TRANSFORM - {backend_feature("flex")}) 
 CAUSAL = ROTATIONS | TEMPERATURES | PRE_TRANSFORM
 BIAS_KINDS = frozenset({bias_feature("linear-distance"), bias_feature("forget-gate"), bias_feature("distance-table")})
 BIASES_IN_ROWS = BIAS_KINDS | {carrier_feature("key channel"), carrier_feature("table per query block")}
+# what the C++ causal kernel computes after the bias in its rows: a soft cap, a sink logit per query (softmax plus
+# one: the logit 0), a sliding window; it needs one of them or a bias (a plain causal call is SDPA's)
+ROW_MODIFIERS = frozenset({SOFTCAP, SINK_LOGIT, SOFTMAX_ONE, WINDOW})
 # the score pipeline as FlexAttention's score_mod, mask_mod and block mask (pedsl.compiler.flex_lowering): every
 # bias (carried as a score_mod), temperature, soft cap, window, chunk, mask and sink column; not PaTH's
 # Householder steps, nor the normalisers and positions that read the scores (stick-breaking, sigmoid, CoPE, remap)
@@ -197,9 +200,11 @@ KERNELS = (
                frozenset({bias_feature("distance-table")}), FULL_DTYPES,
                modes="one fresh sequence at consecutive positions: no cache, padding, documents, mask; as many "
                      "key/value heads and keys as queries; CPU"),
-    KernelDecl("bias", CAUSAL | BIASES_IN_ROWS | {HALF_VIA_GENERAL}, BIAS_KINDS, FULL_DTYPES,
-               modes="one full causal sequence, as many keys as queries (a distance table: as the distance "
-                     "kernel); GQA; CPU, the C++ kernels built"),
+    KernelDecl("bias", CAUSAL | BIASES_IN_ROWS | ROW_MODIFIERS | {HALF_VIA_GENERAL},
+               BIAS_KINDS | (ROW_MODIFIERS - {WINDOW}), FULL_DTYPES,
+               modes="one full causal sequence, as many keys as queries, of one document, no padding or mask (a "
+                     "distance table or a window: at consecutive positions; a sink: its logit, no value); GQA; "
+                     "CPU, the C++ kernels built"),
     KernelDecl("mlp", CAUSAL | ANY_CARRIER | {bias_feature("query-table")}, frozenset({bias_feature("query-table")}),
                FULL_DTYPES, modes="as distance, every row starting at one position; the bias of FIRE's form"),
     KernelDecl("path-blockwise", PATH | ROTATIONS | TEMPERATURES | COORDINATES,

@@ -17,6 +17,9 @@ its rows (:func:`causal_bias_attention`): a key term of float64 coordinates, ``g
 ``slope * (j - i)``, a forget gate's ``G_i - G_j``), the difference taken in float64 and rounded once, and a
 distance table ``t[i - j]`` (T5's buckets, KERPLE), with their gradients. Its exp is a polynomial in
 ``cpu_kernels.h`` that vectorises, so one thread runs it faster than PyTorch's flash kernel without a bias.
+After the bias it soft-caps the scores (Gemma 2, a vectorised tanh) and adds a sink logit to each row's
+denominator (GPT-OSS; softmax plus one's logit 0), with the sink's gradient, inside a window or not: the general
+forward sends a fresh call of one document there (``rows_attend`` in :mod:`pedsl.compiler.general.attention`).
 
 The general forward (:mod:`pedsl.compiler.general`) imports ``banded_attention`` from
 :mod:`pedsl.compiler.band_dispatch`; a module written by ``pedsl compile`` carries ``window_kernels``' own
@@ -64,38 +67,44 @@ class BandAttention(torch.autograd.Function):
 
 
 class BiasAttention(torch.autograd.Function):
-    """Full causal attention of ``q (B, Hq, L, D)`` over ``k, v (B, Hk, L, D)`` with the bias
-    ``key_term[b, h, j] - key_term[b, h, i] + table[h, i - j]`` (either may be None), on the C++ kernel
-    (float32 or float64, CPU). ``key_term (B|1, Hq|1, L)`` is read in float64; ``table (Hq|1, >= L)`` is
+    """Causal attention of ``q (B, Hq, L, D)`` over ``k, v (B, Hk, L, D)`` with the bias
+    ``key_term[b, h, j] - key_term[b, h, i] + table[h, i - j]`` (either may be None), the scores then soft-capped
+    at ``cap`` (None: not), one more logit ``sink[b, h, i]`` of value zero in each row's denominator (None: no
+    sink), inside a sliding ``window`` (None: every earlier key), on the C++ kernel (float32 or float64, CPU).
+    ``key_term (B|1, Hq|1, L)`` is read in float64; ``table (Hq|1, >= L)`` and ``sink (B|1, Hq|1, L|1)`` are
     cast to q's dtype once."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | None, table: Tensor | None):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | None, table: Tensor | None,
+                sink: Tensor | None = None, cap: float | None = None, window: int | None = None):
         B, Hq, L, _ = q.shape
         q, k, v = (t.contiguous() for t in (q, k, v))
         g = None if key_term is None else key_term.detach().to(F64).expand(B, Hq, L).contiguous()
         tr = None if table is None else table.detach()[..., :L].to(q.dtype).expand(Hq, L).flip(-1).contiguous()
-        out, lse = band_ops().forward(q, k, v, max(L, 1), BLOCK, g, tr)
-        ctx.save_for_backward(q, k, v, out, lse, g, tr)
-        ctx.key_like = None if key_term is None else (key_term.shape, key_term.dtype)
-        ctx.table_like = None if table is None else (table.shape, table.dtype)
+        sk = None if sink is None else sink.detach().to(q.dtype).expand(B, Hq, L).contiguous()
+        ctx.extras = (max(min(window or L, L), 1), BLOCK, g, tr, sk, float(cap or 0.0))
+        out, lse = band_ops().forward(q, k, v, *ctx.extras)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.likes = [None if t is None else (t.shape, t.dtype) for t in (key_term, table, sink)]
         return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout: Tensor):
-        q, k, v, out, lse, g, tr = ctx.saved_tensors
+        q, k, v, out, lse = ctx.saved_tensors
         L = q.shape[2]
-        want_g, want_t = ctx.needs_input_grad[3:5]
-        dq, dk, dv, dg, dtr = band_ops().backward(dout.contiguous(), q, k, v, out, lse, max(L, 1), BLOCK, g, tr,
-                                                  want_g, want_t)
-        dkey = _summed_to(dg, *ctx.key_like) if want_g else None
+        want_g, want_t, want_s = ctx.needs_input_grad[3:6]
+        dq, dk, dv, dg, dtr, dsk = band_ops().backward(dout.contiguous(), q, k, v, out, lse, *ctx.extras, want_g,
+                                                       want_t, want_s)
+        key_like, table_like, sink_like = ctx.likes
+        dkey = _summed_to(dg, *key_like) if want_g else None
+        dsink = _summed_to(dsk, *sink_like) if want_s else None
         dtab = None
         if want_t:
-            shape, dtype = ctx.table_like
+            shape, dtype = table_like
             dtab = torch.zeros(shape, dtype=dtype, device=q.device)
             dtab[..., :L] = _summed_to(dtr.sum(0).flip(-1), (shape[0], L), dtype)
-        return dq, dk, dv, dkey, dtab
+        return dq, dk, dv, dkey, dtab, dsink, None, None
 
 
 def _summed_to(grad: Tensor, shape, dtype) -> Tensor:
@@ -111,8 +120,9 @@ def bias_kernel_ready() -> bool:
 
 
 def causal_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | None = None,
-                          table: Tensor | None = None) -> Tensor:
+                          table: Tensor | None = None, sink: Tensor | None = None, cap: float | None = None,
+                          window: int | None = None) -> Tensor:
     """Causal attention of one full sequence at positions 0..L-1 (grouped key/value heads allowed) with the
-    biases of :class:`BiasAttention`, on the C++ kernel: the caller has checked the call
-    (:func:`pedsl.compiler.kernel_support.bias_call`)."""
-    return BiasAttention.apply(q, k, v, key_term, table)
+    biases, soft cap, sink and window of :class:`BiasAttention`, on the C++ kernel: the caller has checked the
+    call (:func:`pedsl.compiler.kernel_support.bias_call`)."""
+    return BiasAttention.apply(q, k, v, key_term, table, sink, cap, window)

@@ -91,6 +91,22 @@ PEDSL_INLINE vf8 exp8(vf8 x) {
   return ((p * (r * r) + r) + splat8(1.0f)) * scale;
 }
 
+// tanh(x) of 8 floats, Cephes' tanhf (about 2 ulp): an odd polynomial below |x| = 0.625, 1 - 2 / (exp(2|x|) + 1)
+// (no cancellation there: the quotient stays below 0.45) with the sign of x above; exp8 clamps, so tanh(+-inf) = +-1.
+PEDSL_INLINE vf8 tanh8(vf8 x) {
+  const vf8 zero = splat8(0.0f), one = splat8(1.0f);
+  const vf8 ax = x < zero ? -x : x;
+  const vf8 big = one - splat8(2.0f) / (exp8(ax + ax) + one);
+  const vf8 z = x * x;
+  vf8 p = splat8(-5.70498872745e-3f);
+  p = p * z + splat8(2.06390887954e-2f);
+  p = p * z + splat8(-5.37397155531e-2f);
+  p = p * z + splat8(1.33314422036e-1f);
+  p = p * z + splat8(-3.33332819422e-1f);
+  const vf8 small = (p * z) * x + x;
+  return ax < splat8(0.625f) ? small : (x < zero ? -big : big);
+}
+
 // x[j] = exp(x[j] - shift) over [0, n); returns their sum.
 PEDSL_ROW_LOOP float exp_sum(float* x, int64_t n, float shift) {
   const vf8 s = splat8(shift);
@@ -165,6 +181,51 @@ inline void add_row(double* row, const double* t, int64_t n) {
   for (int64_t j = 0; j < n; ++j) row[j] += t[j];
 }
 
+// x[j] = c tanh(x[j] / c) over [0, n) (Gemma 2's soft cap); slope[j] = 1 - tanh^2, its derivative, unless null.
+PEDSL_ROW_LOOP void soft_cap(float* x, int64_t n, float c, float* slope) {
+  const vf8 cv = splat8(c);
+  float buf[8];
+  for (int64_t j = 0; j < n; j += 8) {  // the tail through a padded copy: the same lanes, the same arithmetic
+    const int64_t m = std::min<int64_t>(8, n - j);
+    std::fill(buf, buf + 8, 0.0f);
+    std::copy(x + j, x + j + m, buf);
+    const vf8 t = tanh8(load8(buf) / cv);
+    store8(buf, t * cv);
+    std::copy(buf, buf + m, x + j);
+    if (slope) {
+      store8(buf, splat8(1.0f) - t * t);
+      std::copy(buf, buf + m, slope + j);
+    }
+  }
+}
+inline void soft_cap(double* x, int64_t n, double c, double* slope) {
+  for (int64_t j = 0; j < n; ++j) {
+    const double t = std::tanh(x[j] / c);
+    x[j] = c * t;
+    if (slope) slope[j] = 1 - t * t;
+  }
+}
+
+// x[j] *= y[j] over [0, n).
+PEDSL_ROW_LOOP void mul_row(float* x, const float* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= y[j];
+}
+inline void mul_row(double* x, const double* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) x[j] *= y[j];
+}
+
+// the sum of x[j] over [0, n), in float64.
+PEDSL_ROW_LOOP double row_sum(const float* x, int64_t n) {
+  double acc = 0;
+  for (int64_t j = 0; j < n; ++j) acc += double(x[j]);
+  return acc;
+}
+inline double row_sum(const double* x, int64_t n) {
+  double acc = 0;
+  for (int64_t j = 0; j < n; ++j) acc += x[j];
+  return acc;
+}
+
 // dp[j] = p[j] (dp[j] - delta) over [0, n): dS of the flash identity.
 PEDSL_ROW_LOOP void ds_row(const float* p, float* dp, float delta, int64_t n) {
   for (int64_t j = 0; j < n; ++j) dp[j] = p[j] * (dp[j] - delta);
@@ -182,11 +243,11 @@ inline void add_into(double* acc, const double* x, int64_t n) {
 }
 
 // A row of w scores whose keys lo .. hi - 1 count -> its softmax weights, unnormalised, zero outside lo .. hi;
-// returns (max, sum).
+// returns (max, sum). ``sink``: one more logit in the denominator (a key of value zero), unless null.
 template <typename T>
-inline std::pair<T, T> softmax_row(T* row, int64_t lo, int64_t hi, int64_t w) {
-  const T mx = row_max(row + lo, hi - lo);
-  const T sum = exp_sum(row + lo, hi - lo, mx);
+inline std::pair<T, T> softmax_row(T* row, int64_t lo, int64_t hi, int64_t w, const T* sink = nullptr) {
+  const T mx = sink ? std::max(row_max(row + lo, hi - lo), *sink) : row_max(row + lo, hi - lo);
+  const T sum = exp_sum(row + lo, hi - lo, mx) + (sink ? std::exp(*sink - mx) : T(0));
   std::fill(row, row + lo, T(0));
   std::fill(row + hi, row + w, T(0));
   return {mx, sum};

@@ -11,7 +11,8 @@ import torch.utils.checkpoint
 from torch import Tensor
 
 from pedsl.compiler.band_dispatch import banded_attention
-from pedsl.compiler.kernel_support import bias_call, causal_call, explicit_scores, fresh_sequence_call, mlp_call, window_call
+from pedsl.compiler.kernel_support import (bias_call, causal_call, consecutive, explicit_scores, fresh_sequence_call,
+                                           mlp_call, window_call)
 from pedsl.compiler.general.masks import seen_both_ways
 from pedsl.compiler.general.remap import RemappedKeys
 from pedsl.compiler.scores import modified_scores, normalised, own_key_counts
@@ -165,10 +166,12 @@ def with_sink(q, k, v, mask, bias, sink):
     return q, k, v, mask, bias
 
 
-def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None):
+def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None,
+                  kernels: Kernels | None = None):
     """Attention of the queries over every key, the cache's and this call's, by blocks of queries (with
     a window or chunk: each block over the span of keys it can see, O(L N) time and memory). ``qc``: the
-    queries as given (before transports and temperature), which CoPE's embedding term reads."""
+    queries as given (before transports and temperature), which CoPE's embedding term reads. ``kernels``: the
+    C++ causal kernel takes a fresh call where it can (:func:`rows_attend`); None: never."""
     Hq, Lq = q.shape[1], q.shape[2]
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
@@ -187,6 +190,10 @@ def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, s
     if shape is not None and causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
             fast, flash_supports(q), shape.window, shape.chunk, lay.positions):  # the band, no mask on its bulk
         return banded_attention(q, K, V, shape.window, shape.chunk)
+    if kernels is not None and fresh and one_doc and unmasked:
+        o = rows_attend(scheme, kernels, q, K, V, bi, lay, sink)
+        if o is not None:
+            return o
     qpos_all = last_tokens(lay.positions, Lq, 1)
     cq_all = None if bi.coord is None else last_tokens(bi.coord, Lq, -1)
     tables = distance_tables(scheme, bi.tables, qpos_all, kpos)
@@ -224,6 +231,29 @@ def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, s
         outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1),
                            softcap=cap))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+
+def rows_attend(scheme: SchemeSide, kernels: Kernels, q, K, V, bi: Biases, lay: Layout, sink):
+    """A fresh call of one document, no padding or mask (the caller checked), on the kernels' C++ causal kernel
+    with everything in its rows (kernel_support's ``bias``): the coordinate biases ``c_i - c_j`` as its key term
+    ``-c``, the distance tables summed once (H, distances), the soft cap, a sink logit column (GPT-OSS's, softmax
+    plus one's zeros) and a sliding window. None where the call holds what it does not compute (biases reading the
+    query position or per-axis distances, a sink with a value, a chunk; tables or a window at positions that
+    do not count up by one) or the kernel is not there (a generated module)."""
+    run = kernels.bias_attention
+    shape = shape_of(scheme)
+    if run is None or bi.queries or bi.axial or (sink is not None and sink[1] is not None):
+        return None
+    if shape is not None and (shape.chunk is not None or shape.symmetric):
+        return None
+    if (shape is not None or bi.tables) and not consecutive(lay.positions):
+        return None
+    if not bias_call(scheme.fast_paths, kernels, q, K, V):  # asked last: the first ask builds the C++ kernels
+        return None
+    tables = list(distance_tables(scheme, bi.tables, lay.positions, lay.positions).values())
+    return run(q, K, V, key_term=None if bi.coord is None else -bi.coord,
+               table=sum(tables[1:], tables[0]) if tables else None, sink=None if sink is None else sink[0],
+               cap=scheme.softcap, window=None if shape is None else shape.window)
 
 
 def all_spans(cache, lay: Layout, Lc: int):

@@ -96,7 +96,7 @@ def general_forward(scheme: SchemeSide, kernels: Kernels, q, k, v, *, x=None, to
     else:
         o = distance_attend(scheme, kernels, q, k, v, bi, lay, cache)
         if o is None:
-            o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc)
+            o = attend_blocks(scheme, q, k, v, bi, lay, cache, sink, qc, kernels)
     o = undo_values(kernels, undo, o)  # no value transport beside differential attention (the checker's E264)
     if lam is not None:
         o = differential_heads(o, lam)
