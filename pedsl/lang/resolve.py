@@ -191,6 +191,8 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         normalize = self.resolve_normalize(transports, env, heads) or ("softmax", True, 0.0, 0.8)
         window, chunk, sink = self.resolve_shape(env, lets)
         own = {r.fields[0]: getattr(self, r.resolve)(env, lets, transports) for r in RECORDS if r.resolve}
+        resolved = {"window": window, "chunk": chunk, "sink": sink, **own}
+        own |= {r.fields[0]: self.resolve_known(r, env, lets, resolved) for r in RECORDS if r.known is not None}
         self.check_sink_transports(sink, transports)
         self.check_sink_normalizer(sink, normalize[0])
         contextual = self.resolve_contextual(env, lets, transports, sink)
@@ -229,7 +231,9 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             window=window,
             chunk=chunk,
             sink=cast(SinkKind | None, sink),
-            **own,  # the statements resolved by their record's method (softcap ...)
+            # the statements resolved by their record's method (softcap ...): a field of the scheme, or a setting
+            **{k: v for k, v in own.items() if k in Scheme.model_fields},
+            settings={k: v for k, v in own.items() if k not in Scheme.model_fields},
             train=train,
             eval=evals,
             allow=tuple(allow),
