@@ -25,6 +25,7 @@ from typing import Any, Callable, Mapping
 from pedsl.lang import ast
 from pedsl.lang.builtins import WARNINGS
 from pedsl.lang.exprs import to_source
+from pedsl.limits import MAX_LENGTH
 
 # How `extends` merges a statement (pedsl.lang.inherit.merge):
 BY_NAME = "by name"  # param, let: the child's overrides the base's of that name
@@ -352,6 +353,12 @@ RECORDS: tuple[Statement, ...] = (
            Words(lambda s: None if s.window is None else f"sliding window of {s.window}", sees=True)),
     _shape("chunk", "chunked attention: a query sees the keys of its chunk of N positions", "chunk = ${1:8192}",
            Words(lambda s: None if s.chunk is None else f"chunks of {s.chunk} positions", sees=True)),
+    _shape("keep_first", "StreamingLLM's attention sinks: beside its window or chunk, every query sees the keys at "
+           "the first k positions", "keep_first = ${1:4}",
+           Words(lambda s: None if s.keep_first is None else f"the keys at the first {s.keep_first} positions",
+                 sees=True), reserved=False,  # files that name a param or let `keep_first` parse
+           known=Known(int, 1, MAX_LENGTH, needs=("window", "chunk"),
+                       hint="keep_first = 4 (StreamingLLM's four sink tokens) beside window = N or chunk = N")),
     Statement(
         rule="mask", kind="mask", node=ast.MaskStmt, inherit=ONE, merged="mask", fields=("mask",),
         carried=(Carried("mask", str, "causal", "mask {}", read=lambda s: s.mask.kind),
