@@ -38,6 +38,8 @@ CODES: dict[str, tuple[str, str]] = {
     "E216": ("check", "unknown warning name in `allow`"),
     "E217": ("check", "a value cannot be computed (division by zero, overflow, a grid that does not fit: "
                       "`per_pair` length, `span` faster than its period, ...)"),
+    "E218": ("check", "a statement's number that is not known when checking, not of its type or out of its range, "
+                      "or given without a statement it acts with (its record's `Known`)"),
     "E230": ("check", "a position axis used but not declared (`position.h` without `axes ..., h`), or declared twice"),
     "E231": ("check", "a bare `position` or `distance` in a scheme with several axes (which axis?)"),
     "E232": ("check", "`sections`/`interleave` sizes that do not fit the group's rotary pairs or the axes"),

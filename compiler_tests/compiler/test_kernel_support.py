@@ -12,6 +12,9 @@ import pytest
 from compiler_helpers import ROOT, library
 from pedsl.compiler import compile_plan, kernel_support as K, plan as P
 from pedsl.lang.api import load
+from pedsl.lang.statements import CARRIED
+
+CARRIED_NAMES = {c.name for c in CARRIED}  # features by their records (the next test)
 
 
 class _Reads:
@@ -42,8 +45,21 @@ def test_every_plan_field_is_a_feature_or_taken_by_every_kernel():
         K.plan_features(_Reads(plan, seen))
     for cls in (P.Plan, P.TransportStep, P.BiasTerm, P.Temperature):
         fields = {f.name for f in dataclasses.fields(cls)}
-        missing = fields - seen.get(cls.__name__, set()) - set(K.NOT_FEATURES[cls.__name__])
+        missing = fields - seen.get(cls.__name__, set()) - set(K.NOT_FEATURES[cls.__name__]) - CARRIED_NAMES
         assert not missing, f"{cls.__name__} fields neither features nor listed in NOT_FEATURES: {sorted(missing)}"
+
+
+def test_every_carried_value_other_than_its_default_is_its_records_feature():
+    """The statements' values (pedsl.lang.statements.CARRIED) are features by their records: a value other than
+    the default names its feature in plan_features; one without a feature of its own says why."""
+    for plan in _plans():
+        features = K.plan_features(plan)
+        for c in CARRIED:
+            value = getattr(plan, c.name)
+            if c.feature is not None and value != c.default:
+                assert c.feature_of(value) in features, (plan.scheme, c.name)
+    softcap = dataclasses.replace(_plans()[0], softcap=2.0, window=4)
+    assert {K.SOFTCAP, K.WINDOW} <= K.plan_features(softcap)
 
 
 def test_the_plan_records_exactly_the_declarations_that_cover_it():

@@ -67,8 +67,13 @@ def test_every_record_has_every_part(record):
     assert record.inherit in INHERIT_MODES and record.highlight in HIGHLIGHT
     assert (record.form is None) != (record.block is None)  # one line, or a block
     assert callable(record.reads)
-    assert set(record.fields) <= set(Scheme.model_fields), record.fields
+    # a field of the resolved scheme, or a value carried without one (Scheme.settings, read as an attribute)
+    assert set(record.fields) <= set(Scheme.model_fields) | {c.name for c in record.carried}, record.fields
+    assert record.known is None or (not record.resolve and record.assign and record.fields)
     assert set(record.plan_fields) <= {f.name for f in dataclasses.fields(Plan)}, record.plan_fields
+    for c in record.carried:  # on the plan by its name (a field, or one of its settings), its default where unset
+        assert getattr(Plan("s", "halves", 2, 8, (), (), None, "sdpa", ""), c.name) == c.default, c.name
+        assert c.feature is not None or c.why, f"{c.name}: a feature of its own, or why every kernel computes it"
     assert isinstance(record.show, Show) or record.show == BY_CONSUMER
     assert not record.resolve or (callable(getattr(Resolver, record.resolve, None)) and record.fields)
     assert isinstance(record.diff, Diff) or record.diff == BY_CONSUMER

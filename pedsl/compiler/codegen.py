@@ -38,6 +38,7 @@ from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, mod
 from pedsl.errors import CompileError
 from pedsl.formulas import channel_pairs
 from pedsl.lang import ast
+from pedsl.lang.statements import CARRIED, RECORDS
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, derived_static, fold_expr
 from pedsl.lang.exprs import to_source
@@ -259,11 +260,11 @@ _FIXED_NAMES = (
     "cos", "sin", "steps", "w_g", "w", "beta", "q_scale", "slope", "tab", "i", "lg", "G", "bias", "scores", "key_term",
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
-    "WINDOW", "CHUNK", "SINK", "sink_logit", "sink_key", "sink_value", "window", "chunk", "sink", "NORMALIZE",
-    "ATTEND_CURRENT", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "SOFTCAP", "softcap", "FAST_PATHS",
-    "fast_paths", "SIGMOID_BIAS", "sigmoid_bias", "LAMBDA_INIT", "lambda_init", "differential_lambda", "MASK",
-    "MASK_PREFIX", "mask", "mask_prefix", "span_ids", "remap_bounds", "remap_rotate", "query_mlp",
+    "sink_logit", "sink_key", "sink_value", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "FAST_PATHS",
+    "fast_paths", "differential_lambda", "span_ids", "remap_bounds", "remap_rotate", "query_mlp",
     "Callable", "Optional", "once_differentiable", "Kernels", "SchemeSide", "WindowSide", "MaskSide",
+    # the statements' carried values: a constant NAME and the class attribute name each
+    *(n for c in CARRIED for n in (c.name.upper(), c.name)),
 )
 
 
@@ -389,9 +390,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         "",
         "    heads, head_dim, conv_history, transforms = HEADS, HEAD_DIM, CONV_HISTORY, TRANSFORMS",
         "    axes = AXES",
-        "    normalize, attend_current, sigmoid_bias, lambda_init = NORMALIZE, ATTEND_CURRENT, SIGMOID_BIAS, LAMBDA_INIT",
-        "    window, chunk, sink, softcap = WINDOW, CHUNK, SINK, SOFTCAP",
-        "    mask, mask_prefix = MASK, MASK_PREFIX",
+        *_carried_attributes(),
         "    fast_paths = FAST_PATHS",
         "    cope_max_pos = COPE_MAX_POS",
         "    remap_bounds, remap_chunk, remap_rotate = (), None, None  # pedsl compile refuses remapped positions",
@@ -447,6 +446,12 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         ind + "dist5 = dist.to(F64).permute(3, 0, 1, 2).reshape(dist.shape[3], B, 1, rows, keys, 1)",
         *[ind + line for line in axial],
     ]
+
+
+def _carried_attributes() -> list[str]:
+    """The class attributes of the statements' carried values (one line per statement), from their constants."""
+    return [f"    {', '.join(c.name for c in r.carried)} = {', '.join(c.name.upper() for c in r.carried)}"
+            for r in RECORDS if r.carried]
 
 
 def _sink_init(scheme: Scheme) -> list[str]:
@@ -522,16 +527,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "TRANSFORMS = (" + ("" if not records else "\n    " + "\n    ".join(records) + "\n") + ")",
         "BIASES = (" + ("" if not kinds else "\n    " + "\n    ".join(kinds) + "\n") + ")",
         f"CONV_HISTORY = {int(gen.conv_history)}",
-        f"NORMALIZE = {literal(plan.normalize)}",
-        f"ATTEND_CURRENT = {literal(bool(plan.attend_current))}",
-        f"SIGMOID_BIAS = {literal(float(plan.sigmoid_bias))}",
-        f"LAMBDA_INIT = {literal(float(plan.lambda_init))}",
-        f"WINDOW = {literal(plan.window)}",
-        f"CHUNK = {literal(plan.chunk)}",
-        f"SINK = {literal(plan.sink)}",
-        f"SOFTCAP = {literal(plan.softcap)}",
-        f"MASK = {literal(plan.mask)}",
-        f"MASK_PREFIX = {literal(plan.mask_prefix)}",
+        *(f"{name.upper()} = {literal(value)}" for name, value in P.carried_values(plan).items()),
         f"FAST_PATHS = {literal(tuple(plan.kernels))}",
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
         "",

@@ -22,6 +22,7 @@ from pedsl.lang.exprs import to_source
 from pedsl.lang.frequencies import pair_axes
 from pedsl.lang.normalizers import weights_words
 from pedsl.lang.scheme import Scheme
+from pedsl.lang.statements import CARRIED
 from pedsl.lang.types import Dep, Ty
 
 # the input node of each run-time input an expression reads (its type's ``reads``), in edge order
@@ -39,11 +40,9 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         raise CompileError(f"scheme '{scheme.name}' gives its layers different schemes ({parts}): one attention "
                            "module is one of them", code="E400",
                            hint="compile a part (--scheme NAME), or train a model with the layers scheme")
+    # carried: the statements' plain values by name (pedsl.lang.statements.CARRIED), recorded on the plan as they are
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
-                   axes=scheme.axes, pair_axes=pair_axes(scheme), window=scheme.window, chunk=scheme.chunk,
-                   sink=scheme.sink, softcap=scheme.softcap, mask=scheme.mask,
-                   normalizer=scheme.normalize, attend_current=scheme.attend_current, sigmoid_bias=scheme.sigmoid_bias,
-                   lambda_init=scheme.lambda_init,
+                   axes=scheme.axes, pair_axes=pair_axes(scheme), carried={c.name: c.value_of(scheme) for c in CARRIED},
                    contextual=scheme.contextual, remap=scheme.remap)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")

@@ -31,16 +31,15 @@ if TYPE_CHECKING:  # for the checker only: the module imports nothing at run tim
 # Kernel support (pedsl.compiler.kernel_support, copied verbatim): what each fast path declares it
 # computes, the features of a plan, and one call-time check per kernel.
 # ---------------------------------------------------------------------------------------------
+# the features of statements' values that some kernel declares: the words of their records (Carried.feature,
+# pedsl.lang.statements), which name every statement's feature; a plan's are its statement_features
 WINDOW, CHUNK, SOFTCAP = "window", "chunk", "softcap"
 # a mask other than causal (docs/semantics.md §11a): every pair visible, the pairs of a static prefix, or those of
 # the call's span_ids
 BIDIRECTIONAL, PREFIX, SPANS = "mask bidirectional", "mask prefix", "mask spans"
 SINK_LOGIT, SINK_TOKEN = "sink logit", "sink token"
-STICK_BREAKING, SKIPS_OWN_KEY, CONTEXTUAL = "stick-breaking", "skips its own key", "contextual positions"
-SIGMOID, SOFTMAX_ONE, DIFFERENTIAL = "sigmoid weights", "softmax plus one", "differential heads"
-# the normalisers other than softmax, by the plan's name (each a feature no fused kernel computes yet)
-NORMALIZER_FEATURES = {"stick_breaking": STICK_BREAKING, "sigmoid": SIGMOID, "softmax1": SOFTMAX_ONE,
-                       "differential": DIFFERENTIAL}
+SOFTMAX_ONE = "softmax plus one"  # a normaliser (no kernel declares the others yet)
+CONTEXTUAL = "contextual positions"
 SEVERAL_AXES = "several position axes"
 REMAP = "remapped positions"  # the rotation's positions by distance regime: the general path's blocks only
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
@@ -77,11 +76,11 @@ def temperature_feature(table: str) -> str:
     return "temperature " + table
 
 
-# what every kernel takes: plan fields no executor branches on (checked complete by compiler_tests)
+# what every kernel takes: plan fields no executor branches on (checked complete by compiler_tests). The values
+# the statements carry (pedsl.lang.statements.CARRIED: the window, the normaliser ...) are features by their
+# records, read as the plan's statement_features (settings holds those without a field of their own)
 NOT_FEATURES = {
-    # sigmoid_bias: a number inside the sigmoid, computed wherever SIGMOID is; lambda_init: DIFFERENTIAL's
-    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "sigmoid_bias", "lambda_init",
-             "mask_prefix"),
+    "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "settings"),
     "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta"),
     "BiasTerm": ("index", "site", "slope", "why", "axes"),
     "Temperature": ("site", "carried", "why"),
@@ -122,14 +121,9 @@ def plan_features(plan) -> frozenset:
     if plan.temperature is not None:
         out.add(temperature_feature(plan.temperature.table))
     flags = ((plan.half_via_general, HALF_VIA_GENERAL), (len(plan.axes) > 1, SEVERAL_AXES),
-             (plan.normalize != "softmax", NORMALIZER_FEATURES.get(plan.normalize)), (not plan.attend_current, SKIPS_OWN_KEY),
-             (plan.contextual is not None, CONTEXTUAL), (plan.window is not None, WINDOW),
-             (plan.chunk is not None, CHUNK), (plan.softcap is not None, SOFTCAP),
-             (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN),
-             (plan.remap is not None, REMAP),
-             (plan.mask == "bidirectional", BIDIRECTIONAL), (plan.mask == "prefix", PREFIX),
-             (plan.mask == "spans", SPANS))
-    return frozenset(out | {name for on, name in flags if on})
+             (plan.contextual is not None, CONTEXTUAL), (plan.remap is not None, REMAP))
+    # the statements' own features (the window, the mask, the normaliser ...: each record's declaration)
+    return frozenset(out | {name for on, name in flags if on} | plan.statement_features)
 
 
 class KernelDecl(NamedTuple):

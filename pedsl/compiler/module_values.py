@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -75,12 +75,9 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
         self.conv_history = mod._conv_history
         # RoPE folded from constant steps runs as the steps: the general forward's calls count tokens (§2b)
         self.transforms = tuple(t.as_steps() for t in mod.transforms)
-        self.normalize, self.attend_current = mod.plan.normalize, mod.plan.attend_current
-        self.sigmoid_bias, self.lambda_init = mod.plan.sigmoid_bias, mod.plan.lambda_init
         self.kernels = FusedKernels(mod.layout)
-        self.window, self.chunk, self.sink = mod.plan.window, mod.plan.chunk, mod.plan.sink
-        self.softcap = mod.plan.softcap
-        self.mask, self.mask_prefix = mod.plan.mask, mod.plan.mask_prefix
+        # the statements' values (the window, the normaliser ...: pedsl.lang.statements.CARRIED), by their names
+        self.__dict__.update(PL.carried_values(mod.plan))
         self.fast_paths = mod.plan.kernels  # the fast kernels the plan's features allow (kernel_support)
         self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
         self.remap = mod.plan.remap
@@ -93,6 +90,10 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
     sink_value = property(lambda self: self.mod.sink_value)
     contextual_embedding = property(lambda self: self.mod.contextual_embedding)
     differential_lambda = property(lambda self: self.mod.differential_lambda)
+
+    def __getattr__(self, name: str) -> Any:
+        """Only for the checker: the carried values are attributes (set above); anything else is missing."""
+        raise AttributeError(f"'ModuleScheme' object has no attribute {name!r}")
 
     @staticmethod
     def of(mod) -> "ModuleScheme":
@@ -108,7 +109,7 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
         side = mod.__dict__.get("_general_side_unbanded")
         if side is None:
             side = mod.__dict__["_general_side_unbanded"] = copy.copy(ModuleScheme.of(mod))
-            side.window = side.chunk = None
+            side.__dict__.update(window=None, chunk=None)  # carried values: attributes by name (see __init__)
             side.fast_paths = static_kernels(dataclasses.replace(mod.plan, window=None, chunk=None))
         return side
 

@@ -10,7 +10,7 @@ read; nothing downstream reads the node attributes.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import networkx as nx
 
@@ -22,7 +22,7 @@ from pedsl.formulas import xpos_decays
 from pedsl.lang import ast
 from pedsl.lang.builtins import CONSTANTS
 from pedsl.lang.exprs import to_source
-from pedsl.lang.scheme import AttentionMask
+from pedsl.lang.statements import CARRIED
 from pedsl.lang.types import Dep, join
 
 BACKENDS = ("auto", "sdpa", "flex", "blockwise", "masked", "reference")
@@ -276,7 +276,7 @@ def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
         "blockwise": "PaTH UT/WY blockwise algorithm with forget/distance gates as per-step log terms",
         "reference": "naive float64 interpreter of docs/semantics.md §1 (explicit transports per (i, j))",
     }[backend]
-    normalizer = g.graph.get("normalizer", P.SOFTMAX)
+    normalizer = _carried(g)["normalize"]
     if normalizer in (P.STICK_BREAKING, P.SIGMOID) and backend != "reference":
         note = (f"{normalizer} weights: every call runs the general path's blocks of explicit "
                 "scores (memory O(L x block)); " + backend + " names its bias carrier")
@@ -345,18 +345,16 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
         half_via_general=backend not in ("blockwise", "flex") and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
-        window=g.graph.get("window"), chunk=g.graph.get("chunk"), sink=g.graph.get("sink"),
-        softcap=g.graph.get("softcap"), mask=_mask(g).kind, mask_prefix=_mask(g).prefix,
-        normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
-        sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), lambda_init=g.graph.get("lambda_init", 0.8), contextual=g.graph.get("contextual"),
-        remap=g.graph.get("remap"))
+        contextual=g.graph.get("contextual"), remap=g.graph.get("remap"), **P.carried_fields(_carried(g)))
     g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g
 
 
-def _mask(g: nx.DiGraph) -> AttentionMask:
-    """The scheme's mask (a lang.scheme.AttentionMask; causal for a graph built without one)."""
-    return g.graph.get("mask") or AttentionMask()
+def _carried(g: nx.DiGraph) -> dict[str, Any]:
+    """The statements' carried values of the graph's scheme, every one (the declared default where a graph was
+    built without it)."""
+    given = g.graph.get("carried", {})
+    return {c.name: given.get(c.name, c.default) for c in CARRIED}
 
 
 PASSES = (

@@ -22,13 +22,14 @@ Networkx and torch free: importing it costs nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from pedsl.compiler.kernel_support import explicit_scores
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
 from pedsl.lang.frequencies import axis_runs
+from pedsl.lang.statements import CARRIED
 from pedsl.runtime.walk import learned_calls, param_key, site_name  # noqa: F401 (the plan's names)
 
 # transport kinds
@@ -202,6 +203,23 @@ class Plan:
     # decided by the last pass): an executor runs one of them where its call-time check takes the call,
     # the general forward everywhere else
     kernels: tuple[str, ...] = ()
+    # the values the statements carry (pedsl.lang.statements.CARRIED) that have no field above: (name, value),
+    # read as attributes of the plan (``plan.<name>``), the declared default where absent
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
+        """A carried value without a field of its own (only those: anything else is an AttributeError)."""
+        declared = _SETTINGS.get(name)
+        if declared is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return dict(self.__dict__.get("settings", ())).get(name, declared.default)
+
+    @property
+    def statement_features(self) -> frozenset[str]:
+        """The kernel features of the carried values (each record's ``Carried.feature``, at a value other than
+        its default): what a fused kernel must declare to run this plan's statements."""
+        named = (c.feature_of(getattr(self, c.name)) for c in CARRIED)
+        return frozenset(f for f in named if f is not None)
 
     @property
     def params(self) -> tuple[Site, ...]:
@@ -214,6 +232,22 @@ class Plan:
 
     def of_kind(self, kind: str) -> tuple[TransportStep, ...]:
         return tuple(t for t in self.transports if t.kind == kind)
+
+
+_SETTINGS = {c.name: c for c in CARRIED if c.name not in {f.name for f in fields(Plan)}}
+
+
+def carried_fields(values: dict[str, Any]) -> dict[str, Any]:
+    """The plan's keyword arguments of the carried values (``name -> value``, every one of CARRIED): its fields
+    by name, the others as ``settings`` (those other than their default: an absent statement adds nothing)."""
+    own = {f.name for f in fields(Plan)}
+    return {**{k: v for k, v in values.items() if k in own},
+            "settings": tuple((k, v) for k, v in values.items() if k not in own and v != _SETTINGS[k].default)}
+
+
+def carried_values(plan: Plan) -> dict[str, Any]:
+    """Every carried value of the plan, in registry order (``name -> value``)."""
+    return {c.name: getattr(plan, c.name) for c in CARRIED}
 
 
 @dataclass(frozen=True)
@@ -279,6 +313,8 @@ def plan_lines(plan: Plan) -> list[str]:
     if plan.mask != "causal":
         out.append(f"  mask: {plan.mask}" + (f" ({plan.mask_prefix} positions)" if plan.mask_prefix else "")
                    + "; a window is symmetric and a distance reads |p_i - p_j|")
+    if plan.settings:
+        out.append("  statements: " + ", ".join(f"{k} = {v!r}" for k, v in plan.settings))
     if plan.half_via_general:
         out.append("  half precision: the general path (bias coordinates differenced per query block in float64)")
     out.append("  parameter sites: " + (", ".join(s.name for s in plan.params) or "none"))
@@ -323,6 +359,7 @@ def plan_to_json(plan: Plan) -> dict:
         "remap": None if plan.remap is None else {"chunk": plan.remap.chunk, "regimes": [
             {"low": r.low, "high": r.high, "query": to_source(r.query), "key": to_source(r.key)}
             for r in plan.remap.regimes]},
+        "settings": dict(plan.settings),
         "learned": [{"key": ls.key, "call": to_source(ls.call), "readers": dict(ls.readers)}
                     for ls in learned_sites(plan)],
     }

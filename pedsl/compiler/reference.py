@@ -172,6 +172,8 @@ def _stream_window(sch, allowed: Tensor, positions: Tensor) -> None:
             else:
                 keep = torch.div(pi, sch.chunk, rounding_mode="floor") == torch.div(pj, sch.chunk,
                                                                                     rounding_mode="floor")
+            if sch.keep_first is not None:  # StreamingLLM's sinks: the first positions beside the band
+                keep = keep | (pj < sch.keep_first)
             allowed[:, :, i, j] &= keep[:, None]
 
 

@@ -169,7 +169,7 @@ class WindowStmt(Node):
     """``window = N`` (sliding) or ``chunk = N`` (chunked): which keys a query sees; ``softcap = c``: the
     scores pass through ``c * tanh(s / c)`` before the softmax (Gemma 2; docs/semantics.md §11)."""
 
-    kind: Literal["window", "chunk", "softcap"] = "window"
+    kind: Literal["window", "chunk", "softcap", "keep_first"] = "window"
     value: Expr
 
 

@@ -272,6 +272,9 @@ class Scheme(_Frozen):
     softcap: float | None = None
     # the rotation's positions per regime of the distance (docs/semantics.md §2d), None: each token's own
     remap: Remap | None = None
+    # the values of the statements carried without a field above (pedsl.lang.statements.CARRIED), by name: read
+    # as attributes of the scheme (``scheme.<name>``), the declared default where absent
+    settings: dict[str, Any] = Field(default_factory=dict)
     train: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] = Field(default_factory=dict)
     allow: tuple[str, ...] = ()
@@ -280,6 +283,15 @@ class Scheme(_Frozen):
     # set on a scheme whose body is a `layers { ... }` block: its parts per layer (then transports, biases
     # and temperature are empty: each layer's attention is its part's)
     layers: "LayerMap | None" = None
+
+    def __getattr__(self, name: str) -> Any:
+        """A carried statement value without a field of its own (from ``settings``), else pydantic's lookup."""
+        from pedsl.lang.statements import CARRIED  # the registry reads the syntax IR this module's siblings build
+
+        declared = next((c for c in CARRIED if c.name == name), None)
+        if declared is None or name in type(self).model_fields:
+            return super().__getattr__(name)  # type: ignore[misc]  # pydantic's own (private attributes, errors)
+        return self.__dict__.get("settings", {}).get(name, declared.default)
 
     @property
     def value_transport(self) -> bool:

@@ -20,11 +20,12 @@ by name, blocks, the layer map) written once in their consumer, and their record
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from pedsl.lang import ast
 from pedsl.lang.builtins import WARNINGS
 from pedsl.lang.exprs import to_source
+from pedsl.limits import MAX_LENGTH
 
 # How `extends` merges a statement (pedsl.lang.inherit.merge):
 BY_NAME = "by name"  # param, let: the child's overrides the base's of that name
@@ -81,6 +82,52 @@ class Words:
 
 
 @dataclass(frozen=True)
+class Carried:
+    """A value a statement lowers to, declared once and carried by its name end to end: read off the resolved
+    scheme (``read``; None: its attribute ``name``), recorded on the plan (``Plan.<name>``), supplied to the
+    general forward as the scheme side's attribute ``name`` (``ModuleScheme`` in process; a generated module's
+    constant ``NAME`` and class attribute), and named as a kernel feature when it is not ``default``:
+    ``feature`` (formatted with the value, or a mapping from values to names). A fused kernel computes that
+    feature only if its ``KernelDecl`` takes it, so a new statement's value runs on the general path until one
+    declares it. ``feature`` None: no feature of its own (a detail read wherever another field's feature is
+    computed; said in ``why``)."""
+
+    name: str
+    type: type  # int, float, bool or str: the value's type (None stays None), a generated module's literal
+    default: Any
+    feature: str | Mapping[Any, str] | None
+    read: Callable[[Any], Any] | None = None
+    why: str = ""  # feature None: why every kernel computes it
+
+    def value_of(self, scheme: Any) -> Any:
+        """The value on a resolved scheme, of its declared type."""
+        value = getattr(scheme, self.name) if self.read is None else self.read(scheme)
+        return None if value is None else self.type(value)
+
+    def feature_of(self, value: Any) -> str | None:
+        """The kernel feature of ``value`` (None at the default, or for a field with no feature of its own)."""
+        if self.feature is None or value == self.default:
+            return None
+        if isinstance(self.feature, str):
+            return self.feature.format(value)
+        return self.feature[value]  # a value the mapping lacks is a bug of its record, never a kernel that ignores it
+
+
+@dataclass(frozen=True)
+class Known:
+    """A ``KEYWORD = expr`` statement whose value is a number known when the scheme is checked (a literal, a param,
+    arithmetic on them; ``none`` drops an inherited one), checked by the resolver's one rule for such values
+    (``resolve_known``, E218): of ``type`` (int or float), within ``low`` .. ``high``, and beside one of the
+    statements whose values ``needs`` names (without one it would change nothing)."""
+
+    type: type
+    low: float
+    high: float
+    needs: tuple[str, ...] = ()
+    hint: str = ""  # how to write it
+
+
+@dataclass(frozen=True)
 class Statement:
     """One statement of a scheme's body. ``completions``: (keyword, snippet, what it does) for each keyword
     that starts it (most have one; the transports ``qk`` and ``qkv``, the sections ``train`` and ``eval``)."""
@@ -100,11 +147,13 @@ class Statement:
     diff: Diff | str  # pedsl diff (or BY_CONSUMER)
     words: Words | str  # the attention line of pedsl explain and the diff summary (or BY_CONSUMER: its own section)
     plan_fields: tuple[str, ...] = ()  # data only: the fields of pedsl.compiler.plan.Plan it lowers to
+    carried: tuple[Carried, ...] = ()  # its plain values, carried to the plan, the forward and the features by name
     completes: tuple[str, ...] = ()  # the builtin categories offered for its value (LSP completion)
     choices: tuple[str, ...] = ()  # the fixed words its keyword takes (`layout halves`), not an expression
     # the Resolver's method that checks it and returns its value, (env, lets, transports) -> value, called after the
     # transports and the window; "" where pedsl.lang.resolve resolves it with others (its own code there)
     resolve: str = ""
+    known: Known | None = None  # a number checked by the resolver's one rule (then no `resolve` of its own)
     assign: bool = False  # `KEYWORD = expr`: the parser builds `node(kind, value, span)` from the record
     highlight: str = "keyword"  # a key of HIGHLIGHT
     reserved: bool = True  # its keyword may not name a param, a let or a scheme
@@ -213,13 +262,24 @@ def _shown(field: str, text: Callable[[Any], str] = str) -> Show:
     return Show("body", lambda s: [] if getattr(s, field) is None else [f"{field}: {text(getattr(s, field))}"])
 
 
-def _shape(rule: str, doc: str, snippet: str, words: Words, **parts: Any) -> Statement:
-    """``KEYWORD = N``: a statement of the attention's shape (docs/semantics.md §11), an int or float on the
-    scheme and the plan under its keyword's name."""
+def _shape(rule: str, doc: str, snippet: str, words: Words, kind: type = int, **parts: Any) -> Statement:
+    """``KEYWORD = N``: a statement of the attention's shape (docs/semantics.md §11), an int (or ``kind``) on the
+    scheme and carried under its keyword's name, its own kernel feature (None: absent)."""
     return Statement(rule=rule, kind=rule, node=ast.WindowStmt, completions=((rule, snippet, doc),), inherit=ONE,
                      words=words,
                      merged=rule, fields=(rule,), form=_assign_form, block=None, reads=_value, show=_shown(rule),
-                     diff=Diff(rule, lambda s: getattr(s, rule), show=str), plan_fields=(rule,), assign=True, **parts)
+                     diff=Diff(rule, lambda s: getattr(s, rule), show=str), carried=(Carried(rule, kind, None, rule),),
+                     assign=True, **parts)
+
+
+# the normaliser's values (kernel features: the normalisers other than softmax, each computed by no fused kernel yet)
+_NORMALIZE = (
+    Carried("normalize", str, "softmax", {"stick_breaking": "stick-breaking", "sigmoid": "sigmoid weights",
+                                          "softmax1": "softmax plus one", "differential": "differential heads"}),
+    Carried("attend_current", bool, True, {False: "skips its own key"}),
+    Carried("sigmoid_bias", float, 0.0, None, why="the number inside the sigmoid: computed wherever sigmoid weights are"),
+    Carried("lambda_init", float, 0.8, None, why="differential attention's constant: computed wherever its heads are"),
+)
 
 
 def _allow_snippet() -> str:
@@ -279,8 +339,7 @@ RECORDS: tuple[Statement, ...] = (
         diff=Diff("temperature", lambda s: s.temperature, expr=True), words=BY_CONSUMER),
     Statement(
         rule="normalize", kind="normalize", node=ast.NormalizeStmt, inherit=ONE, merged="normalize",
-        fields=("normalize", "attend_current", "sigmoid_bias", "lambda_init"),
-        plan_fields=("normalize", "attend_current", "sigmoid_bias", "lambda_init"),
+        fields=("normalize", "attend_current", "sigmoid_bias", "lambda_init"), carried=_NORMALIZE,
         completions=(("normalize", "normalize = ${1|softmax,softmax1,sigmoid(bias = -log(train_length)),stick_breaking,"
                       "differential(lambda_init = 0.8)|}",
                       "how scores become weights: softmax, softmax plus one, sigmoid, stick-breaking or differential"),),
@@ -300,9 +359,18 @@ RECORDS: tuple[Statement, ...] = (
            Words(lambda s: None if s.window is None else f"sliding window of {s.window}", sees=True)),
     _shape("chunk", "chunked attention: a query sees the keys of its chunk of N positions", "chunk = ${1:8192}",
            Words(lambda s: None if s.chunk is None else f"chunks of {s.chunk} positions", sees=True)),
+    _shape("keep_first", "StreamingLLM's attention sinks: beside its window or chunk, every query sees the keys at "
+           "the first k positions", "keep_first = ${1:4}",
+           Words(lambda s: None if s.keep_first is None else f"the keys at the first {s.keep_first} positions",
+                 sees=True), reserved=False,  # files that name a param or let `keep_first` parse
+           known=Known(int, 1, MAX_LENGTH, needs=("window", "chunk"),
+                       hint="keep_first = 4 (StreamingLLM's four sink tokens) beside window = N or chunk = N")),
     Statement(
         rule="mask", kind="mask", node=ast.MaskStmt, inherit=ONE, merged="mask", fields=("mask",),
-        plan_fields=("mask", "mask_prefix"), resolve="resolve_mask",  # pedsl.lang.masks
+        carried=(Carried("mask", str, "causal", "mask {}", read=lambda s: s.mask.kind),
+                 Carried("mask_prefix", int, None, None, read=lambda s: s.mask.prefix,
+                         why="mask = prefix(N)'s N: read wherever the prefix mask is")),
+        resolve="resolve_mask",  # pedsl.lang.masks
         completions=(("mask", "mask = ${1|bidirectional,causal,spans|}",
                       "which pairs see each other both ways: causal, bidirectional, prefix(N), spans"),),
         form=_assign_form, block=None, reads=lambda st: list(getattr(st.value, "args", ())), assign=True,
@@ -312,11 +380,12 @@ RECORDS: tuple[Statement, ...] = (
     Statement(
         rule="sink", kind="sink", node=ast.SinkStmt, inherit=ONE, merged="sink", fields=("sink",),
         completions=(("sink", "sink = ${1|logit,token|}", "a learned attention sink: a logit per head, or a key/value slot"),),
-        form=lambda st: f"sink = {st.value}", block=None, reads=_none, plan_fields=("sink",),
+        form=lambda st: f"sink = {st.value}", block=None, reads=_none, carried=(Carried("sink", str, None, "sink {}"),),
         show=_shown("sink"), diff=Diff("sink", lambda s: s.sink, show=str),
         words=Words(lambda s: None if s.sink is None else f"learned sink {s.sink}")),
     _shape("softcap", "logit soft-capping (Gemma 2): every score s becomes c * tanh(s / c)", "softcap = ${1:50.0}",
-           Words(lambda s: None if s.softcap is None else f"scores soft-capped at {s.softcap:g}"), resolve="resolve_softcap"),  # pedsl.lang.windows
+           Words(lambda s: None if s.softcap is None else f"scores soft-capped at {s.softcap:g}"), kind=float,
+           resolve="resolve_softcap"),  # pedsl.lang.windows
     Statement(
         rule="remap", kind="remap", node=ast.RemapStmt, inherit=ONE, merged="remap", fields=("remap",),
         plan_fields=("remap",), resolve="resolve_remap",  # pedsl.lang.remap
@@ -354,6 +423,8 @@ STATEMENT_KEYWORDS: tuple[str, ...] = tuple(BY_KEYWORD)
 # The words a param, let or scheme may not be named
 KEYWORDS: frozenset[str] = frozenset(FIXED_KEYWORDS + FIXED_WORDS + tuple(k for r in RECORDS for k in r.choices)
                                      + tuple(k for r in RECORDS if r.reserved for k in r.keywords))
+# Every value a statement carries to the plan and the general forward by name, in registry order
+CARRIED: tuple[Carried, ...] = tuple(c for r in RECORDS for c in r.carried)
 # The statements `extends` keeps one of (the nearest wins): the attributes of Merged read by name
 ONE_FIELDS: tuple[str, ...] = tuple(r.merged for r in RECORDS if r.inherit == ONE)
 
@@ -381,5 +452,5 @@ def compared(place: str) -> list[Diff]:
     return sorted((r.diff for r in RECORDS if isinstance(r.diff, Diff) and r.diff.place == place), key=lambda d: d.rank)
 
 
-__all__ = ["RECORDS", "Statement", "Show", "Diff", "Words", "attention_words", "BY_KIND", "BY_RULE", "BY_KEYWORD", "STATEMENT_KEYWORDS",
+__all__ = ["RECORDS", "CARRIED", "Carried", "Known", "Statement", "Show", "Diff", "Words", "attention_words", "BY_KIND", "BY_RULE", "BY_KEYWORD", "STATEMENT_KEYWORDS",
            "KEYWORDS", "ONE_FIELDS", "BY_CONSUMER", "HIGHLIGHT", "highlighted", "shown", "compared"]

@@ -108,6 +108,41 @@ class WindowResolution(ResolverStage):
             return None
         return folded
 
+    def resolve_known(self, record, env: StaticEnv, lets, resolved: dict) -> int | float | None:
+        """The value of a statement whose record declares it a number known when checking (``record.known``, a
+        :class:`pedsl.lang.statements.Known`), or None when absent or wrong (reported, E218). ``resolved``: the
+        values of the statements it may need (by field)."""
+        known, keyword = record.known, record.keywords[0]
+        loc = getattr(self.m, record.merged)
+        value = self.given_value(loc)
+        if value is None:
+            return None
+        t = self.checker().infer(value)
+        if t is None:
+            return None
+        what = "an integer" if known.type is int else "a number"
+        hint = known.hint or f"write {keyword} = a number, or a param of type {known.type.__name__}"
+        if t.kind != "num" or t.axes or t.reads:
+            self.report("E218", f"{keyword} is {what} known when the scheme is checked, not {t.show()}", value,
+                        hint=hint)
+            return None
+        folded = self.fold_or_report(inline_lets(value, lets), env)
+        if folded is FAILED:
+            return None
+        number = folded if isinstance(folded, (int, float)) and not isinstance(folded, bool) else None
+        if number is None or (known.type is int and not isinstance(number, int)) or not math.isfinite(number):
+            self.report("E218", f"{keyword} must be {what}, got {folded!r}", value, hint=hint)
+            return None
+        if not known.low <= number <= known.high:
+            self.report("E218", f"{keyword} = {number!r} is out of its range {known.low:g} .. {known.high:g}",
+                        value, hint=hint)
+            return None
+        if known.needs and all(resolved.get(n) is None for n in known.needs):
+            self.report("E218", f"{keyword} acts with {' or '.join(known.needs)}, and the scheme has none: alone it "
+                        "would change nothing", loc.stmt, hint=f"add {known.needs[0]} = N, or drop {keyword}")
+            return None
+        return known.type(number)
+
     def _sink(self) -> str | None:
         loc = self.m.sink
         if loc is None:

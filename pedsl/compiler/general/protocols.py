@@ -36,6 +36,10 @@ class WindowSide(MaskSide, Protocol):
     def chunk(self) -> int | None:
         """Each query sees the keys of its own chunk of this many positions, or None."""
 
+    def __getattr__(self, name: str) -> Any:
+        """The value a statement carries (pedsl.lang.statements.CARRIED) with no member declared here, by its
+        name: every supplier has every carried value (a plan, ``ModuleScheme``, a generated module's class)."""
+
 
 class SchemeSide(WindowSide, Protocol):
     """Everything the general forward reads of ``scheme``: the plan's decisions, the scheme's values and tables,

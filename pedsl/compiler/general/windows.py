@@ -22,12 +22,13 @@ RANK = 1 << 40  # windows: a document's rank times this plus a position orders a
 
 class Shape(NamedTuple):
     """The attention's shape (docs/semantics.md §11): key j is visible to query i iff
-    ``0 <= p_i - p_j < window`` (sliding) or ``p_i // chunk == p_j // chunk`` (chunked), inside
-    the causal, document and padding masks."""
+    ``0 <= p_i - p_j < window`` (sliding) or ``p_i // chunk == p_j // chunk`` (chunked), or
+    ``p_j < keep`` (``keep_first``: StreamingLLM's sinks), inside the causal, document and padding masks."""
 
     window: int | None
     chunk: int | None
     symmetric: bool = False  # a non-causal mask: the window reaches both ways, |p_i - p_j| < window
+    keep: int | None = None  # keep_first: the keys at the positions below it stay visible beside the band
 
     def chunk_size(self) -> int:
         """The chunk of a shape without a window (:func:`shape_of` makes none with neither)."""
@@ -38,7 +39,7 @@ class Shape(NamedTuple):
 
 def shape_of(scheme: WindowSide) -> Shape | None:
     w, c = scheme.window, scheme.chunk
-    return None if w is None and c is None else Shape(w, c, symmetric_window(scheme))
+    return None if w is None and c is None else Shape(w, c, symmetric_window(scheme), scheme.keep_first)
 
 
 def visible(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
@@ -49,9 +50,11 @@ def visible(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
 def visible_pairs(shape: Shape, qpos: Tensor, kpos: Tensor) -> Tensor:
     """Whether the window lets a query at ``qpos`` see a key at ``kpos`` (broadcast against each other)."""
     if shape.window is not None:
-        return ((qpos - kpos).abs() if shape.symmetric else qpos - kpos) < shape.window
-    chunk = shape.chunk_size()
-    return torch.div(qpos, chunk, rounding_mode="floor") == torch.div(kpos, chunk, rounding_mode="floor")
+        band = ((qpos - kpos).abs() if shape.symmetric else qpos - kpos) < shape.window
+    else:
+        chunk = shape.chunk_size()
+        band = torch.div(qpos, chunk, rounding_mode="floor") == torch.div(kpos, chunk, rounding_mode="floor")
+    return band if shape.keep is None else band | (kpos < shape.keep)
 
 
 def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq: int, block: int) -> list:
@@ -61,6 +64,8 @@ def key_starts(shape: Shape, lay: Layout, kpos: Tensor, kdoc: Tensor, kvalid, Lq
     the valid ones, so padding keeps the order); a query sees no key whose order is below its own
     document's rank plus the lowest position its window reaches, so a binary search bounds the span."""
     B, Lk = kpos.shape
+    if shape.keep is not None:  # the first keys of every document stay visible: each block reads from the first
+        return [0] * -(-Lq // block)
     rank = torch.zeros_like(kpos)
     if Lk > 1:
         rank[:, 1:] = torch.cumsum((kdoc[:, 1:] != kdoc[:, :-1]).long(), dim=1)
@@ -95,6 +100,8 @@ def trim_cache(cache: AttentionCache, shape: Shape) -> None:
     else:
         chunk = shape.chunk_size()
         alive = torch.div(pos, chunk, rounding_mode="floor") == torch.div(last, chunk, rounding_mode="floor")
+    if shape.keep is not None:  # the first keys stay: nothing before them is dropped
+        alive = alive | (pos < shape.keep)
     alive = alive & (doc == ldoc) & valid
     first = torch.where(alive.any(1), alive.long().argmax(1), torch.full_like(ends[0], Lc))
     d = int(first.min())
