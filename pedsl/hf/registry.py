@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from pedsl import limits
 from pedsl.errors import InteropError, quoted
+from pedsl.hf.refusals import REFUSED, REFUSED_WHEN
 
 FULL, SLIDING, CHUNKED, NOPE = "full_attention", "sliding_attention", "chunked_attention", "nope"
 LINEAR = "linear_attention"  # a layer without softmax attention (a family with linear_layers): no position of pedsl's
@@ -80,28 +81,6 @@ class Family:
 def _refused(why: str) -> Family:
     return Family(rotation="none", refused=why)
 
-
-_ENCODER = ("attends bidirectionally (is_causal=False): import-hf writes and use_pedsl_attention drives causal "
-            "decoders only. Its attention is the library's {scheme}, equal to {peer} with the same weights "
-            "(tested in float64), not yet written from a config")
-_MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one of three positions - time, height, "
-          "width - split by mrope_section), whose positions are not one token index")
-_ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
-          "attention interface that pedsl's adapter replaces")
-_DSA = ("uses DeepSeek sparse attention: its lightning indexer keeps each query's index_topk keys by scores of q and "
-        "k turned by the model's own rotary, which pedsl's general path replaces with the identity (the keys kept "
-        "would differ past index_topk tokens), and the indexer's picks reach the attention as HF's mask, not as a "
-        "position pedsl's scheme reads")
-# Refusals of a taught type that hold only when a config field is set (the field, why).
-REFUSED_WHEN = {
-    "doge": ("sliding_window", "with a sliding_window masks each layer with a content-dependent float mask (its "
-             "dynamic mask, from the values) inside that window; pedsl's windowed layers take HF's boolean mask "
-             "(without a window Doge runs on HF's rotary path, its mask untouched)"),
-    "falcon": ("alibi", "with alibi = true rounds its ALiBi bias to bfloat16 (slopes.bfloat16() * key positions, "
-               "then / sqrt(head_dim)) and passes it inside the float attention mask, not through a position the "
-               "attention reads; pedsl's alibi() is exact, so the logits would differ (its rotary, alibi = false, "
-               "is imported)"),
-}
 
 REGISTRY: dict[str, Family] = {
     # Llama's own default table (every channel), no window
@@ -202,16 +181,6 @@ REGISTRY: dict[str, Family] = {
     **{mt: Family(rotation="none") for mt in ("jamba", "nemotron_h", "zamba")},
     # Granite-4.0-H: Llama's rotary in its attention layers when position_embedding_type is 'rope', else NoPE
     "granitemoehybrid": Family(rope_switch="position_embedding_type"),
-    # taught, and refused with the reason
-    **{mt: _refused(_ENCODER.format(peer=peer, scheme=scheme)) for mt, peer, scheme in (
-        ("modernbert", "ModernBertModel's", "modernbert_global and modernbert_local in layers { pattern = "
-                                            "[modernbert_global, modernbert_local * 2] }"),
-        ("t5", "T5's encoder self-attention once q is multiplied by sqrt(head_dim) (T5 scores q . k unscaled)",
-         "t5_encoder"),
-        ("pixtral", "PixtralVisionModel's", "pixtral_vision"),
-        ("qwen2_vl_vision", "Qwen2-VL's vision tower's", "qwen2_vl_vision"))},
-    "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
-                          "attention is causal (is_causal)"),
     # multi-head latent attention (pedsl.hf.mla): the last qk_rope_head_dim channels of each q/k head rotate,
     # interleaved (DeepSeek-V2's complex product; rope_interleave, true by default) or as rotate_half (MiniCPM3)
     **{mt: Family(layout="interleaved", mla=True, layout_key="rope_interleave")
@@ -225,32 +194,11 @@ REGISTRY: dict[str, Family] = {
     "minicpm3": Family(mla=True),
     # Ling 2.5's MLA layers (interleaved) between its delta-attention layers, which carry no position
     "bailing_hybrid": Family(layout="interleaved", mla=True, theta=6e6),
-    # DeepSeek sparse attention: MLA whose keys an indexer picks
-    **{mt: _refused(_DSA) for mt in ("deepseek_v32", "glm_moe_dsa", "axk2", "hy_v4")},
     # Kimi Linear's MLA layers have no rotary (NoPE); its delta-attention layers carry no position
     "kimi_linear": Family(rotation="none", mla=True),
-    **{mt: _refused(_MROPE + " (Qwen3.5: interleaved, mrope_section over the partial rotary's pairs; its text "
-                    "models qwen3_5_text / qwen3_5_moe_text are imported)") for mt in ("qwen3_5", "qwen3_5_moe")},
-    **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_omni_moe",
-                                       "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe",
-                                       "glm_image")},
-    "bloom": _refused("adds ALiBi (slopes of n_head, alibi.baddbmm of q k^T) in its own attention code "
-                      "(BloomAttention), which does not go through transformers' attention interface that pedsl's "
-                      "adapter replaces"),
-    "mpt": _refused("adds its ALiBi position_bias (alibi_bias_max, over max_seq_len) in its own attention code "
-                    "(MptAttention), which does not go through transformers' attention interface that pedsl's "
-                    "adapter replaces"),
-    "baichuan": _refused(_ALIBI),
     "falcon": Family(),  # Llama's rotary; alibi = true refused (REFUSED_WHEN)
-    "gemma3n": _refused("gives its layer types different rope parameters and shares KV caches across layers "
-                        "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
-    "gemma3n_text": _refused("gives its layer types different rope parameters and shares KV caches across layers "
-                             "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
-    "phimoe": _refused("rotates with the LongRoPE short_factor frequencies at every length (its rotary calls the "
-                       "longrope init without the length) and scales cos and sin by rope_parameters.short_mscale or "
-                       "long_mscale, switched by whether the call's max(position_ids) + 1 exceeds "
-                       "original_max_position_embeddings; pedsl's longrope() switches the factors themselves and "
-                       "longrope_mscale is one constant"),
+    # taught, and refused with the reason (pedsl.hf.refusals)
+    **{mt: _refused(why) for mt, why in REFUSED.items()},
 }
 
 # Types whose rotary reads rope_parameters.alpha with rope_type 'dynamic' as a fixed NTK base (HunYuan).
