@@ -73,6 +73,14 @@ EXTRA = {"jamba": dict(attn_layer_period=2, attn_layer_offset=1),
                              mlp_layer_types=["dense", "sparse", "sparse", "sparse"]),  # its class leaves it None and the model multiplies by it
          **{mt: dict(rotary_dim=8) for mt in ("gptj", "codegen")},  # half of each 16-channel head rotates
          "ergo": dict(global_attention_every_n_layers=2, global_attention_scale=2.0),  # two full layers, scaled
+         # a NoPE full layer (base 0), a full layer and the sliding layers at two other bases
+         **{mt: dict(layer_types=["full_attention", "sliding_attention"] * 2, layer_rope_theta=[0, 5e4, 2e4, 5e4])
+            for mt in ("granite_swa", "granitemoe_swa")},
+         # PhiMoE's longrope: its short factors at every length, one mscale (the 20 + 10 tokens cross original = 8)
+         "phimoe": dict(rope_parameters={"rope_type": "longrope", "rope_theta": 5e4, "original_max_position_embeddings": 8,
+                                         "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 4.0],
+                                         "long_factor": [1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0],
+                                         "short_mscale": 1.25, "long_mscale": 1.25}),
          "lfm2_moe": dict(layer_types=["conv", "full_attention"] * 2),  # its class leaves it None
          # Ministral 3's q scale steps at multiples of the rope dict's original length: 8 (the 20 + 10 tokens cross 3)
          "ministral3": dict(rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
@@ -94,6 +102,7 @@ EXTRA["kimi_linear"].update(layer_types=["linear_attention", "full_attention"] *
 EXTRA["bailing_hybrid"].update(layer_types=["linear_attention", "full_attention"] * 2)
 for _mt in ("deepseek_v3", "axk1", "bailing_hybrid", "sarvam_mla"):  # one group of the 4 routed experts
     EXTRA[_mt].update(n_group=1, topk_group=1)
+EXTRA["beam"] = dict(n_group=1, topk_group=1)  # its 8 expert groups of the 4 routed experts: one
 EXTRA["lara_mini"] = dict(layer_types=["linear_attention", "sliding_attention", "full_attention", "sliding_attention"],
                          linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
                          linear_num_value_heads=4)

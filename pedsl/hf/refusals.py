@@ -48,7 +48,7 @@ GROUPS = {
     "content-dependent bias": ("inkling_text", "inkling2_text", "inkling2_loop_text"),
     "per-layer shapes": ("gemma3n", "gemma3n_text", "mimo_v2_flash", *(f"gemma4{s}" for s in (
         "", "_text", "_assistant", "_unified", "_unified_text", "_unified_assistant"))),
-    "scale pedsl cannot undo": ("dory", "beam", "phimoe"),
+    "scale pedsl cannot undo": ("dory",),
     "untaught rope type": ("lfm3",),
 }
 
@@ -111,14 +111,6 @@ REFUSED: dict[str, str] = {
              "sqk_scale) ** 2 per channel, after apply_rotary_pos_emb); pedsl's adapter receives q after that scale "
              "and rotates it itself, and a rotation commutes with a per-channel scale only when both channels of "
              "every rotated pair share it, which the learned sqk does not (the scores would differ)"),
-    "beam": ("gives its full layers no rotary but scales their q by (1 + (position + 1) / 2048) ** 0.1 "
-             "(compute_attention_scaling, scalable softmax), a tensor the model computes from position_ids and passes "
-             "to the layer as attention_scaling before transformers' attention interface; pedsl's adapter is not "
-             "told that scale, so it can neither undo it nor carry it as the scheme's temperature"),
-    "phimoe": ("rotates with the LongRoPE short_factor frequencies at every length (its rotary calls the longrope "
-               "init without the length) and scales cos and sin by rope_parameters.short_mscale or long_mscale, "
-               "switched by whether the call's max(position_ids) + 1 exceeds original_max_position_embeddings; "
-               "pedsl's longrope() switches the factors themselves and longrope_mscale is one constant"),
     "lfm3": ("rotates its full layers with " + _PROPORTIONAL + "; its sliding layers take the default rope, its conv "
              "layers no attention"),
 }

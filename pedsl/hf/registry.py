@@ -35,6 +35,12 @@ A record says:
   (``rope_interleave``) whose value picks the layout, true (interleaved) by default.
 - ``sin_first``: GPT-J / CodeGen: the rotary embedding returns (sin, cos) from a table of base 10000 over the first
   ``rotary_dim`` channels, paired interleaved (:mod:`pedsl.hf.sincos`).
+- ``fixed_longrope``: PhiMoE's rotary: LongRoPE's ``short_factor`` at every length, cos and sin times
+  ``short_mscale`` / ``long_mscale`` (:func:`pedsl.hf.rope_knobs.fixed_longrope`; refused unless equal).
+- ``ssmax``: the model multiplies the q of its NoPE layers by ``exp(0.1 * log(1 + (position + 1) / 2048))`` (Beam's
+  scalable softmax, from ``position_ids``): the NoPE parts' temperature, the model's own undone by the adapter.
+- ``layer_theta``: ``layer_rope_theta`` gives each layer its rope base (``rope_parameters`` with that
+  ``rope_theta``), 0 a NoPE layer (Granite SWA): imported where each layer kind has one base.
 - ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
   ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
   Llama-4-style attention temperature: written as the scheme's ``temperature``.
@@ -76,6 +82,9 @@ class Family:
     layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
     linear_layers: bool = False  # layer_types may name linear_attention layers (their kind: NoPE, no attention)
     sin_first: bool = False  # its rotary_emb returns (sin, cos) of a fixed-base table over rotary_dim (pedsl.hf.sincos)
+    fixed_longrope: bool = False  # LongRoPE's short_factor at every length, cos and sin times short/long_mscale
+    ssmax: bool = False  # its NoPE layers' q times (1 + (position + 1) / 2048) ** 0.1, scalable softmax (Beam)
+    layer_theta: bool = False  # layer_rope_theta: each layer's rope base, 0 for a NoPE layer (Granite SWA)
 
 
 def _refused(why: str) -> Family:
@@ -181,6 +190,10 @@ REGISTRY: dict[str, Family] = {
     **{mt: Family(rotation="none") for mt in ("jamba", "nemotron_h", "zamba")},
     # Granite-4.0-H: Llama's rotary in its attention layers when position_embedding_type is 'rope', else NoPE
     "granitemoehybrid": Family(rope_switch="position_embedding_type"),
+    # Beam: rope_parameters per layer type, its full layers' null (NoPE, their q scaled by position: ssmax)
+    "beam": Family(layers="types", nope="local", per_type_rope=True, ssmax=True),
+    # Granite SWA: layer_types' windows, a sink logit per head in every layer, a rope base per layer (0: NoPE)
+    **{mt: Family(layers="types", sinks=True, layer_theta=True) for mt in ("granite_swa", "granitemoe_swa")},
     # multi-head latent attention (pedsl.hf.mla): the last qk_rope_head_dim channels of each q/k head rotate,
     # interleaved (DeepSeek-V2's complex product; rope_interleave, true by default) or as rotate_half (MiniCPM3)
     **{mt: Family(layout="interleaved", mla=True, layout_key="rope_interleave")
@@ -196,6 +209,7 @@ REGISTRY: dict[str, Family] = {
     "bailing_hybrid": Family(layout="interleaved", mla=True, theta=6e6),
     # Kimi Linear's MLA layers have no rotary (NoPE); its delta-attention layers carry no position
     "kimi_linear": Family(rotation="none", mla=True),
+    "phimoe": Family(fixed_longrope=True),  # its longrope as one table and one scale (pedsl.hf.rope_knobs)
     "falcon": Family(),  # Llama's rotary; alibi = true refused (REFUSED_WHEN)
     # taught, and refused with the reason (pedsl.hf.refusals)
     **{mt: _refused(why) for mt, why in REFUSED.items()},
@@ -384,12 +398,41 @@ def layer_kinds(cfg: dict) -> list[str]:
         kinds = [k if r else NOPE_SLIDING if k == SLIDING else NOPE for k, r in zip(kinds, rope)]
     if fam.nope == "exaone4" and window is not None:  # HF rotates the sliding layers only, when there is a window
         kinds = [k if k == SLIDING else NOPE for k in kinds]
+    if fam.layer_theta:  # a base of 0 in layer_rope_theta: the layer gets no rotary
+        kinds = [k if t else NOPE_SLIDING if k == SLIDING else NOPE for k, t in zip(kinds, layer_thetas(cfg, n))]
     if fam.nope in ("local", "local_window"):  # HF's is_local_attention / sliding_window is not None
         rotates = [t == SLIDING and (window is not None or fam.nope == "local") for t in types]
         if fam.force_rope:  # HF's force_rope: config.mlp_layer_types[i] == "dense" and the prefix pattern is 1
             rotates = [r or f for r, f in zip(rotates, _forced_rope(cfg, n))]
         kinds = [k if r else NOPE for k, r in zip(kinds, rotates)]
     return kinds
+
+
+def layer_thetas(cfg: dict, n: int) -> list[float]:
+    """``layer_rope_theta``: each layer's rope base (0: NoPE), the config's one base on every layer when absent (as
+    Granite SWA's config class fills it)."""
+    thetas = cfg.get("layer_rope_theta")
+    if thetas is None:
+        rp = cfg.get("rope_parameters")
+        base = rp.get("rope_theta") if isinstance(rp, dict) else cfg.get("rope_theta")
+        return [base if base is not None else _family(cfg)[1].theta] * n
+    if not isinstance(thetas, list) or len(thetas) != n or any(
+            isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf") for t in thetas):
+        raise InteropError(f"layer_rope_theta must list a rope base >= 0 (0: no rotary) for each of the {n} layers, "
+                           f"got {quoted(thetas, 80)}", code="E963")
+    return thetas
+
+
+def kind_theta(cfg: dict, kind: str) -> float:
+    """The one rope base of the layers of ``kind`` (layer_rope_theta), refused when they have several: pedsl's
+    import writes one part per layer kind."""
+    kinds = layer_kinds(cfg)
+    bases = {t for k, t in zip(kinds, layer_thetas(cfg, len(kinds))) if k == kind}
+    if len(bases) != 1:
+        raise InteropError(f"layer_rope_theta gives the {kind} layers the rope bases {quoted(sorted(bases), 80)}; "
+                           "pedsl's import writes one part per layer kind (full, sliding, NoPE), so the layers of one "
+                           "kind must share their base", code="E961", hint="nothing was written")
+    return bases.pop()
 
 
 def is_layered(cfg: dict) -> bool:

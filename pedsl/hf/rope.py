@@ -28,7 +28,8 @@ from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.fsio import read_text
 from pedsl.hf import arch, mla, registry, sincos
-from pedsl.hf.rope_knobs import _CONSTRAINTS, _KNOB_ORDER, _check_knobs, _check_value, _number, _q_scale, _scaling_knobs
+from pedsl.hf.rope_knobs import (_CONSTRAINTS, _KNOB_ORDER, _check_knobs, _check_value, _number, _q_scale,
+                                 _scaling_knobs, fixed_longrope)
 from pedsl.lang import ast, statements
 from pedsl.lang.api import check, format as fmt
 from pedsl.lang.parser import name_problem
@@ -111,6 +112,7 @@ def rope_spec(cfg: dict) -> dict:
     if alpha is not None:  # HunYuan's fixed-alpha NTK: a static table, default rope at a stretched base
         raw = {k: v for k, v in raw.items() if k not in ("alpha", "factor")}
         rope_type = raw["rope_type"] = "default"
+    raw, fixed = fixed_longrope(cfg, raw, rope_type, section)  # PhiMoE's short_factor table, its one mscale
     _refuse_inexact(cfg, raw, rope_type)
     spec = _shape(cfg, raw, section)
     spec["rope_type"] = rope_type
@@ -119,6 +121,8 @@ def rope_spec(cfg: dict) -> dict:
         spec["theta"] = spec["theta"] * alpha ** (d / (d - 2))
         spec["fields"]["theta"] = f"{section}.rope_theta * {section}.alpha ** (head_dim / (head_dim - 2))"
     _architecture_rotation(spec, cfg)
+    if fixed:
+        spec["note"] = "; ".join(n for n in (spec["note"], fixed) if n)
     _scaling_knobs(spec, cfg, raw, section)
     _q_scale(spec, cfg, raw, section)
     _check_knobs(spec)
