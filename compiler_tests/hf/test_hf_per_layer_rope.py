@@ -1,6 +1,7 @@
 """Model types whose rotary is set per layer or per call, taught from their modeling files: Granite SWA's rope base
 per layer (layer_rope_theta, 0 a NoPE layer) with a sink logit per head, PhiMoE's LongRoPE (short_factor at
-every length, cos and sin times one mscale), Beam's NoPE full layers whose q the model scales by position. Each a tiny random float64 model from its own config class against
+every length, cos and sin times one mscale), Beam's NoPE full layers whose q the model scales by position, and
+RecurrentGemma's window, held under attention_window_size. Each a tiny random float64 model from its own config class against
 the native model's logits (its float64 twin, hf_helpers) and greedy tokens, with a scheme that reads the field
 otherwise differing; the configs pedsl cannot carry refused naming the field."""
 
@@ -121,3 +122,17 @@ def test_beam_nope_layers_carry_its_scalable_softmax_scale_as_their_temperature(
     _assert_exact(native, text, position_ids=FAR)
     assert _differs(native, text.replace("  temperature = exp(0.1 * log(1 + (position + 1) / 2048))\n", ""),
                     position_ids=FAR)
+
+
+def test_recurrent_gemma_windows_its_attention_blocks_by_attention_window_size():
+    """Its config file holds the window as attention_window_size (sliding_window only through the config class's
+    attribute_map): imported as every attention block's window, its first half rotating; a scheme without the
+    window is refused by the adapter (HF's mask would window it anyway)."""
+    native = _native("recurrent_gemma")
+    cfg = json.loads(native.config.to_json_string())
+    assert "sliding_window" not in cfg and cfg["attention_window_size"] == 6
+    text = import_config(cfg)
+    assert "window = 6" in text and "rot = fraction(partial_rotary_factor)" in text
+    _assert_exact(native, text)
+    with pytest.raises(InteropError, match="the model masks with window 6"):
+        use_pedsl_attention(copy.deepcopy(native), text.replace("  window = 6\n", ""))

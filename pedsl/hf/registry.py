@@ -190,6 +190,12 @@ REGISTRY: dict[str, Family] = {
     **{mt: Family(rotation="none") for mt in ("jamba", "nemotron_h", "zamba")},
     # Granite-4.0-H: Llama's rotary in its attention layers when position_embedding_type is 'rope', else NoPE
     "granitemoehybrid": Family(rope_switch="position_embedding_type"),
+    # RecurrentGemma: its attention blocks between recurrent ones, each windowed by attention_window_size
+    # (WINDOW_KEYS), rotating the first int(head_dim * partial_rotary_factor) channels (0.5 by default)
+    "recurrent_gemma": Family(rotation="partial", layers="every"),
+    # Moshi's text decoder: Llama's rotary (in each attention layer); its sliding_window is read by no mask
+    # (create_causal_mask) and not passed to the attention function
+    "moshi": Family(),
     # Beam: rope_parameters per layer type, its full layers' null (NoPE, their q scaled by position: ssmax)
     "beam": Family(layers="types", nope="local", per_type_rope=True, ssmax=True),
     # Granite SWA: layer_types' windows, a sink logit per head in every layer, a rope base per layer (0: NoPE)
@@ -209,7 +215,7 @@ REGISTRY: dict[str, Family] = {
     "bailing_hybrid": Family(layout="interleaved", mla=True, theta=6e6),
     # Kimi Linear's MLA layers have no rotary (NoPE); its delta-attention layers carry no position
     "kimi_linear": Family(rotation="none", mla=True),
-    "phimoe": Family(fixed_longrope=True),  # its longrope as one table and one scale (pedsl.hf.rope_knobs)
+    "phimoe": Family(fixed_longrope=True, theta=1e6),  # its longrope as one table and one scale (pedsl.hf.rope_knobs)
     "falcon": Family(),  # Llama's rotary; alibi = true refused (REFUSED_WHEN)
     # taught, and refused with the reason (pedsl.hf.refusals)
     **{mt: _refused(why) for mt, why in REFUSED.items()},
@@ -320,9 +326,18 @@ LAYERED_TYPES = frozenset(mt for mt, f in REGISTRY.items() if not f.refused and 
 
 
 def text_config(cfg: dict) -> dict:
-    """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself."""
+    """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself; its window
+    as ``sliding_window`` where the type names it otherwise (:data:`WINDOW_KEYS`)."""
     text = cfg.get("text_config")
-    return text if isinstance(text, dict) and cfg.get("model_type") in COMPOSITES else cfg
+    out = text if isinstance(text, dict) and cfg.get("model_type") in COMPOSITES else cfg
+    key = WINDOW_KEYS.get((model_types(out) or [""])[-1])
+    if key is not None and out.get("sliding_window") is None and out.get(key) is not None:
+        return {**out, "sliding_window": out[key]}
+    return out
+
+
+# Types whose config file holds the window under another key (the config class's attribute_map: sliding_window).
+WINDOW_KEYS = {"recurrent_gemma": "attention_window_size"}
 
 
 # Composite (vision-language) types whose positional encoding is their text_config's alone.
