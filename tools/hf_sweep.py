@@ -95,6 +95,11 @@ EXTRA.update({mt: dict(MLA_SMALL) for mt in ("deepseek_v2", "longcat_flash", "mi
 EXTRA["deepseek_v3"] = dict(MLA_SMALL, rope_parameters={"rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0,
                                                         "original_max_position_embeddings": 8, "mscale": 1.0,
                                                         "mscale_all_dim": 1.0})
+# Mistral 4: DeepSeek-V3's YaRN and Llama 4's q scale stepping at multiples of original = 8; its rotary's head_dim
+# the whole query/key head (its config class's), partial_rotary_factor 0.5 of it the rotated channels
+EXTRA["mistral4"] = dict(MLA_SMALL, head_dim=16, n_group=1, topk_group=1, rope_parameters={
+    "rope_type": "yarn", "rope_theta": 5e4, "factor": 4.0, "original_max_position_embeddings": 8, "mscale": 1.0,
+    "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5})
 EXTRA["longcat_flash"]["v_head_dim"] = 20  # values wider than the query/key head: attended in two slices
 EXTRA["youtu"]["rope_interleave"] = False  # the rotate_half application of a rope_interleave type
 EXTRA["kimi_linear"].update(layer_types=["linear_attention", "full_attention"] * 2, linear_head_dim=16,

@@ -1,7 +1,7 @@
 """Model types whose rotary is set per layer or per call, taught from their modeling files: Granite SWA's rope base
 per layer (layer_rope_theta, 0 a NoPE layer) with a sink logit per head, PhiMoE's LongRoPE (short_factor at
-every length, cos and sin times one mscale), Beam's NoPE full layers whose q the model scales by position, and
-RecurrentGemma's window, held under attention_window_size. Each a tiny random float64 model from its own config class against
+every length, cos and sin times one mscale), Beam's NoPE full layers whose q the model scales by position, 
+RecurrentGemma's window, held under attention_window_size, and Mistral 4's MLA with Llama 4's q scale. Each a tiny random float64 model from its own config class against
 the native model's logits (its float64 twin, hf_helpers) and greedy tokens, with a scheme that reads the field
 otherwise differing; the configs pedsl cannot carry refused naming the field."""
 
@@ -31,7 +31,7 @@ def _native(model_type: str, **fields):
     cfg._attn_implementation = "eager"
     cfg._experts_implementation = "eager"  # the grouped matmul of experts takes no float64
     torch.manual_seed(0)
-    return scaled_float64(transformers.AutoModelForCausalLM.from_config(cfg))
+    return scaled_float64(hf_sweep._model_class(model_type).from_config(cfg))  # Mistral 4: image-text-to-text
 
 
 def _ids():
@@ -136,3 +136,19 @@ def test_recurrent_gemma_windows_its_attention_blocks_by_attention_window_size()
     _assert_exact(native, text)
     with pytest.raises(InteropError, match="the model masks with window 6"):
         use_pedsl_attention(copy.deepcopy(native), text.replace("  window = 6\n", ""))
+
+
+def test_mistral4_mla_with_llama4_q_scale_is_one_temperature():
+    """Mistral 4: DeepSeek-V3's MLA (YaRN, its softmax mscale) whose rotary reads head_dim = the whole query/key
+    head and partial_rotary_factor 0.5 of it, and q times 1 + beta * log(1 + floor(position / 8)): both scales in
+    one temperature, exact; without the q scale it differs; a factor giving another rotary width is refused."""
+    native = _native("mistral4")
+    text = import_config(json.loads(native.config.to_json_string()))
+    q_scale = "(1 + llama_4_scaling_beta * log(1 + floor(position / scaling_original)))"
+    assert f"log(factor) + 1) * {q_scale}" in text and "rope_head_dim: int (>= 2, <= head_dim) = 8" in text
+    _assert_exact(native, text)
+    assert _differs(native, text.replace(f" * {q_scale}", ""))
+    cfg = json.loads(native.config.to_json_string())
+    cfg["rope_parameters"]["partial_rotary_factor"] = 0.25
+    with pytest.raises(InteropError, match="partial_rotary_factor 0.25 of head_dim 16"):
+        import_config(cfg)

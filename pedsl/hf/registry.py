@@ -79,6 +79,7 @@ class Family:
     force_rope: bool = False  # its dense-MLP layers rotate too when prefix_dense_sliding_window_pattern is 1
     reversed: bool = False  # rotate_half as cat(x2, -x1): every pair turns by minus its phase (nanochat)
     mla: bool = False  # multi-head latent attention: the rotary turns the last qk_rope_head_dim channels (pedsl.hf.mla)
+    whole_head: bool = False  # MLA whose rotary reads the whole head and partial_rotary_factor (Mistral 4, pedsl.hf.mla)
     layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
     linear_layers: bool = False  # layer_types may name linear_attention layers (their kind: NoPE, no attention)
     sin_first: bool = False  # its rotary_emb returns (sin, cos) of a fixed-base table over rotary_dim (pedsl.hf.sincos)
@@ -207,6 +208,8 @@ REGISTRY: dict[str, Family] = {
     # (its default table reads partial_rotary_factor: a factor below 1 narrows the rotary, refused by pedsl.hf.mla)
     "glm4_moe_lite": Family(rotation="partial", layout="interleaved", mla=True, layout_key="rope_interleave"),
     "deepseek_v2": Family(layout="interleaved", mla=True),
+    # Mistral 4: DeepSeek-V3's MLA (its latent cached before the expansion) and Llama 4's q scale by position
+    "mistral4": Family(layout="interleaved", mla=True, layout_key="rope_interleave", q_scale=True, whole_head=True),
     # GPT-J / CodeGen: rotate_every_two over the first rotary_dim channels, a table of base 10000 (pedsl.hf.sincos)
     **{mt: Family(rotation="partial", layout="interleaved", sin_first=True) for mt in ("gptj", "codegen")},
     "longcat_flash": Family(layout="interleaved", mla=True, theta=1e7),
