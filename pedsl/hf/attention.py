@@ -67,7 +67,7 @@ from pedsl.compiler.kernel_support import hf_rotary_call
 from pedsl.compiler.plan import RUNTIME_LENGTH
 from pedsl.errors import InteropError, PedslError
 from pedsl.hf import arch, layered, mla, registry, sincos
-from pedsl.hf.attention_call import _ATTR, _Q_SCALE, NAME, _refuse_kwarg, _register
+from pedsl.hf.attention_call import _ATTR, _Q_SCALE, _SSMAX, NAME, _refuse_kwarg, _register
 from pedsl.hf.attention_state import F64, _PedslRotary, _State, hf_cos_sin
 from pedsl.hf.convert import export_rope, import_config
 from pedsl.hf.layered import part_window
@@ -93,6 +93,16 @@ def _mark_q_scale(model, layers) -> None:
     scale = (float(rp["llama_4_scaling_beta"]), rp.get("original_max_position_embeddings"))
     for layer in layers:
         object.__setattr__(layer, _Q_SCALE, scale)
+
+
+def _mark_ssmax(model, layers, kinds: list[str]) -> None:
+    """The NoPE layers whose model multiplies q by Beam's scalable-softmax scale before the attention function
+    (registry ``ssmax``): the attention undoes it (the imported scheme carries it as those parts' temperature)."""
+    fam = registry.family((arch.model_types(model.config.get_text_config().to_dict()) or [""])[-1])
+    if fam is not None and fam.ssmax:
+        for layer in layers:
+            if kinds[layer.layer_idx] in (layered.NOPE, layered.NOPE_SLIDING):
+                object.__setattr__(layer, _SSMAX, True)
 
 
 def _dims(cfg) -> tuple[int, int]:
@@ -310,6 +320,9 @@ def _attention_layers(model) -> tuple[list, list]:
                            hint="call use_pedsl_attention once, on a fresh copy of the model")
     rotaries = [(parent, name) for parent in model.modules() for name, child in parent.named_children()
                 if name == "rotary_emb" or (name == "pos_emb" and type(child).__name__.endswith("RotaryEmbedding"))]
+    # Granite SWA: one rotary embedding per layer base, in a list
+    rotaries += [(parent, name) for owner in model.modules() for parent in [getattr(owner, "rotary_embs", None)]
+                 if isinstance(parent, nn.ModuleList) for name, _ in parent.named_children()]
     if not rotaries and not registry.is_nope_model(layered.text_config(model.config.to_dict())):
         raise InteropError(f"{type(model).__name__} has no rotary_emb module to replace", code="E964")
     # (a model type without rotary, NoPE in its registry record: nothing to neutralise, the general path applies
@@ -402,6 +415,7 @@ def _use_layers(model, sch: Scheme, backend: str):
     if any(True for m in modules.values() for _ in m.parameters()):  # learned parts train, move, save with the model
         model.add_module(SCHEME_MODULE, nn.ModuleList(list(modules.values())))
     _mark_q_scale(model, layers)
+    _mark_ssmax(model, layers, kinds)
     identity = _State(next(iter(modules.values())), None)
     for parent, name in rotaries:
         setattr(parent, name, _PedslRotary(getattr(parent, name), identity, None, _sin_first(model)))

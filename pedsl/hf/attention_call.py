@@ -125,6 +125,8 @@ def pedsl_attention_forward(module, query, key, value, attention_mask, scaling=N
     q_scale = getattr(module, _Q_SCALE, None)
     if q_scale is not None:  # the model scaled q by position (Ministral 3): undone, the scheme's temperature applies
         query = query / llama4_q_scale(q_scale, kwargs.get("position_ids"), query)
+    if getattr(module, _SSMAX, False):  # Beam's NoPE layers: HF's scale undone, the part's temperature applies
+        query = query / ssmax_q_scale(kwargs.get("position_ids"), query)
     if state.module is not None and getattr(state.module, "sink_logit", None) is getattr(module, "sinks", 0):
         kwargs.pop("s_aux", None)  # the model's sinks are the part's sink logits (_layer_state)
     if kwargs.get("softcap") is not None and state.module is not None and state.module.plan.softcap == kwargs["softcap"]:
@@ -183,7 +185,18 @@ def llama4_q_scale(q_scale: tuple[float, int], position_ids, query: torch.Tensor
     return scale[:, None, :, None].to(query.dtype)
 
 
+def ssmax_q_scale(position_ids, query: torch.Tensor) -> torch.Tensor:
+    """(B, 1, Lq, 1) the factor Beam's NoPE layers multiplied q by, as HF computes it (float32):
+    exp(0.1 * log1p((position + 1) / 2048)) at the query positions HF passes."""
+    if position_ids is None:
+        raise InteropError("the model scales its queries by position (scalable softmax) but passed no position_ids "
+                           "to the attention: pedsl cannot undo the scale", code="E965")
+    scale = torch.exp(0.1 * torch.log1p((position_ids.to(query.device).float() + 1) / 2048))
+    return scale[:, None, :, None].to(query.dtype)
+
+
 _Q_SCALE = "_pedsl_q_scale"
+_SSMAX = "_pedsl_ssmax"
 
 
 def _register() -> None:

@@ -45,10 +45,12 @@ from pedsl.lang.statements import BY_KIND
 
 # the temperature of Llama 4's NoPE layers (HF: log1p(floor((positions + 1) / floor_scale)) * attn_scale + 1)
 LLAMA4_TEMPERATURE = "log(floor((position + 1) / floor_scale) + 1) * attn_scale + 1"
+# the query scale of Beam's NoPE layers (HF's compute_attention_scaling: exp(0.1 * log1p((position + 1) / 2048)))
+SSMAX_TEMPERATURE = "exp(0.1 * log(1 + (position + 1) / 2048))"
 # config keys import_config must not see in a part's config: the layered module reads them
 _LAYER_KEYS = ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers", "no_rope_layers",
                "attention_chunk_size", "rope_local_base_freq", "sliding_window_pattern", "_sliding_window_pattern",
-               "no_rope_layer_interval")
+               "no_rope_layer_interval", "layer_rope_theta")
 
 
 def _per_type_rope(cfg: dict, kind: str, mt: str, fam: registry.Family) -> dict:
@@ -94,6 +96,11 @@ def _rope_for(cfg: dict, kind: str, mt: str) -> dict:
         sub.pop("rope_scaling", None)
         sub.pop("rope_theta", None)
         sub["rope_parameters"] = _per_type_rope(cfg, kind, mt, fam)
+    if fam.layer_theta:  # the kind's base from layer_rope_theta, the rest of the one rope_parameters
+        rp = cfg.get("rope_parameters")
+        sub.pop("rope_theta", None)
+        sub["rope_parameters"] = {**(rp if isinstance(rp, dict) else {"rope_type": "default"}),
+                                  "rope_theta": registry.kind_theta(cfg, kind)}
     return sub
 
 
@@ -152,6 +159,9 @@ def _nope_text(cfg: dict, name: str, extra: list[str], mt: str) -> str:
         lines += [f"  param floor_scale: float (> 0) = {format_number(float(floor_scale))}",
                   f"  param attn_scale: float (> 0) = {format_number(float(attn_scale))}",
                   f"  temperature = {LLAMA4_TEMPERATURE}"]
+    if (registry.family(mt) or registry.Family()).ssmax:
+        lines.append(f"  temperature = {SSMAX_TEMPERATURE}")
+        tuning = True
     lines += [f"  {e}" for e in extra]
     if tuning:
         lines.append("  allow temperature_without_length")

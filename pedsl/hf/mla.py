@@ -95,8 +95,26 @@ def read_keys(cfg: dict) -> frozenset:
 
 def rotary_config(cfg: dict) -> dict:
     """The config as the model's rotary embedding reads it: ``head_dim`` the rotary's width (its config class sets
-    it so; a file may lack it)."""
-    return {**cfg, "head_dim": _mla_widths(cfg)[1]} if is_mla(cfg) else cfg
+    it so; a file may lack it). A ``whole_head`` type's rotary reads head_dim = qk_nope_head_dim +
+    qk_rope_head_dim and a partial_rotary_factor giving qk_rope_head_dim channels (Mistral 4's config class sets
+    both): the same table at the rotary's width, its factor 1."""
+    if not is_mla(cfg):
+        return cfg
+    nope, rope = _mla_widths(cfg)
+    if not _family(cfg).whole_head:
+        return {**cfg, "head_dim": rope}
+    rp = cfg.get("rope_parameters")
+    rp = rp if isinstance(rp, dict) else {}
+    head = cfg.get("head_dim") or nope + rope  # the rotary's table: int(head_dim * partial_rotary_factor) channels
+    prf = rp.get("partial_rotary_factor", rope / (nope + rope))
+    if isinstance(prf, bool) or not isinstance(prf, (int, float)) or not isinstance(head, int) or \
+            int(head * prf) != rope:
+        raise InteropError(f"rope_parameters.partial_rotary_factor {quoted(prf)} of head_dim {quoted(head)} gives a "
+                           f"rotary table of other than qk_rope_head_dim = {rope} channels, which the model's "
+                           "attention rotates: the native model cannot run this config", code="E961",
+                           hint="nothing was written")
+    rp = {k: v for k, v in rp.items() if k != "partial_rotary_factor"}
+    return {**cfg, "head_dim": rope, "partial_rotary_factor": None, **({"rope_parameters": rp} if rp else {})}
 
 
 def widen(spec: dict, cfg: dict) -> None:
@@ -138,12 +156,14 @@ def channel_lines() -> list[str]:
     return ["  channels {", "    plain = range(0, head_dim - rope_head_dim)", "    rot = rest", "  }"]
 
 
-def temperature_lines(spec: dict) -> list[str]:
-    """The softmax scale's YaRN factor as the scheme's temperature (none when HF applies none)."""
-    if spec.get("softmax_mscale", 1.0) == 1.0:
+def temperature_lines(spec: dict, q_scale: str | None = None) -> list[str]:
+    """The softmax scale's YaRN factor as the scheme's temperature (none when HF applies none), times ``q_scale``
+    (the attention's query scale by position, Mistral 4's) where given: one temperature, their product."""
+    factors = [] if spec.get("softmax_mscale", 1.0) == 1.0 else ["(0.1 * mscale_all_dim * log(factor) + 1)"] * 2
+    factors += ([f"({q_scale})"] if factors else [q_scale]) if q_scale else []
+    if not factors:
         return []
-    m = "(0.1 * mscale_all_dim * log(factor) + 1)"
-    return [f"  temperature = {m} * {m}", "  allow temperature_without_length"]
+    return [f"  temperature = {' * '.join(factors)}", "  allow temperature_without_length"]
 
 
 def mark_layers(model, layers) -> None:

@@ -35,6 +35,12 @@ A record says:
   (``rope_interleave``) whose value picks the layout, true (interleaved) by default.
 - ``sin_first``: GPT-J / CodeGen: the rotary embedding returns (sin, cos) from a table of base 10000 over the first
   ``rotary_dim`` channels, paired interleaved (:mod:`pedsl.hf.sincos`).
+- ``fixed_longrope``: PhiMoE's rotary: LongRoPE's ``short_factor`` at every length, cos and sin times
+  ``short_mscale`` / ``long_mscale`` (:func:`pedsl.hf.rope_knobs.fixed_longrope`; refused unless equal).
+- ``ssmax``: the model multiplies the q of its NoPE layers by ``exp(0.1 * log(1 + (position + 1) / 2048))`` (Beam's
+  scalable softmax, from ``position_ids``): the NoPE parts' temperature, the model's own undone by the adapter.
+- ``layer_theta``: ``layer_rope_theta`` gives each layer its rope base (``rope_parameters`` with that
+  ``rope_theta``), 0 a NoPE layer (Granite SWA): imported where each layer kind has one base.
 - ``q_scale``: the attention multiplies q by ``1 + beta * log(1 + floor(position / original))`` (``beta``:
   ``rope_parameters.llama_4_scaling_beta``, ``original``: its ``original_max_position_embeddings``), Ministral 3's
   Llama-4-style attention temperature: written as the scheme's ``temperature``.
@@ -49,6 +55,7 @@ from dataclasses import dataclass
 
 from pedsl import limits
 from pedsl.errors import InteropError, quoted
+from pedsl.hf.refusals import REFUSED, REFUSED_WHEN
 
 FULL, SLIDING, CHUNKED, NOPE = "full_attention", "sliding_attention", "chunked_attention", "nope"
 LINEAR = "linear_attention"  # a layer without softmax attention (a family with linear_layers): no position of pedsl's
@@ -72,36 +79,18 @@ class Family:
     force_rope: bool = False  # its dense-MLP layers rotate too when prefix_dense_sliding_window_pattern is 1
     reversed: bool = False  # rotate_half as cat(x2, -x1): every pair turns by minus its phase (nanochat)
     mla: bool = False  # multi-head latent attention: the rotary turns the last qk_rope_head_dim channels (pedsl.hf.mla)
+    whole_head: bool = False  # MLA whose rotary reads the whole head and partial_rotary_factor (Mistral 4, pedsl.hf.mla)
     layout_key: str | None = None  # a config key whose value (true, its default: interleaved) picks the layout
     linear_layers: bool = False  # layer_types may name linear_attention layers (their kind: NoPE, no attention)
     sin_first: bool = False  # its rotary_emb returns (sin, cos) of a fixed-base table over rotary_dim (pedsl.hf.sincos)
+    fixed_longrope: bool = False  # LongRoPE's short_factor at every length, cos and sin times short/long_mscale
+    ssmax: bool = False  # its NoPE layers' q times (1 + (position + 1) / 2048) ** 0.1, scalable softmax (Beam)
+    layer_theta: bool = False  # layer_rope_theta: each layer's rope base, 0 for a NoPE layer (Granite SWA)
 
 
 def _refused(why: str) -> Family:
     return Family(rotation="none", refused=why)
 
-
-_ENCODER = ("attends bidirectionally (is_causal=False): import-hf writes and use_pedsl_attention drives causal "
-            "decoders only. Its attention is the library's {scheme}, equal to {peer} with the same weights "
-            "(tested in float64), not yet written from a config")
-_MROPE = ("uses M-RoPE (multimodal rotary embedding: each rotated pair reads one of three positions - time, height, "
-          "width - split by mrope_section), whose positions are not one token index")
-_ALIBI = ("adds ALiBi slopes (alibi) to its attention scores through its own attention code, not transformers' "
-          "attention interface that pedsl's adapter replaces")
-_DSA = ("uses DeepSeek sparse attention: its lightning indexer keeps each query's index_topk keys by scores of q and "
-        "k turned by the model's own rotary, which pedsl's general path replaces with the identity (the keys kept "
-        "would differ past index_topk tokens), and the indexer's picks reach the attention as HF's mask, not as a "
-        "position pedsl's scheme reads")
-# Refusals of a taught type that hold only when a config field is set (the field, why).
-REFUSED_WHEN = {
-    "doge": ("sliding_window", "with a sliding_window masks each layer with a content-dependent float mask (its "
-             "dynamic mask, from the values) inside that window; pedsl's windowed layers take HF's boolean mask "
-             "(without a window Doge runs on HF's rotary path, its mask untouched)"),
-    "falcon": ("alibi", "with alibi = true rounds its ALiBi bias to bfloat16 (slopes.bfloat16() * key positions, "
-               "then / sqrt(head_dim)) and passes it inside the float attention mask, not through a position the "
-               "attention reads; pedsl's alibi() is exact, so the logits would differ (its rotary, alibi = false, "
-               "is imported)"),
-}
 
 REGISTRY: dict[str, Family] = {
     # Llama's own default table (every channel), no window
@@ -202,16 +191,16 @@ REGISTRY: dict[str, Family] = {
     **{mt: Family(rotation="none") for mt in ("jamba", "nemotron_h", "zamba")},
     # Granite-4.0-H: Llama's rotary in its attention layers when position_embedding_type is 'rope', else NoPE
     "granitemoehybrid": Family(rope_switch="position_embedding_type"),
-    # taught, and refused with the reason
-    **{mt: _refused(_ENCODER.format(peer=peer, scheme=scheme)) for mt, peer, scheme in (
-        ("modernbert", "ModernBertModel's", "modernbert_global and modernbert_local in layers { pattern = "
-                                            "[modernbert_global, modernbert_local * 2] }"),
-        ("t5", "T5's encoder self-attention once q is multiplied by sqrt(head_dim) (T5 scores q . k unscaled)",
-         "t5_encoder"),
-        ("pixtral", "PixtralVisionModel's", "pixtral_vision"),
-        ("qwen2_vl_vision", "Qwen2-VL's vision tower's", "qwen2_vl_vision"))},
-    "moonshine": _refused("is an encoder-decoder speech model: its encoder attends bidirectionally and pedsl's "
-                          "attention is causal (is_causal)"),
+    # RecurrentGemma: its attention blocks between recurrent ones, each windowed by attention_window_size
+    # (WINDOW_KEYS), rotating the first int(head_dim * partial_rotary_factor) channels (0.5 by default)
+    "recurrent_gemma": Family(rotation="partial", layers="every"),
+    # Moshi's text decoder: Llama's rotary (in each attention layer); its sliding_window is read by no mask
+    # (create_causal_mask) and not passed to the attention function
+    "moshi": Family(),
+    # Beam: rope_parameters per layer type, its full layers' null (NoPE, their q scaled by position: ssmax)
+    "beam": Family(layers="types", nope="local", per_type_rope=True, ssmax=True),
+    # Granite SWA: layer_types' windows, a sink logit per head in every layer, a rope base per layer (0: NoPE)
+    **{mt: Family(layers="types", sinks=True, layer_theta=True) for mt in ("granite_swa", "granitemoe_swa")},
     # multi-head latent attention (pedsl.hf.mla): the last qk_rope_head_dim channels of each q/k head rotate,
     # interleaved (DeepSeek-V2's complex product; rope_interleave, true by default) or as rotate_half (MiniCPM3)
     **{mt: Family(layout="interleaved", mla=True, layout_key="rope_interleave")
@@ -219,38 +208,20 @@ REGISTRY: dict[str, Family] = {
     # (its default table reads partial_rotary_factor: a factor below 1 narrows the rotary, refused by pedsl.hf.mla)
     "glm4_moe_lite": Family(rotation="partial", layout="interleaved", mla=True, layout_key="rope_interleave"),
     "deepseek_v2": Family(layout="interleaved", mla=True),
+    # Mistral 4: DeepSeek-V3's MLA (its latent cached before the expansion) and Llama 4's q scale by position
+    "mistral4": Family(layout="interleaved", mla=True, layout_key="rope_interleave", q_scale=True, whole_head=True),
     # GPT-J / CodeGen: rotate_every_two over the first rotary_dim channels, a table of base 10000 (pedsl.hf.sincos)
     **{mt: Family(rotation="partial", layout="interleaved", sin_first=True) for mt in ("gptj", "codegen")},
     "longcat_flash": Family(layout="interleaved", mla=True, theta=1e7),
     "minicpm3": Family(mla=True),
     # Ling 2.5's MLA layers (interleaved) between its delta-attention layers, which carry no position
     "bailing_hybrid": Family(layout="interleaved", mla=True, theta=6e6),
-    # DeepSeek sparse attention: MLA whose keys an indexer picks
-    **{mt: _refused(_DSA) for mt in ("deepseek_v32", "glm_moe_dsa", "axk2", "hy_v4")},
     # Kimi Linear's MLA layers have no rotary (NoPE); its delta-attention layers carry no position
     "kimi_linear": Family(rotation="none", mla=True),
-    **{mt: _refused(_MROPE + " (Qwen3.5: interleaved, mrope_section over the partial rotary's pairs; its text "
-                    "models qwen3_5_text / qwen3_5_moe_text are imported)") for mt in ("qwen3_5", "qwen3_5_moe")},
-    **{mt: _refused(_MROPE) for mt in ("qwen2_5_omni", "qwen3_omni_moe",
-                                       "glm4v", "glm4v_text", "glm4v_moe", "glm4v_moe_text", "ernie4_5_vl_moe",
-                                       "glm_image")},
-    "bloom": _refused("adds ALiBi (slopes of n_head, alibi.baddbmm of q k^T) in its own attention code "
-                      "(BloomAttention), which does not go through transformers' attention interface that pedsl's "
-                      "adapter replaces"),
-    "mpt": _refused("adds its ALiBi position_bias (alibi_bias_max, over max_seq_len) in its own attention code "
-                    "(MptAttention), which does not go through transformers' attention interface that pedsl's "
-                    "adapter replaces"),
-    "baichuan": _refused(_ALIBI),
+    "phimoe": Family(fixed_longrope=True, theta=1e6),  # its longrope as one table and one scale (pedsl.hf.rope_knobs)
     "falcon": Family(),  # Llama's rotary; alibi = true refused (REFUSED_WHEN)
-    "gemma3n": _refused("gives its layer types different rope parameters and shares KV caches across layers "
-                        "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
-    "gemma3n_text": _refused("gives its layer types different rope parameters and shares KV caches across layers "
-                             "(gemma3n's altup and laurel blocks); pedsl imports one scheme for all layers"),
-    "phimoe": _refused("rotates with the LongRoPE short_factor frequencies at every length (its rotary calls the "
-                       "longrope init without the length) and scales cos and sin by rope_parameters.short_mscale or "
-                       "long_mscale, switched by whether the call's max(position_ids) + 1 exceeds "
-                       "original_max_position_embeddings; pedsl's longrope() switches the factors themselves and "
-                       "longrope_mscale is one constant"),
+    # taught, and refused with the reason (pedsl.hf.refusals)
+    **{mt: _refused(why) for mt, why in REFUSED.items()},
 }
 
 # Types whose rotary reads rope_parameters.alpha with rope_type 'dynamic' as a fixed NTK base (HunYuan).
@@ -358,9 +329,18 @@ LAYERED_TYPES = frozenset(mt for mt, f in REGISTRY.items() if not f.refused and 
 
 
 def text_config(cfg: dict) -> dict:
-    """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself."""
+    """The text model's config of a composite one (Llama 4's ``text_config``), else the config itself; its window
+    as ``sliding_window`` where the type names it otherwise (:data:`WINDOW_KEYS`)."""
     text = cfg.get("text_config")
-    return text if isinstance(text, dict) and cfg.get("model_type") in COMPOSITES else cfg
+    out = text if isinstance(text, dict) and cfg.get("model_type") in COMPOSITES else cfg
+    key = WINDOW_KEYS.get((model_types(out) or [""])[-1])
+    if key is not None and out.get("sliding_window") is None and out.get(key) is not None:
+        return {**out, "sliding_window": out[key]}
+    return out
+
+
+# Types whose config file holds the window under another key (the config class's attribute_map: sliding_window).
+WINDOW_KEYS = {"recurrent_gemma": "attention_window_size"}
 
 
 # Composite (vision-language) types whose positional encoding is their text_config's alone.
@@ -436,12 +416,41 @@ def layer_kinds(cfg: dict) -> list[str]:
         kinds = [k if r else NOPE_SLIDING if k == SLIDING else NOPE for k, r in zip(kinds, rope)]
     if fam.nope == "exaone4" and window is not None:  # HF rotates the sliding layers only, when there is a window
         kinds = [k if k == SLIDING else NOPE for k in kinds]
+    if fam.layer_theta:  # a base of 0 in layer_rope_theta: the layer gets no rotary
+        kinds = [k if t else NOPE_SLIDING if k == SLIDING else NOPE for k, t in zip(kinds, layer_thetas(cfg, n))]
     if fam.nope in ("local", "local_window"):  # HF's is_local_attention / sliding_window is not None
         rotates = [t == SLIDING and (window is not None or fam.nope == "local") for t in types]
         if fam.force_rope:  # HF's force_rope: config.mlp_layer_types[i] == "dense" and the prefix pattern is 1
             rotates = [r or f for r, f in zip(rotates, _forced_rope(cfg, n))]
         kinds = [k if r else NOPE for k, r in zip(kinds, rotates)]
     return kinds
+
+
+def layer_thetas(cfg: dict, n: int) -> list[float]:
+    """``layer_rope_theta``: each layer's rope base (0: NoPE), the config's one base on every layer when absent (as
+    Granite SWA's config class fills it)."""
+    thetas = cfg.get("layer_rope_theta")
+    if thetas is None:
+        rp = cfg.get("rope_parameters")
+        base = rp.get("rope_theta") if isinstance(rp, dict) else cfg.get("rope_theta")
+        return [base if base is not None else _family(cfg)[1].theta] * n
+    if not isinstance(thetas, list) or len(thetas) != n or any(
+            isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < float("inf") for t in thetas):
+        raise InteropError(f"layer_rope_theta must list a rope base >= 0 (0: no rotary) for each of the {n} layers, "
+                           f"got {quoted(thetas, 80)}", code="E963")
+    return thetas
+
+
+def kind_theta(cfg: dict, kind: str) -> float:
+    """The one rope base of the layers of ``kind`` (layer_rope_theta), refused when they have several: pedsl's
+    import writes one part per layer kind."""
+    kinds = layer_kinds(cfg)
+    bases = {t for k, t in zip(kinds, layer_thetas(cfg, len(kinds))) if k == kind}
+    if len(bases) != 1:
+        raise InteropError(f"layer_rope_theta gives the {kind} layers the rope bases {quoted(sorted(bases), 80)}; "
+                           "pedsl's import writes one part per layer kind (full, sliding, NoPE), so the layers of one "
+                           "kind must share their base", code="E961", hint="nothing was written")
+    return bases.pop()
 
 
 def is_layered(cfg: dict) -> bool:

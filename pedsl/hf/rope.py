@@ -28,7 +28,8 @@ from pedsl.errors import InteropError, PedslError, quoted
 from pedsl.formulas import yarn_mscale_value
 from pedsl.fsio import read_text
 from pedsl.hf import arch, mla, registry, sincos
-from pedsl.hf.rope_knobs import _CONSTRAINTS, _KNOB_ORDER, _check_knobs, _check_value, _number, _q_scale, _scaling_knobs
+from pedsl.hf.rope_knobs import (_CONSTRAINTS, _KNOB_ORDER, _check_knobs, _check_value, _number, _q_scale,
+                                 _scaling_knobs, fixed_longrope)
 from pedsl.lang import ast, statements
 from pedsl.lang.api import check, format as fmt
 from pedsl.lang.parser import name_problem
@@ -101,16 +102,17 @@ def rope_spec(cfg: dict) -> dict:
     config field each value was read from. A value no scheme can use (a rope_theta <= 1, a factor <= 0,
     a head_dim of 2**62, ...) is an InteropError naming its field."""
     cfg = sincos.rotary_config(cfg)  # GPT-J / CodeGen: a partial rotary of rotary_dim channels, base 10000
+    cfg = mla.rotary_config(cfg)  # an MLA model's rotary: the width of its last qk_rope_head_dim channels
     section = "rope_parameters" if cfg.get("rope_parameters") else "rope_scaling"
     raw = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
     if not isinstance(raw, dict):
         raise InteropError(f"{section} must be an object, got {quoted(raw, 80)}", code="E963")
     rope_type = raw.get("rope_type", raw.get("type", "default"))
-    cfg = mla.rotary_config(cfg)  # an MLA model's rotary: the width of its last qk_rope_head_dim channels
     alpha = _ntk_alpha(cfg, raw, rope_type, section)
     if alpha is not None:  # HunYuan's fixed-alpha NTK: a static table, default rope at a stretched base
         raw = {k: v for k, v in raw.items() if k not in ("alpha", "factor")}
         rope_type = raw["rope_type"] = "default"
+    raw, fixed = fixed_longrope(cfg, raw, rope_type, section)  # PhiMoE's short_factor table, its one mscale
     _refuse_inexact(cfg, raw, rope_type)
     spec = _shape(cfg, raw, section)
     spec["rope_type"] = rope_type
@@ -119,6 +121,8 @@ def rope_spec(cfg: dict) -> dict:
         spec["theta"] = spec["theta"] * alpha ** (d / (d - 2))
         spec["fields"]["theta"] = f"{section}.rope_theta * {section}.alpha ** (head_dim / (head_dim - 2))"
     _architecture_rotation(spec, cfg)
+    if fixed:
+        spec["note"] = "; ".join(n for n in (spec["note"], fixed) if n)
     _scaling_knobs(spec, cfg, raw, section)
     _q_scale(spec, cfg, raw, section)
     _check_knobs(spec)
@@ -313,9 +317,9 @@ def import_config(config: dict | str | Path, name: str | None = None) -> str:
     train_length = s.get(_train_length_key(s))
     if train_length is not None and train_length <= limits.MAX_LENGTH:  # longer: pedsl trains no such context
         lines += ["  train {", "    context = train_length", "  }"]
-    lines += mla.temperature_lines(s)  # MLA's YaRN softmax scale (yarn_apply_mscale)
-    if "llama_4_scaling_beta" in s:  # the attention's q scale at the query's position (registry q_scale)
-        lines += [f"  temperature = {Q_SCALE_TEMPERATURE}", "  allow temperature_without_length"]
+    # MLA's YaRN softmax scale (yarn_apply_mscale) times the attention's q scale at the query's position (registry
+    # q_scale): one temperature
+    lines += mla.temperature_lines(s, Q_SCALE_TEMPERATURE if "llama_4_scaling_beta" in s else None)
     lines += ["  allow frayed_frequencies", "}"]
     text = fmt("\n".join(lines) + "\n")
     _check_written(text, s)

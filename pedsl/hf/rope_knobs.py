@@ -96,6 +96,36 @@ def _scaling_knobs(spec: dict, cfg: dict, raw: dict, section: str) -> None:
             spec[k] = [float(x) for x in lst]
 
 
+def fixed_longrope(cfg: dict, raw: dict, rope_type, section: str) -> tuple[dict, str | None]:
+    """PhiMoE's rotary (registry ``fixed_longrope``) as the LongRoPE parameters pedsl imports, and a note: it calls
+    the longrope init without the length (short_factor at every length) and multiplies cos and sin by
+    ``short_mscale`` or ``long_mscale``, picked by whether the call's max(position_ids) + 1 exceeds the original
+    length. Equal, that is one attention factor; unequal, the keys cached under one meet queries under the other
+    (no function of positions): refused naming both."""
+    mt = (arch.model_types(cfg) or [""])[-1]
+    fam = registry.family(mt)
+    if fam is None or not fam.fixed_longrope or rope_type == "default":
+        return raw, None
+    if rope_type != "longrope":
+        raise InteropError(f"model_type '{mt}' with rope_type '{rope_type}' calls that type's init without the length "
+                           f"(a fixed table) and scales cos and sin by {section}.short_mscale or long_mscale: pedsl "
+                           "imports its 'default' and 'longrope' rope types", code="E961", hint="nothing was written")
+    short, long = (_number(raw, k, where=section) for k in ("short_mscale", "long_mscale"))
+    if short is None or short != long:
+        raise InteropError(f"model_type '{mt}' scales cos and sin by {section}.short_mscale ({quoted(short)}) or "
+                           f"long_mscale ({quoted(long)}), picked by whether the call's max(position_ids) + 1 exceeds "
+                           "original_max_position_embeddings: with a cache, keys scaled by one meet queries scaled "
+                           "by the other, which no function of the positions gives; pedsl imports it when the two are "
+                           "equal", code="E961", hint="nothing was written")
+    if not 0 < short < math.inf:
+        raise InteropError(f"{section}.short_mscale must be a positive number, got {quoted(short)}", code="E963")
+    out = {k: v for k, v in raw.items() if k not in ("short_mscale", "long_mscale")}
+    out.update(long_factor=raw.get("short_factor"), attention_factor=float(short))
+    return out, (f"{mt} rotates with short_factor at every length (its rotary calls the longrope init without the "
+                 f"length) and scales cos and sin by short_mscale = long_mscale = {short:g}: written as longrope() "
+                 "with long_factor = short_factor and that attention factor")
+
+
 def _q_scale(spec: dict, cfg: dict, raw: dict, section: str) -> None:
     """``llama_4_scaling_beta`` and the original length HF divides the positions by (the rope dict's own
     ``original_max_position_embeddings``), for a family whose attention scales q so (registry ``q_scale``)."""
