@@ -38,6 +38,10 @@ CODES: dict[str, tuple[str, str]] = {
     "E216": ("check", "unknown warning name in `allow`"),
     "E217": ("check", "a value cannot be computed (division by zero, overflow, a grid that does not fit: "
                       "`per_pair` length, `span` faster than its period, ...)"),
+    "E223": ("check", "a malformed `relative` statement: not `shaw(...)`, `transformer_xl(...)` or `deberta(...)`, an "
+                      "unknown or missing option, or a size that is not an integer known when checking"),
+    "E224": ("check", "`relative` content-position terms beside a statement they cannot go with (a transport, a "
+                      "temperature, a sink, CoPE, remapped positions, a normaliser other than softmax)"),
     "E230": ("check", "a position axis used but not declared (`position.h` without `axes ..., h`), or declared twice"),
     "E231": ("check", "a bare `position` or `distance` in a scheme with several axes (which axis?)"),
     "E232": ("check", "`sections`/`interleave` sizes that do not fit the group's rotary pairs or the axes"),

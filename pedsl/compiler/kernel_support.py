@@ -42,6 +42,7 @@ SIGMOID, SOFTMAX_ONE, DIFFERENTIAL = "sigmoid weights", "softmax plus one", "dif
 NORMALIZER_FEATURES = {"stick_breaking": STICK_BREAKING, "sigmoid": SIGMOID, "softmax1": SOFTMAX_ONE,
                        "differential": DIFFERENTIAL}
 SEVERAL_AXES = "several position axes"
+RELATIVE = "content-position terms"  # relative = shaw / transformer_xl / deberta: the general path's blocks only
 REMAP = "remapped positions"  # the rotation's positions by distance regime: the general path's blocks only
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
 TOKEN_COUNT = "linear bias counting tokens"
@@ -126,7 +127,7 @@ def plan_features(plan) -> frozenset:
              (plan.contextual is not None, CONTEXTUAL), (plan.window is not None, WINDOW),
              (plan.chunk is not None, CHUNK), (plan.softcap is not None, SOFTCAP),
              (plan.sink == "logit", SINK_LOGIT), (plan.sink == "token", SINK_TOKEN),
-             (plan.remap is not None, REMAP),
+             (plan.remap is not None, REMAP), (plan.relative is not None, RELATIVE),
              (plan.mask == "bidirectional", BIDIRECTIONAL), (plan.mask == "prefix", PREFIX),
              (plan.mask == "spans", SPANS))
     return frozenset(out | {name for on, name in flags if on})

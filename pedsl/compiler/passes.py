@@ -291,6 +291,10 @@ def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
         note = ("CoPE: every call runs the general path's blocks of explicit scores (gates, "
                 "their suffix sums and the interpolated embedding per block of queries, memory "
                 "O(L x block)); " + backend + " names its bias carrier")
+    if g.graph.get("relative") is not None and backend != "reference":
+        note = ("content-position terms: every call runs the general path's blocks of queries, q (and k) times "
+                "the position table once per block, gathered at each pair's distance (memory O(L x block)); "
+                + backend + " names its bias carrier")
     if g.graph.get("remap") is not None and backend != "reference":
         note = ("remapped positions: every call runs the general path's blocks of queries, one "
                 "rotated score block per regime and a select by distance (memory O(L x block)); "
@@ -349,7 +353,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         softcap=g.graph.get("softcap"), mask=_mask(g).kind, mask_prefix=_mask(g).prefix,
         normalize=g.graph.get("normalizer", P.SOFTMAX), attend_current=g.graph.get("attend_current", True),
         sigmoid_bias=g.graph.get("sigmoid_bias", 0.0), lambda_init=g.graph.get("lambda_init", 0.8), contextual=g.graph.get("contextual"),
-        remap=g.graph.get("remap"))
+        remap=g.graph.get("remap"), relative=g.graph.get("relative"))
     g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g
 
