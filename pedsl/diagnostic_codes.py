@@ -40,6 +40,10 @@ CODES: dict[str, tuple[str, str]] = {
                       "`per_pair` length, `span` faster than its period, ...)"),
     "E218": ("check", "a statement's number that is not known when checking, not of its type or out of its range, "
                       "or given without a statement it acts with (its record's `Known`)"),
+    "E223": ("check", "a malformed `relative` statement: not `shaw(...)`, `transformer_xl(...)` or `deberta(...)`, an "
+                      "unknown or missing option, or a size that is not an integer known when checking"),
+    "E224": ("check", "`relative` content-position terms beside a statement they cannot go with (a transport, a "
+                      "temperature, a sink, CoPE, remapped positions, a normaliser other than softmax)"),
     "E230": ("check", "a position axis used but not declared (`position.h` without `axes ..., h`), or declared twice"),
     "E231": ("check", "a bare `position` or `distance` in a scheme with several axes (which axis?)"),
     "E232": ("check", "`sections`/`interleave` sizes that do not fit the group's rotary pairs or the axes"),

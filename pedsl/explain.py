@@ -121,6 +121,12 @@ def cost_rows(f: SchemeFacts, L: int) -> list[tuple[str, float, float, str]]:
         rows.append(("CoPE (gates, counts, embedding)", 2.0 * P * D + 8.0 * L, 0.0,
                      f"q . e at {P} positions 2 P D + sigmoid, suffix sum, clamp, two gathers, interpolation ~8 L; "
                      "nothing cached beyond K, V"))
+    if f.relative is not None:
+        kind, R, terms = f.relative
+        R = 2 * L if kind == "transformer_xl" else R  # one row per distance of the call
+        rows.append((f"content-position terms ({kind})", 2.0 * R * D * terms + 2.0 * L * terms, 0.0,
+                     f"q (and k) times {R} table rows 2 R D per term, a gather per pair 2 L; nothing cached "
+                     "beyond K, V"))
     return rows
 
 

@@ -14,6 +14,7 @@ cap                        value               what it bounds
 ``MAX_LIST``               4,096               items of a list (a list literal, ``per_pair``, eval lengths)
 ``MAX_LENGTH``             1,048,576           tokens of one sequence (context, eval/analysis lengths)
 ``MAX_COPE_POSITIONS``     65,536              ``cope(max_pos = N)``: rows of CoPE's learned embedding
+``MAX_RELATIVE_ROWS``      65,536              ``relative = ...``: its distances, buckets and sinusoid width
 ``MAX_D_MODEL``            65,536              model width
 ``MAX_LAYERS``             1,024               transformer layers
 ``MAX_VOCAB``              1,048,576           vocabulary (the models read bytes: 256 is enough)
@@ -52,6 +53,7 @@ MAX_HEAD_DIM = 4096
 MAX_LIST = 4096
 MAX_LENGTH = 1 << 20
 MAX_COPE_POSITIONS = 1 << 16
+MAX_RELATIVE_ROWS = 1 << 16
 MAX_D_MODEL = 65536
 MAX_LAYERS = 1024
 MAX_VOCAB = 1 << 20

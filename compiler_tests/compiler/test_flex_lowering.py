@@ -28,7 +28,8 @@ B, H, L = 2, 2, 9
 # the library schemes the lowering refuses, and the feature (E406) or kernel (E402) its reason names
 REFUSED = {"cope": "contextual positions", "rerope": "remapped positions", "leaky_rerope": "remapped positions",
            "self_extend": "remapped positions", "dca": "remapped positions", "rope_sigmoid": "sigmoid weights", "stick_breaking": "stick-breaking",
-           "rope_differential": "differential heads",
+           "rope_differential": "differential heads", "shaw": "content-position terms",
+           "transformer_xl": "content-position terms", "deberta_v2": "content-position terms",
            "path": "Householder", "path_fox": "Householder", "path_fox_fla": "Householder"}
 # the eager call's warning that it materialises the scores: what these checks want
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -36,10 +36,12 @@ CONSUMERS = ["pedsl/lang/transform.py", "pedsl/lang/inherit.py", "pedsl/lang/for
              "pedsl/lsp/scan.py", "pedsl/lsp/features.py", "pedsl/highlight.py", "tools/doc_tables.py",
              "pedsl/diffing/facts.py"]
 # Attributes of the resolved scheme a consumer may still read: a statement part it writes as structure (the
-# layer map, the bias terms, the learned values of the temperature) or its own lint of the value
+# layer map, the bias terms, the learned values of the temperature, explain's cost of CoPE and the relative terms)
+# or its own lint of the value
 READS_FIELDS = {"pedsl/lang/lint.py": {"axes", "temperature"}, "pedsl/diffing/edits.py": {"biases", "layers", "temperature"},
                 "pedsl/cli/render.py": {"layers"}, "pedsl/diffing/facts.py": {"axes", "biases", "layout", "normalize",
-                                                                              "attend_current", "contextual", "temperature"}}
+                                                                              "attend_current", "contextual", "relative",
+                                                                              "temperature"}}
 # The scheme's skeleton: the consumers' structure code (the LSP's cursor logic, the merge of params and lets,
 # the diff's matching by name, the train / eval tables) is written for these keywords, so they may name them.
 SKELETON = {"param", "let", "channels", "qk", "qkv", "train", "eval", "allow"}

@@ -262,6 +262,7 @@ _FIXED_NAMES = (
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "sink_logit", "sink_key", "sink_value", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "FAST_PATHS",
     "fast_paths", "differential_lambda", "span_ids", "remap_bounds", "remap_rotate", "query_mlp",
+    "RELATIVE_TERMS", "relative", "relative_keys", "relative_queries", "relative_u", "relative_v",
     "Callable", "Optional", "once_differentiable", "Kernels", "SchemeSide", "WindowSide", "MaskSide",
     # the statements' carried values: a constant NAME and the class attribute name each
     *(n for c in CARRIED for n in (c.name.upper(), c.name)),
@@ -376,7 +377,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
                   *_sink_init(scheme), *_contextual_init(scheme),
-                  *_differential_init(scheme)]
+                  *_differential_init(scheme), *_relative_init(scheme)]
     checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
@@ -393,6 +394,7 @@ def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables:
         *_carried_attributes(),
         "    fast_paths = FAST_PATHS",
         "    cope_max_pos = COPE_MAX_POS",
+        "    relative = RELATIVE_TERMS",
         "    remap_bounds, remap_chunk, remap_rotate = (), None, None  # pedsl compile refuses remapped positions",
         "    query_mlp = None  # no MLP-bias kernel here: FIRE's bias runs by blocks of queries",
         "",
@@ -475,6 +477,30 @@ def _contextual_init(scheme: Scheme) -> list[str]:
             "HEAD_DIM))"]
 
 
+def _relative_constant(r) -> tuple | None:
+    """The generated module's RELATIVE_TERMS: (kind, max_distance, dim, buckets, c2p, p2c) as ModuleScheme gives it."""
+    return None if r is None else (str(r.kind), int(r.max_distance), int(r.dim), int(r.buckets), bool(r.c2p),
+                                   bool(r.p2c))
+
+
+def _relative_init(scheme: Scheme) -> list[str]:
+    """The content-position terms' tables, named, shaped and drawn as SchemeAttention's (a state dict loads into
+    both); None for those the scheme has not."""
+    r = scheme.relative
+    out = ["self.relative_keys = self.relative_queries = self.relative_u = self.relative_v = None"]
+    if r is None:
+        return out
+    keys = f"{int(r.rows)}, HEAD_DIM" if r.kind == "shaw" else f"{int(r.rows)}, HEADS, HEAD_DIM"
+    if r.kind != "deberta" or r.c2p:
+        out.append(f"self.relative_keys = nn.Parameter(torch.randn({keys}) * 0.02)")
+    if r.kind == "deberta" and r.p2c:
+        out.append(f"self.relative_queries = nn.Parameter(torch.randn({int(r.rows)}, HEADS, HEAD_DIM) * 0.02)")
+    if r.kind == "transformer_xl":
+        out += ["self.relative_u = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * 0.02)",
+                "self.relative_v = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * 0.02)"]
+    return out
+
+
 def _differential_init(scheme: Scheme) -> list[str]:
     """Differential attention's learned lambda rows, named, shaped and drawn as SchemeAttention's."""
     if scheme.normalize != "differential":
@@ -530,6 +556,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         *(f"{name.upper()} = {literal(value)}" for name, value in P.carried_values(plan).items()),
         f"FAST_PATHS = {literal(tuple(plan.kernels))}",
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
+        f"RELATIVE_TERMS = {literal(_relative_constant(plan.relative))}",
         "",
         "",
         *_class_lines(scheme, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels"),

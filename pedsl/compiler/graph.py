@@ -43,7 +43,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
     # carried: the statements' plain values by name (pedsl.lang.statements.CARRIED), recorded on the plan as they are
     g = nx.DiGraph(scheme=scheme.name, layout=scheme.layout, heads=scheme.heads, head_dim=scheme.head_dim,
                    axes=scheme.axes, pair_axes=pair_axes(scheme), carried={c.name: c.value_of(scheme) for c in CARRIED},
-                   contextual=scheme.contextual, remap=scheme.remap)
+                   contextual=scheme.contextual, remap=scheme.remap, relative=scheme.relative)
     for name in ("q", "k", "v"):
         g.add_node(name, op="input", label=f"{name} (B, H, L, D)")
     g.add_node("positions", op="input", label="positions 0..L-1")
@@ -64,6 +64,11 @@ def lower(scheme: Scheme) -> nx.DiGraph:
         g.add_edge("q", "contextual")
         g.add_edge("contextual", "softmax")
 
+    if scheme.relative is not None:  # content-position terms: q and k read a table at each pair's distance
+        g.add_node("relative", op="relative", label=scheme.relative.describe())
+        g.add_edge("q", "relative")
+        g.add_edge("k", "relative")
+        g.add_edge("relative", "scores")
     for idx, t in enumerate(scheme.transports):
         node = _add_transport(g, scheme, idx, t)
         g.add_edge("q", node)

@@ -41,6 +41,7 @@ SINK_LOGIT, SINK_TOKEN = "sink logit", "sink token"
 SOFTMAX_ONE = "softmax plus one"  # a normaliser (no kernel declares the others yet)
 CONTEXTUAL = "contextual positions"
 SEVERAL_AXES = "several position axes"
+RELATIVE = "content-position terms"  # relative = shaw / transformer_xl / deberta: the general path's blocks only
 REMAP = "remapped positions"  # the rotation's positions by distance regime: the general path's blocks only
 VALUE_TRANSPORT, XPOS, PAIR_AXES = "value transport", "xpos", "pairs read per axis"
 TOKEN_COUNT = "linear bias counting tokens"
@@ -121,7 +122,8 @@ def plan_features(plan) -> frozenset:
     if plan.temperature is not None:
         out.add(temperature_feature(plan.temperature.table))
     flags = ((plan.half_via_general, HALF_VIA_GENERAL), (len(plan.axes) > 1, SEVERAL_AXES),
-             (plan.contextual is not None, CONTEXTUAL), (plan.remap is not None, REMAP))
+             (plan.contextual is not None, CONTEXTUAL), (plan.remap is not None, REMAP),
+             (plan.relative is not None, RELATIVE))
     # the statements' own features (the window, the mask, the normaliser ...: each record's declaration)
     return frozenset(out | {name for on, name in flags if on} | plan.statement_features)
 

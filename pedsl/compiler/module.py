@@ -26,6 +26,7 @@ from pedsl.compiler import plan as P
 from pedsl.runtime.torch_backend import Context, Evaluator, Learned
 from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
+from pedsl.compiler.general.relative import relative_call, relative_rows, relative_scale
 from pedsl.compiler.general import angle_dtype, xpos_scale
 from pedsl.compiler.kernel_support import bias_call, bidirectional_call, fused_call
 from pedsl.compiler.module_values import FusedKernels, ModuleScheme
@@ -67,6 +68,7 @@ class SchemeAttention(nn.Module):
         self._build_learned()
         self._build_sink()
         self._build_contextual()
+        self._build_relative()
         self._build_differential()
         # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
         self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
@@ -123,6 +125,22 @@ class SchemeAttention(nn.Module):
         if c is not None:
             self.contextual_embedding = nn.Parameter(torch.zeros(*(() if c.shared else (self.heads,)),
                                                                  c.max_pos, self.head_dim))
+
+    def _build_relative(self) -> None:
+        """The content-position terms' learned tables (docs/semantics.md §3b), drawn from N(0, 0.02^2) (Hugging
+        Face's DeBERTa initializer range, Transformer-XL's init_std); None for those the scheme has not."""
+        r = self.plan.relative
+        self.relative_keys = self.relative_queries = self.relative_u = self.relative_v = None
+        if r is None:
+            return
+        H, D = self.heads, self.head_dim
+        draw = lambda *shape: nn.Parameter(torch.randn(*shape) * 0.02)  # noqa: E731
+        if r.kind != "deberta" or r.c2p:
+            self.relative_keys = draw(r.rows, D) if r.kind == "shaw" else draw(r.rows, H, D)
+        if r.kind == "deberta" and r.p2c:
+            self.relative_queries = draw(r.rows, H, D)
+        if r.kind == "transformer_xl":
+            self.relative_u, self.relative_v = draw(H, D), draw(H, D)
 
     def _build_differential(self) -> None:
         """Differential attention's learned lambda (docs/semantics.md §1b): rows (q1, k1, q2, k2) of head_dim each,
@@ -450,8 +468,13 @@ class SchemeAttention(nn.Module):
         sink's share is left out)."""
         L, D = q.shape[2], q.shape[3]
         raw = self.raw_scores(q, k, x=x, tokens=tokens)
+        scale = 1 / math.sqrt(D)
+        if self.plan.relative is not None:  # content-position terms join the raw scores, as the forward adds them
+            side, pos = ModuleScheme.of(self), torch.arange(L, device=q.device)[None]
+            raw = raw + relative_rows(side, relative_call(side, q, k, pos, pos), q, pos, pos, 0, L).to(raw.dtype)
+            scale = relative_scale(side, D)
         tau, bias = self.query_scale(L, q.device), self.bias_table(L, x, tokens, q.device)
-        s = modified_scores(raw, scale=1 / math.sqrt(D), tau=None if tau is None else tau.to(raw.dtype).unsqueeze(-1),
+        s = modified_scores(raw, scale=scale, tau=None if tau is None else tau.to(raw.dtype).unsqueeze(-1),
                             bias=None if bias is None else bias.to(raw.dtype), cap=self.plan.softcap)
         own = own_key_counts(self.plan.attend_current, self.plan.normalize)
         ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if own else -1)

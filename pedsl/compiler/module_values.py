@@ -81,6 +81,8 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
         self.fast_paths = mod.plan.kernels  # the fast kernels the plan's features allow (kernel_support)
         self.cope_max_pos = None if mod.plan.contextual is None else mod.plan.contextual.max_pos
         self.remap = mod.plan.remap
+        r = mod.plan.relative
+        self.relative = None if r is None else (r.kind, r.max_distance, r.dim, r.buckets, r.c2p, r.p2c)
         self.remap_bounds = () if self.remap is None else tuple((r.low, r.high) for r in self.remap.regimes)
         self.remap_chunk = None if self.remap is None else self.remap.chunk
 
@@ -90,6 +92,10 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
     sink_value = property(lambda self: self.mod.sink_value)
     contextual_embedding = property(lambda self: self.mod.contextual_embedding)
     differential_lambda = property(lambda self: self.mod.differential_lambda)
+    relative_keys = property(lambda self: self.mod.relative_keys)
+    relative_queries = property(lambda self: self.mod.relative_queries)
+    relative_u = property(lambda self: self.mod.relative_u)
+    relative_v = property(lambda self: self.mod.relative_v)
 
     def __getattr__(self, name: str) -> Any:
         """Only for the checker: the carried values are attributes (set above); anything else is missing."""

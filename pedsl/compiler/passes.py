@@ -291,6 +291,10 @@ def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
         note = ("CoPE: every call runs the general path's blocks of explicit scores (gates, "
                 "their suffix sums and the interpolated embedding per block of queries, memory "
                 "O(L x block)); " + backend + " names its bias carrier")
+    if g.graph.get("relative") is not None and backend != "reference":
+        note = ("content-position terms: every call runs the general path's blocks of queries, q (and k) times "
+                "the position table once per block, gathered at each pair's distance (memory O(L x block)); "
+                + backend + " names its bias carrier")
     if g.graph.get("remap") is not None and backend != "reference":
         note = ("remapped positions: every call runs the general path's blocks of queries, one "
                 "rotated score block per regime and a select by distance (memory O(L x block)); "
@@ -345,7 +349,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
         transports=tuple(transports), biases=tuple(biases), temperature=tau, backend=backend,
         backend_why=g.graph["backend_note"],
         half_via_general=backend not in ("blockwise", "flex") and any(b.coordinate for b in biases), axes=g.graph.get("axes", ()),
-        contextual=g.graph.get("contextual"), remap=g.graph.get("remap"), **P.carried_fields(_carried(g)))
+        contextual=g.graph.get("contextual"), remap=g.graph.get("remap"), relative=g.graph.get("relative"),
+        **P.carried_fields(_carried(g)))
     g.graph["plan"] = replace(g.graph["plan"], kernels=static_kernels(g.graph["plan"]))
     return g
 

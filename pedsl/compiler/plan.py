@@ -180,6 +180,9 @@ class Plan:
     # the rotation's positions per distance regime (a lang.scheme.Remap; docs/semantics.md §2d): no fused
     # kernel computes them, the general path's blocks of queries do (one rotated score block per regime)
     remap: Any = None
+    # content-position terms (a lang.scheme.RelativeTerms; docs/semantics.md §3b): no fused kernel computes them,
+    # the general path's blocks of queries do
+    relative: Any = None
 
     @property
     def explicit_scores(self) -> bool:
@@ -306,6 +309,9 @@ def plan_lines(plan: Plan) -> list[str]:
         c = plan.contextual
         out.append(f"  contextual positions: {c.source()}, carried as explicit blocks of scores; learned "
                    f"contextual_embedding ({'' if c.shared else 'heads x '}{c.max_pos} x head_dim)")
+    if plan.relative is not None:
+        out.append(f"  content-position terms: {plan.relative.source()}, carried per block of queries; "
+                   + plan.relative.describe())
     if plan.remap is not None:
         per = "regime" if plan.remap.chunk is None else f"regime of the chunk difference (chunk = {plan.remap.chunk})"
         out.append(f"  remapped positions, carried as one rotated score block per {per}:")
@@ -356,6 +362,7 @@ def plan_to_json(plan: Plan) -> dict:
         "contextual": None if plan.contextual is None else {"kind": plan.contextual.kind,
                                                             "max_pos": plan.contextual.max_pos,
                                                             "shared": plan.contextual.shared},
+        "relative": None if plan.relative is None else plan.relative.model_dump(),
         "remap": None if plan.remap is None else {"chunk": plan.remap.chunk, "regimes": [
             {"low": r.low, "high": r.high, "query": to_source(r.query), "key": to_source(r.key)}
             for r in plan.remap.regimes]},

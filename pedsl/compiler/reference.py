@@ -14,6 +14,8 @@ transport helpers. So the differential tests check every kernel, identity and pa
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -109,6 +111,11 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
         allowed[:, :, L - Lq:] &= mask4.expand(B, Hq, Lq, L)
     if band:  # band=False: mask4 carries the window or chunk (the caller's, e.g. Hugging Face's own mask)
         _stream_window(sch, allowed, positions)
+    scale = None
+    if sch.relative is not None:  # content-position terms, entry by entry, scaled as the raw scores
+        scale = 1.0 / math.sqrt(D * sch.relative.scale_factor)
+        terms = _relative_terms(mod, q.to(F64), k, positions, L - Lq) * scale
+        bias = terms if bias is None else bias + terms
     tau = None
     if sch.temperature is not None:
         tv = mod.evaluator.run(sch.temperature, ctx(), site_name("temperature"))
@@ -120,7 +127,7 @@ def reference_stream(mod, q: Tensor, k: Tensor, v: Tensor, *, x, tokens, positio
                                        allowed=allowed, q_offset=L - Lq, sink=_stream_sink(mod, q, tau, L - Lq),
                                        normalize=normalize, attend_current=sch.attend_current,
                                        cope=None if sch.contextual is None else mod.contextual_embedding,
-                                       softcap=sch.softcap, sigmoid_bias=sch.sigmoid_bias,
+                                       softcap=sch.softcap, sigmoid_bias=sch.sigmoid_bias, scale=scale,
                                        causal=sch.mask.causal)
 
     if sch.normalize == "differential":
@@ -334,3 +341,54 @@ def _axis_distance_bias(mod, b, idx: int, positions: Tensor, axes_pos: Tensor | 
     if not mod.scheme.mask.causal:  # every pair may be visible: the mask decides
         return tab
     return tab * torch.ones(L, L, dtype=F64, device=positions.device).tril()
+
+
+def _relative_terms(mod, q: Tensor, k: Tensor, positions: Tensor, q0: int) -> Tensor:
+    """The content-position terms of docs/semantics.md §3b, (B, H, L, L) float64, entry by entry before the
+    scale: for query token i (q's row i - q0) and key j at the signed distance d = p_i - p_j, Shaw's
+    ``q_i . a[clip(j - i, -K, K) + K]``, Transformer-XL's ``(q_i + v) . (R(d) W_R) + u . k_j`` with R(d) written
+    out term by term, DeBERTa's ``q_i . Kr[r] + k_j . Qr[r]`` at ``r = clamp(bucket(d) + S, 0, 2S - 1)``.
+    ``k`` has one head per query head already. Rows before q0 stay zero (no query there)."""
+    r = mod.scheme.relative
+    B, H, Lq, D = q.shape
+    L = k.shape[2]
+    keys = None if mod.relative_keys is None else mod.relative_keys.to(F64)
+    out = torch.zeros(B, H, L, L, dtype=F64, device=q.device)
+    for b in range(B):
+        for i in range(q0, q0 + Lq):
+            qi = q[b, :, i - q0]  # (H, D)
+            for j in range(L):
+                d, kj = int(positions[b, i] - positions[b, j]), k[b, :, j]
+                if r.kind == "shaw":
+                    out[b, :, i, j] = (qi * keys[min(max(-d, -r.max_distance), r.max_distance) + r.max_distance]).sum(-1)
+                elif r.kind == "transformer_xl":
+                    emb = _sinusoid(d, r.dim).to(q.device)  # (dim,)
+                    pos_key = torch.einsum("e,ehd->hd", emb, keys)
+                    out[b, :, i, j] = ((qi + mod.relative_v.to(F64)) * pos_key).sum(-1) + (
+                        mod.relative_u.to(F64) * kj).sum(-1)
+                else:
+                    row = min(max(_log_bucket(d, r.buckets, r.max_distance) + r.buckets, 0), 2 * r.buckets - 1)
+                    if r.c2p:
+                        out[b, :, i, j] += (qi * keys[row]).sum(-1)
+                    if r.p2c:
+                        out[b, :, i, j] += (kj * mod.relative_queries.to(F64)[row]).sum(-1)
+    return out
+
+
+def _sinusoid(d: int, dim: int) -> Tensor:
+    """Transformer-XL's embedding of one distance: sin(d w_k) for k < dim / 2, then cos(d w_k), w_k =
+    1 / 10000^(2k / dim)."""
+    w = [1.0 / 10000.0 ** (2 * kk / dim) for kk in range(dim // 2)]
+    return torch.tensor([math.sin(d * x) for x in w] + [math.cos(d * x) for x in w], dtype=F64)
+
+
+def _log_bucket(d: int, buckets: int, max_distance: int) -> int:
+    """DeBERTa-v2's log bucket of one signed distance (He et al. 2021's ``make_log_bucket_position``): itself
+    within buckets / 2, else ``sign(d) (ceil(log(|d| / mid) / log((max - 1) / mid) (mid - 1)) + mid)`` in
+    float32, the precision Hugging Face computes it in."""
+    mid = buckets // 2
+    if abs(d) <= mid:
+        return d
+    f32 = torch.float32
+    ratio = torch.log(torch.tensor(abs(d), dtype=f32) / mid) / torch.log(torch.tensor((max_distance - 1) / mid, dtype=f32))
+    return int(math.copysign(int(torch.ceil(ratio * (mid - 1)).item()) + mid, d))

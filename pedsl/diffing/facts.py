@@ -88,6 +88,7 @@ class SchemeFacts:
     normalize: str = "softmax over the visible keys"  # the normaliser in words (lang.normalizers.weights_words)
     contextual: str = "none"  # score-dependent positions (CoPE), in words
     cope_max_pos: int | None = None  # CoPE's embedding rows, None without CoPE
+    relative: tuple[str, int, int] | None = None  # content-position terms: (kind, table rows, terms), or None
     backend: str | None = None
     backend_note: str | None = None
     compile_error: str | None = None
@@ -227,6 +228,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
         normalize=weights_words(s),
         contextual="none" if s.contextual is None else s.contextual.describe(),
         cope_max_pos=None if s.contextual is None else s.contextual.max_pos,
+        relative=None if s.relative is None else (s.relative.kind, s.relative.rows,
+                                                  int(s.relative.c2p) + int(s.relative.p2c)),
     )
     if graph:
         from pedsl.compiler import compile_graph  # on use: networkx only when the graph is asked for

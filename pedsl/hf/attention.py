@@ -272,7 +272,7 @@ def use_pedsl_attention(model, scheme=None, *, backend: str = "auto"):
     if hf is None:
         _refuse_general_multi_axis(model, sch)
     state = _State(mod, hf)
-    if sch.contextual is not None:  # CoPE: each layer its own embedding, as the paper and x-transformers
+    if sch.contextual is not None or sch.relative is not None:  # CoPE's embedding, the relative tables: per layer
         mods = nn.ModuleList([mod] + [compile_scheme(sch, num_heads=heads, head_dim=head_dim, backend=backend,
                                                      requires_grad=False) for _ in layers[1:]])
         model.add_module(SCHEME_MODULE, mods)
@@ -406,8 +406,9 @@ def _use_layers(model, sch: Scheme, backend: str):
         index = layer.layer_idx
         name = names[index]
         part = sch.layers.parts[name]
-        # a sink and CoPE's embedding are each layer's own parameters
-        key = (name, index if part.sink is not None or part.contextual is not None else None)
+        # a sink, CoPE's embedding and the relative tables are each layer's own parameters
+        key = (name, index if part.sink is not None or part.contextual is not None or part.relative is not None
+               else None)
         if key not in modules:
             modules[key] = compile_scheme(part, num_heads=heads, head_dim=head_dim, backend=backend,
                                           requires_grad=False)

@@ -165,6 +165,13 @@ class ContextualStmt(Node):
     value: Expr
 
 
+class RelativeStmt(Node):
+    """``relative = shaw(...) | transformer_xl(...) | deberta(...)``: content-position terms (pedsl.lang.relative)."""
+
+    kind: Literal["relative"] = "relative"
+    value: Expr
+
+
 class WindowStmt(Node):
     """``window = N`` (sliding) or ``chunk = N`` (chunked): which keys a query sees; ``softcap = c``: the
     scores pass through ``c * tanh(s / c)`` before the softmax (Gemma 2; docs/semantics.md §11)."""
@@ -253,7 +260,7 @@ class Layers(Node):
 
 
 Stmt = Annotated[
-    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, ContextualStmt, WindowStmt, MaskStmt, SinkStmt, RemapStmt, Section,
+    Union[Param, Let, Layout, Axes, Channels, Transport, BiasStmt, TemperatureStmt, NormalizeStmt, ContextualStmt, RelativeStmt, WindowStmt, MaskStmt, SinkStmt, RemapStmt, Section,
           Allow,
           Layers],
     Field(discriminator="kind"),

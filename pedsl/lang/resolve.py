@@ -41,6 +41,7 @@ from pedsl.lang.windows import WindowResolution
 from pedsl.lang.contextual import ContextualResolution
 from pedsl.lang.normalizers import NormalizerResolution
 from pedsl.lang.remap import RemapResolution
+from pedsl.lang.relative import RelativeResolution
 
 MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it uses
 
@@ -48,7 +49,7 @@ MAX_INLINED = 5_000  # expression nodes of one let after inlining the lets it us
 
 
 class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution, MaskResolution, ContextualResolution,
-               NormalizerResolution, RemapResolution):
+               NormalizerResolution, RemapResolution, RelativeResolution):
     def __init__(self, merged: Merged, overrides: dict[str, Any], structural: dict[str, int], file_src: Source):
         self.m = merged
         self.overrides = overrides

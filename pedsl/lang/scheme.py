@@ -169,6 +169,54 @@ class ContextualPositions(_Frozen):
                                                                   else "one per head)"))
 
 
+class RelativeTerms(_Frozen):
+    """Content-position terms (docs/semantics.md §3b): the raw score of (i, j) gains
+    ``(q_i + v_h) . P_h[r(i - j)] + k_j . Q_h[r(i - j)] + u_h . k_j`` before the scale, P and Q tables over a
+    row index r of the signed distance. ``shaw``: P a learned (2K + 1, head_dim) table shared by the heads,
+    r = clip(j - i, -K, K) + K (Shaw et al. 2018); ``transformer_xl``: P = sinusoid(i - j) W_R with W_R a
+    learned (dim, heads * head_dim) map, u and v learned per head (Dai et al. 2019); ``deberta``: P (c2p) and
+    Q (p2c) learned (2 buckets, heads, head_dim) tables read at DeBERTa-v2's log bucket of i - j, the scale
+    1 / sqrt(head_dim (1 + terms)) (He et al. 2021; Hugging Face's DebertaV2)."""
+
+    kind: Literal["shaw", "transformer_xl", "deberta"]
+    max_distance: int = 0  # shaw: K; deberta: max_relative_positions
+    dim: int = 0  # transformer_xl: the sinusoid's width
+    buckets: int = 0  # deberta: position_buckets (the tables have 2 * buckets rows)
+    c2p: bool = True  # q_i . P[r]
+    p2c: bool = False  # k_j . Q[r] (deberta)
+
+    def source(self) -> str:
+        """The statement's value as it would be written."""
+        if self.kind == "shaw":
+            return f"shaw(max_distance = {self.max_distance})"
+        if self.kind == "transformer_xl":
+            return f"transformer_xl(dim = {self.dim})"
+        flags = "" if self.c2p and self.p2c else f", c2p = {str(self.c2p).lower()}, p2c = {str(self.p2c).lower()}"
+        return f"deberta(buckets = {self.buckets}, max_distance = {self.max_distance}{flags})"
+
+    def describe(self) -> str:
+        """In words, for diff summaries, explain and the plan."""
+        if self.kind == "shaw":
+            return (f"Shaw relative keys: + q_i . a[clip(j - i, -{self.max_distance}, {self.max_distance})] "
+                    f"(a: {2 * self.max_distance + 1} x head_dim learned, shared by the heads)")
+        if self.kind == "transformer_xl":
+            return (f"Transformer-XL terms: + (q_i + v) . R(i - j) W_R + u . k_j (R: sinusoid of width {self.dim}; "
+                    "W_R, u, v learned)")
+        terms = " + ".join(t for t, on in (("c2p q_i . Kr[r]", self.c2p), ("p2c k_j . Qr[r]", self.p2c)) if on)
+        return (f"DeBERTa disentangled terms: + {terms}, r the log bucket of i - j ({self.buckets} buckets up to "
+                f"{self.max_distance}), scale 1 / sqrt({self.scale_factor} head_dim)")
+
+    @property
+    def rows(self) -> int:
+        """Rows of the learned tables (transformer_xl: the sinusoid's width, W_R's rows)."""
+        return {"shaw": 2 * self.max_distance + 1, "transformer_xl": self.dim, "deberta": 2 * self.buckets}[self.kind]
+
+    @property
+    def scale_factor(self) -> int:
+        """The raw scores are divided by sqrt(scale_factor * head_dim): DeBERTa's 1 + its terms, else 1."""
+        return 1 + int(self.c2p) + int(self.p2c) if self.kind == "deberta" else 1
+
+
 class Regime(_Frozen):
     """One regime of a remapped rotation (docs/semantics.md §2d): the pairs whose distance d = p_i - p_j lies in
     ``low <= d < high`` (``high`` None: no end) rotate q_i at ``query(p_i)`` and k_j at ``key(p_j)``, both
@@ -258,6 +306,7 @@ class Scheme(_Frozen):
     sigmoid_bias: float = 0.0
     lambda_init: float = 0.8
     contextual: ContextualPositions | None = None  # score-dependent positions (CoPE), added to the logits
+    relative: RelativeTerms | None = None  # content-position terms (Shaw, Transformer-XL, DeBERTa)
     # the attention's shape (docs/semantics.md §11): key j is visible to query i iff 0 <= p_i - p_j < window,
     # or iff p_i // chunk == p_j // chunk; sink: a learned logit per head in the normaliser, or a learned
     # key/value slot every query sees

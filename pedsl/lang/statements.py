@@ -237,6 +237,10 @@ def _contextual(s: Any) -> str | None:
     return None if s.contextual is None else s.contextual.source()
 
 
+def _relative(s: Any) -> str | None:
+    return None if s.relative is None else s.relative.source()
+
+
 def _remap(s: Any) -> str | None:
     return None if s.remap is None else s.remap.source()
 
@@ -355,6 +359,16 @@ RECORDS: tuple[Statement, ...] = (
         reserved=False,  # never reserved: files that name a param or let `contextual` parse
         show=_shown("contextual", lambda c: c.source()), diff=Diff("contextual", _contextual, rank=1),
         words=BY_CONSUMER),
+    Statement(
+        rule="relative", kind="relative", node=ast.RelativeStmt, inherit=ONE, merged="relative",
+        fields=("relative",), plan_fields=("relative",), resolve="resolve_relative",  # pedsl.lang.relative
+        completions=(("relative", "relative = ${1|shaw(max_distance = 16),transformer_xl(dim = 64),"
+                      "deberta(buckets = 256\\, max_distance = 512)|}",
+                      "content-position terms: Shaw, Transformer-XL or DeBERTa-v2"),),
+        form=_assign_form, block=None, reads=_value, assign=True,
+        reserved=False,  # never reserved: files that name a param or let `relative` parse
+        show=_shown("relative", lambda r: r.source()), diff=Diff("relative", _relative, rank=1),
+        words=Words(lambda s: None if s.relative is None else s.relative.describe())),
     _shape("window", "a sliding window: a query sees itself and the N - 1 tokens before it", "window = ${1:512}",
            Words(lambda s: None if s.window is None else f"sliding window of {s.window}", sees=True)),
     _shape("chunk", "chunked attention: a query sees the keys of its chunk of N positions", "chunk = ${1:8192}",

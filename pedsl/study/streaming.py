@@ -44,6 +44,10 @@ def streamed_far_sink(mod, q: Tensor, k: Tensor, window: int, *, x=None, tokens=
         raise EvalError("streamed far and sink mass need weights that add over blocks of keys: stick-breaking's "
                          "are products over the nearer keys", hint="analyze at lengths the (B, H, L, L) matrix "
                          "fits (mod.probs)")
+    if mod.plan.relative is not None:
+        raise EvalError("streamed far and sink mass read the scores q . k plus the bias columns: the content-position "
+                         "terms of relative = ... are not streamed", hint="analyze at lengths the (B, H, L, L) matrix "
+                         "fits (mod.probs)")
     sigmoid = mod.plan.normalize == SIGMOID
     qt, kt, _, _ = mod.transform_qkv(q, k, k, x, tokens)
     qt, kt = qt.to(F64), kt.to(F64)

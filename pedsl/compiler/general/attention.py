@@ -21,6 +21,7 @@ from pedsl.compiler.general.inputs import Layout, document_ids_vary, last_tokens
 from pedsl.compiler.general.cache import append_layout, cached, check_cache
 from pedsl.compiler.general.windows import key_starts, shape_of, visible
 from pedsl.compiler.general.bias import Biases, axis_rows, bias_rows, distance_tables, key_axis_rows, run_length
+from pedsl.compiler.general.relative import relative_call, relative_rows, relative_scale
 
 if TYPE_CHECKING:  # annotations only: a generated module carries none of it
     from pedsl.compiler.general.mask_side import MaskSide
@@ -208,6 +209,8 @@ def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, s
     explicit = explicit_scores(scheme.normalize, scheme.cope_max_pos)
     last = (lambda r1: q0 + r1) if explicit else (lambda r1: Lc + L)
     remapped = RemappedKeys(scheme, K, kpos, lay.n) if scheme.remap_bounds else None
+    rel = None if scheme.relative is None else relative_call(scheme, q, K, qpos_all, kpos)
+    scale = None if scheme.relative is None else relative_scale(scheme, q.shape[-1])
     outs = []
     for b, r0 in enumerate(range(0, Lq, block)):
         r1 = min(Lq, r0 + block)
@@ -220,6 +223,9 @@ def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, s
                          None if kcoord is None else kcoord[..., k0:k1], qpos_all[:, r0:r1], kp, q.dtype, bi.queries,
                          bi.axial, None if qax is None else qax[..., r0:r1], None if kax is None else kax[..., k0:k1],
                          run_length(qpos_all, kpos))
+        if rel is not None and scale is not None:  # content-position terms, scaled as the raw scores SDPA scales
+            term = relative_rows(scheme, rel, q[:, :, r0:r1], qpos_all[:, r0:r1], kp, k0, k1) * scale
+            bias = term.to(q.dtype) if bias is None else bias + term.to(q.dtype)
         if explicit:  # key index k - k0 of this span; the query's own key is q0 + r - k0
             outs.append(explicit_rows(scheme, q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias,
                                       q0 + r0 - k0, None if qc is None else qc[:, :, r0:r1]))
@@ -228,8 +234,8 @@ def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, s
             outs.append(remapped.rows(q[:, :, r0:r1], qpos_all[:, r0:r1], k0, k1, V[:, :, k0:k1], mask, bias,
                                       sink_rows(sink, r0, r1), cap))
             continue
-        outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, sink=sink_rows(sink, r0, r1),
-                           softcap=cap))
+        outs.append(attend(q[:, :, r0:r1], K[:, :, k0:k1], V[:, :, k0:k1], mask, bias, scale=scale,
+                           sink=sink_rows(sink, r0, r1), softcap=cap))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 

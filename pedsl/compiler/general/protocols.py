@@ -60,6 +60,8 @@ class SchemeSide(WindowSide, Protocol):
     cope_max_pos: int | None  # CoPE's positions, with its contextual_embedding
     remap_bounds: tuple[tuple[int, int | None], ...]  # remapped positions: each regime's distances; (): none
     remap_chunk: int | None  # remap(chunk = c): the bounds are of floor(p_i / c) - floor(p_j / c), not p_i - p_j
+    # content-position terms: (kind, max_distance, dim, buckets, c2p, p2c) or None (pedsl.compiler.general.relative)
+    relative: tuple[str, int, int, int, bool, bool] | None
 
     @property
     def sink_logit(self) -> Tensor | None:
@@ -76,6 +78,23 @@ class SchemeSide(WindowSide, Protocol):
     @property
     def contextual_embedding(self) -> Tensor | None:
         """CoPE's embedding ((heads,) cope_max_pos, head_dim)."""
+
+    @property
+    def relative_keys(self) -> Tensor | None:
+        """The table the queries read: Shaw's (2K + 1, D), DeBERTa's (2 buckets, H, D), Transformer-XL's W_R
+        (dim, H, D)."""
+
+    @property
+    def relative_queries(self) -> Tensor | None:
+        """DeBERTa's p2c table (2 buckets, H, D) the keys read, or None."""
+
+    @property
+    def relative_u(self) -> Tensor | None:
+        """Transformer-XL's u (H, D), dotted with every key, or None."""
+
+    @property
+    def relative_v(self) -> Tensor | None:
+        """Transformer-XL's v (H, D), added to the queries reading the table, or None."""
 
     @property
     def differential_lambda(self) -> Tensor | None:
