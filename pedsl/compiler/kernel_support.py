@@ -82,7 +82,9 @@ NOT_FEATURES = {
     # sigmoid_bias: a number inside the sigmoid, computed wherever SIGMOID is; lambda_init: DIFFERENTIAL's
     "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "sigmoid_bias", "lambda_init",
              "mask_prefix"),
-    "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta"),
+    # dense: DENSE's generators' shape, computed wherever the kind "transport dense-rotation" is
+    "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta",
+                      "dense"),
     "BiasTerm": ("index", "site", "slope", "why", "axes"),
     "Temperature": ("site", "carried", "why"),
 }

@@ -92,6 +92,7 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
     sink_value = property(lambda self: self.mod.sink_value)
     contextual_embedding = property(lambda self: self.mod.contextual_embedding)
     differential_lambda = property(lambda self: self.mod.differential_lambda)
+    dense = property(lambda self: self.mod.dense)
 
     @staticmethod
     def of(mod) -> "ModuleScheme":
@@ -133,6 +134,8 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
                 cos, sin = mod.rope_tables(t, win.n, win.device, angle_dtype(dtype))  # rotate's scale included
                 pos = win.parts["positions"][:, win.Lw - win.L:].clamp(0, cos.shape[0] - 1)  # padding: any position
                 out.append((cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)))  # (B, 1, L, P)
+            elif t.kind == PL.DENSE:  # its rotations come from its generators and the positions (general.dense)
+                out.append(None)
             elif t.kind in (PL.ROPE, PL.SO2):
                 out.append(as_bhlp(run(t.expr, self.ctx(win, dtype, t), t.site), win.Lw, P))
             else:
