@@ -28,7 +28,9 @@ B, H, L = 2, 2, 9
 # the library schemes the lowering refuses, and the feature (E406) or kernel (E402) its reason names
 REFUSED = {"cope": "contextual positions", "rerope": "remapped positions", "leaky_rerope": "remapped positions",
            "self_extend": "remapped positions", "rope_sigmoid": "sigmoid weights", "stick_breaking": "stick-breaking",
-           "rope_differential": "differential heads",
+           "rope_differential": "differential heads", "liere": "transport dense-rotation",
+           "comrope": "transport dense-rotation", "comrope_ap": "transport dense-rotation",
+           "string": "transport dense-rotation",
            "path": "Householder", "path_fox": "Householder", "path_fox_fla": "Householder"}
 # the eager call's warning that it materialises the scores: what these checks want
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

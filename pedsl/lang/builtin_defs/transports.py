@@ -63,10 +63,11 @@ def _dense_rotation(a: dict[str, Ty]) -> Ty:
     scalar(a, "init")
     for flag in ("shared", "split", "basis"):
         if a[flag].kind != "bool":
-            raise TypeIssue(f"'{flag}' must be true or false", flag)
+            raise TypeIssue(f"'{flag}' must be true or false", flag, hint=f"{flag} = true or {flag} = false")
     per = a.get("per")
     if per is not None and per.kind != "none" and (per.kind != "axis" or per.detail != "head"):
-        raise TypeIssue("'per' must be head (one set of generators per head) or left out (shared by the heads)", "per")
+        raise TypeIssue("'per' must be head (one set of generators per head) or left out (shared by the heads)", "per",
+                        hint="write per = head, or drop it")
     return Ty(Kind.TRANSPORT, detail="dense_rotation", reads=frozenset({Dep.POSITION, Dep.LEARNED}))
 
 
