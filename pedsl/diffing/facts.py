@@ -295,7 +295,8 @@ def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = T
                + ("relative: the generators commute)" if g.relative else "absolute: the generators need not commute)"))
     else:
         how = "transported by accumulated Householder steps (PaTH" + (", orthogonal)" if g.orthogonal else ")")
-    return f"{who} {how} on {where_}, {layout} pairing" if where else f"{who} {how}"
+    pairing = "" if g.kind == "dense_rotation" else f", {layout} pairing"  # blocks of consecutive channels, no pairs
+    return f"{who} {how} on {where_}{pairing}" if where else f"{who} {how}"
 
 
 def describe_freqs(g: GroupFacts, train_length: int | None) -> str | None:

@@ -10,6 +10,7 @@ executor computes yet.
 from __future__ import annotations
 
 import math
+from typing import Any, Literal
 
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
@@ -31,7 +32,7 @@ def dense_rotation(stage, st: ast.Transport, fn: ast.Call, group: ChannelGroup, 
                      "changes)")
         return None
     args = bind_args(fn, FUNCTIONS["dense_rotation"].params)
-    got = {}
+    got: dict[str, Any] = {}
     for name in ("block", "shared", "split", "basis", "init"):
         expr = args[name]
         if not _written(expr):  # a default
@@ -50,9 +51,10 @@ def dense_rotation(stage, st: ast.Transport, fn: ast.Call, group: ChannelGroup, 
         stage.report("E234", f"dense_rotation(): {message}", where(name), hint=hint)
         return None
     per = args["per"]
-    mode = "shared" if got["shared"] else "split" if got["split"] else "independent"
+    mode: Literal["independent", "shared", "split"] = ("shared" if got["shared"] else "split" if got["split"]
+                                                       else "independent")
     return DenseRotation(targets="qk", group=group.name, block=int(block), mode=mode, basis=bool(got["basis"]),
-                         per_head=_written(per) and per.kind == "name" and per.id == "head", init=float(got["init"]), axes=axes)
+                         per_head=isinstance(per, ast.Name) and per.id == "head", init=float(got["init"]), axes=axes)
 
 
 def _written(arg) -> bool:

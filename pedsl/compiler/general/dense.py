@@ -36,7 +36,7 @@ class DenseGenerators(nn.Module):
         """A_a per axis, (G, A, blocks, b, b) float64: skew-symmetric, block by block."""
         g = self.generator.to(F64)
         g = g - g.transpose(-1, -2)
-        if self.mode == "shared":  # A_a = lambda_a A
+        if self.scales is not None:  # shared: A_a = lambda_a A
             return g * self.scales.to(F64).view(1, -1, 1, 1, 1)
         if self.mode == "split":  # block k belongs to axis k // (blocks / A): the axes act on separate blocks
             nb = g.shape[2]
