@@ -47,6 +47,9 @@ CODES: dict[str, tuple[str, str]] = {
     "E230": ("check", "a position axis used but not declared (`position.h` without `axes ..., h`), or declared twice"),
     "E231": ("check", "a bare `position` or `distance` in a scheme with several axes (which axis?)"),
     "E232": ("check", "`sections`/`interleave` sizes that do not fit the group's rotary pairs or the axes"),
+    "E234": ("check", "bad `dense_rotation(...)` arguments: a block size that does not divide the group or is not from "
+                      "2 to 256, `shared` with `split`, `split` blocks the axes do not divide, `init` not positive"),
+    "E235": ("check", "a `dense_rotation(...)` on the values (`qkv`): no executor undoes a dense rotation"),
     "E240": ("check", "a `window`/`chunk` that is not an integer >= 1 known when checking, `window` with `chunk`, "
                       "or an unknown `sink` kind"),
     "E241": ("check", "a malformed `contextual` statement: not `cope(...)`, a `max_pos` that is not an integer "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from pedsl.diffing.facts import (SchemeFacts, describe_axes, describe_bias, describe_freqs, describe_rotation,
+from pedsl.diffing.facts import (GroupFacts, SchemeFacts, describe_axes, describe_bias, describe_freqs, describe_rotation,
                                  describe_temperature, fmt_num, scheme_facts)
 from pedsl.lang.frequencies import axis_runs
 from pedsl.formulas import channel_pairs
@@ -77,6 +77,17 @@ def frequency_lines(f: SchemeFacts) -> list[str]:
 # ---------------------------------------------------------------------- cost
 
 
+def _dense_cost(g: GroupFacts, H: int) -> tuple[str, float, float, str]:
+    """A dense rotation's row: a (b x b) matrix exponential per block and token (~20 b^3 by scaling and squaring,
+    shared by the heads unless per = head), the blocks on q and k (4 n b), the basis on q and k (4 n^2)."""
+    n, b = len(g.channels), g.block
+    expm = 20.0 * (n // b) * b ** 3 / (1 if g.per_head else H)
+    apply = 4.0 * n * b + (4.0 * n * n if g.basis else 0.0)
+    return (f"dense rotation [{g.name}]", expm + apply, 0.0,
+            f"expm of {n // b} blocks {b} x {b} per token (~20 b^3 each{', per head' if g.per_head else ' / H'}) + "
+            f"q, k through the blocks 4 n b" + (" and the basis 4 n^2" if g.basis else "") + "; keys cached rotated")
+
+
 def cost_rows(f: SchemeFacts, L: int) -> list[tuple[str, float, float, str]]:
     """(component, FLOPs per token per head, floats kept per token per head, formula) at context L.
 
@@ -97,6 +108,8 @@ def cost_rows(f: SchemeFacts, L: int) -> list[tuple[str, float, float, str]]:
             rows.append((f"accumulated SO(2) [{g.name}]", steps + P + 2 * P + 3.0 * n * Dg, 2.0 * P,
                          f"step angles ({'projection of x 2 d P / H' if steps > P else 'table lookup P'}) + cumsum P "
                          f"+ cos/sin 2 P + {n} x 3 x {Dg}; float64 angles per token"))
+        elif g.kind == "dense_rotation":
+            rows.append(_dense_cost(g, H))
         else:
             C = min(PATH_BLOCK, L)
             w_cost = 2.0 * d * 16 / H + 2.0 * 16 * Dg + 6.0 * Dg + 3.0 * Dg + 2.0 * d / H

@@ -30,6 +30,8 @@ REFUSED = {"cope": "contextual positions", "rerope": "remapped positions", "leak
            "self_extend": "remapped positions", "dca": "remapped positions", "rope_sigmoid": "sigmoid weights", "stick_breaking": "stick-breaking",
            "rope_differential": "differential heads", "shaw": "content-position terms",
            "transformer_xl": "content-position terms", "deberta_v2": "content-position terms",
+           "liere": "transport dense-rotation", "comrope": "transport dense-rotation",
+           "comrope_ap": "transport dense-rotation", "string": "transport dense-rotation",
            "path": "Householder", "path_fox": "Householder", "path_fox_fla": "Householder"}
 # the eager call's warning that it materialises the scores: what these checks want
 pytestmark = pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")

@@ -75,6 +75,10 @@ EXPECTED = {
                    ()),
     "alibi_2d": ({"all": 32}, [], ["distance"], False, ()),
     # bidirectional encoders and a prefix-LM (the mask statement)
+    "liere": ({"all": 32}, [("dense_rotation", "qk", "all")], [], False, ()),
+    "comrope": ({"all": 32}, [("dense_rotation", "qk", "all")], [], False, ()),
+    "comrope_ap": ({"all": 32}, [("dense_rotation", "qk", "all")], [], False, ("comrope",)),
+    "string": ({"all": 32}, [("dense_rotation", "qk", "all")], [], False, ()),
     "rope_2d_encoder": ({"row": 16, "col": 16}, [("rotate", "qk", "row"), ("rotate", "qk", "col")], [], False,
                         ("rope_2d",)),
     "rope_mixed_encoder": ({"first": 16, "second": 16}, [("rotate", "qk", "first"), ("rotate", "qk", "second")], [],
@@ -92,7 +96,8 @@ EXPECTED = {
 # Schemes of several position axes train on grids: their training length is a grid's token count (16 x 16,
 # 8 x 8 x 8 frames), and they are evaluated at grid sizes, not at token lengths (no eval block).
 GRID_LENGTH = {"rope_2d": 256, "rope_3d": 512, "rope_mixed": 256, "alibi_2d": 256, "rope_2d_encoder": 256,
-               "rope_mixed_encoder": 256, "alibi_2d_encoder": 256, "pixtral_vision": 256, "qwen2_vl_vision": 256}
+               "rope_mixed_encoder": 256, "alibi_2d_encoder": 256, "pixtral_vision": 256, "qwen2_vl_vision": 256,
+               "liere": 256, "comrope": 256, "comrope_ap": 256, "string": 256}
 
 
 def test_library_is_what_the_issue_lists():

@@ -261,7 +261,7 @@ _FIXED_NAMES = (
     "o", "learned", "sites", "out", "pos5", "seg", "n_run", "dt", "positions", "document_ids", "cache", "attn_mask",
     "batch_size", "TRANSFORMS", "BIASES", "CONV_HISTORY", "win", "p", "size", "device", "AXES", "apos", "apos5", "qpos",
     "sink_logit", "sink_key", "sink_value", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "FAST_PATHS",
-    "fast_paths", "differential_lambda", "span_ids", "remap_bounds", "remap_rotate", "query_mlp",
+    "fast_paths", "differential_lambda", "span_ids", "dense", "remap_bounds", "remap_rotate", "query_mlp",
     "RELATIVE_TERMS", "relative", "relative_keys", "relative_queries", "relative_u", "relative_v",
     "Callable", "Optional", "once_differentiable", "Kernels", "SchemeSide", "WindowSide", "MaskSide",
     # the statements' carried values: a constant NAME and the class attribute name each
@@ -287,7 +287,10 @@ def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str],
                        f"{literal(first)}, {literal(second)}, {literal(float(t.scale))}, "
                        f"{literal(float(t.xpos_gamma))}, {literal(tuple(t.xpos_zeta))}),  "
                        + comment(f"group {t.group!r}: {t.kind} of {t.targets}, kernel {t.kernel}"))
-        if t.kind in (P.ROPE, P.SO2):
+        if t.kind == P.DENSE:  # its rotations come from self.dense and the positions (general.dense)
+            body.append(comment(f"{t.kind} on {t.group}: {t.dense.source()}  ({t.why})"))
+            body.append(f"out['t{i}'] = None")
+        elif t.kind in (P.ROPE, P.SO2):
             what = "phase" if t.kind == P.ROPE else "step angle"
             body.append(comment(f"{t.kind} on {t.group}: {what} = {to_source(t.expr)}  ({t.why})"))
             code = gen.expr(t.expr, t.site, npairs, len(ch), body)
@@ -370,14 +373,14 @@ def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
     ])
 
 
-def _class_lines(scheme: Scheme, gen: _Gen, cname: str, body: list[str], tables: list[str],
+def _class_lines(scheme: Scheme, plan: P.Plan, gen: _Gen, cname: str, body: list[str], tables: list[str],
                  axial: list[str], kernels: str) -> list[str]:
     """The module class: the scheme's side of the general forward (its values, tables and constants);
     ``kernels``: the class of primitives its forward runs on."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
                   *_sink_init(scheme), *_contextual_init(scheme),
-                  *_differential_init(scheme), *_relative_init(scheme)]
+                  *_differential_init(scheme), *_relative_init(scheme), *_dense_init(plan, scheme.heads)]
     checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
@@ -508,6 +511,13 @@ def _differential_init(scheme: Scheme) -> list[str]:
     return ["self.differential_lambda = nn.Parameter(torch.randn(4, HEAD_DIM) * 0.1)"]
 
 
+def _dense_init(plan: P.Plan, heads: int) -> list[str]:
+    """The generators of each dense rotation, named, shaped and drawn as SchemeAttention's."""
+    entries = [f"{literal(str(i))}: DenseGenerators(**{literal(t.dense_shape(heads))})"
+               for i, t in enumerate(plan.transports) if t.kind == P.DENSE]
+    return ["self.dense = nn.ModuleDict({" + ", ".join(entries) + "})"]
+
+
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
@@ -559,7 +569,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"RELATIVE_TERMS = {literal(_relative_constant(plan.relative))}",
         "",
         "",
-        *_class_lines(scheme, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels"),
+        *_class_lines(scheme, plan, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels"),
         "",
         "",
         f"Module = {cname}",

@@ -15,7 +15,7 @@ from pedsl.compiler import plan as P
 #: The package modules (dotted, under ``pedsl``) every generated module carries, and those it carries where
 #: its scheme has PaTH's transport or distance tables (their kernels, in the order they use one another).
 EMBEDDED = ("ops.flash", "compiler.kernel_support", "compiler.scores", *(f"compiler.general.{m}" for m in (
-    "masks", "remap", "inputs", "cache", "windows", "values", "transport", "bias", "relative", "attention")),
+    "masks", "remap", "inputs", "cache", "windows", "values", "dense", "transport", "bias", "relative", "attention")),
     "ops.path_decode", "compiler.general.path", "compiler.general.forward",
     "ops.window_kernels", "compiler.kernels_template")
 PATH_EMBEDDED = ("ops.path_blocks", "ops.path_scan", "ops.path_window", "ops.path_kernels")

@@ -141,6 +141,9 @@ def _add_transport(g: nx.DiGraph, scheme: Scheme, idx: int, t) -> str:
         g.add_node(node, op="accumulate_so2", label=f"accumulate SO(2) {t.targets} on {t.group}",
                    steps=steps, **attrs)
         g.add_edge(steps, node)
+    elif t.kind == "dense_rotation":
+        g.add_node(node, op="dense_rotate", label=f"{t.source()} {t.targets} on {t.group}", dense=t, **attrs)
+        g.add_edge(_ensure(g, "learned"), node)
     else:
         w, beta = site_name("w", t.group), site_name("beta", t.group)
         g.add_node(w, op="householder_w", expr=t.w, label=f"w = {to_source(t.w)}", ty=t.w_ty)
@@ -158,7 +161,8 @@ def _add_transport(g: nx.DiGraph, scheme: Scheme, idx: int, t) -> str:
 
 def transform_nodes(g: nx.DiGraph) -> list[str]:
     """The per-group transform nodes, in the scheme's order."""
-    nodes = [n for n, d in g.nodes(data=True) if d.get("op") in ("rotate", "accumulate_so2", "accumulate_householder")]
+    nodes = [n for n, d in g.nodes(data=True) if d.get("op") in ("rotate", "accumulate_so2", "accumulate_householder",
+                                                                   "dense_rotate")]
     return sorted(nodes, key=lambda n: g.nodes[n]["index"])
 
 

@@ -82,7 +82,9 @@ def temperature_feature(table: str) -> str:
 # records, read as the plan's statement_features (settings holds those without a field of their own)
 NOT_FEATURES = {
     "Plan": ("scheme", "layout", "heads", "head_dim", "backend_why", "kernels", "settings"),
-    "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta"),
+    # dense: DENSE's generators' shape, computed wherever the kind "transport dense-rotation" is
+    "TransportStep": ("group", "index", "channels", "kernel", "sites", "scale", "orthogonal", "why", "xpos_zeta",
+                      "dense"),
     "BiasTerm": ("index", "site", "slope", "why", "axes"),
     "Temperature": ("site", "carried", "why"),
 }

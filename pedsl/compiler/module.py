@@ -28,6 +28,7 @@ from pedsl.compiler.shapes import as_bhl, as_bhlp, as_hd, as_table, per_head
 from pedsl.compiler.general import AttentionCache, InputError, shape_of, visible
 from pedsl.compiler.general.relative import relative_call, relative_rows, relative_scale
 from pedsl.compiler.general import angle_dtype, xpos_scale
+from pedsl.compiler.general.dense import DenseGenerators, dense_rotate
 from pedsl.compiler.kernel_support import bias_call, bidirectional_call, fused_call
 from pedsl.compiler.module_values import FusedKernels, ModuleScheme
 from pedsl.compiler.scores import differential_lambda, modified_scores, normalised, own_key_counts, sink_column
@@ -70,6 +71,7 @@ class SchemeAttention(nn.Module):
         self._build_contextual()
         self._build_relative()
         self._build_differential()
+        self._build_dense()
         # how many earlier tokens' inputs a decoding step re-reads (the widest short convolution - 1)
         self._conv_history = max([m.kernel_size[0] - 1 for m in self.learned.modules()
                                   if isinstance(m, nn.Conv1d)], default=0)
@@ -149,6 +151,11 @@ class SchemeAttention(nn.Module):
         self.differential_lambda = None
         if self.plan.normalize == "differential":
             self.differential_lambda = nn.Parameter(torch.randn(4, self.head_dim) * 0.1)
+
+    def _build_dense(self) -> None:
+        """The learned generators of each dense rotation (docs/semantics.md §2e), by transport index."""
+        self.dense = nn.ModuleDict({str(i): DenseGenerators(**t.dense_shape(self.heads))
+                                    for i, t in enumerate(self.transforms) if t.kind == P.DENSE})
 
     # the mask as the general forward's functions read it (general.masks.MaskSide): the cache's refusal reads it
     mask = property(lambda self: self.plan.mask)
@@ -328,6 +335,12 @@ class SchemeAttention(nn.Module):
         undo = []
         for t in self.transforms:
             if t.kind == P.HOUSEHOLDER:
+                continue
+            if t.kind == P.DENSE:  # positions 0..L-1 on every axis, as a call without positions reads them
+                gens = self.dense[str(t.index)]
+                pos = torch.arange(L, device=q.device).view(1, L, 1).expand(1, L, gens.axes)
+                rot, basis = gens.rotations(pos), gens.basis_matrix()
+                q, k = (dense_rotate(x, rot, basis, t.channels if len(t.channels) != D else None) for x in (q, k))
                 continue
             ch = t.channels if len(t.channels) != D else None
             if t.kind == P.SO2:

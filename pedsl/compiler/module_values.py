@@ -96,6 +96,7 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
     relative_queries = property(lambda self: self.mod.relative_queries)
     relative_u = property(lambda self: self.mod.relative_u)
     relative_v = property(lambda self: self.mod.relative_v)
+    dense = property(lambda self: self.mod.dense)
 
     def __getattr__(self, name: str) -> Any:
         """Only for the checker: the carried values are attributes (set above); anything else is missing."""
@@ -141,6 +142,8 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
                 cos, sin = mod.rope_tables(t, win.n, win.device, angle_dtype(dtype))  # rotate's scale included
                 pos = win.parts["positions"][:, win.Lw - win.L:].clamp(0, cos.shape[0] - 1)  # padding: any position
                 out.append((cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)))  # (B, 1, L, P)
+            elif t.kind == PL.DENSE:  # its rotations come from its generators and the positions (general.dense)
+                out.append(None)
             elif t.kind in (PL.ROPE, PL.SO2):
                 out.append(as_bhlp(run(t.expr, self.ctx(win, dtype, t), t.site), win.Lw, P))
             else:

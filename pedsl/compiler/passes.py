@@ -97,10 +97,13 @@ def factor_orthogonal_steps(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
                                          "rotate q and k absolutely, then any fused causal kernel")
         if d["op"] == "rotate":
             return "rotary", d.get("note", "q and k rotated by their own phases (standard RoPE form)")
+        if d["op"] == "dense_rotate":
+            return "matrix exponential", ("q and k rotated by their own R(p) = P^T expm(sum_a p_a A_a) P (block-diagonal "
+                                          "matrix exponentials per token, batched), then any causal kernel")
         return "blockwise", ("Householder steps with beta = 2 are reflections (orthogonal)" if d.get("orthogonal")
                              else "beta in (0, 2): not orthogonal, no absolute factoring; UT/WY blockwise algorithm")
 
-    return _decide(g, ("accumulate_so2", "rotate", "accumulate_householder"), kernel)
+    return _decide(g, ("accumulate_so2", "rotate", "accumulate_householder", "dense_rotate"), kernel)
 
 
 def constant_gate_is_alibi(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
@@ -302,7 +305,7 @@ def _backend_note(g: nx.DiGraph, backend: str, table_bias: bool) -> str:
     return note
 
 
-_KINDS = {"rotate": P.ROPE, "accumulate_so2": P.SO2, "accumulate_householder": P.HOUSEHOLDER}
+_KINDS = {"rotate": P.ROPE, "accumulate_so2": P.SO2, "accumulate_householder": P.HOUSEHOLDER, "dense_rotate": P.DENSE}
 
 
 def _xpos_fields(d: dict) -> dict:
@@ -319,7 +322,8 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
     transports = []
     for n in transform_nodes(g):
         d = g.nodes[n]
-        roles = {"rotate": ("phase",), "accumulate_so2": ("steps",), "accumulate_householder": ("w", "beta")}[d["op"]]
+        roles = {"rotate": ("phase",), "accumulate_so2": ("steps",), "accumulate_householder": ("w", "beta"),
+                 "dense_rotate": ()}[d["op"]]
         sites = tuple(P.Site(d[r], r, g.nodes[d[r]]["expr"], d["group"]) for r in roles)
         table = P.PER_TOKEN if d["op"] != "rotate" else g.nodes[d["phase"]]["kernel"]
         why = "; ".join(x for x in (g.nodes[d["phase"]].get("note") if d["op"] == "rotate" else None, d.get("note")) if x)
@@ -329,7 +333,7 @@ def record_plan(g: nx.DiGraph, opt: Options) -> nx.DiGraph:
             group=d["group"], index=d["index"], kind=_KINDS[d["op"]], channels=tuple(int(c) for c in d["channels"]),
             targets=d["targets"], table=table, kernel=d["kernel"], sites=sites, scale=float(d.get("scale", 1.0)),
             orthogonal=bool(d.get("orthogonal")), why=why, **_xpos_fields(d), pair_axes=g.graph.get("pair_axes", {}).get(d["group"], ()),
-            step=step))
+            step=step, dense=d.get("dense")))
     biases = []
     for n in bias_nodes(g):
         d = g.nodes[n]

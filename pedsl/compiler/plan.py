@@ -28,6 +28,7 @@ from typing import Any
 from pedsl.compiler.kernel_support import explicit_scores
 from pedsl.lang import ast
 from pedsl.lang.exprs import to_source
+from pedsl.lang.scheme import DenseRotation
 from pedsl.lang.frequencies import axis_runs
 from pedsl.lang.statements import CARRIED
 from pedsl.runtime.walk import learned_calls, param_key, site_name  # noqa: F401 (the plan's names)
@@ -36,6 +37,7 @@ from pedsl.runtime.walk import learned_calls, param_key, site_name  # noqa: F401
 ROPE = "rope-table"  # q, k (, v) rotated by position-indexed phases (cos/sin tables)
 SO2 = "accumulated-so2"  # accumulated SO(2) steps: cumulative angles rotate q, k (, v) absolutely
 HOUSEHOLDER = "householder"  # accumulated Householder steps (PaTH): no absolute factoring
+DENSE = "dense-rotation"  # q, k rotated by R(p) = P^T expm(sum_a p_a A_a) P of their own positions (learned)
 # phase tables
 STATIC, RUNTIME_LENGTH, PER_TOKEN = "static", "run-time length", "per token"
 LEARNED_TABLE = "learned"  # a phase of learned values (learned(init)): evaluated at every call, never cached
@@ -90,6 +92,8 @@ class TransportStep:
     # ROPE folded from accumulated constant steps (accumulate(rotation(w))): the step angle w. The fold holds
     # at consecutive positions only; the steps count the tokens on the route (docs/semantics.md §2b)
     step: Site | None = None
+    # DENSE: the checked dense_rotation (block, mode, basis, per_head, init, axes); None for every other kind
+    dense: DenseRotation | None = None
 
     @property
     def expr(self) -> ast.Expr:
@@ -107,6 +111,14 @@ class TransportStep:
     @property
     def static_table(self) -> bool:
         return self.kind == ROPE and self.table == STATIC
+
+    def dense_shape(self, heads: int) -> dict[str, Any]:
+        """DENSE: the keyword arguments of ``general.dense.DenseGenerators`` (the module and the generated module
+        build the same parameters from them, so a state dict loads into both)."""
+        d = self.dense
+        assert d is not None, "dense_shape of a transport that is no dense rotation"
+        return dict(width=len(self.channels), block=d.block, axes=d.axes, mode=d.mode, basis=d.basis,
+                    heads=heads if d.per_head else 1, init=d.init)
 
     def as_steps(self) -> "TransportStep":
         """The transport as written: a RoPE table folded from constant steps back as those SO(2) steps, whose

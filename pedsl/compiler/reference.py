@@ -225,6 +225,9 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
         elif t.kind == "accumulate_rotation":
             a = as_bhlp(run(t.angle, "steps"), L, P).to(F64) * stepv[:, None, :, None]
             tr = ref.accumulated_transport(ref.so2_step_matrices(a, mod.layout, ch, D))
+        elif t.kind == "dense_rotation":
+            pos = c.axes_pos if c.axes_pos is not None else c.positions.unsqueeze(-1).expand(B, L, t.axes)
+            tr = _dense_transport(t, mod.dense[str(mod.plan.transport(t.group).index)], pos, ch, D)
         else:
             wv = run(t.w, "w").align(("batch", "head", "pos", "chan")).to(F64).expand(B, Hq, L, len(ch))
             full = torch.zeros(B, Hq, L, D, dtype=F64, device=dev)
@@ -236,6 +239,40 @@ def _stream_transports(mod, ctx, B: int, Hq: int, L: int, D: int, stepv: Tensor)
         if t.targets == "qkv":
             U = _compose(U, tr)
     return T, U
+
+
+def _dense_transport(t, params, positions: Tensor, ch: list, D: int) -> Tensor:
+    """``T(j->i) = R(p_i)^T R(p_j)`` of a dense rotation (docs/semantics.md §2e), (B, G, L, L, D, D): per token
+    ``R(p) = P^T expm(sum_a p_a A_a) P`` on the group's channels (identity elsewhere), every generator A_a
+    assembled block by block from the raw parameters, one dense matrix exponential per token and head."""
+    raw = params.generator.to(F64)
+    G, n, b = raw.shape[0], len(ch), t.block
+    nb = n // b
+    gens = torch.zeros(G, t.axes, n, n, dtype=F64, device=raw.device)
+    for a in range(t.axes):
+        for blk in range(nb):
+            if t.mode == "split" and blk // (nb // t.axes) != a:
+                continue  # ComRoPE-AP: this block belongs to another axis
+            m = raw[:, a if t.mode == "independent" else 0, blk]
+            m = m - m.transpose(-1, -2)
+            if t.mode == "shared":
+                m = m * params.scales[a].to(F64)
+            gens[:, a, blk * b:(blk + 1) * b, blk * b:(blk + 1) * b] = m
+    eye = torch.eye(n, dtype=F64, device=raw.device)
+    basis = eye.expand(G, n, n)
+    if params.basis is not None:
+        s = params.basis.to(F64) - params.basis.to(F64).transpose(-1, -2)
+        basis = (eye - s) @ torch.linalg.inv(eye + s)
+    B, L, A = positions.shape
+    R = torch.eye(D, dtype=F64, device=raw.device).repeat(B, G, L, 1, 1)
+    idx = torch.tensor(ch, device=raw.device)
+    for bi in range(B):
+        for h in range(G):
+            for i in range(L):
+                arg = sum(positions[bi, i, a].to(F64) * gens[h, a] for a in range(A))
+                r = basis[h].transpose(0, 1) @ torch.linalg.matrix_exp(arg) @ basis[h]
+                R[bi, h, i, idx[:, None], idx[None, :]] = r
+    return R.transpose(-1, -2).unsqueeze(3) @ R.unsqueeze(2)  # [b, h, i, j] = R_i^T R_j
 
 
 def _remapped_rotation(mod, remap, c, phase, ch: list, D: int) -> Tensor:

@@ -48,6 +48,10 @@ class GroupFacts:
     learned: bool = False
     reads_x: bool = False  # steps read the hidden state x (a projection such as linear(x): costs FLOPs)
     orthogonal: bool | None = None
+    relative: bool | None = None  # dense_rotation: whether its generators commute
+    block: int = 0  # dense_rotation: channels per block
+    basis: bool = False  # dense_rotation: a learned basis P
+    per_head: bool = False  # dense_rotation: generators per head
     spread: tuple[float, ...] | None = None  # per-pair scale of random/learned step angles
     mean: tuple[float, ...] | None = None  # per-pair mean step angle (drift)
     pair_axes: tuple[str, ...] = ()  # a multi-axis scheme's rotation: the position axis each pair reads
@@ -204,6 +208,8 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
                 gf.data, gf.learned, gf.reads_x = t.data, t.learned, Dep.DATA in t.reads
                 if gf.freqs is None:
                     gf.spread, gf.mean = step_spread(t.angle, env, gf.pairs)
+            elif t.kind == "dense_rotation":
+                gf.learned, gf.relative, gf.block, gf.basis, gf.per_head = True, t.relative, t.block, t.basis, t.per_head
             else:
                 gf.data, gf.learned, gf.orthogonal = t.data, t.learned, t.orthogonal
         groups.append(gf)
@@ -287,9 +293,13 @@ def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = T
             src = "learned " if g.learned else "random "
             src += "token-dependent" if g.data else "position-indexed"
             how = f"rotated by accumulated {src} steps"
+    elif g.kind == "dense_rotation":
+        how = ("rotated by a learned dense rotation of the position, R(p) = P^T expm(sum_a p_a A_a) P ("
+               + ("relative: the generators commute)" if g.relative else "absolute: the generators need not commute)"))
     else:
         how = "transported by accumulated Householder steps (PaTH" + (", orthogonal)" if g.orthogonal else ")")
-    return f"{who} {how} on {where_}, {layout} pairing" if where else f"{who} {how}"
+    pairing = "" if g.kind == "dense_rotation" else f", {layout} pairing"  # blocks of consecutive channels, no pairs
+    return f"{who} {how} on {where_}{pairing}" if where else f"{who} {how}"
 
 
 def describe_freqs(g: GroupFacts, train_length: int | None) -> str | None:

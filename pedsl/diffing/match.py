@@ -29,6 +29,10 @@ def transport_fields(t) -> dict[str, ast.Expr]:
         return {"phase": t.phase, **({"scale": t.scale_expr} if t.scale_expr is not None else {})}
     if t.kind == "accumulate_rotation":
         return {"angle": t.angle}
+    if t.kind == "dense_rotation":  # static arguments only: each as the number or truth value it folded to
+        return {"block": ast.Num(value=t.block), "shared": ast.Bool(value=t.mode == "shared"),
+                "split": ast.Bool(value=t.mode == "split"), "basis": ast.Bool(value=t.basis),
+                "per_head": ast.Bool(value=t.per_head), "init": ast.Num(value=t.init)}
     return {"w": t.w, "beta": t.beta}
 
 
@@ -41,6 +45,8 @@ def transport_source(t) -> str:
         return f"rotate({f['phase']}" + (f", scale = {f['scale']})" if "scale" in f else ")")
     if t.kind == "accumulate_rotation":
         return f"accumulate(rotation({f['angle']}))"
+    if t.kind == "dense_rotation":
+        return t.source()
     return f"accumulate(householder(w = {f['w']}, beta = {f['beta']}))"
 
 

@@ -188,6 +188,7 @@ def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, sam
     Householder groups move each seeded unit key through the steps, H_i ... H_(j+1) u,
     O(L D) per key. A gate bias is G(j + d) - G(j) with G the cumulative log gate.
     """
+    from pedsl.diffing.dense_curve import dense_transport_part
     from pedsl.diffing.sample import Sampler  # on use: networkx only for the curves that sample
 
     L = lmax + STARTS
@@ -200,6 +201,9 @@ def _sampled_curves(s: Scheme, freqs: dict, biases: list, tau, *, lmax: int, sam
     c = _rotation_part(s, freqs, lmax + 1)
     for t in s.transports:
         if freqs[t.group] is not None:
+            continue
+        if t.kind == "dense_rotation":  # its learned generators at their start
+            c += dense_transport_part(t, len(s.group(t.group).channels), H, D, lmax, seed)
             continue
         if t.kind == "accumulate_householder":
             c += _householder_part(s, sm, t, L, lmax, x, tokens, unit_vectors(H, D, samples, seed))

@@ -66,9 +66,9 @@ class MaskResolution(ResolverStage):
             return
         why = []
         for t in transports:
-            if t.kind != "rotate":
+            if t.kind not in ("rotate", "dense_rotation"):  # a dense rotation is absolute: R(p_i) q . R(p_j) k
                 why.append(f"the accumulated transport on '{t.group}' (a product of the steps of tokens j+1..i)")
-            elif t.xpos_gamma is not None:
+            elif t.kind == "rotate" and t.xpos_gamma is not None:
                 why.append(f"xPos on '{t.group}' (its decay zeta^((i - j) / gamma) grows without bound for j > i)")
         if any(b.kind == "gate" for b in biases):
             why.append("the gate bias (a sum of the log gates of tokens j+1..i)")

@@ -106,7 +106,44 @@ class HouseholderSteps(_Frozen):
         return Dep.LEARNED in self.reads
 
 
-Transport = Annotated[Union[RotateTransport, RotationSteps, HouseholderSteps], Field(discriminator="kind")]
+class DenseRotation(_Frozen):
+    """A rotation of the group's channels by the token's own position p = (p_1 .. p_A), one coordinate per axis
+    (docs/semantics.md §2e): ``R(p) = P^T expm(sum_a p_a A_a) P`` with learned skew-symmetric generators A_a,
+    block-diagonal in blocks of ``block`` consecutive channels of the group. ``mode``: ``independent`` (one
+    generator per axis: LieRE; relative only where they commute), ``shared`` (``A_a = lambda_a A``: ComRoPE-LD),
+    ``split`` (the blocks dealt to the axes in contiguous runs: ComRoPE-AP); ``basis``: P the Cayley transform
+    of a learned skew-symmetric S (STRING), else the identity. q_i and k_j are rotated by R(p_i), R(p_j)."""
+
+    kind: Literal["dense_rotation"] = "dense_rotation"
+    targets: Literal["qk"]
+    group: str
+    block: int  # channels per block (the group's width for one dense block)
+    mode: Literal["independent", "shared", "split"] = "independent"
+    basis: bool = False
+    per_head: bool = False
+    init: float = 0.1
+    axes: int = 1  # position coordinates the rotation reads (the scheme's axes; 1 without an axes statement)
+
+    @property
+    def relative(self) -> bool:
+        """The generators commute (every 2 x 2 skew-symmetric block commutes), so R(p_i)^T R(p_j) = R(p_j - p_i)."""
+        return self.mode != "independent" or self.block == 2 or self.axes == 1
+
+    @property
+    def reads(self) -> frozenset[Dep]:
+        return frozenset({Dep.POSITION, Dep.LEARNED})
+
+    def source(self) -> str:
+        """The call as it would be written (defaults left out)."""
+        args = [f"block = {self.block}"]
+        args += [f"{f} = true" for f, on in (("shared", self.mode == "shared"), ("split", self.mode == "split"),
+                                             ("basis", self.basis)) if on]
+        args += ["per = head"] * self.per_head + ([f"init = {self.init:g}"] if self.init != 0.1 else [])
+        return "dense_rotation(" + ", ".join(args) + ")"
+
+
+Transport = Annotated[Union[RotateTransport, RotationSteps, HouseholderSteps, DenseRotation],
+                      Field(discriminator="kind")]
 
 
 class DistanceBias(_Frozen):

@@ -6,6 +6,7 @@ from pedsl.errors import did_you_mean
 from pedsl.lang import ast
 from pedsl.lang.builtins import FUNCTIONS
 from pedsl.lang.channels import channel_ranges, group_channels
+from pedsl.lang.dense import dense_rotation
 from pedsl.lang.fold import fold_expr
 from pedsl.lang.exprs import calls_in, distance_coefficient, inline_lets, neg, split_terms, to_source, uses_name, walk
 from pedsl.lang.stage import FAILED, ResolverStage
@@ -118,7 +119,7 @@ class TermResolution(ResolverStage):
         seen: dict[str, tuple[str, int]] = {}  # let -> (first group, its channels)
         for t in transports:
             width = len(groups[t.group].channels)
-            exprs = {"rotate": ("phase",), "accumulate_rotation": ("angle",)}.get(t.kind, ("w", "beta"))
+            exprs = {"rotate": ("phase",), "accumulate_rotation": ("angle",), "dense_rotation": ()}.get(t.kind, ("w", "beta"))
             for node in (n for f in exprs for n in walk(getattr(t, f))):
                 axes = self.type_of(node).axes if node.kind == "call" and node.bound is not None else set()
                 if not axes & {"pair", "chan"}:
@@ -149,6 +150,8 @@ class TermResolution(ResolverStage):
                                    scale=scale, scale_expr=scale_expr)
         if fn.kind == "call" and fn.func == "xpos":
             return self._xpos(st, fn, gname, env, group)
+        if fn.kind == "call" and fn.func == "dense_rotation":
+            return dense_rotation(self, st, fn, group, env, max(1, len(self.m.axes.stmt.names) if self.m.axes else 1))
         if fn.kind == "call" and fn.func == "accumulate":
             step = _arg(fn, "step")
             if self._step_reads_query_position(step):
@@ -167,8 +170,8 @@ class TermResolution(ResolverStage):
                 ortho = isinstance(bval, (int, float)) and bval in (0, 2)
                 return HouseholderSteps(targets=st.targets, group=gname, w=w, beta=beta, w_ty=self.type_of(w),
                                         beta_ty=self.type_of(beta), orthogonal=ortho)
-        self.report("E204", "write a transport as rotate(PHASE), accumulate(rotation(ANGLE)) or "
-                    "accumulate(householder(w = ..., beta = ...))", st.value)
+        self.report("E204", "write a transport as rotate(PHASE), accumulate(rotation(ANGLE)), "
+                    "accumulate(householder(w = ..., beta = ...)) or dense_rotation(...)", st.value)
         return None
 
     def _xpos(self, st: ast.Transport, fn: ast.Call, gname: str, env: StaticEnv, group: ChannelGroup):

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # annotations only: a generated module carries none of it
 # ---------------------------------------------------------------------- inputs
 F64 = torch.float64
 ROPE, SO2, HOUSEHOLDER = "rope-table", "accumulated-so2", "householder"  # transport kinds
+DENSE = "dense-rotation"  # q, k rotated by R(p) = P^T expm(sum_a p_a A_a) P (general.dense)
 TABLE_BIAS, LINEAR_BIAS, GATE_BIAS = "distance-table", "linear-distance", "forget-gate"  # bias kinds
 QUERY_BIAS = "query-table"  # a distance table that reads the query position too: evaluated per block of queries
 AXIS_BIAS = "axis-distance"  # a term over per-axis distances i_a - j_a: evaluated per block of (query, key) pairs

@@ -101,6 +101,11 @@ class SchemeSide(WindowSide, Protocol):
         """normalize = differential: the learned lambda rows (4, head_dim)."""
 
     @property
+    def dense(self) -> Any:
+        """The learned generators of each dense rotation, by its transform's index as text (an ``nn.ModuleDict`` of
+        :class:`pedsl.compiler.general.dense.DenseGenerators`; empty without one)."""
+
+    @property
     def query_mlp(self) -> Callable[[int, Tensor, Device], tuple[Tensor, ...] | None] | None:
         """Bias i's FIRE factors for the MLP-bias kernel (None: not of that form), or None: the supplier never
         gives them (its bias runs by blocks of queries)."""

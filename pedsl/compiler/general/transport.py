@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from torch import Tensor
 
-from pedsl.compiler.general.inputs import F64, InputError, Layout, ROPE, SO2, angle_dtype, last_tokens
+from pedsl.compiler.general.inputs import DENSE, F64, InputError, Layout, ROPE, SO2, angle_dtype, last_tokens
+from pedsl.compiler.general.dense import dense_positions, dense_rotate
 from pedsl.compiler.general.cache import stored
 from pedsl.compiler.general.values import TokenValues
 
@@ -22,7 +23,9 @@ TWO_PI = 2.0 * math.pi
 
 
 class Transports(NamedTuple):
-    rots: list  # (transform, (cos, sin)) for ROPE, (transform, float64 angles) for SO2, over the L new tokens
+    # (transform, (cos, sin)) for ROPE, (transform, float64 angles) for SO2, (transform, (blocks, basis)) for DENSE,
+    # over the L new tokens
+    rots: list
     householder: tuple | None  # (w (B, H, L, D), beta (B, H, L)) in the compute dtype, or None
     angles: dict  # transform index -> the running cumulative angles to keep in the cache
     per_head: bool  # a transport differs per query head: k and v need one copy per query head
@@ -56,6 +59,9 @@ def transports(scheme: SchemeSide, kernels: Kernels, vals: TokenValues, lay: Lay
             A = torch.remainder(A, TWO_PI)
             angles[i] = A[..., -1, :]
             rots.append((t, A))
+        elif t.kind == DENSE:  # each token's own rotation: exact for the cache's keys, rotated once as they enter
+            gens = scheme.dense[str(i)]
+            rots.append((t, (gens.rotations(dense_positions(lay, gens.axes)), gens.basis_matrix())))
         else:
             w_g, beta = raw
             H, D = scheme.heads, scheme.head_dim
@@ -155,7 +161,11 @@ def transport_qkv(kernels: Kernels, tr: Transports, q, k, v):
     undo: list[tuple[Any, tuple | None, tuple[Tensor, Tensor] | Tensor]] = []  # (transform, channels, angles)
     for t, ang in merged_rotations(tr.rots, D, kernels.layout):
         ch = t.channels if len(t.channels) != D else None
-        if t.kind == ROPE:
+        if t.kind == DENSE:  # q and k only (the checker's E235)
+            rot, basis = ang
+            q = dense_rotate(q, last_tokens(rot, Lq, 2), basis, ch)
+            k = dense_rotate(k, rot, basis, ch)
+        elif t.kind == ROPE:
             ck, sk = ang[:2]
             cq, sq = last_tokens(ck, Lq), last_tokens(sk, Lq)
             if len(ang) == 3:  # xPos: q's pairs times zeta^((i - c) / gamma), k's divided by zeta^((j - c) / gamma)

@@ -9,7 +9,7 @@ signature and the typing rule; with neither ``fold`` nor ``run`` the folder leav
 from __future__ import annotations
 
 from pedsl.lang.builtin_defs.record import REQUIRED, Builtin, TypeIssue, need_num, scalar
-from pedsl.lang.types import Kind, Ty
+from pedsl.lang.types import Dep, Kind, Ty
 
 
 def _rotate(a: dict[str, Ty]) -> Ty:
@@ -58,6 +58,19 @@ def _householder(a: dict[str, Ty]) -> Ty:
     return Ty(Kind.STEP, detail="householder")
 
 
+def _dense_rotation(a: dict[str, Ty]) -> Ty:
+    scalar(a, "block", integer=True)
+    scalar(a, "init")
+    for flag in ("shared", "split", "basis"):
+        if a[flag].kind != "bool":
+            raise TypeIssue(f"'{flag}' must be true or false", flag, hint=f"{flag} = true or {flag} = false")
+    per = a.get("per")
+    if per is not None and per.kind != "none" and (per.kind != "axis" or per.detail != "head"):
+        raise TypeIssue("'per' must be head (one set of generators per head) or left out (shared by the heads)", "per",
+                        hint="write per = head, or drop it")
+    return Ty(Kind.TRANSPORT, detail="dense_rotation", reads=frozenset({Dep.POSITION, Dep.LEARNED}))
+
+
 def _accumulate(a: dict[str, Ty]) -> Ty:
     t = a["step"]
     if t.kind == "step":
@@ -79,6 +92,14 @@ RECORDS = [
             "xPos (Sun et al. 2022): rotate each pair by its phase and scale pair k of q by zeta_k^(i / gamma), of k "
             "by zeta_k^(-j / gamma), zeta_k = (2k / d + zeta) / (1 + zeta): the pair's logit decays as "
             "zeta_k^((i - j) / gamma)", _xpos, "transport"),
+    Builtin("dense_rotation", (("block", 0), ("shared", False), ("split", False), ("basis", False), ("per", None),
+                               ("init", 0.1)),
+            "a rotation R(p) = P^T expm(sum_a p_a A_a) P of the group's channels by the token's position p (one "
+            "coordinate per axis): A_a learned skew-symmetric, block-diagonal in blocks of `block` consecutive "
+            "channels (0: one dense block), one per axis (LieRE), or shared = true: lambda_a A (ComRoPE-LD), or "
+            "split = true: the blocks dealt to the axes (ComRoPE-AP); basis = true: P = (I - S)(I + S)^-1 of a learned "
+            "skew-symmetric S (STRING), else P = I; per = head: generators per head; init: the std of their start",
+            _dense_rotation, "transport", names=("per",)),
     Builtin("accumulate", (("step", REQUIRED),),
             "ordered product of per-token steps from j+1 to i (or sum of log-gates: a bias)", _accumulate,
             "transport"),
