@@ -160,7 +160,7 @@ def test_cached_decode_with_two_axes_equals_one_full_forward(name, tmp_path):
                                            ("string", True), ("dense_per_head", False)])
 def test_commuting_generators_are_relative_and_liere_is_not(name, relative, tmp_path):
     m = module(tmp_path, FORMS[name])
-    assert m.scheme.transports[0].relative == relative
+    assert m.scheme.transports[0].commuting == relative
     B, L = 1, 6
     q, k, v = (rnd(B, 4, L, 8, seed=s) for s in (1, 2, 3))
     pos = grid(B, L)

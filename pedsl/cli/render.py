@@ -73,7 +73,7 @@ def render_scheme(scheme) -> str:
                 lines.append(f"    learned: {_scalar(t.learned)}")
             elif t.kind == "dense_rotation":
                 lines.append(f"    rotation: {t.source()}  # R(p) = P^T expm(sum_a p_a A_a) P, learned")
-                lines.append(f"    relative: {_scalar(t.relative)}  # the generators commute: R(p_i)^T R(p_j) = R(p_j - p_i)")
+                lines.append(f"    relative: {_scalar(t.commuting)}  # the generators commute: R(p_i)^T R(p_j) = R(p_j - p_i)")
             else:
                 lines.append(f"    w: {to_source(t.w)}")
                 lines.append(f"    beta: {to_source(t.beta)}")

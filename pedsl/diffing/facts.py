@@ -48,7 +48,7 @@ class GroupFacts:
     learned: bool = False
     reads_x: bool = False  # steps read the hidden state x (a projection such as linear(x): costs FLOPs)
     orthogonal: bool | None = None
-    relative: bool | None = None  # dense_rotation: whether its generators commute
+    commuting: bool | None = None  # dense_rotation: whether its generators commute
     block: int = 0  # dense_rotation: channels per block
     basis: bool = False  # dense_rotation: a learned basis P
     per_head: bool = False  # dense_rotation: generators per head
@@ -209,7 +209,7 @@ def scheme_facts(s: Scheme, *, graph: bool = True) -> SchemeFacts:
                 if gf.freqs is None:
                     gf.spread, gf.mean = step_spread(t.angle, env, gf.pairs)
             elif t.kind == "dense_rotation":
-                gf.learned, gf.relative, gf.block, gf.basis, gf.per_head = True, t.relative, t.block, t.basis, t.per_head
+                gf.learned, gf.commuting, gf.block, gf.basis, gf.per_head = True, t.commuting, t.block, t.basis, t.per_head
             else:
                 gf.data, gf.learned, gf.orthogonal = t.data, t.learned, t.orthogonal
         groups.append(gf)
@@ -295,7 +295,7 @@ def describe_rotation(g: GroupFacts, head_dim: int, layout: str, where: bool = T
             how = f"rotated by accumulated {src} steps"
     elif g.kind == "dense_rotation":
         how = ("rotated by a learned dense rotation of the position, R(p) = P^T expm(sum_a p_a A_a) P ("
-               + ("relative: the generators commute)" if g.relative else "absolute: the generators need not commute)"))
+               + ("relative: the generators commute)" if g.commuting else "absolute: the generators need not commute)"))
     else:
         how = "transported by accumulated Householder steps (PaTH" + (", orthogonal)" if g.orthogonal else ")")
     pairing = "" if g.kind == "dense_rotation" else f", {layout} pairing"  # blocks of consecutive channels, no pairs

@@ -125,7 +125,7 @@ class DenseRotation(_Frozen):
     axes: int = 1  # position coordinates the rotation reads (the scheme's axes; 1 without an axes statement)
 
     @property
-    def relative(self) -> bool:
+    def commuting(self) -> bool:
         """The generators commute (every 2 x 2 skew-symmetric block commutes), so R(p_i)^T R(p_j) = R(p_j - p_i)."""
         return self.mode != "independent" or self.block == 2 or self.axes == 1
 
