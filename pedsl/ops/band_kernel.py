@@ -18,10 +18,10 @@ its rows (:func:`causal_bias_attention`): a key term of float64 coordinates, ``g
 distance table ``t[i - j]`` (T5's buckets, KERPLE), with their gradients. Its exp is a polynomial in
 ``cpu_kernels.h`` that vectorises, so one thread runs it faster than PyTorch's flash kernel without a bias.
 
-The general forward (:mod:`pedsl.compiler.general`) imports ``banded_attention`` from
-:mod:`pedsl.compiler.band_dispatch`; a module written by ``pedsl compile`` carries ``window_kernels``' own
-``banded_attention`` instead (torch only, no build step), so it runs the flash path. ``PEDSL_CPU_KERNELS=0``
-keeps the flash path in process too.
+The general forward reaches both through its kernels (``band_attention``, ``bias_attention``); a module written by
+``pedsl compile`` carries the marked section (and the C++ files, built on first use like pedsl's), so it runs
+the same kernels. ``PEDSL_CPU_KERNELS=0`` keeps the flash path and the blocks of queries, in process and in
+generated modules.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from pedsl.ops.cpu_kernels import kernel_ops
 
 F64 = torch.float64
 
-BLOCK = 64  # queries per block (each block reads at most BLOCK + N - 1 keys); 32-128 measure alike
+# <embedded>
+CPP_BAND_BLOCK = 64  # queries per block (each block reads at most CPP_BAND_BLOCK + N - 1 keys); 32-128 measure alike
 
 
 def band_ops():
@@ -50,7 +51,7 @@ class BandAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, window: int):
         q, k, v = (t.contiguous() for t in (q, k, v))
-        out, lse = band_ops().forward(q, k, v, window, BLOCK)
+        out, lse = band_ops().forward(q, k, v, window, CPP_BAND_BLOCK)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.window = window
         return out
@@ -59,7 +60,7 @@ class BandAttention(torch.autograd.Function):
     @once_differentiable  # the kernel's backward has no backward of its own
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = band_ops().backward(dout.contiguous(), q, k, v, out, lse, ctx.window, BLOCK)[:3]
+        dq, dk, dv = band_ops().backward(dout.contiguous(), q, k, v, out, lse, ctx.window, CPP_BAND_BLOCK)[:3]
         return dq, dk, dv, None
 
 
@@ -75,7 +76,7 @@ class BiasAttention(torch.autograd.Function):
         q, k, v = (t.contiguous() for t in (q, k, v))
         g = None if key_term is None else key_term.detach().to(F64).expand(B, Hq, L).contiguous()
         tr = None if table is None else table.detach()[..., :L].to(q.dtype).expand(Hq, L).flip(-1).contiguous()
-        out, lse = band_ops().forward(q, k, v, max(L, 1), BLOCK, g, tr)
+        out, lse = band_ops().forward(q, k, v, max(L, 1), CPP_BAND_BLOCK, g, tr)
         ctx.save_for_backward(q, k, v, out, lse, g, tr)
         ctx.key_like = None if key_term is None else (key_term.shape, key_term.dtype)
         ctx.table_like = None if table is None else (table.shape, table.dtype)
@@ -87,7 +88,7 @@ class BiasAttention(torch.autograd.Function):
         q, k, v, out, lse, g, tr = ctx.saved_tensors
         L = q.shape[2]
         want_g, want_t = ctx.needs_input_grad[3:5]
-        dq, dk, dv, dg, dtr = band_ops().backward(dout.contiguous(), q, k, v, out, lse, max(L, 1), BLOCK, g, tr,
+        dq, dk, dv, dg, dtr = band_ops().backward(dout.contiguous(), q, k, v, out, lse, max(L, 1), CPP_BAND_BLOCK, g, tr,
                                                   want_g, want_t)
         dkey = _summed_to(dg, *ctx.key_like) if want_g else None
         dtab = None
@@ -110,9 +111,16 @@ def bias_kernel_ready() -> bool:
     return band_ops() is not None
 
 
+def band_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:
+    """Sliding-window causal attention (:class:`BandAttention`) on the C++ kernel: the caller has checked the call
+    (:func:`pedsl.compiler.kernel_support.band_call`) and that the kernels are built (:func:`bias_kernel_ready`)."""
+    return BandAttention.apply(q, k, v, window)
+
+
 def causal_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | None = None,
                           table: Tensor | None = None) -> Tensor:
     """Causal attention of one full sequence at positions 0..L-1 (grouped key/value heads allowed) with the
     biases of :class:`BiasAttention`, on the C++ kernel: the caller has checked the call
     (:func:`pedsl.compiler.kernel_support.bias_call`)."""
     return BiasAttention.apply(q, k, v, key_term, table)
+# </embedded>
