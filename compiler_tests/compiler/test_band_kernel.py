@@ -137,11 +137,9 @@ def test_the_general_forward_runs_windows_on_the_kernel(dtype, kernel, monkeypat
 def test_without_a_compiler_the_flash_path_answers_quietly(monkeypatch, caplog, recwarn, tmp_path):
     """No compiler: no build is tried, one debug-level line says why, no warning, and the same band
     through the flash path; PEDSL_CPU_KERNELS off (in any spelling) never looks for a build."""
-    from pedsl.ops import kernel_cache
-
     monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
-    monkeypatch.setattr(kernel_cache, "run_build", lambda *a, **kw: pytest.fail("built without a compiler"))
+    monkeypatch.setattr(CK, "run_build", lambda *a, **kw: pytest.fail("built without a compiler"))
     monkeypatch.setattr(CK, "_state", [])
     monkeypatch.delenv(CK.SWITCH, raising=False)  # the check must run whatever the caller's setting
     caplog.set_level(logging.DEBUG, logger=CK.__name__)
@@ -157,7 +155,7 @@ def test_without_a_compiler_the_flash_path_answers_quietly(monkeypatch, caplog, 
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]
     assert "no C++ compiler" in caplog.records[0].getMessage()
     assert not recwarn.list
-    monkeypatch.setattr(kernel_cache, "verify", lambda *a, **kw: pytest.fail("looked for a build although off"))
+    monkeypatch.setattr(CK, "verify", lambda *a, **kw: pytest.fail("looked for a build although off"))
     for off in ("0", "false", "OFF", " no ", "00"):
         monkeypatch.setattr(CK, "_state", [])
         monkeypatch.setenv(CK.SWITCH, off)
@@ -165,9 +163,10 @@ def test_without_a_compiler_the_flash_path_answers_quietly(monkeypatch, caplog, 
 
 
 def test_the_build_is_named_by_source_flags_and_cpu(monkeypatch, tmp_path):
-    """A changed source or header (its text or path: another checkout), flags or compiler builds into a folder
-    of its own instead of rebuilding another one's; the CPU counts only where the flags make code for the build
-    machine (``-march=native``): the default flags are portable."""
+    """A changed source or header text, flags or compiler builds into a folder of its own instead of rebuilding
+    another one's; the same text elsewhere (another checkout, a generated module's copy) shares the build; the
+    CPU counts only where the flags make code for the build machine (``-march=native``): the default flags are
+    portable."""
     name = CK.extension_name()
     assert name.startswith("pedsl_kernels_") and name == CK.extension_name()
     monkeypatch.setattr(CK, "CFLAGS", CK.CFLAGS + ("-g",))
@@ -190,6 +189,8 @@ def test_the_build_is_named_by_source_flags_and_cpu(monkeypatch, tmp_path):
         copy.parent.mkdir()
         copy.write_text(first.read_text(encoding="utf-8"), encoding="utf-8")
         monkeypatch.setattr(CK, attr, (copy, *getattr(CK, attr)[1:]))
+        assert CK.extension_name() == name
+        copy.write_text(first.read_text(encoding="utf-8") + "\n// changed\n", encoding="utf-8")
         assert CK.extension_name() != name
         monkeypatch.undo()
     assert CK.extension_name() == name

@@ -96,7 +96,7 @@ def _compare(fn, B, H, L, u, w, mlp, *, dtype=F64, scale=None, chains=None, seed
 ])
 def test_the_kernel_equals_the_dense_reference_forward_and_every_gradient(B, H, L, K, threshold, block, monkeypatch):
     if block is not None:
-        monkeypatch.setattr(MK, "BLOCK", block)
+        monkeypatch.setattr(MK, "MLP_BLOCK", block)
     cpp, torch_kernel = _spy(monkeypatch)
     u, w = _fire(L, threshold, extra=3)  # u longer than L: its gradient past L is zero
     _compare(MK.mlp_attention, B, H, L, u, w, _mlp(H, K, seed=L), seed=L)

@@ -15,10 +15,12 @@ distance, pair|chan)``; see the kernels in :mod:`pedsl.compiler.kernels_template
 A generated ``_values`` method gives the per-token quantities (phases, step angles,
 w and beta, gates, temperature) and the general forward of :mod:`pedsl.compiler.general`,
 copied verbatim into the module with the banded window kernels of
-:mod:`pedsl.ops.window_kernels` (their flash path: a generated module stays torch only, without
-the C++ sliding-window kernel :mod:`pedsl.ops.band_kernel` builds in process), does the rest - positions, documents, masks, GQA and
+:mod:`pedsl.ops.window_kernels`, does the rest - positions, documents, masks, GQA and
 the decoding cache, exactly as SchemeAttention's general path - with plain-torch
-rotations. A PaTH scheme's module also carries PaTH's blockwise kernels (:mod:`pedsl.ops.path_kernels`
+rotations. Where the plan allows a C++ kernel (a sliding window, biases in the causal kernel's rows, FIRE's
+MLP-bias kernel, PaTH's rows: ``embedded.NATIVE_KERNELS``) the module also carries the C++ files and pedsl's
+loader (:mod:`pedsl.ops.cpu_kernels`, built on first use into the folder pedsl in process uses, one build for
+both; without pedsl installed too), with the torch paths and a log line where they cannot be built. A PaTH scheme's module also carries PaTH's blockwise kernels (:mod:`pedsl.ops.path_kernels`
 and the modules it calls), and a scheme with distance tables the Toeplitz kernel
 (:mod:`pedsl.ops.distance_bias`), copied the same way, so its fresh sequences run in the package's time
 and memory rather than by the token-by-token decode rule or blocks of queries.
@@ -33,7 +35,8 @@ from pathlib import Path
 
 from pedsl import __version__
 from pedsl.compiler import plan as P
-from pedsl.compiler.embedded import Carried, embedded_section
+from pedsl.compiler.codegen_mlp import query_mlp_lines
+from pedsl.compiler.embedded import Carried, embedded_section, kernel_sources
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
 from pedsl.formulas import channel_pairs
@@ -104,11 +107,12 @@ class _Gen:
         return f"_axis({name}, {literal(axis)}, dev)"
 
     def expr(self, e: ast.Expr, site: str, pairs: int | None, chans: int | None, into: list[str],
-             indent: str = "") -> str:
-        """The code of ``e``; the statements binding its deep sub-expressions are appended to ``into``
-        (at ``indent``) first, so that no line nests brackets more than about MAX_CODE_NESTING deep."""
+             indent: str = "", whole: ast.Expr | None = None) -> str:
+        """The code of ``e`` (a part of the site's expression ``whole``, which names its learned calls); the
+        statements binding its deep sub-expressions are appended to ``into`` (at ``indent``) first, so that no
+        line nests brackets more than about MAX_CODE_NESTING deep."""
         self._pairs, self._chans = pairs, chans
-        self._keys = {id(call): key for call, key in learned_calls(e, site)}  # the walk's names
+        self._keys = {id(call): key for call, key in learned_calls(whole or e, site)}  # the walk's names
         self._types = node_types(e, self.values)
         self._setup: list[str] = []
         code = self._e(e)
@@ -263,7 +267,8 @@ _FIXED_NAMES = (
     "sink_logit", "sink_key", "sink_value", "COPE_MAX_POS", "cope_max_pos", "contextual_embedding", "FAST_PATHS",
     "fast_paths", "differential_lambda", "span_ids", "dense", "remap_bounds", "remap_rotate", "query_mlp",
     "RELATIVE_TERMS", "relative", "relative_keys", "relative_queries", "relative_u", "relative_v",
-    "Callable", "Optional", "once_differentiable", "Kernels", "SchemeSide", "WindowSide", "MaskSide",
+    "Callable", "Optional", "once_differentiable", "u", "net", "KERNEL_SOURCES", "Kernels", "SchemeSide", "WindowSide",
+    "MaskSide",
     # the statements' carried values: a constant NAME and the class attribute name each
     *(n for c in CARRIED for n in (c.name.upper(), c.name)),
 )
@@ -374,9 +379,9 @@ def _docstring(scheme: Scheme, plan: P.Plan, cname: str) -> str:
 
 
 def _class_lines(scheme: Scheme, plan: P.Plan, gen: _Gen, cname: str, body: list[str], tables: list[str],
-                 axial: list[str], kernels: str) -> list[str]:
+                 axial: list[str], kernels: str, query_mlp: list[str]) -> list[str]:
     """The module class: the scheme's side of the general forward (its values, tables and constants);
-    ``kernels``: the class of primitives its forward runs on."""
+    ``kernels``: the class of primitives its forward runs on; ``query_mlp``: its lines of that member."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
                   *_sink_init(scheme), *_contextual_init(scheme),
@@ -399,7 +404,7 @@ def _class_lines(scheme: Scheme, plan: P.Plan, gen: _Gen, cname: str, body: list
         "    cope_max_pos = COPE_MAX_POS",
         "    relative = RELATIVE_TERMS",
         "    remap_bounds, remap_chunk, remap_rotate = (), None, None  # pedsl compile refuses remapped positions",
-        "    query_mlp = None  # no MLP-bias kernel here: FIRE's bias runs by blocks of queries",
+        *query_mlp,
         "",
         "    def __init__(self) -> None:",
         *[ind + line for line in init_lines + gen.init],
@@ -533,6 +538,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
     gen = _Gen(scheme, d_model, vocab_size, names)
     records, body = _transport_code(gen, plan, scheme)
     kinds, bias_body, tables, axial = _bias_code(gen, plan)
+    query_mlp = query_mlp_lines(gen, plan)
     body = ["out = {}", *body, *bias_body, "return out"]
     out = [
         text_block(_docstring(scheme, plan, cname)),
@@ -540,6 +546,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         "from __future__ import annotations",
         "",
         "import math",
+        *carried.imports(),
         "from typing import Callable, NamedTuple, Optional" if carried.path else "from typing import NamedTuple",
         "",
         "import torch",
@@ -569,11 +576,13 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         f"RELATIVE_TERMS = {literal(_relative_constant(plan.relative))}",
         "",
         "",
-        *_class_lines(scheme, plan, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels"),
+        *_class_lines(scheme, plan, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels",
+                      query_mlp),
         "",
         "",
         f"Module = {cname}",
         "",
+        *(["", *kernel_sources(), ""] if carried.native else []),
     ]
     text = "\n".join(out)
     _validate(text, cname)

@@ -22,7 +22,7 @@ from pedsl.lang.fold import bind_args
 from pedsl.lang.typed import node_types
 from pedsl.ops import rotary
 from pedsl.ops.accumulate import cumulative_angles
-from pedsl.ops.band_kernel import bias_kernel_ready, causal_bias_attention
+from pedsl.ops.band_kernel import band_attention, bias_kernel_ready, causal_bias_attention
 from pedsl.ops.distance_bias import distance_bias_attention, distance_bias_supported
 from pedsl.ops.mlp_kernel import mlp_attention
 from pedsl.ops.path import path_attention, path_attention_local, path_transported_keys
@@ -47,6 +47,7 @@ class FusedKernels:
     distance_attention = staticmethod(distance_bias_attention)
     distance_supported = staticmethod(distance_bias_supported)
     mlp_attention = staticmethod(mlp_attention)
+    band_attention = staticmethod(band_attention)  # the C++ sliding-window kernel
     bias_attention = staticmethod(causal_bias_attention)  # the C++ causal kernel with biases in its rows
     bias_ready = staticmethod(bias_kernel_ready)
 

@@ -21,10 +21,10 @@ After the bias it soft-caps the scores (Gemma 2, a vectorised tanh) and adds a s
 denominator (GPT-OSS; softmax plus one's logit 0), with the sink's gradient, inside a window or not: the general
 forward sends a fresh call of one document there (``rows_attend`` in :mod:`pedsl.compiler.general.attention`).
 
-The general forward (:mod:`pedsl.compiler.general`) imports ``banded_attention`` from
-:mod:`pedsl.compiler.band_dispatch`; a module written by ``pedsl compile`` carries ``window_kernels``' own
-``banded_attention`` instead (torch only, no build step), so it runs the flash path. ``PEDSL_CPU_KERNELS=0``
-keeps the flash path in process too.
+The general forward reaches both through its kernels (``band_attention``, ``bias_attention``); a module written by
+``pedsl compile`` carries the marked section (and the C++ files, built on first use like pedsl's), so it runs
+the same kernels. ``PEDSL_CPU_KERNELS=0`` keeps the flash path and the blocks of queries, in process and in
+generated modules.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ from pedsl.ops.cpu_kernels import kernel_ops
 
 F64 = torch.float64
 
-BLOCK = 64  # queries per block (each block reads at most BLOCK + N - 1 keys); 32-128 measure alike
+# <embedded>
+CPP_BAND_BLOCK = 64  # queries per block (each block reads at most CPP_BAND_BLOCK + N - 1 keys); 32-128 measure alike
 
 
 def band_ops():
@@ -53,7 +54,7 @@ class BandAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, window: int):
         q, k, v = (t.contiguous() for t in (q, k, v))
-        out, lse = band_ops().forward(q, k, v, window, BLOCK)
+        out, lse = band_ops().forward(q, k, v, window, CPP_BAND_BLOCK)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.window = window
         return out
@@ -62,7 +63,7 @@ class BandAttention(torch.autograd.Function):
     @once_differentiable  # the kernel's backward has no backward of its own
     def backward(ctx, dout: Tensor):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = band_ops().backward(dout.contiguous(), q, k, v, out, lse, ctx.window, BLOCK)[:3]
+        dq, dk, dv = band_ops().backward(dout.contiguous(), q, k, v, out, lse, ctx.window, CPP_BAND_BLOCK)[:3]
         return dq, dk, dv, None
 
 
@@ -82,7 +83,7 @@ class BiasAttention(torch.autograd.Function):
         g = None if key_term is None else key_term.detach().to(F64).expand(B, Hq, L).contiguous()
         tr = None if table is None else table.detach()[..., :L].to(q.dtype).expand(Hq, L).flip(-1).contiguous()
         sk = None if sink is None else sink.detach().to(q.dtype).expand(B, Hq, L).contiguous()
-        ctx.extras = (max(min(window or L, L), 1), BLOCK, g, tr, sk, float(cap or 0.0))
+        ctx.extras = (max(min(window or L, L), 1), CPP_BAND_BLOCK, g, tr, sk, float(cap or 0.0))
         out, lse = band_ops().forward(q, k, v, *ctx.extras)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.likes = [None if t is None else (t.shape, t.dtype) for t in (key_term, table, sink)]
@@ -119,6 +120,12 @@ def bias_kernel_ready() -> bool:
     return band_ops() is not None
 
 
+def band_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:
+    """Sliding-window causal attention (:class:`BandAttention`) on the C++ kernel: the caller has checked the call
+    (:func:`pedsl.compiler.kernel_support.band_call`) and that the kernels are built (:func:`bias_kernel_ready`)."""
+    return BandAttention.apply(q, k, v, window)
+
+
 def causal_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | None = None,
                           table: Tensor | None = None, sink: Tensor | None = None, cap: float | None = None,
                           window: int | None = None) -> Tensor:
@@ -126,3 +133,4 @@ def causal_bias_attention(q: Tensor, k: Tensor, v: Tensor, key_term: Tensor | No
     biases, soft cap, sink and window of :class:`BiasAttention`, on the C++ kernel: the caller has checked the
     call (:func:`pedsl.compiler.kernel_support.bias_call`)."""
     return BiasAttention.apply(q, k, v, key_term, table, sink, cap, window)
+# </embedded>

@@ -17,6 +17,10 @@ built or loaded (no compiler or ninja, a failed or timed-out build, a torch whos
 The flags are portable on purpose: no ``-march=native``, so a build's results do not depend on the CPU it
 was built on, and ``-ffp-contract=off``, so no compiler fuses a multiply and an add into one rounding where
 another would not. The BLAS GEMM still picks its own code path at run time.
+
+A module written by ``pedsl compile`` carries the marked section (with those of :mod:`pedsl.ops.kernel_cache` and
+:mod:`pedsl.ops.kernel_build`) and the C++ files' text, and supplies the five names above it its own way
+(:mod:`pedsl.compiler.native_template`): the same key, so it loads the build pedsl made, or builds it once.
 """
 
 from __future__ import annotations
@@ -29,42 +33,74 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+import pedsl
 from pedsl.envswitch import switch
-from pedsl.ops import kernel_cache
+from pedsl.ops.kernel_build import missing_ops
+from pedsl.ops.kernel_cache import builder_lock, clear_stale, ensure_folder, failed_before, library_path, run_build, \
+    verify, write_stamp
 
 HERE = Path(__file__).parent
 SOURCES = (HERE / "band_kernel.cpp", HERE / "mlp_kernel.cpp", HERE / "path_kernel.cpp")
 HEADERS = (HERE / "cpu_kernels.h",)
+
+
+def kernel_texts() -> dict[str, str]:
+    """The C++ sources and headers by file name (what a build compiles, and what its key hashes)."""
+    return {p.name: p.read_text(encoding="utf-8") for p in (*SOURCES, *HEADERS)}
+
+
+def source_paths(folder: Path) -> list[Path]:
+    """The C++ files torch's builder compiles: the package's own (a generated module writes its copies into the
+    build folder instead)."""
+    return list(SOURCES)
+
+
+def builder_command() -> tuple[list[str], dict] | None:
+    """The child process that builds (:mod:`pedsl.ops.kernel_build`, importing this very pedsl) and its
+    environment."""
+    env = dict(os.environ)
+    root = str(Path(pedsl.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    return [sys.executable, "-m", "pedsl.ops.kernel_build"], env
+
+
+FALLBACK_LOG_LEVEL = logging.DEBUG  # the torch paths in process: quiet (`pedsl kernels` says why)
+
+
+# <embedded>
 CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")  # OpenMP: at::parallel_for over torch's own libgomp
 LDFLAGS = ("-fopenmp",)
 OPS = ("pedsl_band.forward", "pedsl_band.backward", "pedsl_mlp.forward", "pedsl_mlp.backward", "pedsl_path.scan_forward",
        "pedsl_path.scan_backward", "pedsl_path.unit_lower_inverse")
 SWITCH = "PEDSL_CPU_KERNELS"  # off: never build or use the C++ kernels
 BUILD_TIMEOUT_S = 300.0  # a build (20-60 s on two cores), or the wait for another process's, is stopped here
-LOADER_FORMAT = "2"  # part of the key: how the folder is laid out and stamped
+LOADER_FORMAT = "3"  # part of the key: how the folder is laid out and stamped
 
 log = logging.getLogger(__name__)
 _state: list = []  # [KernelState] once this process has tried to load the extension
 _lock = threading.Lock()
 
 
-@dataclass
 class KernelState:
-    """What this process found and did about the C++ kernels (``pedsl kernels`` prints it)."""
+    """What this process found and did about the C++ kernels (``pedsl kernels`` prints it). A plain class, not a
+    dataclass: a generated module carrying it may be loaded without a ``sys.modules`` entry, which dataclasses read."""
 
-    on: bool  # PEDSL_CPU_KERNELS
-    compiler: str | None = None
-    ninja: str | None = None
-    folder: Path | None = None
-    built: bool = False  # a stamped library of this key, byte for byte, is in the folder
-    loaded: bool = False  # loaded into this process, every op of OPS registered
-    build_seconds: float | None = None  # this process built it, in that many seconds
-    reason: str = ""  # why it is not loaded
+    def __init__(self, on: bool):
+        self.on = on  # PEDSL_CPU_KERNELS
+        self.compiler: str | None = None
+        self.ninja: str | None = None
+        self.folder: Path | None = None
+        self.built = False  # a stamped library of this key, byte for byte, is in the folder
+        self.loaded = False  # loaded into this process, every op of OPS registered
+        self.build_seconds: float | None = None  # this process built it, in that many seconds
+        self.reason = ""  # why it is not loaded
+
+    def __repr__(self) -> str:
+        return f"KernelState({', '.join(f'{k}={v!r}' for k, v in vars(self).items())})"
 
 
 def kernel_ops(namespace: str):
@@ -93,53 +129,62 @@ def prepare(*, build: bool = True, rebuild: bool = False, timeout: float | None 
         st.compiler, st.ninja = shutil.which(os.environ.get("CXX", "c++")), shutil.which("ninja")
         st.folder = build_folder()
         _load_or_build(st, build, rebuild, BUILD_TIMEOUT_S if timeout is None else timeout)
-    log.debug("pedsl's C++ CPU kernels: %s", "loaded" if st.loaded else f"the torch paths ({st.reason})")
+    if st.loaded:
+        log.debug("pedsl's C++ CPU kernels: loaded from %s", st.folder)
+    else:  # off by the switch: at most INFO, the user asked for it
+        log.log(FALLBACK_LOG_LEVEL if st.on else min(FALLBACK_LOG_LEVEL, logging.INFO),
+                "pedsl's C++ CPU kernels are not used (%s): the torch paths run, same results", st.reason)
     _state[:] = [st]
     return st
 
 
 def _load_or_build(st: KernelState, build: bool, rebuild: bool, timeout: float) -> None:
     name, key = extension_name(), build_key()
-    why = None if rebuild else kernel_cache.verify(st.folder, name, key)
+    why = None if rebuild else verify(st.folder, name, key)
     if why is None and not rebuild:
         st.built = True
         return _load(st, name)
     if not (st.compiler and st.ninja):
         st.reason = "no C++ compiler" if not st.compiler else "no ninja (pip install ninja)"
         return
-    failed = None if rebuild else kernel_cache.failed_before(st.folder, key)
+    failed = None if rebuild else failed_before(st.folder, key)
     if failed or not build:
         st.reason = f"an earlier build failed ({failed}); `pedsl kernels --rebuild` tries again" if failed \
             else f"not built ({why})"
         return
     try:
-        kernel_cache.ensure_folder(st.folder)
-        with kernel_cache.builder_lock(st.folder, timeout, _waiting) as fd:
+        ensure_folder(st.folder)
+        with builder_lock(st.folder, timeout, _waiting) as fd:
             if fd is None:
                 st.reason = f"another process was still building them after {timeout:.0f} s"
                 log.warning("pedsl's CPU kernels: %s; using the torch paths this time", st.reason)
                 return
-            why = "--rebuild" if rebuild else kernel_cache.verify(st.folder, name, key)
+            why = "--rebuild" if rebuild else verify(st.folder, name, key)
             if why is not None:  # not built by another process meanwhile
                 _build(st, name, key, fd, timeout, why)
     except OSError as err:
         st.reason = f"the build folder {st.folder} cannot be used: {err.strerror or err}"
         log.warning("pedsl's CPU kernels: %s; using the torch paths", st.reason)
         return
-    if kernel_cache.verify(st.folder, name, key) is None:
+    if verify(st.folder, name, key) is None:
         st.built = True
         _load(st, name)
 
 
 def _build(st: KernelState, name: str, key: str, lock_fd: int, timeout: float, why: str) -> None:
-    if kernel_cache.library_path(st.folder, name).exists() and why != "--rebuild":
+    if library_path(st.folder, name).exists() and why != "--rebuild":
         log.warning("pedsl's CPU kernels in %s are not used (%s): building them again", st.folder, why)
-    kernel_cache.clear_stale(st.folder, name, everything=why == "--rebuild")
+    clear_stale(st.folder, name, everything=why == "--rebuild")
     log.warning("building pedsl's CPU kernels, once per machine, ~30 s (in %s)", st.folder)
     start = time.monotonic()
-    spec = {"folder": str(st.folder), "name": name, "key": key, "sources": [str(p) for p in SOURCES],
+    builder = builder_command()
+    if builder is None:
+        st.reason = "this module has no file a build process could import"
+        log.warning("pedsl's CPU kernels: %s; using the torch paths", st.reason)
+        return
+    spec = {"folder": str(st.folder), "name": name, "key": key, "sources": [str(p) for p in source_paths(st.folder)],
             "cflags": list(CFLAGS), "ldflags": list(LDFLAGS), "ops": list(OPS)}
-    failure = kernel_cache.run_build(spec, lock_fd, timeout)
+    failure = run_build(spec, lock_fd, timeout, *builder)
     seconds = time.monotonic() - start
     if failure is None:
         st.build_seconds = seconds
@@ -148,16 +193,14 @@ def _build(st: KernelState, name: str, key: str, lock_fd: int, timeout: float, w
     error, permanent = failure
     st.reason = f"the build failed: {error}"
     if permanent:  # a compiler or loader error comes back on every try: not retried until `pedsl kernels --rebuild`
-        kernel_cache.write_stamp(st.folder, key, name, error=error)
+        write_stamp(st.folder, key, name, error=error)
     log.warning("pedsl's CPU kernels did not build after %.0f s, using the torch paths: %s", seconds, error)
 
 
 def _load(st: KernelState, name: str) -> None:
     """Load the verified library into this process and check that every op is there."""
-    from pedsl.ops.kernel_build import missing_ops
-
     try:
-        torch.ops.load_library(str(kernel_cache.library_path(st.folder, name)))
+        torch.ops.load_library(str(library_path(st.folder, name)))
     except (OSError, RuntimeError) as err:
         st.reason = f"the library does not load: {err}"
     else:
@@ -183,13 +226,13 @@ def build_folder() -> Path:
 
 
 def build_key() -> str:
-    """Everything a build depends on: the source files (their paths and text), flags, torch, the compiler
-    and this loader's layout; the CPU too where the flags make code for the build machine only. Two
-    checkouts never rebuild each other's (ninja rebuilds when a source path changes)."""
-    files = [*SOURCES, *HEADERS]
+    """Everything a build depends on: the text of the C++ files (by name), flags, torch, the compiler and this
+    loader's layout; the CPU too where the flags make code for the build machine only. Not where the files lie:
+    pedsl in process and the modules ``pedsl compile`` writes (which carry the same text) share one build, and
+    load one library (two would register the same ops twice)."""
     native = any("native" in flag for flag in CFLAGS)
-    parts = [*(str(p.resolve()) for p in files), *(p.read_text(encoding="utf-8") for p in files),
-             " ".join(CFLAGS), " ".join(LDFLAGS), torch.__version__, os.environ.get("CXX", "c++"),
+    texts = [f"{name}\n{text}" for name, text in sorted(kernel_texts().items())]
+    parts = [*texts, " ".join(CFLAGS), " ".join(LDFLAGS), torch.__version__, os.environ.get("CXX", "c++"),
              LOADER_FORMAT, cpu_identity() if native else ""]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
@@ -218,3 +261,4 @@ def _ninja_on_path() -> None:
         except ImportError:
             return
         os.environ["PATH"] = os.pathsep.join(filter(None, [os.environ.get("PATH"), ninja.BIN_DIR]))
+# </embedded>

@@ -2,6 +2,9 @@
 with one JSON argument: folder, name, key, sources, flags, ops): torch's builder compiles and links the library
 in the folder, loads it here, every op the callers need is looked up, and only then the stamp is written. A
 library that crashes when loaded ends this process, not pedsl's. Exit 0 on success; 1 with the error on stdout.
+
+A module written by ``pedsl compile`` carries the marked section (with :mod:`pedsl.ops.kernel_cache`'s and
+:mod:`pedsl.ops.cpu_kernels`'), and its child process runs that module's ``builder_main``.
 """
 
 from __future__ import annotations
@@ -10,7 +13,10 @@ import sys
 import warnings
 from pathlib import Path
 
+from pedsl.ops.kernel_cache import write_stamp
+from pedsl.strictparse import load_json
 
+# <embedded>
 def missing_ops(ops: list[str]) -> list[str]:
     """The ``namespace.op`` names of ``ops`` that ``torch.ops`` does not have."""
     import torch
@@ -25,10 +31,9 @@ def missing_ops(ops: list[str]) -> list[str]:
     return missing
 
 
-def build(spec: dict) -> None:
+def build_library(spec: dict) -> None:
+    """Compile, link and load the library ``spec`` describes, check its ops, then stamp its folder."""
     from torch.utils.cpp_extension import load
-
-    from pedsl.ops.kernel_cache import write_stamp
 
     folder = Path(spec["folder"])
     with warnings.catch_warnings():
@@ -41,16 +46,16 @@ def build(spec: dict) -> None:
     write_stamp(folder, spec["key"], spec["name"])
 
 
-def main(argv: list[str]) -> int:
-    from pedsl.strictparse import load_json
-
+def builder_main(argv: list[str]) -> int:
+    """The child's entry point: ``argv[0]`` the spec as JSON; 0 when built, 1 with the error on stdout."""
     try:
-        build(load_json(argv[0]))
+        build_library(load_json(argv[0]))
     except Exception as err:  # noqa: BLE001 - every failure is reported to the parent, which falls back
         print(f"{type(err).__name__}: {err}", flush=True)
         return 1
     return 0
+# </embedded>
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(builder_main(sys.argv[1:]))

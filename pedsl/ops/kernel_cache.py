@@ -25,15 +25,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import pedsl
 from pedsl.fsio import atomic_write_text, read_text
 from pedsl.strictparse import load_json
 
+# <embedded>
 STAMP = "pedsl-build.json"
 BUILDER_LOCK = "pedsl-build.lock"
 TORCH_LOCK = "lock"  # torch.utils.cpp_extension's own lock, in the build folder
@@ -148,14 +147,12 @@ def clear_stale(folder: Path, name: str, everything: bool = False) -> None:
         path.unlink(missing_ok=True)
 
 
-def run_build(spec: dict, lock_fd: int, timeout: float) -> tuple[str, bool] | None:
-    """Build, load and stamp the library described by ``spec`` in a child process; None on success, else
-    what went wrong and whether another try would fail again (the compiler's or the loader's error, not a
-    timeout). Ctrl-C (or any exception) while waiting ends the child and its compilers."""
-    env = dict(os.environ)
-    root = str(Path(pedsl.__file__).resolve().parent.parent)  # the child imports this very pedsl
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    proc = subprocess.Popen([sys.executable, "-m", "pedsl.ops.kernel_build", json.dumps(spec)],
+def run_build(spec: dict, lock_fd: int, timeout: float, command: list[str], env: dict) -> tuple[str, bool] | None:
+    """Build, load and stamp the library described by ``spec`` in a child process (``command`` followed by the
+    spec as JSON: :mod:`pedsl.ops.kernel_build`'s ``builder_main``, in ``env``); None on success, else what went
+    wrong and whether another try would fail again (the compiler's or the loader's error, not a timeout).
+    Ctrl-C (or any exception) while waiting ends the child and its compilers."""
+    proc = subprocess.Popen([*command, json.dumps(spec)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             pass_fds=(lock_fd,), start_new_session=True, env=env)
     try:
@@ -215,3 +212,4 @@ def _working_in(folder: Path) -> list[int]:
         except OSError:
             continue
     return pids
+# </embedded>

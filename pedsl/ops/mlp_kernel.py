@@ -23,9 +23,10 @@ from torch.autograd.function import once_differentiable
 from pedsl.ops.cpu_kernels import kernel_ops
 from pedsl.ops.mlp_bias import mlp_bias_attention
 
-BLOCK = 128  # queries per block (each block reads the keys 0 .. its last query); 64 measures alike at 2048,
+# <embedded>
+MLP_BLOCK = 128  # queries per block (each block reads the keys 0 .. its last query); 64 measures alike at 2048,
 # ~5% slower at 8192
-KERNEL_DTYPES = (torch.float32, torch.float64)
+MLP_DTYPES = (torch.float32, torch.float64)
 
 
 def mlp_ops():
@@ -41,9 +42,9 @@ class MlpAttention(torch.autograd.Function):
         L = q.shape[2]
         mlp = [t.detach().to(q.dtype).contiguous() for t in (u[:L], w, w1.reshape(-1), b1, w2, b2)]
         q, k, v = (t.contiguous() for t in (q, k, v))
-        out, lse = mlp_ops().forward(q, k, v, *mlp, scale, BLOCK)
+        out, lse = mlp_ops().forward(q, k, v, *mlp, scale, MLP_BLOCK)
         ctx.save_for_backward(q, k, v, out, lse, *mlp)
-        ctx.scale, ctx.block, ctx.like = scale, BLOCK, [(t.shape, t.dtype) for t in (u, w, w1, b1, w2, b2)]
+        ctx.scale, ctx.block, ctx.like = scale, MLP_BLOCK, [(t.shape, t.dtype) for t in (u, w, w1, b1, w2, b2)]
         return out
 
     @staticmethod
@@ -64,7 +65,7 @@ def runs_on_kernel(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, mlp: t
     the kernel built."""
     L = q.shape[2]
     tensors = (q, k, v, u, w, *mlp)
-    if not (q.dtype == k.dtype == v.dtype and q.dtype in KERNEL_DTYPES and q.shape == k.shape == v.shape
+    if not (q.dtype == k.dtype == v.dtype and q.dtype in MLP_DTYPES and q.shape == k.shape == v.shape
             and all(t.device.type == "cpu" and t.is_floating_point() for t in tensors) and L > 0):
         return False
     ul, wl = u[:L].detach().to(q.dtype), w.detach().to(q.dtype)
@@ -73,16 +74,25 @@ def runs_on_kernel(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, mlp: t
     return monotone and bool(torch.isfinite(ul).all() and torch.isfinite(wl).all()) and mlp_ops() is not None
 
 
-def mlp_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1: Tensor, b1: Tensor, w2: Tensor,
-                  b2: Tensor, *, scale: float | None = None) -> Tensor:
-    """:func:`pedsl.ops.mlp_bias.mlp_bias_attention` (same arguments, the same checks and result) on the C++
-    kernel where it runs (:func:`runs_on_kernel`), on the torch kernel elsewhere."""
+def mlp_kernel_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1: Tensor, b1: Tensor, w2: Tensor,
+                         b2: Tensor, *, scale: float | None = None) -> Tensor | None:
+    """:func:`mlp_attention` on the C++ kernel where it runs (:func:`runs_on_kernel`); None elsewhere (the caller
+    takes a torch path: pedsl's torch kernel, or a generated module's blocks of queries)."""
     mlp = (w1, b1, w2, b2)
     H, L = q.shape[1], q.shape[2]
     K = w1.numel()
     shapes_ok = (q.dim() == 4 and u.dim() == 1 and u.shape[0] >= L and w.shape == (L,) and b1.shape == (K,)
                  and w2.shape == (H, K) and b2.shape == (H,))
     if not (shapes_ok and runs_on_kernel(q, k, v, u, w, mlp)):
-        return mlp_bias_attention(q, k, v, u, w, *mlp, scale=scale)  # its own checks and diagnostics
+        return None
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     return MlpAttention.apply(q, k, v, u, w, *mlp, scale)
+# </embedded>
+
+
+def mlp_attention(q: Tensor, k: Tensor, v: Tensor, u: Tensor, w: Tensor, w1: Tensor, b1: Tensor, w2: Tensor,
+                  b2: Tensor, *, scale: float | None = None) -> Tensor:
+    """:func:`pedsl.ops.mlp_bias.mlp_bias_attention` (same arguments, the same checks and result) on the C++
+    kernel where it runs (:func:`runs_on_kernel`), on the torch kernel elsewhere."""
+    out = mlp_kernel_attention(q, k, v, u, w, w1, b1, w2, b2, scale=scale)
+    return mlp_bias_attention(q, k, v, u, w, w1, b1, w2, b2, scale=scale) if out is None else out  # its own checks

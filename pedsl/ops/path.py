@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 from pedsl.errors import ShapeError
 from pedsl.ops.path_blocks import ut_A
-from pedsl.ops.path_kernels import path_forward, path_local_forward, path_transported_keys, scaled_q
+from pedsl.ops.path_kernels import path_transported_keys, scaled_q
 
 __all__ = [
     "path_attention",
@@ -130,10 +130,10 @@ def path_attention(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=
     level); both change the cost, not the result (up to rounding).
     """
     _check(q, k, v, w, beta, log_forget, q_scale)
-    from pedsl.ops.path_kernel import path_rows  # the C++ row loops where they build (lazy: no cycle)
+    from pedsl.ops.path_kernel import path_forward_rows  # the C++ row loops where they build (lazy: no cycle)
 
-    return path_forward(q, k, v, w, beta, log_forget, scale, block_size=block_size, q_scale=q_scale,
-                        superblock=superblock, rows=path_rows(q))
+    return path_forward_rows(q, k, v, w, beta, log_forget, scale, block_size=block_size, q_scale=q_scale,
+                             superblock=superblock)
 
 
 # --------------------------------------------------------------------------- windows and chunks
@@ -157,10 +157,10 @@ def path_attention_local(q, k, v, w, beta, log_forget=None, scale=None, *, reach
     (:mod:`pedsl.ops.path_window`: groups of query blocks, softmax over each block's (C, (d + 1) C)
     scores, a hand-written backward that recomputes each group's scores)."""
     _check(q, k, v, w, beta, log_forget, None)
-    from pedsl.ops.path_kernel import path_rows  # the C++ inverse where it builds (lazy: no cycle)
+    from pedsl.ops.path_kernel import path_local_forward_rows  # the C++ inverse where it builds (lazy: no cycle)
 
-    return path_local_forward(q, k, v, w, beta, log_forget, scale, reach=reach, allowed=allowed, sink=sink,
-                              block_size=block_size, rows=path_rows(q))
+    return path_local_forward_rows(q, k, v, w, beta, log_forget, scale, reach=reach, allowed=allowed, sink=sink,
+                                   block_size=block_size)
 
 
 def path_attention_naive(q, k, v, w, beta, log_forget=None, scale=None, *, block_size=64,

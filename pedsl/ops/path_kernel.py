@@ -2,7 +2,9 @@
 confused with :mod:`pedsl.ops.path_kernels`, PaTH's torch entry points, which run these rows where built).
 The C++ source lies next to this file (``path_kernel.cpp`` next to this file, built with pedsl's other
 C++ kernels on first use: :mod:`pedsl.ops.cpu_kernels`). :class:`pedsl.ops.path_blocks.PathTorchRows` has
-the same steps in torch (what generated modules run), with the same arguments and results up to rounding.
+the same steps in torch (where the C++ kernels are not built), with the same arguments and results up to rounding.
+A module written by ``pedsl compile`` for a PaTH scheme carries the marked section (its kernels call
+:func:`path_forward_rows` and :func:`path_local_forward_rows`).
 
 The scan's loops over the pairs of blocks run one head per task with BLAS GEMMs on operands that stay in cache
 and one pass per row for the online softmax, the recomputed probabilities and dS (torch's loops batch every
@@ -16,8 +18,10 @@ import torch
 
 from pedsl.ops.cpu_kernels import kernel_ops
 from pedsl.ops.path_blocks import PathTorchRows
+from pedsl.ops.path_kernels import path_forward, path_local_forward
 
-KERNEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # PaTH's kernels upcast half
+# <embedded>
+PATH_KERNEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)  # PaTH's kernels upcast half
 
 
 class PathCppRows:
@@ -29,15 +33,26 @@ class PathCppRows:
         self.scan_forward, self.scan_backward = ops.scan_forward, ops.scan_backward
 
 
-_cached: list = []
+_path_rows_cached: list = []
 
 
 def path_rows(x: torch.Tensor):
     """The steps for tensors like ``x``: the C++ ones on CPU (half precision runs PaTH in float32) where the kernels
     build, else :class:`PathTorchRows`."""
-    if x.device.type != "cpu" or x.dtype not in KERNEL_DTYPES:
+    if x.device.type != "cpu" or x.dtype not in PATH_KERNEL_DTYPES:
         return PathTorchRows
-    if not _cached:
+    if not _path_rows_cached:
         ops = kernel_ops("pedsl_path")
-        _cached.append(PathTorchRows if ops is None else PathCppRows(ops))
-    return _cached[0]
+        _path_rows_cached.append(PathTorchRows if ops is None else PathCppRows(ops))
+    return _path_rows_cached[0]
+
+
+def path_forward_rows(q, *args, **kwargs):
+    """PaTH's blockwise forward (:func:`pedsl.ops.path_kernels.path_forward`, unchecked) on :func:`path_rows`."""
+    return path_forward(q, *args, rows=path_rows(q), **kwargs)
+
+
+def path_local_forward_rows(q, *args, **kwargs):
+    """PaTH inside a window (:func:`pedsl.ops.path_kernels.path_local_forward`, unchecked) on :func:`path_rows`."""
+    return path_local_forward(q, *args, rows=path_rows(q), **kwargs)
+# </embedded>

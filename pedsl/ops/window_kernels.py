@@ -23,10 +23,10 @@ Chunked attention (``chunk = C``) is block-diagonal causal: one ``is_causal`` SD
 chunks as heads.
 
 Torch only, and kept as a real module so it is linted and importable: the general forward
-(:mod:`pedsl.compiler.general`, through :mod:`pedsl.compiler.band_dispatch`) dispatches here, and codegen copies
-the text between the ``# <embedded>`` markers verbatim into every generated module, next to the general forward. In process a sliding window
-of float32 or float64 first tries the C++ kernel of :mod:`pedsl.ops.band_kernel` (about 0.6x this
-path's time at L = 8192, N = 512); this path is its fallback and what generated modules run.
+(:mod:`pedsl.compiler.general`: ``window_attend``) dispatches here, and codegen copies the text between the
+``# <embedded>`` markers verbatim into every generated module, next to the general forward. A sliding window
+of float32 or float64 first tries the C++ kernel of :mod:`pedsl.ops.band_kernel` (about 0.6x this path's time
+at L = 8192, N = 512), in process and in generated modules; this path is its fallback where it is not built.
 """
 
 from __future__ import annotations

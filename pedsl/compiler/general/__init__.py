@@ -2,9 +2,9 @@
 masks, grouped-query attention, queries behind their keys, and the decoding cache.
 
 This package needs nothing but torch and :mod:`pedsl.ops.window_kernels` (the O(L N) banded
-kernels of sliding windows and chunks, torch only too); in process ``banded_attention`` comes from
-:mod:`pedsl.compiler.band_dispatch` (a sliding window on its C++ kernel where it is built, ``window_kernels``
-otherwise), while a generated module binds ``window_kernels``' own and keeps the flash path. ``SchemeAttention``
+kernels of sliding windows and chunks, torch only too); the C++ kernels (a sliding window's band kernel, biases
+in the rows of the causal kernel, FIRE's MLP-bias kernel, PaTH's rows) it reaches through its ``kernels``
+argument, pedsl's in process and the carried copies in a generated module, where they are built. ``SchemeAttention``
 runs it (through :mod:`pedsl.compiler.stream`) whenever a call is more than one full causal sequence at
 positions 0..L-1 with as many key/value heads as query heads (that case keeps the fused kernels of
 ``module.py``). ``pedsl compile`` copies the marked section of each of its modules, in the order of

@@ -10,13 +10,13 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 from torch import Tensor
 
-from pedsl.compiler.band_dispatch import banded_attention
-from pedsl.compiler.kernel_support import (bias_call, causal_call, consecutive, explicit_scores, fresh_sequence_call,
-                                           mlp_call, window_call)
+from pedsl.compiler.kernel_support import (band_call, bias_call, causal_call, consecutive, explicit_scores,
+                                           fresh_sequence_call, mlp_call, window_call)
 from pedsl.compiler.general.masks import seen_both_ways
 from pedsl.compiler.general.remap import RemappedKeys
 from pedsl.compiler.scores import modified_scores, normalised, own_key_counts
 from pedsl.ops.flash import flash_supports
+from pedsl.ops.window_kernels import banded_attention
 from pedsl.compiler.general.inputs import Layout, document_ids_vary, last_tokens
 from pedsl.compiler.general.cache import append_layout, cached, check_cache
 from pedsl.compiler.general.windows import key_starts, shape_of, visible
@@ -167,12 +167,22 @@ def with_sink(q, k, v, mask, bias, sink):
     return q, k, v, mask, bias
 
 
+def window_attend(kernels: Kernels | None, q, K, V, window: int | None, chunk: int | None) -> Tensor:
+    """A band whose bulk no mask cuts: a sliding window on the kernels' C++ band kernel where its call check
+    (:func:`band_call`) takes it and the kernels are built, else (and a chunk) the flash path's banded calls."""
+    band = None if kernels is None else kernels.band_attention
+    if band is not None and window is not None and band_call(q, K, V, window) and kernels.bias_ready():
+        return band(q, K, V, window)
+    return banded_attention(q, K, V, window, chunk)
+
+
 def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, sink=None, qc=None,
                   kernels: Kernels | None = None):
     """Attention of the queries over every key, the cache's and this call's, by blocks of queries (with
-    a window or chunk: each block over the span of keys it can see, O(L N) time and memory). ``qc``: the
-    queries as given (before transports and temperature), which CoPE's embedding term reads. ``kernels``: the
-    C++ causal kernel takes a fresh call where it can (:func:`rows_attend`); None: never."""
+    a window or chunk: each block over the span of keys it can see, O(L N) time and memory; an unmasked band on
+    :func:`window_attend`). ``qc``: the queries as given (before transports and temperature), which CoPE's
+    embedding term reads. ``kernels``: whose band kernel a band may run on, and whose C++ causal kernel takes a
+    fresh call where it can (:func:`rows_attend`); None: the flash path and the blocks only."""
     Hq, Lq = q.shape[1], q.shape[2]
     L = k.shape[2]
     Lc = cache.length if cache is not None else 0
@@ -190,7 +200,7 @@ def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, s
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     if shape is not None and causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
             fast, flash_supports(q), shape.window, shape.chunk, lay.positions):  # the band, no mask on its bulk
-        return banded_attention(q, K, V, shape.window, shape.chunk)
+        return window_attend(kernels, q, K, V, shape.window, shape.chunk)
     if kernels is not None and fresh and one_doc and unmasked:
         o = rows_attend(scheme, kernels, q, K, V, bi, lay, sink)
         if o is not None:
@@ -277,6 +287,8 @@ def distance_attend(scheme: SchemeSide, kernels: Kernels, q, k, v, bi: Biases, l
     ``kernel_support``)."""
     if bi.queries:
         return query_mlp_attend(scheme, kernels, q, k, v, bi, lay, cache)
+    if bi.coord is not None:  # coordinate biases: rows_attend, inside attend_blocks (with a sink, cap or window)
+        return None
     toeplitz, in_rows = kernels.distance_attention, kernels.bias_attention
     if toeplitz is None or not fresh_sequence_call(scheme.fast_paths, "distance", kernels, q, k, lay, cache):
         return None

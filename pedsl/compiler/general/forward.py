@@ -26,13 +26,13 @@ if TYPE_CHECKING:  # annotations only: a generated module carries none of it
 class TorchKernels:
     """The primitives of the general forward in plain torch: rotations of a transform's channel pairs
     (``t.first``, ``t.second``), a float64 cumulative sum of step angles, no blockwise PaTH kernels
-    (PaTH runs by its decode rule; a generated PaTH module subclasses this with its copies of them), and no
-    Toeplitz distance-bias or MLP-bias kernel (distance tables and biases that read the query position run
-    by blocks of queries)."""
+    (PaTH runs by its decode rule), no Toeplitz distance-bias kernel and no C++ kernel (distance tables and
+    biases by blocks of queries, windows on the flash path). A generated module subclasses this with its copies
+    of the kernels its plan allows (``embedded.Carried.kernels_class``)."""
 
     layout = None  # rotates whatever pairs a transform names
     path_attention = path_local_attention = path_transported_keys = distance_attention = mlp_attention = None
-    distance_supported = bias_attention = bias_ready = None
+    distance_supported = band_attention = bias_attention = bias_ready = None
 
     @staticmethod
     def rotate(x, cos, sin, t, channels):

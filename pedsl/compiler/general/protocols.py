@@ -158,7 +158,11 @@ class Kernels(Protocol):
 
     @property
     def mlp_attention(self) -> Callable[..., Any] | None:
-        """FIRE's MLP-bias kernel."""
+        """FIRE's MLP-bias kernel; it may answer None for a call it does not take (the blocks of queries run)."""
+
+    @property
+    def band_attention(self) -> Callable[..., Any] | None:
+        """The C++ sliding-window kernel ``(q, k, v, window)``."""
 
     @property
     def bias_attention(self) -> Callable[..., Any] | None:
@@ -166,7 +170,7 @@ class Kernels(Protocol):
 
     @property
     def bias_ready(self) -> Callable[[], bool] | None:
-        """Whether :attr:`bias_attention` is built (the first ask builds it)."""
+        """Whether :attr:`bias_attention` and :attr:`band_attention` are built (the first ask builds them)."""
 
     def rotate(self, x: Tensor, cos: Tensor, sin: Tensor, t: Any, channels: Any) -> Tensor:
         """x with transform t's channel pairs rotated by the angles behind cos and sin."""

@@ -212,14 +212,30 @@ class Transform(NamedTuple):
     xpos_zeta: tuple = ()
 
 
+def channel_run(idx) -> slice | tuple:
+    """Channel indices as a slice where they step evenly (a view of x, not a gather), else as given."""
+    idx = tuple(idx)
+    step = idx[1] - idx[0] if len(idx) > 1 else 1
+    if idx and step > 0 and all(b - a == step for a, b in zip(idx, idx[1:])):
+        return slice(idx[0], idx[-1] + 1, step)
+    return idx
+
+
 def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, first, second) -> Tensor:
     """x (B, H, L, D) with its channel pairs (first[k], second[k]) rotated by the angles behind cos, sin
-    (..., L, P); computed in cos's dtype and rounded once."""
+    (..., L, P); computed in cos's dtype and rounded once. Pairs of evenly stepping channels (the halves and the
+    interleaved layouts) are read as views; pairs that are the two halves of every channel are written by one
+    concatenation."""
     dt = x.dtype
     x = x.to(cos.dtype)
+    first, second = channel_run(first), channel_run(second)
     xa, xb = x[..., first], x[..., second]
+    ra, rb = xa * cos - xb * sin, xb * cos + xa * sin
+    D = x.shape[-1]
+    if first == slice(0, D // 2, 1) and second == slice(D // 2, D, 1):
+        return torch.cat([ra, rb], dim=-1).to(dt)
     out = x.clone()
-    out[..., first] = xa * cos - xb * sin
-    out[..., second] = xb * cos + xa * sin
+    out[..., first] = ra
+    out[..., second] = rb
     return out.to(dt)
 # </embedded>
