@@ -190,9 +190,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         temperature = self.resolve_temperature(lets)
         normalize = self.resolve_normalize(transports, env, heads) or ("softmax", True, 0.0, 0.8)
         window, chunk, sink = self.resolve_shape(env, lets)
-        own = {r.fields[0]: getattr(self, r.resolve)(env, lets, transports) for r in RECORDS if r.resolve}
-        resolved = {"window": window, "chunk": chunk, "sink": sink, **own}
-        own |= {r.fields[0]: self.resolve_known(r, env, lets, resolved) for r in RECORDS if r.known is not None}
+        own = self.record_values(env, lets, transports, {"window": window, "chunk": chunk, "sink": sink})
         self.check_sink_transports(sink, transports)
         self.check_sink_normalizer(sink, normalize[0])
         contextual = self.resolve_contextual(env, lets, transports, sink)
@@ -231,9 +229,7 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
             window=window,
             chunk=chunk,
             sink=cast(SinkKind | None, sink),
-            # the statements resolved by their record's method (softcap ...): a field of the scheme, or a setting
-            **{k: v for k, v in own.items() if k in Scheme.model_fields},
-            settings={k: v for k, v in own.items() if k not in Scheme.model_fields},
+            **own,  # the statements resolved by their records (softcap ...): fields of the scheme, and its settings
             train=train,
             eval=evals,
             allow=tuple(allow),
@@ -242,6 +238,16 @@ class Resolver(ParamBinding, TermResolution, SectionResolution, WindowResolution
         )
         self.diags.extend(lint(scheme, self.src))
         return scheme, self.diags
+
+    def record_values(self, env: StaticEnv, lets: dict, transports: list, shape: dict) -> dict[str, Any]:
+        """The values of the statements resolved by their records - by their own ``resolve`` method, or as the
+        numbers their ``known`` declares (which may need ``shape``'s window or chunk) - as the Scheme's keyword
+        arguments: a field of the scheme by its name, the others in ``settings``."""
+        own = {r.fields[0]: getattr(self, r.resolve)(env, lets, transports) for r in RECORDS if r.resolve}
+        resolved = {**shape, **own}
+        own |= {r.fields[0]: self.resolve_known(r, env, lets, resolved) for r in RECORDS if r.known is not None}
+        return {**{k: v for k, v in own.items() if k in Scheme.model_fields},
+                "settings": {k: v for k, v in own.items() if k not in Scheme.model_fields}}
 
     # limits (pedsl/limits.py) and values that would fail later -------------
     def check_structure(self) -> bool:
