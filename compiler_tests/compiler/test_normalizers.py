@@ -162,9 +162,10 @@ def test_the_sigmoid_bias_is_the_papers_minus_log_n(tmp_path):
 
 def test_no_fused_kernel_takes_them_but_paths_window_takes_softmax1():
     """SDPA, the fused and the decode kernels compute softmax only: neither normaliser is in their
-    declaration; PaTH's window kernel takes a sink column, so softmax plus one (its logit 0)."""
-    for name in ("rope_sigmoid", "rope_softmax1"):
-        assert compile_scheme(SCHEMES / f"{name}.pe", num_heads=2, head_dim=16).plan.kernels == ()
+    declaration; PaTH's window kernel and the C++ causal kernel (``bias``) take a sink column, so softmax plus
+    one (its logit 0)."""
+    assert compile_scheme(SCHEMES / "rope_sigmoid.pe", num_heads=2, head_dim=16).plan.kernels == ()
+    assert compile_scheme(SCHEMES / "rope_softmax1.pe", num_heads=2, head_dim=16).plan.kernels == ("bias",)
     src = f'import "{SCHEMES / "path.pe"}"\nscheme s extends path {{\n  window = 3\n  normalize = softmax1\n}}'
     assert compile_scheme(src, num_heads=2, head_dim=16, d_model=D_MODEL).plan.kernels == ("path-window",)
 
