@@ -36,6 +36,7 @@ from pathlib import Path
 from pedsl import __version__
 from pedsl.compiler import plan as P
 from pedsl.compiler.codegen_mlp import query_mlp_lines
+from pedsl.compiler.codegen_params import parameter_lines, relative_constant
 from pedsl.compiler.embedded import Carried, embedded_section, kernel_sources
 from pedsl.compiler.pysafe import Names, comment, literal, module_file_stem, module_names, text_block
 from pedsl.errors import CompileError
@@ -384,8 +385,7 @@ def _class_lines(scheme: Scheme, plan: P.Plan, gen: _Gen, cname: str, body: list
     ``kernels``: the class of primitives its forward runs on; ``query_mlp``: its lines of that member."""
     ind = "        "
     init_lines = ["super().__init__()", "self.learned = nn.Module()", "self.learned.sites = nn.ModuleDict()",
-                  *_sink_init(scheme), *_contextual_init(scheme),
-                  *_differential_init(scheme), *_relative_init(scheme), *_dense_init(plan, scheme.heads)]
+                  *parameter_lines(scheme, plan)]
     checks = []
     if scheme.needs_x:
         checks += ["if x is None:",
@@ -464,65 +464,6 @@ def _carried_attributes() -> list[str]:
             for r in RECORDS if r.carried]
 
 
-def _sink_init(scheme: Scheme) -> list[str]:
-    """The learned sink's parameters, named as SchemeAttention names them (a state dict loads into both); None
-    for those the scheme has not (the class supplies every attribute of general.protocols.SchemeSide)."""
-    if scheme.sink == "logit":
-        return ["self.sink_logit = nn.Parameter(torch.zeros(HEADS))", "self.sink_key = self.sink_value = None"]
-    if scheme.sink == "token":
-        return ["self.sink_logit = None",
-                "self.sink_key = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * HEAD_DIM ** -0.5)",
-                "self.sink_value = nn.Parameter(torch.zeros(HEADS, HEAD_DIM))"]
-    return ["self.sink_logit = self.sink_key = self.sink_value = None"]
-
-
-def _contextual_init(scheme: Scheme) -> list[str]:
-    """CoPE's embedding, named and shaped as SchemeAttention's (a state dict loads into both)."""
-    c = scheme.contextual
-    if c is None:
-        return ["self.contextual_embedding = None"]
-    return [f"self.contextual_embedding = nn.Parameter(torch.zeros({'' if c.shared else 'HEADS, '}COPE_MAX_POS, "
-            "HEAD_DIM))"]
-
-
-def _relative_constant(r) -> tuple | None:
-    """The generated module's RELATIVE_TERMS: (kind, max_distance, dim, buckets, c2p, p2c) as ModuleScheme gives it."""
-    return None if r is None else (str(r.kind), int(r.max_distance), int(r.dim), int(r.buckets), bool(r.c2p),
-                                   bool(r.p2c))
-
-
-def _relative_init(scheme: Scheme) -> list[str]:
-    """The content-position terms' tables, named, shaped and drawn as SchemeAttention's (a state dict loads into
-    both); None for those the scheme has not."""
-    r = scheme.relative
-    out = ["self.relative_keys = self.relative_queries = self.relative_u = self.relative_v = None"]
-    if r is None:
-        return out
-    keys = f"{int(r.rows)}, HEAD_DIM" if r.kind == "shaw" else f"{int(r.rows)}, HEADS, HEAD_DIM"
-    if r.kind != "deberta" or r.c2p:
-        out.append(f"self.relative_keys = nn.Parameter(torch.randn({keys}) * 0.02)")
-    if r.kind == "deberta" and r.p2c:
-        out.append(f"self.relative_queries = nn.Parameter(torch.randn({int(r.rows)}, HEADS, HEAD_DIM) * 0.02)")
-    if r.kind == "transformer_xl":
-        out += ["self.relative_u = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * 0.02)",
-                "self.relative_v = nn.Parameter(torch.randn(HEADS, HEAD_DIM) * 0.02)"]
-    return out
-
-
-def _differential_init(scheme: Scheme) -> list[str]:
-    """Differential attention's learned lambda rows, named, shaped and drawn as SchemeAttention's."""
-    if scheme.normalize != "differential":
-        return ["self.differential_lambda = None"]
-    return ["self.differential_lambda = nn.Parameter(torch.randn(4, HEAD_DIM) * 0.1)"]
-
-
-def _dense_init(plan: P.Plan, heads: int) -> list[str]:
-    """The generators of each dense rotation, named, shaped and drawn as SchemeAttention's."""
-    entries = [f"{literal(str(i))}: DenseGenerators(**{literal(t.dense_shape(heads))})"
-               for i, t in enumerate(plan.transports) if t.kind == P.DENSE]
-    return ["self.dense = nn.ModuleDict({" + ", ".join(entries) + "})"]
-
-
 def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_size: int = 256) -> str:
     """The source text of a standalone module executing ``plan`` (the scheme's lowering plan): the same
     function as the compiled scheme, with the same learned-parameter names."""
@@ -573,7 +514,7 @@ def generate(scheme: Scheme, plan: P.Plan, *, d_model: int | None = None, vocab_
         *(f"{name.upper()} = {literal(value)}" for name, value in P.carried_values(plan).items()),
         f"FAST_PATHS = {literal(tuple(plan.kernels))}",
         f"COPE_MAX_POS = {literal(None if plan.contextual is None else int(plan.contextual.max_pos))}",
-        f"RELATIVE_TERMS = {literal(_relative_constant(plan.relative))}",
+        f"RELATIVE_TERMS = {literal(relative_constant(plan.relative))}",
         "",
         "",
         *_class_lines(scheme, plan, gen, cname, body, tables, axial, "Kernels" if kernels_class else "TorchKernels",
