@@ -78,8 +78,9 @@ def test_a_generated_module_runs_the_cpp_kernel_and_equals_in_process(name, tmp_
     mod, gen, module = _modules(name, tmp_path)
     _, fast, function = CASES[name]
     assert fast in mod.plan.kernels
-    if fast != "band":  # a window runs inside attend_blocks: its band call takes the kernel
+    if fast == "mlp":  # a window and the in-rows biases run inside attend_blocks (its band call, rows_attend)
         monkeypatch.setattr(module, "attend_blocks", _refuse("the blocks of queries"))
+    monkeypatch.setattr(module, "scored_rows", _refuse("the explicit scores"))
     monkeypatch.setattr(module, "banded_attention", _refuse("the flash path"))
     calls = []
     kernel = getattr(module, function)
