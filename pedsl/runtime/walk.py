@@ -182,13 +182,14 @@ class DynamicEvaluator:
             key = self._keys[id(e)] if spec.learned else None
             if key is not None and key in self._shared:
                 return self._shared[key]
-            values = [self._eval(_run_time_arg(args[p]), ctx) for p in rest]
+            values = [self._eval(run_time_arg(args[p]), ctx) for p in rest]
             out = spec.site(At(self, ctx, key), *values, **names, **static)
             if e.bound is not None and key is not None:  # bound: a learned call written in a let
                 self._shared[key] = out
             return out
         # a record's run-time value, over this backend's array namespace
-        arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] + [self._eval(_run_time_arg(args[p]), ctx) for p in rest]
+        arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] \
+            + [self._eval(run_time_arg(args[p]), ctx) for p in rest]
         return self.apply(spec, arrays, static)
 
     def _select_axes(self, spec, args: dict, ctx):
@@ -289,7 +290,7 @@ class DynamicEvaluator:
         raise NotImplementedError
 
 
-def _run_time_arg(arg: object) -> ast.Expr:
+def run_time_arg(arg: object) -> ast.Expr:
     """An argument evaluated at run time: an expression, always written (no record gives a run-time
     parameter a default, and the checker reports a missing one)."""
     assert isinstance(arg, ast.EXPR_NODES), f"a run-time argument left at its default {arg!r}"
