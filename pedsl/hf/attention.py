@@ -384,14 +384,16 @@ def _use_layers(model, sch: Scheme, backend: str):
     cfg = model.config.get_text_config()
     heads, head_dim = _dims(cfg)
     sch = load(sch, heads=heads, head_dim=head_dim, layers=cfg.num_hidden_layers)
+    layer_map = sch.layers
+    assert layer_map is not None  # a layers scheme loads as one
     kinds = layered.layer_kinds(layered.text_config(model.config.to_dict()))
-    names = sch.layers.assign(cfg.num_hidden_layers)
+    names = layer_map.assign(cfg.num_hidden_layers)
     layers, rotaries = _attention_layers(model)
     modules: dict[tuple, nn.Module] = {}
     for layer in layers:
         index = layer.layer_idx
         name = names[index]
-        part = sch.layers.parts[name]
+        part = layer_map.parts[name]
         # a sink and CoPE's embedding are each layer's own parameters
         key = (name, index if part.sink is not None or part.contextual is not None else None)
         if key not in modules:
