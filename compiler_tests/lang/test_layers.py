@@ -8,7 +8,7 @@ import pytest
 
 from compiler_helpers import first_error, run_cli
 from pedsl.errors import CheckError, CompileError, ParamError
-from pedsl.lang.api import format_text, load, parse
+from pedsl.lang.api import check, format_text, load, parse
 
 PARTS = """
 scheme rope_local "local RoPE" {
@@ -185,6 +185,14 @@ def test_nesting_extends_and_shapes_are_refused():
     d = first_error(text)
     assert d.code == "E252" and "heads 8" in d.message
     assert "Gemma 4" in d.hint and "not expressible yet" in d.hint  # the hint does not claim all models agree
+
+
+def test_a_layers_scheme_extending_a_scheme_with_statements_is_refused_once():
+    # the plain base's own statements (a param, a transport) are not the error: the layers scheme is
+    for text in (PARTS + "scheme m extends rope_local { layers { default = nope } }\n",
+                 PARTS + "scheme mid extends rope_local { }\nscheme m extends mid { layers { default = nope } }\n"):
+        errors = [d for d in check(text) if d.severity == "error"]
+        assert [d.code for d in errors] == ["E250"] and "extends only another layers scheme" in errors[0].message
 
 
 def test_a_scheme_extending_a_layers_scheme_inherits_its_map():

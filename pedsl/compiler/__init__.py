@@ -66,5 +66,6 @@ def compile_scheme(
         # dynamic=True: one graph for every sequence length. specialize_float: the Python floats
         # the forward reads (2 pi, folded constants) are constants; left symbolic, dynamo traced
         # them, failed to turn them into tensors and restarted its whole analysis (~1.5 s per compile)
-        module.forward = torch._dynamo.config.patch(specialize_float=True)(torch.compile(module.forward, dynamic=True))
+        compiled = torch._dynamo.config.patch(specialize_float=True)(torch.compile(module.forward, dynamic=True))
+        setattr(module, "forward", compiled)  # this instance's forward, in place of the class's method
     return module

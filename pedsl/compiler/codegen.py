@@ -44,10 +44,10 @@ from pedsl.formulas import channel_pairs
 from pedsl.lang import ast
 from pedsl.lang.statements import CARRIED, RECORDS
 from pedsl.lang.builtins import FUNCTIONS
-from pedsl.lang.fold import DYNAMIC, EvalIssue, GroupSpec, StaticEnv, Vec, bind_args, derived_static, fold_expr
+from pedsl.lang.fold import DYNAMIC, EvalIssue, StaticEnv, Vec, bind_args, derived_static, fold_expr
 from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import Scheme
-from pedsl.runtime.walk import learned_calls
+from pedsl.runtime.walk import learned_calls, run_time_arg
 from pedsl.lang.typed import node_types, type_of
 
 
@@ -145,11 +145,10 @@ class _Gen:
         if v is not DYNAMIC:
             if isinstance(v, Vec):
                 return self.const(v.values, v.axis, to_source(e)[:60])
-            if isinstance(v, (GroupSpec, list, str)) or v is None:
+            if not isinstance(v, (int, float)):  # a string, a list, a group spec or None
                 raise CompileError(f"cannot generate code for {to_source(e)}")
             return literal(float(v))
-        k = e.kind
-        if k == "name":
+        if e.kind == "name":
             if e.id.startswith("distance."):  # distance.AXIS: its slice of a block's per-axis distances
                 return f"dist5[{self.scheme.axes.index(e.id.partition('.')[2])}]"
             if "." in e.id:  # position.AXIS: its row of the per-axis positions (every axis = pos5 without them)
@@ -161,14 +160,14 @@ class _Gen:
             if e.id == "n":
                 return "float(n_run)"
             raise CompileError(f"'{e.id}' has no run-time value")
-        if k == "unary":
+        if e.kind == "unary":
             return self._flat(f"(-{self._e(e.operand)})")
-        if k == "binary":
+        if e.kind == "binary":
             if e.op not in ("+", "-", "*", "/", "**"):
                 raise CompileError(f"cannot generate code for the operator {e.op!r}")
             a, b = self._e(e.left), self._e(e.right)
             return self._flat(f"torch.pow(_t({a}, dev), {b})" if e.op == "**" else f"({a} {e.op} {b})")
-        if k == "call":
+        if e.kind == "call":
             return self._flat(self._call(e))
         raise CompileError(f"cannot generate code for {to_source(e)}")
 
@@ -205,13 +204,13 @@ class _Gen:
         if spec.reads_length:  # its value folded at a given length, chosen by the run-time length
             return spec.emit(lambda n: self._at_length(e, n), self._pairs, **static)
         key = self._keys[id(e)] if spec.learned else None
-        if key in self.shared:  # a let's learned value: every use reads the one sub-module
+        if key is not None and key in self.shared:  # a let's learned value: every use reads the one sub-module
             return self.shared[key]
-        names = {p: args[p].id if isinstance(args[p], ast.Name) else args[p] for p in spec.names}
-        codes = [self._e(args[p]) for p, _ in spec.params if p not in static and p not in names]
+        names = {p: given.id if isinstance(given := args[p], ast.Name) else given for p in spec.names}
+        codes = [self._e(run_time_arg(args[p])) for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: its sub-modules and buffers are declared through g
             code = spec.emit(SiteCode(self, key, self._type(e).axes), *codes, **names, **static)
-            if e.bound is not None:
+            if e.bound is not None and key is not None:  # bound: a learned call written in a let
                 self.shared[key] = code
             return code
         return spec.emit(*(self._e(ast.Name(id=i)) for i in spec.inputs), *codes, **static)
@@ -228,7 +227,14 @@ class SiteCode:
 
     def width(self, to: str) -> int:
         """The per-head width of an output ``to = pair | channel | head``."""
-        return self.pairs if to == "pair" else self.chans if to == "channel" else 1
+        if to == "pair":
+            if self.pairs is None:  # as the walk's At.width
+                raise CompileError("a per-pair value is only defined inside a rotation")
+            return self.pairs
+        if to != "channel":
+            return 1
+        assert self.chans is not None  # the checker types a per-channel value as a transport's, in a group
+        return self.chans
 
     def init(self, line: str) -> None:
         self.gen.init.append(line)
@@ -333,6 +339,7 @@ def _bias_code(gen: _Gen, plan: P.Plan) -> tuple[list[str], list[str], list[str]
             body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, L, 1, 1, dtype=F64, device=dev))[:, :, :, 0, 0]")
         elif b.kind == P.LINEAR_BIAS:
             body.append(comment(f"{src}: slope * (p_i - p_j): coordinate c_t = slope * p_t"))
+            assert b.slope is not None  # the plan gives a linear-distance bias its slope
             code = gen.expr(b.slope, b.site.name, None, None, body)
             body.append(f"out['b{i}'] = (({code}) * torch.ones(1, HEADS, 1, 1, 1, dtype=F64, device=dev))[0, :, 0, 0, 0]")
         elif b.kind == P.AXIS_BIAS:  # over per-axis distances: evaluated at a block's (query, key) pairs

@@ -97,6 +97,7 @@ def lower(scheme: Scheme) -> nx.DiGraph:
                 g.add_edge(_ensure(g, s), node)
         g.add_edge(node, "scores")
     if scheme.temperature is not None:
+        assert scheme.temperature_ty is not None  # the resolver types the temperature it sets
         g.add_node(site_name("temperature"), op="temperature", expr=scheme.temperature,
                    label=f"tau = {to_source(scheme.temperature)}", ty=scheme.temperature_ty)
         for s in _sources(scheme.temperature_ty):

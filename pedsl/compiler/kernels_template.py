@@ -119,12 +119,13 @@ def _shortconv(conv, v, seg):
     flat = v[:, :, :, 0, :].permute(0, 1, 3, 2).reshape(v.shape[0], H * W, L).to(conv.weight.dtype)
     flat = flat.expand(docs.shape[0], -1, -1)
     K = conv.weight.shape[-1]
-    out = 0
+    out: torch.Tensor | int = 0
     for s in range(min(K, L)):
         keep = F.pad(valid, (s, 0))[:, :L].clone()
         if s:
             keep[:, s:] &= docs[:, s:] == docs[:, :-s]
         out = out + F.pad(flat, (s, 0))[..., :L] * keep[:, None, :].to(flat.dtype) * conv.weight[:, 0, K - 1 - s, None]
+    assert isinstance(out, torch.Tensor)  # a kernel has a tap and a sequence a position: the loop ran
     return out.reshape(-1, H, W, L).permute(0, 1, 3, 2).unsqueeze(3)
 
 

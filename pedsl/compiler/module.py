@@ -57,6 +57,7 @@ class SchemeAttention(nn.Module):
         self.backend = self.plan.backend
         self.heads, self.head_dim = scheme.heads, scheme.head_dim
         self.layout = scheme.layout
+        self.fused = FusedKernels(scheme.layout)  # the Kernels the fused path asks for the C++ bias kernel
         self.d_model = d_model
         self.values = {**scheme.params, "heads": scheme.heads, "head_dim": scheme.head_dim}
         self.learned = Learned()
@@ -98,7 +99,7 @@ class SchemeAttention(nn.Module):
         if self.needs_x and self.d_model is None:
             raise CompileError(f"scheme '{self.scheme.name}' reads the hidden state x: give d_model when compiling",
                                code="E405", hint="compile_scheme(..., d_model=<model width>) or --d-model")
-        x = torch.zeros(1, 2, self.d_model) if self.needs_x else None
+        x = torch.zeros(1, 2, self.d_model) if self.needs_x and self.d_model is not None else None  # None: raised
         tokens = torch.zeros(1, 2, dtype=torch.long) if self.needs_tokens else None
         slopes = {b.site.name: b.slope for b in self.biases}  # a linear bias's slope runs under its site too
         for site in self.plan.params:  # in the plan's order: learned parameters are created (and seeded) in it
@@ -332,7 +333,7 @@ class SchemeAttention(nn.Module):
                                "are not computed for it yet)", code="E400",
                                hint="call the module itself (its forward computes the regimes block by block)")
         B, H, L, D = q.shape
-        undo = []
+        undo: list[tuple[Tensor | None, Tensor, tuple[int, ...] | None]] = []  # (cos or None: angles, sin, channels)
         for t in self.transforms:
             if t.kind == P.HOUSEHOLDER:
                 continue
@@ -415,7 +416,7 @@ class SchemeAttention(nn.Module):
             o = materialized_bias_attention(qt, kt, vt, bias, q_scale=q_scale)
         else:
             g = self._key_term(L, x, tokens, q.device)
-            if g is not None and bias_call(self.plan.kernels, FusedKernels, qt, kt, vt):
+            if g is not None and bias_call(self.plan.kernels, self.fused, qt, kt, vt):
                 # the C++ kernel: g_j - g_i per score in float64, rounded once (docs/semantics.md §5.7)
                 o = FusedKernels.bias_attention(scale_queries(qt, q_scale), kt, vt, key_term=g)
             else:
@@ -493,12 +494,13 @@ class SchemeAttention(nn.Module):
         ok = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(0 if own else -1)
         seen = self.window_visible(L, q.device)
         ok = ok if seen is None else ok & seen
-        emb = None if self.plan.contextual is None else self.contextual_embedding.detach()
+        emb = None if self.contextual_embedding is None else self.contextual_embedding.detach()  # made with contextual
         differential = self.plan.normalize == "differential"
         w, _ = normalised(s, ok, normalize="softmax" if differential else self.plan.normalize,
                           sink=self.sink_logits(q), qc=q, emb=emb, sigmoid_bias=self.plan.sigmoid_bias)
         if differential:  # both heads of a pair weigh their values by a_h - lambda a_{h + H/2}
             half = w.shape[1] // 2
+            assert self.differential_lambda is not None  # made for the differential normalizer
             lam = differential_lambda(self.differential_lambda.detach(), self.plan.lambda_init)
             w = (w[:, :half] - lam.to(w.dtype) * w[:, half:]).repeat(1, 2, 1, 1)
         return w.to(s.dtype)

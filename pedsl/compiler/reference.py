@@ -53,9 +53,9 @@ def transported_scores(mod, q: Tensor, k: Tensor, *, x=None, tokens=None) -> Ten
     else:
         w, beta, _ = mod.householder_inputs(B, L, x, tokens, q.device, q.dtype)
         cur = qt.clone()  # cur[i] = transported query of i for the current key position
-        cols = [None] * L
+        cols: list[Tensor] = []  # key L - 1 first: each goes in front
         for j in range(L - 1, -1, -1):
-            cols[j] = (cur * kt[:, :, j : j + 1]).sum(-1)  # (B, H, L)
+            cols.insert(0, (cur * kt[:, :, j : j + 1]).sum(-1))  # (B, H, L)
             if j > 0:  # apply H_j to queries i >= j before moving to key j - 1
                 wj, bj = w[:, :, j], beta[:, :, j]  # (B, H, D), (B, H)
                 proj = (cur[:, :, j:] * wj[:, :, None]).sum(-1, keepdim=True)

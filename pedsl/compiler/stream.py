@@ -17,12 +17,12 @@ from pedsl.compiler.general import (
     Shape,
     advance_rows,
     angle_dtype,
-    cached,
     general_forward,
     layout,
     shape_of,
     trim_cache,
 )
+from pedsl.compiler.general.cache import stored
 from pedsl.compiler.flex_lowering import flex_call, flex_forward
 from pedsl.compiler.kernel_support import decode_call
 from pedsl.compiler.module_values import TABLE_MAX, ModuleScheme
@@ -140,7 +140,7 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     cache.put("pos", pos[:, None], Lc)
     cache.put("doc", cache.last_doc[:, None], Lc)
     cache.put("valid", ones, Lc)
-    K, V = cached(cache, "k", Lc + 1)[:, :, first:], cached(cache, "v", Lc + 1)[:, :, first:]
+    K, V = stored(cache, "k", Lc + 1)[:, :, first:], stored(cache, "v", Lc + 1)[:, :, first:]
     o = F.scaled_dot_product_attention(q, K, V, enable_gqa=q.shape[1] != K.shape[1])
     for rot, c, s in reversed(undo):
         o = rot(o, c, -s)
@@ -148,18 +148,25 @@ def decode_step(mod, q: Tensor, k: Tensor, v: Tensor, cache) -> Tensor | None:
     cache.length = Lc + 1
     if p is not None:
         cache.__dict__["_fast_pos"] = (pos, p)
-    if shape is not None and first >= max(64, shape.window or shape.chunk):  # as many dead keys as trim drops
+    if shape is not None and first >= max(64, _span(shape)):  # as many dead keys as trim drops
         trim_cache(cache, shape)
     return o
+
+
+def _span(shape: Shape) -> int:
+    """The window, else the chunk (a shape has one)."""
+    span = shape.window or shape.chunk
+    assert span is not None
+    return span
 
 
 def _first_visible(cache, shape: Shape, pos: Tensor) -> int | None:
     """The first cached key the window (chunk) lets the token at ``pos (B,)`` see, the same in every row
     (the cache holds one document per row, positions never decrease, so the visible keys are a suffix),
     else None (rows that differ: the general path masks them)."""
-    kpos = cached(cache, "pos", cache.length)
-    low = pos - (shape.window - 1) if shape.window is not None else torch.div(pos, shape.chunk,
-                                                                              rounding_mode="floor") * shape.chunk
+    kpos = stored(cache, "pos", cache.length)
+    low = pos - (shape.window - 1) if shape.window is not None else torch.div(pos, _span(shape),
+                                                                              rounding_mode="floor") * _span(shape)
     first = torch.searchsorted(kpos.contiguous(), low[:, None].contiguous())
     lo, hi = int(first.min()), int(first.max())
     return lo if lo == hi else None

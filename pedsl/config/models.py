@@ -45,21 +45,23 @@ class ModelConfig(_Frozen):
 
     @model_validator(mode="after")
     def _derive_head_dim(self) -> "ModelConfig":
-        if self.head_dim is None:
+        head_dim = self.head_dim
+        if head_dim is None:
             if self.d_model % self.n_heads:
                 raise ValueError(
                     f"d_model {self.d_model} is not divisible by n_heads {self.n_heads}; "
                     "set head_dim explicitly or change one of them"
                 )
-            object.__setattr__(self, "head_dim", self.d_model // self.n_heads)
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim {self.head_dim} must be even (rotary schemes pair channels)")
+            head_dim = self.d_model // self.n_heads
+            object.__setattr__(self, "head_dim", head_dim)
+        if head_dim % 2:
+            raise ValueError(f"head_dim {head_dim} must be even (rotary schemes pair channels)")
         if self.arch == "llama" and self.norm != "rmsnorm":
             raise ValueError("arch 'llama' uses RMSNorm: set norm: rmsnorm (or arch: gpt)")
-        if self.head_dim > L.MAX_HEAD_DIM:
-            raise ValueError(f"head_dim {self.head_dim} (d_model // n_heads) is above the limit of {L.MAX_HEAD_DIM}")
+        if head_dim > L.MAX_HEAD_DIM:
+            raise ValueError(f"head_dim {head_dim} (d_model // n_heads) is above the limit of {L.MAX_HEAD_DIM}")
         n = L.model_parameters(vocab_size=self.vocab_size, n_layers=self.n_layers, d_model=self.d_model,
-                               n_heads=self.n_heads, head_dim=self.head_dim, mlp_ratio=self.mlp_ratio,
+                               n_heads=self.n_heads, head_dim=head_dim, mlp_ratio=self.mlp_ratio,
                                tie_embeddings=self.tie_embeddings, mlp_matrices=3 if self.arch == "llama" else 2)
         if n > L.MAX_PARAMETERS:
             raise ValueError(f"the model would have about {n:,} parameters; the limit is {L.MAX_PARAMETERS:,} "
@@ -162,6 +164,7 @@ class TrainConfig(_Frozen):
         where a training is asked for (:func:`resolve_train_config`), not when a scheme's ``train {}``
         block is read: an imported 1M-position scheme describes inference and loads."""
         m = self.model  # the widest activation of a step: logits, the MLP's hidden layer or q, k, v
+        assert m.head_dim is not None  # ModelConfig's validator derives it when not given
         width = max(m.vocab_size, int(m.mlp_ratio * m.d_model), 3 * m.n_heads * m.head_dim)
         too_big = L.check_tensor("a training step", self.batch_size * self.context * width, 4,
                                  f"batch {self.batch_size} x context {self.context} x width {width}, float32")
@@ -202,13 +205,17 @@ RESUMABLE_FIELDS = (
 EvalTask = Literal["ppl", "passkey", "blocks", "retrieval"]  # retrieval: pedsl.data.tasks by length and depth
 
 
+def _default_eval_tasks() -> list[EvalTask]:
+    return ["ppl", "passkey", "blocks"]
+
+
 class EvalConfig(_Frozen):
     """Evaluation past the training length (read by :mod:`pedsl.study`)."""
 
     context: int = Field(128, ge=2, le=L.MAX_LENGTH, description="training length the defaults scale from")
     lengths: list[Annotated[int, Field(ge=1, le=L.MAX_LENGTH)]] | None = Field(
         None, min_length=1, max_length=L.MAX_LIST, description="default: context * [1, 2, 4, 8, 16, 32]")
-    tasks: list[EvalTask] = Field(default_factory=lambda: ["ppl", "passkey", "blocks"])
+    tasks: list[EvalTask] = Field(default_factory=_default_eval_tasks)
     windows: int = Field(4, ge=1, le=L.MAX_BATCH, description="windows (perplexity) or samples (tasks) per length")
     batch_size: int = Field(2, ge=1, le=L.MAX_BATCH)
     far_window: int = Field(32, ge=1, le=L.MAX_LENGTH, description="W of the far-mass instrument")
@@ -218,11 +225,13 @@ class EvalConfig(_Frozen):
 
     @model_validator(mode="after")
     def _derive_lengths(self) -> "EvalConfig":
-        if self.lengths is None:
-            object.__setattr__(self, "lengths", [self.context * m for m in (1, 2, 4, 8, 16, 32)])
+        lengths = self.lengths
+        if lengths is None:
+            lengths = [self.context * m for m in (1, 2, 4, 8, 16, 32)]
+            object.__setattr__(self, "lengths", lengths)
         if self.analyze_lengths is None:
             object.__setattr__(self, "analyze_lengths", [self.context * m for m in (1, 4, 16)])
-        longest = max(self.lengths)
+        longest = max(lengths)
         too_big = L.check_tensor("evaluating", self.windows * (longest + 1), 8,
                                  f"{self.windows} windows of {longest + 1} tokens, int64")
         if too_big:

@@ -37,7 +37,7 @@ from pedsl.runtime.numpy_backend import Ctx, NumpyEvaluator
 
 from pedsl.fsio import write_figure
 from pedsl.lang.values import StaticEnv
-from pedsl.lang.scheme import Scheme
+from pedsl.lang.scheme import RotateTransport, Scheme
 from pedsl.lang.frequencies import frequencies
 from pedsl.lang import ast
 from pedsl.lang.fold import fold_expr
@@ -86,9 +86,10 @@ def _distance_bias(s: Scheme, b, lmax: int) -> np.ndarray | None:
         if b.slope is not None:
             return per_head(fold_expr(b.slope, env))[:, None] * np.arange(lmax + 1, dtype=np.float64)[None, :]
         for i in range(lmax + 1):
-            e = transform(b.term, lambda n, i=i: ast.Num(value=i)  # distance.AXIS: text, every axis at i - j
-                          if n.kind == "name" and n.id.partition(".")[0] == "distance" else None)
-            out[:, i] = per_head(fold_expr(e, env))
+            def at_distance(n: ast.Expr, i: int = i) -> ast.Expr | None:  # distance.AXIS: text, every axis at i - j
+                return ast.Num(value=i) if n.kind == "name" and n.id.partition(".")[0] == "distance" else None
+
+            out[:, i] = per_head(fold_expr(transform(b.term, at_distance), env))
     except (EvalIssue, TypeError, ValueError, AttributeError):
         return None
     return out
@@ -130,7 +131,7 @@ def curves(s: Scheme, *, lmax: int = LMAX, samples: int = SAMPLES, seed: int = S
                            hint="pedsl diff without --numeric compares it as written")
     if any(f is None for f in freqs.values()) or any(b is None for b in biases) or tau is None:
         return _sampled_curves(s, freqs, biases, tau, lmax=lmax, samples=samples, seed=seed, draws=draws or Draws())
-    bias = sum(biases, np.zeros((s.heads, L)))
+    bias = sum((b for b in biases if b is not None), np.zeros((s.heads, L)))  # every one is, here
     return Curves(transport=_rotation_part(s, freqs, L), bias=bias, temperature=tau,
                   method="static tables (float64, numpy)")
 
@@ -147,6 +148,7 @@ def _regime_angles(s: Scheme, L: int) -> np.ndarray:
     c = s.remap.chunk
     measure = d if c is None else i // c - np.where(j >= 0, j, 0) // c
     rel = np.full((L, L), np.nan)
+    assert s.remap is not None  # read for a scheme that remaps only
     for n, r in enumerate(s.remap.regimes):
         q, k = (np.broadcast_to(ev.run(e, ctx, f"remap[{n}]").align(("pos",)), (L,)) for e in (r.query, r.key))
         inside = (j >= 0) & (measure >= r.low) & (True if r.high is None else measure < r.high)
@@ -166,10 +168,11 @@ def _rotation_part(s: Scheme, freqs: dict, L: int) -> np.ndarray:
         if freqs[t.group] is not None:
             gain = getattr(t, "scale", 1.0) ** 2  # rotate(..., scale = m): q and k of the group times m
             ws = freqs[t.group]
-            decays = [1.0] * len(ws) if getattr(t, "xpos_gamma", None) is None else xpos_decays(t.xpos_zeta, len(ws))
+            gamma, zeta = (t.xpos_gamma, t.xpos_zeta) if isinstance(t, RotateTransport) else (None, None)
+            decays = [1.0] * len(ws) if gamma is None or zeta is None else xpos_decays(zeta, len(ws))
             rel = None if s.remap is None else _regime_angles(s, L)
             for w, z in zip(ws, decays):  # xpos: pair k also decays as zeta_k^(d / gamma)
-                fall = 1.0 if z == 1.0 else z ** (d / t.xpos_gamma)
+                fall = 1.0 if z == 1.0 or gamma is None else z ** (d / gamma)
                 if rel is not None:  # remapped: averaged over the queries i >= d of 0..L-1
                     c += gain * (2.0 / D) * np.nanmean(np.cos(np.remainder(w * rel, 2 * math.pi)), axis=0)
                     continue

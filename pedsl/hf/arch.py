@@ -50,7 +50,7 @@ def refusal(cfg: dict) -> str | None:
     if why:
         return why
     for mt in model_types(cfg):
-        fam = family(mt)
+        fam = REGISTRY[mt]  # unknown(cfg) refused a model type the registry does not hold
         if fam.rotation == "mrope":
             return f"model_type '{mt}' uses M-RoPE: pedsl.hf.multimodal imports it (pedsl.hf.import_config)"
         if mt in LAYERED and not cfg.get(PART) and is_layered(cfg):
@@ -65,7 +65,8 @@ def partial_rotary(cfg: dict, rope_type: str, prf: float) -> tuple[float, str | 
     ValueError (a sentence) when the native model cannot run the config."""
     if prf == 1.0:
         return 1.0, None
-    mt = (model_types(cfg) or [None])[-1]
+    types = model_types(cfg)
+    mt = types[-1] if types else None
     fam = family(mt) if mt is not None else None
     if mt is None or (fam is not None and fam.rotation == "partial"):
         return prf, None

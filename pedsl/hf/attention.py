@@ -398,14 +398,16 @@ def _use_layers(model, sch: Scheme, backend: str):
     cfg = model.config.get_text_config()
     heads, head_dim = _dims(cfg)
     sch = load(sch, heads=heads, head_dim=head_dim, layers=cfg.num_hidden_layers)
+    layer_map = sch.layers
+    assert layer_map is not None  # a layers scheme loads as one
     kinds = layered.layer_kinds(layered.text_config(model.config.to_dict()))
-    names = sch.layers.assign(cfg.num_hidden_layers)
+    names = layer_map.assign(cfg.num_hidden_layers)
     layers, rotaries = _attention_layers(model)
     modules: dict[tuple, nn.Module] = {}
     for layer in layers:
         index = layer.layer_idx
         name = names[index]
-        part = sch.layers.parts[name]
+        part = layer_map.parts[name]
         # a sink, CoPE's embedding and the relative tables are each layer's own parameters
         key = (name, index if part.sink is not None or part.contextual is not None or part.relative is not None
                else None)

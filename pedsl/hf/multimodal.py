@@ -32,7 +32,7 @@ from pedsl.hf.rope import (_check_written, _param_lines, _pe_text, _refuse, _sha
 from pedsl.hf.rope_knobs import _check_knobs, _scaling_knobs
 from pedsl.lang import ast
 from pedsl.lang.api import format as fmt
-from pedsl.lang.scheme import Scheme
+from pedsl.lang.scheme import RotateTransport, Scheme
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def _text_part(cfg: dict, family: str, composite: bool) -> tuple[dict, str]:
     return text, "text_config."
 
 
-def _rope_dict(text: str | dict, prefix: str) -> tuple[dict, str]:
+def _rope_dict(text: dict, prefix: str) -> tuple[dict, str]:
     """(the rope dict, its field name): rope_scaling wins over rope_parameters, as in transformers."""
     scaling, params = text.get("rope_scaling"), text.get("rope_parameters")
     for value, key in ((scaling, "rope_scaling"), (params, "rope_parameters")):
@@ -330,8 +330,8 @@ def export_mrope(scheme: Scheme, axes: int) -> dict:
     t = scheme.transports[0] if len(scheme.transports) == 1 else None
     if axes != 3:
         raise _refuse(scheme, f"{axes} position axes (HF's M-RoPE has t, h, w)", hint)
-    found = match_phase(t.phase) if t is not None and t.kind == "rotate" else None
-    if found is None:
+    found = match_phase(t.phase) if isinstance(t, RotateTransport) else None
+    if found is None or not isinstance(t, RotateTransport):
         raise _refuse(scheme, "no rotation whose phase is a frequency table times sections|interleave(position, "
                       "[...])", hint)
     pick = found[1]

@@ -84,6 +84,9 @@ class ListExpr(Node):
 
 
 Expr = Annotated[Union[Num, Str, Bool, Name, Unary, Binary, Call, ListExpr], Field(discriminator="kind")]
+# The classes of Expr, for isinstance (which narrows a value to Expr): a call's argument left at its default
+# is not one of them.
+EXPR_NODES = (Num, Str, Bool, Name, Unary, Binary, Call, ListExpr)
 
 for _m in (Unary, Binary, Kwarg, Call, ListExpr):
     _m.model_rebuild()

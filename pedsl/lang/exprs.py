@@ -56,49 +56,47 @@ def format_number(v: int | float) -> str:
 
 def to_source(e: ast.Expr, parent: int = 0, right: bool = False) -> str:
     """Canonical text of an expression (used by fmt, show and diff)."""
-    k = e.kind
-    if k == "num":
+    if e.kind == "num":
         return format_number(e.value)
-    if k == "str":
+    if e.kind == "str":
         return json.dumps(e.value, ensure_ascii=False)
-    if k == "bool":
+    if e.kind == "bool":
         return "true" if e.value else "false"
-    if k == "name":
+    if e.kind == "name":
         return e.id
-    if k == "list":
+    if e.kind == "list":
         return "[" + ", ".join(to_source(i) for i in e.items) + "]"
-    if k == "call":
+    if e.kind == "call":
         parts = [to_source(a) for a in e.args] + [f"{kw.name} = {to_source(kw.value)}" for kw in e.kwargs]
         return f"{e.func}(" + ", ".join(parts) + ")"
-    if k == "unary":
+    if e.kind == "unary":
         p = _PREC["neg"]
         text = "-" + to_source(e.operand, p)
         return f"({text})" if p < parent else text
-    if k == "binary":
+    if e.kind == "binary":
         p = _PREC[e.op]
         if e.op == "**":  # right-associative
             text = f"{to_source(e.left, p + 1)} ** {to_source(e.right, p)}"
         else:
             text = f"{to_source(e.left, p)} {e.op} {to_source(e.right, p + 1)}"
         return f"({text})" if p < parent else text
-    raise ValueError(k)  # pragma: no cover
+    raise ValueError(e.kind)  # pragma: no cover
 
 
 def transform(e: ast.Expr, fn: Callable[[ast.Expr], ast.Expr | None]) -> ast.Expr:
     """Rebuild e bottom-up; fn returns a replacement for a node or None to keep it."""
-    k = e.kind
-    if k == "unary":
+    if e.kind == "unary":
         e = e.model_copy(update={"operand": transform(e.operand, fn)})
-    elif k == "binary":
+    elif e.kind == "binary":
         e = e.model_copy(update={"left": transform(e.left, fn), "right": transform(e.right, fn)})
-    elif k == "call":
+    elif e.kind == "call":
         e = e.model_copy(
             update={
                 "args": tuple(transform(a, fn) for a in e.args),
                 "kwargs": tuple(kw.model_copy(update={"value": transform(kw.value, fn)}) for kw in e.kwargs),
             }
         )
-    elif k == "list":
+    elif e.kind == "list":
         e = e.model_copy(update={"items": tuple(transform(i, fn) for i in e.items)})
     out = fn(e)
     return e if out is None else out

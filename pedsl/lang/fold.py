@@ -28,29 +28,28 @@ def fold_expr(node: ast.Expr, env: StaticEnv, _depth: int = 0) -> Any:
     if _depth > 200:
         raise EvalIssue("definitions nested too deeply (a 'let' that refers to itself?)", node)
     ev = lambda e: fold_expr(e, env, _depth + 1)  # noqa: E731
-    k = node.kind
-    if k == "num":
+    if node.kind == "num":
         return node.value
-    if k in ("str", "bool"):
+    if node.kind == "str" or node.kind == "bool":
         return node.value
-    if k == "list":
+    if node.kind == "list":
         if len(node.items) > limits.MAX_LIST:
             raise EvalIssue(f"a list of {len(node.items):,} items; the limit is {limits.MAX_LIST:,}", node)
         items = [ev(i) for i in node.items]
         return DYNAMIC if any(i is DYNAMIC for i in items) else items
-    if k == "name":
+    if node.kind == "name":
         return _name(node, env, _depth)
-    if k == "unary":
+    if node.kind == "unary":
         v = ev(node.operand)
         return DYNAMIC if v is DYNAMIC else map_values(lambda a: -a, v, node)
-    if k == "binary":
+    if node.kind == "binary":
         a, b = ev(node.left), ev(node.right)
         if a is DYNAMIC or b is DYNAMIC:
             return DYNAMIC
         return _arith(node.op, a, b, node)
-    if k == "call":
+    if node.kind == "call":
         return _call(node, env, _depth)
-    raise EvalIssue(f"cannot evaluate {k}", node)  # pragma: no cover
+    raise EvalIssue(f"cannot evaluate {node.kind}", node)  # pragma: no cover
 
 
 def _name(node: ast.Name, env: StaticEnv, depth: int) -> Any:
@@ -114,15 +113,10 @@ def _arith(op: str, a: Any, b: Any, node) -> Any:
         if len(a.values) != len(b.values):
             raise EvalIssue(f"vectors of different lengths ({len(a.values)} and {len(b.values)})", node)
         return Vec(a.axis, tuple(_op(op, x, y, node) for x, y in zip(a.values, b.values)))
-    if isinstance(a, list) and isinstance(b, Vec) or isinstance(a, Vec) and isinstance(b, list):
-        vec, lst = (a, b) if isinstance(a, Vec) else (b, a)
-        if len(lst) != len(vec.values):
-            raise EvalIssue(
-                f"a list of {len(lst)} numbers combined with {len(vec.values)} {vec.axis}s", node,
-                hint=f"give exactly one number per {vec.axis}",
-            )
-        other = Vec(vec.axis, tuple(float(x) for x in lst))
-        return _arith(op, a if isinstance(a, Vec) else other, b if isinstance(b, Vec) else other, node)
+    if isinstance(a, Vec) and isinstance(b, list):
+        return _arith(op, a, _list_along(a, b, node), node)
+    if isinstance(a, list) and isinstance(b, Vec):
+        return _arith(op, _list_along(b, a, node), b, node)
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             raise EvalIssue(f"lists of different lengths ({len(a)} and {len(b)})", node)
@@ -132,6 +126,16 @@ def _arith(op: str, a: Any, b: Any, node) -> Any:
     if isinstance(b, (Vec, list)):
         return map_values(lambda y: _op(op, a, y, node), b, node)
     return _op(op, a, b, node)
+
+
+def _list_along(vec: Vec, lst: list, node) -> Vec:
+    """A list combined with a vector: the vector of its numbers along the vector's axis."""
+    if len(lst) != len(vec.values):
+        raise EvalIssue(
+            f"a list of {len(lst)} numbers combined with {len(vec.values)} {vec.axis}s", node,
+            hint=f"give exactly one number per {vec.axis}",
+        )
+    return Vec(vec.axis, tuple(float(x) for x in lst))
 
 
 class SignatureIssue(EvalIssue):
@@ -175,8 +179,9 @@ def _call(node: ast.Call, env: StaticEnv, depth: int) -> Any:
         return DYNAMIC
     if spec.fold is None and spec.fold_env is None:  # a run-time value, or a transport: never static
         for p in spec.checked_args:  # a learned value's start: static, and its errors surface here
-            if isinstance(bound[p], ast.Node):
-                _checked_value(fold_expr(bound[p], env, depth + 1), bound[p], node.func, p)
+            arg = bound[p]
+            if isinstance(arg, ast.EXPR_NODES):
+                _checked_value(fold_expr(arg, env, depth + 1), arg, node.func, p)
         return DYNAMIC
     vals = {}
     for k, v in bound.items():
@@ -234,9 +239,11 @@ CHECKED_ARGS = frozenset(name for name, spec in RECORDS.items() if spec.checked_
 def index_rows(arg, number) -> int | None:
     """The number of values of an integer index ``arg`` (a call whose record has ``index_rows``, its static
     arguments folded by ``number``), or None when unknown."""
-    if not isinstance(arg, ast.Call) or arg.func not in FUNCTIONS or FUNCTIONS[arg.func].index_rows is None:
+    if not isinstance(arg, ast.Call) or arg.func not in FUNCTIONS:
         return None
     spec = FUNCTIONS[arg.func]
+    if spec.index_rows is None:
+        return None
     bound = bind_args(arg, spec.params)
     return spec.index_rows(**{p: kind(number(bound[p])) for p, kind in spec.static})
 
@@ -264,7 +271,7 @@ def _check_args(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> dict
     spec = FUNCTIONS[node.func]
     if spec.check is not None or spec.derive:
         def number(a):
-            return a if not isinstance(a, ast.Node) else fold_expr(a, env, depth + 1)
+            return a if not isinstance(a, ast.EXPR_NODES) else fold_expr(a, env, depth + 1)
         static = {p: number(bound[p]) for p, _ in spec.static}
         if any(v is DYNAMIC for v in static.values()):
             return out
@@ -279,7 +286,7 @@ def _checked_ranges(node: ast.Call, bound: dict, env: StaticEnv, depth: int) -> 
     out = {}
     for name, (lo, hi, open_lo, meaning) in ARG_RULES[node.func].items():
         arg = bound.get(name)
-        if not isinstance(arg, ast.Node):
+        if not isinstance(arg, ast.EXPR_NODES):
             continue  # the default
         v = fold_expr(arg, env, depth + 1)
         if v is DYNAMIC or isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -46,7 +46,8 @@ class _Comments:
 
 
 def _split_comments(module: ast.Module, text: str | None) -> _Comments:
-    own, trailing = {}, {}
+    own: dict[int, str] = {}
+    trailing: dict[int, str] = {}
     lines = text.split("\n") if text is not None else None
     for c in module.comments:
         ln = c.span.line if c.span else 0
@@ -120,6 +121,7 @@ def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
     if record.form is not None:
         w.emit(depth, record.form(st), st, last=_claim(st, nxt))
         return
+    assert record.block is not None  # a statement record without a one-line form is a block
     head, items, value_of = record.block(st)
     first_item = _line(items[0]) if items else _end(st)
     w.emit(depth, head + " {", st, last=first_item - 1, inner=depth + 1)
@@ -134,7 +136,7 @@ def _stmt(w: _Writer, st, depth: int, nxt=None) -> None:
 def format_module(module: ast.Module, text: str | None = None) -> str:
     """Canonical text of a parsed module. ``text`` (the original) places the comments."""
     w = _Writer(_split_comments(module, text))
-    items = sorted([*module.imports, *module.schemes], key=_line)
+    items: list[ast.Import | ast.SchemeDecl] = sorted([*module.imports, *module.schemes], key=_line)
     prev_kind = None
     for item in items:
         if w.out and not (prev_kind == "import" and item.kind == "import"):

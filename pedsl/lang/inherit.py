@@ -138,6 +138,12 @@ class Merged:
         raise AttributeError(name)
 
 
+def _declared_name(st: ast.Stmt) -> str:
+    """The name a statement inherited by name declares (the BY_NAME records: param, let)."""
+    assert isinstance(st, (ast.Param, ast.Let)), st.kind
+    return st.name
+
+
 def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -> Merged:
     decl, _ = links[-1]
     m = Merged(name=decl.name, bases=tuple(d.name for d, _ in reversed(links[:-1])))
@@ -149,12 +155,13 @@ def merge(links: list[tuple[ast.SchemeDecl, Source]], diags: list[Diagnostic]) -
         sink = sink_for(src)
         for st in d.body:
             record = BY_KIND[st.kind]
-            key = ("name", st.name) if record.inherit == BY_NAME else (st.kind, "") if record.inherit == ONE else None
+            key = ("name", _declared_name(st)) if record.inherit == BY_NAME else (st.kind, "") if record.inherit == ONE else None
             if key is not None:
                 if key in seen:
-                    what = f"'{st.name}'" if key[0] == "name" else f"'{st.kind}'"
+                    what = f"'{key[1]}'" if key[0] == "name" else f"'{st.kind}'"
+                    first = seen[key].span
                     sink.add("E205", f"{what} is declared twice in scheme '{d.name}'",
-                             hint=f"the first is on line {seen[key].span.line}" if seen[key].span else None,
+                             hint=f"the first is on line {first.line}" if first else None,
                              **node_pos(st))
                     continue
                 seen[key] = st

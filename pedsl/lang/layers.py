@@ -36,7 +36,8 @@ def is_layered(decl: ast.SchemeDecl) -> bool:
 
 class _Reporter:
     def __init__(self, src: Source) -> None:
-        self.src, self.diags = src, []
+        self.src = src
+        self.diags: list[Diagnostic] = []
 
     def __call__(self, code: str, message: str, node: Any, hint: str | None = None) -> None:
         sink = sink_for(self.src)
@@ -60,8 +61,8 @@ def _pattern_parts(value: ast.Expr, report: _Reporter) -> tuple[str, ...] | None
         if item.kind == "name":
             out.append(item.id)
             continue
-        count = _int_literal(item.right, 1) if item.kind == "binary" and item.op == "*" else None
-        if count is None or item.left.kind != "name":
+        if item.kind != "binary" or item.op != "*" or (count := _int_literal(item.right, 1)) is None \
+                or item.left.kind != "name":
             report("E250", "a pattern item is a scheme name or 'name * count' (a whole number >= 1)", item,
                    hint="write local * 5")
             return None
@@ -80,7 +81,8 @@ def _rule(r: ast.LayerRule, report: _Reporter) -> LayerRule | None:
         return None
     pos = {"line": r.span.line, "col": r.span.col} if r.span else {}
     wants_args = r.rule in ("every", "first", "last", "at")
-    if wants_args != (r.args is not None and len(r.args) == 1):
+    args = r.args if r.args is not None else ()
+    if wants_args != (len(args) == 1):
         form = {"every": "every(4)", "first": "first(2)", "last": "last(2)", "at": "at([0, 5])"}.get(r.rule)
         report("E250", f"'{r.rule}' takes " + ("one argument" if wants_args else "no arguments"), r,
                hint=f"write {form} = scheme" if form else f"write {r.rule} = ...")
@@ -96,7 +98,7 @@ def _rule(r: ast.LayerRule, report: _Reporter) -> LayerRule | None:
     if r.rule == "default":
         return LayerRule(rule="default", parts=part, **pos)
     if r.rule == "at":
-        arg = r.args[0]
+        arg = args[0]
         items = arg.items if arg.kind == "list" else ()
         layers = [_int_literal(x, 0) for x in items]
         if not items or None in layers:
@@ -107,9 +109,9 @@ def _rule(r: ast.LayerRule, report: _Reporter) -> LayerRule | None:
             report("E253", "at([...]) names a layer twice", arg)
             return None
         return LayerRule(rule="at", parts=part, layers=tuple(layers), **pos)
-    n = _int_literal(r.args[0], 1)
+    n = _int_literal(args[0], 1)
     if n is None:
-        report("E250", f"{r.rule}(n) takes a whole number >= 1", r.args[0], hint=f"write {r.rule}(2) = scheme")
+        report("E250", f"{r.rule}(n) takes a whole number >= 1", args[0], hint=f"write {r.rule}(2) = scheme")
         return None
     return LayerRule(rule=r.rule, parts=part, n=n, **pos)
 
@@ -119,8 +121,10 @@ def _static_overlaps(rules: list[tuple[LayerRule, ast.LayerRule]], report: _Repo
     seen: dict[tuple, ast.LayerRule] = {}
     at_layers: dict[int, ast.LayerRule] = {}
     for rule, node in rules:
-        keys = {"pattern": [("cycle",)], "default": [("cycle",)], "first": [("first",)], "last": [("last",)],
-                "every": [("every", rule.n)], "at": []}[rule.rule]
+        tier_keys: dict[str, list[tuple]] = {
+            "pattern": [("cycle",)], "default": [("cycle",)], "first": [("first",)], "last": [("last",)],
+            "every": [("every", rule.n)], "at": []}
+        keys = tier_keys[rule.rule]
         for layer in rule.layers:
             if layer in at_layers:
                 report("E253", f"layer {layer} is named by two at([...]) rules", node, hint=_first_on(at_layers[layer]))
@@ -191,6 +195,7 @@ def layer_count_override(raw: Any, count: int | None, decl: ast.SchemeDecl, src:
         sink = sink_for(src)
         sink.add("E302" if value is None else "E303", problem[0], hint=problem[1], **node_pos(decl))
         raise ParamError(problem[0], diagnostics=sink.items)
+    assert value is not None  # a value that is not a whole number is a problem, raised above
     return value
 
 
@@ -230,16 +235,20 @@ def _check_chain(links: list[tuple[ast.SchemeDecl, Source]]) -> list[Diagnostic]
     for i, (d, s) in enumerate(links):
         report = _Reporter(s)
         base = links[i - 1][0] if i else None
-        if base is not None and is_layered(d) and not any(is_layered(b) for b, _ in links[:i]):
+        extends_layers = any(is_layered(b) for b, _ in links[:i])
+        if base is not None and is_layered(d) and not extends_layers:
             report("E250", f"'{d.name}' has a layers block and extends '{base.name}', which has none: a layers "
                    "scheme extends only another layers scheme", d,
                    hint="extend the parts instead (scheme local extends base { ... })")
         blocks = [st for st in d.body if st.kind == "layers"]
-        for st in blocks[1:]:
-            report("E205", f"'layers' is declared twice in scheme '{d.name}'", st, hint=_first_on(blocks[0]))
+        for twice in blocks[1:]:
+            report("E205", f"'layers' is declared twice in scheme '{d.name}'", twice, hint=_first_on(blocks[0]))
+        if not blocks and not extends_layers:
+            continue  # a plain scheme a layers scheme extends: that one is refused (E250), not these statements
         for st in d.body:
             if st.kind not in SHELL_STATEMENTS:
-                what = "a scheme with a layers block" if blocks else f"a scheme extending the layers scheme '{base.name}'"
+                what = "a scheme with a layers block" if blocks \
+                    else f"a scheme extending the layers scheme '{links[i - 1][0].name}'"
                 report("E250", f"{what} holds only layers, train, eval and allow, not '{st.kind}'", st,
                        hint="put it in a part (each part is an ordinary scheme)")
         diags.extend(report.diags)

@@ -29,7 +29,7 @@ class TermResolution(ResolverStage):
         loc = self.m.channels
         self._current = loc.src
         taken: set[int] = set()
-        rest_groups = []
+        rest_groups: list[ast.Group] = []
         chk = self.checker()
         for g in loc.stmt.groups:
             self._failed_groups.add(g.name)  # until it resolves; its transports then stay quiet
@@ -121,7 +121,9 @@ class TermResolution(ResolverStage):
             width = len(groups[t.group].channels)
             exprs = {"rotate": ("phase",), "accumulate_rotation": ("angle",), "dense_rotation": ()}.get(t.kind, ("w", "beta"))
             for node in (n for f in exprs for n in walk(getattr(t, f))):
-                axes = self.type_of(node).axes if node.kind == "call" and node.bound is not None else set()
+                if not isinstance(node, ast.Call) or node.bound is None:
+                    continue
+                axes = self.type_of(node).axes
                 if not axes & {"pair", "chan"}:
                     continue
                 let = node.bound[0]
@@ -185,6 +187,7 @@ class TermResolution(ResolverStage):
             at = names.index(name)
             expr = next((kw.value for kw in fn.kwargs if kw.name == name), fn.args[at] if len(fn.args) > at else None)
             if expr is None:
+                assert isinstance(default, (int, float))  # xpos's record: gamma and zeta default to numbers
                 got[name] = float(default)
                 continue
             value = self.fold_or_report(expr, env)
@@ -242,7 +245,7 @@ class TermResolution(ResolverStage):
         group's pairs (E232 at the call)."""
         axes = self.m.axes.stmt.names if self.m.axes is not None else ()
         for node in walk(e):
-            if node.kind != "call" or FUNCTIONS[node.func].axis_select is None:
+            if not isinstance(node, ast.Call) or (select := FUNCTIONS[node.func].axis_select) is None:
                 continue
             sizes_expr = _arg(node, "sizes")
             try:
@@ -252,7 +255,7 @@ class TermResolution(ResolverStage):
                 if len(sizes) != len(axes):
                     raise EvalIssue(f"{node.func}(): {len(sizes)} sizes for {len(axes)} axes ({', '.join(axes)})",
                                     hint="give one size per declared axis, in the order of the axes statement")
-                FUNCTIONS[node.func].axis_select(sizes, pairs)
+                select(sizes, pairs)
             except EvalIssue as issue:
                 self.report("E232", str(issue), sizes_expr, hint=issue.hint)
 
@@ -278,7 +281,7 @@ class TermResolution(ResolverStage):
         if t.kind not in ("num", "bias"):
             self.report("E204", f"a bias must be a number field or accumulate(log-gate), not {t.show()}", value)
             return []
-        out = []
+        out: list[GateBias | DistanceBias] = []
         for term in split_terms(inline_lets(value, lets)):
             if term.kind == "call" and term.func == "accumulate":
                 gate = _arg(term, "step")

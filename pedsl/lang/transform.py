@@ -50,6 +50,14 @@ def _number(text: str) -> int | float | None:
     return value if value <= sys.float_info.max else None
 
 
+def _bin(op: str):
+    """The transformer method of a binary operator's rule."""
+    def build(self, meta, c):
+        return ast.Binary(op=op, left=c[0], right=c[1], span=_span_of(meta))
+
+    return build
+
+
 @v_args(meta=True)
 class ToAst(Transformer):
     """Lark tree -> syntax IR. Method names match the grammar's rule aliases."""
@@ -95,12 +103,6 @@ class ToAst(Transformer):
     def dotted(self, meta, c):
         """``position.h`` / ``distance.h``: one name, read along one declared axis (docs/language.md, axes)."""
         return ast.Name(id=f"{c[0]}.{c[1]}", span=_span_of(meta))
-
-    def _bin(op):  # noqa: N805 - a small factory used in the class body
-        def build(self, meta, c):
-            return ast.Binary(op=op, left=c[0], right=c[1], span=_span_of(meta))
-
-        return build
 
     add, sub, mul, div, pow = _bin("+"), _bin("-"), _bin("*"), _bin("/"), _bin("**")
 

@@ -46,7 +46,7 @@ class StaticEnv:
     values: dict[str, Any] = field(default_factory=dict)  # params (and structural names)
     lets: dict[str, ast.Expr] = field(default_factory=dict)
     pairs: int | None = None  # rotary pairs of the group being evaluated
-    n: int | None = None  # run-time sequence length, when known
+    n: float | None = None  # run-time sequence length, when known (longrope's code folds at original + 1.0)
     memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # let name -> value
     axes: tuple[str, ...] = ()  # the scheme's position axes: an axis selection folds where each position.AXIS is given
 

@@ -140,12 +140,12 @@ def _blocks_per_head(g: Tensor, L: int) -> list[int]:
     return [min(L, MIN_BLOCK) if c is None else c for c in chosen]
 
 
-def _head_groups(g: Tensor, L: int) -> list[tuple[int, int, int]]:
-    """(first head, end, block) for runs of heads with one block size (all heads when g has one)."""
+def _head_groups(g: Tensor, L: int) -> list[tuple[int, int | None, int]]:
+    """(first head, end (None: the last), block) for runs of heads with one block size (all heads when g has one)."""
     sizes = _blocks_per_head(g, L)
     if len(sizes) == 1:
         return [(0, None, sizes[0])]
-    groups: list[tuple[int, int, int]] = []
+    groups: list[tuple[int, int | None, int]] = []
     for h, size in enumerate(sizes):
         if groups and groups[-1][2] == size:
             groups[-1] = (groups[-1][0], h + 1, size)
@@ -169,6 +169,7 @@ class _BlockedKeyTerm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g, scale, block):
+        assert FLASH is not None  # the flash path is taken only where torch has the kernel
         outs, lses = [], []
         for c0, c1 in query_blocks(q.shape[-2], block):
             row, qb = _rows(g, c0, c1, q.dtype), q[:, :, c0:c1]
@@ -191,6 +192,7 @@ class _BlockedKeyTerm(torch.autograd.Function):
     def backward(ctx, dout):
         """One call of the flash backward over all queries, with the key term un-offset and each query's
         log-sum-exp shifted back by its block's offset (the softmax is the same): the kernel's speed."""
+        assert FLASH_BACKWARD is not None  # the flash path is taken only where torch has the kernel
         q, k, v, g, out, lse = ctx.saved_tensors
         D, L, need_g = q.shape[-1], q.shape[-2], ctx.needs_input_grad[3]
         shift = torch.cat([g[..., (c0 + c1) // 2].unsqueeze(-1).expand(*g.shape[:-1], c1 - c0)

@@ -139,6 +139,7 @@ def prepare(*, build: bool = True, rebuild: bool = False, timeout: float | None 
 
 
 def _load_or_build(st: KernelState, build: bool, rebuild: bool, timeout: float) -> None:
+    assert st.folder is not None  # prepare() finds the folder first
     name, key = extension_name(), build_key()
     why = None if rebuild else verify(st.folder, name, key)
     if why is None and not rebuild:
@@ -172,6 +173,7 @@ def _load_or_build(st: KernelState, build: bool, rebuild: bool, timeout: float) 
 
 
 def _build(st: KernelState, name: str, key: str, lock_fd: int, timeout: float, why: str) -> None:
+    assert st.folder is not None  # prepare() finds the folder first
     if library_path(st.folder, name).exists() and why != "--rebuild":
         log.warning("pedsl's CPU kernels in %s are not used (%s): building them again", st.folder, why)
     clear_stale(st.folder, name, everything=why == "--rebuild")
@@ -199,6 +201,7 @@ def _build(st: KernelState, name: str, key: str, lock_fd: int, timeout: float, w
 
 def _load(st: KernelState, name: str) -> None:
     """Load the verified library into this process and check that every op is there."""
+    assert st.folder is not None  # prepare() finds the folder first
     try:
         torch.ops.load_library(str(library_path(st.folder, name)))
     except (OSError, RuntimeError) as err:

@@ -108,6 +108,7 @@ def _mask(rows: Tensor, B: int) -> Tensor:
 class _DistanceBias(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, table, scale, block, key_tile):
+        assert FLASH is not None  # the flash path is taken only where torch has the kernel
         B, _, L, _ = q.shape
         tp = _padded_table(table.detach(), L, block, q.dtype)
         kr, vr = k.flip(-2), v.flip(-2)  # keys in reverse order: the first c1 keys are kr[..., L - c1:, :]
@@ -125,6 +126,7 @@ class _DistanceBias(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout):
+        assert FLASH_BACKWARD is not None  # the flash path is taken only where torch has the kernel
         q, kr, vr, table, out, lse = ctx.saved_tensors
         B, _, L, _ = q.shape
         scale, block = ctx.scale, ctx.block

@@ -90,7 +90,7 @@ class Split(NamedTuple):
     kinked: Tensor  # (K',) the units with whole == 1
     on: Tensor | None  # (K', S, c1) bool: those units on over every row of the sub-block, outside their band
     bands: list  # (sub-block, first, last + 1 distance, unit): the pairs evaluated one by one
-    limits: tuple | None = None  # (up (K', 1), first, end (K', S)) in place of ``on`` where it is intervals
+    limits: tuple[Tensor, Tensor, Tensor] | None = None  # (up (K', 1), first, end (K', S)) in place of ``on`` where it is intervals
 
     def kept(self) -> "Split | None":
         """What the backward keeps: this split where it is intervals (O(K' S)), else nothing (it is made again)."""
@@ -284,10 +284,12 @@ def _states(k64: Tensor, lo, hi) -> Tensor:
 class _MlpBias(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, u, w, w1, b1, w2, b2, scale, block, score_tile):
+        assert FLASH is not None  # the flash path is taken only where torch has the kernel
         B, H, L, _ = q.shape
         plan = _Plan(u, w, (w1, b1, w2, b2), L, q.dtype)
         kr, vr = k.flip(-2), v.flip(-2)
-        outs, lses, bufs, splits = [], [], {}, []
+        outs, lses, splits = [], [], []
+        bufs: dict[tuple, Tensor] = {}
         for c0, c1 in query_blocks(L, block):
             split = plan.split(c0, c1)
             splits.append(split.kept())
@@ -314,7 +316,7 @@ class _MlpBias(torch.autograd.Function):
         plan = _Plan(u, w, (w1, b1, w2, b2), L, q.dtype)
         acc = _Moments(plan, L)
         grads = TileGrads(q, kr, vr, dout.contiguous(), out, lse, ctx.scale)
-        bufs = {}
+        bufs: dict[tuple, Tensor] = {}
         for (c0, c1), split in zip(query_blocks(L, ctx.block), ctx.splits):
             bs = plan.block(c0, c1, split)
             acc.start(bs, c0, c1)
@@ -336,7 +338,7 @@ class _MlpBias(torch.autograd.Function):
                 dw2.to(w2.dtype), db2.to(b2.dtype), None, None, None)
 
 
-def _buffer(bufs: dict, shape: tuple, like: Tensor) -> Tensor:
+def _buffer(bufs: dict[tuple, Tensor], shape: tuple, like: Tensor) -> Tensor:
     """A skewed ``(*lead, n (m + n - 1))`` buffer for a tile of n queries by m keys (``shape = (*lead, n, m)``),
     one per shape and call (its contents written by :meth:`_Plan.fill` before every use)."""
     *lead, n, m = shape
@@ -388,6 +390,7 @@ class _Moments:
         # as (.., 1, width) @ (.., width, sub): the (.., sub, width) @ (.., width, 1) form takes ~8x longer on CPU
         self.dw[self.c0:self.c1] += (bs.su[:, :, None, a: a + width] @ per.transpose(-1, -2)).sum(0).view(n)
         if bs.pairs is not None:  # each pair in one tile
+            assert self.band is not None  # made with the pairs
             sel, at = bs.pairs.tile(a, a + width - n + 1, width)
             self.band.index_copy_(1, sel, ds.view(H, -1).index_select(1, at))
 
@@ -409,6 +412,7 @@ class _Moments:
 
     def _band(self, pr: Pairs) -> None:
         plan, ds = self.plan, self.band  # (H, P)
+        assert ds is not None  # made with the pairs
         self.inr.index_add_(1, pr.unit, ds * pr.act)
         ym = (ds * plan.w2[:, pr.unit]).sum(0).mul_(pr.act > 0)  # (P,)
         self.y1.index_add_(0, pr.unit, ym)

@@ -145,10 +145,10 @@ def path_transported_keys(k, w, beta, *, block_size: int = 64):
     Kt = K - (A @ torch.tril(W @ K.transpose(-1, -2), -1)).transpose(-1, -2) @ W  # to the end of the block
     eye = torch.eye(D, dtype=K.dtype, device=K.device)
     PT = (eye - W.transpose(-1, -2) @ A @ W).transpose(-1, -2)  # (H_C ... H_1)^T per block (N, Z, D, D)
-    outs = [None] * N
+    outs: list[torch.Tensor] = []  # block N - 1 first: each goes in front
     M = None  # (P_(m+1) ... P_(N-1))^T in row form
     for m in range(N - 1, -1, -1):
-        outs[m] = Kt[m] if M is None else Kt[m] @ M
+        outs.insert(0, Kt[m] if M is None else Kt[m] @ M)
         M = PT[m] if M is None else PT[m] @ M
     out = torch.stack(outs, 0).transpose(0, 1).reshape(B, H, N * C, D)[:, :, :L]
     return out.to(dt)

@@ -234,7 +234,7 @@ class _PathScan(torch.autograd.Function):
         cpp = rows.scan_forward is not None
         m, l, acc = (Sd.new_empty(N, Z, C), Sd.new_empty(N, Z, C), V.new_empty(N, Z, C, D)) if cpp else _diagonal(Sd, V)
         KtT = Kt.transpose(-1, -2).contiguous()  # (N, Z, D, C)
-        KsT = Ks.transpose(-1, -2).contiguous() if NK else None  # (NK, Z, D, S)
+        KsT = Ks.transpose(-1, -2).contiguous() if Ks is not None else None  # (NK, Z, D, S); made when NK
         VS = _group(V, NK, k) if NK else None  # (NK, Z, S, D)
         ts = (Qt, KtT, V, P, KsT, VS, PS, m, l, acc, gl, gb, glS, gbS)
         if cpp:  # the diagonal blocks too (m, l, acc start there)
@@ -263,7 +263,7 @@ class _PathScan(torch.autograd.Function):
         dgl = torch.zeros_like(gl) if bias else None
         dgb = torch.zeros_like(gb) if bias else None
         VS = _group(V, NK, k) if NK else None
-        dVS = torch.zeros_like(VS) if NK else None
+        dVS = torch.zeros_like(VS) if VS is not None else None  # made when NK
         dKs = torch.zeros_like(Ks) if NK else None
         dPS = torch.zeros_like(PS) if NK else None
         dglS = torch.zeros_like(glS) if NK and bias else None

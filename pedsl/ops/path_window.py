@@ -206,6 +206,7 @@ class _Grads:
             self.dQt[n0 + _first(1, n0): n1] = carry[_first(1, n0):]
 
     def _sink(self, go, Dl, lse, n0: int, n1: int) -> None:
+        assert self.dlogit is not None  # made with the logit this is called for
         ps = (self.logit[n0:n1] * _LOG2E - lse).exp2_()
         dps = -Dl if self.value is None else (go * self.value.unsqueeze(-2)).sum(-1).sub_(Dl)
         self.dlogit[n0:n1] = ps * dps

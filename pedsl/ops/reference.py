@@ -29,12 +29,13 @@ from torch import Tensor
 F64 = torch.float64
 
 
-def _pairs(channels: Sequence[int] | slice | None, layout: str, dim: int) -> list[tuple[int, int]]:
+def _pairs(channels: Sequence[int] | slice | None, layout: str, dim: int | None) -> list[tuple[int, int]]:
     """(first, second) channel pairs of a group, re-derived independently of :func:`pedsl.formulas.channel_pairs`
     (which every other module uses): the reference must not share the code it checks."""
     if channels is None:
-        chans = list(range(dim))
-    elif isinstance(channels, slice):
+        channels = slice(None)
+    if isinstance(channels, slice):
+        assert dim is not None, "the head's channels, or a slice of them: give the head dimension"
         chans = list(range(dim))[channels]
     else:
         chans = [int(c) for c in channels]
@@ -120,7 +121,8 @@ def accumulated_transport(step_mats: Tensor) -> Tensor:
     eye = torch.eye(D, dtype=step_mats.dtype).expand(Bp, Hp, D, D)
     zero = torch.zeros(Bp, Hp, D, D, dtype=step_mats.dtype)
     M = step_mats.unbind(2)
-    rows, prev = [], []
+    rows: list[Tensor] = []
+    prev: list[Tensor] = []
     for i in range(L):
         cur = [M[i] @ p for p in prev] + [eye]  # P(j->i) for j < i, then P(i->i) = I
         rows.append(torch.stack(cur + [zero] * (L - 1 - i), dim=2))

@@ -123,7 +123,8 @@ class _RotateByTable(torch.autograd.Function):
 
 def _pair_halves(t: Tensor, layout: str) -> tuple[Tensor, Tensor]:
     if layout == "halves":
-        return t.chunk(2, dim=-1)
+        first, second = t.chunk(2, dim=-1)
+        return first, second
     tp = t.unflatten(-1, (-1, 2))
     return tp[..., 0], tp[..., 1]
 
@@ -153,7 +154,8 @@ class _RotateByAngles(torch.autograd.Function):
         cos, sin, *outs = ctx.saved_tensors
         layout = ctx.layout
         neg_sin = -sin
-        grads, g_theta = [], None
+        grads: list[Tensor | None] = []
+        g_theta = None
         outs = outs or [None] * len(gs)
         for g, o, shape in zip(gs, outs, ctx.x_shapes):
             if g is None:

@@ -147,6 +147,7 @@ def padded_tokens(x: Tensor, Lp: int) -> Tensor:
 class SlidingWindowAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, N: int):
+        assert FLASH is not None  # the flash path is taken only where torch has the kernel
         B, H, L, D = q.shape
         g = window_geometry(L, N)
         qp, kp, vp = (padded_tokens(t, g.Lp) for t in (q, k, v))
@@ -174,6 +175,7 @@ class SlidingWindowAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable  # the kernel's backward has no backward of its own
     def backward(ctx, dout: Tensor):
+        assert FLASH_BACKWARD is not None  # the flash path is taken only where torch has the kernel
         qp, kp, vp, out, lse = ctx.saved_tensors
         B, H, L, D = ctx.shape
         g = window_geometry(L, ctx.N)
@@ -251,5 +253,6 @@ def banded_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None, chunk:
         k, v = k.repeat_interleave(Hq // Hk, dim=1), v.repeat_interleave(Hq // Hk, dim=1)
     if window is not None:
         return sliding_window_attention(q, k, v, window)
+    assert chunk is not None  # a band is a window or a chunk
     return chunked_attention(q, k, v, chunk)
 # </embedded>

@@ -43,8 +43,8 @@ def synthetic(name: str, n: int, *, seed: int = 0, block_len: int = 16, block_of
             raise DataError(f"{n} bytes hold less than two blocks of {block_len}", hint="raise --max-bytes")
         if not 0 <= block_offset < block_len - 1:
             raise DataError(f"block offset {block_offset} must lie in [0, {block_len - 1})")
-        t = block_batch(1, n, block_len=block_len, offset=block_offset, g=make_generator(seed, n))["tokens"]
-        return t[0].numpy().astype(np.uint8)
+        tokens = block_batch(1, n, block_len=block_len, offset=block_offset, g=make_generator(seed, n))["tokens"]
+        return tokens[0].numpy().astype(np.uint8)
     if name == "tree":
         p = 0.9 if p is None else p
         trees = -(-n // 2**TREE_DEPTH)

@@ -18,6 +18,7 @@ module is built.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -72,12 +73,21 @@ class Context:
     axis_dist: Tensor | None = None
 
 
+_M = TypeVar("_M", bound=nn.Module)
+
+
 class Learned(nn.Module):
     """The trainable parameters of every learned call site of a scheme, by site key."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sites = nn.ModuleDict()
+
+    def site(self, key: str, kind: type[_M]) -> _M:
+        """The module at a site: of the kind the walk built there for its builtin."""
+        module = self.sites[key]
+        assert isinstance(module, kind), f"learned site {key} holds a {type(module).__name__}, not a {kind.__name__}"
+        return module
 
 
 class LearnedValue(nn.Module):
@@ -119,7 +129,7 @@ class Evaluator(DynamicEvaluator):
         self._fold_index: dict[tuple, int] = {}
         self._fold_values: list[tuple] = []  # (node, LT); the node kept alive so its id stays unique
 
-    def run(self, e, ctx: Context, site: str, build: bool = False, part=None) -> LT:
+    def run(self, e, ctx: Context, site: str, part=None, *, build: bool = False) -> LT:
         self._build = build
         return super().run(e, ctx, site, part)
 
@@ -186,9 +196,11 @@ class Evaluator(DynamicEvaluator):
             if self.d_model is None:
                 raise CompileError("this scheme reads the hidden state x: give d_model when compiling it",
                                    hint="compile_scheme(..., d_model=...)")
+            lin: nn.Module
             if rank > 0:
-                lin = nn.Sequential(nn.Linear(self.d_model, rank, bias=False), nn.Linear(rank, n_out))
-                last = lin[1]
+                features = nn.Linear(self.d_model, rank, bias=False)  # made first: the generator's draws in order
+                last = nn.Linear(rank, n_out)
+                lin = nn.Sequential(features, last)
             else:
                 lin = last = nn.Linear(self.d_model, n_out)
             nn.init.constant_(last.bias, init_bias)
@@ -200,7 +212,7 @@ class Evaluator(DynamicEvaluator):
     def parameter(self, site: str, start: Tensor, shape: tuple[int, ...]) -> Tensor:
         if self._build:
             self.learned.sites[site] = LearnedValue(start.detach().cpu().expand(shape).clone())
-        value = self.learned.sites[site].value
+        value = self.learned.site(site, LearnedValue).value
         return value.to(F64)
 
     def indexed(self, site: str, index: Tensor, rows: int, n_out: int, std: float) -> Tensor:
@@ -208,14 +220,14 @@ class Evaluator(DynamicEvaluator):
             emb = nn.Embedding(rows, n_out)
             nn.init.normal_(emb.weight, std=std)
             self.learned.sites[site] = emb
-        weight = self.learned.sites[site].weight
+        weight = self.learned.site(site, nn.Embedding).weight
         return weight.to(F64)[index.long().to(weight.device)]
 
     def mlp(self, site: str, features: Tensor, hidden: int, depth: int, n_out: int, relu: bool = False) -> Tensor:
         if self._build:
             self.learned.sites[site] = mlp_layers(hidden, depth, n_out, relu)
-        net = self.learned.sites[site]
-        return net(features.to(net[0].weight.dtype)).to(F64)
+        net = self.learned.site(site, nn.Sequential)
+        return net(features.to(next(net.parameters()).dtype)).to(F64)  # the first Linear's weight's dtype
 
     def causal_conv(self, site: str, flat: Tensor, width: int, ctx: Context) -> Tensor:
         feats = flat.shape[1]
@@ -225,7 +237,7 @@ class Evaluator(DynamicEvaluator):
                 conv.weight.normal_(0, 0.1)
                 conv.weight[..., -1] += 1.0
             self.learned.sites[site] = conv
-        conv = self.learned.sites[site]
+        conv = self.learned.site(site, nn.Conv1d)
         L = flat.shape[-1]
         flat = flat.to(conv.weight.dtype)
         if ctx.docs is None and ctx.valid is None and flat.dtype != F64:
@@ -240,7 +252,7 @@ def _segmented_conv(flat: Tensor, weight: Tensor, docs: Tensor | None, valid: Te
 
     ``flat (B|1, F, L)``, ``weight (F, 1, W)``, docs / valid ``(B, L)``."""
     W, L = weight.shape[-1], flat.shape[-1]
-    B = (docs if docs is not None else valid).shape[0] if docs is not None or valid is not None else flat.shape[0]
+    B = docs.shape[0] if docs is not None else valid.shape[0] if valid is not None else flat.shape[0]
     flat = flat.expand(B, *flat.shape[1:])
     out = None
     for s in range(min(W, L)):
@@ -254,6 +266,7 @@ def _segmented_conv(flat: Tensor, weight: Tensor, docs: Tensor | None, valid: Te
             keep &= F.pad(valid, (s, 0))[:, :L]
         term = src * keep.unsqueeze(1).to(flat.dtype) * weight[:, 0, W - 1 - s].unsqueeze(-1)
         out = term if out is None else out + term
+    assert out is not None  # a kernel has a tap and a sequence a position: the loop ran
     return out
 
 

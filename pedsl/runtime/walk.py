@@ -56,18 +56,16 @@ def learned_calls(e: ast.Expr, site: str) -> list[tuple[ast.Call, str]]:
     use of the let reads one set of parameters. Any other call is the ``count``-th of its site."""
     out: list[tuple[ast.Call, str]] = []
 
-    def visit(node) -> None:
-        if not isinstance(node, ast.Node):
-            return  # a parameter left at its default
-        if node.kind == "unary":
+    def visit(node: object) -> None:  # an expression, or a parameter left at its default
+        if isinstance(node, ast.Unary):
             visit(node.operand)
-        elif node.kind == "binary":
+        elif isinstance(node, ast.Binary):
             visit(node.left)
             visit(node.right)
-        elif node.kind == "list":
+        elif isinstance(node, ast.ListExpr):
             for item in node.items:
                 visit(item)
-        elif node.kind == "call":
+        elif isinstance(node, ast.Call):
             spec = FUNCTIONS[node.func]
             args = bind_args(node, spec.params)
             for p, _ in spec.params:
@@ -148,8 +146,7 @@ class DynamicEvaluator:
             value = self.constant(static, ctx)
             self.remember(e, ctx, value)
             return value
-        k = e.kind
-        if k == "name":
+        if e.kind == "name":
             if "." in e.id:  # position.AXIS, distance.AXIS
                 base, _, axis = e.id.partition(".")
                 return self.axis_distance(ctx, axis) if base == "distance" else self.axis_position(ctx, axis)
@@ -158,11 +155,11 @@ class DynamicEvaluator:
             if e.id == "n":
                 return self.constant(float(ctx.n if ctx.n is not None else ctx.L), ctx)
             raise CompileError(f"'{e.id}' cannot be used as a number here")
-        if k == "unary":
+        if e.kind == "unary":
             return self.negate(self._eval(e.operand, ctx))
-        if k == "binary":
+        if e.kind == "binary":
             return self.binary(e.op, self._eval(e.left, ctx), self._eval(e.right, ctx))
-        if k == "call":
+        if e.kind == "call":
             return self._call(e, ctx)
         raise CompileError(f"cannot evaluate {to_source(e)} at run time")
 
@@ -183,15 +180,16 @@ class DynamicEvaluator:
         rest = [p for p, _ in spec.params if p not in static and p not in names]
         if spec.site is not None:  # a source with state: asks this backend for it at the call site
             key = self._keys[id(e)] if spec.learned else None
-            if key in self._shared:
+            if key is not None and key in self._shared:
                 return self._shared[key]
-            values = [self._eval(args[p], ctx) for p in rest]
+            values = [self._eval(run_time_arg(args[p]), ctx) for p in rest]
             out = spec.site(At(self, ctx, key), *values, **names, **static)
-            if e.bound is not None:
+            if e.bound is not None and key is not None:  # bound: a learned call written in a let
                 self._shared[key] = out
             return out
         # a record's run-time value, over this backend's array namespace
-        arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] + [self._eval(args[p], ctx) for p in rest]
+        arrays = [self.arange(ctx, INPUT_AXES[i]) for i in spec.inputs] \
+            + [self._eval(run_time_arg(args[p]), ctx) for p in rest]
         return self.apply(spec, arrays, static)
 
     def _select_axes(self, spec, args: dict, ctx):
@@ -225,6 +223,7 @@ class DynamicEvaluator:
     # ``run`` is written over); Python's operators and ``.clip`` mean the same on numpy arrays and
     # torch tensors.
     ops: Any = None
+    vocab_size: int  # the tokens' range (a token lookup's rows): set by a subclass
 
     def wrap(self, array, axes: tuple[str, ...]):
         raise NotImplementedError
@@ -291,6 +290,13 @@ class DynamicEvaluator:
         raise NotImplementedError
 
 
+def run_time_arg(arg: object) -> ast.Expr:
+    """An argument evaluated at run time: an expression, always written (no record gives a run-time
+    parameter a default, and the checker reports a missing one)."""
+    assert isinstance(arg, ast.EXPR_NODES), f"a run-time argument left at its default {arg!r}"
+    return arg
+
+
 def _name_of(arg) -> str | None:
     """The name an argument holds (``to = pair``, ``index = token``), or its default."""
     return arg.id if isinstance(arg, ast.Name) else arg if isinstance(arg, str) else None
@@ -305,6 +311,11 @@ class At:
         self.ev, self.ctx, self.site = ev, ctx, site
         self.ops, self.wrap = ev.ops, ev.wrap
         self.heads, self.pairs, self.chans, self.vocab_size = ctx.heads, ctx.pairs, ctx.chans, ev.vocab_size
+
+    def _learned_site(self) -> str:
+        """The site's parameters' name (None for a source with state that learns nothing)."""
+        assert self.site is not None, "only a learned record's source asks for learned layers"
+        return self.site
 
     def width(self, to: str) -> tuple[str, int]:
         """The axis and per-head width of an output ``to = pair | channel | head``."""
@@ -332,19 +343,19 @@ class At:
         return self.ev.frozen(key, shape, seed)
 
     def dense(self, n_out: int, rank: int, init_bias: float):
-        return self.ev.dense(self.site, n_out, rank, init_bias, self.ctx)
+        return self.ev.dense(self._learned_site(), n_out, rank, init_bias, self.ctx)
 
     def lookup(self, n_out: int, std: float):
-        return self.ev.lookup(self.site, self.tokens(), n_out, std)
+        return self.ev.lookup(self._learned_site(), self.tokens(), n_out, std)
 
     def causal_conv(self, flat, width: int):
-        return self.ev.causal_conv(self.site, flat, width, self.ctx)
+        return self.ev.causal_conv(self._learned_site(), flat, width, self.ctx)
 
     def parameter(self, start, shape: tuple[int, ...]):
-        return self.ev.parameter(self.site, start, shape)
+        return self.ev.parameter(self._learned_site(), start, shape)
 
     def indexed(self, index, rows: int, n_out: int, std: float):
-        return self.ev.indexed(self.site, index, rows, n_out, std)
+        return self.ev.indexed(self._learned_site(), index, rows, n_out, std)
 
     def mlp(self, features, hidden: int, depth: int, n_out: int, relu: bool = False):
-        return self.ev.mlp(self.site, features, hidden, depth, n_out, relu)
+        return self.ev.mlp(self._learned_site(), features, hidden, depth, n_out, relu)

@@ -97,7 +97,7 @@ class Builtin:
     learned: bool = False  # its site owns trainable parameters
     # an axis selection (sections, interleave): (sizes, pairs) -> the position axis of each rotary pair;
     # its value is sum over axes a of [pair k reads a] * position.a (the walk and codegen build it)
-    axis_select: Callable[[tuple[int, ...], int], tuple[int, ...]] | None = None
+    axis_select: Callable[[list, int], tuple[int, ...]] | None = None
     # arguments that must fold to a static value (a learned value's start): folded wherever the call
     # is checked, so that their errors are positioned diagnostics, never a failure at compile time
     checked_args: tuple[str, ...] = ()
