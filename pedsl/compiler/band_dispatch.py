@@ -25,10 +25,10 @@ class BandKernels:
 def sliding_window_attention(q: Tensor, k: Tensor, v: Tensor, window: int) -> Tensor:
     """:func:`pedsl.ops.window_kernels.sliding_window_attention` (same arguments, grouped key/value
     heads allowed) on the C++ kernel where it runs, on the flash path elsewhere."""
-    return window_attend(BandKernels, q, k, v, window, None)
+    return window_attend(BandKernels.band_attention, BandKernels.bias_ready, q, k, v, window, None)
 
 
 def banded_attention(q: Tensor, k: Tensor, v: Tensor, window: int | None, chunk: int | None) -> Tensor:
     """:func:`pedsl.ops.window_kernels.banded_attention`, with a sliding window on the C++ kernel
     where it runs (chunks keep their one ``is_causal`` call)."""
-    return window_attend(BandKernels, q, k, v, window, chunk)
+    return window_attend(BandKernels.band_attention, BandKernels.bias_ready, q, k, v, window, chunk)

@@ -300,6 +300,7 @@ def _transport_code(gen: _Gen, plan: P.Plan, scheme: Scheme) -> tuple[list[str],
                        f"{literal(float(t.xpos_gamma))}, {literal(tuple(t.xpos_zeta))}),  "
                        + comment(f"group {t.group!r}: {t.kind} of {t.targets}, kernel {t.kernel}"))
         if t.kind == P.DENSE:  # its rotations come from self.dense and the positions (general.dense)
+            assert t.dense is not None  # a dense transport's step carries its generators' shape
             body.append(comment(f"{t.kind} on {t.group}: {t.dense.source()}  ({t.why})"))
             body.append(f"out['t{i}'] = None")
         elif t.kind in (P.ROPE, P.SO2):

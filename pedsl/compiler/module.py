@@ -339,6 +339,7 @@ class SchemeAttention(nn.Module):
                 continue
             if t.kind == P.DENSE:  # positions 0..L-1 on every axis, as a call without positions reads them
                 gens = self.dense[str(t.index)]
+                assert isinstance(gens, DenseGenerators)  # self.dense holds one per dense transport
                 pos = torch.arange(L, device=q.device).view(1, L, 1).expand(1, L, gens.axes)
                 rot, basis = gens.rotations(pos), gens.basis_matrix()
                 q, k = (dense_rotate(x, rot, basis, t.channels if len(t.channels) != D else None) for x in (q, k))

@@ -134,7 +134,7 @@ class ModuleScheme:  # a general.protocols.SchemeSide (checked by _as_scheme_sid
     def token_values(self, win: Window, dtype) -> TokenValues:
         mod = self.mod
         run = mod.evaluator.run
-        out: list[Tensor | tuple[Tensor, Tensor]] = []  # per transport: its values, a (cos, sin) pair, or (w, beta)
+        out: list[Tensor | tuple[Tensor, Tensor] | None] = []  # per transport: its values, (cos, sin), (w, beta); dense: None
         for t in self.transforms:
             P = len(t.channels) // 2
             if t.static_table and win.n <= TABLE_MAX and win.parts["axes_pos"] is None:

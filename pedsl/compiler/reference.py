@@ -389,7 +389,8 @@ def _relative_terms(mod, q: Tensor, k: Tensor, positions: Tensor, q0: int) -> Te
     r = mod.scheme.relative
     B, H, Lq, D = q.shape
     L = k.shape[2]
-    keys = None if mod.relative_keys is None else mod.relative_keys.to(F64)
+    keys = mod.relative_keys.to(F64) if mod.relative_keys is not None else torch.zeros(0, dtype=F64)  # p2c only: none
+    assert r is not None  # the caller's: a scheme with content-position terms
     out = torch.zeros(B, H, L, L, dtype=F64, device=q.device)
     for b in range(B):
         for i in range(q0, q0 + Lq):

@@ -145,6 +145,7 @@ def _regime_angles(s: Scheme, L: int) -> np.ndarray:
     i = np.arange(L)[:, None]
     d = np.arange(L)[None, :]
     j = i - d
+    assert s.remap is not None  # the caller's: a remapped scheme
     c = s.remap.chunk
     measure = d if c is None else i // c - np.where(j >= 0, j, 0) // c
     rel = np.full((L, L), np.nan)

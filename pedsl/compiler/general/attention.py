@@ -167,11 +167,11 @@ def with_sink(q, k, v, mask, bias, sink):
     return q, k, v, mask, bias
 
 
-def window_attend(kernels: Kernels | None, q, K, V, window: int | None, chunk: int | None) -> Tensor:
-    """A band whose bulk no mask cuts: a sliding window on the kernels' C++ band kernel where its call check
-    (:func:`band_call`) takes it and the kernels are built, else (and a chunk) the flash path's banded calls."""
-    band = None if kernels is None else kernels.band_attention
-    if band is not None and window is not None and band_call(q, K, V, window) and kernels.bias_ready():
+def window_attend(band, ready, q, K, V, window: int | None, chunk: int | None) -> Tensor:
+    """A band whose bulk no mask cuts: a sliding window on the C++ band kernel ``band`` (None: not there) where its
+    call check (:func:`band_call`) takes it and ``ready()`` says the kernels are built, else (and a chunk) the
+    flash path's banded calls."""
+    if band is not None and ready is not None and window is not None and band_call(q, K, V, window) and ready():
         return band(q, K, V, window)
     return banded_attention(q, K, V, window, chunk)
 
@@ -200,7 +200,8 @@ def attend_blocks(scheme: SchemeSide, q, k, v, bi: Biases, lay: Layout, cache, s
         return F.scaled_dot_product_attention(q, K, V, is_causal=True, enable_gqa=Hq != K.shape[1])
     if shape is not None and causal_call(fast, "flash-window", q, fresh, one_doc, unmasked) and window_call(
             fast, flash_supports(q), shape.window, shape.chunk, lay.positions):  # the band, no mask on its bulk
-        return window_attend(kernels, q, K, V, shape.window, shape.chunk)
+        cpp_band, cpp_ready = (None, None) if kernels is None else (kernels.band_attention, kernels.bias_ready)
+        return window_attend(cpp_band, cpp_ready, q, K, V, shape.window, shape.chunk)
     if kernels is not None and fresh and one_doc and unmasked:
         o = rows_attend(scheme, kernels, q, K, V, bi, lay, sink)
         if o is not None:
