@@ -240,9 +240,8 @@ def test_allowed_fraying_is_real_and_rope_id_does_not_fray():
     and RoPE-ID, which does not allow it, has no pair slower than the training length."""
     for path in LIBRARY:
         s = load(path)
-        if s.axes and s.bases:  # an encoder of a grid scheme: the allow (and the rotation) is its base's, checked there
-            assert s.transports == load(SCHEMES / f"{s.bases[0]}.pe").transports, path.stem
-            continue
+        if s.axes and s.bases and s.transports == load(SCHEMES / f"{s.bases[0]}.pe").transports:
+            continue  # an encoder of a grid scheme: the allow (and the rotation) is its base's, checked there
         if s.axes:  # fraying along each axis: a W101 per axis once the allow is taken away
             text = path.read_text().replace("allow frayed_frequencies", "")
             frays = any(d.code == "W101" for d in check(text))
