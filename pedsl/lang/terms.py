@@ -303,7 +303,24 @@ class TermResolution(ResolverStage):
                                         slope=None if "pos" in ty.axes or axes else distance_coefficient(term)))
             else:
                 self.constant_terms.append(term)
+        if not self._path_biases_fit(value, out, lets):
+            return []
         return out
+
+    def _with_householder(self, lets) -> bool:
+        return any("householder" in calls_in(inline_lets(t.stmt.value, lets)) for t in self.m.transports)
+
+    def _path_biases_fit(self, value: ast.Expr, terms: list, lets) -> bool:
+        """PaTH's Householder steps attend by their own kernels and decode rule, which add a bias as the
+        difference of one coordinate per token (ALiBi's slope * distance, a forget gate's sums): a table or any
+        other function of the distance would be silently left out there, so it is refused (E204)."""
+        if not any(isinstance(b, DistanceBias) and b.slope is None for b in terms) or not self._with_householder(lets):
+            return True
+        self.report("E204", "a bias that is not a slope times the distance (a table, a function of the distance or "
+                    "of the query position) cannot go with accumulate(householder(...)): PaTH's kernels and decode "
+                    "rule add only coordinate biases", value,
+                    hint="with PaTH use -slope * distance (ALiBi) or accumulate(log_sigmoid(...)) (a forget gate)")
+        return False
 
     def _axis_biases_fit(self, value: ast.Expr, lets) -> bool:
         """A bias over ``distance.AXIS`` (docs/semantics.md §3a) is evaluated per pair of tokens in blocks of
@@ -313,8 +330,7 @@ class TermResolution(ResolverStage):
         if node is None:
             node = next((n for n in walk(inline_lets(value, lets)) if n.kind == "name"
                          and n.id.startswith("distance.")), None)
-        if node is None or not any("householder" in calls_in(inline_lets(t.stmt.value, lets))
-                                   for t in self.m.transports):
+        if node is None or not self._with_householder(lets):
             return True
         self.report("E204", f"'{node.id}': a bias over per-axis distances cannot go with accumulate(householder(...)) "
                     "(PaTH's blockwise kernel and decode rule add only biases of the one-axis position)", node,
