@@ -114,7 +114,9 @@ def test_no_module_writes_files_except_through_fsio():
 
     writers = re.compile(r"\.savefig\((?!buf)|open\([^)]*['\"][wa]b?['\"]|\.write_(text|bytes)\(|torch\.save\("
                          r"|save_file\(|json\.dump\(")
-    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "pedsl").rglob("*.py")) if p.name != "fsio.py"
+    # native_template.py is fsio's stand-in inside generated modules (which cannot import pedsl): the same atomic write
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in sorted((ROOT / "pedsl").rglob("*.py"))
+             if p.name not in ("fsio.py", "native_template.py")
              for i, line in enumerate(p.read_text().splitlines(), 1) if writers.search(line)]
     assert found == []
 

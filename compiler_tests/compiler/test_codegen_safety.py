@@ -139,11 +139,14 @@ def test_description_cannot_run_code_on_import(tmp_path):
     text = (tmp_path / "out" / "evil.py").read_text()
     tree = ast.parse(text)
     # the general forward's classes and the module's own class Evil, and no second class Evil
-    from pedsl.compiler.embedded import EMBEDDED, embedded_section
+    from pedsl.compiler import compile_scheme
+    from pedsl.compiler.embedded import Carried, embedded_section
 
-    general = [s.name for s in ast.parse("".join(embedded_section(m) for m in EMBEDDED)).body
+    mod = compile_scheme(pe)  # the sections its module carries: the general forward's, and the kernels' it runs
+    general = [s.name for s in ast.parse("".join(embedded_section(m) for m in Carried.of(mod.plan).modules())).body
                if isinstance(s, ast.ClassDef)]
-    assert [s.name for s in tree.body if isinstance(s, ast.ClassDef)] == general + ["Evil"]
+    native = ["Kernels"] if Carried.of(mod.plan).kernels_class() else []  # the C++ kernels' class, where carried
+    assert [s.name for s in tree.body if isinstance(s, ast.ClassDef)] == general + native + ["Evil"]
     assert ast.get_docstring(tree).startswith("evil: " + _payload(batch.sentinel))
     batch.add(pe, by_name=True)
     batch.run()

@@ -310,15 +310,16 @@ def test_the_windows_ropes_and_sinks_matter():
 
 
 def _spy_banded(monkeypatch):
-    """Record (window, chunk) of every call of the banded kernels the general forward makes."""
+    """Record (window, chunk) of every call of the banded kernels (the C++ band kernel or the flash path's banded
+    calls: ``window_attend`` picks) the general forward makes."""
     from pedsl.compiler.general import attention as general_attention
-    seen, real = [], general_attention.banded_attention
+    seen, real = [], general_attention.window_attend
 
-    def spy(q, k, v, window, chunk):
+    def spy(band, ready, q, k, v, window, chunk):
         seen.append((window, chunk))
-        return real(q, k, v, window, chunk)
+        return real(band, ready, q, k, v, window, chunk)
 
-    monkeypatch.setattr(general_attention, "banded_attention", spy)
+    monkeypatch.setattr(general_attention, "window_attend", spy)
     return seen
 
 

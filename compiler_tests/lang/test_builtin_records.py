@@ -27,7 +27,8 @@ CONSUMERS = ["pedsl/lang/fold.py", "pedsl/lang/channels.py", "pedsl/runtime/walk
 # lowered graph's operations (a rotate transform, a linear distance bias) that the kernels dispatch on
 NOT_BUILTINS = {"pedsl/compiler/codegen.py": {"cos", "sin", "rotate", "learned"},  # learned: the module's attribute
                 "pedsl/compiler/kernels_template.py": {"rotate", "linear"},
-                "pedsl/compiler/passes.py": {"rotate", "linear", "table"}}  # table: the kernel of a distance table
+                # table: the kernel of a distance table; normalize: the normalize statement's carried value
+                "pedsl/compiler/passes.py": {"rotate", "linear", "table", "normalize"}}
 
 
 class FakeSite:

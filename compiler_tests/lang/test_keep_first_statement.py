@@ -58,3 +58,14 @@ def test_format_show_and_words():
 def test_a_param_may_still_be_named_keep_first():
     s = load(_scheme("param keep_first: int = 2\nwindow = 8"))
     assert s.params["keep_first"] == 2 and s.keep_first is None
+
+
+def test_export_hf_refuses_it_by_name():
+    """A carried value without a Scheme field of its own (Scheme.settings) is a statement export-hf refuses like
+    any other beyond the rotation, not a KeyError."""
+    from pedsl.errors import PedslError
+    from pedsl.hf.rope import export_rope
+
+    export_rope(load(ROPE + "scheme s extends rope { }"))  # the plain rotation exports
+    with pytest.raises(PedslError, match=r"keep_first = 4.*rotation only"):
+        export_rope(load(_scheme("window = 8\nkeep_first = 4")))

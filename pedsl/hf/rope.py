@@ -385,9 +385,18 @@ def _call_args(call: ast.Call) -> dict:
 ROTATION_KINDS = frozenset({"param", "let", "layout", "axes", "channels", "transport", "section", "allow", "layers"})
 
 
+def _without(field: str):
+    """A field's value on a scheme without the statement: its declared default, or a carried value's (a statement
+    carried in ``Scheme.settings`` has no field of its own)."""
+    declared = Scheme.model_fields.get(field)
+    if declared is not None:
+        return declared.get_default(call_default_factory=True)
+    return next(c.default for c in statements.CARRIED if c.name == field)
+
+
 def _has(scheme: Scheme, record: statements.Statement) -> bool:
     """Whether the scheme's value of the statement differs from the value of a scheme without it."""
-    return any(getattr(scheme, f) != Scheme.model_fields[f].get_default(call_default_factory=True) for f in record.fields)
+    return any(getattr(scheme, f) != _without(f) for f in record.fields)
 
 
 def _refuse_shape(scheme: Scheme) -> None:
