@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from pedsl.errors import did_you_mean
 from pedsl.lang import ast
-from pedsl.lang.exprs import inline_lets, to_source
+from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import ContextualPositions
-from pedsl.lang.stage import FAILED, ResolverStage
+from pedsl.lang.stage import ResolverStage
 from pedsl.lang.values import DYNAMIC, StaticEnv
 from pedsl.limits import MAX_COPE_POSITIONS
 
@@ -53,21 +53,9 @@ class ContextualResolution(ResolverStage):
         return ContextualPositions(kind="cope", **options)
 
     def _cope_options(self, call: ast.Call, env: StaticEnv, lets) -> dict | None:
-        if call.args:
-            self.report("E241", "cope takes its options by name: cope(max_pos = N, shared = true)", call.args[0],
-                        hint=_HINT)
+        got = self.named_options(call, COPE_OPTIONS, "E241", "cope(max_pos = N, shared = true)", _HINT, env, lets)
+        if got is None:
             return None
-        got = {}
-        for kw in call.kwargs:
-            if kw.name not in COPE_OPTIONS:
-                near = did_you_mean(kw.name, COPE_OPTIONS)
-                self.report("E241", f"cope has no option '{kw.name}'" + (f"; {near}" if near else "")
-                            + f" (options: {', '.join(COPE_OPTIONS)})", kw, hint=_HINT)
-                return None
-            folded = self.fold_or_report(inline_lets(kw.value, lets), env)
-            if folded is FAILED:
-                return None
-            got[kw.name] = (folded, kw.value)
         if "max_pos" not in got:
             self.report("E241", "cope needs max_pos: how many contextual positions its embedding has", call,
                         hint=_HINT)

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 from pedsl.errors import did_you_mean
 from pedsl.lang import ast
-from pedsl.lang.exprs import inline_lets, to_source
+from pedsl.lang.exprs import to_source
 from pedsl.lang.scheme import RelativeTerms
-from pedsl.lang.stage import FAILED, ResolverStage
+from pedsl.lang.stage import ResolverStage
 from pedsl.lang.values import DYNAMIC, StaticEnv
 from pedsl.limits import MAX_RELATIVE_ROWS
 
@@ -99,27 +99,19 @@ class RelativeResolution(ResolverStage):
 
     def _options(self, call: ast.Call, env: StaticEnv, lets) -> dict | None:
         spec = {name: (kind, default, least) for name, kind, default, least in RELATIVE_FORMS[call.func]}
-        if call.args:
-            self.report("E223", f"{call.func} takes its options by name: {call.func}("
-                        + ", ".join(f"{n} = ..." for n in spec) + ")", call.args[0], hint=_HINT)
+        usage = f"{call.func}(" + ", ".join(f"{n} = ..." for n in spec) + ")"
+        given = self.named_options(call, spec, "E223", usage, _HINT, env, lets)
+        if given is None:
             return None
         got: dict = {}
-        for kw in call.kwargs:
-            if kw.name not in spec:
-                near = did_you_mean(kw.name, spec)
-                self.report("E223", f"{call.func} has no option '{kw.name}'" + (f"; {near}" if near else "")
-                            + f" (options: {', '.join(spec)})", kw, hint=_HINT)
-                return None
-            folded = self.fold_or_report(inline_lets(kw.value, lets), env)
-            if folded is FAILED:
-                return None
-            kind, _, least = spec[kw.name]
+        for name, (folded, node) in given.items():
+            kind, _, least = spec[name]
             if not _fits(folded, kind, least):
                 want = ("true or false" if kind == "bool" else
                         f"an integer from {least} to {MAX_RELATIVE_ROWS:,} known when the scheme is checked")
-                self.report("E223", f"{call.func}({kw.name} = ...) takes {want}, got {folded!r}", kw.value, hint=_HINT)
+                self.report("E223", f"{call.func}({name} = ...) takes {want}, got {folded!r}", node, hint=_HINT)
                 return None
-            got[kw.name] = folded
+            got[name] = folded
         for name, (_, default, _) in spec.items():
             if name not in got and default is None:
                 self.report("E223", f"{call.func} needs {name}", call, hint=_HINT)
